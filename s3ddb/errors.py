@@ -1,0 +1,125 @@
+"""The s3ddb exception tree.
+
+Every error the library raises on purpose derives from :class:`S3DDBError`. Where a
+built-in exception means the same thing, the subclass derives from it too, so callers
+can catch ``FileNotFoundError`` or ``ValueError`` without importing s3ddb.
+
+Commit outcomes are kept apart on purpose (as pyiceberg does): a
+:class:`CommitConflictError` means the commit definitely did not land, so its files
+may be cleaned up; a :class:`CommitStateUnknownError` means it may have landed, so
+nothing it wrote may be deleted.
+"""
+
+from __future__ import annotations
+
+
+class S3DDBError(Exception):
+    """Base class of every error s3ddb raises on purpose."""
+
+
+# --- datasets and versions -------------------------------------------------------
+
+
+class DatasetNotFoundError(S3DDBError, FileNotFoundError):
+    """No dataset (no committed version) exists at the URI."""
+
+
+class DatasetAlreadyExistsError(S3DDBError, FileExistsError):
+    """``mode="create"`` found a dataset already at the URI."""
+
+
+class VersionNotFoundError(S3DDBError, KeyError):
+    """The requested version or tag does not exist in the dataset."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else ""
+
+
+class SchemaMismatchError(S3DDBError, ValueError):
+    """Data's schema does not match the dataset's schema."""
+
+
+class InvalidInputError(S3DDBError, ValueError):
+    """An argument is malformed or unsupported (mode, URI, predicate, option...)."""
+
+
+class InvalidURIError(InvalidInputError):
+    """A dataset URI cannot be parsed or names an unsupported scheme."""
+
+
+class ColumnNotFoundError(InvalidInputError):
+    """A predicate, projection or update names a column the dataset does not have."""
+
+
+class InvalidExpressionError(InvalidInputError):
+    """A predicate or value expression is malformed or uses something unsupported."""
+
+
+class ManifestCorruptError(S3DDBError):
+    """A manifest or transaction file is truncated, corrupt or unreadable."""
+
+
+class ManifestFinalizationError(S3DDBError):
+    """A version decided in the external store cannot be finalized.
+
+    Raised by readers that find a staged row whose staged manifest is missing or has
+    the wrong size. Nothing is marked complete when this is raised.
+    """
+
+
+# --- commits -----------------------------------------------------------------------
+
+
+class CommitError(S3DDBError):
+    """Base class of errors raised while committing a transaction."""
+
+
+class CommitConflictError(CommitError):
+    """The commit definitely did not land because of a concurrent commit."""
+
+
+class RetryableCommitConflictError(CommitConflictError):
+    """A concurrent commit invalidated this transaction's reads.
+
+    The same operation re-executed against the newest version may succeed; the
+    transaction itself must not be retried against its stale base.
+    """
+
+
+class IncompatibleTransactionError(CommitConflictError):
+    """A concurrent commit makes this transaction impossible (e.g. its data was removed)."""
+
+
+class TooMuchWriteContentionError(CommitConflictError):
+    """Commit retries were exhausted (by count or time) under contention."""
+
+
+class CommitStateUnknownError(CommitError):
+    """It is not known whether the commit landed.
+
+    The files the commit wrote are kept: they may belong to a committed version.
+    Re-open the dataset to find out.
+    """
+
+
+# --- external manifest store ---------------------------------------------------------
+
+
+class ExternalStoreError(S3DDBError):
+    """Base class of errors from the external manifest store (DynamoDB)."""
+
+
+class ExternalStoreTableError(ExternalStoreError):
+    """The external store's table is missing or has the wrong key schema."""
+
+
+class ExternalStoreThrottledError(ExternalStoreError):
+    """The external store kept throttling or failing after bounded retries."""
+
+
+class CredentialsError(S3DDBError, PermissionError):
+    """AWS credentials are missing or were refused."""
+
+
+class InjectedFault(S3DDBError):
+    """Raised by a failpoint whose action is ``raise`` (testing only)."""

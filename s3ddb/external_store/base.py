@@ -1,0 +1,148 @@
+"""The external manifest store interface.
+
+An external manifest store decides, with one conditional write per version, which
+manifest is version N of a dataset. It records rows keyed by (``base_uri``,
+``version``) whose ``path`` points at the manifest object, relative to the dataset
+root: first a *staged* manifest (``_versions/<final>-<uuid>``), later the *final*
+manifest (``_versions/<final>``). It knows nothing of transactions or commits.
+
+Implementations: :mod:`s3ddb.external_store.dynamodb` (production) and
+:mod:`s3ddb.external_store.memory` (unit tests and simulation). Every read must be
+strongly consistent.
+"""
+
+from __future__ import annotations
+
+import abc
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from s3ddb.errors import ExternalStoreError
+
+# A staged manifest path ends in ".manifest-<uuid hex or dashed uuid>".
+_STAGED_RE = re.compile(r"\.manifest-[0-9A-Za-z-]+$")
+
+
+def is_staged_path(path: str) -> bool:
+    """Whether ``path`` names a staged manifest rather than a final one."""
+    return bool(_STAGED_RE.search(path))
+
+
+@dataclass(frozen=True)
+class ManifestRow:
+    """One row of the external store: who owns version ``version`` of ``base_uri``.
+
+    Attributes:
+        base_uri: normalized dataset URI, ``s3://bucket/prefix`` (no trailing slash).
+        version: the version number, >= 1.
+        path: manifest path relative to the dataset root, staged or final.
+        size: manifest size in bytes.
+        committer: library name/version and writer id.
+        committed_at: epoch milliseconds.
+        extra: further attributes (e.g. ``operation``), strings only.
+    """
+
+    base_uri: str
+    version: int
+    path: str
+    size: int
+    committer: str = ""
+    committed_at: int = 0
+    extra: dict[str, str] = field(default_factory=dict, compare=False)
+
+    @property
+    def is_staged(self) -> bool:
+        return is_staged_path(self.path)
+
+
+class VersionTakenError(ExternalStoreError):
+    """``put_if_not_exists`` lost: another row already holds the version.
+
+    Attributes:
+        winner: the row that holds the version, when the store returned it
+            (DynamoDB does, via ReturnValuesOnConditionCheckFailure).
+    """
+
+    def __init__(self, message: str, winner: ManifestRow | None = None) -> None:
+        super().__init__(message)
+        self.winner = winner
+
+
+class ExternalStoreOutcomeUnknownError(ExternalStoreError):
+    """A write may or may not have been applied (lost response, timeout, 5xx)."""
+
+
+class ExternalManifestStore(abc.ABC):
+    """Rows that decide which manifest is each version of a dataset.
+
+    Contract for every implementation:
+      * reads are strongly consistent;
+      * ``put_if_not_exists`` is atomic: of concurrent puts of one
+        (base_uri, version), exactly one succeeds;
+      * throttling and transient server errors are retried with bounded exponential
+        backoff inside the store, then raised as ``ExternalStoreThrottledError``.
+    """
+
+    @abc.abstractmethod
+    def validate(self) -> None:
+        """Check the backing table exists with the expected key schema (cached).
+
+        Raises:
+            ExternalStoreTableError: the table is missing or has another key schema;
+                the message shows the expected schema and how to create it.
+            CredentialsError: no credentials, or credentials refused.
+        """
+
+    @abc.abstractmethod
+    def put_if_not_exists(self, row: ManifestRow) -> None:
+        """Claim ``row.version`` of ``row.base_uri`` for ``row``.
+
+        Raises:
+            VersionTakenError: the version is held by another row (``winner`` set
+                when the store can return it without another request).
+            ExternalStoreOutcomeUnknownError: the write may or may not have applied.
+            ExternalStoreThrottledError: retries exhausted.
+        """
+
+    @abc.abstractmethod
+    def get(self, base_uri: str, version: int) -> ManifestRow | None:
+        """The row of ``version``, or None."""
+
+    @abc.abstractmethod
+    def get_latest(self, base_uri: str) -> ManifestRow | None:
+        """The row with the highest version, or None if the dataset has no rows."""
+
+    @abc.abstractmethod
+    def list_versions(
+        self,
+        base_uri: str,
+        *,
+        start_version: int | None = None,
+        end_version: int | None = None,
+        descending: bool = False,
+    ) -> Iterator[ManifestRow]:
+        """Rows with ``start_version <= version <= end_version`` (bounds optional),
+        ordered by version, paginating as needed."""
+
+    @abc.abstractmethod
+    def finalize(self, base_uri: str, version: int, staged_path: str, final_path: str) -> bool:
+        """Repoint the row of ``version`` from ``staged_path`` to ``final_path``.
+
+        Conditional on the row's path still being ``staged_path``. Idempotent.
+
+        Returns:
+            True if this call repointed the row; False if it was already final
+            (path == ``final_path``).
+
+        Raises:
+            ExternalStoreError: the row is missing or points somewhere else.
+        """
+
+    @abc.abstractmethod
+    def delete_dataset(self, base_uri: str) -> int:
+        """Delete every row of ``base_uri``; returns how many were deleted."""
+
+    def describe(self) -> dict[str, Any]:
+        """A short description for logs and the CLI (e.g. table name, endpoint)."""
+        return {"type": type(self).__name__}
