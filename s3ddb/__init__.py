@@ -1,4 +1,35 @@
-"""s3ddb: ACID, multi-version datasets on object storage, with many concurrent writers."""
+"""s3ddb: ACID, multi-version datasets on object storage, with many concurrent writers.
 
+    import s3ddb
+    ds = s3ddb.write_dataset(table, "s3+ddb://bucket/events?ddbTableName=s3ddb")
+    ds = s3ddb.dataset("s3+ddb://bucket/events?ddbTableName=s3ddb")
+    ds.to_table(filter="id < 10")
+"""
+
+from s3ddb import fragment
 from s3ddb._version import __version__
+from s3ddb.commit.committer import CommitConfig
+from s3ddb.commit.transaction import Append, Overwrite, Restore, Transaction, UpdateConfig
+from s3ddb.dataset import Dataset, VersionInfo, dataset, write_dataset
 from s3ddb.errors import *  # noqa: F403
+from s3ddb.errors import S3DDBError
+from s3ddb.format.fragment import FragmentMetadata
+from s3ddb.format.schema import DatasetSchema
+
+__all__ = [
+    "Append",
+    "CommitConfig",
+    "Dataset",
+    "DatasetSchema",
+    "FragmentMetadata",
+    "Overwrite",
+    "Restore",
+    "S3DDBError",
+    "Transaction",
+    "UpdateConfig",
+    "VersionInfo",
+    "__version__",
+    "dataset",
+    "fragment",
+    "write_dataset",
+]

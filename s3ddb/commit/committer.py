@@ -1,0 +1,240 @@
+"""The commit loop: write the transaction, claim the next version, rebase, retry.
+
+1. Write the transaction file (``_transactions/<read_version>-<uuid>.txn``).
+2. Build the next manifest from the base and try to claim version base+1 through the
+   commit handler (optimistically: the common case has no concurrent writer).
+3. On losing the version, read every transaction committed since the base, ask the
+   conflict resolver whether ours still applies (rebasing it if needed), and try the
+   next version after a jittered backoff. Retries are bounded by count and time.
+
+Outcomes are kept apart (as pyiceberg does): on a *definite* failure (a conflict, a
+failure before the version could be claimed) the files this transaction wrote are
+deleted; on an *unknown* outcome (:class:`CommitStateUnknownError`) they are kept,
+because they may belong to a committed version.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from dataclasses import dataclass
+from typing import Literal
+
+from s3ddb.commit import conflicts
+from s3ddb.commit.build import build_manifest
+from s3ddb.commit.failpoints import failpoint
+from s3ddb.commit.handlers import CommitHandler, ManifestLocation, VersionConflict
+from s3ddb.commit.transaction import Append, Overwrite, Transaction
+from s3ddb.errors import (
+    CommitConflictError,
+    CommitStateUnknownError,
+    DatasetAlreadyExistsError,
+    InvalidInputError,
+    RetryableCommitConflictError,
+    TooMuchWriteContentionError,
+)
+from s3ddb.format import layout
+from s3ddb.format.manifest import Manifest
+from s3ddb.format.naming import DEFAULT_NAMING
+
+log = logging.getLogger(__name__)
+
+OnExisting = Literal["rebase", "error", "append"]
+
+
+@dataclass(frozen=True)
+class CommitConfig:
+    """Retry policy of the commit loop (defaults in the spirit of Lance).
+
+    Attributes:
+        max_retries: how many lost versions a commit tolerates before giving up.
+        timeout: seconds after which a commit stops retrying.
+        backoff_base, backoff_max: full-jitter exponential backoff between attempts.
+    """
+
+    max_retries: int = 20
+    timeout: float = 30.0
+    backoff_base: float = 0.025
+    backoff_max: float = 2.0
+
+    def __post_init__(self) -> None:
+        if self.max_retries < 0 or self.timeout <= 0:
+            raise InvalidInputError("max_retries must be >= 0 and timeout > 0")
+
+    def backoff(self, attempt: int) -> float:
+        return random.uniform(0, min(self.backoff_max, self.backoff_base * 2**attempt))
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    manifest: Manifest
+    location: ManifestLocation
+    transaction: Transaction
+    attempts: int
+
+
+def load_transaction(handler: CommitHandler, manifest: Manifest) -> Transaction | None:
+    """The transaction that produced ``manifest``, or None if its file is gone."""
+    if not manifest.transaction_file:
+        return None
+    path = layout.transaction_path(manifest.transaction_file)
+    try:
+        data = handler.store.get(path)
+    except FileNotFoundError:
+        return None
+    return Transaction.from_bytes(data, f"{handler.store.url}/{path}")
+
+
+def commit_transaction(
+    handler: CommitHandler,
+    txn: Transaction,
+    base: Manifest | None,
+    *,
+    config: CommitConfig | None = None,
+    on_existing: OnExisting = "rebase",
+) -> CommitResult:
+    """Commit ``txn``, read at ``base`` (None: no dataset yet), as a new version.
+
+    ``on_existing`` matters when ``base`` is None and another writer creates the
+    dataset first: "error" raises DatasetAlreadyExistsError (``mode="create"``),
+    "append" turns an Overwrite into an Append of the same fragments
+    (``mode="append"`` on a missing dataset), "rebase" applies the normal rules.
+
+    Raises:
+        DatasetAlreadyExistsError: ``on_existing="error"`` and the dataset exists.
+        RetryableCommitConflictError, IncompatibleTransactionError: see
+            :mod:`s3ddb.commit.conflicts`; the transaction's files are deleted.
+        TooMuchWriteContentionError: retries exhausted; files deleted.
+        CommitStateUnknownError: the outcome is unknown; files kept.
+    """
+    config = config or CommitConfig()
+    store = handler.store
+    written: list[str] = []
+
+    def write_transaction(t: Transaction) -> None:
+        path = layout.transaction_path(t.file_name)
+        store.put(path, t.to_bytes())
+        written.append(path)
+
+    cache: dict[int, Manifest] = {}
+
+    def load_version(version: int) -> Manifest:
+        if version not in cache:
+            cache[version] = handler.load_manifest(handler.location_of(version))
+        return cache[version]
+
+    original = txn
+    try:
+        write_transaction(txn)
+        failpoint("commit.after_transaction_file")
+        naming = base.naming_scheme if base is not None else DEFAULT_NAMING
+        current = base
+        attempt = 0
+        deadline = time.monotonic() + config.timeout
+        while True:
+            next_version = (current.version if current is not None else 0) + 1
+            manifest = build_manifest(current, txn, next_version, naming, load_version)
+            try:
+                location = handler.commit_manifest(manifest, manifest.to_bytes())
+            except VersionConflict:
+                attempt += 1
+                if attempt > config.max_retries or time.monotonic() > deadline:
+                    raise TooMuchWriteContentionError(
+                        f"gave up committing {txn.kind} to {store.url} after {attempt} "
+                        f"attempts ({config.max_retries} retries / {config.timeout:g} s): "
+                        "other writers kept winning"
+                    ) from None
+            else:
+                return CommitResult(manifest, location, txn, attempt + 1)
+            current, txn = _catch_up(handler, current, txn, on_existing, write_transaction)
+            time.sleep(config.backoff(attempt))
+    except CommitStateUnknownError:
+        raise
+    except Exception as exc:
+        # Nothing was claimed: every path above that could have claimed a version
+        # returns or raises CommitStateUnknownError, so cleanup is safe.
+        _cleanup(handler, original, txn, written, exc)
+        raise
+
+
+def _catch_up(
+    handler: CommitHandler,
+    current: Manifest | None,
+    txn: Transaction,
+    on_existing: OnExisting,
+    write_transaction: object,
+) -> tuple[Manifest, Transaction]:
+    """Resolve ``txn`` against every version committed after ``current``."""
+    latest = handler.latest_location()
+    start = (current.version if current is not None else 0) + 1
+    if latest is None or latest.version < start:
+        # We lost a version nobody can see yet (possible only while the winner
+        # finishes); the next attempt will find it.
+        if current is None:
+            raise CommitConflictError(f"lost version {start} of {handler.store.url} to an invisible writer")
+        return current, txn
+    newest = current
+    for location in handler.list_locations(start, latest.version):
+        theirs_manifest = handler.load_manifest(location)
+        theirs = load_transaction(handler, theirs_manifest)
+        if newest is None:
+            txn = _on_dataset_created(handler, txn, theirs_manifest, on_existing)
+            assert callable(write_transaction)
+            write_transaction(txn)
+        elif theirs is None:
+            if txn.kind != "Append" or theirs_manifest.operation != "Append":
+                raise RetryableCommitConflictError(
+                    f"the transaction of version {location.version} of {handler.store.url} "
+                    "is missing; cannot tell whether it conflicts"
+                )
+        else:
+            rebased = conflicts.resolve(txn, theirs, location.version)
+            if rebased is not txn:
+                txn = rebased
+                assert callable(write_transaction)
+                write_transaction(txn)
+        newest = theirs_manifest
+    assert newest is not None
+    return newest, txn
+
+
+def _on_dataset_created(
+    handler: CommitHandler, txn: Transaction, created: Manifest, on_existing: OnExisting
+) -> Transaction:
+    """Another writer created the dataset while we were creating it too."""
+    if on_existing == "error":
+        raise DatasetAlreadyExistsError(
+            f"dataset {handler.store.url} was created by another writer (version "
+            f"{created.version}) while this one was creating it"
+        )
+    if on_existing == "append" and isinstance(txn.operation, Overwrite):
+        mine = txn.operation.schema
+        if not mine.arrow.equals(created.schema.arrow, check_metadata=False) or dict(
+            mine.ids
+        ) != dict(created.schema.ids):
+            raise RetryableCommitConflictError(
+                f"dataset {handler.store.url} was created concurrently with another schema"
+            )
+        return Transaction(created.version, Append(txn.operation.fragments), properties=txn.properties)
+    return txn
+
+
+def _cleanup(
+    handler: CommitHandler,
+    original: Transaction,
+    final: Transaction,
+    written: list[str],
+    exc: BaseException,
+) -> None:
+    paths = list(written)
+    for t in (original, final):
+        for fragment in t.operation.new_fragments():
+            for data_file in fragment.files:
+                paths.append(layout.data_file_path(data_file.path))
+    for path in dict.fromkeys(paths):
+        try:
+            handler.store.delete(path)
+        except Exception as cleanup_exc:  # best effort: never hide the real error
+            log.warning("could not delete %s after failed commit: %s", path, cleanup_exc)
+    log.debug("commit of %s failed (%s); deleted %d files", original.kind, type(exc).__name__, len(paths))

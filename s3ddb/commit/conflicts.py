@@ -1,0 +1,107 @@
+"""Conflict resolution: may my transaction land on top of one committed since I read?
+
+For each transaction committed after my ``read_version`` the resolver answers:
+
+  * compatible (rebasable): my operation applies unchanged (or rebased) to the new base;
+  * retryable: my reads are stale; re-executing the operation on the newest version
+    may succeed (``RetryableCommitConflictError``), never retrying against the stale
+    base;
+  * incompatible: my operation cannot happen any more (``IncompatibleTransactionError``).
+
+Rules are registered per (my kind, their kind); docs/conflicts.md has the full matrix.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from s3ddb.commit.transaction import Transaction
+from s3ddb.errors import IncompatibleTransactionError, RetryableCommitConflictError
+
+
+class Outcome(enum.Enum):
+    COMPATIBLE = "compatible"
+    RETRYABLE = "retryable"
+    INCOMPATIBLE = "incompatible"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    outcome: Outcome
+    reason: str
+    rebased: Transaction | None = None  # set when rebasing changed my transaction
+
+
+Rule = Callable[[Transaction, Transaction], Verdict]
+
+_RULES: dict[tuple[str, str], Rule] = {}
+
+
+def register_rule(mine: str, theirs: str, rule: Rule) -> None:
+    _RULES[(mine, theirs)] = rule
+
+
+def fixed(outcome: Outcome, reason: str) -> Rule:
+    def rule(mine: Transaction, theirs: Transaction) -> Verdict:
+        return Verdict(outcome, reason)
+
+    return rule
+
+
+def check(mine: Transaction, theirs: Transaction) -> Verdict:
+    """Decide how ``mine`` relates to ``theirs`` (committed after my read version)."""
+    rule = _RULES.get((mine.kind, theirs.kind))
+    if rule is None:
+        # Unknown pairs are treated as stale reads: re-executing is always safe.
+        return Verdict(Outcome.RETRYABLE, f"no rule for {mine.kind} after {theirs.kind}")
+    return rule(mine, theirs)
+
+
+def resolve(mine: Transaction, theirs: Transaction, their_version: int) -> Transaction:
+    """``mine`` rebased over ``theirs``, or raise.
+
+    Raises:
+        RetryableCommitConflictError: re-execute the operation on the newest version.
+        IncompatibleTransactionError: the operation can no longer be done.
+    """
+    verdict = check(mine, theirs)
+    if verdict.outcome is Outcome.COMPATIBLE:
+        return verdict.rebased or mine
+    message = (
+        f"{mine.kind} (read version {mine.read_version}) conflicts with {theirs.kind} "
+        f"committed as version {their_version}: {verdict.reason}"
+    )
+    if verdict.outcome is Outcome.RETRYABLE:
+        raise RetryableCommitConflictError(message)
+    raise IncompatibleTransactionError(message)
+
+
+ALL_KINDS = (
+    "Append", "Delete", "Overwrite", "CreateIndex", "Rewrite", "Merge", "Project",
+    "Restore", "ReserveFragments", "Clone", "Update", "UpdateConfig", "DataReplacement",
+    "UpdateMemWalState", "UpdateBases",
+)
+
+_C, _R, _I = Outcome.COMPATIBLE, Outcome.RETRYABLE, Outcome.INCOMPATIBLE
+
+# Append adds fragments and touches nothing existing: it rebases over anything that
+# keeps the schema and the fragment list's identity.
+for _theirs in ALL_KINDS:
+    register_rule("Append", _theirs, fixed(_C, "appends touch no existing fragment"))
+register_rule("Append", "Overwrite", fixed(_R, "the dataset was overwritten; append to the new data"))
+register_rule("Append", "Restore", fixed(_R, "the dataset was restored to another version"))
+register_rule("Append", "Merge", fixed(_R, "columns were added; appended files lack them"))
+register_rule("Append", "Project", fixed(_R, "the schema changed"))
+register_rule("Append", "Clone", fixed(_I, "clone is only valid as a dataset's first commit"))
+
+# Overwrite and Restore replace everything: whatever happened in between is replaced,
+# which is what the caller asked for.
+for _theirs in ALL_KINDS:
+    register_rule("Overwrite", _theirs, fixed(_C, "overwrite replaces every earlier change"))
+    register_rule("Restore", _theirs, fixed(_C, "restore replaces every earlier change"))
+    register_rule("UpdateConfig", _theirs, fixed(_C, "config changes touch no data"))
+register_rule(
+    "UpdateConfig", "UpdateConfig", fixed(_R, "concurrent config change: re-read and re-apply")
+)

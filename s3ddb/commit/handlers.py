@@ -1,0 +1,221 @@
+"""Commit handlers: how a version is claimed atomically, and how versions are found.
+
+A commit handler owns the ``_versions/`` side of a dataset:
+
+  * :class:`ConditionalPutCommitHandler` claims version N by writing its manifest with
+    the object store's atomic put-if-not-exists — hard-link rename locally, a lock in
+    memory, If-None-Match on S3 — and finds versions by listing ``_versions/``;
+  * :class:`s3ddb.commit.external.ExternalStoreCommitHandler` claims version N with
+    one conditional write to an external manifest store (DynamoDB) and never relies
+    on S3 conditional writes.
+"""
+
+from __future__ import annotations
+
+import abc
+import logging
+from dataclasses import dataclass
+
+from s3ddb.errors import (
+    CommitStateUnknownError,
+    CredentialsError,
+    ManifestCorruptError,
+    VersionNotFoundError,
+)
+from s3ddb.format import layout
+from s3ddb.format.manifest import Manifest
+from s3ddb.format.naming import NamingScheme, parse_manifest_name
+from s3ddb.io.object_store import ObjectStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ManifestLocation:
+    """Where version ``version``'s manifest is (path relative to the dataset root)."""
+
+    version: int
+    path: str
+    naming: NamingScheme
+    size: int | None = None
+    committed_at_ms: int | None = None
+    operation: str | None = None
+
+
+class VersionConflict(Exception):  # noqa: N818 - internal signal, never escapes commit/
+    """The version is already taken by another writer (definitely not ours)."""
+
+    def __init__(self, version: int, winner: ManifestLocation | None = None) -> None:
+        super().__init__(f"version {version} is already committed")
+        self.version = version
+        self.winner = winner
+
+
+class CommitHandler(abc.ABC):
+    """Finds versions and claims new ones for one dataset."""
+
+    #: Short name of the commit mechanism, for logs and the CLI.
+    mechanism: str = ""
+
+    def __init__(self, store: ObjectStore) -> None:
+        self.store = store
+
+    @abc.abstractmethod
+    def latest_location(self) -> ManifestLocation | None:
+        """The newest committed version, or None if the dataset has none.
+
+        Raises:
+            ManifestFinalizationError: (external store) the newest version cannot be
+                made readable.
+        """
+
+    @abc.abstractmethod
+    def location_of(self, version: int) -> ManifestLocation:
+        """Where ``version`` is.
+
+        Raises:
+            VersionNotFoundError: no such version.
+        """
+
+    @abc.abstractmethod
+    def list_locations(self, start: int = 1, end: int | None = None) -> list[ManifestLocation]:
+        """Versions ``start..end`` (inclusive, end None = latest), ascending."""
+
+    @abc.abstractmethod
+    def commit_manifest(self, manifest: Manifest, data: bytes) -> ManifestLocation:
+        """Atomically make ``data`` (the framed ``manifest``) version ``manifest.version``.
+
+        Raises:
+            VersionConflict: another writer holds the version (definitely not ours).
+            CommitStateUnknownError: it is unknown whether the version is ours.
+        """
+
+    def validate(self) -> None:
+        """Check the commit mechanism is usable before anything is written."""
+
+    def naming_scheme(self) -> NamingScheme | None:
+        """The dataset's naming scheme, or None if it has no versions yet."""
+        latest = self.latest_location()
+        return latest.naming if latest else None
+
+    def load_manifest(self, location: ManifestLocation) -> Manifest:
+        """Read and parse the manifest at ``location``.
+
+        Raises:
+            ManifestCorruptError: it is truncated, corrupt or has the wrong version.
+        """
+        where = f"{self.store.url}/{location.path}"
+        try:
+            data = self.store.get(location.path)
+        except FileNotFoundError as exc:
+            raise VersionNotFoundError(
+                f"version {location.version} of {self.store.url}: manifest {location.path} "
+                "is missing"
+            ) from exc
+        manifest = Manifest.from_bytes(data, where)
+        if manifest.version != location.version:
+            raise ManifestCorruptError(
+                f"manifest {where} holds version {manifest.version}, expected {location.version}"
+            )
+        return manifest
+
+    def describe(self) -> str:
+        return f"{self.mechanism} on {self.store.url}"
+
+
+class ListingCommitHandler(CommitHandler):
+    """Versions found by listing ``_versions/`` (final manifest names only)."""
+
+    def _listed(self) -> list[ManifestLocation]:
+        out = []
+        for meta in self.store.iter_list(f"{layout.VERSIONS_DIR}/"):
+            name = meta.path.rsplit("/", 1)[-1]
+            parsed = parse_manifest_name(name)
+            if parsed is not None:
+                out.append(ManifestLocation(parsed[0], meta.path, parsed[1], meta.size))
+        out.sort(key=lambda loc: loc.version)
+        return out
+
+    def latest_location(self) -> ManifestLocation | None:
+        # V2 names sort newest first, so the first final manifest in key order is the
+        # latest; staged names never parse as final ones and are skipped.
+        for meta in self.store.iter_list(f"{layout.VERSIONS_DIR}/"):
+            parsed = parse_manifest_name(meta.path.rsplit("/", 1)[-1])
+            if parsed is None:
+                continue
+            if parsed[1] is NamingScheme.V2:
+                return ManifestLocation(parsed[0], meta.path, parsed[1], meta.size)
+            break  # V1: names do not sort by version; list them all
+        listed = self._listed()
+        return listed[-1] if listed else None
+
+    def location_of(self, version: int) -> ManifestLocation:
+        if version < 1:
+            raise VersionNotFoundError(f"version {version} of {self.store.url} does not exist")
+        for scheme in (NamingScheme.V2, NamingScheme.V1):
+            path = layout.manifest_path(version, scheme)
+            try:
+                meta = self.store.head(path)
+            except FileNotFoundError:
+                continue
+            return ManifestLocation(version, path, scheme, meta.size)
+        raise VersionNotFoundError(f"version {version} of {self.store.url} does not exist")
+
+    def list_locations(self, start: int = 1, end: int | None = None) -> list[ManifestLocation]:
+        return [
+            loc
+            for loc in self._listed()
+            if loc.version >= start and (end is None or loc.version <= end)
+        ]
+
+
+class ConditionalPutCommitHandler(ListingCommitHandler):
+    """Claims a version with the object store's atomic put-if-not-exists.
+
+    Locally this is rename-if-not-exists: the manifest is written under a temporary
+    name and hard-linked to its final name, which fails if that name exists. In memory
+    it is a locked check-and-put; on S3 a PUT with ``If-None-Match: *``.
+    """
+
+    def __init__(self, store: ObjectStore) -> None:
+        super().__init__(store)
+        self.mechanism = (
+            "rename-if-not-exists" if store.protocol == "file" else "put-if-not-exists"
+        )
+
+    def commit_manifest(self, manifest: Manifest, data: bytes) -> ManifestLocation:
+        path = layout.manifest_path(manifest.version, manifest.naming_scheme)
+        try:
+            self.store.put_if_not_exists(path, data)
+        except FileExistsError as exc:
+            # On S3 a PUT whose response was lost is retried by the client and then
+            # fails its own precondition: the object may be ours.
+            if self.store.protocol == "s3" and self._holds(path, data):
+                return self._location(manifest, path, data)
+            raise VersionConflict(manifest.version) from exc
+        except (CredentialsError, PermissionError):
+            raise
+        except Exception as exc:
+            if self.store.protocol != "s3":
+                raise
+            if self._holds(path, data):
+                return self._location(manifest, path, data)
+            raise CommitStateUnknownError(
+                f"conditional PUT of {self.store.url}/{path} failed ({exc}); it may still "
+                "land, so the commit's files are kept. Re-open the dataset to see whether "
+                f"version {manifest.version} is this commit."
+            ) from exc
+        return self._location(manifest, path, data)
+
+    def _holds(self, path: str, data: bytes) -> bool:
+        # Manifest bytes name a unique transaction file, so equal bytes mean ours.
+        try:
+            return self.store.get(path) == data
+        except FileNotFoundError:
+            return False
+
+    def _location(self, manifest: Manifest, path: str, data: bytes) -> ManifestLocation:
+        return ManifestLocation(
+            manifest.version, path, manifest.naming_scheme, len(data),
+            manifest.timestamp_nanos // 1_000_000, manifest.operation,
+        )

@@ -1,0 +1,58 @@
+"""From a URI to the pieces that serve it: object store and commit handler.
+
+This is the one place that knows which commit mechanism each URI scheme uses, and the
+only place in the dataset layer that touches the DynamoDB implementation, which loads
+lazily.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+from s3ddb.commit.external import ExternalStoreCommitHandler
+from s3ddb.commit.handlers import CommitHandler, ConditionalPutCommitHandler
+from s3ddb.external_store.base import ExternalManifestStore
+from s3ddb.io.object_store import ObjectStore
+from s3ddb.io.uri import DatasetURI, parse_uri
+
+_lock = threading.Lock()
+_external_stores: dict[Any, ExternalManifestStore] = {}
+
+
+def external_store_for(uri: DatasetURI, store: ObjectStore) -> ExternalManifestStore:
+    """The DynamoDB manifest store for ``uri`` (one per process, table and config)."""
+    assert uri.ddb_table is not None
+    key = (os.getpid(), uri.ddb_table, store.aws)
+    with _lock:
+        existing = _external_stores.get(key)
+        if existing is not None:
+            return existing
+    from s3ddb.external_store.dynamodb import DynamoDBManifestStore
+
+    created = DynamoDBManifestStore(uri.ddb_table, store.aws)
+    with _lock:
+        return _external_stores.setdefault(key, created)
+
+
+def open_handler(
+    uri: str | os.PathLike[str] | DatasetURI,
+    storage_options: dict[str, Any] | None = None,
+    *,
+    external_store: ExternalManifestStore | None = None,
+) -> CommitHandler:
+    """The commit handler for a dataset URI.
+
+    ``external_store`` overrides the DynamoDB store of ``s3+ddb://`` URIs (tests and
+    simulations pass an in-memory store).
+
+    Raises:
+        InvalidURIError: the URI cannot be parsed.
+    """
+    parsed = uri if isinstance(uri, DatasetURI) else parse_uri(uri)
+    store = ObjectStore(parsed, storage_options)
+    if parsed.uses_external_store:
+        external = external_store or external_store_for(parsed, store)
+        return ExternalStoreCommitHandler(store, external, parsed.base_uri)
+    return ConditionalPutCommitHandler(store)

@@ -1,0 +1,1 @@
+"""Generated protobuf code. Do not edit: run scripts/gen_protos.py."""

@@ -1,0 +1,121 @@
+"""Parquet data files: written and read with pyarrow."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from s3ddb.format import layout
+from s3ddb.format.fragment import DataFile, FragmentMetadata
+from s3ddb.format.schema import DatasetSchema
+from s3ddb.io.object_store import ObjectStore
+
+DEFAULT_MAX_ROWS_PER_FILE = 1024 * 1024
+DEFAULT_ROW_GROUP_SIZE = 64 * 1024
+
+
+def _with_field_ids(table: pa.Table, schema: DatasetSchema) -> pa.Table:
+    # Parquet keeps field ids natively ("PARQUET:field_id"), so files stay readable by
+    # id even after columns are renamed.
+    fields = []
+    for f in table.schema:
+        meta = dict(f.metadata or {})
+        meta[b"PARQUET:field_id"] = str(schema.field_id(f.name)).encode()
+        fields.append(f.with_metadata(meta))
+    return table.cast(pa.schema(fields, metadata=table.schema.metadata))
+
+
+def write_data_file(store: ObjectStore, table: pa.Table, schema: DatasetSchema) -> DataFile:
+    """Write ``table`` (already conformed to ``schema``) as one Parquet data file."""
+    buffer = io.BytesIO()
+    pq.write_table(
+        _with_field_ids(table, schema),
+        buffer,
+        row_group_size=DEFAULT_ROW_GROUP_SIZE,
+        compression="zstd",
+    )
+    data = buffer.getvalue()
+    name = layout.new_data_file_name()
+    store.put(layout.data_file_path(name), data)
+    return DataFile(
+        path=name,
+        fields=tuple(schema.top_level_ids(table.column_names)),
+        file_size_bytes=len(data),
+    )
+
+
+def write_fragments_from_table(
+    store: ObjectStore,
+    table: pa.Table,
+    schema: DatasetSchema,
+    *,
+    max_rows_per_file: int = DEFAULT_MAX_ROWS_PER_FILE,
+) -> list[FragmentMetadata]:
+    """Split ``table`` into fragments of at most ``max_rows_per_file`` rows and write them.
+
+    Returned fragments have id 0: ids are assigned at commit.
+    """
+    fragments = []
+    for offset in range(0, max(table.num_rows, 1), max_rows_per_file):
+        chunk = table.slice(offset, max_rows_per_file)
+        if chunk.num_rows == 0:
+            break
+        data_file = write_data_file(store, chunk, schema)
+        fragments.append(FragmentMetadata(id=0, files=(data_file,), physical_rows=chunk.num_rows))
+    return fragments
+
+
+def read_fragment(
+    store: ObjectStore, fragment: FragmentMetadata, schema: DatasetSchema, columns: list[str]
+) -> pa.Table:
+    """All physical rows of ``fragment`` (deletions not applied), ``columns`` in order.
+
+    Columns are matched to file columns by field id, so a file written before a
+    rename still reads. A column no data file holds (added later) reads as nulls.
+    """
+    wanted = dict(zip(columns, schema.top_level_ids(columns)))
+    pieces: dict[str, pa.ChunkedArray] = {}
+    for data_file in fragment.files:
+        file_ids = set(data_file.fields)
+        needed = {i: n for n, i in wanted.items() if i in file_ids}
+        if not needed:
+            continue
+        with store.open_input(layout.data_file_path(data_file.path)) as f:
+            parquet = pq.ParquetFile(f)
+            by_id = {}
+            for file_field in parquet.schema_arrow:
+                raw = (file_field.metadata or {}).get(b"PARQUET:field_id")
+                if raw is not None:
+                    by_id[int(raw)] = file_field.name
+            file_columns = [by_id[i] for i in needed if i in by_id]
+            table = parquet.read(columns=file_columns)
+        for i, name in needed.items():
+            if i in by_id:
+                pieces[name] = table.column(by_id[i])
+    arrays = []
+    out_fields = []
+    for name in columns:
+        field = schema.arrow.field(name)
+        array = pieces.get(name)
+        if array is None:
+            array = pa.chunked_array([pa.nulls(fragment.physical_rows, field.type)])
+        elif not array.type.equals(field.type):
+            array = array.cast(field.type)
+        arrays.append(array)
+        out_fields.append(field)
+    if not columns:
+        # A table with rows but no columns: keep the row count for count_rows callers.
+        return pa.table({"_": pa.nulls(fragment.physical_rows)}).select([])
+    return pa.Table.from_arrays(arrays, schema=pa.schema(out_fields))
+
+
+def iter_fragment_batches(
+    store: ObjectStore,
+    fragment: FragmentMetadata,
+    schema: DatasetSchema,
+    columns: list[str],
+) -> Iterator[pa.RecordBatch]:
+    yield from read_fragment(store, fragment, schema, columns).to_batches()

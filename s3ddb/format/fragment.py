@@ -1,0 +1,172 @@
+"""Fragments: the unit of data in a manifest.
+
+A fragment is a set of rows stored in one or more data files (one per group of
+columns), plus an optional deletion file of row offsets that are deleted. These
+dataclasses pickle, so Spark executors or worker processes can write data files and
+send the resulting :class:`FragmentMetadata` to one driver that commits.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from s3ddb.format._proto import manifest_pb2 as pb
+
+
+@dataclass(frozen=True)
+class DataFile:
+    """One data file of a fragment.
+
+    Attributes:
+        path: path relative to ``data/`` of the dataset (or of base ``base_id``).
+        fields: ids of the fields whose columns the file holds.
+        file_format: "parquet".
+        file_size_bytes: size on storage (0 if unknown).
+        base_id: base path id for files outside the dataset root (shallow clones).
+    """
+
+    path: str
+    fields: tuple[int, ...]
+    file_format: str = "parquet"
+    file_size_bytes: int = 0
+    base_id: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.path or self.path.startswith("/"):
+            raise ValueError(f"data file path must be relative and non-empty: {self.path!r}")
+
+    def to_pb(self) -> pb.DataFile:
+        m = pb.DataFile(
+            path=self.path,
+            fields=list(self.fields),
+            file_format=self.file_format,
+            file_size_bytes=self.file_size_bytes,
+        )
+        if self.base_id is not None:
+            m.base_id = self.base_id
+        return m
+
+    @classmethod
+    def from_pb(cls, m: pb.DataFile) -> DataFile:
+        return cls(
+            path=m.path,
+            fields=tuple(m.fields),
+            file_format=m.file_format or "parquet",
+            file_size_bytes=m.file_size_bytes,
+            base_id=m.base_id if m.HasField("base_id") else None,
+        )
+
+
+@dataclass(frozen=True)
+class DeletionFile:
+    """Deleted row offsets of one fragment (see design: ``_deletions/``)."""
+
+    kind: str  # "roaring" or "arrow"
+    read_version: int
+    id: str
+    num_deleted_rows: int
+    base_id: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("roaring", "arrow"):
+            raise ValueError(f"unknown deletion file kind {self.kind!r}")
+        if self.num_deleted_rows < 0:
+            raise ValueError("num_deleted_rows must be >= 0")
+
+    @property
+    def extension(self) -> str:
+        return "bin" if self.kind == "roaring" else "arrow"
+
+    def to_pb(self) -> pb.DeletionFile:
+        m = pb.DeletionFile(
+            kind=pb.DeletionFile.ROARING_BITMAP if self.kind == "roaring" else pb.DeletionFile.ARROW_ARRAY,
+            read_version=self.read_version,
+            id=self.id,
+            num_deleted_rows=self.num_deleted_rows,
+        )
+        if self.base_id is not None:
+            m.base_id = self.base_id
+        return m
+
+    @classmethod
+    def from_pb(cls, m: pb.DeletionFile) -> DeletionFile:
+        return cls(
+            kind="roaring" if m.kind == pb.DeletionFile.ROARING_BITMAP else "arrow",
+            read_version=m.read_version,
+            id=m.id,
+            num_deleted_rows=m.num_deleted_rows,
+            base_id=m.base_id if m.HasField("base_id") else None,
+        )
+
+
+@dataclass(frozen=True)
+class FragmentMetadata:
+    """A fragment: its id, data files, physical row count and deletion file.
+
+    Fragments written by :func:`s3ddb.fragment.write_fragments` have id 0 until a
+    commit assigns them ids.
+    """
+
+    id: int
+    files: tuple[DataFile, ...]
+    physical_rows: int
+    deletion_file: DeletionFile | None = None
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.id < 0:
+            raise ValueError(f"fragment id must be >= 0, got {self.id}")
+        if self.physical_rows < 0:
+            raise ValueError(f"physical_rows must be >= 0, got {self.physical_rows}")
+        if not self.files:
+            raise ValueError("a fragment needs at least one data file")
+        if self.deletion_file and self.deletion_file.num_deleted_rows > self.physical_rows:
+            raise ValueError("a fragment cannot delete more rows than it has")
+
+    @property
+    def num_deleted_rows(self) -> int:
+        return self.deletion_file.num_deleted_rows if self.deletion_file else 0
+
+    @property
+    def num_rows(self) -> int:
+        """Rows visible to readers (physical rows minus deleted ones)."""
+        return self.physical_rows - self.num_deleted_rows
+
+    def with_id(self, fragment_id: int) -> FragmentMetadata:
+        return replace(self, id=fragment_id)
+
+    def with_deletion_file(self, deletion_file: DeletionFile | None) -> FragmentMetadata:
+        return replace(self, deletion_file=deletion_file)
+
+    def to_pb(self) -> pb.Fragment:
+        m = pb.Fragment(
+            id=self.id,
+            files=[f.to_pb() for f in self.files],
+            physical_rows=self.physical_rows,
+        )
+        if self.deletion_file is not None:
+            m.deletion_file.CopyFrom(self.deletion_file.to_pb())
+        return m
+
+    @classmethod
+    def from_pb(cls, m: pb.Fragment) -> FragmentMetadata:
+        return cls(
+            id=m.id,
+            files=tuple(DataFile.from_pb(f) for f in m.files),
+            physical_rows=m.physical_rows,
+            deletion_file=DeletionFile.from_pb(m.deletion_file) if m.HasField("deletion_file") else None,
+        )
+
+    def to_json(self) -> str:
+        """A JSON text of this fragment (for passing between processes as text)."""
+        from google.protobuf.json_format import MessageToDict
+
+        return json.dumps(MessageToDict(self.to_pb()))
+
+    @classmethod
+    def from_json(cls, text: str) -> FragmentMetadata:
+        from google.protobuf.json_format import ParseDict
+
+        return cls.from_pb(ParseDict(json.loads(text), pb.Fragment()))

@@ -1,0 +1,49 @@
+"""Framing of manifest and transaction files.
+
+A protobuf message parsed from a truncated buffer can succeed and silently yield a
+shorter message, so every file is framed::
+
+    magic (8 bytes) | payload | payload length (u64 LE) | CRC-32 of payload (u32 LE) | magic
+
+A reader checks both magics, the length and the CRC before parsing.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+
+from s3ddb.errors import ManifestCorruptError
+
+_FOOTER = struct.Struct("<QI")
+
+
+def frame(payload: bytes, magic: bytes) -> bytes:
+    """Wrap ``payload`` with ``magic`` (8 bytes), its length and CRC-32."""
+    assert len(magic) == 8
+    return magic + payload + _FOOTER.pack(len(payload), zlib.crc32(payload)) + magic
+
+
+def unframe(data: bytes, magic: bytes, what: str) -> bytes:
+    """The payload of a framed buffer.
+
+    Raises:
+        ManifestCorruptError: wrong magic, truncated, or CRC mismatch; ``what`` (a
+            path) is named in the message.
+    """
+    minimum = 16 + _FOOTER.size
+    if len(data) < minimum:
+        raise ManifestCorruptError(f"{what}: truncated ({len(data)} bytes)")
+    if data[:8] != magic:
+        raise ManifestCorruptError(f"{what}: not an s3ddb file (bad header magic)")
+    if data[-8:] != magic:
+        raise ManifestCorruptError(f"{what}: truncated or corrupt (bad footer)")
+    length, crc = _FOOTER.unpack_from(data, len(data) - 8 - _FOOTER.size)
+    payload = data[8 : len(data) - 8 - _FOOTER.size]
+    if length != len(payload):
+        raise ManifestCorruptError(
+            f"{what}: truncated or corrupt (length {len(payload)}, expected {length})"
+        )
+    if zlib.crc32(payload) != crc:
+        raise ManifestCorruptError(f"{what}: corrupt (checksum mismatch)")
+    return payload

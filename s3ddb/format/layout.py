@@ -1,0 +1,46 @@
+"""Where things live under a dataset root (see design.md, "Dataset layout")."""
+
+from __future__ import annotations
+
+import uuid
+
+from s3ddb.format.naming import NamingScheme, staged_manifest_name
+
+DATA_DIR = "data"
+VERSIONS_DIR = "_versions"
+TRANSACTIONS_DIR = "_transactions"
+DELETIONS_DIR = "_deletions"
+TAGS_DIR = "_refs/tags"
+
+
+def data_file_path(name: str) -> str:
+    """Path of a data file named ``name`` (relative to the dataset root)."""
+    return f"{DATA_DIR}/{name}"
+
+
+def new_data_file_name(extension: str = "parquet") -> str:
+    return f"{uuid.uuid4().hex}.{extension}"
+
+
+def manifest_path(version: int, scheme: NamingScheme) -> str:
+    return f"{VERSIONS_DIR}/{scheme.manifest_name(version)}"
+
+
+def staged_manifest_path(version: int, scheme: NamingScheme, token: str | None = None) -> str:
+    return f"{VERSIONS_DIR}/{staged_manifest_name(scheme.manifest_name(version), token)}"
+
+
+def transaction_file_name(read_version: int, txn_uuid: str) -> str:
+    return f"{read_version}-{txn_uuid}.txn"
+
+
+def transaction_path(file_name: str) -> str:
+    return f"{TRANSACTIONS_DIR}/{file_name}"
+
+
+def deletion_file_path(fragment_id: int, read_version: int, file_id: str, ext: str) -> str:
+    return f"{DELETIONS_DIR}/{fragment_id}-{read_version}-{file_id}.{ext}"
+
+
+def tag_path(tag: str) -> str:
+    return f"{TAGS_DIR}/{tag}.json"

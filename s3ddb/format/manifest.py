@@ -1,0 +1,126 @@
+"""The manifest model: one immutable description of one dataset version."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from google.protobuf.message import DecodeError
+
+from s3ddb._version import __version__
+from s3ddb.errors import ManifestCorruptError
+from s3ddb.format._proto import manifest_pb2 as pb
+from s3ddb.format.fragment import FragmentMetadata
+from s3ddb.format.framing import frame, unframe
+from s3ddb.format.naming import NamingScheme
+from s3ddb.format.schema import DatasetSchema
+
+MANIFEST_MAGIC = b"S3DDBMF1"
+WRITER_LIBRARY = "s3ddb"
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """One version of a dataset.
+
+    Attributes:
+        version: the version number (>= 1).
+        schema: the dataset schema with field ids.
+        fragments: the fragments, in order.
+        max_fragment_id: highest fragment id ever assigned, None before the first.
+        config: dataset configuration (string map).
+        table_metadata: free-form table metadata.
+        timestamp_nanos: commit time, nanoseconds since the epoch.
+        naming_scheme: the scheme of this dataset's manifest names.
+        transaction_file: transaction file name (under ``_transactions/``).
+        operation: the operation kind that produced this version ("Append"...).
+        writer_library, writer_version: who wrote it.
+        base_paths, indices: protobuf messages kept as-is (room for later features).
+    """
+
+    version: int
+    schema: DatasetSchema
+    fragments: tuple[FragmentMetadata, ...]
+    max_fragment_id: int | None = None
+    config: dict[str, str] = field(default_factory=dict)
+    table_metadata: dict[str, str] = field(default_factory=dict)
+    timestamp_nanos: int = 0
+    naming_scheme: NamingScheme = NamingScheme.V2
+    transaction_file: str = ""
+    operation: str = ""
+    writer_library: str = WRITER_LIBRARY
+    writer_version: str = __version__
+    base_paths: tuple[Any, ...] = ()
+    indices: tuple[Any, ...] = ()
+
+    @property
+    def num_rows(self) -> int:
+        return sum(f.num_rows for f in self.fragments)
+
+    def next_fragment_id(self) -> int:
+        return 0 if self.max_fragment_id is None else self.max_fragment_id + 1
+
+    def evolve(self, **changes: Any) -> Manifest:
+        return replace(self, **changes)
+
+    # --- serialization -----------------------------------------------------------------
+
+    def to_pb(self) -> pb.Manifest:
+        m = pb.Manifest(
+            version=self.version,
+            schema=self.schema.to_pb(),
+            fragments=[f.to_pb() for f in self.fragments],
+            config=self.config,
+            table_metadata=self.table_metadata,
+            timestamp_nanos=self.timestamp_nanos,
+            writer_version=pb.WriterVersion(library=self.writer_library, version=self.writer_version),
+            naming_scheme=(
+                pb.NAMING_SCHEME_V1 if self.naming_scheme is NamingScheme.V1 else pb.NAMING_SCHEME_V2
+            ),
+            transaction_file=self.transaction_file,
+            operation=self.operation,
+            base_paths=list(self.base_paths),
+            indices=list(self.indices),
+        )
+        if self.max_fragment_id is not None:
+            m.max_fragment_id = self.max_fragment_id
+        return m
+
+    def to_bytes(self) -> bytes:
+        """The framed, serialized manifest (what is stored on object storage)."""
+        return frame(self.to_pb().SerializeToString(deterministic=True), MANIFEST_MAGIC)
+
+    @classmethod
+    def from_pb(cls, m: pb.Manifest) -> Manifest:
+        return cls(
+            version=m.version,
+            schema=DatasetSchema.from_pb(m.schema),
+            fragments=tuple(FragmentMetadata.from_pb(f) for f in m.fragments),
+            max_fragment_id=m.max_fragment_id if m.HasField("max_fragment_id") else None,
+            config=dict(m.config),
+            table_metadata=dict(m.table_metadata),
+            timestamp_nanos=m.timestamp_nanos,
+            naming_scheme=NamingScheme.V1 if m.naming_scheme == pb.NAMING_SCHEME_V1 else NamingScheme.V2,
+            transaction_file=m.transaction_file,
+            operation=m.operation,
+            writer_library=m.writer_version.library,
+            writer_version=m.writer_version.version,
+            base_paths=tuple(m.base_paths),
+            indices=tuple(m.indices),
+        )
+
+    @classmethod
+    def from_bytes(cls, data: bytes, where: str) -> Manifest:
+        """Parse a stored manifest.
+
+        Raises:
+            ManifestCorruptError: framing, checksum or protobuf decoding failed; the
+                message names ``where`` (the manifest's location).
+        """
+        payload = unframe(data, MANIFEST_MAGIC, f"manifest {where}")
+        message = pb.Manifest()
+        try:
+            message.ParseFromString(payload)
+            return cls.from_pb(message)
+        except (DecodeError, ValueError, KeyError, IndexError) as exc:
+            raise ManifestCorruptError(f"manifest {where}: cannot decode: {exc}") from exc

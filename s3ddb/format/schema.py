@@ -1,0 +1,179 @@
+"""Dataset schemas: an Arrow schema plus stable field ids.
+
+Every field, nested ones included, has an id that stays with it for the life of the
+dataset. Ids are assigned depth first; a new field gets ``max_field_id + 1``. Data
+files record the ids of the fields they hold, so renames and drops never need to
+rewrite data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from s3ddb.errors import SchemaMismatchError
+from s3ddb.format._proto import manifest_pb2 as pb
+
+FieldPath = tuple[str, ...]
+
+
+def _children(field: pa.Field) -> list[pa.Field]:
+    t = field.type
+    return [t.field(i) for i in range(t.num_fields)] if t.num_fields else []
+
+
+def _walk(fields: list[pa.Field], prefix: FieldPath = ()) -> Iterator[tuple[FieldPath, pa.Field]]:
+    for f in fields:
+        path = (*prefix, f.name)
+        yield path, f
+        yield from _walk(_children(f), path)
+
+
+@dataclass(frozen=True)
+class DatasetSchema:
+    """An Arrow schema and the ids of its fields.
+
+    Attributes:
+        arrow: the Arrow schema (top-level field order is the dataset's column order).
+        ids: (field path, id) for every field, depth first.
+    """
+
+    arrow: pa.Schema
+    ids: tuple[tuple[FieldPath, int], ...]
+
+    @classmethod
+    def assign(cls, arrow: pa.Schema, *, start: int = 0) -> DatasetSchema:
+        """Give every field of ``arrow`` a fresh id, from ``start`` up, depth first."""
+        ids = tuple((path, start + i) for i, (path, _f) in enumerate(_walk(list(arrow))))
+        return cls(arrow, ids)
+
+    @property
+    def max_field_id(self) -> int:
+        return max((i for _p, i in self.ids), default=-1)
+
+    def field_id(self, *path: str) -> int:
+        for p, i in self.ids:
+            if p == path:
+                return i
+        raise KeyError(path)
+
+    def top_level_ids(self, names: list[str] | None = None) -> list[int]:
+        """Ids of top-level fields (all, or those in ``names``, in that order)."""
+        wanted = names if names is not None else self.arrow.names
+        return [self.field_id(name) for name in wanted]
+
+    def names_for_ids(self, ids: list[int]) -> list[str]:
+        by_id = {i: p for p, i in self.ids if len(p) == 1}
+        return [by_id[i][0] for i in ids if i in by_id]
+
+    # --- protobuf --------------------------------------------------------------------
+
+    def to_pb(self) -> pb.Schema:
+        out = pb.Schema()
+        id_of = dict(self.ids)
+        for path, f in _walk(list(self.arrow)):
+            field = out.fields.add()
+            field.id = id_of[path]
+            field.parent_id = id_of[path[:-1]] if len(path) > 1 else -1
+            field.name = f.name
+            field.logical_type = str(f.type)
+            field.nullable = f.nullable
+            for k, v in (f.metadata or {}).items():
+                field.metadata[k.decode()] = v.decode()
+            if len(path) == 1:
+                field.arrow_field = pa.schema([f]).serialize().to_pybytes()
+        for k, v in (self.arrow.metadata or {}).items():
+            out.metadata[k.decode()] = v.decode()
+        return out
+
+    @classmethod
+    def from_pb(cls, message: pb.Schema) -> DatasetSchema:
+        top: list[pa.Field] = []
+        names_by_id: dict[int, FieldPath] = {}
+        ids: list[tuple[FieldPath, int]] = []
+        for field in message.fields:
+            if field.parent_id == -1:
+                arrow_field = pa.ipc.read_schema(pa.py_buffer(field.arrow_field)).field(0)
+                top.append(arrow_field)
+                path: FieldPath = (field.name,)
+            else:
+                path = (*names_by_id[field.parent_id], field.name)
+            names_by_id[field.id] = path
+            ids.append((path, field.id))
+        metadata = dict(message.metadata) or None
+        return cls(pa.schema(top, metadata=metadata), tuple(ids))
+
+    # --- evolution -------------------------------------------------------------------
+
+    def with_arrow(self, arrow: pa.Schema) -> DatasetSchema:
+        """This schema's ids for fields ``arrow`` shares with it; new fields get new ids."""
+        known = dict(self.ids)
+        next_id = self.max_field_id + 1
+        ids = []
+        for path, _f in _walk(list(arrow)):
+            if path in known:
+                ids.append((path, known[path]))
+            else:
+                ids.append((path, next_id))
+                next_id += 1
+        return DatasetSchema(arrow, tuple(ids))
+
+
+def _family(t: pa.DataType) -> str | None:
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        return "string"
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_binary_view(t):
+        return "binary"
+    return None
+
+
+def _same_family(a: pa.DataType, b: pa.DataType) -> bool:
+    family = _family(a)
+    return family is not None and family == _family(b)
+
+
+def conform(table: pa.Table, target: pa.Schema, *, where: str) -> pa.Table:
+    """``table`` with ``target``'s column order and exact types.
+
+    Allowed differences: column order, string vs large_string (and binary likewise),
+    nullable data for a non-nullable field when it holds no nulls, field metadata.
+
+    Raises:
+        SchemaMismatchError: missing or extra columns, other type differences, or
+            nulls in a non-nullable field; the message lists every difference and
+            names ``where`` (the dataset URI).
+    """
+    problems: list[str] = []
+    names = set(table.column_names)
+    missing = [n for n in target.names if n not in names]
+    extra = [n for n in table.column_names if n not in set(target.names)]
+    if missing:
+        problems.append(f"missing columns {missing}")
+    if extra:
+        problems.append(f"unexpected columns {extra}")
+    columns = []
+    if not problems:
+        for field in target:
+            column = table.column(field.name)
+            if not column.type.equals(field.type):
+                if _same_family(column.type, field.type):
+                    column = column.cast(field.type)
+                else:
+                    problems.append(f"column {field.name!r} is {column.type}, dataset has {field.type}")
+                    continue
+            if not field.nullable and column.null_count:
+                problems.append(f"column {field.name!r} has nulls but is not nullable")
+                continue
+            columns.append(column)
+    if problems:
+        raise SchemaMismatchError(
+            f"data does not match the schema of {where}: " + "; ".join(problems)
+            + f"\n  dataset schema: {_schema_line(target)}\n  data schema:    {_schema_line(table.schema)}"
+        )
+    return pa.Table.from_arrays(columns, schema=target)
+
+
+def _schema_line(schema: pa.Schema) -> str:
+    return ", ".join(f"{f.name}: {f.type}{'' if f.nullable else ' not null'}" for f in schema)

@@ -1,0 +1,420 @@
+"""ObjectStore: the objects under one dataset root, over fsspec.
+
+Backends: local files, ``memory://`` and S3 (s3fs). Paths given to an ObjectStore are
+relative to its root and '/'-separated. The contract every backend keeps (and
+tests/test_object_store.py checks for each):
+
+  * ``get`` of a missing object raises FileNotFoundError;
+  * ``put`` is atomic for readers: they see the old object or the whole new one;
+  * ``put_if_not_exists`` raises FileExistsError when the object exists and never
+    overwrites it — where the backend truly supports it (O_EXCL/hard link locally, a
+    lock in memory, If-None-Match on S3; see ``supports_conditional_put``);
+  * ``list`` returns every object under a prefix, sorted by path, paginating as needed;
+  * ``delete`` of a missing object is not an error.
+
+Clients are created once and reused; an ObjectStore pickles as (url, options) and
+reconnects lazily, so Spark and multiprocessing workers can receive one.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, BinaryIO
+
+from s3ddb.errors import CredentialsError
+from s3ddb.io.aws import AwsConfig
+from s3ddb.io.uri import DatasetURI, parse_uri
+
+
+@dataclass(frozen=True)
+class ObjectMeta:
+    """An object's path (relative to the store root) and size in bytes."""
+
+    path: str
+    size: int
+
+
+class ObjectStore:
+    """Objects under one root URL. See the module docstring for the contract."""
+
+    def __init__(self, url: str | DatasetURI, storage_options: dict[str, Any] | None = None):
+        self._uri = url if isinstance(url, DatasetURI) else parse_uri(url)
+        self._storage_options = dict(storage_options or {})
+        self._aws = AwsConfig.from_storage_options(self._storage_options)
+        self._fs: Any = None
+        self._fs_lock = threading.Lock()
+
+    # --- identity ------------------------------------------------------------------
+
+    @property
+    def protocol(self) -> str:
+        """"file", "memory" or "s3"."""
+        return self._uri.storage_protocol
+
+    @property
+    def url(self) -> str:
+        return self._uri.object_url
+
+    @property
+    def aws(self) -> AwsConfig:
+        return self._aws
+
+    @property
+    def supports_conditional_put(self) -> bool:
+        """Whether ``put_if_not_exists`` is atomic on this backend.
+
+        True for local files and memory. For S3 it relies on If-None-Match, which
+        plain S3 before 2024 and many S3-compatible stores ignore: use ``s3+ddb://``
+        there.
+        """
+        return True
+
+    def __repr__(self) -> str:
+        return f"ObjectStore({self.url!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ObjectStore, (self._uri, self._storage_options))
+
+    def child(self, relative: str) -> ObjectStore:
+        """An ObjectStore rooted at ``relative`` under this one, same options."""
+        sub = DatasetURI(
+            self._uri.scheme if not self._uri.uses_external_store else "s3",
+            self._uri.path.rstrip("/") + "/" + relative.strip("/"),
+        )
+        return ObjectStore(sub, self._storage_options)
+
+    # --- fsspec -------------------------------------------------------------------
+
+    @property
+    def fs(self) -> Any:
+        """The fsspec filesystem (created on first use, then reused)."""
+        if self._fs is None:
+            with self._fs_lock:
+                if self._fs is None:
+                    self._fs = self._make_fs()
+        return self._fs
+
+    def _make_fs(self) -> Any:
+        import fsspec
+
+        if self.protocol == "s3":
+            import s3fs
+
+            # Listing caches would hide objects other writers add; every listing here
+            # must be fresh.
+            return s3fs.S3FileSystem(use_listings_cache=False, **self._aws.s3fs_options())
+        return fsspec.filesystem(self.protocol)
+
+    def full_path(self, path: str) -> str:
+        """The backend path (no scheme) of ``path``, for fsspec and pyarrow."""
+        root = self._uri.path.rstrip("/")
+        return f"{root}/{path.lstrip('/')}" if path else root
+
+    def arrow_filesystem(self) -> Any:
+        """A ``pyarrow.fs.FileSystem`` that accepts ``full_path()`` paths."""
+        import pyarrow.fs as pafs
+
+        if self.protocol == "file":
+            return pafs.LocalFileSystem()
+        return pafs.PyFileSystem(pafs.FSSpecHandler(self.fs))
+
+    # --- operations -----------------------------------------------------------------
+
+    def get(self, path: str) -> bytes:
+        """The object's bytes. Raises FileNotFoundError if it does not exist."""
+        full = self.full_path(path)
+        if self.protocol == "file":
+            with open(full, "rb") as f:
+                return f.read()
+        try:
+            return bytes(self.fs.cat_file(full))
+        except Exception as exc:
+            raise _translate(exc, full) from exc
+
+    def open_input(self, path: str) -> BinaryIO:
+        """A seekable binary file for reading ``path`` (for pyarrow readers)."""
+        full = self.full_path(path)
+        if self.protocol == "file":
+            return open(full, "rb")
+        try:
+            return self.fs.open(full, "rb")  # type: ignore[no-any-return]
+        except Exception as exc:
+            raise _translate(exc, full) from exc
+
+    def put(self, path: str, data: bytes) -> None:
+        """Write ``data`` to ``path``, replacing it atomically for readers."""
+        full = self.full_path(path)
+        if self.protocol == "file":
+            tmp = _local_tmp_name(full)
+            _local_write(tmp, data)
+            os.replace(tmp, full)
+            return
+        try:
+            self.fs.pipe_file(full, data)
+        except Exception as exc:
+            raise _translate(exc, full) from exc
+
+    def put_if_not_exists(self, path: str, data: bytes) -> None:
+        """Write ``data`` to ``path`` only if no object is there.
+
+        Readers never see a partial object: locally the data is written to a temporary
+        name and hard-linked into place (link fails if the target exists).
+
+        Raises:
+            FileExistsError: an object already exists at ``path``.
+        """
+        full = self.full_path(path)
+        if self.protocol == "file":
+            tmp = _local_tmp_name(full)
+            _local_write(tmp, data)
+            try:
+                os.link(tmp, full)
+            finally:
+                os.unlink(tmp)
+            return
+        if self.protocol == "memory":
+            with _memory_lock:
+                if self.fs.exists(full):
+                    raise FileExistsError(errno.EEXIST, "object exists", full)
+                self.fs.pipe_file(full, data)
+            return
+        try:
+            self.fs.pipe_file(full, data, mode="create")
+        except Exception as exc:
+            raise _translate(exc, full) from exc
+
+    def put_with_etag(self, path: str, data: bytes) -> str | None:
+        """``put`` that returns the object's ETag where the backend has one (S3)."""
+        if self.protocol != "s3":
+            self.put(path, data)
+            return None
+        full = self.full_path(path)
+        try:
+            response = self.fs.pipe_file(full, data)
+        except Exception as exc:
+            raise _translate(exc, full) from exc
+        return response.get("ETag") if isinstance(response, dict) else None
+
+    def copy(self, src: str, dst: str) -> str | None:
+        """Copy ``src`` to ``dst`` (server-side on S3), replacing ``dst``.
+
+        Returns the new object's ETag on S3, else None.
+
+        Raises:
+            FileNotFoundError: ``src`` does not exist.
+        """
+        full_src, full_dst = self.full_path(src), self.full_path(dst)
+        if self.protocol == "file":
+            with open(full_src, "rb") as f:
+                data = f.read()
+            self.put(dst, data)
+            return None
+        if self.protocol == "memory":
+            self.fs.pipe_file(full_dst, self.get(src))
+            return None
+        bucket, key = _split_s3(full_dst)
+        src_bucket, src_key = _split_s3(full_src)
+        try:
+            response = self.fs.call_s3(
+                "copy_object",
+                Bucket=bucket,
+                Key=key,
+                CopySource={"Bucket": src_bucket, "Key": src_key},
+            )
+        except Exception as exc:
+            raise _translate(exc, full_src) from exc
+        etag = response.get("CopyObjectResult", {}).get("ETag")
+        return str(etag) if etag else None
+
+    def head(self, path: str) -> ObjectMeta:
+        """Size of the object. Raises FileNotFoundError if it does not exist."""
+        full = self.full_path(path)
+        if self.protocol == "file":
+            return ObjectMeta(path, os.stat(full).st_size)
+        if self.protocol == "memory":
+            try:
+                return ObjectMeta(path, int(self.fs.info(full)["size"]))
+            except Exception as exc:
+                raise _translate(exc, full) from exc
+        bucket, key = _split_s3(full)
+        try:
+            response = self.fs.call_s3("head_object", Bucket=bucket, Key=key)
+        except Exception as exc:
+            raise _translate(exc, full) from exc
+        return ObjectMeta(path, int(response["ContentLength"]))
+
+    def exists(self, path: str) -> bool:
+        try:
+            self.head(path)
+        except FileNotFoundError:
+            return False
+        return True
+
+    def delete(self, path: str) -> None:
+        """Delete ``path``; a missing object is not an error."""
+        full = self.full_path(path)
+        if self.protocol == "file":
+            try:
+                os.unlink(full)
+            except FileNotFoundError:
+                pass
+            return
+        if self.protocol == "memory":
+            try:
+                self.fs.rm_file(full)
+            except FileNotFoundError:
+                pass
+            return
+        bucket, key = _split_s3(full)
+        try:
+            self.fs.call_s3("delete_object", Bucket=bucket, Key=key)
+        except FileNotFoundError:
+            pass
+        except Exception as exc:
+            raise _translate(exc, full) from exc
+
+    def delete_many(self, paths: list[str]) -> None:
+        for path in paths:
+            self.delete(path)
+
+    def list(self, prefix: str = "") -> list[ObjectMeta]:
+        """Every object whose relative path starts with ``prefix``, sorted by path."""
+        return sorted(self.iter_list(prefix), key=lambda m: m.path)
+
+    def iter_list(self, prefix: str = "", *, start_after: str | None = None) -> Iterator[ObjectMeta]:
+        """Objects under ``prefix`` (S3: in key order, one page at a time)."""
+        root = self.full_path("")
+        if self.protocol == "file":
+            yield from _local_list(root, prefix)
+            return
+        if self.protocol == "memory":
+            base = self.full_path(prefix)
+            for full, info in self.fs.find(
+                base.rsplit("/", 1)[0] if not prefix.endswith("/") else base, detail=True
+            ).items():
+                rel = full[len(root) + 1 :] if full.startswith(root + "/") else None
+                if rel is not None and rel.startswith(prefix) and info["type"] == "file":
+                    yield ObjectMeta(rel, int(info["size"]))
+            return
+        bucket, key_prefix = _split_s3(self.full_path(prefix))
+        root_key = _split_s3(root)[1]
+        kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": key_prefix}
+        if start_after is not None:
+            kwargs["StartAfter"] = f"{root_key}/{start_after}"
+        while True:
+            try:
+                page = self.fs.call_s3("list_objects_v2", **kwargs)
+            except Exception as exc:
+                raise _translate(exc, self.full_path(prefix)) from exc
+            for item in page.get("Contents", []):
+                yield ObjectMeta(item["Key"][len(root_key) + 1 :], int(item["Size"]))
+            if not page.get("IsTruncated"):
+                return
+            kwargs["ContinuationToken"] = page["NextContinuationToken"]
+
+    def first_listed(self, prefix: str) -> ObjectMeta | None:
+        """The first object under ``prefix`` in key order (one request on S3)."""
+        if self.protocol == "s3":
+            bucket, key_prefix = _split_s3(self.full_path(prefix))
+            root_key = _split_s3(self.full_path(""))[1]
+            try:
+                page = self.fs.call_s3(
+                    "list_objects_v2", Bucket=bucket, Prefix=key_prefix, MaxKeys=1
+                )
+            except Exception as exc:
+                raise _translate(exc, self.full_path(prefix)) from exc
+            contents = page.get("Contents", [])
+            if not contents:
+                return None
+            return ObjectMeta(contents[0]["Key"][len(root_key) + 1 :], int(contents[0]["Size"]))
+        listed = self.list(prefix)
+        return listed[0] if listed else None
+
+
+# --- helpers --------------------------------------------------------------------------
+
+_memory_lock = threading.Lock()
+
+
+def _split_s3(full: str) -> tuple[str, str]:
+    bucket, _, key = full.partition("/")
+    return bucket, key
+
+
+def _local_tmp_name(full: str) -> str:
+    directory, name = os.path.split(full)
+    os.makedirs(directory, exist_ok=True)
+    return os.path.join(directory, f".{name}.{uuid.uuid4().hex}.tmp")
+
+
+def _local_write(path: str, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+def _local_list(root: str, prefix: str) -> Iterator[ObjectMeta]:
+    # Walk only the directory the prefix names, not the whole dataset.
+    directory = os.path.join(root, prefix.rsplit("/", 1)[0]) if "/" in prefix else root
+    if not os.path.isdir(directory):
+        return
+    for dirpath, _dirnames, filenames in os.walk(directory):
+        for name in filenames:
+            if name.startswith(".") and name.endswith(".tmp"):
+                continue  # an in-flight atomic write
+            full = os.path.join(dirpath, name)
+            rel = os.path.relpath(full, root).replace(os.sep, "/")
+            if rel.startswith(prefix):
+                try:
+                    size = os.stat(full).st_size
+                except FileNotFoundError:
+                    continue
+                yield ObjectMeta(rel, size)
+
+
+# One table from backend errors to built-in exceptions (fsspec style).
+_S3_CODE_TO_ERROR: dict[str, type[OSError]] = {
+    "NoSuchKey": FileNotFoundError,
+    "404": FileNotFoundError,
+    "NotFound": FileNotFoundError,
+    "NoSuchBucket": FileNotFoundError,
+    "PreconditionFailed": FileExistsError,
+    "412": FileExistsError,
+    "ConditionalRequestConflict": FileExistsError,
+    "AccessDenied": PermissionError,
+    "403": PermissionError,
+}
+
+
+def _translate(exc: BaseException, where: str) -> BaseException:
+    """Map a backend exception to a built-in one (or CredentialsError)."""
+    chain: list[BaseException] = []
+    cur: BaseException | None = exc
+    while cur is not None and len(chain) < 5:
+        chain.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    for err in chain:
+        name = type(err).__name__
+        if name in ("NoCredentialsError", "PartialCredentialsError"):
+            return CredentialsError(
+                f"no AWS credentials found for {where}: set AWS_ACCESS_KEY_ID/"
+                "AWS_SECRET_ACCESS_KEY, AWS_PROFILE, or storage_options "
+                "aws_access_key_id/aws_secret_access_key"
+            )
+        response = getattr(err, "response", None)
+        if isinstance(response, dict):
+            code = str(response.get("Error", {}).get("Code", ""))
+            mapped = _S3_CODE_TO_ERROR.get(code)
+            if mapped is FileExistsError:
+                return FileExistsError(errno.EEXIST, "object exists", where)
+            if mapped is not None:
+                return mapped(f"{code}: {where}")
+    if isinstance(exc, FileNotFoundError):
+        return FileNotFoundError(errno.ENOENT, "no such object", where)
+    if isinstance(exc, OSError) and "PreconditionFailed" in str(exc):
+        return FileExistsError(errno.EEXIST, "object exists", where)
+    return exc

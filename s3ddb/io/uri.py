@@ -1,0 +1,130 @@
+"""Dataset URIs: parsing and normalization.
+
+Supported forms:
+  * a local path or ``file:///abs/path`` — commits by rename-if-not-exists;
+  * ``memory://name`` — in-process, put-if-not-exists;
+  * ``s3://bucket/prefix`` — S3 conditional PUT (If-None-Match);
+  * ``s3+ddb://bucket/prefix?ddbTableName=TABLE`` — objects on S3, commits through
+    the DynamoDB external manifest store.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from urllib.parse import parse_qsl, urlsplit
+
+from s3ddb.errors import InvalidURIError
+
+_BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.\-_]{1,254}$")
+
+
+@dataclass(frozen=True)
+class DatasetURI:
+    """A parsed dataset URI.
+
+    Attributes:
+        scheme: "file", "memory", "s3" or "s3+ddb".
+        path: backend path of the dataset root without scheme: an absolute local path,
+            ``/name/...`` for memory, ``bucket/prefix`` for S3.
+        ddb_table: the DynamoDB table name for ``s3+ddb``.
+        original: the URI as given.
+    """
+
+    scheme: str
+    path: str
+    ddb_table: str | None = None
+    original: str = ""
+
+    @property
+    def storage_protocol(self) -> str:
+        """The object store protocol: "file", "memory" or "s3"."""
+        return "s3" if self.scheme.startswith("s3") else self.scheme
+
+    @property
+    def object_url(self) -> str:
+        """URL of the dataset root on its object store (no DynamoDB, no query)."""
+        if self.storage_protocol == "file":
+            return "file://" + self.path
+        if self.storage_protocol == "memory":
+            return "memory://" + self.path.lstrip("/")
+        return "s3://" + self.path
+
+    @property
+    def base_uri(self) -> str:
+        """The normalized URI that keys the dataset in the external store.
+
+        ``s3://bucket/prefix``: scheme and bucket included, no trailing slash, no query.
+        """
+        return self.object_url
+
+    @property
+    def bucket(self) -> str | None:
+        return self.path.split("/", 1)[0] if self.storage_protocol == "s3" else None
+
+    @property
+    def uses_external_store(self) -> bool:
+        return self.scheme == "s3+ddb"
+
+
+def parse_uri(uri: str | os.PathLike[str]) -> DatasetURI:
+    """Parse a dataset URI or local path.
+
+    Raises:
+        InvalidURIError: unknown scheme, missing bucket, a missing or unexpected
+            query parameter.
+    """
+    text = os.fspath(uri)
+    if not isinstance(text, str) or not text:
+        raise InvalidURIError(f"dataset URI must be a non-empty string, got {uri!r}")
+    if "://" not in text:
+        return DatasetURI("file", _normalize_local(text), original=text)
+    parts = urlsplit(text)
+    scheme = parts.scheme.lower()
+    if scheme == "file":
+        if parts.query:
+            raise InvalidURIError(f"unexpected query {parts.query!r} in {text!r}")
+        return DatasetURI("file", _normalize_local(parts.netloc + parts.path), original=text)
+    if scheme == "memory":
+        path = "/" + (parts.netloc + parts.path).strip("/")
+        if path == "/":
+            raise InvalidURIError(f"memory URI needs a name: memory://<name>, got {text!r}")
+        return DatasetURI("memory", path, original=text)
+    if scheme in ("s3", "s3a", "s3+ddb"):
+        bucket = parts.netloc
+        if not bucket or not _BUCKET_RE.match(bucket):
+            raise InvalidURIError(f"invalid or missing S3 bucket in {text!r}")
+        prefix = parts.path.strip("/")
+        if not prefix:
+            # A dataset at a bucket's root would share _versions/ with anything else
+            # there; require a prefix so that base_uri stays unambiguous.
+            raise InvalidURIError(f"S3 dataset URI needs a prefix: s3://{bucket}/<prefix>")
+        query = dict(parse_qsl(parts.query, keep_blank_values=True))
+        table = None
+        if scheme == "s3+ddb":
+            table = query.pop("ddbTableName", None)
+            if not table:
+                raise InvalidURIError(
+                    f"{text!r}: s3+ddb URIs need the DynamoDB table: "
+                    f"s3+ddb://{bucket}/{prefix}?ddbTableName=<table>"
+                )
+        if query:
+            raise InvalidURIError(
+                f"unexpected query parameter(s) {sorted(query)} in {text!r}"
+                + ("" if scheme == "s3+ddb" else " (did you mean s3+ddb://...?ddbTableName=T)")
+            )
+        return DatasetURI(
+            "s3+ddb" if scheme == "s3+ddb" else "s3",
+            f"{bucket}/{prefix}",
+            ddb_table=table,
+            original=text,
+        )
+    raise InvalidURIError(
+        f"unsupported URI scheme {scheme!r} in {text!r}; "
+        "use a local path, file://, memory://, s3:// or s3+ddb://"
+    )
+
+
+def _normalize_local(path: str) -> str:
+    return os.path.abspath(os.path.expanduser(path)).rstrip("/") or "/"

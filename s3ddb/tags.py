@@ -1,0 +1,71 @@
+"""Tags: names for versions, stored as ``_refs/tags/<tag>.json``."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import TYPE_CHECKING
+
+from s3ddb.errors import InvalidInputError, VersionNotFoundError
+from s3ddb.format import layout
+
+if TYPE_CHECKING:
+    from s3ddb.dataset import Dataset
+
+_TAG_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+class Tags:
+    """The tags of a dataset. Tags are not versioned; a tag names one version."""
+
+    def __init__(self, dataset: Dataset) -> None:
+        self._ds = dataset
+        self._store = dataset.handler.store
+
+    def _check_name(self, name: str) -> None:
+        if not isinstance(name, str) or not _TAG_RE.match(name) or name.endswith(".json"):
+            raise InvalidInputError(
+                f"invalid tag name {name!r}: letters, digits, '.', '_', '-' (max 128)"
+            )
+
+    def create(self, name: str, version: int) -> None:
+        """Name ``version`` ``name``.
+
+        Raises:
+            InvalidInputError: bad name, or the tag already exists.
+            VersionNotFoundError: no such version.
+        """
+        self._check_name(name)
+        self._ds.handler.location_of(version)
+        body = json.dumps({"version": version}).encode()
+        try:
+            self._store.put_if_not_exists(layout.tag_path(name), body)
+        except FileExistsError:
+            raise InvalidInputError(f"tag {name!r} already exists in {self._ds.uri}") from None
+
+    def delete(self, name: str) -> None:
+        """Remove tag ``name``. Raises VersionNotFoundError if there is no such tag."""
+        self._check_name(name)
+        self.get(name)
+        self._store.delete(layout.tag_path(name))
+
+    def get(self, name: str) -> int:
+        """The version tag ``name`` points at. Raises VersionNotFoundError."""
+        try:
+            data = self._store.get(layout.tag_path(name))
+        except FileNotFoundError:
+            raise VersionNotFoundError(f"no tag {name!r} in {self._ds.uri}") from None
+        return int(json.loads(data)["version"])
+
+    def list(self) -> dict[str, int]:
+        """Every tag and its version."""
+        out = {}
+        for meta in self._store.list(f"{layout.TAGS_DIR}/"):
+            name = meta.path.rsplit("/", 1)[-1]
+            if name.endswith(".json"):
+                out[name[: -len(".json")]] = self.get(name[: -len(".json")])
+        return out
+
+    def resolve(self, name: str) -> int:
+        self._check_name(name)
+        return self.get(name)
