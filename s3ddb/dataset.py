@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from s3ddb._data import to_arrow_table
-from s3ddb.commit.committer import CommitConfig, CommitResult, OnExisting, commit_transaction
+from s3ddb.commit.committer import CommitConfig, OnExisting, commit_transaction
 from s3ddb.commit.handlers import CommitHandler
 from s3ddb.commit.transaction import Append, Operation, Overwrite, Restore, Transaction
 from s3ddb.connect import open_handler
@@ -35,6 +35,7 @@ from s3ddb.format.datafile import DEFAULT_MAX_ROWS_PER_FILE, read_fragment, writ
 from s3ddb.format.deletion import read_deletion_mask
 from s3ddb.format.fragment import FragmentMetadata
 from s3ddb.format.manifest import Manifest
+from s3ddb.format.naming import DEFAULT_NAMING, NamingScheme
 from s3ddb.format.schema import DatasetSchema, conform
 from s3ddb.io.uri import parse_uri
 
@@ -243,7 +244,11 @@ class Dataset:
     # --- writes -------------------------------------------------------------------
 
     def _commit(
-        self, operation: Operation, base: Manifest | None, on_existing: OnExisting = "rebase"
+        self,
+        operation: Operation,
+        base: Manifest | None,
+        on_existing: OnExisting = "rebase",
+        naming: NamingScheme = DEFAULT_NAMING,
     ) -> Dataset:
         read_version = base.version if base is not None else 0
         result = commit_transaction(
@@ -252,6 +257,7 @@ class Dataset:
             base,
             config=self._commit_config,
             on_existing=on_existing,
+            naming=naming,
         )
         self._manifest = result.manifest
         return self
@@ -311,9 +317,6 @@ class Dataset:
         ds = Dataset(text, handler, base or _placeholder_manifest(), storage_options=storage_options,
                      commit_config=commit_config)
         return ds._commit(operation, base)
-
-    def result_of_last_commit(self) -> CommitResult | None:  # pragma: no cover - reserved
-        return None
 
 
 def _placeholder_manifest() -> Manifest:
@@ -381,11 +384,13 @@ def write_dataset(
     *,
     max_rows_per_file: int = DEFAULT_MAX_ROWS_PER_FILE,
     commit_config: CommitConfig | None = None,
+    enable_v2_manifest_paths: bool = True,
 ) -> Dataset:
     """Write ``data`` to the dataset at ``uri`` and return it at the new version.
 
     Modes: "create" (fail if a dataset exists), "append" (create if missing),
-    "overwrite" (replace, or create).
+    "overwrite" (replace, or create). ``enable_v2_manifest_paths`` chooses the manifest
+    naming scheme of a new dataset (V2 by default; an existing dataset keeps its own).
 
     Raises:
         DatasetAlreadyExistsError: ``mode="create"`` and a dataset exists (nothing is
@@ -432,4 +437,5 @@ def write_dataset(
             on_existing = {"create": "error", "append": "append", "overwrite": "rebase"}[mode]  # type: ignore[assignment]
     ds = Dataset(text, handler, base or _placeholder_manifest(), storage_options=storage_options,
                  commit_config=commit_config)
-    return ds._commit(operation, base, on_existing)
+    naming = NamingScheme.V2 if enable_v2_manifest_paths else NamingScheme.V1
+    return ds._commit(operation, base, on_existing, naming)

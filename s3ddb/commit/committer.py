@@ -36,7 +36,7 @@ from s3ddb.errors import (
 )
 from s3ddb.format import layout
 from s3ddb.format.manifest import Manifest
-from s3ddb.format.naming import DEFAULT_NAMING
+from s3ddb.format.naming import DEFAULT_NAMING, NamingScheme
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +93,7 @@ def commit_transaction(
     *,
     config: CommitConfig | None = None,
     on_existing: OnExisting = "rebase",
+    naming: NamingScheme = DEFAULT_NAMING,
 ) -> CommitResult:
     """Commit ``txn``, read at ``base`` (None: no dataset yet), as a new version.
 
@@ -100,6 +101,8 @@ def commit_transaction(
     dataset first: "error" raises DatasetAlreadyExistsError (``mode="create"``),
     "append" turns an Overwrite into an Append of the same fragments
     (``mode="append"`` on a missing dataset), "rebase" applies the normal rules.
+    ``naming`` is the manifest naming scheme of a new dataset (an existing one keeps
+    its own).
 
     Raises:
         DatasetAlreadyExistsError: ``on_existing="error"`` and the dataset exists.
@@ -128,7 +131,7 @@ def commit_transaction(
     try:
         write_transaction(txn)
         failpoint("commit.after_transaction_file")
-        naming = base.naming_scheme if base is not None else DEFAULT_NAMING
+        naming = base.naming_scheme if base is not None else naming
         current = base
         attempt = 0
         deadline = time.monotonic() + config.timeout
@@ -147,8 +150,10 @@ def commit_transaction(
                     ) from None
             else:
                 return CommitResult(manifest, location, txn, attempt + 1)
-            current, txn = _catch_up(handler, current, txn, on_existing, write_transaction)
+            # Back off first, then catch up: attempting right after reading the newest
+            # version keeps the window in which another writer can win small.
             time.sleep(config.backoff(attempt))
+            current, txn = _catch_up(handler, current, txn, on_existing, write_transaction)
     except CommitStateUnknownError:
         raise
     except Exception as exc:

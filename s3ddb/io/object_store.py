@@ -287,16 +287,17 @@ class ObjectStore:
         return sorted(self.iter_list(prefix), key=lambda m: m.path)
 
     def iter_list(self, prefix: str = "", *, start_after: str | None = None) -> Iterator[ObjectMeta]:
-        """Objects under ``prefix`` (S3: in key order, one page at a time)."""
+        """Objects under ``prefix`` in key order (S3: fetched one page at a time)."""
         root = self.full_path("")
         if self.protocol == "file":
             yield from _local_list(root, prefix)
             return
         if self.protocol == "memory":
             base = self.full_path(prefix)
-            for full, info in self.fs.find(
+            found = self.fs.find(
                 base.rsplit("/", 1)[0] if not prefix.endswith("/") else base, detail=True
-            ).items():
+            )
+            for full, info in sorted(found.items()):
                 rel = full[len(root) + 1 :] if full.startswith(root + "/") else None
                 if rel is not None and rel.startswith(prefix) and info["type"] == "file":
                     yield ObjectMeta(rel, int(info["size"]))
@@ -362,8 +363,10 @@ def _local_list(root: str, prefix: str) -> Iterator[ObjectMeta]:
     directory = os.path.join(root, prefix.rsplit("/", 1)[0]) if "/" in prefix else root
     if not os.path.isdir(directory):
         return
-    for dirpath, _dirnames, filenames in os.walk(directory):
-        for name in filenames:
+    # Key order, like S3: walk directories and files sorted.
+    for dirpath, dirnames, filenames in os.walk(directory):
+        dirnames.sort()
+        for name in sorted(filenames):
             if name.startswith(".") and name.endswith(".tmp"):
                 continue  # an in-flight atomic write
             full = os.path.join(dirpath, name)

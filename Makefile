@@ -1,0 +1,43 @@
+# Two entry points do all the set-up on a fresh machine (Python >= 3.10; Java 17 for Spark):
+#   make demo   - the main job: concurrent writers on an embedded local AWS endpoint
+#   make test   - lint, type checks and the whole test suite
+# Each creates .venv and installs what it needs the first time.
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.s3ddb-installed
+PYTEST_ARGS ?=
+
+.PHONY: demo test test-fast lint typecheck protos bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m s3ddb.cli.main demo
+
+lint: $(STAMP)
+	$(PY) -m ruff check s3ddb tests benchmarks scripts
+
+typecheck: $(STAMP)
+	$(PY) -m mypy
+
+test: lint typecheck
+	$(PY) -m pytest -n 2 --durations=15 $(PYTEST_ARGS)
+
+# The quick subset for iteration: no multi-process, crash, Spark or Terraform tests.
+test-fast: $(STAMP)
+	$(PY) -m pytest -n 2 -m "not slow and not terraform and not spark" $(PYTEST_ARGS)
+
+protos: $(STAMP)
+	$(PY) scripts/gen_protos.py
+
+bench: $(STAMP)
+	$(PY) benchmarks/commit_latency.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,44 @@
+"""Running real child processes for concurrency and crash tests."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class ChildResult:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def start_worker(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    full_env["PYTHONPATH"] = str(ROOT) + os.pathsep + full_env.get("PYTHONPATH", "")
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.workers", *args],
+        cwd=ROOT,
+        env=full_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def run_workers(
+    commands: list[tuple[str, ...]], env: dict[str, str] | None = None, timeout: float = 300
+) -> list[ChildResult]:
+    """Start every command at once, wait for all, return their results."""
+    procs = [start_worker(*cmd, env=env) for cmd in commands]
+    results = []
+    for p in procs:
+        out, err = p.communicate(timeout=timeout)
+        results.append(ChildResult(p.returncode, out, err))
+    return results
