@@ -1,9 +1,9 @@
 """s3ddb: ACID, multi-version datasets on object storage, with many concurrent writers.
 
-    import s3ddb
-    ds = s3ddb.write_dataset(table, "s3+ddb://bucket/events?ddbTableName=s3ddb")
-    ds = s3ddb.dataset("s3+ddb://bucket/events?ddbTableName=s3ddb")
-    ds.to_table(filter="id < 10")
+import s3ddb
+ds = s3ddb.write_dataset(table, "s3+ddb://bucket/events?ddbTableName=s3ddb")
+ds = s3ddb.dataset("s3+ddb://bucket/events?ddbTableName=s3ddb")
+ds.to_table(filter="id < 10")
 """
 
 from s3ddb import fragment

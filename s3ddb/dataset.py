@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from s3ddb._data import to_arrow_table
-from s3ddb.commit.committer import CommitConfig, OnExisting, commit_transaction
+from s3ddb.commit.committer import CommitConfig, CommitResult, OnExisting, commit_transaction
 from s3ddb.commit.handlers import CommitHandler
 from s3ddb.commit.transaction import Append, Operation, Overwrite, Restore, Transaction
 from s3ddb.connect import open_handler
@@ -31,7 +31,11 @@ from s3ddb.errors import (
     InvalidInputError,
     VersionNotFoundError,
 )
-from s3ddb.format.datafile import DEFAULT_MAX_ROWS_PER_FILE, read_fragment, write_fragments_from_table
+from s3ddb.format.datafile import (
+    DEFAULT_MAX_ROWS_PER_FILE,
+    read_fragment,
+    write_fragments_from_table,
+)
 from s3ddb.format.deletion import read_deletion_mask
 from s3ddb.format.fragment import FragmentMetadata
 from s3ddb.format.manifest import Manifest
@@ -73,6 +77,7 @@ class Dataset:
         self._manifest = manifest
         self._storage_options = dict(storage_options or {})
         self._commit_config = commit_config or CommitConfig()
+        self._last_commit: CommitResult | None = None
 
     # --- identity -----------------------------------------------------------------
 
@@ -106,6 +111,11 @@ class Dataset:
     @property
     def storage_options(self) -> dict[str, Any]:
         return dict(self._storage_options)
+
+    @property
+    def last_commit(self) -> CommitResult | None:
+        """How this Dataset's last write committed (transaction, attempts), if any."""
+        return self._last_commit
 
     def get_fragments(self) -> list[FragmentMetadata]:
         return list(self._manifest.fragments)
@@ -144,8 +154,11 @@ class Dataset:
         number = self.tags.resolve(version) if isinstance(version, str) else version
         manifest = _load_version(self._handler, number, self._uri)
         return Dataset(
-            self._uri, self._handler, manifest,
-            storage_options=self._storage_options, commit_config=self._commit_config,
+            self._uri,
+            self._handler,
+            manifest,
+            storage_options=self._storage_options,
+            commit_config=self._commit_config,
         )
 
     # --- reads --------------------------------------------------------------------
@@ -234,9 +247,7 @@ class Dataset:
         if filter is None:
             return self._manifest.num_rows
         predicate = self._predicate(filter)
-        return sum(
-            self._read_fragment(f, [], predicate).num_rows for f in self._manifest.fragments
-        )
+        return sum(self._read_fragment(f, [], predicate).num_rows for f in self._manifest.fragments)
 
     def to_pandas(self, columns: list[str] | None = None, filter: Any = None) -> Any:
         return self.to_table(columns, filter).to_pandas()
@@ -260,6 +271,7 @@ class Dataset:
             naming=naming,
         )
         self._manifest = result.manifest
+        self._last_commit = result
         return self
 
     def insert(self, data: Any, mode: Literal["append", "overwrite"] = "append") -> Dataset:
@@ -310,12 +322,19 @@ class Dataset:
         handler = open_handler(text, storage_options)
         handler.validate()
         base = _load_version(handler, read_version, text) if read_version else None
-        if base is None and handler.latest_location() is not None and not isinstance(
-            operation, Overwrite
+        if (
+            base is None
+            and handler.latest_location() is not None
+            and not isinstance(operation, Overwrite)
         ):
             raise InvalidInputError("read_version is required for an existing dataset")
-        ds = Dataset(text, handler, base or _placeholder_manifest(), storage_options=storage_options,
-                     commit_config=commit_config)
+        ds = Dataset(
+            text,
+            handler,
+            base or _placeholder_manifest(),
+            storage_options=storage_options,
+            commit_config=commit_config,
+        )
         return ds._commit(operation, base)
 
 
@@ -367,12 +386,18 @@ def dataset(
     handler = open_handler(text, storage_options)
     handler.validate()
     if isinstance(version, str):
-        ds = Dataset(text, handler, _load_latest(handler, text),
-                     storage_options=storage_options, commit_config=commit_config)
+        ds = Dataset(
+            text,
+            handler,
+            _load_latest(handler, text),
+            storage_options=storage_options,
+            commit_config=commit_config,
+        )
         return ds.checkout_version(version)
     manifest = _load_version(handler, version, text)
-    return Dataset(text, handler, manifest, storage_options=storage_options,
-                   commit_config=commit_config)
+    return Dataset(
+        text, handler, manifest, storage_options=storage_options, commit_config=commit_config
+    )
 
 
 def write_dataset(
@@ -422,20 +447,31 @@ def write_dataset(
     if base is not None and mode == "append":
         table = conform(table, base.schema.arrow, where=text)
         if table.num_rows == 0:
-            return Dataset(text, handler, base, storage_options=storage_options,
-                           commit_config=commit_config)
-        fragments = write_fragments_from_table(store, table, base.schema, max_rows_per_file=max_rows_per_file)
+            return Dataset(
+                text, handler, base, storage_options=storage_options, commit_config=commit_config
+            )
+        fragments = write_fragments_from_table(
+            store, table, base.schema, max_rows_per_file=max_rows_per_file
+        )
         operation = Append(tuple(fragments))
     else:
         ds_schema = (
-            base.schema.with_arrow(table.schema) if base is not None
+            base.schema.with_arrow(table.schema)
+            if base is not None
             else DatasetSchema.assign(table.schema)
         )
-        fragments = write_fragments_from_table(store, table, ds_schema, max_rows_per_file=max_rows_per_file)
+        fragments = write_fragments_from_table(
+            store, table, ds_schema, max_rows_per_file=max_rows_per_file
+        )
         operation = Overwrite(tuple(fragments), ds_schema)
         if base is None:
             on_existing = {"create": "error", "append": "append", "overwrite": "rebase"}[mode]  # type: ignore[assignment]
-    ds = Dataset(text, handler, base or _placeholder_manifest(), storage_options=storage_options,
-                 commit_config=commit_config)
+    ds = Dataset(
+        text,
+        handler,
+        base or _placeholder_manifest(),
+        storage_options=storage_options,
+        commit_config=commit_config,
+    )
     naming = NamingScheme.V2 if enable_v2_manifest_paths else NamingScheme.V1
     return ds._commit(operation, base, on_existing, naming)

@@ -34,7 +34,9 @@ def _objects(store: ObjectStore) -> set[str]:
 
 
 @pytest.mark.parametrize("point", ["commit.after_transaction_file"])
-def test_raise_before_the_decision_cleans_up(local_uri: str, point: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_raise_before_the_decision_cleans_up(
+    local_uri: str, point: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     s3ddb.write_dataset(make_table(0, 2), local_uri)
     store = ObjectStore(local_uri)
     before = _objects(store)
@@ -49,7 +51,7 @@ def test_raise_before_the_decision_cleans_up(local_uri: str, point: str, monkeyp
 def test_bad_failpoint_spec(local_uri: str, monkeypatch: pytest.MonkeyPatch) -> None:
     s3ddb.write_dataset(make_table(0, 1), local_uri)
     monkeypatch.setenv("S3DDB_FAILPOINTS", "commit.nowhere=exit")
-    with pytest.raises(InvalidInputError, match="commit.nowhere"):
+    with pytest.raises(InvalidInputError, match=r"commit\.nowhere"):
         s3ddb.write_dataset(make_table(1, 1), local_uri, mode="append")
 
 
@@ -83,7 +85,9 @@ def test_contention_exhaustion_cleans_up(local_uri: str) -> None:
 def _overwrite_txn(store: ObjectStore, start: int) -> Transaction:
     table = make_table(start, 2)
     schema = DatasetSchema.assign(table.schema)
-    return Transaction(0, Overwrite(tuple(write_fragments_from_table(store, table, schema)), schema))
+    return Transaction(
+        0, Overwrite(tuple(write_fragments_from_table(store, table, schema)), schema)
+    )
 
 
 def test_create_race_loser_gets_already_exists_and_cleans_up(local_uri: str) -> None:
@@ -139,9 +143,12 @@ def test_four_steps_leave_a_final_row_and_no_staged_object(ext) -> None:  # type
 
 
 @pytest.mark.parametrize(
-    "point", ["commit.after_external_put", "commit.after_copy_final", "commit.after_external_finalize"]
+    "point",
+    ["commit.after_external_put", "commit.after_copy_final", "commit.after_external_finalize"],
 )
-def test_failures_after_the_decision_report_success(ext, point: str, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+def test_failures_after_the_decision_report_success(
+    ext, point: str, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
     handler, store = ext
     _append(handler, 0)
     monkeypatch.setenv("S3DDB_FAILPOINTS", f"{point}=raise")

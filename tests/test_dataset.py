@@ -197,7 +197,7 @@ def test_missing_dataset_and_version(any_uri: str) -> None:
         s3ddb.dataset(any_uri)
     assert isinstance(info.value, FileNotFoundError)
     s3ddb.write_dataset(make_table(0, 1), any_uri)
-    with pytest.raises(VersionNotFoundError, match="version 5 .* does not exist .*latest is 1"):
+    with pytest.raises(VersionNotFoundError, match=r"version 5 .* does not exist .*latest is 1"):
         s3ddb.dataset(any_uri, version=5)
     with pytest.raises(VersionNotFoundError):
         s3ddb.dataset(any_uri).checkout_version(0)
@@ -214,7 +214,7 @@ def test_corrupt_latest_manifest(local_uri: str, damage: str) -> None:
         path.write_bytes(data[:30] + bytes([data[30] ^ 0xFF]) + data[31:])
     else:
         path.write_bytes(b"")
-    with pytest.raises(ManifestCorruptError, match="18446744073709551614.manifest"):
+    with pytest.raises(ManifestCorruptError, match=r"18446744073709551614\.manifest"):
         s3ddb.dataset(local_uri)
     before = _objects(local_uri)
     with pytest.raises(ManifestCorruptError):

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from s3ddb.commit.transaction import Append, Overwrite, Restore, Transaction, UpdateConfig
-from s3ddb.errors import InvalidInputError, ManifestCorruptError
+from s3ddb.errors import InvalidInputError, ManifestCorruptError, SchemaMismatchError
 from s3ddb.format.fragment import DataFile, DeletionFile, FragmentMetadata
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.naming import (
@@ -18,7 +18,6 @@ from s3ddb.format.naming import (
     staged_manifest_name,
 )
 from s3ddb.format.schema import DatasetSchema, conform
-from s3ddb.errors import SchemaMismatchError
 
 
 def test_v2_name_of_version_1_is_from_the_design() -> None:
@@ -69,12 +68,21 @@ def _manifest(naming: NamingScheme = NamingScheme.V2) -> Manifest:
     deletion = DeletionFile("roaring", 3, "abc", 2)
     fragments = (
         FragmentMetadata(0, (DataFile("a.parquet", (0, 1, 4), file_size_bytes=10),), 5),
-        FragmentMetadata(1, (DataFile("b.parquet", (0, 1), base_id=2), DataFile("c.parquet", (4,))), 7, deletion),
+        FragmentMetadata(
+            1, (DataFile("b.parquet", (0, 1), base_id=2), DataFile("c.parquet", (4,))), 7, deletion
+        ),
     )
     return Manifest(
-        version=9, schema=_schema(), fragments=fragments, max_fragment_id=1,
-        config={"c": "1"}, table_metadata={"m": "2"}, timestamp_nanos=123,
-        naming_scheme=naming, transaction_file="8-x.txn", operation="Append",
+        version=9,
+        schema=_schema(),
+        fragments=fragments,
+        max_fragment_id=1,
+        config={"c": "1"},
+        table_metadata={"m": "2"},
+        timestamp_nanos=123,
+        naming_scheme=naming,
+        transaction_file="8-x.txn",
+        operation="Append",
     )
 
 

@@ -25,10 +25,10 @@ def test_generated_code_is_not_stale(tmp_path: Path) -> None:
     gen = _load_generator()
     written = gen.generate(tmp_path)
     assert {p.name for p in written} >= {"manifest_pb2.py", "transaction_pb2.py"}
-    stale = [
-        p.name for p in written if p.read_bytes() != (GENERATED / p.name).read_bytes()
-    ]
-    assert not stale, f"regenerate with `make protos` (python {sys.executable} scripts/gen_protos.py): {stale}"
+    stale = [p.name for p in written if p.read_bytes() != (GENERATED / p.name).read_bytes()]
+    assert not stale, (
+        f"regenerate with `make protos` (python {sys.executable} scripts/gen_protos.py): {stale}"
+    )
 
 
 def test_transaction_has_every_lance_operation() -> None:
@@ -37,9 +37,21 @@ def test_transaction_has_every_lance_operation() -> None:
     oneof = tpb.Transaction.DESCRIPTOR.oneofs_by_name["operation"]
     names = {f.message_type.name for f in oneof.fields}
     assert names == {
-        "Append", "Delete", "Overwrite", "CreateIndex", "Rewrite", "Merge", "Project",
-        "Restore", "ReserveFragments", "Clone", "Update", "UpdateConfig", "DataReplacement",
-        "UpdateMemWalState", "UpdateBases",
+        "Append",
+        "Delete",
+        "Overwrite",
+        "CreateIndex",
+        "Rewrite",
+        "Merge",
+        "Project",
+        "Restore",
+        "ReserveFragments",
+        "Clone",
+        "Update",
+        "UpdateConfig",
+        "DataReplacement",
+        "UpdateMemWalState",
+        "UpdateBases",
     }
 
 
@@ -48,9 +60,20 @@ def test_manifest_fields_cover_the_format() -> None:
 
     fields = set(pb.Manifest.DESCRIPTOR.fields_by_name)
     assert {
-        "version", "schema", "fragments", "max_fragment_id", "config", "table_metadata",
-        "timestamp_nanos", "writer_version", "naming_scheme", "transaction_file",
-        "base_paths", "indices",
+        "version",
+        "schema",
+        "fragments",
+        "max_fragment_id",
+        "config",
+        "table_metadata",
+        "timestamp_nanos",
+        "writer_version",
+        "naming_scheme",
+        "transaction_file",
+        "base_paths",
+        "indices",
     } <= fields
-    assert {"id", "files", "physical_rows", "deletion_file"} <= set(pb.Fragment.DESCRIPTOR.fields_by_name)
+    assert {"id", "files", "physical_rows", "deletion_file"} <= set(
+        pb.Fragment.DESCRIPTOR.fields_by_name
+    )
     assert {"path", "fields"} <= set(pb.DataFile.DESCRIPTOR.fields_by_name)

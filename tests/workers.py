@@ -4,7 +4,7 @@
 
 Each append writes ROWS rows whose ids encode (writer, attempt), so the parent can
 check every row is present exactly once. Prints one line per successful commit:
-``ok <writer> <i> <version>``. Environment (AWS endpoint, failpoints) comes from the
+``ok <writer> <i> <version> <attempts>``. Environment (AWS endpoint, failpoints) comes from the
 parent.
 """
 
@@ -32,7 +32,8 @@ def append(uri: str, writer: int, count: int, rows: int) -> int:
 
     for i in range(count):
         ds = s3ddb.write_dataset(rows_for(writer, i, rows), uri, mode="append")
-        print(f"ok {writer} {i} {ds.version}", flush=True)
+        attempts = ds.last_commit.attempts if ds.last_commit else 0
+        print(f"ok {writer} {i} {ds.version} {attempts}", flush=True)
     return 0
 
 

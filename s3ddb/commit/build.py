@@ -5,8 +5,15 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from s3ddb.commit.transaction import (
+    Append,
+    Operation,
+    Overwrite,
+    Restore,
+    Transaction,
+    UpdateConfig,
+)
 from s3ddb.errors import CommitConflictError, InvalidInputError
-from s3ddb.commit.transaction import Append, Operation, Overwrite, Restore, Transaction, UpdateConfig
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.naming import NamingScheme
 
@@ -100,7 +107,9 @@ def _restore(base: Manifest | None, op: Operation, version: int, load: LoadManif
     return source.evolve(max_fragment_id=max(max_ids) if max_ids else None)
 
 
-def _update_config(base: Manifest | None, op: Operation, version: int, load: LoadManifest) -> Manifest:
+def _update_config(
+    base: Manifest | None, op: Operation, version: int, load: LoadManifest
+) -> Manifest:
     assert isinstance(op, UpdateConfig)
     base = _require_base(base, op)
     config = {k: v for k, v in base.config.items() if k not in op.config_delete}

@@ -44,10 +44,23 @@ def register_rule(mine: str, theirs: str, rule: Rule) -> None:
 
 
 def fixed(outcome: Outcome, reason: str) -> Rule:
+    """A rule decided by the two operation kinds alone."""
+
     def rule(mine: Transaction, theirs: Transaction) -> Verdict:
         return Verdict(outcome, reason)
 
+    rule.kind_only = True  # type: ignore[attr-defined]
     return rule
+
+
+def decided_by_kind(mine_kind: str, theirs_kind: str) -> bool:
+    """Whether the rule for this pair needs only the kinds (not the transactions).
+
+    The commit loop then skips reading the other transaction: under contention this
+    saves two reads per version committed in between.
+    """
+    rule = _RULES.get((mine_kind, theirs_kind))
+    return bool(getattr(rule, "kind_only", False))
 
 
 def check(mine: Transaction, theirs: Transaction) -> Verdict:
@@ -78,10 +91,41 @@ def resolve(mine: Transaction, theirs: Transaction, their_version: int) -> Trans
     raise IncompatibleTransactionError(message)
 
 
+def resolve_kinds(mine: Transaction, theirs_kind: str, their_version: int) -> None:
+    """Like :func:`resolve` for a pair :func:`decided_by_kind` says needs no details.
+
+    Raises:
+        RetryableCommitConflictError, IncompatibleTransactionError: as resolve.
+    """
+    rule = _RULES[(mine.kind, theirs_kind)]
+    verdict = rule(mine, mine)  # kind-only rules ignore their arguments
+    if verdict.outcome is Outcome.COMPATIBLE:
+        return
+    message = (
+        f"{mine.kind} (read version {mine.read_version}) conflicts with {theirs_kind} "
+        f"committed as version {their_version}: {verdict.reason}"
+    )
+    if verdict.outcome is Outcome.RETRYABLE:
+        raise RetryableCommitConflictError(message)
+    raise IncompatibleTransactionError(message)
+
+
 ALL_KINDS = (
-    "Append", "Delete", "Overwrite", "CreateIndex", "Rewrite", "Merge", "Project",
-    "Restore", "ReserveFragments", "Clone", "Update", "UpdateConfig", "DataReplacement",
-    "UpdateMemWalState", "UpdateBases",
+    "Append",
+    "Delete",
+    "Overwrite",
+    "CreateIndex",
+    "Rewrite",
+    "Merge",
+    "Project",
+    "Restore",
+    "ReserveFragments",
+    "Clone",
+    "Update",
+    "UpdateConfig",
+    "DataReplacement",
+    "UpdateMemWalState",
+    "UpdateBases",
 )
 
 _C, _R, _I = Outcome.COMPATIBLE, Outcome.RETRYABLE, Outcome.INCOMPATIBLE
@@ -90,7 +134,9 @@ _C, _R, _I = Outcome.COMPATIBLE, Outcome.RETRYABLE, Outcome.INCOMPATIBLE
 # keeps the schema and the fragment list's identity.
 for _theirs in ALL_KINDS:
     register_rule("Append", _theirs, fixed(_C, "appends touch no existing fragment"))
-register_rule("Append", "Overwrite", fixed(_R, "the dataset was overwritten; append to the new data"))
+register_rule(
+    "Append", "Overwrite", fixed(_R, "the dataset was overwritten; append to the new data")
+)
 register_rule("Append", "Restore", fixed(_R, "the dataset was restored to another version"))
 register_rule("Append", "Merge", fixed(_R, "columns were added; appended files lack them"))
 register_rule("Append", "Project", fixed(_R, "the schema changed"))

@@ -43,6 +43,7 @@ from s3ddb.external_store.base import (
     ManifestRow,
     VersionTakenError,
 )
+from s3ddb.external_store.identity import same_commit
 from s3ddb.format import layout
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.naming import NamingScheme, parse_manifest_name, parse_staged_name
@@ -103,7 +104,11 @@ class ExternalStoreCommitHandler(CommitHandler):
 
     def _location(self, row: ManifestRow) -> ManifestLocation:
         return ManifestLocation(
-            row.version, row.path, _naming_of(row.path), row.size, row.committed_at,
+            row.version,
+            row.path,
+            _naming_of(row.path),
+            row.size,
+            row.committed_at,
             row.extra.get("operation"),
         )
 
@@ -125,7 +130,9 @@ class ExternalStoreCommitHandler(CommitHandler):
             ) from None
 
     def list_locations(self, start: int = 1, end: int | None = None) -> list[ManifestLocation]:
-        rows = list(self.external.list_versions(self.base_uri, start_version=start, end_version=end))
+        rows = list(
+            self.external.list_versions(self.base_uri, start_version=start, end_version=end)
+        )
         out = []
         first_row = rows[0].version if rows else None
         if first_row is None or first_row > start:
@@ -135,6 +142,19 @@ class ExternalStoreCommitHandler(CommitHandler):
         # Staged rows are listed as they are (their staged manifest is byte-identical
         # to the final one); the newest one is finalized by latest_location.
         out.extend(self._location(row) for row in rows)
+        return out
+
+    def locations_since(self, start: int) -> list[ManifestLocation]:
+        # One Query for the whole range instead of latest + range.
+        rows = list(self.external.list_versions(self.base_uri, start_version=start))
+        if not rows:
+            return self._listing.locations_since(start) if start == 1 else []
+        out = (
+            self.list_locations(start, rows[-1].version)
+            if rows[0].version > start
+            else [self._location(row) for row in rows]
+        )
+        out[-1] = self._location(self.finalize(rows[-1]))
         return out
 
     def load_manifest(self, location: ManifestLocation) -> Manifest:
@@ -211,7 +231,8 @@ class ExternalStoreCommitHandler(CommitHandler):
         raise ManifestFinalizationError(
             f"cannot finalize version {row.version} of {self.base_uri}: the external store "
             f"points at staged manifest {row.path}, which is missing, and the final "
-            f"manifest {final} is " + ("missing" if size is None else f"{size} bytes, expected {row.size}")
+            f"manifest {final} is "
+            + ("missing" if size is None else f"{size} bytes, expected {row.size}")
         )
 
     # --- committing (steps 1-2) ---------------------------------------------------------
@@ -257,7 +278,10 @@ class ExternalStoreCommitHandler(CommitHandler):
             log.warning(
                 "version %d of %s is committed but not finalized (%s: %s); the next "
                 "reader or writer will finish it",
-                version, self.base_uri, type(exc).__name__, exc,
+                version,
+                self.base_uri,
+                type(exc).__name__,
+                exc,
             )
             return location
         return ManifestLocation(
@@ -276,8 +300,8 @@ class ExternalStoreCommitHandler(CommitHandler):
             return
         except VersionTakenError as exc:
             winner = exc.winner
-            if winner is not None and winner.path == row.path:
-                return  # our own earlier attempt landed
+            if winner is not None and same_commit(row, winner):
+                return  # our own earlier attempt landed (perhaps already finalized)
             raise VersionConflict(
                 row.version, self._location(winner) if winner is not None else None
             ) from None
@@ -293,7 +317,7 @@ class ExternalStoreCommitHandler(CommitHandler):
             unknown = exc
             current = None
         if current is not None:
-            if current.path == row.path:
+            if same_commit(row, current):
                 return
             raise VersionConflict(row.version, self._location(current))
         raise CommitStateUnknownError(
@@ -306,7 +330,7 @@ class ExternalStoreCommitHandler(CommitHandler):
         try:
             self.external.put_if_not_exists(row)
         except VersionTakenError as exc:
-            if exc.winner is not None and exc.winner.path == row.path:
+            if exc.winner is not None and same_commit(row, exc.winner):
                 return
             raise VersionConflict(row.version) from None
         except ExternalStoreOutcomeUnknownError as exc:

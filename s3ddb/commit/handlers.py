@@ -42,7 +42,7 @@ class ManifestLocation:
     operation: str | None = None
 
 
-class VersionConflict(Exception):  # noqa: N818 - internal signal, never escapes commit/
+class VersionConflict(Exception):
     """The version is already taken by another writer (definitely not ours)."""
 
     def __init__(self, version: int, winner: ManifestLocation | None = None) -> None:
@@ -90,7 +90,15 @@ class CommitHandler(abc.ABC):
             CommitStateUnknownError: it is unknown whether the version is ours.
         """
 
-    def validate(self) -> None:
+    def locations_since(self, start: int) -> list[ManifestLocation]:
+        """Versions ``start..latest``, ascending; the newest is ready to read (an
+        external store finalizes it first). Empty if nothing was committed since."""
+        latest = self.latest_location()
+        if latest is None or latest.version < start:
+            return []
+        return self.list_locations(start, latest.version)
+
+    def validate(self) -> None:  # noqa: B027 - optional hook; most handlers need no check
         """Check the commit mechanism is usable before anything is written."""
 
     def naming_scheme(self) -> NamingScheme | None:
@@ -179,9 +187,7 @@ class ConditionalPutCommitHandler(ListingCommitHandler):
 
     def __init__(self, store: ObjectStore) -> None:
         super().__init__(store)
-        self.mechanism = (
-            "rename-if-not-exists" if store.protocol == "file" else "put-if-not-exists"
-        )
+        self.mechanism = "rename-if-not-exists" if store.protocol == "file" else "put-if-not-exists"
 
     def commit_manifest(self, manifest: Manifest, data: bytes) -> ManifestLocation:
         path = layout.manifest_path(manifest.version, manifest.naming_scheme)
@@ -216,6 +222,10 @@ class ConditionalPutCommitHandler(ListingCommitHandler):
 
     def _location(self, manifest: Manifest, path: str, data: bytes) -> ManifestLocation:
         return ManifestLocation(
-            manifest.version, path, manifest.naming_scheme, len(data),
-            manifest.timestamp_nanos // 1_000_000, manifest.operation,
+            manifest.version,
+            path,
+            manifest.naming_scheme,
+            len(data),
+            manifest.timestamp_nanos // 1_000_000,
+            manifest.operation,
         )

@@ -250,7 +250,9 @@ class Transaction:
             read_version=self.read_version, uuid=self.uuid, properties=self.properties
         )
         if isinstance(self.operation, OpaqueOperation):
-            field_name = next(k for k, v in _PB_FIELD_TO_KIND.items() if v == self.operation.kind_name)
+            field_name = next(
+                k for k, v in _PB_FIELD_TO_KIND.items() if v == self.operation.kind_name
+            )
         else:
             field_name = self.operation.pb_field
         getattr(message, field_name).CopyFrom(self.operation.to_pb())

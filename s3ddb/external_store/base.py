@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import abc
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 from s3ddb.errors import ExternalStoreError
 
@@ -98,11 +99,19 @@ class ExternalManifestStore(abc.ABC):
     def put_if_not_exists(self, row: ManifestRow) -> None:
         """Claim ``row.version`` of ``row.base_uri`` for ``row``.
 
+        Idempotent: if the version is already held by this same commit (the same
+        staged ``path``, which embeds a fresh UUID, or its finalized form with the same
+        committer, committed_at and size; see :func:`~s3ddb.external_store.identity.
+        same_commit`), the call succeeds. Implementations retry a put whose response
+        was lost and rely on this to recognise their own row.
+
         Raises:
             VersionTakenError: the version is held by another row (``winner`` set
                 when the store can return it without another request).
             ExternalStoreOutcomeUnknownError: the write may or may not have applied.
-            ExternalStoreThrottledError: retries exhausted.
+            ExternalStoreThrottledError: retries exhausted, and no attempt can have
+                applied (every one was throttled or never sent): the version was not
+                claimed by this call.
         """
 
     @abc.abstractmethod

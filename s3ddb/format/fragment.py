@@ -81,7 +81,9 @@ class DeletionFile:
 
     def to_pb(self) -> pb.DeletionFile:
         m = pb.DeletionFile(
-            kind=pb.DeletionFile.ROARING_BITMAP if self.kind == "roaring" else pb.DeletionFile.ARROW_ARRAY,
+            kind=pb.DeletionFile.ROARING_BITMAP
+            if self.kind == "roaring"
+            else pb.DeletionFile.ARROW_ARRAY,
             read_version=self.read_version,
             id=self.id,
             num_deleted_rows=self.num_deleted_rows,
@@ -156,7 +158,9 @@ class FragmentMetadata:
             id=m.id,
             files=tuple(DataFile.from_pb(f) for f in m.files),
             physical_rows=m.physical_rows,
-            deletion_file=DeletionFile.from_pb(m.deletion_file) if m.HasField("deletion_file") else None,
+            deletion_file=DeletionFile.from_pb(m.deletion_file)
+            if m.HasField("deletion_file")
+            else None,
         )
 
     def to_json(self) -> str:

@@ -73,9 +73,13 @@ class Manifest:
             config=self.config,
             table_metadata=self.table_metadata,
             timestamp_nanos=self.timestamp_nanos,
-            writer_version=pb.WriterVersion(library=self.writer_library, version=self.writer_version),
+            writer_version=pb.WriterVersion(
+                library=self.writer_library, version=self.writer_version
+            ),
             naming_scheme=(
-                pb.NAMING_SCHEME_V1 if self.naming_scheme is NamingScheme.V1 else pb.NAMING_SCHEME_V2
+                pb.NAMING_SCHEME_V1
+                if self.naming_scheme is NamingScheme.V1
+                else pb.NAMING_SCHEME_V2
             ),
             transaction_file=self.transaction_file,
             operation=self.operation,
@@ -100,7 +104,9 @@ class Manifest:
             config=dict(m.config),
             table_metadata=dict(m.table_metadata),
             timestamp_nanos=m.timestamp_nanos,
-            naming_scheme=NamingScheme.V1 if m.naming_scheme == pb.NAMING_SCHEME_V1 else NamingScheme.V2,
+            naming_scheme=NamingScheme.V1
+            if m.naming_scheme == pb.NAMING_SCHEME_V1
+            else NamingScheme.V2,
             transaction_file=m.transaction_file,
             operation=m.operation,
             writer_library=m.writer_version.library,

@@ -161,7 +161,9 @@ def conform(table: pa.Table, target: pa.Schema, *, where: str) -> pa.Table:
                 if _same_family(column.type, field.type):
                     column = column.cast(field.type)
                 else:
-                    problems.append(f"column {field.name!r} is {column.type}, dataset has {field.type}")
+                    problems.append(
+                        f"column {field.name!r} is {column.type}, dataset has {field.type}"
+                    )
                     continue
             if not field.nullable and column.null_count:
                 problems.append(f"column {field.name!r} has nulls but is not nullable")
@@ -169,8 +171,10 @@ def conform(table: pa.Table, target: pa.Schema, *, where: str) -> pa.Table:
             columns.append(column)
     if problems:
         raise SchemaMismatchError(
-            f"data does not match the schema of {where}: " + "; ".join(problems)
-            + f"\n  dataset schema: {_schema_line(target)}\n  data schema:    {_schema_line(table.schema)}"
+            f"data does not match the schema of {where}: "
+            + "; ".join(problems)
+            + f"\n  dataset schema: {_schema_line(target)}"
+            + f"\n  data schema:    {_schema_line(table.schema)}"
         )
     return pa.Table.from_arrays(columns, schema=target)
 

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any, Mapping
+from typing import Any
 
 from s3ddb.errors import InvalidInputError
 
@@ -68,9 +69,7 @@ class AwsConfig:
             attr = _OPTION_ALIASES.get(key.lower())
             if attr is None:
                 known = ", ".join(sorted({k for k in _OPTION_ALIASES if k == _OPTION_ALIASES[k]}))
-                raise InvalidInputError(
-                    f"unknown storage option {key!r}; AWS options are: {known}"
-                )
+                raise InvalidInputError(f"unknown storage option {key!r}; AWS options are: {known}")
             if value is not None:
                 values[attr] = str(value)
         return cls(**values)
@@ -131,11 +130,12 @@ class AwsConfig:
         endpoint = self.endpoint_for(service)
         if endpoint:
             kwargs["endpoint_url"] = endpoint
-        if self.region_or_default() is None:
-            # boto3 refuses to build a client without a region; S3 and DynamoDB
-            # emulators ignore it, and real AWS users always have one configured.
+        session = self.boto3_session()
+        if session.region_name is None:
+            # boto3 refuses to build a client without a region (from the environment,
+            # a profile or ~/.aws/config); emulators ignore it.
             kwargs["region_name"] = "us-east-1"
-        client = self.boto3_session().client(service, **kwargs)
+        client = session.client(service, **kwargs)
         with _lock:
             return _clients.setdefault(key, client)
 

@@ -53,7 +53,7 @@ class ObjectStore:
 
     @property
     def protocol(self) -> str:
-        """"file", "memory" or "s3"."""
+        """ "file", "memory" or "s3"."""
         return self._uri.storage_protocol
 
     @property
@@ -132,6 +132,9 @@ class ObjectStore:
             with open(full, "rb") as f:
                 return f.read()
         try:
+            if self.protocol == "s3":
+                # max_concurrency=1: one GET, without s3fs's HEAD to plan a parallel read.
+                return bytes(self.fs.cat_file(full, max_concurrency=1))
             return bytes(self.fs.cat_file(full))
         except Exception as exc:
             raise _translate(exc, full) from exc
@@ -286,7 +289,9 @@ class ObjectStore:
         """Every object whose relative path starts with ``prefix``, sorted by path."""
         return sorted(self.iter_list(prefix), key=lambda m: m.path)
 
-    def iter_list(self, prefix: str = "", *, start_after: str | None = None) -> Iterator[ObjectMeta]:
+    def iter_list(
+        self, prefix: str = "", *, start_after: str | None = None
+    ) -> Iterator[ObjectMeta]:
         """Objects under ``prefix`` in key order (S3: fetched one page at a time)."""
         root = self.full_path("")
         if self.protocol == "file":

@@ -1,0 +1,153 @@
+"""``s3ddb local-aws``: serve a local S3 + DynamoDB endpoint (moto) until stopped.
+
+Standard output gets the endpoint URL on the first line, then ``export`` lines that
+point boto3 and s3ddb at it, all in one write so a parent process can read the first
+line and go. Progress and notes go to standard error. Serves until Ctrl-C or SIGTERM.
+
+moto is imported only when the verb runs, so the rest of the CLI works without the
+``testing`` extra.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from types import FrameType
+from typing import Any
+
+from s3ddb.testing._endpoint import DEFAULT_REGION
+
+_HELP = "serve a local S3 + DynamoDB endpoint (moto) for tests and demos"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the ``local-aws`` options to ``parser``."""
+    parser.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to bind (default 127.0.0.1; use 0.0.0.0 only to serve containers)",
+    )
+    parser.add_argument(
+        "--port", type=int, default=0, help="port to bind (default 0: a free port the OS picks)"
+    )
+    parser.add_argument(
+        "--region", default=DEFAULT_REGION, help=f"region (default {DEFAULT_REGION})"
+    )
+    parser.add_argument(
+        "--no-conditional-writes",
+        dest="conditional_writes",
+        action="store_false",
+        help="behave like an S3 store without conditional writes: drop If-None-Match and "
+        "If-Match on S3 writes",
+    )
+    parser.add_argument(
+        "--bucket",
+        dest="buckets",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="create this S3 bucket at start (repeatable)",
+    )
+    parser.add_argument(
+        "--table",
+        dest="tables",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="create this DynamoDB table with the s3ddb commit-table schema (repeatable)",
+    )
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``local-aws`` verb to the ``s3ddb`` command's subparsers."""
+    parser = subparsers.add_parser(
+        "local-aws",
+        help=_HELP,
+        description=f"{_HELP[:1].upper()}{_HELP[1:]}. Prints the endpoint URL, then "
+        "shell 'export' lines for AWS_ENDPOINT_URL and dummy credentials; serves until "
+        "Ctrl-C or SIGTERM. Requires pip install 's3ddb[testing]'.",
+    )
+    add_arguments(parser)
+    parser.set_defaults(func=run)
+
+
+def _announcement(env: dict[str, str]) -> str:
+    lines = [env["AWS_ENDPOINT_URL"]]
+    lines += [f"export {name}={shlex.quote(value)}" for name, value in env.items()]
+    return "\n".join(lines) + "\n"
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve until interrupted; returns the exit status (0, or 1 if it cannot start).
+
+    Raises:
+        botocore.exceptions.ClientError: a ``--bucket`` or ``--table`` cannot be created.
+    """
+    try:
+        from s3ddb.testing import LocalAWS
+
+        aws = LocalAWS(
+            conditional_writes=args.conditional_writes,
+            region=args.region,
+            host=args.host,
+            port=args.port,
+        )
+        aws.start()
+    except ImportError as exc:
+        print(f"s3ddb local-aws: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"s3ddb local-aws: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
+        return 1
+
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    previous: list[tuple[int, Any]] = []
+    if threading.current_thread() is threading.main_thread():
+        # SIGTERM (and SIGHUP: the terminal went away) end the server like Ctrl-C.
+        for signum in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+            if signum is not None:
+                previous.append((signum, signal.signal(signum, on_signal)))
+    try:
+        for bucket in args.buckets:
+            aws.create_bucket(bucket)
+        for table in args.tables:
+            aws.create_table(table)
+        sys.stdout.write(_announcement(aws.env()))
+        sys.stdout.flush()
+        mode = "on" if aws.conditional_writes else "OFF (If-None-Match/If-Match dropped)"
+        print(
+            f"s3ddb local-aws: serving S3 + DynamoDB at {aws.endpoint_url} "
+            f"(region {aws.region}, S3 conditional writes {mode}); Ctrl-C to stop",
+            file=sys.stderr,
+            flush=True,
+        )
+        try:
+            # A timed wait keeps the main thread responsive to signals on every platform.
+            while not stop.wait(0.5):
+                pass
+        except KeyboardInterrupt:
+            pass
+    finally:
+        aws.stop()
+        for signum, handler in previous:
+            signal.signal(signum, handler)
+    print("s3ddb local-aws: stopped", file=sys.stderr)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m s3ddb.testing`` (same options as ``s3ddb local-aws``)."""
+    parser = argparse.ArgumentParser(prog="python -m s3ddb.testing", description=_HELP)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+__all__ = ["add_arguments", "main", "register", "run"]

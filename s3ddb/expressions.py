@@ -1,0 +1,866 @@
+"""SQL-like predicates and value expressions, compiled to pyarrow compute expressions.
+
+Text is parsed by sqlglot (never by hand) and the syntax tree is translated, node by
+node, into a :class:`pyarrow.compute.Expression` bound to a dataset schema. Every
+node is type-checked as it is built, by evaluating it on an empty table of the
+schema, so a type error is reported at parse time naming the fragment at fault
+rather than later, deep inside a scan.
+
+Semantics follow SQL: comparisons, ``IN``, ``BETWEEN`` and ``LIKE`` with a NULL
+operand are NULL (unknown), ``AND``/``OR``/``NOT`` use three-valued (Kleene) logic,
+and a filter keeps only rows where the predicate is TRUE. See ``docs/expressions.md``.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+import re
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as pads
+import sqlglot
+from sqlglot import exp, tokens
+from sqlglot.dialects.dialect import Dialect
+from sqlglot.errors import ParseError, SqlglotError
+
+from s3ddb.errors import ColumnNotFoundError, InvalidExpressionError, InvalidInputError
+
+__all__ = ["parse_predicate", "parse_value_expression", "referenced_columns"]
+
+
+class _S3DDBSQL(Dialect):
+    """ANSI-style SQL where both ``"name"`` and ```name``` quote identifiers."""
+
+    class Tokenizer(tokens.Tokenizer):
+        # Backticks too: Spark users write them, and they cannot mean anything else.
+        IDENTIFIERS = ['"', "`"]
+
+
+_NULL_BOOL = pa.scalar(None, pa.bool_())
+_MAX_LISTED_COLUMNS = 40
+
+# Top-level columns referenced by expressions this module returned, keyed by id():
+# a frozenset when known, or the schema to probe against (pass-through expressions).
+_REFERENCED: dict[int, frozenset[str] | pa.Schema] = {}
+
+
+@dataclass(frozen=True)
+class _Typed:
+    """A translated node: its expression, its Arrow type and, for a constant, its value."""
+
+    expr: pc.Expression
+    type: pa.DataType
+    value: pa.Scalar | None = None  # set only for literals, so they can be re-typed
+
+
+def _lit(value: pa.Scalar) -> _Typed:
+    return _Typed(pc.scalar(value), value.type, value)
+
+
+def _first_line(error: BaseException) -> str:
+    # Arrow appends the whole schema to some messages; the first line says it all.
+    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+
+
+def _is_stringlike(t: pa.DataType) -> bool:
+    return bool(pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t))
+
+
+def _is_numeric(t: pa.DataType) -> bool:
+    return bool(pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t))
+
+
+def _cast_scalar(value: pa.Scalar, target: pa.DataType) -> pa.Scalar:
+    """Cast a constant, raising pyarrow's error if the value would change."""
+    if (
+        _is_stringlike(value.type)
+        and value.is_valid
+        and pa.types.is_timestamp(target)
+        and target.tz
+        and not re.search(r"(Z|[+-]\d\d:?\d\d)$", value.as_py().strip())
+    ):
+        # A zone-less timestamp text compared to a zoned column is taken as UTC,
+        # as it would be in Spark or DataFusion; Arrow refuses to guess.
+        value = value.cast(pa.timestamp(target.unit))
+    if pa.types.is_decimal(target) and _is_numeric(value.type) and value.is_valid:
+        # Arrow sizes int -> decimal casts for the whole int64 range and refuses
+        # decimal(10, 2); going through Python's Decimal checks the actual value.
+        result = pa.scalar(Decimal(str(value.as_py())), target)
+    else:
+        result = value.cast(target)
+    if (
+        _is_numeric(value.type)
+        and _is_numeric(target)
+        and not result.cast(value.type).equals(value)
+    ):
+        # Float -> decimal casts round silently (0.125 -> 0.12); refuse instead.
+        raise pa.ArrowInvalid(f"{value} does not fit {target} exactly")
+    return result
+
+
+def _coerce(item: _Typed, target: pa.DataType) -> _Typed:
+    """Re-type a literal to ``target`` when that keeps its value; else return it unchanged.
+
+    Only value-preserving conversions are tried: NULL to anything, text to a
+    non-text type (``d = '2024-01-01'``, ``n = '5'``), numbers to numbers and
+    temporal to temporal. Numbers are never turned into text, so ``s = 5`` on a
+    string column is reported as a type error instead of silently comparing '5'.
+    """
+    if item.value is None or item.type == target or pa.types.is_null(target):
+        return item
+    src = item.type
+    if not (
+        pa.types.is_null(src)
+        or (_is_stringlike(src) and not _is_stringlike(target))
+        or (_is_numeric(src) and _is_numeric(target))
+        or (pa.types.is_temporal(src) and pa.types.is_temporal(target))
+    ):
+        return item
+    try:
+        return _lit(_cast_scalar(item.value, target))
+    except (pa.ArrowException, ValueError, OverflowError):
+        return item
+
+
+def _sql_type(node: exp.DataType) -> pa.DataType | None:
+    """The Arrow type for a SQL type name, or None when there is no sensible one."""
+    name = node.this.name
+    params = [
+        int(p.this.this)
+        for p in node.expressions
+        if isinstance(p, exp.DataTypeParam) and isinstance(p.this, exp.Literal)
+    ]
+    if name == "DECIMAL":  # DECIMAL alone is DataFusion's default, decimal(38, 10)
+        precision, scale = [*params, 0][:2] if params else (38, 10)
+        return (pa.decimal128 if precision <= 38 else pa.decimal256)(precision, scale)
+    return _SQL_TYPES.get(name)
+
+
+_SQL_TYPES: dict[str, pa.DataType] = {
+    "BOOLEAN": pa.bool_(),
+    "TINYINT": pa.int8(),
+    "SMALLINT": pa.int16(),
+    "INT": pa.int32(),
+    "BIGINT": pa.int64(),
+    "UTINYINT": pa.uint8(),
+    "USMALLINT": pa.uint16(),
+    "UINT": pa.uint32(),
+    "UBIGINT": pa.uint64(),
+    "FLOAT": pa.float32(),
+    "DOUBLE": pa.float64(),
+    "VARCHAR": pa.string(),
+    "CHAR": pa.string(),
+    "NVARCHAR": pa.string(),
+    "NCHAR": pa.string(),
+    "TEXT": pa.string(),
+    "BINARY": pa.binary(),
+    "VARBINARY": pa.binary(),
+    "BLOB": pa.binary(),
+    "DATE": pa.date32(),
+    "TIMESTAMP": pa.timestamp("us"),
+    "DATETIME": pa.timestamp("us"),
+    "TIMESTAMPTZ": pa.timestamp("us", "UTC"),
+}
+
+_COMPARISONS: dict[type[exp.Expr], Callable[[Any, Any], Any]] = {
+    exp.EQ: operator.eq,
+    exp.NEQ: operator.ne,
+    exp.LT: operator.lt,
+    exp.LTE: operator.le,
+    exp.GT: operator.gt,
+    exp.GTE: operator.ge,
+}
+# The *_checked kernels raise on overflow instead of wrapping around, as SQL does.
+_ARITHMETIC: dict[type[exp.Expr], Callable[[Any, Any], Any]] = {
+    exp.Add: pc.add_checked,
+    exp.Sub: pc.subtract_checked,
+    exp.Mul: pc.multiply_checked,
+    exp.Div: pc.divide_checked,
+    exp.Mod: pc.remainder_checked,
+    exp.Pow: pc.power_checked,
+}
+_UNARY_FUNCTIONS: dict[type[exp.Expr], Callable[[Any], Any]] = {
+    exp.Upper: pc.utf8_upper,
+    exp.Lower: pc.utf8_lower,
+    exp.Abs: pc.abs_checked,
+    exp.Ceil: pc.ceil,
+    exp.Floor: pc.floor,
+    exp.Sqrt: pc.sqrt_checked,
+    exp.Length: pc.utf8_length,
+}
+SUPPORTED_FUNCTIONS = (
+    "upper, lower, abs, ceil, floor, sqrt, power, round, length (char_length), "
+    "substring (substr), trim, ltrim, rtrim, replace, coalesce, nullif, concat"
+)
+_UNSUPPORTED: list[tuple[tuple[type, ...], str]] = [  # first match wins: order matters
+    ((exp.Query, exp.Subquery, exp.Exists), "subqueries and statements are not supported"),
+    ((exp.AggFunc,), "aggregate functions are not allowed"),
+    ((exp.Window,), "window functions are not supported"),
+    ((exp.Anonymous,), "unknown function {name}(); supported functions: " + SUPPORTED_FUNCTIONS),
+    ((exp.Func,), "unsupported function {name}(); supported functions: " + SUPPORTED_FUNCTIONS),
+    ((exp.Placeholder,), "query parameters are not supported; inline the value"),
+    ((exp.Alias,), "unexpected name after an expression (missing operator?)"),
+]
+
+
+class _Translator:
+    """Translates one sqlglot tree against one schema; collects referenced columns."""
+
+    def __init__(self, text: str, schema: pa.Schema) -> None:
+        self.text = text
+        self.schema = schema
+        self.columns: set[str] = set()
+        self._probe = pads.dataset(schema.empty_table())
+
+    # --- errors and type checks -----------------------------------------------------
+
+    def error(self, what: str, node: exp.Expr | None = None) -> InvalidExpressionError:
+        where = f" at {node.sql(dialect=_S3DDBSQL)!r}" if node is not None else ""
+        return InvalidExpressionError(f"{what}{where} in expression {self.text!r}")
+
+    def checked(self, expr: pc.Expression, node: exp.Expr | None) -> _Typed:
+        """Type ``expr`` by evaluating it on zero rows; wrap Arrow's refusal."""
+        try:
+            out_type = self._probe.to_table(columns={"v": expr}).schema.field(0).type
+        except pa.ArrowException as e:
+            raise self.error(f"cannot evaluate ({_first_line(e)})", node) from e
+        return _Typed(expr, out_type)
+
+    def boolean(self, item: _Typed, node: exp.Expr | None, what: str = "a condition") -> _Typed:
+        if pa.types.is_null(item.type):
+            return (
+                _lit(_NULL_BOOL)
+                if item.value is not None
+                else _Typed(item.expr.cast(pa.bool_()), pa.bool_())
+            )
+        if not pa.types.is_boolean(item.type):
+            raise self.error(f"expected a boolean for {what}, got {item.type}", node)
+        return item
+
+    def literal_int(self, node: exp.Expr | None, what: str, default: int) -> int:
+        if node is None:
+            return default
+        value = self.translate(node).value
+        if value is None or not pa.types.is_integer(value.type):
+            raise self.error(f"{what} must be an integer literal", node)
+        return int(value.as_py())
+
+    def literal_str(self, node: exp.Expr, what: str) -> str:
+        if not (isinstance(node, exp.Literal) and node.is_string):
+            raise self.error(f"{what} must be a string literal", node)
+        return str(node.this)
+
+    def unsupported(self, node: exp.Expr) -> InvalidExpressionError:
+        for kinds, message in _UNSUPPORTED:
+            if isinstance(node, kinds):
+                name = (
+                    node.name
+                    if isinstance(node, exp.Anonymous)
+                    else (node.sql_name() if isinstance(node, exp.Func) else "")
+                )
+                return self.error(message.format(name=name), node)
+        return self.error(f"unsupported syntax ({type(node).__name__})", node)
+
+    # --- dispatch ---------------------------------------------------------------------
+
+    def translate(self, node: exp.Expr) -> _Typed:
+        handler = _HANDLERS.get(type(node))
+        if handler is None:
+            raise self.unsupported(node)
+        return handler(self, node)
+
+    def pair(self, left: _Typed, right: _Typed, numbers: bool = True) -> tuple[_Typed, _Typed]:
+        """Re-type a literal operand to the type of the other, non-literal operand."""
+        if numbers or not (_is_numeric(left.type) and _is_numeric(right.type)):
+            if left.value is not None and right.value is None:
+                left = _coerce(left, right.type)
+            elif right.value is not None and left.value is None:
+                right = _coerce(right, left.type)
+        return left, right
+
+    def unify(self, items: list[_Typed], node: exp.Expr) -> list[_Typed]:
+        """Cast items to one common type (CASE branches, COALESCE arguments)."""
+        anchor = next((i.type for i in items if i.value is None), None)
+        if anchor is not None:
+            items = [_coerce(i, anchor) for i in items]
+        types = [i.type for i in items if not pa.types.is_null(i.type)]
+        if not types:
+            return items
+        try:
+            common = (
+                pa.unify_schemas(
+                    [pa.schema([("v", t)]) for t in types], promote_options="permissive"
+                )
+                .field(0)
+                .type
+            )
+        except pa.ArrowException as e:
+            raise self.error(f"incompatible types {', '.join(map(str, types))}", node) from e
+        out = []
+        for item in items:
+            if item.type == common:
+                out.append(item)
+            elif item.value is not None:
+                try:
+                    out.append(_lit(_cast_scalar(item.value, common)))
+                except (pa.ArrowException, ValueError, OverflowError) as e:
+                    raise self.error(f"cannot convert {item.value} to {common}", node) from e
+            else:
+                out.append(_Typed(item.expr.cast(common), common))
+        return out
+
+    # --- leaves -----------------------------------------------------------------------
+
+    def column(self, node: exp.Column | exp.Dot) -> _Typed:
+        parts = node.parts
+        if any(not isinstance(p, exp.Identifier) for p in parts):
+            raise self.unsupported(node)
+        names = [p.name for p in parts]
+        try:
+            top = self._lookup(self.schema.names, names[0], "column")
+        except ColumnNotFoundError:
+            # An unquoted a.b may name a top-level column literally called "a.b".
+            if len(names) > 1 and ".".join(names) in self.schema.names:
+                names = [".".join(names)]
+                top = names[0]
+            else:
+                raise
+        path, dtype = [top], self.schema.field(top).type
+        for name in names[1:]:
+            if not pa.types.is_struct(dtype):
+                raise ColumnNotFoundError(
+                    f"column {'.'.join(path)!r} is of type {dtype}, not a struct, so it has "
+                    f"no field {name!r} (expression {self.text!r})"
+                )
+            children = [dtype.field(i).name for i in range(dtype.num_fields)]
+            path.append(self._lookup(children, name, f"field of {'.'.join(path)!r}"))
+            dtype = dtype.field(path[-1]).type
+        self.columns.add(top)
+        return _Typed(pc.field(*path), dtype)
+
+    def _lookup(self, names: list[str], wanted: str, what: str) -> str:
+        """Exact match first, then a case-insensitive match if it is unambiguous."""
+        if wanted in names:
+            return wanted
+        folded = [n for n in names if n.lower() == wanted.lower()]
+        if len(folded) == 1:
+            return folded[0]
+        shown = ", ".join(names[:_MAX_LISTED_COLUMNS])
+        if len(names) > _MAX_LISTED_COLUMNS:
+            shown += f", ... ({len(names)} in all)"
+        problem = f"is ambiguous (matches {', '.join(folded)})" if folded else "not found"
+        label = "columns" if what == "column" else "fields"
+        raise ColumnNotFoundError(
+            f"{what} {wanted!r} {problem} in expression {self.text!r}; "
+            f"available {label}: {shown or '(none)'}"
+        )
+
+    def literal(self, node: exp.Literal) -> _Typed:
+        if node.is_string:
+            return _lit(pa.scalar(str(node.this), pa.string()))
+        try:
+            number = int(str(node.this))
+        except ValueError:  # 1.5, 1e3: sqlglot keeps the source text
+            return _lit(pa.scalar(float(str(node.this)), pa.float64()))
+        return _lit(self._integer(number, node))
+
+    def _integer(self, number: int, node: exp.Expr) -> pa.Scalar:
+        if -(2**63) <= number < 2**63:
+            return pa.scalar(number, pa.int64())
+        if 0 <= number < 2**64:
+            return pa.scalar(number, pa.uint64())
+        raise self.error(f"integer {number} is out of the 64-bit range", node)
+
+    # --- operators --------------------------------------------------------------------
+
+    def compare(self, node: exp.Expr) -> _Typed:
+        left, right = self.pair(self.translate(node.this), self.translate(node.expression))
+        return self.binary(_COMPARISONS[type(node)], left, right, node)
+
+    def arithmetic(self, node: exp.Expr) -> _Typed:
+        # Numeric literals keep their own type here: x / 2.0 must not become x / 2.
+        left, right = self.pair(
+            self.translate(node.this), self.translate(node.expression), numbers=False
+        )
+        return self.binary(_ARITHMETIC[type(node)], left, right, node)
+
+    def binary(
+        self, op: Callable[[Any, Any], Any], left: _Typed, right: _Typed, node: exp.Expr
+    ) -> _Typed:
+        try:
+            return self.checked(op(left.expr, right.expr), node)
+        except InvalidExpressionError as e:
+            # Name the types we know (Arrow's message shows narrowed literal types).
+            cause = e.__cause__ or e
+            raise self.error(
+                f"incompatible operand types {left.type} and {right.type} ({_first_line(cause)})",
+                node,
+            ) from cause
+
+    def negate(self, node: exp.Neg) -> _Typed:
+        inner = self.translate(node.this)
+        if inner.value is not None and _is_numeric(inner.type) and inner.value.is_valid:
+            value = -inner.value.as_py()
+            # Fold, so -5 stays a literal that comparisons can re-type.
+            return _lit(
+                self._integer(value, node)
+                if isinstance(value, int)
+                else pa.scalar(value, inner.type)
+            )
+        return self.checked(pc.negate_checked(inner.expr), node)
+
+    def logical(self, node: exp.Connector) -> _Typed:
+        # Flattened, not recursed into: "a = 1 OR a = 2 OR ..." with thousands of terms
+        # would otherwise exhaust Python's recursion limit.
+        terms = [self.boolean(self.translate(t), t).expr for t in node.flatten()]
+        # & and | are and_kleene / or_kleene: FALSE AND NULL is FALSE, as in SQL.
+        join = operator.and_ if isinstance(node, exp.And) else operator.or_
+        return _Typed(functools.reduce(join, terms), pa.bool_())
+
+    def not_(self, node: exp.Not) -> _Typed:
+        return _Typed(~self.boolean(self.translate(node.this), node.this).expr, pa.bool_())
+
+    def is_(self, node: exp.Is) -> _Typed:
+        operand = self.translate(node.this)
+        target = node.expression
+        if isinstance(target, exp.Null):
+            return _Typed(operand.expr.is_null(), pa.bool_())
+        if isinstance(target, exp.Boolean):
+            cond = self.boolean(operand, node.this).expr
+            cond = cond if target.this else ~cond
+            return self.checked(pc.coalesce(cond, pa.scalar(False)), node)
+        raise self.unsupported(node)
+
+    def null_safe(self, node: exp.Expr) -> _Typed:
+        left, right = self.pair(self.translate(node.this), self.translate(node.expression))
+        eq = self.checked(left.expr == right.expr, node).expr
+        l_null, r_null = left.expr.is_null(), right.expr.is_null()
+        expr = pc.if_else(l_null | r_null, l_null & r_null, eq)
+        return _Typed(~expr if isinstance(node, exp.NullSafeNEQ) else expr, pa.bool_())
+
+    def in_(self, node: exp.In) -> _Typed:
+        if any(node.args.get(k) for k in ("query", "unnest", "field")):
+            raise self.error("subqueries are not supported in IN", node)
+        subject = self.translate(node.this)
+        items = [_coerce(self.translate(v), subject.type) for v in node.expressions]
+        if not items:
+            raise self.error("empty IN list", node)
+        value_set = None
+        if subject.value is None and all(
+            i.value is not None and i.type in (subject.type, pa.null()) for i in items
+        ):
+            try:  # One set lookup instead of thousands of ORs for long key lists.
+                value_set = pa.array(
+                    [i.value.as_py() for i in items if i.value is not None and i.value.is_valid],
+                    subject.type,
+                )
+            except (pa.ArrowException, ValueError, TypeError):
+                value_set = None
+        if value_set is None:
+            # Mixed or non-literal lists: OR of equalities gives the same 3-valued result.
+            result: pc.Expression | None = None
+            for value_node, item in zip(node.expressions, items):
+                left, right = self.pair(subject, item)
+                eq = self.checked(left.expr == right.expr, value_node).expr
+                result = eq if result is None else result | eq
+            return _Typed(result, pa.bool_())
+        # is_in yields FALSE for a NULL subject and ignores NULL list members; SQL says
+        # x IN (...) is NULL when x is NULL, or when there is no match but a NULL member.
+        hit = pc.is_in(subject.expr, value_set=value_set, skip_nulls=True)
+        if len(value_set) < len(items):
+            hit = pc.if_else(hit, pa.scalar(True), _NULL_BOOL)
+        return self.checked(pc.if_else(subject.expr.is_valid(), hit, _NULL_BOOL), node)
+
+    def between(self, node: exp.Between) -> _Typed:
+        if node.args.get("symmetric"):
+            raise self.error("BETWEEN SYMMETRIC is not supported", node)
+        subject = self.translate(node.this)
+        low, sub_l = self.pair(self.translate(node.args["low"]), subject)
+        sub_h, high = self.pair(subject, self.translate(node.args["high"]))
+        expr = (
+            self.checked(sub_l.expr >= low.expr, node).expr
+            & self.checked(sub_h.expr <= high.expr, node).expr
+        )
+        return _Typed(expr, pa.bool_())
+
+    def like(self, node: exp.Expr, escape: str | None = None) -> _Typed:
+        subject = self.translate(node.this)
+        if not (_is_stringlike(subject.type) or pa.types.is_null(subject.type)):
+            raise self.error(f"LIKE needs a string operand, got {subject.type}", node.this)
+        pattern = self.literal_str(node.expression, "a LIKE pattern")
+        if escape is not None:  # Arrow's LIKE always escapes with a backslash: translate.
+            pattern = re.sub(
+                f"{re.escape(escape)}(.)|\\\\",
+                lambda m: "\\" + (m.group(1) or "\\"),
+                pattern,
+                flags=re.DOTALL,
+            )
+        ignore_case = isinstance(node, exp.ILike)
+        expr = self.checked(_like(subject.expr, pattern, ignore_case), node).expr
+        return _Typed(~expr if node.args.get("negate") else expr, pa.bool_())
+
+    def escape(self, node: exp.Escape) -> _Typed:
+        esc = self.literal_str(node.expression, "the ESCAPE character")
+        if not isinstance(node.this, (exp.Like, exp.ILike)) or len(esc) != 1:
+            raise self.error("ESCAPE takes one character and follows LIKE", node)
+        return self.like(node.this, esc)
+
+    def cast(self, node: exp.Cast) -> _Typed:
+        target = _sql_type(node.to)
+        if target is None:
+            raise self.error(f"unsupported type {node.to.sql()}", node)
+        operand = self.translate(node.this)
+        if operand.value is None:
+            return self.checked(operand.expr.cast(target), node)
+        try:  # Fold constants so DATE 'nonsense' fails now and literals stay literals.
+            if pa.types.is_timestamp(target) and _is_stringlike(operand.type):
+                try:
+                    return _lit(_cast_scalar(operand.value, target))
+                except pa.ArrowInvalid:  # '...Z' / '+02:00' needs a zoned type
+                    return _lit(_cast_scalar(operand.value, pa.timestamp(target.unit, "UTC")))
+            return _lit(_cast_scalar(operand.value, target))
+        except (pa.ArrowException, ValueError, OverflowError) as e:
+            raise self.error(
+                f"cannot convert {operand.value} to {target} ({_first_line(e)})", node
+            ) from e
+
+    def case(self, node: exp.Case) -> _Typed:
+        subject = self.translate(node.this) if node.this else None
+        conds, values = [], []
+        for branch in node.args["ifs"]:
+            when = self.translate(branch.this)
+            if subject is not None:  # CASE x WHEN v THEN ...: compare x = v
+                left, right = self.pair(subject, when)
+                when = self.checked(left.expr == right.expr, branch.this)
+            conds.append(self.boolean(when, branch.this, "a WHEN condition").expr)
+            values.append(self.translate(branch.args["true"]))
+        default = node.args.get("default")
+        values.append(self.translate(default) if default else _lit(pa.scalar(None)))
+        values = self.unify(values, node)
+        # case_when takes the first TRUE condition; a NULL condition counts as not TRUE.
+        struct = pc.make_struct(*conds, field_names=[f"c{i}" for i in range(len(conds))])
+        return self.checked(pc.case_when(struct, *[v.expr for v in values]), node)
+
+    # --- functions --------------------------------------------------------------------
+
+    def unary_function(self, node: exp.Func) -> _Typed:
+        if any(v for k, v in node.args.items() if k != "this"):
+            raise self.error(f"{node.sql_name()}() takes exactly one argument", node)
+        return self.checked(_UNARY_FUNCTIONS[type(node)](self.translate(node.this).expr), node)
+
+    def round(self, node: exp.Round) -> _Typed:
+        digits = self.literal_int(node.args.get("decimals"), "ROUND's digits", 0)
+        # SQL rounds halves away from zero (2.5 -> 3, -2.5 -> -3); Arrow's default is
+        # half-to-even.
+        expr = pc.round(
+            self.translate(node.this).expr, ndigits=digits, round_mode="half_towards_infinity"
+        )
+        return self.checked(expr, node)
+
+    def substring(self, node: exp.Substring) -> _Typed:
+        start = self.literal_int(node.args.get("start"), "SUBSTRING's start", 1)
+        if start < 1:
+            raise self.error("SUBSTRING's start must be >= 1", node)
+        length = self.literal_int(node.args.get("length"), "SUBSTRING's length", -1)
+        stop = None if length < 0 else start - 1 + length
+        return self.checked(
+            pc.utf8_slice_codeunits(self.translate(node.this).expr, start=start - 1, stop=stop),
+            node,
+        )
+
+    def trim(self, node: exp.Trim) -> _Typed:
+        position = str(node.args.get("position") or "BOTH").upper()
+        arg = self.translate(node.this).expr
+        side = {"LEADING": "ltrim", "TRAILING": "rtrim"}.get(position, "trim")
+        chars = node.args.get("expression")
+        if chars is None:
+            expr = getattr(pc, f"utf8_{side}_whitespace")(arg)
+        else:
+            expr = getattr(pc, f"utf8_{side}")(
+                arg, characters=self.literal_str(chars, "TRIM's characters")
+            )
+        return self.checked(expr, node)
+
+    def replace(self, node: exp.Replace) -> _Typed:
+        pattern = self.literal_str(node.expression, "REPLACE's search text")
+        replacement = self.literal_str(node.args["replacement"], "REPLACE's replacement")
+        expr = pc.replace_substring(
+            self.translate(node.this).expr, pattern=pattern, replacement=replacement
+        )
+        return self.checked(expr, node)
+
+    def coalesce(self, node: exp.Coalesce) -> _Typed:
+        args = self.unify([self.translate(a) for a in [node.this, *node.expressions]], node)
+        return self.checked(pc.coalesce(*[a.expr for a in args]), node)
+
+    def nullif(self, node: exp.Nullif) -> _Typed:
+        value, other = self.unify(
+            [self.translate(node.this), self.translate(node.expression)], node
+        )
+        # NULLIF(a, NULL) is a: a NULL comparison must not select the NULL branch.
+        same = pc.coalesce(self.checked(value.expr == other.expr, node).expr, pa.scalar(False))
+        return self.checked(pc.if_else(same, pa.scalar(None, value.type), value.expr), node)
+
+    def concat(self, node: exp.Expr) -> _Typed:
+        pipe = isinstance(node, exp.DPipe)
+        parts = [node.this, node.expression] if pipe else node.expressions
+        args = []
+        for part in parts:
+            item = self.translate(part)
+            if not _is_stringlike(item.type):
+                item = (
+                    _lit(item.value.cast(pa.string()))
+                    if item.value is not None
+                    else self.checked(item.expr.cast(pa.string()), part)
+                )
+            args.append(item.expr)
+        # a || NULL is NULL (standard SQL); CONCAT skips NULLs (PostgreSQL, DataFusion).
+        expr = pc.binary_join_element_wise(
+            *args, pc.scalar(""), null_handling="emit_null" if pipe else "skip"
+        )
+        return self.checked(expr, node)
+
+
+def _like(subject: pc.Expression, pattern: str, ignore_case: bool) -> pc.Expression:
+    """LIKE via the cheapest equivalent kernel (prefix/suffix/substring tests)."""
+    core = pattern.strip("%")
+    if "\\" not in pattern and "_" not in pattern and core and "%" not in core:
+        lead, trail = pattern.startswith("%"), pattern.endswith("%")
+        if lead and trail:
+            return pc.match_substring(subject, core, ignore_case=ignore_case)
+        if trail:
+            return pc.starts_with(subject, core, ignore_case=ignore_case)
+        if lead:
+            return pc.ends_with(subject, core, ignore_case=ignore_case)
+    return pc.match_like(subject, pattern, ignore_case=ignore_case)
+
+
+_HANDLERS: dict[type[exp.Expr], Callable[[_Translator, Any], _Typed]] = {
+    exp.Column: _Translator.column,
+    exp.Dot: _Translator.column,
+    exp.Literal: _Translator.literal,
+    exp.Boolean: lambda _t, n: _lit(pa.scalar(bool(n.this))),
+    exp.Null: lambda _t, n: _lit(pa.scalar(None)),
+    exp.Paren: lambda t, n: t.translate(n.this),
+    exp.Neg: _Translator.negate,
+    exp.Not: _Translator.not_,
+    exp.And: _Translator.logical,
+    exp.Or: _Translator.logical,
+    exp.Is: _Translator.is_,
+    exp.NullSafeEQ: _Translator.null_safe,
+    exp.NullSafeNEQ: _Translator.null_safe,
+    exp.In: _Translator.in_,
+    exp.Between: _Translator.between,
+    exp.Like: _Translator.like,
+    exp.ILike: _Translator.like,
+    exp.Escape: _Translator.escape,
+    exp.Cast: _Translator.cast,
+    exp.Case: _Translator.case,
+    exp.Round: _Translator.round,
+    exp.Substring: _Translator.substring,
+    exp.Trim: _Translator.trim,
+    exp.Replace: _Translator.replace,
+    exp.Coalesce: _Translator.coalesce,
+    exp.Nullif: _Translator.nullif,
+    exp.Concat: _Translator.concat,
+    exp.DPipe: _Translator.concat,
+    **{k: _Translator.compare for k in _COMPARISONS},
+    **{k: _Translator.arithmetic for k in _ARITHMETIC},
+    **{k: _Translator.unary_function for k in _UNARY_FUNCTIONS},
+}
+
+
+def _parse_sql(text: str) -> exp.Expr:
+    """Parse exactly one SQL expression, turning sqlglot's errors into ours."""
+    if not text.strip():
+        raise InvalidExpressionError("empty expression")
+    try:
+        statements = [s for s in sqlglot.parse(text, read=_S3DDBSQL) if s is not None]
+    except ParseError as e:
+        info = e.errors[0] if e.errors else {}
+        near = f"{info.get('start_context', '')}>>>{info.get('highlight', '')}<<<"
+        raise InvalidExpressionError(
+            f"cannot parse expression {text!r}: {info.get('description', e)} at line "
+            f"{info.get('line', '?')}, column {info.get('col', '?')}: {near!r}"
+        ) from e
+    except SqlglotError as e:  # e.g. TokenError for an unterminated string
+        raise InvalidExpressionError(f"cannot parse expression {text!r}: {e}") from e
+    if len(statements) != 1:
+        raise InvalidExpressionError(
+            f"expected one expression, found {len(statements)} statements in {text!r}"
+        )
+    return statements[0]
+
+
+def _translate(text: str, schema: pa.Schema) -> tuple[_Translator, _Typed]:
+    if not isinstance(text, str):
+        raise InvalidExpressionError(
+            f"expected a SQL string or a pyarrow.compute.Expression, got {type(text).__name__}"
+        )
+    translator = _Translator(text, schema)
+    try:
+        return translator, translator.translate(_parse_sql(text))
+    except RecursionError as e:
+        raise InvalidExpressionError(f"expression is nested too deeply: {text[:80]!r}...") from e
+
+
+def _register(expr: pc.Expression, columns: frozenset[str] | pa.Schema) -> pc.Expression:
+    key = id(expr)
+    if key not in _REFERENCED:  # a reused pass-through filter gets one finalizer, not many
+        weakref.finalize(expr, _REFERENCED.pop, key, None)  # ids are reused after collection
+    if key not in _REFERENCED or isinstance(columns, frozenset):
+        _REFERENCED[key] = columns
+    return expr
+
+
+def _check_arrow(expr: pc.Expression, schema: pa.Schema) -> pa.DataType:
+    """Bind a caller's pyarrow Expression to ``schema`` and return its result type."""
+    try:
+        return pads.dataset(schema.empty_table()).to_table(columns={"v": expr}).schema[0].type
+    except pa.ArrowException as e:
+        message = _first_line(e)
+        missing = re.match(r"No match for (FieldRef\S*?\((.*)\)) in ", message)
+        if missing:
+            ref = (
+                missing.group(2)
+                if missing.group(1).startswith("FieldRef.Name")
+                else missing.group(1)
+            )
+            raise ColumnNotFoundError(
+                f"column {ref!r} not found in expression {expr}; available columns: "
+                f"{', '.join(schema.names[:_MAX_LISTED_COLUMNS])}"
+            ) from e
+        raise InvalidExpressionError(f"invalid expression {expr}: {message}") from e
+
+
+def parse_predicate(predicate: str | pc.Expression, schema: pa.Schema) -> pc.Expression:
+    """Compile a filter predicate against ``schema``.
+
+    ``predicate`` is SQL text such as ``"id < 10 AND name LIKE 'ab%'"`` or a pyarrow
+    Expression, which is returned unchanged after checking that it binds to
+    ``schema`` and is boolean. The result is usable as ``filter=`` of pyarrow.dataset
+    scans and ``Table.filter``, and keeps exactly the rows where the predicate is TRUE
+    (SQL semantics: a NULL outcome drops the row).
+
+    Raises:
+        ColumnNotFoundError: a referenced column (or struct field) does not exist; the
+            message names it, the expression and the available columns.
+        InvalidExpressionError: the text does not parse, uses unsupported SQL
+            (subqueries, aggregates, unknown functions, several statements), mixes
+            incompatible types, or is not boolean. The message shows the fragment.
+    """
+    if isinstance(predicate, pc.Expression):
+        out_type = _check_arrow(predicate, schema)
+        if not pa.types.is_boolean(out_type):
+            raise InvalidExpressionError(
+                f"a predicate must be boolean, but {predicate} is {out_type}"
+            )
+        return _register(predicate, schema)
+    translator, result = _translate(predicate, schema)
+    if not pa.types.is_boolean(result.type) and not pa.types.is_null(result.type):
+        raise InvalidExpressionError(
+            f"a predicate must be boolean, but {predicate!r} is {result.type}"
+        )
+    result = translator.boolean(result, None)
+    return _register(result.expr, frozenset(translator.columns))
+
+
+def parse_value_expression(
+    expr: str | pc.Expression, schema: pa.Schema, *, target_type: pa.DataType | None = None
+) -> pc.Expression:
+    """Compile a value expression (``update(values={"col": "x + 1"})``) against ``schema``.
+
+    Supports column references, literals, arithmetic, ``CASE``, ``CAST`` and the
+    functions in :data:`SUPPORTED_FUNCTIONS`; a pyarrow Expression is checked and
+    passed through. With ``target_type`` (the type of the column being updated) the
+    result is cast to it: literals at once (so ``'abc'`` for an int column fails
+    here), other expressions by a safe cast when evaluated. Without it, ``NULL`` has
+    Arrow's null type and the caller must cast.
+
+    Raises:
+        ColumnNotFoundError: a referenced column does not exist.
+        InvalidExpressionError: the text does not parse, uses unsupported SQL, or
+            cannot be converted to ``target_type``.
+    """
+    registered: frozenset[str] | pa.Schema
+    if isinstance(expr, pc.Expression):
+        translator = _Translator(str(expr), schema)
+        result, registered = _Typed(expr, _check_arrow(expr, schema)), schema
+    else:
+        translator, result = _translate(expr, schema)
+        registered = frozenset(translator.columns)
+    if target_type is not None and result.type != target_type:
+        if result.value is None:
+            result = translator.checked(result.expr.cast(target_type), None)
+        else:
+            try:
+                result = _lit(_cast_scalar(result.value, target_type))
+            except (pa.ArrowException, ValueError, OverflowError) as e:
+                raise translator.error(
+                    f"cannot convert {result.value} to {target_type} ({_first_line(e)})"
+                ) from e
+    return _register(result.expr, registered)
+
+
+def referenced_columns(expr: pc.Expression, schema: pa.Schema | None = None) -> set[str]:
+    """The top-level columns ``expr`` reads (``s.a`` counts as ``s``), for projection.
+
+    Exact and cheap for expressions returned by :func:`parse_predicate` or
+    :func:`parse_value_expression`. For any other pyarrow Expression pass the
+    ``schema`` it is evaluated against: pyarrow offers no way to walk an expression,
+    so the columns are found by checking which fields it fails to bind without
+    (a bisection: about 2k*log2(n) bindings for k of n columns).
+
+    Raises:
+        InvalidInputError: ``expr`` did not come from this module and no schema was
+            given.
+        ColumnNotFoundError, InvalidExpressionError: ``expr`` does not bind to ``schema``.
+    """
+    known = _REFERENCED.get(id(expr))
+    if isinstance(known, frozenset):
+        return set(known)
+    target = schema if schema is not None else known
+    if target is None:
+        raise InvalidInputError(
+            "referenced_columns() needs the schema for an expression not built by "
+            "parse_predicate/parse_value_expression"
+        )
+    columns = _probe_columns(expr, target)
+    if known is not None:
+        _REFERENCED[id(expr)] = frozenset(columns)  # memoize for the next scan
+    return columns
+
+
+def _probe_columns(expr: pc.Expression, schema: pa.Schema) -> set[str]:
+    def binds_without(skip: set[int]) -> bool:
+        kept = pa.schema([f for i, f in enumerate(schema) if i not in skip])
+        try:
+            pads.dataset(kept.empty_table()).to_table(columns={"v": expr})
+        except pa.ArrowException:
+            return False
+        return True
+
+    if not binds_without(set()):
+        _check_arrow(expr, schema)  # raises the precise error
+    found: set[str] = set()
+
+    def search(indices: list[int]) -> None:
+        # Binding succeeds without a group of fields iff none of them is referenced.
+        if not indices or binds_without(set(indices)):
+            return
+        if len(indices) == 1:
+            found.add(schema.names[indices[0]])
+            return
+        half = len(indices) // 2
+        search(indices[:half])
+        search(indices[half:])
+
+    search(list(range(len(schema))))
+    return found

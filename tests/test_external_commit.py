@@ -1,0 +1,290 @@
+"""s3+ddb:// datasets on the local AWS endpoint (S3 without conditional writes):
+the four-step protocol end to end, crashes at every step, repair, and bad set-ups."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+
+import s3ddb
+from s3ddb.commit.failpoints import EXIT_CODE
+from s3ddb.connect import external_store_for
+from s3ddb.errors import (
+    CredentialsError,
+    ExternalStoreTableError,
+    ExternalStoreThrottledError,
+    ManifestFinalizationError,
+)
+from s3ddb.external_store.base import ManifestRow
+from s3ddb.io import ObjectStore, parse_uri
+from tests.conftest import TEST_BUCKET, TEST_TABLE
+from tests.proc import run_workers
+from tests.workers import rows_for
+
+
+def _rows(aws: Any, uri: str) -> list[ManifestRow]:
+    parsed = parse_uri(uri)
+    store = external_store_for(parsed, ObjectStore(parsed, aws.storage_options()))
+    return list(store.list_versions(parsed.base_uri))
+
+
+def _plain(uri: str) -> str:
+    """The same dataset as an s3:// URI: a reader that knows nothing of DynamoDB."""
+    return parse_uri(uri).object_url
+
+
+def _keys(aws: Any, prefix: str) -> list[str]:
+    s3 = aws.boto3_client("s3")
+    pages = s3.get_paginator("list_objects_v2").paginate(Bucket=TEST_BUCKET, Prefix=prefix + "/")
+    return [o["Key"] for page in pages for o in page.get("Contents", [])]
+
+
+def test_create_append_read_and_history(aws: Any, ddb_uri: str) -> None:
+    so = aws.storage_options()
+    s3ddb.write_dataset(rows_for(0, 0, 2), ddb_uri, storage_options=so)
+    ds = s3ddb.write_dataset(rows_for(0, 1, 2), ddb_uri, mode="append", storage_options=so)
+    assert ds.version == 2 and ds.count_rows() == 4
+    assert [(v.version, v.operation) for v in ds.versions()] == [(1, "Overwrite"), (2, "Append")]
+    rows = _rows(aws, ddb_uri)
+    assert [r.version for r in rows] == [1, 2] and not any(r.is_staged for r in rows)
+    assert rows[0].base_uri == "s3://" + ddb_uri.split("://")[1].split("?")[0]
+    assert all(r.committer.startswith("s3ddb/") and r.committed_at > 0 and r.size > 0 for r in rows)
+    assert s3ddb.dataset(ddb_uri, version=1, storage_options=so).count_rows() == 2
+    assert s3ddb.dataset(_plain(ddb_uri), storage_options=so).version == 2
+
+
+def test_configuration_from_the_environment(
+    aws: Any, ddb_uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for key, value in aws.env().items():
+        monkeypatch.setenv(key, value)
+    ds = s3ddb.write_dataset(rows_for(0, 0, 1), ddb_uri)
+    assert ds.version == 1
+    assert s3ddb.dataset(ddb_uri).count_rows() == 1
+
+
+def test_one_sequential_append_costs_fixed_round_trips(aws: Any, ddb_uri: str) -> None:
+    so = aws.storage_options()
+    s3ddb.write_dataset(rows_for(0, 0, 1), ddb_uri, storage_options=so)
+    aws.clear_requests()
+    s3ddb.write_dataset(rows_for(0, 1, 1), ddb_uri, mode="append", storage_options=so)
+    ops = Counter((r.service, r.operation) for r in aws.requests)
+    assert ops == Counter(
+        {
+            ("dynamodb", "Query"): 1,  # latest version
+            ("s3", "GetObject"): 1,  # its manifest
+            ("s3", "PutObject"): 3,  # data file, transaction, staged manifest
+            ("dynamodb", "PutItem"): 1,  # step 2: the decision
+            ("s3", "CopyObject"): 1,  # step 3 (verified by ETag, no HEAD)
+            ("dynamodb", "UpdateItem"): 1,  # step 4: repoint
+            ("s3", "DeleteObject"): 1,  # step 4: staged object
+        }
+    ), ops
+
+
+def test_two_buckets_with_the_same_prefix_never_collide(aws: Any) -> None:
+    so = aws.storage_options()
+    aws.create_bucket("s3ddb-other")
+    a = f"s3+ddb://{TEST_BUCKET}/same/prefix?ddbTableName={TEST_TABLE}"
+    b = f"s3+ddb://s3ddb-other/same/prefix?ddbTableName={TEST_TABLE}"
+    s3ddb.write_dataset(rows_for(1, 0, 1), a, storage_options=so)
+    s3ddb.write_dataset(rows_for(1, 1, 1), a, mode="append", storage_options=so)
+    s3ddb.write_dataset(rows_for(2, 0, 3), b, storage_options=so)
+    assert s3ddb.dataset(a, storage_options=so).version == 2
+    dsb = s3ddb.dataset(b, storage_options=so)
+    assert dsb.version == 1 and dsb.count_rows() == 3
+    assert {r.base_uri for r in _rows(aws, b)} == {"s3://s3ddb-other/same/prefix"}
+
+
+def test_missing_table_fails_before_writing(aws: Any) -> None:
+    so = aws.storage_options()
+    uri = f"s3+ddb://{TEST_BUCKET}/no-table?ddbTableName=does_not_exist"
+    with pytest.raises(ExternalStoreTableError) as info:
+        s3ddb.write_dataset(rows_for(0, 0, 1), uri, storage_options=so)
+    message = str(info.value)
+    assert "does_not_exist" in message and "base_uri" in message and "version" in message
+    assert "create-table" in message
+    assert _keys(aws, "no-table") == []
+
+
+def test_wrong_key_schema_is_refused(aws: Any) -> None:
+    so = aws.storage_options()
+    aws.boto3_client("dynamodb").create_table(
+        TableName="wrong_schema",
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    uri = f"s3+ddb://{TEST_BUCKET}/wrong?ddbTableName=wrong_schema"
+    with pytest.raises(ExternalStoreTableError, match="base_uri"):
+        s3ddb.write_dataset(rows_for(0, 0, 1), uri, storage_options=so)
+    assert _keys(aws, "wrong") == []
+
+
+def test_missing_credentials_say_so(
+    aws: Any, ddb_uri: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    uri = ddb_uri.replace("?", "-nocreds?")
+    with pytest.raises(CredentialsError, match="credentials"):
+        s3ddb.write_dataset(
+            rows_for(0, 0, 1), uri, storage_options={"endpoint_url": aws.endpoint_url}
+        )
+
+
+def test_throttled_putitem_is_retried(aws: Any, ddb_uri: str) -> None:
+    so = aws.storage_options()
+    s3ddb.write_dataset(rows_for(0, 0, 1), ddb_uri, storage_options=so)
+    aws.inject_fault("dynamodb", "PutItem", "throttle", times=2)
+    ds = s3ddb.write_dataset(rows_for(0, 1, 1), ddb_uri, mode="append", storage_options=so)
+    assert ds.version == 2 and ds.count_rows() == 2
+
+
+def test_throttling_that_never_ends_is_a_typed_error_and_commits_nothing(
+    aws: Any, ddb_uri: str
+) -> None:
+    so = aws.storage_options()
+    s3ddb.write_dataset(rows_for(0, 0, 1), ddb_uri, storage_options=so)
+    prefix = ddb_uri.split("/", 3)[3].split("?")[0]
+    before = set(_keys(aws, prefix))
+    aws.inject_fault("dynamodb", "PutItem", "provisioned_throughput", times=1000)
+    try:
+        with pytest.raises(ExternalStoreThrottledError, match="PutItem"):
+            s3ddb.write_dataset(rows_for(0, 1, 1), ddb_uri, mode="append", storage_options=so)
+    finally:
+        aws.clear_faults()
+    assert set(_keys(aws, prefix)) == before, "a definitely failed commit leaves no files"
+    assert s3ddb.dataset(ddb_uri, storage_options=so).version == 1
+
+
+@pytest.mark.parametrize("kind", ["apply_then_server_error", "apply_then_drop"])
+def test_lost_putitem_response(aws: Any, ddb_uri: str, kind: str) -> None:
+    so = aws.storage_options()
+    s3ddb.write_dataset(rows_for(0, 0, 1), ddb_uri, storage_options=so)
+    aws.inject_fault("dynamodb", "PutItem", kind, times=1)
+    ds = s3ddb.write_dataset(rows_for(0, 1, 1), ddb_uri, mode="append", storage_options=so)
+    assert ds.version == 2
+    latest = s3ddb.dataset(ddb_uri, storage_options=so)
+    assert latest.version == 2, "the applied put is recognised as ours, not committed twice"
+    assert sorted(latest.to_table(columns=["id"]).column("id").to_pylist()) == [0, 1000]
+
+
+def test_legacy_dataset_registers_its_next_commit(aws: Any, ddb_uri: str) -> None:
+    so = aws.storage_options()
+    plain = _plain(ddb_uri)
+    s3ddb.write_dataset(rows_for(0, 0, 1), plain, storage_options=so)
+    s3ddb.write_dataset(rows_for(0, 1, 1), plain, mode="append", storage_options=so)
+    ds = s3ddb.dataset(ddb_uri, storage_options=so)  # no rows yet: falls back to _versions/
+    assert ds.version == 2
+    ds.insert(rows_for(0, 2, 1))
+    assert ds.version == 3
+    assert [r.version for r in _rows(aws, ddb_uri)] == [3]
+    assert [v.version for v in s3ddb.dataset(ddb_uri, storage_options=so).versions()] == [1, 2, 3]
+
+
+# --- crashes at every protocol step (real child processes, os._exit) -----------------
+
+BEFORE_DECISION = ["commit.after_transaction_file", "commit.after_stage_manifest"]
+AFTER_DECISION = [
+    "commit.after_external_put",
+    "commit.after_copy_final",
+    "commit.after_external_finalize",
+]
+
+
+def _copy_prefix(aws: Any, src: str, dst: str) -> None:
+    s3 = aws.boto3_client("s3")
+    for key in _keys(aws, src):
+        s3.copy_object(
+            Bucket=TEST_BUCKET,
+            Key=dst + key[len(src) :],
+            CopySource={"Bucket": TEST_BUCKET, "Key": key},
+        )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", BEFORE_DECISION + AFTER_DECISION)
+def test_crash_at_each_step(aws: Any, ddb_uri: str, point: str) -> None:
+    so = aws.storage_options()
+    s3ddb.write_dataset(rows_for(0, 0, 2), ddb_uri, storage_options=so)
+    [crashed] = run_workers(
+        [("append", ddb_uri, "1", "1", "2")], env={**aws.env(), "S3DDB_FAILPOINTS": f"{point}=exit"}
+    )
+    assert crashed.returncode == EXIT_CODE, crashed.stderr[-2000:]
+    decided = point in AFTER_DECISION
+
+    # A reader that knows nothing of DynamoDB sees a prefix of history, at most one behind.
+    plain_version = s3ddb.dataset(_plain(ddb_uri), storage_options=so).version
+    assert plain_version in ((1, 2) if decided else (1,))
+
+    # The next reader sees the decided version and finalizes it.
+    ds = s3ddb.dataset(ddb_uri, storage_options=so)
+    assert ds.version == (2 if decided else 1)
+    rows = _rows(aws, ddb_uri)
+    assert [r.version for r in rows] == ([1, 2] if decided else [1])
+    assert not any(r.is_staged for r in rows)
+    assert s3ddb.dataset(_plain(ddb_uri), storage_options=so).version == ds.version
+
+    # The next writer is not blocked.
+    after = s3ddb.write_dataset(rows_for(2, 0, 2), ddb_uri, mode="append", storage_options=so)
+    assert after.version == ds.version + 1
+    ids = Counter(after.to_table(columns=["id"]).column("id").to_pylist())
+    assert all(c == 1 for c in ids.values())
+    assert (1_000_000 in ids) == decided
+
+    # The dataset's objects copied elsewhere read without DynamoDB.
+    prefix = parse_uri(ddb_uri).path.split("/", 1)[1]
+    _copy_prefix(aws, prefix, prefix + "-copy")
+    copy = s3ddb.dataset(f"s3://{TEST_BUCKET}/{prefix}-copy", storage_options=so)
+    assert copy.version == after.version
+    assert copy.to_table().sort_by("id").equals(after.to_table().sort_by("id"))
+
+
+@pytest.mark.slow
+def test_missing_staged_manifest_refuses_to_load(aws: Any, ddb_uri: str) -> None:
+    so = aws.storage_options()
+    s3ddb.write_dataset(rows_for(0, 0, 1), ddb_uri, storage_options=so)
+    [crashed] = run_workers(
+        [("append", ddb_uri, "1", "1", "1")],
+        env={**aws.env(), "S3DDB_FAILPOINTS": "commit.after_external_put=exit"},
+    )
+    assert crashed.returncode == EXIT_CODE
+    [row] = [r for r in _rows(aws, ddb_uri) if r.version == 2]
+    assert row.is_staged
+    prefix = parse_uri(ddb_uri).path.split("/", 1)[1]
+    aws.boto3_client("s3").delete_object(Bucket=TEST_BUCKET, Key=f"{prefix}/{row.path}")
+    with pytest.raises(ManifestFinalizationError) as info:
+        s3ddb.dataset(ddb_uri, storage_options=so)
+    assert "version 2" in str(info.value) and row.path in str(info.value)
+    [still] = [r for r in _rows(aws, ddb_uri) if r.version == 2]
+    assert still.path == row.path, "nothing is marked complete"
+
+
+@pytest.mark.slow
+def test_16_writers_x_10_appends(aws: Any, ddb_uri: str) -> None:
+    so = aws.storage_options()
+    s3ddb.write_dataset(rows_for(999, 0, 1), ddb_uri, storage_options=so)
+    results = run_workers(
+        [("append", ddb_uri, str(w), "10", "2") for w in range(16)], env=aws.env(), timeout=900
+    )
+    failures = [r.stderr[-2000:] for r in results if r.returncode != 0]
+    assert not failures, failures[0]
+    assert sum(r.stdout.count("ok ") for r in results) == 160
+    attempts = sorted(int(line.split()[4]) for r in results for line in r.stdout.splitlines())
+    print("commit attempts: median", attempts[80], "p95", attempts[152], "max", attempts[-1])
+    ds = s3ddb.dataset(ddb_uri, storage_options=so)
+    assert ds.version == 161
+    assert [v.version for v in ds.versions()] == list(range(1, 162))
+    ids = Counter(ds.to_table(columns=["id"]).column("id").to_pylist())
+    assert all(c == 1 for c in ids.values())
+    assert len(ids) == 1 + 16 * 10 * 2
+    rows = _rows(aws, ddb_uri)
+    assert [r.version for r in rows] == list(range(1, 162))
+    assert not any(r.is_staged for r in rows), "every row is finalized"
+    assert len({r.path for r in rows}) == 161
