@@ -338,6 +338,14 @@ class Dataset:
         return ds._commit(operation, base)
 
 
+def _open_validated(uri: str, storage_options: dict[str, Any] | None) -> CommitHandler:
+    """The commit handler for ``uri``, checked before anything is read or written
+    (e.g. a missing DynamoDB table fails here)."""
+    handler = open_handler(uri, storage_options)
+    handler.validate()
+    return handler
+
+
 def _placeholder_manifest() -> Manifest:
     return Manifest(version=0, schema=DatasetSchema.assign(pa.schema([])), fragments=())
 

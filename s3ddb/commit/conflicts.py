@@ -17,7 +17,7 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from s3ddb.commit.transaction import Transaction
+from s3ddb.commit.transaction import OPERATION_KINDS, Transaction
 from s3ddb.errors import IncompatibleTransactionError, RetryableCommitConflictError
 
 
@@ -80,15 +80,8 @@ def resolve(mine: Transaction, theirs: Transaction, their_version: int) -> Trans
         IncompatibleTransactionError: the operation can no longer be done.
     """
     verdict = check(mine, theirs)
-    if verdict.outcome is Outcome.COMPATIBLE:
-        return verdict.rebased or mine
-    message = (
-        f"{mine.kind} (read version {mine.read_version}) conflicts with {theirs.kind} "
-        f"committed as version {their_version}: {verdict.reason}"
-    )
-    if verdict.outcome is Outcome.RETRYABLE:
-        raise RetryableCommitConflictError(message)
-    raise IncompatibleTransactionError(message)
+    _raise_unless_compatible(verdict, mine, theirs.kind, their_version)
+    return verdict.rebased or mine
 
 
 def resolve_kinds(mine: Transaction, theirs_kind: str, their_version: int) -> None:
@@ -97,8 +90,13 @@ def resolve_kinds(mine: Transaction, theirs_kind: str, their_version: int) -> No
     Raises:
         RetryableCommitConflictError, IncompatibleTransactionError: as resolve.
     """
-    rule = _RULES[(mine.kind, theirs_kind)]
-    verdict = rule(mine, mine)  # kind-only rules ignore their arguments
+    verdict = _RULES[(mine.kind, theirs_kind)](mine, mine)  # kind-only rules ignore them
+    _raise_unless_compatible(verdict, mine, theirs_kind, their_version)
+
+
+def _raise_unless_compatible(
+    verdict: Verdict, mine: Transaction, theirs_kind: str, their_version: int
+) -> None:
     if verdict.outcome is Outcome.COMPATIBLE:
         return
     message = (
@@ -110,29 +108,11 @@ def resolve_kinds(mine: Transaction, theirs_kind: str, their_version: int) -> No
     raise IncompatibleTransactionError(message)
 
 
-ALL_KINDS = (
-    "Append",
-    "Delete",
-    "Overwrite",
-    "CreateIndex",
-    "Rewrite",
-    "Merge",
-    "Project",
-    "Restore",
-    "ReserveFragments",
-    "Clone",
-    "Update",
-    "UpdateConfig",
-    "DataReplacement",
-    "UpdateMemWalState",
-    "UpdateBases",
-)
-
 _C, _R, _I = Outcome.COMPATIBLE, Outcome.RETRYABLE, Outcome.INCOMPATIBLE
 
 # Append adds fragments and touches nothing existing: it rebases over anything that
 # keeps the schema and the fragment list's identity.
-for _theirs in ALL_KINDS:
+for _theirs in OPERATION_KINDS:
     register_rule("Append", _theirs, fixed(_C, "appends touch no existing fragment"))
 register_rule(
     "Append", "Overwrite", fixed(_R, "the dataset was overwritten; append to the new data")
@@ -144,7 +124,7 @@ register_rule("Append", "Clone", fixed(_I, "clone is only valid as a dataset's f
 
 # Overwrite and Restore replace everything: whatever happened in between is replaced,
 # which is what the caller asked for.
-for _theirs in ALL_KINDS:
+for _theirs in OPERATION_KINDS:
     register_rule("Overwrite", _theirs, fixed(_C, "overwrite replaces every earlier change"))
     register_rule("Restore", _theirs, fixed(_C, "restore replaces every earlier change"))
     register_rule("UpdateConfig", _theirs, fixed(_C, "config changes touch no data"))

@@ -43,7 +43,7 @@ from s3ddb.external_store.base import (
     ManifestRow,
     VersionTakenError,
 )
-from s3ddb.external_store.identity import same_commit
+from s3ddb.external_store.identity import final_path_of, same_commit
 from s3ddb.format import layout
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.naming import NamingScheme, parse_manifest_name, parse_staged_name
@@ -57,13 +57,6 @@ _WRITER_ID = uuid.uuid4().hex[:12]
 def committer_name() -> str:
     """Who commits: library/version and a writer id (host, pid, random)."""
     return f"s3ddb/{__version__} {socket.gethostname()}:{os.getpid()}:{_WRITER_ID}"
-
-
-def _final_path_for(row: ManifestRow) -> str:
-    directory, _, name = row.path.rpartition("/")
-    if parse_staged_name(name) is None:
-        return row.path
-    return f"{directory}/{name.rsplit('-', 1)[0]}"
 
 
 def _naming_of(path: str) -> NamingScheme:
@@ -182,7 +175,7 @@ class ExternalStoreCommitHandler(CommitHandler):
         """
         if not row.is_staged:
             return row
-        final = _final_path_for(row)
+        final = final_path_of(row.path)
         try:
             staged = self.store.head(row.path)
         except FileNotFoundError:

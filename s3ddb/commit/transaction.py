@@ -147,10 +147,6 @@ class OpaqueOperation(Operation):
     message: Any = field(compare=False)
     pb_field: ClassVar[str] = ""
 
-    @property
-    def name(self) -> str:
-        return self.kind_name
-
     def to_pb(self) -> Any:
         return self.message
 
@@ -176,6 +172,10 @@ _PB_FIELD_TO_KIND = {
     "clone": "Clone",
     "update_bases": "UpdateBases",
 }
+
+
+#: Every operation kind of the Lance transaction specification.
+OPERATION_KINDS: tuple[str, ...] = tuple(_PB_FIELD_TO_KIND.values())
 
 
 def _operation_from_pb(message: tpb.Transaction) -> Operation:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -110,12 +109,3 @@ def read_fragment(
         # A table with rows but no columns: keep the row count for count_rows callers.
         return pa.table({"_": pa.nulls(fragment.physical_rows)}).select([])
     return pa.Table.from_arrays(arrays, schema=pa.schema(out_fields))
-
-
-def iter_fragment_batches(
-    store: ObjectStore,
-    fragment: FragmentMetadata,
-    schema: DatasetSchema,
-    columns: list[str],
-) -> Iterator[pa.RecordBatch]:
-    yield from read_fragment(store, fragment, schema, columns).to_batches()

@@ -80,14 +80,6 @@ class ObjectStore:
     def __reduce__(self) -> tuple[Any, ...]:
         return (ObjectStore, (self._uri, self._storage_options))
 
-    def child(self, relative: str) -> ObjectStore:
-        """An ObjectStore rooted at ``relative`` under this one, same options."""
-        sub = DatasetURI(
-            self._uri.scheme if not self._uri.uses_external_store else "s3",
-            self._uri.path.rstrip("/") + "/" + relative.strip("/"),
-        )
-        return ObjectStore(sub, self._storage_options)
-
     # --- fsspec -------------------------------------------------------------------
 
     @property
@@ -280,10 +272,6 @@ class ObjectStore:
             pass
         except Exception as exc:
             raise _translate(exc, full) from exc
-
-    def delete_many(self, paths: list[str]) -> None:
-        for path in paths:
-            self.delete(path)
 
     def list(self, prefix: str = "") -> list[ObjectMeta]:
         """Every object whose relative path starts with ``prefix``, sorted by path."""
