@@ -10,11 +10,13 @@ created.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import os
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -22,6 +24,7 @@ import pyarrow.compute as pc
 from s3ddb._data import to_arrow_table
 from s3ddb.commit.committer import CommitConfig, CommitResult, OnExisting, commit_transaction
 from s3ddb.commit.handlers import CommitHandler
+from s3ddb.commit.row_operations import Delete
 from s3ddb.commit.transaction import Append, Operation, Overwrite, Restore, Transaction
 from s3ddb.connect import open_handler
 from s3ddb.errors import (
@@ -29,6 +32,8 @@ from s3ddb.errors import (
     DatasetAlreadyExistsError,
     DatasetNotFoundError,
     InvalidInputError,
+    RetryableCommitConflictError,
+    TooMuchWriteContentionError,
     VersionNotFoundError,
 )
 from s3ddb.format.datafile import (
@@ -44,9 +49,18 @@ from s3ddb.format.schema import DatasetSchema, conform
 from s3ddb.io.uri import parse_uri
 
 if TYPE_CHECKING:
+    from s3ddb.merge_insert import MergeInsertBuilder
     from s3ddb.tags import Tags
 
 WriteMode = Literal["create", "append", "overwrite"]
+T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+#: How often delete/update/merge_insert re-execute after a retryable conflict, and
+#: for how long at most (seconds). Rebasable conflicts never count: the commit loop
+#: resolves those itself.
+DEFAULT_CONFLICT_RETRIES = 10
+DEFAULT_RETRY_TIMEOUT = 120.0
 _MODES = ("create", "append", "overwrite")
 
 
@@ -72,6 +86,8 @@ class Dataset:
         storage_options: dict[str, Any] | None = None,
         commit_config: CommitConfig | None = None,
     ) -> None:
+        self._retries = DEFAULT_CONFLICT_RETRIES
+        self._retry_timeout = DEFAULT_RETRY_TIMEOUT
         self._uri = uri
         self._handler = handler
         self._manifest = manifest
@@ -274,10 +290,20 @@ class Dataset:
         self._last_commit = result
         return self
 
-    def insert(self, data: Any, mode: Literal["append", "overwrite"] = "append") -> Dataset:
+    def insert(
+        self,
+        data: Any,
+        mode: Literal["append", "overwrite"] = "append",
+        *,
+        conflict_retries: int | None = None,
+        retry_timeout: float | None = None,
+    ) -> Dataset:
         """Append (or overwrite with) ``data``, reading from the pinned version.
 
-        Moves this Dataset to the version it committed and returns it.
+        Moves this Dataset to the version it committed and returns it. An append
+        rebases over any concurrent commit but an overwrite or restore, after which it
+        is re-executed on the newest version (see :meth:`update` for the retry
+        arguments).
 
         Raises:
             SchemaMismatchError: appended data does not match the schema.
@@ -286,15 +312,152 @@ class Dataset:
             raise InvalidInputError(f"insert mode must be 'append' or 'overwrite', got {mode!r}")
         table = to_arrow_table(data)
         store = self._handler.store
-        if mode == "append":
-            table = conform(table, self.schema, where=self._uri)
-            if table.num_rows == 0:
-                return self
-            fragments = write_fragments_from_table(store, table, self._manifest.schema)
-            return self._commit(Append(tuple(fragments)), self._manifest)
-        schema = self._manifest.schema.with_arrow(table.schema)
-        fragments = write_fragments_from_table(store, table, schema)
-        return self._commit(Overwrite(tuple(fragments), schema), self._manifest)
+
+        def plan(manifest: Manifest) -> tuple[Operation | None, None]:
+            if mode == "overwrite":
+                schema = manifest.schema.with_arrow(table.schema)
+                fragments = write_fragments_from_table(store, table, schema)
+                return Overwrite(tuple(fragments), schema), None
+            rows = conform(table, manifest.schema.arrow, where=self._uri)
+            if rows.num_rows == 0:
+                return None, None
+            fragments = write_fragments_from_table(store, rows, manifest.schema)
+            return Append(tuple(fragments)), None
+
+        self._run_planned("insert", plan, conflict_retries, retry_timeout)
+        return self
+
+    def _run_planned(
+        self,
+        what: str,
+        plan: Callable[[Manifest], tuple[Operation | None, T]],
+        conflict_retries: int | None,
+        retry_timeout: float | None,
+    ) -> T:
+        """Plan an operation on the pinned version and commit it; on a retryable
+        conflict plan again on the newest version (never re-commit the stale plan).
+
+        The Dataset moves to the version committed, or, if the last plan changed
+        nothing, to the version it planned on.
+
+        Raises:
+            RetryableCommitConflictError: ``conflict_retries`` is 0 and a concurrent
+                commit invalidated the plan.
+            TooMuchWriteContentionError: retries exhausted (by count or time).
+            IncompatibleTransactionError: the operation can no longer be done.
+        """
+        retries = self._retries if conflict_retries is None else conflict_retries
+        timeout = self._retry_timeout if retry_timeout is None else retry_timeout
+        if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
+            raise InvalidInputError(f"conflict_retries must be an int >= 0, got {retries!r}")
+        if timeout <= 0:
+            raise InvalidInputError(f"retry_timeout must be > 0, got {timeout!r}")
+        deadline = time.monotonic() + timeout
+        base = self._manifest
+        attempt = 0
+        while True:
+            operation, result = plan(base)
+            if operation is None:
+                self._manifest = base
+                return result
+            try:
+                self._commit(operation, base)
+                return result
+            except RetryableCommitConflictError as exc:
+                if retries == 0:
+                    raise
+                attempt += 1
+                if attempt > retries or time.monotonic() > deadline:
+                    raise TooMuchWriteContentionError(
+                        f"{what} on {self._uri} gave up after {attempt} conflicting "
+                        f"attempts ({retries} retries / {timeout:g} s); last conflict: {exc}"
+                    ) from exc
+                log.info("%s: %s; re-executing on the newest version", what, exc)
+                base = _load_latest(self._handler, self._uri)
+
+    def delete(
+        self,
+        predicate: str | pc.Expression,
+        *,
+        conflict_retries: int | None = None,
+        retry_timeout: float | None = None,
+    ) -> dict[str, int]:
+        """Delete the rows matching ``predicate`` (SQL text or a pyarrow Expression).
+
+        Reads the pinned version; commits a new version unless no row matches, and
+        moves this Dataset there. Concurrent deletes, appends and updates are merged
+        (the predicate is also applied to rows they added); after an overwrite or
+        restore the delete is re-executed on the newest version.
+
+        Returns ``{"num_deleted_rows": n}``.
+
+        Raises:
+            ColumnNotFoundError, InvalidExpressionError: a bad predicate; nothing is
+                written.
+            RetryableCommitConflictError, TooMuchWriteContentionError: see
+                :meth:`update`.
+        """
+        from s3ddb.row_changes import plan_delete
+
+        def plan(manifest: Manifest) -> tuple[Operation | None, dict[str, int]]:
+            op, n = plan_delete(self._handler.store, manifest, predicate)
+            return op, {"num_deleted_rows": op.num_deleted_rows if op else n}
+
+        result = self._run_planned("delete", plan, conflict_retries, retry_timeout)
+        if self._last_commit is not None and isinstance(
+            self._last_commit.transaction.operation, Delete
+        ):
+            # A rebase may have merged rows deleted concurrently: report what landed.
+            result["num_deleted_rows"] = self._last_commit.transaction.operation.num_deleted_rows
+        return result
+
+    def update(
+        self,
+        values: dict[str, str | pc.Expression],
+        where: str | pc.Expression | None = None,
+        *,
+        rewrite: Literal["auto", "rows", "columns"] = "auto",
+        conflict_retries: int | None = None,
+        retry_timeout: float | None = None,
+    ) -> dict[str, int]:
+        """Set ``values`` (``{"column": "SQL expression"}``) on the rows matching
+        ``where`` (every row if None).
+
+        ``rewrite`` chooses how changed rows are stored: "rows" moves them to new
+        fragments, "columns" rewrites the changed columns of the touched fragments,
+        "auto" picks columns when most rows of those fragments change and few columns.
+        A concurrent commit that touched the same rows, or added rows ``where``
+        matches, makes the update re-execute on the newest version, up to
+        ``conflict_retries`` times (default 10) within ``retry_timeout`` seconds.
+
+        Returns ``{"num_rows_updated": n}``.
+
+        Raises:
+            ColumnNotFoundError, InvalidExpressionError: bad values or predicate.
+            SchemaMismatchError: a value would change a column's type, or put NULL in
+                a NOT NULL column. Nothing is written.
+            RetryableCommitConflictError: ``conflict_retries=0`` and a conflict.
+            TooMuchWriteContentionError: the retries ran out.
+        """
+        from s3ddb.row_changes import plan_update
+
+        def plan(manifest: Manifest) -> tuple[Operation | None, dict[str, int]]:
+            op, n = plan_update(
+                self._handler.store, manifest, values, where, rewrite=rewrite, uri=self._uri
+            )
+            return op, {"num_rows_updated": n}
+
+        return self._run_planned("update", plan, conflict_retries, retry_timeout)
+
+    def merge_insert(self, on: str | list[str]) -> MergeInsertBuilder:
+        """Start an upsert keyed by ``on``; see :class:`s3ddb.merge_insert.MergeInsertBuilder`.
+
+        Raises:
+            ColumnNotFoundError: a key column does not exist.
+        """
+        from s3ddb.merge_insert import MergeInsertBuilder
+
+        return MergeInsertBuilder(self, on)
 
     def restore(self) -> Dataset:
         """Make the pinned version the latest, as a new version; returns self moved there."""

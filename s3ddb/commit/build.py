@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
+from s3ddb.commit.row_operations import Delete, Update, UpdateMode
 from s3ddb.commit.transaction import (
     Append,
     Operation,
@@ -14,6 +16,7 @@ from s3ddb.commit.transaction import (
     UpdateConfig,
 )
 from s3ddb.errors import CommitConflictError, InvalidInputError
+from s3ddb.format.fragment import FragmentMetadata
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.naming import NamingScheme
 
@@ -68,7 +71,7 @@ def _append(base: Manifest | None, op: Operation, version: int, load: LoadManife
     new = []
     for i, fragment in enumerate(op.fragments):
         for data_file in fragment.files:
-            if not set(data_file.fields) <= known:
+            if not {i for i in data_file.fields if i >= 0} <= known:
                 raise CommitConflictError(
                     f"appended data file {data_file.path} has field ids the schema of "
                     f"version {base.version} does not know"
@@ -119,7 +122,61 @@ def _update_config(
     return base.evolve(config=config, table_metadata=metadata)
 
 
+def _changed_fragments(
+    base: Manifest,
+    op: Delete | Update,
+    updated: tuple[FragmentMetadata, ...],
+    removed: tuple[int, ...],
+) -> list[FragmentMetadata]:
+    """``base``'s fragments with ``updated`` applied and ``removed`` dropped.
+
+    An updated fragment keeps ``base``'s data files and takes the new deletion file,
+    or (REWRITE_COLUMNS) takes the new data files and keeps ``base``'s deletion file:
+    the conflict resolver has already merged concurrent changes of either into the
+    transaction, so each side's latest state is what survives.
+    """
+    by_id = {f.id: f for f in base.fragments}
+    changes = {f.id: f for f in updated}
+    missing = sorted((set(changes) | set(removed)) - set(by_id))
+    if missing:
+        raise CommitConflictError(
+            f"{op.kind} changes fragments {missing} that version {base.version} no longer has"
+        )
+    columns = isinstance(op, Update) and op.mode is UpdateMode.REWRITE_COLUMNS
+    out = []
+    for fragment in base.fragments:
+        if fragment.id in removed:
+            continue
+        change = changes.get(fragment.id)
+        if change is None:
+            out.append(fragment)
+        elif columns:
+            out.append(replace(fragment, files=change.files))
+        else:
+            out.append(fragment.with_deletion_file(change.deletion_file))
+    return out
+
+
+def _delete(base: Manifest | None, op: Operation, version: int, load: LoadManifest) -> Manifest:
+    assert isinstance(op, Delete)
+    base = _require_base(base, op)
+    kept = _changed_fragments(base, op, op.updated_fragments, op.deleted_fragment_ids)
+    return base.evolve(fragments=tuple(kept))
+
+
+def _update(base: Manifest | None, op: Operation, version: int, load: LoadManifest) -> Manifest:
+    assert isinstance(op, Update)
+    base = _require_base(base, op)
+    kept = _changed_fragments(base, op, op.updated_fragments, op.removed_fragment_ids)
+    if not op.new_fragments:
+        return base.evolve(fragments=tuple(kept))
+    appended = _append(base.evolve(fragments=tuple(kept)), Append(op.new_fragments), version, load)
+    return appended
+
+
 register_builder(Append, _append)
 register_builder(Overwrite, _overwrite)
 register_builder(Restore, _restore)
 register_builder(UpdateConfig, _update_config)
+register_builder(Delete, _delete)
+register_builder(Update, _update)

@@ -157,11 +157,14 @@ def commit_transaction(
                         "other writers kept winning"
                     ) from None
             else:
+                _discard_superseded(handler, original, txn, written)
                 return CommitResult(manifest, location, txn, attempt + 1)
             # Back off first, then catch up: attempting right after reading the newest
             # version keeps the window in which another writer can win small.
             time.sleep(config.backoff(attempt))
-            current, txn = _catch_up(handler, current, txn, on_existing, write_transaction)
+            current, txn = _catch_up(
+                handler, current, txn, on_existing, write_transaction, written
+            )
     except CommitStateUnknownError:
         raise
     except Exception as exc:
@@ -177,10 +180,12 @@ def _catch_up(
     txn: Transaction,
     on_existing: OnExisting,
     write_transaction: Callable[[Transaction], None],
+    written: list[str],
 ) -> tuple[Manifest | None, Transaction]:
     """Resolve ``txn`` against every version committed after ``current``.
 
     Returns the newest manifest (the new base) and the possibly rebased transaction.
+    Files a rebase writes are added to ``written``.
     """
     start = (current.version if current is not None else 0) + 1
     locations = handler.locations_since(start)
@@ -189,6 +194,7 @@ def _catch_up(
         # next attempt will find it.
         return current, txn
     newest: Manifest | None = None
+    previous = current  # the manifest just before the one being resolved, if loaded
     for i, location in enumerate(locations):
         is_last = i == len(locations) - 1
         if (
@@ -198,6 +204,7 @@ def _catch_up(
             and conflicts.decided_by_kind(txn.kind, location.operation)
         ):
             conflicts.resolve_kinds(txn, location.operation, location.version)
+            previous = None
             continue
         theirs_manifest = handler.load_manifest(location)
         if current is None and newest is None:
@@ -212,11 +219,17 @@ def _catch_up(
                         f"{handler.store.url} is missing; cannot tell whether it conflicts"
                     )
             else:
-                rebased = conflicts.resolve(txn, theirs, location.version)
+                if previous is None:
+                    previous = handler.load_manifest(handler.location_of(location.version - 1))
+                ctx = conflicts.ConflictContext(handler.store, previous, theirs_manifest)
+                try:
+                    rebased = conflicts.resolve(txn, theirs, location.version, ctx)
+                finally:
+                    written.extend(ctx.written)
                 if rebased is not txn:
                     txn = rebased
                     write_transaction(txn)
-        newest = theirs_manifest
+        newest = previous = theirs_manifest
     return newest, txn
 
 
@@ -243,6 +256,28 @@ def _on_dataset_created(
     return txn
 
 
+def _discard_superseded(
+    handler: CommitHandler, original: Transaction, final: Transaction, written: list[str]
+) -> None:
+    """After a successful commit, delete files that a rebase replaced (e.g. a deletion
+    file merged with a concurrent one): no manifest references them."""
+    if original is final:
+        return
+    try:
+        kept = set(final.operation.written_paths()) | {layout.transaction_path(final.file_name)}
+        stale = (set(original.operation.written_paths()) | set(written)) - kept
+    except Exception as exc:  # never turn a successful commit into a reported failure
+        log.warning("could not list superseded files: %s", exc)
+        return
+    for path in sorted(stale):
+        if path.startswith(f"{layout.DATA_DIR}/"):
+            continue  # data files are never superseded by a rebase; keep to be safe
+        try:
+            handler.store.delete(path)
+        except Exception as exc:
+            log.warning("could not delete superseded file %s: %s", path, exc)
+
+
 def _cleanup(
     handler: CommitHandler,
     original: Transaction,
@@ -252,9 +287,7 @@ def _cleanup(
 ) -> None:
     paths = list(written)
     for t in (original, final):
-        for fragment in t.operation.new_fragments():
-            for data_file in fragment.files:
-                paths.append(layout.data_file_path(data_file.path))
+        paths.extend(t.operation.written_paths())
     for path in dict.fromkeys(paths):
         try:
             handler.store.delete(path)

@@ -2,23 +2,31 @@
 
 For each transaction committed after my ``read_version`` the resolver answers:
 
-  * compatible (rebasable): my operation applies unchanged (or rebased) to the new base;
+  * compatible (rebasable): my operation applies unchanged, or rebased, to the new
+    base; the commit loop retries it at the next version by itself;
   * retryable: my reads are stale; re-executing the operation on the newest version
-    may succeed (``RetryableCommitConflictError``), never retrying against the stale
-    base;
+    may succeed (``RetryableCommitConflictError``). The transaction is never retried
+    against its stale base;
   * incompatible: my operation cannot happen any more (``IncompatibleTransactionError``).
 
-Rules are registered per (my kind, their kind); docs/conflicts.md has the full matrix.
+The goal is a serializable history: the table after every version equals the result
+of running the committed operations one after another, in version order. Rules are
+registered per (my kind, their kind). Most are decided by the kinds alone; those of
+the row-changing operations (Delete, Update, merge_insert) look at the rows both sides
+touched and at the data the other side added, through a :class:`ConflictContext`
+(see :mod:`s3ddb.commit.rebase`). docs/conflicts.md has the full matrix.
 """
 
 from __future__ import annotations
 
 import enum
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from s3ddb.commit.transaction import OPERATION_KINDS, Transaction
 from s3ddb.errors import IncompatibleTransactionError, RetryableCommitConflictError
+from s3ddb.format.manifest import Manifest
+from s3ddb.io.object_store import ObjectStore
 
 
 class Outcome(enum.Enum):
@@ -34,7 +42,26 @@ class Verdict:
     rebased: Transaction | None = None  # set when rebasing changed my transaction
 
 
-Rule = Callable[[Transaction, Transaction], Verdict]
+@dataclass
+class ConflictContext:
+    """What a data-aware rule may look at: the versions just before and at theirs.
+
+    Attributes:
+        store: the dataset's object store (rules read data and deletion files).
+        before: the manifest my transaction currently applies to (the version just
+            before theirs).
+        after: the manifest theirs produced.
+        written: paths (relative to the dataset root) of files a rebase wrote; the
+            commit loop deletes them if the commit definitely fails.
+    """
+
+    store: ObjectStore
+    before: Manifest
+    after: Manifest
+    written: list[str] = field(default_factory=list)
+
+
+Rule = Callable[[Transaction, Transaction, "ConflictContext | None"], Verdict]
 
 _RULES: dict[tuple[str, str], Rule] = {}
 
@@ -46,11 +73,17 @@ def register_rule(mine: str, theirs: str, rule: Rule) -> None:
 def fixed(outcome: Outcome, reason: str) -> Rule:
     """A rule decided by the two operation kinds alone."""
 
-    def rule(mine: Transaction, theirs: Transaction) -> Verdict:
+    def rule(mine: Transaction, theirs: Transaction, ctx: ConflictContext | None) -> Verdict:
         return Verdict(outcome, reason)
 
     rule.kind_only = True  # type: ignore[attr-defined]
+    rule.outcome = outcome  # type: ignore[attr-defined]
+    rule.reason = reason  # type: ignore[attr-defined]
     return rule
+
+
+def rule_for(mine_kind: str, theirs_kind: str) -> Rule | None:
+    return _RULES.get((mine_kind, theirs_kind))
 
 
 def decided_by_kind(mine_kind: str, theirs_kind: str) -> bool:
@@ -63,23 +96,31 @@ def decided_by_kind(mine_kind: str, theirs_kind: str) -> bool:
     return bool(getattr(rule, "kind_only", False))
 
 
-def check(mine: Transaction, theirs: Transaction) -> Verdict:
-    """Decide how ``mine`` relates to ``theirs`` (committed after my read version)."""
+def check(mine: Transaction, theirs: Transaction, ctx: ConflictContext | None = None) -> Verdict:
+    """Decide how ``mine`` relates to ``theirs`` (committed after my read version).
+
+    ``ctx`` is needed by the data-aware rules; without it they answer RETRYABLE.
+    """
     rule = _RULES.get((mine.kind, theirs.kind))
     if rule is None:
         # Unknown pairs are treated as stale reads: re-executing is always safe.
         return Verdict(Outcome.RETRYABLE, f"no rule for {mine.kind} after {theirs.kind}")
-    return rule(mine, theirs)
+    return rule(mine, theirs, ctx)
 
 
-def resolve(mine: Transaction, theirs: Transaction, their_version: int) -> Transaction:
+def resolve(
+    mine: Transaction,
+    theirs: Transaction,
+    their_version: int,
+    ctx: ConflictContext | None = None,
+) -> Transaction:
     """``mine`` rebased over ``theirs``, or raise.
 
     Raises:
         RetryableCommitConflictError: re-execute the operation on the newest version.
         IncompatibleTransactionError: the operation can no longer be done.
     """
-    verdict = check(mine, theirs)
+    verdict = check(mine, theirs, ctx)
     _raise_unless_compatible(verdict, mine, theirs.kind, their_version)
     return verdict.rebased or mine
 
@@ -90,7 +131,7 @@ def resolve_kinds(mine: Transaction, theirs_kind: str, their_version: int) -> No
     Raises:
         RetryableCommitConflictError, IncompatibleTransactionError: as resolve.
     """
-    verdict = _RULES[(mine.kind, theirs_kind)](mine, mine)  # kind-only rules ignore them
+    verdict = _RULES[(mine.kind, theirs_kind)](mine, mine, None)  # kind-only: ignored
     _raise_unless_compatible(verdict, mine, theirs_kind, their_version)
 
 
@@ -111,7 +152,8 @@ def _raise_unless_compatible(
 _C, _R, _I = Outcome.COMPATIBLE, Outcome.RETRYABLE, Outcome.INCOMPATIBLE
 
 # Append adds fragments and touches nothing existing: it rebases over anything that
-# keeps the schema and the fragment list's identity.
+# keeps the schema and the fragment list's identity. (Serially, an append after a
+# delete or update is not affected by it, so this is exact.)
 for _theirs in OPERATION_KINDS:
     register_rule("Append", _theirs, fixed(_C, "appends touch no existing fragment"))
 register_rule(
@@ -131,3 +173,8 @@ for _theirs in OPERATION_KINDS:
 register_rule(
     "UpdateConfig", "UpdateConfig", fixed(_R, "concurrent config change: re-read and re-apply")
 )
+
+# The row-changing operations' rules live with their rebase logic.
+from s3ddb.commit import rebase as _rebase  # noqa: E402  (registers its rules)
+
+_rebase.register_rules(register_rule, fixed)

@@ -34,8 +34,9 @@ class Operation:
     def to_pb(self) -> Any:
         raise NotImplementedError
 
-    def new_fragments(self) -> tuple[FragmentMetadata, ...]:
-        """Fragments whose data files this operation wrote (deleted if it fails)."""
+    def written_paths(self) -> tuple[str, ...]:
+        """Files this operation wrote (relative to the dataset root): deleted if its
+        commit definitely fails."""
         return ()
 
 
@@ -55,8 +56,8 @@ class Append(Operation):
     def to_pb(self) -> tpb.Append:
         return tpb.Append(fragments=[f.to_pb() for f in self.fragments])
 
-    def new_fragments(self) -> tuple[FragmentMetadata, ...]:
-        return self.fragments
+    def written_paths(self) -> tuple[str, ...]:
+        return _data_paths(self.fragments)
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,7 @@ class Overwrite(Operation):
         known = {i for _p, i in self.schema.ids}
         for fragment in self.fragments:
             for data_file in fragment.files:
-                unknown = set(data_file.fields) - known
+                unknown = {i for i in data_file.fields if i >= 0} - known
                 if unknown:
                     raise InvalidInputError(
                         f"data file {data_file.path} holds field ids {sorted(unknown)} "
@@ -90,8 +91,8 @@ class Overwrite(Operation):
             config_upsert_values=self.config_upsert_values,
         )
 
-    def new_fragments(self) -> tuple[FragmentMetadata, ...]:
-        return self.fragments
+    def written_paths(self) -> tuple[str, ...]:
+        return _data_paths(self.fragments)
 
 
 @dataclass(frozen=True)
@@ -153,6 +154,10 @@ class OpaqueOperation(Operation):
 
 def operation_kind(op: Operation) -> str:
     return op.kind_name if isinstance(op, OpaqueOperation) else op.kind
+
+
+def _data_paths(fragments: tuple[FragmentMetadata, ...]) -> tuple[str, ...]:
+    return tuple(layout.data_file_path(d.path) for f in fragments for d in f.files)
 
 
 _PB_FIELD_TO_KIND = {

@@ -1,0 +1,333 @@
+"""Rebasing row-changing transactions (Delete, Update, merge_insert) over others.
+
+Serializability is the rule: my transaction may land after theirs only if the result
+equals running my operation *after* theirs. My operation read every row of the
+version it started from; theirs changed that version in three ways, each checked:
+
+  * rows it removed (deletion files, removed fragments): a delete of the same rows
+    is idempotent, so deletes merge their deletion vectors; an update or upsert of
+    a removed row would resurrect it, so it is retryable;
+  * rows it changed in place (REWRITE_COLUMNS): my predicate may now answer
+    differently for them;
+  * rows it added (new fragments of Append, Update, merge_insert): my predicate, or
+    my merge keys, may match them.
+
+For rows added or changed, my predicate is re-evaluated on exactly those rows (or my
+source keys compared with theirs). A Delete absorbs the answer: it deletes the added
+rows that match, which is what running it second would do. An Update or merge_insert
+whose predicate or keys match is retryable: re-executing it is the only way to apply
+its values to rows it never saw.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import pyarrow.compute as pc
+from pyroaring import BitMap
+
+from s3ddb.commit.conflicts import ConflictContext, Outcome, Rule, Verdict
+from s3ddb.commit.row_operations import Delete, KeyExistenceFilter, Update, UpdateMode, key_hashes
+from s3ddb.commit.transaction import OPERATION_KINDS, OpaqueOperation, Transaction
+from s3ddb.format.datafile import read_fragment
+from s3ddb.format.deletion import deletion_path, read_deleted_rows, write_deletion_file
+from s3ddb.format.fragment import FragmentMetadata
+from s3ddb.format.rows import all_rows, matching_rows
+
+_C, _R, _I = Outcome.COMPATIBLE, Outcome.RETRYABLE, Outcome.INCOMPATIBLE
+
+
+@dataclass
+class RowChanges:
+    """What one committed transaction did to the rows of the version before it."""
+
+    removed_fragments: set[int] = field(default_factory=set)
+    removed_rows: dict[int, BitMap] = field(default_factory=dict)
+    changed_rows: dict[int, BitMap] = field(default_factory=dict)
+    files_changed: set[int] = field(default_factory=set)
+    new_fragment_ids: list[int] = field(default_factory=list)
+    key_filter: KeyExistenceFilter | None = None
+
+
+def _visible(ctx: ConflictContext, fragment: FragmentMetadata) -> BitMap:
+    return all_rows(fragment.physical_rows) - read_deleted_rows(ctx.store, fragment)
+
+
+def their_changes(theirs: Transaction, ctx: ConflictContext) -> RowChanges:
+    """Compare the manifests around ``theirs``, using its recorded affected rows where
+    it has them (and the deletion files where it does not)."""
+    op = theirs.operation
+    recorded: dict[int, BitMap] = dict(getattr(op, "affected_rows", {}) or {})
+    in_place = isinstance(op, Update) and op.mode is UpdateMode.REWRITE_COLUMNS
+    before = {f.id: f for f in ctx.before.fragments}
+    after = {f.id: f for f in ctx.after.fragments}
+    out = RowChanges(
+        removed_fragments=set(before) - set(after),
+        new_fragment_ids=[i for i in after if i not in before],
+        key_filter=op.inserted_keys if isinstance(op, Update) else None,
+    )
+    for fid in set(before) & set(after):
+        b, a = before[fid], after[fid]
+        if a.deletion_file != b.deletion_file:
+            if fid in recorded and not in_place:
+                out.removed_rows[fid] = recorded[fid]
+            else:
+                out.removed_rows[fid] = read_deleted_rows(ctx.store, a) - read_deleted_rows(
+                    ctx.store, b
+                )
+        if a.files != b.files:
+            out.files_changed.add(fid)
+            out.changed_rows[fid] = recorded.get(fid) or _visible(ctx, a)
+    return out
+
+
+def _rows_to_recheck(changes: RowChanges, ctx: ConflictContext) -> dict[int, BitMap]:
+    """Rows theirs added or changed, per fragment of ``ctx.after``."""
+    after = {f.id: f for f in ctx.after.fragments}
+    out = {fid: _visible(ctx, after[fid]) for fid in changes.new_fragment_ids}
+    for fid, rows in changes.changed_rows.items():
+        out[fid] = out.get(fid, BitMap()) | rows
+    return {fid: rows for fid, rows in out.items() if rows}
+
+
+def _predicate(op: Delete | Update, ctx: ConflictContext) -> pc.Expression | None:
+    if op.predicate_expr is not None:
+        return op.predicate_expr
+    if isinstance(op, Update) and not op.predicate:
+        return pc.scalar(True)  # an update without a where clause changes every row
+    if not op.predicate:
+        return None
+    from s3ddb.errors import InvalidInputError
+    from s3ddb.expressions import parse_predicate
+
+    try:
+        return parse_predicate(op.predicate, ctx.after.schema.arrow)
+    except InvalidInputError:
+        return None  # e.g. a column was renamed: re-executing gives the clear error
+
+
+def _matching(
+    ctx: ConflictContext, fragment_id: int, predicate: pc.Expression, rows: BitMap
+) -> BitMap:
+    from s3ddb.expressions import referenced_columns
+
+    fragment = next(f for f in ctx.after.fragments if f.id == fragment_id)
+    schema = ctx.after.schema
+    columns = sorted(referenced_columns(predicate, schema.arrow))
+    table = read_fragment(ctx.store, fragment, schema, columns)
+    return matching_rows(table, predicate, rows)
+
+
+def _keys_written(ctx: ConflictContext, keys: tuple[str, ...], rows: dict[int, BitMap]) -> set[int]:
+    from s3ddb.format.rows import take_rows
+
+    out: set[int] = set()
+    after = {f.id: f for f in ctx.after.fragments}
+    for fid, wanted in rows.items():
+        table = read_fragment(ctx.store, after[fid], ctx.after.schema, list(keys))
+        out.update(key_hashes(take_rows(table, wanted), list(keys)))
+    return out
+
+
+def _apply_deletions(
+    ctx: ConflictContext,
+    affected: dict[int, BitMap],
+    recompute: set[int],
+    updated: dict[int, FragmentMetadata],
+    removed: set[int],
+) -> None:
+    """Re-derive my deletion state of the fragments in ``recompute`` from ``ctx.after``:
+    its deletion vector plus the rows I delete. Mutates the arguments."""
+    after = {f.id: f for f in ctx.after.fragments}
+    for fid in recompute:
+        updated.pop(fid, None)
+        removed.discard(fid)
+        fragment = after[fid]
+        already = read_deleted_rows(ctx.store, fragment)
+        mine = affected.get(fid, BitMap()) - already
+        if not mine:
+            affected.pop(fid, None)
+            continue
+        affected[fid] = mine
+        total = already | mine
+        if len(total) >= fragment.physical_rows:
+            removed.add(fid)
+            continue
+        deletion = write_deletion_file(ctx.store, fid, ctx.after.version, total)
+        new = fragment.with_deletion_file(deletion)
+        ctx.written.append(deletion_path(new))
+        updated[fid] = new
+
+
+def rebase_delete(mine: Transaction, theirs: Transaction, ctx: ConflictContext | None) -> Verdict:
+    """Deletes always rebase over appends, deletes and updates: deleted rows stay
+    deleted, and the predicate is re-applied to the rows theirs added or changed."""
+    if ctx is None:
+        return Verdict(_R, "the rows both touched cannot be compared without the data")
+    op = mine.operation
+    assert isinstance(op, Delete)
+    changes = their_changes(theirs, ctx)
+    affected = {fid: BitMap(rows) for fid, rows in op.affected_rows.items()}
+    for fid in changes.removed_fragments:
+        affected.pop(fid, None)
+    recompute = {fid for fid in affected if fid in changes.removed_rows}
+    recheck = _rows_to_recheck(changes, ctx)
+    if recheck:
+        predicate = _predicate(op, ctx)
+        if predicate is None:
+            return Verdict(_R, "rows were added concurrently and the predicate cannot be re-read")
+        for fid, rows in recheck.items():
+            old = affected.get(fid, BitMap())
+            new = (old - rows) | _matching(ctx, fid, predicate, rows)
+            if new != old:
+                affected[fid] = new
+                recompute.add(fid)
+    updated = {f.id: f for f in op.updated_fragments if f.id in affected}
+    removed = {i for i in op.deleted_fragment_ids if i in affected}
+    if (
+        recompute
+        or len(updated) != len(op.updated_fragments)
+        or len(removed) != len(op.deleted_fragment_ids)
+    ):
+        _apply_deletions(ctx, affected, recompute, updated, removed)
+        rebased = replace(
+            op,
+            updated_fragments=tuple(updated[i] for i in sorted(updated)),
+            deleted_fragment_ids=tuple(sorted(removed)),
+            affected_rows=affected,
+        )
+        return Verdict(_C, "deletion vectors merged", replace(mine, operation=rebased))
+    return Verdict(_C, "the rows deleted and the rows added or changed are disjoint")
+
+
+def rebase_update(mine: Transaction, theirs: Transaction, ctx: ConflictContext | None) -> Verdict:
+    """Updates and upserts rebase only when theirs touched none of their rows and
+    added no row their predicate (or keys) would have matched."""
+    if ctx is None:
+        return Verdict(_R, "the rows both touched cannot be compared without the data")
+    op = mine.operation
+    assert isinstance(op, Update)
+    what = "merge_insert" if op.is_merge else "update"
+    changes = their_changes(theirs, ctx)
+    for fid, rows in op.affected_rows.items():
+        if fid in changes.removed_fragments:
+            return Verdict(_R, f"fragment {fid}, whose rows this {what} changed, was removed")
+        clash = rows & (
+            changes.removed_rows.get(fid, BitMap()) | changes.changed_rows.get(fid, BitMap())
+        )
+        if clash:
+            return Verdict(
+                _R,
+                f"{len(clash)} row(s) of fragment {fid} that this {what} changed were "
+                f"deleted or changed concurrently (first: offset {clash.min()})",
+            )
+        if op.mode is UpdateMode.REWRITE_COLUMNS and fid in changes.files_changed:
+            return Verdict(_R, f"columns of fragment {fid} were rewritten concurrently")
+    recheck = _rows_to_recheck(changes, ctx)
+    stale = _stale_read(op, ctx, changes, recheck)
+    if stale:
+        return Verdict(_R, stale)
+    recompute = (
+        {f.id for f in op.updated_fragments if f.id in changes.removed_rows}
+        if op.mode is UpdateMode.REWRITE_ROWS
+        else set()
+    )
+    if not recompute:
+        return Verdict(_C, f"theirs touched no row this {what} read or changed")
+    affected = {fid: BitMap(rows) for fid, rows in op.affected_rows.items()}
+    updated = {f.id: f for f in op.updated_fragments}
+    removed = set(op.removed_fragment_ids)
+    _apply_deletions(ctx, affected, recompute, updated, removed)
+    rebased = replace(
+        op,
+        updated_fragments=tuple(updated[i] for i in sorted(updated)),
+        removed_fragment_ids=tuple(sorted(removed)),
+        affected_rows=affected,
+    )
+    return Verdict(_C, "deletion vectors merged", replace(mine, operation=rebased))
+
+
+def _stale_read(
+    op: Update, ctx: ConflictContext, changes: RowChanges, recheck: dict[int, BitMap]
+) -> str | None:
+    """Why rows theirs added or changed make my read stale, or None."""
+    if not recheck:
+        return None
+    if not op.is_merge:
+        predicate = _predicate(op, ctx)
+        if predicate is None:
+            return "rows were added concurrently and the where clause cannot be re-read"
+        for fid, rows in recheck.items():
+            if _matching(ctx, fid, predicate, rows):
+                return (
+                    f"rows added or changed concurrently (fragment {fid}) match the where "
+                    "clause; re-run the update to change them too"
+                )
+        return None
+    if op.deletes_unmatched:
+        return "rows were added concurrently; this merge would have deleted those its source lacks"
+    if not op.merge_keys or not op.source_key_hashes:
+        return "rows were added concurrently and this merge's keys are not known here"
+    key_ids = tuple(ctx.after.schema.top_level_ids(list(op.merge_keys)))
+    theirs_filter = changes.key_filter
+    if theirs_filter is not None and theirs_filter.field_ids == key_ids:
+        # Their filter covers every row they wrote: no need to read their files.
+        hit = theirs_filter.intersects(op.source_key_hashes)
+        rest = {fid: r for fid, r in recheck.items() if fid in changes.changed_rows}
+        hit = hit or bool(_keys_written(ctx, op.merge_keys, rest) & op.source_key_hashes)
+    else:
+        hit = bool(_keys_written(ctx, op.merge_keys, recheck) & op.source_key_hashes)
+    if hit:
+        return (
+            f"a key of this merge ({', '.join(op.merge_keys)}) was written concurrently; "
+            "re-run the merge so that it updates that row instead of duplicating it"
+        )
+    return None
+
+
+def _fragments_named(message: Any, theirs_kind: str) -> set[int]:
+    if theirs_kind == "Rewrite":
+        return {f.id for group in message.groups for f in group.old_fragments}
+    return {r.fragment_id for r in message.replacements}
+
+
+def _touched_by(op: Delete | Update) -> set[int]:
+    ids = set(op.affected_rows) | {f.id for f in op.updated_fragments}
+    ids |= set(op.deleted_fragment_ids if isinstance(op, Delete) else op.removed_fragment_ids)
+    return ids
+
+
+def _fragment_overlap(
+    mine: Transaction, theirs: Transaction, ctx: ConflictContext | None
+) -> Verdict:
+    """Rewrite (compaction) and DataReplacement move or replace whole fragments."""
+    op, their_op = mine.operation, theirs.operation
+    assert isinstance(op, (Delete, Update))
+    if not isinstance(their_op, OpaqueOperation):
+        return Verdict(_R, f"{theirs.kind} is not understood by this version")
+    overlap = _touched_by(op) & _fragments_named(their_op.message, theirs.kind)
+    if overlap:
+        return Verdict(_R, f"fragments {sorted(overlap)} were rewritten concurrently")
+    return Verdict(_C, "theirs rewrote no fragment this transaction changed")
+
+
+def register_rules(
+    register_rule: Callable[[str, str, Rule], None],
+    fixed: Callable[[Outcome, str], Rule],
+) -> None:
+    """Register the rules of Delete and Update (merge_insert) against every kind."""
+    for mine in ("Delete", "Update"):
+        data_rule = rebase_delete if mine == "Delete" else rebase_update
+        for theirs in OPERATION_KINDS:
+            register_rule(mine, theirs, fixed(_C, "touches no rows or schema"))
+        for theirs in ("Append", "Delete", "Update"):
+            register_rule(mine, theirs, data_rule)
+        register_rule(mine, "Overwrite", fixed(_R, "the dataset was overwritten"))
+        register_rule(mine, "Restore", fixed(_R, "the dataset was restored to another version"))
+        register_rule(mine, "Merge", fixed(_R, "columns were added"))
+        register_rule(mine, "Project", fixed(_R, "the schema changed"))
+        register_rule(mine, "Clone", fixed(_I, "clone is only valid as a dataset's first commit"))
+        register_rule(mine, "Rewrite", _fragment_overlap)
+        register_rule(mine, "DataReplacement", _fragment_overlap)

@@ -1,0 +1,297 @@
+"""merge_insert: upsert source rows into a dataset by key (the Lance builder API).
+
+    ds.merge_insert("id") \\
+      .when_matched_update_all() \\
+      .when_not_matched_insert_all() \\
+      .execute(new_rows)
+
+A target row *matches* a source row when every key column is equal (SQL equality:
+a NULL key never matches, so a source row with a NULL key is always "not matched").
+Matched target rows are replaced by their source row (REWRITE_ROWS: deleted where they
+are and written, with the inserted rows, into new fragments). The commit carries a
+key-existence filter of every key written, and the conflict resolver refuses to let
+two merges that wrote one key both land: the second is retried, so that it updates the
+row the first inserted rather than inserting a duplicate.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyroaring import BitMap
+
+from s3ddb._data import to_arrow_table
+from s3ddb.commit.row_operations import KeyExistenceFilter, Update, key_hashes
+from s3ddb.errors import ColumnNotFoundError, InvalidInputError
+from s3ddb.expressions import parse_predicate, referenced_columns
+from s3ddb.format import layout
+from s3ddb.format.datafile import read_fragment, write_fragments_from_table
+from s3ddb.format.deletion import read_deleted_rows
+from s3ddb.format.fragment import FragmentMetadata
+from s3ddb.format.manifest import Manifest
+from s3ddb.format.rows import all_rows, matching_rows, take_rows
+from s3ddb.format.schema import conform
+from s3ddb.io.object_store import ObjectStore
+from s3ddb.row_changes import DeletionPlan, FileTracker, parallel_map, write_deletions
+
+if TYPE_CHECKING:
+    from s3ddb.dataset import Dataset
+
+_FRAG, _ROW, _SRC = "__s3ddb_fragment", "__s3ddb_row", "__s3ddb_source_row"
+
+
+class MergeInsertBuilder:
+    """Configure a merge, then :meth:`execute` it. Each method returns the builder.
+
+    Without any ``when_*`` clause a merge does nothing but check its input; the usual
+    upsert is ``when_matched_update_all().when_not_matched_insert_all()``.
+    """
+
+    def __init__(self, dataset: Dataset, on: str | list[str]) -> None:
+        keys = [on] if isinstance(on, str) else list(on)
+        if not keys or not all(isinstance(k, str) for k in keys):
+            raise InvalidInputError("merge_insert(on=...) needs one or more key column names")
+        missing = [k for k in keys if k not in dataset.schema.names]
+        if missing:
+            raise ColumnNotFoundError(
+                f"merge_insert key column(s) {missing} not in {dataset.uri}; columns are "
+                f"{dataset.schema.names}"
+            )
+        self._dataset = dataset
+        self.on = tuple(keys)
+        self.update_matched = False
+        self.update_condition: str | pc.Expression | None = None
+        self.insert_unmatched = False
+        self.delete_unmatched_by_source = False
+        self.delete_condition: str | pc.Expression | None = None
+        self.retries: int | None = None
+        self.timeout: float | None = None
+
+    def when_matched_update_all(
+        self, condition: str | pc.Expression | None = None
+    ) -> MergeInsertBuilder:
+        """Replace matched target rows by their source row. ``condition`` (SQL over
+        ``target.<col>`` and ``source.<col>``, e.g. ``"source.ts > target.ts"``)
+        limits which matched rows are replaced."""
+        self.update_matched = True
+        self.update_condition = condition
+        return self
+
+    def when_not_matched_insert_all(self) -> MergeInsertBuilder:
+        """Insert source rows that match no target row."""
+        self.insert_unmatched = True
+        return self
+
+    def when_not_matched_by_source_delete(
+        self, expr: str | pc.Expression | None = None
+    ) -> MergeInsertBuilder:
+        """Delete target rows that match no source row (only those matching ``expr``,
+        a predicate over the target's columns, if given)."""
+        self.delete_unmatched_by_source = True
+        self.delete_condition = expr
+        return self
+
+    def conflict_retries(self, retries: int) -> MergeInsertBuilder:
+        """How often to re-execute the merge on the newest version after a retryable
+        conflict (default: the dataset's)."""
+        self.retries = retries
+        return self
+
+    def retry_timeout(self, seconds: float) -> MergeInsertBuilder:
+        """Stop re-executing after this many seconds."""
+        self.timeout = seconds
+        return self
+
+    def execute(self, data: Any) -> dict[str, int]:
+        """Run the merge with ``data`` as the source and commit it.
+
+        Returns ``{"num_inserted_rows", "num_updated_rows", "num_deleted_rows"}``. The
+        dataset moves to the version committed (unchanged if the merge changed nothing).
+
+        Raises:
+            SchemaMismatchError: ``data`` does not have the dataset's columns and types.
+            InvalidInputError: the source holds one key twice.
+            RetryableCommitConflictError: ``conflict_retries(0)`` and a concurrent
+                commit changed what this merge would do.
+            TooMuchWriteContentionError: the retries ran out.
+        """
+        ds = self._dataset
+        source = conform(to_arrow_table(data), ds.schema, where=ds.uri)
+        _check_unique_keys(source, self.on)
+        return ds._run_planned(
+            "merge_insert",
+            lambda manifest: plan_merge(ds.handler.store, manifest, self, source, ds.uri),
+            self.retries,
+            self.timeout,
+        )
+
+
+def _check_unique_keys(source: pa.Table, keys: tuple[str, ...]) -> None:
+    hashes = key_hashes(source, list(keys))
+    if len(hashes) != len(set(hashes)):
+        counts = source.group_by(list(keys)).aggregate([([], "count_all")])
+        dup = counts.filter(pc.greater(counts.column("count_all"), 1)).slice(0, 1).to_pylist()
+        raise InvalidInputError(
+            f"merge_insert source has more than one row for key {dup[0] if dup else '?'} "
+            f"of ({', '.join(keys)}): which one should win is ambiguous"
+        )
+
+
+def _condition(expr: str | pc.Expression, target: pa.Schema) -> pc.Expression:
+    """A predicate over ``target.<col>`` and ``source.<col>`` (both of the dataset's
+    schema), compiled against a schema of two struct columns."""
+    struct = pa.struct(list(target))
+    schema = pa.schema([pa.field("target", struct), pa.field("source", struct)])
+    return parse_predicate(expr, schema)
+
+
+def plan_merge(
+    store: ObjectStore,
+    manifest: Manifest,
+    builder: MergeInsertBuilder,
+    source: pa.Table,
+    uri: str,
+) -> tuple[Update | None, dict[str, int]]:
+    """The Update that merges ``source`` into ``manifest``'s version, and its counts."""
+    schema = manifest.schema
+    keys = list(builder.on)
+    names = list(schema.arrow.names)
+    delete_expr = (
+        parse_predicate(builder.delete_condition, schema.arrow)
+        if builder.delete_condition is not None
+        else None
+    )
+    update_expr = (
+        _condition(builder.update_condition, schema.arrow)
+        if builder.update_condition is not None
+        else None
+    )
+    wanted = set(keys)
+    if delete_expr is not None:
+        wanted |= referenced_columns(delete_expr, schema.arrow)
+    if update_expr is not None:
+        wanted = set(names)  # the condition may read any target column
+    columns = [n for n in names if n in wanted]
+
+    def scan(fragment: FragmentMetadata) -> tuple[FragmentMetadata, BitMap, pa.Table]:
+        deleted = read_deleted_rows(store, fragment)
+        visible = all_rows(fragment.physical_rows) - deleted
+        table = read_fragment(store, fragment, schema, columns)
+        positions = np.fromiter(visible, dtype=np.int64, count=len(visible))
+        rows = table.take(pa.array(positions)).append_column(
+            _FRAG, pa.array(np.full(len(positions), fragment.id, dtype=np.int64))
+        )
+        return fragment, deleted, rows.append_column(_ROW, pa.array(positions))
+
+    scanned = parallel_map(scan, list(manifest.fragments))
+    deleted_before = {f.id: d for f, d, _t in scanned}
+    target = (
+        pa.concat_tables([t for _f, _d, t in scanned])
+        if scanned
+        else pa.schema(
+            [schema.arrow.field(c) for c in columns]
+            + [pa.field(_FRAG, pa.int64()), pa.field(_ROW, pa.int64())]
+        ).empty_table()
+    )
+    indexed = source.append_column(_SRC, pa.array(np.arange(source.num_rows, dtype=np.int64)))
+    matched = target.join(
+        indexed.select([*keys, _SRC]), keys=keys, join_type="inner", use_threads=False
+    )
+    matched_sources = set(matched.column(_SRC).to_pylist())
+
+    removed: dict[int, BitMap] = {}
+    written_rows: list[pa.Table] = []
+    n_updated = n_inserted = n_deleted = 0
+    if builder.update_matched and matched.num_rows:
+        pairs = matched
+        if update_expr is not None:
+            pairs = _filter_pairs(matched, source, update_expr, names)
+        n_updated = pairs.num_rows
+        _add_rows(removed, pairs)
+        written_rows.append(source.take(pairs.column(_SRC)))
+    if builder.insert_unmatched:
+        unmatched = [i for i in range(source.num_rows) if i not in matched_sources]
+        if unmatched:
+            n_inserted = len(unmatched)
+            written_rows.append(source.take(pa.array(unmatched, pa.int64())))
+    if builder.delete_unmatched_by_source and target.num_rows:
+        keyed = set(zip(matched.column(_FRAG).to_pylist(), matched.column(_ROW).to_pylist()))
+        candidates = target
+        if delete_expr is not None:
+            candidates = target.filter(delete_expr)
+        frags, rows = candidates.column(_FRAG).to_pylist(), candidates.column(_ROW).to_pylist()
+        gone = [(f, r) for f, r in zip(frags, rows) if (f, r) not in keyed]
+        n_deleted = len(gone)
+        for f, r in gone:
+            removed.setdefault(f, BitMap()).add(r)
+    counts = {
+        "num_inserted_rows": n_inserted,
+        "num_updated_rows": n_updated,
+        "num_deleted_rows": n_deleted,
+    }
+    if not removed and not written_rows:
+        return None, counts
+    files = FileTracker(store)
+    with files.cleanup_on_error():
+        new: list[FragmentMetadata] = []
+        written = pa.concat_tables(written_rows) if written_rows else None
+        if written is not None and written.num_rows:
+            new = write_fragments_from_table(store, written, schema)
+            for fragment in new:
+                for data_file in fragment.files:
+                    files.add(layout.data_file_path(data_file.path))
+        plan = DeletionPlan(deleted_before, removed)
+        changed, removed_ids = write_deletions(store, manifest, plan, files)
+        op = Update(
+            removed_fragment_ids=tuple(removed_ids),
+            updated_fragments=tuple(changed),
+            new_fragments=tuple(new),
+            inserted_keys=KeyExistenceFilter(
+                tuple(schema.top_level_ids(keys)),
+                frozenset(key_hashes(written, keys)) if written is not None else frozenset(),
+            ),
+            predicate=_describe(builder),
+            affected_rows=removed,
+            merge_keys=builder.on,
+            source_key_hashes=frozenset(key_hashes(source, keys)),
+            deletes_unmatched=builder.delete_unmatched_by_source,
+        )
+    return op, counts
+
+
+def _filter_pairs(
+    matched: pa.Table, source: pa.Table, condition: pc.Expression, names: list[str]
+) -> pa.Table:
+    target_rows = matched.select(names)
+    source_rows = source.take(matched.column(_SRC))
+    both = pa.table(
+        {
+            "target": pa.StructArray.from_arrays(
+                [c.combine_chunks() for c in target_rows.columns], fields=list(target_rows.schema)
+            ),
+            "source": pa.StructArray.from_arrays(
+                [c.combine_chunks() for c in source_rows.columns], fields=list(source_rows.schema)
+            ),
+        }
+    )
+    keep = matching_rows(both, condition)
+    return take_rows(matched, keep)
+
+
+def _add_rows(removed: dict[int, BitMap], pairs: pa.Table) -> None:
+    for f, r in zip(pairs.column(_FRAG).to_pylist(), pairs.column(_ROW).to_pylist()):
+        removed.setdefault(f, BitMap()).add(r)
+
+
+def _describe(builder: MergeInsertBuilder) -> str:
+    parts = [f"merge_insert on ({', '.join(builder.on)})"]
+    if builder.update_matched:
+        parts.append("when matched update all")
+    if builder.insert_unmatched:
+        parts.append("when not matched insert all")
+    if builder.delete_unmatched_by_source:
+        parts.append("when not matched by source delete")
+    return ": ".join([parts[0], ", ".join(parts[1:])]) if len(parts) > 1 else parts[0]

@@ -1,0 +1,372 @@
+"""Planning delete and update: from a pinned manifest and a predicate to an operation.
+
+A plan reads the version it is given, writes the files the change needs (deletion
+files, data files) and returns the operation to commit. It commits nothing: the
+caller commits with the manifest's version as the read version, and on a retryable
+conflict plans again on the newest version. Files of a plan that fails are deleted
+before the error propagates, so nothing half-written is left behind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from typing import Literal, TypeVar
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyroaring import BitMap
+
+from s3ddb.commit.row_operations import TOMBSTONE_FIELD_ID, Delete, Update, UpdateMode
+from s3ddb.errors import (
+    ColumnNotFoundError,
+    InvalidExpressionError,
+    InvalidInputError,
+    SchemaMismatchError,
+)
+from s3ddb.expressions import parse_predicate, parse_value_expression, referenced_columns
+from s3ddb.format import layout
+from s3ddb.format.datafile import read_fragment, write_data_file, write_fragments_from_table
+from s3ddb.format.deletion import deletion_path, read_deleted_rows, write_deletion_file
+from s3ddb.format.fragment import FragmentMetadata
+from s3ddb.format.manifest import Manifest
+from s3ddb.format.rows import all_rows, evaluate, matching_rows, take_rows
+from s3ddb.format.schema import conform
+from s3ddb.io.object_store import ObjectStore
+
+RewriteMode = Literal["auto", "rows", "columns"]
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class DeletionPlan:
+    """Rows to delete per fragment, and the fragments' current deletion state."""
+
+    deleted_before: dict[int, BitMap]
+    rows: dict[int, BitMap]
+
+    @property
+    def num_rows(self) -> int:
+        return sum(len(r) for r in self.rows.values())
+
+
+class FileTracker:
+    """Remembers the files a plan wrote, to delete them if the plan fails."""
+
+    def __init__(self, store: ObjectStore) -> None:
+        self.store = store
+        self.paths: list[str] = []
+
+    def add(self, path: str) -> None:
+        self.paths.append(path)
+
+    @contextmanager
+    def cleanup_on_error(self) -> Iterator[FileTracker]:
+        try:
+            yield self
+        except BaseException:
+            for path in self.paths:
+                try:
+                    self.store.delete(path)
+                except Exception:  # best effort: the real error matters more
+                    pass
+            raise
+
+
+def parallel_map(fn: Callable[[FragmentMetadata], T], fragments: list[FragmentMetadata]) -> list[T]:
+    """``fn`` over fragments, in parallel (object stores reward it), results in order."""
+    if len(fragments) <= 1:
+        return [fn(f) for f in fragments]
+    with ThreadPoolExecutor(max_workers=min(8, len(fragments))) as pool:
+        return list(pool.map(fn, fragments))
+
+
+def find_rows(
+    store: ObjectStore, manifest: Manifest, predicate: pc.Expression | None
+) -> DeletionPlan:
+    """The visible rows matching ``predicate`` (None: every visible row), per fragment."""
+    schema = manifest.schema
+    columns = sorted(referenced_columns(predicate, schema.arrow)) if predicate is not None else []
+
+    def scan(fragment: FragmentMetadata) -> tuple[int, BitMap, BitMap]:
+        deleted = read_deleted_rows(store, fragment)
+        visible = all_rows(fragment.physical_rows) - deleted
+        if predicate is None or not visible:
+            return fragment.id, deleted, visible
+        table = read_fragment(store, fragment, schema, columns)
+        return fragment.id, deleted, matching_rows(table, predicate, visible)
+
+    before, rows = {}, {}
+    for fid, deleted, matched in parallel_map(scan, list(manifest.fragments)):
+        before[fid] = deleted
+        if matched:
+            rows[fid] = matched
+    return DeletionPlan(before, rows)
+
+
+def write_deletions(
+    store: ObjectStore, manifest: Manifest, plan: DeletionPlan, files: FileTracker
+) -> tuple[list[FragmentMetadata], list[int]]:
+    """Deletion files for ``plan``: (fragments with a new deletion file, ids of
+    fragments now wholly deleted)."""
+    updated, removed = [], []
+    for fragment in manifest.fragments:
+        rows = plan.rows.get(fragment.id)
+        if not rows:
+            continue
+        total = plan.deleted_before[fragment.id] | rows
+        if len(total) >= fragment.physical_rows:
+            removed.append(fragment.id)
+            continue
+        deletion = write_deletion_file(store, fragment.id, manifest.version, total)
+        new = fragment.with_deletion_file(deletion)
+        files.add(deletion_path(new))
+        updated.append(new)
+    return updated, removed
+
+
+def predicate_text(predicate: str | pc.Expression) -> str:
+    return predicate if isinstance(predicate, str) else str(predicate)
+
+
+def plan_delete(
+    store: ObjectStore, manifest: Manifest, predicate: str | pc.Expression
+) -> tuple[Delete | None, int]:
+    """A Delete of the rows matching ``predicate`` (None if no row matches) and the
+    number of rows it deletes.
+
+    Raises:
+        ColumnNotFoundError, InvalidExpressionError: a bad predicate.
+    """
+    if isinstance(predicate, str) and not predicate.strip():
+        raise InvalidExpressionError("delete needs a predicate; to delete every row use 'true'")
+    expr = parse_predicate(predicate, manifest.schema.arrow)
+    plan = find_rows(store, manifest, expr)
+    if not plan.rows:
+        return None, 0
+    files = FileTracker(store)
+    with files.cleanup_on_error():
+        updated, removed = write_deletions(store, manifest, plan, files)
+        op = Delete(
+            tuple(updated),
+            tuple(removed),
+            predicate_text(predicate),
+            plan.rows,
+            predicate_expr=expr,
+        )
+    return op, plan.num_rows
+
+
+# --- update ------------------------------------------------------------------------------
+
+
+def _type_family(t: pa.DataType) -> str:
+    if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t):
+        return "number"
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        return "string"
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_binary_view(t):
+        return "binary"
+    if pa.types.is_date(t) or pa.types.is_timestamp(t):
+        return "datetime"
+    return str(t)
+
+
+def compile_values(
+    values: Mapping[str, str | pc.Expression], schema: pa.Schema
+) -> dict[str, pc.Expression]:
+    """Value expressions, each cast to its column's type.
+
+    Raises:
+        InvalidInputError: ``values`` is empty or not a mapping of column names.
+        ColumnNotFoundError: a column to update does not exist.
+        SchemaMismatchError: a value's type would change the column's type (``id`` set
+            to text, a date set to a number): cast it explicitly.
+        InvalidExpressionError: a value does not parse or cannot be converted.
+    """
+    if not isinstance(values, Mapping) or not values:
+        raise InvalidInputError("update needs a non-empty mapping {column: SQL expression}")
+    out = {}
+    probe = schema.empty_table()
+    for column, value in values.items():
+        if column not in schema.names:
+            raise ColumnNotFoundError(
+                f"cannot update column {column!r}: no such column; columns are {schema.names}"
+            )
+        target = schema.field(column).type
+        raw = parse_value_expression(value, schema)
+        source = evaluate(probe, {"v": raw}).schema.field("v").type
+        if not pa.types.is_null(source) and _type_family(source) != _type_family(target):
+            raise SchemaMismatchError(
+                f"update of column {column!r} would change its type from {target} to "
+                f"{source} ({value!r}); an update keeps column types: CAST the value "
+                "explicitly if that is what you mean"
+            )
+        out[column] = parse_value_expression(value, schema, target_type=target)
+    return out
+
+
+def _apply_values(
+    rows: pa.Table, values: dict[str, pc.Expression], target: pa.Schema, where: str
+) -> pa.Table:
+    """``rows`` with ``values`` evaluated over them and conformed to ``target``."""
+    try:
+        computed = evaluate(rows, values)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+        raise InvalidExpressionError(
+            f"evaluating the update values failed: {str(exc).splitlines()[0]}"
+        ) from exc
+    columns = {
+        name: computed.column(name) if name in values else rows.column(name)
+        for name in rows.column_names
+    }
+    table = pa.table(columns)
+    return conform(table, pa.schema([target.field(n) for n in rows.column_names]), where=where)
+
+
+def choose_mode(
+    rewrite: RewriteMode, plan: DeletionPlan, manifest: Manifest, n_values: int
+) -> UpdateMode:
+    """REWRITE_COLUMNS when most rows of the touched fragments change but few columns
+    do: writing those columns whole is then cheaper than moving the rows."""
+    if rewrite == "rows":
+        return UpdateMode.REWRITE_ROWS
+    if rewrite == "columns":
+        return UpdateMode.REWRITE_COLUMNS
+    if rewrite != "auto":
+        raise InvalidInputError(f"rewrite must be 'auto', 'rows' or 'columns', got {rewrite!r}")
+    by_id = {f.id: f for f in manifest.fragments}
+    visible = sum(by_id[fid].num_rows for fid in plan.rows)
+    few_columns = n_values * 2 <= len(manifest.schema.arrow.names)
+    return (
+        UpdateMode.REWRITE_COLUMNS
+        if few_columns and plan.num_rows * 2 >= visible
+        else UpdateMode.REWRITE_ROWS
+    )
+
+
+def plan_update(
+    store: ObjectStore,
+    manifest: Manifest,
+    values: Mapping[str, str | pc.Expression],
+    where: str | pc.Expression | None,
+    *,
+    rewrite: RewriteMode = "auto",
+    uri: str = "",
+) -> tuple[Update | None, int]:
+    """An Update setting ``values`` on the rows matching ``where`` (all rows if None),
+    and the number of rows it changes (None if none match).
+
+    Raises:
+        ColumnNotFoundError, InvalidExpressionError, SchemaMismatchError: bad values or
+            predicate; nothing is written.
+    """
+    schema = manifest.schema
+    exprs = compile_values(values, schema.arrow)
+    predicate = parse_predicate(where, schema.arrow) if where is not None else None
+    plan = find_rows(store, manifest, predicate)
+    if not plan.rows:
+        return None, 0
+    mode = choose_mode(rewrite, plan, manifest, len(exprs))
+    files = FileTracker(store)
+    text = predicate_text(where) if where is not None else ""
+    with files.cleanup_on_error():
+        if mode is UpdateMode.REWRITE_COLUMNS:
+            updated = _rewrite_columns(store, manifest, plan, exprs, files, uri)
+            op = Update(
+                updated_fragments=updated,
+                fields_modified=tuple(schema.top_level_ids(list(exprs))),
+                mode=mode,
+                predicate=text,
+                affected_rows=plan.rows,
+                predicate_expr=predicate if predicate is not None else pc.scalar(True),
+            )
+        else:
+            new = _rewrite_rows(store, manifest, plan, exprs, files, uri)
+            changed, removed = write_deletions(store, manifest, plan, files)
+            op = Update(
+                removed_fragment_ids=tuple(removed),
+                updated_fragments=tuple(changed),
+                new_fragments=tuple(new),
+                mode=mode,
+                predicate=text,
+                affected_rows=plan.rows,
+                predicate_expr=predicate if predicate is not None else pc.scalar(True),
+            )
+    return op, plan.num_rows
+
+
+def _rewrite_rows(
+    store: ObjectStore,
+    manifest: Manifest,
+    plan: DeletionPlan,
+    values: dict[str, pc.Expression],
+    files: FileTracker,
+    uri: str,
+) -> list[FragmentMetadata]:
+    schema = manifest.schema
+    names = list(schema.arrow.names)
+    touched = [f for f in manifest.fragments if f.id in plan.rows]
+
+    def changed_rows(fragment: FragmentMetadata) -> pa.Table:
+        table = read_fragment(store, fragment, schema, names)
+        return _apply_values(take_rows(table, plan.rows[fragment.id]), values, schema.arrow, uri)
+
+    pieces = parallel_map(changed_rows, touched)
+    table = pa.concat_tables(pieces) if pieces else schema.arrow.empty_table()
+    new = write_fragments_from_table(store, table, schema)
+    for fragment in new:
+        for data_file in fragment.files:
+            files.add(layout.data_file_path(data_file.path))
+    return new
+
+
+def _rewrite_columns(
+    store: ObjectStore,
+    manifest: Manifest,
+    plan: DeletionPlan,
+    values: dict[str, pc.Expression],
+    files: FileTracker,
+    uri: str,
+) -> tuple[FragmentMetadata, ...]:
+    schema = manifest.schema
+    updated_names = list(values)
+    needed = set(updated_names)
+    for expr in values.values():
+        needed |= referenced_columns(expr, schema.arrow)
+    needed_names = [n for n in schema.arrow.names if n in needed]
+    modified = set(schema.top_level_ids(updated_names))
+    touched = [f for f in manifest.fragments if f.id in plan.rows]
+
+    def rewrite(fragment: FragmentMetadata) -> FragmentMetadata:
+        table = read_fragment(store, fragment, schema, needed_names)
+        rows = plan.rows[fragment.id]
+        # Values are computed for the matched rows only (an expression may fail, or
+        # yield NULL for a NOT NULL column, on rows the update does not touch).
+        new_values = _apply_values(take_rows(table, rows), values, schema.arrow, uri)
+        mask = np.zeros(fragment.physical_rows, dtype=bool)
+        mask[np.fromiter(rows, dtype=np.int64, count=len(rows))] = True
+        condition = pa.array(mask)
+        columns = [
+            pc.replace_with_mask(
+                table.column(n).combine_chunks(),
+                condition,
+                new_values.column(n).combine_chunks(),
+            )
+            for n in updated_names
+        ]
+        target = pa.schema([schema.arrow.field(n) for n in updated_names])
+        data_file = write_data_file(store, pa.Table.from_arrays(columns, schema=target), schema)
+        files.add(layout.data_file_path(data_file.path))
+        kept = tuple(
+            replace(d, fields=tuple(TOMBSTONE_FIELD_ID if i in modified else i for i in d.fields))
+            for d in fragment.files
+        )
+        return FragmentMetadata(
+            fragment.id, (*kept, data_file), fragment.physical_rows, fragment.deletion_file
+        )
+
+    return tuple(parallel_map(rewrite, touched))
