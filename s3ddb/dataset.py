@@ -403,12 +403,14 @@ class Dataset:
             op, n = plan_delete(self._handler.store, manifest, predicate)
             return op, {"num_deleted_rows": op.num_deleted_rows if op else n}
 
+        prior = self._last_commit
         result = self._run_planned("delete", plan, conflict_retries, retry_timeout)
-        if self._last_commit is not None and isinstance(
-            self._last_commit.transaction.operation, Delete
-        ):
+        landed = self._last_commit
+        if landed is not prior and landed is not None:
             # A rebase may have merged rows deleted concurrently: report what landed.
-            result["num_deleted_rows"] = self._last_commit.transaction.operation.num_deleted_rows
+            operation = landed.transaction.operation
+            if isinstance(operation, Delete):
+                result["num_deleted_rows"] = operation.num_deleted_rows
         return result
 
     def update(

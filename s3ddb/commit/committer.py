@@ -35,6 +35,7 @@ from s3ddb.errors import (
     TooMuchWriteContentionError,
 )
 from s3ddb.format import layout
+from s3ddb.format.deletion import deletion_path
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.naming import DEFAULT_NAMING, NamingScheme
 
@@ -170,7 +171,7 @@ def commit_transaction(
     except Exception as exc:
         # Nothing was claimed: every path above that could have claimed a version
         # returns or raises CommitStateUnknownError, so cleanup is safe.
-        _cleanup(handler, original, txn, written, exc)
+        _cleanup(handler, original, txn, written, exc, base)
         raise
 
 
@@ -213,11 +214,16 @@ def _catch_up(
         else:
             theirs = load_transaction(handler, theirs_manifest)
             if theirs is None:
-                if txn.kind != "Append" or theirs_manifest.operation != "Append":
+                kind = theirs_manifest.operation
+                if kind and conflicts.decided_by_kind(txn.kind, kind):
+                    conflicts.resolve_kinds(txn, kind, location.version)
+                else:
                     raise RetryableCommitConflictError(
                         f"the transaction of version {location.version} of "
                         f"{handler.store.url} is missing; cannot tell whether it conflicts"
                     )
+            elif conflicts.decided_by_kind(txn.kind, theirs.kind):
+                conflicts.resolve_kinds(txn, theirs.kind, location.version)
             else:
                 if previous is None:
                     previous = handler.load_manifest(handler.location_of(location.version - 1))
@@ -278,17 +284,30 @@ def _discard_superseded(
             log.warning("could not delete superseded file %s: %s", path, exc)
 
 
+def _referenced_paths(manifest: Manifest) -> set[str]:
+    out: set[str] = set()
+    for fragment in manifest.fragments:
+        out.update(layout.data_file_path(d.path) for d in fragment.files)
+        if fragment.deletion_file is not None:
+            out.add(deletion_path(fragment))
+    return out
+
+
 def _cleanup(
     handler: CommitHandler,
     original: Transaction,
     final: Transaction,
     written: list[str],
     exc: BaseException,
+    base: Manifest | None,
 ) -> None:
     paths = list(written)
     for t in (original, final):
         paths.extend(t.operation.written_paths())
-    for path in dict.fromkeys(paths):
+    # Never delete what the read version references, whatever an operation built
+    # elsewhere (Dataset.commit) claims to have written.
+    referenced = _referenced_paths(base) if base is not None else set()
+    for path in dict.fromkeys(p for p in paths if p not in referenced):
         try:
             handler.store.delete(path)
         except Exception as cleanup_exc:  # best effort: never hide the real error

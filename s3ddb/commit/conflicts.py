@@ -140,8 +140,9 @@ def _raise_unless_compatible(
 ) -> None:
     if verdict.outcome is Outcome.COMPATIBLE:
         return
+    label = "merge_insert (Update)" if getattr(mine.operation, "is_merge", False) else mine.kind
     message = (
-        f"{mine.kind} (read version {mine.read_version}) conflicts with {theirs_kind} "
+        f"{label} (read version {mine.read_version}) conflicts with {theirs_kind} "
         f"committed as version {their_version}: {verdict.reason}"
     )
     if verdict.outcome is Outcome.RETRYABLE:

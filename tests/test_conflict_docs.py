@@ -1,0 +1,55 @@
+"""docs/conflicts.md states the conflict matrix; it must match the registered rules."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from s3ddb.commit import conflicts
+from s3ddb.commit.transaction import OPERATION_KINDS
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "conflicts.md"
+_WORD = {"compatible": "rebase", "retryable": "retry", "incompatible": "refuse"}
+
+
+def _documented() -> dict[tuple[str, str], str]:
+    text = DOC.read_text()
+    table = text.split("<!-- matrix:begin -->")[1].split("<!-- matrix:end -->")[0]
+    lines = [line for line in table.strip().splitlines() if line.startswith("|")]
+    header = [c.strip() for c in lines[0].strip("|").split("|")][1:]
+    out = {}
+    for line in lines[2:]:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        mine = cells[0].strip("*")
+        for theirs, cell in zip(header, cells[1:]):
+            out[(mine, theirs)] = cell
+    return out
+
+
+def _registered(mine: str, theirs: str) -> str:
+    rule = conflicts.rule_for(mine, theirs)
+    assert rule is not None, f"no rule for {mine} after {theirs}"
+    if getattr(rule, "kind_only", False):
+        return _WORD[rule.outcome.value]  # type: ignore[attr-defined]
+    return "data"
+
+
+def test_matrix_lists_every_kind_as_theirs() -> None:
+    documented = _documented()
+    assert {t for _m, t in documented} == set(OPERATION_KINDS)
+
+
+def test_every_documented_cell_matches_the_registered_rule() -> None:
+    documented = _documented()
+    mismatches = {
+        cell: (said, _registered(*cell))
+        for cell, said in documented.items()
+        if said != _registered(*cell)
+    }
+    assert not mismatches, f"docs/conflicts.md disagrees with the rules: {mismatches}"
+
+
+def test_every_committable_kind_has_a_row() -> None:
+    from s3ddb.commit.build import _BUILDERS
+
+    built = {op.kind for op in _BUILDERS}
+    assert {m for m, _t in _documented()} == built
