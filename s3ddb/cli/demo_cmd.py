@@ -6,7 +6,8 @@
 4. Crash one writer (``os._exit``) right after its version is decided in DynamoDB,
    before the manifest is finalized.
 5. Show a reader finding the staged version and finalizing it.
-6. Print the history and a verification with a clear PASS/FAIL.
+6. Run deletes, an update and two upserts of the same keys as processes at once.
+7. Print the history and a verification with a clear PASS/FAIL.
 """
 
 from __future__ import annotations
@@ -40,6 +41,57 @@ def register(subparsers: Any) -> None:
     w.add_argument("writer", type=int)
     w.add_argument("appends", type=int)
     w.set_defaults(func=run_writer)
+    c = subparsers.add_parser("demo-change", help=argparse.SUPPRESS)
+    c.add_argument("uri")
+    c.add_argument("change", choices=sorted(CHANGES))
+    c.set_defaults(func=run_change)
+
+
+UPSERT_KEYS = range(9_000_000, 9_000_010)
+
+#: The row changes of step 6, each run by its own process at the same time.
+CHANGES: dict[str, str] = {
+    "delete-writer-0": "delete writer = 0",
+    "delete-writer-1-even": "delete writer = 1 AND event_id % 2 = 0",
+    "update-writer-2": "update payload = 'updated' where writer = 2",
+    "upsert-a": f"upsert event_id {UPSERT_KEYS.start}..{UPSERT_KEYS.stop - 1} (payload 'a')",
+    "upsert-b": f"upsert event_id {UPSERT_KEYS.start}..{UPSERT_KEYS.stop - 1} (payload 'b')",
+}
+
+
+def run_change(args: argparse.Namespace) -> int:
+    import pyarrow as pa
+
+    import s3ddb
+
+    ds = s3ddb.dataset(args.uri)
+    read_version = ds.version
+    result: dict[str, int]
+    if args.change == "delete-writer-0":
+        result = ds.delete("writer = 0")
+    elif args.change == "delete-writer-1-even":
+        result = ds.delete("writer = 1 AND event_id % 2 = 0")
+    elif args.change == "update-writer-2":
+        result = ds.update({"payload": "'updated'"}, where="writer = 2")
+    else:
+        tag = args.change[-1]
+        source = pa.table(
+            {
+                "event_id": pa.array(list(UPSERT_KEYS), pa.int64()),
+                "writer": pa.array([99] * len(UPSERT_KEYS), pa.int32()),
+                "payload": [f"upsert-{tag}"] * len(UPSERT_KEYS),
+            }
+        )
+        builder = ds.merge_insert("event_id").when_matched_update_all()
+        result = builder.when_not_matched_insert_all().execute(source)
+    attempts = ds.last_commit.attempts if ds.last_commit else 0
+    counts = ", ".join(f"{k.replace('num_', '').replace('_', ' ')} {v}" for k, v in result.items())
+    print(
+        f"{args.change}: read version {read_version}, committed version {ds.version} "
+        f"({attempts} attempt{'s' if attempts != 1 else ''}; {counts})",
+        flush=True,
+    )
+    return 0
 
 
 def _batch(writer: int, i: int) -> Any:
@@ -77,6 +129,69 @@ def _spawn(uri: str, writer: int, appends: int, env: dict[str, str]) -> subproce
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+def _spawn_change(uri: str, change: str, env: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "s3ddb.cli.main", "demo-change", uri, change],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _row_changes(uri: str, env: dict[str, str], so: dict[str, Any], check: Any) -> int:
+    """Step 6; returns the number of versions it committed."""
+    import s3ddb
+
+    before = s3ddb.dataset(uri, storage_options=so)
+    table = before.to_table(columns=["event_id", "writer"]).to_pylist()
+    print(
+        f"6. from version {before.version}, {len(CHANGES)} processes change rows at once "
+        "(conflicts are merged, or re-executed on the newest version):"
+    )
+    for change, what in CHANGES.items():
+        print(f"   - {change}: {what}")
+    procs = {c: _spawn_change(uri, c, env) for c in CHANGES}
+    ok = 0
+    for change, p in procs.items():
+        out, err = p.communicate(timeout=600)
+        if p.returncode == 0:
+            ok += 1
+            print(f"   {out.strip()}")
+        else:
+            print(f"   {change} FAILED:\n{err[-2000:]}", file=sys.stderr)
+    check("every row change committed", ok == len(CHANGES))
+    after = s3ddb.dataset(uri, storage_options=so)
+    rows = after.to_table().to_pylist()
+    by_writer = Counter(r["writer"] for r in rows)
+    check("writer 0's rows are deleted", by_writer[0] == 0)
+    odd_1 = sum(1 for r in table if r["writer"] == 1 and r["event_id"] % 2)
+    check(
+        "writer 1's even rows are deleted, its odd rows kept",
+        by_writer[1] == odd_1 and all(r["event_id"] % 2 for r in rows if r["writer"] == 1),
+    )
+    updated = [r["payload"] for r in rows if r["writer"] == 2]
+    check(
+        f"writer 2's {len(updated)} rows are updated",
+        bool(updated) and set(updated) == {"updated"},
+    )
+    upserted = Counter(r["event_id"] for r in rows if r["event_id"] in UPSERT_KEYS)
+    payloads = {r["payload"] for r in rows if r["event_id"] in UPSERT_KEYS}
+    check(
+        f"each of the {len(UPSERT_KEYS)} upserted keys exists exactly once, from one upsert",
+        sorted(upserted) == list(UPSERT_KEYS)
+        and set(upserted.values()) == {1}
+        and len(payloads) == 1,
+    )
+    untouched = [r for r in table if r["writer"] not in (0, 1, 2)]
+    check(
+        "every other row is unchanged",
+        Counter(r["event_id"] for r in untouched)
+        == Counter(r["event_id"] for r in rows if r["writer"] not in (0, 1, 2, 99)),
+    )
+    return after.version - before.version
 
 
 def run(args: argparse.Namespace) -> int:
@@ -169,7 +284,10 @@ def run(args: argparse.Namespace) -> int:
             not repaired.is_staged and ds.version == row.version,
         )
 
-        print("\n6. history (from DynamoDB):")
+        changed_versions = _row_changes(uri, env, so, check)
+        ds = s3ddb.dataset(uri, storage_options=so)
+
+        print("\n7. history (from DynamoDB):")
         rows = list(external.list_versions(parsed.base_uri))
         for v in ds.versions()[-8:]:
             committer = next((r.committer for r in rows if r.version == v.version), "")
@@ -177,18 +295,29 @@ def run(args: argparse.Namespace) -> int:
         if len(rows) > 8:
             print(f"   ... {len(rows) - 8} earlier versions")
 
-        print("\n7. verification")
-        expected_versions = list(range(1, 1 + 1 + args.writers * args.appends + 1))
+        print("\n8. verification")
+        expected_versions = list(
+            range(1, 1 + 1 + args.writers * args.appends + 1 + changed_versions)
+        )
         check(
             f"versions contiguous 1..{expected_versions[-1]}",
             [r.version for r in rows] == expected_versions,
         )
         check("every DynamoDB row finalized", not any(r.is_staged for r in rows))
         ids = Counter(ds.to_table(columns=["event_id"]).column("event_id").to_pylist())
-        expected_rows = ROWS_PER_APPEND * (1 + args.writers * args.appends + 1)
+        appended = {
+            w * 1_000_000 + i * 1_000 + k
+            for w in (999, *range(args.writers + 1))
+            for i in range(args.appends if w < args.writers else 1)
+            for k in range(ROWS_PER_APPEND)
+        }
+        expected_ids = {
+            i for i in appended if not (i // 1_000_000 == 0 or (i // 1_000_000 == 1 and i % 2 == 0))
+        } | set(UPSERT_KEYS)
         check(
-            f"every row exactly once ({expected_rows} rows, with the crashed writer's commit)",
-            len(ids) == expected_rows and all(c == 1 for c in ids.values()),
+            f"every row that should exist exists exactly once ({len(expected_ids)} rows, "
+            "with the crashed writer's commit)",
+            set(ids) == expected_ids and all(c == 1 for c in ids.values()),
         )
         copy_reader = s3ddb.dataset(parsed.object_url, storage_options=so)
         check("the S3-only reader now sees the latest version", copy_reader.version == ds.version)
