@@ -9,6 +9,7 @@ ds.to_table(filter="id < 10")
 from s3ddb import fragment
 from s3ddb._version import __version__
 from s3ddb.commit.committer import CommitConfig
+from s3ddb.commit.row_operations import Delete, Update, UpdateMode
 from s3ddb.commit.transaction import Append, Overwrite, Restore, Transaction, UpdateConfig
 from s3ddb.dataset import Dataset, VersionInfo, dataset, write_dataset
 from s3ddb.errors import *  # noqa: F403
@@ -21,12 +22,15 @@ __all__ = [
     "CommitConfig",
     "Dataset",
     "DatasetSchema",
+    "Delete",
     "FragmentMetadata",
     "Overwrite",
     "Restore",
     "S3DDBError",
     "Transaction",
+    "Update",
     "UpdateConfig",
+    "UpdateMode",
     "VersionInfo",
     "__version__",
     "dataset",

@@ -258,6 +258,7 @@ def plan_merge(
             merge_keys=builder.on,
             source_key_hashes=frozenset(key_hashes(source, keys)),
             deletes_unmatched=builder.delete_unmatched_by_source,
+            matched_rows=_rows_of(matched),
         )
     return op, counts
 
@@ -279,6 +280,12 @@ def _filter_pairs(
     )
     keep = matching_rows(both, condition)
     return take_rows(matched, keep)
+
+
+def _rows_of(pairs: pa.Table) -> dict[int, BitMap]:
+    out: dict[int, BitMap] = {}
+    _add_rows(out, pairs)
+    return out
 
 
 def _add_rows(removed: dict[int, BitMap], pairs: pa.Table) -> None:

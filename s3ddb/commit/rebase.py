@@ -211,17 +211,22 @@ def rebase_update(mine: Transaction, theirs: Transaction, ctx: ConflictContext |
     assert isinstance(op, Update)
     what = "merge_insert" if op.is_merge else "update"
     changes = their_changes(theirs, ctx)
-    for fid, rows in op.affected_rows.items():
+    # The rows this operation read and acted on: those it changed, and (merge) every
+    # target row it matched, changed or not (an insert-only merge skips them).
+    read = {fid: BitMap(rows) for fid, rows in op.affected_rows.items()}
+    for fid, rows in op.matched_rows.items():
+        read[fid] = read.get(fid, BitMap()) | rows
+    for fid, rows in read.items():
         if fid in changes.removed_fragments:
-            return Verdict(_R, f"fragment {fid}, whose rows this {what} changed, was removed")
+            return Verdict(_R, f"fragment {fid}, whose rows this {what} read, was removed")
         clash = rows & (
             changes.removed_rows.get(fid, BitMap()) | changes.changed_rows.get(fid, BitMap())
         )
         if clash:
             return Verdict(
                 _R,
-                f"{len(clash)} row(s) of fragment {fid} that this {what} changed were "
-                f"deleted or changed concurrently (first: offset {clash.min()})",
+                f"{len(clash)} row(s) of fragment {fid} that this {what} changed or matched "
+                f"were deleted or changed concurrently (first: offset {clash.min()})",
             )
         if op.mode is UpdateMode.REWRITE_COLUMNS and fid in changes.files_changed:
             return Verdict(_R, f"columns of fragment {fid} were rewritten concurrently")

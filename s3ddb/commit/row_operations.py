@@ -226,6 +226,8 @@ class Update(Operation):
         source_key_hashes: hashes of every source key (merge_insert only, in memory):
             a concurrent write of any of them changes what this merge should do.
         deletes_unmatched: the merge deletes target rows the source lacks.
+        matched_rows: target rows the merge matched, updated or not (in memory): a
+            concurrent delete or change of one makes its decision stale.
     """
 
     removed_fragment_ids: tuple[int, ...] = ()
@@ -240,6 +242,7 @@ class Update(Operation):
     merge_keys: tuple[str, ...] = field(default=(), compare=False)
     source_key_hashes: frozenset[int] = field(default=frozenset(), compare=False, repr=False)
     deletes_unmatched: bool = field(default=False, compare=False)
+    matched_rows: Mapping[int, BitMap] = field(default_factory=dict, compare=False, repr=False)
     kind: ClassVar[str] = "Update"
     pb_field: ClassVar[str] = "update"
 
@@ -250,6 +253,7 @@ class Update(Operation):
         object.__setattr__(self, "affected_rows", _frozen_rows(self.affected_rows))
         object.__setattr__(self, "merge_keys", tuple(self.merge_keys))
         object.__setattr__(self, "source_key_hashes", frozenset(self.source_key_hashes))
+        object.__setattr__(self, "matched_rows", _frozen_rows(self.matched_rows))
         if not isinstance(self.mode, UpdateMode):
             raise InvalidInputError(f"Update.mode must be an UpdateMode, got {self.mode!r}")
         _check_fragments("Update.updated_fragments", self.updated_fragments)
