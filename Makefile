@@ -38,6 +38,7 @@ protos: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/commit_latency.py
+	$(PY) benchmarks/row_changes.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -67,6 +68,19 @@ def write_fragments_from_table(
     return fragments
 
 
+#: Data files up to this size are read with one GET rather than ranged reads.
+WHOLE_READ_MAX_BYTES = 8 * 1024 * 1024
+
+
+def _open_data_file(store: ObjectStore, data_file: DataFile) -> Any:
+    path = layout.data_file_path(data_file.path)
+    size = data_file.file_size_bytes
+    if store.protocol == "s3" and 0 < size <= WHOLE_READ_MAX_BYTES:
+        # One request instead of a size lookup, a footer read and column reads.
+        return pa.BufferReader(store.get(path))
+    return store.open_input(path, size=size or None)
+
+
 def read_fragment(
     store: ObjectStore, fragment: FragmentMetadata, schema: DatasetSchema, columns: list[str]
 ) -> pa.Table:
@@ -82,7 +96,7 @@ def read_fragment(
         needed = {i: n for n, i in wanted.items() if i in file_ids}
         if not needed:
             continue
-        with store.open_input(layout.data_file_path(data_file.path)) as f:
+        with _open_data_file(store, data_file) as f:
             parquet = pq.ParquetFile(f)
             by_id = {}
             for file_field in parquet.schema_arrow:
