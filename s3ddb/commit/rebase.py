@@ -292,10 +292,8 @@ def _stale_read(
     return None
 
 
-def _fragments_named(message: Any, theirs_kind: str) -> set[int]:
-    if theirs_kind == "Rewrite":
-        return {f.id for group in message.groups for f in group.old_fragments}
-    return {r.fragment_id for r in message.replacements}
+def _rewritten_fragments(message: Any) -> set[int]:
+    return {f.id for group in message.groups for f in group.old_fragments}
 
 
 def _touched_by(op: Delete | Update) -> set[int]:
@@ -307,12 +305,13 @@ def _touched_by(op: Delete | Update) -> set[int]:
 def _fragment_overlap(
     mine: Transaction, theirs: Transaction, ctx: ConflictContext | None
 ) -> Verdict:
-    """Rewrite (compaction) and DataReplacement move or replace whole fragments."""
+    """Rewrite (compaction) moves rows to new fragments without changing them: only a
+    fragment this transaction changed makes its row offsets stale."""
     op, their_op = mine.operation, theirs.operation
     assert isinstance(op, (Delete, Update))
     if not isinstance(their_op, OpaqueOperation):
         return Verdict(_R, f"{theirs.kind} is not understood by this version")
-    overlap = _touched_by(op) & _fragments_named(their_op.message, theirs.kind)
+    overlap = _touched_by(op) & _rewritten_fragments(their_op.message)
     if overlap:
         return Verdict(_R, f"fragments {sorted(overlap)} were rewritten concurrently")
     return Verdict(_C, "theirs rewrote no fragment this transaction changed")
@@ -335,4 +334,8 @@ def register_rules(
         register_rule(mine, "Project", fixed(_R, "the schema changed"))
         register_rule(mine, "Clone", fixed(_I, "clone is only valid as a dataset's first commit"))
         register_rule(mine, "Rewrite", _fragment_overlap)
-        register_rule(mine, "DataReplacement", _fragment_overlap)
+        # Replaced data files may hold other values, in any fragment: my predicate or
+        # keys may now match rows they did not.
+        register_rule(
+            mine, "DataReplacement", fixed(_R, "data files were replaced; values may differ")
+        )
