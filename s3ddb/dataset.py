@@ -338,7 +338,8 @@ class Dataset:
         conflict plan again on the newest version (never re-commit the stale plan).
 
         The Dataset moves to the version committed, or, if the last plan changed
-        nothing, to the version it planned on.
+        nothing, to the version it planned on. If this raises, the Dataset stays where
+        it was and the failed attempts' files are deleted.
 
         Raises:
             RetryableCommitConflictError: ``conflict_retries`` is 0 and a concurrent
