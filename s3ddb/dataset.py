@@ -94,6 +94,7 @@ class Dataset:
         self._storage_options = dict(storage_options or {})
         self._commit_config = commit_config or CommitConfig()
         self._last_commit: CommitResult | None = None
+        self._last_conflict_retries = 0
 
     # --- identity -----------------------------------------------------------------
 
@@ -127,6 +128,12 @@ class Dataset:
     @property
     def storage_options(self) -> dict[str, Any]:
         return dict(self._storage_options)
+
+    @property
+    def last_conflict_retries(self) -> int:
+        """How often this Dataset's last delete/update/merge_insert/insert was
+        re-executed on a newer version after a retryable conflict."""
+        return self._last_conflict_retries
 
     @property
     def last_commit(self) -> CommitResult | None:
@@ -355,7 +362,7 @@ class Dataset:
             raise InvalidInputError(f"retry_timeout must be > 0, got {timeout!r}")
         deadline = time.monotonic() + timeout
         base = self._manifest
-        attempt = 0
+        attempt = self._last_conflict_retries = 0
         while True:
             operation, result = plan(base)
             if operation is None:
@@ -367,12 +374,13 @@ class Dataset:
             except RetryableCommitConflictError as exc:
                 if retries == 0:
                     raise
-                attempt += 1
-                if attempt > retries or time.monotonic() > deadline:
+                if attempt >= retries or time.monotonic() > deadline:
+                    attempt += 1
                     raise TooMuchWriteContentionError(
                         f"{what} on {self._uri} gave up after {attempt} conflicting "
                         f"attempts ({retries} retries / {timeout:g} s); last conflict: {exc}"
                     ) from exc
+                attempt = self._last_conflict_retries = attempt + 1
                 log.info("%s: %s; re-executing on the newest version", what, exc)
                 base = _load_latest(self._handler, self._uri)
 

@@ -1,213 +1,40 @@
-"""SQL-like predicates and value expressions, compiled to pyarrow compute expressions.
-
-Text is parsed by sqlglot (never by hand) and the syntax tree is translated, node by
-node, into a :class:`pyarrow.compute.Expression` bound to a dataset schema. Every
-node is type-checked as it is built, by evaluating it on an empty table of the
-schema, so a type error is reported at parse time naming the fragment at fault
-rather than later, deep inside a scan.
-
-Semantics follow SQL: comparisons, ``IN``, ``BETWEEN`` and ``LIKE`` with a NULL
-operand are NULL (unknown), ``AND``/``OR``/``NOT`` use three-valued (Kleene) logic,
-and a filter keeps only rows where the predicate is TRUE. See ``docs/expressions.md``.
-"""
+"""The translator: one sqlglot syntax tree to a pyarrow compute expression."""
 
 from __future__ import annotations
 
 import functools
 import operator
 import re
-import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pads
-import sqlglot
-from sqlglot import exp, tokens
-from sqlglot.dialects.dialect import Dialect
-from sqlglot.errors import ParseError, SqlglotError
+from sqlglot import exp
 
-from s3ddb.errors import ColumnNotFoundError, InvalidExpressionError, InvalidInputError
-
-__all__ = ["parse_predicate", "parse_value_expression", "referenced_columns"]
-
-
-class _S3DDBSQL(Dialect):
-    """ANSI-style SQL where both ``"name"`` and ```name``` quote identifiers."""
-
-    class Tokenizer(tokens.Tokenizer):
-        # Backticks too: Spark users write them, and they cannot mean anything else.
-        IDENTIFIERS = ['"', "`"]
-
-
-_NULL_BOOL = pa.scalar(None, pa.bool_())
-_MAX_LISTED_COLUMNS = 40
-
-# Top-level columns referenced by expressions this module returned, keyed by id():
-# a frozenset when known, or the schema to probe against (pass-through expressions).
-_REFERENCED: dict[int, frozenset[str] | pa.Schema] = {}
-
-
-@dataclass(frozen=True)
-class _Typed:
-    """A translated node: its expression, its Arrow type and, for a constant, its value."""
-
-    expr: pc.Expression
-    type: pa.DataType
-    value: pa.Scalar | None = None  # set only for literals, so they can be re-typed
-
-
-def _lit(value: pa.Scalar) -> _Typed:
-    return _Typed(pc.scalar(value), value.type, value)
-
-
-def _first_line(error: BaseException) -> str:
-    # Arrow appends the whole schema to some messages; the first line says it all.
-    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-
-
-def _is_stringlike(t: pa.DataType) -> bool:
-    return bool(pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t))
-
-
-def _is_numeric(t: pa.DataType) -> bool:
-    return bool(pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t))
-
-
-def _cast_scalar(value: pa.Scalar, target: pa.DataType) -> pa.Scalar:
-    """Cast a constant, raising pyarrow's error if the value would change."""
-    if (
-        _is_stringlike(value.type)
-        and value.is_valid
-        and pa.types.is_timestamp(target)
-        and target.tz
-        and not re.search(r"(Z|[+-]\d\d:?\d\d)$", value.as_py().strip())
-    ):
-        # A zone-less timestamp text compared to a zoned column is taken as UTC,
-        # as it would be in Spark or DataFusion; Arrow refuses to guess.
-        value = value.cast(pa.timestamp(target.unit))
-    if pa.types.is_decimal(target) and _is_numeric(value.type) and value.is_valid:
-        # Arrow sizes int -> decimal casts for the whole int64 range and refuses
-        # decimal(10, 2); going through Python's Decimal checks the actual value.
-        result = pa.scalar(Decimal(str(value.as_py())), target)
-    else:
-        result = value.cast(target)
-    if (
-        _is_numeric(value.type)
-        and _is_numeric(target)
-        and not result.cast(value.type).equals(value)
-    ):
-        # Float -> decimal casts round silently (0.125 -> 0.12); refuse instead.
-        raise pa.ArrowInvalid(f"{value} does not fit {target} exactly")
-    return result
-
-
-def _coerce(item: _Typed, target: pa.DataType) -> _Typed:
-    """Re-type a literal to ``target`` when that keeps its value; else return it unchanged.
-
-    Only value-preserving conversions are tried: NULL to anything, text to a
-    non-text type (``d = '2024-01-01'``, ``n = '5'``), numbers to numbers and
-    temporal to temporal. Numbers are never turned into text, so ``s = 5`` on a
-    string column is reported as a type error instead of silently comparing '5'.
-    """
-    if item.value is None or item.type == target or pa.types.is_null(target):
-        return item
-    src = item.type
-    if not (
-        pa.types.is_null(src)
-        or (_is_stringlike(src) and not _is_stringlike(target))
-        or (_is_numeric(src) and _is_numeric(target))
-        or (pa.types.is_temporal(src) and pa.types.is_temporal(target))
-    ):
-        return item
-    try:
-        return _lit(_cast_scalar(item.value, target))
-    except (pa.ArrowException, ValueError, OverflowError):
-        return item
-
-
-def _sql_type(node: exp.DataType) -> pa.DataType | None:
-    """The Arrow type for a SQL type name, or None when there is no sensible one."""
-    name = node.this.name
-    params = [
-        int(p.this.this)
-        for p in node.expressions
-        if isinstance(p, exp.DataTypeParam) and isinstance(p.this, exp.Literal)
-    ]
-    if name == "DECIMAL":  # DECIMAL alone is DataFusion's default, decimal(38, 10)
-        precision, scale = [*params, 0][:2] if params else (38, 10)
-        return (pa.decimal128 if precision <= 38 else pa.decimal256)(precision, scale)
-    return _SQL_TYPES.get(name)
-
-
-_SQL_TYPES: dict[str, pa.DataType] = {
-    "BOOLEAN": pa.bool_(),
-    "TINYINT": pa.int8(),
-    "SMALLINT": pa.int16(),
-    "INT": pa.int32(),
-    "BIGINT": pa.int64(),
-    "UTINYINT": pa.uint8(),
-    "USMALLINT": pa.uint16(),
-    "UINT": pa.uint32(),
-    "UBIGINT": pa.uint64(),
-    "FLOAT": pa.float32(),
-    "DOUBLE": pa.float64(),
-    "VARCHAR": pa.string(),
-    "CHAR": pa.string(),
-    "NVARCHAR": pa.string(),
-    "NCHAR": pa.string(),
-    "TEXT": pa.string(),
-    "BINARY": pa.binary(),
-    "VARBINARY": pa.binary(),
-    "BLOB": pa.binary(),
-    "DATE": pa.date32(),
-    "TIMESTAMP": pa.timestamp("us"),
-    "DATETIME": pa.timestamp("us"),
-    "TIMESTAMPTZ": pa.timestamp("us", "UTC"),
-}
-
-_COMPARISONS: dict[type[exp.Expr], Callable[[Any, Any], Any]] = {
-    exp.EQ: operator.eq,
-    exp.NEQ: operator.ne,
-    exp.LT: operator.lt,
-    exp.LTE: operator.le,
-    exp.GT: operator.gt,
-    exp.GTE: operator.ge,
-}
-# The *_checked kernels raise on overflow instead of wrapping around, as SQL does.
-_ARITHMETIC: dict[type[exp.Expr], Callable[[Any, Any], Any]] = {
-    exp.Add: pc.add_checked,
-    exp.Sub: pc.subtract_checked,
-    exp.Mul: pc.multiply_checked,
-    exp.Div: pc.divide_checked,
-    exp.Mod: pc.remainder_checked,
-    exp.Pow: pc.power_checked,
-}
-_UNARY_FUNCTIONS: dict[type[exp.Expr], Callable[[Any], Any]] = {
-    exp.Upper: pc.utf8_upper,
-    exp.Lower: pc.utf8_lower,
-    exp.Abs: pc.abs_checked,
-    exp.Ceil: pc.ceil,
-    exp.Floor: pc.floor,
-    exp.Sqrt: pc.sqrt_checked,
-    exp.Length: pc.utf8_length,
-}
-SUPPORTED_FUNCTIONS = (
-    "upper, lower, abs, ceil, floor, sqrt, power, round, length (char_length), "
-    "substring (substr), trim, ltrim, rtrim, replace, coalesce, nullif, concat"
+from s3ddb.errors import ColumnNotFoundError, InvalidExpressionError
+from s3ddb.expressions._sql import (
+    _ARITHMETIC,
+    _COMPARISONS,
+    _S3DDBSQL,
+    _UNARY_FUNCTIONS,
+    _UNSUPPORTED,
+    _parse_sql,
+    _sql_type,
 )
-_UNSUPPORTED: list[tuple[tuple[type, ...], str]] = [  # first match wins: order matters
-    ((exp.Query, exp.Subquery, exp.Exists), "subqueries and statements are not supported"),
-    ((exp.AggFunc,), "aggregate functions are not allowed"),
-    ((exp.Window,), "window functions are not supported"),
-    ((exp.Anonymous,), "unknown function {name}(); supported functions: " + SUPPORTED_FUNCTIONS),
-    ((exp.Func,), "unsupported function {name}(); supported functions: " + SUPPORTED_FUNCTIONS),
-    ((exp.Placeholder,), "query parameters are not supported; inline the value"),
-    ((exp.Alias,), "unexpected name after an expression (missing operator?)"),
-]
+from s3ddb.expressions._typed import (
+    _NULL_BOOL,
+    _cast_scalar,
+    _coerce,
+    _first_line,
+    _is_numeric,
+    _is_stringlike,
+    _lit,
+    _Typed,
+)
+
+_MAX_LISTED_COLUMNS = 40
 
 
 class _Translator:
@@ -677,28 +504,6 @@ _HANDLERS: dict[type[exp.Expr], Callable[[_Translator, Any], _Typed]] = {
 }
 
 
-def _parse_sql(text: str) -> exp.Expr:
-    """Parse exactly one SQL expression, turning sqlglot's errors into ours."""
-    if not text.strip():
-        raise InvalidExpressionError("empty expression")
-    try:
-        statements = [s for s in sqlglot.parse(text, read=_S3DDBSQL) if s is not None]
-    except ParseError as e:
-        info = e.errors[0] if e.errors else {}
-        near = f"{info.get('start_context', '')}>>>{info.get('highlight', '')}<<<"
-        raise InvalidExpressionError(
-            f"cannot parse expression {text!r}: {info.get('description', e)} at line "
-            f"{info.get('line', '?')}, column {info.get('col', '?')}: {near!r}"
-        ) from e
-    except SqlglotError as e:  # e.g. TokenError for an unterminated string
-        raise InvalidExpressionError(f"cannot parse expression {text!r}: {e}") from e
-    if len(statements) != 1:
-        raise InvalidExpressionError(
-            f"expected one expression, found {len(statements)} statements in {text!r}"
-        )
-    return statements[0]
-
-
 def _translate(text: str, schema: pa.Schema) -> tuple[_Translator, _Typed]:
     if not isinstance(text, str):
         raise InvalidExpressionError(
@@ -709,158 +514,3 @@ def _translate(text: str, schema: pa.Schema) -> tuple[_Translator, _Typed]:
         return translator, translator.translate(_parse_sql(text))
     except RecursionError as e:
         raise InvalidExpressionError(f"expression is nested too deeply: {text[:80]!r}...") from e
-
-
-def _register(expr: pc.Expression, columns: frozenset[str] | pa.Schema) -> pc.Expression:
-    key = id(expr)
-    if key not in _REFERENCED:  # a reused pass-through filter gets one finalizer, not many
-        weakref.finalize(expr, _REFERENCED.pop, key, None)  # ids are reused after collection
-    if key not in _REFERENCED or isinstance(columns, frozenset):
-        _REFERENCED[key] = columns
-    return expr
-
-
-def _check_arrow(expr: pc.Expression, schema: pa.Schema) -> pa.DataType:
-    """Bind a caller's pyarrow Expression to ``schema`` and return its result type."""
-    try:
-        return pads.dataset(schema.empty_table()).to_table(columns={"v": expr}).schema[0].type
-    except pa.ArrowException as e:
-        message = _first_line(e)
-        missing = re.match(r"No match for (FieldRef\S*?\((.*)\)) in ", message)
-        if missing:
-            ref = (
-                missing.group(2)
-                if missing.group(1).startswith("FieldRef.Name")
-                else missing.group(1)
-            )
-            raise ColumnNotFoundError(
-                f"column {ref!r} not found in expression {expr}; available columns: "
-                f"{', '.join(schema.names[:_MAX_LISTED_COLUMNS])}"
-            ) from e
-        raise InvalidExpressionError(f"invalid expression {expr}: {message}") from e
-
-
-def parse_predicate(predicate: str | pc.Expression, schema: pa.Schema) -> pc.Expression:
-    """Compile a filter predicate against ``schema``.
-
-    ``predicate`` is SQL text such as ``"id < 10 AND name LIKE 'ab%'"`` or a pyarrow
-    Expression, which is returned unchanged after checking that it binds to
-    ``schema`` and is boolean. The result is usable as ``filter=`` of pyarrow.dataset
-    scans and ``Table.filter``, and keeps exactly the rows where the predicate is TRUE
-    (SQL semantics: a NULL outcome drops the row).
-
-    Raises:
-        ColumnNotFoundError: a referenced column (or struct field) does not exist; the
-            message names it, the expression and the available columns.
-        InvalidExpressionError: the text does not parse, uses unsupported SQL
-            (subqueries, aggregates, unknown functions, several statements), mixes
-            incompatible types, or is not boolean. The message shows the fragment.
-    """
-    if isinstance(predicate, pc.Expression):
-        out_type = _check_arrow(predicate, schema)
-        if not pa.types.is_boolean(out_type):
-            raise InvalidExpressionError(
-                f"a predicate must be boolean, but {predicate} is {out_type}"
-            )
-        return _register(predicate, schema)
-    translator, result = _translate(predicate, schema)
-    if not pa.types.is_boolean(result.type) and not pa.types.is_null(result.type):
-        raise InvalidExpressionError(
-            f"a predicate must be boolean, but {predicate!r} is {result.type}"
-        )
-    result = translator.boolean(result, None)
-    return _register(result.expr, frozenset(translator.columns))
-
-
-def parse_value_expression(
-    expr: str | pc.Expression, schema: pa.Schema, *, target_type: pa.DataType | None = None
-) -> pc.Expression:
-    """Compile a value expression (``update(values={"col": "x + 1"})``) against ``schema``.
-
-    Supports column references, literals, arithmetic, ``CASE``, ``CAST`` and the
-    functions in :data:`SUPPORTED_FUNCTIONS`; a pyarrow Expression is checked and
-    passed through. With ``target_type`` (the type of the column being updated) the
-    result is cast to it: literals at once (so ``'abc'`` for an int column fails
-    here), other expressions by a safe cast when evaluated. Without it, ``NULL`` has
-    Arrow's null type and the caller must cast.
-
-    Raises:
-        ColumnNotFoundError: a referenced column does not exist.
-        InvalidExpressionError: the text does not parse, uses unsupported SQL, or
-            cannot be converted to ``target_type``.
-    """
-    registered: frozenset[str] | pa.Schema
-    if isinstance(expr, pc.Expression):
-        translator = _Translator(str(expr), schema)
-        result, registered = _Typed(expr, _check_arrow(expr, schema)), schema
-    else:
-        translator, result = _translate(expr, schema)
-        registered = frozenset(translator.columns)
-    if target_type is not None and result.type != target_type:
-        if result.value is None:
-            result = translator.checked(result.expr.cast(target_type), None)
-        else:
-            try:
-                result = _lit(_cast_scalar(result.value, target_type))
-            except (pa.ArrowException, ValueError, OverflowError) as e:
-                raise translator.error(
-                    f"cannot convert {result.value} to {target_type} ({_first_line(e)})"
-                ) from e
-    return _register(result.expr, registered)
-
-
-def referenced_columns(expr: pc.Expression, schema: pa.Schema | None = None) -> set[str]:
-    """The top-level columns ``expr`` reads (``s.a`` counts as ``s``), for projection.
-
-    Exact and cheap for expressions returned by :func:`parse_predicate` or
-    :func:`parse_value_expression`. For any other pyarrow Expression pass the
-    ``schema`` it is evaluated against: pyarrow offers no way to walk an expression,
-    so the columns are found by checking which fields it fails to bind without
-    (a bisection: about 2k*log2(n) bindings for k of n columns).
-
-    Raises:
-        InvalidInputError: ``expr`` did not come from this module and no schema was
-            given.
-        ColumnNotFoundError, InvalidExpressionError: ``expr`` does not bind to ``schema``.
-    """
-    known = _REFERENCED.get(id(expr))
-    if isinstance(known, frozenset):
-        return set(known)
-    target = schema if schema is not None else known
-    if target is None:
-        raise InvalidInputError(
-            "referenced_columns() needs the schema for an expression not built by "
-            "parse_predicate/parse_value_expression"
-        )
-    columns = _probe_columns(expr, target)
-    if known is not None:
-        _REFERENCED[id(expr)] = frozenset(columns)  # memoize for the next scan
-    return columns
-
-
-def _probe_columns(expr: pc.Expression, schema: pa.Schema) -> set[str]:
-    def binds_without(skip: set[int]) -> bool:
-        kept = pa.schema([f for i, f in enumerate(schema) if i not in skip])
-        try:
-            pads.dataset(kept.empty_table()).to_table(columns={"v": expr})
-        except pa.ArrowException:
-            return False
-        return True
-
-    if not binds_without(set()):
-        _check_arrow(expr, schema)  # raises the precise error
-    found: set[str] = set()
-
-    def search(indices: list[int]) -> None:
-        # Binding succeeds without a group of fields iff none of them is referenced.
-        if not indices or binds_without(set(indices)):
-            return
-        if len(indices) == 1:
-            found.add(schema.names[indices[0]])
-            return
-        half = len(indices) // 2
-        search(indices[:half])
-        search(indices[half:])
-
-    search(list(range(len(schema))))
-    return found

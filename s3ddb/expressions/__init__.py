@@ -1,0 +1,17 @@
+"""SQL-like predicates and value expressions, compiled to pyarrow compute expressions.
+
+Text is parsed by sqlglot (never by hand) and the syntax tree is translated, node by
+node, into a :class:`pyarrow.compute.Expression` bound to a dataset schema. Every
+node is type-checked as it is built, by evaluating it on an empty table of the
+schema, so a type error is reported at parse time naming the fragment at fault
+rather than later, deep inside a scan.
+
+Semantics follow SQL: comparisons, ``IN``, ``BETWEEN`` and ``LIKE`` with a NULL
+operand are NULL (unknown), ``AND``/``OR``/``NOT`` use three-valued (Kleene) logic,
+and a filter keeps only rows where the predicate is TRUE. See ``docs/expressions.md``.
+"""
+
+from s3ddb.expressions._api import parse_predicate, parse_value_expression, referenced_columns
+from s3ddb.expressions._sql import SUPPORTED_FUNCTIONS as SUPPORTED_FUNCTIONS
+
+__all__ = ["parse_predicate", "parse_value_expression", "referenced_columns"]

@@ -1,0 +1,90 @@
+"""Translated nodes with their Arrow types, and value-preserving casts of constants."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from decimal import Decimal
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+_NULL_BOOL = pa.scalar(None, pa.bool_())
+
+
+@dataclass(frozen=True)
+class _Typed:
+    """A translated node: its expression, its Arrow type and, for a constant, its value."""
+
+    expr: pc.Expression
+    type: pa.DataType
+    value: pa.Scalar | None = None  # set only for literals, so they can be re-typed
+
+
+def _lit(value: pa.Scalar) -> _Typed:
+    return _Typed(pc.scalar(value), value.type, value)
+
+
+def _first_line(error: BaseException) -> str:
+    # Arrow appends the whole schema to some messages; the first line says it all.
+    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+
+
+def _is_stringlike(t: pa.DataType) -> bool:
+    return bool(pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t))
+
+
+def _is_numeric(t: pa.DataType) -> bool:
+    return bool(pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t))
+
+
+def _cast_scalar(value: pa.Scalar, target: pa.DataType) -> pa.Scalar:
+    """Cast a constant, raising pyarrow's error if the value would change."""
+    if (
+        _is_stringlike(value.type)
+        and value.is_valid
+        and pa.types.is_timestamp(target)
+        and target.tz
+        and not re.search(r"(Z|[+-]\d\d:?\d\d)$", value.as_py().strip())
+    ):
+        # A zone-less timestamp text compared to a zoned column is taken as UTC,
+        # as it would be in Spark or DataFusion; Arrow refuses to guess.
+        value = value.cast(pa.timestamp(target.unit))
+    if pa.types.is_decimal(target) and _is_numeric(value.type) and value.is_valid:
+        # Arrow sizes int -> decimal casts for the whole int64 range and refuses
+        # decimal(10, 2); going through Python's Decimal checks the actual value.
+        result = pa.scalar(Decimal(str(value.as_py())), target)
+    else:
+        result = value.cast(target)
+    if (
+        _is_numeric(value.type)
+        and _is_numeric(target)
+        and not result.cast(value.type).equals(value)
+    ):
+        # Float -> decimal casts round silently (0.125 -> 0.12); refuse instead.
+        raise pa.ArrowInvalid(f"{value} does not fit {target} exactly")
+    return result
+
+
+def _coerce(item: _Typed, target: pa.DataType) -> _Typed:
+    """Re-type a literal to ``target`` when that keeps its value; else return it unchanged.
+
+    Only value-preserving conversions are tried: NULL to anything, text to a
+    non-text type (``d = '2024-01-01'``, ``n = '5'``), numbers to numbers and
+    temporal to temporal. Numbers are never turned into text, so ``s = 5`` on a
+    string column is reported as a type error instead of silently comparing '5'.
+    """
+    if item.value is None or item.type == target or pa.types.is_null(target):
+        return item
+    src = item.type
+    if not (
+        pa.types.is_null(src)
+        or (_is_stringlike(src) and not _is_stringlike(target))
+        or (_is_numeric(src) and _is_numeric(target))
+        or (pa.types.is_temporal(src) and pa.types.is_temporal(target))
+    ):
+        return item
+    try:
+        return _lit(_cast_scalar(item.value, target))
+    except (pa.ArrowException, ValueError, OverflowError):
+        return item
