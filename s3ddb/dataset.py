@@ -493,8 +493,7 @@ class Dataset:
             CommitConflictError and subclasses, CommitStateUnknownError: see commit.
         """
         text = os.fspath(uri)
-        handler = open_handler(text, storage_options)
-        handler.validate()
+        handler = _open_validated(text, storage_options)
         base = _load_version(handler, read_version, text) if read_version else None
         if (
             base is None
@@ -565,8 +564,7 @@ def dataset(
         ExternalStoreTableError: (s3+ddb) the DynamoDB table is missing or wrong.
     """
     text = os.fspath(uri)
-    handler = open_handler(text, storage_options)
-    handler.validate()
+    handler = _open_validated(text, storage_options)
     if isinstance(version, str):
         ds = Dataset(
             text,
@@ -612,8 +610,7 @@ def write_dataset(
     text = os.fspath(uri)
     parse_uri(text)
     table = to_arrow_table(data, schema)
-    handler = open_handler(text, storage_options)
-    handler.validate()  # fail before anything is written (e.g. missing DynamoDB table)
+    handler = _open_validated(text, storage_options)
     latest = handler.latest_location()
     store = handler.store
     base: Manifest | None = None
