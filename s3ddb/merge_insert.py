@@ -200,7 +200,6 @@ def plan_merge(
     matched = target.join(
         indexed.select([*keys, _SRC]), keys=keys, join_type="inner", use_threads=False
     )
-    matched_sources = set(matched.column(_SRC).to_pylist())
 
     removed: dict[int, BitMap] = {}
     written_rows: list[pa.Table] = []
@@ -213,20 +212,19 @@ def plan_merge(
         _add_rows(removed, pairs)
         written_rows.append(source.take(pairs.column(_SRC)))
     if builder.insert_unmatched:
-        unmatched = [i for i in range(source.num_rows) if i not in matched_sources]
-        if unmatched:
-            n_inserted = len(unmatched)
-            written_rows.append(source.take(pa.array(unmatched, pa.int64())))
+        was_matched = pc.is_in(
+            indexed.column(_SRC), value_set=matched.column(_SRC).combine_chunks()
+        )
+        unmatched = source.filter(pc.invert(was_matched))
+        if unmatched.num_rows:
+            n_inserted = unmatched.num_rows
+            written_rows.append(unmatched)
     if builder.delete_unmatched_by_source and target.num_rows:
-        keyed = set(zip(matched.column(_FRAG).to_pylist(), matched.column(_ROW).to_pylist()))
-        candidates = target
-        if delete_expr is not None:
-            candidates = target.filter(delete_expr)
-        frags, rows = candidates.column(_FRAG).to_pylist(), candidates.column(_ROW).to_pylist()
-        gone = [(f, r) for f, r in zip(frags, rows) if (f, r) not in keyed]
-        n_deleted = len(gone)
-        for f, r in gone:
-            removed.setdefault(f, BitMap()).add(r)
+        candidates = target if delete_expr is None else target.filter(delete_expr)
+        was_matched = pc.is_in(_addresses(candidates), value_set=_addresses(matched))
+        gone = candidates.filter(pc.invert(was_matched))
+        n_deleted = gone.num_rows
+        _add_rows(removed, gone)
     counts = {
         "num_inserted_rows": n_inserted,
         "num_updated_rows": n_updated,
@@ -288,9 +286,19 @@ def _rows_of(pairs: pa.Table) -> dict[int, BitMap]:
     return out
 
 
-def _add_rows(removed: dict[int, BitMap], pairs: pa.Table) -> None:
-    for f, r in zip(pairs.column(_FRAG).to_pylist(), pairs.column(_ROW).to_pylist()):
-        removed.setdefault(f, BitMap()).add(r)
+def _addresses(rows: pa.Table) -> pa.Array:
+    """One int64 per row: fragment id and row offset (offsets are below 2**32)."""
+    frags = rows.column(_FRAG).to_numpy()
+    offsets = rows.column(_ROW).to_numpy()
+    return pa.array((frags << 32) | offsets)
+
+
+def _add_rows(removed: dict[int, BitMap], rows: pa.Table) -> None:
+    frags = rows.column(_FRAG).to_numpy()
+    offsets = rows.column(_ROW).to_numpy().astype(np.uint32)
+    for fid in np.unique(frags):
+        bitmap = removed.setdefault(int(fid), BitMap())
+        bitmap.update(offsets[frags == fid])
 
 
 def _describe(builder: MergeInsertBuilder) -> str:
