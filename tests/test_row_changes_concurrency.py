@@ -288,3 +288,45 @@ def test_concurrent_increments_without_retries_lose_nothing(
     increment = _update(lambda i, v: i == 7, lambda v: v + 1)
     states = _check_history(aws, ddb_uri, seed, reports, [increment] * 4)
     assert states[max(states)] == {**seed, 7: 70 + len(ok)}
+
+
+# --- crashes -----------------------------------------------------------------------------
+
+BEFORE_DECISION = ["commit.after_transaction_file", "commit.after_stage_manifest"]
+AFTER_DECISION = [
+    "commit.after_external_put",
+    "commit.after_copy_final",
+    "commit.after_external_finalize",
+]
+
+
+@pytest.mark.parametrize("point", BEFORE_DECISION + AFTER_DECISION)
+def test_update_crashing_mid_commit_is_all_or_nothing(aws: Any, ddb_uri: str, point: str) -> None:
+    """An update (deletion files + new fragments) killed at each step of the commit is
+    either wholly visible (its version was decided in DynamoDB) or not at all, and a
+    writer that read the version before it still lands with the serial result."""
+    from s3ddb.commit.failpoints import EXIT_CODE
+
+    so = aws.storage_options()
+    state = _seed(aws, ddb_uri, rows=12, per_file=4)
+    stale = s3ddb.dataset(ddb_uri, storage_options=so)  # pinned before the crash
+    [crashed] = run_workers(
+        [("update", ddb_uri, "v", "v + 1000", "id < 6", "--rewrite", "rows")],
+        env={**aws.env(), "S3DDB_FAILPOINTS": f"{point}=exit"},
+    )
+    assert crashed.returncode == EXIT_CODE, crashed.stderr[-2000:]
+    decided = point in AFTER_DECISION
+    updated = {i: v + 1000 if i < 6 else v for i, v in state.items()}
+
+    ds = s3ddb.dataset(ddb_uri, storage_options=so)  # finalizes a decided version
+    assert ds.version == (2 if decided else 1)
+    assert _state(ds) == (updated if decided else state)
+    assert _state(s3ddb.dataset(parse_uri(ddb_uri).object_url, storage_options=so)) == _state(ds)
+
+    # The writer that read version 1 deletes ids < 3: after a decided update those rows
+    # live in a new fragment, and the delete must still remove them (as if run second).
+    result = stale.delete("id < 3")
+    expected = {i: v for i, v in (updated if decided else state).items() if i >= 3}
+    assert result == {"num_deleted_rows": 3}
+    assert stale.version == ds.version + 1
+    assert _state(s3ddb.dataset(ddb_uri, storage_options=so)) == expected
