@@ -9,7 +9,7 @@ ds.to_table(filter="id < 10")
 from s3ddb import fragment
 from s3ddb._version import __version__
 from s3ddb.commit.committer import CommitConfig
-from s3ddb.commit.row_operations import Delete, Update, UpdateMode
+from s3ddb.commit.row_operations import Delete, Rewrite, RewriteGroup, Update, UpdateMode
 from s3ddb.commit.transaction import Append, Overwrite, Restore, Transaction, UpdateConfig
 from s3ddb.dataset import Dataset, VersionInfo, dataset, write_dataset
 from s3ddb.errors import *  # noqa: F403
@@ -26,6 +26,8 @@ __all__ = [
     "FragmentMetadata",
     "Overwrite",
     "Restore",
+    "Rewrite",
+    "RewriteGroup",
     "S3DDBError",
     "Transaction",
     "Update",

@@ -50,6 +50,7 @@ from s3ddb.io.uri import parse_uri
 
 if TYPE_CHECKING:
     from s3ddb.merge_insert import MergeInsertBuilder
+    from s3ddb.optimize import DatasetOptimizer
     from s3ddb.tags import Tags
 
 WriteMode = Literal["create", "append", "overwrite"]
@@ -142,6 +143,13 @@ class Dataset:
 
     def get_fragments(self) -> list[FragmentMetadata]:
         return list(self._manifest.fragments)
+
+    @property
+    def optimize(self) -> DatasetOptimizer:
+        """Maintenance: ``ds.optimize.compact_files(...)``."""
+        from s3ddb.optimize import DatasetOptimizer
+
+        return DatasetOptimizer(self)
 
     @property
     def tags(self) -> Tags:

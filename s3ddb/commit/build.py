@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
-from s3ddb.commit.row_operations import Delete, Update, UpdateMode
+from s3ddb.commit.row_operations import Delete, Rewrite, Update, UpdateMode
 from s3ddb.commit.transaction import (
     Append,
     Operation,
@@ -174,9 +174,42 @@ def _update(base: Manifest | None, op: Operation, version: int, load: LoadManife
     return appended
 
 
+def _rewrite(base: Manifest | None, op: Operation, version: int, load: LoadManifest) -> Manifest:
+    assert isinstance(op, Rewrite)
+    base = _require_base(base, op)
+    current = {f.id: f for f in base.fragments}
+    for old in op.old_fragments():
+        if current.get(old.id) != old:
+            raise CommitConflictError(
+                f"Rewrite: fragment {old.id} changed or vanished since it was read "
+                f"(version {base.version})"
+            )
+    # Each group's new fragments take the place of its first old fragment, so the
+    # dataset's row order is kept.
+    first = base.next_fragment_id()
+    replaced: dict[int, list[FragmentMetadata]] = {}
+    dropped: set[int] = set()
+    for group in op.groups:
+        new = []
+        for fragment in group.new_fragments:
+            new.append(fragment.with_id(first))
+            first += 1
+        replaced[group.old_fragments[0].id] = new
+        dropped.update(f.id for f in group.old_fragments[1:])
+    fragments: list[FragmentMetadata] = []
+    for fragment in base.fragments:
+        if fragment.id in replaced:
+            fragments.extend(replaced[fragment.id])
+        elif fragment.id not in dropped:
+            fragments.append(fragment)
+    max_id = first - 1 if first > base.next_fragment_id() else base.max_fragment_id
+    return base.evolve(fragments=tuple(fragments), max_fragment_id=max_id)
+
+
 register_builder(Append, _append)
 register_builder(Overwrite, _overwrite)
 register_builder(Restore, _restore)
 register_builder(UpdateConfig, _update_config)
 register_builder(Delete, _delete)
 register_builder(Update, _update)
+register_builder(Rewrite, _rewrite)

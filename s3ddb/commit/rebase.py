@@ -29,7 +29,14 @@ import pyarrow.compute as pc
 from pyroaring import BitMap
 
 from s3ddb.commit.conflicts import ConflictContext, Outcome, Rule, Verdict
-from s3ddb.commit.row_operations import Delete, KeyExistenceFilter, Update, UpdateMode, key_hashes
+from s3ddb.commit.row_operations import (
+    Delete,
+    KeyExistenceFilter,
+    Rewrite,
+    Update,
+    UpdateMode,
+    key_hashes,
+)
 from s3ddb.commit.transaction import OPERATION_KINDS, OpaqueOperation, Transaction
 from s3ddb.format.datafile import read_fragment
 from s3ddb.format.deletion import deletion_path, read_deleted_rows, write_deletion_file
@@ -292,8 +299,12 @@ def _stale_read(
     return None
 
 
-def _rewritten_fragments(message: Any) -> set[int]:
-    return {f.id for group in message.groups for f in group.old_fragments}
+def _rewritten_fragments(their_op: Any) -> set[int] | None:
+    if isinstance(their_op, Rewrite):
+        return {f.id for f in their_op.old_fragments()}
+    if isinstance(their_op, OpaqueOperation):
+        return {f.id for group in their_op.message.groups for f in group.old_fragments}
+    return None
 
 
 def _touched_by(op: Delete | Update) -> set[int]:
@@ -307,21 +318,39 @@ def _fragment_overlap(
 ) -> Verdict:
     """Rewrite (compaction) moves rows to new fragments without changing them: only a
     fragment this transaction changed makes its row offsets stale."""
-    op, their_op = mine.operation, theirs.operation
+    op = mine.operation
     assert isinstance(op, (Delete, Update))
-    if not isinstance(their_op, OpaqueOperation):
+    rewritten = _rewritten_fragments(theirs.operation)
+    if rewritten is None:
         return Verdict(_R, f"{theirs.kind} is not understood by this version")
-    overlap = _touched_by(op) & _rewritten_fragments(their_op.message)
+    overlap = _touched_by(op) & rewritten
     if overlap:
         return Verdict(_R, f"fragments {sorted(overlap)} were rewritten concurrently")
     return Verdict(_C, "theirs rewrote no fragment this transaction changed")
+
+
+def rebase_rewrite(mine: Transaction, theirs: Transaction, ctx: ConflictContext | None) -> Verdict:
+    """A compaction still applies if nobody changed the fragments it compacts (their
+    rows, deletion files or data files); otherwise its copies are stale."""
+    if ctx is None:
+        return Verdict(_R, "the fragments both touched cannot be compared without the manifests")
+    op = mine.operation
+    assert isinstance(op, Rewrite)
+    before = {f.id: f for f in ctx.before.fragments}
+    after = {f.id: f for f in ctx.after.fragments}
+    changed = sorted(f.id for f in op.old_fragments() if after.get(f.id) != before.get(f.id))
+    if changed:
+        return Verdict(
+            _R, f"fragments {changed} that this compaction rewrites were changed concurrently"
+        )
+    return Verdict(_C, "theirs changed none of the fragments this compaction rewrites")
 
 
 def register_rules(
     register_rule: Callable[[str, str, Rule], None],
     fixed: Callable[[Outcome, str], Rule],
 ) -> None:
-    """Register the rules of Delete and Update (merge_insert) against every kind."""
+    """Register the rules of Delete, Update (merge_insert) and Rewrite against every kind."""
     for mine in ("Delete", "Update"):
         data_rule = rebase_delete if mine == "Delete" else rebase_update
         for theirs in OPERATION_KINDS:
@@ -339,3 +368,14 @@ def register_rules(
         register_rule(
             mine, "DataReplacement", fixed(_R, "data files were replaced; values may differ")
         )
+    for theirs in OPERATION_KINDS:
+        register_rule("Rewrite", theirs, fixed(_C, "touches no rows or schema"))
+    for theirs in ("Delete", "Update", "Rewrite"):
+        register_rule("Rewrite", theirs, rebase_rewrite)
+    register_rule("Rewrite", "Append", fixed(_C, "appends touch no existing fragment"))
+    register_rule("Rewrite", "Overwrite", fixed(_R, "the dataset was overwritten"))
+    register_rule("Rewrite", "Restore", fixed(_R, "the dataset was restored to another version"))
+    register_rule("Rewrite", "Merge", fixed(_R, "columns were added; the copies lack them"))
+    register_rule("Rewrite", "Project", fixed(_R, "the schema changed"))
+    register_rule("Rewrite", "DataReplacement", fixed(_R, "data files were replaced"))
+    register_rule("Rewrite", "Clone", fixed(_I, "clone is only valid as a dataset's first commit"))

@@ -328,3 +328,84 @@ def _decode_update(message: tpb.Transaction) -> Update:
 
 register_operation_decoder("delete", _decode_delete)
 register_operation_decoder("update", _decode_update)
+
+
+# --- Rewrite (compaction) ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RewriteGroup:
+    """Fragments rewritten together: the visible rows of ``old_fragments``, in order,
+    are exactly the rows of ``new_fragments``.
+
+    ``old_fragments`` are as the rewrite read them (deletion files included), so a
+    commit can tell whether anyone changed them since.
+    """
+
+    old_fragments: tuple[FragmentMetadata, ...]
+    new_fragments: tuple[FragmentMetadata, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "old_fragments", tuple(self.old_fragments))
+        object.__setattr__(self, "new_fragments", tuple(self.new_fragments))
+        if not self.old_fragments:
+            raise InvalidInputError("a rewrite group needs at least one old fragment")
+        visible = sum(f.num_rows for f in self.old_fragments)
+        written = sum(f.physical_rows for f in self.new_fragments)
+        if visible != written:
+            raise InvalidInputError(
+                f"a rewrite group must keep every row: its old fragments have {visible} "
+                f"visible rows, its new fragments {written}"
+            )
+
+
+@dataclass(frozen=True)
+class Rewrite(Operation):
+    """Replace groups of fragments by new ones holding the same rows (compaction)."""
+
+    groups: tuple[RewriteGroup, ...]
+    kind: ClassVar[str] = "Rewrite"
+    pb_field: ClassVar[str] = "rewrite"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "groups", tuple(self.groups))
+        if not self.groups:
+            raise InvalidInputError("Rewrite needs at least one group")
+        _check_fragments("Rewrite", self.old_fragments())
+
+    def old_fragments(self) -> tuple[FragmentMetadata, ...]:
+        return tuple(f for g in self.groups for f in g.old_fragments)
+
+    def to_pb(self) -> tpb.Rewrite:
+        return tpb.Rewrite(
+            groups=[
+                tpb.RewriteGroup(
+                    old_fragments=[f.to_pb() for f in g.old_fragments],
+                    new_fragments=[f.to_pb() for f in g.new_fragments],
+                )
+                for g in self.groups
+            ]
+        )
+
+    def written_paths(self) -> tuple[str, ...]:
+        return tuple(
+            layout.data_file_path(d.path)
+            for g in self.groups
+            for f in g.new_fragments
+            for d in f.files
+        )
+
+
+def _decode_rewrite(message: tpb.Transaction) -> Rewrite:
+    return Rewrite(
+        tuple(
+            RewriteGroup(
+                tuple(FragmentMetadata.from_pb(f) for f in g.old_fragments),
+                tuple(FragmentMetadata.from_pb(f) for f in g.new_fragments),
+            )
+            for g in message.rewrite.groups
+        )
+    )
+
+
+register_operation_decoder("rewrite", _decode_rewrite)
