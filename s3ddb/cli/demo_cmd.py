@@ -6,7 +6,8 @@
 4. Crash one writer (``os._exit``) right after its version is decided in DynamoDB,
    before the manifest is finalized.
 5. Show a reader finding the staged version and finalizing it.
-6. Run deletes, an update and two upserts of the same keys as processes at once.
+6. Run deletes, an update and two upserts of the same keys as processes at once,
+   then compact the fragments they left behind.
 7. Print the history and a verification with a clear PASS/FAIL.
 """
 
@@ -286,6 +287,21 @@ def run(args: argparse.Namespace) -> int:
 
         changed_versions = _row_changes(uri, env, so, check)
         ds = s3ddb.dataset(uri, storage_options=so)
+        before, before_version = ds.to_table(), ds.version
+        fragments = len(ds.get_fragments())
+        metrics = ds.optimize.compact_files()
+        print(
+            f"   compaction: {fragments} fragments -> {len(ds.get_fragments())} "
+            f"({metrics.fragments_removed} rewritten into {metrics.fragments_added}), "
+            f"version {ds.version}"
+        )
+        check(
+            "compaction changed no row and no row order",
+            ds.to_table().equals(before)
+            and ds.version == before_version + 1
+            and len(ds.get_fragments()) < fragments,
+        )
+        changed_versions += 1
 
         print("\n7. history (from DynamoDB):")
         rows = list(external.list_versions(parsed.base_uri))
