@@ -61,10 +61,22 @@ class CompactionOptions:
     materialize_deletions_threshold: float = 0.1
 
     def __post_init__(self) -> None:
-        if self.target_rows_per_fragment < 1:
-            raise InvalidInputError("target_rows_per_fragment must be >= 1")
-        if not 0 < self.materialize_deletions_threshold <= 1:
-            raise InvalidInputError("materialize_deletions_threshold must be in (0, 1]")
+        target = self.target_rows_per_fragment
+        if not isinstance(target, int) or isinstance(target, bool) or target < 1:
+            raise InvalidInputError(f"target_rows_per_fragment must be an int >= 1, got {target!r}")
+        if not isinstance(self.materialize_deletions, bool):
+            raise InvalidInputError(
+                f"materialize_deletions must be True or False, got {self.materialize_deletions!r}"
+            )
+        threshold = self.materialize_deletions_threshold
+        if (
+            not isinstance(threshold, (int, float))
+            or isinstance(threshold, bool)
+            or not 0 < threshold <= 1
+        ):
+            raise InvalidInputError(
+                f"materialize_deletions_threshold must be in (0, 1], got {threshold!r}"
+            )
 
     def needs_rewrite(self, fragment: FragmentMetadata) -> bool:
         """Whether ``fragment`` is worth rewriting even on its own."""

@@ -11,6 +11,12 @@ version, theirs commits first, then mine with ``conflict_retries=0``. The test c
   * for retryable cells, that re-running mine with the default retries lands and
     gives the serial result.
 
+A compaction (``optimize.compact_files``, committed as a Rewrite) is a row and a column
+like the others; its oracle is "no logical change", and the cells it is part of also
+check that the table's row order is unchanged by it. The pinned version is laid out so
+that the compaction options pick specific fragments (see ``compact``): touching or not
+the fragments the other side changed.
+
 The operation kinds s3ddb does not build yet only ever appear as "theirs" (opaque
 transactions); for those the registered rules are checked directly with
 ``conflicts.check``, against the explicit table ``OPAQUE_EXPECTED``.
@@ -60,9 +66,12 @@ class State:
 
 #: Version 1: ids 0..19, v = 10 * id, written 5 rows per fragment (fragments 0..3).
 V1 = State.of([(i, 10 * i) for i in range(20)], {})
-#: Version 2 (the version both writers read): version 1 without id 19.
-PINNED = 2
-PINNED_STATE = State.of([r for r in V1.rows if r[0] != 19], {})
+#: Version 2 deletes id 19; version 3 appends two small fragments (4 and 5) of two rows
+#: each, ids 50..53 with v = id (no default predicate on v matches them).
+SMALL: list[Row] = [(i, i) for i in range(50, 54)]
+#: Version 3 is the version both writers read.
+PINNED = 3
+PINNED_STATE = State.of([r for r in V1.rows if r[0] != 19] + SMALL, {})
 
 
 def _table(rows: list[Row]) -> pa.Table:
@@ -95,6 +104,7 @@ class Op:
     apply: Callable[[State], State]
     run_theirs: Callable[[s3ddb.Dataset], None] | None = None
     moves_dataset: bool = True  # False: committed by hand, the Dataset stays pinned
+    rewrites: frozenset[int] = frozenset()  # Rewrite: the fragments it compacts (pinned)
 
     def commit_first(self, ds: s3ddb.Dataset) -> None:
         if self.run_theirs is not None:
@@ -161,6 +171,30 @@ def overwrite(rows: list[Row]) -> Op:
     return Op("Overwrite", run, lambda s: State.of(rows, s.config))
 
 
+def compact(target: int, materialize: bool, rewrites: tuple[int, ...]) -> Op:
+    """``compact_files(target_rows_per_fragment=target, materialize_deletions=...)``,
+    which on the pinned layout rewrites exactly the fragments ``rewrites`` (checked
+    whenever it commits planned on the pinned version). It changes no row."""
+
+    def run(ds: s3ddb.Dataset, retries: int | None) -> None:
+        ds.optimize.compact_files(
+            target_rows_per_fragment=target,
+            materialize_deletions=materialize,
+            conflict_retries=retries,
+        )
+
+    return Op("Rewrite", run, lambda s: s, rewrites=frozenset(rewrites))
+
+
+# Compactions of the pinned layout [5, 5, 5, 5 (id 19 deleted: 20%), 2, 2]:
+#: fragment 3 alone (deletion-heavy; the others are at or over the target of 2);
+COMPACT_DELETED = compact(2, True, (3,))
+#: fragments 4 and 5 (small neighbours; fragment 3 has 4 rows, not under 4);
+COMPACT_SMALL = compact(4, False, (4, 5))
+#: fragments 2 and 3 into one, and 4 and 5 into another.
+COMPACT_TAIL = compact(9, False, (2, 3, 4, 5))
+
+
 def _commit_built(ds: s3ddb.Dataset, operation: Operation, retries: int | None) -> None:
     """Commit an operation built by hand with ``ds``'s version as the read version; on a
     retryable conflict re-read the newest version and commit again (as the Dataset
@@ -204,7 +238,8 @@ def _id_in(*ids: int) -> Callable[[Row], bool]:
     return lambda r: r[0] in ids
 
 
-# Fragments of the pinned version: 0 = ids 0-4, 1 = ids 5-9, 2 = ids 10-14, 3 = ids 15-18.
+# Fragments of the pinned version: 0 = ids 0-4, 1 = ids 5-9, 2 = ids 10-14, 3 = ids 15-18,
+# 4 = ids 50-51, 5 = ids 52-53.
 # The default operations touch rows such that every data-dependent pair is in its
 # "compatible" shape, except where the variants below say otherwise:
 #  - theirs' appended / upserted rows have v < 250 (mine's update where clause misses
@@ -212,13 +247,16 @@ def _id_in(*ids: int) -> Callable[[Row], bool]:
 #  - mine's delete touches fragment 0 (id 2), theirs' delete fragment 0 too (id 3):
 #    different rows of one fragment;
 #  - mine's update changes id 7 and theirs' update id 6: different rows of fragment 1;
-#  - mine's merge updates id 4 (fragment 0) and inserts 41; theirs' merge keys 11, 30.
+#  - mine's merge updates id 4 (fragment 0) and inserts 41; theirs' merge keys 11, 30;
+#  - mine's compaction rewrites fragment 3, theirs fragments 4 and 5: no other default
+#    operation changes either.
 THEIRS: dict[str, Op] = {
     "Append": append([(20, 200), (21, 210)]),
     "Delete": delete("id = 3", _id_in(3)),
     "Update(rows)": update("rows", 1, "id = 6", _id_in(6)),
     "Update(columns)": update("columns", 1, "id = 6", _id_in(6)),
     "merge_insert": upsert([(11, 111), (30, 230)]),
+    "Rewrite": COMPACT_SMALL,
     "Overwrite": overwrite([(100 + i, 100 * i) for i in range(4)]),
     "Restore": restore_v1(),
     "UpdateConfig": update_config({"owner": "theirs", "t": "1"}),
@@ -232,6 +270,7 @@ MINE: dict[str, Op] = {
     "Update(rows)": update("rows", 1000, *_MINE_WHERE),
     "Update(columns)": update("columns", 1000, *_MINE_WHERE),
     "merge_insert": upsert([(4, 444), (41, 410)]),
+    "Rewrite": COMPACT_DELETED,
     "Overwrite": overwrite([(500 + i, i) for i in range(3)]),
     "Restore": restore_v1(),
     "UpdateConfig": update_config({"owner": "mine", "m": "1"}),
@@ -240,16 +279,17 @@ MINE: dict[str, Op] = {
 KINDS = tuple(MINE)
 
 # Expected outcome of mine (row) after theirs (column) with the default operations.
-#                     Append Delete Upd(r) Upd(c) merge  Overwr Restore UpdCfg
+#                     Append Delete Upd(r) Upd(c) merge  Rewrite Overwr Restore UpdCfg
 EXPECTED: dict[str, tuple[Outcome, ...]] = {
-    "Append":          (C,     C,     C,     C,     C,     R,     R,      C),
-    "Delete":          (C,     C,     C,     C,     C,     R,     R,      C),
-    "Update(rows)":    (C,     C,     C,     C,     C,     R,     R,      C),
-    "Update(columns)": (C,     C,     C,     R,     C,     R,     R,      C),
-    "merge_insert":    (C,     C,     C,     C,     C,     R,     R,      C),
-    "Overwrite":       (C,     C,     C,     C,     C,     C,     C,      C),
-    "Restore":         (C,     C,     C,     C,     C,     C,     C,      C),
-    "UpdateConfig":    (C,     C,     C,     C,     C,     C,     C,      R),
+    "Append":          (C,     C,     C,     C,     C,     C,      R,     R,      C),
+    "Delete":          (C,     C,     C,     C,     C,     C,      R,     R,      C),
+    "Update(rows)":    (C,     C,     C,     C,     C,     C,      R,     R,      C),
+    "Update(columns)": (C,     C,     C,     R,     C,     C,      R,     R,      C),
+    "merge_insert":    (C,     C,     C,     C,     C,     C,      R,     R,      C),
+    "Rewrite":         (C,     C,     C,     C,     C,     C,      R,     R,      C),
+    "Overwrite":       (C,     C,     C,     C,     C,     C,      C,     C,      C),
+    "Restore":         (C,     C,     C,     C,     C,     C,      C,     C,      C),
+    "UpdateConfig":    (C,     C,     C,     C,     C,     C,      C,     C,      R),
 }  # fmt: skip
 
 
@@ -259,6 +299,9 @@ class Case:
     theirs: Op
     expected: Outcome
     id: str
+    #: Retryable cells: whether mine, re-executed, commits a version. None: exactly when
+    #: it changes the table (a compaction that changes nothing may still commit).
+    rerun_commits: bool | None = None
 
 
 def _cases() -> list[Case]:
@@ -274,11 +317,18 @@ def _cases() -> list[Case]:
                 )
             )
 
-    def variant(mine: str | Op, theirs: Op, expected: Outcome, tag: str) -> None:
+    def variant(
+        mine: str | Op,
+        theirs: Op,
+        expected: Outcome,
+        tag: str,
+        rerun_commits: bool | None = None,
+    ) -> None:
         """A data variant of a cell; ``mine`` is a MINE key or an operation of its own
         (then ``tag`` describes both sides)."""
         op = MINE[mine] if isinstance(mine, str) else mine
-        out.append(Case(op, theirs, expected, f"{op.kind}-after-{theirs.kind}[{tag}]"))
+        case_id = f"{op.kind}-after-{theirs.kind}[{tag}]"
+        out.append(Case(op, theirs, expected, case_id, rerun_commits))
 
     # Delete: always compatible; deleted rows stay deleted and the predicate is
     # re-applied to the rows theirs added or changed.
@@ -344,6 +394,44 @@ def _cases() -> list[Case]:
     variant("merge_insert", upsert([(3, 33)]), C, "same-fragment-other-key")
     variant("merge_insert", upsert([(41, 1)]), R, "same-key-inserted")
     variant("merge_insert", upsert([(4, 1)]), R, "same-key-updated")
+
+    # Rewrite (a compaction) after a change to a fragment it compacts: retried, and
+    # re-planned on the newest version (where it may or may not find work); after
+    # changes elsewhere: rebased. Mine compacts fragment 3 unless said otherwise.
+    variant("Rewrite", delete("id = 17", _id_in(17)), R, "compacted-row-deleted", True)
+    whole_3 = delete("id >= 15 AND id <= 18", lambda r: 15 <= r[0] <= 18)
+    variant("Rewrite", whole_3, R, "compacted-fragment-deleted", False)
+    for rewrite in ("rows", "columns"):
+        variant("Rewrite", update(rewrite, 1, "id = 17", _id_in(17)), R, "compacted-row", True)
+        variant("Rewrite", update(rewrite, 1, "id = 12", _id_in(12)), C, "other-fragment")
+    variant("Rewrite", upsert([(17, 7)]), R, "compacted-row-upserted", True)
+    variant("Rewrite", upsert([(42, 420)]), C, "inserted-only")
+    variant("Rewrite", COMPACT_DELETED, R, "same-fragments", False)
+    variant("Rewrite", COMPACT_TAIL, R, "overlapping-fragments", False)
+    # Mine compacts fragments 4 and 5 together (theirs touches the second of them).
+    variant(COMPACT_SMALL, delete("id = 53", _id_in(53)), R, "mine-4-5,theirs-row-of-5", True)
+    upd_50 = update("columns", 1, "id = 50", _id_in(50))
+    variant(COMPACT_SMALL, upd_50, R, "mine-4-5,theirs-row-of-4", True)
+    variant(COMPACT_SMALL, delete("id = 17", _id_in(17)), C, "mine-4-5,theirs-row-of-3")
+    variant(COMPACT_SMALL, COMPACT_DELETED, C, "mine-4-5,theirs-3")
+
+    # Delete, Update, merge_insert after a compaction: retried if it rewrote a fragment
+    # they changed (or, for a merge, matched a row of), rebased otherwise.
+    variant(delete("id = 51", _id_in(51)), COMPACT_SMALL, R, "theirs-4-5,mine-row-of-4")
+    variant(delete("id = 17", _id_in(17)), COMPACT_DELETED, R, "theirs-3,mine-row-of-3")
+    variant(delete("id = 17", _id_in(17)), COMPACT_SMALL, C, "theirs-4-5,mine-row-of-3")
+    variant("Delete", COMPACT_TAIL, C, "theirs-2-5,mine-default")
+    for rewrite in ("rows", "columns"):
+        mine_update = update(rewrite, 1000, "id = 52", _id_in(52))
+        variant(mine_update, COMPACT_SMALL, R, "theirs-4-5,mine-row-of-5")
+        mine_update = update(rewrite, 1000, "id = 16", _id_in(16))
+        variant(mine_update, COMPACT_DELETED, R, "theirs-3,mine-row-of-3")
+        variant(f"Update({rewrite})", COMPACT_TAIL, C, "theirs-2-5,mine-default")
+    variant(upsert([(50, 5000)]), COMPACT_SMALL, R, "theirs-4-5,mine-matches-row-of-4")
+    variant(upsert([(18, 5000), (42, 420)]), COMPACT_TAIL, R, "theirs-2-5,mine-matches-row-of-3")
+    variant(upsert([(42, 420)]), COMPACT_SMALL, C, "theirs-4-5,mine-inserts-only")
+    variant("merge_insert", COMPACT_TAIL, C, "theirs-2-5,mine-default")
+    variant(sync, COMPACT_SMALL, R, "mine-deletes-unmatched-by-source")
     return out
 
 
@@ -353,9 +441,28 @@ CASES = _cases()
 def _setup(uri: str) -> None:
     ds = s3ddb.write_dataset(_table(list(V1.rows)), uri, max_rows_per_file=5)
     ds.delete("id = 19")
+    ds = s3ddb.write_dataset(_table(SMALL), uri, mode="append", max_rows_per_file=2)
     assert ds.version == PINNED
-    assert [f.physical_rows for f in ds.get_fragments()] == [5, 5, 5, 5]
+    fragments = ds.get_fragments()
+    assert [f.id for f in fragments] == [0, 1, 2, 3, 4, 5]
+    assert [f.physical_rows for f in fragments] == [5, 5, 5, 5, 2, 2]
+    assert [f.num_deleted_rows for f in fragments] == [0, 0, 0, 1, 0, 0]
     assert _content(uri) == PINNED_STATE
+    assert s3ddb.dataset(uri, version=1).to_table().num_rows == len(V1.rows)
+
+
+def _ordered(uri: str) -> list[Row]:
+    """The rows of the newest version in the dataset's order."""
+    table = s3ddb.dataset(uri).to_table()
+    return list(zip(table.column("id").to_pylist(), table.column("v").to_pylist()))
+
+
+def _assert_rewrote(ds: s3ddb.Dataset, op: Op) -> None:
+    """``ds`` last committed the compaction ``op`` as planned on the pinned version."""
+    assert ds.last_commit is not None
+    rewrite = ds.last_commit.transaction.operation
+    assert isinstance(rewrite, s3ddb.Rewrite)
+    assert {f.id for f in rewrite.old_fragments()} == op.rewrites
 
 
 def _outcome_of(run: Callable[[], None]) -> Outcome:
@@ -384,11 +491,17 @@ def test_cell(case: Case, memory_uri: str) -> None:
     theirs_ds = s3ddb.dataset(memory_uri, version=PINNED)
     mine_ds = s3ddb.dataset(memory_uri, version=PINNED)
 
+    pinned_order = _ordered(memory_uri)
     case.theirs.commit_first(theirs_ds)
     after_theirs = case.theirs.apply(PINNED_STATE)
     serial = case.mine.apply(after_theirs)
     assert _content(memory_uri) == after_theirs
     assert s3ddb.dataset(memory_uri).version == PINNED + 1
+    if case.theirs.kind == "Rewrite":
+        _assert_rewrote(theirs_ds, case.theirs)
+        assert _ordered(memory_uri) == pinned_order
+    order = _ordered(memory_uri)
+    compaction = case.mine.kind == "Rewrite"
 
     got = _outcome_of(lambda: case.mine.run(mine_ds, 0))
     assert got is case.expected, f"{case.id}: expected {case.expected.value}, got {got.value}"
@@ -398,6 +511,9 @@ def test_cell(case: Case, memory_uri: str) -> None:
         assert s3ddb.dataset(memory_uri).version == PINNED + 2
         if case.mine.moves_dataset:
             assert mine_ds.version == PINNED + 2
+        if compaction:  # rebased as planned, and nothing moved
+            _assert_rewrote(mine_ds, case.mine)
+            assert _ordered(memory_uri) == order
         return
     # Refused: nothing of mine landed.
     assert _content(memory_uri) == after_theirs
@@ -407,17 +523,19 @@ def test_cell(case: Case, memory_uri: str) -> None:
         # then finds nothing to change commits nothing).
         case.mine.run(mine_ds, None)
         assert _content(memory_uri) == serial
-        landed = PINNED + 2 if serial != after_theirs else PINNED + 1
+        commits = serial != after_theirs if case.rerun_commits is None else case.rerun_commits
+        landed = PINNED + 2 if commits else PINNED + 1
         assert s3ddb.dataset(memory_uri).version == landed
         if case.mine.moves_dataset:
             assert mine_ds.version == landed
+        if compaction:
+            assert _ordered(memory_uri) == order
 
 
 # --- kinds s3ddb does not build yet, as "theirs" ------------------------------------------
 
 OPAQUE_KINDS = (
     "CreateIndex",
-    "Rewrite",
     "Merge",
     "ReserveFragments",
     "Project",
@@ -427,35 +545,31 @@ OPAQUE_KINDS = (
     "UpdateBases",
 )
 
-# Rewrite and DataReplacement name fragments: (outcome when they name a fragment mine
-# touched, outcome when they name another fragment).
-#                   CreateIndex Rewrite Merge ReserveFr Project DataRepl MemWal Clone Bases
+# DataReplacement names a fragment: (outcome when it names a fragment mine touched,
+# outcome when it names another fragment).
+#                   CreateIndex Merge ReserveFr Project DataRepl MemWal Clone Bases
 OPAQUE_EXPECTED: dict[str, tuple[Outcome | tuple[Outcome, Outcome], ...]] = {
-    "Append":          (C,    (C, C),  R,    C,     R,     (C, C),  C,     X,    C),
-    "Delete":          (C,    (R, C),  R,    C,     R,     (R, R),  C,     X,    C),
-    "Update(rows)":    (C,    (R, C),  R,    C,     R,     (R, R),  C,     X,    C),
-    "Update(columns)": (C,    (R, C),  R,    C,     R,     (R, R),  C,     X,    C),
-    "merge_insert":    (C,    (R, C),  R,    C,     R,     (R, R),  C,     X,    C),
-    "Overwrite":       (C,    (C, C),  C,    C,     C,     (C, C),  C,     C,    C),
-    "Restore":         (C,    (C, C),  C,    C,     C,     (C, C),  C,     C,    C),
-    "UpdateConfig":    (C,    (C, C),  C,    C,     C,     (C, C),  C,     C,    C),
+    "Append":          (C,    R,    C,     R,     (C, C),  C,     X,    C),
+    "Delete":          (C,    R,    C,     R,     (R, R),  C,     X,    C),
+    "Update(rows)":    (C,    R,    C,     R,     (R, R),  C,     X,    C),
+    "Update(columns)": (C,    R,    C,     R,     (R, R),  C,     X,    C),
+    "merge_insert":    (C,    R,    C,     R,     (R, R),  C,     X,    C),
+    "Rewrite":         (C,    R,    C,     R,     (R, R),  C,     X,    C),
+    "Overwrite":       (C,    C,    C,     C,     (C, C),  C,     C,    C),
+    "Restore":         (C,    C,    C,     C,     (C, C),  C,     C,    C),
+    "UpdateConfig":    (C,    C,    C,     C,     (C, C),  C,     C,    C),
 }  # fmt: skip
 
-#: The fragment each mine operation changes (its "overlapping" fragment); fragment 2 is
-#: changed by none of them. Operations that change no existing fragment use 0.
-TOUCHED = {"Delete": 0, "Update(rows)": 1, "Update(columns)": 1, "merge_insert": 0}
+#: The fragment each mine operation changes (its "overlapping" fragment; for Rewrite the
+#: one it compacts); fragment 2 is changed by none of them. Operations that change no
+#: existing fragment use 0.
+TOUCHED = {"Delete": 0, "Update(rows)": 1, "Update(columns)": 1, "merge_insert": 0, "Rewrite": 3}
 UNTOUCHED = 2
 
 
 def _opaque_message(kind: str, fragment_id: int) -> object:
     if kind == "CreateIndex":
         return tpb.CreateIndex(new_indices=[mpb.IndexMetadata(uuid="idx-1")])
-    if kind == "Rewrite":
-        group = tpb.RewriteGroup(
-            old_fragments=[mpb.Fragment(id=fragment_id, physical_rows=5)],
-            new_fragments=[mpb.Fragment(id=100, physical_rows=5)],
-        )
-        return tpb.Rewrite(groups=[group])
     if kind == "Merge":
         return tpb.Merge(fragments=[mpb.Fragment(id=0, physical_rows=5)])
     if kind == "ReserveFragments":
@@ -511,7 +625,11 @@ def _mine_transaction(uri: str, mine: str) -> Transaction:
     assert committed.last_commit is not None
     txn = committed.last_commit.transaction
     assert txn.read_version == PINNED
-    if mine in TOUCHED:  # the premise of the overlap variants
+    if mine == "Rewrite":
+        assert isinstance(txn.operation, s3ddb.Rewrite)
+        touched = {f.id for f in txn.operation.old_fragments()}
+        assert touched == {TOUCHED[mine]}, touched
+    elif mine in TOUCHED:  # the premise of the overlap variants
         touched = set(txn.operation.affected_rows)  # type: ignore[attr-defined]
         assert touched == {TOUCHED[mine]}, touched
     return txn
@@ -557,3 +675,23 @@ def test_state_oracle_sanity() -> None:
     assert (4, 444) in s.rows and (4, 40) not in s.rows and (41, 410) in s.rows
     s = replace(PINNED_STATE, config={"a": "1"})
     assert MINE["Restore"].apply(s) == V1
+    assert MINE["Rewrite"].apply(s) == s  # a compaction changes nothing logical
+
+
+@pytest.mark.parametrize(
+    "op", [COMPACT_DELETED, COMPACT_SMALL, COMPACT_TAIL], ids=["deleted", "small", "tail"]
+)
+def test_compactions_rewrite_the_fragments_meant(op: Op, memory_uri: str) -> None:
+    # The premise of the Rewrite variants, on the pinned layout with nothing concurrent.
+    _setup(memory_uri)
+    order = _ordered(memory_uri)
+    ds = s3ddb.dataset(memory_uri, version=PINNED)
+    op.run(ds, 0)
+    assert ds.version == PINNED + 1
+    _assert_rewrote(ds, op)
+    assert _ordered(memory_uri) == order
+    kept = [f.id for f in ds.get_fragments() if f.id <= 5]
+    assert kept == [i for i in range(6) if i not in op.rewrites]
+    # Right after, the same compaction has nothing left to do.
+    op.run(ds, 0)
+    assert s3ddb.dataset(memory_uri).version == PINNED + 1
