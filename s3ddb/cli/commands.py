@@ -1,0 +1,444 @@
+"""Dataset verbs of the ``s3ddb`` command: info, history, show, delete, update, compact,
+restore and tags.
+
+Every verb takes a dataset URI and the AWS options ``--endpoint-url``, ``--region`` and
+``--profile``, passed to the library as the storage options ``endpoint_url``, ``region``
+and ``profile``. Errors the library raises on purpose (a missing dataset, an unknown
+column, bad SQL...) propagate as :class:`~s3ddb.errors.S3DDBError`, which
+:func:`s3ddb.cli.main.main` prints on one line with exit status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import csv
+import dataclasses
+import datetime as dt
+import json
+import os
+import sys
+from collections.abc import Callable, Collection
+from typing import Any
+
+import pyarrow as pa
+
+import s3ddb
+from s3ddb.errors import InvalidInputError
+from s3ddb.optimize import DEFAULT_TARGET_ROWS_PER_FRAGMENT
+
+_URI_HELP = (
+    "dataset URI: a local path, file://, s3://bucket/prefix or "
+    "s3+ddb://bucket/prefix?ddbTableName=TABLE"
+)
+_VERSION_HELP = "a version number or a tag name"
+_RETRIES_HELP = (
+    "re-execute at most N times on the newest version when a concurrent commit "
+    "conflicts (default 10; 0 fails on the first conflict)"
+)
+_MAX_CELL = 60  # widest cell of `show --format table`; csv and json are never cut
+
+
+# --- argument types and parsers -----------------------------------------------------
+
+
+def _version(text: str) -> int | str:
+    """A version number (digits) or a tag name."""
+    return int(text) if text.isdigit() else text
+
+
+def _at_least(minimum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        if not text.strip().isdigit() or int(text) < minimum:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {text!r}")
+        return int(text)
+
+    return parse
+
+
+def _columns(text: str) -> list[str]:
+    names = [name.strip() for name in text.split(",")]
+    if not all(names):
+        raise argparse.ArgumentTypeError(f"expected column names separated by ',', got {text!r}")
+    return names
+
+
+def _assignment(text: str) -> tuple[str, str]:
+    column, sep, expr = text.partition("=")
+    if not sep or not column.strip() or not expr.strip():
+        raise argparse.ArgumentTypeError(f"expected COLUMN=EXPRESSION, got {text!r}")
+    return column.strip(), expr.strip()
+
+
+# The AWS options of every verb, by flag; each is the storage option of the same name.
+_AWS_OPTIONS = {
+    "--endpoint-url": "S3 and DynamoDB endpoint (default: AWS_ENDPOINT_URL)",
+    "--region": "AWS region (default: AWS_REGION / AWS_DEFAULT_REGION)",
+    "--profile": "AWS named profile (default: AWS_PROFILE)",
+}
+_STORAGE_OPTIONS = [flag[2:].replace("-", "_") for flag in _AWS_OPTIONS]
+
+
+def _aws_options(parser: argparse.ArgumentParser, default: Any = None) -> None:
+    group = parser.add_argument_group(
+        "AWS options",
+        "s3:// and s3+ddb:// only; passed as the storage options endpoint_url, "
+        "region and profile, which override the environment",
+    )
+    for flag, text in _AWS_OPTIONS.items():
+        group.add_argument(flag, default=default, help=text)
+
+
+def _verb(
+    subparsers: Any, name: str, func: Callable[..., int], *, action: bool = False
+) -> argparse.ArgumentParser:
+    """The parser of a verb (or of a ``tags`` action): its help is the first line of
+    ``func``'s docstring, its description the whole docstring."""
+    doc = (func.__doc__ or "").strip()
+    summary = doc.splitlines()[0].rstrip(".")
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        name, help=summary[:1].lower() + summary[1:], description=" ".join(doc.split())
+    )
+    if not action:
+        parser.add_argument("uri", metavar="URI", help=_URI_HELP)
+    # An action's copies must not reset the options given before it (tags --region R URI list).
+    _aws_options(parser, default=argparse.SUPPRESS if action else None)
+    parser.set_defaults(func=func)
+    return parser
+
+
+def register(subparsers: Any) -> None:
+    """Add the dataset verbs to the ``s3ddb`` command's subparsers."""
+    count, positive = _at_least(0), _at_least(1)
+    p = _verb(subparsers, "info", run_info)
+    p.add_argument("--version", type=_version, help=f"describe this version: {_VERSION_HELP}")
+
+    p = _verb(subparsers, "history", run_history)
+    p.add_argument("--limit", type=positive, metavar="N", help="only the N newest versions")
+
+    p = _verb(subparsers, "show", run_show)
+    p.add_argument("--version", type=_version, help=f"read this version: {_VERSION_HELP}")
+    p.add_argument("--columns", type=_columns, metavar="A,B", help="columns to print, in order")
+    p.add_argument("--filter", metavar="SQL", help="keep rows matching this predicate")
+    p.add_argument("--limit", type=count, default=20, metavar="N", help="default 20; 0: all")
+    p.add_argument("--format", choices=("table", "csv", "json"), default="table")
+
+    p = _verb(subparsers, "delete", run_delete)
+    p.add_argument("predicate", metavar="PREDICATE", help="SQL predicate, e.g. 'id < 10'")
+    p.add_argument("--retries", type=count, metavar="N", help=_RETRIES_HELP)
+
+    p = _verb(subparsers, "update", run_update)
+    p.add_argument(
+        "--set",
+        dest="assignments",
+        type=_assignment,
+        action="append",
+        required=True,
+        metavar="COL=EXPR",
+        help="e.g. --set 'price=price * 1.1' (repeatable)",
+    )
+    p.add_argument("--where", metavar="SQL", help="update only rows matching this predicate")
+    p.add_argument(
+        "--rewrite",
+        choices=("auto", "rows", "columns"),
+        default="auto",
+        help="move changed rows to new fragments (rows), rewrite the changed columns of "
+        "the touched fragments (columns), or let s3ddb choose (auto, the default)",
+    )
+    p.add_argument("--retries", type=count, metavar="N", help=_RETRIES_HELP)
+
+    p = _verb(subparsers, "compact", run_compact)
+    p.add_argument(
+        "--target-rows",
+        type=positive,
+        default=DEFAULT_TARGET_ROWS_PER_FRAGMENT,
+        metavar="N",
+        help=f"rows per new fragment (default {DEFAULT_TARGET_ROWS_PER_FRAGMENT})",
+    )
+    p.add_argument(
+        "--no-materialize-deletions",
+        dest="materialize_deletions",
+        action="store_false",
+        help="do not rewrite a fragment only because many of its rows are deleted",
+    )
+    p.add_argument("--retries", type=count, metavar="N", help=_RETRIES_HELP)
+
+    p = _verb(subparsers, "restore", run_restore)
+    p.add_argument("version", metavar="VERSION", type=_version, help=_VERSION_HELP)
+
+    p = _verb(subparsers, "tags", run_tags)
+    actions = p.add_subparsers(dest="tags_action", metavar="ACTION")
+    _verb(actions, "list", run_tag_list, action=True)
+    p = _verb(actions, "create", run_tag_create, action=True)
+    p.add_argument("name", metavar="NAME", help="tag name: letters, digits, '.', '_', '-'")
+    p.add_argument("tag_version", metavar="VERSION", type=positive, help="version number")
+    p = _verb(actions, "delete", run_tag_delete, action=True)
+    p.add_argument("name", metavar="NAME", help="the tag")
+
+
+# --- helpers --------------------------------------------------------------------------
+
+
+def _open(args: argparse.Namespace, version: int | str | None = None) -> s3ddb.Dataset:
+    options = {key: v for key in _STORAGE_OPTIONS if (v := getattr(args, key, None))}
+    return s3ddb.dataset(args.uri, version=version, storage_options=options or None)
+
+
+def _rows(n: int) -> str:
+    return f"{n} row" if n == 1 else f"{n} rows"
+
+
+def _iso(timestamp: dt.datetime) -> str:
+    return timestamp.astimezone(dt.timezone.utc).isoformat(timespec="milliseconds")[:-6] + "Z"
+
+
+def _print_table(header: list[str], rows: list[list[str]], right: Collection[int] = ()) -> None:
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(header)]
+    for cells in [header, ["-" * w for w in widths], *rows]:
+        padded = [
+            (c.rjust if i in right else c.ljust)(w) for i, (c, w) in enumerate(zip(cells, widths))
+        ]
+        print("  ".join(padded).rstrip())
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, (dt.datetime, dt.date, dt.time)):
+        return value.isoformat()
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    return str(value)  # Decimal (exactly), timedelta, anything else
+
+
+def _text(value: Any) -> str:
+    """A non-null value as one line of text (csv fields and table cells)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (bool, list, dict)):  # true/false, nested values as JSON
+        return json.dumps(value, default=_json_default, ensure_ascii=False)
+    return str(_json_default(value))
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "null"
+    text = _text(value).translate({9: "\\t", 10: "\\n", 13: "\\r"})
+    return text if len(text) <= _MAX_CELL else text[: _MAX_CELL - 1] + "…"
+
+
+# --- verbs ----------------------------------------------------------------------------
+
+
+def run_info(args: argparse.Namespace) -> int:
+    """Describe a dataset version.
+
+    Prints the version and the latest version, the operation that made it and when,
+    the row, fragment, deletion-file and data-file counts, the commit mechanism, the
+    manifest naming scheme and the schema.
+    """
+    ds = _open(args, args.version)
+    manifest = ds.manifest
+    fragments = ds.get_fragments()
+    committed = dt.datetime.fromtimestamp(manifest.timestamp_nanos / 1e9, tz=dt.timezone.utc)
+    deleted = sum(f.num_deleted_rows for f in fragments)
+    deletion_files = sum(f.deletion_file is not None for f in fragments)
+    for label, value in (
+        ("dataset", ds.uri),
+        ("version", ds.version),
+        ("latest version", ds.latest_version),
+        ("operation", f"{manifest.operation or '?'} at {_iso(committed)}"),
+        ("rows", manifest.num_rows),
+        ("fragments", len(fragments)),
+        ("deletion files", f"{deletion_files} ({_rows(deleted)} deleted)"),
+        ("data files", sum(len(f.files) for f in fragments)),
+        ("commit mechanism", ds.handler.describe()),
+        ("naming scheme", manifest.naming_scheme.name),
+    ):
+        print(f"{label + ':':18}{value}")
+    print("schema:")
+    for field in ds.schema:
+        print(f"  {field.name}: {field.type}{'' if field.nullable else ' not null'}")
+    return 0
+
+
+def run_history(args: argparse.Namespace) -> int:
+    """List a dataset's versions.
+
+    One line per version, newest first: the version, its commit time (UTC, ISO 8601),
+    the operation that made it and the tags that name it.
+    """
+    ds = _open(args)
+    tags: dict[int, list[str]] = {}
+    for name, version in sorted(ds.tags.list().items()):
+        tags.setdefault(version, []).append(name)
+    header = ["version", "timestamp", "operation"] + (["tags"] if tags else [])
+    rows = [
+        [str(v.version), _iso(v.timestamp), v.operation, ", ".join(tags.get(v.version, []))]
+        for v in ds.versions()[::-1][: args.limit]
+    ]
+    _print_table(header, [row[: len(header)] for row in rows], right={0})
+    return 0
+
+
+def run_show(args: argparse.Namespace) -> int:
+    """Print a dataset's rows.
+
+    Reads one version (default: the latest), optionally projected to --columns and
+    filtered with SQL (docs/expressions.md), and prints the first --limit rows as an
+    aligned table (long values cut), CSV (a header line; NULL is an empty field) or
+    JSON (one object per line).
+    """
+    ds = _open(args, args.version)
+    limit = args.limit or None
+    table = ds.to_table(args.columns, args.filter, limit=None if limit is None else limit + 1)
+    more = limit is not None and table.num_rows > limit
+    table = table.slice(0, limit)
+    try:
+        _write_rows(table, args.format)
+        hint = "--limit 0 prints all"
+        if args.format == "table" and not more:
+            print(f"({_rows(table.num_rows)})")
+        elif args.format == "table":
+            total = f"{limit} matching" if args.filter else f"{limit} of {ds.count_rows()}"
+            print(f"(first {total} rows; {hint})")
+        elif more:
+            print(f"s3ddb: printed the first {_rows(table.num_rows)}; {hint}", file=sys.stderr)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader went away (`| head`): stop quietly, as other command-line tools do.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
+
+
+def _write_rows(table: pa.Table, fmt: str) -> None:
+    names = table.column_names
+    rows = table.to_pylist()
+    if fmt == "json":
+        for row in rows:
+            print(json.dumps(row, default=_json_default, ensure_ascii=False))
+    elif fmt == "csv":
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow(names)
+        writer.writerows([["" if v is None else _text(v) for v in r.values()] for r in rows])
+    else:
+        numeric = {
+            i
+            for i, f in enumerate(table.schema)
+            if pa.types.is_integer(f.type)
+            or pa.types.is_floating(f.type)
+            or pa.types.is_decimal(f.type)
+        }
+        _print_table(names, [[_cell(v) for v in r.values()] for r in rows], right=numeric)
+
+
+def run_delete(args: argparse.Namespace) -> int:
+    """Delete the rows matching a predicate.
+
+    Commits a new version without the rows matching PREDICATE (SQL, see
+    docs/expressions.md) and prints how many rows it deleted; commits nothing if no row
+    matches.
+    """
+    ds = _open(args)
+    deleted = ds.delete(args.predicate, conflict_retries=args.retries)["num_deleted_rows"]
+    if deleted == 0:
+        print(f"no rows match {args.predicate!r}; nothing committed (version {ds.version})")
+    else:
+        print(f"deleted {_rows(deleted)}; new version {ds.version}")
+    return 0
+
+
+def run_update(args: argparse.Namespace) -> int:
+    """Set columns on the rows matching a predicate.
+
+    Commits a new version where each --set column holds the value of its SQL
+    expression, computed from the old row, on the rows matching --where (every row
+    without it). A value must keep the column's type: CAST it if needed. Commits
+    nothing if no row matches.
+    """
+    values: dict[str, Any] = {}
+    for column, expr in args.assignments:
+        if column in values:
+            raise InvalidInputError(f"--set {column}=... is given more than once")
+        values[column] = expr
+    ds = _open(args)
+    result = ds.update(values, args.where, rewrite=args.rewrite, conflict_retries=args.retries)
+    updated = result["num_rows_updated"]
+    if updated == 0:
+        what = f"no rows match {args.where!r}" if args.where else "the dataset has no rows"
+        print(f"{what}; nothing committed (version {ds.version})")
+    else:
+        print(f"updated {_rows(updated)}; new version {ds.version}")
+    return 0
+
+
+def run_compact(args: argparse.Namespace) -> int:
+    """Rewrite small and deletion-heavy fragments into fewer ones.
+
+    Runs ds.optimize.compact_files on the latest version: runs of adjacent small
+    fragments, fragments with many deleted rows and fragments with several data files
+    are rewritten into fragments of up to --target-rows rows. Rows and their order are
+    unchanged, and old versions keep their files. Commits nothing if no fragment is
+    worth rewriting.
+    """
+    ds = _open(args)
+    before = ds.version
+    metrics = ds.optimize.compact_files(
+        target_rows_per_fragment=args.target_rows,
+        materialize_deletions=args.materialize_deletions,
+        conflict_retries=args.retries,
+    )
+    if metrics.fragments_removed == 0:
+        print(f"nothing to compact; nothing committed (version {ds.version})")
+    else:
+        print(f"compacted version {before}; new version {ds.version}")
+    for name, value in dataclasses.asdict(metrics).items():
+        print(f"  {name.replace('_', ' ') + ':':19}{value}")
+    return 0
+
+
+def run_restore(args: argparse.Namespace) -> int:
+    """Make an old version the latest.
+
+    Commits a new version with VERSION's content; the versions in between stay in the
+    history.
+    """
+    ds = _open(args, args.version)
+    restored = ds.version
+    ds.restore()
+    print(f"restored version {restored} as new version {ds.version}")
+    return 0
+
+
+def run_tags(args: argparse.Namespace) -> int:
+    """List, create or delete tags.
+
+    A tag names one version and can be used wherever a version is accepted (show
+    --version TAG, restore URI TAG). Without ACTION, lists the tags.
+    """
+    return run_tag_list(args)
+
+
+def run_tag_list(args: argparse.Namespace) -> int:
+    """List the tags and the versions they name."""
+    tags = _open(args).tags.list()
+    rows = [[name, str(v)] for name, v in sorted(tags.items(), key=lambda t: (t[1], t[0]))]
+    if rows:
+        _print_table(["tag", "version"], rows, right={1})
+    else:
+        print("no tags")
+    return 0
+
+
+def run_tag_create(args: argparse.Namespace) -> int:
+    """Name a version."""
+    _open(args).tags.create(args.name, args.tag_version)
+    print(f"created tag {args.name!r} -> version {args.tag_version}")
+    return 0
+
+
+def run_tag_delete(args: argparse.Namespace) -> int:
+    """Remove a tag (the version it names stays)."""
+    tags = _open(args).tags
+    version = tags.resolve(args.name)
+    tags.delete(args.name)
+    print(f"deleted tag {args.name!r} (it named version {version})")
+    return 0
