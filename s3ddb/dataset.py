@@ -45,6 +45,7 @@ from s3ddb.format.deletion import read_deletion_mask
 from s3ddb.format.fragment import FragmentMetadata
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.naming import DEFAULT_NAMING, NamingScheme
+from s3ddb.format.rows import filter_rows
 from s3ddb.format.schema import DatasetSchema, conform
 from s3ddb.io.uri import parse_uri
 
@@ -226,7 +227,7 @@ class Dataset:
             keep = read_deletion_mask(self._handler.store, fragment)
             table = table.filter(keep)
         if predicate is not None:
-            table = table.filter(predicate)
+            table = filter_rows(table, predicate)
         return table.select(columns)
 
     def to_batches(
@@ -267,11 +268,32 @@ class Dataset:
         """
         names = self._resolve_columns(columns)
         schema = pa.schema([self.schema.field(n) for n in names])
-        batches = list(self.to_batches(names, filter))
+        if limit is not None and (not isinstance(limit, int) or limit < 0):
+            raise InvalidInputError(f"limit must be an int >= 0, got {limit!r}")
+        if limit is not None:
+            batches = self._first_rows(names, filter, (offset or 0) + limit)
+        else:
+            batches = list(self.to_batches(names, filter))
         table = pa.Table.from_batches(batches, schema=schema) if batches else schema.empty_table()
         if offset or limit is not None:
             table = table.slice(offset or 0, limit)
         return table
+
+    def _first_rows(
+        self, columns: list[str], filter: str | pc.Expression | None, wanted: int
+    ) -> list[pa.RecordBatch]:
+        """Batches holding at least the first ``wanted`` rows: fragments are read in
+        order only until there are enough (``limit`` must not read the whole version)."""
+        predicate = self._predicate(filter)
+        batches: list[pa.RecordBatch] = []
+        rows = 0
+        for fragment in self._manifest.fragments:
+            if rows >= wanted:
+                break
+            table = self._read_fragment(fragment, columns, predicate)
+            batches.extend(table.to_batches())
+            rows += table.num_rows
+        return batches
 
     def count_rows(self, filter: str | pc.Expression | None = None) -> int:
         """Number of rows (matching ``filter``) in the pinned version."""

@@ -213,12 +213,7 @@ def _apply_values(
     rows: pa.Table, values: dict[str, pc.Expression], target: pa.Schema, where: str
 ) -> pa.Table:
     """``rows`` with ``values`` evaluated over them and conformed to ``target``."""
-    try:
-        computed = evaluate(rows, values)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
-        raise InvalidExpressionError(
-            f"evaluating the update values failed: {str(exc).splitlines()[0]}"
-        ) from exc
+    computed = evaluate(rows, values, "the update values")
     columns = {
         name: computed.column(name) if name in values else rows.column(name)
         for name in rows.column_names

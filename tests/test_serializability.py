@@ -1,4 +1,4 @@
-"""Property: concurrent appends, deletes, updates and upserts are serializable.
+"""Property: concurrent appends, deletes, updates, upserts and compactions are serializable.
 
 Hypothesis generates histories over an in-memory dataset with columns ``id`` and ``v``
 (int64). Concurrency is simulated in one process: several :class:`s3ddb.Dataset`
@@ -6,8 +6,10 @@ handles are pinned at a (soon stale) version and later commit through the confli
 resolver in a random order. Every operation that committed is recorded with the
 version it created; the oracle, a plain list of ``(id, v)`` rows, applies each one's
 *logical* effect (predicate delete, expression update, keyed upsert, append) in
-version order. The table at every version, the counts the operations returned and
-the history's operation kinds must all agree with it.
+version order; a compaction (``ds.optimize.compact_files``) changes nothing logical. The
+table at every version, the counts the operations returned and the history's operation
+kinds must all agree with it. A compaction's version is also checked physically: it
+replaced exactly the fragments its metrics report, by clean fragments within its target.
 
 Predicates and value expressions are described once (small dataclasses) and rendered
 both as SQL text for s3ddb and as a Python function for the oracle.
@@ -15,11 +17,12 @@ both as SQL text for s3ddb and as a Python function for the oracle.
 
 from __future__ import annotations
 
+import itertools
 import math
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import pyarrow as pa
 import pytest
@@ -28,6 +31,7 @@ from hypothesis import strategies as st
 
 import s3ddb
 from s3ddb.errors import RetryableCommitConflictError
+from s3ddb.format.fragment import FragmentMetadata
 
 Row = tuple[int, int]  # (id, v)
 State = list[Row]  # a multiset of rows: ids may repeat after colliding appends
@@ -228,7 +232,45 @@ class UpsertOp:
         return not self.rows
 
 
-Op = AppendOp | DeleteOp | UpdateOp | UpsertOp
+@dataclass(frozen=True)
+class CompactOp:
+    """``compact_files``: rewrites fragments, changes no row."""
+
+    target_rows: int
+    materialize_deletions: bool
+    threshold: float
+    kind = "Rewrite"
+
+    def apply(self, state: State) -> tuple[State, dict[str, int]]:
+        return list(state), {}
+
+    def needs_rewrite(self, fragment: FragmentMetadata) -> bool:
+        """Worth rewriting on its own: several data files, or (if materializing) a
+        deleted share of at least the threshold."""
+        deleted = fragment.num_deleted_rows
+        return len(fragment.files) > 1 or (
+            self.materialize_deletions
+            and deleted > 0
+            and deleted / fragment.physical_rows >= self.threshold
+        )
+
+    def has_work(self, fragments: list[FragmentMetadata]) -> bool:
+        """Whether compacting ``fragments`` (in manifest order) rewrites anything: a
+        fragment needs rewriting on its own, or two adjacent small fragments (under the
+        target) fit together in one. A small fragment alone is not worth rewriting."""
+        if any(map(self.needs_rewrite, fragments)):
+            return True
+
+        def small(f: FragmentMetadata) -> bool:
+            return f.num_rows < self.target_rows
+
+        return any(
+            small(a) and small(b) and a.num_rows + b.num_rows <= self.target_rows
+            for a, b in itertools.pairwise(fragments)
+        )
+
+
+Op = AppendOp | DeleteOp | UpdateOp | UpsertOp | CompactOp
 
 
 @dataclass(frozen=True)
@@ -276,6 +318,14 @@ def _execute(ds: s3ddb.Dataset, op: Op, no_retries: bool) -> dict[str, int]:
             rewrite=op.rewrite,  # type: ignore[arg-type]
             conflict_retries=retries,
         )
+    if isinstance(op, CompactOp):
+        metrics = ds.optimize.compact_files(
+            target_rows_per_fragment=op.target_rows,
+            materialize_deletions=op.materialize_deletions,
+            materialize_deletions_threshold=op.threshold,
+            conflict_retries=retries,
+        )
+        return asdict(metrics)
     builder = ds.merge_insert("id").when_matched_update_all().when_not_matched_insert_all()
     if no_retries:
         builder = builder.conflict_retries(0)
@@ -310,10 +360,12 @@ class Committed:
 @dataclass
 class Outcome:
     """What a checked history did: per step ("open", "v<n>" committed, "nothing"
-    committed, "conflict" raised) and the final table."""
+    committed, "conflict" raised), the final table and its fragments' layout
+    (physical rows, deleted rows, data files)."""
 
     steps: list[str]
     final: State
+    layout: list[tuple[int, int, int]]
 
 
 def check_history(initial: State, start_handles: int, steps: list[Step]) -> Outcome:
@@ -361,14 +413,21 @@ def _check_history(uri: str, initial: State, start_handles: int, steps: list[Ste
         if after == before:
             log.append(f"{label} -> nothing committed (handle at v{ds.version})")
             outcomes.append("nothing")
-            _event("nothing to commit")
+            _event(f"{type(step.op).__name__} had nothing to commit")
             assert ds.last_commit is prior_commit, _fmt(log)
             assert pinned <= ds.version <= after, _fmt(log)
             # It planned on the version the handle is now at and found nothing to do.
-            assert step.op.matches_nothing(states[ds.version]), (
-                f"{step.op} committed nothing although it has rows to change at "
-                f"v{ds.version}\n{_fmt(log)}"
-            )
+            if isinstance(step.op, CompactOp):
+                fragments = ds.get_fragments()
+                assert not step.op.has_work(fragments), (
+                    f"{step.op} committed nothing although v{ds.version} has fragments "
+                    f"worth compacting: {_fmt_fragments(fragments)}\n{_fmt(log)}"
+                )
+            else:
+                assert step.op.matches_nothing(states[ds.version]), (
+                    f"{step.op} committed nothing although it has rows to change at "
+                    f"v{ds.version}\n{_fmt(log)}"
+                )
             assert all(n == 0 for n in counts.values()), f"{counts}\n{_fmt(log)}"
             continue
         log.append(f"{label} -> v{after} {counts}")
@@ -376,13 +435,19 @@ def _check_history(uri: str, initial: State, start_handles: int, steps: list[Ste
         if pinned < before:  # for --hypothesis-show-statistics: how it got there
             rebased = ds.last_commit is not None and ds.last_commit.attempts > 1
             how = "rebased over" if rebased else "re-executed after"
+            raced = {type(c.op).__name__ for c in committed if c.version > pinned}
             _event(f"{type(step.op).__name__} {how} concurrent commits")
+            if "CompactOp" in raced:
+                _event(f"{type(step.op).__name__} {how} a concurrent compaction")
         assert after == before + 1, f"one call committed {after - before} versions\n{_fmt(log)}"
         assert ds.version == after, f"the handle is at v{ds.version}, not v{after}\n{_fmt(log)}"
         assert ds.last_commit is not prior_commit, _fmt(log)
         state, expected_counts = step.op.apply(states[before])
         states[after] = sorted(state)
         committed.append(Committed(after, step.op, counts))
+        if isinstance(step.op, CompactOp):
+            _check_compaction(uri, step.op, before, after, counts, log)
+            continue
         assert counts == expected_counts, (
             f"{step.op} at v{after} returned {counts}, serially {expected_counts}\n{_fmt(log)}"
         )
@@ -401,7 +466,46 @@ def _check_history(uri: str, initial: State, start_handles: int, steps: list[Ste
         )
     for k, ds in enumerate(handles):  # pinned reads see exactly their version
         assert _rows(ds.to_table()) == states[ds.version], f"h{k}\n{_fmt(log)}"
-    return Outcome(outcomes, states[final])
+    layout = [
+        (f.physical_rows, f.num_deleted_rows, len(f.files))
+        for f in s3ddb.dataset(uri).get_fragments()
+    ]
+    return Outcome(outcomes, states[final], layout)
+
+
+def _check_compaction(
+    uri: str, op: CompactOp, before: int, after: int, metrics: dict[str, int], log: list[str]
+) -> None:
+    """Version ``after`` (a compaction) keeps ``before``'s other fragments as they were
+    and replaced exactly the fragments (and files) its metrics count by new fragments
+    of one data file, no deleted rows and at most the target's rows."""
+    old = {f.id: f for f in s3ddb.dataset(uri, version=before).get_fragments()}
+    new = {f.id: f for f in s3ddb.dataset(uri, version=after).get_fragments()}
+    removed = [old[i] for i in old.keys() - new.keys()]
+    added = [new[i] for i in new.keys() - old.keys()]
+    where = (
+        f"{op} at v{after}: {metrics}\n  before: {_fmt_fragments(list(old.values()))}\n"
+        f"  after:  {_fmt_fragments(list(new.values()))}\n{_fmt(log)}"
+    )
+    assert removed, f"a committed compaction removed no fragment\n{where}"
+    assert all(old[i] == new[i] for i in old.keys() & new.keys()), where
+    assert metrics == {
+        "fragments_removed": len(removed),
+        "fragments_added": len(added),
+        "files_removed": sum(len(f.files) for f in removed),
+        "files_added": sum(len(f.files) for f in added),
+    }, where
+    assert all(
+        len(f.files) == 1 and f.deletion_file is None and 0 < f.physical_rows <= op.target_rows
+        for f in added
+    ), where
+
+
+def _fmt_fragments(fragments: list[FragmentMetadata]) -> str:
+    """``id:rows-deleted/files`` per fragment."""
+    return " ".join(
+        f"{f.id}:{f.physical_rows}-{f.num_deleted_rows}/{len(f.files)}" for f in fragments
+    )
 
 
 def _event(text: str) -> None:
@@ -460,6 +564,12 @@ operations: st.SearchStrategy[Op] = st.one_of(
     st.builds(
         UpsertOp,
         st.lists(id_value_pairs, min_size=1, max_size=4, unique_by=lambda r: r[0]).map(tuple),
+    ),
+    st.builds(
+        CompactOp,
+        st.integers(2, 8),
+        st.booleans(),
+        st.sampled_from([0.1, 0.25, 1 / 3, 0.5, 1.0]),
     ),
 )
 initial_tables = st.lists(VALUES, min_size=1, max_size=9).map(
@@ -573,3 +683,29 @@ def test_predicates_render_sql_semantics() -> None:
             ds = s3ddb.write_dataset(table, uri)
             ds.update({"v": value.sql()})
             assert _rows(ds.to_table()) == expected, value
+
+
+def test_compaction_races_row_changes() -> None:
+    """A compaction pinned before a delete of a row in a fragment it compacts raises
+    (retries=0), then re-executes. Operations through handles pinned before both rebase
+    if the compaction left their fragments alone (the delete, the upsert) and retry if it
+    rewrote one (the update). A compaction that lost its fragments re-executes on the
+    newest version, deletions and the update's extra data file included."""
+    initial = [(i, i) for i in range(9)]  # fragments of ids 0-2, 3-5, 6-8
+    history: list[Step] = [
+        Run(0, DeleteOp(Cmp("id", "=", 1)), True),
+        # Planned on v1: fragments 0-2 and 3-5 fit in 6 rows; the delete changed 0-2.
+        Run(1, CompactOp(6, True, 0.1), True),
+        Run(1, CompactOp(6, True, 0.1), False),  # re-executed on v2: the same groups
+        Run(2, DeleteOp(Cmp("id", "=", 7)), True),  # 6-8 was not compacted: rebases
+        Run(3, UpdateOp(Value("add", 100), Cmp("id", "=", 4), "rows"), True),  # 3-5 was
+        Run(4, UpsertOp(((8, -8), (30, 30))), True),  # matched 8 in 6-8: rebases
+        # Re-executed on v5; updating columns in place adds a data file to the fragment.
+        Run(3, UpdateOp(Value("add", 100), Cmp("id", "=", 4), "columns"), False),
+        Run(0, CompactOp(8, True, 0.25), True),  # planned on v2: 0-2 and 3-5 are gone
+        Run(0, CompactOp(8, True, 0.25), False),
+    ]
+    outcome = check_history(initial, 5, history)
+    assert outcome.steps == ["v2", "conflict", "v3", "v4", "conflict", "v5", "v6", "conflict", "v7"]
+    assert outcome.final == [(0, 0), (2, 2), (3, 3), (4, 104), (5, 5), (6, 6), (8, -8), (30, 30)]
+    assert outcome.layout == [(8, 0, 1)]  # v7 compacted everything into one fragment

@@ -52,6 +52,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader of our output went away (``s3ddb show ... | head``): not an error.
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":

@@ -163,9 +163,7 @@ def commit_transaction(
             # Back off first, then catch up: attempting right after reading the newest
             # version keeps the window in which another writer can win small.
             time.sleep(config.backoff(attempt))
-            current, txn = _catch_up(
-                handler, current, txn, on_existing, write_transaction, written
-            )
+            current, txn = _catch_up(handler, current, txn, on_existing, write_transaction, written)
     except CommitStateUnknownError:
         raise
     except Exception as exc:

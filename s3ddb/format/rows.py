@@ -13,12 +13,41 @@ import pyarrow.compute as pc
 import pyarrow.dataset as pads
 from pyroaring import BitMap
 
+from s3ddb.errors import InvalidExpressionError
 
-def evaluate(table: pa.Table, expressions: dict[str, pc.Expression]) -> pa.Table:
-    """A table of one column per expression, evaluated row by row over ``table``."""
+_EVALUATION_ERRORS = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError)
+
+
+def _evaluation_error(exc: Exception, what: str) -> InvalidExpressionError:
+    return InvalidExpressionError(f"evaluating {what} failed: {str(exc).splitlines()[0]}")
+
+
+def evaluate(table: pa.Table, expressions: dict[str, pc.Expression], what: str = "") -> pa.Table:
+    """A table of one column per expression, evaluated row by row over ``table``.
+
+    Raises:
+        InvalidExpressionError: evaluation failed (division by zero, overflow, a cast
+            that does not fit...).
+    """
     if table.num_rows == 0 and not table.num_columns:
         return pa.table({name: pa.array([], pa.null()) for name in expressions})
-    return pads.dataset(table).to_table(columns=expressions)
+    try:
+        return pads.dataset(table).to_table(columns=expressions)
+    except _EVALUATION_ERRORS as exc:
+        what = what or ", ".join(map(str, expressions.values()))
+        raise _evaluation_error(exc, what) from exc
+
+
+def filter_rows(table: pa.Table, predicate: pc.Expression) -> pa.Table:
+    """The rows of ``table`` where ``predicate`` is TRUE.
+
+    Raises:
+        InvalidExpressionError: evaluating the predicate failed.
+    """
+    try:
+        return table.filter(predicate)
+    except _EVALUATION_ERRORS as exc:
+        raise _evaluation_error(exc, f"the filter {predicate}") from exc
 
 
 def matching_rows(
@@ -28,7 +57,7 @@ def matching_rows(
     ``visible`` (None: every row)."""
     if table.num_rows == 0:
         return BitMap()
-    mask = evaluate(table, {"m": predicate}).column("m")
+    mask = evaluate(table, {"m": predicate}, f"the predicate {predicate}").column("m")
     mask = pc.fill_null(mask.cast(pa.bool_()), False)
     positions = np.flatnonzero(mask.to_numpy(zero_copy_only=False))
     rows = BitMap(positions.astype(np.uint32))
