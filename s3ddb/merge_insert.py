@@ -24,13 +24,14 @@ import pyarrow.compute as pc
 from pyroaring import BitMap
 
 from s3ddb._data import to_arrow_table
-from s3ddb.commit.row_operations import KeyExistenceFilter, Update, key_hashes
+from s3ddb.commit.row_operations import KeyExistenceFilter, Update
 from s3ddb.errors import ColumnNotFoundError, InvalidInputError
 from s3ddb.expressions import parse_predicate, referenced_columns
 from s3ddb.format import layout
 from s3ddb.format.datafile import read_fragment, write_fragments_from_table
 from s3ddb.format.deletion import read_deleted_rows
 from s3ddb.format.fragment import FragmentMetadata
+from s3ddb.format.keys import key_hashes
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.rows import all_rows, matching_rows, take_rows
 from s3ddb.format.schema import conform

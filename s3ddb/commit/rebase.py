@@ -35,12 +35,12 @@ from s3ddb.commit.row_operations import (
     Rewrite,
     Update,
     UpdateMode,
-    key_hashes,
 )
 from s3ddb.commit.transaction import OPERATION_KINDS, OpaqueOperation, Transaction
 from s3ddb.format.datafile import read_fragment
 from s3ddb.format.deletion import deletion_path, read_deleted_rows, write_deletion_file
 from s3ddb.format.fragment import FragmentMetadata
+from s3ddb.format.keys import key_hashes
 from s3ddb.format.rows import all_rows, matching_rows
 
 _C, _R, _I = Outcome.COMPATIBLE, Outcome.RETRYABLE, Outcome.INCOMPATIBLE

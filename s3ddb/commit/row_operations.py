@@ -17,12 +17,10 @@ except ``Update.new_fragments``, whose ids are assigned when the manifest is bui
 from __future__ import annotations
 
 import enum
-import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-import pyarrow as pa
 from pyroaring import BitMap
 
 from s3ddb.commit.transaction import Operation, register_operation_decoder
@@ -65,26 +63,6 @@ def _check_fragments(what: str, fragments: Iterable[FragmentMetadata]) -> None:
 
 
 # --- key-existence filters -------------------------------------------------------------
-
-
-def _encode_key_value(value: Any) -> bytes:
-    # Type-tagged, so that 1 and "1" and 1.0 are different keys.
-    return f"{type(value).__name__}:{value!r}".encode()
-
-
-def key_hashes(table: pa.Table, columns: list[str]) -> list[int]:
-    """8-byte hashes of the key tuples of ``table`` (rows with a NULL key part are
-    skipped: in SQL a NULL key never matches, so it cannot collide)."""
-    if table.num_rows == 0:
-        return []
-    values = [table.column(c).to_pylist() for c in columns]
-    out = []
-    for key in zip(*values):
-        if any(v is None for v in key):
-            continue
-        digest = hashlib.blake2b(b"\x1f".join(map(_encode_key_value, key)), digest_size=8)
-        out.append(int.from_bytes(digest.digest(), "big"))
-    return out
 
 
 @dataclass(frozen=True)
