@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 from s3ddb._data import to_arrow_table
 from s3ddb.commit.committer import CommitConfig, CommitResult, OnExisting, commit_transaction
 from s3ddb.commit.handlers import CommitHandler
-from s3ddb.commit.row_operations import Delete
+from s3ddb.commit.row_operations import Delete, Update
 from s3ddb.commit.transaction import Append, Operation, Overwrite, Restore, Transaction
 from s3ddb.connect import open_handler
 from s3ddb.errors import (
@@ -488,7 +488,15 @@ class Dataset:
             )
             return op, {"num_rows_updated": n}
 
-        return self._run_planned("update", plan, conflict_retries, retry_timeout)
+        prior = self._last_commit
+        result = self._run_planned("update", plan, conflict_retries, retry_timeout)
+        landed = self._last_commit
+        if landed is not prior and landed is not None:
+            # A rebase may have applied the update to rows appended concurrently.
+            operation = landed.transaction.operation
+            if isinstance(operation, Update):
+                result["num_rows_updated"] = sum(len(r) for r in operation.affected_rows.values())
+        return result
 
     def merge_insert(self, on: str | list[str]) -> MergeInsertBuilder:
         """Start an upsert keyed by ``on``; see :class:`s3ddb.merge_insert.MergeInsertBuilder`.

@@ -33,8 +33,7 @@ from s3ddb.format.datafile import read_fragment, write_data_file, write_fragment
 from s3ddb.format.deletion import deletion_path, read_deleted_rows, write_deletion_file
 from s3ddb.format.fragment import FragmentMetadata
 from s3ddb.format.manifest import Manifest
-from s3ddb.format.rows import all_rows, evaluate, matching_rows, take_rows
-from s3ddb.format.schema import conform
+from s3ddb.format.rows import all_rows, apply_values, evaluate, matching_rows, take_rows
 from s3ddb.io.object_store import ObjectStore
 
 RewriteMode = Literal["auto", "rows", "columns"]
@@ -209,19 +208,6 @@ def compile_values(
     return out
 
 
-def _apply_values(
-    rows: pa.Table, values: dict[str, pc.Expression], target: pa.Schema, where: str
-) -> pa.Table:
-    """``rows`` with ``values`` evaluated over them and conformed to ``target``."""
-    computed = evaluate(rows, values, "the update values")
-    columns = {
-        name: computed.column(name) if name in values else rows.column(name)
-        for name in rows.column_names
-    }
-    table = pa.table(columns)
-    return conform(table, pa.schema([target.field(n) for n in rows.column_names]), where=where)
-
-
 def choose_mode(
     rewrite: RewriteMode, plan: DeletionPlan, manifest: Manifest, n_values: int
 ) -> UpdateMode:
@@ -290,6 +276,7 @@ def plan_update(
                 predicate=text,
                 affected_rows=plan.rows,
                 predicate_expr=predicate if predicate is not None else pc.scalar(True),
+                value_exprs=exprs,
             )
     return op, plan.num_rows
 
@@ -308,7 +295,7 @@ def _rewrite_rows(
 
     def changed_rows(fragment: FragmentMetadata) -> pa.Table:
         table = read_fragment(store, fragment, schema, names)
-        return _apply_values(take_rows(table, plan.rows[fragment.id]), values, schema.arrow, uri)
+        return apply_values(take_rows(table, plan.rows[fragment.id]), values, schema.arrow, uri)
 
     pieces = parallel_map(changed_rows, touched)
     table = pa.concat_tables(pieces) if pieces else schema.arrow.empty_table()
@@ -341,7 +328,7 @@ def _rewrite_columns(
         rows = plan.rows[fragment.id]
         # Values are computed for the matched rows only (an expression may fail, or
         # yield NULL for a NOT NULL column, on rows the update does not touch).
-        new_values = _apply_values(take_rows(table, rows), values, schema.arrow, uri)
+        new_values = apply_values(take_rows(table, rows), values, schema.arrow, uri)
         mask = np.zeros(fragment.physical_rows, dtype=bool)
         mask[np.fromiter(rows, dtype=np.int64, count=len(rows))] = True
         condition = pa.array(mask)

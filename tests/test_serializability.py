@@ -634,18 +634,32 @@ def test_racing_delete_update_upsert_append_from_one_version() -> None:
 
 
 def test_stale_update_without_retries_raises_and_stays_put() -> None:
-    """With conflict_retries=0 an update whose where clause matches a concurrently
-    appended row raises and leaves the handle where it was; a delete through the same
-    stale handle then rebases."""
+    """With conflict_retries=0 an update rewriting columns whose where clause matches a
+    concurrently appended row raises and leaves the handle where it was (one rewriting
+    rows would apply itself to that row instead); a delete through the same stale
+    handle then rebases."""
     initial = [(0, 1), (1, 2), (2, 3)]
     history: list[Step] = [
         Run(0, AppendOp(((5, 4),)), False),
-        Run(1, UpdateOp(Value("const", 0), Cmp("v", ">=", 3), "rows"), True),
+        Run(1, UpdateOp(Value("const", 0), Cmp("v", ">=", 3), "columns"), True),
         Run(1, DeleteOp(Cmp("id", "=", 0)), True),
     ]
     outcome = check_history(initial, 2, history)
     assert outcome.steps == ["v2", "conflict", "v3"]
     assert outcome.final == [(1, 2), (2, 3), (5, 4)]
+
+
+def test_stale_row_update_applies_itself_to_matching_appended_rows() -> None:
+    """An update rewriting rows whose where clause matches a concurrently appended row
+    lands without retry and changes that row too, as running second would."""
+    initial = [(0, 1), (1, 2), (2, 3)]
+    history: list[Step] = [
+        Run(0, AppendOp(((5, 4),)), False),
+        Run(1, UpdateOp(Value("const", 0), Cmp("v", ">=", 3), "rows"), True),
+    ]
+    outcome = check_history(initial, 2, history)
+    assert outcome.steps == ["v2", "v3"]
+    assert outcome.final == [(0, 1), (1, 2), (2, 0), (5, 0)]
 
 
 def test_disjoint_updates_of_one_fragment_rebase() -> None:

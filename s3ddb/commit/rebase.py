@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.compute as pc
 from pyroaring import BitMap
 
@@ -37,11 +38,12 @@ from s3ddb.commit.row_operations import (
     UpdateMode,
 )
 from s3ddb.commit.transaction import OPERATION_KINDS, OpaqueOperation, Transaction
-from s3ddb.format.datafile import read_fragment
+from s3ddb.format import layout
+from s3ddb.format.datafile import read_fragment, write_fragments_from_table
 from s3ddb.format.deletion import deletion_path, read_deleted_rows, write_deletion_file
 from s3ddb.format.fragment import FragmentMetadata
 from s3ddb.format.keys import key_hashes
-from s3ddb.format.rows import all_rows, matching_rows
+from s3ddb.format.rows import all_rows, apply_values, matching_rows, take_rows
 
 _C, _R, _I = Outcome.COMPATIBLE, Outcome.RETRYABLE, Outcome.INCOMPATIBLE
 
@@ -128,8 +130,6 @@ def _matching(
 
 
 def _keys_written(ctx: ConflictContext, keys: tuple[str, ...], rows: dict[int, BitMap]) -> set[int]:
-    from s3ddb.format.rows import take_rows
-
     out: set[int] = set()
     after = {f.id: f for f in ctx.after.fragments}
     for fid, wanted in rows.items():
@@ -238,17 +238,41 @@ def rebase_update(mine: Transaction, theirs: Transaction, ctx: ConflictContext |
         if op.mode is UpdateMode.REWRITE_COLUMNS and fid in changes.files_changed:
             return Verdict(_R, f"columns of fragment {fid} were rewritten concurrently")
     recheck = _rows_to_recheck(changes, ctx)
-    stale = _stale_read(op, ctx, changes, recheck)
-    if stale:
-        return Verdict(_R, stale)
+    absorbed: dict[int, BitMap] = {}
+    if recheck and op.is_merge:
+        stale = _stale_merge(op, ctx, changes, recheck)
+        if stale:
+            return Verdict(_R, stale)
+    elif recheck:
+        predicate = _predicate(op, ctx)
+        if predicate is None:
+            return Verdict(_R, "rows were added concurrently; the where clause cannot be re-read")
+        for fid, rows in recheck.items():
+            matched = _matching(ctx, fid, predicate, rows)
+            if matched:
+                absorbed[fid] = matched
+        if absorbed and (op.mode is not UpdateMode.REWRITE_ROWS or not op.value_exprs):
+            return Verdict(
+                _R,
+                f"rows added or changed concurrently (fragment {min(absorbed)}) match the "
+                "where clause; re-run the update to change them too",
+            )
     recompute = (
         {f.id for f in op.updated_fragments if f.id in changes.removed_rows}
         if op.mode is UpdateMode.REWRITE_ROWS
         else set()
     )
-    if not recompute:
+    if not recompute and not absorbed:
         return Verdict(_C, f"theirs touched no row this {what} read or changed")
     affected = {fid: BitMap(rows) for fid, rows in op.affected_rows.items()}
+    new_fragments = list(op.new_fragments)
+    if absorbed:
+        # Running second, this update would change the matching rows theirs added:
+        # change them here (delete them where they are, write them updated).
+        new_fragments += _updated_copies(ctx, op, absorbed)
+        for fid, rows in absorbed.items():
+            affected[fid] = affected.get(fid, BitMap()) | rows
+            recompute.add(fid)
     updated = {f.id: f for f in op.updated_fragments}
     removed = set(op.removed_fragment_ids)
     _apply_deletions(ctx, affected, recompute, updated, removed)
@@ -256,28 +280,38 @@ def rebase_update(mine: Transaction, theirs: Transaction, ctx: ConflictContext |
         op,
         updated_fragments=tuple(updated[i] for i in sorted(updated)),
         removed_fragment_ids=tuple(sorted(removed)),
+        new_fragments=tuple(new_fragments),
         affected_rows=affected,
     )
-    return Verdict(_C, "deletion vectors merged", replace(mine, operation=rebased))
+    reason = "applied to the matching rows theirs added" if absorbed else "deletion vectors merged"
+    return Verdict(_C, reason, replace(mine, operation=rebased))
 
 
-def _stale_read(
+def _updated_copies(
+    ctx: ConflictContext, op: Update, rows: dict[int, BitMap]
+) -> list[FragmentMetadata]:
+    """The rows ``rows`` of ``ctx.after`` with ``op``'s values applied, written as new
+    fragments (their files are recorded in ``ctx.written``)."""
+    schema = ctx.after.schema
+    names = list(schema.arrow.names)
+    after = {f.id: f for f in ctx.after.fragments}
+    pieces = []
+    for fid in sorted(rows):
+        table = read_fragment(ctx.store, after[fid], schema, names)
+        pieces.append(
+            apply_values(
+                take_rows(table, rows[fid]), dict(op.value_exprs), schema.arrow, ctx.store.url
+            )
+        )
+    fragments = write_fragments_from_table(ctx.store, pa.concat_tables(pieces), schema)
+    ctx.written.extend(layout.data_file_path(d.path) for f in fragments for d in f.files)
+    return fragments
+
+
+def _stale_merge(
     op: Update, ctx: ConflictContext, changes: RowChanges, recheck: dict[int, BitMap]
 ) -> str | None:
-    """Why rows theirs added or changed make my read stale, or None."""
-    if not recheck:
-        return None
-    if not op.is_merge:
-        predicate = _predicate(op, ctx)
-        if predicate is None:
-            return "rows were added concurrently and the where clause cannot be re-read"
-        for fid, rows in recheck.items():
-            if _matching(ctx, fid, predicate, rows):
-                return (
-                    f"rows added or changed concurrently (fragment {fid}) match the where "
-                    "clause; re-run the update to change them too"
-                )
-        return None
+    """Why rows theirs added or changed make my merge's read stale, or None."""
     if op.deletes_unmatched:
         return "rows were added concurrently; this merge would have deleted those its source lacks"
     if not op.merge_keys or not op.source_key_hashes:

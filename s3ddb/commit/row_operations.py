@@ -206,6 +206,9 @@ class Update(Operation):
         deletes_unmatched: the merge deletes target rows the source lacks.
         matched_rows: target rows the merge matched, updated or not (in memory): a
             concurrent delete or change of one makes its decision stale.
+        value_exprs: the compiled ``{column: expression}`` of an update (in memory):
+            a rebase applies them to rows a concurrent commit added that ``where``
+            matches.
     """
 
     removed_fragment_ids: tuple[int, ...] = ()
@@ -221,6 +224,7 @@ class Update(Operation):
     source_key_hashes: frozenset[int] = field(default=frozenset(), compare=False, repr=False)
     deletes_unmatched: bool = field(default=False, compare=False)
     matched_rows: Mapping[int, BitMap] = field(default_factory=dict, compare=False, repr=False)
+    value_exprs: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
     kind: ClassVar[str] = "Update"
     pb_field: ClassVar[str] = "update"
 

@@ -14,6 +14,7 @@ import pyarrow.dataset as pads
 from pyroaring import BitMap
 
 from s3ddb.errors import InvalidExpressionError
+from s3ddb.format.schema import conform
 
 _EVALUATION_ERRORS = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError)
 
@@ -71,3 +72,22 @@ def all_rows(n: int) -> BitMap:
 def take_rows(table: pa.Table, rows: BitMap) -> pa.Table:
     """The rows of ``table`` at ``rows`` (ascending)."""
     return table.take(pa.array(np.fromiter(rows, dtype=np.int64, count=len(rows))))
+
+
+def apply_values(
+    rows: pa.Table, values: dict[str, pc.Expression], target: pa.Schema, where: str
+) -> pa.Table:
+    """``rows`` with the columns in ``values`` replaced by those expressions evaluated
+    over them, conformed to ``target``'s fields.
+
+    Raises:
+        InvalidExpressionError: evaluation failed.
+        SchemaMismatchError: a result does not fit its column (e.g. NULL in NOT NULL).
+    """
+    computed = evaluate(rows, values, "the update values")
+    columns = {
+        name: computed.column(name) if name in values else rows.column(name)
+        for name in rows.column_names
+    }
+    table = pa.table(columns)
+    return conform(table, pa.schema([target.field(n) for n in rows.column_names]), where=where)
