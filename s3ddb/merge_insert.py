@@ -27,10 +27,9 @@ from s3ddb._data import to_arrow_table
 from s3ddb.commit.row_operations import KeyExistenceFilter, Update
 from s3ddb.errors import ColumnNotFoundError, InvalidInputError
 from s3ddb.expressions import parse_predicate, referenced_columns
-from s3ddb.format import layout
 from s3ddb.format.datafile import read_fragment, write_fragments_from_table
 from s3ddb.format.deletion import read_deleted_rows
-from s3ddb.format.fragment import FragmentMetadata
+from s3ddb.format.fragment import FragmentMetadata, data_file_paths
 from s3ddb.format.keys import key_hashes
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.rows import all_rows, matching_rows, take_rows
@@ -239,9 +238,7 @@ def plan_merge(
         written = pa.concat_tables(written_rows) if written_rows else None
         if written is not None and written.num_rows:
             new = write_fragments_from_table(store, written, schema)
-            for fragment in new:
-                for data_file in fragment.files:
-                    files.add(layout.data_file_path(data_file.path))
+            files.add(*data_file_paths(new))
         plan = DeletionPlan(deleted_before, removed)
         changed, removed_ids = write_deletions(store, manifest, plan, files)
         op = Update(

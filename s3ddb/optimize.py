@@ -21,10 +21,9 @@ import pyarrow as pa
 
 from s3ddb.commit.row_operations import Rewrite, RewriteGroup
 from s3ddb.errors import InvalidInputError
-from s3ddb.format import layout
 from s3ddb.format.datafile import read_fragment, write_fragments_from_table
 from s3ddb.format.deletion import read_deletion_mask
-from s3ddb.format.fragment import FragmentMetadata
+from s3ddb.format.fragment import FragmentMetadata, data_file_paths
 from s3ddb.format.manifest import Manifest
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.row_changes import FileTracker, parallel_map
@@ -143,9 +142,7 @@ def plan_compaction(
             new = write_fragments_from_table(
                 store, table, schema, max_rows_per_file=options.target_rows_per_fragment
             )
-            for fragment in new:
-                for data_file in fragment.files:
-                    files.add(layout.data_file_path(data_file.path))
+            files.add(*data_file_paths(new))
             out.append(RewriteGroup(tuple(old), tuple(new)))
         op = Rewrite(tuple(out))
     return op, CompactionMetrics(

@@ -31,7 +31,7 @@ from s3ddb.expressions import parse_predicate, parse_value_expression, reference
 from s3ddb.format import layout
 from s3ddb.format.datafile import read_fragment, write_data_file, write_fragments_from_table
 from s3ddb.format.deletion import deletion_path, read_deleted_rows, write_deletion_file
-from s3ddb.format.fragment import FragmentMetadata
+from s3ddb.format.fragment import FragmentMetadata, data_file_paths
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.rows import all_rows, apply_values, evaluate, matching_rows, take_rows
 from s3ddb.io.object_store import ObjectStore
@@ -59,8 +59,8 @@ class FileTracker:
         self.store = store
         self.paths: list[str] = []
 
-    def add(self, path: str) -> None:
-        self.paths.append(path)
+    def add(self, *paths: str) -> None:
+        self.paths.extend(paths)
 
     @contextmanager
     def cleanup_on_error(self) -> Iterator[FileTracker]:
@@ -300,9 +300,7 @@ def _rewrite_rows(
     pieces = parallel_map(changed_rows, touched)
     table = pa.concat_tables(pieces) if pieces else schema.arrow.empty_table()
     new = write_fragments_from_table(store, table, schema)
-    for fragment in new:
-        for data_file in fragment.files:
-            files.add(layout.data_file_path(data_file.path))
+    files.add(*data_file_paths(new))
     return new
 
 

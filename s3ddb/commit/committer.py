@@ -36,6 +36,7 @@ from s3ddb.errors import (
 )
 from s3ddb.format import layout
 from s3ddb.format.deletion import deletion_path
+from s3ddb.format.fragment import data_file_paths
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.naming import DEFAULT_NAMING, NamingScheme
 
@@ -283,11 +284,8 @@ def _discard_superseded(
 
 
 def _referenced_paths(manifest: Manifest) -> set[str]:
-    out: set[str] = set()
-    for fragment in manifest.fragments:
-        out.update(layout.data_file_path(d.path) for d in fragment.files)
-        if fragment.deletion_file is not None:
-            out.add(deletion_path(fragment))
+    out = set(data_file_paths(manifest.fragments))
+    out.update(deletion_path(f) for f in manifest.fragments if f.deletion_file is not None)
     return out
 
 

@@ -38,10 +38,9 @@ from s3ddb.commit.row_operations import (
     UpdateMode,
 )
 from s3ddb.commit.transaction import OPERATION_KINDS, OpaqueOperation, Transaction
-from s3ddb.format import layout
 from s3ddb.format.datafile import read_fragment, write_fragments_from_table
 from s3ddb.format.deletion import deletion_path, read_deleted_rows, write_deletion_file
-from s3ddb.format.fragment import FragmentMetadata
+from s3ddb.format.fragment import FragmentMetadata, data_file_paths
 from s3ddb.format.keys import key_hashes
 from s3ddb.format.rows import all_rows, apply_values, matching_rows, take_rows
 
@@ -304,7 +303,7 @@ def _updated_copies(
             )
         )
     fragments = write_fragments_from_table(ctx.store, pa.concat_tables(pieces), schema)
-    ctx.written.extend(layout.data_file_path(d.path) for f in fragments for d in f.files)
+    ctx.written.extend(data_file_paths(fragments))
     return fragments
 
 

@@ -28,7 +28,7 @@ from s3ddb.errors import InvalidInputError
 from s3ddb.format import layout
 from s3ddb.format._proto import transaction_pb2 as tpb
 from s3ddb.format.deletion import deletion_path
-from s3ddb.format.fragment import FragmentMetadata
+from s3ddb.format.fragment import FragmentMetadata, data_file_paths
 
 #: Field id written into a data file's field list for a column that a later data file
 #: of the same fragment replaced (REWRITE_COLUMNS): readers skip it.
@@ -280,7 +280,7 @@ class Update(Operation):
         _affected_to_pb(self.affected_rows, message)
 
     def written_paths(self) -> tuple[str, ...]:
-        paths = [layout.data_file_path(d.path) for f in self.new_fragments for d in f.files]
+        paths = list(data_file_paths(self.new_fragments))
         if self.mode is UpdateMode.REWRITE_ROWS:
             paths += [deletion_path(f) for f in self.updated_fragments]
         else:
@@ -370,12 +370,7 @@ class Rewrite(Operation):
         )
 
     def written_paths(self) -> tuple[str, ...]:
-        return tuple(
-            layout.data_file_path(d.path)
-            for g in self.groups
-            for f in g.new_fragments
-            for d in f.files
-        )
+        return data_file_paths(f for g in self.groups for f in g.new_fragments)
 
 
 def _decode_rewrite(message: tpb.Transaction) -> Rewrite:

@@ -18,7 +18,7 @@ from google.protobuf.message import DecodeError
 from s3ddb.errors import InvalidInputError, ManifestCorruptError
 from s3ddb.format import layout
 from s3ddb.format._proto import transaction_pb2 as tpb
-from s3ddb.format.fragment import FragmentMetadata
+from s3ddb.format.fragment import FragmentMetadata, data_file_paths
 from s3ddb.format.framing import frame, unframe
 from s3ddb.format.schema import DatasetSchema
 
@@ -57,7 +57,7 @@ class Append(Operation):
         return tpb.Append(fragments=[f.to_pb() for f in self.fragments])
 
     def written_paths(self) -> tuple[str, ...]:
-        return _data_paths(self.fragments)
+        return data_file_paths(self.fragments)
 
 
 @dataclass(frozen=True)
@@ -92,7 +92,7 @@ class Overwrite(Operation):
         )
 
     def written_paths(self) -> tuple[str, ...]:
-        return _data_paths(self.fragments)
+        return data_file_paths(self.fragments)
 
 
 @dataclass(frozen=True)
@@ -154,10 +154,6 @@ class OpaqueOperation(Operation):
 
 def operation_kind(op: Operation) -> str:
     return op.kind_name if isinstance(op, OpaqueOperation) else op.kind
-
-
-def _data_paths(fragments: tuple[FragmentMetadata, ...]) -> tuple[str, ...]:
-    return tuple(layout.data_file_path(d.path) for f in fragments for d in f.files)
 
 
 _PB_FIELD_TO_KIND = {

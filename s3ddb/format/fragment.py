@@ -9,9 +9,11 @@ send the resulting :class:`FragmentMetadata` to one driver that commits.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from s3ddb.format import layout
 from s3ddb.format._proto import manifest_pb2 as pb
 
 
@@ -174,3 +176,8 @@ class FragmentMetadata:
         from google.protobuf.json_format import ParseDict
 
         return cls.from_pb(ParseDict(json.loads(text), pb.Fragment()))
+
+
+def data_file_paths(fragments: Iterable[FragmentMetadata]) -> tuple[str, ...]:
+    """Paths (relative to the dataset root) of the data files of ``fragments``."""
+    return tuple(layout.data_file_path(d.path) for f in fragments for d in f.files)
