@@ -438,19 +438,12 @@ class Dataset:
         """
         from s3ddb.row_changes import plan_delete
 
-        def plan(manifest: Manifest) -> tuple[Operation | None, dict[str, int]]:
-            op, n = plan_delete(self._handler.store, manifest, predicate)
-            return op, {"num_deleted_rows": op.num_deleted_rows if op else n}
+        def plan(manifest: Manifest) -> tuple[Operation | None, None]:
+            return plan_delete(self._handler.store, manifest, predicate), None
 
         prior = self._last_commit
-        result = self._run_planned("delete", plan, conflict_retries, retry_timeout)
-        landed = self._last_commit
-        if landed is not prior and landed is not None:
-            # A rebase may have merged rows deleted concurrently: report what landed.
-            operation = landed.transaction.operation
-            if isinstance(operation, Delete):
-                result["num_deleted_rows"] = operation.num_deleted_rows
-        return result
+        self._run_planned("delete", plan, conflict_retries, retry_timeout)
+        return {"num_deleted_rows": self._rows_landed_since(prior, Delete)}
 
     def update(
         self,
@@ -482,21 +475,32 @@ class Dataset:
         """
         from s3ddb.row_changes import plan_update
 
-        def plan(manifest: Manifest) -> tuple[Operation | None, dict[str, int]]:
-            op, n = plan_update(
-                self._handler.store, manifest, values, where, rewrite=rewrite, uri=self._uri
-            )
-            return op, {"num_rows_updated": n}
+        def plan(manifest: Manifest) -> tuple[Operation | None, None]:
+            store = self._handler.store
+            op = plan_update(store, manifest, values, where, rewrite=rewrite, uri=self._uri)
+            return op, None
 
         prior = self._last_commit
-        result = self._run_planned("update", plan, conflict_retries, retry_timeout)
+        self._run_planned("update", plan, conflict_retries, retry_timeout)
+        return {"num_rows_updated": self._rows_landed_since(prior, Update)}
+
+    def _rows_landed_since(
+        self, prior: CommitResult | None, kind: type[Delete] | type[Update]
+    ) -> int:
+        """Rows that the ``kind`` operation committed after ``prior`` deleted or changed
+        (0 if it committed nothing).
+
+        Counted from the transaction that landed, not the plan: a rebase may have
+        merged rows deleted concurrently, or applied an update to rows appended
+        concurrently.
+        """
         landed = self._last_commit
-        if landed is not prior and landed is not None:
-            # A rebase may have applied the update to rows appended concurrently.
-            operation = landed.transaction.operation
-            if isinstance(operation, Update):
-                result["num_rows_updated"] = sum(len(r) for r in operation.affected_rows.values())
-        return result
+        if landed is None or landed is prior:
+            return 0
+        operation = landed.transaction.operation
+        if not isinstance(operation, kind):
+            return 0
+        return sum(len(rows) for rows in operation.affected_rows.values())
 
     def merge_insert(self, on: str | list[str]) -> MergeInsertBuilder:
         """Start an upsert keyed by ``on``; see :class:`s3ddb.merge_insert.MergeInsertBuilder`.

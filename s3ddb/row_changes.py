@@ -133,9 +133,8 @@ def predicate_text(predicate: str | pc.Expression) -> str:
 
 def plan_delete(
     store: ObjectStore, manifest: Manifest, predicate: str | pc.Expression
-) -> tuple[Delete | None, int]:
-    """A Delete of the rows matching ``predicate`` (None if no row matches) and the
-    number of rows it deletes.
+) -> Delete | None:
+    """A Delete of the rows matching ``predicate`` (None if no row matches).
 
     Raises:
         ColumnNotFoundError, InvalidExpressionError: a bad predicate.
@@ -145,7 +144,7 @@ def plan_delete(
     expr = parse_predicate(predicate, manifest.schema.arrow)
     plan = find_rows(store, manifest, expr)
     if not plan.rows:
-        return None, 0
+        return None
     files = FileTracker(store)
     with files.cleanup_on_error():
         updated, removed = write_deletions(store, manifest, plan, files)
@@ -156,7 +155,7 @@ def plan_delete(
             plan.rows,
             predicate_expr=expr,
         )
-    return op, plan.num_rows
+    return op
 
 
 # --- update ------------------------------------------------------------------------------
@@ -237,9 +236,9 @@ def plan_update(
     *,
     rewrite: RewriteMode = "auto",
     uri: str = "",
-) -> tuple[Update | None, int]:
+) -> Update | None:
     """An Update setting ``values`` on the rows matching ``where`` (all rows if None),
-    and the number of rows it changes (None if none match).
+    or None if no row matches.
 
     Raises:
         ColumnNotFoundError, InvalidExpressionError, SchemaMismatchError: bad values or
@@ -250,7 +249,7 @@ def plan_update(
     predicate = parse_predicate(where, schema.arrow) if where is not None else None
     plan = find_rows(store, manifest, predicate)
     if not plan.rows:
-        return None, 0
+        return None
     mode = choose_mode(rewrite, plan, manifest, len(exprs))
     files = FileTracker(store)
     text = predicate_text(where) if where is not None else ""
@@ -278,7 +277,7 @@ def plan_update(
                 predicate_expr=predicate if predicate is not None else pc.scalar(True),
                 value_exprs=exprs,
             )
-    return op, plan.num_rows
+    return op
 
 
 def _rewrite_rows(
