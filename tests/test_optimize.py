@@ -25,11 +25,9 @@ from s3ddb.errors import (
     RetryableCommitConflictError,
     TooMuchWriteContentionError,
 )
-from s3ddb.format import layout
-from s3ddb.format.deletion import deletion_path
 from s3ddb.format.schema import DatasetSchema
-from s3ddb.io import ObjectStore
 from s3ddb.optimize import CompactionMetrics
+from tests.storage import objects, orphans
 
 SCHEMA = pa.schema([("k", pa.int64()), ("id", pa.int64()), ("name", pa.string())])
 IDS = random.Random(7).sample(range(1000), 200)  # id of the row written at position k
@@ -72,29 +70,6 @@ def in_fragment(ds: s3ddb.Dataset, position: int) -> str:
 def shape(ds: s3ddb.Dataset) -> list[tuple[int, int, int]]:
     """Per fragment: (physical rows, deleted rows, data files)."""
     return [(f.physical_rows, f.num_deleted_rows, len(f.files)) for f in ds.get_fragments()]
-
-
-def objects(uri: str, so: dict[str, Any] | None = None) -> set[str]:
-    return {m.path for m in ObjectStore(uri, so).list("")}
-
-
-def orphans(uri: str, so: dict[str, Any] | None = None) -> set[str]:
-    """Objects (outside _versions/) that no version's manifest references."""
-    ds = s3ddb.dataset(uri, storage_options=so)
-    referenced: set[str] = set()
-    for info in ds.versions():
-        manifest = ds.checkout_version(info.version).manifest
-        if manifest.transaction_file:
-            referenced.add(layout.transaction_path(manifest.transaction_file))
-        for fragment in manifest.fragments:
-            referenced.update(layout.data_file_path(d.path) for d in fragment.files)
-            if fragment.deletion_file is not None:
-                referenced.add(deletion_path(fragment))
-    return {
-        p
-        for p in objects(uri, so)
-        if not p.startswith(f"{layout.VERSIONS_DIR}/") and p not in referenced
-    }
 
 
 def compact(ds: s3ddb.Dataset, **kwargs: Any) -> CompactionMetrics:

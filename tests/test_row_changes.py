@@ -24,6 +24,7 @@ from s3ddb.errors import (
 from s3ddb.format import layout
 from s3ddb.format.deletion import deletion_path, read_deleted_rows
 from s3ddb.io import ObjectStore
+from tests.storage import objects, orphans
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.int64()), ("name", pa.string())])
 
@@ -46,32 +47,9 @@ def by_id(ds: s3ddb.Dataset, **kwargs: Any) -> list[dict[str, Any]]:
     return sorted(out, key=lambda r: (r["id"] is None, r["id"] or 0))
 
 
-def objects(uri: str, storage_options: dict[str, Any] | None = None) -> set[str]:
-    return {m.path for m in ObjectStore(uri, storage_options).list("")}
-
-
 def state(ds: s3ddb.Dataset) -> tuple[int, int, set[str]]:
     """What a failed write must leave as it was: pinned version, latest, objects."""
     return ds.version, ds.latest_version, objects(ds.uri, ds.storage_options)
-
-
-def orphans(uri: str, storage_options: dict[str, Any] | None = None) -> set[str]:
-    """Objects (outside _versions/) that no version's manifest references."""
-    ds = s3ddb.dataset(uri, storage_options=storage_options)
-    referenced: set[str] = set()
-    for info in ds.versions():
-        manifest = ds.checkout_version(info.version).manifest
-        if manifest.transaction_file:
-            referenced.add(layout.transaction_path(manifest.transaction_file))
-        for fragment in manifest.fragments:
-            referenced.update(layout.data_file_path(d.path) for d in fragment.files)
-            if fragment.deletion_file is not None:
-                referenced.add(deletion_path(fragment))
-    return {
-        p
-        for p in objects(uri, storage_options)
-        if not p.startswith(f"{layout.VERSIONS_DIR}/") and p not in referenced
-    }
 
 
 # --- delete ------------------------------------------------------------------------------
