@@ -20,11 +20,13 @@ touched and at the data the other side added, through a :class:`ConflictContext`
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from s3ddb.commit.transaction import OPERATION_KINDS, Transaction
 from s3ddb.errors import IncompatibleTransactionError, RetryableCommitConflictError
+from s3ddb.format.fragment import FragmentMetadata
 from s3ddb.format.manifest import Manifest
 from s3ddb.io.object_store import ObjectStore
 
@@ -59,6 +61,16 @@ class ConflictContext:
     before: Manifest
     after: Manifest
     written: list[str] = field(default_factory=list)
+
+    @functools.cached_property
+    def before_fragments(self) -> dict[int, FragmentMetadata]:
+        """``before``'s fragments by id."""
+        return {f.id: f for f in self.before.fragments}
+
+    @functools.cached_property
+    def after_fragments(self) -> dict[int, FragmentMetadata]:
+        """``after``'s fragments by id."""
+        return {f.id: f for f in self.after.fragments}
 
 
 Rule = Callable[[Transaction, Transaction, "ConflictContext | None"], Verdict]

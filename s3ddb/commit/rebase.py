@@ -14,9 +14,10 @@ version it started from; theirs changed that version in three ways, each checked
 
 For rows added or changed, my predicate is re-evaluated on exactly those rows (or my
 source keys compared with theirs). A Delete absorbs the answer: it deletes the added
-rows that match, which is what running it second would do. An Update or merge_insert
-whose predicate or keys match is retryable: re-executing it is the only way to apply
-its values to rows it never saw.
+rows that match, which is what running it second would do. An Update that rewrites
+rows absorbs it too: it applies its values to the matching rows. An Update rewriting
+columns, or a merge_insert, whose predicate or keys match is retryable: re-executing
+it is the only way to apply it to rows it never saw.
 """
 
 from __future__ import annotations
@@ -69,8 +70,8 @@ def their_changes(theirs: Transaction, ctx: ConflictContext) -> RowChanges:
     op = theirs.operation
     recorded: dict[int, BitMap] = dict(getattr(op, "affected_rows", {}) or {})
     in_place = isinstance(op, Update) and op.mode is UpdateMode.REWRITE_COLUMNS
-    before = {f.id: f for f in ctx.before.fragments}
-    after = {f.id: f for f in ctx.after.fragments}
+    before = ctx.before_fragments
+    after = ctx.after_fragments
     out = RowChanges(
         removed_fragments=set(before) - set(after),
         new_fragment_ids=[i for i in after if i not in before],
@@ -93,7 +94,7 @@ def their_changes(theirs: Transaction, ctx: ConflictContext) -> RowChanges:
 
 def _rows_to_recheck(changes: RowChanges, ctx: ConflictContext) -> dict[int, BitMap]:
     """Rows theirs added or changed, per fragment of ``ctx.after``."""
-    after = {f.id: f for f in ctx.after.fragments}
+    after = ctx.after_fragments
     out = {fid: _visible(ctx, after[fid]) for fid in changes.new_fragment_ids}
     for fid, rows in changes.changed_rows.items():
         out[fid] = out.get(fid, BitMap()) | rows
@@ -121,7 +122,7 @@ def _matching(
 ) -> BitMap:
     from s3ddb.expressions import referenced_columns
 
-    fragment = next(f for f in ctx.after.fragments if f.id == fragment_id)
+    fragment = ctx.after_fragments[fragment_id]
     schema = ctx.after.schema
     columns = sorted(referenced_columns(predicate, schema.arrow))
     table = read_fragment(ctx.store, fragment, schema, columns)
@@ -130,7 +131,7 @@ def _matching(
 
 def _keys_written(ctx: ConflictContext, keys: tuple[str, ...], rows: dict[int, BitMap]) -> set[int]:
     out: set[int] = set()
-    after = {f.id: f for f in ctx.after.fragments}
+    after = ctx.after_fragments
     for fid, wanted in rows.items():
         table = read_fragment(ctx.store, after[fid], ctx.after.schema, list(keys))
         out.update(key_hashes(take_rows(table, wanted), list(keys)))
@@ -146,7 +147,7 @@ def _apply_deletions(
 ) -> None:
     """Re-derive my deletion state of the fragments in ``recompute`` from ``ctx.after``:
     its deletion vector plus the rows I delete. Mutates the arguments."""
-    after = {f.id: f for f in ctx.after.fragments}
+    after = ctx.after_fragments
     for fid in recompute:
         updated.pop(fid, None)
         removed.discard(fid)
@@ -293,7 +294,7 @@ def _updated_copies(
     fragments (their files are recorded in ``ctx.written``)."""
     schema = ctx.after.schema
     names = list(schema.arrow.names)
-    after = {f.id: f for f in ctx.after.fragments}
+    after = ctx.after_fragments
     pieces = []
     for fid in sorted(rows):
         table = read_fragment(ctx.store, after[fid], schema, names)
@@ -369,8 +370,8 @@ def rebase_rewrite(mine: Transaction, theirs: Transaction, ctx: ConflictContext 
         return Verdict(_R, "the fragments both touched cannot be compared without the manifests")
     op = mine.operation
     assert isinstance(op, Rewrite)
-    before = {f.id: f for f in ctx.before.fragments}
-    after = {f.id: f for f in ctx.after.fragments}
+    before = ctx.before_fragments
+    after = ctx.after_fragments
     changed = sorted(f.id for f in op.old_fragments() if after.get(f.id) != before.get(f.id))
     if changed:
         return Verdict(
