@@ -11,6 +11,7 @@ import os
 import threading
 from typing import Any
 
+from s3ddb.commit import finalizer as finalizers
 from s3ddb.commit.external import ExternalStoreCommitHandler
 from s3ddb.commit.handlers import CommitHandler, ConditionalPutCommitHandler
 from s3ddb.external_store.base import ExternalManifestStore
@@ -54,5 +55,6 @@ def open_handler(
     store = ObjectStore(parsed, storage_options)
     if parsed.uses_external_store:
         external = external_store or external_store_for(parsed, store)
-        return ExternalStoreCommitHandler(store, external, parsed.base_uri)
+        finalizer = finalizers.process_finalizer() if finalizers.enabled() else None
+        return ExternalStoreCommitHandler(store, external, parsed.base_uri, finalizer=finalizer)
     return ConditionalPutCommitHandler(store)

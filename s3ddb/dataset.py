@@ -47,6 +47,7 @@ from s3ddb.format.manifest import Manifest
 from s3ddb.format.naming import DEFAULT_NAMING, NamingScheme
 from s3ddb.format.rows import filter_rows
 from s3ddb.format.schema import DatasetSchema, conform
+from s3ddb.io.parallel import PendingWrites
 from s3ddb.io.uri import parse_uri
 
 if TYPE_CHECKING:
@@ -313,6 +314,7 @@ class Dataset:
         base: Manifest | None,
         on_existing: OnExisting = "rebase",
         naming: NamingScheme = DEFAULT_NAMING,
+        pending: PendingWrites | None = None,
     ) -> Dataset:
         read_version = base.version if base is not None else 0
         result = commit_transaction(
@@ -322,6 +324,7 @@ class Dataset:
             config=self._commit_config,
             on_existing=on_existing,
             naming=naming,
+            pending=pending,
         )
         self._manifest = result.manifest
         self._last_commit = result
@@ -653,8 +656,10 @@ def write_dataset(
     parse_uri(text)
     table = to_arrow_table(data, schema)
     handler = _open_validated(text, storage_options)
-    latest = handler.latest_location()
+    latest = handler.latest_location(finalize=False)
     store = handler.store
+    # Data files upload beside the transaction file and manifest (S3).
+    pending = PendingWrites()
     base: Manifest | None = None
     on_existing: OnExisting = "rebase"
     if latest is not None:
@@ -672,7 +677,7 @@ def write_dataset(
                 text, handler, base, storage_options=storage_options, commit_config=commit_config
             )
         fragments = write_fragments_from_table(
-            store, table, base.schema, max_rows_per_file=max_rows_per_file
+            store, table, base.schema, max_rows_per_file=max_rows_per_file, pending=pending
         )
         operation = Append(tuple(fragments))
     else:
@@ -682,7 +687,7 @@ def write_dataset(
             else DatasetSchema.assign(table.schema)
         )
         fragments = write_fragments_from_table(
-            store, table, ds_schema, max_rows_per_file=max_rows_per_file
+            store, table, ds_schema, max_rows_per_file=max_rows_per_file, pending=pending
         )
         operation = Overwrite(tuple(fragments), ds_schema)
         if base is None:
@@ -695,4 +700,4 @@ def write_dataset(
         commit_config=commit_config,
     )
     naming = NamingScheme.V2 if enable_v2_manifest_paths else NamingScheme.V1
-    return ds._commit(operation, base, on_existing, naming)
+    return ds._commit(operation, base, on_existing, naming, pending)

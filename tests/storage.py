@@ -5,13 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 import s3ddb
+from s3ddb.commit import finalizer
 from s3ddb.format import layout
 from s3ddb.format.deletion import deletion_path
 from s3ddb.io import ObjectStore
 
 
 def objects(uri: str, storage_options: dict[str, Any] | None = None) -> set[str]:
-    """Every object under the dataset root (paths relative to it)."""
+    """Every object under the dataset root (paths relative to it), once this process's
+    background finalization (steps 3-4 of its commits) has settled."""
+    finalizer.drain()
     return {m.path for m in ObjectStore(uri, storage_options).list("")}
 
 

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 import s3ddb
+from s3ddb.commit import finalizer
 from s3ddb.commit.failpoints import EXIT_CODE
 from s3ddb.connect import external_store_for
 from s3ddb.errors import (
@@ -25,6 +26,8 @@ from tests.workers import rows_for
 
 
 def _rows(aws: Any, uri: str) -> list[ManifestRow]:
+    """The dataset's rows once this process's background finalization has settled."""
+    finalizer.drain()
     parsed = parse_uri(uri)
     store = external_store_for(parsed, ObjectStore(parsed, aws.storage_options()))
     return list(store.list_versions(parsed.base_uri))
@@ -35,7 +38,12 @@ def _plain(uri: str) -> str:
     return parse_uri(uri).object_url
 
 
+def _prefix(uri: str) -> str:
+    return parse_uri(uri).path.split("/", 1)[1]
+
+
 def _keys(aws: Any, prefix: str) -> list[str]:
+    finalizer.drain()
     s3 = aws.boto3_client("s3")
     pages = s3.get_paginator("list_objects_v2").paginate(Bucket=TEST_BUCKET, Prefix=prefix + "/")
     return [o["Key"] for page in pages for o in page.get("Contents", [])]
@@ -65,23 +73,84 @@ def test_configuration_from_the_environment(
     assert s3ddb.dataset(ddb_uri).count_rows() == 1
 
 
-def test_one_sequential_append_costs_fixed_round_trips(aws: Any, ddb_uri: str) -> None:
+@pytest.fixture
+def batching_finalizer(monkeypatch: pytest.MonkeyPatch) -> finalizer.BackgroundFinalizer:
+    """A process finalizer that sends deferred deletes only when drained, so that
+    request counts do not depend on timing."""
+    finalizer.drain()
+    private = finalizer.BackgroundFinalizer(idle_flush=3600)
+    monkeypatch.setattr(finalizer, "process_finalizer", lambda: private)
+    yield private  # type: ignore[misc]
+    private.drain()
+
+
+# What one append costs: the caller waits for the latest row, three uploads sent side
+# by side, and the deciding write; copy and repoint run on the background finalizer,
+# and staged manifests are deleted in batches. A change that adds a round trip fails.
+CALLER_PATH = {
+    ("dynamodb", "Query"): 1,  # latest version (its manifest is cached: no GetObject)
+    ("s3", "PutObject"): 3,  # data file, transaction, staged manifest, in parallel
+    ("dynamodb", "PutItem"): 1,  # step 2: the decision
+}
+BACKGROUND = {
+    ("s3", "CopyObject"): 1,  # step 3 (verified by ETag, no HEAD)
+    ("dynamodb", "UpdateItem"): 1,  # step 4: repoint
+}
+
+
+def test_sequential_appends_cost_fixed_requests(
+    aws: Any, ddb_uri: str, batching_finalizer: finalizer.BackgroundFinalizer
+) -> None:
     so = aws.storage_options()
     s3ddb.write_dataset(rows_for(0, 0, 1), ddb_uri, storage_options=so)
+    batching_finalizer.drain()
     aws.clear_requests()
-    s3ddb.write_dataset(rows_for(0, 1, 1), ddb_uri, mode="append", storage_options=so)
+    appends = 5
+    for i in range(1, appends + 1):
+        s3ddb.write_dataset(rows_for(0, i, 1), ddb_uri, mode="append", storage_options=so)
+    batching_finalizer.drain()
     ops = Counter((r.service, r.operation) for r in aws.requests)
+    expected = Counter({k: v * appends for k, v in {**CALLER_PATH, **BACKGROUND}.items()})
+    expected[("s3", "DeleteObjects")] = 1  # the five staged manifests, in one batch
+    assert ops == expected, ops
+    assert sum(ops.values()) / appends <= 7.2
+    assert not any(r.is_staged for r in _rows(aws, ddb_uri))
+    assert not [k for k in _keys(aws, _prefix(ddb_uri)) if ".manifest-" in k]
+
+
+def test_one_lost_round_costs_fixed_requests(
+    aws: Any, ddb_uri: str, batching_finalizer: finalizer.BackgroundFinalizer
+) -> None:
+    so = aws.storage_options()
+    s3ddb.write_dataset(rows_for(0, 0, 1), ddb_uri, storage_options=so)
+    stale = s3ddb.dataset(ddb_uri, storage_options=so)  # pinned at version 1
+    [other] = run_workers([("append", ddb_uri, "1", "1", "1")], env=aws.env())
+    assert other.returncode == 0, other.stderr[-2000:]
+    batching_finalizer.drain()
+    aws.clear_requests()
+    stale.insert(rows_for(0, 1, 1))
+    batching_finalizer.drain()
+    assert stale.version == 3 and stale.last_commit is not None
+    assert stale.last_commit.attempts == 2
+    ops = Counter((r.service, r.operation) for r in aws.requests)
+    # The first attempt as above (its data and transaction files are reused), then one
+    # lost round: the failed PutItem, a Query of what landed, the winner's manifest,
+    # and the next staged manifest. The winner's row is final, so no HEAD.
     assert ops == Counter(
         {
-            ("dynamodb", "Query"): 1,  # latest version
-            ("s3", "GetObject"): 1,  # its manifest
-            ("s3", "PutObject"): 3,  # data file, transaction, staged manifest
-            ("dynamodb", "PutItem"): 1,  # step 2: the decision
-            ("s3", "CopyObject"): 1,  # step 3 (verified by ETag, no HEAD)
-            ("dynamodb", "UpdateItem"): 1,  # step 4: repoint
-            ("s3", "DeleteObject"): 1,  # step 4: staged object
+            ("s3", "PutObject"): 3 + 1,
+            ("dynamodb", "PutItem"): 1 + 1,
+            ("dynamodb", "Query"): 1,
+            ("s3", "GetObject"): 1,
+            **BACKGROUND,
+            ("s3", "DeleteObjects"): 1,  # the lost and the final staged manifest
         }
     ), ops
+    assert sorted(stale.to_table(columns=["id"]).column("id").to_pylist()) == [
+        0,
+        1000,
+        1_000_000,
+    ]
 
 
 def test_two_buckets_with_the_same_prefix_never_collide(aws: Any) -> None:

@@ -24,6 +24,7 @@ from typing import Literal
 
 from s3ddb.commit import conflicts
 from s3ddb.commit.build import build_manifest
+from s3ddb.commit.failpoints import active as failpoints_active
 from s3ddb.commit.failpoints import failpoint
 from s3ddb.commit.handlers import CommitHandler, ManifestLocation, VersionConflict
 from s3ddb.commit.transaction import Append, Overwrite, Transaction
@@ -39,6 +40,7 @@ from s3ddb.format.deletion import deletion_path
 from s3ddb.format.fragment import data_file_paths
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.naming import DEFAULT_NAMING, NamingScheme
+from s3ddb.io.parallel import PendingWrites
 
 log = logging.getLogger(__name__)
 
@@ -49,31 +51,46 @@ OnExisting = Literal["rebase", "error", "append"]
 class CommitConfig:
     """Retry policy of the commit loop.
 
-    Lance allows 20 retries within 30 s. s3ddb allows more, because its target is
-    fan-in: with N writers appending to one dataset, each round of contention has one
-    winner, so a writer loses about N/2 rounds on average and the unlucky ones lose
-    several times that. Lost rounds are cheap for rebasable operations (a read of the
-    newest manifest and another conditional write). The time bound still ends every
-    commit.
+    Lance allows 20 retries within 30 s. s3ddb allows far more, because its target is
+    fan-in: with N writers appending to one dataset each version has one winner, so a
+    writer loses about N/2 versions on average and the unlucky ones several times
+    that. A lost version costs a rebasable operation little (the newest manifest and
+    another conditional write), so giving up would only turn a commit that is bound
+    to land into a failure. The time bound still ends every commit.
+
+    Backoff after a lost version is a random number of *slots*, each as long as the
+    attempt that just lost (the time it takes to rebase and try again, as Lance
+    measures it); the number of slots doubles per lost version up to
+    ``2**max_backoff_doublings``, so the writers that collided spread out over about
+    as many attempt-lengths as there are of them.
 
     Attributes:
         max_retries: how many lost versions a commit tolerates before giving up.
         timeout: seconds after which a commit stops retrying.
-        backoff_base, backoff_max: full-jitter exponential backoff between attempts.
+        backoff_base: the shortest slot, in seconds (attempts on a fast store can
+            take well under a millisecond).
+        backoff_max: the longest single sleep, in seconds.
+        max_backoff_doublings: the slot count stops doubling here.
     """
 
-    max_retries: int = 50
-    timeout: float = 60.0
-    backoff_base: float = 0.025
+    max_retries: int = 1000
+    timeout: float = 300.0
+    backoff_base: float = 0.002
     backoff_max: float = 1.0
+    max_backoff_doublings: int = 4
 
     def __post_init__(self) -> None:
         if self.max_retries < 0 or self.timeout <= 0:
             raise InvalidInputError("max_retries must be >= 0 and timeout > 0")
+        if self.backoff_base < 0 or self.backoff_max < 0 or self.max_backoff_doublings < 0:
+            raise InvalidInputError("backoff settings must be >= 0")
 
-    def backoff(self, attempt: int) -> float:
-        """Full-jitter exponential backoff after ``attempt`` lost versions."""
-        return random.uniform(0, min(self.backoff_max, self.backoff_base * 2**attempt))
+    def backoff(self, attempt: int, attempt_seconds: float = 0.0) -> float:
+        """Seconds to sleep after ``attempt`` lost versions, the last attempt having
+        taken ``attempt_seconds``."""
+        slot = max(self.backoff_base, attempt_seconds)
+        slots = 2 ** min(attempt, self.max_backoff_doublings)
+        return min(self.backoff_max, random.randrange(slots) * slot + random.uniform(0, slot))
 
 
 @dataclass(frozen=True)
@@ -104,8 +121,14 @@ def commit_transaction(
     config: CommitConfig | None = None,
     on_existing: OnExisting = "rebase",
     naming: NamingScheme = DEFAULT_NAMING,
+    pending: PendingWrites | None = None,
 ) -> CommitResult:
     """Commit ``txn``, read at ``base`` (None: no dataset yet), as a new version.
+
+    ``pending`` holds uploads of the transaction's files still in flight (e.g. data
+    files): the transaction file and manifest are written beside them, and the
+    version is claimed only once all have landed. If they fail, the commit fails
+    definitely and the files are deleted.
 
     ``on_existing`` matters when ``base`` is None and another writer creates the
     dataset first: "error" raises DatasetAlreadyExistsError (``mode="create"``),
@@ -124,11 +147,12 @@ def commit_transaction(
     config = config or CommitConfig()
     store = handler.store
     written: list[str] = []
+    writes = pending if pending is not None else PendingWrites()
 
     def write_transaction(t: Transaction) -> None:
         path = layout.transaction_path(t.file_name)
-        store.put(path, t.to_bytes())
         written.append(path)
+        writes.put(store, path, t.to_bytes())
 
     cache: dict[int, Manifest] = {}
 
@@ -140,18 +164,22 @@ def commit_transaction(
     original = txn
     try:
         write_transaction(txn)
-        failpoint("commit.after_transaction_file")
+        if failpoints_active():
+            writes.wait()
+            failpoint("commit.after_transaction_file")
         naming = base.naming_scheme if base is not None else naming
         current = base
         attempt = 0
         deadline = time.monotonic() + config.timeout
+        started = time.monotonic()
         while True:
             next_version = (current.version if current is not None else 0) + 1
             manifest = build_manifest(current, txn, next_version, naming, load_version)
             try:
-                location = handler.commit_manifest(manifest, manifest.to_bytes())
+                location = handler.commit_manifest(manifest, manifest.to_bytes(), writes)
             except VersionConflict:
                 attempt += 1
+                attempt_seconds = time.monotonic() - started
                 if attempt > config.max_retries or time.monotonic() > deadline:
                     raise TooMuchWriteContentionError(
                         f"gave up committing {txn.kind} to {store.url} after {attempt} "
@@ -163,11 +191,17 @@ def commit_transaction(
                 return CommitResult(manifest, location, txn, attempt + 1)
             # Back off first, then catch up: attempting right after reading the newest
             # version keeps the window in which another writer can win small.
-            time.sleep(config.backoff(attempt))
+            time.sleep(config.backoff(attempt, attempt_seconds))
+            started = time.monotonic()
             current, txn = _catch_up(handler, current, txn, on_existing, write_transaction, written)
     except CommitStateUnknownError:
         raise
     except Exception as exc:
+        # Let in-flight uploads finish first, so none lands after the cleanup.
+        try:
+            writes.wait()
+        except Exception:
+            pass
         # Nothing was claimed: every path above that could have claimed a version
         # returns or raises CommitStateUnknownError, so cleanup is safe.
         _cleanup(handler, original, txn, written, exc, base)
@@ -188,7 +222,9 @@ def _catch_up(
     Files a rebase writes are added to ``written``.
     """
     start = (current.version if current is not None else 0) + 1
-    locations = handler.locations_since(start)
+    # The newest version may still be staged: its manifest reads the same, and the
+    # handler makes sure it is final before claiming the next one.
+    locations = handler.locations_since(start, finalize=False)
     if not locations:
         # We lost a version nobody can see yet (its winner is still finishing); the
         # next attempt will find it.
@@ -210,6 +246,11 @@ def _catch_up(
         if current is None and newest is None:
             txn = _on_dataset_created(handler, txn, theirs_manifest, on_existing)
             write_transaction(txn)
+        elif theirs_manifest.operation and conflicts.decided_by_kind(
+            txn.kind, theirs_manifest.operation
+        ):
+            # The newest is loaded only to build on; its transaction is not needed.
+            conflicts.resolve_kinds(txn, theirs_manifest.operation, location.version)
         else:
             theirs = load_transaction(handler, theirs_manifest)
             if theirs is None:

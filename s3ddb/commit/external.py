@@ -1,36 +1,45 @@
 """Commits through an external manifest store (DynamoDB): the four-step protocol.
 
-1. Write the staged manifest ``_versions/<final>-<uuid>`` (the transaction file is
-   already written by the commit loop).
+1. Write the staged manifest ``_versions/<final>-<uuid>`` (in parallel with the data
+   and transaction files the commit loop started).
 2. ``put_if_not_exists`` the row (version N, path = staged). Success decides the
-   commit. Losing means another writer owns N.
+   commit. Losing means another writer owns N. Before claiming N, the writer makes
+   sure version N-1's final manifest exists (invariant 4: a reader that lists
+   ``_versions/`` is at most one version behind).
 3. Copy staged -> final and verify it.
 4. Repoint the row to the final path (conditional on it still being staged), then
    delete the staged object.
 
-Steps 3-4 may fail or crash: the commit is decided, so the writer still reports
-success and the next reader or writer finishes them (:meth:`finalize`). An unknown
-outcome of step 2 is resolved by reading the row back; if that is impossible the
-writer raises :class:`CommitStateUnknownError` and keeps its files. S3 conditional
-writes are never used. See docs/protocol.md.
+Steps 3-4 of this process's own commits run on its background finalizer
+(:mod:`s3ddb.commit.finalizer`), off the caller's path; a handler built without one
+runs them inline. Either way they may fail or crash: the commit is decided, so the
+writer still reports success and the next reader or writer finishes them
+(:meth:`ExternalStoreCommitHandler.finalize`). An unknown outcome of step 2 is
+resolved by reading the row back; if that is impossible the writer raises
+:class:`CommitStateUnknownError` and keeps its files. S3 conditional writes are never
+used. See docs/protocol.md.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import socket
 import time
 import uuid
+from concurrent.futures import Future
 
 from s3ddb._version import __version__
 from s3ddb.commit.failpoints import failpoint
+from s3ddb.commit.finalizer import BackgroundFinalizer, FinalizeTicket
 from s3ddb.commit.handlers import (
     CommitHandler,
     ListingCommitHandler,
     ManifestLocation,
     VersionConflict,
 )
+from s3ddb.commit.manifest_cache import MANIFESTS, CacheKey
 from s3ddb.errors import (
     CommitStateUnknownError,
     ExternalStoreError,
@@ -48,15 +57,21 @@ from s3ddb.format import layout
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.naming import NamingScheme, parse_manifest_name, parse_staged_name
 from s3ddb.io.object_store import ObjectStore
+from s3ddb.io.parallel import PendingWrites, run_beside
 
 log = logging.getLogger(__name__)
 
 _WRITER_ID = uuid.uuid4().hex[:12]
 
 
+@functools.lru_cache(maxsize=4)
+def _committer_for(pid: int) -> str:
+    return f"s3ddb/{__version__} {socket.gethostname()}:{pid}:{_WRITER_ID}"
+
+
 def committer_name() -> str:
     """Who commits: library/version and a writer id (host, pid, random)."""
-    return f"s3ddb/{__version__} {socket.gethostname()}:{os.getpid()}:{_WRITER_ID}"
+    return _committer_for(os.getpid())
 
 
 def _naming_of(path: str) -> NamingScheme:
@@ -70,22 +85,43 @@ class _LegacyVersions(ListingCommitHandler):
 
     mechanism = "listing (read-only)"
 
-    def commit_manifest(self, manifest: Manifest, data: bytes) -> ManifestLocation:
+    def commit_manifest(
+        self, manifest: Manifest, data: bytes, pending: PendingWrites | None = None
+    ) -> ManifestLocation:
         raise TypeError("versions of an external-store dataset are committed through the store")
 
 
 class ExternalStoreCommitHandler(CommitHandler):
-    """Commit handler for ``s3+ddb://`` datasets (see the module docstring)."""
+    """Commit handler for ``s3+ddb://`` datasets (see the module docstring).
+
+    Args:
+        store: the dataset's objects.
+        external: the manifest store deciding versions.
+        base_uri: the dataset's key in ``external``.
+        finalizer: where steps 3-4 of this handler's commits run; None runs them in
+            the committing call.
+    """
 
     mechanism = "external manifest store"
 
-    def __init__(self, store: ObjectStore, external: ExternalManifestStore, base_uri: str) -> None:
+    def __init__(
+        self,
+        store: ObjectStore,
+        external: ExternalManifestStore,
+        base_uri: str,
+        *,
+        finalizer: BackgroundFinalizer | None = None,
+    ) -> None:
         super().__init__(store)
         self.external = external
         self.base_uri = base_uri
+        self.finalizer = finalizer
         # Datasets created before they used the external store keep their older
         # versions only in _versions/.
         self._listing = _LegacyVersions(store)
+        # The newest state of each row this handler has seen (Query, lost claims, own
+        # commits): it tells whether version N-1 is known final before claiming N.
+        self._rows: dict[int, ManifestRow] = {}
 
     def validate(self) -> None:
         self.external.validate()
@@ -105,16 +141,23 @@ class ExternalStoreCommitHandler(CommitHandler):
             row.extra.get("operation"),
         )
 
-    def latest_location(self) -> ManifestLocation | None:
+    def _note(self, row: ManifestRow) -> ManifestRow:
+        known = self._rows.get(row.version)
+        if known is None or known.is_staged or not row.is_staged:
+            self._rows[row.version] = row
+        return row
+
+    def latest_location(self, *, finalize: bool = True) -> ManifestLocation | None:
         row = self.external.get_latest(self.base_uri)
         if row is None:
             return self._listing.latest_location()
-        return self._location(self.finalize(row))
+        self._note(row)
+        return self._location(self._finalized(row) if finalize else row)
 
     def location_of(self, version: int) -> ManifestLocation:
         row = self.external.get(self.base_uri, version)
         if row is not None:
-            return self._location(self.finalize(row))
+            return self._location(self._finalized(self._note(row)))
         try:
             return self._listing.location_of(version)
         except VersionNotFoundError:
@@ -134,10 +177,10 @@ class ExternalStoreCommitHandler(CommitHandler):
             out.extend(self._listing.list_locations(start, upper))
         # Staged rows are listed as they are (their staged manifest is byte-identical
         # to the final one); the newest one is finalized by latest_location.
-        out.extend(self._location(row) for row in rows)
+        out.extend(self._location(self._note(row)) for row in rows)
         return out
 
-    def locations_since(self, start: int) -> list[ManifestLocation]:
+    def locations_since(self, start: int, *, finalize: bool = True) -> list[ManifestLocation]:
         # One Query for the whole range instead of latest + range.
         rows = list(self.external.list_versions(self.base_uri, start_version=start))
         if not rows:
@@ -145,14 +188,37 @@ class ExternalStoreCommitHandler(CommitHandler):
         out = (
             self.list_locations(start, rows[-1].version)
             if rows[0].version > start
-            else [self._location(row) for row in rows]
+            else [self._location(self._note(row)) for row in rows]
         )
-        out[-1] = self._location(self.finalize(rows[-1]))
+        if finalize:
+            out[-1] = self._location(self._finalized(rows[-1]))
         return out
 
+    def _cache_key(self, location: ManifestLocation) -> CacheKey | None:
+        if location.size is None or location.committed_at_ms is None:
+            return None  # a legacy version found by listing: no commit identity
+        return (
+            self.base_uri,
+            location.version,
+            final_path_of(location.path),
+            location.size,
+            location.committed_at_ms,
+        )
+
     def load_manifest(self, location: ManifestLocation) -> Manifest:
+        """The manifest at ``location`` (staged or final; cached per process).
+
+        Raises:
+            VersionNotFoundError: the manifest is missing.
+            ManifestCorruptError: it is truncated, corrupt, of the wrong size or
+                version.
+        """
+        key = self._cache_key(location)
+        cached = MANIFESTS.get(key) if key is not None else None
+        if cached is not None:
+            return cached
         try:
-            return super().load_manifest(location)
+            manifest = super().load_manifest(location)
         except VersionNotFoundError:
             # A staged manifest vanishes once someone finalized it: use the row's
             # current path.
@@ -161,9 +227,27 @@ class ExternalStoreCommitHandler(CommitHandler):
             row = self.external.get(self.base_uri, location.version)
             if row is None:
                 raise
-            return super().load_manifest(self._location(self.finalize(row)))
+            manifest = super().load_manifest(self._location(self._finalized(self._note(row))))
+        if key is not None:
+            MANIFESTS.put(key, manifest)
+        return manifest
 
     # --- finalizing (steps 3-4) ---------------------------------------------------------
+
+    def _ticket(self, row: ManifestRow) -> FinalizeTicket | None:
+        if self.finalizer is None or not row.is_staged:
+            return None
+        return self.finalizer.ticket((self.base_uri, row.version), row.path)
+
+    def _finalized(self, row: ManifestRow) -> ManifestRow:
+        """``row`` made final: this process's finalizer is waited for if it holds the
+        row (no race with it), anything else is finalized here."""
+        if not row.is_staged:
+            return row
+        ticket = self._ticket(row)
+        if ticket is not None and ticket.wait_done() and ticket.result is not None:
+            return self._note(_with_path(row, ticket.result))
+        return self._note(self.finalize(row))
 
     def finalize(self, row: ManifestRow) -> ManifestRow:
         """Finish steps 3-4 for ``row`` if it is still staged; return the final row.
@@ -205,10 +289,11 @@ class ExternalStoreCommitHandler(CommitHandler):
     def _repoint(self, row: ManifestRow, final: str) -> ManifestRow:
         self.external.finalize(self.base_uri, row.version, row.path, final)
         failpoint("commit.after_external_finalize")
-        self.store.delete(row.path)
-        return ManifestRow(
-            row.base_uri, row.version, final, row.size, row.committer, row.committed_at, row.extra
-        )
+        if self.finalizer is not None:
+            self.finalizer.defer_delete(self.store, row.path)
+        else:
+            self.store.delete(row.path)
+        return _with_path(row, final)
 
     def _finalize_without_staged(self, row: ManifestRow, final: str) -> ManifestRow:
         fresh = self.external.get(self.base_uri, row.version)
@@ -228,14 +313,72 @@ class ExternalStoreCommitHandler(CommitHandler):
             + ("missing" if size is None else f"{size} bytes, expected {row.size}")
         )
 
+    def _finish_own(self, row: ManifestRow, staged_etag: str | None, ticket: FinalizeTicket) -> str:
+        """Steps 3-4 of this handler's own commit (on the background finalizer)."""
+        final = final_path_of(row.path)
+        try:
+            copy_etag = self.store.copy(row.path, final)
+        except FileNotFoundError:
+            # A reader finished it (and deleted the staged object) first.
+            done = self._finalize_without_staged(row, final)
+            ticket.mark_copied()
+            return done.path
+        failpoint("commit.after_copy_final")
+        self._verify_final(row, final, etag_ok=bool(staged_etag) and staged_etag == copy_etag)
+        ticket.mark_copied()
+        return self._repoint(row, final).path
+
+    def _ensure_previous_final(self, version: int) -> None:
+        """Make sure version ``version - 1``'s final manifest exists before claiming
+        ``version``, so that a reader listing ``_versions/`` is at most one behind.
+
+        Usually free: this process's own previous commit is waited for, and a row
+        seen final needs nothing. A staged row of another writer (who is most likely
+        finishing it right now) costs one HEAD of its final manifest; if that is
+        missing the writer may be gone, and the row is finalized here.
+        """
+        previous = version - 1
+        if previous < 1:
+            return
+        row = self._rows.get(previous)
+        if row is None:
+            row = self.external.get(self.base_uri, previous)
+            if row is None:
+                return  # a legacy version, final by construction (found by listing)
+            self._note(row)
+        if not row.is_staged:
+            return
+        ticket = self._ticket(row)
+        if ticket is not None and ticket.wait_copied():
+            return
+        try:
+            size: int | None = self.store.head(final_path_of(row.path)).size
+        except FileNotFoundError:
+            size = None
+        if size != row.size:
+            self._note(self.finalize(row))
+
     # --- committing (steps 1-2) ---------------------------------------------------------
 
-    def commit_manifest(self, manifest: Manifest, data: bytes) -> ManifestLocation:
+    def commit_manifest(
+        self, manifest: Manifest, data: bytes, pending: PendingWrites | None = None
+    ) -> ManifestLocation:
         version = manifest.version
-        final = layout.manifest_path(version, manifest.naming_scheme)
         staged = layout.staged_manifest_path(version, manifest.naming_scheme)
-        staged_etag = self.store.put_with_etag(staged, data)
-        failpoint("commit.after_stage_manifest")
+        writes = pending if pending is not None else PendingWrites()
+        staged_put = writes.put(self.store, staged, data)
+        previous_final: Future[None] = run_beside(
+            self.store, lambda: self._ensure_previous_final(version)
+        )
+        try:
+            try:
+                writes.wait()
+            finally:
+                previous_final.result()  # never leave it running behind a failure
+            failpoint("commit.after_stage_manifest")
+        except BaseException:
+            self.store.delete(staged)
+            raise
         row = ManifestRow(
             self.base_uri,
             version,
@@ -248,7 +391,7 @@ class ExternalStoreCommitHandler(CommitHandler):
         try:
             self._claim(row)
         except VersionConflict:
-            self.store.delete(staged)
+            self._discard_staged(staged)
             raise
         except CommitStateUnknownError:
             raise
@@ -258,15 +401,27 @@ class ExternalStoreCommitHandler(CommitHandler):
             self.store.delete(staged)
             raise
         # Decided. From here on nothing may turn this into a reported failure.
-        location = ManifestLocation(
-            version, staged, manifest.naming_scheme, len(data), row.committed_at, manifest.operation
-        )
+        self._note(row)
+        location = self._location(row)
+        key = self._cache_key(location)
+        if key is not None:
+            MANIFESTS.put(key, manifest)
         try:
             failpoint("commit.after_external_put")
-            copy_etag = self.store.copy(staged, final)
+            if self.finalizer is not None:
+                etag = staged_put.result()
+                self.finalizer.submit(
+                    (self.base_uri, version),
+                    staged,
+                    lambda ticket: self._finish_own(row, etag, ticket),
+                )
+                return location
+            copy_etag = self.store.copy(staged, final_path_of(staged))
             failpoint("commit.after_copy_final")
-            self._verify_final(row, final, etag_ok=bool(staged_etag) and staged_etag == copy_etag)
-            self._repoint(row, final)
+            etag = staged_put.result()
+            final = final_path_of(staged)
+            self._verify_final(row, final, etag_ok=bool(etag) and etag == copy_etag)
+            return self._location(self._note(self._repoint(row, final)))
         except Exception as exc:
             log.warning(
                 "version %d of %s is committed but not finalized (%s: %s); the next "
@@ -277,9 +432,12 @@ class ExternalStoreCommitHandler(CommitHandler):
                 exc,
             )
             return location
-        return ManifestLocation(
-            version, final, manifest.naming_scheme, len(data), row.committed_at, manifest.operation
-        )
+
+    def _discard_staged(self, staged: str) -> None:
+        if self.finalizer is not None:
+            self.finalizer.defer_delete(self.store, staged)
+        else:
+            self.store.delete(staged)
 
     def _claim(self, row: ManifestRow) -> None:
         """Step 2. Returns if the version is ours.
@@ -295,9 +453,7 @@ class ExternalStoreCommitHandler(CommitHandler):
             winner = exc.winner
             if winner is not None and same_commit(row, winner):
                 return  # our own earlier attempt landed (perhaps already finalized)
-            raise VersionConflict(
-                row.version, self._location(winner) if winner is not None else None
-            ) from None
+            raise self._conflict(row.version, winner) from None
         except ExternalStoreOutcomeUnknownError as exc:
             unknown: Exception = exc
         # The put may have applied: read the row back.
@@ -312,12 +468,17 @@ class ExternalStoreCommitHandler(CommitHandler):
         if current is not None:
             if same_commit(row, current):
                 return
-            raise VersionConflict(row.version, self._location(current))
+            raise self._conflict(row.version, current)
         raise CommitStateUnknownError(
             f"committing version {row.version} of {self.base_uri}: the external store did "
             f"not confirm whether it recorded {row.path} ({unknown}). The commit's files "
             "are kept; re-open the dataset to see whether this version is the commit."
         ) from unknown
+
+    def _conflict(self, version: int, winner: ManifestRow | None) -> VersionConflict:
+        if winner is None:
+            return VersionConflict(version)
+        return VersionConflict(version, self._location(self._note(winner)))
 
     def _claim_again(self, row: ManifestRow) -> None:
         try:
@@ -325,9 +486,15 @@ class ExternalStoreCommitHandler(CommitHandler):
         except VersionTakenError as exc:
             if exc.winner is not None and same_commit(row, exc.winner):
                 return
-            raise VersionConflict(row.version) from None
+            raise self._conflict(row.version, exc.winner) from None
         except ExternalStoreOutcomeUnknownError as exc:
             raise CommitStateUnknownError(
                 f"committing version {row.version} of {self.base_uri}: outcome unknown "
                 f"after retrying ({exc}); the commit's files are kept"
             ) from exc
+
+
+def _with_path(row: ManifestRow, path: str) -> ManifestRow:
+    return ManifestRow(
+        row.base_uri, row.version, path, row.size, row.committer, row.committed_at, row.extra
+    )

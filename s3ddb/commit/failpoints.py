@@ -43,6 +43,12 @@ def _parse(spec: str) -> dict[str, str]:
     return actions
 
 
+def active() -> bool:
+    """Whether any failpoint is configured (callers may then wait for work in flight,
+    so that a failpoint fires after the step it names has really happened)."""
+    return bool(os.environ.get(ENV_VAR))
+
+
 def failpoint(name: str) -> None:
     """Trigger the action configured for ``name``, if any.
 

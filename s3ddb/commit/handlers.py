@@ -26,6 +26,7 @@ from s3ddb.format import layout
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.naming import NamingScheme, parse_manifest_name
 from s3ddb.io.object_store import ObjectStore
+from s3ddb.io.parallel import PendingWrites
 
 log = logging.getLogger(__name__)
 
@@ -61,8 +62,12 @@ class CommitHandler(abc.ABC):
         self.store = store
 
     @abc.abstractmethod
-    def latest_location(self) -> ManifestLocation | None:
+    def latest_location(self, *, finalize: bool = True) -> ManifestLocation | None:
         """The newest committed version, or None if the dataset has none.
+
+        ``finalize=False`` (writers) may return an external store's staged version
+        as it is: its manifest reads the same, and :meth:`commit_manifest` makes sure
+        it is final before claiming the next version.
 
         Raises:
             ManifestFinalizationError: (external store) the newest version cannot be
@@ -82,18 +87,25 @@ class CommitHandler(abc.ABC):
         """Versions ``start..end`` (inclusive, end None = latest), ascending."""
 
     @abc.abstractmethod
-    def commit_manifest(self, manifest: Manifest, data: bytes) -> ManifestLocation:
+    def commit_manifest(
+        self, manifest: Manifest, data: bytes, pending: PendingWrites | None = None
+    ) -> ManifestLocation:
         """Atomically make ``data`` (the framed ``manifest``) version ``manifest.version``.
+
+        ``pending`` holds writes (data and transaction files) the manifest refers to:
+        they land before the version is claimed, in parallel with the handler's own.
 
         Raises:
             VersionConflict: another writer holds the version (definitely not ours).
             CommitStateUnknownError: it is unknown whether the version is ours.
         """
 
-    def locations_since(self, start: int) -> list[ManifestLocation]:
-        """Versions ``start..latest``, ascending; the newest is ready to read (an
-        external store finalizes it first). Empty if nothing was committed since."""
-        latest = self.latest_location()
+    def locations_since(self, start: int, *, finalize: bool = True) -> list[ManifestLocation]:
+        """Versions ``start..latest``, ascending. Empty if nothing was committed since.
+
+        ``finalize`` as for :meth:`latest_location`: with False the newest may be an
+        external store's staged version, readable as it is."""
+        latest = self.latest_location(finalize=finalize)
         if latest is None or latest.version < start:
             return []
         return self.list_locations(start, latest.version)
@@ -144,7 +156,7 @@ class ListingCommitHandler(CommitHandler):
         out.sort(key=lambda loc: loc.version)
         return out
 
-    def latest_location(self) -> ManifestLocation | None:
+    def latest_location(self, *, finalize: bool = True) -> ManifestLocation | None:
         # V2 names sort newest first, so the first final manifest in key order is the
         # latest; staged names never parse as final ones and are skipped.
         for meta in self.store.iter_list(f"{layout.VERSIONS_DIR}/"):
@@ -189,7 +201,11 @@ class ConditionalPutCommitHandler(ListingCommitHandler):
         super().__init__(store)
         self.mechanism = "rename-if-not-exists" if store.protocol == "file" else "put-if-not-exists"
 
-    def commit_manifest(self, manifest: Manifest, data: bytes) -> ManifestLocation:
+    def commit_manifest(
+        self, manifest: Manifest, data: bytes, pending: PendingWrites | None = None
+    ) -> ManifestLocation:
+        if pending is not None:
+            pending.wait()
         path = layout.manifest_path(manifest.version, manifest.naming_scheme)
         try:
             self.store.put_if_not_exists(path, data)

@@ -12,6 +12,7 @@ from s3ddb.format import layout
 from s3ddb.format.fragment import DataFile, FragmentMetadata
 from s3ddb.format.schema import DatasetSchema
 from s3ddb.io.object_store import ObjectStore
+from s3ddb.io.parallel import PendingWrites
 
 DEFAULT_MAX_ROWS_PER_FILE = 1024 * 1024
 DEFAULT_ROW_GROUP_SIZE = 64 * 1024
@@ -28,8 +29,16 @@ def _with_field_ids(table: pa.Table, schema: DatasetSchema) -> pa.Table:
     return table.cast(pa.schema(fields, metadata=table.schema.metadata))
 
 
-def write_data_file(store: ObjectStore, table: pa.Table, schema: DatasetSchema) -> DataFile:
-    """Write ``table`` (already conformed to ``schema``) as one Parquet data file."""
+def write_data_file(
+    store: ObjectStore,
+    table: pa.Table,
+    schema: DatasetSchema,
+    pending: PendingWrites | None = None,
+) -> DataFile:
+    """Write ``table`` (already conformed to ``schema``) as one Parquet data file.
+
+    With ``pending`` the upload is only started: the caller waits for it (the
+    commit loop does, before claiming a version)."""
     buffer = io.BytesIO()
     pq.write_table(
         _with_field_ids(table, schema),
@@ -39,7 +48,10 @@ def write_data_file(store: ObjectStore, table: pa.Table, schema: DatasetSchema) 
     )
     data = buffer.getvalue()
     name = layout.new_data_file_name()
-    store.put(layout.data_file_path(name), data)
+    if pending is not None:
+        pending.put(store, layout.data_file_path(name), data)
+    else:
+        store.put(layout.data_file_path(name), data)
     return DataFile(
         path=name,
         fields=tuple(schema.top_level_ids(table.column_names)),
@@ -53,8 +65,10 @@ def write_fragments_from_table(
     schema: DatasetSchema,
     *,
     max_rows_per_file: int = DEFAULT_MAX_ROWS_PER_FILE,
+    pending: PendingWrites | None = None,
 ) -> list[FragmentMetadata]:
-    """Split ``table`` into fragments of at most ``max_rows_per_file`` rows and write them.
+    """Split ``table`` into fragments of at most ``max_rows_per_file`` rows and write them
+    (with ``pending``: start their uploads, see :func:`write_data_file`).
 
     Returned fragments have id 0: ids are assigned at commit.
     """
@@ -63,7 +77,7 @@ def write_fragments_from_table(
         chunk = table.slice(offset, max_rows_per_file)
         if chunk.num_rows == 0:
             break
-        data_file = write_data_file(store, chunk, schema)
+        data_file = write_data_file(store, chunk, schema, pending)
         fragments.append(FragmentMetadata(id=0, files=(data_file,), physical_rows=chunk.num_rows))
     return fragments
 

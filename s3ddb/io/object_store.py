@@ -278,6 +278,41 @@ class ObjectStore:
         except Exception as exc:
             raise _translate(exc, full) from exc
 
+    def delete_many(self, paths: list[str]) -> None:
+        """Delete every path in ``paths`` (missing ones are not errors).
+
+        S3 deletes up to 1,000 objects per request (DeleteObjects); other backends
+        delete one by one.
+
+        Raises:
+            OSError: some object could not be deleted (the others may be gone).
+        """
+        if self.protocol != "s3":
+            for path in paths:
+                self.delete(path)
+            return
+        for start in range(0, len(paths), _DELETE_BATCH):
+            chunk = paths[start : start + _DELETE_BATCH]
+            if len(chunk) == 1:
+                self.delete(chunk[0])
+                continue
+            bucket = _split_s3(self.full_path(chunk[0]))[0]
+            keys = [{"Key": _split_s3(self.full_path(p))[1]} for p in chunk]
+            try:
+                response = self.fs.call_s3(
+                    "delete_objects", Bucket=bucket, Delete={"Objects": keys, "Quiet": True}
+                )
+            except Exception as exc:
+                raise _translate(exc, self.full_path(chunk[0])) from exc
+            errors = [e for e in response.get("Errors", []) if e.get("Code") != "NoSuchKey"]
+            if errors:
+                first = errors[0]
+                raise OSError(
+                    f"could not delete {len(errors)} of {len(chunk)} objects under "
+                    f"{self.url}, e.g. {first.get('Key')}: {first.get('Code')} "
+                    f"{first.get('Message', '')}".rstrip()
+                )
+
     def list(self, prefix: str = "") -> list[ObjectMeta]:
         """Every object whose relative path starts with ``prefix``, sorted by path."""
         return sorted(self.iter_list(prefix), key=lambda m: m.path)
@@ -338,6 +373,7 @@ class ObjectStore:
 # --- helpers --------------------------------------------------------------------------
 
 _memory_lock = threading.Lock()
+_DELETE_BATCH = 1000  # DeleteObjects accepts at most 1,000 keys
 
 
 def _split_s3(full: str) -> tuple[str, str]:

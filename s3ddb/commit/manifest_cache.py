@@ -1,0 +1,50 @@
+"""A per-process cache of committed manifests.
+
+A writer that appends again to a dataset it committed last already holds the newest
+manifest: reading it back would cost a GET on every commit. Entries are keyed by the
+identity of the committed version — dataset, version, final manifest path, size and
+commit time as the external store recorded them — so a dataset that was dropped and
+recreated under the same URI never hits an older entry. Only decided versions are
+cached (ones this process won, or read through a committed row), and manifests are
+immutable, so an entry is never stale.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+
+from s3ddb.format.manifest import Manifest
+
+CacheKey = tuple[str, int, str, int, int]  # base_uri, version, final path, size, committed_at
+
+
+class ManifestCache:
+    """A bounded LRU of manifests, safe to share between threads."""
+
+    def __init__(self, max_entries: int = 64) -> None:
+        self.max_entries = max_entries
+        self._entries: OrderedDict[CacheKey, Manifest] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: CacheKey) -> Manifest | None:
+        with self._lock:
+            found = self._entries.get(key)
+            if found is not None:
+                self._entries.move_to_end(key)
+            return found
+
+    def put(self, key: CacheKey, manifest: Manifest) -> None:
+        with self._lock:
+            self._entries[key] = manifest
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.max_entries:
+                self._entries.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+
+#: The process's cache (children of ``fork`` inherit valid entries).
+MANIFESTS = ManifestCache()

@@ -1,0 +1,87 @@
+"""Object writes sent side by side and awaited together.
+
+A commit's data files, transaction file and staged manifest do not depend on each
+other's responses, so on S3 they are uploaded in parallel: the caller waits for one
+round trip instead of three. Local and in-memory stores gain nothing from threads and
+write inline, in order.
+
+The thread pool is per process (it is rebuilt after ``fork``), shared by every
+dataset, and bounded.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from typing import TypeVar
+
+from s3ddb.io.object_store import ObjectStore
+
+T = TypeVar("T")
+
+_MAX_WORKERS = 16
+_pool: ThreadPoolExecutor | None = None
+_pool_pid = -1
+_pool_lock = threading.Lock()
+
+
+def _executor() -> ThreadPoolExecutor:
+    global _pool, _pool_pid
+    with _pool_lock:
+        if _pool is None or _pool_pid != os.getpid():
+            _pool = ThreadPoolExecutor(max_workers=_MAX_WORKERS, thread_name_prefix="s3ddb-io")
+            _pool_pid = os.getpid()
+        return _pool
+
+
+def run_beside(store: ObjectStore, fn: Callable[[], T]) -> Future[T]:
+    """Start ``fn`` on the I/O pool when ``store`` is remote (S3); run it inline
+    otherwise. The returned future holds its result or exception."""
+    if store.protocol == "s3":
+        try:
+            return _executor().submit(fn)
+        except RuntimeError:  # the interpreter is shutting down: no new threads
+            pass
+    done: Future[T] = Future()
+    try:
+        done.set_result(fn())
+    except BaseException as exc:
+        done.set_exception(exc)
+    return done
+
+
+class PendingWrites:
+    """Object writes in flight, awaited together before a commit is decided.
+
+    ``put`` starts a write and returns at once; ``wait`` returns once every write
+    started so far has landed, or raises the first failure after all of them have
+    finished (so that no write lands after a caller's cleanup). Not thread-safe:
+    one committing thread owns an instance.
+    """
+
+    def __init__(self) -> None:
+        self._futures: list[Future[str | None]] = []
+        self.paths: list[str] = []
+
+    def put(self, store: ObjectStore, path: str, data: bytes) -> Future[str | None]:
+        """Start writing ``data`` to ``path``; the future's result is the object's
+        ETag where the backend reports one (S3), else None."""
+        future = run_beside(store, lambda: store.put_with_etag(path, data))
+        self._futures.append(future)
+        self.paths.append(path)
+        return future
+
+    def wait(self) -> None:
+        """Block until every started write finished.
+
+        Raises:
+            The first write's exception (in start order), after all writes finished.
+        """
+        futures, self._futures = self._futures, []
+        wait(futures)
+        for future in futures:
+            exc = future.exception()
+            if exc is not None:
+                raise exc
