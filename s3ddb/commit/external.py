@@ -62,6 +62,7 @@ from s3ddb.io.parallel import PendingWrites, run_beside
 log = logging.getLogger(__name__)
 
 _WRITER_ID = uuid.uuid4().hex[:12]
+_ROWS_KEPT = 64
 
 
 @functools.lru_cache(maxsize=4)
@@ -145,6 +146,8 @@ class ExternalStoreCommitHandler(CommitHandler):
         known = self._rows.get(row.version)
         if known is None or known.is_staged or not row.is_staged:
             self._rows[row.version] = row
+            if len(self._rows) > _ROWS_KEPT:  # only the newest versions matter
+                del self._rows[min(self._rows)]
         return row
 
     def latest_location(self, *, finalize: bool = True) -> ManifestLocation | None:

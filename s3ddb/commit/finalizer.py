@@ -63,16 +63,18 @@ class FinalizeTicket:
         self.error: BaseException | None = None
         self._work = work
         self._copied = threading.Event()
+        self._settled = threading.Event()  # copied, or given up
         self._done = threading.Event()
 
     def mark_copied(self) -> None:
         """Called by the work once the final manifest exists."""
         self._copied.set()
+        self._settled.set()
 
     def run(self) -> None:
         try:
             self.result = self._work(self)
-            self._copied.set()
+            self.mark_copied()
         except BaseException as exc:
             self.error = exc
             log.warning(
@@ -85,18 +87,13 @@ class FinalizeTicket:
             )
         finally:
             self._done.set()
+            self._settled.set()
 
     def wait_copied(self, timeout: float | None = None) -> bool:
         """Wait until the final manifest exists. False if the work failed first (or
         the timeout passed): the caller must then make sure of it itself."""
-        while not self._copied.is_set():
-            if self._done.wait(0.05 if timeout is None else min(timeout, 0.05)):
-                return self._copied.is_set()
-            if timeout is not None:
-                timeout -= 0.05
-                if timeout <= 0:
-                    return self._copied.is_set()
-        return True
+        self._settled.wait(timeout)
+        return self._copied.is_set()
 
     def wait_done(self, timeout: float | None = None) -> bool:
         """Wait until the work finished. True if the row is final."""
@@ -154,8 +151,15 @@ class BackgroundFinalizer:
             group[1].append(path)
             self._start()
             urgent = len(group[1]) >= self.flush_at
-        if urgent:
-            self._queue.put(_FLUSH)
+        if not urgent:
+            return
+        if threading.current_thread() is self._thread:
+            self._flush()  # never block on our own queue
+            return
+        try:
+            self._queue.put_nowait(_FLUSH)
+        except queue.Full:
+            pass  # the thread is busy; it flushes when it next idles
 
     # --- waiting ------------------------------------------------------------------------
 

@@ -20,11 +20,14 @@ CacheKey = tuple[str, int, str, int, int]  # base_uri, version, final path, size
 
 
 class ManifestCache:
-    """A bounded LRU of manifests, safe to share between threads."""
+    """An LRU of manifests bounded by count and by their serialized size (a parsed
+    manifest takes several times that in memory), safe to share between threads."""
 
-    def __init__(self, max_entries: int = 64) -> None:
+    def __init__(self, max_entries: int = 32, max_bytes: int = 32 * 1024 * 1024) -> None:
         self.max_entries = max_entries
+        self.max_bytes = max_bytes
         self._entries: OrderedDict[CacheKey, Manifest] = OrderedDict()
+        self._bytes = 0
         self._lock = threading.Lock()
 
     def get(self, key: CacheKey) -> Manifest | None:
@@ -35,15 +38,22 @@ class ManifestCache:
             return found
 
     def put(self, key: CacheKey, manifest: Manifest) -> None:
+        size = key[3]
+        if size > self.max_bytes:
+            return
         with self._lock:
+            if key not in self._entries:
+                self._bytes += size
             self._entries[key] = manifest
             self._entries.move_to_end(key)
-            while len(self._entries) > self.max_entries:
-                self._entries.popitem(last=False)
+            while len(self._entries) > self.max_entries or self._bytes > self.max_bytes:
+                old, _ = self._entries.popitem(last=False)
+                self._bytes -= old[3]
 
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
+            self._bytes = 0
 
 
 #: The process's cache (children of ``fork`` inherit valid entries).
