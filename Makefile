@@ -7,9 +7,11 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.s3ddb-installed
+BENCH_STAMP := $(VENV)/.s3ddb-bench-installed
 PYTEST_ARGS ?=
+PEERS_ARGS ?=
 
-.PHONY: demo test test-fast lint typecheck protos bench clean
+.PHONY: demo test test-fast lint typecheck protos bench bench-peers clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +41,15 @@ protos: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/commit_latency.py
 	$(PY) benchmarks/row_changes.py
+
+# The peers (pylance, deltalake) come with the bench extra, installed on first use.
+$(BENCH_STAMP): pyproject.toml $(STAMP)
+	$(PY) -m pip install --quiet -e ".[dev,bench]"
+	touch $(BENCH_STAMP)
+
+# s3ddb beside pylance and deltalake on one local endpoint; PEERS_ARGS=--quick for a smoke run.
+bench-peers: $(BENCH_STAMP)
+	$(PY) benchmarks/peers.py $(PEERS_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 
 from s3ddb._data import to_arrow_table
 from s3ddb.commit.committer import CommitConfig, CommitResult, OnExisting, commit_transaction
-from s3ddb.commit.handlers import CommitHandler
+from s3ddb.commit.handlers import CommitHandler, ManifestLocation
 from s3ddb.commit.row_operations import Delete, Update
 from s3ddb.commit.transaction import Append, Operation, Overwrite, Restore, Transaction
 from s3ddb.connect import open_handler
@@ -33,6 +33,7 @@ from s3ddb.errors import (
     DatasetNotFoundError,
     InvalidInputError,
     RetryableCommitConflictError,
+    SchemaMismatchError,
     TooMuchWriteContentionError,
     VersionNotFoundError,
 )
@@ -656,7 +657,39 @@ def write_dataset(
     parse_uri(text)
     table = to_arrow_table(data, schema)
     handler = _open_validated(text, storage_options)
-    latest = handler.latest_location(finalize=False)
+    naming = NamingScheme.V2 if enable_v2_manifest_paths else NamingScheme.V1
+
+    def write(latest: ManifestLocation | None) -> Dataset:
+        return _write_version(
+            handler, text, table, mode, latest, naming, max_rows_per_file,
+            storage_options, commit_config,
+        )  # fmt: skip
+
+    # A process that committed the newest version it knows of builds on it without
+    # asking (the conditional write still decides). If another writer changed the
+    # dataset meanwhile in a way the write cannot rebase over, plan it again on the
+    # real newest version.
+    presumed = handler.presumed_latest()
+    if presumed is not None:
+        try:
+            return write(presumed)
+        except (RetryableCommitConflictError, SchemaMismatchError):
+            log.info("write to %s: the dataset changed since this process's commit", text)
+    return write(handler.latest_location(finalize=False))
+
+
+def _write_version(
+    handler: CommitHandler,
+    text: str,
+    table: pa.Table,
+    mode: WriteMode,
+    latest: ManifestLocation | None,
+    naming: NamingScheme,
+    max_rows_per_file: int,
+    storage_options: dict[str, Any] | None,
+    commit_config: CommitConfig | None,
+) -> Dataset:
+    """write_dataset's plan and commit on top of ``latest``."""
     store = handler.store
     # Data files upload beside the transaction file and manifest (S3).
     pending = PendingWrites()
@@ -699,5 +732,4 @@ def write_dataset(
         storage_options=storage_options,
         commit_config=commit_config,
     )
-    naming = NamingScheme.V2 if enable_v2_manifest_paths else NamingScheme.V1
     return ds._commit(operation, base, on_existing, naming, pending)

@@ -163,8 +163,9 @@ class BackgroundFinalizer:
 
     # --- waiting ------------------------------------------------------------------------
 
-    def drain(self, timeout: float | None = 60.0) -> bool:
-        """Finish every queued version and send pending deletes. True if all done."""
+    def drain(self, timeout: float | None = 60.0, *, flush: bool = True) -> bool:
+        """Finish every queued version and (``flush``) send pending deletes. True if
+        all done."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
             while self._busy:
@@ -172,7 +173,8 @@ class BackgroundFinalizer:
                 if left is not None and left <= 0:
                     return False
                 self._idle.wait(left)
-        self._flush()
+        if flush:
+            self._flush()
         return True
 
     # --- the thread ---------------------------------------------------------------------
@@ -238,12 +240,13 @@ def process_finalizer() -> BackgroundFinalizer:
         return _instance
 
 
-def drain(timeout: float | None = 60.0) -> bool:
-    """Finish this process's background work now (tests, and before handing a dataset
-    to a tool that lists ``_versions/``). True if everything finished."""
+def drain(timeout: float | None = 60.0, *, flush: bool = True) -> bool:
+    """Finish this process's background work now (tests, benchmarks, and before handing
+    a dataset to a tool that lists ``_versions/``); ``flush=False`` leaves deletes of
+    staged manifests batched. True if everything finished."""
     with _instance_lock:
         current = _instance if _instance_pid == os.getpid() else None
-    return current.drain(timeout) if current is not None else True
+    return current.drain(timeout, flush=flush) if current is not None else True
 
 
 def _register_exit_drain() -> None:

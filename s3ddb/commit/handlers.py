@@ -110,6 +110,15 @@ class CommitHandler(abc.ABC):
             return []
         return self.list_locations(start, latest.version)
 
+    def presumed_latest(self) -> ManifestLocation | None:
+        """The newest version as this process last knew it, if a writer may build on it
+        without asking the store (None: ask with :meth:`latest_location`).
+
+        Safe whenever it is given: the version exists, and claiming the next one fails
+        if another writer got there first.
+        """
+        return None
+
     def validate(self) -> None:  # noqa: B027 - optional hook; most handlers need no check
         """Check the commit mechanism is usable before anything is written."""
 
