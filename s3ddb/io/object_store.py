@@ -102,6 +102,12 @@ class ObjectStore:
             return s3fs.S3FileSystem(use_listings_cache=False, **self._aws.s3fs_options())
         return fsspec.filesystem(self.protocol)
 
+    def _s3(self) -> Any:
+        """The process's boto3 S3 client: small-object requests of the commit path
+        (put, copy, head, delete) go through it, as they cost about a millisecond less
+        each than through s3fs's event loop. s3fs serves reads and listings."""
+        return self._aws.client("s3")
+
     def full_path(self, path: str) -> str:
         """The backend path (no scheme) of ``path``, for fsspec and pyarrow."""
         root = self._uri.path.rstrip("/")
@@ -154,6 +160,9 @@ class ObjectStore:
             _local_write(tmp, data)
             os.replace(tmp, full)
             return
+        if self.protocol == "s3":
+            self.put_with_etag(path, data)
+            return
         try:
             self.fs.pipe_file(full, data)
         except Exception as exc:
@@ -194,11 +203,13 @@ class ObjectStore:
             self.put(path, data)
             return None
         full = self.full_path(path)
+        bucket, key = _split_s3(full)
         try:
-            response = self.fs.pipe_file(full, data)
+            response = self._s3().put_object(Bucket=bucket, Key=key, Body=data)
         except Exception as exc:
             raise _translate(exc, full) from exc
-        return response.get("ETag") if isinstance(response, dict) else None
+        etag = response.get("ETag")
+        return str(etag) if etag else None
 
     def copy(self, src: str, dst: str) -> str | None:
         """Copy ``src`` to ``dst`` (server-side on S3), replacing ``dst``.
@@ -220,11 +231,8 @@ class ObjectStore:
         bucket, key = _split_s3(full_dst)
         src_bucket, src_key = _split_s3(full_src)
         try:
-            response = self.fs.call_s3(
-                "copy_object",
-                Bucket=bucket,
-                Key=key,
-                CopySource={"Bucket": src_bucket, "Key": src_key},
+            response = self._s3().copy_object(
+                Bucket=bucket, Key=key, CopySource={"Bucket": src_bucket, "Key": src_key}
             )
         except Exception as exc:
             raise _translate(exc, full_src) from exc
@@ -243,7 +251,7 @@ class ObjectStore:
                 raise _translate(exc, full) from exc
         bucket, key = _split_s3(full)
         try:
-            response = self.fs.call_s3("head_object", Bucket=bucket, Key=key)
+            response = self._s3().head_object(Bucket=bucket, Key=key)
         except Exception as exc:
             raise _translate(exc, full) from exc
         return ObjectMeta(path, int(response["ContentLength"]))
@@ -272,7 +280,7 @@ class ObjectStore:
             return
         bucket, key = _split_s3(full)
         try:
-            self.fs.call_s3("delete_object", Bucket=bucket, Key=key)
+            self._s3().delete_object(Bucket=bucket, Key=key)
         except FileNotFoundError:
             pass
         except Exception as exc:
@@ -299,8 +307,8 @@ class ObjectStore:
             bucket = _split_s3(self.full_path(chunk[0]))[0]
             keys = [{"Key": _split_s3(self.full_path(p))[1]} for p in chunk]
             try:
-                response = self.fs.call_s3(
-                    "delete_objects", Bucket=bucket, Delete={"Objects": keys, "Quiet": True}
+                response = self._s3().delete_objects(
+                    Bucket=bucket, Delete={"Objects": keys, "Quiet": True}
                 )
             except Exception as exc:
                 raise _translate(exc, self.full_path(chunk[0])) from exc
