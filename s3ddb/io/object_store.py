@@ -103,9 +103,10 @@ class ObjectStore:
         return fsspec.filesystem(self.protocol)
 
     def _s3(self) -> Any:
-        """The process's boto3 S3 client: small-object requests of the commit path
-        (put, copy, head, delete) go through it, as they cost about a millisecond less
-        each than through s3fs's event loop. s3fs serves reads and listings."""
+        """The process's boto3 S3 client: whole-object requests (get, put, copy, head,
+        delete) go through it, as they cost about a millisecond less each than through
+        s3fs's event loop, and a writer then needs no second S3 client. s3fs serves
+        ranged reads of large files and listings."""
         return self._aws.client("s3")
 
     def full_path(self, path: str) -> str:
@@ -131,8 +132,12 @@ class ObjectStore:
                 return f.read()
         try:
             if self.protocol == "s3":
-                # max_concurrency=1: one GET, without s3fs's HEAD to plan a parallel read.
-                return bytes(self.fs.cat_file(full, max_concurrency=1))
+                bucket, key = _split_s3(full)
+                body = self._s3().get_object(Bucket=bucket, Key=key)["Body"]
+                try:
+                    return bytes(body.read())
+                finally:
+                    body.close()
             return bytes(self.fs.cat_file(full))
         except Exception as exc:
             raise _translate(exc, full) from exc
