@@ -354,29 +354,35 @@ class Dataset:
         table = to_arrow_table(data)
         store = self._handler.store
 
-        def plan(manifest: Manifest) -> tuple[Operation | None, None]:
+        def plan(manifest: Manifest, pending: PendingWrites) -> tuple[Operation | None, None]:
             if mode == "overwrite":
                 schema = manifest.schema.with_arrow(table.schema)
-                fragments = write_fragments_from_table(store, table, schema)
+                fragments = write_fragments_from_table(store, table, schema, pending=pending)
                 return Overwrite(tuple(fragments), schema), None
             rows = conform(table, manifest.schema.arrow, where=self._uri)
             if rows.num_rows == 0:
                 return None, None
-            fragments = write_fragments_from_table(store, rows, manifest.schema)
+            fragments = write_fragments_from_table(store, rows, manifest.schema, pending=pending)
             return Append(tuple(fragments)), None
 
-        self._run_planned("insert", plan, conflict_retries, retry_timeout)
+        self._run_planned("insert", plan, conflict_retries, retry_timeout, uploads=True)
         return self
 
     def _run_planned(
         self,
         what: str,
-        plan: Callable[[Manifest], tuple[Operation | None, T]],
+        plan: Callable[..., tuple[Operation | None, T]],
         conflict_retries: int | None,
         retry_timeout: float | None,
+        *,
+        uploads: bool = False,
     ) -> T:
         """Plan an operation on the pinned version and commit it; on a retryable
         conflict plan again on the newest version (never re-commit the stale plan).
+
+        With ``uploads``, ``plan(manifest, pending)`` also gets a
+        :class:`PendingWrites` for the files it writes: they upload beside the
+        commit's own (otherwise ``plan(manifest)``).
 
         The Dataset moves to the version committed, or, if the last plan changed
         nothing, to the version it planned on. If this raises, the Dataset stays where
@@ -398,12 +404,13 @@ class Dataset:
         base = self._manifest
         attempt = self._last_conflict_retries = 0
         while True:
-            operation, result = plan(base)
+            pending = PendingWrites() if uploads else None
+            operation, result = plan(base, pending) if uploads else plan(base)
             if operation is None:
                 self._manifest = base
                 return result
             try:
-                self._commit(operation, base)
+                self._commit(operation, base, pending=pending)
                 return result
             except RetryableCommitConflictError as exc:
                 if retries == 0:
@@ -416,7 +423,7 @@ class Dataset:
                     ) from exc
                 attempt = self._last_conflict_retries = attempt + 1
                 log.info("%s: %s; re-executing on the newest version", what, exc)
-                base = _load_latest(self._handler, self._uri)
+                base = _load_latest(self._handler, self._uri, finalize=False)
 
     def delete(
         self,
@@ -518,7 +525,7 @@ class Dataset:
 
     def restore(self) -> Dataset:
         """Make the pinned version the latest, as a new version; returns self moved there."""
-        latest = _load_latest(self._handler, self._uri)
+        latest = _load_latest(self._handler, self._uri, finalize=False)
         return self._commit(Restore(self.version), latest)
 
     @staticmethod
@@ -586,8 +593,10 @@ def _load_version(handler: CommitHandler, version: int | None, uri: str) -> Mani
     return handler.load_manifest(location)
 
 
-def _load_latest(handler: CommitHandler, uri: str) -> Manifest:
-    location = handler.latest_location()
+def _load_latest(handler: CommitHandler, uri: str, *, finalize: bool = True) -> Manifest:
+    """The newest manifest (``finalize=False``: for writers, see
+    :meth:`CommitHandler.latest_location`)."""
+    location = handler.latest_location(finalize=finalize)
     if location is None:
         raise DatasetNotFoundError(f"no dataset at {uri} (no committed version)")
     return handler.load_manifest(location)
