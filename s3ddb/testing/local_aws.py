@@ -448,10 +448,18 @@ class LocalAWS(EndpointClientMixin):
     def stop(self) -> None:
         """Stop serving: close the listening socket and cut open connections.
 
-        Requests in flight get a closed connection. Idempotent. moto state of this
-        instance's account stays in the process until :meth:`reset` (or the process
-        ends); call ``reset()`` before ``stop()`` to free it.
+        This process's background commit work (steps 3-4 of its own commits, batched
+        deletes; see :mod:`s3ddb.commit.finalizer`) is finished first, while the
+        endpoint still answers. Requests in flight get a closed connection.
+        Idempotent. moto state of this instance's account stays in the process until
+        :meth:`reset` (or the process ends); call ``reset()`` before ``stop()`` to
+        free it.
         """
+        if self._server is None:
+            return
+        from s3ddb.commit import finalizer
+
+        finalizer.drain(timeout=30)
         server, self._server = self._server, None
         if server is None:
             return
