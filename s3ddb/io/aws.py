@@ -120,24 +120,31 @@ class AwsConfig:
             client = _clients.get(key)
         if client is not None:
             return client
-        from botocore.config import Config
+        # One thread at a time builds clients: a boto3 Session is not thread-safe, and
+        # the commit path's parallel uploads may all ask for the first S3 client at once.
+        with _create_lock:
+            with _lock:
+                client = _clients.get(key)
+            if client is not None:
+                return client
+            from botocore.config import Config
 
-        retries: dict[str, Any] = {"mode": "standard"}
-        if max_attempts is not None:
-            retries["total_max_attempts"] = max_attempts
-        config = Config(retries=retries, max_pool_connections=32)  # type: ignore[arg-type]
-        kwargs: dict[str, Any] = {"config": config}
-        endpoint = self.endpoint_for(service)
-        if endpoint:
-            kwargs["endpoint_url"] = endpoint
-        session = self.boto3_session()
-        if session.region_name is None:
-            # boto3 refuses to build a client without a region (from the environment,
-            # a profile or ~/.aws/config); emulators ignore it.
-            kwargs["region_name"] = "us-east-1"
-        client = session.client(service, **kwargs)
-        with _lock:
-            return _clients.setdefault(key, client)
+            retries: dict[str, Any] = {"mode": "standard"}
+            if max_attempts is not None:
+                retries["total_max_attempts"] = max_attempts
+            config = Config(retries=retries, max_pool_connections=32)  # type: ignore[arg-type]
+            kwargs: dict[str, Any] = {"config": config}
+            endpoint = self.endpoint_for(service)
+            if endpoint:
+                kwargs["endpoint_url"] = endpoint
+            session = self.boto3_session()
+            if session.region_name is None:
+                # boto3 refuses to build a client without a region (from the environment,
+                # a profile or ~/.aws/config); emulators ignore it.
+                kwargs["region_name"] = "us-east-1"
+            client = session.client(service, **kwargs)
+            with _lock:
+                return _clients.setdefault(key, client)
 
     # --- s3fs --------------------------------------------------------------------
 
@@ -164,5 +171,6 @@ class AwsConfig:
 
 
 _lock = threading.Lock()
+_create_lock = threading.Lock()
 _sessions: dict[Any, Any] = {}
 _clients: dict[Any, Any] = {}
