@@ -678,7 +678,7 @@ def write_dataset(
     # asking (the conditional write still decides). If another writer changed the
     # dataset meanwhile in a way the write cannot rebase over, plan it again on the
     # real newest version.
-    presumed = handler.presumed_latest()
+    presumed = handler.presumed_latest() if mode != "create" else None
     if presumed is not None:
         try:
             return write(presumed)
