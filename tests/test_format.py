@@ -156,3 +156,14 @@ def test_conform_reorders_and_rejects_mismatches() -> None:
         conform(pa.table({"id": [1.5], "s": ["a"]}), target, where="ds")
     with pytest.raises(SchemaMismatchError, match="not nullable"):
         conform(pa.table({"id": [None, 1], "s": ["a", "b"]}), target, where="ds")
+
+
+def test_schema_pickles_after_encoding() -> None:
+    import pickle
+
+    schema = DatasetSchema.assign(pa.schema([("a", pa.int64()), ("b", pa.string())]))
+    first = schema.to_pb()
+    first.fields[0].name = "changed by a caller"  # callers get a copy, never the cache
+    again = pickle.loads(pickle.dumps(schema))
+    assert again == schema
+    assert again.to_pb() == schema.to_pb() != first

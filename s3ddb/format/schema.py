@@ -8,6 +8,7 @@ rewrite data.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -71,6 +72,20 @@ class DatasetSchema:
     # --- protobuf --------------------------------------------------------------------
 
     def to_pb(self) -> pb.Schema:
+        """The schema as a protobuf message (a fresh copy: callers may embed it)."""
+        out = pb.Schema()
+        out.CopyFrom(self._pb)
+        return out
+
+    def __getstate__(self) -> dict[str, object]:
+        state = dict(self.__dict__)
+        state.pop("_pb", None)  # a cache; protobuf messages do not pickle
+        return state
+
+    @functools.cached_property
+    def _pb(self) -> pb.Schema:
+        # Built once per schema: every manifest a writer encodes carries it, and
+        # building it serializes each field's Arrow type.
         out = pb.Schema()
         id_of = dict(self.ids)
         for path, f in _walk(list(self.arrow)):
