@@ -59,6 +59,16 @@ class ManifestCorruptError(S3DDBError):
     """A manifest or transaction file is truncated, corrupt or unreadable."""
 
 
+class PathOutsideDatasetError(S3DDBError, ValueError):
+    """A path from stored metadata (a manifest, a transaction, a DynamoDB row, fragment
+    metadata handed to a commit) is not a plain name inside the dataset: absolute, with
+    ``..`` or a separator where one name belongs, empty, or with control characters.
+
+    It is refused before anything is read, written or deleted; the message names the
+    path and where it was found.
+    """
+
+
 class ManifestFinalizationError(S3DDBError):
     """A version decided in the external store cannot be finalized.
 

@@ -45,6 +45,7 @@ from s3ddb.errors import (
     CommitStateUnknownError,
     ExternalStoreError,
     ManifestFinalizationError,
+    PathOutsideDatasetError,
     VersionNotFoundError,
 )
 from s3ddb.external_store.base import (
@@ -59,6 +60,7 @@ from s3ddb.format.manifest import Manifest
 from s3ddb.format.naming import NamingScheme, parse_manifest_name, parse_staged_name
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.parallel import PendingWrites, run_beside
+from s3ddb.io.paths import name_problem
 
 log = logging.getLogger(__name__)
 
@@ -177,6 +179,46 @@ class ExternalStoreCommitHandler(CommitHandler):
             row.extra.get("operation"),
         )
 
+    # --- rows, checked as they come in ----------------------------------------------
+
+    def _checked(self, row: ManifestRow) -> ManifestRow:
+        """``row`` if its path is a manifest of its own version under ``_versions/``.
+
+        Rows are input: whoever can write the table can plant one. Nothing is read,
+        copied or deleted through a row before this check.
+
+        Raises:
+            PathOutsideDatasetError: the path is anything else.
+        """
+        directory, _, name = row.path.partition("/")
+        problem = (
+            f"it is not under {layout.VERSIONS_DIR}/"
+            if directory != layout.VERSIONS_DIR
+            else name_problem(name)
+        )
+        if problem is None:
+            parsed = parse_manifest_name(name) or parse_staged_name(name)
+            if parsed is None or parsed[0] != row.version:
+                problem = f"it does not name a manifest of version {row.version}"
+        if problem is not None:
+            raise PathOutsideDatasetError(
+                f"refusing manifest path {row.path!r} (found in the external store's row "
+                f"for version {row.version} of {self.base_uri}): {problem}"
+            )
+        return row
+
+    def _get(self, version: int) -> ManifestRow | None:
+        row = self.external.get(self.base_uri, version)
+        return self._checked(row) if row is not None else None
+
+    def _get_latest(self) -> ManifestRow | None:
+        row = self.external.get_latest(self.base_uri)
+        return self._checked(row) if row is not None else None
+
+    def _list(self, start: int, end: int | None = None) -> list[ManifestRow]:
+        rows = self.external.list_versions(self.base_uri, start_version=start, end_version=end)
+        return [self._checked(row) for row in rows]
+
     def _note(self, row: ManifestRow) -> ManifestRow:
         known = self._rows.get(row.version)
         if known is None or known.is_staged or not row.is_staged:
@@ -197,14 +239,14 @@ class ExternalStoreCommitHandler(CommitHandler):
         return location
 
     def latest_location(self, *, finalize: bool = True) -> ManifestLocation | None:
-        row = self.external.get_latest(self.base_uri)
+        row = self._get_latest()
         if row is None:
             return self._listing.latest_location()
         self._note(row)
         return self._location(self._finalized(row) if finalize else row)
 
     def location_of(self, version: int) -> ManifestLocation:
-        row = self.external.get(self.base_uri, version)
+        row = self._get(version)
         if row is not None:
             return self._location(self._finalized(self._note(row)))
         try:
@@ -216,7 +258,7 @@ class ExternalStoreCommitHandler(CommitHandler):
 
     def list_locations(self, start: int = 1, end: int | None = None) -> list[ManifestLocation]:
         rows = list(
-            self.external.list_versions(self.base_uri, start_version=start, end_version=end)
+            self._list(start, end)
         )
         out = []
         first_row = rows[0].version if rows else None
@@ -231,7 +273,7 @@ class ExternalStoreCommitHandler(CommitHandler):
 
     def locations_since(self, start: int, *, finalize: bool = True) -> list[ManifestLocation]:
         # One Query for the whole range instead of latest + range.
-        rows = list(self.external.list_versions(self.base_uri, start_version=start))
+        rows = self._list(start)
         if not rows:
             return self._listing.locations_since(start) if start == 1 else []
         out = (
@@ -273,7 +315,7 @@ class ExternalStoreCommitHandler(CommitHandler):
             # current path.
             if location.path == layout.manifest_path(location.version, location.naming):
                 raise
-            row = self.external.get(self.base_uri, location.version)
+            row = self._get(location.version)
             if row is None:
                 raise
             manifest = super().load_manifest(self._location(self._finalized(self._note(row))))
@@ -345,7 +387,7 @@ class ExternalStoreCommitHandler(CommitHandler):
         return _with_path(row, final)
 
     def _finalize_without_staged(self, row: ManifestRow, final: str) -> ManifestRow:
-        fresh = self.external.get(self.base_uri, row.version)
+        fresh = self._get(row.version)
         if fresh is not None and not fresh.is_staged:
             return fresh  # another reader or writer finished it meanwhile
         try:
@@ -391,7 +433,7 @@ class ExternalStoreCommitHandler(CommitHandler):
             return
         row = self._rows.get(previous)
         if row is None:
-            row = self.external.get(self.base_uri, previous)
+            row = self._get(previous)
             if row is None:
                 return  # a legacy version, final by construction (found by listing)
             self._note(row)
@@ -509,7 +551,7 @@ class ExternalStoreCommitHandler(CommitHandler):
             unknown: Exception = exc
         # The put may have applied: read the row back.
         try:
-            current = self.external.get(self.base_uri, row.version)
+            current = self._get(row.version)
             if current is None:
                 # Not applied (reads are consistent); try once more, decisively.
                 return self._claim_again(row)
@@ -529,7 +571,7 @@ class ExternalStoreCommitHandler(CommitHandler):
     def _conflict(self, version: int, winner: ManifestRow | None) -> VersionConflict:
         if winner is None:
             return VersionConflict(version)
-        return VersionConflict(version, self._location(self._note(winner)))
+        return VersionConflict(version, self._location(self._note(self._checked(winner))))
 
     def _claim_again(self, row: ManifestRow) -> None:
         try:

@@ -15,12 +15,13 @@ from typing import Any, ClassVar
 
 from google.protobuf.message import DecodeError
 
-from s3ddb.errors import InvalidInputError, ManifestCorruptError
+from s3ddb.errors import InvalidInputError, ManifestCorruptError, PathOutsideDatasetError
 from s3ddb.format import layout
 from s3ddb.format._proto import transaction_pb2 as tpb
 from s3ddb.format.fragment import FragmentMetadata, data_file_paths
 from s3ddb.format.framing import frame, unframe
 from s3ddb.format.schema import DatasetSchema
+from s3ddb.io.paths import check_name
 
 TRANSACTION_MAGIC = b"S3DDBTX1"
 
@@ -237,6 +238,7 @@ class Transaction:
             raise InvalidInputError(f"read_version must be >= 0, got {self.read_version}")
         if not isinstance(self.operation, Operation):
             raise InvalidInputError(f"not an operation: {self.operation!r}")
+        check_name(self.file_name, "transaction file")
 
     @property
     def file_name(self) -> str:
@@ -282,5 +284,7 @@ class Transaction:
                 uuid=message.uuid,
                 properties=dict(message.properties),
             )
+        except PathOutsideDatasetError as exc:
+            raise PathOutsideDatasetError(f"{exc} [transaction {where}]") from None
         except (DecodeError, ValueError, KeyError) as exc:
             raise ManifestCorruptError(f"transaction {where}: cannot decode: {exc}") from exc

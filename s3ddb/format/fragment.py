@@ -13,8 +13,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from s3ddb.errors import PathOutsideDatasetError
 from s3ddb.format import layout
 from s3ddb.format._proto import manifest_pb2 as pb
+from s3ddb.io.paths import check_name
 
 
 @dataclass(frozen=True)
@@ -36,8 +38,9 @@ class DataFile:
     base_id: int | None = None
 
     def __post_init__(self) -> None:
-        if not self.path or self.path.startswith("/"):
-            raise ValueError(f"data file path must be relative and non-empty: {self.path!r}")
+        # One plain name under data/ (as Lance treats it): a planted "../x" never
+        # leaves the dataset.
+        check_name(self.path, "data file")
 
     def to_pb(self) -> pb.DataFile:
         m = pb.DataFile(
@@ -74,6 +77,7 @@ class DeletionFile:
     def __post_init__(self) -> None:
         if self.kind not in ("roaring", "arrow"):
             raise ValueError(f"unknown deletion file kind {self.kind!r}")
+        check_name(self.id, "deletion file id")
         if self.num_deleted_rows < 0:
             raise ValueError("num_deleted_rows must be >= 0")
 
@@ -156,6 +160,19 @@ class FragmentMetadata:
 
     @classmethod
     def from_pb(cls, m: pb.Fragment) -> FragmentMetadata:
+        """Decode a stored fragment.
+
+        Raises:
+            PathOutsideDatasetError: a file name would leave the dataset (the message
+                names the fragment).
+        """
+        try:
+            return cls._from_pb(m)
+        except PathOutsideDatasetError as exc:
+            raise PathOutsideDatasetError(f"{exc} [fragment {m.id}]") from None
+
+    @classmethod
+    def _from_pb(cls, m: pb.Fragment) -> FragmentMetadata:
         return cls(
             id=m.id,
             files=tuple(DataFile.from_pb(f) for f in m.files),

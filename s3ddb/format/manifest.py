@@ -8,12 +8,13 @@ from typing import Any
 from google.protobuf.message import DecodeError
 
 from s3ddb._version import __version__
-from s3ddb.errors import ManifestCorruptError
+from s3ddb.errors import ManifestCorruptError, PathOutsideDatasetError
 from s3ddb.format._proto import manifest_pb2 as pb
 from s3ddb.format.fragment import FragmentMetadata
 from s3ddb.format.framing import frame, unframe
 from s3ddb.format.naming import NamingScheme
 from s3ddb.format.schema import DatasetSchema
+from s3ddb.io.paths import check_name
 
 MANIFEST_MAGIC = b"S3DDBMF1"
 WRITER_LIBRARY = "s3ddb"
@@ -52,6 +53,10 @@ class Manifest:
     writer_version: str = __version__
     base_paths: tuple[Any, ...] = ()
     indices: tuple[Any, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.transaction_file:
+            check_name(self.transaction_file, "transaction file")
 
     @property
     def num_rows(self) -> int:
@@ -128,5 +133,7 @@ class Manifest:
         try:
             message.ParseFromString(payload)
             return cls.from_pb(message)
+        except PathOutsideDatasetError as exc:
+            raise PathOutsideDatasetError(f"{exc} [manifest {where}]") from None
         except (DecodeError, ValueError, KeyError, IndexError) as exc:
             raise ManifestCorruptError(f"manifest {where}: cannot decode: {exc}") from exc

@@ -28,6 +28,7 @@ from typing import Any, BinaryIO
 
 from s3ddb.errors import CredentialsError
 from s3ddb.io.aws import AwsConfig
+from s3ddb.io.paths import check_relative_path
 from s3ddb.io.uri import DatasetURI, parse_uri
 
 
@@ -110,8 +111,17 @@ class ObjectStore:
         return self._aws.client("s3")
 
     def full_path(self, path: str) -> str:
-        """The backend path (no scheme) of ``path``, for fsspec and pyarrow."""
+        """The backend path (no scheme) of ``path``, for fsspec and pyarrow.
+
+        Every operation goes through here, so nothing outside the root is ever
+        touched.
+
+        Raises:
+            PathOutsideDatasetError: ``path`` would leave the root
+                (see :func:`s3ddb.io.paths.check_relative_path`).
+        """
         root = self._uri.path.rstrip("/")
+        check_relative_path(path, self.url)
         return f"{root}/{path.lstrip('/')}" if path else root
 
     def arrow_filesystem(self) -> Any:

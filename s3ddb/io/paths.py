@@ -1,0 +1,90 @@
+"""Paths from stored metadata stay inside their dataset.
+
+A dataset's metadata is data that others can write: anyone with write access to its
+prefix or its DynamoDB table can plant a manifest or a row. So every path taken from
+it is checked before it is used, in two places:
+
+* where it is decoded (:func:`check_name`), which knows where it came from and names
+  it in the error: a data file, deletion file or transaction file is one plain name
+  in its directory, as in Lance;
+* where any relative path is joined to the dataset root
+  (:func:`check_relative_path`, called by :meth:`ObjectStore.full_path`), the last
+  line: no absolute path, no ``.``/``..`` segment, no control character, whatever the
+  caller.
+"""
+
+from __future__ import annotations
+
+from s3ddb.errors import PathOutsideDatasetError
+
+MAX_NAME_LENGTH = 1024
+
+
+def _control_characters(text: str) -> bool:
+    return any(ord(c) < 32 or ord(c) == 127 for c in text)
+
+
+def name_problem(name: str) -> str | None:
+    """Why ``name`` is not one plain file name, or None if it is."""
+    if not isinstance(name, str) or not name:
+        return "it is empty"
+    if len(name) > MAX_NAME_LENGTH:
+        return f"it is longer than {MAX_NAME_LENGTH} characters"
+    if _control_characters(name):
+        return "it contains control characters"
+    if "/" in name or "\\" in name:
+        return "it is not a single name (it contains a path separator)"
+    if name in (".", ".."):
+        return "it names a directory"
+    return None
+
+
+def check_name(name: str, what: str, where: str = "") -> str:
+    """Return ``name`` if it is one plain file name.
+
+    Args:
+        name: the stored name.
+        what: what it is ("data file", "transaction file"...).
+        where: where it was found ("manifest s3://.../_versions/x.manifest,
+            fragment 3"), for the message.
+
+    Raises:
+        PathOutsideDatasetError: it is not.
+    """
+    problem = name_problem(name)
+    if problem is not None:
+        found = f" (found in {where})" if where else ""
+        raise PathOutsideDatasetError(
+            f"refusing {what} {name!r}{found}: {problem}; stored paths must stay inside "
+            "the dataset"
+        )
+    return name
+
+
+def check_relative_path(path: str, root: str) -> str:
+    """Return ``path`` if, joined to ``root``, it stays under it.
+
+    Allowed: "" (the root itself) and '/'-separated plain names, with an optional
+    trailing '/' (a prefix).
+
+    Raises:
+        PathOutsideDatasetError: absolute, ``.``/``..`` or empty segments, a
+            backslash, or control characters.
+    """
+    if not path:
+        return path
+    problem = None
+    if path.startswith("/") or "\\" in path:
+        problem = "it is absolute or uses backslashes"
+    elif _control_characters(path):
+        problem = "it contains control characters"
+    else:
+        segments = path[:-1].split("/") if path.endswith("/") else path.split("/")
+        if any(s in ("", ".", "..") for s in segments):
+            problem = "it has an empty, '.' or '..' segment"
+    if problem is not None:
+        raise PathOutsideDatasetError(
+            f"refusing path {path!r} under {root}: {problem}; paths must stay inside the "
+            "dataset"
+        )
+    return path

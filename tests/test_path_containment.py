@@ -1,0 +1,190 @@
+"""Paths from stored metadata never leave the dataset: hostile manifests, transaction
+files, deletion files, DynamoDB rows and fragment metadata are refused with a typed
+error that names the path and where it was found, before anything is read, written or
+deleted — and files outside the root survive every verb."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+import s3ddb
+from s3ddb.errors import PathOutsideDatasetError
+from s3ddb.external_store.base import ManifestRow
+from s3ddb.format._proto import manifest_pb2 as pb
+from s3ddb.format.fragment import FragmentMetadata
+from s3ddb.format.framing import frame
+from s3ddb.format.manifest import MANIFEST_MAGIC
+from s3ddb.io import ObjectStore, parse_uri
+from s3ddb.io.paths import check_name, check_relative_path
+from tests.conftest import make_table
+
+HOSTILE_NAMES = [
+    "../../private/data/secret.parquet",
+    "..",
+    ".",
+    "",
+    "a/b.parquet",
+    "/etc/passwd",
+    "s3://other-bucket/key.parquet",
+    "a\\..\\b",
+    "x\x00.parquet",
+    "line\nbreak",
+]
+
+
+@pytest.mark.parametrize("name", HOSTILE_NAMES)
+def test_a_stored_name_must_be_one_plain_name(name: str) -> None:
+    with pytest.raises(PathOutsideDatasetError) as info:
+        check_name(name, "data file", "manifest m, fragment 3")
+    assert "manifest m, fragment 3" in str(info.value)
+
+
+@pytest.mark.parametrize("name", ["0f3a.parquet", "12-abc.txn", "x y.parquet", "é.bin"])
+def test_plain_names_pass(name: str) -> None:
+    assert check_name(name, "data file") == name
+
+
+@pytest.mark.parametrize(
+    "path", ["../x", "a/../../x", "/abs", "a//b", "a/./b", "a\\b", "a/\x01", "data/.."]
+)
+def test_the_object_store_refuses_paths_leaving_its_root(path: str, tmp_path: Path) -> None:
+    outside = tmp_path / "x"
+    outside.write_bytes(b"keep")
+    store = ObjectStore(str(tmp_path / "root"))
+    with pytest.raises(PathOutsideDatasetError):
+        check_relative_path(path, "root")
+    for operation in (store.get, store.delete, lambda p: store.put(p, b"overwritten")):
+        with pytest.raises(PathOutsideDatasetError):
+            operation(path)
+    assert outside.read_bytes() == b"keep"
+
+
+def test_prefixes_and_the_root_are_fine(tmp_path: Path) -> None:
+    assert check_relative_path("", "r") == ""
+    assert check_relative_path("_versions/", "r") == "_versions/"
+    assert check_relative_path("data/abc.parquet", "r") == "data/abc.parquet"
+
+
+# --- hostile manifests on a real dataset ----------------------------------------------
+
+
+def _plant(uri: str, edit: Any, storage_options: dict[str, str] | None = None) -> str:
+    """Commit-free planting: rewrite the newest manifest in place with ``edit`` applied
+    to its protobuf (as someone with write access to the prefix could). Returns the
+    manifest's path."""
+    ds = s3ddb.dataset(uri, storage_options=storage_options)
+    location = ds.handler.latest_location()
+    assert location is not None
+    message = ds.manifest.to_pb()
+    edit(message)
+    ds.handler.store.put(location.path, frame(message.SerializeToString(), MANIFEST_MAGIC))
+    return location.path
+
+
+def _secret(tmp_path: Path) -> Path:
+    """Another dataset's data file beside the attacked one."""
+    private = tmp_path / "private"
+    s3ddb.write_dataset(pa.table({"secret": ["s3cr3t"]}), str(private))
+    [data_file] = (private / "data").iterdir()
+    return data_file
+
+
+def _data_file(message: pb.Manifest, path: str) -> None:
+    message.fragments[0].files[0].path = path
+
+
+def _deletion_id(message: pb.Manifest, file_id: str) -> None:
+    fragment = message.fragments[0]
+    fragment.deletion_file.kind = pb.DeletionFile.ROARING_BITMAP
+    fragment.deletion_file.read_version = 1
+    fragment.deletion_file.id = file_id
+    fragment.deletion_file.num_deleted_rows = 1
+
+
+def _transaction_file(message: pb.Manifest, name: str) -> None:
+    message.transaction_file = name
+
+
+@pytest.mark.parametrize(
+    "plant",
+    [
+        lambda m, secret: _data_file(m, f"../../private/data/{secret.name}"),
+        lambda m, secret: _data_file(m, str(secret)),
+        lambda m, secret: _deletion_id(m, "../../../private/x"),
+        lambda m, secret: _transaction_file(m, "../../private/_transactions/x.txn"),
+    ],
+    ids=["data-relative", "data-absolute", "deletion-file", "transaction-file"],
+)
+def test_a_hostile_manifest_is_refused_by_every_verb(tmp_path: Path, plant: Any) -> None:
+    secret = _secret(tmp_path)
+    uri = str(tmp_path / "ds")
+    s3ddb.write_dataset(make_table(0, 4), uri)
+    manifest_path = _plant(uri, lambda m: plant(m, secret))
+    verbs = {
+        "open": lambda: s3ddb.dataset(uri),
+        "read": lambda: s3ddb.dataset(uri, version=1).to_table(),
+        "append": lambda: s3ddb.write_dataset(make_table(10, 1), uri, mode="append"),
+        "overwrite": lambda: s3ddb.write_dataset(make_table(20, 1), uri, mode="overwrite"),
+        "versions": lambda: [v.version for v in s3ddb.dataset(uri).versions()],
+    }
+    for verb, call in verbs.items():
+        with pytest.raises(PathOutsideDatasetError) as info:
+            call()
+        message = str(info.value)
+        assert manifest_path in message, (verb, message)
+        assert "fragment" in message or "transaction" in message, (verb, message)
+    assert secret.exists()
+    assert s3ddb.dataset(str(tmp_path / "private")).to_table().to_pylist() == [
+        {"secret": "s3cr3t"}
+    ]
+
+
+def test_fragment_metadata_from_elsewhere_is_checked(tmp_path: Path) -> None:
+    uri = str(tmp_path / "ds")
+    ds = s3ddb.write_dataset(make_table(0, 2), uri)
+    fragment = json.loads(ds.get_fragments()[0].to_json())
+    fragment["files"][0]["path"] = "../../private/data/x.parquet"
+    with pytest.raises(PathOutsideDatasetError, match=r"x\.parquet"):
+        FragmentMetadata.from_json(json.dumps(fragment))
+
+
+# --- hostile DynamoDB rows ----------------------------------------------------------------
+
+
+def _put_row(aws: Any, uri: str, version: int, path: str) -> None:
+    from s3ddb.connect import external_store_for
+
+    parsed = parse_uri(uri)
+    store = external_store_for(parsed, ObjectStore(parsed, aws.storage_options()))
+    store.put_if_not_exists(ManifestRow(parsed.base_uri, version, path, 100, "attacker", 1))
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "../../other/secret.manifest",
+        "_versions/../../other/18446744073709551613.manifest",
+        "_versions/18446744073709551614.manifest",  # version 1's manifest, as version 2
+        "data/x.parquet",
+    ],
+)
+def test_a_hostile_row_is_refused(aws: Any, ddb_uri: str, path: str) -> None:
+    so = aws.storage_options()
+    s3ddb.write_dataset(make_table(0, 2), ddb_uri, storage_options=so)
+    _put_row(aws, ddb_uri, 2, path)
+    for call in (
+        lambda: s3ddb.dataset(ddb_uri, storage_options=so),
+        lambda: s3ddb.write_dataset(
+            make_table(5, 1), ddb_uri, mode="overwrite", storage_options=so
+        ),
+        lambda: s3ddb.dataset(ddb_uri, version=1, storage_options=so).versions(),
+    ):
+        with pytest.raises(PathOutsideDatasetError) as info:
+            call()
+        assert path in str(info.value) and "row for version 2" in str(info.value)
+    assert s3ddb.dataset(ddb_uri, version=1, storage_options=so).count_rows() == 2
