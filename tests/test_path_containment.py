@@ -6,6 +6,8 @@ deleted — and files outside the root survive every verb."""
 from __future__ import annotations
 
 import json
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,8 @@ import pyarrow as pa
 import pytest
 
 import s3ddb
+from s3ddb.commit import finalizer
+from s3ddb.commit.manifest_cache import MANIFESTS
 from s3ddb.errors import PathOutsideDatasetError
 from s3ddb.external_store.base import ManifestRow
 from s3ddb.format._proto import manifest_pb2 as pb
@@ -21,7 +25,7 @@ from s3ddb.format.framing import frame
 from s3ddb.format.manifest import MANIFEST_MAGIC
 from s3ddb.io import ObjectStore, parse_uri
 from s3ddb.io.paths import check_name, check_relative_path
-from tests.conftest import make_table
+from tests.conftest import TEST_BUCKET, TEST_TABLE, make_table
 
 HOSTILE_NAMES = [
     "../../private/data/secret.parquet",
@@ -86,14 +90,6 @@ def _plant(uri: str, edit: Any, storage_options: dict[str, str] | None = None) -
     return location.path
 
 
-def _secret(tmp_path: Path) -> Path:
-    """Another dataset's data file beside the attacked one."""
-    private = tmp_path / "private"
-    s3ddb.write_dataset(pa.table({"secret": ["s3cr3t"]}), str(private))
-    [data_file] = (private / "data").iterdir()
-    return data_file
-
-
 def _data_file(message: pb.Manifest, path: str) -> None:
     message.fragments[0].files[0].path = path
 
@@ -110,36 +106,72 @@ def _transaction_file(message: pb.Manifest, name: str) -> None:
     message.transaction_file = name
 
 
-@pytest.mark.parametrize(
-    "plant",
-    [
-        lambda m, secret: _data_file(m, f"../../private/data/{secret.name}"),
-        lambda m, secret: _data_file(m, str(secret)),
-        lambda m, secret: _deletion_id(m, "../../../private/x"),
-        lambda m, secret: _transaction_file(m, "../../private/_transactions/x.txn"),
-    ],
-    ids=["data-relative", "data-absolute", "deletion-file", "transaction-file"],
-)
-def test_a_hostile_manifest_is_refused_by_every_verb(tmp_path: Path, plant: Any) -> None:
-    secret = _secret(tmp_path)
-    uri = str(tmp_path / "ds")
-    s3ddb.write_dataset(make_table(0, 4), uri)
-    manifest_path = _plant(uri, lambda m: plant(m, secret))
-    verbs = {
-        "open": lambda: s3ddb.dataset(uri),
-        "read": lambda: s3ddb.dataset(uri, version=1).to_table(),
-        "append": lambda: s3ddb.write_dataset(make_table(10, 1), uri, mode="append"),
-        "overwrite": lambda: s3ddb.write_dataset(make_table(20, 1), uri, mode="overwrite"),
-        "versions": lambda: [v.version for v in s3ddb.dataset(uri).versions()],
+PLANTS = {
+    "data-relative": lambda m, secret: _data_file(m, f"../../private/data/{secret}"),
+    "data-absolute": lambda m, secret: _data_file(m, f"/{secret}"),
+    "deletion-file": lambda m, secret: _deletion_id(m, "../../../private/x"),
+    "transaction-file": lambda m, secret: _transaction_file(m, "../../private/x.txn"),
+}
+
+
+@pytest.fixture(params=["local", "s3", "s3+ddb"])
+def hostile_setup(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    """(uri of the attacked dataset, storage options, its private neighbour's uri)."""
+    if request.param == "local":
+        yield str(tmp_path / "ds"), None, str(tmp_path / "private")
+        return
+    aws = request.getfixturevalue("aws")
+    prefix = f"{TEST_BUCKET}/p-{uuid.uuid4().hex[:10]}"
+    query = f"?ddbTableName={TEST_TABLE}" if request.param == "s3+ddb" else ""
+    # s3:// commits need a store that honours If-None-Match (this endpoint, for a while).
+    honoured = aws.conditional_writes
+    aws.conditional_writes = request.param == "s3"
+    try:
+        yield (
+            f"{request.param}://{prefix}/ds{query}",
+            aws.storage_options(),
+            f"s3://{prefix}/private",
+        )
+    finally:
+        aws.conditional_writes = honoured
+
+
+@pytest.mark.parametrize("plant", list(PLANTS))
+def test_a_hostile_manifest_is_refused_by_every_verb(hostile_setup: Any, plant: str) -> None:
+    uri, so, private = hostile_setup
+    s3ddb.write_dataset(pa.table({"secret": ["s3cr3t"]}), private, storage_options=so)
+    [secret] = [p for p in ObjectStore(private, so).list("data/") if p.path.endswith(".parquet")]
+    secret_name = secret.path.split("/", 1)[1]
+    # Four small fragments, so that compaction has work to do.
+    good = s3ddb.write_dataset(make_table(0, 4), uri, storage_options=so, max_rows_per_file=1)
+    s3ddb.write_dataset(make_table(4, 4), uri, mode="append", storage_options=so)
+    finalizer.drain()
+    manifest_path = _plant(uri, lambda m: PLANTS[plant](m, secret_name), so)
+    MANIFESTS.clear()  # a writer in this process would otherwise not read it again
+    verbs: dict[str, Any] = {
+        "open": lambda: s3ddb.dataset(uri, storage_options=so),
+        "append": lambda: s3ddb.write_dataset(
+            make_table(10, 1), uri, mode="append", storage_options=so
+        ),
+        # A Dataset pinned at the good version 1 must rebase over the hostile one.
+        "delete": lambda: good.delete("id = 1"),
+        "update": lambda: good.update({"name": "'x'"}, where="id = 2"),
+        "insert": lambda: good.insert(make_table(20, 1)),
+        "compact": lambda: good.optimize.compact_files(),
+        "restore": lambda: good.restore(),
     }
     for verb, call in verbs.items():
-        with pytest.raises(PathOutsideDatasetError) as info:
+        try:
             call()
-        message = str(info.value)
+        except PathOutsideDatasetError as exc:
+            message = str(exc)
+        else:
+            pytest.fail(f"{verb} was not refused")
         assert manifest_path in message, (verb, message)
         assert "fragment" in message or "transaction" in message, (verb, message)
-    assert secret.exists()
-    assert s3ddb.dataset(str(tmp_path / "private")).to_table().to_pylist() == [
+    assert good.version == 1
+    assert ObjectStore(private, so).exists(secret.path)
+    assert s3ddb.dataset(private, storage_options=so).to_table().to_pylist() == [
         {"secret": "s3cr3t"}
     ]
 
