@@ -123,6 +123,16 @@ class ExternalStoreTableError(ExternalStoreError):
     """The external store's table is missing or has the wrong key schema."""
 
 
+class EndpointUnreachableError(S3DDBError, ConnectionError):
+    """Nothing could be sent to an S3 or DynamoDB endpoint (connection refused, no
+    such host, connect timeout). The message names the service and the endpoint."""
+
+
+class ExternalStoreUnreachableError(ExternalStoreError, EndpointUnreachableError):
+    """The DynamoDB endpoint could not be reached, retries included; nothing was
+    applied by the attempts that raised this."""
+
+
 class ExternalStoreThrottledError(ExternalStoreError):
     """The external store kept throttling or failing after bounded retries."""
 

@@ -18,7 +18,11 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from s3ddb.errors import ExternalStoreError, ExternalStoreThrottledError
+from s3ddb.errors import (
+    ExternalStoreError,
+    ExternalStoreThrottledError,
+    ExternalStoreUnreachableError,
+)
 from s3ddb.external_store import _ddb_common as c
 from s3ddb.external_store.base import (
     ExternalManifestStore,
@@ -146,11 +150,19 @@ class DynamoDBManifestStore(ExternalManifestStore):
 
     def _exhausted(
         self, operation: str, attempts: int, started: float, last: BaseException
-    ) -> ExternalStoreThrottledError:
-        reason = {
-            c.Failure.THROTTLED: "throttled",
-            c.Failure.NOT_SENT: "could not connect to the endpoint",
-        }.get(c.classify(last), "server errors or lost responses")  # type: ignore[arg-type]
+    ) -> ExternalStoreError:
+        if c.classify(last) is c.Failure.NOT_SENT:
+            # Not throttling: nothing reached DynamoDB at all.
+            return ExternalStoreUnreachableError(
+                f"cannot connect to "
+                f"{c.where(self.table_name, self.endpoint, self.region)} for {operation} "
+                f"after {attempts} attempts over {time.monotonic() - started:.2f}s "
+                f"({c.describe_error(last)})"
+            )
+        reason = {c.Failure.THROTTLED: "throttled"}.get(
+            c.classify(last),  # type: ignore[arg-type]
+            "server errors or lost responses",
+        )
         return ExternalStoreThrottledError(
             f"{operation} on {c.where(self.table_name, self.endpoint, self.region)} "
             f"still failing after {attempts} attempts over {time.monotonic() - started:.2f}s "

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from s3ddb.errors import InvalidInputError
@@ -52,10 +52,21 @@ class AwsConfig:
     s3_endpoint: str | None = None
     dynamodb_endpoint: str | None = None
     region: str | None = None
-    aws_access_key_id: str | None = None
-    aws_secret_access_key: str | None = None
-    aws_session_token: str | None = None
+    aws_access_key_id: str | None = field(default=None, repr=False)
+    aws_secret_access_key: str | None = field(default=None, repr=False)
+    aws_session_token: str | None = field(default=None, repr=False)
     profile: str | None = None
+
+    def __repr__(self) -> str:
+        # Credentials never appear in a repr (nor so in any message or log built
+        # from one): only whether they were given.
+        shown = ", ".join(
+            f"{f.name}={getattr(self, f.name)!r}"
+            for f in fields(self)
+            if f.repr and getattr(self, f.name) is not None
+        )
+        given = "explicit credentials" if self.aws_access_key_id else "credentials from the chain"
+        return f"AwsConfig({shown}{', ' if shown else ''}{given})"
 
     @classmethod
     def from_storage_options(cls, storage_options: Mapping[str, Any] | None) -> AwsConfig:

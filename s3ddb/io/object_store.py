@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
-from s3ddb.errors import CredentialsError
+from s3ddb.errors import CredentialsError, EndpointUnreachableError
 from s3ddb.io.aws import AwsConfig
 from s3ddb.io.paths import check_relative_path
 from s3ddb.io.uri import DatasetURI, parse_uri
@@ -450,6 +450,17 @@ _S3_CODE_TO_ERROR: dict[str, type[OSError]] = {
 }
 
 
+# botocore's and aiohttp's names for "nothing could be sent".
+_NOT_SENT = frozenset(
+    {
+        "EndpointConnectionError",
+        "ConnectTimeoutError",
+        "ProxyConnectionError",
+        "ClientConnectorError",
+    }
+)
+
+
 def _translate(exc: BaseException, where: str) -> BaseException:
     """Map a backend exception to a built-in one (or CredentialsError)."""
     chain: list[BaseException] = []
@@ -459,6 +470,8 @@ def _translate(exc: BaseException, where: str) -> BaseException:
         cur = cur.__cause__ or cur.__context__
     for err in chain:
         name = type(err).__name__
+        if name in _NOT_SENT:
+            return EndpointUnreachableError(f"cannot connect to S3 for {where}: {err}")
         if name in ("NoCredentialsError", "PartialCredentialsError"):
             return CredentialsError(
                 f"no AWS credentials found for {where}: set AWS_ACCESS_KEY_ID/"
