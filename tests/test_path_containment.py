@@ -185,6 +185,22 @@ def test_fragment_metadata_from_elsewhere_is_checked(tmp_path: Path) -> None:
         FragmentMetadata.from_json(json.dumps(fragment))
 
 
+def test_a_hostile_transaction_file_is_refused() -> None:
+    from s3ddb.commit.transaction import TRANSACTION_MAGIC, Append, Transaction
+    from s3ddb.format._proto import transaction_pb2 as tpb
+    from s3ddb.format.fragment import DataFile
+    from s3ddb.format.framing import unframe
+
+    txn = Transaction(1, Append((FragmentMetadata(4, (DataFile("a.parquet", (0,)),), 1),)))
+    message = tpb.Transaction()
+    message.ParseFromString(unframe(txn.to_bytes(), TRANSACTION_MAGIC, "t"))
+    message.append.fragments[0].files[0].path = "../../../elsewhere/b.parquet"
+    hostile = frame(message.SerializeToString(), TRANSACTION_MAGIC)
+    with pytest.raises(PathOutsideDatasetError) as info:
+        Transaction.from_bytes(hostile, "s3://b/ds/_transactions/1-x.txn")
+    assert "fragment 4" in str(info.value) and "_transactions/1-x.txn" in str(info.value)
+
+
 # --- hostile DynamoDB rows ----------------------------------------------------------------
 
 
