@@ -137,8 +137,11 @@ def hostile_setup(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[An
 
 
 @pytest.mark.parametrize("plant", list(PLANTS))
-def test_a_hostile_manifest_is_refused_by_every_verb(hostile_setup: Any, plant: str) -> None:
+def test_a_hostile_manifest_is_refused_by_every_verb(
+    hostile_setup: Any, plant: str, request: pytest.FixtureRequest
+) -> None:
     uri, so, private = hostile_setup
+    endpoint = request.getfixturevalue("aws") if so is not None else None
     s3ddb.write_dataset(pa.table({"secret": ["s3cr3t"]}), private, storage_options=so)
     [secret] = [p for p in ObjectStore(private, so).list("data/") if p.path.endswith(".parquet")]
     secret_name = secret.path.split("/", 1)[1]
@@ -148,6 +151,8 @@ def test_a_hostile_manifest_is_refused_by_every_verb(hostile_setup: Any, plant: 
     finalizer.drain()
     manifest_path = _plant(uri, lambda m: PLANTS[plant](m, secret_name), so)
     MANIFESTS.clear()  # a writer in this process would otherwise not read it again
+    if endpoint is not None:
+        endpoint.clear_requests()
     verbs: dict[str, Any] = {
         "open": lambda: s3ddb.dataset(uri, storage_options=so),
         "append": lambda: s3ddb.write_dataset(
@@ -170,6 +175,10 @@ def test_a_hostile_manifest_is_refused_by_every_verb(hostile_setup: Any, plant: 
         assert manifest_path in message, (verb, message)
         assert "fragment" in message or "transaction" in message, (verb, message)
     assert good.version == 1
+    if endpoint is not None:
+        neighbour = "/" + private.split("://", 1)[1] + "/"
+        touched = [r.path for r in endpoint.requests if neighbour in r.path + "/"]
+        assert touched == [], "no request ever reached the neighbouring dataset"
     assert ObjectStore(private, so).exists(secret.path)
     assert s3ddb.dataset(private, storage_options=so).to_table().to_pylist() == [
         {"secret": "s3cr3t"}
