@@ -10,6 +10,7 @@ import pytest
 
 import s3ddb
 from s3ddb.commit import finalizer
+from s3ddb.commit.external import OWN_COMMITS
 from s3ddb.commit.failpoints import EXIT_CODE
 from s3ddb.connect import external_store_for
 from s3ddb.errors import (
@@ -377,8 +378,13 @@ def _other_process(aws: Any, code: str) -> None:
 
 
 def test_a_writer_that_was_alone_builds_on_its_own_commit_and_recovers_when_not(
-    aws: Any, ddb_uri: str, batching_finalizer: finalizer.BackgroundFinalizer
+    aws: Any,
+    ddb_uri: str,
+    batching_finalizer: finalizer.BackgroundFinalizer,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # However slowly the other process starts, this one still remembers it lost.
+    monkeypatch.setattr(OWN_COMMITS, "QUIET_SECONDS", 3600.0)
     so = aws.storage_options()
     s3ddb.write_dataset(rows_for(0, 0, 1), ddb_uri, storage_options=so)
     # Another process appends: this one's guess (build on version 1) loses, once.
