@@ -29,7 +29,9 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import Future
+from dataclasses import replace
 
 from s3ddb._version import __version__
 from s3ddb.commit.failpoints import failpoint
@@ -209,17 +211,19 @@ class ExternalStoreCommitHandler(CommitHandler):
 
     def _get(self, version: int) -> ManifestRow | None:
         row = self.external.get(self.base_uri, version)
-        return self._checked(row) if row is not None else None
+        return self._note(self._checked(row)) if row is not None else None
 
     def _get_latest(self) -> ManifestRow | None:
         row = self.external.get_latest(self.base_uri)
-        return self._checked(row) if row is not None else None
+        return self._note(self._checked(row)) if row is not None else None
 
     def _list(self, start: int, end: int | None = None) -> list[ManifestRow]:
         rows = self.external.list_versions(self.base_uri, start_version=start, end_version=end)
-        return [self._checked(row) for row in rows]
+        return [self._note(self._checked(row)) for row in rows]
 
     def _note(self, row: ManifestRow) -> ManifestRow:
+        """Remember ``row`` as the newest state of its version (a final row is never
+        replaced by a staged one)."""
         known = self._rows.get(row.version)
         if known is None or known.is_staged or not row.is_staged:
             self._rows[row.version] = row
@@ -242,13 +246,12 @@ class ExternalStoreCommitHandler(CommitHandler):
         row = self._get_latest()
         if row is None:
             return self._listing.latest_location()
-        self._note(row)
         return self._location(self._finalized(row) if finalize else row)
 
     def location_of(self, version: int) -> ManifestLocation:
         row = self._get(version)
         if row is not None:
-            return self._location(self._finalized(self._note(row)))
+            return self._location(self._finalized(row))
         try:
             return self._listing.location_of(version)
         except VersionNotFoundError:
@@ -257,9 +260,7 @@ class ExternalStoreCommitHandler(CommitHandler):
             ) from None
 
     def list_locations(self, start: int = 1, end: int | None = None) -> list[ManifestLocation]:
-        rows = list(
-            self._list(start, end)
-        )
+        rows = self._list(start, end)
         out = []
         first_row = rows[0].version if rows else None
         if first_row is None or first_row > start:
@@ -268,7 +269,7 @@ class ExternalStoreCommitHandler(CommitHandler):
             out.extend(self._listing.list_locations(start, upper))
         # Staged rows are listed as they are (their staged manifest is byte-identical
         # to the final one); the newest one is finalized by latest_location.
-        out.extend(self._location(self._note(row)) for row in rows)
+        out.extend(self._location(row) for row in rows)
         return out
 
     def locations_since(self, start: int, *, finalize: bool = True) -> list[ManifestLocation]:
@@ -279,7 +280,7 @@ class ExternalStoreCommitHandler(CommitHandler):
         out = (
             self.list_locations(start, rows[-1].version)
             if rows[0].version > start
-            else [self._location(self._note(row)) for row in rows]
+            else [self._location(row) for row in rows]
         )
         if finalize:
             out[-1] = self._location(self._finalized(rows[-1]))
@@ -318,7 +319,7 @@ class ExternalStoreCommitHandler(CommitHandler):
             row = self._get(location.version)
             if row is None:
                 raise
-            manifest = super().load_manifest(self._location(self._finalized(self._note(row))))
+            manifest = super().load_manifest(self._location(self._finalized(row)))
         if key is not None:
             MANIFESTS.put(key, manifest)
         return manifest
@@ -337,7 +338,7 @@ class ExternalStoreCommitHandler(CommitHandler):
             return row
         ticket = self._ticket(row)
         if ticket is not None and ticket.wait_done() and ticket.result is not None:
-            return self._note(_with_path(row, ticket.result))
+            return self._note(replace(row, path=ticket.result))
         return self._note(self.finalize(row))
 
     def finalize(self, row: ManifestRow) -> ManifestRow:
@@ -380,11 +381,8 @@ class ExternalStoreCommitHandler(CommitHandler):
     def _repoint(self, row: ManifestRow, final: str) -> ManifestRow:
         self.external.finalize(self.base_uri, row.version, row.path, final)
         failpoint("commit.after_external_finalize")
-        if self.finalizer is not None:
-            self.finalizer.defer_delete(self.store, row.path)
-        else:
-            self.store.delete(row.path)
-        return _with_path(row, final)
+        self._discard_staged(row.path)
+        return replace(row, path=final)
 
     def _finalize_without_staged(self, row: ManifestRow, final: str) -> ManifestRow:
         fresh = self._get(row.version)
@@ -404,19 +402,26 @@ class ExternalStoreCommitHandler(CommitHandler):
             + ("missing" if size is None else f"{size} bytes, expected {row.size}")
         )
 
-    def _finish_own(self, row: ManifestRow, staged_etag: str | None, ticket: FinalizeTicket) -> str:
-        """Steps 3-4 of this handler's own commit (on the background finalizer)."""
+    def _finish_own(
+        self,
+        row: ManifestRow,
+        staged_etag: str | None,
+        copied: Callable[[], None] = lambda: None,
+    ) -> str:
+        """Steps 3-4 of this handler's own commit (on the background finalizer, or
+        inline without one); ``copied`` is called once the final manifest exists.
+        Returns the final path."""
         final = final_path_of(row.path)
         try:
             copy_etag = self.store.copy(row.path, final)
         except FileNotFoundError:
             # A reader finished it (and deleted the staged object) first.
             done = self._finalize_without_staged(row, final)
-            ticket.mark_copied()
+            copied()
             return done.path
         failpoint("commit.after_copy_final")
         self._verify_final(row, final, etag_ok=bool(staged_etag) and staged_etag == copy_etag)
-        ticket.mark_copied()
+        copied()
         return self._repoint(row, final).path
 
     def _ensure_previous_final(self, version: int) -> None:
@@ -436,7 +441,6 @@ class ExternalStoreCommitHandler(CommitHandler):
             row = self._get(previous)
             if row is None:
                 return  # a legacy version, final by construction (found by listing)
-            self._note(row)
         if not row.is_staged:
             return
         ticket = self._ticket(row)
@@ -501,20 +505,16 @@ class ExternalStoreCommitHandler(CommitHandler):
             OWN_COMMITS.won(location, row)
         try:
             failpoint("commit.after_external_put")
+            etag = staged_put.result()
             if self.finalizer is not None:
-                etag = staged_put.result()
                 self.finalizer.submit(
                     (self.base_uri, version),
                     staged,
-                    lambda ticket: self._finish_own(row, etag, ticket),
+                    lambda ticket: self._finish_own(row, etag, ticket.mark_copied),
                 )
                 return location
-            copy_etag = self.store.copy(staged, final_path_of(staged))
-            failpoint("commit.after_copy_final")
-            etag = staged_put.result()
-            final = final_path_of(staged)
-            self._verify_final(row, final, etag_ok=bool(etag) and etag == copy_etag)
-            return self._location(self._note(self._repoint(row, final)))
+            final = self._finish_own(row, etag)
+            return self._location(self._note(replace(row, path=final)))
         except Exception as exc:
             log.warning(
                 "version %d of %s is committed but not finalized (%s: %s); the next "
@@ -586,8 +586,3 @@ class ExternalStoreCommitHandler(CommitHandler):
                 f"after retrying ({exc}); the commit's files are kept"
             ) from exc
 
-
-def _with_path(row: ManifestRow, path: str) -> ManifestRow:
-    return ManifestRow(
-        row.base_uri, row.version, path, row.size, row.committer, row.committed_at, row.extra
-    )
