@@ -608,18 +608,27 @@ def dataset(
     storage_options: dict[str, Any] | None = None,
     *,
     commit_config: CommitConfig | None = None,
+    asof: dt.datetime | str | None = None,
 ) -> Dataset:
     """Open the dataset at ``uri``, pinned at ``version`` (default: latest).
 
+    ``asof`` pins the newest version committed at or before that time instead (a
+    datetime, or ISO 8601 text; without a time zone it is UTC).
+
     Raises:
         DatasetNotFoundError: nothing is committed at ``uri``.
-        VersionNotFoundError: no such version or tag.
+        VersionNotFoundError: no such version or tag, or nothing committed by ``asof``.
+        InvalidInputError: both ``version`` and ``asof``, or an unreadable ``asof``.
         ManifestCorruptError: the manifest is truncated or corrupt.
         ManifestFinalizationError: (s3+ddb) the newest version cannot be finalized.
         ExternalStoreTableError: (s3+ddb) the DynamoDB table is missing or wrong.
     """
     text = os.fspath(uri)
     handler = _open_validated(text, storage_options)
+    if asof is not None:
+        if version is not None:
+            raise InvalidInputError("give version or asof, not both")
+        version = _version_as_of(handler, text, asof)
     if isinstance(version, str):
         ds = Dataset(
             text,
@@ -633,6 +642,31 @@ def dataset(
     return Dataset(
         text, handler, manifest, storage_options=storage_options, commit_config=commit_config
     )
+
+
+def _version_as_of(handler: CommitHandler, uri: str, asof: dt.datetime | str) -> int:
+    """The newest version of ``uri`` committed at or before ``asof``."""
+    when = asof
+    if isinstance(when, str):
+        try:
+            when = dt.datetime.fromisoformat(when.strip().replace("Z", "+00:00"))
+        except ValueError:
+            raise InvalidInputError(
+                f"asof must be a datetime or ISO 8601 text, got {asof!r}"
+            ) from None
+    if not isinstance(when, dt.datetime):
+        raise InvalidInputError(f"asof must be a datetime or ISO 8601 text, got {asof!r}")
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.timezone.utc)
+    history = Dataset(uri, handler, _load_latest(handler, uri)).versions()
+    before = [v.version for v in history if v.timestamp <= when]
+    if not before:
+        first = history[0].timestamp.isoformat() if history else "never"
+        raise VersionNotFoundError(
+            f"no version of {uri} was committed at or before {when.isoformat()} "
+            f"(the first was committed {first})"
+        )
+    return max(before)
 
 
 def write_dataset(

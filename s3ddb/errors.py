@@ -100,6 +100,12 @@ class IncompatibleTransactionError(CommitConflictError):
     """A concurrent commit makes this transaction impossible (e.g. its data was removed)."""
 
 
+class TransactionAlreadyCommittedError(IncompatibleTransactionError):
+    """An application transaction (e.g. a streaming micro-batch) with this id and an
+    equal or newer sequence number is already committed; committing it again would
+    duplicate its rows. Nothing was committed."""
+
+
 class TooMuchWriteContentionError(CommitConflictError):
     """Commit retries were exhausted (by count or time) under contention."""
 

@@ -15,10 +15,16 @@ from s3ddb.commit.transaction import (
     Transaction,
     UpdateConfig,
 )
-from s3ddb.errors import CommitConflictError, InvalidInputError
+from s3ddb.errors import CommitConflictError, InvalidInputError, TransactionAlreadyCommittedError
 from s3ddb.format.fragment import FragmentMetadata
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.naming import NamingScheme
+
+#: Transaction properties under this prefix are application transactions
+#: (``<prefix><application id>`` = sequence number, e.g. a streaming query's batch id).
+#: Every later manifest remembers the highest number committed per application, so a
+#: replayed batch is refused in the same conditional write that would commit it.
+APP_TRANSACTION_PREFIX = "s3ddb.app_txn."
 
 LoadManifest = Callable[[int], Manifest]
 Builder = Callable[[Manifest | None, Operation, int, LoadManifest], Manifest]
@@ -48,6 +54,9 @@ def build_manifest(
     if builder is None:
         raise InvalidInputError(f"s3ddb cannot commit {txn.kind} operations yet")
     manifest = builder(base, txn.operation, version, load_manifest)
+    metadata = _app_transactions(base, txn, manifest)
+    if metadata is not None:
+        manifest = manifest.evolve(table_metadata=metadata)
     return manifest.evolve(
         version=version,
         naming_scheme=base.naming_scheme if base is not None else naming,
@@ -55,6 +64,52 @@ def build_manifest(
         transaction_file=txn.file_name,
         operation=txn.kind,
     )
+
+
+def _app_transactions(
+    base: Manifest | None, txn: Transaction, built: Manifest
+) -> dict[str, str] | None:
+    """``built``'s table metadata with ``txn``'s application transactions recorded and
+    ``base``'s carried over (a Restore must not forget them); None if unchanged.
+
+    Raises:
+        TransactionAlreadyCommittedError: ``base`` already holds an equal or newer
+            number for one of ``txn``'s applications.
+    """
+    mine = {k: v for k, v in txn.properties.items() if k.startswith(APP_TRANSACTION_PREFIX)}
+    before = base.table_metadata if base is not None else {}
+    carried = {
+        k: v
+        for k, v in before.items()
+        if k.startswith(APP_TRANSACTION_PREFIX) and built.table_metadata.get(k) != v
+    }
+    if not mine and not carried:
+        return None
+    metadata = dict(built.table_metadata)
+    for key, value in carried.items():
+        if _sequence(metadata.get(key)) < _sequence(value):
+            metadata[key] = value
+    for key, value in mine.items():
+        done = _sequence(before.get(key))
+        if _sequence(value) <= done:
+            raise TransactionAlreadyCommittedError(
+                f"application transaction {key[len(APP_TRANSACTION_PREFIX):]!r} "
+                f"{value} is already committed (version {base.version if base else 0} "
+                f"records {done})"
+            )
+        metadata[key] = value
+    return metadata
+
+
+def _sequence(value: str | None) -> int:
+    if value is None:
+        return -1
+    try:
+        return int(value)
+    except ValueError:
+        raise InvalidInputError(
+            f"application transaction number {value!r} is not an integer"
+        ) from None
 
 
 def _require_base(base: Manifest | None, op: Operation) -> Manifest:

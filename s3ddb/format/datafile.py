@@ -86,7 +86,7 @@ def write_fragments_from_table(
 WHOLE_READ_MAX_BYTES = 8 * 1024 * 1024
 
 
-def _open_data_file(store: ObjectStore, data_file: DataFile) -> Any:
+def open_data_file(store: ObjectStore, data_file: DataFile) -> Any:
     path = layout.data_file_path(data_file.path)
     size = data_file.file_size_bytes
     if store.protocol == "s3" and 0 < size <= WHOLE_READ_MAX_BYTES:
@@ -110,7 +110,7 @@ def read_fragment(
         needed = {i: n for n, i in wanted.items() if i in file_ids}
         if not needed:
             continue
-        with _open_data_file(store, data_file) as f:
+        with open_data_file(store, data_file) as f:
             parquet = pq.ParquetFile(f)
             by_id = {}
             for file_field in parquet.schema_arrow:

@@ -1,0 +1,99 @@
+"""s3ddb for PySpark (>= 4.1): a Python data source, SQL functions, distributed changes.
+
+    import s3ddb.spark_ext
+    spark = s3ddb.spark_ext.configure(SparkSession.builder).getOrCreate()
+    df.write.format("s3ddb").mode("append").save(uri)
+    spark.read.format("s3ddb").option("version", 3).load(uri)
+    spark.sql("SELECT * FROM s3ddb_versions('<uri>')")
+    s3ddb.spark_ext.delete(spark, uri, "id < 10")
+
+Everything is pure Python: no jars, no ``spark.sql.extensions`` class. The data
+source also registers itself in every session (PySpark discovers the top-level
+``pyspark_s3ddb`` module this package installs); :func:`register` adds the SQL
+functions. Install with ``pip install "s3ddb[spark]"``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from s3ddb.errors import S3DDBError
+
+if TYPE_CHECKING:
+    from s3ddb.spark_ext.distributed import compact, delete, merge_insert, update
+
+__all__ = ["compact", "configure", "delete", "merge_insert", "register", "update"]
+
+#: Session settings s3ddb relies on: Spark hands filters to the data source.
+SESSION_CONF = {"spark.sql.python.filterPushdown.enabled": "true"}
+
+
+def _require_pyspark() -> None:
+    try:
+        import pyspark
+    except ImportError:
+        raise S3DDBError(
+            'the s3ddb Spark integration needs PySpark: pip install "s3ddb[spark]"'
+        ) from None
+    major, minor = (int(p) for p in pyspark.__version__.split(".")[:2])
+    if (major, minor) < (4, 1):
+        raise S3DDBError(f"s3ddb needs PySpark >= 4.1, found {pyspark.__version__}")
+
+
+def register(spark: Any) -> None:
+    """Register the ``s3ddb`` data source and the SQL table functions
+    (``s3ddb_versions``) in ``spark``, and set :data:`SESSION_CONF`. Idempotent."""
+    _require_pyspark()
+    from s3ddb.spark_ext.source import S3DDBDataSource
+    from s3ddb.spark_ext.sql import register_functions
+
+    for key, value in SESSION_CONF.items():
+        spark.conf.set(key, value)
+    spark.dataSource.register(S3DDBDataSource)
+    register_functions(spark)
+
+
+class _RegisteringBuilder:
+    """A SparkSession builder that registers s3ddb in the session it creates."""
+
+    def __init__(self, builder: Any) -> None:
+        self._builder = builder
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._builder, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            result = attr(*args, **kwargs)
+            return _RegisteringBuilder(result) if result is self._builder else result
+
+        return call
+
+    def getOrCreate(self) -> Any:
+        spark = self._builder.getOrCreate()
+        register(spark)
+        return spark
+
+    def create(self) -> Any:
+        spark = self._builder.create()
+        register(spark)
+        return spark
+
+
+def configure(builder: Any) -> Any:
+    """``builder`` with what s3ddb needs set; the session it creates has s3ddb
+    registered (see :func:`register`). Chain further ``.config(...)`` as usual."""
+    _require_pyspark()
+    for key, value in SESSION_CONF.items():
+        builder = builder.config(key, value)
+    return _RegisteringBuilder(builder)
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("delete", "update", "merge_insert", "compact"):
+        _require_pyspark()
+        from s3ddb.spark_ext import distributed
+
+        return getattr(distributed, name)
+    raise AttributeError(f"module 's3ddb.spark_ext' has no attribute {name!r}")

@@ -1,0 +1,90 @@
+"""The options of the ``s3ddb`` Spark data source."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from s3ddb.errors import InvalidInputError
+from s3ddb.format.datafile import DEFAULT_MAX_ROWS_PER_FILE
+from s3ddb.io.aws import AwsConfig
+from s3ddb.io.uri import parse_uri
+
+#: Read partitions hold fragments up to about this many bytes of data files.
+DEFAULT_MAX_PARTITION_BYTES = 128 * 1024 * 1024
+
+# Options Spark itself adds or consumes; never storage options.
+_SPARK_OWN = {"path", "checkpointlocation", "queryname", "__partition_columns"}
+_READ = {"version", "tag", "timestamp", "maxpartitionbytes"}
+_WRITE = {"maxrowsperfile", "streamid"}
+
+
+def _positive_int(name: str, text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise InvalidInputError(f"option {name} must be an integer, got {text!r}") from None
+    if value < 1:
+        raise InvalidInputError(f"option {name} must be >= 1, got {value}")
+    return value
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """Parsed options. Everything that is not an s3ddb or Spark option is a storage
+    option (``aws_endpoint``, ``region``, ... as ``storage_options`` takes them).
+
+    Raises:
+        InvalidInputError: no path, an unknown option, or a malformed value.
+    """
+
+    uri: str
+    storage_options: dict[str, str] = field(default_factory=dict)
+    version: int | None = None
+    tag: str | None = None
+    timestamp: str | None = None
+    max_partition_bytes: int = DEFAULT_MAX_PARTITION_BYTES
+    max_rows_per_file: int = DEFAULT_MAX_ROWS_PER_FILE
+    stream_id: str | None = None
+
+    @classmethod
+    def parse(cls, options: Mapping[str, Any]) -> SourceOptions:
+        lowered = {str(k).lower(): str(v) for k, v in options.items()}
+        uri = lowered.get("path")
+        if not uri:
+            raise InvalidInputError(
+                "the s3ddb data source needs a dataset URI: .load(uri) / .save(uri)"
+            )
+        parse_uri(uri)
+        storage = {
+            k: v for k, v in lowered.items() if k not in _SPARK_OWN | _READ | _WRITE
+        }
+        AwsConfig.from_storage_options(storage)  # unknown options fail at planning
+        pins = [k for k in ("version", "tag", "timestamp") if k in lowered]
+        if len(pins) > 1:
+            raise InvalidInputError(f"give one of version, tag, timestamp; got {pins}")
+        version = None
+        if "version" in lowered:
+            version = _positive_int("version", lowered["version"])
+        stream_id = lowered.get("streamid")
+        if stream_id is None and "checkpointlocation" in lowered:
+            # A restarted query keeps its checkpoint location, so it names the stream.
+            digest = hashlib.sha256(lowered["checkpointlocation"].encode()).hexdigest()
+            stream_id = f"checkpoint-{digest[:32]}"
+        return cls(
+            uri=uri,
+            storage_options=storage,
+            version=version,
+            tag=lowered.get("tag"),
+            timestamp=lowered.get("timestamp"),
+            max_partition_bytes=_positive_int(
+                "maxPartitionBytes",
+                lowered.get("maxpartitionbytes", str(DEFAULT_MAX_PARTITION_BYTES)),
+            ),
+            max_rows_per_file=_positive_int(
+                "maxRowsPerFile", lowered.get("maxrowsperfile", str(DEFAULT_MAX_ROWS_PER_FILE))
+            ),
+            stream_id=stream_id,
+        )

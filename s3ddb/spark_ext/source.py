@@ -1,0 +1,165 @@
+"""The ``s3ddb`` PySpark data source: batch reads and writes, and a streaming sink.
+
+    df.write.format("s3ddb").mode("append").save(uri)
+    spark.read.format("s3ddb").option("version", 3).load(uri)
+    df.writeStream.format("s3ddb").option("checkpointLocation", cp).start(uri)
+
+Options: ``version`` / ``tag`` / ``timestamp`` pin what a read sees (default: the
+newest version when the query is planned); ``maxPartitionBytes`` sizes read
+partitions; ``maxRowsPerFile`` caps written fragments; ``streamId`` names a stream
+(default: derived from ``checkpointLocation``). Any other option is a storage option
+(``aws_endpoint``, ``region``, ...), as ``storage_options`` takes them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    DataSourceStreamArrowWriter,
+    InputPartition,
+)
+
+from s3ddb.dataset import Dataset, dataset
+from s3ddb.format.fragment import FragmentMetadata
+from s3ddb.format.schema import DatasetSchema
+from s3ddb.scan import read_visible_rows
+from s3ddb.spark_ext import _write
+from s3ddb.spark_ext._filters import PushedFilters, split_filters
+from s3ddb.spark_ext._options import SourceOptions
+from s3ddb.spark_ext._types import arrow_schema_of, cast_for_spark, spark_schema_of
+
+SOURCE_NAME = "s3ddb"
+
+#: Rows per Arrow batch handed to Spark.
+BATCH_ROWS = 64 * 1024
+
+
+def _open(options: SourceOptions, version: int | None = None) -> Dataset:
+    if version is not None:
+        return dataset(options.uri, version, options.storage_options)
+    if options.tag is not None:
+        return dataset(options.uri, options.tag, options.storage_options)
+    if options.timestamp is not None:
+        return dataset(options.uri, storage_options=options.storage_options, asof=options.timestamp)
+    return dataset(options.uri, options.version, options.storage_options)
+
+
+class S3DDBDataSource(DataSource):
+    """``format("s3ddb")``: see the module docstring."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        super().__init__(options)
+        self._options = SourceOptions.parse(options)
+        # The version schema() saw; the read then uses exactly that version.
+        self._pinned: int | None = None
+
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def schema(self) -> Any:
+        ds = _open(self._options)
+        self._pinned = ds.version
+        return spark_schema_of(ds.schema, self._options.uri)
+
+    def reader(self, schema: Any) -> DataSourceReader:
+        return S3DDBReader(self._options, self._pinned, schema)
+
+    def writer(self, schema: Any, overwrite: bool) -> S3DDBWriter:
+        return S3DDBWriter(_write.WritePlan.make(self._options, schema, overwrite))
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> S3DDBStreamWriter:
+        return S3DDBStreamWriter(_write.WritePlan.make(self._options, schema, overwrite))
+
+
+class FragmentGroup(InputPartition):
+    """One read partition: fragments read one after another by one task."""
+
+    def __init__(self, index: int, fragments: Sequence[FragmentMetadata]) -> None:
+        super().__init__(index)
+        self.fragments = tuple(fragments)
+
+
+class S3DDBReader(DataSourceReader):
+    """Reads one pinned version; results equal ``s3ddb.dataset(uri, version).to_table()``."""
+
+    def __init__(self, options: SourceOptions, pinned: int | None, schema: Any) -> None:
+        ds = _open(options, pinned)
+        self._options = options
+        self._version = ds.version
+        self._dataset_schema: DatasetSchema = ds.manifest.schema
+        self._fragments = tuple(ds.manifest.fragments)
+        self._columns = [f.name for f in schema.fields]
+        ds._resolve_columns(self._columns)  # a user-given schema must name real columns
+        self._target = arrow_schema_of(schema)
+        self._filters = PushedFilters()
+
+    def pushFilters(self, filters: list[Any]) -> Iterator[Any]:
+        """Take the filters s3ddb evaluates exactly; hand the rest back to Spark."""
+        self._filters, rejected = split_filters(filters, self._dataset_schema.arrow)
+        yield from rejected
+
+    def partitions(self) -> Sequence[InputPartition]:
+        groups: list[FragmentGroup] = []
+        current: list[FragmentMetadata] = []
+        size = 0
+        for fragment in self._fragments:
+            fragment_bytes = sum(f.file_size_bytes for f in fragment.files)
+            if current and size + fragment_bytes > self._options.max_partition_bytes:
+                groups.append(FragmentGroup(len(groups), current))
+                current, size = [], 0
+            current.append(fragment)
+            size += fragment_bytes
+        if current or not groups:
+            groups.append(FragmentGroup(len(groups), current))
+        return groups
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, FragmentGroup)
+        store = _write.open_handler(self._options.uri, self._options.storage_options).store
+        predicate = self._filters.expression()
+        may_match = self._filters.may_match if self._filters.conditions else None
+        for fragment in partition.fragments:
+            table = read_visible_rows(
+                store, fragment, self._dataset_schema, self._columns, predicate, may_match
+            )
+            if table.num_rows:
+                yield from cast_for_spark(table, self._target).to_batches(BATCH_ROWS)
+
+
+class S3DDBWriter(DataSourceArrowWriter):
+    """A batch write: one transaction, read at the version pinned when planned."""
+
+    def __init__(self, plan: _write.WritePlan) -> None:
+        self._plan = plan
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> Any:
+        return _write.write_task(self._plan, iterator)
+
+    def commit(self, messages: list[Any]) -> None:
+        _write.commit_write(self._plan, messages)
+
+    def abort(self, messages: list[Any]) -> None:
+        _write.abort_write(self._plan, messages)
+
+
+class S3DDBStreamWriter(DataSourceStreamArrowWriter):
+    """An exactly-once streaming sink: each micro-batch commits once per stream."""
+
+    def __init__(self, plan: _write.WritePlan) -> None:
+        self._plan = plan
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> Any:
+        return _write.write_task(self._plan, iterator)
+
+    def commit(self, messages: list[Any], batchId: int) -> None:
+        _write.commit_stream_batch(self._plan, messages, batchId)
+
+    def abort(self, messages: list[Any], batchId: int) -> None:
+        _write.abort_write(_write.batch_plan(self._plan, batchId), messages)
