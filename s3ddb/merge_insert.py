@@ -175,6 +175,9 @@ def plan_merge(
     if update_expr is not None:
         wanted = set(names)  # the condition may read any target column
     columns = [n for n in names if n in wanted]
+    # Only target rows whose key the source holds can match; unless the merge deletes
+    # what the source lacks, the others never leave the worker that scans them.
+    source_keys = None if builder.delete_unmatched_by_source else source.select(keys)
 
     def scan(fragment: FragmentMetadata) -> tuple[FragmentMetadata, BitMap, pa.Table]:
         deleted = read_deleted_rows(store, fragment)
@@ -184,7 +187,10 @@ def plan_merge(
         rows = table.take(pa.array(positions)).append_column(
             _FRAG, pa.array(np.full(len(positions), fragment.id, dtype=np.int64))
         )
-        return fragment, deleted, rows.append_column(_ROW, pa.array(positions))
+        rows = rows.append_column(_ROW, pa.array(positions))
+        if source_keys is not None:
+            rows = rows.join(source_keys, keys=keys, join_type="left semi", use_threads=False)
+        return fragment, deleted, rows
 
     scanned = parallel_map(scan, list(manifest.fragments))
     deleted_before = {f.id: d for f, d, _t in scanned}

@@ -26,7 +26,7 @@ from s3ddb.format.deletion import read_deletion_mask
 from s3ddb.format.fragment import FragmentMetadata, data_file_paths
 from s3ddb.format.manifest import Manifest
 from s3ddb.io.object_store import ObjectStore
-from s3ddb.row_changes import FileTracker, parallel_map
+from s3ddb.row_changes import FileTracker, distributed, parallel_map
 
 if TYPE_CHECKING:
     from s3ddb.dataset import Dataset
@@ -134,16 +134,24 @@ def plan_compaction(
             table = table.filter(read_deletion_mask(store, fragment))
         return table
 
+    def rewrite(old: list[FragmentMetadata], rows: list[pa.Table]) -> RewriteGroup:
+        new = write_fragments_from_table(
+            store, pa.concat_tables(rows), schema, max_rows_per_file=options.target_rows_per_fragment
+        )
+        return RewriteGroup(tuple(old), tuple(new))
+
     files = FileTracker(store)
     out = []
     with files.cleanup_on_error():
-        for old in groups:
-            table = pa.concat_tables(parallel_map(visible_rows, old))
-            new = write_fragments_from_table(
-                store, table, schema, max_rows_per_file=options.target_rows_per_fragment
-            )
-            files.add(*data_file_paths(new))
-            out.append(RewriteGroup(tuple(old), tuple(new)))
+        if distributed():
+            # One task per group reads and writes it; only metadata comes back.
+            out = parallel_map(lambda old: rewrite(old, [visible_rows(f) for f in old]), groups)
+            for group in out:
+                files.add(*data_file_paths(group.new_fragments))
+        else:
+            for old in groups:
+                out.append(rewrite(old, parallel_map(visible_rows, old)))
+                files.add(*data_file_paths(out[-1].new_fragments))
         op = Rewrite(tuple(out))
     return op, CompactionMetrics(
         fragments_removed=sum(len(g.old_fragments) for g in out),

@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
-from typing import Literal, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -75,12 +76,46 @@ class FileTracker:
             raise
 
 
-def parallel_map(fn: Callable[[FragmentMetadata], T], fragments: list[FragmentMetadata]) -> list[T]:
-    """``fn`` over fragments, in parallel (object stores reward it), results in order."""
-    if len(fragments) <= 1:
-        return [fn(f) for f in fragments]
-    with ThreadPoolExecutor(max_workers=min(8, len(fragments))) as pool:
-        return list(pool.map(fn, fragments))
+class FragmentMapper(Protocol):
+    """Runs planning work item by item (fragments, or groups of them), elsewhere.
+
+    ``fn`` and the items must pickle (they capture the object store, schema,
+    predicates, bitmaps: all do). Results come back in the items' order.
+    """
+
+    def __call__(self, fn: Callable[[Any], T], items: list[Any]) -> list[T]: ...
+
+
+_MAPPER: ContextVar[FragmentMapper | None] = ContextVar("s3ddb_fragment_mapper", default=None)
+
+
+@contextmanager
+def mapped_by(mapper: FragmentMapper) -> Iterator[None]:
+    """Within this block, plans in this context run their per-fragment work through
+    ``mapper`` (e.g. on Spark executors) instead of a local thread pool."""
+    token = _MAPPER.set(mapper)
+    try:
+        yield
+    finally:
+        _MAPPER.reset(token)
+
+
+def distributed() -> bool:
+    """Whether per-fragment work runs through a :class:`FragmentMapper` (so results
+    should be written where they are computed rather than sent back)."""
+    return _MAPPER.get() is not None
+
+
+def parallel_map(fn: Callable[[Any], T], items: list[Any]) -> list[T]:
+    """``fn`` over items (fragments, groups), in parallel (object stores reward it),
+    results in order; through the context's :class:`FragmentMapper` if one is set."""
+    mapper = _MAPPER.get()
+    if mapper is not None and items:
+        return mapper(fn, items)
+    if len(items) <= 1:
+        return [fn(f) for f in items]
+    with ThreadPoolExecutor(max_workers=min(8, len(items))) as pool:
+        return list(pool.map(fn, items))
 
 
 def find_rows(
@@ -292,13 +327,22 @@ def _rewrite_rows(
     names = list(schema.arrow.names)
     touched = [f for f in manifest.fragments if f.id in plan.rows]
 
+    rows = {f.id: plan.rows[f.id] for f in touched}
+
     def changed_rows(fragment: FragmentMetadata) -> pa.Table:
         table = read_fragment(store, fragment, schema, names)
-        return apply_values(take_rows(table, plan.rows[fragment.id]), values, schema.arrow, uri)
+        return apply_values(take_rows(table, rows[fragment.id]), values, schema.arrow, uri)
 
-    pieces = parallel_map(changed_rows, touched)
-    table = pa.concat_tables(pieces) if pieces else schema.arrow.empty_table()
-    new = write_fragments_from_table(store, table, schema)
+    if distributed():
+        # Each worker writes the rows it changed: no data travels back.
+        def write_changed(fragment: FragmentMetadata) -> list[FragmentMetadata]:
+            return write_fragments_from_table(store, changed_rows(fragment), schema)
+
+        new = [f for written in parallel_map(write_changed, touched) for f in written]
+    else:
+        pieces = parallel_map(changed_rows, touched)
+        table = pa.concat_tables(pieces) if pieces else schema.arrow.empty_table()
+        new = write_fragments_from_table(store, table, schema)
     files.add(*data_file_paths(new))
     return new
 
@@ -319,10 +363,11 @@ def _rewrite_columns(
     needed_names = [n for n in schema.arrow.names if n in needed]
     modified = set(schema.top_level_ids(updated_names))
     touched = [f for f in manifest.fragments if f.id in plan.rows]
+    touched_rows = {f.id: plan.rows[f.id] for f in touched}
 
     def rewrite(fragment: FragmentMetadata) -> FragmentMetadata:
         table = read_fragment(store, fragment, schema, needed_names)
-        rows = plan.rows[fragment.id]
+        rows = touched_rows[fragment.id]
         # Values are computed for the matched rows only (an expression may fail, or
         # yield NULL for a NOT NULL column, on rows the update does not touch).
         new_values = apply_values(take_rows(table, rows), values, schema.arrow, uri)
@@ -348,4 +393,8 @@ def _rewrite_columns(
             fragment.id, (*kept, data_file), fragment.physical_rows, fragment.deletion_file
         )
 
-    return tuple(parallel_map(rewrite, touched))
+    updated = tuple(parallel_map(rewrite, touched))
+    # ``rewrite`` may have run in another process, whose additions did not reach here.
+    known = set(files.paths)
+    files.add(*(p for f in updated if (p := layout.data_file_path(f.files[-1].path)) not in known))
+    return updated

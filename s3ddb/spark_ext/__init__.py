@@ -44,12 +44,12 @@ def register(spark: Any) -> None:
     """Register the ``s3ddb`` data source and the SQL table functions
     (``s3ddb_versions``) in ``spark``, and set :data:`SESSION_CONF`. Idempotent."""
     _require_pyspark()
-    from s3ddb.spark_ext.source import S3DDBDataSource
+    from s3ddb.spark_ext.source import S3DDBFilteringDataSource
     from s3ddb.spark_ext.sql import register_functions
 
     for key, value in SESSION_CONF.items():
         spark.conf.set(key, value)
-    spark.dataSource.register(S3DDBDataSource)
+    spark.dataSource.register(S3DDBFilteringDataSource)
     register_functions(spark)
 
 

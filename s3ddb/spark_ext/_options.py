@@ -17,7 +17,7 @@ DEFAULT_MAX_PARTITION_BYTES = 128 * 1024 * 1024
 
 # Options Spark itself adds or consumes; never storage options.
 _SPARK_OWN = {"path", "checkpointlocation", "queryname", "__partition_columns"}
-_READ = {"version", "tag", "timestamp", "maxpartitionbytes"}
+_READ = {"version", "tag", "timestamp", "maxpartitionbytes", "pushfilters"}
 _WRITE = {"maxrowsperfile", "streamid"}
 
 
@@ -48,6 +48,7 @@ class SourceOptions:
     max_partition_bytes: int = DEFAULT_MAX_PARTITION_BYTES
     max_rows_per_file: int = DEFAULT_MAX_ROWS_PER_FILE
     stream_id: str | None = None
+    push_filters: bool = True
 
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> SourceOptions:
@@ -73,8 +74,12 @@ class SourceOptions:
             # A restarted query keeps its checkpoint location, so it names the stream.
             digest = hashlib.sha256(lowered["checkpointlocation"].encode()).hexdigest()
             stream_id = f"checkpoint-{digest[:32]}"
+        push = lowered.get("pushfilters", "true").lower()
+        if push not in ("true", "false"):
+            raise InvalidInputError(f"option pushFilters must be true or false, got {push!r}")
         return cls(
             uri=uri,
+            push_filters=push == "true",
             storage_options=storage,
             version=version,
             tag=lowered.get("tag"),

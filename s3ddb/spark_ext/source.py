@@ -86,6 +86,20 @@ class FragmentGroup(InputPartition):
         self.fragments = tuple(fragments)
 
 
+class S3DDBFilteringDataSource(S3DDBDataSource):
+    """The source :func:`s3ddb.spark_ext.register` installs: its reader takes Spark's
+    pushed filters. PySpark refuses a reader that implements ``pushFilters`` in a
+    session where ``spark.sql.python.filterPushdown.enabled`` is off, and a data source
+    cannot see session settings, so the self-registered source (``pyspark_s3ddb``)
+    reads without pushdown, and ``register`` turns the setting on with this one.
+    ``option("pushFilters", "false")`` reads without pushdown here too."""
+
+    def reader(self, schema: Any) -> DataSourceReader:
+        if not self._options.push_filters:
+            return S3DDBReader(self._options, self._pinned, schema)
+        return S3DDBFilteringReader(self._options, self._pinned, schema)
+
+
 class S3DDBReader(DataSourceReader):
     """Reads one pinned version; results equal ``s3ddb.dataset(uri, version).to_table()``."""
 
@@ -99,11 +113,6 @@ class S3DDBReader(DataSourceReader):
         ds._resolve_columns(self._columns)  # a user-given schema must name real columns
         self._target = arrow_schema_of(schema)
         self._filters = PushedFilters()
-
-    def pushFilters(self, filters: list[Any]) -> Iterator[Any]:
-        """Take the filters s3ddb evaluates exactly; hand the rest back to Spark."""
-        self._filters, rejected = split_filters(filters, self._dataset_schema.arrow)
-        yield from rejected
 
     def partitions(self) -> Sequence[InputPartition]:
         groups: list[FragmentGroup] = []
@@ -131,6 +140,15 @@ class S3DDBReader(DataSourceReader):
             )
             if table.num_rows:
                 yield from cast_for_spark(table, self._target).to_batches(BATCH_ROWS)
+
+
+class S3DDBFilteringReader(S3DDBReader):
+    """A reader that takes the filters s3ddb evaluates exactly (and prunes row groups
+    with them), and hands the rest back to Spark."""
+
+    def pushFilters(self, filters: list[Any]) -> Iterator[Any]:
+        self._filters, rejected = split_filters(filters, self._dataset_schema.arrow)
+        yield from rejected
 
 
 class S3DDBWriter(DataSourceArrowWriter):
