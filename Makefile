@@ -23,13 +23,14 @@ demo: $(STAMP)
 	$(PY) -m s3ddb.cli.main demo
 
 lint: $(STAMP)
-	$(PY) -m ruff check s3ddb tests benchmarks scripts
+	$(PY) -m ruff check s3ddb pyspark_s3ddb tests benchmarks scripts
 
 typecheck: $(STAMP)
 	$(PY) -m mypy
 
+# loadgroup: the Spark tests share one SparkSession (one JVM) in one worker.
 test: lint typecheck
-	$(PY) -m pytest -n 2 --durations=15 $(PYTEST_ARGS)
+	$(PY) -m pytest -n 2 --dist loadgroup --durations=15 $(PYTEST_ARGS)
 
 # The quick subset for iteration: no multi-process, crash, Spark or Terraform tests.
 test-fast: $(STAMP)

@@ -135,9 +135,9 @@ def plan_compaction(
         return table
 
     def rewrite(old: list[FragmentMetadata], rows: list[pa.Table]) -> RewriteGroup:
-        new = write_fragments_from_table(
-            store, pa.concat_tables(rows), schema, max_rows_per_file=options.target_rows_per_fragment
-        )
+        table = pa.concat_tables(rows)
+        limit = options.target_rows_per_fragment
+        new = write_fragments_from_table(store, table, schema, max_rows_per_file=limit)
         return RewriteGroup(tuple(old), tuple(new))
 
     files = FileTracker(store)

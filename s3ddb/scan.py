@@ -152,7 +152,9 @@ def read_visible_rows(
 
     needed = list(columns)
     if predicate is not None:
-        needed += [c for c in sorted(referenced_columns(predicate, schema.arrow)) if c not in needed]
+        needed += [
+            c for c in sorted(referenced_columns(predicate, schema.arrow)) if c not in needed
+        ]
     pruned = (
         _read_pruned(store, fragment, schema, needed, may_match) if may_match is not None else None
     )

@@ -323,10 +323,17 @@ def test_distributed_update_equals_single_process(
     local, dist = _twins(spark, aws, opts)
     values = {"s": "'changed'", "x": "x * 2"}
     expected = s3ddb.dataset(local, storage_options=opts).update(
-        values, "k < 5", rewrite=rewrite  # type: ignore[arg-type]
+        values,
+        "k < 5",
+        rewrite=rewrite,  # type: ignore[arg-type]
     )
     got = s3ddb.spark_ext.update(
-        spark, dist, values, "k < 5", rewrite=rewrite, storage_options=opts  # type: ignore[arg-type]
+        spark,
+        dist,
+        values,
+        "k < 5",
+        rewrite=rewrite,
+        storage_options=opts,  # type: ignore[arg-type]
     )
     assert got == expected == {"num_rows_updated": 150}
     a = s3ddb.dataset(local, storage_options=opts)
@@ -350,7 +357,9 @@ def test_distributed_merge_insert_equals_single_process(spark: Any, aws: Any, op
         .execute(source.toArrow())
     )
     got = s3ddb.spark_ext.merge_insert(spark, dist, source, "id", storage_options=opts)
-    assert got == expected == {"num_inserted_rows": 50, "num_updated_rows": 50, "num_deleted_rows": 0}
+    assert (
+        got == expected == {"num_inserted_rows": 50, "num_updated_rows": 50, "num_deleted_rows": 0}
+    )
     a = s3ddb.dataset(local, storage_options=opts).to_table()
     b = s3ddb.dataset(dist, storage_options=opts).to_table()
     assert _rows(b) == _rows(a)
@@ -361,7 +370,9 @@ def test_distributed_merge_insert_keeps_the_key_check(spark: Any, uri: str, opts
     import s3ddb.spark_ext
 
     _df(spark, 0, 10).write.format("s3ddb").mode("append").options(**opts).save(uri)
-    twice = spark.createDataFrame([(1, 1, "a", 1.0), (1, 1, "b", 2.0)], "id bigint, k int, s string, x double")
+    twice = spark.createDataFrame(
+        [(1, 1, "a", 1.0), (1, 1, "b", 2.0)], "id bigint, k int, s string, x double"
+    )
     with pytest.raises(s3ddb.InvalidInputError, match="more than one row for key"):
         s3ddb.spark_ext.merge_insert(spark, uri, twice, "id", storage_options=opts)
     assert s3ddb.dataset(uri, storage_options=opts).version == 1
@@ -394,14 +405,28 @@ def test_three_spark_applications_append_to_one_new_path(uri: str, opts: dict) -
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "s3ddb.spark_ext.append_app", uri, "--start", str(i * 1000),
-             "--rows", "300", "--name", f"app{i}", *args],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "s3ddb.spark_ext.append_app",
+                uri,
+                "--start",
+                str(i * 1000),
+                "--rows",
+                "300",
+                "--name",
+                f"app{i}",
+                *args,
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for i in range(3)
     ]
     for proc in procs:
-        out, err = proc.communicate(timeout=400)
+        _out, err = proc.communicate(timeout=400)
         assert proc.returncode == 0, err[-3000:]
     ds = s3ddb.dataset(uri, storage_options=opts)
     assert [v.version for v in ds.versions()] == [1, 2, 3]

@@ -152,9 +152,8 @@ def to_condition(spark_filter: Any, schema: pa.Schema) -> Condition | None:
     }
     for kind, op in simple.items():
         if type(spark_filter) is kind:
-            if spark_filter.value is None:
-                return None
-            return _compare(op, target, spark_filter.value)
+            value = getattr(spark_filter, "value", None)
+            return None if value is None else _compare(op, target, value)
     if isinstance(spark_filter, sds.EqualNullSafe):
         if spark_filter.value is None:
             return Condition("is_null", target[0])

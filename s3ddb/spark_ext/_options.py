@@ -59,9 +59,7 @@ class SourceOptions:
                 "the s3ddb data source needs a dataset URI: .load(uri) / .save(uri)"
             )
         parse_uri(uri)
-        storage = {
-            k: v for k, v in lowered.items() if k not in _SPARK_OWN | _READ | _WRITE
-        }
+        storage = {k: v for k, v in lowered.items() if k not in _SPARK_OWN | _READ | _WRITE}
         AwsConfig.from_storage_options(storage)  # unknown options fail at planning
         pins = [k for k in ("version", "tag", "timestamp") if k in lowered]
         if len(pins) > 1:

@@ -53,7 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         spark.stop()
     ds = s3ddb.dataset(args.uri, storage_options=options)
-    print(json.dumps({"app": args.name, "rows": args.rows, "latest_version": ds.version}), flush=True)
+    print(
+        json.dumps({"app": args.name, "rows": args.rows, "latest_version": ds.version}), flush=True
+    )
     return 0
 
 

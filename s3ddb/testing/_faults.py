@@ -65,6 +65,7 @@ class Fault:
     kind: FaultKind
     times: int = 1
     triggered: int = 0
+    after: Fault | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     @property
@@ -73,7 +74,10 @@ class Fault:
         return self.times - self.triggered
 
     def matches(self, service: str, operation: str) -> bool:
-        """Whether a request to ``service``/``operation`` is one this fault targets."""
+        """Whether a request to ``service``/``operation`` is one this fault targets
+        (and the fault it waits for, if any, has fired)."""
+        if self.after is not None and self.after.triggered == 0:
+            return False
         return self.service in ("*", service) and self.operation in ("*", operation)
 
     def take(self) -> bool:

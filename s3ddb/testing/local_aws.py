@@ -558,7 +558,15 @@ class LocalAWS(EndpointClientMixin):
 
     # -- faults ----------------------------------------------------------------------
 
-    def inject_fault(self, service: str, operation: str, kind: FaultKind, times: int = 1) -> Fault:
+    def inject_fault(
+        self,
+        service: str,
+        operation: str,
+        kind: FaultKind,
+        times: int = 1,
+        *,
+        after: Fault | None = None,
+    ) -> Fault:
         """Arm a fault for the next ``times`` requests to ``service``/``operation``.
 
         Args:
@@ -570,6 +578,9 @@ class LocalAWS(EndpointClientMixin):
                 ``"apply_then_server_error"`` / ``"apply_then_drop"`` let moto apply it
                 and then answer HTTP 500 / close the connection with no response.
             times: how many matching requests to affect.
+            after: another armed fault; this one affects only requests made after
+                that one has fired (e.g. lose a PutItem's response, then fail the
+                reads that would learn its outcome).
 
         Returns:
             The armed :class:`Fault`; its ``triggered`` counts affected requests.
@@ -580,7 +591,7 @@ class LocalAWS(EndpointClientMixin):
                 for S3.
         """
         validate_fault(service, kind, times)
-        fault = Fault(service=service, operation=operation, kind=kind, times=times)
+        fault = Fault(service=service, operation=operation, kind=kind, times=times, after=after)
         with self._state_lock:
             self._faults.append(fault)
         return fault
