@@ -8,7 +8,9 @@
 5. Show a reader finding the staged version and finalizing it.
 6. Run deletes, an update and two upserts of the same keys as processes at once,
    then compact the fragments they left behind.
-7. Print the history and a verification with a clear PASS/FAIL.
+7. Run two Spark applications appending to another dataset while a Python process
+   deletes from it (skipped, and said so, without PySpark or Java).
+8. Print the history and a verification with a clear PASS/FAIL.
 """
 
 from __future__ import annotations
@@ -36,6 +38,9 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--writers", type=int, default=6, help="concurrent writer processes")
     p.add_argument("--appends", type=int, default=5, help="appends per writer")
+    p.add_argument(
+        "--no-spark", dest="spark", action="store_false", help="skip the Spark step (7)"
+    )
     p.set_defaults(func=run)
     # No help=: hidden from the verb list (help=SUPPRESS prints "==SUPPRESS==").
     w = subparsers.add_parser("demo-writer")
@@ -196,6 +201,82 @@ def _row_changes(uri: str, env: dict[str, str], so: dict[str, Any], check: Any) 
     return after.version - before.version
 
 
+SPARK_PREFIX = "spark_events"
+SPARK_APPS = 2
+SPARK_ROWS = 5_000
+SEED_ROWS = 500
+
+
+def _spark_available() -> str | None:
+    """Why the Spark step cannot run here, or None if it can."""
+    import importlib.util
+    import shutil
+
+    if importlib.util.find_spec("pyspark") is None:
+        return 'PySpark is not installed (pip install "s3ddb[spark]")'
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        return "no Java runtime (PySpark needs Java 17+)"
+    return None
+
+
+def _spark_step(env: dict[str, str], so: dict[str, Any], check: Any) -> None:
+    """Two Spark applications append while a Python process deletes, all at once."""
+    import pyarrow as pa
+
+    import s3ddb
+
+    uri = f"s3+ddb://{BUCKET}/{SPARK_PREFIX}?ddbTableName={TABLE}"
+    print(
+        f"7. Spark: {SPARK_APPS} Spark applications (separate JVMs) append {SPARK_ROWS} rows "
+        f"each to {uri} while a Python process deletes the {SEED_ROWS} seed rows"
+    )
+    reason = _spark_available()
+    if reason is not None:
+        print(f"   skipped: {reason}")
+        return
+    seed = pa.table(
+        {
+            "id": pa.array(range(-SEED_ROWS, 0), pa.int64()),
+            "app": pa.array(["seed"] * SEED_ROWS),
+            "value": pa.array([0.0] * SEED_ROWS),
+        }
+    )
+    s3ddb.write_dataset(seed, uri, storage_options=so)
+    apps = [
+        subprocess.Popen(
+            [sys.executable, "-m", "s3ddb.spark_ext.append_app", uri,
+             "--start", str(i * SPARK_ROWS), "--rows", str(SPARK_ROWS), "--name", f"spark-app-{i}"],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        for i in range(SPARK_APPS)
+    ]
+    deleter = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, s3ddb; print(s3ddb.dataset(sys.argv[1]).delete(\"app = 'seed'\"))", uri],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    ok = 0
+    for proc in [*apps, deleter]:
+        out, err = proc.communicate(timeout=900)
+        if proc.returncode == 0:
+            ok += 1
+            print(f"   {out.strip().splitlines()[-1] if out.strip() else 'done'}")
+        else:
+            print(f"   FAILED:\n{err[-2000:]}", file=sys.stderr)
+    check("both Spark applications and the Python delete committed", ok == SPARK_APPS + 1)
+    ds = s3ddb.dataset(uri, storage_options=so)
+    ids = Counter(ds.to_table(columns=["id"]).column("id").to_pylist())
+    expected = set(range(SPARK_APPS * SPARK_ROWS))
+    check(
+        f"every Spark row exists exactly once ({len(expected)}), every seed row is deleted",
+        set(ids) == expected and set(ids.values()) == {1},
+    )
+    check(
+        f"versions 1..{SPARK_APPS + 2} are contiguous",
+        [v.version for v in ds.versions()] == list(range(1, SPARK_APPS + 3)),
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     import s3ddb
     from s3ddb.commit.failpoints import EXIT_CODE
@@ -304,7 +385,10 @@ def run(args: argparse.Namespace) -> int:
         )
         changed_versions += 1
 
-        print("\n7. history (from DynamoDB):")
+        if args.spark:
+            _spark_step(env, so, check)
+
+        print("\n8. history (from DynamoDB):")
         rows = list(external.list_versions(parsed.base_uri))
         for v in ds.versions()[-8:]:
             committer = next((r.committer for r in rows if r.version == v.version), "")
@@ -312,7 +396,7 @@ def run(args: argparse.Namespace) -> int:
         if len(rows) > 8:
             print(f"   ... {len(rows) - 8} earlier versions")
 
-        print("\n8. verification")
+        print("\n9. verification")
         expected_versions = list(
             range(1, 1 + 1 + args.writers * args.appends + 1 + changed_versions)
         )
