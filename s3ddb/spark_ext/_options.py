@@ -12,12 +12,14 @@ from s3ddb.format.datafile import DEFAULT_MAX_ROWS_PER_FILE
 from s3ddb.io.aws import AwsConfig
 from s3ddb.io.uri import parse_uri
 
-#: Read partitions hold fragments up to about this many bytes of data files.
+#: Read partitions hold fragments up to about this many bytes of data files...
 DEFAULT_MAX_PARTITION_BYTES = 128 * 1024 * 1024
+#: ... and up to this many rows (one default-sized fragment).
+DEFAULT_MAX_PARTITION_ROWS = DEFAULT_MAX_ROWS_PER_FILE
 
 # Options Spark itself adds or consumes; never storage options.
 _SPARK_OWN = {"path", "checkpointlocation", "queryname", "__partition_columns"}
-_READ = {"version", "tag", "timestamp", "maxpartitionbytes", "pushfilters"}
+_READ = {"version", "tag", "timestamp", "maxpartitionbytes", "maxpartitionrows", "pushfilters"}
 _WRITE = {"maxrowsperfile", "streamid"}
 
 
@@ -46,6 +48,7 @@ class SourceOptions:
     tag: str | None = None
     timestamp: str | None = None
     max_partition_bytes: int = DEFAULT_MAX_PARTITION_BYTES
+    max_partition_rows: int = DEFAULT_MAX_PARTITION_ROWS
     max_rows_per_file: int = DEFAULT_MAX_ROWS_PER_FILE
     stream_id: str | None = None
     push_filters: bool = True
@@ -85,6 +88,10 @@ class SourceOptions:
             max_partition_bytes=_positive_int(
                 "maxPartitionBytes",
                 lowered.get("maxpartitionbytes", str(DEFAULT_MAX_PARTITION_BYTES)),
+            ),
+            max_partition_rows=_positive_int(
+                "maxPartitionRows",
+                lowered.get("maxpartitionrows", str(DEFAULT_MAX_PARTITION_ROWS)),
             ),
             max_rows_per_file=_positive_int(
                 "maxRowsPerFile", lowered.get("maxrowsperfile", str(DEFAULT_MAX_ROWS_PER_FILE))

@@ -5,8 +5,8 @@
     df.writeStream.format("s3ddb").option("checkpointLocation", cp).start(uri)
 
 Options: ``version`` / ``tag`` / ``timestamp`` pin what a read sees (default: the
-newest version when the query is planned); ``maxPartitionBytes`` sizes read
-partitions; ``maxRowsPerFile`` caps written fragments; ``streamId`` names a stream
+newest version when the query is planned); ``maxPartitionBytes`` and
+``maxPartitionRows`` size read partitions; ``maxRowsPerFile`` caps written fragments; ``streamId`` names a stream
 (default: derived from ``checkpointLocation``). Any other option is a storage option
 (``aws_endpoint``, ``region``, ...), as ``storage_options`` takes them.
 """
@@ -115,16 +115,22 @@ class S3DDBReader(DataSourceReader):
         self._filters = PushedFilters()
 
     def partitions(self) -> Sequence[InputPartition]:
+        # Small fragments (e.g. of streaming appends) share a task; a fragment of
+        # about the default file size gets its own, so reads spread over the cores.
         groups: list[FragmentGroup] = []
         current: list[FragmentMetadata] = []
-        size = 0
+        size = rows = 0
         for fragment in self._fragments:
             fragment_bytes = sum(f.file_size_bytes for f in fragment.files)
-            if current and size + fragment_bytes > self._options.max_partition_bytes:
+            if current and (
+                size + fragment_bytes > self._options.max_partition_bytes
+                or rows + fragment.physical_rows > self._options.max_partition_rows
+            ):
                 groups.append(FragmentGroup(len(groups), current))
-                current, size = [], 0
+                current, size, rows = [], 0, 0
             current.append(fragment)
             size += fragment_bytes
+            rows += fragment.physical_rows
         if current or not groups:
             groups.append(FragmentGroup(len(groups), current))
         return groups
