@@ -46,9 +46,8 @@ def _floor_source() -> Any:
             return [InputPartition(f) for f in self.files]
 
         def read(self, partition: InputPartition) -> Any:
-            import pyarrow.parquet as pq
-
             import pyarrow as pa
+            import pyarrow.parquet as pq
 
             table = pq.read_table(partition.value)
             # Spark checks batches against the declared (nullable, plain) schema.

@@ -242,19 +242,22 @@ def _spark_step(env: dict[str, str], so: dict[str, Any], check: Any) -> None:
         }
     )
     s3ddb.write_dataset(seed, uri, storage_options=so)
+    def spawn(*command: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, *command],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    app = ("-m", "s3ddb.spark_ext.append_app", uri, "--rows", str(SPARK_ROWS))
     apps = [
-        subprocess.Popen(
-            [sys.executable, "-m", "s3ddb.spark_ext.append_app", uri,
-             "--start", str(i * SPARK_ROWS), "--rows", str(SPARK_ROWS), "--name", f"spark-app-{i}"],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
+        spawn(*app, "--start", str(i * SPARK_ROWS), "--name", f"spark-app-{i}")
         for i in range(SPARK_APPS)
     ]
-    deleter = subprocess.Popen(
-        [sys.executable, "-c",
-         "import sys, s3ddb; print(s3ddb.dataset(sys.argv[1]).delete(\"app = 'seed'\"))", uri],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    delete = "import sys, s3ddb; print(s3ddb.dataset(sys.argv[1]).delete(\"app = 'seed'\"))"
+    deleter = spawn("-c", delete, uri)
     ok = 0
     for proc in [*apps, deleter]:
         out, err = proc.communicate(timeout=900)

@@ -6,9 +6,10 @@
 
 Options: ``version`` / ``tag`` / ``timestamp`` pin what a read sees (default: the
 newest version when the query is planned); ``maxPartitionBytes`` and
-``maxPartitionRows`` size read partitions; ``maxRowsPerFile`` caps written fragments; ``streamId`` names a stream
-(default: derived from ``checkpointLocation``). Any other option is a storage option
-(``aws_endpoint``, ``region``, ...), as ``storage_options`` takes them.
+``maxPartitionRows`` size read partitions; ``maxRowsPerFile`` caps written
+fragments; ``streamId`` names a stream (default: derived from
+``checkpointLocation``). Any other option is a storage option (``aws_endpoint``,
+``region``, ...), as ``storage_options`` takes them.
 """
 
 from __future__ import annotations
