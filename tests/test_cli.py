@@ -116,7 +116,7 @@ def test_history(capsys: pytest.CaptureFixture[str], uri: str) -> None:
     code, out, err = cli(capsys, "history", uri)
     assert code == 0 and err == ""
     lines = table_lines(out)
-    assert lines[0] == ["version", "timestamp", "operation"]
+    assert lines[0] == ["version", "timestamp", "operation", "added", "removed", "committer"]
     body = lines[2:]
     assert [(r[0], r[2]) for r in body] == [("3", "Delete"), ("2", "Append"), ("1", "Overwrite")]
     assert all(ISO_UTC.match(r[1]) for r in body)
@@ -132,9 +132,12 @@ def test_history(capsys: pytest.CaptureFixture[str], uri: str) -> None:
     s3ddb.dataset(uri).tags.create("also-first", 1)
     code, out, _ = cli(capsys, "history", uri)
     lines = table_lines(out)
-    assert lines[0] == ["version", "timestamp", "operation", "tags"]
-    assert lines[-1][2:] == ["Overwrite", "also-first,", "first"]
-    assert lines[2][2:] == ["Delete"]
+    assert lines[0] == [
+        "version", "timestamp", "operation", "added", "removed", "committer", "tags"
+    ]  # fmt: skip
+    assert lines[-1][2:5] == ["Overwrite", "6", "0"]
+    assert lines[-1][-2:] == ["also-first,", "first"]
+    assert lines[2][2:5] == ["Delete", "0", "2"]
 
 
 def test_show_table(capsys: pytest.CaptureFixture[str], uri: str) -> None:
@@ -384,10 +387,10 @@ def test_tags(capsys: pytest.CaptureFixture[str], uri: str) -> None:
         "",
     )
     assert s3ddb.dataset(uri).tags.list() == {"latest": 2}
-    assert_error(cli(capsys, "tags", uri, "delete", "v1"), 1, "VersionNotFoundError", "'v1'")
-    assert_error(cli(capsys, "tags", uri, "create", "latest", "1"), 1, "already exists")
-    assert_error(cli(capsys, "tags", uri, "create", "x", "9"), 1, "VersionNotFoundError")
-    assert_error(cli(capsys, "tags", uri, "create", "bad/name", "1"), 1, "invalid tag name")
+    assert_error(cli(capsys, "tags", uri, "delete", "v1"), 2, "VersionNotFoundError", "'v1'")
+    assert_error(cli(capsys, "tags", uri, "create", "latest", "1"), 2, "already exists")
+    assert_error(cli(capsys, "tags", uri, "create", "x", "9"), 2, "VersionNotFoundError")
+    assert_error(cli(capsys, "tags", uri, "create", "bad/name", "1"), 2, "invalid tag name")
     assert_error(cli(capsys, "tags", uri, "create", "x", "one"), 2, "expected an integer")
     assert_error(cli(capsys, "tags", uri, "rename"), 2, "invalid choice")
 
@@ -454,33 +457,33 @@ def test_missing_dataset(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> 
         ["restore", missing, "1"],
         ["tags", missing],
     ):
-        err = assert_error(cli(capsys, *argv), 1, "s3ddb: error: DatasetNotFoundError: ")
+        err = assert_error(cli(capsys, *argv), 2, "s3ddb: error: DatasetNotFoundError: ")
         assert err.count("\n") == 1 and "nothing-here" in err, argv
 
 
 def test_read_errors(capsys: pytest.CaptureFixture[str], uri: str) -> None:
     err = assert_error(
         cli(capsys, "show", uri, "--filter", "nope = 1"),
-        1,
+        2,
         "s3ddb: error: ColumnNotFoundError: column 'nope' not found",
         "available columns: id, name, score",
     )
     assert err.count("\n") == 1
     assert_error(
-        cli(capsys, "show", uri, "--filter", "id <"), 1, "s3ddb: error: InvalidExpressionError: "
+        cli(capsys, "show", uri, "--filter", "id <"), 2, "s3ddb: error: InvalidExpressionError: "
     )
-    assert_error(cli(capsys, "show", uri, "--columns", "id,nope"), 1, "ColumnNotFoundError")
+    assert_error(cli(capsys, "show", uri, "--columns", "id,nope"), 2, "ColumnNotFoundError")
     assert_error(
-        cli(capsys, "show", uri, "--version", "7"), 1, "VersionNotFoundError", "latest is 2"
+        cli(capsys, "show", uri, "--version", "7"), 2, "VersionNotFoundError", "latest is 2"
     )
-    assert_error(cli(capsys, "info", uri, "--version", "no-tag"), 1, "no tag 'no-tag'")
-    assert_error(cli(capsys, "restore", uri, "9"), 1, "VersionNotFoundError")
-    assert_error(cli(capsys, "info", "ftp://host/x"), 1, "s3ddb: error: InvalidURIError: ")
+    assert_error(cli(capsys, "info", uri, "--version", "no-tag"), 2, "no tag 'no-tag'")
+    assert_error(cli(capsys, "restore", uri, "9"), 2, "VersionNotFoundError")
+    assert_error(cli(capsys, "info", "ftp://host/x"), 2, "s3ddb: error: InvalidURIError: ")
 
 
 def test_write_errors_change_nothing(capsys: pytest.CaptureFixture[str], uri: str) -> None:
-    assert_error(cli(capsys, "delete", uri, "nope > 1"), 1, "ColumnNotFoundError")
-    assert_error(cli(capsys, "delete", uri, "id >"), 1, "InvalidExpressionError")
+    assert_error(cli(capsys, "delete", uri, "nope > 1"), 2, "ColumnNotFoundError")
+    assert_error(cli(capsys, "delete", uri, "id >"), 2, "InvalidExpressionError")
     err = assert_error(
         cli(capsys, "update", uri, "--set", "id='abc'"),
         1,
@@ -488,13 +491,13 @@ def test_write_errors_change_nothing(capsys: pytest.CaptureFixture[str], uri: st
         "would change its type from int64 to string",
     )
     assert err.count("\n") == 1
-    assert_error(cli(capsys, "update", uri, "--set", "nope=1"), 1, "ColumnNotFoundError")
+    assert_error(cli(capsys, "update", uri, "--set", "nope=1"), 2, "ColumnNotFoundError")
     assert_error(
         cli(capsys, "update", uri, "--set", "id=NULL"), 1, "SchemaMismatchError", "not nullable"
     )
     assert_error(
         cli(capsys, "update", uri, "--set", "score=1", "--set", "score=2"),
-        1,
+        2,
         "InvalidInputError: --set score=... is given more than once",
     )
     ds = s3ddb.dataset(uri)
@@ -532,11 +535,14 @@ def test_usage_errors_exit_2(
 def test_help_describes_every_verb(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = cli(capsys, "--help")
     assert code == 0
-    for verb in ("info", "history", "show", "delete", "update", "compact", "restore", "tags"):
-        assert re.search(rf"^\s+{verb}\s+\w", out, re.MULTILINE), verb
+    verbs = ("info", "history", "show", "delete", "update", "compact", "restore", "tags",
+             "verify", "sync", "cleanup", "drop")  # fmt: skip
+    for verb in verbs:
+        assert re.search(rf"^\s+{verb}( \(\w+\))?\s+\w", out, re.MULTILINE), verb
         code, text, _ = cli(capsys, verb, "--help")
         assert code == 0 and f"usage: s3ddb {verb}" in text
-        assert "--endpoint-url" in text and "AWS_PROFILE" in text
+        assert "--endpoint-url" in text and "AWS_PROFILE" in text and "--storage-option" in text
+    assert "exit status: 0 success" in out
     code, text, _ = cli(capsys, "tags", "URI", "create", "--help")
     assert code == 0 and "Name a version." in text and "--region" in text
 
@@ -575,7 +581,7 @@ def test_console_script_end_to_end(tmp_path: Path) -> None:
     assert [r[2] for r in table_lines(history.stdout)[2:]] == ["Delete", "Append", "Overwrite"]
 
     missing = s3ddb_cmd("info", str(tmp_path / "missing"))
-    assert missing.returncode == 1 and missing.stdout == ""
+    assert missing.returncode == 2 and missing.stdout == ""
     assert missing.stderr.startswith("s3ddb: error: DatasetNotFoundError: no dataset at ")
     assert missing.stderr.count("\n") == 1
 

@@ -79,6 +79,13 @@ _AWS_OPTIONS = {
 _STORAGE_OPTIONS = [flag[2:].replace("-", "_") for flag in _AWS_OPTIONS]
 
 
+def _storage_option(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key.strip(), value
+
+
 def _aws_options(parser: argparse.ArgumentParser, default: Any = None) -> None:
     group = parser.add_argument_group(
         "AWS options",
@@ -87,22 +94,70 @@ def _aws_options(parser: argparse.ArgumentParser, default: Any = None) -> None:
     )
     for flag, text in _AWS_OPTIONS.items():
         group.add_argument(flag, default=default, help=text)
+    group.add_argument(
+        "--storage-option",
+        dest="storage_option",
+        type=_storage_option,
+        action="append",
+        default=default,
+        metavar="KEY=VALUE",
+        help="any other storage option, e.g. aws_access_key_id=... (repeatable)",
+    )
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="print the traceback of an error",
+    )
+
+
+def storage_options(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The storage options a verb's flags give (None: none at all)."""
+    options: dict[str, Any] = {
+        key: v for key in _STORAGE_OPTIONS if (v := getattr(args, key, None))
+    }
+    for key, value in getattr(args, "storage_option", None) or []:
+        options[key] = value
+    return options or None
+
+
+def emit_json(data: Any) -> None:
+    """One JSON document on stdout (``--json``)."""
+    print(json.dumps(data, default=_json_default, ensure_ascii=False, indent=2))
 
 
 def _verb(
-    subparsers: Any, name: str, func: Callable[..., int], *, action: bool = False
+    subparsers: Any,
+    name: str,
+    func: Callable[..., int],
+    *,
+    action: bool = False,
+    reports: bool = True,
+    aliases: tuple[str, ...] = (),
+    uri_optional: bool = False,
 ) -> argparse.ArgumentParser:
     """The parser of a verb (or of a ``tags`` action): its help is the first line of
     ``func``'s docstring, its description the whole docstring."""
     doc = (func.__doc__ or "").strip()
     summary = doc.splitlines()[0].rstrip(".")
     parser: argparse.ArgumentParser = subparsers.add_parser(
-        name, help=summary[:1].lower() + summary[1:], description=" ".join(doc.split())
+        name,
+        aliases=list(aliases),
+        help=summary[:1].lower() + summary[1:],
+        description=" ".join(doc.split()),
     )
     if not action:
-        parser.add_argument("uri", metavar="URI", help=_URI_HELP)
+        parser.add_argument("uri", metavar="URI", nargs="?" if uri_optional else None,
+                            help=_URI_HELP)  # fmt: skip
     # An action's copies must not reset the options given before it (tags --region R URI list).
     _aws_options(parser, default=argparse.SUPPRESS if action else None)
+    if reports:
+        parser.add_argument(
+            "--json",
+            action="store_true",
+            default=argparse.SUPPRESS if action else False,
+            help="print the result as JSON (for scripts)",
+        )
     parser.set_defaults(func=func)
     return parser
 
@@ -113,15 +168,18 @@ def register(subparsers: Any) -> None:
     p = _verb(subparsers, "info", run_info)
     p.add_argument("--version", type=_version, help=f"describe this version: {_VERSION_HELP}")
 
-    p = _verb(subparsers, "history", run_history)
+    p = _verb(subparsers, "history", run_history, aliases=("versions",))
     p.add_argument("--limit", type=positive, metavar="N", help="only the N newest versions")
 
-    p = _verb(subparsers, "show", run_show)
+    p = _verb(subparsers, "show", run_show, reports=False)
     p.add_argument("--version", type=_version, help=f"read this version: {_VERSION_HELP}")
     p.add_argument("--columns", type=_columns, metavar="A,B", help="columns to print, in order")
     p.add_argument("--filter", metavar="SQL", help="keep rows matching this predicate")
     p.add_argument("--limit", type=count, default=20, metavar="N", help="default 20; 0: all")
     p.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    p.add_argument(
+        "--json", dest="format", action="store_const", const="json", help="= --format json"
+    )
 
     p = _verb(subparsers, "delete", run_delete)
     p.add_argument("predicate", metavar="PREDICATE", help="SQL predicate, e.g. 'id < 10'")
@@ -180,8 +238,7 @@ def register(subparsers: Any) -> None:
 
 
 def _open(args: argparse.Namespace, version: int | str | None = None) -> s3ddb.Dataset:
-    options = {key: v for key in _STORAGE_OPTIONS if (v := getattr(args, key, None))}
-    return s3ddb.dataset(args.uri, version=version, storage_options=options or None)
+    return s3ddb.dataset(args.uri, version=version, storage_options=storage_options(args))
 
 
 def _rows(n: int) -> str:
@@ -241,7 +298,7 @@ def run_info(args: argparse.Namespace) -> int:
     committed = dt.datetime.fromtimestamp(manifest.timestamp_nanos / 1e9, tz=dt.timezone.utc)
     deleted = sum(f.num_deleted_rows for f in fragments)
     deletion_files = sum(f.deletion_file is not None for f in fragments)
-    for label, value in (
+    facts = (
         ("dataset", ds.uri),
         ("version", ds.version),
         ("latest version", ds.latest_version),
@@ -252,7 +309,21 @@ def run_info(args: argparse.Namespace) -> int:
         ("data files", sum(len(f.files) for f in fragments)),
         ("commit mechanism", ds.handler.describe()),
         ("naming scheme", manifest.naming_scheme.name),
-    ):
+    )
+    if getattr(args, "json", False):
+        data: dict[str, Any] = {k.replace(" ", "_"): v for k, v in facts}
+        data.update(
+            operation=manifest.operation,
+            committed_at=committed,
+            deleted_rows=deleted,
+            deletion_files=deletion_files,
+            schema=[
+                {"name": f.name, "type": str(f.type), "nullable": f.nullable} for f in ds.schema
+            ],
+        )
+        emit_json(data)
+        return 0
+    for label, value in facts:
         print(f"{label + ':':18}{value}")
     print("schema:")
     for field in ds.schema:
@@ -261,22 +332,73 @@ def run_info(args: argparse.Namespace) -> int:
 
 
 def run_history(args: argparse.Namespace) -> int:
-    """List a dataset's versions.
+    """List a dataset's versions (``versions`` is the same verb).
 
     One line per version, newest first: the version, its commit time (UTC, ISO 8601),
-    the operation that made it and the tags that name it.
+    the operation that made it, the rows it added and removed (a compaction rewrites
+    rows: it adds and removes as many), who committed it and the tags that name it.
     """
     ds = _open(args)
     tags: dict[int, list[str]] = {}
     for name, version in sorted(ds.tags.list().items()):
         tags.setdefault(version, []).append(name)
-    header = ["version", "timestamp", "operation"] + (["tags"] if tags else [])
+    infos = ds.versions()[::-1][: args.limit]
+    committers = _committers(ds)
+    entries: list[dict[str, Any]] = []
+    for info in infos:
+        added, removed, committer = _version_changes(ds, info.version)
+        entries.append(
+            {
+                "version": info.version,
+                "timestamp": info.timestamp,
+                "operation": info.operation,
+                "rows_added": added,
+                "rows_removed": removed,
+                "committer": committers.get(info.version, committer),
+                "tags": tags.get(info.version, []),
+            }
+        )
+    if getattr(args, "json", False):
+        emit_json(entries)
+        return 0
+    header = ["version", "timestamp", "operation", "added", "removed", "committer"]
+    header += ["tags"] if tags else []
     rows = [
-        [str(v.version), _iso(v.timestamp), v.operation, ", ".join(tags.get(v.version, []))]
-        for v in ds.versions()[::-1][: args.limit]
-    ]
-    _print_table(header, [row[: len(header)] for row in rows], right={0})
+        [str(e["version"]), _iso(e["timestamp"]), e["operation"],
+         "?" if e["rows_added"] is None else str(e["rows_added"]),
+         "?" if e["rows_removed"] is None else str(e["rows_removed"]),
+         e["committer"], ", ".join(e["tags"])][: len(header)]
+        for e in entries
+    ]  # fmt: skip
+    _print_table(header, rows, right={0, 3, 4})
     return 0
+
+
+def _committers(ds: s3ddb.Dataset) -> dict[int, str]:
+    """Committer of each version, as the DynamoDB rows record it (s3+ddb only)."""
+    external = getattr(ds.handler, "external", None)
+    base_uri = getattr(ds.handler, "base_uri", None)
+    if external is None or base_uri is None:
+        return {}
+    return {r.version: r.committer for r in external.list_versions(base_uri)}
+
+
+def _version_changes(ds: s3ddb.Dataset, version: int) -> tuple[int | None, int | None, str]:
+    """(rows added, rows removed, writer) of ``version`` against the version before."""
+    try:
+        manifest = ds.checkout_version(version).manifest
+        before = ds.checkout_version(version - 1).manifest.fragments if version > 1 else ()
+    except s3ddb.S3DDBError:
+        return None, None, ""
+    previous = {f.id: f for f in before}
+    current = {f.id for f in manifest.fragments}
+    added = sum(f.num_rows for f in manifest.fragments if f.id not in previous)
+    removed = sum(f.num_rows for f in before if f.id not in current)
+    for fragment in manifest.fragments:
+        old = previous.get(fragment.id)
+        if old is not None and old.num_rows > fragment.num_rows:
+            removed += old.num_rows - fragment.num_rows
+    return added, removed, f"{manifest.writer_library}/{manifest.writer_version}"
 
 
 def run_show(args: argparse.Namespace) -> int:
@@ -339,7 +461,9 @@ def run_delete(args: argparse.Namespace) -> int:
     """
     ds = _open(args)
     deleted = ds.delete(args.predicate, conflict_retries=args.retries)["num_deleted_rows"]
-    if deleted == 0:
+    if args.json:
+        emit_json({"num_deleted_rows": deleted, "version": ds.version, "committed": deleted > 0})
+    elif deleted == 0:
         print(f"no rows match {args.predicate!r}; nothing committed (version {ds.version})")
     else:
         print(f"deleted {_rows(deleted)}; new version {ds.version}")
@@ -362,7 +486,9 @@ def run_update(args: argparse.Namespace) -> int:
     ds = _open(args)
     result = ds.update(values, args.where, rewrite=args.rewrite, conflict_retries=args.retries)
     updated = result["num_rows_updated"]
-    if updated == 0:
+    if args.json:
+        emit_json({"num_rows_updated": updated, "version": ds.version, "committed": updated > 0})
+    elif updated == 0:
         what = f"no rows match {args.where!r}" if args.where else "the dataset has no rows"
         print(f"{what}; nothing committed (version {ds.version})")
     else:
@@ -386,6 +512,9 @@ def run_compact(args: argparse.Namespace) -> int:
         materialize_deletions=args.materialize_deletions,
         conflict_retries=args.retries,
     )
+    if args.json:
+        emit_json({"read_version": before, "version": ds.version, **dataclasses.asdict(metrics)})
+        return 0
     if metrics.fragments_removed == 0:
         print(f"nothing to compact; nothing committed (version {ds.version})")
     else:
@@ -404,7 +533,10 @@ def run_restore(args: argparse.Namespace) -> int:
     ds = _open(args, args.version)
     restored = ds.version
     ds.restore()
-    print(f"restored version {restored} as new version {ds.version}")
+    if args.json:
+        emit_json({"restored": restored, "version": ds.version})
+    else:
+        print(f"restored version {restored} as new version {ds.version}")
     return 0
 
 
@@ -420,6 +552,9 @@ def run_tags(args: argparse.Namespace) -> int:
 def run_tag_list(args: argparse.Namespace) -> int:
     """List the tags and the versions they name."""
     tags = _open(args).tags.list()
+    if getattr(args, "json", False):
+        emit_json(dict(sorted(tags.items())))
+        return 0
     rows = [[name, str(v)] for name, v in sorted(tags.items(), key=lambda t: (t[1], t[0]))]
     if rows:
         _print_table(["tag", "version"], rows, right={1})
@@ -431,6 +566,9 @@ def run_tag_list(args: argparse.Namespace) -> int:
 def run_tag_create(args: argparse.Namespace) -> int:
     """Name a version."""
     _open(args).tags.create(args.name, args.tag_version)
+    if getattr(args, "json", False):
+        emit_json({"tag": args.name, "version": args.tag_version})
+        return 0
     print(f"created tag {args.name!r} -> version {args.tag_version}")
     return 0
 
@@ -440,5 +578,8 @@ def run_tag_delete(args: argparse.Namespace) -> int:
     tags = _open(args).tags
     version = tags.resolve(args.name)
     tags.delete(args.name)
+    if getattr(args, "json", False):
+        emit_json({"tag": args.name, "version": version, "deleted": True})
+        return 0
     print(f"deleted tag {args.name!r} (it named version {version})")
     return 0

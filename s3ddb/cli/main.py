@@ -13,10 +13,39 @@ import sys
 from collections.abc import Sequence
 
 from s3ddb._version import __version__
-from s3ddb.errors import S3DDBError
+from s3ddb.errors import (
+    CredentialsError,
+    DatasetNotFoundError,
+    EndpointUnreachableError,
+    ExternalStoreTableError,
+    InvalidInputError,
+    S3DDBError,
+    VersionNotFoundError,
+)
 
 # Modules under s3ddb.cli that register verbs, in help order.
-_VERB_MODULES = ("commands", "create_table", "local_aws", "demo_cmd")
+_VERB_MODULES = ("commands", "operations", "create_table", "local_aws", "demo_cmd")
+
+#: Exit statuses (documented in docs/operations.md).
+EXIT_OK = 0
+EXIT_FAILED = 1  # the operation failed, or verify found problems
+EXIT_USAGE = 2  # bad arguments, or the dataset, table or endpoint cannot be reached
+
+# Errors that mean "you asked for something that cannot be reached or parsed".
+_USAGE_ERRORS = (
+    InvalidInputError,
+    DatasetNotFoundError,
+    VersionNotFoundError,
+    CredentialsError,
+    EndpointUnreachableError,
+    ExternalStoreTableError,
+    PermissionError,
+)
+
+EPILOG = """exit status: 0 success (verify: healthy); 1 the operation failed or verify found
+problems; 2 usage or access error (bad arguments, URI or option; no such dataset,
+version or table; endpoint unreachable; access denied). Errors print one line; add
+--debug for the traceback."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -24,8 +53,12 @@ def build_parser() -> argparse.ArgumentParser:
         prog="s3ddb",
         description="ACID, multi-version datasets on object storage "
         "(local paths, memory://, s3://, s3+ddb://bucket/prefix?ddbTableName=T).",
+        epilog=EPILOG,
     )
     parser.add_argument("--version", action="version", version=f"s3ddb {__version__}")
+    parser.add_argument(
+        "--debug", action="store_true", help="print the traceback of an error"
+    )
     subparsers = parser.add_subparsers(dest="verb", metavar="VERB")
     for name in _VERB_MODULES:
         try:
@@ -45,17 +78,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     if func is None:
         parser.print_help()
         return 2
+    debug = bool(getattr(args, "debug", False))
     try:
         return int(func(args) or 0)
-    except S3DDBError as exc:
-        print(f"s3ddb: error: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
         # The reader of our output went away (``s3ddb show ... | head``): not an error.
         sys.stderr.close()
         return 0
+    except (S3DDBError, PermissionError) as exc:
+        if debug:
+            raise
+        print(f"s3ddb: error: {type(exc).__name__}: {_one_line(exc)}", file=sys.stderr)
+        return EXIT_USAGE if isinstance(exc, _USAGE_ERRORS) else EXIT_FAILED
+    except Exception as exc:
+        if debug:
+            raise
+        print(
+            f"s3ddb: unexpected error: {type(exc).__name__}: {_one_line(exc)} "
+            "(run again with --debug for the traceback)",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
 
 
 if __name__ == "__main__":

@@ -152,6 +152,11 @@ class ExternalManifestStore(abc.ABC):
     def delete_dataset(self, base_uri: str) -> int:
         """Delete every row of ``base_uri``; returns how many were deleted."""
 
+    def list_datasets(self) -> Iterator[str]:
+        """The ``base_uri`` of every dataset with rows in the store, each once
+        (a full scan, paginated: for operators, never on a commit path)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot list its datasets")
+
     def describe(self) -> dict[str, Any]:
         """A short description for logs and the CLI (e.g. table name, endpoint)."""
         return {"type": type(self).__name__}

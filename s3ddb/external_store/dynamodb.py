@@ -377,6 +377,29 @@ class DynamoDBManifestStore(ExternalManifestStore):
                 deleted += len(batch)
         return deleted
 
+    def list_datasets(self) -> Iterator[str]:
+        """Every ``base_uri`` in the table, each once (Scan of the key attribute,
+        paginated; a dataset's rows are adjacent in no particular scan order)."""
+        self.validate()
+        seen: set[str] = set()
+        kwargs: dict[str, Any] = {
+            "ProjectionExpression": "#b",
+            "ExpressionAttributeNames": {"#b": "base_uri"},
+        }
+        if self.page_size is not None:
+            kwargs["Limit"] = self.page_size
+        while True:
+            response = self._call("Scan", **kwargs)
+            for item in response.get("Items") or []:
+                base_uri = item.get("base_uri", {}).get("S")
+                if base_uri and base_uri not in seen:
+                    seen.add(base_uri)
+                    yield base_uri
+            last = response.get("LastEvaluatedKey")
+            if not last:
+                return
+            kwargs["ExclusiveStartKey"] = last
+
     def _batch_delete(self, keys: list[dict[str, Any]]) -> None:
         requests: list[dict[str, Any]] = [{"DeleteRequest": {"Key": k}} for k in keys]
         started = time.monotonic()

@@ -283,6 +283,11 @@ class InMemoryManifestStore(ExternalManifestStore):
             raise _fault_exception(after, "delete_dataset")
         return count
 
+    def list_datasets(self) -> Iterator[str]:
+        with self._table.lock:
+            names = sorted(uri for uri, rows in self._table.rows.items() if rows)
+        yield from names
+
     def describe(self) -> dict[str, Any]:
         return {"type": type(self).__name__, "name": self.name}
 

@@ -23,7 +23,7 @@ import os
 import threading
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 from s3ddb.errors import CredentialsError, EndpointUnreachableError
@@ -34,10 +34,12 @@ from s3ddb.io.uri import DatasetURI, parse_uri
 
 @dataclass(frozen=True)
 class ObjectMeta:
-    """An object's path (relative to the store root) and size in bytes."""
+    """An object's path (relative to the store root), size in bytes and, from
+    listings, its last modification (epoch seconds; None if the backend gave none)."""
 
     path: str
     size: int
+    modified: float | None = field(default=None, compare=False)
 
 
 class ObjectStore:
@@ -356,7 +358,9 @@ class ObjectStore:
             for full, info in sorted(found.items()):
                 rel = full[len(root) + 1 :] if full.startswith(root + "/") else None
                 if rel is not None and rel.startswith(prefix) and info["type"] == "file":
-                    yield ObjectMeta(rel, int(info["size"]))
+                    created = info.get("created")
+                    modified = created.timestamp() if hasattr(created, "timestamp") else created
+                    yield ObjectMeta(rel, int(info["size"]), modified)
             return
         bucket, key_prefix = _split_s3(self.full_path(prefix))
         root_key = _split_s3(root)[1]
@@ -369,7 +373,12 @@ class ObjectStore:
             except Exception as exc:
                 raise _translate(exc, self.full_path(prefix)) from exc
             for item in page.get("Contents", []):
-                yield ObjectMeta(item["Key"][len(root_key) + 1 :], int(item["Size"]))
+                modified = item.get("LastModified")
+                yield ObjectMeta(
+                    item["Key"][len(root_key) + 1 :],
+                    int(item["Size"]),
+                    modified.timestamp() if modified is not None else None,
+                )
             if not page.get("IsTruncated"):
                 return
             kwargs["ContinuationToken"] = page["NextContinuationToken"]
@@ -430,10 +439,10 @@ def _local_list(root: str, prefix: str) -> Iterator[ObjectMeta]:
             rel = os.path.relpath(full, root).replace(os.sep, "/")
             if rel.startswith(prefix):
                 try:
-                    size = os.stat(full).st_size
+                    stat = os.stat(full)
                 except FileNotFoundError:
                     continue
-                yield ObjectMeta(rel, size)
+                yield ObjectMeta(rel, stat.st_size, stat.st_mtime)
 
 
 # One table from backend errors to built-in exceptions (fsspec style).

@@ -1,0 +1,191 @@
+"""Operator verbs of the ``s3ddb`` command: verify, sync, cleanup and drop.
+
+``verify`` exits 0 when the dataset is healthy and 1 when it found problems (each with
+what it means and how to fix it); ``sync`` repairs what needs no judgement; ``drop``
+deletes a dataset's objects and DynamoDB rows after confirmation. Long work shows a
+progress bar on a terminal (never in pipes or with ``--json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from s3ddb import health
+from s3ddb.cli.commands import _verb, emit_json, storage_options
+from s3ddb.errors import InvalidInputError
+
+
+def _grace(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected seconds >= 0, got {text!r}")
+    return value
+
+
+_GRACE_HELP = (
+    "ignore objects younger than this many seconds: a writer may be committing them "
+    f"(default {health.DEFAULT_GRACE_SECONDS:g})"
+)
+
+
+def register(subparsers: Any) -> None:
+    p = _verb(subparsers, "verify", run_verify)
+    p.add_argument("--grace", type=_grace, default=health.DEFAULT_GRACE_SECONDS,
+                   metavar="SECONDS", help=_GRACE_HELP)  # fmt: skip
+
+    # With --all there is no URI: s3ddb sync --all --table NAME.
+    p = _verb(subparsers, "sync", run_sync, uri_optional=True)
+    p.add_argument("--table", metavar="NAME", help="with --all: the DynamoDB table")
+    p.add_argument("--all", action="store_true", help="every dataset with rows in --table")
+    p.add_argument("--grace", type=_grace, default=health.DEFAULT_GRACE_SECONDS,
+                   metavar="SECONDS", help=_GRACE_HELP)  # fmt: skip
+
+    p = _verb(subparsers, "cleanup", run_cleanup)
+    p.add_argument("--older-than", metavar="AGE", help="e.g. 7d, 12h")
+
+    p = _verb(subparsers, "drop", run_drop)
+    p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+
+
+@contextmanager
+def _progress(args: argparse.Namespace) -> Iterator[Callable[[str, int, int | None], None]]:
+    """A progress callback: a rich bar on a terminal, nothing otherwise."""
+    if getattr(args, "json", False) or not sys.stderr.isatty():
+        yield lambda what, done, total: None
+        return
+    from rich.console import Console
+    from rich.progress import Progress
+
+    with Progress(console=Console(stderr=True), transient=True) as bar:
+        tasks: dict[str, Any] = {}
+
+        def update(what: str, done: int, total: int | None) -> None:
+            if what not in tasks:
+                tasks[what] = bar.add_task(what, total=total)
+            bar.update(tasks[what], completed=done, total=total)
+
+        yield update
+
+
+def run_verify(args: argparse.Namespace) -> int:
+    """Check a dataset and report every problem, with what it means and how to fix it.
+
+    Compares the DynamoDB rows (s3+ddb://) or manifests with the objects: staged
+    rows, missing or size-mismatched final manifests, gaps in versions, manifests
+    without rows, rows pointing outside the dataset, orphaned staged manifests,
+    missing data files and files no version references. Exit status 0: healthy;
+    1: problems found; 2: usage or access error.
+    """
+    with _progress(args) as progress:
+        report = health.verify(
+            args.uri, storage_options(args), grace_seconds=args.grace, progress=progress
+        )
+    if args.json:
+        emit_json(report.to_json())
+        return 0 if report.healthy else 1
+    print(
+        f"{report.uri}: {report.versions} versions (latest {report.latest_version}), "
+        f"{report.objects} objects; {report.mechanism}"
+    )
+    for problem in report.problems:
+        where = f"version {problem.version}: " if problem.version is not None else ""
+        print(f"\n[{problem.kind}] {where}{problem.path}")
+        print(f"  means: {problem.meaning}")
+        print(f"  fix:   {problem.fix}")
+    if report.healthy:
+        print("healthy")
+        return 0
+    kinds = sorted({p.kind for p in report.problems})
+    print(f"\n{len(report.problems)} problem(s): {', '.join(kinds)}")
+    return 1
+
+
+def run_sync(args: argparse.Namespace) -> int:
+    """Finish staged commits and repair what needs no judgement; idempotent.
+
+    Finalizes every staged version (copy the staged manifest to its final name,
+    verify, repoint the DynamoDB row), puts back final manifests whose staged copy is
+    left, and deletes staged manifests no row refers to (older than --grace). Safe
+    while writers commit. With --all --table NAME, does so for every dataset with rows
+    in the table. Exit status 1 if anything could not be repaired.
+    """
+    options = storage_options(args)
+    if args.all:
+        if not args.table or args.uri:
+            raise InvalidInputError("sync --all takes --table NAME and no URI")
+        uris = list(health.table_datasets(args.table, options))
+    else:
+        if not args.uri or args.table:
+            raise InvalidInputError("sync takes a dataset URI (or --all --table NAME)")
+        uris = [args.uri]
+    reports = []
+    with _progress(args) as progress:
+        for done, uri in enumerate(uris, 1):
+            reports.append(health.sync(uri, options, grace_seconds=args.grace))
+            progress("syncing datasets", done, len(uris))
+    ok = all(r.ok for r in reports)
+    if args.json:
+        emit_json([r.to_json() for r in reports] if args.all else reports[0].to_json())
+        return 0 if ok else 1
+    for report in reports:
+        parts = [
+            f"finalized {len(report.finalized)}",
+            f"restored {len(report.restored)}",
+            f"deleted {len(report.deleted_staged)} orphaned staged manifest(s)",
+        ]
+        print(f"{report.uri}: {', '.join(parts)}")
+        for failure in report.failed:
+            print(f"  FAILED {failure}")
+    if args.all:
+        total = sum(len(r.finalized) for r in reports)
+        print(f"{len(reports)} dataset(s), {total} version(s) finalized, "
+              f"{sum(not r.ok for r in reports)} with failures")  # fmt: skip
+    return 0 if ok else 1
+
+
+def run_cleanup(args: argparse.Namespace) -> int:
+    """Delete old versions and unreferenced files (not available yet).
+
+    Old versions, their DynamoDB rows and the files only they reference are kept
+    until cleanup_old_versions exists; s3ddb verify lists unreferenced files and
+    s3ddb sync removes orphaned staged manifests meanwhile.
+    """
+    print(
+        "s3ddb: cleanup is not available yet: no version, row or file is deleted. "
+        "s3ddb verify lists unreferenced files; s3ddb sync removes orphaned staged manifests.",
+        file=sys.stderr,
+    )
+    return 2
+
+
+def run_drop(args: argparse.Namespace) -> int:
+    """Delete a dataset: every object under its root and every DynamoDB row.
+
+    Asks for confirmation (type the dataset URI) unless --yes; without a terminal
+    and without --yes it refuses. Writers committing meanwhile may leave objects.
+    """
+    if not args.yes:
+        if not sys.stdin.isatty():
+            raise InvalidInputError(
+                f"refusing to drop {args.uri} without confirmation: pass --yes"
+            )
+        answer = input(f"This deletes every object and DynamoDB row of\n  {args.uri}\n"
+                       "Type the URI to confirm: ")  # fmt: skip
+        if answer.strip() != args.uri:
+            print("not confirmed; nothing deleted", file=sys.stderr)
+            return 1
+    with _progress(args) as progress:
+        report = health.drop(args.uri, storage_options(args), progress=progress)
+    if args.json:
+        emit_json(report.to_json())
+    else:
+        print(f"dropped {args.uri}: {report.objects} objects ({report.bytes} bytes), "
+              f"{report.rows} DynamoDB rows")  # fmt: skip
+    return 0

@@ -1,0 +1,391 @@
+"""Checking and repairing a dataset: what ``s3ddb verify``, ``sync`` and ``drop`` do.
+
+:func:`verify` compares what the commit mechanism records (DynamoDB rows for
+``s3+ddb://``, manifests otherwise) with the objects under the dataset root, and
+reports every problem with what it means and how to fix it. :func:`sync` repairs what
+can be repaired without judgement: it finishes staged commits, puts back final
+manifests whose staged copy survived, and deletes staged manifests nothing refers to.
+Both are safe while writers commit; objects younger than a grace period (a writer may
+be between writing them and committing) are never reported or touched.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from s3ddb.commit import finalizer as finalizers
+from s3ddb.commit.external import ExternalStoreCommitHandler
+from s3ddb.commit.handlers import CommitHandler
+from s3ddb.connect import open_handler
+from s3ddb.errors import ManifestCorruptError, PathOutsideDatasetError, S3DDBError
+from s3ddb.external_store.base import ManifestRow
+from s3ddb.external_store.identity import final_path_of
+from s3ddb.format import layout
+from s3ddb.format.deletion import deletion_path
+from s3ddb.format.naming import parse_manifest_name, parse_staged_name
+from s3ddb.io.object_store import ObjectMeta
+
+#: Objects younger than this (seconds) may belong to a commit in progress.
+DEFAULT_GRACE_SECONDS = 3600.0
+
+#: Reports progress: (what, done, total or None).
+Progress = Callable[[str, int, "int | None"], None]
+
+
+def _no_progress(what: str, done: int, total: int | None) -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a dataset."""
+
+    kind: str
+    path: str
+    meaning: str
+    fix: str
+    version: int | None = None
+
+
+@dataclass
+class VerifyReport:
+    uri: str
+    mechanism: str
+    versions: int = 0
+    latest_version: int | None = None
+    objects: int = 0
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def healthy(self) -> bool:
+        return not self.problems
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["healthy"] = self.healthy
+        return out
+
+
+@dataclass
+class SyncReport:
+    uri: str
+    finalized: list[int] = field(default_factory=list)
+    restored: list[int] = field(default_factory=list)
+    deleted_staged: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["ok"] = self.ok
+        return out
+
+
+def _rows(handler: CommitHandler) -> list[ManifestRow] | None:
+    if not isinstance(handler, ExternalStoreCommitHandler):
+        return None
+    return list(handler.external.list_versions(handler.base_uri))
+
+
+def _old_enough(meta: ObjectMeta, grace: float, now: float) -> bool:
+    return meta.modified is None or now - meta.modified >= grace
+
+
+def _staged_objects(objects: Iterable[ObjectMeta]) -> dict[str, ObjectMeta]:
+    out = {}
+    for meta in objects:
+        directory, _, name = meta.path.partition("/")
+        if directory == layout.VERSIONS_DIR and parse_staged_name(name) is not None:
+            out[meta.path] = meta
+    return out
+
+
+def verify(
+    uri: str,
+    storage_options: dict[str, Any] | None = None,
+    *,
+    grace_seconds: float = DEFAULT_GRACE_SECONDS,
+    progress: Progress = _no_progress,
+) -> VerifyReport:
+    """Check the dataset at ``uri``; see the module docstring.
+
+    Raises:
+        DatasetNotFoundError: nothing is committed at ``uri``.
+        S3DDBError: the store or table cannot be read (access errors).
+    """
+    from s3ddb.errors import DatasetNotFoundError
+
+    handler = open_handler(uri, storage_options)
+    handler.validate()
+    store = handler.store
+    now = time.time()
+    report = VerifyReport(uri, handler.describe())
+    objects = {m.path: m for m in store.iter_list("")}
+    report.objects = len(objects)
+
+    def problem(kind: str, path: str, meaning: str, fix: str, version: int | None = None) -> None:
+        report.problems.append(Problem(kind, path, meaning, fix, version))
+
+    rows = _rows(handler)
+    versions: list[int]
+    if rows is not None:
+        assert isinstance(handler, ExternalStoreCommitHandler)
+        good: list[ManifestRow] = []
+        for row in rows:
+            try:
+                good.append(handler._checked(row))
+            except PathOutsideDatasetError as exc:
+                problem(
+                    "row_outside_dataset", row.path,
+                    f"the DynamoDB row of version {row.version} points outside the dataset "
+                    f"and is refused: {exc}",
+                    "delete the row (someone wrote it by hand or by mistake), then run "
+                    "verify again", row.version,
+                )  # fmt: skip
+        referenced_staged = set()
+        for row in good:
+            if row.is_staged:
+                referenced_staged.add(row.path)
+                where = objects.get(row.path) or objects.get(final_path_of(row.path))
+                problem(
+                    "staged_row", row.path,
+                    f"version {row.version} is committed but not finalized (steps 3-4 of "
+                    "its commit did not run: a writer crashed, or is finishing right now); "
+                    "readers through s3+ddb finish it, readers of s3:// do not see it yet"
+                    + ("" if where is not None else "; its staged manifest is MISSING"),
+                    "s3ddb sync URI" if where is not None else
+                    "the version cannot be finalized: restore its manifest from a backup",
+                    row.version,
+                )  # fmt: skip
+                continue
+            meta = objects.get(row.path)
+            if meta is None:
+                problem(
+                    "missing_final_manifest", row.path,
+                    f"the final manifest of version {row.version} is missing: the version "
+                    "cannot be read",
+                    "s3ddb sync URI puts it back if a staged copy is left; otherwise restore "
+                    "the object from a backup or bucket versioning", row.version,
+                )  # fmt: skip
+            elif meta.size != row.size:
+                problem(
+                    "manifest_size_mismatch", row.path,
+                    f"the final manifest of version {row.version} has {meta.size} bytes, "
+                    f"DynamoDB recorded {row.size}: it was overwritten or truncated",
+                    "restore the object from a backup or bucket versioning", row.version,
+                )  # fmt: skip
+        # Reading never finalizes here: verify reports, sync repairs.
+        locations = {r.version: handler._location(r) for r in good}
+        by_version = set(locations)
+        for path in objects:
+            directory, _, name = path.partition("/")
+            parsed = parse_manifest_name(name) if directory == layout.VERSIONS_DIR else None
+            if parsed is not None and parsed[0] not in by_version:
+                problem(
+                    "manifest_without_row", path,
+                    f"a manifest of version {parsed[0]} exists but DynamoDB has no row for "
+                    "it: a writer committed through s3:// instead of s3+ddb://, or the row "
+                    "was deleted; s3+ddb readers do not see it",
+                    "find the writer that bypassed DynamoDB; if the version is wanted, "
+                    "recreate its row, otherwise delete the manifest", parsed[0],
+                )  # fmt: skip
+        for path, meta in _staged_objects(objects.values()).items():
+            if path not in referenced_staged and _old_enough(meta, grace_seconds, now):
+                problem(
+                    "orphaned_staged_manifest", path,
+                    "a staged manifest no DynamoDB row refers to: left by a writer that "
+                    "lost the race for its version or crashed before claiming it, or not "
+                    "deleted after its version was finalized",
+                    "s3ddb sync URI deletes it",
+                )  # fmt: skip
+    else:
+        locations = {loc.version: loc for loc in handler.list_locations()}
+    versions = sorted(locations)
+    if not versions:
+        raise DatasetNotFoundError(f"no dataset at {uri} (no committed version)")
+    report.versions = len(versions)
+    report.latest_version = versions[-1]
+    for missing in sorted(set(range(versions[0], versions[-1] + 1)) - set(versions)):
+        problem(
+            "version_gap", str(missing),
+            f"version {missing} is missing between {versions[0]} and {versions[-1]}: "
+            "history has a hole (a row or manifest was deleted by hand)",
+            "restore the row or manifest from a backup; readers of later versions are "
+            "not affected", missing,
+        )  # fmt: skip
+
+    referenced: set[str] = set()
+    for done, version in enumerate(versions, 1):
+        progress("reading manifests", done, len(versions))
+        try:
+            manifest = handler.load_manifest(locations[version])
+        except (ManifestCorruptError, PathOutsideDatasetError, FileNotFoundError) as exc:
+            if not any(p.version == version for p in report.problems):
+                problem(
+                    "unreadable_manifest", str(version),
+                    f"version {version} cannot be read: {exc}",
+                    "restore its manifest from a backup", version,
+                )  # fmt: skip
+            continue
+        except S3DDBError as exc:
+            if not any(p.version == version for p in report.problems):
+                problem("unreadable_manifest", str(version), f"version {version}: {exc}",
+                        "s3ddb sync URI, then verify again", version)  # fmt: skip
+            continue
+        if manifest.transaction_file:
+            referenced.add(layout.transaction_path(manifest.transaction_file))
+        for fragment in manifest.fragments:
+            files = [layout.data_file_path(d.path) for d in fragment.files]
+            if fragment.deletion_file is not None:
+                files.append(deletion_path(fragment))
+            for path in files:
+                if path not in referenced and path not in objects:
+                    problem(
+                        "missing_data_file", path,
+                        f"version {version} refers to {path}, which does not exist: "
+                        "reading that version fails",
+                        "restore the object from a backup; or s3ddb restore URI to a "
+                        "version that does not use it", version,
+                    )  # fmt: skip
+                referenced.add(path)
+    data_dirs = (layout.DATA_DIR, layout.DELETIONS_DIR, layout.TRANSACTIONS_DIR)
+    for path, meta in objects.items():
+        if (
+            path.split("/", 1)[0] in data_dirs
+            and path not in referenced
+            and _old_enough(meta, grace_seconds, now)
+        ):
+            problem(
+                "unreferenced_file", path,
+                f"no version refers to this file ({meta.size} bytes): left by a writer "
+                "that crashed, or whose commit was refused and not cleaned up",
+                "harmless to readers; cleanup (not available yet) will delete it",
+            )  # fmt: skip
+    return report
+
+
+def sync(
+    uri: str,
+    storage_options: dict[str, Any] | None = None,
+    *,
+    grace_seconds: float = DEFAULT_GRACE_SECONDS,
+) -> SyncReport:
+    """Finish every staged commit of ``uri`` (steps 3-4), put back final manifests
+    whose staged copy is left, and delete staged manifests no row refers to that are
+    older than ``grace_seconds``. Idempotent; safe while writers commit.
+
+    Other datasets' commit mechanisms have nothing to finish: the report is empty.
+
+    Raises:
+        S3DDBError: the store or table cannot be read.
+    """
+    handler = open_handler(uri, storage_options)
+    handler.validate()
+    report = SyncReport(uri)
+    rows = _rows(handler)
+    if rows is None:
+        return report
+    assert isinstance(handler, ExternalStoreCommitHandler)
+    store = handler.store
+    objects = {m.path: m for m in store.iter_list(f"{layout.VERSIONS_DIR}/")}
+    staged = _staged_objects(objects.values())
+    referenced = set()
+    for row in rows:
+        try:
+            row = handler._checked(row)
+        except PathOutsideDatasetError as exc:
+            report.failed.append(f"version {row.version}: {exc}")
+            continue
+        if row.is_staged:
+            referenced.add(row.path)
+            try:
+                handler.finalize(row)
+                report.finalized.append(row.version)
+            except S3DDBError as exc:
+                report.failed.append(f"version {row.version}: {exc}")
+        elif row.path not in objects:
+            copy = _staged_copy(staged, row)
+            if copy is None:
+                report.failed.append(
+                    f"version {row.version}: final manifest {row.path} is missing and no "
+                    "staged copy is left; restore it from a backup"
+                )
+                continue
+            store.copy(copy, row.path)
+            referenced.add(copy)
+            report.restored.append(row.version)
+    now = time.time()
+    for path, meta in staged.items():
+        if path not in referenced and _old_enough(meta, grace_seconds, now):
+            store.delete(path)
+            report.deleted_staged.append(path)
+    # Finalizing queued the staged manifests' deletes: they are done when sync returns.
+    finalizers.drain()
+    return report
+
+
+def _staged_copy(staged: dict[str, ObjectMeta], row: ManifestRow) -> str | None:
+    """A staged manifest of ``row``'s version with the size the row recorded."""
+    for path, meta in staged.items():
+        if final_path_of(path) == row.path and meta.size == row.size:
+            return path
+    return None
+
+
+def table_datasets(
+    table: str, storage_options: dict[str, Any] | None = None
+) -> Iterator[str]:
+    """The ``s3+ddb://`` URI of every dataset with rows in DynamoDB table ``table``."""
+    from s3ddb.connect import external_store_for
+    from s3ddb.io.object_store import ObjectStore
+    from s3ddb.io.uri import parse_uri
+
+    probe = parse_uri(f"s3+ddb://bucket/x?ddbTableName={table}")
+    external = external_store_for(probe, ObjectStore(probe, storage_options))
+    for base_uri in external.list_datasets():
+        if base_uri.startswith("s3://"):
+            yield f"s3+ddb://{base_uri[len('s3://'):]}?ddbTableName={table}"
+
+
+@dataclass
+class DropReport:
+    uri: str
+    objects: int = 0
+    bytes: int = 0
+    rows: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def drop(
+    uri: str,
+    storage_options: dict[str, Any] | None = None,
+    *,
+    progress: Progress = _no_progress,
+) -> DropReport:
+    """Delete every object under the dataset root and every DynamoDB row of it.
+
+    Objects go first, so an interrupted drop leaves rows that ``verify`` reports and a
+    second drop finishes. Writers committing meanwhile may leave objects behind.
+    """
+    handler = open_handler(uri, storage_options)
+    handler.validate()
+    store = handler.store
+    report = DropReport(uri)
+    listed = store.list("")
+    for start in range(0, len(listed), 1000):
+        batch = listed[start : start + 1000]
+        store.delete_many([m.path for m in batch])
+        report.objects += len(batch)
+        report.bytes += sum(m.size for m in batch)
+        progress("deleting objects", report.objects, len(listed))
+    if isinstance(handler, ExternalStoreCommitHandler):
+        report.rows = handler.external.delete_dataset(handler.base_uri)
+    return report
