@@ -111,7 +111,7 @@ def test_verify_fails_on_a_staged_row_and_passes_after_sync(
     [problem] = report["problems"]
     assert problem["version"] == 3 and "sync" in problem["fix"]
     assert _row(aws, uri, 3).is_staged, "verify changed nothing"
-    code, out, err = run(capsys, "verify", uri, "--grace", "0", *flags)
+    code, out, _ = run(capsys, "verify", uri, "--grace", "0", *flags)
     assert code == 1 and "[staged_row] version 3" in out and "means:" in out and "fix:" in out
 
     code, synced = run_json(capsys, "sync", uri, "--grace", "0", *flags)
@@ -217,7 +217,7 @@ def test_sync_all_finalizes_every_dataset_of_a_table(
     assert sorted(len(r["finalized"]) for r in reports) == [0, 1, 1]
     for uri in uris:
         assert run_json(capsys, "verify", uri, "--grace", "0", *flags)[0] == 0
-    code, out, err = run(capsys, "sync", "--all", "--table", table, *flags)
+    code, out, _ = run(capsys, "sync", "--all", "--table", table, *flags)
     assert code == 0 and "3 dataset(s), 0 version(s) finalized" in out
     assert run(capsys, "sync", "--all", *flags)[0] == 2, "--all needs --table"
 
@@ -231,7 +231,8 @@ def test_versions_lists_rows_added_and_removed_and_the_committer(
     assert run(capsys, "delete", uri, "k = 0", *flags)[0] == 0
     code, history = run_json(capsys, "versions", uri, *flags)
     assert code == 0
-    assert [(e["version"], e["operation"], e["rows_added"], e["rows_removed"]) for e in history] == [
+    changes = [(e["version"], e["operation"], e["rows_added"], e["rows_removed"]) for e in history]
+    assert changes == [
         (3, "Delete", 0, 6),
         (2, "Append", 5, 0),
         (1, "Overwrite", 10, 0),
@@ -264,24 +265,24 @@ def test_drop_refuses_without_confirmation_then_deletes_everything(
     capsys: Any, aws: Any, uri: str, flags: list[str]
 ) -> None:
     so = aws.storage_options()
-    code, out, err = run(capsys, "drop", uri, *flags)
+    code, _, err = run(capsys, "drop", uri, *flags)
     assert code == 2 and "without confirmation: pass --yes" in err and err.count("\n") == 1
     assert s3ddb.dataset(uri, storage_options=so).version == 2
     code, report = run_json(capsys, "drop", uri, "--yes", *flags)
     assert code == 0 and report["rows"] == 2 and report["objects"] > 0
     assert storage.objects(uri, so) == set()
-    code, out, err = run(capsys, "info", uri, *flags)
+    code, _, err = run(capsys, "info", uri, *flags)
     assert code == 2 and "DatasetNotFoundError" in err
 
 
 def test_cleanup_says_it_is_not_available(capsys: Any, uri: str, flags: list[str]) -> None:
-    code, out, err = run(capsys, "cleanup", uri, "--older-than", "7d", *flags)
+    code, _, err = run(capsys, "cleanup", uri, "--older-than", "7d", *flags)
     assert code == 2 and "not available yet" in err
 
 
 def test_exit_codes_and_debug(capsys: Any, uri: str, flags: list[str]) -> None:
     assert run(capsys, "info", uri, "--storage-option", "nonsense", *flags)[0] == 2
-    code, out, err = run(capsys, "info", uri, "--storage-option=regoin=x", *flags)
+    code, _, err = run(capsys, "info", uri, "--storage-option=regoin=x", *flags)
     assert code == 2 and "regoin" in err and err.count("\n") == 1
     missing = uri.replace("/ops-", "/missing-")
     assert run(capsys, "verify", missing, *flags)[0] == 2
