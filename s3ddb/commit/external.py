@@ -339,7 +339,19 @@ class ExternalStoreCommitHandler(CommitHandler):
         ticket = self._ticket(row)
         if ticket is not None and ticket.wait_done() and ticket.result is not None:
             return self._note(replace(row, path=ticket.result))
-        return self._note(self.finalize(row))
+        try:
+            return self._note(self.finalize(row))
+        except PermissionError as exc:
+            # A read-only principal cannot finish the commit; the staged manifest is
+            # byte-identical to the final one, so it reads that.
+            log.warning(
+                "version %d of %s is staged and this principal may not finalize it (%s); "
+                "reading its staged manifest",
+                row.version,
+                self.base_uri,
+                exc,
+            )
+            return row
 
     def finalize(self, row: ManifestRow) -> ManifestRow:
         """Finish steps 3-4 for ``row`` if it is still staged; return the final row.

@@ -86,3 +86,57 @@ resource "aws_iam_policy" "s3ddb" {
   policy      = data.aws_iam_policy_document.s3ddb.json
   tags        = local.tags
 }
+
+# The read-only variant, for principals that only read datasets (query engines,
+# dashboards): DescribeTable, GetItem and Query on the table; GetObject and ListBucket on
+# the datasets. Such a reader cannot finish a version a crashed writer left staged (that
+# takes UpdateItem and PutObject); it reads that version from its staged manifest until
+# a writer or `s3ddb sync` finalizes it.
+data "aws_iam_policy_document" "s3ddb_read_only" {
+  statement {
+    sid = "S3ddbManifestStoreRead"
+    actions = [
+      "dynamodb:DescribeTable",
+      "dynamodb:GetItem",
+      "dynamodb:Query",
+    ]
+    resources = [aws_dynamodb_table.this.arn]
+  }
+
+  dynamic "statement" {
+    for_each = length(local.s3_object_arns) > 0 ? [1] : []
+    content {
+      sid       = "S3ddbObjectsRead"
+      actions   = ["s3:GetObject"]
+      resources = local.s3_object_arns
+    }
+  }
+
+  dynamic "statement" {
+    for_each = local.s3_list
+    content {
+      sid       = "S3ddbListRead${statement.value.index}"
+      actions   = ["s3:ListBucket"]
+      resources = ["arn:aws:s3:::${statement.value.bucket}"]
+
+      dynamic "condition" {
+        for_each = contains(statement.value.prefixes, "") ? [] : [statement.value.prefixes]
+        content {
+          test     = "StringLike"
+          variable = "s3:prefix"
+          values   = flatten([for p in condition.value : [p, "${p}/*"]])
+        }
+      }
+    }
+  }
+}
+
+resource "aws_iam_policy" "s3ddb_read_only" {
+  count = var.create_iam_policy ? 1 : 0
+
+  name        = "${coalesce(var.iam_policy_name, "${var.table_name}-s3ddb")}-read-only"
+  path        = var.iam_policy_path
+  description = "s3ddb: read-only access to datasets committed through DynamoDB table ${var.table_name}"
+  policy      = data.aws_iam_policy_document.s3ddb_read_only.json
+  tags        = local.tags
+}

@@ -27,3 +27,13 @@ output "iam_policy_json" {
   description = "The IAM policy document s3ddb needs, as JSON (to embed in your own policies)."
   value       = data.aws_iam_policy_document.s3ddb.json
 }
+
+output "read_only_iam_policy_arn" {
+  description = "ARN of the read-only IAM policy (null when create_iam_policy = false)."
+  value       = one(aws_iam_policy.s3ddb_read_only[*].arn)
+}
+
+output "read_only_iam_policy_json" {
+  description = "The read-only IAM policy document, as JSON: reading datasets, never committing."
+  value       = data.aws_iam_policy_document.s3ddb_read_only.json
+}
