@@ -323,3 +323,119 @@ def test_provisioned_variant_matches_create_table(
     assert lake["Resource"] == {"arn:aws:s3:::lake"}
     assert lake["Condition"] == {"StringLike": {"s3:prefix": ["a", "a/*", "b", "b/*"]}}
     assert scratch["Resource"] == {"arn:aws:s3:::scratch"} and "Condition" not in scratch
+
+
+# --- least privilege, enforced ----------------------------------------------------------
+
+# moto enforces IAM after INITIAL_NO_AUTH_ACTION_COUNT unauthenticated requests; the set-up
+# below makes exactly this many: bucket, table, 2 users, 2 inline policies, 2 access keys.
+_SETUP_REQUESTS = 8
+
+
+def _enforced(policy_json: str, table_arn: str) -> str:
+    """The module's policy as moto can enforce it: moto checks DynamoDB actions but
+    not DynamoDB resource ARNs (it authorizes them against "*"), so the table ARN
+    becomes "*" there; S3 statements stay exactly as the module wrote them."""
+    policy = json.loads(policy_json)
+    for st in policy["Statement"]:
+        resources = [st["Resource"]] if isinstance(st["Resource"], str) else st["Resource"]
+        if table_arn in resources:
+            st["Resource"] = "*"
+    return json.dumps(policy)
+
+
+def test_module_policies_hold_on_an_endpoint_that_enforces_iam(
+    infra_copy: Path, tmp_path: Path, tf_aws: LocalAWS, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import botocore.config
+    import pyarrow as pa
+
+    import s3ddb
+    from s3ddb.testing.process import serve_in_subprocess
+
+    example = infra_copy / "examples" / "basic"
+    (example / "local_override.tf").write_text(provider_block(tf_aws.endpoint_url))
+    name = f"tf-{uuid.uuid4().hex[:10]}"
+    tf = Terraform(example, tmp_path)
+    tf.init()
+    tf.run(
+        "apply", "-auto-approve", "-input=false", "-no-color",
+        f"-var=table_name={name}", "-var=bucket=lake", "-var=prefix=warehouse/sales",
+    )  # fmt: skip
+    out = tf.outputs()
+
+    no_retries = botocore.config.Config(retries={"max_attempts": 1})
+    enforcing = serve_in_subprocess(
+        conditional_writes=False, env={"INITIAL_NO_AUTH_ACTION_COUNT": str(_SETUP_REQUESTS)}
+    )
+    with enforcing as server:
+        admin = {
+            "endpoint_url": server.endpoint_url, "region_name": "us-east-1",
+            "aws_access_key_id": "testing", "aws_secret_access_key": "testing",
+            "config": no_retries,
+        }  # fmt: skip
+        import boto3
+
+        boto3.client("s3", **admin).create_bucket(Bucket="lake")
+        table_arn = boto3.client("dynamodb", **admin).create_table(
+            TableName=name,
+            KeySchema=[{"AttributeName": "base_uri", "KeyType": "HASH"},
+                       {"AttributeName": "version", "KeyType": "RANGE"}],
+            AttributeDefinitions=[{"AttributeName": "base_uri", "AttributeType": "S"},
+                                  {"AttributeName": "version", "AttributeType": "N"}],
+            BillingMode="PAY_PER_REQUEST",
+        )["TableDescription"]["TableArn"]  # fmt: skip
+        iam = boto3.client("iam", **admin)
+        keys = {}
+        policies = (("writer", "iam_policy_json"), ("reader", "read_only_iam_policy_json"))
+        for user, output in policies:
+            iam.create_user(UserName=user)
+            policy = out[output].replace(out["table_arn"], table_arn)
+            iam.put_user_policy(
+                UserName=user, PolicyName="s3ddb", PolicyDocument=_enforced(policy, table_arn)
+            )
+            key = iam.create_access_key(UserName=user)["AccessKey"]
+            keys[user] = {
+                "endpoint_url": server.endpoint_url, "region": "us-east-1",
+                "aws_access_key_id": key["AccessKeyId"],
+                "aws_secret_access_key": key["SecretAccessKey"],
+            }  # fmt: skip
+
+        inside = f"s3+ddb://lake/warehouse/sales/ds?ddbTableName={name}"
+        outside = f"s3+ddb://lake/elsewhere/ds?ddbTableName={name}"
+        rows = pa.table({"id": pa.array([1, 2, 3], pa.int64())})
+        writer, reader = keys["writer"], keys["reader"]
+
+        # The enforcement itself: a principal without keys of this endpoint is refused.
+        with pytest.raises(PermissionError):
+            unknown = dict(writer, aws_access_key_id="AKIAUNKNOWN")
+            s3ddb.write_dataset(rows, inside, storage_options=unknown)
+
+        # The writer, with only the module's writer policy, commits and reads.
+        s3ddb.write_dataset(rows, inside, mode="append", storage_options=writer)
+        s3ddb.write_dataset(rows, inside, mode="append", storage_options=writer)
+        assert s3ddb.dataset(inside, storage_options=writer).count_rows() == 6
+
+        # The read-only principal reads and cannot commit.
+        ds = s3ddb.dataset(inside, storage_options=reader)
+        assert (ds.version, ds.count_rows()) == (2, 6)
+        with pytest.raises(PermissionError):
+            s3ddb.write_dataset(rows, inside, mode="append", storage_options=reader)
+        assert s3ddb.dataset(inside, storage_options=writer).version == 2
+
+        # Neither touches another prefix.
+        with pytest.raises(PermissionError):
+            s3ddb.write_dataset(rows, outside, mode="append", storage_options=writer)
+        with pytest.raises((PermissionError, s3ddb.DatasetNotFoundError)):
+            s3ddb.dataset(outside, storage_options=reader).to_table()
+
+        # A version left staged: the reader may not finish it, and reads it as staged.
+        monkeypatch.setenv("S3DDB_FAILPOINTS", "commit.after_external_put=raise")
+        s3ddb.write_dataset(rows, inside, mode="append", storage_options=writer)
+        monkeypatch.delenv("S3DDB_FAILPOINTS")
+        staged = s3ddb.dataset(inside, storage_options=reader)
+        assert (staged.version, staged.count_rows()) == (3, 9)
+        assert s3ddb.dataset(inside, storage_options=writer).version == 3  # finalizes it
+        from s3ddb.commit import finalizer
+
+        finalizer.drain()  # nothing of this process may outlive the endpoint

@@ -110,7 +110,9 @@ def classify(exc: BaseException) -> Failure | None:
             return Failure.CONDITION
         if code in THROTTLE_CODES:
             return Failure.THROTTLED
-        if code in CREDENTIAL_CODES:
+        # A 403 whose body the client could not parse (a DynamoDB-compatible endpoint
+        # answering in XML) is still a refusal of these credentials.
+        if code in CREDENTIAL_CODES or http_status(exc) == 403:
             return Failure.CREDENTIALS
         if code == "ResourceNotFoundException":
             return Failure.TABLE_MISSING

@@ -16,7 +16,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import IO
 
@@ -103,6 +103,7 @@ def serve_in_subprocess(
     buckets: Iterable[str] = (),
     tables: Iterable[str] = (),
     startup_timeout: float = 60.0,
+    env: Mapping[str, str] | None = None,
 ) -> LocalAWSProcess:
     """Start ``python -m s3ddb.testing`` on ``127.0.0.1`` and an OS-chosen port.
 
@@ -112,6 +113,9 @@ def serve_in_subprocess(
         buckets: S3 buckets to create before the endpoint is announced.
         tables: DynamoDB tables to create, with the s3ddb commit-table key schema.
         startup_timeout: seconds to wait for the server to announce its endpoint.
+        env: extra environment of the server process (e.g. moto's
+            ``INITIAL_NO_AUTH_ACTION_COUNT``, which turns on IAM enforcement after that
+            many requests).
 
     Returns:
         A running :class:`LocalAWSProcess` (a context manager that stops it).
@@ -130,9 +134,12 @@ def serve_in_subprocess(
     # stderr to a file, not a pipe: nobody drains it while the server runs, and a full
     # pipe would block the server. The returned handle owns (and closes) the file.
     stderr_file = tempfile.TemporaryFile("w+", encoding="utf-8")  # noqa: SIM115
-    env = dict(os.environ)
-    env["PYTHONUNBUFFERED"] = "1"
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=stderr_file, text=True, env=env)
+    child_env = dict(os.environ)
+    child_env.update(env or {})
+    child_env["PYTHONUNBUFFERED"] = "1"
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=stderr_file, text=True, env=child_env
+    )
     assert proc.stdout is not None
     found: list[str] = []
 

@@ -18,3 +18,8 @@ output "dataset_uri_example" {
   description = "A dataset URI using this table."
   value       = "s3+ddb://${var.bucket}/${var.prefix}/my-dataset?ddbTableName=${module.s3ddb_table.table_name}"
 }
+
+output "read_only_iam_policy_json" {
+  description = "The policy for principals that only read the datasets."
+  value       = module.s3ddb_table.read_only_iam_policy_json
+}
