@@ -768,7 +768,7 @@ class TestCreateTable:
         assert "point-in-time recovery: ENABLED" in out and "PAY_PER_REQUEST" in out
         assert main(argv) == 0
         assert "already exists with the expected key schema" in capsys.readouterr().out
-        assert main([*argv, "--tag", "oops"]) == 1
+        assert main([*argv, "--tag", "oops"]) == 2  # a usage error
         assert "--tag expects KEY=VALUE" in capsys.readouterr().err
 
         wrong = f"cli-wrong-{uuid.uuid4().hex[:8]}"
