@@ -244,7 +244,9 @@ def test_versions_lists_rows_added_and_removed_and_the_committer(
     ]  # fmt: skip
 
 
-def test_every_reporting_verb_speaks_json(capsys: Any, uri: str, flags: list[str]) -> None:
+def test_every_reporting_verb_speaks_json(
+    capsys: Any, uri: str, flags: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     assert run_json(capsys, "info", uri, *flags)[1]["rows"] == 15
     assert run_json(capsys, "delete", uri, "id < 2", *flags)[1] == {
         "num_deleted_rows": 2, "version": 3, "committed": True,
@@ -257,6 +259,14 @@ def test_every_reporting_verb_speaks_json(capsys: Any, uri: str, flags: list[str
     assert run_json(capsys, "restore", uri, "1", *flags)[1] == {"restored": 1, "version": 6}
     assert run(capsys, "tags", uri, "create", "first", "1", *flags)[0] == 0
     assert run_json(capsys, "tags", uri, "list", *flags)[1] == {"first": 1}
+    table = f"ops_json_{uuid.uuid4().hex[:8]}"
+    endpoint = flags[0].split("=", 2)[2]
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    create = ("create-table", table, "--endpoint-url", endpoint, "--region", "us-east-1")
+    created = run_json(capsys, *create)[1]
+    assert created["created"] is True and created["table"] == table
+    assert run_json(capsys, *create)[1]["created"] is False
     code, out, _ = run(capsys, "show", uri, "--json", "--limit", "2", *flags)
     assert code == 0 and [json.loads(line)["id"] for line in out.splitlines()] == [0, 1]
 

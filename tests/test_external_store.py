@@ -778,7 +778,8 @@ class TestCreateTable:
             AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
             BillingMode="PAY_PER_REQUEST",
         )
-        assert main(["create-table", wrong, "--endpoint-url", aws_endpoint.endpoint_url]) == 1
+        # The table is not usable: a configuration error.
+        assert main(["create-table", wrong, "--endpoint-url", aws_endpoint.endpoint_url]) == 2
         assert "ExternalStoreTableError" in capsys.readouterr().err
 
 

@@ -64,6 +64,7 @@ def register(subparsers: Any) -> None:
         action="store_false",
         help="do not wait for the table to become ACTIVE",
     )
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.set_defaults(func=run)
 
 
@@ -101,6 +102,24 @@ def run(args: argparse.Namespace) -> int:
         tags=tags,
         wait=args.wait,
     )
+    if args.json:
+        from s3ddb.cli.commands import emit_json
+
+        table = describe_table(args.table, aws)
+        emit_json(
+            {
+                "table": args.table,
+                "created": created,
+                "status": table.get("TableStatus"),
+                "arn": table.get("TableArn"),
+                "key_schema": table.get("KeySchema"),
+                "billing_mode": (table.get("BillingModeSummary") or {}).get(
+                    "BillingMode", args.billing_mode
+                ),
+                "deletion_protection": table.get("DeletionProtectionEnabled"),
+            }
+        )
+        return 0
     if not created:
         print(
             f"DynamoDB table {args.table!r} {where} already exists with the expected key "
