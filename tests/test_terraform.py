@@ -173,17 +173,11 @@ def statements(policy_json: str) -> list[dict[str, Any]]:
     return out
 
 
-def test_module_and_example_are_formatted_and_valid(infra_copy: Path, tmp_path: Path) -> None:
-    tf = Terraform(infra_copy, tmp_path)
-    tf.run("fmt", "-check", "-recursive", "-diff", "-no-color")
-    for root in (infra_copy / "modules" / "s3ddb-table", infra_copy / "examples" / "basic"):
-        tf.init(cwd=root)
-        assert "configuration is valid" in tf.run("validate", "-no-color", cwd=root)
-
-
-def test_example_apply_matches_create_table(
-    infra_copy: Path, tmp_path: Path, tf_aws: LocalAWS, aws: AwsConfig
-) -> None:
+def apply_example(
+    infra_copy: Path, tmp_path: Path, tf_aws: LocalAWS
+) -> tuple[str, dict[str, Any]]:
+    """Apply examples/basic (bucket lake, prefix warehouse/sales) on ``tf_aws``: (table
+    name, outputs)."""
     example = infra_copy / "examples" / "basic"
     # Terraform merges *_override.tf into the example's provider block: the example
     # itself stays exactly what users copy.
@@ -195,7 +189,21 @@ def test_example_apply_matches_create_table(
         "apply", "-auto-approve", "-input=false", "-no-color",
         f"-var=table_name={name}", "-var=bucket=lake", "-var=prefix=warehouse/sales",
     )  # fmt: skip
-    out = tf.outputs()
+    return name, tf.outputs()
+
+
+def test_module_and_example_are_formatted_and_valid(infra_copy: Path, tmp_path: Path) -> None:
+    tf = Terraform(infra_copy, tmp_path)
+    tf.run("fmt", "-check", "-recursive", "-diff", "-no-color")
+    for root in (infra_copy / "modules" / "s3ddb-table", infra_copy / "examples" / "basic"):
+        tf.init(cwd=root)
+        assert "configuration is valid" in tf.run("validate", "-no-color", cwd=root)
+
+
+def test_example_apply_matches_create_table(
+    infra_copy: Path, tmp_path: Path, tf_aws: LocalAWS, aws: AwsConfig
+) -> None:
+    name, out = apply_example(infra_copy, tmp_path, tf_aws)
     assert out["table_name"] == name
     assert out["table_arn"].endswith(f":table/{name}")
     assert out["dataset_uri_example"] == (
@@ -353,17 +361,7 @@ def test_module_policies_hold_on_an_endpoint_that_enforces_iam(
     import s3ddb
     from s3ddb.testing.process import serve_in_subprocess
 
-    example = infra_copy / "examples" / "basic"
-    (example / "local_override.tf").write_text(provider_block(tf_aws.endpoint_url))
-    name = f"tf-{uuid.uuid4().hex[:10]}"
-    tf = Terraform(example, tmp_path)
-    tf.init()
-    tf.run(
-        "apply", "-auto-approve", "-input=false", "-no-color",
-        f"-var=table_name={name}", "-var=bucket=lake", "-var=prefix=warehouse/sales",
-    )  # fmt: skip
-    out = tf.outputs()
-
+    name, out = apply_example(infra_copy, tmp_path, tf_aws)
     no_retries = botocore.config.Config(retries={"max_attempts": 1})
     enforcing = serve_in_subprocess(
         conditional_writes=False, env={"INITIAL_NO_AUTH_ACTION_COUNT": str(_SETUP_REQUESTS)}
