@@ -436,14 +436,16 @@ class Dataset:
 
         Reads the pinned version; commits a new version unless no row matches, and
         moves this Dataset there. Concurrent deletes, appends and updates are merged
-        (the predicate is also applied to rows they added); after an overwrite or
-        restore the delete is re-executed on the newest version.
+        (the predicate is also applied to rows they added); after an overwrite the
+        delete is re-executed on the newest version.
 
         Returns ``{"num_deleted_rows": n}``.
 
         Raises:
             ColumnNotFoundError, InvalidExpressionError: a bad predicate; nothing is
                 written.
+            IncompatibleTransactionError: a restore committed meanwhile: the rows the
+                delete chose are gone, and it is not re-executed (docs/conflicts.md).
             RetryableCommitConflictError, TooMuchWriteContentionError: see
                 :meth:`update`.
         """
@@ -483,6 +485,7 @@ class Dataset:
                 a NOT NULL column. Nothing is written.
             RetryableCommitConflictError: ``conflict_retries=0`` and a conflict.
             TooMuchWriteContentionError: the retries ran out.
+            IncompatibleTransactionError: a restore committed meanwhile; not re-executed.
         """
         from s3ddb.row_changes import plan_update
 

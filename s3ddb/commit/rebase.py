@@ -392,7 +392,13 @@ def register_rules(
         for theirs in ("Append", "Delete", "Update"):
             register_rule(mine, theirs, data_rule)
         register_rule(mine, "Overwrite", fixed(_R, "the dataset was overwritten"))
-        register_rule(mine, "Restore", fixed(_R, "the dataset was restored to another version"))
+        # The specification's own example: re-running it on the restored data would
+        # delete (or change) nothing, or other rows than the ones it chose.
+        register_rule(
+            mine,
+            "Restore",
+            fixed(_I, "the dataset was restored to another version: the rows it chose are gone"),
+        )
         register_rule(mine, "Merge", fixed(_R, "columns were added"))
         register_rule(mine, "Project", fixed(_R, "the schema changed"))
         register_rule(mine, "Clone", fixed(_I, "clone is only valid as a dataset's first commit"))
