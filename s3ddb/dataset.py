@@ -52,6 +52,7 @@ from s3ddb.io.parallel import PendingWrites
 from s3ddb.io.uri import parse_uri
 
 if TYPE_CHECKING:
+    from s3ddb.cleanup import CleanupStats
     from s3ddb.merge_insert import MergeInsertBuilder
     from s3ddb.optimize import DatasetOptimizer
     from s3ddb.tags import Tags
@@ -526,6 +527,32 @@ class Dataset:
 
         return MergeInsertBuilder(self, on)
 
+    def cleanup_old_versions(
+        self,
+        older_than: dt.timedelta | None = None,
+        retain_versions: int | None = None,
+        delete_unverified: bool = False,
+    ) -> CleanupStats:
+        """Remove versions committed more than ``older_than`` ago (default 14 days),
+        keeping the newest version, the ``retain_versions`` newest and every tagged
+        version, with their DynamoDB rows, manifests, transaction files and the data and
+        deletion files no kept version references; and files no version references (a
+        crashed writer's) older than 7 days, or any age with ``delete_unverified``.
+
+        Safe while writers commit (see :mod:`s3ddb.cleanup`). This Dataset stays pinned
+        where it is; if its version was removed, reading files may fail.
+
+        Returns:
+            :class:`s3ddb.cleanup.CleanupStats`: versions and rows removed, and files
+            and bytes removed per kind.
+
+        Raises:
+            InvalidInputError: bad arguments.
+        """
+        from s3ddb.cleanup import cleanup_old_versions
+
+        return cleanup_old_versions(self, older_than, retain_versions, delete_unverified)
+
     def restore(self) -> Dataset:
         """Make the pinned version the latest, as a new version; returns self moved there."""
         latest = _load_latest(self._handler, self._uri, finalize=False)
@@ -602,6 +629,22 @@ def _load_latest(handler: CommitHandler, uri: str, *, finalize: bool = True) -> 
     location = handler.latest_location(finalize=finalize)
     if location is None:
         raise DatasetNotFoundError(f"no dataset at {uri} (no committed version)")
+    return load_newest(handler, location, finalize=finalize)
+
+
+def load_newest(
+    handler: CommitHandler, location: ManifestLocation, *, finalize: bool = False
+) -> Manifest:
+    """The manifest at ``location``, the newest version when it was listed; if cleanup
+    removed it meanwhile (a newer version was committed), the newest one then."""
+    for _ in range(10):
+        try:
+            return handler.load_manifest(location)
+        except FileNotFoundError:
+            newer = handler.latest_location(finalize=finalize)
+            if newer is None or newer.version <= location.version:
+                raise
+            location = newer
     return handler.load_manifest(location)
 
 
@@ -747,7 +790,7 @@ def _write_version(
                 f"a dataset already exists at {text} (version {latest.version}); "
                 "use mode='append' or mode='overwrite'"
             )
-        base = handler.load_manifest(latest)
+        base = load_newest(handler, latest)
     operation: Operation
     if base is not None and mode == "append":
         table = conform(table, base.schema.arrow, where=text)

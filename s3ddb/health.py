@@ -202,7 +202,7 @@ def verify(
                     "a staged manifest no DynamoDB row refers to: left by a writer that "
                     "lost the race for its version or crashed before claiming it, or not "
                     "deleted after its version was finalized",
-                    "s3ddb sync URI deletes it",
+                    "s3ddb sync URI (or cleanup) deletes it",
                 )  # fmt: skip
     else:
         locations = {loc.version: loc for loc in handler.list_locations()}
@@ -211,7 +211,11 @@ def verify(
         raise DatasetNotFoundError(f"no dataset at {uri} (no committed version)")
     report.versions = len(versions)
     report.latest_version = versions[-1]
-    for missing in sorted(set(range(versions[0], versions[-1] + 1)) - set(versions)):
+    # Cleanup keeps tagged versions and removes those around them: history is
+    # contiguous from the oldest version no tag holds.
+    tagged = _tagged_versions(store, objects)
+    floor = min((v for v in versions if v not in tagged), default=versions[-1])
+    for missing in sorted(set(range(floor, versions[-1] + 1)) - set(versions)):
         problem(
             "version_gap", str(missing),
             f"version {missing} is missing between {versions[0]} and {versions[-1]}: "
@@ -265,9 +269,22 @@ def verify(
                 "unreferenced_file", path,
                 f"no version refers to this file ({meta.size} bytes): left by a writer "
                 "that crashed, or whose commit was refused and not cleaned up",
-                "harmless to readers; cleanup (not available yet) will delete it",
+                "harmless to readers; s3ddb cleanup deletes it once 7 days old",
             )  # fmt: skip
     return report
+
+
+def _tagged_versions(store: Any, objects: dict[str, ObjectMeta]) -> set[int]:
+    import json
+
+    out = set()
+    for path in objects:
+        if path.startswith(f"{layout.TAGS_DIR}/") and path.endswith(".json"):
+            try:
+                out.add(int(json.loads(store.get(path))["version"]))
+            except (FileNotFoundError, ValueError, KeyError, TypeError):
+                continue
+    return out
 
 
 def sync(

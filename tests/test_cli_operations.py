@@ -285,9 +285,15 @@ def test_drop_refuses_without_confirmation_then_deletes_everything(
     assert code == 2 and "DatasetNotFoundError" in err
 
 
-def test_cleanup_says_it_is_not_available(capsys: Any, uri: str, flags: list[str]) -> None:
-    code, _, err = run(capsys, "cleanup", uri, "--older-than", "7d", *flags)
-    assert code == 2 and "not available yet" in err
+def test_cleanup_removes_old_versions(capsys: Any, uri: str, flags: list[str]) -> None:
+    keep_one = ("--older-than", "0", "--retain-versions", "1")
+    code, stats = run_json(capsys, "cleanup", uri, *keep_one, *flags)
+    assert code == 0 and stats["versions_removed"] == [1] and stats["rows_removed"] == 1
+    assert stats["files"]["manifests"] == 1
+    code, out, _ = run(capsys, "cleanup", uri, "--older-than", "7d", *flags)
+    assert code == 0 and out.startswith("removed 0 version(s)")
+    assert run(capsys, "cleanup", uri, "--older-than", "soon", *flags)[0] == 2
+    assert run_json(capsys, "verify", uri, "--grace", "0", *flags)[0] == 0
 
 
 def test_exit_codes_and_debug(capsys: Any, uri: str, flags: list[str]) -> None:

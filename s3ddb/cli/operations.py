@@ -9,6 +9,7 @@ progress bar on a terminal (never in pipes or with ``--json``).
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -48,7 +49,13 @@ def register(subparsers: Any) -> None:
                    metavar="SECONDS", help=_GRACE_HELP)  # fmt: skip
 
     p = _verb(subparsers, "cleanup", run_cleanup)
-    p.add_argument("--older-than", metavar="AGE", help="e.g. 7d, 12h")
+    p.add_argument("--older-than", type=_age, metavar="AGE",
+                   help="remove versions older than this: 7d, 12h, 30m (default 14d)")
+    p.add_argument("--retain-versions", type=int, metavar="N",
+                   help="keep the N newest versions whatever their age")
+    p.add_argument("--delete-unverified", action="store_true",
+                   help="also delete unreferenced files younger than 7 days (only when "
+                   "no writer can be committing)")  # fmt: skip
 
     p = _verb(subparsers, "drop", run_drop)
     p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
@@ -150,19 +157,47 @@ def run_sync(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
-def run_cleanup(args: argparse.Namespace) -> int:
-    """Delete old versions and unreferenced files (not available yet).
+def _age(text: str) -> dt.timedelta:
+    """``7d``, ``12h``, ``30m``, ``45s`` or plain seconds."""
+    units = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+    text = text.strip().lower()
+    number, unit = (text[:-1], text[-1]) if text[-1:] in units else (text, "s")
+    try:
+        value = float(number)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected an age like 7d, 12h, 30m, got {text!r}"
+        ) from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an age >= 0, got {text!r}")
+    return dt.timedelta(seconds=value * units[unit])
 
-    Old versions, their DynamoDB rows and the files only they reference are kept
-    until cleanup_old_versions exists; s3ddb verify lists unreferenced files and
-    s3ddb sync removes orphaned staged manifests meanwhile.
+
+def run_cleanup(args: argparse.Namespace) -> int:
+    """Remove old versions and the files only they reference.
+
+    Removes every version committed more than --older-than ago (default 14d), except
+    the newest, the --retain-versions newest and every tagged version: their DynamoDB
+    rows, manifests and transaction files, and the data and deletion files no kept
+    version references. Files no version references (a crashed writer's) go once
+    older than 7 days, or at any age with --delete-unverified. Safe while writers
+    commit.
     """
-    print(
-        "s3ddb: cleanup is not available yet: no version, row or file is deleted. "
-        "s3ddb verify lists unreferenced files; s3ddb sync removes orphaned staged manifests.",
-        file=sys.stderr,
-    )
-    return 2
+    import s3ddb
+
+    ds = s3ddb.dataset(args.uri, storage_options=storage_options(args))
+    stats = ds.cleanup_old_versions(args.older_than, args.retain_versions, args.delete_unverified)
+    if args.json:
+        emit_json(stats.to_json())
+        return 0
+    versions = stats.versions_removed
+    print(f"removed {len(versions)} version(s)"
+          + (f" ({versions[0]}..{versions[-1]})" if versions else "")
+          + f", {stats.rows_removed} DynamoDB row(s), {stats.bytes_removed} bytes")  # fmt: skip
+    for kind in sorted(stats.files):
+        label = kind.replace("_", " ") + ":"
+        print(f"  {label:20}{stats.files[kind]} ({stats.bytes[kind]} bytes)")
+    return 0
 
 
 def run_drop(args: argparse.Namespace) -> int:

@@ -34,6 +34,7 @@ from s3ddb.errors import (
     InvalidInputError,
     RetryableCommitConflictError,
     TooMuchWriteContentionError,
+    VersionNotFoundError,
 )
 from s3ddb.format import layout
 from s3ddb.format.deletion import deletion_path
@@ -216,6 +217,54 @@ def _catch_up(
     write_transaction: Callable[[Transaction], None],
     written: list[str],
 ) -> tuple[Manifest | None, Transaction]:
+    """:func:`_resolve_since`, telling a version cleanup removed meanwhile from a lost one.
+
+    Raises:
+        RetryableCommitConflictError: a version this commit had to check was removed
+            by cleanup while it was checking; re-executing on the newest version works.
+    """
+    try:
+        return _resolve_since(handler, current, txn, on_existing, write_transaction, written)
+    except (FileNotFoundError, VersionNotFoundError) as exc:
+        version = getattr(exc, "s3ddb_version", None)
+        if version is not None:
+            try:
+                handler.location_of(version)
+            except VersionNotFoundError:
+                raise RetryableCommitConflictError(
+                    f"version {version} of {handler.store.url} was removed by cleanup while "
+                    "this commit was checking it against its own; re-execute the operation "
+                    "on the newest version"
+                ) from None
+        raise
+
+
+def _load_checked(handler: CommitHandler, location: ManifestLocation) -> Manifest:
+    """``handler.load_manifest``, the failure labelled with the version it concerned."""
+    try:
+        return handler.load_manifest(location)
+    except (FileNotFoundError, VersionNotFoundError) as exc:
+        exc.s3ddb_version = location.version  # type: ignore[union-attr]
+        raise
+
+
+def _load_version(handler: CommitHandler, version: int) -> Manifest:
+    try:
+        location = handler.location_of(version)
+    except VersionNotFoundError as exc:
+        exc.s3ddb_version = version  # type: ignore[attr-defined]
+        raise
+    return _load_checked(handler, location)
+
+
+def _resolve_since(
+    handler: CommitHandler,
+    current: Manifest | None,
+    txn: Transaction,
+    on_existing: OnExisting,
+    write_transaction: Callable[[Transaction], None],
+    written: list[str],
+) -> tuple[Manifest | None, Transaction]:
     """Resolve ``txn`` against every version committed after ``current``.
 
     Returns the newest manifest (the new base) and the possibly rebased transaction.
@@ -242,7 +291,7 @@ def _catch_up(
             conflicts.resolve_kinds(txn, location.operation, location.version)
             previous = None
             continue
-        theirs_manifest = handler.load_manifest(location)
+        theirs_manifest = _load_checked(handler, location)
         if current is None and newest is None:
             txn = _on_dataset_created(handler, txn, theirs_manifest, on_existing)
             write_transaction(txn)
@@ -266,7 +315,7 @@ def _catch_up(
                 conflicts.resolve_kinds(txn, theirs.kind, location.version)
             else:
                 if previous is None:
-                    previous = handler.load_manifest(handler.location_of(location.version - 1))
+                    previous = _load_version(handler, location.version - 1)
                 ctx = conflicts.ConflictContext(handler.store, previous, theirs_manifest)
                 try:
                     rebased = conflicts.resolve(txn, theirs, location.version, ctx)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import abc
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -151,6 +151,11 @@ class ExternalManifestStore(abc.ABC):
     @abc.abstractmethod
     def delete_dataset(self, base_uri: str) -> int:
         """Delete every row of ``base_uri``; returns how many were deleted."""
+
+    def delete_versions(self, base_uri: str, versions: Iterable[int]) -> int:
+        """Delete the rows of ``versions`` of ``base_uri`` (batched); returns how many
+        were asked for. Cleanup only: never the newest version."""
+        raise NotImplementedError(f"{type(self).__name__} cannot delete single versions")
 
     def list_datasets(self) -> Iterator[str]:
         """The ``base_uri`` of every dataset with rows in the store, each once

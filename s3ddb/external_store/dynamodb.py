@@ -15,7 +15,7 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from s3ddb.errors import (
@@ -376,6 +376,20 @@ class DynamoDBManifestStore(ExternalManifestStore):
                 self._batch_delete(batch)
                 deleted += len(batch)
         return deleted
+
+    def delete_versions(self, base_uri: str, versions: Iterable[int]) -> int:
+        """Delete the rows of ``versions`` (BatchWriteItem, 25 keys a request).
+
+        Raises:
+            ExternalStoreThrottledError: retries exhausted (some rows may be deleted).
+        """
+        self.validate()
+        keys = [
+            {"base_uri": {"S": base_uri}, "version": {"N": str(v)}} for v in sorted(set(versions))
+        ]
+        for start in range(0, len(keys), _BATCH_LIMIT):
+            self._batch_delete(keys[start : start + _BATCH_LIMIT])
+        return len(keys)
 
     def list_datasets(self) -> Iterator[str]:
         """Every ``base_uri`` in the table, each once (Scan of the key attribute,

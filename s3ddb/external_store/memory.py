@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -282,6 +282,14 @@ class InMemoryManifestStore(ExternalManifestStore):
         if after is not None:
             raise _fault_exception(after, "delete_dataset")
         return count
+
+    def delete_versions(self, base_uri: str, versions: Iterable[int]) -> int:
+        wanted = list(versions)
+        with self._table.lock:
+            rows = self._table.rows.get(base_uri, {})
+            for version in wanted:
+                rows.pop(version, None)
+        return len(wanted)
 
     def list_datasets(self) -> Iterator[str]:
         with self._table.lock:

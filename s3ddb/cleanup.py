@@ -1,0 +1,155 @@
+"""Removing old versions: ``Dataset.cleanup_old_versions``.
+
+Which versions go: every version committed before ``older_than`` ago, except the
+newest version, the ``retain_versions`` newest, and every version a tag names. What goes
+with them: their manifests (final and staged), their DynamoDB rows, their transaction
+files, and the data and deletion files that no kept version references. Files that no
+version references at all (left by crashed or failed writers) and staged manifests no
+row refers to go too, once older than a grace period (:data:`UNVERIFIED_GRACE`) unless
+``delete_unverified``: a writer may be between writing them and committing.
+
+Safety against a writer committing meanwhile: the newest version is never removed, a
+commit only ever builds on the newest version (and its files are new), and files a
+commit in progress has written are younger than the grace period. DynamoDB rows go
+first, so an interrupted cleanup leaves only files that no version references, which
+the next cleanup removes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from s3ddb.commit.external import ExternalStoreCommitHandler
+from s3ddb.errors import InvalidInputError
+from s3ddb.format import layout
+from s3ddb.format.deletion import deletion_path
+from s3ddb.format.manifest import Manifest
+from s3ddb.format.naming import parse_manifest_name, parse_staged_name
+
+if TYPE_CHECKING:
+    from s3ddb.dataset import Dataset
+
+#: Files no version references are kept this long, unless ``delete_unverified``.
+UNVERIFIED_GRACE = dt.timedelta(days=7)
+#: Versions younger than this are kept by default (as Lance does).
+DEFAULT_OLDER_THAN = dt.timedelta(days=14)
+
+
+@dataclass
+class CleanupStats:
+    """What a cleanup removed: versions, rows, and per kind of file a count and bytes."""
+
+    versions_removed: list[int] = field(default_factory=list)
+    rows_removed: int = 0
+    files: dict[str, int] = field(default_factory=dict)
+    bytes: dict[str, int] = field(default_factory=dict)
+
+    def add(self, kind: str, size: int) -> None:
+        self.files[kind] = self.files.get(kind, 0) + 1
+        self.bytes[kind] = self.bytes.get(kind, 0) + size
+
+    @property
+    def bytes_removed(self) -> int:
+        return sum(self.bytes.values())
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "bytes_removed": self.bytes_removed}
+
+
+def _referenced(manifest: Manifest) -> set[str]:
+    out = set()
+    if manifest.transaction_file:
+        out.add(layout.transaction_path(manifest.transaction_file))
+    for fragment in manifest.fragments:
+        out.update(layout.data_file_path(d.path) for d in fragment.files)
+        if fragment.deletion_file is not None:
+            out.add(deletion_path(fragment))
+    return out
+
+
+def _kind(path: str) -> str | None:
+    directory = path.split("/", 1)[0]
+    return {
+        layout.DATA_DIR: "data_files",
+        layout.DELETIONS_DIR: "deletion_files",
+        layout.TRANSACTIONS_DIR: "transaction_files",
+    }.get(directory)
+
+
+def cleanup_old_versions(
+    ds: Dataset,
+    older_than: dt.timedelta | None = None,
+    retain_versions: int | None = None,
+    delete_unverified: bool = False,
+) -> CleanupStats:
+    """See :meth:`s3ddb.Dataset.cleanup_old_versions`."""
+    older_than = DEFAULT_OLDER_THAN if older_than is None else older_than
+    if not isinstance(older_than, dt.timedelta) or older_than < dt.timedelta(0):
+        raise InvalidInputError(f"older_than must be a timedelta >= 0, got {older_than!r}")
+    if retain_versions is not None and (
+        not isinstance(retain_versions, int) or retain_versions < 1
+    ):
+        raise InvalidInputError(f"retain_versions must be an int >= 1, got {retain_versions!r}")
+    handler = ds.handler
+    store = handler.store
+    now = dt.datetime.now(dt.timezone.utc)
+    history = ds.versions()
+    if not history:
+        return CleanupStats()
+    newest = history[-1].version
+    kept = {newest} | set(ds.tags.list().values())
+    kept |= {v.version for v in history if now - v.timestamp < older_than}
+    if retain_versions is not None:
+        kept |= {v.version for v in history[-retain_versions:]}
+    removed = [v.version for v in history if v.version not in kept]
+    stats = CleanupStats(versions_removed=removed)
+    keep_files: set[str] = set()
+    for version in sorted(kept):
+        keep_files |= _referenced(ds.checkout_version(version).manifest)
+    removed_files: set[str] = set()
+    for version in removed:
+        removed_files |= _referenced(ds.checkout_version(version).manifest)
+
+    # Rows first: a version without its row is invisible, whatever is left of it.
+    if removed and isinstance(handler, ExternalStoreCommitHandler):
+        stats.rows_removed = handler.external.delete_versions(handler.base_uri, removed)
+    grace = 0.0 if delete_unverified else UNVERIFIED_GRACE.total_seconds()
+    wall = time.time()
+    removed_set = set(removed)
+    live_rows = _staged_row_paths(handler)
+    doomed: list[tuple[str, str, int]] = []
+    for meta in store.iter_list(""):
+        path, old = meta.path, meta.modified is None or wall - meta.modified >= grace
+        directory, _, name = path.partition("/")
+        if directory == layout.VERSIONS_DIR:
+            final = parse_manifest_name(name)
+            staged = parse_staged_name(name)
+            if final is not None and final[0] in removed_set:
+                doomed.append((path, "manifests", meta.size))
+            elif staged is not None and path not in live_rows and (
+                staged[0] in removed_set or old
+            ):
+                doomed.append((path, "staged_manifests", meta.size))
+            continue
+        kind = _kind(path)
+        if kind is None or path in keep_files:
+            continue
+        if path in removed_files or old:
+            doomed.append((path, kind, meta.size))
+    for start in range(0, len(doomed), 1000):
+        batch = doomed[start : start + 1000]
+        store.delete_many([p for p, _k, _s in batch])
+        for _p, kind, size in batch:
+            stats.add(kind, size)
+    return stats
+
+
+def _staged_row_paths(handler: Any) -> set[str]:
+    """Staged manifest paths that rows (of kept versions: the others are gone) point at."""
+    if not isinstance(handler, ExternalStoreCommitHandler):
+        return set()
+    rows = handler.external.list_versions(handler.base_uri)
+    return {row.path for row in rows if row.is_staged}
