@@ -276,6 +276,17 @@ def test_versions_sql_function(spark: Any, uri: str, opts: dict) -> None:
     options = ", ".join(f"'{k}', '{v}'" for k, v in opts.items())
     rows = spark.sql(f"SELECT * FROM s3ddb_versions('{uri}', map({options}))").collect()
     assert [(r.version, r.operation) for r in rows] == [(1, "Overwrite"), (2, "Delete")]
+    assert spark.sql(f"SELECT * FROM s3ddb_verify('{uri}', map({options}))").collect() == []
+    # A version a crashed writer left staged is a problem s3ddb_verify reports.
+    from s3ddb.io import ObjectStore
+
+    store = ObjectStore(uri, opts)
+    final = next(p.path for p in store.list("_versions/") if p.path.endswith(".manifest"))
+    store.copy(final, f"{final}-{'0' * 32}")
+    verify = f"SELECT * FROM s3ddb_verify('{uri}', map({options})"
+    assert spark.sql(verify + ")").collect() == [], "young: may be a commit in progress"
+    [problem] = spark.sql(verify + ", 0)").collect()
+    assert problem.kind == "orphaned_staged_manifest" and "sync" in problem.fix
 
 
 def test_data_source_registers_itself_in_a_plain_session(spark: Any, uri: str, opts: dict) -> None:
