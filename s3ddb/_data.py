@@ -17,9 +17,22 @@ def to_arrow_table(data: Any, schema: pa.Schema | None = None) -> pa.Table:
     a pandas DataFrame, a dict of columns or a list of row dicts.
 
     Raises:
-        InvalidInputError: the data is of an unsupported type.
+        InvalidInputError: the data is of an unsupported type, or holds text that is
+            not valid Unicode (a lone surrogate in a column name or value).
         SchemaMismatchError: ``schema`` is given and the data cannot be cast to it.
     """
+    try:
+        return _to_arrow_table(data, schema)
+    except UnicodeEncodeError as exc:
+        bad = exc.object[exc.start : exc.end].encode("utf-8", "backslashreplace").decode()
+        raise InvalidInputError(
+            f"the data holds text that is not valid Unicode ({bad!r} at position {exc.start} "
+            f"of {exc.object.encode('utf-8', 'backslashreplace').decode()!r}: {exc.reason}); "
+            "column names and strings must be encodable as UTF-8"
+        ) from None
+
+
+def _to_arrow_table(data: Any, schema: pa.Schema | None) -> pa.Table:
     if isinstance(data, pa.Table):
         table = data
     elif isinstance(data, pa.RecordBatch):

@@ -45,7 +45,7 @@ from s3ddb.format.datafile import (
 from s3ddb.format.deletion import read_deletion_mask
 from s3ddb.format.fragment import FragmentMetadata
 from s3ddb.format.manifest import Manifest
-from s3ddb.format.naming import DEFAULT_NAMING, NamingScheme
+from s3ddb.format.naming import DEFAULT_NAMING, U64_MAX, NamingScheme
 from s3ddb.format.rows import filter_rows
 from s3ddb.format.schema import DatasetSchema, conform
 from s3ddb.io.parallel import PendingWrites
@@ -611,6 +611,14 @@ def _load_version(handler: CommitHandler, version: int | None, uri: str) -> Mani
         return _load_latest(handler, uri)
     if not isinstance(version, int) or isinstance(version, bool):
         raise InvalidInputError(f"version must be an int or a tag name, got {version!r}")
+    if not 1 <= version < U64_MAX:
+        latest = handler.latest_location()
+        if latest is None:
+            raise DatasetNotFoundError(f"no dataset at {uri}")
+        raise VersionNotFoundError(
+            f"version {version} of {uri} does not exist (versions are numbered from 1; "
+            f"latest is {latest.version})"
+        )
     try:
         location = handler.location_of(version)
     except VersionNotFoundError:

@@ -89,7 +89,8 @@ def run(args: argparse.Namespace) -> int:
             raise InvalidInputError(f"--tag expects KEY=VALUE, got {item!r}")
         tags[key] = value
     aws = AwsConfig(dynamodb_endpoint=args.endpoint_url, region=args.region, profile=args.profile)
-    where = f"(endpoint {args.endpoint_url or 'default AWS'}, region {_region(aws)})"
+    endpoint = aws.endpoint_in_effect("dynamodb") or "default AWS"
+    where = f"(endpoint {endpoint}, region {_region(aws)})"
     created = create_table(
         args.table,
         aws,

@@ -106,7 +106,7 @@ def create_table(
         if not c.key_schema_matches(description):
             raise c.wrong_schema_error(
                 table_name,
-                aws.endpoint_for("dynamodb"),
+                aws.endpoint_in_effect("dynamodb"),
                 _region(aws),
                 c.key_schema_text(description),
             ) from exc
@@ -162,7 +162,7 @@ def _raise_translated(exc: BaseException, operation: str, table: str, aws: AwsCo
     failure = c.classify(exc)
     if failure is None:
         raise exc
-    endpoint = aws.endpoint_for("dynamodb")
+    endpoint = aws.endpoint_in_effect("dynamodb")
     raise c.translate(exc, failure, operation, table, endpoint, _region(aws)) from exc
 
 
@@ -184,7 +184,7 @@ def _wait_active(client: Any, table_name: str, aws: AwsConfig, timeout: float) -
             return
         if time.monotonic() >= deadline:
             raise ExternalStoreTableError(
-                f"{c.where(table_name, aws.endpoint_for('dynamodb'), _region(aws))} is still "
+                f"{c.where(table_name, aws.endpoint_in_effect('dynamodb'), _region(aws))} is still "
                 f"{status} after {timeout:.0f}s"
             )
         time.sleep(delay)

@@ -120,8 +120,9 @@ class DynamoDBManifestStore(ExternalManifestStore):
 
     @property
     def endpoint(self) -> str | None:
-        """The explicit endpoint, or None for the region's AWS endpoint."""
-        return self.aws.endpoint_for("dynamodb")
+        """The endpoint in effect (explicit or from the environment), or None for the
+        region's AWS endpoint."""
+        return self.aws.endpoint_in_effect("dynamodb")
 
     @property
     def region(self) -> str:

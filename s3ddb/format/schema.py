@@ -28,8 +28,25 @@ def _children(field: pa.Field) -> list[pa.Field]:
 def _walk(fields: list[pa.Field], prefix: FieldPath = ()) -> Iterator[tuple[FieldPath, pa.Field]]:
     for f in fields:
         path = (*prefix, f.name)
+        _check_name(path)
         yield path, f
         yield from _walk(_children(f), path)
+
+
+def _check_name(path: FieldPath) -> None:
+    """Field names are stored as UTF-8 (Parquet, protobuf): refuse what is not text.
+
+    Raises:
+        SchemaMismatchError: the name holds a lone surrogate or is otherwise unencodable.
+    """
+    try:
+        path[-1].encode("utf-8")
+    except UnicodeEncodeError as exc:
+        shown = ".".join(path).encode("utf-8", "backslashreplace").decode("ascii", "replace")
+        raise SchemaMismatchError(
+            f"column name {shown!r} is not valid Unicode text ({exc.reason} at position "
+            f"{exc.start}): s3ddb stores names as UTF-8"
+        ) from None
 
 
 @dataclass(frozen=True)

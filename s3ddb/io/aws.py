@@ -93,6 +93,19 @@ class AwsConfig:
         specific = {"s3": self.s3_endpoint, "dynamodb": self.dynamodb_endpoint}.get(service)
         return specific or self.endpoint_url
 
+    def endpoint_in_effect(self, service: str) -> str | None:
+        """The endpoint requests to ``service`` go to, for messages: the explicit one,
+        else the environment's (``AWS_ENDPOINT_URL_<SERVICE>``, ``AWS_ENDPOINT_URL``, as
+        boto3 reads them), else None (the region's AWS endpoint)."""
+        explicit = self.endpoint_for(service)
+        if explicit or os.environ.get("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "").lower() == "true":
+            return explicit
+        return (
+            os.environ.get(f"AWS_ENDPOINT_URL_{service.upper()}")
+            or os.environ.get("AWS_ENDPOINT_URL")
+            or None
+        )
+
     def region_or_default(self) -> str | None:
         return self.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
 
