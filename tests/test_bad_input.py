@@ -30,7 +30,7 @@ def test_a_version_beyond_any_number_is_not_found(tmp_path: Path) -> None:
 )
 def test_text_that_is_not_unicode_is_refused(tmp_path: Path, data: Any) -> None:
     uri = tmp_path / "ds"
-    with pytest.raises(s3ddb.InvalidInputError, match="not valid Unicode.*UTF-8"):
+    with pytest.raises(s3ddb.InvalidInputError, match=r"not valid Unicode.*UTF-8"):
         s3ddb.write_dataset(data, str(uri))
     assert not uri.exists(), "nothing written"
 
