@@ -167,7 +167,15 @@ class ExternalStoreCommitHandler(CommitHandler):
         self.external.validate()
 
     def describe(self) -> str:
-        return f"{self.mechanism} {self.external.describe()} for {self.base_uri}"
+        info = self.external.describe()
+        if "table" in info:
+            where = (
+                f"DynamoDB table {info['table']!r} (endpoint "
+                f"{info.get('endpoint') or 'default AWS'}, region {info.get('region')})"
+            )
+        else:
+            where = ", ".join(f"{k}={v}" for k, v in info.items())
+        return f"{self.mechanism}: {where}, for {self.base_uri}"
 
     # --- reading --------------------------------------------------------------------
 
