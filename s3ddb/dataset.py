@@ -553,6 +553,54 @@ class Dataset:
 
         return cleanup_old_versions(self, older_than, retain_versions, delete_unverified)
 
+    @property
+    def config(self) -> dict[str, str]:
+        """The pinned version's dataset configuration (a copy)."""
+        return dict(self._manifest.config)
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        """The pinned version's table metadata (a copy)."""
+        return dict(self._manifest.table_metadata)
+
+    def update_config(
+        self,
+        upsert: dict[str, str] | None = None,
+        delete: list[str] | tuple[str, ...] = (),
+        *,
+        metadata_upsert: dict[str, str] | None = None,
+        metadata_delete: list[str] | tuple[str, ...] = (),
+    ) -> Dataset:
+        """Set and delete keys of the configuration and table metadata, as one new
+        version (an ``UpdateConfig``); data and schema are untouched, and older versions
+        keep their values. A concurrent config change makes it re-apply on top.
+
+        Raises:
+            InvalidInputError: keys or values that are not strings, nothing to change,
+                or a reserved key (``s3ddb.app_txn.*`` records streaming batches).
+        """
+        from s3ddb.commit.build import APP_TRANSACTION_PREFIX
+        from s3ddb.commit.transaction import UpdateConfig
+
+        operation = UpdateConfig(
+            config_upsert=dict(upsert or {}),
+            config_delete=tuple(delete),
+            metadata_upsert=dict(metadata_upsert or {}),
+            metadata_delete=tuple(metadata_delete),
+        )
+        keys = [*operation.metadata_upsert, *operation.metadata_delete]
+        reserved = [k for k in keys if k.startswith(APP_TRANSACTION_PREFIX)]
+        if reserved:
+            raise InvalidInputError(f"table metadata keys {reserved} are reserved by s3ddb")
+        if not (keys or operation.config_upsert or operation.config_delete):
+            raise InvalidInputError("update_config needs at least one key to set or delete")
+        self._run_planned("update_config", lambda manifest: (operation, None), None, None)
+        return self
+
+    def delete_config_keys(self, keys: list[str] | tuple[str, ...]) -> Dataset:
+        """Delete configuration keys, as :meth:`update_config` does."""
+        return self.update_config(delete=tuple(keys))
+
     def restore(self) -> Dataset:
         """Make the pinned version the latest, as a new version; returns self moved there."""
         latest = _load_latest(self._handler, self._uri, finalize=False)

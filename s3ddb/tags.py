@@ -43,6 +43,18 @@ class Tags:
         except FileExistsError:
             raise InvalidInputError(f"tag {name!r} already exists in {self._ds.uri}") from None
 
+    def update(self, name: str, version: int) -> None:
+        """Point the existing tag ``name`` at ``version``.
+
+        Raises:
+            InvalidInputError: bad name.
+            VersionNotFoundError: no such tag, or no such version.
+        """
+        self._check_name(name)
+        self.get(name)
+        self._ds.handler.location_of(version)
+        self._store.put(layout.tag_path(name), json.dumps({"version": version}).encode())
+
     def delete(self, name: str) -> None:
         """Remove tag ``name``. Raises VersionNotFoundError if there is no such tag."""
         self._check_name(name)
