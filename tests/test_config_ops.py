@@ -36,7 +36,8 @@ def test_config_and_metadata_change_as_new_versions(target: tuple[str, Any]) -> 
     ds.delete_config_keys(["tier"])
     ds.update_config(metadata_delete=["source"], metadata_upsert={"team": "a"})
     latest = s3ddb.dataset(uri, storage_options=so)
-    assert (latest.version, latest.config, latest.metadata) == (4, {"owner": "team-a"}, {"team": "a"})
+    state = (latest.version, latest.config, latest.metadata)
+    assert state == (4, {"owner": "team-a"}, {"team": "a"})
     assert [v.operation for v in latest.versions()][1:] == ["UpdateConfig"] * 3
     # Time travel: each version keeps its own values; the data never changed.
     assert s3ddb.dataset(uri, 1, storage_options=so).config == {}
