@@ -25,8 +25,7 @@ from typing import TYPE_CHECKING, Any
 from s3ddb.commit.external import ExternalStoreCommitHandler
 from s3ddb.errors import InvalidInputError
 from s3ddb.format import layout
-from s3ddb.format.deletion import deletion_path
-from s3ddb.format.manifest import Manifest
+from s3ddb.format.manifest import referenced_paths
 from s3ddb.format.naming import parse_manifest_name, parse_staged_name
 
 if TYPE_CHECKING:
@@ -57,17 +56,6 @@ class CleanupStats:
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "bytes_removed": self.bytes_removed}
-
-
-def _referenced(manifest: Manifest) -> set[str]:
-    out = set()
-    if manifest.transaction_file:
-        out.add(layout.transaction_path(manifest.transaction_file))
-    for fragment in manifest.fragments:
-        out.update(layout.data_file_path(d.path) for d in fragment.files)
-        if fragment.deletion_file is not None:
-            out.add(deletion_path(fragment))
-    return out
 
 
 def _kind(path: str) -> str | None:
@@ -108,10 +96,10 @@ def cleanup_old_versions(
     stats = CleanupStats(versions_removed=removed)
     keep_files: set[str] = set()
     for version in sorted(kept):
-        keep_files |= _referenced(ds.checkout_version(version).manifest)
+        keep_files.update(referenced_paths(ds.checkout_version(version).manifest))
     removed_files: set[str] = set()
     for version in removed:
-        removed_files |= _referenced(ds.checkout_version(version).manifest)
+        removed_files.update(referenced_paths(ds.checkout_version(version).manifest))
 
     # Rows first: a version without its row is invisible, whatever is left of it.
     if removed and isinstance(handler, ExternalStoreCommitHandler):

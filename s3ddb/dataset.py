@@ -39,17 +39,15 @@ from s3ddb.errors import (
 )
 from s3ddb.format.datafile import (
     DEFAULT_MAX_ROWS_PER_FILE,
-    read_fragment,
     write_fragments_from_table,
 )
-from s3ddb.format.deletion import read_deletion_mask
 from s3ddb.format.fragment import FragmentMetadata
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.naming import DEFAULT_NAMING, U64_MAX, NamingScheme
-from s3ddb.format.rows import filter_rows
 from s3ddb.format.schema import DatasetSchema, conform
 from s3ddb.io.parallel import PendingWrites
 from s3ddb.io.uri import parse_uri
+from s3ddb.scan import read_visible_rows
 
 if TYPE_CHECKING:
     from s3ddb.cleanup import CleanupStats
@@ -220,18 +218,9 @@ class Dataset:
     def _read_fragment(
         self, fragment: FragmentMetadata, columns: list[str], predicate: pc.Expression | None
     ) -> pa.Table:
-        needed = list(columns)
-        if predicate is not None:
-            from s3ddb.expressions import referenced_columns
-
-            needed += [c for c in sorted(referenced_columns(predicate)) if c not in needed]
-        table = read_fragment(self._handler.store, fragment, self._manifest.schema, needed)
-        if fragment.deletion_file is not None:
-            keep = read_deletion_mask(self._handler.store, fragment)
-            table = table.filter(keep)
-        if predicate is not None:
-            table = filter_rows(table, predicate)
-        return table.select(columns)
+        return read_visible_rows(
+            self._handler.store, fragment, self._manifest.schema, columns, predicate
+        )
 
     def to_batches(
         self,

@@ -24,7 +24,7 @@ from s3ddb.errors import ManifestCorruptError, PathOutsideDatasetError, S3DDBErr
 from s3ddb.external_store.base import ManifestRow
 from s3ddb.external_store.identity import final_path_of
 from s3ddb.format import layout
-from s3ddb.format.deletion import deletion_path
+from s3ddb.format.manifest import referenced_paths
 from s3ddb.format.naming import parse_manifest_name, parse_staged_name
 from s3ddb.io.object_store import ObjectMeta
 
@@ -244,20 +244,16 @@ def verify(
             continue
         if manifest.transaction_file:
             referenced.add(layout.transaction_path(manifest.transaction_file))
-        for fragment in manifest.fragments:
-            files = [layout.data_file_path(d.path) for d in fragment.files]
-            if fragment.deletion_file is not None:
-                files.append(deletion_path(fragment))
-            for path in files:
-                if path not in referenced and path not in objects:
-                    problem(
-                        "missing_data_file", path,
-                        f"version {version} refers to {path}, which does not exist: "
-                        "reading that version fails",
-                        "restore the object from a backup; or s3ddb restore URI to a "
-                        "version that does not use it", version,
-                    )  # fmt: skip
-                referenced.add(path)
+        for path in referenced_paths(manifest, transaction=False):
+            if path not in referenced and path not in objects:
+                problem(
+                    "missing_data_file", path,
+                    f"version {version} refers to {path}, which does not exist: "
+                    "reading that version fails",
+                    "restore the object from a backup; or s3ddb restore URI to a "
+                    "version that does not use it", version,
+                )  # fmt: skip
+            referenced.add(path)
     data_dirs = (layout.DATA_DIR, layout.DELETIONS_DIR, layout.TRANSACTIONS_DIR)
     for path, meta in objects.items():
         if (

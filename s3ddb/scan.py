@@ -20,7 +20,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from s3ddb.format.datafile import open_data_file, read_fragment
+from s3ddb.format.datafile import (
+    assemble_columns,
+    file_columns_by_id,
+    open_data_file,
+    read_fragment,
+)
 from s3ddb.format.deletion import read_deletion_mask
 from s3ddb.format.fragment import FragmentMetadata
 from s3ddb.format.rows import filter_rows
@@ -82,16 +87,10 @@ def _read_pruned(
     wanted = dict(zip(columns, schema.top_level_ids(columns)))
     with open_data_file(store, data_file) as f:
         parquet = pq.ParquetFile(f)
-        file_names: dict[int, str] = {}
-        for file_field in parquet.schema_arrow:
-            raw = (file_field.metadata or {}).get(b"PARQUET:field_id")
-            if raw is not None:
-                file_names[int(raw)] = file_field.name
+        by_id = file_columns_by_id(parquet)
         all_names = list(schema.arrow.names)
         dataset_names = {
-            file_names[i]: n
-            for n, i in zip(all_names, schema.top_level_ids(all_names))
-            if i in file_names
+            by_id[i]: n for n, i in zip(all_names, schema.top_level_ids(all_names)) if i in by_id
         }
         metadata = parquet.metadata
         keep, ranges, start = [], [], 0
@@ -101,30 +100,15 @@ def _read_pruned(
                 keep.append(index)
                 ranges.append((start, rows))
             start += rows
-        present = [file_names[i] for i in wanted.values() if i in file_names]
         if not keep:
-            table = None
-        elif len(keep) == metadata.num_row_groups:
+            return _empty(schema, columns), []
+        present = [by_id[i] for i in wanted.values() if i in by_id]
+        if len(keep) == metadata.num_row_groups:
             table = parquet.read(columns=present)
         else:
             table = parquet.read_row_groups(keep, columns=present)
-    if table is None:
-        return _empty(schema, columns), []
-    kept_rows = sum(n for _s, n in ranges)
-    arrays, fields = [], []
-    for name, field_id in wanted.items():
-        field = schema.arrow.field(name)
-        if field_id in file_names:
-            array = table.column(file_names[field_id])
-            if not array.type.equals(field.type):
-                array = array.cast(field.type)
-        else:
-            array = pa.chunked_array([pa.nulls(kept_rows, field.type)])
-        arrays.append(array)
-        fields.append(field)
-    if not columns:
-        return pa.table({"_": pa.nulls(kept_rows)}).select([]), ranges
-    return pa.Table.from_arrays(arrays, schema=pa.schema(fields)), ranges
+    pieces = {name: table.column(by_id[i]) for name, i in wanted.items() if i in by_id}
+    return assemble_columns(pieces, schema, columns, sum(n for _s, n in ranges)), ranges
 
 
 def _empty(schema: DatasetSchema, columns: list[str]) -> pa.Table:

@@ -7,7 +7,7 @@ from typing import Any
 import s3ddb
 from s3ddb.commit import finalizer
 from s3ddb.format import layout
-from s3ddb.format.deletion import deletion_path
+from s3ddb.format.manifest import referenced_paths
 from s3ddb.io import ObjectStore
 
 
@@ -24,12 +24,7 @@ def orphans(uri: str, storage_options: dict[str, Any] | None = None) -> set[str]
     referenced: set[str] = set()
     for info in ds.versions():
         manifest = ds.checkout_version(info.version).manifest
-        if manifest.transaction_file:
-            referenced.add(layout.transaction_path(manifest.transaction_file))
-        for fragment in manifest.fragments:
-            referenced.update(layout.data_file_path(d.path) for d in fragment.files)
-            if fragment.deletion_file is not None:
-                referenced.add(deletion_path(fragment))
+        referenced.update(referenced_paths(manifest))
     return {
         p
         for p in objects(uri, storage_options)

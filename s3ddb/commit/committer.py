@@ -37,9 +37,7 @@ from s3ddb.errors import (
     VersionNotFoundError,
 )
 from s3ddb.format import layout
-from s3ddb.format.deletion import deletion_path
-from s3ddb.format.fragment import data_file_paths
-from s3ddb.format.manifest import Manifest
+from s3ddb.format.manifest import Manifest, referenced_paths
 from s3ddb.format.naming import DEFAULT_NAMING, NamingScheme
 from s3ddb.io.parallel import PendingWrites
 
@@ -373,12 +371,6 @@ def _discard_superseded(
             log.warning("could not delete superseded file %s: %s", path, exc)
 
 
-def _referenced_paths(manifest: Manifest) -> set[str]:
-    out = set(data_file_paths(manifest.fragments))
-    out.update(deletion_path(f) for f in manifest.fragments if f.deletion_file is not None)
-    return out
-
-
 def _cleanup(
     handler: CommitHandler,
     original: Transaction,
@@ -392,7 +384,7 @@ def _cleanup(
         paths.extend(t.operation.written_paths())
     # Never delete what the read version references, whatever an operation built
     # elsewhere (Dataset.commit) claims to have written.
-    referenced = _referenced_paths(base) if base is not None else set()
+    referenced = set(referenced_paths(base, transaction=False)) if base is not None else set()
     for path in dict.fromkeys(p for p in paths if p not in referenced):
         try:
             handler.store.delete(path)

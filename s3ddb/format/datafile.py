@@ -112,28 +112,42 @@ def read_fragment(
             continue
         with open_data_file(store, data_file) as f:
             parquet = pq.ParquetFile(f)
-            by_id = {}
-            for file_field in parquet.schema_arrow:
-                raw = (file_field.metadata or {}).get(b"PARQUET:field_id")
-                if raw is not None:
-                    by_id[int(raw)] = file_field.name
-            file_columns = [by_id[i] for i in needed if i in by_id]
-            table = parquet.read(columns=file_columns)
+            by_id = file_columns_by_id(parquet)
+            table = parquet.read(columns=[by_id[i] for i in needed if i in by_id])
         for i, name in needed.items():
             if i in by_id:
                 pieces[name] = table.column(by_id[i])
+    return assemble_columns(pieces, schema, columns, fragment.physical_rows)
+
+
+def file_columns_by_id(parquet: pq.ParquetFile) -> dict[int, str]:
+    """Field id -> column name in one Parquet data file (its ``PARQUET:field_id``s)."""
+    by_id = {}
+    for file_field in parquet.schema_arrow:
+        raw = (file_field.metadata or {}).get(b"PARQUET:field_id")
+        if raw is not None:
+            by_id[int(raw)] = file_field.name
+    return by_id
+
+
+def assemble_columns(
+    pieces: dict[str, pa.ChunkedArray], schema: DatasetSchema, columns: list[str], num_rows: int
+) -> pa.Table:
+    """A table of ``columns`` (in order) with the dataset's types, from the columns read
+    (``pieces``, by name); a column no file held reads as ``num_rows`` nulls. With no
+    columns, a table that still has ``num_rows`` rows."""
+    if not columns:
+        # A table with rows but no columns: keep the row count for count_rows callers.
+        return pa.table({"_": pa.nulls(num_rows)}).select([])
     arrays = []
     out_fields = []
     for name in columns:
         field = schema.arrow.field(name)
         array = pieces.get(name)
         if array is None:
-            array = pa.chunked_array([pa.nulls(fragment.physical_rows, field.type)])
+            array = pa.chunked_array([pa.nulls(num_rows, field.type)])
         elif not array.type.equals(field.type):
             array = array.cast(field.type)
         arrays.append(array)
         out_fields.append(field)
-    if not columns:
-        # A table with rows but no columns: keep the row count for count_rows callers.
-        return pa.table({"_": pa.nulls(fragment.physical_rows)}).select([])
     return pa.Table.from_arrays(arrays, schema=pa.schema(out_fields))

@@ -9,7 +9,9 @@ from google.protobuf.message import DecodeError
 
 from s3ddb._version import __version__
 from s3ddb.errors import ManifestCorruptError, PathOutsideDatasetError
+from s3ddb.format import layout
 from s3ddb.format._proto import manifest_pb2 as pb
+from s3ddb.format.deletion import deletion_path
 from s3ddb.format.fragment import FragmentMetadata
 from s3ddb.format.framing import frame, unframe
 from s3ddb.format.naming import NamingScheme
@@ -137,3 +139,17 @@ class Manifest:
             raise PathOutsideDatasetError(f"{exc} [manifest {where}]") from None
         except (DecodeError, ValueError, KeyError, IndexError) as exc:
             raise ManifestCorruptError(f"manifest {where}: cannot decode: {exc}") from exc
+
+
+def referenced_paths(manifest: Manifest, *, transaction: bool = True) -> list[str]:
+    """Every file ``manifest`` references, relative to the dataset root, in manifest
+    order: its transaction file (unless ``transaction=False``), then each fragment's
+    data files and deletion file."""
+    out = []
+    if transaction and manifest.transaction_file:
+        out.append(layout.transaction_path(manifest.transaction_file))
+    for fragment in manifest.fragments:
+        out.extend(layout.data_file_path(d.path) for d in fragment.files)
+        if fragment.deletion_file is not None:
+            out.append(deletion_path(fragment))
+    return list(dict.fromkeys(out))

@@ -78,7 +78,7 @@ class WritePlan:
         return cls(options, uuid.uuid4().hex, base.version if base else 0, schema, overwrite)
 
     def store(self) -> ObjectStore:
-        return open_handler(self.options.uri, self.options.storage_options).store
+        return ObjectStore(self.options.uri, self.options.storage_options)
 
 
 @dataclass(frozen=True)

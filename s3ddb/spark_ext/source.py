@@ -29,6 +29,7 @@ from pyspark.sql.datasource import (
 from s3ddb.dataset import Dataset, dataset
 from s3ddb.format.fragment import FragmentMetadata
 from s3ddb.format.schema import DatasetSchema
+from s3ddb.io.object_store import ObjectStore
 from s3ddb.scan import read_visible_rows
 from s3ddb.spark_ext import _write
 from s3ddb.spark_ext._filters import PushedFilters, split_filters
@@ -138,7 +139,7 @@ class S3DDBReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, FragmentGroup)
-        store = _write.open_handler(self._options.uri, self._options.storage_options).store
+        store = ObjectStore(self._options.uri, self._options.storage_options)
         predicate = self._filters.expression()
         may_match = self._filters.may_match if self._filters.conditions else None
         for fragment in partition.fragments:
