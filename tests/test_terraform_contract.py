@@ -41,8 +41,13 @@ def test_table_key_schema_matches_the_code() -> None:
     assert "ttl" not in table, "rows are a dataset's history: no TTL"
 
 
-def _actions(document: dict[str, Any]) -> set[str]:
+def _actions(document: dict[str, Any], documents: dict[str, dict[str, Any]]) -> set[str]:
+    """The actions of a policy document, with those of the documents it merges in
+    (``source_policy_documents``)."""
     out: set[str] = set()
+    for ref in document.get("source_policy_documents", []):
+        name = ref.strip("${}").removeprefix("data.").removesuffix(".json")
+        out |= _actions(documents[name], documents)
     for statement in document.get("statement", []):
         out.update(_text(a) for a in statement.get("actions", []))
     for dynamic in document.get("dynamic", []):
@@ -54,8 +59,8 @@ def _actions(document: dict[str, Any]) -> set[str]:
 
 def test_read_only_policy_reads_and_never_writes() -> None:
     documents = _blocks(MODULE / "iam.tf", "data")
-    writer = _actions(documents["aws_iam_policy_document.s3ddb"])
-    reader = _actions(documents["aws_iam_policy_document.s3ddb_read_only"])
+    writer = _actions(documents["aws_iam_policy_document.s3ddb"], documents)
+    reader = _actions(documents["aws_iam_policy_document.s3ddb_read_only"], documents)
     assert reader == {
         "dynamodb:DescribeTable", "dynamodb:GetItem", "dynamodb:Query",
         "s3:GetObject", "s3:ListBucket",

@@ -28,7 +28,31 @@ locals {
   ]
 }
 
+# Listing, limited to the datasets' prefixes: the same for writers and readers.
+data "aws_iam_policy_document" "s3ddb_list" {
+  dynamic "statement" {
+    for_each = local.s3_list
+    content {
+      sid       = "S3ddbList${statement.value.index}"
+      actions   = ["s3:ListBucket"]
+      resources = ["arn:aws:s3:::${statement.value.bucket}"]
+
+      dynamic "condition" {
+        # Omitted when one of the bucket's locations is the whole bucket.
+        for_each = contains(statement.value.prefixes, "") ? [] : [statement.value.prefixes]
+        content {
+          test     = "StringLike"
+          variable = "s3:prefix"
+          values   = flatten([for p in condition.value : [p, "${p}/*"]])
+        }
+      }
+    }
+  }
+}
+
 data "aws_iam_policy_document" "s3ddb" {
+  source_policy_documents = [data.aws_iam_policy_document.s3ddb_list.json]
+
   statement {
     sid = "S3ddbManifestStore"
     actions = [
@@ -57,24 +81,6 @@ data "aws_iam_policy_document" "s3ddb" {
     }
   }
 
-  dynamic "statement" {
-    for_each = local.s3_list
-    content {
-      sid       = "S3ddbList${statement.value.index}"
-      actions   = ["s3:ListBucket"]
-      resources = ["arn:aws:s3:::${statement.value.bucket}"]
-
-      dynamic "condition" {
-        # Omitted when one of the bucket's locations is the whole bucket.
-        for_each = contains(statement.value.prefixes, "") ? [] : [statement.value.prefixes]
-        content {
-          test     = "StringLike"
-          variable = "s3:prefix"
-          values   = flatten([for p in condition.value : [p, "${p}/*"]])
-        }
-      }
-    }
-  }
 }
 
 resource "aws_iam_policy" "s3ddb" {
@@ -88,11 +94,13 @@ resource "aws_iam_policy" "s3ddb" {
 }
 
 # The read-only variant, for principals that only read datasets (query engines,
-# dashboards): DescribeTable, GetItem and Query on the table; GetObject and ListBucket on
-# the datasets. Such a reader cannot finish a version a crashed writer left staged (that
+# dashboards): DescribeTable, GetItem and Query on the table; GetObject and (from
+# s3ddb_list) ListBucket on the datasets. Such a reader cannot finish a version a crashed writer left staged (that
 # takes UpdateItem and PutObject); it reads that version from its staged manifest until
 # a writer or `s3ddb sync` finalizes it.
 data "aws_iam_policy_document" "s3ddb_read_only" {
+  source_policy_documents = [data.aws_iam_policy_document.s3ddb_list.json]
+
   statement {
     sid = "S3ddbManifestStoreRead"
     actions = [
@@ -112,23 +120,6 @@ data "aws_iam_policy_document" "s3ddb_read_only" {
     }
   }
 
-  dynamic "statement" {
-    for_each = local.s3_list
-    content {
-      sid       = "S3ddbListRead${statement.value.index}"
-      actions   = ["s3:ListBucket"]
-      resources = ["arn:aws:s3:::${statement.value.bucket}"]
-
-      dynamic "condition" {
-        for_each = contains(statement.value.prefixes, "") ? [] : [statement.value.prefixes]
-        content {
-          test     = "StringLike"
-          variable = "s3:prefix"
-          values   = flatten([for p in condition.value : [p, "${p}/*"]])
-        }
-      }
-    }
-  }
 }
 
 resource "aws_iam_policy" "s3ddb_read_only" {
