@@ -9,8 +9,22 @@ ds.to_table(filter="id < 10")
 from s3ddb import fragment
 from s3ddb._version import __version__
 from s3ddb.commit.committer import CommitConfig
-from s3ddb.commit.row_operations import Delete, Rewrite, RewriteGroup, Update, UpdateMode
-from s3ddb.commit.transaction import Append, Overwrite, Restore, Transaction, UpdateConfig
+from s3ddb.commit.row_operations import (
+    Delete,
+    ReserveFragments,
+    Rewrite,
+    RewriteGroup,
+    Update,
+    UpdateMode,
+)
+from s3ddb.commit.transaction import (
+    Append,
+    Overwrite,
+    Restore,
+    Transaction,
+    UpdateConfig,
+    UpdateMemWalState,
+)
 from s3ddb.dataset import Dataset, VersionInfo, dataset, write_dataset
 from s3ddb.errors import *  # noqa: F403
 from s3ddb.errors import S3DDBError
@@ -25,6 +39,7 @@ __all__ = [
     "Delete",
     "FragmentMetadata",
     "Overwrite",
+    "ReserveFragments",
     "Restore",
     "Rewrite",
     "RewriteGroup",
@@ -32,6 +47,7 @@ __all__ = [
     "Transaction",
     "Update",
     "UpdateConfig",
+    "UpdateMemWalState",
     "UpdateMode",
     "VersionInfo",
     "__version__",

@@ -117,9 +117,7 @@ def cleanup_old_versions(
             staged = parse_staged_name(name)
             if final is not None and final[0] in removed_set:
                 doomed.append((path, "manifests", meta.size))
-            elif staged is not None and path not in live_rows and (
-                staged[0] in removed_set or old
-            ):
+            elif staged is not None and path not in live_rows and (staged[0] in removed_set or old):
                 doomed.append((path, "staged_manifests", meta.size))
             continue
         kind = _kind(path)

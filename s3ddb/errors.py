@@ -55,6 +55,10 @@ class InvalidExpressionError(InvalidInputError):
     """A predicate or value expression is malformed or uses something unsupported."""
 
 
+class UnsupportedOperationError(S3DDBError, NotImplementedError):
+    """An operation of the Lance specification that s3ddb reads but does not build."""
+
+
 class ManifestCorruptError(S3DDBError):
     """A manifest or transaction file is truncated, corrupt or unreadable."""
 
@@ -86,6 +90,12 @@ class CommitError(S3DDBError):
 
 class CommitConflictError(CommitError):
     """The commit definitely did not land because of a concurrent commit."""
+
+
+class BaseTooOldError(CommitConflictError):
+    """The transaction needs a newer version than the base it was given (e.g. a
+    Rewrite whose fragment ids a later ReserveFragments reserved); the commit loop
+    catches up with the newest version and builds again."""
 
 
 class RetryableCommitConflictError(CommitConflictError):

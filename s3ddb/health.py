@@ -351,9 +351,7 @@ def _staged_copy(staged: dict[str, ObjectMeta], row: ManifestRow) -> str | None:
     return None
 
 
-def table_datasets(
-    table: str, storage_options: dict[str, Any] | None = None
-) -> Iterator[str]:
+def table_datasets(table: str, storage_options: dict[str, Any] | None = None) -> Iterator[str]:
     """The ``s3+ddb://`` URI of every dataset with rows in DynamoDB table ``table``."""
     from s3ddb.connect import external_store_for
     from s3ddb.io.object_store import ObjectStore
@@ -363,7 +361,7 @@ def table_datasets(
     external = external_store_for(probe, ObjectStore(probe, storage_options))
     for base_uri in external.list_datasets():
         if base_uri.startswith("s3://"):
-            yield f"s3+ddb://{base_uri[len('s3://'):]}?ddbTableName={table}"
+            yield f"s3+ddb://{base_uri[len('s3://') :]}?ddbTableName={table}"
 
 
 @dataclass

@@ -14,17 +14,23 @@ compacting (see docs/conflicts.md).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
+from pyroaring import BitMap
 
-from s3ddb.commit.row_operations import Rewrite, RewriteGroup
+from s3ddb.commit.committer import CommitConfig, commit_transaction
+from s3ddb.commit.handlers import CommitHandler
+from s3ddb.commit.row_operations import ReserveFragments, Rewrite, RewriteGroup
+from s3ddb.commit.transaction import Transaction
 from s3ddb.errors import InvalidInputError
 from s3ddb.format.datafile import read_fragment, write_fragments_from_table
-from s3ddb.format.deletion import read_deletion_mask
+from s3ddb.format.deletion import read_deleted_rows
 from s3ddb.format.fragment import FragmentMetadata, data_file_paths
 from s3ddb.format.manifest import Manifest
+from s3ddb.format.rows import all_rows, take_rows
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.row_changes import FileTracker, distributed, parallel_map
 
@@ -118,47 +124,93 @@ def plan_groups(manifest: Manifest, options: CompactionOptions) -> list[list[Fra
     return groups
 
 
+#: Reserves ``n`` fragment ids in the dataset, returning the first.
+ReserveIds = Callable[[int], int]
+
+
 def plan_compaction(
-    store: ObjectStore, manifest: Manifest, options: CompactionOptions
+    store: ObjectStore, manifest: Manifest, options: CompactionOptions, reserve: ReserveIds
 ) -> tuple[Rewrite | None, CompactionMetrics]:
-    """The Rewrite that compacts ``manifest``'s version (None if nothing is worth it)."""
+    """The Rewrite that compacts ``manifest``'s version (None if nothing is worth it).
+
+    The new fragments' ids come from ``reserve`` (a ReserveFragments commit), and each
+    group records the rows it copied: together they let a delete committed during the
+    compaction follow its rows (see :mod:`s3ddb.commit.fragment_reuse`).
+    """
     groups = plan_groups(manifest, options)
     if not groups:
         return None, CompactionMetrics()
     schema = manifest.schema
     names = list(schema.arrow.names)
 
-    def visible_rows(fragment: FragmentMetadata) -> pa.Table:
+    def visible_rows(fragment: FragmentMetadata) -> tuple[pa.Table, BitMap]:
         table = read_fragment(store, fragment, schema, names)
+        copied = all_rows(fragment.physical_rows)
         if fragment.deletion_file is not None:
-            table = table.filter(read_deletion_mask(store, fragment))
-        return table
+            copied -= read_deleted_rows(store, fragment)
+            table = take_rows(table, copied)
+        return table, copied
 
-    def rewrite(old: list[FragmentMetadata], rows: list[pa.Table]) -> RewriteGroup:
-        table = pa.concat_tables(rows)
+    def rewrite(old: list[FragmentMetadata], rows: list[tuple[pa.Table, BitMap]]) -> _Unnumbered:
+        table = pa.concat_tables([t for t, _copied in rows])
         limit = options.target_rows_per_fragment
         new = write_fragments_from_table(store, table, schema, max_rows_per_file=limit)
-        return RewriteGroup(tuple(old), tuple(new))
+        copied = tuple((f.id, c) for f, (_t, c) in zip(old, rows))
+        return _Unnumbered(tuple(old), tuple(new), copied)
 
     files = FileTracker(store)
-    out = []
+    out: list[_Unnumbered] = []
     with files.cleanup_on_error():
         if distributed():
             # One task per group reads and writes it; only metadata comes back.
             out = parallel_map(lambda old: rewrite(old, [visible_rows(f) for f in old]), groups)
             for group in out:
-                files.add(*data_file_paths(group.new_fragments))
+                files.add(*data_file_paths(group.new))
         else:
             for old in groups:
                 out.append(rewrite(old, parallel_map(visible_rows, old)))
-                files.add(*data_file_paths(out[-1].new_fragments))
-        op = Rewrite(tuple(out))
-    return op, CompactionMetrics(
-        fragments_removed=sum(len(g.old_fragments) for g in out),
-        fragments_added=sum(len(g.new_fragments) for g in out),
-        files_removed=sum(len(f.files) for g in out for f in g.old_fragments),
-        files_added=sum(len(f.files) for g in out for f in g.new_fragments),
+                files.add(*data_file_paths(out[-1].new))
+        next_id = reserve(sum(len(g.new) for g in out))
+        numbered = []
+        for group in out:
+            new = tuple(f.with_id(next_id + i) for i, f in enumerate(group.new))
+            next_id += len(new)
+            numbered.append(RewriteGroup(group.old, new, group.copied))
+        op = Rewrite(tuple(numbered))
+    return op, _metrics(numbered)
+
+
+def _metrics(groups: Sequence[RewriteGroup]) -> CompactionMetrics:
+    return CompactionMetrics(
+        fragments_removed=sum(len(g.old_fragments) for g in groups),
+        fragments_added=sum(len(g.new_fragments) for g in groups),
+        files_removed=sum(len(f.files) for g in groups for f in g.old_fragments),
+        files_added=sum(len(f.files) for g in groups for f in g.new_fragments),
     )
+
+
+@dataclass(frozen=True)
+class _Unnumbered:
+    """A rewrite group before its new fragments have ids."""
+
+    old: tuple[FragmentMetadata, ...]
+    new: tuple[FragmentMetadata, ...]
+    copied: tuple[tuple[int, BitMap], ...]
+
+
+def reserve_fragment_ids(
+    handler: CommitHandler, manifest: Manifest, config: CommitConfig
+) -> ReserveIds:
+    """A :data:`ReserveIds` committing ReserveFragments on top of ``manifest``."""
+
+    def reserve(n: int) -> int:
+        txn = Transaction(manifest.version, ReserveFragments(n))
+        result = commit_transaction(handler, txn, manifest, config=config)
+        highest = result.manifest.max_fragment_id
+        assert highest is not None
+        return highest - n + 1
+
+    return reserve
 
 
 class DatasetOptimizer:
@@ -192,9 +244,23 @@ class DatasetOptimizer:
             target_rows_per_fragment, materialize_deletions, materialize_deletions_threshold
         )
         ds = self._dataset
-        return ds._run_planned(
+        before = ds.last_commit
+        planned = ds._run_planned(
             "compact_files",
-            lambda manifest: plan_compaction(ds.handler.store, manifest, options),
+            lambda manifest: plan_compaction(
+                ds.handler.store,
+                manifest,
+                options,
+                reserve_fragment_ids(ds.handler, manifest, ds._commit_config),
+            ),
             conflict_retries,
             retry_timeout,
         )
+        committed = ds.last_commit
+        if committed is None or committed is before:
+            return planned
+        # A rebase may have dropped groups whose rows were all deleted meanwhile: report
+        # what was committed.
+        op = committed.transaction.operation
+        assert isinstance(op, Rewrite)
+        return _metrics(op.groups)

@@ -316,7 +316,7 @@ def test_compact(capsys: pytest.CaptureFixture[str], uri: str) -> None:
     code, out, err = cli(capsys, "compact", uri)
     assert code == 0 and err == ""
     assert out.splitlines() == [
-        "compacted version 3; new version 4",
+        "compacted version 3; new version 5",  # 4 reserves the new fragment ids
         "  fragments removed: 2",
         "  fragments added:   1",
         "  files removed:     2",
@@ -328,7 +328,7 @@ def test_compact(capsys: pytest.CaptureFixture[str], uri: str) -> None:
 
     code, out, _ = cli(capsys, "compact", uri)
     assert code == 0
-    assert out.splitlines()[0] == "nothing to compact; nothing committed (version 4)"
+    assert out.splitlines()[0] == "nothing to compact; nothing committed (version 5)"
     assert "  fragments removed: 0" in out.splitlines()
 
 

@@ -25,6 +25,7 @@ from s3ddb.errors import (
     RetryableCommitConflictError,
     TooMuchWriteContentionError,
 )
+from s3ddb.format import layout
 from s3ddb.format.schema import DatasetSchema
 from s3ddb.optimize import CompactionMetrics
 from tests.storage import objects, orphans
@@ -85,7 +86,8 @@ def compact(ds: s3ddb.Dataset, **kwargs: Any) -> CompactionMetrics:
     assert len(new) == metrics.fragments_added
     assert all(f.deletion_file is None and len(f.files) == 1 for f in new)
     assert all(f.id > max(old_ids) for f in new)
-    assert ds.version == (version + 1 if metrics.fragments_removed else version)
+    # A compaction reserves its fragment ids (one version), then rewrites (another).
+    assert ds.version == (version + 2 if metrics.fragments_removed else version)
     return metrics
 
 
@@ -108,10 +110,16 @@ def test_small_adjacent_fragments_are_merged(any_uri: str) -> None:
     assert compact(ds, target_rows_per_fragment=4) == CompactionMetrics(4, 2, 4, 2)
     assert shape(ds) == [(4, 0, 1), (4, 0, 1), (2, 0, 1)]
     assert ds.get_fragments()[2] == v1[4]
-    assert ds.version == 2 and ds.latest_version == 2
-    assert [v.operation for v in ds.versions()] == ["Overwrite", "Rewrite"]
+    assert ds.version == 3 and ds.latest_version == 3
+    assert [v.operation for v in ds.versions()] == ["Overwrite", "ReserveFragments", "Rewrite"]
     txn = ds.last_commit.transaction  # type: ignore[union-attr]
     assert txn.kind == "Rewrite" and txn.read_version == 1
+    # The new fragments carry the ids version 2 reserved, and the rows they copied.
+    assert [f.id for g in txn.operation.groups for f in g.new_fragments] == [5, 6]
+    assert ds.checkout_version(2).manifest.max_fragment_id == 6
+    assert [(fid, list(r)) for fid, r in txn.operation.groups[0].copied_rows] == [
+        (0, [0, 1]), (1, [0, 1])
+    ]  # fmt: skip
     # Right after, with the same options: nothing to do.
     assert_no_op(ds, target_rows_per_fragment=4)
     # The default target merges everything into one fragment.
@@ -119,8 +127,10 @@ def test_small_adjacent_fragments_are_merged(any_uri: str) -> None:
     assert shape(ds) == [(10, 0, 1)]
     assert_no_op(ds)
     # Old versions keep their fragments and files, and read the same.
-    assert [v.operation for v in ds.versions()] == ["Overwrite", "Rewrite", "Rewrite"]
-    for version in (1, 2):
+    assert [v.operation for v in ds.versions()] == ["Overwrite"] + [
+        "ReserveFragments", "Rewrite"
+    ] * 2  # fmt: skip
+    for version in (1, 2, 3):
         old = ds.checkout_version(version)
         assert old.to_table().equals(table)
         assert old.count_rows("k >= 3") == 7
@@ -384,39 +394,80 @@ def test_compaction_rebases_over_an_append(any_uri: str) -> None:
     appended = writer.get_fragments()[-1]
     metrics = compactor.optimize.compact_files(target_rows_per_fragment=TARGET, conflict_retries=0)
     assert metrics == CompactionMetrics(2, 1, 2, 1)
-    assert compactor.version == 3 and compactor.last_conflict_retries == 0
+    assert compactor.version == 4 and compactor.last_conflict_retries == 0
     latest = s3ddb.dataset(any_uri)
     assert latest.to_table().equals(expected)  # the appended rows, once, in place
     assert shape(latest) == [(5, 0, 1), (4, 0, 1), (5, 0, 1), (2, 0, 1)]
     assert latest.get_fragments()[-1] == appended
-    assert [v.operation for v in latest.versions()] == ["Overwrite", "Append", "Rewrite"]
+    assert operations(latest) == ["Overwrite", "Append", "ReserveFragments", "Rewrite"]
     assert orphans(any_uri) == set()
 
 
-@pytest.mark.parametrize("change", MIDDLE)
-def test_compaction_after_a_change_to_its_fragments_is_retried(any_uri: str, change: str) -> None:
+def operations(ds: s3ddb.Dataset) -> list[str]:
+    return [v.operation for v in ds.versions()]
+
+
+def data_files(uri: str, so: dict[str, Any] | None = None) -> set[str]:
+    return {p for p in objects(uri, so) if p.startswith("data/")}
+
+
+#: Changes that only delete rows of the fragments a compaction copies (moving updated
+#: rows elsewhere): the compaction's fragment-reuse mapping carries them over.
+CARRIED = ["delete-middle", "update-rows-middle", "merge_insert-middle"]
+#: A change that rewrote columns of a copied fragment in place: the copy is stale.
+STALE = ["update-columns-middle"]
+
+
+@pytest.mark.parametrize("change", CARRIED)
+def test_compaction_carries_over_a_concurrent_delete_of_its_rows(any_uri: str, change: str) -> None:
     writer, compactor = pinned_pair(any_uri)
     CHANGES[change](writer, None)
     expected = writer.to_table()
-    before = objects(any_uri)
+    metrics = compactor.optimize.compact_files(target_rows_per_fragment=TARGET, conflict_retries=0)
+    assert metrics == CompactionMetrics(2, 1, 2, 1)
+    assert compactor.last_conflict_retries == 0
+    latest = s3ddb.dataset(any_uri)
+    assert operations(latest) == ["Overwrite", change.split("-")[0].replace("delete", "Delete")
+                                  .replace("update", "Update").replace("merge_insert", "Update"),
+                                  "ReserveFragments", "Rewrite"]  # fmt: skip
+    # The row the other writer removed stays removed: the compacted fragment has a
+    # deletion file for its copy.
+    assert latest.to_table().equals(expected)
+    assert sorted_rows(latest) == serial_result(change)
+    compacted = latest.get_fragments()[1]
+    assert (compacted.physical_rows, compacted.num_deleted_rows) == (4, 1)
+    # Time travel: the version before the compaction reads the same rows.
+    assert latest.checkout_version(2).to_table().equals(expected)
+    assert orphans(any_uri) == set()
+
+
+@pytest.mark.parametrize("change", STALE)
+def test_compaction_after_columns_of_its_fragments_changed_is_retried(
+    any_uri: str, change: str
+) -> None:
+    writer, compactor = pinned_pair(any_uri)
+    CHANGES[change](writer, None)
+    expected = writer.to_table()
+    before = data_files(any_uri)
     with pytest.raises(RetryableCommitConflictError):
         compactor.optimize.compact_files(target_rows_per_fragment=TARGET, conflict_retries=0)
-    # Nothing of the failed compaction is left: no new data file, no version.
-    assert objects(any_uri) == before
-    assert compactor.version == 1 and compactor.latest_version == 2
+    # Nothing of the failed compaction is left but its reservation (a version that
+    # changes no data): no new data file.
+    assert data_files(any_uri) == before
+    assert compactor.version == 1
+    assert operations(s3ddb.dataset(any_uri)) == ["Overwrite", "Update", "ReserveFragments"]
     assert orphans(any_uri) == set()
     # With retries, it is planned again on the newest version and lands (the same two
-    # fragments, one of them now with a deletion file or a second data file).
+    # fragments, one of them now with a second data file).
     metrics = compactor.optimize.compact_files(target_rows_per_fragment=TARGET)
-    files = 3 if change == "update-columns-middle" else 2
-    assert metrics == CompactionMetrics(2, 1, files, 1)
-    assert compactor.version == 3 and compactor.last_conflict_retries == 1
+    assert metrics == CompactionMetrics(2, 1, 3, 1)
+    assert compactor.last_conflict_retries == 1
     latest = s3ddb.dataset(any_uri)
     assert latest.to_table().equals(expected)
     assert sorted_rows(latest) == serial_result(change)
     assert latest.checkout_version(2).to_table().equals(expected)
     rewrite = compactor.last_commit
-    assert rewrite is not None and rewrite.transaction.read_version == 2
+    assert rewrite is not None and rewrite.transaction.read_version > 2
     assert orphans(any_uri) == set()
 
 
@@ -428,7 +479,7 @@ def test_compaction_after_a_change_elsewhere_rebases(any_uri: str, change: str) 
     middle = compactor.get_fragments()[1:3]
     metrics = compactor.optimize.compact_files(target_rows_per_fragment=TARGET, conflict_retries=0)
     assert metrics == CompactionMetrics(2, 1, 2, 1)
-    assert compactor.version == 3 and compactor.last_conflict_retries == 0
+    assert compactor.version == 4 and compactor.last_conflict_retries == 0
     rewrite = compactor.last_commit.transaction.operation  # type: ignore[union-attr]
     assert list(rewrite.old_fragments()) == middle
     latest = s3ddb.dataset(any_uri)
@@ -456,35 +507,65 @@ def test_compaction_giving_up_leaves_no_files(any_uri: str) -> None:
     make(any_uri, [5, 3, 3, 5])
     other = s3ddb.dataset(any_uri)
     victims = iter([5, 8, 6, 9])
-    # Before each of its commits, another writer deletes a row of a fragment it compacts.
-    compactor = Interfered(s3ddb.dataset(any_uri), lambda: other.delete(f"k = {next(victims)}"))
+    # Before each of its commits, another writer rewrites a column of a row of a
+    # fragment it compacts (a change the compaction cannot carry over).
+    compactor = Interfered(
+        s3ddb.dataset(any_uri),
+        lambda: other.update({"name": "'x'"}, f"k = {next(victims)}", rewrite="columns"),
+    )
+    before = data_files(any_uri)
     with pytest.raises(TooMuchWriteContentionError) as info:
         compactor.optimize.compact_files(target_rows_per_fragment=6, conflict_retries=2)
     assert isinstance(info.value.__cause__, RetryableCommitConflictError)
     assert compactor.interferences == 3 and compactor.version == 1
     latest = s3ddb.dataset(any_uri)
-    assert [v.operation for v in latest.versions()] == ["Overwrite"] + ["Delete"] * 3
-    assert latest.count_rows() == 13
+    assert operations(latest) == ["Overwrite"] + ["ReserveFragments", "Update"] * 3
+    assert latest.count_rows() == 16
+    assert (
+        data_files(any_uri) - before
+        == {layout.data_file_path(d.path) for f in latest.get_fragments() for d in f.files} - before
+    )  # fmt: skip  (only the updates' column files are new)
     assert orphans(any_uri) == set()
 
 
 # --- concurrency, one process: compaction committed first -------------------------------------
 
 
-@pytest.mark.parametrize("change", MIDDLE)
-def test_change_after_a_compaction_of_its_fragment_is_retried(any_uri: str, change: str) -> None:
+@pytest.mark.parametrize("change", CARRIED)
+def test_change_after_a_compaction_of_its_fragment_follows_its_rows(
+    any_uri: str, change: str
+) -> None:
+    compactor, writer = pinned_pair(any_uri)
+    compact(compactor, target_rows_per_fragment=TARGET)
+    CHANGES[change](writer, 0)
+    assert writer.version == 4 and writer.last_conflict_retries == 0
+    latest = s3ddb.dataset(any_uri)
+    assert sorted_rows(latest) == serial_result(change)
+    assert operations(latest)[1:3] == ["ReserveFragments", "Rewrite"]
+    # The change landed on the compacted fragment: its deletion file covers the copy.
+    compacted = latest.get_fragments()[1]
+    assert compacted.id == compactor.get_fragments()[1].id
+    assert (compacted.physical_rows, compacted.num_deleted_rows) == (4, 1)
+    # Time travel: before the change, the compacted version reads as before.
+    assert latest.checkout_version(3).to_table().equals(compactor.to_table())
+    assert orphans(any_uri) == set()
+
+
+@pytest.mark.parametrize("change", STALE)
+def test_column_change_after_a_compaction_of_its_fragment_is_retried(
+    any_uri: str, change: str
+) -> None:
     compactor, writer = pinned_pair(any_uri)
     compact(compactor, target_rows_per_fragment=TARGET)
     before = objects(any_uri)
     with pytest.raises(RetryableCommitConflictError):
         CHANGES[change](writer, 0)
     assert objects(any_uri) == before
-    assert writer.version == 1 and writer.latest_version == 2
+    assert writer.version == 1 and writer.latest_version == 3
     CHANGES[change](writer, None)
-    assert writer.version == 3 and writer.last_conflict_retries == 1
+    assert writer.version == 4 and writer.last_conflict_retries == 1
     latest = s3ddb.dataset(any_uri)
     assert sorted_rows(latest) == serial_result(change)
-    assert [v.operation for v in latest.versions()][1] == "Rewrite"
     assert orphans(any_uri) == set()
 
 
@@ -493,7 +574,7 @@ def test_change_after_a_compaction_elsewhere_rebases(any_uri: str, change: str) 
     compactor, writer = pinned_pair(any_uri)
     compact(compactor, target_rows_per_fragment=TARGET)
     CHANGES[change](writer, 0)
-    assert writer.version == 3 and writer.last_conflict_retries == 0
+    assert writer.version == 4 and writer.last_conflict_retries == 0
     latest = s3ddb.dataset(any_uri)
     assert sorted_rows(latest) == serial_result(change)
     # The compacted fragment is still there, as the compaction left it.
@@ -505,14 +586,16 @@ def test_two_compactions_of_the_same_fragments(any_uri: str) -> None:
     first, second = pinned_pair(any_uri)
     compact(first, target_rows_per_fragment=TARGET)
     table = first.to_table()
-    before = objects(any_uri)
+    before = data_files(any_uri)
     with pytest.raises(RetryableCommitConflictError):
         second.optimize.compact_files(target_rows_per_fragment=TARGET, conflict_retries=0)
-    assert objects(any_uri) == before
-    # Re-planned on the newest version there is nothing left to do: nothing commits.
+    assert data_files(any_uri) == before
+    # Re-planned on the newest version there is nothing left to do: nothing but the
+    # stale plan's reservation commits.
     assert second.optimize.compact_files(target_rows_per_fragment=TARGET) == CompactionMetrics()
-    assert second.version == 2 and second.latest_version == 2
-    assert objects(any_uri) == before
+    assert second.version == second.latest_version
+    assert operations(second)[3:] == ["ReserveFragments", "ReserveFragments"]
+    assert data_files(any_uri) == before
     assert s3ddb.dataset(any_uri).to_table().equals(table)
 
 
@@ -528,27 +611,29 @@ def test_compaction_on_s3_ddb(aws: Any, ddb_uri: str) -> None:
     assert shape(ds) == [(4, 0, 1), (3, 0, 1), (2, 0, 1)]
     assert_no_op(ds, target_rows_per_fragment=4)
     fresh = s3ddb.dataset(ddb_uri, storage_options=so)
-    assert fresh.version == 3
+    assert fresh.version == 4
     assert fresh.to_table().equals(table)
-    assert [v.operation for v in fresh.versions()] == ["Overwrite", "Delete", "Rewrite"]
+    assert operations(fresh) == ["Overwrite", "Delete", "ReserveFragments", "Rewrite"]
     assert fresh.checkout_version(2).to_table().equals(table)
     assert fresh.checkout_version(1).count_rows() == 12
     assert orphans(ddb_uri, so) == set()
 
 
-def test_stale_compaction_on_s3_ddb(aws: Any, ddb_uri: str) -> None:
+@pytest.mark.parametrize("compaction_first", [False, True])
+def test_compaction_and_a_delete_race_on_s3_ddb(
+    aws: Any, ddb_uri: str, compaction_first: bool
+) -> None:
     so = aws.storage_options()
     writer, compactor = pinned_pair(ddb_uri, so)
-    writer.delete("k = 6")
-    expected = writer.to_table()
-    before = objects(ddb_uri, so)
-    with pytest.raises(RetryableCommitConflictError):
+    if compaction_first:
+        compactor.optimize.compact_files(target_rows_per_fragment=TARGET)
+        writer.delete("k = 6", conflict_retries=0)
+    else:
+        writer.delete("k = 6")
         compactor.optimize.compact_files(target_rows_per_fragment=TARGET, conflict_retries=0)
-    assert objects(ddb_uri, so) == before
-    compactor.optimize.compact_files(target_rows_per_fragment=TARGET)
-    assert compactor.last_conflict_retries == 1
+    assert (writer.last_conflict_retries, compactor.last_conflict_retries) == (0, 0)
     latest = s3ddb.dataset(ddb_uri, storage_options=so)
-    assert latest.version == 3
-    assert latest.to_table().equals(expected)
-    assert shape(latest) == [(5, 0, 1), (3, 0, 1), (5, 0, 1)]
+    assert latest.version == 4
+    assert sorted_rows(latest) == serial_result("delete-middle")
+    assert shape(latest) == [(5, 0, 1), (4, 1, 1), (5, 0, 1)]
     assert orphans(ddb_uri, so) == set()

@@ -173,9 +173,7 @@ def statements(policy_json: str) -> list[dict[str, Any]]:
     return out
 
 
-def apply_example(
-    infra_copy: Path, tmp_path: Path, tf_aws: LocalAWS
-) -> tuple[str, dict[str, Any]]:
+def apply_example(infra_copy: Path, tmp_path: Path, tf_aws: LocalAWS) -> tuple[str, dict[str, Any]]:
     """Apply examples/basic (bucket lake, prefix warehouse/sales) on ``tf_aws``: (table
     name, outputs)."""
     example = infra_copy / "examples" / "basic"

@@ -38,9 +38,7 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--writers", type=int, default=6, help="concurrent writer processes")
     p.add_argument("--appends", type=int, default=5, help="appends per writer")
-    p.add_argument(
-        "--no-spark", dest="spark", action="store_false", help="skip the Spark step (7)"
-    )
+    p.add_argument("--no-spark", dest="spark", action="store_false", help="skip the Spark step (7)")
     p.set_defaults(func=run)
     # No help=: hidden from the verb list (help=SUPPRESS prints "==SUPPRESS==").
     w = subparsers.add_parser("demo-writer")
@@ -242,6 +240,7 @@ def _spark_step(env: dict[str, str], so: dict[str, Any], check: Any) -> None:
         }
     )
     s3ddb.write_dataset(seed, uri, storage_options=so)
+
     def spawn(*command: str) -> subprocess.Popen[str]:
         return subprocess.Popen(
             [sys.executable, *command],

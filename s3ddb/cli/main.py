@@ -56,9 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
     )
     parser.add_argument("--version", action="version", version=f"s3ddb {__version__}")
-    parser.add_argument(
-        "--debug", action="store_true", help="print the traceback of an error"
-    )
+    parser.add_argument("--debug", action="store_true", help="print the traceback of an error")
     subparsers = parser.add_subparsers(dest="verb", metavar="VERB")
     for name in _VERB_MODULES:
         try:

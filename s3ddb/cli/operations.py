@@ -49,10 +49,18 @@ def register(subparsers: Any) -> None:
                    metavar="SECONDS", help=_GRACE_HELP)  # fmt: skip
 
     p = _verb(subparsers, "cleanup", run_cleanup)
-    p.add_argument("--older-than", type=_age, metavar="AGE",
-                   help="remove versions older than this: 7d, 12h, 30m (default 14d)")
-    p.add_argument("--retain-versions", type=int, metavar="N",
-                   help="keep the N newest versions whatever their age")
+    p.add_argument(
+        "--older-than",
+        type=_age,
+        metavar="AGE",
+        help="remove versions older than this: 7d, 12h, 30m (default 14d)",
+    )
+    p.add_argument(
+        "--retain-versions",
+        type=int,
+        metavar="N",
+        help="keep the N newest versions whatever their age",
+    )
     p.add_argument("--delete-unverified", action="store_true",
                    help="also delete unreferenced files younger than 7 days (only when "
                    "no writer can be committing)")  # fmt: skip
@@ -208,9 +216,7 @@ def run_drop(args: argparse.Namespace) -> int:
     """
     if not args.yes:
         if not sys.stdin.isatty():
-            raise InvalidInputError(
-                f"refusing to drop {args.uri} without confirmation: pass --yes"
-            )
+            raise InvalidInputError(f"refusing to drop {args.uri} without confirmation: pass --yes")
         answer = input(f"This deletes every object and DynamoDB row of\n  {args.uri}\n"
                        "Type the URI to confirm: ")  # fmt: skip
         if answer.strip() != args.uri:

@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
-from s3ddb.commit.row_operations import Delete, Rewrite, Update, UpdateMode
+from s3ddb.commit.row_operations import Delete, ReserveFragments, Rewrite, Update, UpdateMode
 from s3ddb.commit.transaction import (
     Append,
     Operation,
@@ -15,7 +15,13 @@ from s3ddb.commit.transaction import (
     Transaction,
     UpdateConfig,
 )
-from s3ddb.errors import CommitConflictError, InvalidInputError, TransactionAlreadyCommittedError
+from s3ddb.errors import (
+    BaseTooOldError,
+    CommitConflictError,
+    InvalidInputError,
+    TransactionAlreadyCommittedError,
+    UnsupportedOperationError,
+)
 from s3ddb.format.fragment import FragmentMetadata
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.naming import NamingScheme
@@ -52,7 +58,7 @@ def build_manifest(
     """
     builder = _BUILDERS.get(type(txn.operation))
     if builder is None:
-        raise InvalidInputError(f"s3ddb cannot commit {txn.kind} operations yet")
+        raise UnsupportedOperationError(f"s3ddb cannot commit {txn.kind} operations")
     manifest = builder(base, txn.operation, version, load_manifest)
     metadata = _app_transactions(base, txn, manifest)
     if metadata is not None:
@@ -93,7 +99,7 @@ def _app_transactions(
         done = _sequence(before.get(key))
         if _sequence(value) <= done:
             raise TransactionAlreadyCommittedError(
-                f"application transaction {key[len(APP_TRANSACTION_PREFIX):]!r} "
+                f"application transaction {key[len(APP_TRANSACTION_PREFIX) :]!r} "
                 f"{value} is already committed (version {base.version if base else 0} "
                 f"records {done})"
             )
@@ -240,15 +246,18 @@ def _rewrite(base: Manifest | None, op: Operation, version: int, load: LoadManif
                 f"(version {base.version})"
             )
     # Each group's new fragments take the place of its first old fragment, so the
-    # dataset's row order is kept.
+    # dataset's row order is kept. Groups with a fragment-reuse mapping carry ids
+    # that ReserveFragments reserved; the others get theirs here.
     first = base.next_fragment_id()
     replaced: dict[int, list[FragmentMetadata]] = {}
     dropped: set[int] = set()
     for group in op.groups:
-        new = []
-        for fragment in group.new_fragments:
-            new.append(fragment.with_id(first))
-            first += 1
+        if group.has_mapping:
+            _check_reserved(base, group.new_fragments, current)
+            new = list(group.new_fragments)
+        else:
+            new = [f.with_id(first + i) for i, f in enumerate(group.new_fragments)]
+            first += len(new)
         replaced[group.old_fragments[0].id] = new
         dropped.update(f.id for f in group.old_fragments[1:])
     fragments: list[FragmentMetadata] = []
@@ -261,6 +270,30 @@ def _rewrite(base: Manifest | None, op: Operation, version: int, load: LoadManif
     return base.evolve(fragments=tuple(fragments), max_fragment_id=max_id)
 
 
+def _check_reserved(
+    base: Manifest, fragments: tuple[FragmentMetadata, ...], current: dict[int, FragmentMetadata]
+) -> None:
+    """Reserved ids are at most the base's highest id and belong to no fragment."""
+    highest = base.max_fragment_id if base.max_fragment_id is not None else -1
+    for fragment in fragments:
+        if fragment.id > highest:
+            raise BaseTooOldError(
+                f"Rewrite: fragment id {fragment.id} is not reserved in version {base.version}"
+            )
+        if fragment.id in current:
+            raise CommitConflictError(
+                f"Rewrite: fragment id {fragment.id} is taken in version {base.version}"
+            )
+
+
+def _reserve_fragments(
+    base: Manifest | None, op: Operation, version: int, load: LoadManifest
+) -> Manifest:
+    assert isinstance(op, ReserveFragments)
+    base = _require_base(base, op)
+    return base.evolve(max_fragment_id=base.next_fragment_id() + op.num_fragments - 1)
+
+
 register_builder(Append, _append)
 register_builder(Overwrite, _overwrite)
 register_builder(Restore, _restore)
@@ -268,3 +301,4 @@ register_builder(UpdateConfig, _update_config)
 register_builder(Delete, _delete)
 register_builder(Update, _update)
 register_builder(Rewrite, _rewrite)
+register_builder(ReserveFragments, _reserve_fragments)

@@ -29,6 +29,7 @@ from s3ddb.commit.failpoints import failpoint
 from s3ddb.commit.handlers import CommitHandler, ManifestLocation, VersionConflict
 from s3ddb.commit.transaction import Append, Overwrite, Transaction
 from s3ddb.errors import (
+    BaseTooOldError,
     CommitStateUnknownError,
     DatasetAlreadyExistsError,
     InvalidInputError,
@@ -173,7 +174,16 @@ def commit_transaction(
         started = time.monotonic()
         while True:
             next_version = (current.version if current is not None else 0) + 1
-            manifest = build_manifest(current, txn, next_version, naming, load_version)
+            try:
+                manifest = build_manifest(current, txn, next_version, naming, load_version)
+            except BaseTooOldError:
+                newer, txn = _catch_up(
+                    handler, current, txn, on_existing, write_transaction, written
+                )
+                if newer is None or current is None or newer.version == current.version:
+                    raise
+                current = newer
+                continue
             try:
                 location = handler.commit_manifest(manifest, manifest.to_bytes(), writes)
             except VersionConflict:

@@ -183,6 +183,8 @@ for _theirs in OPERATION_KINDS:
     register_rule("Overwrite", _theirs, fixed(_C, "overwrite replaces every earlier change"))
     register_rule("Restore", _theirs, fixed(_C, "restore replaces every earlier change"))
     register_rule("UpdateConfig", _theirs, fixed(_C, "config changes touch no data"))
+    # The ids reserved are the highest of the version it commits, whatever came before.
+    register_rule("ReserveFragments", _theirs, fixed(_C, "reserving ids touches no data"))
 register_rule(
     "UpdateConfig", "UpdateConfig", fixed(_R, "concurrent config change: re-read and re-apply")
 )

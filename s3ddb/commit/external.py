@@ -605,4 +605,3 @@ class ExternalStoreCommitHandler(CommitHandler):
                 f"committing version {row.version} of {self.base_uri}: outcome unknown "
                 f"after retrying ({exc}); the commit's files are kept"
             ) from exc
-

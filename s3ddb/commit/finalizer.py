@@ -182,9 +182,7 @@ class BackgroundFinalizer:
     def _start(self) -> None:
         # Called with the lock held.
         if self._thread is None:
-            self._thread = threading.Thread(
-                target=self._run, name="s3ddb-finalizer", daemon=True
-            )
+            self._thread = threading.Thread(target=self._run, name="s3ddb-finalizer", daemon=True)
             self._thread.start()
 
     def _run(self) -> None:

@@ -31,6 +31,7 @@ import pyarrow.compute as pc
 from pyroaring import BitMap
 
 from s3ddb.commit.conflicts import ConflictContext, Outcome, Rule, Verdict
+from s3ddb.commit.fragment_reuse import carry_deletes_into_rewrite, carry_over_rewrite
 from s3ddb.commit.row_operations import (
     Delete,
     KeyExistenceFilter,
@@ -351,33 +352,28 @@ def _fragment_overlap(
     mine: Transaction, theirs: Transaction, ctx: ConflictContext | None
 ) -> Verdict:
     """Rewrite (compaction) moves rows to new fragments without changing them: only a
-    fragment this transaction changed makes its row offsets stale."""
+    fragment this transaction changed is affected, and its changes follow the rows to
+    their new addresses (see :mod:`s3ddb.commit.fragment_reuse`)."""
     op = mine.operation
     assert isinstance(op, (Delete, Update))
     rewritten = _rewritten_fragments(theirs.operation)
     if rewritten is None:
         return Verdict(_R, f"{theirs.kind} is not understood by this version")
     overlap = _touched_by(op) & rewritten
-    if overlap:
+    if not overlap:
+        return Verdict(_C, "theirs rewrote no fragment this transaction changed")
+    if ctx is None or not isinstance(theirs.operation, Rewrite):
         return Verdict(_R, f"fragments {sorted(overlap)} were rewritten concurrently")
-    return Verdict(_C, "theirs rewrote no fragment this transaction changed")
+    return carry_over_rewrite(mine, theirs.operation, ctx, overlap)
 
 
 def rebase_rewrite(mine: Transaction, theirs: Transaction, ctx: ConflictContext | None) -> Verdict:
-    """A compaction still applies if nobody changed the fragments it compacts (their
-    rows, deletion files or data files); otherwise its copies are stale."""
+    """A compaction still applies if nobody changed the fragments it compacts; rows
+    deleted there meanwhile are deleted in its new fragments too. Changed data files
+    (or another compaction of them) make its copies stale."""
     if ctx is None:
         return Verdict(_R, "the fragments both touched cannot be compared without the manifests")
-    op = mine.operation
-    assert isinstance(op, Rewrite)
-    before = ctx.before_fragments
-    after = ctx.after_fragments
-    changed = sorted(f.id for f in op.old_fragments() if after.get(f.id) != before.get(f.id))
-    if changed:
-        return Verdict(
-            _R, f"fragments {changed} that this compaction rewrites were changed concurrently"
-        )
-    return Verdict(_C, "theirs changed none of the fragments this compaction rewrites")
+    return carry_deletes_into_rewrite(mine, theirs, ctx)
 
 
 def register_rules(

@@ -15,7 +15,12 @@ from typing import Any, ClassVar
 
 from google.protobuf.message import DecodeError
 
-from s3ddb.errors import InvalidInputError, ManifestCorruptError, PathOutsideDatasetError
+from s3ddb.errors import (
+    InvalidInputError,
+    ManifestCorruptError,
+    PathOutsideDatasetError,
+    UnsupportedOperationError,
+)
 from s3ddb.format import layout
 from s3ddb.format._proto import transaction_pb2 as tpb
 from s3ddb.format.fragment import FragmentMetadata, data_file_paths
@@ -135,6 +140,25 @@ class UpdateConfig(Operation):
             table_metadata=tpb.UpdateMap(
                 upsert=self.metadata_upsert, delete_keys=list(self.metadata_delete)
             ),
+        )
+
+
+class UpdateMemWalState(Operation):
+    """Lance's MemWAL index states. Not supported: constructing one raises.
+
+    Raises:
+        UnsupportedOperationError: always.
+    """
+
+    kind: ClassVar[str] = "UpdateMemWalState"
+    pb_field: ClassVar[str] = "update_mem_wal_state"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise UnsupportedOperationError(
+            "UpdateMemWalState is not supported: it maintains Lance's MemWAL (an "
+            "in-memory write-ahead log index served by a long-running Lance process), and "
+            "s3ddb has no such index or server; s3ddb only reads such transactions, and "
+            "treats them as touching no rows when it resolves conflicts"
         )
 
 

@@ -55,8 +55,7 @@ def check_name(name: str, what: str, where: str = "") -> str:
     if problem is not None:
         found = f" (found in {where})" if where else ""
         raise PathOutsideDatasetError(
-            f"refusing {what} {name!r}{found}: {problem}; stored paths must stay inside "
-            "the dataset"
+            f"refusing {what} {name!r}{found}: {problem}; stored paths must stay inside the dataset"
         )
     return name
 
@@ -84,7 +83,6 @@ def check_relative_path(path: str, root: str) -> str:
             problem = "it has an empty, '.' or '..' segment"
     if problem is not None:
         raise PathOutsideDatasetError(
-            f"refusing path {path!r} under {root}: {problem}; paths must stay inside the "
-            "dataset"
+            f"refusing path {path!r} under {root}: {problem}; paths must stay inside the dataset"
         )
     return path

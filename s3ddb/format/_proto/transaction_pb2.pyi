@@ -308,19 +308,30 @@ class RewriteGroup(_message.Message):
 
     OLD_FRAGMENTS_FIELD_NUMBER: _builtins.int
     NEW_FRAGMENTS_FIELD_NUMBER: _builtins.int
+    COPIED_ROWS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def old_fragments(self) -> _containers.RepeatedCompositeFieldContainer[_manifest_pb2.Fragment]: ...
     @_builtins.property
     def new_fragments(self) -> _containers.RepeatedCompositeFieldContainer[_manifest_pb2.Fragment]: ...
+    @_builtins.property
+    def copied_rows(self) -> _containers.RepeatedCompositeFieldContainer[Global___FragmentRows]:
+        """The fragment-reuse mapping: per old fragment, in group order, the row offsets
+        copied (the rows visible when the rewrite read it). Copied rows are numbered in
+        this order across the new fragments, so (old fragment, offset) -> (new fragment,
+        offset) follows; a delete committed meanwhile is carried over through it. New
+        fragments of a group with this mapping carry ids reserved by ReserveFragments.
+        """
+
     def __init__(
         self,
         *,
         old_fragments: _abc.Iterable[_manifest_pb2.Fragment] | None = ...,
         new_fragments: _abc.Iterable[_manifest_pb2.Fragment] | None = ...,
+        copied_rows: _abc.Iterable[Global___FragmentRows] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["new_fragments", b"new_fragments", "old_fragments", b"old_fragments"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["copied_rows", b"copied_rows", "new_fragments", b"new_fragments", "old_fragments", b"old_fragments"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
