@@ -8,6 +8,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.s3ddb-installed
 BENCH_STAMP := $(VENV)/.s3ddb-bench-installed
+NODE_STAMP := $(VENV)/node/.installed
 PYTEST_ARGS ?=
 PEERS_ARGS ?=
 
@@ -19,6 +20,14 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e ".[dev]"
 	touch $(STAMP)
 
+# Second implementations of DynamoDB and S3 (dynalite, s3rver) that some tests also run
+# against, from npm, into the venv.
+$(NODE_STAMP): tests/node/package.json
+	mkdir -p $(VENV)/node
+	cp tests/node/package.json $(VENV)/node/package.json
+	npm install --prefix $(VENV)/node --no-audit --no-fund --loglevel=error
+	touch $(NODE_STAMP)
+
 demo: $(STAMP)
 	$(PY) -m s3ddb.cli.main demo
 
@@ -29,11 +38,11 @@ typecheck: $(STAMP)
 	$(PY) -m mypy
 
 # loadgroup: the Spark tests share one SparkSession (one JVM) in one worker.
-test: lint typecheck
+test: lint typecheck $(NODE_STAMP)
 	$(PY) -m pytest -n 2 --dist loadgroup --durations=15 $(PYTEST_ARGS)
 
 # The quick subset for iteration: no multi-process, crash, Spark or Terraform tests.
-test-fast: $(STAMP)
+test-fast: $(STAMP) $(NODE_STAMP)
 	$(PY) -m pytest -n 2 -m "not slow and not terraform and not spark" $(PYTEST_ARGS)
 
 protos: $(STAMP)

@@ -44,7 +44,14 @@ TEST_TABLE = "s3ddb_test_manifests"
 
 
 @pytest.fixture(scope="session")
-def aws() -> Iterator[object]:
+def aws(moto_aws: object) -> object:
+    """The local endpoint most tests use (a module may override ``aws`` to run its
+    tests against other servers too; ``moto_aws`` is always moto)."""
+    return moto_aws
+
+
+@pytest.fixture(scope="session")
+def moto_aws() -> Iterator[object]:
     """One local endpoint per test process; S3 behaves as a store without conditional
     writes, as the external-store protocol must not need them."""
     from s3ddb.external_store import create_table
@@ -55,6 +62,28 @@ def aws() -> Iterator[object]:
         server.create_bucket(TEST_BUCKET)
         create_table(TEST_TABLE, AwsConfig.from_storage_options(server.storage_options()))
         yield server
+
+
+@pytest.fixture(scope="session")
+def dynalite() -> Iterator[object]:
+    """dynalite, a second DynamoDB implementation, with the test table (skipped, with
+    the reason, where Node.js or the package is missing: ``make test`` installs it)."""
+    from s3ddb.testing.node_servers import Dynalite, missing
+
+    reason = missing("dynalite")
+    if reason:
+        pytest.skip(reason)
+    with Dynalite() as server:
+        server.create_table(TEST_TABLE)
+        yield server
+
+
+@pytest.fixture(scope="session")
+def split_aws(moto_aws: object, dynalite: object) -> object:
+    """S3 on the moto endpoint, DynamoDB on dynalite (see tests/endpoints.py)."""
+    from tests.endpoints import SplitEndpoints
+
+    return SplitEndpoints(moto_aws, dynalite)  # type: ignore[arg-type]
 
 
 @pytest.fixture

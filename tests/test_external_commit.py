@@ -3,6 +3,7 @@ the four-step protocol end to end, crashes at every step, repair, and bad set-up
 
 from __future__ import annotations
 
+import uuid
 from collections import Counter
 from typing import Any
 
@@ -25,6 +26,13 @@ from tests.conftest import TEST_BUCKET, TEST_TABLE
 from tests.proc import run_workers
 from tests.storage import orphans
 from tests.workers import rows_for
+
+
+@pytest.fixture(params=["moto", "dynalite"])
+def aws(request: pytest.FixtureRequest, moto_aws: Any) -> Any:
+    """Every test here runs against moto (S3 and DynamoDB on one endpoint) and against
+    moto's S3 with dynalite's DynamoDB (a second, independent implementation)."""
+    return moto_aws if request.param == "moto" else request.getfixturevalue("split_aws")
 
 
 def _rows(aws: Any, uri: str) -> list[ManifestRow]:
@@ -157,16 +165,17 @@ def test_one_lost_round_costs_fixed_requests(
 
 def test_two_buckets_with_the_same_prefix_never_collide(aws: Any) -> None:
     so = aws.storage_options()
-    aws.create_bucket("s3ddb-other")
-    a = f"s3+ddb://{TEST_BUCKET}/same/prefix?ddbTableName={TEST_TABLE}"
-    b = f"s3+ddb://s3ddb-other/same/prefix?ddbTableName={TEST_TABLE}"
+    other = aws.create_bucket(f"s3ddb-other-{uuid.uuid4().hex[:8]}")
+    prefix = f"same/{uuid.uuid4().hex[:8]}"
+    a = f"s3+ddb://{TEST_BUCKET}/{prefix}?ddbTableName={TEST_TABLE}"
+    b = f"s3+ddb://{other}/{prefix}?ddbTableName={TEST_TABLE}"
     s3ddb.write_dataset(rows_for(1, 0, 1), a, storage_options=so)
     s3ddb.write_dataset(rows_for(1, 1, 1), a, mode="append", storage_options=so)
     s3ddb.write_dataset(rows_for(2, 0, 3), b, storage_options=so)
     assert s3ddb.dataset(a, storage_options=so).version == 2
     dsb = s3ddb.dataset(b, storage_options=so)
     assert dsb.version == 1 and dsb.count_rows() == 3
-    assert {r.base_uri for r in _rows(aws, b)} == {"s3://s3ddb-other/same/prefix"}
+    assert {r.base_uri for r in _rows(aws, b)} == {f"s3://{other}/{prefix}"}
 
 
 def test_missing_table_fails_before_writing(aws: Any) -> None:
@@ -182,13 +191,14 @@ def test_missing_table_fails_before_writing(aws: Any) -> None:
 
 def test_wrong_key_schema_is_refused(aws: Any) -> None:
     so = aws.storage_options()
+    table = f"wrong_schema_{uuid.uuid4().hex[:8]}"
     aws.boto3_client("dynamodb").create_table(
-        TableName="wrong_schema",
+        TableName=table,
         KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
         AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
         BillingMode="PAY_PER_REQUEST",
     )
-    uri = f"s3+ddb://{TEST_BUCKET}/wrong?ddbTableName=wrong_schema"
+    uri = f"s3+ddb://{TEST_BUCKET}/wrong?ddbTableName={table}"
     with pytest.raises(ExternalStoreTableError, match="base_uri"):
         s3ddb.write_dataset(rows_for(0, 0, 1), uri, storage_options=so)
     assert _keys(aws, "wrong") == []

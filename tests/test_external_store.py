@@ -430,6 +430,23 @@ class TestDynamoDBManifestStore(ManifestStoreContract):
         assert aws_endpoint.count("dynamodb", "Query") == 4  # 7 + 7 + 7 + 1
 
 
+class TestDynaliteManifestStore(ManifestStoreContract):
+    """The same contract on dynalite, a second, independent DynamoDB implementation."""
+
+    @pytest.fixture
+    def dynalite_table(self, dynalite: Any) -> str:
+        return str(dynalite.create_table(f"s3ddb-{uuid.uuid4().hex[:12]}"))
+
+    @pytest.fixture
+    def make_store(self, dynalite_table: str, dynalite: Any) -> StoreFactory:
+        config = AwsConfig.from_storage_options(dynalite.storage_options())
+        return lambda: ddb_store(dynalite_table, config, page_size=7)
+
+    @pytest.fixture
+    def process_spec(self, dynalite_table: str, dynalite: Any) -> tuple[str, dict[str, str]]:
+        return dynalite_table, dynalite.storage_options()
+
+
 # --- DynamoDB specifics --------------------------------------------------------------------
 
 
