@@ -287,10 +287,10 @@ KINDS = tuple(MINE)
 #                     Append Delete Upd(r) Upd(c) merge  Rewrite Overwr Restore UpdCfg
 EXPECTED: dict[str, tuple[Outcome, ...]] = {
     "Append":          (C,     C,     C,     C,     C,     C,      R,     R,      C),
-    "Delete":          (C,     C,     C,     C,     C,     C,      R,     X,      C),
-    "Update(rows)":    (C,     C,     C,     C,     C,     C,      R,     X,      C),
-    "Update(columns)": (C,     C,     C,     R,     C,     C,      R,     X,      C),
-    "merge_insert":    (C,     C,     C,     C,     C,     C,      R,     X,      C),
+    "Delete":          (C,     C,     C,     C,     C,     C,      X,     X,      C),
+    "Update(rows)":    (C,     C,     C,     C,     C,     C,      X,     X,      C),
+    "Update(columns)": (C,     C,     C,     R,     C,     C,      X,     X,      C),
+    "merge_insert":    (C,     C,     C,     C,     C,     C,      X,     X,      C),
     "Rewrite":         (C,     C,     C,     C,     C,     C,      R,     R,      C),
     "Overwrite":       (C,     C,     C,     C,     C,     C,      C,     C,      C),
     "Restore":         (C,     C,     C,     C,     C,     C,      C,     C,      C),

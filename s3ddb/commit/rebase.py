@@ -387,9 +387,14 @@ def register_rules(
             register_rule(mine, theirs, fixed(_C, "touches no rows or schema"))
         for theirs in ("Append", "Delete", "Update"):
             register_rule(mine, theirs, data_rule)
-        register_rule(mine, "Overwrite", fixed(_R, "the dataset was overwritten"))
-        # The specification's own example: re-running it on the restored data would
-        # delete (or change) nothing, or other rows than the ones it chose.
+        # The specification's own example (a Restore): re-running it on the replaced
+        # data would delete (or change) nothing, or other rows than the ones it chose.
+        # An Overwrite replaces the data just as a Restore does (Lance refuses both).
+        register_rule(
+            mine,
+            "Overwrite",
+            fixed(_I, "the dataset was overwritten: the rows it chose are gone"),
+        )
         register_rule(
             mine,
             "Restore",

@@ -1,0 +1,178 @@
+"""SIGKILL torture on the local endpoint (S3 without conditional writes + DynamoDB).
+
+K writer processes run a random mix of appends, deletes, updates, upserts and
+compactions (tests/torture.py) on one s3+ddb dataset and are killed with SIGKILL at
+random moments — not at failpoints: in the middle of an upload, a DynamoDB call, a
+finalization, a rebase. Each killed writer is replaced by a new one. Afterwards:
+
+* a reader that knows nothing of DynamoDB is at most one version behind;
+* ``sync`` finishes what the killed writers left, and ``verify`` finds nothing wrong;
+* versions are contiguous, from 1;
+* every writer's acknowledged operations are there exactly once, and the one it was
+  killed in is there entirely or not at all (replaying its log gives the rows its ids
+  must hold, with or without that last operation);
+* no id appears twice, no deleted row comes back.
+
+The schedule is random but seeded (``S3DDB_TORTURE_SEED``); the seed is in every
+failure message. Outcomes only, never speed: a loaded machine just does fewer
+operations per run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+import s3ddb
+from s3ddb import health
+from s3ddb.commit import finalizer
+from s3ddb.connect import external_store_for
+from s3ddb.io import ObjectStore, parse_uri
+from tests.proc import ROOT
+from tests.torture import apply, table
+
+WRITERS = 3
+RUN_SECONDS = 20.0
+
+
+@dataclass
+class Generation:
+    """One writer process's life: its log and the rows its ids must hold."""
+
+    number: int
+    seed: int
+    proc: subprocess.Popen[str]
+    log: list[dict[str, Any]] = field(default_factory=list)
+
+    def expected(self) -> list[dict[int, str]]:
+        """Its ids' rows after its acknowledged operations, and (if it was cut in the
+        middle of one) after that one too."""
+        ops: dict[int, dict[str, Any]] = {}
+        rows: dict[int, str] = {}
+        pending: dict[str, Any] | None = None
+        for line in self.log:
+            if "start" in line:
+                ops[line["start"]] = line
+                pending = line
+            elif "ack" in line:
+                apply(ops[line["ack"]], rows)
+                pending = None
+            elif "fail" in line:
+                pending = None
+        out = [dict(rows)]
+        if pending is not None:
+            with_it = dict(rows)
+            apply(pending, with_it)
+            out.append(with_it)
+        return out
+
+
+def _start(uri: str, number: int, seed: int, env: dict[str, str]) -> Generation:
+    full = {**os.environ, **env, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.torture", uri, str(number), str(seed)],
+        cwd=ROOT,
+        env=full,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    return Generation(number, seed, proc)
+
+
+def _finish(gen: Generation, where: str) -> None:
+    """Kill (SIGKILL) if still running, and collect its log."""
+    if gen.proc.poll() is None:
+        gen.proc.send_signal(signal.SIGKILL)
+    out, err = gen.proc.communicate(timeout=60)
+    if gen.proc.returncode not in (0, -signal.SIGKILL):
+        raise AssertionError(f"{where}: writer {gen.number} failed:\n{err[-3000:]}")
+    for line in out.splitlines():
+        try:
+            gen.log.append(json.loads(line))
+        except json.JSONDecodeError:
+            break  # the last line may be cut by the kill
+
+
+@pytest.fixture(params=["moto", "dynalite"])
+def aws(request: pytest.FixtureRequest, moto_aws: Any) -> Any:
+    """DynamoDB on moto, and on dynalite (a second implementation)."""
+    return moto_aws if request.param == "moto" else request.getfixturevalue("split_aws")
+
+
+@pytest.mark.slow
+def test_writers_killed_at_random_moments_lose_nothing(aws: Any, ddb_uri: str) -> None:
+    seed = int(os.environ.get("S3DDB_TORTURE_SEED", random.randrange(2**31)))
+    where = f"S3DDB_TORTURE_SEED={seed}"
+    rng = random.Random(seed)
+    so = aws.storage_options()
+    s3ddb.write_dataset(table({0: "seed", 1: "seed"}), ddb_uri, storage_options=so)
+
+    generations: list[Generation] = []
+    running: list[Generation] = []
+    deadline = time.monotonic() + RUN_SECONDS
+    number = 1
+    kill_at: dict[int, float] = {}
+    hard_stop = time.monotonic() + 6 * RUN_SECONDS
+
+    def acknowledged() -> int:
+        return sum(1 for g in generations for line in g.log if "ack" in line)
+
+    # Run for RUN_SECONDS, and on a slow machine on until a few operations landed.
+    while time.monotonic() < deadline or (acknowledged() < 5 and time.monotonic() < hard_stop):
+        while len(running) < WRITERS:
+            gen = _start(ddb_uri, number, rng.randrange(2**31), aws.env())
+            kill_at[number] = time.monotonic() + rng.uniform(1.5, 6.0)
+            number += 1
+            running.append(gen)
+            generations.append(gen)
+        time.sleep(0.05)
+        for gen in list(running):
+            if time.monotonic() >= kill_at[gen.number] or gen.proc.poll() is not None:
+                _finish(gen, where)
+                running.remove(gen)
+    for gen in running:
+        _finish(gen, where)
+
+    # A reader that knows nothing of DynamoDB: at most one version behind the table.
+    parsed = parse_uri(ddb_uri)
+    finalizer.drain()
+    rows = list(external_store_for(parsed, ObjectStore(parsed, so)).list_versions(parsed.base_uri))
+    plain = s3ddb.dataset(parsed.object_url, storage_options=so).version
+    assert plain >= rows[-1].version - 1, f"{where}: plain reader at {plain}, table at {rows[-1]}"
+
+    # Repair, then check.
+    assert health.sync(ddb_uri, so).ok, where
+    report = health.verify(ddb_uri, so)
+    assert report.healthy, f"{where}: {report.problems}"
+    ds = s3ddb.dataset(ddb_uri, storage_options=so)
+    assert [v.version for v in ds.versions()] == list(range(1, ds.version + 1)), where
+    final = ds.to_table().to_pylist()
+    ids = Counter(r["id"] for r in final)
+    assert all(c == 1 for c in ids.values()), f"{where}: duplicated ids {ids.most_common(3)}"
+    by_id = {r["id"]: r["val"] for r in final}
+    assert {k: by_id.get(k) for k in (0, 1)} == {0: "seed", 1: "seed"}, where
+    for gen in generations:
+        low, high = gen.number * 1_000_000, (gen.number + 1) * 1_000_000
+        actual = {k: v for k, v in by_id.items() if low <= k < high}
+        allowed = gen.expected()
+        assert actual in allowed, (
+            f"{where}: writer {gen.number} (seed {gen.seed}) holds {actual}, "
+            f"expected one of {allowed}\nlog: {gen.log}"
+        )
+    assert len(by_id) == sum(1 for _ in final)
+    print(
+        f"{where}: {len(generations)} writers killed, {acknowledged()} operations "
+        f"acknowledged, {ds.version} versions"
+    )
+    assert acknowledged() > 0, f"{where}: no writer got anything done"

@@ -1,0 +1,116 @@
+"""A child process for the SIGKILL torture test: random operations until it is killed.
+
+    python -m tests.torture URI GENERATION SEED
+
+Rows are ``{id: int64, val: string}``. Each process (a *generation*) works on ids of
+its own (``GENERATION * 1_000_000 + n``), one operation at a time on the newest
+version: append, delete, update (rows or columns), upsert (merge_insert) or compact.
+So the parent can replay a generation's acknowledged operations to know exactly what
+its ids must hold, whatever other generations did at the same time.
+
+Before an operation it prints ``{"start": n, "op": ..., ...}``; after it lands
+``{"ack": n, "version": v}``; after a definite failure (a typed commit conflict)
+``{"fail": n}``. An unknown outcome prints ``{"unknown": n}`` and exits: the parent
+treats that operation like one cut by SIGKILL (all or nothing). Any other exception
+is a bug: the traceback goes to stderr and the exit status is 1.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+from typing import Any
+
+import pyarrow as pa
+
+SCHEMA = pa.schema([("id", pa.int64()), ("val", pa.string())])
+KINDS = ("append", "append", "delete", "update", "upsert", "compact")
+
+
+def table(rows: dict[int, str]) -> pa.Table:
+    return pa.table({"id": list(rows), "val": list(rows.values())}, schema=SCHEMA)
+
+
+def say(**fields: Any) -> None:
+    print(json.dumps(fields), flush=True)
+
+
+def step(uri: str, n: int, op: dict[str, Any]) -> int:
+    """Perform ``op`` on the newest version; the version it committed (or stayed at)."""
+    import s3ddb
+
+    ds = s3ddb.dataset(uri)
+    kind = op["op"]
+    if kind == "append":
+        ds.insert(table({int(k): v for k, v in op["rows"].items()}))
+    elif kind == "delete":
+        ds.delete(f"id = {op['id']}")
+    elif kind == "update":
+        ds.update({"val": f"'{op['val']}'"}, f"id = {op['id']}", rewrite=op["rewrite"])
+    elif kind == "upsert":
+        source = table({int(k): v for k, v in op["rows"].items()})
+        ds.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(
+            source
+        )
+    else:
+        ds.optimize.compact_files(target_rows_per_fragment=op["target"])
+    return ds.version
+
+
+def plan(rng: random.Random, n: int, generation: int, mine: dict[int, str]) -> dict[str, Any]:
+    kind = rng.choice(KINDS) if mine else "append"
+    new_id = generation * 1_000_000 + n * 10
+    if kind == "append":
+        return {"op": kind, "rows": {new_id + j: f"a{n}" for j in range(rng.randint(1, 3))}}
+    if kind == "compact":
+        return {"op": kind, "target": rng.randint(4, 16)}
+    existing = rng.choice(sorted(mine))
+    if kind == "delete":
+        return {"op": kind, "id": existing}
+    if kind == "update":
+        return {
+            "op": kind,
+            "id": existing,
+            "val": f"u{n}",
+            "rewrite": rng.choice(["rows", "columns"]),
+        }
+    return {"op": kind, "rows": {existing: f"m{n}", new_id: f"m{n}"}}
+
+
+def apply(op: dict[str, Any], rows: dict[int, str]) -> None:
+    """The logical effect of ``op`` on this generation's rows (what the parent replays)."""
+    kind = op["op"]
+    if kind in ("append", "upsert"):
+        rows.update({int(k): v for k, v in op["rows"].items()})
+    elif kind == "delete":
+        rows.pop(int(op["id"]), None)
+    elif kind == "update" and int(op["id"]) in rows:
+        rows[int(op["id"])] = op["val"]
+
+
+def main(argv: list[str]) -> int:
+    from s3ddb.errors import CommitConflictError, CommitStateUnknownError
+
+    uri, generation, seed = argv[0], int(argv[1]), int(argv[2])
+    rng = random.Random(seed)
+    mine: dict[int, str] = {}
+    n = 0
+    while True:
+        n += 1
+        op = plan(rng, n, generation, mine)
+        say(start=n, **op)
+        try:
+            version = step(uri, n, op)
+        except CommitStateUnknownError:
+            say(unknown=n)
+            return 0
+        except CommitConflictError:
+            say(fail=n)
+            continue
+        apply(op, mine)
+        say(ack=n, version=version)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
