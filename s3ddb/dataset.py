@@ -595,6 +595,73 @@ class Dataset:
         latest = _load_latest(self._handler, self._uri, finalize=False)
         return self._commit(Restore(self.version), latest)
 
+    # --- schema evolution (logic in s3ddb/schema_evolution.py) ---
+
+    def add_columns(self, transforms: Any, read_columns: list[str] | None = None) -> Dataset:
+        """Add columns, as one new version (a ``Merge``): ``transforms`` is
+        ``{"name": "SQL expression over existing columns"}`` (``read_columns`` limits
+        the columns it may read), or a pyarrow Table / RecordBatch / pandas DataFrame
+        with one row per visible row, in scan order. Every fragment gets one new data
+        file; older versions keep their schema. A table is never re-aligned after a
+        concurrent commit: that raises ``RetryableCommitConflictError``.
+
+        Raises:
+            ColumnExistsError, ColumnNotFoundError, InvalidExpressionError,
+            InvalidInputError: bad names, expressions or row count; nothing is written.
+        """
+        from s3ddb import schema_evolution
+
+        schema_evolution.add_columns(self, transforms, read_columns)
+        return self
+
+    def drop_columns(self, columns: list[str]) -> Dataset:
+        """Remove top-level ``columns`` from the schema (a ``Project``; data files are
+        untouched and older versions still read them).
+
+        Raises:
+            ColumnNotFoundError, InvalidInputError: a missing or nested column, or all.
+        """
+        from s3ddb import schema_evolution
+
+        schema_evolution.drop_columns(self, columns)
+        return self
+
+    def alter_columns(self, *alterations: dict[str, Any]) -> Dataset:
+        """Rename, change nullability or safely widen the type of top-level columns:
+        ``{"path": "x", "name": "x2", "nullable": True, "data_type": pa.int64()}``.
+        A type change rewrites that column (a ``Merge``); otherwise metadata only.
+
+        Raises:
+            ColumnNotFoundError, ColumnExistsError, UnsafeCastError,
+            SchemaMismatchError (NOT NULL over NULLs), InvalidInputError.
+        """
+        from s3ddb import schema_evolution
+
+        schema_evolution.alter_columns(self, alterations)
+        return self
+
+    def replace_schema_metadata(self, metadata: dict[str, str]) -> Dataset:
+        """Replace the schema's metadata (an ``UpdateConfig``); see ``ds.schema``.
+
+        Raises:
+            InvalidInputError: metadata that is not a dict of strings.
+        """
+        from s3ddb import schema_evolution
+
+        schema_evolution.replace_schema_metadata(self, metadata)
+        return self
+
+    def replace_field_metadata(self, field: str, metadata: dict[str, str]) -> Dataset:
+        """Replace the metadata of top-level column ``field`` (an ``UpdateConfig``).
+
+        Raises:
+            ColumnNotFoundError, InvalidInputError: no such column, or bad metadata.
+        """
+        from s3ddb import schema_evolution
+
+        schema_evolution.replace_field_metadata(self, field, metadata)
+        return self
+
     @staticmethod
     def commit(
         uri: str | os.PathLike[str],

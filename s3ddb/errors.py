@@ -55,6 +55,15 @@ class InvalidExpressionError(InvalidInputError):
     """A predicate or value expression is malformed or uses something unsupported."""
 
 
+class ColumnExistsError(InvalidInputError):
+    """A column being added or renamed to already exists in the dataset."""
+
+
+class UnsafeCastError(SchemaMismatchError):
+    """``alter_columns`` was asked for a type change that could lose or alter values
+    (narrowing, int64 to float, text to numbers...). Nothing was written."""
+
+
 class ManifestCorruptError(S3DDBError):
     """A manifest or transaction file is truncated, corrupt or unreadable."""
 

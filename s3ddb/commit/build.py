@@ -6,6 +6,8 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
+import pyarrow as pa
+
 from s3ddb.commit.row_operations import Delete, Rewrite, Update, UpdateMode
 from s3ddb.commit.transaction import (
     Append,
@@ -15,7 +17,12 @@ from s3ddb.commit.transaction import (
     Transaction,
     UpdateConfig,
 )
-from s3ddb.errors import CommitConflictError, InvalidInputError, TransactionAlreadyCommittedError
+from s3ddb.errors import (
+    CommitConflictError,
+    InvalidInputError,
+    RetryableCommitConflictError,
+    TransactionAlreadyCommittedError,
+)
 from s3ddb.format.fragment import FragmentMetadata
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.naming import NamingScheme
@@ -93,7 +100,7 @@ def _app_transactions(
         done = _sequence(before.get(key))
         if _sequence(value) <= done:
             raise TransactionAlreadyCommittedError(
-                f"application transaction {key[len(APP_TRANSACTION_PREFIX):]!r} "
+                f"application transaction {key[len(APP_TRANSACTION_PREFIX) :]!r} "
                 f"{value} is already committed (version {base.version if base else 0} "
                 f"records {done})"
             )
@@ -174,7 +181,25 @@ def _update_config(
     config.update(op.config_upsert)
     metadata = {k: v for k, v in base.table_metadata.items() if k not in op.metadata_delete}
     metadata.update(op.metadata_upsert)
-    return base.evolve(config=config, table_metadata=metadata)
+    schema = base.schema
+    if op.schema_metadata is not None:
+        schema = schema.with_schema_metadata(op.schema_metadata.apply(_metadata_of(schema.arrow)))
+    for field_id, update in op.field_metadata.items():
+        top = {i: p for p, i in schema.ids if len(p) == 1}
+        if field_id not in top:
+            # Dropped, or replaced by a cast, since the caller resolved the name:
+            # planning again on the newest version finds the field's current id.
+            raise RetryableCommitConflictError(
+                f"UpdateConfig: field id {field_id} is not a top-level field of version "
+                f"{base.version} any more"
+            )
+        current = _metadata_of(schema.arrow.field(top[field_id][0]))
+        schema = schema.with_field_metadata(field_id, update.apply(current))
+    return base.evolve(config=config, table_metadata=metadata, schema=schema)
+
+
+def _metadata_of(item: pa.Schema | pa.Field) -> dict[str, str]:
+    return {k.decode(): v.decode() for k, v in (item.metadata or {}).items()}
 
 
 def _changed_fragments(
@@ -268,3 +293,6 @@ register_builder(UpdateConfig, _update_config)
 register_builder(Delete, _delete)
 register_builder(Update, _update)
 register_builder(Rewrite, _rewrite)
+
+# Schema evolution (Merge, Project) registers its builders with the ones above.
+from s3ddb.commit import schema_ops as _schema_ops  # noqa: E402,F401
