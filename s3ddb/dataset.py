@@ -597,13 +597,21 @@ class Dataset:
 
     # --- schema evolution (logic in s3ddb/schema_evolution.py) ---
 
-    def add_columns(self, transforms: Any, read_columns: list[str] | None = None) -> Dataset:
+    def add_columns(
+        self,
+        transforms: Any,
+        read_columns: list[str] | None = None,
+        *,
+        conflict_retries: int | None = None,
+        retry_timeout: float | None = None,
+    ) -> Dataset:
         """Add columns, as one new version (a ``Merge``): ``transforms`` is
         ``{"name": "SQL expression over existing columns"}`` (``read_columns`` limits
         the columns it may read), or a pyarrow Table / RecordBatch / pandas DataFrame
         with one row per visible row, in scan order. Every fragment gets one new data
-        file; older versions keep their schema. A table is never re-aligned after a
-        concurrent commit: that raises ``RetryableCommitConflictError``.
+        file; older versions keep their schema. ``conflict_retries`` / ``retry_timeout``
+        as for :meth:`update`; a table is never re-aligned after a concurrent commit
+        (it raises ``RetryableCommitConflictError``).
 
         Raises:
             ColumnExistsError, ColumnNotFoundError, InvalidExpressionError,
@@ -611,10 +619,17 @@ class Dataset:
         """
         from s3ddb import schema_evolution
 
-        schema_evolution.add_columns(self, transforms, read_columns)
+        retries = (conflict_retries, retry_timeout)
+        schema_evolution.add_columns(self, transforms, read_columns, *retries)
         return self
 
-    def drop_columns(self, columns: list[str]) -> Dataset:
+    def drop_columns(
+        self,
+        columns: list[str],
+        *,
+        conflict_retries: int | None = None,
+        retry_timeout: float | None = None,
+    ) -> Dataset:
         """Remove top-level ``columns`` from the schema (a ``Project``; data files are
         untouched and older versions still read them).
 
@@ -623,10 +638,15 @@ class Dataset:
         """
         from s3ddb import schema_evolution
 
-        schema_evolution.drop_columns(self, columns)
+        schema_evolution.drop_columns(self, columns, conflict_retries, retry_timeout)
         return self
 
-    def alter_columns(self, *alterations: dict[str, Any]) -> Dataset:
+    def alter_columns(
+        self,
+        *alterations: dict[str, Any],
+        conflict_retries: int | None = None,
+        retry_timeout: float | None = None,
+    ) -> Dataset:
         """Rename, change nullability or safely widen the type of top-level columns:
         ``{"path": "x", "name": "x2", "nullable": True, "data_type": pa.int64()}``.
         A type change rewrites that column (a ``Merge``); otherwise metadata only.
@@ -637,7 +657,7 @@ class Dataset:
         """
         from s3ddb import schema_evolution
 
-        schema_evolution.alter_columns(self, alterations)
+        schema_evolution.alter_columns(self, alterations, conflict_retries, retry_timeout)
         return self
 
     def replace_schema_metadata(self, metadata: dict[str, str]) -> Dataset:

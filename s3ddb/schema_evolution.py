@@ -454,7 +454,13 @@ def _string_map(metadata: Any) -> dict[str, str]:
 # --- the Dataset entry points ------------------------------------------------------------
 
 
-def add_columns(ds: Dataset, transforms: Any, read_columns: list[str] | None) -> None:
+def add_columns(
+    ds: Dataset,
+    transforms: Any,
+    read_columns: list[str] | None,
+    conflict_retries: int | None,
+    retry_timeout: float | None,
+) -> None:
     """See :meth:`s3ddb.Dataset.add_columns`."""
     store = ds.handler.store
 
@@ -463,25 +469,35 @@ def add_columns(ds: Dataset, transforms: Any, read_columns: list[str] | None) ->
 
     # Rows of a table are aligned with the visible rows the plan saw: after a
     # concurrent change, re-aligning them with other rows would be silently wrong.
-    retries = None if isinstance(transforms, Mapping) else 0
-    ds._run_planned("add_columns", plan, retries, None, uploads=True)
+    retries = conflict_retries if isinstance(transforms, Mapping) else 0
+    ds._run_planned("add_columns", plan, retries, retry_timeout, uploads=True)
 
 
-def drop_columns(ds: Dataset, columns: Any) -> None:
+def drop_columns(
+    ds: Dataset, columns: Any, conflict_retries: int | None, retry_timeout: float | None
+) -> None:
     """See :meth:`s3ddb.Dataset.drop_columns`."""
     ds._run_planned(
-        "drop_columns", lambda manifest: (plan_drop_columns(manifest, columns), None), None, None
+        "drop_columns",
+        lambda manifest: (plan_drop_columns(manifest, columns), None),
+        conflict_retries,
+        retry_timeout,
     )
 
 
-def alter_columns(ds: Dataset, alterations: tuple[Any, ...]) -> None:
+def alter_columns(
+    ds: Dataset,
+    alterations: tuple[Any, ...],
+    conflict_retries: int | None,
+    retry_timeout: float | None,
+) -> None:
     """See :meth:`s3ddb.Dataset.alter_columns`."""
     store = ds.handler.store
 
     def plan(manifest: Manifest, pending: PendingWrites) -> tuple[Operation | None, None]:
         return plan_alter_columns(store, manifest, alterations, ds.uri, pending), None
 
-    ds._run_planned("alter_columns", plan, None, None, uploads=True)
+    ds._run_planned("alter_columns", plan, conflict_retries, retry_timeout, uploads=True)
 
 
 def replace_schema_metadata(ds: Dataset, metadata: Any) -> None:

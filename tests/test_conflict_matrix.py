@@ -544,9 +544,7 @@ def test_cell(case: Case, memory_uri: str) -> None:
 
 OPAQUE_KINDS = (
     "CreateIndex",
-    "Merge",
     "ReserveFragments",
-    "Project",
     "DataReplacement",
     "UpdateMemWalState",
     "Clone",
@@ -555,17 +553,18 @@ OPAQUE_KINDS = (
 
 # DataReplacement names a fragment: (outcome when it names a fragment mine touched,
 # outcome when it names another fragment).
-#                   CreateIndex Merge ReserveFr Project DataRepl MemWal Clone Bases
+# (Merge and Project are built: tests/test_schema_conflicts.py checks them as theirs.)
+#                   CreateIndex ReserveFr DataRepl MemWal Clone Bases
 OPAQUE_EXPECTED: dict[str, tuple[Outcome | tuple[Outcome, Outcome], ...]] = {
-    "Append":          (C,    R,    C,     R,     (C, C),  C,     X,    C),
-    "Delete":          (C,    R,    C,     R,     (R, R),  C,     X,    C),
-    "Update(rows)":    (C,    R,    C,     R,     (R, R),  C,     X,    C),
-    "Update(columns)": (C,    R,    C,     R,     (R, R),  C,     X,    C),
-    "merge_insert":    (C,    R,    C,     R,     (R, R),  C,     X,    C),
-    "Rewrite":         (C,    R,    C,     R,     (R, R),  C,     X,    C),
-    "Overwrite":       (C,    C,    C,     C,     (C, C),  C,     C,    C),
-    "Restore":         (C,    C,    C,     C,     (C, C),  C,     C,    C),
-    "UpdateConfig":    (C,    C,    C,     C,     (C, C),  C,     C,    C),
+    "Append":          (C,    C,     (C, C),  C,     X,    C),
+    "Delete":          (C,    C,     (R, R),  C,     X,    C),
+    "Update(rows)":    (C,    C,     (R, R),  C,     X,    C),
+    "Update(columns)": (C,    C,     (R, R),  C,     X,    C),
+    "merge_insert":    (C,    C,     (R, R),  C,     X,    C),
+    "Rewrite":         (C,    C,     (R, R),  C,     X,    C),
+    "Overwrite":       (C,    C,     (C, C),  C,     C,    C),
+    "Restore":         (C,    C,     (C, C),  C,     C,    C),
+    "UpdateConfig":    (C,    C,     (C, C),  C,     C,    C),
 }  # fmt: skip
 
 #: The fragment each mine operation changes (its "overlapping" fragment; for Rewrite the
@@ -578,12 +577,8 @@ UNTOUCHED = 2
 def _opaque_message(kind: str, fragment_id: int) -> object:
     if kind == "CreateIndex":
         return tpb.CreateIndex(new_indices=[mpb.IndexMetadata(uuid="idx-1")])
-    if kind == "Merge":
-        return tpb.Merge(fragments=[mpb.Fragment(id=0, physical_rows=5)])
     if kind == "ReserveFragments":
         return tpb.ReserveFragments(num_fragments=3)
-    if kind == "Project":
-        return tpb.Project()
     if kind == "DataReplacement":
         return tpb.DataReplacement(
             replacements=[

@@ -375,3 +375,13 @@ def test_operations_round_trip_through_transaction_files(tmp_path: Path) -> None
     for operation in operations:
         txn = Transaction(1, operation)
         assert Transaction.from_bytes(txn.to_bytes(), "test").operation == operation
+
+
+def test_the_examples_in_docs_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "schema-evolution.md").read_text()
+    blocks = [b.split("```", 1)[0] for b in doc.split("```python\n")[1:]]
+    assert len(blocks) >= 6
+    namespace: dict[str, Any] = {"uri": str(tmp_path / "doc")}
+    for block in blocks:
+        exec(compile(block, "docs/schema-evolution.md", "exec"), namespace)
+    assert "cannot change from int64 to double" in capsys.readouterr().out
