@@ -10,7 +10,15 @@ from s3ddb import fragment
 from s3ddb._version import __version__
 from s3ddb.commit.committer import CommitConfig
 from s3ddb.commit.row_operations import Delete, Rewrite, RewriteGroup, Update, UpdateMode
-from s3ddb.commit.transaction import Append, Overwrite, Restore, Transaction, UpdateConfig
+from s3ddb.commit.schema_ops import Merge, Project
+from s3ddb.commit.transaction import (
+    Append,
+    MapUpdate,
+    Overwrite,
+    Restore,
+    Transaction,
+    UpdateConfig,
+)
 from s3ddb.dataset import Dataset, VersionInfo, dataset, write_dataset
 from s3ddb.errors import *  # noqa: F403
 from s3ddb.errors import S3DDBError
@@ -24,7 +32,10 @@ __all__ = [
     "DatasetSchema",
     "Delete",
     "FragmentMetadata",
+    "MapUpdate",
+    "Merge",
     "Overwrite",
+    "Project",
     "Restore",
     "Rewrite",
     "RewriteGroup",

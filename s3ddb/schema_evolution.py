@@ -18,7 +18,9 @@ Deleted rows get NULLs in the new files: they are never read.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -44,7 +46,6 @@ from s3ddb.format.manifest import Manifest
 from s3ddb.format.rows import evaluate
 from s3ddb.format.schema import DatasetSchema
 from s3ddb.io.object_store import ObjectStore
-from s3ddb.io.parallel import PendingWrites
 from s3ddb.scan import read_visible_rows
 
 if TYPE_CHECKING:
@@ -96,28 +97,32 @@ def _extend_fragments(
     manifest: Manifest,
     columns_of: Callable[[FragmentMetadata], pa.Table],
     schema: DatasetSchema,
-    pending: PendingWrites | None,
 ) -> Merge:
     """The Merge giving every fragment one new data file of ``columns_of(fragment)``
-    (all its physical rows). If any fragment fails, the files written are deleted."""
+    (all its physical rows). Fragments are read, computed and written in parallel
+    (object stores reward it); if any fails, every file written is deleted."""
     written: list[str] = []
-    fragments = []
-    try:
-        for fragment in manifest.fragments:
-            columns = _file_table(columns_of(fragment))
-            data_file = write_data_file(store, columns, schema, pending)
+    lock = threading.Lock()
+
+    def extend(fragment: FragmentMetadata) -> FragmentMetadata:
+        data_file = write_data_file(store, _file_table(columns_of(fragment)), schema)
+        with lock:
             written.append(layout.data_file_path(data_file.path))
-            fragments.append(replace(fragment, files=(*fragment.files, data_file)))
+        return replace(fragment, files=(*fragment.files, data_file))
+
+    fragments = list(manifest.fragments)
+    try:
+        # Leaving the pool waits for every started write, so none lands after cleanup.
+        with ThreadPoolExecutor(max_workers=max(1, min(8, len(fragments)))) as pool:
+            extended = list(pool.map(extend, fragments))
     except BaseException:
-        try:
-            if pending is not None:
-                pending.wait()
-            for path in written:
+        for path in written:
+            try:
                 store.delete(path)
-        except Exception:  # best effort: the planning error is what matters
-            pass
+            except Exception:  # best effort: the planning error is what matters
+                pass
         raise
-    return Merge(tuple(fragments), schema, tuple(written))
+    return Merge(tuple(extended), schema, tuple(written))
 
 
 def _check_new_names(schema: DatasetSchema, names: list[str], what: str) -> None:
@@ -143,7 +148,6 @@ def plan_add_columns(
     manifest: Manifest,
     transforms: Any,
     read_columns: list[str] | None,
-    pending: PendingWrites | None,
 ) -> Merge:
     """The Merge adding ``transforms`` (``{name: SQL expression}``, or a table aligned
     with the visible rows in scan order) to ``manifest``'s version.
@@ -154,10 +158,10 @@ def plan_add_columns(
         InvalidInputError: no columns, or a table whose length is not the row count.
     """
     if isinstance(transforms, Mapping):
-        return _add_from_expressions(store, manifest, dict(transforms), read_columns, pending)
+        return _add_from_expressions(store, manifest, dict(transforms), read_columns)
     if read_columns is not None:
         raise InvalidInputError("add_columns: read_columns applies to SQL expressions only")
-    return _add_from_table(store, manifest, to_arrow_table(transforms), pending)
+    return _add_from_table(store, manifest, to_arrow_table(transforms))
 
 
 def _add_from_expressions(
@@ -165,7 +169,6 @@ def _add_from_expressions(
     manifest: Manifest,
     transforms: dict[str, Any],
     read_columns: list[str] | None,
-    pending: PendingWrites | None,
 ) -> Merge:
     from s3ddb.expressions import parse_value_expression, referenced_columns
 
@@ -206,12 +209,10 @@ def _add_from_expressions(
         values = evaluate(visible, exprs).cast(target)
         return _scatter(values, keep, fragment.physical_rows)
 
-    return _extend_fragments(store, manifest, compute, new_schema, pending)
+    return _extend_fragments(store, manifest, compute, new_schema)
 
 
-def _add_from_table(
-    store: ObjectStore, manifest: Manifest, data: pa.Table, pending: PendingWrites | None
-) -> Merge:
+def _add_from_table(store: ObjectStore, manifest: Manifest, data: pa.Table) -> Merge:
     schema = manifest.schema
     _check_new_names(schema, data.column_names, "add_columns")
     if data.num_rows != manifest.num_rows:
@@ -229,7 +230,7 @@ def _add_from_table(
         keep = read_deletion_mask(store, fragment) if fragment.deletion_file else None
         return _scatter(rows, keep, fragment.physical_rows)
 
-    return _extend_fragments(store, manifest, piece, new_schema, pending)
+    return _extend_fragments(store, manifest, piece, new_schema)
 
 
 # --- drop_columns --------------------------------------------------------------------------
@@ -326,7 +327,6 @@ def plan_alter_columns(
     manifest: Manifest,
     alterations: tuple[Any, ...],
     uri: str,
-    pending: PendingWrites | None,
 ) -> Operation | None:
     """A Project (renames, nullability) or, if a type changes, a Merge rewriting those
     columns; None if nothing changes.
@@ -388,7 +388,7 @@ def plan_alter_columns(
     new_schema = DatasetSchema(arrow, tuple(ids))
     if not casts:
         return Project(new_schema)
-    return _rewrite_cast_columns(store, manifest, new_schema, casts, renames, pending)
+    return _rewrite_cast_columns(store, manifest, new_schema, casts, renames)
 
 
 def _check_no_nulls(store: ObjectStore, manifest: Manifest, column: str, uri: str) -> None:
@@ -408,7 +408,6 @@ def _rewrite_cast_columns(
     new_schema: DatasetSchema,
     casts: dict[str, pa.DataType],
     renames: dict[str, str],
-    pending: PendingWrites | None,
 ) -> Merge:
     names = list(casts)
     target = pa.schema([new_schema.arrow.field(renames.get(n, n)) for n in names])
@@ -418,7 +417,7 @@ def _rewrite_cast_columns(
         arrays = [table.column(n).cast(casts[n]) for n in names]
         return pa.Table.from_arrays(arrays, schema=target)
 
-    return _extend_fragments(store, manifest, cast, new_schema, pending)
+    return _extend_fragments(store, manifest, cast, new_schema)
 
 
 # --- metadata ------------------------------------------------------------------------------
@@ -464,13 +463,13 @@ def add_columns(
     """See :meth:`s3ddb.Dataset.add_columns`."""
     store = ds.handler.store
 
-    def plan(manifest: Manifest, pending: PendingWrites) -> tuple[Operation | None, None]:
-        return plan_add_columns(store, manifest, transforms, read_columns, pending), None
+    def plan(manifest: Manifest) -> tuple[Operation | None, None]:
+        return plan_add_columns(store, manifest, transforms, read_columns), None
 
     # Rows of a table are aligned with the visible rows the plan saw: after a
     # concurrent change, re-aligning them with other rows would be silently wrong.
     retries = conflict_retries if isinstance(transforms, Mapping) else 0
-    ds._run_planned("add_columns", plan, retries, retry_timeout, uploads=True)
+    ds._run_planned("add_columns", plan, retries, retry_timeout)
 
 
 def drop_columns(
@@ -494,10 +493,10 @@ def alter_columns(
     """See :meth:`s3ddb.Dataset.alter_columns`."""
     store = ds.handler.store
 
-    def plan(manifest: Manifest, pending: PendingWrites) -> tuple[Operation | None, None]:
-        return plan_alter_columns(store, manifest, alterations, ds.uri, pending), None
+    def plan(manifest: Manifest) -> tuple[Operation | None, None]:
+        return plan_alter_columns(store, manifest, alterations, ds.uri), None
 
-    ds._run_planned("alter_columns", plan, conflict_retries, retry_timeout, uploads=True)
+    ds._run_planned("alter_columns", plan, conflict_retries, retry_timeout)
 
 
 def replace_schema_metadata(ds: Dataset, metadata: Any) -> None:
