@@ -385,3 +385,28 @@ def test_the_examples_in_docs_run(tmp_path: Path, capsys: pytest.CaptureFixture[
     for block in blocks:
         exec(compile(block, "docs/schema-evolution.md", "exec"), namespace)
     assert "cannot change from int64 to double" in capsys.readouterr().out
+
+
+def test_pruned_scan_reads_files_holding_dropped_and_renamed_fields(tmp_path: Path) -> None:
+    """The scan the Spark reader uses (row-group statistics by column name) after a drop
+    and a rename: the file's dropped field is skipped, the renamed one found by id."""
+    from s3ddb.expressions import parse_predicate
+    from s3ddb.scan import read_visible_rows
+
+    table = _table([1, 2, 3, 4]).append_column("x", pa.array([1.0] * 4))
+    ds = s3ddb.write_dataset(table, str(tmp_path / "ds"))
+    ds.drop_columns(["x"])
+    ds.alter_columns({"path": "id", "name": "key"})
+    seen: set[str] = set()
+
+    def may_match(stats: Any, rows: int) -> bool:
+        seen.update(stats)
+        return bool(stats["key"].max >= 3)
+
+    predicate = parse_predicate("key >= 3", ds.schema)
+    (fragment,) = ds.get_fragments()
+    got = read_visible_rows(
+        ds.handler.store, fragment, ds.manifest.schema, ["key", "name"], predicate, may_match
+    )
+    assert got.to_pydict() == {"key": [3, 4], "name": ["n3", "n4"]}
+    assert seen == {"key", "name"}
