@@ -595,7 +595,7 @@ class Dataset:
         latest = _load_latest(self._handler, self._uri, finalize=False)
         return self._commit(Restore(self.version), latest)
 
-    # --- schema evolution (logic in s3ddb/schema_evolution.py) ---
+    # --- schema evolution (logic and full contracts in s3ddb/schema_evolution.py) ---
 
     def add_columns(
         self,
@@ -605,81 +605,48 @@ class Dataset:
         conflict_retries: int | None = None,
         retry_timeout: float | None = None,
     ) -> Dataset:
-        """Add columns, as one new version (a ``Merge``): ``transforms`` is
-        ``{"name": "SQL expression over existing columns"}`` (``read_columns`` limits
-        the columns it may read), or a pyarrow Table / RecordBatch / pandas DataFrame
-        with one row per visible row, in scan order. Every fragment gets one new data
-        file; older versions keep their schema. ``conflict_retries`` / ``retry_timeout``
-        as for :meth:`update`; a table is never re-aligned after a concurrent commit
-        (it raises ``RetryableCommitConflictError``).
+        """Add columns from ``{"name": "SQL expression"}`` or from a table aligned with
+        the visible rows (a ``Merge``); see :func:`s3ddb.schema_evolution.add_columns`."""
+        from s3ddb import schema_evolution as se
 
-        Raises:
-            ColumnExistsError, ColumnNotFoundError, InvalidExpressionError,
-            InvalidInputError: bad names, expressions or row count; nothing is written.
-        """
-        from s3ddb import schema_evolution
-
-        retries = (conflict_retries, retry_timeout)
-        schema_evolution.add_columns(self, transforms, read_columns, *retries)
+        se.add_columns(self, transforms, read_columns, conflict_retries, retry_timeout)
         return self
 
     def drop_columns(
-        self,
-        columns: list[str],
-        *,
-        conflict_retries: int | None = None,
+        self, columns: list[str], *, conflict_retries: int | None = None,
         retry_timeout: float | None = None,
-    ) -> Dataset:
-        """Remove top-level ``columns`` from the schema (a ``Project``; data files are
-        untouched and older versions still read them).
+    ) -> Dataset:  # fmt: skip
+        """Remove columns from the schema only (a ``Project``); see
+        :func:`s3ddb.schema_evolution.drop_columns`."""
+        from s3ddb import schema_evolution as se
 
-        Raises:
-            ColumnNotFoundError, InvalidInputError: a missing or nested column, or all.
-        """
-        from s3ddb import schema_evolution
-
-        schema_evolution.drop_columns(self, columns, conflict_retries, retry_timeout)
+        se.drop_columns(self, columns, conflict_retries, retry_timeout)
         return self
 
     def alter_columns(
-        self,
-        *alterations: dict[str, Any],
-        conflict_retries: int | None = None,
+        self, *alterations: dict[str, Any], conflict_retries: int | None = None,
         retry_timeout: float | None = None,
-    ) -> Dataset:
-        """Rename, change nullability or safely widen the type of top-level columns:
-        ``{"path": "x", "name": "x2", "nullable": True, "data_type": pa.int64()}``.
-        A type change rewrites that column (a ``Merge``); otherwise metadata only.
+    ) -> Dataset:  # fmt: skip
+        """Rename, change nullability or safely widen columns (``{"path": "x", "name":
+        "y", "nullable": True, "data_type": pa.int64()}``); see
+        :func:`s3ddb.schema_evolution.alter_columns`."""
+        from s3ddb import schema_evolution as se
 
-        Raises:
-            ColumnNotFoundError, ColumnExistsError, UnsafeCastError,
-            SchemaMismatchError (NOT NULL over NULLs), InvalidInputError.
-        """
-        from s3ddb import schema_evolution
-
-        schema_evolution.alter_columns(self, alterations, conflict_retries, retry_timeout)
+        se.alter_columns(self, alterations, conflict_retries, retry_timeout)
         return self
 
     def replace_schema_metadata(self, metadata: dict[str, str]) -> Dataset:
-        """Replace the schema's metadata (an ``UpdateConfig``); see ``ds.schema``.
+        """Replace the schema's metadata (an ``UpdateConfig``)."""
+        from s3ddb import schema_evolution as se
 
-        Raises:
-            InvalidInputError: metadata that is not a dict of strings.
-        """
-        from s3ddb import schema_evolution
-
-        schema_evolution.replace_schema_metadata(self, metadata)
+        se.replace_schema_metadata(self, metadata)
         return self
 
     def replace_field_metadata(self, field: str, metadata: dict[str, str]) -> Dataset:
-        """Replace the metadata of top-level column ``field`` (an ``UpdateConfig``).
+        """Replace the metadata of top-level column ``field`` (an ``UpdateConfig``)."""
+        from s3ddb import schema_evolution as se
 
-        Raises:
-            ColumnNotFoundError, InvalidInputError: no such column, or bad metadata.
-        """
-        from s3ddb import schema_evolution
-
-        schema_evolution.replace_field_metadata(self, field, metadata)
+        se.replace_field_metadata(self, field, metadata)
         return self
 
     @staticmethod

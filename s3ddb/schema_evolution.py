@@ -460,7 +460,27 @@ def add_columns(
     conflict_retries: int | None,
     retry_timeout: float | None,
 ) -> None:
-    """See :meth:`s3ddb.Dataset.add_columns`."""
+    """``ds.add_columns``: add columns as one new version (a Merge), moving ``ds`` there.
+
+    ``transforms`` is ``{"name": "SQL expression over existing columns"}``
+    (``read_columns`` limits what the expressions may read), or a pyarrow Table /
+    RecordBatch / pandas DataFrame with exactly one row per visible row, in scan
+    order. Every fragment gets one new data file with the new columns (new field ids;
+    deleted rows hold NULL). SQL transforms are re-executed on the newest version
+    after a retryable conflict (``conflict_retries``, ``retry_timeout`` as for
+    ``update``); a table is never re-aligned with other rows.
+
+    Raises:
+        ColumnExistsError: a new column's name is taken.
+        ColumnNotFoundError, InvalidExpressionError: a bad expression or read column,
+            or an expression that fails on the data (nothing is left behind).
+        InvalidInputError: no columns, a NULL-typed expression, or a table whose
+            length is not the number of visible rows.
+        RetryableCommitConflictError: a table was given and a concurrent commit
+            changed the rows (or ``conflict_retries=0``).
+        IncompatibleTransactionError: a restore or overwrite committed meanwhile.
+        TooMuchWriteContentionError: the retries ran out.
+    """
     store = ds.handler.store
 
     def plan(manifest: Manifest) -> tuple[Operation | None, None]:
@@ -475,7 +495,15 @@ def add_columns(
 def drop_columns(
     ds: Dataset, columns: Any, conflict_retries: int | None, retry_timeout: float | None
 ) -> None:
-    """See :meth:`s3ddb.Dataset.drop_columns`."""
+    """``ds.drop_columns``: remove top-level ``columns`` from the schema, as one new
+    version (a Project); data files are untouched and earlier versions read them.
+
+    Raises:
+        ColumnNotFoundError: a column does not exist.
+        InvalidInputError: not a list, no columns, a nested field, or every column.
+        IncompatibleTransactionError: a restore or overwrite committed meanwhile.
+        RetryableCommitConflictError, TooMuchWriteContentionError: as ``update``.
+    """
     ds._run_planned(
         "drop_columns",
         lambda manifest: (plan_drop_columns(manifest, columns), None),
@@ -490,7 +518,19 @@ def alter_columns(
     conflict_retries: int | None,
     retry_timeout: float | None,
 ) -> None:
-    """See :meth:`s3ddb.Dataset.alter_columns`."""
+    """``ds.alter_columns``: apply ``alterations`` (dicts with ``path`` and any of
+    ``name``, ``nullable``, ``data_type``) as one new version: a Project for renames
+    and nullability, a Merge rewriting the retyped columns (new field ids, same
+    names) if a type changes; nothing if nothing changes.
+
+    Raises:
+        ColumnNotFoundError, ColumnExistsError: a missing path, a taken name.
+        UnsafeCastError: a type change that could lose or alter values.
+        SchemaMismatchError: NOT NULL over a column with NULL in a visible row.
+        InvalidInputError: malformed alterations, a nested path, a column twice.
+        IncompatibleTransactionError: a restore or overwrite committed meanwhile.
+        RetryableCommitConflictError, TooMuchWriteContentionError: as ``update``.
+    """
     store = ds.handler.store
 
     def plan(manifest: Manifest) -> tuple[Operation | None, None]:
@@ -500,13 +540,25 @@ def alter_columns(
 
 
 def replace_schema_metadata(ds: Dataset, metadata: Any) -> None:
-    """See :meth:`s3ddb.Dataset.replace_schema_metadata`."""
+    """``ds.replace_schema_metadata``: replace the schema's metadata (an
+    UpdateConfig); earlier versions keep theirs.
+
+    Raises:
+        InvalidInputError: metadata that is not a dict of strings.
+    """
     operation = plan_schema_metadata(metadata)
     ds._run_planned("replace_schema_metadata", lambda manifest: (operation, None), None, None)
 
 
 def replace_field_metadata(ds: Dataset, field: Any, metadata: Any) -> None:
-    """See :meth:`s3ddb.Dataset.replace_field_metadata`."""
+    """``ds.replace_field_metadata``: replace the metadata of top-level column
+    ``field`` (an UpdateConfig, by field id; re-resolved by name if the column was
+    retyped or dropped concurrently).
+
+    Raises:
+        ColumnNotFoundError: no such column (also if dropped concurrently).
+        InvalidInputError: a nested field, or metadata that is not a dict of strings.
+    """
     plan_field_metadata(ds.manifest, field, metadata)  # bad input fails before any commit
     ds._run_planned(
         "replace_field_metadata",
