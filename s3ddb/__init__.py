@@ -17,8 +17,10 @@ from s3ddb.commit.row_operations import (
     Update,
     UpdateMode,
 )
+from s3ddb.commit.schema_ops import Merge, Project
 from s3ddb.commit.transaction import (
     Append,
+    MapUpdate,
     Overwrite,
     Restore,
     Transaction,
@@ -38,7 +40,10 @@ __all__ = [
     "DatasetSchema",
     "Delete",
     "FragmentMetadata",
+    "MapUpdate",
+    "Merge",
     "Overwrite",
+    "Project",
     "ReserveFragments",
     "Restore",
     "Rewrite",

@@ -595,6 +595,60 @@ class Dataset:
         latest = _load_latest(self._handler, self._uri, finalize=False)
         return self._commit(Restore(self.version), latest)
 
+    # --- schema evolution (logic and full contracts in s3ddb/schema_evolution.py) ---
+
+    def add_columns(
+        self,
+        transforms: Any,
+        read_columns: list[str] | None = None,
+        *,
+        conflict_retries: int | None = None,
+        retry_timeout: float | None = None,
+    ) -> Dataset:
+        """Add columns from ``{"name": "SQL expression"}`` or from a table aligned with
+        the visible rows (a ``Merge``); see :func:`s3ddb.schema_evolution.add_columns`."""
+        from s3ddb import schema_evolution as se
+
+        se.add_columns(self, transforms, read_columns, conflict_retries, retry_timeout)
+        return self
+
+    def drop_columns(
+        self, columns: list[str], *, conflict_retries: int | None = None,
+        retry_timeout: float | None = None,
+    ) -> Dataset:  # fmt: skip
+        """Remove columns from the schema only (a ``Project``); see
+        :func:`s3ddb.schema_evolution.drop_columns`."""
+        from s3ddb import schema_evolution as se
+
+        se.drop_columns(self, columns, conflict_retries, retry_timeout)
+        return self
+
+    def alter_columns(
+        self, *alterations: dict[str, Any], conflict_retries: int | None = None,
+        retry_timeout: float | None = None,
+    ) -> Dataset:  # fmt: skip
+        """Rename, change nullability or safely widen columns (``{"path": "x", "name":
+        "y", "nullable": True, "data_type": pa.int64()}``); see
+        :func:`s3ddb.schema_evolution.alter_columns`."""
+        from s3ddb import schema_evolution as se
+
+        se.alter_columns(self, alterations, conflict_retries, retry_timeout)
+        return self
+
+    def replace_schema_metadata(self, metadata: dict[str, str]) -> Dataset:
+        """Replace the schema's metadata (an ``UpdateConfig``)."""
+        from s3ddb import schema_evolution as se
+
+        se.replace_schema_metadata(self, metadata)
+        return self
+
+    def replace_field_metadata(self, field: str, metadata: dict[str, str]) -> Dataset:
+        """Replace the metadata of top-level column ``field`` (an ``UpdateConfig``)."""
+        from s3ddb import schema_evolution as se
+
+        se.replace_field_metadata(self, field, metadata)
+        return self
+
     @staticmethod
     def commit(
         uri: str | os.PathLike[str],

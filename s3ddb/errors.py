@@ -59,6 +59,15 @@ class UnsupportedOperationError(S3DDBError, NotImplementedError):
     """An operation of the Lance specification that s3ddb reads but does not build."""
 
 
+class ColumnExistsError(InvalidInputError):
+    """A column being added or renamed to already exists in the dataset."""
+
+
+class UnsafeCastError(SchemaMismatchError):
+    """``alter_columns`` was asked for a type change that could lose or alter values
+    (narrowing, int64 to float, text to numbers...). Nothing was written."""
+
+
 class ManifestCorruptError(S3DDBError):
     """A manifest or transaction file is truncated, corrupt or unreadable."""
 

@@ -121,12 +121,19 @@ class MergeInsertBuilder:
         ds = self._dataset
         source = conform(to_arrow_table(data), ds.schema, where=ds.uri)
         _check_unique_keys(source, self.on)
-        return ds._run_planned(
-            "merge_insert",
-            lambda manifest: plan_merge(ds.handler.store, manifest, self, source, ds.uri),
-            self.retries,
-            self.timeout,
-        )
+        planned = ds.manifest.schema
+
+        def plan(manifest: Manifest) -> Any:
+            # Re-executed after a concurrent schema change, the source must fit the new
+            # schema (as a merge run after that change would).
+            rows = (
+                source
+                if manifest.schema == planned
+                else conform(source, manifest.schema.arrow, where=ds.uri)
+            )
+            return plan_merge(ds.handler.store, manifest, self, rows, ds.uri)
+
+        return ds._run_planned("merge_insert", plan, self.retries, self.timeout)
 
 
 def _check_unique_keys(source: pa.Table, keys: tuple[str, ...]) -> None:

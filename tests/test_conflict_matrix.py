@@ -558,8 +558,6 @@ def test_cell(case: Case, memory_uri: str) -> None:
 
 OPAQUE_KINDS = (
     "CreateIndex",
-    "Merge",
-    "Project",
     "DataReplacement",
     "UpdateMemWalState",
     "Clone",
@@ -568,17 +566,18 @@ OPAQUE_KINDS = (
 
 # DataReplacement names a fragment: (outcome when it names a fragment mine touched,
 # outcome when it names another fragment).
-#                   CreateIndex Merge Project DataRepl MemWal Clone Bases
+# (Merge and Project are built: tests/test_schema_conflicts.py checks them as theirs.)
+#                   CreateIndex DataRepl MemWal Clone Bases
 OPAQUE_EXPECTED: dict[str, tuple[Outcome | tuple[Outcome, Outcome], ...]] = {
-    "Append":          (C,    R,    R,     (C, C),  C,     X,    C),
-    "Delete":          (C,    R,    R,     (R, R),  C,     X,    C),
-    "Update(rows)":    (C,    R,    R,     (R, R),  C,     X,    C),
-    "Update(columns)": (C,    R,    R,     (R, R),  C,     X,    C),
-    "merge_insert":    (C,    R,    R,     (R, R),  C,     X,    C),
-    "Rewrite":         (C,    R,    R,     (R, R),  C,     X,    C),
-    "Overwrite":       (C,    C,    C,     (C, C),  C,     C,    C),
-    "Restore":         (C,    C,    C,     (C, C),  C,     C,    C),
-    "UpdateConfig":    (C,    C,    C,     (C, C),  C,     C,    C),
+    "Append":          (C,    (C, C),  C,     X,    C),
+    "Delete":          (C,    (R, R),  C,     X,    C),
+    "Update(rows)":    (C,    (R, R),  C,     X,    C),
+    "Update(columns)": (C,    (R, R),  C,     X,    C),
+    "merge_insert":    (C,    (R, R),  C,     X,    C),
+    "Rewrite":         (C,    (R, R),  C,     X,    C),
+    "Overwrite":       (C,    (C, C),  C,     C,    C),
+    "Restore":         (C,    (C, C),  C,     C,    C),
+    "UpdateConfig":    (C,    (C, C),  C,     C,    C),
 }  # fmt: skip
 
 #: The fragment each mine operation changes (its "overlapping" fragment; for Rewrite the
@@ -591,10 +590,6 @@ UNTOUCHED = 2
 def _opaque_message(kind: str, fragment_id: int) -> object:
     if kind == "CreateIndex":
         return tpb.CreateIndex(new_indices=[mpb.IndexMetadata(uuid="idx-1")])
-    if kind == "Merge":
-        return tpb.Merge(fragments=[mpb.Fragment(id=0, physical_rows=5)])
-    if kind == "Project":
-        return tpb.Project()
     if kind == "DataReplacement":
         return tpb.DataReplacement(
             replacements=[

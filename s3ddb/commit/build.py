@@ -6,6 +6,8 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
+import pyarrow as pa
+
 from s3ddb.commit.row_operations import Delete, ReserveFragments, Rewrite, Update, UpdateMode
 from s3ddb.commit.transaction import (
     Append,
@@ -19,6 +21,7 @@ from s3ddb.errors import (
     BaseTooOldError,
     CommitConflictError,
     InvalidInputError,
+    RetryableCommitConflictError,
     TransactionAlreadyCommittedError,
     UnsupportedOperationError,
 )
@@ -180,7 +183,25 @@ def _update_config(
     config.update(op.config_upsert)
     metadata = {k: v for k, v in base.table_metadata.items() if k not in op.metadata_delete}
     metadata.update(op.metadata_upsert)
-    return base.evolve(config=config, table_metadata=metadata)
+    schema = base.schema
+    if op.schema_metadata is not None:
+        schema = schema.with_schema_metadata(op.schema_metadata.apply(_metadata_of(schema.arrow)))
+    for field_id, update in op.field_metadata.items():
+        top = {i: p for p, i in schema.ids if len(p) == 1}
+        if field_id not in top:
+            # Dropped, or replaced by a cast, since the caller resolved the name:
+            # planning again on the newest version finds the field's current id.
+            raise RetryableCommitConflictError(
+                f"UpdateConfig: field id {field_id} is not a top-level field of version "
+                f"{base.version} any more"
+            )
+        current = _metadata_of(schema.arrow.field(top[field_id][0]))
+        schema = schema.with_field_metadata(field_id, update.apply(current))
+    return base.evolve(config=config, table_metadata=metadata, schema=schema)
+
+
+def _metadata_of(item: pa.Schema | pa.Field) -> dict[str, str]:
+    return {k.decode(): v.decode() for k, v in (item.metadata or {}).items()}
 
 
 def _changed_fragments(
@@ -302,3 +323,6 @@ register_builder(Delete, _delete)
 register_builder(Update, _update)
 register_builder(Rewrite, _rewrite)
 register_builder(ReserveFragments, _reserve_fragments)
+
+# Schema evolution (Merge, Project) registers its builders with the ones above.
+from s3ddb.commit import schema_ops as _schema_ops  # noqa: E402,F401

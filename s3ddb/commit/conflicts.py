@@ -193,3 +193,7 @@ register_rule(
 from s3ddb.commit import rebase as _rebase  # noqa: E402  (registers its rules)
 
 _rebase.register_rules(register_rule, fixed)
+
+from s3ddb.commit import schema_rules as _schema_rules  # noqa: E402  (Merge, Project)
+
+_schema_rules.register_rules(register_rule, fixed)

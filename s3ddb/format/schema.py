@@ -152,6 +152,30 @@ class DatasetSchema:
                 next_id += 1
         return DatasetSchema(arrow, tuple(ids))
 
+    def extended(self, fields: list[pa.Field], start: int) -> DatasetSchema:
+        """This schema with ``fields`` appended as top-level columns, their fields
+        given fresh ids from ``start`` up (depth first)."""
+        added = tuple((p, start + i) for i, (p, _f) in enumerate(_walk(fields)))
+        arrow = pa.schema([*self.arrow, *fields], metadata=self.arrow.metadata)
+        return DatasetSchema(arrow, self.ids + added)
+
+    def with_schema_metadata(self, metadata: dict[str, str]) -> DatasetSchema:
+        """This schema with its (schema-level) metadata replaced."""
+        return DatasetSchema(self.arrow.with_metadata(metadata or None), self.ids)
+
+    def with_field_metadata(self, field_id: int, metadata: dict[str, str]) -> DatasetSchema:
+        """This schema with the metadata of top-level field ``field_id`` replaced.
+
+        Raises:
+            KeyError: no top-level field has that id.
+        """
+        names = {i: p[0] for p, i in self.ids if len(p) == 1}
+        index = self.arrow.get_field_index(names[field_id])
+        changed = self.arrow.field(index).with_metadata(metadata or None)
+        if not metadata:
+            changed = changed.remove_metadata()
+        return DatasetSchema(self.arrow.set(index, changed), self.ids)
+
 
 def _family(t: pa.DataType) -> str | None:
     if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
