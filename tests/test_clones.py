@@ -85,12 +85,20 @@ def test_shallow_clone_reads_the_source_and_writes_never_touch_it(
     deleted = [f.deletion_file for f in clone.manifest.fragments if f.deletion_file]
     assert deleted and all(d.base_id is None for d in deleted)
     clone.update({"v": "'changed'"}, where="id = 7")
+    upsert = clone.merge_insert("id").when_matched_update_all().when_not_matched_insert_all()
+    upsert.execute(rows([5, 300], "upsert"))
     clone.optimize.compact_files(target_rows_per_fragment=100)
+    own = snapshot(clone.uri, so)
     stats = clone.cleanup_old_versions(older_than=ZERO, delete_unverified=True)
     assert stats.versions_removed  # the clone's own old versions
+    # Every file it counts is one of the clone's own that is now gone.
+    gone = set(own) - set(snapshot(clone.uri, so))
+    assert sum(stats.files.values()) == len(gone)
+    assert stats.bytes_removed == sum(len(own[p]) for p in gone)
     latest = s3ddb.dataset(clone.uri, storage_options=so)
-    assert ids(latest) == [2, 4, 5, 6, 7, 8, 9, 101]
+    assert ids(latest) == [2, 4, 5, 6, 7, 8, 9, 101, 300]
     assert latest.to_table(filter="id = 7")["v"].to_pylist() == ["changed"]
+    assert latest.to_table(filter="id = 5")["v"].to_pylist() == ["upsert-5"]
     assert snapshot(src.uri, so) == before  # byte-identical: nothing written or deleted
 
     # The source is unchanged and still reads every version.
