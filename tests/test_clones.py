@@ -237,6 +237,13 @@ def test_update_bases(place: tuple[Place, Any]) -> None:
         with pytest.raises(s3ddb.PathOutsideDatasetError):
             s3ddb.Dataset.commit(ds.uri, UpdateBases((bad,)), done.version, storage_options=so)
     assert s3ddb.dataset(ds.uri, storage_options=so).version == done.version
+    # Rebases over a concurrent delete and restore too (it touches no data).
+    s3ddb.dataset(ds.uri, storage_options=so).delete("id = 2")
+    s3ddb.dataset(ds.uri, 1, storage_options=so).restore()
+    third = BasePath(9, "s3://other-bucket/third")
+    last = s3ddb.Dataset.commit(ds.uri, UpdateBases((third,)), done.version, storage_options=so)
+    assert last.manifest.base_paths == (third,)  # on top of version 1's (none)
+    assert ids(last) == [1] and [v.operation for v in last.versions()][-1] == "UpdateBases"
 
 
 @pytest.mark.parametrize(
