@@ -125,6 +125,9 @@ def test_shallow_clone_time_travel_and_chains(place: tuple[Place, Any]) -> None:
     assert ids(s3ddb.dataset(clone.uri, storage_options=so)) == list(range(8))
     assert ids(s3ddb.dataset(chain.uri, storage_options=so)) == [*range(8), 200]
     assert verify(chain.uri, so).healthy
+    # A deep clone of the chain copies from every base it reads.
+    deep = s3ddb.dataset(chain.uri, storage_options=so).deep_clone(name("deep"))
+    assert deep.manifest.base_paths == () and ids(deep) == [*range(8), 200]
 
 
 def test_clone_conflicts_with_concurrent_append_delete_and_restore(
@@ -295,3 +298,27 @@ def test_a_planted_manifest_with_a_bad_base_is_refused(tmp_path: Path) -> None:
     path.write_bytes(frame(message.SerializeToString(), MANIFEST_MAGIC))
     with pytest.raises(s3ddb.PathOutsideDatasetError, match="declares no such base"):
         s3ddb.dataset(clone.uri)
+
+
+def test_deep_clone_from_a_local_path_to_s3ddb(aws: Any, tmp_path: Path) -> None:
+    """Across stores the bytes go through this process (no server-side copy)."""
+    src = make_source(str(tmp_path / "src"), None)
+    target = f"s3+ddb://{TEST_BUCKET}/clones-x-{uuid.uuid4().hex[:8]}?ddbTableName={TEST_TABLE}"
+    deep = src.deep_clone(target, storage_options=aws.storage_options())
+    assert ids(s3ddb.dataset(target, storage_options=aws.storage_options())) == list(range(2, 10))
+    assert deep.storage_options == aws.storage_options()
+
+
+def test_deep_clone_on_s3_copies_server_side(aws: Any) -> None:
+    so = aws.storage_options()
+    run = uuid.uuid4().hex[:8]
+    src = make_source(f"s3+ddb://{TEST_BUCKET}/clones-{run}-src?ddbTableName={TEST_TABLE}", so)
+    files = sum(len(f.files) + (f.deletion_file is not None) for f in src.manifest.fragments)
+    aws.clear_requests()
+    src.deep_clone(f"s3://{TEST_BUCKET}/clones-{run}-deep")
+    copies = [
+        r.path
+        for r in aws.requests
+        if r.operation == "CopyObject" and f"{run}-deep/" in r.path and "/_versions/" not in r.path
+    ]
+    assert files == 3 and len(copies) == files, copies
