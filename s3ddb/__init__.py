@@ -8,6 +8,7 @@ ds.to_table(filter="id < 10")
 
 from s3ddb import fragment
 from s3ddb._version import __version__
+from s3ddb.commit.base_operations import Clone, UpdateBases
 from s3ddb.commit.committer import CommitConfig
 from s3ddb.commit.row_operations import (
     Delete,
@@ -30,11 +31,14 @@ from s3ddb.commit.transaction import (
 from s3ddb.dataset import Dataset, VersionInfo, dataset, write_dataset
 from s3ddb.errors import *  # noqa: F403
 from s3ddb.errors import S3DDBError
+from s3ddb.format.bases import BasePath
 from s3ddb.format.fragment import FragmentMetadata
 from s3ddb.format.schema import DatasetSchema
 
 __all__ = [
     "Append",
+    "BasePath",
+    "Clone",
     "CommitConfig",
     "Dataset",
     "DatasetSchema",
@@ -51,6 +55,7 @@ __all__ = [
     "S3DDBError",
     "Transaction",
     "Update",
+    "UpdateBases",
     "UpdateConfig",
     "UpdateMemWalState",
     "UpdateMode",

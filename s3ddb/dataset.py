@@ -37,6 +37,7 @@ from s3ddb.errors import (
     TooMuchWriteContentionError,
     VersionNotFoundError,
 )
+from s3ddb.format.bases import FileResolver
 from s3ddb.format.datafile import (
     DEFAULT_MAX_ROWS_PER_FILE,
     write_fragments_from_table,
@@ -218,9 +219,11 @@ class Dataset:
     def _read_fragment(
         self, fragment: FragmentMetadata, columns: list[str], predicate: pc.Expression | None
     ) -> pa.Table:
-        return read_visible_rows(
-            self._handler.store, fragment, self._manifest.schema, columns, predicate
-        )
+        return read_visible_rows(self._files(), fragment, self._manifest.schema, columns, predicate)
+
+    def _files(self) -> FileResolver:
+        """Where the pinned version's files are (its root and its base paths)."""
+        return FileResolver.for_manifest(self._handler.store, self._manifest)
 
     def to_batches(
         self,
@@ -648,6 +651,45 @@ class Dataset:
 
         se.replace_field_metadata(self, field, metadata)
         return self
+
+    # --- clones ---
+    def shallow_clone(
+        self,
+        target: str | os.PathLike[str],
+        version: int | str | None = None,
+        storage_options: dict[str, Any] | None = None,
+    ) -> Dataset:
+        """Create a dataset at ``target`` whose version 1 is ``version`` (a number or
+        tag; default the pinned version) of this one, copying no file: it reads this
+        dataset's files through a base path. Writes to the clone stay in its root; keep
+        the source's files (tag the version) for as long as the clone needs them.
+        ``storage_options`` are the target's (default: this dataset's).
+
+        Raises:
+            DatasetAlreadyExistsError: a dataset exists at ``target``.
+            VersionNotFoundError: no such version or tag.
+        """
+        from s3ddb.clones import shallow_clone
+
+        return shallow_clone(self, target, version, storage_options)
+
+    def deep_clone(
+        self,
+        target: str | os.PathLike[str],
+        version: int | str | None = None,
+        storage_options: dict[str, Any] | None = None,
+    ) -> Dataset:
+        """Like :meth:`shallow_clone`, but first copies every file ``version``
+        references into ``target`` (server-side on S3, in parallel): the clone is
+        independent of this dataset. The copies are deleted if the commit fails.
+
+        Raises:
+            DatasetAlreadyExistsError: a dataset exists at ``target``.
+            VersionNotFoundError: no such version or tag.
+        """
+        from s3ddb.clones import deep_clone
+
+        return deep_clone(self, target, version, storage_options)
 
     @staticmethod
     def commit(

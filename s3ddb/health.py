@@ -24,9 +24,10 @@ from s3ddb.errors import ManifestCorruptError, PathOutsideDatasetError, S3DDBErr
 from s3ddb.external_store.base import ManifestRow
 from s3ddb.external_store.identity import final_path_of
 from s3ddb.format import layout
-from s3ddb.format.manifest import referenced_paths
+from s3ddb.format.bases import FileResolver
+from s3ddb.format.manifest import Manifest, referenced_files, referenced_paths
 from s3ddb.format.naming import parse_manifest_name, parse_staged_name
-from s3ddb.io.object_store import ObjectMeta
+from s3ddb.io.object_store import ObjectMeta, ObjectStore
 
 #: Objects younger than this (seconds) may belong to a commit in progress.
 DEFAULT_GRACE_SECONDS = 3600.0
@@ -225,6 +226,7 @@ def verify(
         )  # fmt: skip
 
     referenced: set[str] = set()
+    checked_bases: set[tuple[str, str]] = set()
     for done, version in enumerate(versions, 1):
         progress("reading manifests", done, len(versions))
         try:
@@ -254,6 +256,7 @@ def verify(
                     "version that does not use it", version,
                 )  # fmt: skip
             referenced.add(path)
+        _check_base_files(store, manifest, checked_bases, problem)
     data_dirs = (layout.DATA_DIR, layout.DELETIONS_DIR, layout.TRANSACTIONS_DIR)
     for path, meta in objects.items():
         if (
@@ -268,6 +271,33 @@ def verify(
                 "harmless to readers; s3ddb cleanup deletes it once 7 days old",
             )  # fmt: skip
     return report
+
+
+def _check_base_files(
+    store: ObjectStore,
+    manifest: Manifest,
+    checked: set[tuple[str, str]],
+    problem: Callable[..., None],
+) -> None:
+    """Report each file ``manifest`` reads from a base path (another dataset's root)
+    that does not exist there; ``checked`` spares files already looked at."""
+    files = FileResolver.for_manifest(store, manifest)
+    for base_id, path in referenced_files(manifest):
+        if base_id is None:
+            continue
+        base_store = files.store_for(base_id)
+        if (base_store.url, path) in checked:
+            continue
+        checked.add((base_store.url, path))
+        if not base_store.exists(path):
+            problem(
+                "missing_base_file", f"{base_store.url}/{path}",
+                f"version {manifest.version} reads {path} from {files.describe(base_id)}, "
+                "which does not have it (the source dataset removed it, e.g. by cleanup "
+                "of an untagged version): reading that version fails",
+                "restore the file in the source dataset; or restore this dataset to a "
+                "version that does not use it", manifest.version,
+            )  # fmt: skip
 
 
 def _tagged_versions(store: Any, objects: dict[str, ObjectMeta]) -> set[int]:

@@ -27,6 +27,7 @@ from s3ddb._data import to_arrow_table
 from s3ddb.commit.row_operations import KeyExistenceFilter, Update
 from s3ddb.errors import ColumnNotFoundError, InvalidInputError
 from s3ddb.expressions import parse_predicate, referenced_columns
+from s3ddb.format.bases import FileResolver
 from s3ddb.format.datafile import read_fragment, write_fragments_from_table
 from s3ddb.format.deletion import read_deleted_rows
 from s3ddb.format.fragment import FragmentMetadata, data_file_paths
@@ -186,10 +187,12 @@ def plan_merge(
     # what the source lacks, the others never leave the worker that scans them.
     source_keys = None if builder.delete_unmatched_by_source else source.select(keys)
 
+    sources = FileResolver.for_manifest(store, manifest)
+
     def scan(fragment: FragmentMetadata) -> tuple[FragmentMetadata, BitMap, pa.Table]:
-        deleted = read_deleted_rows(store, fragment)
+        deleted = read_deleted_rows(sources, fragment)
         visible = all_rows(fragment.physical_rows) - deleted
-        table = read_fragment(store, fragment, schema, columns)
+        table = read_fragment(sources, fragment, schema, columns)
         positions = np.fromiter(visible, dtype=np.int64, count=len(visible))
         rows = table.take(pa.array(positions)).append_column(
             _FRAG, pa.array(np.full(len(positions), fragment.id, dtype=np.int64))

@@ -26,6 +26,7 @@ from s3ddb.commit.handlers import CommitHandler
 from s3ddb.commit.row_operations import ReserveFragments, Rewrite, RewriteGroup
 from s3ddb.commit.transaction import Transaction
 from s3ddb.errors import InvalidInputError
+from s3ddb.format.bases import FileResolver
 from s3ddb.format.datafile import read_fragment, write_fragments_from_table
 from s3ddb.format.deletion import read_deleted_rows
 from s3ddb.format.fragment import FragmentMetadata, data_file_paths
@@ -143,11 +144,13 @@ def plan_compaction(
     schema = manifest.schema
     names = list(schema.arrow.names)
 
+    sources = FileResolver.for_manifest(store, manifest)
+
     def visible_rows(fragment: FragmentMetadata) -> tuple[pa.Table, BitMap]:
-        table = read_fragment(store, fragment, schema, names)
+        table = read_fragment(sources, fragment, schema, names)
         copied = all_rows(fragment.physical_rows)
         if fragment.deletion_file is not None:
-            copied -= read_deleted_rows(store, fragment)
+            copied -= read_deleted_rows(sources, fragment)
             table = take_rows(table, copied)
         return table, copied
 

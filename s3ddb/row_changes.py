@@ -30,6 +30,7 @@ from s3ddb.errors import (
 )
 from s3ddb.expressions import parse_predicate, parse_value_expression, referenced_columns
 from s3ddb.format import layout
+from s3ddb.format.bases import FileResolver
 from s3ddb.format.datafile import read_fragment, write_data_file, write_fragments_from_table
 from s3ddb.format.deletion import deletion_path, read_deleted_rows, write_deletion_file
 from s3ddb.format.fragment import FragmentMetadata, data_file_paths
@@ -125,12 +126,14 @@ def find_rows(
     schema = manifest.schema
     columns = sorted(referenced_columns(predicate, schema.arrow)) if predicate is not None else []
 
+    sources = FileResolver.for_manifest(store, manifest)
+
     def scan(fragment: FragmentMetadata) -> tuple[int, BitMap, BitMap]:
-        deleted = read_deleted_rows(store, fragment)
+        deleted = read_deleted_rows(sources, fragment)
         visible = all_rows(fragment.physical_rows) - deleted
         if predicate is None or not visible:
             return fragment.id, deleted, visible
-        table = read_fragment(store, fragment, schema, columns)
+        table = read_fragment(sources, fragment, schema, columns)
         return fragment.id, deleted, matching_rows(table, predicate, visible)
 
     before, rows = {}, {}
@@ -328,9 +331,10 @@ def _rewrite_rows(
     touched = [f for f in manifest.fragments if f.id in plan.rows]
 
     rows = {f.id: plan.rows[f.id] for f in touched}
+    sources = FileResolver.for_manifest(store, manifest)
 
     def changed_rows(fragment: FragmentMetadata) -> pa.Table:
-        table = read_fragment(store, fragment, schema, names)
+        table = read_fragment(sources, fragment, schema, names)
         return apply_values(take_rows(table, rows[fragment.id]), values, schema.arrow, uri)
 
     if distributed():
@@ -364,9 +368,10 @@ def _rewrite_columns(
     modified = set(schema.top_level_ids(updated_names))
     touched = [f for f in manifest.fragments if f.id in plan.rows]
     touched_rows = {f.id: plan.rows[f.id] for f in touched}
+    sources = FileResolver.for_manifest(store, manifest)
 
     def rewrite(fragment: FragmentMetadata) -> FragmentMetadata:
-        table = read_fragment(store, fragment, schema, needed_names)
+        table = read_fragment(sources, fragment, schema, needed_names)
         rows = touched_rows[fragment.id]
         # Values are computed for the matched rows only (an expression may fail, or
         # yield NULL for a NOT NULL column, on rows the update does not touch).

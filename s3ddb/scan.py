@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from s3ddb.format.bases import Files
 from s3ddb.format.datafile import (
     assemble_columns,
     file_columns_by_id,
@@ -30,7 +31,6 @@ from s3ddb.format.deletion import read_deletion_mask
 from s3ddb.format.fragment import FragmentMetadata
 from s3ddb.format.rows import filter_rows
 from s3ddb.format.schema import DatasetSchema
-from s3ddb.io.object_store import ObjectStore
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ def _row_group_stats(
 
 
 def _read_pruned(
-    store: ObjectStore,
+    files: Files,
     fragment: FragmentMetadata,
     schema: DatasetSchema,
     columns: list[str],
@@ -85,7 +85,7 @@ def _read_pruned(
         return None
     data_file = fragment.files[0]
     wanted = dict(zip(columns, schema.top_level_ids(columns)))
-    with open_data_file(store, data_file) as f:
+    with open_data_file(files, data_file) as f:
         parquet = pq.ParquetFile(f)
         by_id = file_columns_by_id(parquet)
         all_names = list(schema.arrow.names)
@@ -116,7 +116,7 @@ def _empty(schema: DatasetSchema, columns: list[str]) -> pa.Table:
 
 
 def read_visible_rows(
-    store: ObjectStore,
+    files: Files,
     fragment: FragmentMetadata,
     schema: DatasetSchema,
     columns: list[str],
@@ -124,7 +124,8 @@ def read_visible_rows(
     may_match: RowGroupPredicate | None = None,
 ) -> pa.Table:
     """The rows of ``fragment`` that are not deleted and match ``predicate``, with
-    ``columns`` in order.
+    ``columns`` in order. ``files``: the manifest's
+    :class:`~s3ddb.format.bases.FileResolver` (or its plain store if it has no bases).
 
     ``may_match`` (see :data:`RowGroupPredicate`) skips row groups; it must be implied
     by ``predicate``, which is still applied to every row read.
@@ -140,18 +141,18 @@ def read_visible_rows(
             c for c in sorted(referenced_columns(predicate, schema.arrow)) if c not in needed
         ]
     pruned = (
-        _read_pruned(store, fragment, schema, needed, may_match) if may_match is not None else None
+        _read_pruned(files, fragment, schema, needed, may_match) if may_match is not None else None
     )
     if pruned is None:
-        table = read_fragment(store, fragment, schema, needed)
+        table = read_fragment(files, fragment, schema, needed)
         if fragment.deletion_file is not None:
-            table = table.filter(read_deletion_mask(store, fragment))
+            table = table.filter(read_deletion_mask(files, fragment))
     else:
         table, ranges = pruned
         if not ranges:
             return _empty(schema, columns)
         if fragment.deletion_file is not None:
-            mask = read_deletion_mask(store, fragment)
+            mask = read_deletion_mask(files, fragment)
             table = table.filter(pa.concat_arrays([mask.slice(s, n) for s, n in ranges]))
     if predicate is not None:
         table = filter_rows(table, predicate)

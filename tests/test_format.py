@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from s3ddb.commit.transaction import Append, Overwrite, Restore, Transaction, UpdateConfig
 from s3ddb.errors import InvalidInputError, ManifestCorruptError, SchemaMismatchError
+from s3ddb.format.bases import BasePath
 from s3ddb.format.fragment import DataFile, DeletionFile, FragmentMetadata
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.naming import (
@@ -83,6 +84,8 @@ def _manifest(naming: NamingScheme = NamingScheme.V2) -> Manifest:
         naming_scheme=naming,
         transaction_file="8-x.txn",
         operation="Append",
+        base_paths=(BasePath(2, "s3://other-bucket/source", name="v3"),),
+        cloned_from_version=3,
     )
 
 

@@ -163,6 +163,9 @@ def _overwrite(base: Manifest | None, op: Operation, version: int, load: LoadMan
         max_fragment_id=max_id,
         config=config,
         table_metadata=dict(base.table_metadata) if base is not None else {},
+        # Declared bases stay declared (an overwrite's own files are in the root).
+        base_paths=base.base_paths if base is not None else (),
+        cloned_from_version=base.cloned_from_version if base is not None else None,
     )
 
 
@@ -324,5 +327,10 @@ register_builder(Update, _update)
 register_builder(Rewrite, _rewrite)
 register_builder(ReserveFragments, _reserve_fragments)
 
-# Schema evolution (Merge, Project) registers its builders with the ones above.
+# Clone and UpdateBases live with the base-path code; schema evolution (Merge,
+# Project) registers its builders with the ones above.
+from s3ddb.commit import base_operations as _bases  # noqa: E402
 from s3ddb.commit import schema_ops as _schema_ops  # noqa: E402,F401
+
+register_builder(_bases.Clone, _bases.build_clone)
+register_builder(_bases.UpdateBases, _bases.build_update_bases)

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from s3ddb.commit.transaction import OPERATION_KINDS, Transaction
 from s3ddb.errors import IncompatibleTransactionError, RetryableCommitConflictError
+from s3ddb.format.bases import FileResolver
 from s3ddb.format.fragment import FragmentMetadata
 from s3ddb.format.manifest import Manifest
 from s3ddb.io.object_store import ObjectStore
@@ -61,6 +62,11 @@ class ConflictContext:
     before: Manifest
     after: Manifest
     written: list[str] = field(default_factory=list)
+
+    @functools.cached_property
+    def files(self) -> FileResolver:
+        """Where both versions' files are (for reads; writes go to ``store``)."""
+        return FileResolver.for_manifest(self.store, self.before, self.after)
 
     @functools.cached_property
     def before_fragments(self) -> dict[int, FragmentMetadata]:
@@ -197,3 +203,7 @@ _rebase.register_rules(register_rule, fixed)
 from s3ddb.commit import schema_rules as _schema_rules  # noqa: E402  (Merge, Project)
 
 _schema_rules.register_rules(register_rule, fixed)
+
+from s3ddb.commit import base_operations as _base_operations  # noqa: E402
+
+_base_operations.register_rules(register_rule, fixed)

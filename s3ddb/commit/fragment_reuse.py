@@ -165,7 +165,7 @@ def _deletions_on(
     after = ctx.after_fragments
     for fid in sorted(fragment_ids):
         fragment = after[fid]
-        already = read_deleted_rows(ctx.store, fragment)
+        already = read_deleted_rows(ctx.files, fragment)
         mine = affected[fid] - already
         if not mine:
             affected.pop(fid)
@@ -209,11 +209,11 @@ def carry_deletes_into_rewrite(
         b, a = before[fid], after.get(fid)
         if a is not None and a.files != b.files:
             return Verdict(_R, f"columns of fragment {fid}, which this compaction copied, changed")
-        earlier = read_deleted_rows(ctx.store, b)
+        earlier = read_deleted_rows(ctx.files, b)
         if a is None:  # deleted entirely: every row still visible before goes
             deleted[fid] = by_old[fid].all_rows(fid) - earlier
         else:
-            deleted[fid] = read_deleted_rows(ctx.store, a) - earlier
+            deleted[fid] = read_deleted_rows(ctx.files, a) - earlier
     extra: dict[int, BitMap] = {}  # new fragment id -> rows to delete
     for fid, rows in deleted.items():
         mapped, _lost = by_old[fid].map_rows(fid, rows)
@@ -228,7 +228,7 @@ def carry_deletes_into_rewrite(
         for fragment in group.new_fragments:
             carried = extra.get(fragment.id)
             if carried:
-                total = read_deleted_rows(ctx.store, fragment) | carried
+                total = read_deleted_rows(ctx.files, fragment) | carried
                 fragment = fragment.with_deletion_file(
                     write_deletion_file(ctx.store, fragment.id, ctx.after.version, total)
                 )

@@ -62,7 +62,7 @@ class RowChanges:
 
 
 def _visible(ctx: ConflictContext, fragment: FragmentMetadata) -> BitMap:
-    return all_rows(fragment.physical_rows) - read_deleted_rows(ctx.store, fragment)
+    return all_rows(fragment.physical_rows) - read_deleted_rows(ctx.files, fragment)
 
 
 def their_changes(theirs: Transaction, ctx: ConflictContext) -> RowChanges:
@@ -84,8 +84,8 @@ def their_changes(theirs: Transaction, ctx: ConflictContext) -> RowChanges:
             if fid in recorded and not in_place:
                 out.removed_rows[fid] = recorded[fid]
             else:
-                out.removed_rows[fid] = read_deleted_rows(ctx.store, a) - read_deleted_rows(
-                    ctx.store, b
+                out.removed_rows[fid] = read_deleted_rows(ctx.files, a) - read_deleted_rows(
+                    ctx.files, b
                 )
         if a.files != b.files:
             out.files_changed.add(fid)
@@ -126,7 +126,7 @@ def _matching(
     fragment = ctx.after_fragments[fragment_id]
     schema = ctx.after.schema
     columns = sorted(referenced_columns(predicate, schema.arrow))
-    table = read_fragment(ctx.store, fragment, schema, columns)
+    table = read_fragment(ctx.files, fragment, schema, columns)
     return matching_rows(table, predicate, rows)
 
 
@@ -134,7 +134,7 @@ def _keys_written(ctx: ConflictContext, keys: tuple[str, ...], rows: dict[int, B
     out: set[int] = set()
     after = ctx.after_fragments
     for fid, wanted in rows.items():
-        table = read_fragment(ctx.store, after[fid], ctx.after.schema, list(keys))
+        table = read_fragment(ctx.files, after[fid], ctx.after.schema, list(keys))
         out.update(key_hashes(take_rows(table, wanted), list(keys)))
     return out
 
@@ -153,7 +153,7 @@ def _apply_deletions(
         updated.pop(fid, None)
         removed.discard(fid)
         fragment = after[fid]
-        already = read_deleted_rows(ctx.store, fragment)
+        already = read_deleted_rows(ctx.files, fragment)
         mine = affected.get(fid, BitMap()) - already
         if not mine:
             affected.pop(fid, None)
@@ -298,7 +298,7 @@ def _updated_copies(
     after = ctx.after_fragments
     pieces = []
     for fid in sorted(rows):
-        table = read_fragment(ctx.store, after[fid], schema, names)
+        table = read_fragment(ctx.files, after[fid], schema, names)
         pieces.append(
             apply_values(
                 take_rows(table, rows[fid]), dict(op.value_exprs), schema.arrow, ctx.store.url

@@ -9,6 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from s3ddb.format import layout
+from s3ddb.format.bases import Files, as_resolver
 from s3ddb.format.fragment import DataFile, FragmentMetadata
 from s3ddb.format.schema import DatasetSchema
 from s3ddb.io.object_store import ObjectStore
@@ -86,8 +87,9 @@ def write_fragments_from_table(
 WHOLE_READ_MAX_BYTES = 8 * 1024 * 1024
 
 
-def open_data_file(store: ObjectStore, data_file: DataFile) -> Any:
-    path = layout.data_file_path(data_file.path)
+def open_data_file(files: Files, data_file: DataFile) -> Any:
+    """A readable file of ``data_file``, in the dataset's root or in its base."""
+    store, path = as_resolver(files).data_file(data_file)
     size = data_file.file_size_bytes
     if store.protocol == "s3" and 0 < size <= WHOLE_READ_MAX_BYTES:
         # One request instead of a size lookup, a footer read and column reads.
@@ -96,9 +98,12 @@ def open_data_file(store: ObjectStore, data_file: DataFile) -> Any:
 
 
 def read_fragment(
-    store: ObjectStore, fragment: FragmentMetadata, schema: DatasetSchema, columns: list[str]
+    files: Files, fragment: FragmentMetadata, schema: DatasetSchema, columns: list[str]
 ) -> pa.Table:
     """All physical rows of ``fragment`` (deletions not applied), ``columns`` in order.
+
+    ``files`` is the manifest's :class:`~s3ddb.format.bases.FileResolver` (a plain
+    store only serves fragments without files in base paths).
 
     Columns are matched to file columns by field id, so a file written before a
     rename still reads. A column no data file holds (added later) reads as nulls.
@@ -110,7 +115,7 @@ def read_fragment(
         needed = {i: n for n, i in wanted.items() if i in file_ids}
         if not needed:
             continue
-        with open_data_file(store, data_file) as f:
+        with open_data_file(files, data_file) as f:
             parquet = pq.ParquetFile(f)
             by_id = file_columns_by_id(parquet)
             table = parquet.read(columns=[by_id[i] for i in needed if i in by_id])

@@ -11,7 +11,7 @@ from s3ddb._version import __version__
 from s3ddb.errors import ManifestCorruptError, PathOutsideDatasetError
 from s3ddb.format import layout
 from s3ddb.format._proto import manifest_pb2 as pb
-from s3ddb.format.deletion import deletion_path
+from s3ddb.format.bases import BasePath, check_base_paths, file_base_ids, fragment_files
 from s3ddb.format.fragment import FragmentMetadata
 from s3ddb.format.framing import frame, unframe
 from s3ddb.format.naming import NamingScheme
@@ -38,7 +38,13 @@ class Manifest:
         transaction_file: transaction file name (under ``_transactions/``).
         operation: the operation kind that produced this version ("Append"...).
         writer_library, writer_version: who wrote it.
-        base_paths, indices: protobuf messages kept as-is (room for later features).
+        base_paths: other dataset roots whose files this version references (see
+            :mod:`s3ddb.format.bases`); every ``base_id`` of a file must be declared.
+        cloned_from_version: the source version, for a clone's manifests (else None).
+        indices: protobuf messages kept as-is (room for later features).
+
+    Raises:
+        PathOutsideDatasetError: a bad base path, or a file of an undeclared base.
     """
 
     version: int
@@ -53,12 +59,20 @@ class Manifest:
     operation: str = ""
     writer_library: str = WRITER_LIBRARY
     writer_version: str = __version__
-    base_paths: tuple[Any, ...] = ()
+    base_paths: tuple[BasePath, ...] = ()
     indices: tuple[Any, ...] = ()
+    cloned_from_version: int | None = None
 
     def __post_init__(self) -> None:
         if self.transaction_file:
             check_name(self.transaction_file, "transaction file")
+        object.__setattr__(self, "base_paths", check_base_paths(self.base_paths))
+        undeclared = file_base_ids(self.fragments) - {b.id for b in self.base_paths}
+        if undeclared:
+            raise PathOutsideDatasetError(
+                f"refusing files of base path(s) {sorted(undeclared)}: the manifest "
+                "declares no such base"
+            )
 
     @property
     def num_rows(self) -> int:
@@ -90,11 +104,13 @@ class Manifest:
             ),
             transaction_file=self.transaction_file,
             operation=self.operation,
-            base_paths=list(self.base_paths),
+            base_paths=[b.to_pb() for b in self.base_paths],
             indices=list(self.indices),
         )
         if self.max_fragment_id is not None:
             m.max_fragment_id = self.max_fragment_id
+        if self.cloned_from_version is not None:
+            m.cloned_from_version = self.cloned_from_version
         return m
 
     def to_bytes(self) -> bytes:
@@ -118,8 +134,9 @@ class Manifest:
             operation=m.operation,
             writer_library=m.writer_version.library,
             writer_version=m.writer_version.version,
-            base_paths=tuple(m.base_paths),
+            base_paths=tuple(BasePath.from_pb(b) for b in m.base_paths),
             indices=tuple(m.indices),
+            cloned_from_version=m.cloned_from_version or None,
         )
 
     @classmethod
@@ -142,14 +159,19 @@ class Manifest:
 
 
 def referenced_paths(manifest: Manifest, *, transaction: bool = True) -> list[str]:
-    """Every file ``manifest`` references, relative to the dataset root, in manifest
-    order: its transaction file (unless ``transaction=False``), then each fragment's
-    data files and deletion file."""
+    """Every file under the dataset's own root that ``manifest`` references, relative
+    to that root, in manifest order: its transaction file (unless
+    ``transaction=False``), then each fragment's data files and deletion file. Files
+    of base paths (another dataset's) are not listed: see :func:`referenced_files`."""
     out = []
     if transaction and manifest.transaction_file:
         out.append(layout.transaction_path(manifest.transaction_file))
-    for fragment in manifest.fragments:
-        out.extend(layout.data_file_path(d.path) for d in fragment.files)
-        if fragment.deletion_file is not None:
-            out.append(deletion_path(fragment))
+    out.extend(path for base_id, path in referenced_files(manifest) if base_id is None)
+    return list(dict.fromkeys(out))
+
+
+def referenced_files(manifest: Manifest) -> list[tuple[int | None, str]]:
+    """(base id, path under that root) of every data and deletion file of
+    ``manifest``, in manifest order (base id None: the dataset's own root)."""
+    out = (pair for fragment in manifest.fragments for pair in fragment_files(fragment))
     return list(dict.fromkeys(out))

@@ -68,6 +68,11 @@ class ObjectStore:
         return self._aws
 
     @property
+    def storage_options(self) -> dict[str, Any]:
+        """The storage options this store was opened with (a copy)."""
+        return dict(self._storage_options)
+
+    @property
     def supports_conditional_put(self) -> bool:
         """Whether ``put_if_not_exists`` is atomic on this backend.
 
@@ -255,6 +260,39 @@ class ObjectStore:
             raise _translate(exc, full_src) from exc
         etag = response.get("CopyObjectResult", {}).get("ETag")
         return str(etag) if etag else None
+
+    def copy_to(self, target: ObjectStore, src: str, dst: str) -> None:
+        """Copy ``src`` of this store to ``dst`` of ``target`` (another root):
+        server-side (CopyObject, issued with ``target``'s credentials) when both are
+        on S3, else read and written through this process.
+
+        Raises:
+            FileNotFoundError: ``src`` does not exist.
+        """
+        if self.protocol == "s3" and target.protocol == "s3":
+            src_bucket, src_key = _split_s3(self.full_path(src))
+            full_dst = target.full_path(dst)
+            bucket, key = _split_s3(full_dst)
+            try:
+                target._s3().copy_object(
+                    Bucket=bucket, Key=key, CopySource={"Bucket": src_bucket, "Key": src_key}
+                )
+            except Exception as exc:
+                raise _translate(exc, self.full_path(src)) from exc
+            return
+        if self.protocol == "file" and target.protocol == "file":
+            import shutil
+
+            full_dst = target.full_path(dst)
+            tmp = _local_tmp_name(full_dst)
+            try:
+                shutil.copyfile(self.full_path(src), tmp)
+                os.replace(tmp, full_dst)
+            finally:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+            return
+        target.put(dst, self.get(src))
 
     def head(self, path: str) -> ObjectMeta:
         """Size of the object. Raises FileNotFoundError if it does not exist."""

@@ -27,6 +27,7 @@ from pyspark.sql.datasource import (
 )
 
 from s3ddb.dataset import Dataset, dataset
+from s3ddb.format.bases import FileResolver
 from s3ddb.format.fragment import FragmentMetadata
 from s3ddb.format.schema import DatasetSchema
 from s3ddb.io.object_store import ObjectStore
@@ -111,6 +112,7 @@ class S3DDBReader(DataSourceReader):
         self._version = ds.version
         self._dataset_schema: DatasetSchema = ds.manifest.schema
         self._fragments = tuple(ds.manifest.fragments)
+        self._base_paths = ds.manifest.base_paths
         self._columns = [f.name for f in schema.fields]
         ds._resolve_columns(self._columns)  # a user-given schema must name real columns
         self._target = arrow_schema_of(schema)
@@ -140,11 +142,12 @@ class S3DDBReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, FragmentGroup)
         store = ObjectStore(self._options.uri, self._options.storage_options)
+        files = FileResolver(store, self._base_paths)
         predicate = self._filters.expression()
         may_match = self._filters.may_match if self._filters.conditions else None
         for fragment in partition.fragments:
             table = read_visible_rows(
-                store, fragment, self._dataset_schema, self._columns, predicate, may_match
+                files, fragment, self._dataset_schema, self._columns, predicate, may_match
             )
             if table.num_rows:
                 yield from cast_for_spark(table, self._target).to_batches(BATCH_ROWS)

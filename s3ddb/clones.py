@@ -1,0 +1,185 @@
+"""Shallow and deep clones: a new dataset whose version 1 is another dataset's version.
+
+A shallow clone copies nothing: its manifest references the source's data and
+deletion files through a base path pointing at the source's root (a clone of a clone
+carries the source's own bases over). A deep clone copies every file the version
+references into its own root (server-side on S3) and has no base paths.
+
+Writes to either kind of clone only ever write under the clone's root; reads of a
+shallow clone read the source's files, so the source must keep them: tag the version
+before cloning it (see docs/clones.md).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from s3ddb.commit.base_operations import Clone
+from s3ddb.errors import DatasetAlreadyExistsError, InvalidInputError
+from s3ddb.format import layout
+from s3ddb.format.bases import BasePath, FileResolver
+from s3ddb.format.fragment import DataFile, DeletionFile, FragmentMetadata
+from s3ddb.format.manifest import Manifest
+from s3ddb.io.object_store import ObjectStore
+
+if TYPE_CHECKING:
+    from s3ddb.commit.handlers import CommitHandler
+    from s3ddb.dataset import Dataset
+
+#: Copies in flight at once during a deep clone.
+COPY_PARALLELISM = 16
+
+
+def _source(ds: Dataset, version: int | str | None) -> tuple[Dataset, str]:
+    """The source version (a Dataset pinned there) and its tag name ("" if none)."""
+    if version is None:
+        return ds, ""
+    if isinstance(version, bool) or not isinstance(version, int | str):
+        raise InvalidInputError(f"version must be an int or a tag name, got {version!r}")
+    return ds.checkout_version(version), version if isinstance(version, str) else ""
+
+
+def _open_target(
+    ds: Dataset, target: str | os.PathLike[str], storage_options: dict[str, Any] | None
+) -> tuple[str, CommitHandler, dict[str, Any]]:
+    """The target's URI, commit handler and storage options (default: the source's).
+
+    Raises:
+        DatasetAlreadyExistsError: a dataset exists at ``target``.
+        InvalidInputError: ``target`` is the source's root.
+    """
+    from s3ddb.dataset import _open_validated
+
+    text = os.fspath(target)
+    options = ds.storage_options if storage_options is None else dict(storage_options)
+    handler = _open_validated(text, options)
+    if handler.store.url == ds.handler.store.url:
+        raise InvalidInputError(f"cannot clone {ds.uri} onto itself")
+    latest = handler.latest_location()
+    if latest is not None:
+        raise DatasetAlreadyExistsError(
+            f"a dataset already exists at {text} (version {latest.version}); "
+            "clone into a new location"
+        )
+    return text, handler, options
+
+
+def _template(
+    source: Manifest, fragments: tuple[FragmentMetadata, ...], **changes: Any
+) -> Manifest:
+    """The clone's version 1: the source's schema, config and metadata."""
+    return Manifest(
+        version=1,
+        schema=source.schema,
+        fragments=fragments,
+        max_fragment_id=source.max_fragment_id,
+        config=dict(source.config),
+        table_metadata=dict(source.table_metadata),
+        cloned_from_version=source.version,
+        **changes,
+    )
+
+
+def _commit_clone(
+    text: str, handler: CommitHandler, options: dict[str, Any], ds: Dataset, op: Clone
+) -> Dataset:
+    from s3ddb.dataset import Dataset, _placeholder_manifest
+
+    clone = Dataset(
+        text,
+        handler,
+        _placeholder_manifest(),
+        storage_options=options,
+        commit_config=ds._commit_config,
+    )
+    return clone._commit(op, None, on_existing="error", naming=ds.manifest.naming_scheme)
+
+
+def shallow_clone(
+    ds: Dataset,
+    target: str | os.PathLike[str],
+    version: int | str | None = None,
+    storage_options: dict[str, Any] | None = None,
+) -> Dataset:
+    """See :meth:`s3ddb.Dataset.shallow_clone`."""
+    src, tag = _source(ds, version)
+    text, handler, options = _open_target(src, target, storage_options)
+    manifest = src.manifest
+    root = src.handler.store.url
+    base_id = max((b.id for b in manifest.base_paths), default=0) + 1
+    base = BasePath(base_id, root, name=tag or None)
+
+    def rebased(fragment: FragmentMetadata) -> FragmentMetadata:
+        files = tuple(
+            replace(d, base_id=base_id) if d.base_id is None else d for d in fragment.files
+        )
+        deletion = fragment.deletion_file
+        if deletion is not None and deletion.base_id is None:
+            deletion = replace(deletion, base_id=base_id)
+        return replace(fragment, files=files, deletion_file=deletion)
+
+    template = _template(
+        manifest,
+        tuple(rebased(f) for f in manifest.fragments),
+        base_paths=(*manifest.base_paths, base),
+    )
+    op = Clone(True, tag, manifest.version, root, template=template)
+    return _commit_clone(text, handler, options, src, op)
+
+
+def deep_clone(
+    ds: Dataset,
+    target: str | os.PathLike[str],
+    version: int | str | None = None,
+    storage_options: dict[str, Any] | None = None,
+) -> Dataset:
+    """See :meth:`s3ddb.Dataset.deep_clone`."""
+    src, tag = _source(ds, version)
+    text, handler, options = _open_target(src, target, storage_options)
+    manifest = src.manifest
+    sources = FileResolver.for_manifest(src.handler.store, manifest)
+    # Copies get new names: a clone racing this one into the same target can then
+    # never overwrite (or, failing, delete) a file of the winner.
+    copies: list[tuple[ObjectStore, str, str]] = []
+    fragments = []
+    for fragment in manifest.fragments:
+        files = []
+        for d in fragment.files:
+            store, path = sources.data_file(d)
+            name = layout.new_data_file_name(
+                d.path.rsplit(".", 1)[-1] if "." in d.path else "parquet"
+            )
+            copies.append((store, path, layout.data_file_path(name)))
+            files.append(DataFile(name, d.fields, d.file_format, d.file_size_bytes))
+        deletion = fragment.deletion_file
+        if deletion is not None:
+            store, path = sources.deletion_file(fragment)
+            deletion = DeletionFile(
+                deletion.kind, deletion.read_version, uuid.uuid4().hex, deletion.num_deleted_rows
+            )
+            copies.append(
+                (
+                    store,
+                    path,
+                    layout.deletion_file_path(
+                        fragment.id, deletion.read_version, deletion.id, deletion.extension
+                    ),
+                )
+            )
+        fragments.append(replace(fragment, files=tuple(files), deletion_file=deletion))
+    written = [dst for _s, _p, dst in copies]
+    target_store = handler.store
+    try:
+        with ThreadPoolExecutor(max_workers=COPY_PARALLELISM) as pool:
+            list(pool.map(lambda c: c[0].copy_to(target_store, c[1], c[2]), copies))
+    except BaseException:
+        # Nothing was committed: the copies are ours alone.
+        target_store.delete_many(written)
+        raise
+    template = _template(manifest, tuple(fragments))
+    op = Clone(False, tag, manifest.version, src.handler.store.url, template, tuple(written))
+    return _commit_clone(text, handler, options, src, op)
