@@ -14,6 +14,7 @@ from s3ddb.format._proto import manifest_pb2 as pb
 from s3ddb.format.deletion import deletion_path
 from s3ddb.format.fragment import FragmentMetadata
 from s3ddb.format.framing import frame, unframe
+from s3ddb.format.index import IndexMetadata
 from s3ddb.format.naming import NamingScheme
 from s3ddb.format.schema import DatasetSchema
 from s3ddb.io.paths import check_name
@@ -38,7 +39,8 @@ class Manifest:
         transaction_file: transaction file name (under ``_transactions/``).
         operation: the operation kind that produced this version ("Append"...).
         writer_library, writer_version: who wrote it.
-        base_paths, indices: protobuf messages kept as-is (room for later features).
+        indices: the indices of this version (see :mod:`s3ddb.format.index`).
+        base_paths: protobuf messages kept as-is (room for later features).
     """
 
     version: int
@@ -54,7 +56,7 @@ class Manifest:
     writer_library: str = WRITER_LIBRARY
     writer_version: str = __version__
     base_paths: tuple[Any, ...] = ()
-    indices: tuple[Any, ...] = ()
+    indices: tuple[IndexMetadata, ...] = ()
 
     def __post_init__(self) -> None:
         if self.transaction_file:
@@ -91,7 +93,7 @@ class Manifest:
             transaction_file=self.transaction_file,
             operation=self.operation,
             base_paths=list(self.base_paths),
-            indices=list(self.indices),
+            indices=[i.to_pb() for i in self.indices],
         )
         if self.max_fragment_id is not None:
             m.max_fragment_id = self.max_fragment_id
@@ -119,7 +121,7 @@ class Manifest:
             writer_library=m.writer_version.library,
             writer_version=m.writer_version.version,
             base_paths=tuple(m.base_paths),
-            indices=tuple(m.indices),
+            indices=tuple(IndexMetadata.from_pb(i) for i in m.indices),
         )
 
     @classmethod
@@ -144,7 +146,7 @@ class Manifest:
 def referenced_paths(manifest: Manifest, *, transaction: bool = True) -> list[str]:
     """Every file ``manifest`` references, relative to the dataset root, in manifest
     order: its transaction file (unless ``transaction=False``), then each fragment's
-    data files and deletion file."""
+    data files and deletion file, then each index's files."""
     out = []
     if transaction and manifest.transaction_file:
         out.append(layout.transaction_path(manifest.transaction_file))
@@ -152,4 +154,6 @@ def referenced_paths(manifest: Manifest, *, transaction: bool = True) -> list[st
         out.extend(layout.data_file_path(d.path) for d in fragment.files)
         if fragment.deletion_file is not None:
             out.append(deletion_path(fragment))
+    for index in manifest.indices:
+        out.extend(index.file_paths)
     return list(dict.fromkeys(out))
