@@ -171,6 +171,8 @@ def read_rows_at(
     import numpy as np
 
     offsets = np.asarray(offsets, dtype=np.int64)
+    if len(offsets) == 0:
+        return assemble_columns({}, schema, columns, 0), 0
     if len(fragment.files) != 1:
         table = read_fragment(store, fragment, schema, columns)
         return table.take(pa.array(offsets)), 0
