@@ -117,6 +117,11 @@ def test_index_answers_like_a_scan_through_appends_deletes_updates_compaction(
         "id_idx", "BTREE", ["id"], 1
     )  # fmt: skip
     assert info["fragment_ids"] == {0, 1, 2}
+    assert ds.last_commit is not None
+    txn = ds.last_commit.transaction
+    assert isinstance(txn.operation, s3ddb.CreateIndex)
+    assert Transaction.from_bytes(txn.to_bytes(), "t").operation == txn.operation
+    assert ds.manifest.indices == s3ddb.dataset(uri, storage_options=so).manifest.indices
     assert s3ddb.dataset(uri, storage_options=so).versions()[-1].operation == "CreateIndex"
     assert _uses_index(ds, "id = 1234") and not _uses_index(ds, "id = 42 OR id = 43")
     _assert_same_as_scan(ds)
@@ -304,12 +309,21 @@ def test_writes_planned_before_the_index_rebase_over_it(target: Target) -> None:
     uri, so = target
     appender = s3ddb.dataset(uri, storage_options=so)
     deleter = s3ddb.dataset(uri, storage_options=so)
+    updater = s3ddb.dataset(uri, storage_options=so)
     s3ddb.dataset(uri, storage_options=so).create_scalar_index("id")
     appender.insert(_table(6000, 10))
     deleter.delete("id = 77")
     assert appender.last_conflict_retries == deleter.last_conflict_retries == 0
     latest = s3ddb.dataset(uri, storage_options=so)
     assert _covered(latest) == {0, 1, 2} and latest.count_rows("id = 77") == 0
+    _assert_same_as_scan(latest)
+    # A column rewrite of the indexed column, planned before the index existed, lands
+    # after it: the fragment it rewrote leaves the index.
+    updater.update({"id": "id + 100000"}, where="id >= 4000 AND id < 4100", rewrite="columns")
+    assert updater.last_conflict_retries == 0
+    latest = s3ddb.dataset(uri, storage_options=so)
+    assert _covered(latest) == {0, 1} and latest.count_rows("id = 104050") == 1
+    assert latest.count_rows("id = 4050") == 0
     _assert_same_as_scan(latest)
 
 
