@@ -161,6 +161,7 @@ def test_time_travel_restore_and_overwrite_take_their_versions_indices(target: T
     ds.create_scalar_index("cat")
     ds.delete("id < 10")
     assert [i["name"] for i in ds.list_indices()] == ["by_id", "cat_idx"]
+    _assert_same_as_scan(ds)
     v1 = s3ddb.dataset(uri, 1, storage_options=so)
     assert v1.list_indices() == []
     assert v1.count_rows("id < 10") == 10 and ds.count_rows("id < 10") == 0
@@ -421,3 +422,39 @@ def test_data_replacement_conflicts(target: Target) -> None:
     s3ddb.dataset(uri, 1, storage_options=so).restore()
     with pytest.raises(RetryableCommitConflictError):
         s3ddb.Dataset.commit(uri, op, latest.version, storage_options=so)
+
+
+def test_indices_on_other_types_answer_like_a_scan(tmp_path: Path) -> None:
+    n = 3000
+    days = np.arange(n) % 400
+    table = pa.table(
+        {
+            "d": pa.array(days.astype("datetime64[D]")),
+            "ts": pa.array((np.arange(n) * 60).astype("datetime64[s]")).cast(
+                pa.timestamp("us", tz="UTC")
+            ),
+            "f": pa.array(np.arange(n) / 4.0),
+            "s": pa.array([f"k{i % 97:03d}" for i in range(n)], pa.large_string()),
+            "i8": pa.array(np.arange(n) % 100, pa.int8()),
+        }
+    )
+    uri = str(tmp_path / "types")
+    ds = s3ddb.write_dataset(table, uri, max_rows_per_file=1000)
+    for column in table.column_names:
+        ds.create_scalar_index(column)
+    filters = [
+        "d = '1970-02-01'",
+        "d BETWEEN DATE '1970-01-05' AND DATE '1970-01-07'",
+        "ts >= '1970-01-01 10:00:00' AND ts < '1970-01-01 10:05:00'",
+        "f = 12.25",
+        "f > 700.5",
+        "s IN ('k001', 'k096', 'zzz')",
+        "s < 'k003'",
+        "i8 = 7 AND f < 100",
+        "i8 = 300",  # out of the type's range: refused as a key, scanned
+    ]
+    for text in filters:
+        assert _uses_index(ds, text) or text == "i8 = 300", text
+        expected = _scan(ds, text)
+        assert expected.num_rows > 0 or text in ("i8 = 300",), text
+        assert ds.to_table(filter=text).equals(expected), text

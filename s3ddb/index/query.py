@@ -11,6 +11,7 @@ compacted or rewritten since it was built) are scanned as usual.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -115,6 +116,7 @@ class IndexedScan:
     manifest: Manifest
     row_groups_read: int = 0
     _covered: frozenset[int] = field(default_factory=frozenset)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def covers(self, fragment: FragmentMetadata) -> bool:
         return fragment.id in self._covered
@@ -137,7 +139,8 @@ class IndexedScan:
         if offsets is None or len(offsets) == 0:
             return pa.schema([schema.arrow.field(n) for n in columns]).empty_table()
         table, groups = read_rows_at(self.store, fragment, schema, needed, offsets)
-        self.row_groups_read += groups
+        with self._lock:  # fragments are read in parallel
+            self.row_groups_read += groups
         return filter_rows(table, self.predicate).select(columns)
 
 
