@@ -458,3 +458,17 @@ def test_indices_on_other_types_answer_like_a_scan(tmp_path: Path) -> None:
         expected = _scan(ds, text)
         assert expected.num_rows > 0 or text in ("i8 = 300",), text
         assert ds.to_table(filter=text).equals(expected), text
+
+
+def test_other_writers_indices_decode_and_new_ones_are_checked() -> None:
+    from s3ddb.format._proto import manifest_pb2 as mpb
+
+    # Lance's system indices have no fields; a manifest holding one must still read.
+    system = s3ddb.IndexMetadata.from_pb(
+        mpb.IndexMetadata(uuid="0a1b2c3d-0000-1111-2222-333344445555", name="__frag_reuse")
+    )
+    assert system.fields == () and system.file_paths == () and system.fragment_ids == set()
+    with pytest.raises(InvalidInputError, match="name and fields"):
+        s3ddb.CreateIndex((system,))
+    with pytest.raises(InvalidInputError):
+        s3ddb.CreateIndex(())

@@ -13,7 +13,6 @@ from typing import Any
 
 from pyroaring import BitMap
 
-from s3ddb.errors import InvalidInputError
 from s3ddb.format import layout
 from s3ddb.format._proto import manifest_pb2 as pb
 from s3ddb.io.paths import check_name
@@ -52,11 +51,9 @@ class IndexMetadata:
     def __post_init__(self) -> None:
         object.__setattr__(self, "fields", tuple(int(f) for f in self.fields))
         object.__setattr__(self, "fragment_ids", frozenset(int(i) for i in self.fragment_ids))
+        # Name and fields may be empty: Lance's system indices (fragment reuse, MemWAL)
+        # have no fields, and a manifest holding them must still read.
         check_name(self.uuid, "index uuid")
-        if not self.name:
-            raise InvalidInputError("an index needs a name")
-        if not self.fields:
-            raise InvalidInputError(f"index {self.name!r} indexes no field")
         for name in self.file_names:
             check_name(name, f"file of index {self.name!r}")
 

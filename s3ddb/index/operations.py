@@ -54,6 +54,9 @@ class CreateIndex(Operation):
         for index in (*self.new_indices, *self.removed_indices):
             if not isinstance(index, IndexMetadata):
                 raise InvalidInputError(f"not an IndexMetadata: {index!r}")
+        for index in self.new_indices:
+            if not index.name or not index.fields:
+                raise InvalidInputError(f"a new index needs a name and fields: {index!r}")
         names = [i.name for i in self.new_indices]
         if len(names) != len(set(names)):
             raise InvalidInputError(f"CreateIndex adds two indices of one name: {names}")
