@@ -12,7 +12,7 @@ NODE_STAMP := $(VENV)/node/.installed
 PYTEST_ARGS ?=
 PEERS_ARGS ?=
 
-.PHONY: demo test test-fast lint typecheck protos bench bench-peers clean
+.PHONY: demo test test-fast lint typecheck protos bench bench-index bench-peers clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,10 @@ protos: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/commit_latency.py
 	$(PY) benchmarks/row_changes.py
+
+# A scalar index against a scan: 3M rows in 10 appends on a local path.
+bench-index: $(STAMP)
+	$(PY) benchmarks/scalar_index.py
 
 # The peers (pylance, deltalake) come with the bench extra, installed on first use.
 $(BENCH_STAMP): pyproject.toml $(STAMP)

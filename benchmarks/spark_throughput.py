@@ -173,9 +173,7 @@ def main(argv: list[str] | None = None) -> int:
 
     best = {k: min(v) for k, v in times.items()}
     rate = {k: args.rows / v for k, v in best.items()}
-    ratios = {
-        op: rate[f"s3ddb {op}"] / rate[f"parquet {op}"] for op in ("write", "read")
-    }
+    ratios = {op: rate[f"s3ddb {op}"] / rate[f"parquet {op}"] for op in ("write", "read")}
     floors = {op: rate[f"floor {op}"] / rate[f"parquet {op}"] for op in ("write", "read")}
     print(f"\n{args.rows:,} rows, local[{args.cores}], best of {args.rounds} rounds")
     print(
@@ -192,10 +190,12 @@ def main(argv: list[str] | None = None) -> int:
     print("floor: a Python data source that only moves the same rows between Spark and Python")
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"spark-{time.strftime('%Y%m%dT%H%M%S')}.json"
-    out.write_text(json.dumps(
-        {"args": vars(args), "seconds": times, "ratios": ratios, "floor_ratios": floors},
-        indent=2,
-    ))
+    out.write_text(
+        json.dumps(
+            {"args": vars(args), "seconds": times, "ratios": ratios, "floor_ratios": floors},
+            indent=2,
+        )
+    )
     print(f"\nresults: {out}")
     return 0
 

@@ -10,6 +10,7 @@ from s3ddb import fragment
 from s3ddb._version import __version__
 from s3ddb.commit.base_operations import Clone, UpdateBases
 from s3ddb.commit.committer import CommitConfig
+from s3ddb.commit.data_replacement import DataReplacement, DataReplacementGroup
 from s3ddb.commit.row_operations import (
     Delete,
     ReserveFragments,
@@ -32,18 +33,25 @@ from s3ddb.dataset import Dataset, VersionInfo, dataset, write_dataset
 from s3ddb.errors import *  # noqa: F403
 from s3ddb.errors import S3DDBError
 from s3ddb.format.bases import BasePath
-from s3ddb.format.fragment import FragmentMetadata
+from s3ddb.format.fragment import DataFile, FragmentMetadata
+from s3ddb.format.index import IndexMetadata
 from s3ddb.format.schema import DatasetSchema
+from s3ddb.index.operations import CreateIndex
 
 __all__ = [
     "Append",
     "BasePath",
     "Clone",
     "CommitConfig",
+    "CreateIndex",
+    "DataFile",
+    "DataReplacement",
+    "DataReplacementGroup",
     "Dataset",
     "DatasetSchema",
     "Delete",
     "FragmentMetadata",
+    "IndexMetadata",
     "MapUpdate",
     "Merge",
     "Overwrite",

@@ -64,7 +64,13 @@ def _kind(path: str) -> str | None:
         layout.DATA_DIR: "data_files",
         layout.DELETIONS_DIR: "deletion_files",
         layout.TRANSACTIONS_DIR: "transaction_files",
+        layout.INDICES_DIR: "index_files",
     }.get(directory)
+
+
+def _index_dir(path: str) -> str:
+    """``_indices/<uuid>`` of an index file's path."""
+    return "/".join(path.split("/", 2)[:2])
 
 
 def cleanup_old_versions(
@@ -95,11 +101,19 @@ def cleanup_old_versions(
     removed = [v.version for v in history if v.version not in kept]
     stats = CleanupStats(versions_removed=removed)
     keep_files: set[str] = set()
+    # Index directories are kept or removed whole: an index written by another Lance
+    # writer does not list its files.
+    keep_dirs: set[str] = set()
     for version in sorted(kept):
-        keep_files.update(referenced_paths(ds.checkout_version(version).manifest))
+        manifest = ds.checkout_version(version).manifest
+        keep_files.update(referenced_paths(manifest))
+        keep_dirs.update(i.directory for i in manifest.indices)
     removed_files: set[str] = set()
+    removed_dirs: set[str] = set()
     for version in removed:
-        removed_files.update(referenced_paths(ds.checkout_version(version).manifest))
+        manifest = ds.checkout_version(version).manifest
+        removed_files.update(referenced_paths(manifest))
+        removed_dirs.update(i.directory for i in manifest.indices)
 
     # Rows first: a version without its row is invisible, whatever is left of it.
     if removed and isinstance(handler, ExternalStoreCommitHandler):
@@ -123,7 +137,13 @@ def cleanup_old_versions(
         kind = _kind(path)
         if kind is None or path in keep_files:
             continue
-        if path in removed_files or old:
+        if kind == "index_files" and _index_dir(path) in keep_dirs:
+            continue
+        if (
+            path in removed_files
+            or old
+            or (kind == "index_files" and _index_dir(path) in removed_dirs)
+        ):
             doomed.append((path, kind, meta.size))
     for start in range(0, len(doomed), 1000):
         batch = doomed[start : start + 1000]

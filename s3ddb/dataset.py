@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 
 from s3ddb._data import to_arrow_table
 from s3ddb.commit.committer import CommitConfig, CommitResult, OnExisting, commit_transaction
+from s3ddb.commit.data_replacement import DataReplacement, check_replacement
 from s3ddb.commit.handlers import CommitHandler, ManifestLocation
 from s3ddb.commit.row_operations import Delete, Update
 from s3ddb.commit.transaction import Append, Operation, Overwrite, Restore, Transaction
@@ -52,6 +53,7 @@ from s3ddb.scan import read_visible_rows
 
 if TYPE_CHECKING:
     from s3ddb.cleanup import CleanupStats
+    from s3ddb.index.query import IndexedScan
     from s3ddb.merge_insert import MergeInsertBuilder
     from s3ddb.optimize import DatasetOptimizer
     from s3ddb.tags import Tags
@@ -217,13 +219,30 @@ class Dataset:
         return parse_predicate(filter, self.schema)
 
     def _read_fragment(
-        self, fragment: FragmentMetadata, columns: list[str], predicate: pc.Expression | None
+        self,
+        fragment: FragmentMetadata,
+        columns: list[str],
+        predicate: pc.Expression | None,
+        indexed: IndexedScan | None = None,
     ) -> pa.Table:
+        table = indexed.read(fragment, columns) if indexed is not None else None
+        if table is not None:
+            return table
         return read_visible_rows(self._files(), fragment, self._manifest.schema, columns, predicate)
 
     def _files(self) -> FileResolver:
         """Where the pinned version's files are (its root and its base paths)."""
         return FileResolver.for_manifest(self._handler.store, self._manifest)
+
+    def _indexed(
+        self, filter: str | pc.Expression | None, predicate: pc.Expression | None
+    ) -> IndexedScan | None:
+        """The index lookup for ``filter``, if an index of this version applies."""
+        if not self._manifest.indices:
+            return None
+        from s3ddb.index.query import plan_indexed_scan
+
+        return plan_indexed_scan(self._handler.store, self._manifest, filter, predicate)
 
     def to_batches(
         self,
@@ -233,14 +252,16 @@ class Dataset:
         """Record batches of the pinned version, fragment by fragment, in order."""
         names = self._resolve_columns(columns)
         predicate = self._predicate(filter)
+        indexed = self._indexed(filter, predicate)
         fragments = list(self._manifest.fragments)
         if len(fragments) <= 1:
             for fragment in fragments:
-                yield from self._read_fragment(fragment, names, predicate).to_batches()
+                yield from self._read_fragment(fragment, names, predicate, indexed).to_batches()
             return
         # Object stores reward parallel reads; results still come out in order.
         with ThreadPoolExecutor(max_workers=min(8, len(fragments))) as pool:
-            for table in pool.map(lambda f: self._read_fragment(f, names, predicate), fragments):
+            read = lambda f: self._read_fragment(f, names, predicate, indexed)  # noqa: E731
+            for table in pool.map(read, fragments):
                 yield from table.to_batches()
 
     def to_table(
@@ -280,12 +301,13 @@ class Dataset:
         """Batches holding at least the first ``wanted`` rows: fragments are read in
         order only until there are enough (``limit`` must not read the whole version)."""
         predicate = self._predicate(filter)
+        indexed = self._indexed(filter, predicate)
         batches: list[pa.RecordBatch] = []
         rows = 0
         for fragment in self._manifest.fragments:
             if rows >= wanted:
                 break
-            table = self._read_fragment(fragment, columns, predicate)
+            table = self._read_fragment(fragment, columns, predicate, indexed)
             batches.extend(table.to_batches())
             rows += table.num_rows
         return batches
@@ -295,7 +317,9 @@ class Dataset:
         if filter is None:
             return self._manifest.num_rows
         predicate = self._predicate(filter)
-        return sum(self._read_fragment(f, [], predicate).num_rows for f in self._manifest.fragments)
+        indexed = self._indexed(filter, predicate)
+        fragments = self._manifest.fragments
+        return sum(self._read_fragment(f, [], predicate, indexed).num_rows for f in fragments)
 
     def to_pandas(self, columns: list[str] | None = None, filter: Any = None) -> Any:
         return self.to_table(columns, filter).to_pandas()
@@ -691,6 +715,37 @@ class Dataset:
 
         return deep_clone(self, target, version, storage_options)
 
+    # --- indices ---
+    def create_scalar_index(
+        self,
+        column: str,
+        index_type: str = "BTREE",
+        name: str | None = None,
+        replace: bool = True,
+    ) -> Dataset:
+        """Build a scalar index of ``column`` and commit it (a ``CreateIndex``); filters
+        and merge_insert keys on the column then read only the rows it points to.
+
+        ``name`` defaults to ``<column>_idx``; with ``replace`` an index of that name is
+        rebuilt. Moves this Dataset to the version committed (see docs/indices.md).
+
+        Raises:
+            ColumnNotFoundError: no such column.
+            UnsupportedIndexError: ``index_type`` is not "BTREE", or the column's type
+                cannot be indexed.
+            IndexExistsError: the name is taken and ``replace=False``. Nothing is written.
+        """
+        from s3ddb.index.api import create_scalar_index
+
+        create_scalar_index(self, column, index_type, name, replace)
+        return self
+
+    def list_indices(self) -> list[dict[str, Any]]:
+        """The pinned version's indices: name, type, uuid, fields, version, fragment_ids."""
+        from s3ddb.index.api import list_indices
+
+        return list_indices(self._manifest)
+
     @staticmethod
     def commit(
         uri: str | os.PathLike[str],
@@ -706,6 +761,8 @@ class Dataset:
 
         Raises:
             VersionNotFoundError: ``read_version`` does not exist.
+            InvalidInputError: a DataReplacement that does not fit ``read_version``
+                (missing fragment or file, another row count); nothing is committed.
             CommitConflictError and subclasses, CommitStateUnknownError: see commit.
         """
         text = os.fspath(uri)
@@ -717,6 +774,8 @@ class Dataset:
             and not isinstance(operation, Overwrite)
         ):
             raise InvalidInputError("read_version is required for an existing dataset")
+        if isinstance(operation, DataReplacement) and base is not None:
+            check_replacement(handler.store, base, operation)
         ds = Dataset(
             text,
             handler,

@@ -55,6 +55,14 @@ class InvalidExpressionError(InvalidInputError):
     """A predicate or value expression is malformed or uses something unsupported."""
 
 
+class IndexExistsError(InvalidInputError):
+    """An index of that name exists and ``replace=False`` was given."""
+
+
+class UnsupportedIndexError(InvalidInputError):
+    """The index type, or the type of the column to index, is not supported."""
+
+
 class UnsupportedOperationError(S3DDBError, NotImplementedError):
     """An operation of the Lance specification that s3ddb reads but does not build."""
 

@@ -227,6 +227,7 @@ def verify(
 
     referenced: set[str] = set()
     checked_bases: set[tuple[str, str]] = set()
+    index_dirs: set[str] = set()  # kept whole: other writers' indices list no files
     for done, version in enumerate(versions, 1):
         progress("reading manifests", done, len(versions))
         try:
@@ -246,8 +247,17 @@ def verify(
             continue
         if manifest.transaction_file:
             referenced.add(layout.transaction_path(manifest.transaction_file))
+        index_dirs.update(i.directory for i in manifest.indices)
         for path in referenced_paths(manifest, transaction=False):
-            if path not in referenced and path not in objects:
+            if path not in referenced and path not in objects and _is_index(path):
+                problem(
+                    "missing_index_file", path,
+                    f"version {version} has an index file {path} that does not exist: "
+                    "filters using that index fail",
+                    "rebuild the index (create_scalar_index(..., replace=True)) or "
+                    "restore the object from a backup", version,
+                )  # fmt: skip
+            elif path not in referenced and path not in objects:
                 problem(
                     "missing_data_file", path,
                     f"version {version} refers to {path}, which does not exist: "
@@ -257,11 +267,12 @@ def verify(
                 )  # fmt: skip
             referenced.add(path)
         _check_base_files(store, manifest, checked_bases, problem)
-    data_dirs = (layout.DATA_DIR, layout.DELETIONS_DIR, layout.TRANSACTIONS_DIR)
+    data_dirs = (layout.DATA_DIR, layout.DELETIONS_DIR, layout.TRANSACTIONS_DIR, layout.INDICES_DIR)
     for path, meta in objects.items():
         if (
             path.split("/", 1)[0] in data_dirs
             and path not in referenced
+            and not (_is_index(path) and "/".join(path.split("/", 2)[:2]) in index_dirs)
             and _old_enough(meta, grace_seconds, now)
         ):
             problem(
@@ -298,6 +309,10 @@ def _check_base_files(
                 "restore the file in the source dataset; or restore this dataset to a "
                 "version that does not use it", manifest.version,
             )  # fmt: skip
+
+
+def _is_index(path: str) -> bool:
+    return path.startswith(layout.INDICES_DIR + "/")
 
 
 def _tagged_versions(store: Any, objects: dict[str, ObjectMeta]) -> set[int]:

@@ -35,8 +35,10 @@ from s3ddb.format.keys import key_hashes
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.rows import all_rows, matching_rows, take_rows
 from s3ddb.format.schema import conform
+from s3ddb.index.query import lookup_keys
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.row_changes import DeletionPlan, FileTracker, parallel_map, write_deletions
+from s3ddb.scan import read_rows_at
 
 if TYPE_CHECKING:
     from s3ddb.dataset import Dataset
@@ -188,13 +190,25 @@ def plan_merge(
     source_keys = None if builder.delete_unmatched_by_source else source.select(keys)
 
     sources = FileResolver.for_manifest(store, manifest)
+    # An index of a single key column points at the only rows of covered fragments
+    # that can match: those are read instead of the whole key column.
+    indexed = (
+        lookup_keys(store, manifest, keys[0], source.column(keys[0]))
+        if source_keys is not None and len(keys) == 1 and manifest.indices
+        else None
+    )
 
     def scan(fragment: FragmentMetadata) -> tuple[FragmentMetadata, BitMap, pa.Table]:
         deleted = read_deleted_rows(sources, fragment)
-        visible = all_rows(fragment.physical_rows) - deleted
-        table = read_fragment(sources, fragment, schema, columns)
-        positions = np.fromiter(visible, dtype=np.int64, count=len(visible))
-        rows = table.take(pa.array(positions)).append_column(
+        if indexed is not None and fragment.id in indexed[0]:
+            hits = BitMap(indexed[1].get(fragment.id, np.empty(0, np.int64)).tolist())
+            positions = np.fromiter(hits - deleted, dtype=np.int64, count=len(hits - deleted))
+            table, _groups = read_rows_at(sources, fragment, schema, columns, positions)
+        else:
+            visible = all_rows(fragment.physical_rows) - deleted
+            positions = np.fromiter(visible, dtype=np.int64, count=len(visible))
+            table = read_fragment(sources, fragment, schema, columns).take(pa.array(positions))
+        rows = table.append_column(
             _FRAG, pa.array(np.full(len(positions), fragment.id, dtype=np.int64))
         )
         rows = rows.append_column(_ROW, pa.array(positions))

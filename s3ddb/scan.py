@@ -157,3 +157,46 @@ def read_visible_rows(
     if predicate is not None:
         table = filter_rows(table, predicate)
     return table.select(columns)
+
+
+def read_rows_at(
+    store: Files,
+    fragment: FragmentMetadata,
+    schema: DatasetSchema,
+    columns: list[str],
+    offsets: Any,
+) -> tuple[pa.Table, int]:
+    """The physical rows of ``fragment`` at ``offsets`` (sorted, deletions not applied),
+    ``columns`` in order, and how many row groups were read: of a one-file fragment
+    only the row groups holding those rows (an index lookup's point reads)."""
+    import numpy as np
+
+    offsets = np.asarray(offsets, dtype=np.int64)
+    if len(offsets) == 0:
+        return assemble_columns({}, schema, columns, 0), 0
+    if len(fragment.files) != 1:
+        table = read_fragment(store, fragment, schema, columns)
+        return table.take(pa.array(offsets)), 0
+    wanted = dict(zip(columns, schema.top_level_ids(columns)))
+    with open_data_file(store, fragment.files[0]) as f:
+        parquet = pq.ParquetFile(f)
+        by_id = file_columns_by_id(parquet)
+        metadata = parquet.metadata
+        sizes = [metadata.row_group(g).num_rows for g in range(metadata.num_row_groups)]
+        starts = np.concatenate([[0], np.cumsum(sizes)])
+        groups = sorted(set(np.searchsorted(starts, offsets, side="right") - 1))
+        present = [by_id[i] for i in wanted.values() if i in by_id]
+        table = parquet.read_row_groups(groups, columns=present)
+    # Offsets within the concatenation of the row groups read.
+    local, base = np.empty(len(offsets), dtype=np.int64), 0
+    group_base = {}
+    for g in groups:
+        group_base[g] = base
+        base += sizes[g]
+    owner = np.searchsorted(starts, offsets, side="right") - 1
+    for g in groups:
+        mask = owner == g
+        local[mask] = offsets[mask] - starts[g] + group_base[g]
+    pieces = {name: table.column(by_id[i]) for name, i in wanted.items() if i in by_id}
+    assembled = assemble_columns(pieces, schema, columns, base)
+    return assembled.take(pa.array(local)), len(groups)

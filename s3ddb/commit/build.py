@@ -28,6 +28,7 @@ from s3ddb.errors import (
 from s3ddb.format.fragment import FragmentMetadata
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.naming import NamingScheme
+from s3ddb.index.maintenance import drop_stale_coverage
 
 #: Transaction properties under this prefix are application transactions
 #: (``<prefix><application id>`` = sequence number, e.g. a streaming query's batch id).
@@ -63,6 +64,9 @@ def build_manifest(
     if builder is None:
         raise UnsupportedOperationError(f"s3ddb cannot commit {txn.kind} operations")
     manifest = builder(base, txn.operation, version, load_manifest)
+    if base is not None and not isinstance(txn.operation, (Overwrite, Restore)):
+        # Indices stop covering fragments whose indexed column this commit changed.
+        manifest = drop_stale_coverage(base, manifest)
     metadata = _app_transactions(base, txn, manifest)
     if metadata is not None:
         manifest = manifest.evolve(table_metadata=metadata)

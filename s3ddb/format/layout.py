@@ -10,6 +10,7 @@ DATA_DIR = "data"
 VERSIONS_DIR = "_versions"
 TRANSACTIONS_DIR = "_transactions"
 DELETIONS_DIR = "_deletions"
+INDICES_DIR = "_indices"
 TAGS_DIR = "_refs/tags"
 
 
@@ -44,3 +45,8 @@ def deletion_file_path(fragment_id: int, read_version: int, file_id: str, ext: s
 
 def tag_path(tag: str) -> str:
     return f"{TAGS_DIR}/{tag}.json"
+
+
+def index_file_path(index_uuid: str, name: str) -> str:
+    """Path of one file of index ``index_uuid`` (relative to the dataset root)."""
+    return f"{INDICES_DIR}/{index_uuid}/{name}"

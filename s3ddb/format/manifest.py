@@ -14,6 +14,7 @@ from s3ddb.format._proto import manifest_pb2 as pb
 from s3ddb.format.bases import BasePath, check_base_paths, file_base_ids, fragment_files
 from s3ddb.format.fragment import FragmentMetadata
 from s3ddb.format.framing import frame, unframe
+from s3ddb.format.index import IndexMetadata
 from s3ddb.format.naming import NamingScheme
 from s3ddb.format.schema import DatasetSchema
 from s3ddb.io.paths import check_name
@@ -41,7 +42,7 @@ class Manifest:
         base_paths: other dataset roots whose files this version references (see
             :mod:`s3ddb.format.bases`); every ``base_id`` of a file must be declared.
         cloned_from_version: the source version, for a clone's manifests (else None).
-        indices: protobuf messages kept as-is (room for later features).
+        indices: the indices of this version (see :mod:`s3ddb.format.index`).
 
     Raises:
         PathOutsideDatasetError: a bad base path, or a file of an undeclared base.
@@ -60,7 +61,7 @@ class Manifest:
     writer_library: str = WRITER_LIBRARY
     writer_version: str = __version__
     base_paths: tuple[BasePath, ...] = ()
-    indices: tuple[Any, ...] = ()
+    indices: tuple[IndexMetadata, ...] = ()
     cloned_from_version: int | None = None
 
     def __post_init__(self) -> None:
@@ -105,7 +106,7 @@ class Manifest:
             transaction_file=self.transaction_file,
             operation=self.operation,
             base_paths=[b.to_pb() for b in self.base_paths],
-            indices=list(self.indices),
+            indices=[i.to_pb() for i in self.indices],
         )
         if self.max_fragment_id is not None:
             m.max_fragment_id = self.max_fragment_id
@@ -135,7 +136,7 @@ class Manifest:
             writer_library=m.writer_version.library,
             writer_version=m.writer_version.version,
             base_paths=tuple(BasePath.from_pb(b) for b in m.base_paths),
-            indices=tuple(m.indices),
+            indices=tuple(IndexMetadata.from_pb(i) for i in m.indices),
             cloned_from_version=m.cloned_from_version or None,
         )
 
@@ -161,12 +162,15 @@ class Manifest:
 def referenced_paths(manifest: Manifest, *, transaction: bool = True) -> list[str]:
     """Every file under the dataset's own root that ``manifest`` references, relative
     to that root, in manifest order: its transaction file (unless
-    ``transaction=False``), then each fragment's data files and deletion file. Files
-    of base paths (another dataset's) are not listed: see :func:`referenced_files`."""
+    ``transaction=False``), then each fragment's data files and deletion file, then
+    each index's files. Files of base paths (another dataset's) are not listed: see
+    :func:`referenced_files`."""
     out = []
     if transaction and manifest.transaction_file:
         out.append(layout.transaction_path(manifest.transaction_file))
     out.extend(path for base_id, path in referenced_files(manifest) if base_id is None)
+    for index in manifest.indices:
+        out.extend(index.file_paths)
     return list(dict.fromkeys(out))
 
 

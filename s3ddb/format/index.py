@@ -1,0 +1,116 @@
+"""Index metadata: what a manifest says about one index (Lance's ``IndexMetadata``).
+
+An index is a set of files under ``_indices/<uuid>/`` plus this description in the
+manifest of every version that uses it. ``fragment_ids`` (stored as a Roaring bitmap)
+are the fragments whose rows the index covers: a reader uses the index for those and
+scans the others, so an index never has to be rebuilt for an append to stay correct.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from pyroaring import BitMap
+
+from s3ddb.format import layout
+from s3ddb.format._proto import manifest_pb2 as pb
+from s3ddb.io.paths import check_name
+
+#: ``details`` key listing the index's file names (comma separated) under its directory.
+FILES_KEY = "s3ddb.files"
+#: ``details`` key naming the file layout s3ddb wrote; an index without it (written by
+#: another Lance-format writer) is listed and kept but never used for reads.
+FORMAT_KEY = "s3ddb.format"
+
+
+@dataclass(frozen=True)
+class IndexMetadata:
+    """One index of a dataset version.
+
+    Attributes:
+        uuid: names the index's directory ``_indices/<uuid>/``.
+        name: unique among the version's indices.
+        fields: the field ids it indexes (one for a scalar index).
+        dataset_version: the version whose data it was built from.
+        fragment_ids: the fragments it covers.
+        index_type: "BTREE" for s3ddb's scalar index (other writers' types are kept).
+        details: free-form strings (s3ddb records its file names and format there).
+        base_id: base path id for an index stored outside the dataset root.
+    """
+
+    uuid: str
+    name: str
+    fields: tuple[int, ...]
+    dataset_version: int
+    fragment_ids: frozenset[int]
+    index_type: str = "BTREE"
+    details: dict[str, str] = field(default_factory=dict, compare=False)
+    base_id: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "fields", tuple(int(f) for f in self.fields))
+        object.__setattr__(self, "fragment_ids", frozenset(int(i) for i in self.fragment_ids))
+        # Name and fields may be empty: Lance's system indices (fragment reuse, MemWAL)
+        # have no fields, and a manifest holding them must still read.
+        check_name(self.uuid, "index uuid")
+        for name in self.file_names:
+            check_name(name, f"file of index {self.name!r}")
+
+    @property
+    def file_names(self) -> tuple[str, ...]:
+        raw = self.details.get(FILES_KEY, "")
+        return tuple(n for n in raw.split(",") if n)
+
+    @property
+    def file_paths(self) -> tuple[str, ...]:
+        """The index's files, relative to the dataset root (empty if not recorded)."""
+        return tuple(layout.index_file_path(self.uuid, n) for n in self.file_names)
+
+    @property
+    def directory(self) -> str:
+        return f"{layout.INDICES_DIR}/{self.uuid}"
+
+    def covering(self, fragment_ids: frozenset[int] | set[int]) -> IndexMetadata:
+        """This index covering only those of its fragments in ``fragment_ids``."""
+        kept = self.fragment_ids & frozenset(fragment_ids)
+        return self if kept == self.fragment_ids else replace(self, fragment_ids=kept)
+
+    def to_pb(self) -> pb.IndexMetadata:
+        m = pb.IndexMetadata(
+            uuid=self.uuid,
+            fields=list(self.fields),
+            name=self.name,
+            dataset_version=self.dataset_version,
+            fragment_bitmap=BitMap(sorted(self.fragment_ids)).serialize(),
+            index_type=self.index_type,
+            details=self.details,
+        )
+        if self.base_id is not None:
+            m.base_id = self.base_id
+        return m
+
+    @classmethod
+    def from_pb(cls, m: pb.IndexMetadata) -> IndexMetadata:
+        """Decode a stored index description.
+
+        Raises:
+            PathOutsideDatasetError: its uuid or a file name would leave the dataset.
+            ValueError: the fragment bitmap is corrupt.
+        """
+        bitmap = BitMap.deserialize(m.fragment_bitmap) if m.fragment_bitmap else BitMap()
+        return cls(
+            uuid=m.uuid,
+            name=m.name,
+            fields=tuple(m.fields),
+            dataset_version=m.dataset_version,
+            fragment_ids=frozenset(bitmap),
+            index_type=m.index_type,
+            details=dict(m.details),
+            base_id=m.base_id if m.HasField("base_id") else None,
+        )
+
+
+def index_by_name(indices: Any, name: str) -> IndexMetadata | None:
+    """The index called ``name`` among ``indices``, if any."""
+    return next((i for i in indices if i.name == name), None)

@@ -1,0 +1,190 @@
+"""The BTREE scalar index: one Parquet file of (key, fragment_id, row_offset) rows.
+
+Rows are sorted by key and written in small row groups, each with min/max statistics,
+so the row groups are the pages of a one-level B-tree: a lookup reads the file footer
+(the "inner node"), keeps the row groups whose key range can hold a wanted key, and
+reads only those. NULL keys are not stored: no equality, IN or range condition matches
+NULL. Deleted rows are stored too; readers apply deletion files (deleting rows never
+has to touch the index).
+"""
+
+from __future__ import annotations
+
+import bisect
+import io
+import uuid as uuid_mod
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from s3ddb.errors import UnsupportedIndexError
+from s3ddb.format.datafile import read_fragment
+from s3ddb.format.fragment import FragmentMetadata
+from s3ddb.format.index import FILES_KEY, FORMAT_KEY, IndexMetadata
+from s3ddb.format.layout import index_file_path
+from s3ddb.format.manifest import Manifest
+from s3ddb.io.object_store import ObjectStore
+from s3ddb.row_changes import parallel_map
+
+#: The value of ``details[FORMAT_KEY]`` for this layout.
+BTREE_FORMAT = "btree-parquet-v1"
+BTREE_FILE = "btree.parquet"
+#: Index rows per row group: a point lookup reads one group of this many keys.
+INDEX_ROW_GROUP_SIZE = 8 * 1024
+KEY, FRAGMENT, OFFSET = "key", "fragment_id", "row_offset"
+
+
+def supports_type(data_type: pa.DataType) -> bool:
+    """Whether a column of this type can have a BTREE index (ordered scalars)."""
+    t = pa.types
+    return bool(
+        t.is_integer(data_type)
+        or t.is_floating(data_type)
+        or t.is_string(data_type)
+        or t.is_large_string(data_type)
+        or t.is_date(data_type)
+        or t.is_timestamp(data_type)
+        or t.is_decimal(data_type)
+    )
+
+
+def build_btree(store: ObjectStore, manifest: Manifest, column: str, name: str) -> IndexMetadata:
+    """Index ``column`` over every fragment of ``manifest`` and write the index file.
+
+    Raises:
+        UnsupportedIndexError: the column's type cannot be indexed.
+    """
+    schema = manifest.schema
+    data_type = schema.arrow.field(column).type
+    if not supports_type(data_type):
+        raise UnsupportedIndexError(
+            f"cannot build a BTREE index on column {column!r} of type {data_type}: "
+            "only integer, floating point, decimal, string, date and timestamp "
+            "columns can be indexed"
+        )
+
+    def keys_of(fragment: FragmentMetadata) -> pa.Table:
+        keys = read_fragment(store, fragment, schema, [column]).column(0)
+        offsets = pa.array(np.arange(fragment.physical_rows, dtype=np.uint32))
+        table = pa.table(
+            {
+                KEY: keys,
+                FRAGMENT: pa.array(np.full(fragment.physical_rows, fragment.id, np.uint32)),
+                OFFSET: offsets,
+            }
+        )
+        return table.filter(pc.is_valid(table.column(KEY)))
+
+    fragments = list(manifest.fragments)
+    pieces = parallel_map(keys_of, fragments)
+    empty = pa.schema(
+        [pa.field(KEY, data_type), pa.field(FRAGMENT, pa.uint32()), pa.field(OFFSET, pa.uint32())]
+    ).empty_table()
+    table = pa.concat_tables([empty, *pieces]) if pieces else empty
+    table = table.sort_by([(KEY, "ascending"), (FRAGMENT, "ascending"), (OFFSET, "ascending")])
+    buffer = io.BytesIO()
+    pq.write_table(
+        table, buffer, row_group_size=INDEX_ROW_GROUP_SIZE, compression="zstd",
+        write_statistics=[KEY],
+    )  # fmt: skip
+    index_uuid = uuid_mod.uuid4().hex
+    store.put(index_file_path(index_uuid, BTREE_FILE), buffer.getvalue())
+    return IndexMetadata(
+        uuid=index_uuid,
+        name=name,
+        fields=(schema.field_id(column),),
+        dataset_version=manifest.version,
+        fragment_ids=frozenset(f.id for f in fragments),
+        index_type="BTREE",
+        details={FILES_KEY: BTREE_FILE, FORMAT_KEY: BTREE_FORMAT, "rows": str(table.num_rows)},
+    )
+
+
+def is_btree(index: IndexMetadata) -> bool:
+    """Whether s3ddb can read ``index`` (an index of its own BTREE layout)."""
+    return index.index_type == "BTREE" and index.details.get(FORMAT_KEY) == BTREE_FORMAT
+
+
+@dataclass(frozen=True)
+class KeyRange:
+    """Keys ``lo``..``hi`` (None: unbounded), each end inclusive or not."""
+
+    lo: Any = None
+    hi: Any = None
+    lo_inclusive: bool = True
+    hi_inclusive: bool = True
+
+    def overlaps(self, low: Any, high: Any) -> bool:
+        """Whether a key in [low, high] may lie in this range (True if unsure)."""
+        try:
+            lo, hi = self.lo, self.hi
+            if lo is not None and (high < lo or (high == lo and not self.lo_inclusive)):
+                return False
+            if hi is not None and (low > hi or (low == hi and not self.hi_inclusive)):
+                return False
+        except TypeError:
+            return True
+        return True
+
+
+@dataclass(frozen=True)
+class KeySet:
+    """Exactly these keys (sorted, comparable values)."""
+
+    values: tuple[Any, ...]
+
+    def overlaps(self, low: Any, high: Any) -> bool:
+        try:
+            at = bisect.bisect_left(self.values, low)
+            return at < len(self.values) and self.values[at] <= high
+        except TypeError:
+            return True
+
+
+Condition = KeyRange | KeySet
+
+
+def lookup(
+    store: ObjectStore,
+    index: IndexMetadata,
+    conditions: Sequence[Condition],
+    exact: pc.Expression | None,
+    column: str,
+    fragment_ids: Iterable[int],
+) -> dict[int, np.ndarray]:
+    """Row offsets, per covered fragment among ``fragment_ids``, whose key may satisfy
+    every condition: index row groups no condition can match are never read, and the
+    rows read are filtered with ``exact`` (the conditions' predicate over ``column``).
+
+    Offsets are sorted. Fragments without a match are absent.
+    """
+    wanted = set(fragment_ids) & index.fragment_ids
+    if not wanted:
+        return {}
+    path = index_file_path(index.uuid, BTREE_FILE)
+    with store.open_input(path) as f:
+        parquet = pq.ParquetFile(f)
+        metadata = parquet.metadata
+        keep = []
+        for group in range(metadata.num_row_groups):
+            stats = metadata.row_group(group).column(0).statistics
+            unknown = stats is None or not stats.has_min_max
+            if unknown or all(c.overlaps(stats.min, stats.max) for c in conditions):
+                keep.append(group)
+        if not keep:
+            return {}
+        table = parquet.read_row_groups(keep)
+    if exact is not None:
+        table = table.rename_columns([column, FRAGMENT, OFFSET]).filter(exact)
+    fragments = table.column(FRAGMENT).to_numpy()
+    offsets = table.column(OFFSET).to_numpy()
+    out: dict[int, np.ndarray] = {}
+    for fid in np.unique(fragments):
+        if int(fid) in wanted:
+            out[int(fid)] = np.sort(offsets[fragments == fid])
+    return out
