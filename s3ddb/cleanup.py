@@ -29,7 +29,7 @@ from s3ddb.format.manifest import referenced_paths
 from s3ddb.format.naming import parse_manifest_name, parse_staged_name
 
 if TYPE_CHECKING:
-    from s3ddb.dataset import Dataset
+    from s3ddb.pinned import PinnedVersion
 
 #: Files no version references are kept this long, unless ``delete_unverified``.
 UNVERIFIED_GRACE = dt.timedelta(days=7)
@@ -74,7 +74,7 @@ def _index_dir(path: str) -> str:
 
 
 def cleanup_old_versions(
-    ds: Dataset,
+    ds: PinnedVersion,
     older_than: dt.timedelta | None = None,
     retain_versions: int | None = None,
     delete_unverified: bool = False,

@@ -16,7 +16,7 @@ import os
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from s3ddb.commit.base_operations import Clone
 from s3ddb.errors import DatasetAlreadyExistsError, InvalidInputError
@@ -25,17 +25,20 @@ from s3ddb.format.bases import BasePath, FileResolver
 from s3ddb.format.fragment import DataFile, DeletionFile, FragmentMetadata
 from s3ddb.format.manifest import Manifest
 from s3ddb.io.object_store import ObjectStore
+from s3ddb.opening import open_validated, placeholder_manifest
+from s3ddb.pinned import PinnedVersion
 
 if TYPE_CHECKING:
     from s3ddb.commit.handlers import CommitHandler
-    from s3ddb.dataset import Dataset
+
+P = TypeVar("P", bound=PinnedVersion)
 
 #: Copies in flight at once during a deep clone.
 COPY_PARALLELISM = 16
 
 
-def _source(ds: Dataset, version: int | str | None) -> tuple[Dataset, str]:
-    """The source version (a Dataset pinned there) and its tag name ("" if none)."""
+def _source(ds: P, version: int | str | None) -> tuple[P, str]:
+    """The source version (a PinnedVersion pinned there) and its tag name ("" if none)."""
     if version is None:
         return ds, ""
     if isinstance(version, bool) or not isinstance(version, int | str):
@@ -44,7 +47,7 @@ def _source(ds: Dataset, version: int | str | None) -> tuple[Dataset, str]:
 
 
 def _open_target(
-    ds: Dataset, target: str | os.PathLike[str], storage_options: dict[str, Any] | None
+    ds: PinnedVersion, target: str | os.PathLike[str], storage_options: dict[str, Any] | None
 ) -> tuple[str, CommitHandler, dict[str, Any]]:
     """The target's URI, commit handler and storage options (default: the source's).
 
@@ -52,11 +55,9 @@ def _open_target(
         DatasetAlreadyExistsError: a dataset exists at ``target``.
         InvalidInputError: ``target`` is the source's root.
     """
-    from s3ddb.dataset import _open_validated
-
     text = os.fspath(target)
     options = ds.storage_options if storage_options is None else dict(storage_options)
-    handler = _open_validated(text, options)
+    handler = open_validated(text, options)
     if handler.store.url == ds.handler.store.url:
         raise InvalidInputError(f"cannot clone {ds.uri} onto itself")
     latest = handler.latest_location()
@@ -85,26 +86,25 @@ def _template(
 
 
 def _commit_clone(
-    text: str, handler: CommitHandler, options: dict[str, Any], ds: Dataset, op: Clone
-) -> Dataset:
-    from s3ddb.dataset import Dataset, _placeholder_manifest
-
-    clone = Dataset(
+    text: str, handler: CommitHandler, options: dict[str, Any], ds: P, op: Clone
+) -> P:
+    # The clone's handle is of the caller's class (a PinnedVersion), on the target.
+    clone = type(ds)(
         text,
         handler,
-        _placeholder_manifest(),
+        placeholder_manifest(),
         storage_options=options,
-        commit_config=ds._commit_config,
+        commit_config=ds.commit_config,
     )
     return clone._commit(op, None, on_existing="error", naming=ds.manifest.naming_scheme)
 
 
 def shallow_clone(
-    ds: Dataset,
+    ds: P,
     target: str | os.PathLike[str],
     version: int | str | None = None,
     storage_options: dict[str, Any] | None = None,
-) -> Dataset:
+) -> P:
     """See :meth:`s3ddb.Dataset.shallow_clone`."""
     src, tag = _source(ds, version)
     text, handler, options = _open_target(src, target, storage_options)
@@ -132,11 +132,11 @@ def shallow_clone(
 
 
 def deep_clone(
-    ds: Dataset,
+    ds: P,
     target: str | os.PathLike[str],
     version: int | str | None = None,
     storage_options: dict[str, Any] | None = None,
-) -> Dataset:
+) -> P:
     """See :meth:`s3ddb.Dataset.deep_clone`."""
     src, tag = _source(ds, version)
     text, handler, options = _open_target(src, target, storage_options)

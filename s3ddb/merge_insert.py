@@ -41,7 +41,7 @@ from s3ddb.row_changes import DeletionPlan, FileTracker, parallel_map, write_del
 from s3ddb.scan import read_rows_at
 
 if TYPE_CHECKING:
-    from s3ddb.dataset import Dataset
+    from s3ddb.pinned import PinnedVersion
 
 _FRAG, _ROW, _SRC = "__s3ddb_fragment", "__s3ddb_row", "__s3ddb_source_row"
 
@@ -53,7 +53,7 @@ class MergeInsertBuilder:
     upsert is ``when_matched_update_all().when_not_matched_insert_all()``.
     """
 
-    def __init__(self, dataset: Dataset, on: str | list[str]) -> None:
+    def __init__(self, dataset: PinnedVersion, on: str | list[str]) -> None:
         keys = [on] if isinstance(on, str) else list(on)
         if not keys or not all(isinstance(k, str) for k in keys):
             raise InvalidInputError("merge_insert(on=...) needs one or more key column names")

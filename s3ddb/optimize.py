@@ -36,7 +36,7 @@ from s3ddb.io.object_store import ObjectStore
 from s3ddb.row_changes import FileTracker, distributed, parallel_map
 
 if TYPE_CHECKING:
-    from s3ddb.dataset import Dataset
+    from s3ddb.pinned import PinnedVersion
 
 DEFAULT_TARGET_ROWS_PER_FRAGMENT = 1024 * 1024
 
@@ -219,7 +219,7 @@ def reserve_fragment_ids(
 class DatasetOptimizer:
     """``ds.optimize``: maintenance operations on a dataset."""
 
-    def __init__(self, dataset: Dataset) -> None:
+    def __init__(self, dataset: PinnedVersion) -> None:
         self._dataset = dataset
 
     def compact_files(
@@ -254,7 +254,7 @@ class DatasetOptimizer:
                 ds.handler.store,
                 manifest,
                 options,
-                reserve_fragment_ids(ds.handler, manifest, ds._commit_config),
+                reserve_fragment_ids(ds.handler, manifest, ds.commit_config),
             ),
             conflict_retries,
             retry_timeout,

@@ -49,7 +49,7 @@ from s3ddb.io.object_store import ObjectStore
 from s3ddb.scan import read_visible_rows
 
 if TYPE_CHECKING:
-    from s3ddb.dataset import Dataset
+    from s3ddb.pinned import PinnedVersion
 
 _ALTER_KEYS = frozenset({"path", "name", "nullable", "data_type"})
 
@@ -454,7 +454,7 @@ def _string_map(metadata: Any) -> dict[str, str]:
 
 
 def add_columns(
-    ds: Dataset,
+    ds: PinnedVersion,
     transforms: Any,
     read_columns: list[str] | None,
     conflict_retries: int | None,
@@ -493,7 +493,7 @@ def add_columns(
 
 
 def drop_columns(
-    ds: Dataset, columns: Any, conflict_retries: int | None, retry_timeout: float | None
+    ds: PinnedVersion, columns: Any, conflict_retries: int | None, retry_timeout: float | None
 ) -> None:
     """``ds.drop_columns``: remove top-level ``columns`` from the schema, as one new
     version (a Project); data files are untouched and earlier versions read them.
@@ -513,7 +513,7 @@ def drop_columns(
 
 
 def alter_columns(
-    ds: Dataset,
+    ds: PinnedVersion,
     alterations: tuple[Any, ...],
     conflict_retries: int | None,
     retry_timeout: float | None,
@@ -539,7 +539,7 @@ def alter_columns(
     ds._run_planned("alter_columns", plan, conflict_retries, retry_timeout)
 
 
-def replace_schema_metadata(ds: Dataset, metadata: Any) -> None:
+def replace_schema_metadata(ds: PinnedVersion, metadata: Any) -> None:
     """``ds.replace_schema_metadata``: replace the schema's metadata (an
     UpdateConfig); earlier versions keep theirs.
 
@@ -550,7 +550,7 @@ def replace_schema_metadata(ds: Dataset, metadata: Any) -> None:
     ds._run_planned("replace_schema_metadata", lambda manifest: (operation, None), None, None)
 
 
-def replace_field_metadata(ds: Dataset, field: Any, metadata: Any) -> None:
+def replace_field_metadata(ds: PinnedVersion, field: Any, metadata: Any) -> None:
     """``ds.replace_field_metadata``: replace the metadata of top-level column
     ``field`` (an UpdateConfig, by field id; re-resolved by name if the column was
     retyped or dropped concurrently).

@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import json
 import re
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from s3ddb.commit.handlers import CommitHandler
 from s3ddb.errors import InvalidInputError, VersionNotFoundError
 from s3ddb.format import layout
 
-if TYPE_CHECKING:
-    from s3ddb.dataset import Dataset
+
+class _Located(Protocol):
+    """What tags need of a dataset: where it is and how it commits."""
+
+    @property
+    def uri(self) -> str: ...
+
+    @property
+    def handler(self) -> CommitHandler: ...
+
 
 _TAG_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
@@ -18,7 +27,7 @@ _TAG_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 class Tags:
     """The tags of a dataset. Tags are not versioned; a tag names one version."""
 
-    def __init__(self, dataset: Dataset) -> None:
+    def __init__(self, dataset: _Located) -> None:
         self._ds = dataset
         self._store = dataset.handler.store
 

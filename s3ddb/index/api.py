@@ -16,13 +16,13 @@ from s3ddb.index.btree import build_btree
 from s3ddb.index.operations import CreateIndex
 
 if TYPE_CHECKING:
-    from s3ddb.dataset import Dataset
+    from s3ddb.pinned import PinnedVersion
 
 SUPPORTED_INDEX_TYPES = ("BTREE",)
 
 
 def create_scalar_index(
-    ds: Dataset, column: str, index_type: str, name: str | None, replace: bool
+    ds: PinnedVersion, column: str, index_type: str, name: str | None, replace: bool
 ) -> None:
     """See :meth:`s3ddb.Dataset.create_scalar_index`."""
     if not isinstance(column, str) or column not in ds.schema.names:

@@ -31,6 +31,7 @@ from s3ddb.format.bases import FileResolver
 from s3ddb.format.fragment import FragmentMetadata
 from s3ddb.format.schema import DatasetSchema
 from s3ddb.io.object_store import ObjectStore
+from s3ddb.reading import resolve_columns
 from s3ddb.scan import read_visible_rows
 from s3ddb.spark_ext import _write
 from s3ddb.spark_ext._filters import PushedFilters, split_filters
@@ -114,7 +115,7 @@ class S3DDBReader(DataSourceReader):
         self._fragments = tuple(ds.manifest.fragments)
         self._base_paths = ds.manifest.base_paths
         self._columns = [f.name for f in schema.fields]
-        ds._resolve_columns(self._columns)  # a user-given schema must name real columns
+        resolve_columns(ds, self._columns)  # a user-given schema must name real columns
         self._target = arrow_schema_of(schema)
         self._filters = PushedFilters()
 

@@ -1,0 +1,150 @@
+"""Opening versions: the commit handler of a URI, a version's manifest, history.
+
+Below :mod:`s3ddb.dataset` and the operation modules, which all open versions the
+same way.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from s3ddb.commit.handlers import CommitHandler, ManifestLocation
+from s3ddb.connect import open_handler
+from s3ddb.errors import DatasetNotFoundError, InvalidInputError, VersionNotFoundError
+from s3ddb.format.manifest import Manifest
+from s3ddb.format.naming import U64_MAX
+from s3ddb.format.schema import DatasetSchema
+
+
+@dataclass(frozen=True)
+class VersionInfo:
+    """One entry of a dataset's history."""
+
+    version: int
+    timestamp: dt.datetime
+    operation: str
+    metadata: dict[str, str]
+
+
+def open_validated(uri: str, storage_options: dict[str, object] | None) -> CommitHandler:
+    """The commit handler for ``uri``, checked before anything is read or written
+    (e.g. a missing DynamoDB table fails here)."""
+    handler = open_handler(uri, storage_options)
+    handler.validate()
+    return handler
+
+
+def placeholder_manifest() -> Manifest:
+    """The "version 0" of a dataset that does not exist yet."""
+    return Manifest(version=0, schema=DatasetSchema.assign(pa.schema([])), fragments=())
+
+
+def load_version(handler: CommitHandler, version: int | None, uri: str) -> Manifest:
+    """The manifest of ``version`` (None: the newest).
+
+    Raises:
+        InvalidInputError: ``version`` is not an int.
+        DatasetNotFoundError: nothing is committed at ``uri``.
+        VersionNotFoundError: no such version.
+    """
+    if version is None:
+        return load_latest(handler, uri)
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise InvalidInputError(f"version must be an int or a tag name, got {version!r}")
+    if not 1 <= version < U64_MAX:
+        latest = handler.latest_location()
+        if latest is None:
+            raise DatasetNotFoundError(f"no dataset at {uri}")
+        raise VersionNotFoundError(
+            f"version {version} of {uri} does not exist (versions are numbered from 1; "
+            f"latest is {latest.version})"
+        )
+    try:
+        location = handler.location_of(version)
+    except VersionNotFoundError:
+        latest = handler.latest_location()
+        if latest is None:
+            raise DatasetNotFoundError(f"no dataset at {uri}") from None
+        raise VersionNotFoundError(
+            f"version {version} of {uri} does not exist (latest is {latest.version})"
+        ) from None
+    return handler.load_manifest(location)
+
+
+def load_latest(handler: CommitHandler, uri: str, *, finalize: bool = True) -> Manifest:
+    """The newest manifest (``finalize=False``: for writers, see
+    :meth:`CommitHandler.latest_location`).
+
+    Raises:
+        DatasetNotFoundError: nothing is committed at ``uri``.
+    """
+    location = handler.latest_location(finalize=finalize)
+    if location is None:
+        raise DatasetNotFoundError(f"no dataset at {uri} (no committed version)")
+    return load_newest(handler, location, finalize=finalize)
+
+
+def load_newest(
+    handler: CommitHandler, location: ManifestLocation, *, finalize: bool = False
+) -> Manifest:
+    """The manifest at ``location``, the newest version when it was listed; if cleanup
+    removed it meanwhile (a newer version was committed), the newest one then."""
+    for _ in range(10):
+        try:
+            return handler.load_manifest(location)
+        except FileNotFoundError:
+            newer = handler.latest_location(finalize=finalize)
+            if newer is None or newer.version <= location.version:
+                raise
+            location = newer
+    return handler.load_manifest(location)
+
+
+def history(handler: CommitHandler) -> list[VersionInfo]:
+    """Every version, oldest first, with its commit time and operation (from the
+    listing where it carries them, else from each manifest)."""
+    out = []
+    for location in handler.list_locations():
+        if location.committed_at_ms is not None and location.operation is not None:
+            ts_ms, op, meta = location.committed_at_ms, location.operation, {}
+        else:
+            manifest = handler.load_manifest(location)
+            ts_ms = manifest.timestamp_nanos // 1_000_000
+            op, meta = manifest.operation, dict(manifest.table_metadata)
+        timestamp = dt.datetime.fromtimestamp(ts_ms / 1000, tz=dt.timezone.utc)
+        out.append(VersionInfo(location.version, timestamp, op, meta))
+    return out
+
+
+def version_as_of(handler: CommitHandler, uri: str, asof: dt.datetime | str) -> int:
+    """The newest version of ``uri`` committed at or before ``asof`` (a datetime, or
+    ISO 8601 text; UTC without a time zone).
+
+    Raises:
+        InvalidInputError: ``asof`` is unreadable.
+        VersionNotFoundError: nothing was committed by then.
+    """
+    when = asof
+    if isinstance(when, str):
+        try:
+            when = dt.datetime.fromisoformat(when.strip().replace("Z", "+00:00"))
+        except ValueError:
+            raise InvalidInputError(
+                f"asof must be a datetime or ISO 8601 text, got {asof!r}"
+            ) from None
+    if not isinstance(when, dt.datetime):
+        raise InvalidInputError(f"asof must be a datetime or ISO 8601 text, got {asof!r}")
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.timezone.utc)
+    versions = history(handler)
+    before = [v.version for v in versions if v.timestamp <= when]
+    if not before:
+        first = versions[0].timestamp.isoformat() if versions else "never"
+        raise VersionNotFoundError(
+            f"no version of {uri} was committed at or before {when.isoformat()} "
+            f"(the first was committed {first})"
+        )
+    return max(before)

@@ -1,0 +1,263 @@
+"""A dataset pinned to one version, and how its writes commit.
+
+:class:`PinnedVersion` is what every operation module (row changes, merge_insert,
+compaction, schema evolution, indices, clones, cleanup) works on: the pinned
+manifest, the commit handler, and the loop that plans an operation on the pinned
+version, commits it and, after a retryable conflict, plans it again on the newest
+version. :class:`s3ddb.Dataset` is its public face. Dependencies point one way:
+``opening`` <- ``pinned`` <- operation modules <- ``dataset``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import pyarrow as pa
+
+from s3ddb.commit.committer import CommitConfig, CommitResult, OnExisting, commit_transaction
+from s3ddb.commit.handlers import CommitHandler
+from s3ddb.commit.row_operations import Delete, Update
+from s3ddb.commit.transaction import Operation, Transaction
+from s3ddb.errors import (
+    InvalidInputError,
+    RetryableCommitConflictError,
+    TooMuchWriteContentionError,
+)
+from s3ddb.format.bases import FileResolver
+from s3ddb.format.fragment import FragmentMetadata
+from s3ddb.format.manifest import Manifest
+from s3ddb.format.naming import DEFAULT_NAMING, NamingScheme
+from s3ddb.io.parallel import PendingWrites
+from s3ddb.opening import VersionInfo, history, load_latest, load_version
+from s3ddb.tags import Tags
+
+T = TypeVar("T")
+P = TypeVar("P", bound="PinnedVersion")
+log = logging.getLogger(__name__)
+
+#: How often delete/update/merge_insert re-execute after a retryable conflict, and
+#: for how long at most (seconds). Rebasable conflicts never count: the commit loop
+#: resolves those itself.
+DEFAULT_CONFLICT_RETRIES = 10
+DEFAULT_RETRY_TIMEOUT = 120.0
+
+
+class PinnedVersion:
+    """A dataset pinned at one version; writes move it to the version they commit."""
+
+    def __init__(
+        self,
+        uri: str,
+        handler: CommitHandler,
+        manifest: Manifest,
+        *,
+        storage_options: dict[str, Any] | None = None,
+        commit_config: CommitConfig | None = None,
+    ) -> None:
+        self._retries = DEFAULT_CONFLICT_RETRIES
+        self._retry_timeout = DEFAULT_RETRY_TIMEOUT
+        self._uri = uri
+        self._handler = handler
+        self._manifest = manifest
+        self._storage_options = dict(storage_options or {})
+        self._commit_config = commit_config or CommitConfig()
+        self._last_commit: CommitResult | None = None
+        self._last_conflict_retries = 0
+
+    # --- identity -----------------------------------------------------------------
+
+    @property
+    def uri(self) -> str:
+        return self._uri
+
+    @property
+    def version(self) -> int:
+        """The version this Dataset is pinned to."""
+        return self._manifest.version
+
+    @property
+    def latest_version(self) -> int:
+        """The newest committed version (asks the store; not cached)."""
+        latest = self._handler.latest_location()
+        return latest.version if latest is not None else self.version
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self._manifest.schema.arrow
+
+    @property
+    def manifest(self) -> Manifest:
+        return self._manifest
+
+    @property
+    def handler(self) -> CommitHandler:
+        return self._handler
+
+    @property
+    def storage_options(self) -> dict[str, Any]:
+        return dict(self._storage_options)
+
+    @property
+    def commit_config(self) -> CommitConfig:
+        return self._commit_config
+
+    @property
+    def last_conflict_retries(self) -> int:
+        """How often this Dataset's last delete/update/merge_insert/insert was
+        re-executed on a newer version after a retryable conflict."""
+        return self._last_conflict_retries
+
+    @property
+    def last_commit(self) -> CommitResult | None:
+        """How this Dataset's last write committed (transaction, attempts), if any."""
+        return self._last_commit
+
+    def get_fragments(self) -> list[FragmentMetadata]:
+        return list(self._manifest.fragments)
+
+    @property
+    def tags(self) -> Tags:
+        return Tags(self)
+
+    def files(self) -> FileResolver:
+        """Where the pinned version's files are (its root and its base paths)."""
+        return FileResolver.for_manifest(self._handler.store, self._manifest)
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}({self._uri!r}, version={self.version}, "
+            f"rows={self._manifest.num_rows})"
+        )
+
+    # --- history ------------------------------------------------------------------
+
+    def versions(self) -> list[VersionInfo]:
+        """Every version, oldest first, with its commit time and operation."""
+        return history(self._handler)
+
+    def checkout_version(self: P, version: int | str) -> P:
+        """A Dataset pinned at ``version`` (a number or a tag name).
+
+        Raises:
+            VersionNotFoundError: no such version or tag.
+        """
+        number = self.tags.resolve(version) if isinstance(version, str) else version
+        return self.at(load_version(self._handler, number, self._uri))
+
+    def at(self: P, manifest: Manifest) -> P:
+        """Another handle on this dataset, pinned at ``manifest``'s version."""
+        return type(self)(
+            self._uri,
+            self._handler,
+            manifest,
+            storage_options=self._storage_options,
+            commit_config=self._commit_config,
+        )
+
+    # --- writes -------------------------------------------------------------------
+
+    def _commit(
+        self: P,
+        operation: Operation,
+        base: Manifest | None,
+        on_existing: OnExisting = "rebase",
+        naming: NamingScheme = DEFAULT_NAMING,
+        pending: PendingWrites | None = None,
+    ) -> P:
+        """Commit ``operation`` read at ``base``; this handle moves to the new version.
+
+        Raises:
+            CommitConflictError and subclasses, CommitStateUnknownError: see
+                :func:`s3ddb.commit.committer.commit_transaction`.
+        """
+        read_version = base.version if base is not None else 0
+        result = commit_transaction(
+            self._handler,
+            Transaction(read_version, operation),
+            base,
+            config=self._commit_config,
+            on_existing=on_existing,
+            naming=naming,
+            pending=pending,
+        )
+        self._manifest = result.manifest
+        self._last_commit = result
+        return self
+
+    def _run_planned(
+        self,
+        what: str,
+        plan: Callable[..., tuple[Operation | None, T]],
+        conflict_retries: int | None,
+        retry_timeout: float | None,
+        *,
+        uploads: bool = False,
+    ) -> T:
+        """Plan an operation on the pinned version and commit it; on a retryable
+        conflict plan again on the newest version (never re-commit the stale plan).
+
+        With ``uploads``, ``plan(manifest, pending)`` also gets a
+        :class:`PendingWrites` for the files it writes: they upload beside the
+        commit's own (otherwise ``plan(manifest)``).
+
+        The Dataset moves to the version committed, or, if the last plan changed
+        nothing, to the version it planned on. If this raises, the Dataset stays where
+        it was and the failed attempts' files are deleted.
+
+        Raises:
+            RetryableCommitConflictError: ``conflict_retries`` is 0 and a concurrent
+                commit invalidated the plan.
+            TooMuchWriteContentionError: retries exhausted (by count or time).
+            IncompatibleTransactionError: the operation can no longer be done.
+        """
+        retries = self._retries if conflict_retries is None else conflict_retries
+        timeout = self._retry_timeout if retry_timeout is None else retry_timeout
+        if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
+            raise InvalidInputError(f"conflict_retries must be an int >= 0, got {retries!r}")
+        if timeout <= 0:
+            raise InvalidInputError(f"retry_timeout must be > 0, got {timeout!r}")
+        deadline = time.monotonic() + timeout
+        base = self._manifest
+        attempt = self._last_conflict_retries = 0
+        while True:
+            pending = PendingWrites() if uploads else None
+            operation, result = plan(base, pending) if uploads else plan(base)
+            if operation is None:
+                self._manifest = base
+                return result
+            try:
+                self._commit(operation, base, pending=pending)
+                return result
+            except RetryableCommitConflictError as exc:
+                if retries == 0:
+                    raise
+                if attempt >= retries or time.monotonic() > deadline:
+                    attempt += 1
+                    raise TooMuchWriteContentionError(
+                        f"{what} on {self._uri} gave up after {attempt} conflicting "
+                        f"attempts ({retries} retries / {timeout:g} s); last conflict: {exc}"
+                    ) from exc
+                attempt = self._last_conflict_retries = attempt + 1
+                log.info("%s: %s; re-executing on the newest version", what, exc)
+                base = load_latest(self._handler, self._uri, finalize=False)
+
+    def _rows_landed_since(
+        self, prior: CommitResult | None, kind: type[Delete] | type[Update]
+    ) -> int:
+        """Rows that the ``kind`` operation committed after ``prior`` deleted or changed
+        (0 if it committed nothing).
+
+        Counted from the transaction that landed, not the plan: a rebase may have
+        merged rows deleted concurrently, or applied an update to rows appended
+        concurrently.
+        """
+        landed = self._last_commit
+        if landed is None or landed is prior:
+            return 0
+        operation = landed.transaction.operation
+        if not isinstance(operation, kind):
+            return 0
+        return sum(len(rows) for rows in operation.affected_rows.values())

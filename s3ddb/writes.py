@@ -1,0 +1,249 @@
+"""Writes of rows and versions: ``write_dataset``, ``insert``, ``delete``, ``update``,
+``update_config``, ``restore`` and ``Dataset.commit``, each planned on a pinned
+version and committed through :meth:`PinnedVersion._run_planned` or ``_commit``."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Literal, TypeVar
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from s3ddb._data import to_arrow_table
+from s3ddb.commit.build import APP_TRANSACTION_PREFIX
+from s3ddb.commit.committer import CommitConfig, OnExisting
+from s3ddb.commit.data_replacement import DataReplacement, check_replacement
+from s3ddb.commit.handlers import CommitHandler, ManifestLocation
+from s3ddb.commit.row_operations import Delete, Update
+from s3ddb.commit.transaction import Append, Operation, Overwrite, Restore, UpdateConfig
+from s3ddb.errors import (
+    DatasetAlreadyExistsError,
+    InvalidInputError,
+    RetryableCommitConflictError,
+    SchemaMismatchError,
+)
+from s3ddb.format.datafile import write_fragments_from_table
+from s3ddb.format.manifest import Manifest
+from s3ddb.format.naming import NamingScheme
+from s3ddb.format.schema import DatasetSchema, conform
+from s3ddb.io.parallel import PendingWrites
+from s3ddb.opening import load_latest, load_newest, load_version, open_validated
+from s3ddb.opening import placeholder_manifest as placeholder
+from s3ddb.pinned import PinnedVersion
+from s3ddb.row_changes import plan_delete, plan_update
+
+WriteMode = Literal["create", "append", "overwrite"]
+MODES = ("create", "append", "overwrite")
+P = TypeVar("P", bound=PinnedVersion)
+log = logging.getLogger(__name__)
+
+
+def insert(
+    ds: PinnedVersion,
+    data: Any,
+    mode: Literal["append", "overwrite"],
+    conflict_retries: int | None,
+    retry_timeout: float | None,
+) -> None:
+    """See :meth:`s3ddb.Dataset.insert`."""
+    if mode not in ("append", "overwrite"):
+        raise InvalidInputError(f"insert mode must be 'append' or 'overwrite', got {mode!r}")
+    table = to_arrow_table(data)
+    store = ds.handler.store
+
+    def plan(manifest: Manifest, pending: PendingWrites) -> tuple[Operation | None, None]:
+        if mode == "overwrite":
+            schema = manifest.schema.with_arrow(table.schema)
+            fragments = write_fragments_from_table(store, table, schema, pending=pending)
+            return Overwrite(tuple(fragments), schema), None
+        rows = conform(table, manifest.schema.arrow, where=ds.uri)
+        if rows.num_rows == 0:
+            return None, None
+        fragments = write_fragments_from_table(store, rows, manifest.schema, pending=pending)
+        return Append(tuple(fragments)), None
+
+    ds._run_planned("insert", plan, conflict_retries, retry_timeout, uploads=True)
+
+
+def delete(
+    ds: PinnedVersion,
+    predicate: str | pc.Expression,
+    conflict_retries: int | None,
+    retry_timeout: float | None,
+) -> dict[str, int]:
+    """See :meth:`s3ddb.Dataset.delete`."""
+
+    def plan(manifest: Manifest) -> tuple[Operation | None, None]:
+        return plan_delete(ds.handler.store, manifest, predicate), None
+
+    prior = ds.last_commit
+    ds._run_planned("delete", plan, conflict_retries, retry_timeout)
+    return {"num_deleted_rows": ds._rows_landed_since(prior, Delete)}
+
+
+def update(
+    ds: PinnedVersion,
+    values: dict[str, str | pc.Expression],
+    where: str | pc.Expression | None,
+    rewrite: Literal["auto", "rows", "columns"],
+    conflict_retries: int | None,
+    retry_timeout: float | None,
+) -> dict[str, int]:
+    """See :meth:`s3ddb.Dataset.update`."""
+
+    def plan(manifest: Manifest) -> tuple[Operation | None, None]:
+        store = ds.handler.store
+        return plan_update(store, manifest, values, where, rewrite=rewrite, uri=ds.uri), None
+
+    prior = ds.last_commit
+    ds._run_planned("update", plan, conflict_retries, retry_timeout)
+    return {"num_rows_updated": ds._rows_landed_since(prior, Update)}
+
+
+def update_config(
+    ds: PinnedVersion,
+    upsert: dict[str, str] | None,
+    delete: list[str] | tuple[str, ...],
+    metadata_upsert: dict[str, str] | None,
+    metadata_delete: list[str] | tuple[str, ...],
+) -> None:
+    """See :meth:`s3ddb.Dataset.update_config`."""
+    operation = UpdateConfig(
+        config_upsert=dict(upsert or {}),
+        config_delete=tuple(delete),
+        metadata_upsert=dict(metadata_upsert or {}),
+        metadata_delete=tuple(metadata_delete),
+    )
+    keys = [*operation.metadata_upsert, *operation.metadata_delete]
+    reserved = [k for k in keys if k.startswith(APP_TRANSACTION_PREFIX)]
+    if reserved:
+        raise InvalidInputError(f"table metadata keys {reserved} are reserved by s3ddb")
+    if not (keys or operation.config_upsert or operation.config_delete):
+        raise InvalidInputError("update_config needs at least one key to set or delete")
+    ds._run_planned("update_config", lambda manifest: (operation, None), None, None)
+
+
+def restore(ds: PinnedVersion) -> None:
+    """See :meth:`s3ddb.Dataset.restore`."""
+    latest = load_latest(ds.handler, ds.uri, finalize=False)
+    ds._commit(Restore(ds.version), latest)
+
+
+def commit_operation(
+    cls: type[P],
+    uri: str,
+    operation: Operation,
+    read_version: int | None,
+    storage_options: dict[str, Any] | None,
+    commit_config: CommitConfig | None,
+) -> P:
+    """See :meth:`s3ddb.Dataset.commit`; the result is a ``cls``."""
+    handler = open_validated(uri, storage_options)
+    base = load_version(handler, read_version, uri) if read_version else None
+    if (
+        base is None
+        and handler.latest_location() is not None
+        and not isinstance(operation, Overwrite)
+    ):
+        raise InvalidInputError("read_version is required for an existing dataset")
+    if isinstance(operation, DataReplacement) and base is not None:
+        check_replacement(handler.store, base, operation)
+    ds = cls(
+        uri,
+        handler,
+        base or placeholder(),
+        storage_options=storage_options,
+        commit_config=commit_config,
+    )
+    return ds._commit(operation, base)
+
+
+def write_dataset(
+    cls: type[P],
+    table: pa.Table,
+    uri: str,
+    mode: WriteMode,
+    storage_options: dict[str, Any] | None,
+    max_rows_per_file: int,
+    commit_config: CommitConfig | None,
+    naming: NamingScheme,
+) -> P:
+    """See :func:`s3ddb.write_dataset`; the result is a ``cls``."""
+    handler = open_validated(uri, storage_options)
+
+    def write(latest: ManifestLocation | None) -> P:
+        return _write_version(
+            cls, handler, uri, table, mode, latest, naming, max_rows_per_file,
+            storage_options, commit_config,
+        )  # fmt: skip
+
+    # A process that committed the newest version it knows of builds on it without
+    # asking (the conditional write still decides). If another writer changed the
+    # dataset meanwhile in a way the write cannot rebase over, plan it again on the
+    # real newest version.
+    presumed = handler.presumed_latest() if mode != "create" else None
+    if presumed is not None:
+        try:
+            return write(presumed)
+        except (RetryableCommitConflictError, SchemaMismatchError):
+            log.info("write to %s: the dataset changed since this process's commit", uri)
+    return write(handler.latest_location(finalize=False))
+
+
+def _write_version(
+    cls: type[P],
+    handler: CommitHandler,
+    text: str,
+    table: pa.Table,
+    mode: WriteMode,
+    latest: ManifestLocation | None,
+    naming: NamingScheme,
+    max_rows_per_file: int,
+    storage_options: dict[str, Any] | None,
+    commit_config: CommitConfig | None,
+) -> P:
+    """write_dataset's plan and commit on top of ``latest``."""
+    store = handler.store
+    # Data files upload beside the transaction file and manifest (S3).
+    pending = PendingWrites()
+    base: Manifest | None = None
+    on_existing: OnExisting = "rebase"
+    if latest is not None:
+        if mode == "create":
+            raise DatasetAlreadyExistsError(
+                f"a dataset already exists at {text} (version {latest.version}); "
+                "use mode='append' or mode='overwrite'"
+            )
+        base = load_newest(handler, latest)
+    operation: Operation
+    if base is not None and mode == "append":
+        table = conform(table, base.schema.arrow, where=text)
+        if table.num_rows == 0:
+            return cls(
+                text, handler, base, storage_options=storage_options, commit_config=commit_config
+            )
+        fragments = write_fragments_from_table(
+            store, table, base.schema, max_rows_per_file=max_rows_per_file, pending=pending
+        )
+        operation = Append(tuple(fragments))
+    else:
+        ds_schema = (
+            base.schema.with_arrow(table.schema)
+            if base is not None
+            else DatasetSchema.assign(table.schema)
+        )
+        fragments = write_fragments_from_table(
+            store, table, ds_schema, max_rows_per_file=max_rows_per_file, pending=pending
+        )
+        operation = Overwrite(tuple(fragments), ds_schema)
+        if base is None:
+            on_existing = {"create": "error", "append": "append", "overwrite": "rebase"}[mode]  # type: ignore[assignment]
+    ds = cls(
+        text,
+        handler,
+        base or placeholder(),
+        storage_options=storage_options,
+        commit_config=commit_config,
+    )
+    return ds._commit(operation, base, on_existing, naming, pending)
