@@ -39,6 +39,7 @@ from s3ddb.errors import (
     UnsafeCastError,
 )
 from s3ddb.format import layout
+from s3ddb.format.bases import FileResolver
 from s3ddb.format.datafile import read_fragment, write_data_file
 from s3ddb.format.deletion import read_deletion_mask
 from s3ddb.format.fragment import FragmentMetadata
@@ -201,10 +202,11 @@ def _add_from_expressions(
     new_fields = [pa.field(f.name, f.type) for f in types]
     new_schema = schema.extended(new_fields, next_field_id(manifest))
     target = pa.schema(new_fields)
+    files = FileResolver.for_manifest(store, manifest)  # a clone reads through bases
 
     def compute(fragment: FragmentMetadata) -> pa.Table:
-        table = read_fragment(store, fragment, schema, columns)
-        keep = read_deletion_mask(store, fragment) if fragment.deletion_file else None
+        table = read_fragment(files, fragment, schema, columns)
+        keep = read_deletion_mask(files, fragment) if fragment.deletion_file else None
         visible = table.filter(keep) if keep is not None else table
         values = evaluate(visible, exprs).cast(target)
         return _scatter(values, keep, fragment.physical_rows)
@@ -224,10 +226,11 @@ def _add_from_table(store: ObjectStore, manifest: Manifest, data: pa.Table) -> M
     new_schema = schema.extended(list(data.schema), next_field_id(manifest))
     starts = np.cumsum([0] + [f.num_rows for f in manifest.fragments])
     offsets = {f.id: int(start) for f, start in zip(manifest.fragments, starts)}
+    files = FileResolver.for_manifest(store, manifest)
 
     def piece(fragment: FragmentMetadata) -> pa.Table:
         rows = data.slice(offsets[fragment.id], fragment.num_rows)
-        keep = read_deletion_mask(store, fragment) if fragment.deletion_file else None
+        keep = read_deletion_mask(files, fragment) if fragment.deletion_file else None
         return _scatter(rows, keep, fragment.physical_rows)
 
     return _extend_fragments(store, manifest, piece, new_schema)
@@ -392,8 +395,9 @@ def plan_alter_columns(
 
 
 def _check_no_nulls(store: ObjectStore, manifest: Manifest, column: str, uri: str) -> None:
+    files = FileResolver.for_manifest(store, manifest)
     for fragment in manifest.fragments:
-        values = read_visible_rows(store, fragment, manifest.schema, [column]).column(0)
+        values = read_visible_rows(files, fragment, manifest.schema, [column]).column(0)
         if values.null_count:
             raise SchemaMismatchError(
                 f"alter_columns: column {column!r} of {uri} (version {manifest.version}) "
@@ -411,9 +415,10 @@ def _rewrite_cast_columns(
 ) -> Merge:
     names = list(casts)
     target = pa.schema([new_schema.arrow.field(renames.get(n, n)) for n in names])
+    files = FileResolver.for_manifest(store, manifest)
 
     def cast(fragment: FragmentMetadata) -> pa.Table:
-        table = read_fragment(store, fragment, manifest.schema, names)
+        table = read_fragment(files, fragment, manifest.schema, names)
         arrays = [table.column(n).cast(casts[n]) for n in names]
         return pa.Table.from_arrays(arrays, schema=target)
 

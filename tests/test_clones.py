@@ -108,6 +108,28 @@ def test_shallow_clone_reads_the_source_and_writes_never_touch_it(
     assert ids(s3ddb.dataset(src.uri, storage_options=so)) == [*range(2, 10), 50]
 
 
+def test_schema_changes_and_an_index_on_a_shallow_clone_read_through_its_base(
+    place: tuple[Place, Any],
+) -> None:
+    name, so = place
+    src = make_source(name("src"), so)
+    src.create_scalar_index("id")
+    clone = src.shallow_clone(name("clone"))
+    before = snapshot(src.uri, so)
+    # An index is the source's: a clone starts without one (create it on the clone).
+    assert clone.list_indices() == []
+    clone.add_columns({"w": "CAST(id * 10 AS INT)"})
+    assert clone.schema.field("w").type == pa.int32()
+    clone.alter_columns({"path": "w", "data_type": pa.int64()})  # rewrites the column
+    clone.alter_columns({"path": "v", "nullable": False})  # checks every visible row
+    clone.create_scalar_index("w")
+    got = clone.to_table(filter="w = 70").to_pylist()
+    assert got == [{"id": 7, "v": "src-7", "w": 70}]
+    assert clone.count_rows("w >= 50") == 5
+    assert snapshot(src.uri, so) == before
+    assert ids(s3ddb.dataset(src.uri, storage_options=so)) == list(range(2, 10))
+
+
 def test_shallow_clone_time_travel_and_chains(place: tuple[Place, Any]) -> None:
     name, so = place
     src = make_source(name("src"), so)

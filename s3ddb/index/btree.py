@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from s3ddb.errors import UnsupportedIndexError
+from s3ddb.format.bases import FileResolver
 from s3ddb.format.datafile import read_fragment
 from s3ddb.format.fragment import FragmentMetadata
 from s3ddb.format.index import FILES_KEY, FORMAT_KEY, IndexMetadata
@@ -68,8 +69,10 @@ def build_btree(store: ObjectStore, manifest: Manifest, column: str, name: str) 
             "columns can be indexed"
         )
 
+    files = FileResolver.for_manifest(store, manifest)  # a clone reads through bases
+
     def keys_of(fragment: FragmentMetadata) -> pa.Table:
-        keys = read_fragment(store, fragment, schema, [column]).column(0)
+        keys = read_fragment(files, fragment, schema, [column]).column(0)
         offsets = pa.array(np.arange(fragment.physical_rows, dtype=np.uint32))
         table = pa.table(
             {
