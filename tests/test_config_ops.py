@@ -84,3 +84,24 @@ def test_tags_move(target: tuple[str, Any]) -> None:
     with pytest.raises(s3ddb.VersionNotFoundError):
         ds.tags.update("missing", 1)
     assert ds.tags.list() == {"stable": 2}
+
+
+def test_config_changes_of_different_keys_rebase_and_of_one_key_reapply(
+    target: tuple[str, Any],
+) -> None:
+    uri, so = target
+    first, second, third = (s3ddb.dataset(uri, storage_options=so) for _ in range(3))
+    first.update_config({"a": "1"}, metadata_upsert={"m": "x"})
+    second.update_config({"b": "2"})  # other keys: rebased, not re-executed
+    assert second.last_conflict_retries == 0 and second.version == 3
+    third.update_config({"a": "3"})  # the same key: re-read and re-applied on top
+    assert third.last_conflict_retries == 1
+    latest = s3ddb.dataset(uri, storage_options=so)
+    assert (latest.config, latest.metadata) == ({"a": "3", "b": "2"}, {"m": "x"})
+    # Replacing the schema's metadata touches all of it: a concurrent edit of one key
+    # of it is re-applied on top.
+    one, other = (s3ddb.dataset(uri, storage_options=so) for _ in range(2))
+    one.replace_schema_metadata({"owner": "a"})
+    other.replace_schema_metadata({"owner": "b"})
+    assert other.last_conflict_retries == 1
+    assert s3ddb.dataset(uri, storage_options=so).schema.metadata == {b"owner": b"b"}

@@ -53,3 +53,24 @@ def test_every_committable_kind_has_a_row() -> None:
 
     built = {op.kind for op in _BUILDERS}
     assert {m for m, _t in _documented()} == built
+
+
+def _differences() -> list[dict[str, str]]:
+    text = DOC.read_text()
+    table = text.split("<!-- differences:begin -->")[1].split("<!-- differences:end -->")[0]
+    lines = [line for line in table.strip().splitlines() if line.startswith("|")]
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    return [
+        dict(zip(header, (c.strip() for c in line.strip("|").split("|")), strict=True))
+        for line in lines[2:]
+    ]
+
+
+def test_every_stated_difference_from_lance_is_what_s3ddb_registers() -> None:
+    rows = _differences()
+    assert len(rows) >= 30
+    for row in rows:
+        mine, theirs = row["mine"], row["theirs"]
+        assert _registered(mine, theirs) == row["s3ddb"], row
+        assert row["Lance"] in ("rebase", "retry", "refuse"), row
+        assert row["why s3ddb differs"], row

@@ -24,7 +24,7 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from s3ddb.commit.transaction import OPERATION_KINDS, Transaction
+from s3ddb.commit.transaction import OPERATION_KINDS, MapUpdate, Transaction, UpdateConfig
 from s3ddb.errors import IncompatibleTransactionError, RetryableCommitConflictError
 from s3ddb.format.bases import FileResolver
 from s3ddb.format.fragment import FragmentMetadata
@@ -191,9 +191,47 @@ for _theirs in OPERATION_KINDS:
     register_rule("UpdateConfig", _theirs, fixed(_C, "config changes touch no data"))
     # The ids reserved are the highest of the version it commits, whatever came before.
     register_rule("ReserveFragments", _theirs, fixed(_C, "reserving ids touches no data"))
-register_rule(
-    "UpdateConfig", "UpdateConfig", fixed(_R, "concurrent config change: re-read and re-apply")
-)
+
+
+def _touched_keys(op: object) -> set[tuple[object, ...]] | None:
+    """The keys an UpdateConfig sets or deletes, per map; ``*`` for a map it replaces
+    whole. None for an operation whose keys are unknown."""
+    if not isinstance(op, UpdateConfig):
+        return None
+    keys: set[tuple[object, ...]] = {("config", k) for k in (*op.config_upsert, *op.config_delete)}
+    keys |= {("metadata", k) for k in (*op.metadata_upsert, *op.metadata_delete)}
+    maps: dict[tuple[object, ...], MapUpdate] = {
+        ("field", f): c for f, c in op.field_metadata.items()
+    }
+    if op.schema_metadata is not None:
+        maps[("schema",)] = op.schema_metadata
+    for where, change in maps.items():
+        if change.replace:
+            keys.add((*where, "*"))
+        keys |= {(*where, k) for k in (*change.upsert, *change.delete)}
+    return keys
+
+
+def _config_after_config(
+    mine: Transaction, theirs: Transaction, ctx: ConflictContext | None
+) -> Verdict:
+    """Config changes of different keys commute; of a shared key, mine is re-applied on
+    top (it then wins, as a later call would)."""
+    a, b = _touched_keys(mine.operation), _touched_keys(theirs.operation)
+    if a is None or b is None:
+        return Verdict(Outcome.RETRYABLE, "concurrent config change: re-read and re-apply")
+
+    def overlap(x: set[tuple[object, ...]], y: set[tuple[object, ...]]) -> bool:
+        return any(k in y or (k[-1] == "*" and any(j[:-1] == k[:-1] for j in y)) for k in x)
+
+    if overlap(a, b) or overlap(b, a):
+        return Verdict(
+            Outcome.RETRYABLE, "a concurrent config change set the same keys: re-read and re-apply"
+        )
+    return Verdict(Outcome.COMPATIBLE, "the two config changes touch different keys")
+
+
+register_rule("UpdateConfig", "UpdateConfig", _config_after_config)
 
 # The row-changing operations' rules live with their rebase logic.
 from s3ddb.commit import rebase as _rebase  # noqa: E402  (registers its rules)
