@@ -144,6 +144,9 @@ def test_writers_killed_at_random_moments_lose_nothing(aws: Any, ddb_uri: str) -
     for gen in running:
         _finish(gen, where)
 
+    server = getattr(aws, "ddb", None)
+    if server is not None:  # dynalite: it must have survived the run
+        assert server.is_running(), f"{where}: dynalite stopped: {server.log()[-3000:]}"
     # A reader that knows nothing of DynamoDB: at most one version behind the table.
     parsed = parse_uri(ddb_uri)
     finalizer.drain()

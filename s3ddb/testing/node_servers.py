@@ -20,9 +20,11 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 from pathlib import Path
 from types import TracebackType
+from typing import IO
 
 from s3ddb.testing._endpoint import DEFAULT_REGION, EndpointClientMixin
 
@@ -70,6 +72,7 @@ class Dynalite(EndpointClientMixin):
         self._region = region
         self._start_timeout = start_timeout
         self._proc: subprocess.Popen[str] | None = None
+        self._log: IO[str] | None = None
         self._endpoint_url = ""
 
     @property
@@ -85,10 +88,13 @@ class Dynalite(EndpointClientMixin):
         if reason:
             raise RuntimeError(f"cannot start dynalite: {reason}")
         env = {**os.environ, "NODE_PATH": str(node_modules())}
+        # The server's own errors go to a file (a pipe nobody reads could fill up and
+        # stall it); :meth:`log` returns them.
+        self._log = tempfile.NamedTemporaryFile("w+", prefix="dynalite-", suffix=".log")  # noqa: SIM115 (lives as long as the server)
         proc = subprocess.Popen(
             ["node", "-e", _LAUNCH_DYNALITE],
             stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stderr=self._log,
             text=True,
             env=env,
         )
@@ -98,12 +104,22 @@ class Dynalite(EndpointClientMixin):
         reader.start()
         reader.join(self._start_timeout)
         if not line or not line[0].strip():
+            err = self.log()
             self.stop()
-            err = proc.stderr.read() if proc.stderr else ""
             raise RuntimeError(f"dynalite did not start within {self._start_timeout:g} s: {err}")
         port = json.loads(line[0])["port"]
         self._endpoint_url = f"http://127.0.0.1:{port}"
         return self
+
+    def log(self) -> str:
+        """What the server wrote to stderr so far (e.g. why it stopped)."""
+        if self._log is None:
+            return ""
+        with open(self._log.name) as f:
+            return f.read()
+
+    def is_running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
 
     def stop(self) -> None:
         proc, self._proc = self._proc, None
@@ -115,9 +131,11 @@ class Dynalite(EndpointClientMixin):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-        for stream in (proc.stdout, proc.stderr):
-            if stream is not None:
-                stream.close()
+        if proc.stdout is not None:
+            proc.stdout.close()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
 
     def __enter__(self) -> Dynalite:
         return self.start()
