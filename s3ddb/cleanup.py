@@ -18,6 +18,7 @@ the next cleanup removes.
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -30,6 +31,12 @@ from s3ddb.format.naming import parse_manifest_name, parse_staged_name
 
 if TYPE_CHECKING:
     from s3ddb.pinned import PinnedVersion
+
+#: A version is removed only once its successor is this old (see cleanup_old_versions).
+#: Writers look for newer versions before claiming on a base older than 10 s
+#: (:data:`s3ddb.pinned.FRESH_BASE_SECONDS`), so this leaves a wide margin for the time a
+#: commit attempt takes and for clock differences between machines.
+CLAIM_WINDOW = dt.timedelta(minutes=10)
 
 #: Files no version references are kept this long, unless ``delete_unverified``.
 UNVERIFIED_GRACE = dt.timedelta(days=7)
@@ -98,6 +105,15 @@ def cleanup_old_versions(
     kept |= {v.version for v in history if now - v.timestamp < older_than}
     if retain_versions is not None:
         kept |= {v.version for v in history[-retain_versions:]}
+    # A writer that saw version N-1 as the newest may still be claiming N; were N
+    # removed (its row deleted), that claim would succeed below the newest version.
+    # So a version goes only once the version after it is CLAIM_WINDOW old: every
+    # writer that could claim its number has seen a newer version since.
+    kept |= {
+        v.version
+        for v, after in itertools.pairwise(history)
+        if now - after.timestamp < CLAIM_WINDOW
+    }
     removed = [v.version for v in history if v.version not in kept]
     stats = CleanupStats(versions_removed=removed)
     keep_files: set[str] = set()

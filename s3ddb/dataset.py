@@ -437,9 +437,12 @@ def dataset(
         )
         return ds.checkout_version(version)
     manifest = load_version(handler, version, text)
-    return Dataset(
+    ds = Dataset(
         text, handler, manifest, storage_options=storage_options, commit_config=commit_config
     )
+    if version is not None:
+        ds._seen_newest_at = None  # pinned at a chosen version, maybe not the newest
+    return ds
 
 
 def write_dataset(

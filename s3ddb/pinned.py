@@ -43,6 +43,9 @@ log = logging.getLogger(__name__)
 #: resolves those itself.
 DEFAULT_CONFLICT_RETRIES = 10
 DEFAULT_RETRY_TIMEOUT = 120.0
+#: A version seen as the newest this recently is committed on without first asking
+#: for newer ones (see :func:`s3ddb.commit.committer.commit_transaction`).
+FRESH_BASE_SECONDS = 10.0
 
 
 class PinnedVersion:
@@ -66,6 +69,12 @@ class PinnedVersion:
         self._commit_config = commit_config or CommitConfig()
         self._last_commit: CommitResult | None = None
         self._last_conflict_retries = 0
+        # When this handle last saw its pinned version as the newest (monotonic
+        # seconds; None: it never did, e.g. an older version checked out). A commit on
+        # a base seen as newest moments ago claims at once; otherwise it first looks
+        # for versions committed since (see commit_transaction's fresh_base).
+        self._seen_newest_at: float | None = time.monotonic()
+        self._base_seen_at: float | None = None
 
     # --- identity -----------------------------------------------------------------
 
@@ -149,13 +158,16 @@ class PinnedVersion:
 
     def at(self: P, manifest: Manifest) -> P:
         """Another handle on this dataset, pinned at ``manifest``'s version."""
-        return type(self)(
+        other = type(self)(
             self._uri,
             self._handler,
             manifest,
             storage_options=self._storage_options,
             commit_config=self._commit_config,
         )
+        if manifest.version != self.version or self._seen_newest_at is None:
+            other._seen_newest_at = None
+        return other
 
     # --- writes -------------------------------------------------------------------
 
@@ -174,6 +186,7 @@ class PinnedVersion:
                 :func:`s3ddb.commit.committer.commit_transaction`.
         """
         read_version = base.version if base is not None else 0
+        seen = self._seen_newest_at if base is self._manifest else self._base_seen_at
         result = commit_transaction(
             self._handler,
             Transaction(read_version, operation),
@@ -182,9 +195,11 @@ class PinnedVersion:
             on_existing=on_existing,
             naming=naming,
             pending=pending,
+            fresh_base=seen is not None and time.monotonic() - seen < FRESH_BASE_SECONDS,
         )
         self._manifest = result.manifest
         self._last_commit = result
+        self._seen_newest_at = time.monotonic()
         return self
 
     def _run_planned(
@@ -221,11 +236,14 @@ class PinnedVersion:
             raise InvalidInputError(f"retry_timeout must be > 0, got {timeout!r}")
         deadline = time.monotonic() + timeout
         base = self._manifest
+        self._base_seen_at = self._seen_newest_at
         attempt = self._last_conflict_retries = 0
         while True:
             pending = PendingWrites() if uploads else None
             operation, result = plan(base, pending) if uploads else plan(base)
             if operation is None:
+                if base is not self._manifest:
+                    self._seen_newest_at = self._base_seen_at
                 self._manifest = base
                 return result
             try:
@@ -243,6 +261,7 @@ class PinnedVersion:
                 attempt = self._last_conflict_retries = attempt + 1
                 log.info("%s: %s; re-executing on the newest version", what, exc)
                 base = load_latest(self._handler, self._uri, finalize=False)
+                self._base_seen_at = time.monotonic()
 
     def _rows_landed_since(
         self, prior: CommitResult | None, kind: type[Delete] | type[Update]

@@ -156,6 +156,7 @@ def commit_operation(
         storage_options=storage_options,
         commit_config=commit_config,
     )
+    ds._seen_newest_at = None  # the caller's read version may be long past
     return ds._commit(operation, base)
 
 
