@@ -161,7 +161,7 @@ class Dataset(PinnedVersion):
         predicate: str | pc.Expression,
         *,
         conflict_retries: int | None = None,
-        retry_timeout: float | None = None,
+        retry_timeout: float | dt.timedelta | None = None,
     ) -> dict[str, int]:
         """Delete the rows matching ``predicate`` (SQL text or a pyarrow Expression).
 
@@ -189,7 +189,7 @@ class Dataset(PinnedVersion):
         *,
         rewrite: Literal["auto", "rows", "columns"] = "auto",
         conflict_retries: int | None = None,
-        retry_timeout: float | None = None,
+        retry_timeout: float | dt.timedelta | None = None,
     ) -> dict[str, int]:
         """Set ``values`` (``{"column": "SQL expression"}``) on the rows matching
         ``where`` (every row if None).
