@@ -6,6 +6,7 @@ changing a result. The README's interop section runs too."""
 from __future__ import annotations
 
 import re
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import pytest
 import s3ddb
 from s3ddb.pruning import row_group_pruner
 from s3ddb.scan import _row_group_stats
+from tests.conftest import TEST_BUCKET, TEST_TABLE
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -26,12 +28,13 @@ def _python_blocks(text: str) -> list[str]:
     return [b.split("```", 1)[0] for b in text.split("```python\n")[1:]]
 
 
-def _small(uri: str) -> s3ddb.Dataset:
+def _small(uri: str, so: dict[str, Any] | None = None) -> s3ddb.Dataset:
     """ids 1..5, kinds a/b, id 3 deleted: version 3."""
     table = pa.table({"id": [1, 2, 3], "kind": ["a", "b", "a"]})
-    s3ddb.write_dataset(table, uri)
-    s3ddb.write_dataset(pa.table({"id": [4, 5], "kind": ["b", "b"]}), uri, mode="append")
-    ds = s3ddb.dataset(uri)
+    s3ddb.write_dataset(table, uri, storage_options=so)
+    more = pa.table({"id": [4, 5], "kind": ["b", "b"]})
+    s3ddb.write_dataset(more, uri, mode="append", storage_options=so)
+    ds = s3ddb.dataset(uri, storage_options=so)
     ds.delete("id = 3")
     return ds
 
@@ -71,11 +74,19 @@ def test_readme_interop_section_runs(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert out == ["[('a', 1), ('b', 1)]", "(1, 2)", "[{'id': 2, 'kind': 'b'}]", "2"]
 
 
-def test_stream_applies_deletions_filters_and_time_travel(tmp_path: Path) -> None:
+@pytest.mark.parametrize("where", ["local", "ddb"])
+def test_stream_applies_deletions_filters_and_time_travel(
+    where: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     import duckdb
     import polars as pl
 
-    ds = _small(str(tmp_path / "ds"))
+    if where == "local":
+        uri, so = str(tmp_path / "ds"), None
+    else:
+        so = request.getfixturevalue("aws").storage_options()
+        uri = f"s3+ddb://{TEST_BUCKET}/st-{uuid.uuid4().hex[:12]}?ddbTableName={TEST_TABLE}"
+    ds = _small(uri, so)
     assert pa.RecordBatchReader.from_stream(ds).read_all().column("id").to_pylist() == [1, 2, 4, 5]
     scan = ds.scanner(columns=["id"], filter="kind = 'b'", offset=1)
     assert pa.RecordBatchReader.from_stream(scan).read_all().column("id").to_pylist() == [4, 5]
