@@ -51,7 +51,7 @@ _OPTION_ALIASES: dict[str, str] = {
 
 # pylance (object_store) switches s3ddb accepts for compatibility but that change
 # nothing: boto3 talks HTTP to an http:// endpoint anyway, and picks the addressing
-# style itself (path style on custom endpoints). Values must still be booleans.
+# style itself (the option is not applied). Values must still be booleans.
 _ACCEPTED_FLAGS = frozenset(
     {"allow_http", "aws_allow_http", "virtual_hosted_style_request",
      "aws_virtual_hosted_style_request"}
