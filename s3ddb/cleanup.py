@@ -61,6 +61,27 @@ class CleanupStats:
     def bytes_removed(self) -> int:
         return sum(self.bytes.values())
 
+    # pylance's names for the same counts.
+    @property
+    def old_versions(self) -> int:
+        return len(self.versions_removed)
+
+    @property
+    def data_files_removed(self) -> int:
+        return self.files.get("data_files", 0)
+
+    @property
+    def deletion_files_removed(self) -> int:
+        return self.files.get("deletion_files", 0)
+
+    @property
+    def transaction_files_removed(self) -> int:
+        return self.files.get("transaction_files", 0)
+
+    @property
+    def index_files_removed(self) -> int:
+        return self.files.get("index_files", 0)
+
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "bytes_removed": self.bytes_removed}
 

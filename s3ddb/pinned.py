@@ -10,6 +10,7 @@ version. :class:`s3ddb.Dataset` is its public face. Dependencies point one way:
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import time
 from collections.abc import Callable
@@ -207,7 +208,7 @@ class PinnedVersion:
         what: str,
         plan: Callable[..., tuple[Operation | None, T]],
         conflict_retries: int | None,
-        retry_timeout: float | None,
+        retry_timeout: float | dt.timedelta | None,
         *,
         uploads: bool = False,
     ) -> T:
@@ -230,6 +231,8 @@ class PinnedVersion:
         """
         retries = self._retries if conflict_retries is None else conflict_retries
         timeout = self._retry_timeout if retry_timeout is None else retry_timeout
+        if isinstance(timeout, dt.timedelta):  # pylance passes a timedelta
+            timeout = timeout.total_seconds()
         if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
             raise InvalidInputError(f"conflict_retries must be an int >= 0, got {retries!r}")
         if timeout <= 0:

@@ -41,7 +41,22 @@ _OPTION_ALIASES: dict[str, str] = {
     "session_token": "aws_session_token",
     "profile": "profile",
     "aws_profile": "profile",
+    # pylance (object_store) spellings of the same settings.
+    "endpoint": "endpoint_url",
+    "aws_default_region": "region",
+    "default_region": "region",
+    "aws_token": "aws_session_token",
+    "token": "aws_session_token",
 }
+
+# pylance (object_store) switches s3ddb accepts for compatibility but that change
+# nothing: boto3 talks HTTP to an http:// endpoint anyway, and picks the addressing
+# style itself (the option is not applied). Values must still be booleans.
+_ACCEPTED_FLAGS = frozenset(
+    {"allow_http", "aws_allow_http", "virtual_hosted_style_request",
+     "aws_virtual_hosted_style_request"}
+)  # fmt: skip
+_BOOLEANS = frozenset({"true", "false", "1", "0", "yes", "no"})
 
 
 @dataclass(frozen=True)
@@ -77,6 +92,10 @@ class AwsConfig:
         """
         values: dict[str, str] = {}
         for key, value in (storage_options or {}).items():
+            if key.lower() in _ACCEPTED_FLAGS:
+                if str(value).lower() not in _BOOLEANS:
+                    raise InvalidInputError(f"storage option {key!r} must be true or false")
+                continue
             attr = _OPTION_ALIASES.get(key.lower())
             if attr is None:
                 known = ", ".join(sorted({k for k in _OPTION_ALIASES if k == _OPTION_ALIASES[k]}))
