@@ -187,7 +187,6 @@ class PinnedVersion:
                 :func:`s3ddb.commit.committer.commit_transaction`.
         """
         read_version = base.version if base is not None else 0
-        seen = self._seen_newest_at if base is self._manifest else self._base_seen_at
         result = commit_transaction(
             self._handler,
             Transaction(read_version, operation),
@@ -196,12 +195,18 @@ class PinnedVersion:
             on_existing=on_existing,
             naming=naming,
             pending=pending,
-            fresh_base=seen is not None and time.monotonic() - seen < FRESH_BASE_SECONDS,
+            fresh_base=self._base_is_fresh(base),
         )
         self._manifest = result.manifest
         self._last_commit = result
         self._seen_newest_at = time.monotonic()
         return self
+
+    def _base_is_fresh(self, base: Manifest | None) -> bool:
+        """Whether ``base`` was seen as the newest version moments ago (then a commit
+        claims at once; otherwise it first looks for versions committed since)."""
+        seen = self._seen_newest_at if base is self._manifest else self._base_seen_at
+        return seen is not None and time.monotonic() - seen < FRESH_BASE_SECONDS
 
     def _run_planned(
         self,

@@ -170,6 +170,7 @@ def test_stale_append_rebases_over_a_delete_and_is_retried_after_a_restore(
     assert ds.to_table().column("id").to_pylist() == [*range(20), 60]
 
 
+@pytest.mark.usefixtures("instant_cleanup")
 def test_merge_insert_and_delete_with_pylance_arguments(target: tuple[str, Any]) -> None:
     uri, so = target
     ds = s3ddb.dataset(uri, storage_options=so)
@@ -195,6 +196,7 @@ def _doc_blocks() -> list[str]:
     return [b.split("```", 1)[0] for b in text.split("```python\n")[1:]]
 
 
+@pytest.mark.usefixtures("instant_cleanup")
 def test_docs_pylance_s3_dynamodb_example_runs_with_only_the_import_changed(
     aws: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
