@@ -88,7 +88,8 @@ class AwsConfig:
         """Build the overrides from ``storage_options``.
 
         Raises:
-            InvalidInputError: an option is not an AWS setting s3ddb knows.
+            InvalidInputError: an option is not an AWS setting s3ddb knows, or its value
+                is not a string.
         """
         values: dict[str, str] = {}
         for key, value in (storage_options or {}).items():
@@ -100,8 +101,12 @@ class AwsConfig:
             if attr is None:
                 known = ", ".join(sorted({k for k in _OPTION_ALIASES if k == _OPTION_ALIASES[k]}))
                 raise InvalidInputError(f"unknown storage option {key!r}; AWS options are: {known}")
+            if value is not None and not isinstance(value, str):
+                raise InvalidInputError(
+                    f"storage option {key!r} must be a string, got {type(value).__name__} {value!r}"
+                )
             if value is not None:
-                values[attr] = str(value)
+                values[attr] = value
         return cls(**values)
 
     def as_dict(self) -> dict[str, str]:
