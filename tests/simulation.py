@@ -50,8 +50,8 @@ from s3ddb.external_store.memory import InMemoryManifestStore
 from s3ddb.format.manifest import referenced_paths
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.opening import load_latest, placeholder_manifest
+from tests.torture import SCHEMA, allowed_states, apply, perform, plan
 
-SCHEMA = pa.schema([("id", pa.int64()), ("val", pa.string())])
 NO_BACKOFF = s3ddb.CommitConfig(backoff_base=0.0, backoff_max=0.0, timeout=30.0)
 KINDS = ("append", "append", "delete", "update", "upsert", "compact", "config")
 
@@ -353,17 +353,17 @@ def _writer(open_latest: Callable[[], s3ddb.Dataset], w: int, ops: int) -> Calla
     def body(actor: Actor) -> None:
         mine: dict[int, str] = {}
         for n in range(1, ops + 1):
-            op = _plan(actor.rng, n, w, mine)
+            op = plan(actor.rng, n, w, mine, KINDS, max_rows=2)
             actor.log.append({"start": n, **op})
             try:
-                version = _perform(open_latest(), op)
+                version = perform(open_latest(), op)
             except CommitConflictError:
                 actor.log.append({"fail": n})
                 continue
             except S3DDBError as exc:  # unknown outcome (a fault): stop, like a crash
                 actor.log.append({"unknown": n, "error": f"{type(exc).__name__}: {exc}"})
                 return
-            _apply(op, mine)
+            apply(op, mine)
             actor.log.append({"ack": n, "version": version})
 
     return body
@@ -406,7 +406,7 @@ def _stale_writer(ds: s3ddb.Dataset) -> Callable[[Actor], None]:
         op = {"op": "append", "rows": {9_000_010: "stale", 9_000_011: "stale"}}
         actor.log.append({"start": 1, **op})
         try:
-            version = _perform(ds, op)
+            version = perform(ds, op)
         except CommitConflictError:
             actor.log.append({"fail": 1})
             return
@@ -446,80 +446,6 @@ def _cleaner(open_latest: Callable[[], s3ddb.Dataset]) -> Callable[[Actor], None
         actor.log.append({"cleanup": list(stats.versions_removed)})
 
     return body
-
-
-def _plan(rng: random.Random, n: int, w: int, mine: dict[int, str]) -> dict[str, Any]:
-    kind = rng.choice(KINDS) if mine else "append"
-    new_id = w * 1_000_000 + n * 10
-    if kind == "append":
-        return {"op": kind, "rows": {new_id + j: f"a{n}" for j in range(rng.randint(1, 2))}}
-    if kind == "compact":
-        return {"op": kind, "target": rng.randint(2, 8)}
-    if kind == "config":
-        return {"op": kind, "key": f"w{w}", "value": str(n)}
-    existing = rng.choice(sorted(mine))
-    if kind == "delete":
-        return {"op": kind, "id": existing}
-    if kind == "update":
-        return {
-            "op": kind,
-            "id": existing,
-            "val": f"u{n}",
-            "rewrite": rng.choice(["rows", "columns"]),
-        }
-    return {"op": kind, "rows": {existing: f"m{n}", new_id: f"m{n}"}}
-
-
-def _perform(ds: s3ddb.Dataset, op: dict[str, Any]) -> int:
-    kind = op["op"]
-    rows = {int(k): v for k, v in op.get("rows", {}).items()}
-    table = pa.table({"id": list(rows), "val": list(rows.values())}, schema=SCHEMA)
-    if kind == "append":
-        ds.insert(table)
-    elif kind == "delete":
-        ds.delete(f"id = {op['id']}")
-    elif kind == "update":
-        ds.update({"val": f"'{op['val']}'"}, f"id = {op['id']}", rewrite=op["rewrite"])
-    elif kind == "upsert":
-        ds.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(table)
-    elif kind == "compact":
-        ds.optimize.compact_files(target_rows_per_fragment=op["target"])
-    else:
-        ds.update_config({op["key"]: op["value"]})
-    return ds.version
-
-
-def _apply(op: dict[str, Any], rows: dict[int, str]) -> None:
-    kind = op["op"]
-    if kind in ("append", "upsert"):
-        rows.update({int(k): v for k, v in op["rows"].items()})
-    elif kind == "delete":
-        rows.pop(int(op["id"]), None)
-    elif kind == "update" and int(op["id"]) in rows:
-        rows[int(op["id"])] = op["val"]
-
-
-def _allowed(log: list[dict[str, Any]]) -> list[dict[int, str]]:
-    """A writer's ids after its acknowledged operations; with or without the one it was
-    cut in (a crash or an unknown outcome: all or nothing)."""
-    ops: dict[int, dict[str, Any]] = {}
-    rows: dict[int, str] = {}
-    pending = None
-    for line in log:
-        if "start" in line:
-            ops[line["start"]] = line
-            pending = line
-        elif "ack" in line:
-            _apply(ops[line["ack"]], rows)
-            pending = None
-        elif "fail" in line:
-            pending = None
-    out = [dict(rows)]
-    if pending is not None:
-        with_it = dict(rows)
-        _apply(pending, with_it)
-        out.append(with_it)
-    return out
 
 
 def _check(url: str, name: str, base_uri: str, sim: Scheduler) -> list[str]:
@@ -571,7 +497,7 @@ def _check(url: str, name: str, base_uri: str, sim: Scheduler) -> list[str]:
         w = int(actor.name[1:])
         low, high = w * 1_000_000, (w + 1) * 1_000_000
         actual = {k: v for k, v in by_id.items() if low <= k < high}
-        allowed = _allowed(actor.log)
+        allowed = allowed_states(actor.log)
         if actual not in allowed:
             out.append(f"{actor.name} holds {actual}, expected one of {allowed}")
     return out
