@@ -17,9 +17,9 @@ from typing import Any
 import pyarrow as pa
 from sqlglot import exp
 
+from s3ddb.conditions import Condition, PushedFilters, prunable_type
 from s3ddb.errors import S3DDBError
 from s3ddb.scan import RowGroupPredicate
-from s3ddb.spark_ext._filters import Condition, PushedFilters
 
 _OPS: dict[type[exp.Expr], tuple[str, str]] = {
     # node -> (op with the column on the left, op with the column on the right)
@@ -29,16 +29,6 @@ _OPS: dict[type[exp.Expr], tuple[str, str]] = {
     exp.LT: ("lt", "gt"),
     exp.LTE: ("le", "ge"),
 }
-
-
-def _prunable(t: pa.DataType) -> bool:
-    return (
-        pa.types.is_integer(t)
-        or pa.types.is_string(t)
-        or pa.types.is_large_string(t)
-        or pa.types.is_boolean(t)
-        or pa.types.is_date32(t)
-    )
 
 
 _NOT_A_VALUE = object()
@@ -84,7 +74,7 @@ def _column(node: exp.Expr, schema: pa.Schema) -> tuple[str, pa.DataType] | None
     if name not in schema.names:
         return None
     t = schema.field(name).type
-    return (name, t) if _prunable(t) else None
+    return (name, t) if prunable_type(t) else None
 
 
 def _conditions(node: exp.Expr, schema: pa.Schema) -> list[Condition]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -100,3 +101,14 @@ def instant_cleanup(monkeypatch: pytest.MonkeyPatch) -> None:
     import s3ddb.cleanup
 
     monkeypatch.setattr(s3ddb.cleanup, "CLAIM_WINDOW", dt.timedelta(0))
+
+
+@pytest.fixture(params=["local", "ddb"])
+def location(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, dict[str, Any] | None]:
+    """A fresh dataset location and its storage options: a local path, and an
+    ``s3+ddb://`` URI on the local AWS endpoint (S3 without conditional writes)."""
+    if request.param == "local":
+        return str(tmp_path / "ds"), None
+    aws = request.getfixturevalue("aws")
+    uri = f"s3+ddb://{TEST_BUCKET}/t-{uuid.uuid4().hex[:12]}?ddbTableName={TEST_TABLE}"
+    return uri, aws.storage_options()

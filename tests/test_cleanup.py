@@ -36,13 +36,9 @@ def _rows(start: int, n: int) -> pa.Table:
     return pa.table({"id": pa.array(range(start, start + n), pa.int64()), "v": [start] * n})
 
 
-@pytest.fixture(params=["local", "ddb"])
-def target(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, dict[str, Any] | None]:
-    if request.param == "local":
-        return str(tmp_path / "ds"), None
-    aws = request.getfixturevalue("aws")
-    uri = f"s3+ddb://{TEST_BUCKET}/clean-{uuid.uuid4().hex[:12]}?ddbTableName={TEST_TABLE}"
-    return uri, aws.storage_options()
+@pytest.fixture
+def target(location: tuple[str, dict[str, Any] | None]) -> tuple[str, dict[str, Any] | None]:
+    return location
 
 
 def _orphans(uri: str, so: dict[str, Any] | None) -> set[str]:

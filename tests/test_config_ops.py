@@ -3,25 +3,17 @@ and on the local endpoint (DynamoDB)."""
 
 from __future__ import annotations
 
-import uuid
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
 
 import s3ddb
-from tests.conftest import TEST_BUCKET, TEST_TABLE
 
 
-@pytest.fixture(params=["local", "ddb"])
-def target(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, dict[str, Any] | None]:
-    if request.param == "local":
-        uri, so = str(tmp_path / "ds"), None
-    else:
-        aws = request.getfixturevalue("aws")
-        uri = f"s3+ddb://{TEST_BUCKET}/cfg-{uuid.uuid4().hex[:12]}?ddbTableName={TEST_TABLE}"
-        so = aws.storage_options()
+@pytest.fixture
+def target(location: tuple[str, dict[str, Any] | None]) -> tuple[str, dict[str, Any] | None]:
+    uri, so = location
     s3ddb.write_dataset(pa.table({"id": pa.array([1, 2], pa.int64())}), uri, storage_options=so)
     return uri, so
 

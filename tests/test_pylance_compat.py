@@ -28,15 +28,10 @@ def _rows(ids: list[int]) -> pa.Table:
     return pa.table({"id": pa.array(ids, pa.int64()), "kind": pa.array([f"k{i % 3}" for i in ids])})
 
 
-@pytest.fixture(params=["local", "ddb"])
-def target(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, dict[str, Any] | None]:
+@pytest.fixture
+def target(location: tuple[str, dict[str, Any] | None]) -> tuple[str, dict[str, Any] | None]:
     """A dataset of ids 0..29 in three fragments, with id 5 deleted (version 4)."""
-    if request.param == "local":
-        uri, so = str(tmp_path / "ds"), None
-    else:
-        aws = request.getfixturevalue("aws")
-        uri = f"s3+ddb://{TEST_BUCKET}/pl-{uuid.uuid4().hex[:12]}?ddbTableName={TEST_TABLE}"
-        so = aws.storage_options()
+    uri, so = location
     for start in (0, 10, 20):
         s3ddb.write_dataset(
             _rows(list(range(start, start + 10))), uri, mode="append", storage_options=so

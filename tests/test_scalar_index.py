@@ -5,7 +5,6 @@ DataReplacement. Each on a local path and on the local endpoint (S3 + DynamoDB).
 from __future__ import annotations
 
 import datetime as dt
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,6 @@ from s3ddb.expressions import parse_predicate
 from s3ddb.format import datafile
 from s3ddb.format.datafile import read_fragment, write_data_file
 from s3ddb.index.query import plan_indexed_scan
-from tests.conftest import TEST_BUCKET, TEST_TABLE
 
 ROWS_PER_FRAGMENT = 2000
 FILTERS = [
@@ -64,14 +62,9 @@ def small_row_groups(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(datafile, "DEFAULT_ROW_GROUP_SIZE", 250)
 
 
-@pytest.fixture(params=["local", "ddb"])
-def target(request: pytest.FixtureRequest, tmp_path: Path) -> Target:
-    if request.param == "local":
-        uri, so = str(tmp_path / "ds"), None
-    else:
-        aws = request.getfixturevalue("aws")
-        uri = f"s3+ddb://{TEST_BUCKET}/idx-{uuid.uuid4().hex[:12]}?ddbTableName={TEST_TABLE}"
-        so = aws.storage_options()
+@pytest.fixture
+def target(location: tuple[str, dict[str, Any] | None]) -> Target:
+    uri, so = location
     s3ddb.write_dataset(
         _table(0, 3 * ROWS_PER_FRAGMENT), uri, storage_options=so,
         max_rows_per_file=ROWS_PER_FRAGMENT,

@@ -4,7 +4,6 @@ concurrent appends, deletes and restores, and bad input that commits nothing."""
 
 from __future__ import annotations
 
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,6 @@ import s3ddb
 from s3ddb.commit.schema_ops import Merge, Project
 from s3ddb.commit.transaction import MapUpdate, Transaction, UpdateConfig
 from s3ddb.format import layout
-from tests.conftest import TEST_BUCKET, TEST_TABLE
 
 Target = tuple[str, "dict[str, Any] | None"]
 
@@ -26,15 +24,10 @@ def _table(ids: list[int], names: list[str | None] | None = None) -> pa.Table:
     return pa.table({"id": pa.array(ids, pa.int32()), "name": pa.array(names, pa.string())})
 
 
-@pytest.fixture(params=["local", "ddb"])
-def target(request: pytest.FixtureRequest, tmp_path: Path) -> Target:
+@pytest.fixture
+def target(location: tuple[str, dict[str, Any] | None]) -> Target:
     """A dataset of ids 1..6 in three fragments (two rows each), at version 1."""
-    if request.param == "local":
-        uri, so = str(tmp_path / "ds"), None
-    else:
-        aws = request.getfixturevalue("aws")
-        uri = f"s3+ddb://{TEST_BUCKET}/se-{uuid.uuid4().hex[:12]}?ddbTableName={TEST_TABLE}"
-        so = aws.storage_options()
+    uri, so = location
     s3ddb.write_dataset(_table([1, 2, 3, 4, 5, 6]), uri, storage_options=so, max_rows_per_file=2)
     return uri, so
 

@@ -135,7 +135,7 @@ def carry_over_rewrite(
     new_ids = {new_id for fid in overlap for new_id in by_old[fid].new_ids}
     updated = {f.id: f for f in op.updated_fragments if f.id not in overlap}
     removed = {fid for fid in whole if fid not in overlap}
-    written = _deletions_on(ctx, affected, new_ids & set(affected), updated, removed)
+    apply_deletions(ctx, affected, new_ids & set(affected), updated, removed)
     changes: dict[str, object] = {
         "updated_fragments": tuple(updated[i] for i in sorted(updated)),
         "affected_rows": affected,
@@ -146,41 +146,38 @@ def carry_over_rewrite(
         changes["removed_fragment_ids"] = tuple(sorted(removed))
         matched = moved(dict(op.matched_rows), strict=False)
         changes["matched_rows"] = matched or {}
-    ctx.written.extend(written)
     rebased = replace(op, **changes)  # type: ignore[arg-type]
     return Verdict(_C, "carried over to the compacted fragments", replace(mine, operation=rebased))
 
 
-def _deletions_on(
+def apply_deletions(
     ctx: ConflictContext,
     affected: dict[int, BitMap],
-    fragment_ids: set[int],
+    recompute: set[int],
     updated: dict[int, FragmentMetadata],
     removed: set[int],
-) -> list[str]:
-    """Give fragments ``fragment_ids`` of ``ctx.after`` deletion files holding their
-    current deletions plus ``affected``'s rows; fully deleted ones go to ``removed``.
-    Returns the files written."""
-    written = []
+) -> None:
+    """Re-derive my deletion state of the fragments in ``recompute`` from ``ctx.after``:
+    its deletion vector plus the rows I delete. Mutates the arguments."""
     after = ctx.after_fragments
-    for fid in sorted(fragment_ids):
+    for fid in recompute:
+        updated.pop(fid, None)
+        removed.discard(fid)
         fragment = after[fid]
         already = read_deleted_rows(ctx.files, fragment)
-        mine = affected[fid] - already
+        mine = affected.get(fid, BitMap()) - already
         if not mine:
-            affected.pop(fid)
+            affected.pop(fid, None)
             continue
         affected[fid] = mine
         total = already | mine
         if len(total) >= fragment.physical_rows:
             removed.add(fid)
             continue
-        new = fragment.with_deletion_file(
-            write_deletion_file(ctx.store, fid, ctx.after.version, total)
-        )
-        written.append(deletion_path(new))
+        deletion = write_deletion_file(ctx.store, fid, ctx.after.version, total)
+        new = fragment.with_deletion_file(deletion)
+        ctx.written.append(deletion_path(new))
         updated[fid] = new
-    return written
 
 
 def carry_deletes_into_rewrite(

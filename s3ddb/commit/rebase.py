@@ -31,7 +31,11 @@ import pyarrow.compute as pc
 from pyroaring import BitMap
 
 from s3ddb.commit.conflicts import ConflictContext, Outcome, Rule, Verdict
-from s3ddb.commit.fragment_reuse import carry_deletes_into_rewrite, carry_over_rewrite
+from s3ddb.commit.fragment_reuse import (
+    apply_deletions,
+    carry_deletes_into_rewrite,
+    carry_over_rewrite,
+)
 from s3ddb.commit.row_operations import (
     Delete,
     KeyExistenceFilter,
@@ -41,7 +45,7 @@ from s3ddb.commit.row_operations import (
 )
 from s3ddb.commit.transaction import OPERATION_KINDS, OpaqueOperation, Transaction
 from s3ddb.format.datafile import read_fragment, write_fragments_from_table
-from s3ddb.format.deletion import deletion_path, read_deleted_rows, write_deletion_file
+from s3ddb.format.deletion import read_deleted_rows
 from s3ddb.format.fragment import FragmentMetadata, data_file_paths
 from s3ddb.format.keys import key_hashes
 from s3ddb.format.rows import all_rows, apply_values, matching_rows, take_rows
@@ -139,36 +143,6 @@ def _keys_written(ctx: ConflictContext, keys: tuple[str, ...], rows: dict[int, B
     return out
 
 
-def _apply_deletions(
-    ctx: ConflictContext,
-    affected: dict[int, BitMap],
-    recompute: set[int],
-    updated: dict[int, FragmentMetadata],
-    removed: set[int],
-) -> None:
-    """Re-derive my deletion state of the fragments in ``recompute`` from ``ctx.after``:
-    its deletion vector plus the rows I delete. Mutates the arguments."""
-    after = ctx.after_fragments
-    for fid in recompute:
-        updated.pop(fid, None)
-        removed.discard(fid)
-        fragment = after[fid]
-        already = read_deleted_rows(ctx.files, fragment)
-        mine = affected.get(fid, BitMap()) - already
-        if not mine:
-            affected.pop(fid, None)
-            continue
-        affected[fid] = mine
-        total = already | mine
-        if len(total) >= fragment.physical_rows:
-            removed.add(fid)
-            continue
-        deletion = write_deletion_file(ctx.store, fid, ctx.after.version, total)
-        new = fragment.with_deletion_file(deletion)
-        ctx.written.append(deletion_path(new))
-        updated[fid] = new
-
-
 def rebase_delete(mine: Transaction, theirs: Transaction, ctx: ConflictContext | None) -> Verdict:
     """Deletes always rebase over appends, deletes and updates: deleted rows stay
     deleted, and the predicate is re-applied to the rows theirs added or changed."""
@@ -199,7 +173,7 @@ def rebase_delete(mine: Transaction, theirs: Transaction, ctx: ConflictContext |
         or len(updated) != len(op.updated_fragments)
         or len(removed) != len(op.deleted_fragment_ids)
     ):
-        _apply_deletions(ctx, affected, recompute, updated, removed)
+        apply_deletions(ctx, affected, recompute, updated, removed)
         rebased = replace(
             op,
             updated_fragments=tuple(updated[i] for i in sorted(updated)),
@@ -276,7 +250,7 @@ def rebase_update(mine: Transaction, theirs: Transaction, ctx: ConflictContext |
             recompute.add(fid)
     updated = {f.id: f for f in op.updated_fragments}
     removed = set(op.removed_fragment_ids)
-    _apply_deletions(ctx, affected, recompute, updated, removed)
+    apply_deletions(ctx, affected, recompute, updated, removed)
     rebased = replace(
         op,
         updated_fragments=tuple(updated[i] for i in sorted(updated)),

@@ -8,109 +8,14 @@ NaN above every number and equal to itself, Arrow compares NaN false) and timest
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from s3ddb.scan import ColumnStats
+from s3ddb.conditions import Condition, PushedFilters, prunable_type
 
 _ORDERED = {"eq", "gt", "ge", "lt", "le"}
-
-
-def _supported_type(t: pa.DataType) -> bool:
-    return (
-        pa.types.is_integer(t)
-        or pa.types.is_string(t)
-        or pa.types.is_large_string(t)
-        or pa.types.is_boolean(t)
-        or pa.types.is_date32(t)
-    )
-
-
-@dataclass(frozen=True)
-class Condition:
-    """One accepted filter: ``column <op> value`` (``values`` for "in")."""
-
-    op: str  # eq, gt, ge, lt, le, in, is_null, not_null, ne, starts_with
-    column: str
-    value: Any = None
-    values: tuple[Any, ...] = ()
-
-    def expression(self) -> pc.Expression:
-        field = pc.field(self.column)
-        if self.op == "eq":
-            return field == self.value
-        if self.op == "ne":
-            return field != self.value
-        if self.op == "gt":
-            return field > self.value
-        if self.op == "ge":
-            return field >= self.value
-        if self.op == "lt":
-            return field < self.value
-        if self.op == "le":
-            return field <= self.value
-        if self.op == "in":
-            return field.isin(list(self.values))
-        if self.op == "is_null":
-            return field.is_null()
-        if self.op == "not_null":
-            return field.is_valid()
-        if self.op == "starts_with":
-            return pc.starts_with(field, self.value)
-        raise AssertionError(self.op)
-
-    def may_match(self, stats: ColumnStats | None, rows: int) -> bool:
-        """False only if no row of a row group with these statistics can match."""
-        if stats is None:
-            return True
-        nulls = stats.null_count
-        if self.op == "is_null":
-            return nulls is None or nulls > 0
-        if nulls is not None and nulls == rows and self.op != "ne":
-            return False  # every value is NULL: no comparison holds
-        if self.op == "not_null" or stats.min is None or stats.max is None:
-            return True
-        lo, hi = stats.min, stats.max
-        try:
-            if self.op == "eq":
-                return bool(lo <= self.value <= hi)
-            if self.op == "gt":
-                return bool(hi > self.value)
-            if self.op == "ge":
-                return bool(hi >= self.value)
-            if self.op == "lt":
-                return bool(lo < self.value)
-            if self.op == "le":
-                return bool(lo <= self.value)
-            if self.op == "in":
-                return any(v is not None and lo <= v <= hi for v in self.values)
-            if self.op == "starts_with":
-                prefix = self.value
-                return bool(lo[: len(prefix)] <= prefix <= hi[: len(prefix)])
-        except TypeError:
-            return True  # statistics of an unexpected type: cannot tell
-        return True
-
-
-@dataclass(frozen=True)
-class PushedFilters:
-    """The filters s3ddb applies itself (all must hold). Pickles to executors."""
-
-    conditions: tuple[Condition, ...] = ()
-
-    def expression(self) -> pc.Expression | None:
-        out: pc.Expression | None = None
-        for condition in self.conditions:
-            expr = condition.expression()
-            out = expr if out is None else out & expr
-        return out
-
-    def may_match(self, stats: Mapping[str, ColumnStats], rows: int) -> bool:
-        return all(c.may_match(stats.get(c.column), rows) for c in self.conditions)
 
 
 def _value(value: Any, t: pa.DataType) -> Any:
@@ -127,7 +32,7 @@ def to_condition(spark_filter: Any, schema: pa.Schema) -> Condition | None:
         if len(path) != 1 or path[0] not in schema.names:
             return None
         t = schema.field(path[0]).type
-        return (path[0], t) if _supported_type(t) else None
+        return (path[0], t) if prunable_type(t) else None
 
     if isinstance(spark_filter, sds.Not):
         child = spark_filter.child
