@@ -237,8 +237,13 @@ class AwsConfig:
         tag = service.upper()
         sources: dict[str, str] = {}
 
-        def pick(name: str, mine: str | None, env_mine: str, shared_attr: str | None,
-                 env_shared: tuple[str, ...] = ()) -> str | None:  # fmt: skip
+        def pick(
+            name: str,
+            mine: str | None,
+            env_mine: str,
+            shared_attr: str | None,
+            env_shared: tuple[str, ...] = (),
+        ) -> str | None:
             candidates = [(mine, f"storage option {service}_{name}")]
             if shared_attr:
                 candidates.append((getattr(self, shared_attr), f"storage option {shared_attr}"))
@@ -257,10 +262,16 @@ class AwsConfig:
             "endpoint_url",
             () if ignore_env_endpoints else ("AWS_ENDPOINT_URL",),
         )
-        region = pick("region", getattr(self, f"{service}_region"), f"AWS_REGION_{tag}",
-                      "region", ("AWS_REGION", "AWS_DEFAULT_REGION"))  # fmt: skip
-        role_arn = pick("role_arn", getattr(self, f"{service}_role_arn"), f"AWS_ROLE_ARN_{tag}",
-                        "role_arn")  # fmt: skip
+        region = pick(
+            "region",
+            getattr(self, f"{service}_region"),
+            f"AWS_REGION_{tag}",
+            "region",
+            ("AWS_REGION", "AWS_DEFAULT_REGION"),
+        )
+        role_arn = pick(
+            "role_arn", getattr(self, f"{service}_role_arn"), f"AWS_ROLE_ARN_{tag}", "role_arn"
+        )
         key_id, secret, token, profile = self._credentials(service, sources)
         style = self.s3_addressing_style if service == "s3" else None
         verify: bool | str | None = None

@@ -158,6 +158,14 @@ class _NodeServer(EndpointClientMixin):
         return self._proc is not None and self._proc.poll() is None
 
     def stop(self) -> None:
+        """Stop the server, after this process's background commit work (steps 3-4,
+        batched deletes; :mod:`s3ddb.commit.finalizer`) has finished while it answers.
+        Idempotent."""
+        if self._proc is None:
+            return
+        from s3ddb.commit import finalizer
+
+        finalizer.drain(timeout=30)
         proc, self._proc = self._proc, None
         if proc is None:
             return
