@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 import s3ddb
+from s3ddb.errors import CredentialsError
 from s3ddb.io import ObjectStore
 from tests.conftest import TEST_BUCKET, make_table
 
@@ -58,8 +59,10 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> ObjectStore:
 
 def test_s3rver_ignores_if_none_match(s3rver: Any) -> None:
     """Why the contract test above is skipped there: the second write wins."""
-    store = ObjectStore(f"s3://{TEST_BUCKET}/inm-{uuid.uuid4().hex}", {
-        **s3rver.storage_options(), "s3_endpoint": s3rver.endpoint_url})  # fmt: skip
+    store = ObjectStore(
+        f"s3://{TEST_BUCKET}/inm-{uuid.uuid4().hex}",
+        {**s3rver.storage_options(), "s3_endpoint": s3rver.endpoint_url},
+    )
     store.put_if_not_exists("v/1", b"first")
     store.put_if_not_exists("v/1", b"second")
     assert store.get("v/1") == b"second"
@@ -128,3 +131,30 @@ def test_s3_conditional_put_commits_datasets(conditional_aws: Any) -> None:
     assert b.version == 3
     ids = s3ddb.dataset(uri, storage_options=so).to_table().column("id").to_pylist()
     assert sorted(ids) == [0, 1, 2, 3, 4]
+
+
+def test_s3rver_listens_on_its_own_port_and_logs_who_signed(s3rver: Any) -> None:
+    from s3ddb.testing.node_servers import S3rver
+
+    with S3rver(access_keys={"OTHERKEY": "other"}, buckets=["second"]) as other:
+        assert other.endpoint_url != s3rver.endpoint_url
+        client = other.boto3_client("s3")
+        client.put_object(Bucket="second", Key="k", Body=b"v")
+        stranger = ObjectStore(
+            "s3://second/p",
+            {
+                "s3_endpoint": other.endpoint_url,
+                "aws_access_key_id": "NOBODY",
+                "aws_secret_access_key": "x",
+            },
+        )
+        with pytest.raises(CredentialsError, match="InvalidAccessKeyId"):
+            stranger.get("k")
+        log = other.requests
+        assert [(r.operation, r.status, r.access_key_id) for r in log] == [
+            ("PutObject", 200, "testing"),
+            ("GetObject", 403, "NOBODY"),
+        ]
+        other.clear_requests()
+        assert other.requests == [] and other.count() == 0
+    assert not other.is_running()
