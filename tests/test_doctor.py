@@ -260,3 +260,31 @@ def test_a_missing_permission_names_the_action(capsys: pytest.CaptureFixture[str
         }
         items = boto3.client("dynamodb", **user).scan(TableName=TABLE)["Items"]
         assert not [i for i in items if i["base_uri"]["S"].startswith("s3ddb-doctor://")]
+
+
+def test_per_service_flags_override_the_shared_options(
+    plain_store: LocalAWS, capsys: pytest.CaptureFixture[str]
+) -> None:
+    uri = f"s3+ddb://{BUCKET}/s?ddbTableName={TABLE}"
+    argv = [
+        "doctor",
+        uri,
+        "--json",
+        "--endpoint-url",
+        plain_store.endpoint_url,
+        "--region",
+        "us-east-1",
+        "--dynamodb-endpoint",
+        "http://127.0.0.1:9",
+        "--storage-option",
+        "aws_access_key_id=testing",
+        "--storage-option",
+        "aws_secret_access_key=testing",
+    ]
+    assert main(argv) == 2
+    report = json.loads(capsys.readouterr().out)
+    ddb = report["services"]["dynamodb"]
+    assert ddb["endpoint"] == "http://127.0.0.1:9"
+    assert ddb["endpoint_source"] == "storage option dynamodb_endpoint"
+    assert report["services"]["s3"]["endpoint"] == plain_store.endpoint_url
+    assert _checks(report)["s3.permissions"]["status"] == "ok"
