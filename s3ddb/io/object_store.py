@@ -530,7 +530,8 @@ def _translate(exc: BaseException, where: str) -> BaseException:
             return CredentialsError(
                 f"no AWS credentials found for {where}: set AWS_ACCESS_KEY_ID/"
                 "AWS_SECRET_ACCESS_KEY, AWS_PROFILE, or storage_options "
-                "aws_access_key_id/aws_secret_access_key"
+                "aws_access_key_id/aws_secret_access_key (for S3 only: s3_access_key_id/"
+                "s3_secret_access_key, AWS_ACCESS_KEY_ID_S3/AWS_SECRET_ACCESS_KEY_S3)"
             )
         response = getattr(err, "response", None)
         if isinstance(response, dict):
