@@ -122,11 +122,12 @@ class ServiceSettings:
 
     @property
     def credentials_text(self) -> str:
-        """Which credentials sign, for messages (never the secret): e.g. ``"access key
-        AKIA... from storage option s3_access_key_id"``."""
+        """Which credentials sign, for messages: e.g. ``"access key ****WXYZ (storage
+        option s3_access_key_id)"``. Only the last four characters of the key id are
+        shown (as ``aws configure list`` does), never the secret or token."""
         where = self.source("credentials")
         if self.access_key_id:
-            text = f"access key {self.access_key_id} ({where})"
+            text = f"access key ****{self.access_key_id[-4:]} ({where})"
         elif self.profile:
             text = f"profile {self.profile!r} ({where})"
         else:
