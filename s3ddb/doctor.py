@@ -9,8 +9,9 @@
   write must be refused).
 * DynamoDB (``s3+ddb://`` only): the table exists with the key schema s3ddb needs
   (``DescribeTable``), and the principal may make each call of the protocol on a
-  scratch item (``PutItem``, ``GetItem``, ``Query``, ``UpdateItem``, ``BatchWriteItem``)
-  whose partition key (``s3ddb-doctor://...``) no dataset can have.
+  scratch item (``PutItem``, ``GetItem``, ``Query``, ``UpdateItem``) whose partition
+  key (``s3ddb-doctor://...``) no dataset can have; ``BatchWriteItem`` (cleanup, drop)
+  is tried last and only reported when refused.
 
 Scratch objects and items are deleted afterwards, also when a check fails. Nothing of a
 dataset is read or changed. The report names the commit mechanism the URI uses and,
@@ -341,12 +342,6 @@ def _check_dynamodb(uri: DatasetURI, aws: AwsConfig, checks: list[Check]) -> Non
                 ExpressionAttributeValues={":p": {"S": "doctor-final"}},
             ),
         ),
-        (
-            "BatchWriteItem",
-            lambda: client.batch_write_item(
-                RequestItems={table: [{"DeleteRequest": {"Key": key}}]}
-            ),
-        ),
     ]
     done = False
     try:
@@ -360,14 +355,29 @@ def _check_dynamodb(uri: DatasetURI, aws: AwsConfig, checks: list[Check]) -> Non
                     _ddb_failure("dynamodb.permissions", exc, s, table, operation, accepted=True)
                 )
                 return
-        done = True
         checks.append(
             Check(
                 "dynamodb.permissions",
                 OK,
-                "PutItem, GetItem, Query, UpdateItem and BatchWriteItem on a scratch item",
+                "PutItem, GetItem, Query and UpdateItem (what commits need) on a scratch item",
             )
         )
+        # Removing rows (cleanup of old versions, drop) uses BatchWriteItem; commits do
+        # not, so a principal without it is reported, not failed.
+        try:
+            client.batch_write_item(RequestItems={table: [{"DeleteRequest": {"Key": key}}]})
+            done = True
+        except Exception as exc:
+            checks.append(
+                Check(
+                    "dynamodb.cleanup_permissions",
+                    INFO,
+                    f"BatchWriteItem was refused ({ddb.describe_error(exc)}): commits work, "
+                    "but `cleanup` and `drop` cannot remove rows with these credentials",
+                    f"grant dynamodb:BatchWriteItem on table {table!r} to the principal "
+                    "that runs cleanup",
+                )
+            )
     finally:
         if not done:
             # Best effort: the failure that matters is already reported.

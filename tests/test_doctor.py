@@ -181,8 +181,26 @@ def test_text_output_and_local_paths(tmp_path: Path, capsys: pytest.CaptureFixtu
 
 
 # moto enforces IAM after INITIAL_NO_AUTH_ACTION_COUNT unauthenticated requests; the
-# set-up below makes exactly this many: bucket, table, user, inline policy, access key.
-_SETUP_REQUESTS = 5
+# set-up below makes exactly this many: bucket, table, and per user (two): the user, its
+# inline policy and its access key.
+_SETUP_REQUESTS = 8
+
+
+def _policy(*dynamodb_actions: str) -> str:
+    # moto checks DynamoDB actions, not table ARNs.
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {"Effect": "Allow", "Action": "s3:*", "Resource": "*"},
+                {
+                    "Effect": "Allow",
+                    "Resource": "*",
+                    "Action": [f"dynamodb:{a}" for a in dynamodb_actions],
+                },
+            ],
+        }
+    )
 
 
 def test_a_missing_permission_names_the_action(capsys: pytest.CaptureFixture[str]) -> None:
@@ -216,38 +234,34 @@ def test_a_missing_permission_names_the_action(capsys: pytest.CaptureFixture[str
             BillingMode="PAY_PER_REQUEST",
         )
         iam = boto3.client("iam", **admin)
-        iam.create_user(UserName="committer")
-        # Everything s3ddb needs except dynamodb:UpdateItem (moto checks DynamoDB
-        # actions, not table ARNs).
-        policy = {
-            "Version": "2012-10-17",
-            "Statement": [
-                {"Effect": "Allow", "Action": "s3:*", "Resource": "*"},
-                {
-                    "Effect": "Allow",
-                    "Resource": "*",
-                    "Action": [
-                        "dynamodb:DescribeTable",
-                        "dynamodb:GetItem",
-                        "dynamodb:PutItem",
-                        "dynamodb:Query",
-                        "dynamodb:DeleteItem",
-                        "dynamodb:BatchWriteItem",
-                        "dynamodb:Scan",
-                    ],
-                },
-            ],
+        policies = {
+            # Everything s3ddb needs except dynamodb:UpdateItem (Scan: for this test).
+            "committer": _policy(
+                "DescribeTable",
+                "GetItem",
+                "PutItem",
+                "Query",
+                "DeleteItem",
+                "BatchWriteItem",
+                "Scan",
+            ),
+            # What commits need, without BatchWriteItem (cleanup and drop use it).
+            "no-batch": _policy(
+                "DescribeTable", "GetItem", "PutItem", "Query", "UpdateItem", "DeleteItem", "Scan"
+            ),
         }
-        iam.put_user_policy(
-            UserName="committer", PolicyName="s3ddb", PolicyDocument=json.dumps(policy)
-        )
-        key = iam.create_access_key(UserName="committer")["AccessKey"]
-        options = {
-            "endpoint_url": server.endpoint_url,
-            "region": "us-east-1",
-            "aws_access_key_id": key["AccessKeyId"],
-            "aws_secret_access_key": key["SecretAccessKey"],
-        }
+        users = {}
+        for user, policy in policies.items():
+            iam.create_user(UserName=user)
+            iam.put_user_policy(UserName=user, PolicyName="s3ddb", PolicyDocument=policy)
+            key = iam.create_access_key(UserName=user)["AccessKey"]
+            users[user] = {
+                "endpoint_url": server.endpoint_url,
+                "region": "us-east-1",
+                "aws_access_key_id": key["AccessKeyId"],
+                "aws_secret_access_key": key["SecretAccessKey"],
+            }
+        options = users["committer"]
         status, report = _doctor(capsys, f"s3+ddb://lake/sales?ddbTableName={TABLE}", options)
         assert status == 1, report
         checks = _checks(report)
@@ -260,11 +274,28 @@ def test_a_missing_permission_names_the_action(capsys: pytest.CaptureFixture[str
         # The scratch item was deleted (DeleteItem is allowed; Scan only for this check).
         user = {
             **admin,
-            "aws_access_key_id": key["AccessKeyId"],
-            "aws_secret_access_key": key["SecretAccessKey"],
+            "aws_access_key_id": options["aws_access_key_id"],
+            "aws_secret_access_key": options["aws_secret_access_key"],
         }
-        items = boto3.client("dynamodb", **user).scan(TableName=TABLE)["Items"]
-        assert not [i for i in items if i["base_uri"]["S"].startswith("s3ddb-doctor://")]
+        scan = boto3.client("dynamodb", **user).scan
+        assert not [
+            i
+            for i in scan(TableName=TABLE)["Items"]
+            if i["base_uri"]["S"].startswith("s3ddb-doctor://")
+        ]
+
+        # Without BatchWriteItem commits still work: reported, not failed.
+        status, report = _doctor(
+            capsys, f"s3+ddb://lake/sales?ddbTableName={TABLE}", users["no-batch"]
+        )
+        assert status == 0 and report["ok"], report
+        note = _checks(report)["dynamodb.cleanup_permissions"]
+        assert note["status"] == "info" and "grant dynamodb:BatchWriteItem" in note["fix"]
+        assert not [
+            i
+            for i in scan(TableName=TABLE)["Items"]
+            if i["base_uri"]["S"].startswith("s3ddb-doctor://")
+        ]
 
 
 def test_per_service_flags_override_the_shared_options(

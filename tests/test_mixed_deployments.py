@@ -239,3 +239,32 @@ def test_dynamodb_assumes_its_own_role(layout: Layout) -> None:
     assert len(role_keys) == 1 and DDB_KEY not in role_keys
     assert next(iter(role_keys)).startswith("ASIA"), "temporary credentials of the role"
     layout.assert_each_saw_only_its_own(extra_ddb_keys=tuple(role_keys))
+
+
+def test_each_service_uses_its_own_profile(
+    layout: Layout, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``s3_profile`` / ``dynamodb_profile``: keys and region from the shared files."""
+    (tmp_path / "credentials").write_text(
+        f"[objects]\naws_access_key_id = {S3_KEY}\naws_secret_access_key = {S3_SECRET}\n"
+        f"[commits]\naws_access_key_id = {DDB_KEY}\naws_secret_access_key = {DDB_SECRET}\n"
+    )
+    (tmp_path / "config").write_text(
+        f"[profile objects]\nregion = {S3_REGION}\n[profile commits]\nregion = {DDB_REGION}\n"
+    )
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
+    for name in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ACCESS_KEY_ID", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    so = {
+        "s3_endpoint": layout.s3.endpoint_url,
+        "dynamodb_endpoint": layout.ddb.endpoint_url,
+        "s3_profile": "objects",
+        "dynamodb_profile": "commits",
+    }
+    uri = layout.uri()
+    layout.clear()
+    s3ddb.write_dataset(rows_for(0, 0, 2), uri, storage_options=so)
+    s3ddb.write_dataset(rows_for(0, 1, 1), uri, mode="append", storage_options=so)
+    assert _ids(s3ddb.dataset(uri, version=1, storage_options=so)) == [0, 1]
+    layout.assert_each_saw_only_its_own()
