@@ -12,7 +12,7 @@ NODE_STAMP := $(VENV)/node/.installed
 PYTEST_ARGS ?=
 PEERS_ARGS ?=
 
-.PHONY: demo test test-fast lint typecheck protos bench bench-index bench-peers clean
+.PHONY: demo test test-fast lint typecheck protos bench bench-index bench-stream bench-peers clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -55,6 +55,10 @@ bench: $(STAMP)
 # A scalar index against a scan: 3M rows in 10 appends on a local path.
 bench-index: $(STAMP)
 	$(PY) benchmarks/scalar_index.py
+
+# Memory of Arrow streams (DuckDB, RecordBatchReader) against to_table on a local path.
+bench-stream: $(STAMP)
+	$(PY) benchmarks/stream_memory.py
 
 # The peers (pylance, deltalake) come with the bench extra, installed on first use.
 $(BENCH_STAMP): pyproject.toml $(STAMP)

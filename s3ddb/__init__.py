@@ -37,6 +37,11 @@ from s3ddb.format.fragment import DataFile, FragmentMetadata
 from s3ddb.format.index import IndexMetadata
 from s3ddb.format.schema import DatasetSchema
 from s3ddb.index.operations import CreateIndex
+from s3ddb.pylance_compat import LanceOperation
+from s3ddb.scanner import Scanner
+
+#: pylance's name for the dataset class (``import s3ddb as lance``).
+LanceDataset = Dataset
 
 __all__ = [
     "Append",
@@ -52,6 +57,8 @@ __all__ = [
     "Delete",
     "FragmentMetadata",
     "IndexMetadata",
+    "LanceDataset",
+    "LanceOperation",
     "MapUpdate",
     "Merge",
     "Overwrite",
@@ -61,6 +68,7 @@ __all__ = [
     "Rewrite",
     "RewriteGroup",
     "S3DDBError",
+    "Scanner",
     "Transaction",
     "Update",
     "UpdateBases",

@@ -14,7 +14,8 @@ def to_arrow_table(data: Any, schema: pa.Schema | None = None) -> pa.Table:
     """``data`` as a pyarrow Table.
 
     Accepts a Table, RecordBatch, RecordBatchReader, an iterable of RecordBatches,
-    a pandas DataFrame, a dict of columns or a list of row dicts.
+    a pandas DataFrame, a dict of columns, a list of row dicts, or any object
+    exporting an Arrow stream (``__arrow_c_stream__``: polars, DuckDB, a Dataset).
 
     Raises:
         InvalidInputError: the data is of an unsupported type, or holds text that is
@@ -45,6 +46,9 @@ def _to_arrow_table(data: Any, schema: pa.Schema | None) -> pa.Table:
         table = pa.table(data, schema=schema)
     elif isinstance(data, list) and (not data or isinstance(data[0], dict)):
         table = pa.Table.from_pylist(data, schema=schema)
+    elif hasattr(data, "__arrow_c_stream__"):
+        # Any Arrow PyCapsule stream: polars and DuckDB results, an s3ddb Dataset.
+        table = pa.RecordBatchReader.from_stream(data).read_all()
     elif isinstance(data, Iterable) and not isinstance(data, (str, bytes)):
         batches = list(data)
         if not all(isinstance(b, pa.RecordBatch) for b in batches):

@@ -18,6 +18,7 @@ the next cleanup removes.
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -30,6 +31,12 @@ from s3ddb.format.naming import parse_manifest_name, parse_staged_name
 
 if TYPE_CHECKING:
     from s3ddb.pinned import PinnedVersion
+
+#: A version is removed only once its successor is this old (see cleanup_old_versions).
+#: Writers look for newer versions before claiming on a base older than 10 s
+#: (:data:`s3ddb.pinned.FRESH_BASE_SECONDS`), so this leaves a wide margin for the time a
+#: commit attempt takes and for clock differences between machines.
+CLAIM_WINDOW = dt.timedelta(minutes=10)
 
 #: Files no version references are kept this long, unless ``delete_unverified``.
 UNVERIFIED_GRACE = dt.timedelta(days=7)
@@ -53,6 +60,27 @@ class CleanupStats:
     @property
     def bytes_removed(self) -> int:
         return sum(self.bytes.values())
+
+    # pylance's names for the same counts.
+    @property
+    def old_versions(self) -> int:
+        return len(self.versions_removed)
+
+    @property
+    def data_files_removed(self) -> int:
+        return self.files.get("data_files", 0)
+
+    @property
+    def deletion_files_removed(self) -> int:
+        return self.files.get("deletion_files", 0)
+
+    @property
+    def transaction_files_removed(self) -> int:
+        return self.files.get("transaction_files", 0)
+
+    @property
+    def index_files_removed(self) -> int:
+        return self.files.get("index_files", 0)
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "bytes_removed": self.bytes_removed}
@@ -98,6 +126,15 @@ def cleanup_old_versions(
     kept |= {v.version for v in history if now - v.timestamp < older_than}
     if retain_versions is not None:
         kept |= {v.version for v in history[-retain_versions:]}
+    # A writer that saw version N-1 as the newest may still be claiming N; were N
+    # removed (its row deleted), that claim would succeed below the newest version.
+    # So a version goes only once the version after it is CLAIM_WINDOW old: every
+    # writer that could claim its number has seen a newer version since.
+    kept |= {
+        v.version
+        for v, after in itertools.pairwise(history)
+        if now - after.timestamp < CLAIM_WINDOW
+    }
     removed = [v.version for v in history if v.version not in kept]
     stats = CleanupStats(versions_removed=removed)
     keep_files: set[str] = set()

@@ -23,8 +23,8 @@ from typing import Any, Literal
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from s3ddb import pylance_compat, writes
 from s3ddb import schema_evolution as se
-from s3ddb import writes
 from s3ddb._data import to_arrow_table
 from s3ddb.cleanup import CleanupStats, cleanup_old_versions
 from s3ddb.clones import deep_clone, shallow_clone
@@ -46,7 +46,7 @@ from s3ddb.opening import (
 )
 from s3ddb.optimize import DatasetOptimizer
 from s3ddb.pinned import DEFAULT_CONFLICT_RETRIES, DEFAULT_RETRY_TIMEOUT, PinnedVersion
-from s3ddb.reading import VersionReader
+from s3ddb.scanner import Scanner, take
 from s3ddb.writes import MODES, WriteMode
 
 __all__ = [
@@ -90,13 +90,17 @@ class Dataset(PinnedVersion):
         self,
         columns: list[str] | None = None,
         filter: str | pc.Expression | None = None,
+        limit: int | None = None,
+        offset: int | None = None,
+        **options: Any,
     ) -> Iterator[pa.RecordBatch]:
-        """Record batches of the pinned version, fragment by fragment, in order.
+        """Record batches of the pinned version, fragment by fragment, in order, as
+        ``scanner(...).to_batches()`` (memory bounded by a few fragments).
 
         Raises:
             ColumnNotFoundError, InvalidExpressionError: bad columns or filter.
         """
-        return VersionReader(self, columns, filter).batches()
+        return self.scanner(columns, filter, limit, offset, **options).to_batches()
 
     def to_table(
         self,
@@ -104,6 +108,7 @@ class Dataset(PinnedVersion):
         filter: str | pc.Expression | None = None,
         limit: int | None = None,
         offset: int | None = None,
+        **options: Any,
     ) -> pa.Table:
         """The pinned version's rows as one Table.
 
@@ -113,19 +118,20 @@ class Dataset(PinnedVersion):
                 Expression.
             limit, offset: slice of the result (``limit`` reads fragments only until
                 it has enough rows).
+            options: pylance's scan options, as :meth:`scanner`.
 
         Raises:
             ColumnNotFoundError, InvalidExpressionError: bad columns or filter.
             InvalidInputError: a bad ``limit``.
         """
-        return VersionReader(self, columns, filter).table(limit, offset)
+        return self.scanner(columns, filter, limit, offset, **options).to_table()
 
-    def count_rows(self, filter: str | pc.Expression | None = None) -> int:
+    def count_rows(self, filter: str | pc.Expression | None = None, **options: Any) -> int:
         """Number of rows (matching ``filter``) in the pinned version."""
-        return VersionReader(self, [], filter).count()
+        return self.scanner([], filter, **options).count_rows()
 
-    def to_pandas(self, columns: list[str] | None = None, filter: Any = None) -> Any:
-        return self.to_table(columns, filter).to_pandas()
+    def to_pandas(self, columns: list[str] | None = None, filter: Any = None, **kw: Any) -> Any:
+        return self.to_table(columns, filter, **kw).to_pandas()
 
     # --- row writes ---------------------------------------------------------------
 
@@ -155,7 +161,7 @@ class Dataset(PinnedVersion):
         predicate: str | pc.Expression,
         *,
         conflict_retries: int | None = None,
-        retry_timeout: float | None = None,
+        retry_timeout: float | dt.timedelta | None = None,
     ) -> dict[str, int]:
         """Delete the rows matching ``predicate`` (SQL text or a pyarrow Expression).
 
@@ -183,7 +189,7 @@ class Dataset(PinnedVersion):
         *,
         rewrite: Literal["auto", "rows", "columns"] = "auto",
         conflict_retries: int | None = None,
-        retry_timeout: float | None = None,
+        retry_timeout: float | dt.timedelta | None = None,
     ) -> dict[str, int]:
         """Set ``values`` (``{"column": "SQL expression"}``) on the rows matching
         ``where`` (every row if None).
@@ -222,6 +228,9 @@ class Dataset(PinnedVersion):
         older_than: dt.timedelta | None = None,
         retain_versions: int | None = None,
         delete_unverified: bool = False,
+        *,
+        error_if_tagged_old_versions: bool = False,
+        **tuning: Any,
     ) -> CleanupStats:
         """Remove versions committed more than ``older_than`` ago (default 14 days),
         keeping the newest version, the ``retain_versions`` newest and every tagged
@@ -236,9 +245,15 @@ class Dataset(PinnedVersion):
             :class:`s3ddb.cleanup.CleanupStats`: versions and rows removed, and files
             and bytes removed per kind.
 
+        pylance's ``delete_rate_limit`` and ``delete_concurrency`` are accepted and
+        ignored; tagged versions are always kept, without an error.
+
         Raises:
             InvalidInputError: bad arguments.
+            UnsupportedOperationError: ``error_if_tagged_old_versions=True`` or
+                ``versions=[...]`` (pylance options s3ddb does not implement).
         """
+        pylance_compat.check_cleanup_options(error_if_tagged_old_versions, tuning)
         return cleanup_old_versions(self, older_than, retain_versions, delete_unverified)
 
     def update_config(
@@ -375,18 +390,50 @@ class Dataset(PinnedVersion):
         """The pinned version's indices: name, type, uuid, fields, version, fragment_ids."""
         return list_indices(self._manifest)
 
+    # --- pylance-compatible reads and Arrow streams (s3ddb/scanner.py) ---
+    def scanner(
+        self, columns: list[str] | None = None, filter: str | pc.Expression | None = None,
+        limit: int | None = None, offset: int | None = None, **options: Any,
+    ) -> Scanner:  # fmt: skip
+        """A :class:`s3ddb.scanner.Scanner` of the pinned version (``to_table``,
+        ``to_batches``, ``to_reader``, ``count_rows``, ``head``, Arrow stream).
+
+        Raises:
+            ColumnNotFoundError, InvalidExpressionError: bad columns or filter.
+            UnsupportedOperationError: a pylance scan option s3ddb does not implement.
+        """
+        return Scanner(self, columns, filter, limit, offset, **options)
+
+    def head(self, num_rows: int, **options: Any) -> pa.Table:
+        """The first ``num_rows`` rows (reads only the fragments needed)."""
+        return self.scanner(limit=num_rows, **options).to_table()
+
+    def take(self, indices: Any, columns: list[str] | None = None) -> pa.Table:
+        """Rows at 0-based positions over the visible rows, in the order given.
+
+        Raises:
+            InvalidInputError: a position out of range.
+        """
+        return take(self, indices, columns)
+
+    def __arrow_c_stream__(self, requested_schema: object | None = None) -> object:
+        """Arrow PyCapsule stream of every row, fragment by fragment (DuckDB, polars,
+        ``pa.RecordBatchReader.from_stream``)."""
+        return self.scanner().__arrow_c_stream__(requested_schema)
+
     @staticmethod
     def commit(
-        uri: str | os.PathLike[str],
+        uri: str | os.PathLike[str] | PinnedVersion,
         operation: Operation,
-        read_version: int | None,
+        read_version: int | None = None,
         storage_options: dict[str, Any] | None = None,
         commit_config: CommitConfig | None = None,
     ) -> Dataset:
         """Commit an operation built elsewhere (e.g. fragments from workers).
 
         ``read_version`` is the version the operation was computed from (None or 0 for
-        a new dataset).
+        a new dataset). ``uri`` may be a Dataset (its URI and storage options), as in
+        pylance.
 
         Raises:
             VersionNotFoundError: ``read_version`` does not exist.
@@ -394,6 +441,9 @@ class Dataset(PinnedVersion):
                 (missing fragment or file, another row count); nothing is committed.
             CommitConflictError and subclasses, CommitStateUnknownError: see commit.
         """
+        if isinstance(uri, PinnedVersion):
+            storage_options = storage_options or uri.storage_options
+            uri = uri.uri
         text = os.fspath(uri)
         return writes.commit_operation(
             Dataset, text, operation, read_version, storage_options, commit_config
@@ -437,9 +487,12 @@ def dataset(
         )
         return ds.checkout_version(version)
     manifest = load_version(handler, version, text)
-    return Dataset(
+    ds = Dataset(
         text, handler, manifest, storage_options=storage_options, commit_config=commit_config
     )
+    if version is not None:
+        ds._seen_newest_at = None  # pinned at a chosen version, maybe not the newest
+    return ds
 
 
 def write_dataset(

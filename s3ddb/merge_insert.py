@@ -16,6 +16,7 @@ row the first inserted rather than inserting a duplicate.
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -103,12 +104,14 @@ class MergeInsertBuilder:
         self.retries = retries
         return self
 
-    def retry_timeout(self, seconds: float) -> MergeInsertBuilder:
-        """Stop re-executing after this many seconds."""
+    def retry_timeout(self, seconds: float | dt.timedelta) -> MergeInsertBuilder:
+        """Stop re-executing after this many seconds (a timedelta, as in pylance, too)."""
+        if isinstance(seconds, dt.timedelta):
+            seconds = seconds.total_seconds()
         self.timeout = seconds
         return self
 
-    def execute(self, data: Any) -> dict[str, int]:
+    def execute(self, data: Any, *, schema: pa.Schema | None = None) -> dict[str, int]:
         """Run the merge with ``data`` as the source and commit it.
 
         Returns ``{"num_inserted_rows", "num_updated_rows", "num_deleted_rows"}``. The
@@ -122,7 +125,7 @@ class MergeInsertBuilder:
             TooMuchWriteContentionError: the retries ran out.
         """
         ds = self._dataset
-        source = conform(to_arrow_table(data), ds.schema, where=ds.uri)
+        source = conform(to_arrow_table(data, schema), ds.schema, where=ds.uri)
         _check_unique_keys(source, self.on)
         planned = ds.manifest.schema
 

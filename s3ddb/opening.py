@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 
@@ -21,12 +22,24 @@ from s3ddb.format.schema import DatasetSchema
 
 @dataclass(frozen=True)
 class VersionInfo:
-    """One entry of a dataset's history."""
+    """One entry of a dataset's history.
+
+    Also reads as pylance's version dicts: ``v["version"]``, ``v["timestamp"]``,
+    ``v["metadata"]`` and ``dict(v)`` work (the timestamp is UTC-aware here).
+    """
 
     version: int
     timestamp: dt.datetime
     operation: str
     metadata: dict[str, str]
+
+    def keys(self) -> tuple[str, ...]:
+        return ("version", "timestamp", "operation", "metadata")
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self.keys():
+            raise KeyError(key)
+        return getattr(self, key)
 
 
 def open_validated(uri: str, storage_options: dict[str, object] | None) -> CommitHandler:

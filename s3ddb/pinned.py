@@ -10,6 +10,7 @@ version. :class:`s3ddb.Dataset` is its public face. Dependencies point one way:
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import time
 from collections.abc import Callable
@@ -43,6 +44,9 @@ log = logging.getLogger(__name__)
 #: resolves those itself.
 DEFAULT_CONFLICT_RETRIES = 10
 DEFAULT_RETRY_TIMEOUT = 120.0
+#: A version seen as the newest this recently is committed on without first asking
+#: for newer ones (see :func:`s3ddb.commit.committer.commit_transaction`).
+FRESH_BASE_SECONDS = 10.0
 
 
 class PinnedVersion:
@@ -66,6 +70,12 @@ class PinnedVersion:
         self._commit_config = commit_config or CommitConfig()
         self._last_commit: CommitResult | None = None
         self._last_conflict_retries = 0
+        # When this handle last saw its pinned version as the newest (monotonic
+        # seconds; None: it never did, e.g. an older version checked out). A commit on
+        # a base seen as newest moments ago claims at once; otherwise it first looks
+        # for versions committed since (see commit_transaction's fresh_base).
+        self._seen_newest_at: float | None = time.monotonic()
+        self._base_seen_at: float | None = None
 
     # --- identity -----------------------------------------------------------------
 
@@ -149,13 +159,16 @@ class PinnedVersion:
 
     def at(self: P, manifest: Manifest) -> P:
         """Another handle on this dataset, pinned at ``manifest``'s version."""
-        return type(self)(
+        other = type(self)(
             self._uri,
             self._handler,
             manifest,
             storage_options=self._storage_options,
             commit_config=self._commit_config,
         )
+        if manifest.version != self.version or self._seen_newest_at is None:
+            other._seen_newest_at = None
+        return other
 
     # --- writes -------------------------------------------------------------------
 
@@ -182,17 +195,25 @@ class PinnedVersion:
             on_existing=on_existing,
             naming=naming,
             pending=pending,
+            fresh_base=self._base_is_fresh(base),
         )
         self._manifest = result.manifest
         self._last_commit = result
+        self._seen_newest_at = time.monotonic()
         return self
+
+    def _base_is_fresh(self, base: Manifest | None) -> bool:
+        """Whether ``base`` was seen as the newest version moments ago (then a commit
+        claims at once; otherwise it first looks for versions committed since)."""
+        seen = self._seen_newest_at if base is self._manifest else self._base_seen_at
+        return seen is not None and time.monotonic() - seen < FRESH_BASE_SECONDS
 
     def _run_planned(
         self,
         what: str,
         plan: Callable[..., tuple[Operation | None, T]],
         conflict_retries: int | None,
-        retry_timeout: float | None,
+        retry_timeout: float | dt.timedelta | None,
         *,
         uploads: bool = False,
     ) -> T:
@@ -215,17 +236,22 @@ class PinnedVersion:
         """
         retries = self._retries if conflict_retries is None else conflict_retries
         timeout = self._retry_timeout if retry_timeout is None else retry_timeout
+        if isinstance(timeout, dt.timedelta):  # pylance passes a timedelta
+            timeout = timeout.total_seconds()
         if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
             raise InvalidInputError(f"conflict_retries must be an int >= 0, got {retries!r}")
         if timeout <= 0:
             raise InvalidInputError(f"retry_timeout must be > 0, got {timeout!r}")
         deadline = time.monotonic() + timeout
         base = self._manifest
+        self._base_seen_at = self._seen_newest_at
         attempt = self._last_conflict_retries = 0
         while True:
             pending = PendingWrites() if uploads else None
             operation, result = plan(base, pending) if uploads else plan(base)
             if operation is None:
+                if base is not self._manifest:
+                    self._seen_newest_at = self._base_seen_at
                 self._manifest = base
                 return result
             try:
@@ -243,6 +269,7 @@ class PinnedVersion:
                 attempt = self._last_conflict_retries = attempt + 1
                 log.info("%s: %s; re-executing on the newest version", what, exc)
                 base = load_latest(self._handler, self._uri, finalize=False)
+                self._base_seen_at = time.monotonic()
 
     def _rows_landed_since(
         self, prior: CommitResult | None, kind: type[Delete] | type[Update]

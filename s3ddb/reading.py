@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from itertools import islice
 from typing import TYPE_CHECKING, TypeAlias
 
 import pyarrow as pa
@@ -12,6 +14,7 @@ import pyarrow.compute as pc
 
 from s3ddb.errors import ColumnNotFoundError, InvalidInputError
 from s3ddb.format.fragment import FragmentMetadata
+from s3ddb.pruning import row_group_pruner
 from s3ddb.scan import read_visible_rows
 
 if TYPE_CHECKING:
@@ -19,6 +22,9 @@ if TYPE_CHECKING:
     from s3ddb.pinned import PinnedVersion
 
 Filter: TypeAlias = str | pc.Expression | None
+
+#: Fragments read ahead of the one being consumed (in parallel threads).
+DEFAULT_READAHEAD = 4
 
 
 def resolve_columns(ds: PinnedVersion, columns: list[str] | None) -> list[str]:
@@ -47,6 +53,8 @@ class VersionReader:
         self._ds = ds
         self.columns = resolve_columns(ds, columns)
         self.predicate = self._compile(filter)
+        # Row groups the filter's simple AND terms rule out are never read.
+        self.may_match = row_group_pruner(filter, ds.schema)
         self._indexed = self._plan_index(filter)
 
     def _compile(self, filter: Filter) -> pc.Expression | None:
@@ -71,19 +79,38 @@ class VersionReader:
             if table is not None:
                 return table
         manifest = self._ds.manifest
-        return read_visible_rows(self._ds.files(), fragment, manifest.schema, names, self.predicate)
+        return read_visible_rows(
+            self._ds.files(), fragment, manifest.schema, names, self.predicate, self.may_match
+        )
 
-    def batches(self) -> Iterator[pa.RecordBatch]:
+    def batches(self, readahead: int = DEFAULT_READAHEAD) -> Iterator[pa.RecordBatch]:
         """Record batches, fragment by fragment, in order."""
-        fragments = list(self._ds.manifest.fragments)
-        if len(fragments) <= 1:
+        for table in self.tables(readahead):
+            yield from table.to_batches()
+
+    def tables(self, readahead: int = DEFAULT_READAHEAD) -> Iterator[pa.Table]:
+        """Each fragment's matching rows, in order, reading at most ``readahead``
+        fragments ahead of the one being consumed: memory holds about
+        ``readahead + 1`` fragments' rows, however large the version."""
+        fragments = iter(self._ds.manifest.fragments)
+        first = next(fragments, None)
+        if first is None:
+            return
+        if readahead < 1:
+            yield self.fragment(first)
             for fragment in fragments:
-                yield from self.fragment(fragment).to_batches()
+                yield self.fragment(fragment)
             return
         # Object stores reward parallel reads; results still come out in order.
-        with ThreadPoolExecutor(max_workers=min(8, len(fragments))) as pool:
-            for table in pool.map(self.fragment, fragments):
-                yield from table.to_batches()
+        with ThreadPoolExecutor(max_workers=readahead) as pool:
+            pending = deque([pool.submit(self.fragment, first)])
+            pending.extend(pool.submit(self.fragment, f) for f in islice(fragments, readahead - 1))
+            while pending:
+                table = pending.popleft().result()
+                following = next(fragments, None)
+                if following is not None:
+                    pending.append(pool.submit(self.fragment, following))
+                yield table
 
     def first_batches(self, wanted: int) -> list[pa.RecordBatch]:
         """Batches holding at least the first ``wanted`` rows: fragments are read in

@@ -87,6 +87,10 @@ class Tags:
                 out[name[: -len(".json")]] = self.get(name[: -len(".json")])
         return out
 
+    def get_version(self, tag: str) -> int:
+        """pylance's name for :meth:`get`."""
+        return self.get(tag)
+
     def resolve(self, name: str) -> int:
         self._check_name(name)
         return self.get(name)

@@ -4,6 +4,7 @@ version and committed through :meth:`PinnedVersion._run_planned` or ``_commit``.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from typing import Any, Literal, TypeVar
 
@@ -70,7 +71,7 @@ def delete(
     ds: PinnedVersion,
     predicate: str | pc.Expression,
     conflict_retries: int | None,
-    retry_timeout: float | None,
+    retry_timeout: float | dt.timedelta | None,
 ) -> dict[str, int]:
     """See :meth:`s3ddb.Dataset.delete`."""
 
@@ -88,7 +89,7 @@ def update(
     where: str | pc.Expression | None,
     rewrite: Literal["auto", "rows", "columns"],
     conflict_retries: int | None,
-    retry_timeout: float | None,
+    retry_timeout: float | dt.timedelta | None,
 ) -> dict[str, int]:
     """See :meth:`s3ddb.Dataset.update`."""
 
@@ -156,6 +157,7 @@ def commit_operation(
         storage_options=storage_options,
         commit_config=commit_config,
     )
+    ds._seen_newest_at = None  # the caller's read version may be long past
     return ds._commit(operation, base)
 
 

@@ -110,3 +110,14 @@ def split_aws(moto_aws: object, dynalite: object) -> object:
 @pytest.fixture
 def ddb_uri(aws: object) -> str:
     return f"s3+ddb://{TEST_BUCKET}/t-{uuid.uuid4().hex[:12]}?ddbTableName={TEST_TABLE}"
+
+
+@pytest.fixture
+def instant_cleanup(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cleanup may remove a version at once, however young its successor (tests that
+    clean up right after committing, with no writer racing the cleanup)."""
+    import datetime as dt
+
+    import s3ddb.cleanup
+
+    monkeypatch.setattr(s3ddb.cleanup, "CLAIM_WINDOW", dt.timedelta(0))

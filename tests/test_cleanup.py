@@ -8,6 +8,7 @@ import datetime as dt
 import os
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -16,11 +17,16 @@ import pyarrow as pa
 import pytest
 
 import s3ddb
+import s3ddb.cleanup
+import s3ddb.pinned
 from s3ddb import health
 from s3ddb.format import layout
 from s3ddb.io import ObjectStore
 from tests import storage
 from tests.conftest import TEST_BUCKET, TEST_TABLE
+
+# Cleanup here runs right after commits, with no writer racing it.
+pytestmark = pytest.mark.usefixtures("instant_cleanup")
 
 ROOT = Path(__file__).resolve().parent.parent
 NOW = dt.timedelta(0)
@@ -119,7 +125,13 @@ def test_bad_arguments_change_nothing(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_writers_committing_during_cleanup_lose_nothing(aws: Any) -> None:
+def test_writers_committing_during_cleanup_lose_nothing(
+    aws: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Writers race the cleanup here: versions go only once their successor is a few
+    # seconds old (the claim window), as they would in production after ten minutes.
+    window = dt.timedelta(seconds=5)
+    monkeypatch.setattr(s3ddb.cleanup, "CLAIM_WINDOW", window)
     so = aws.storage_options()
     uri = f"s3+ddb://{TEST_BUCKET}/clean-race-{uuid.uuid4().hex[:12]}?ddbTableName={TEST_TABLE}"
     s3ddb.write_dataset(_rows(0, 2), uri, storage_options=so)
@@ -161,6 +173,48 @@ def test_writers_committing_during_cleanup_lose_nothing(aws: Any) -> None:
     ids = sorted(table.column("id").to_pylist())
     expected = sorted([0, 1] + [s + k for s in acknowledged for k in range(10)])
     assert ids == expected, "every acknowledged row exactly once"
+    time.sleep(window.total_seconds())
     ds.cleanup_old_versions(older_than=NOW, retain_versions=1)
     assert len(ds.versions()) == 1
     assert health.verify(uri, so).healthy
+
+
+def test_a_writer_on_an_old_base_never_claims_a_number_cleanup_freed(
+    target: tuple[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    uri, so = target
+    s3ddb.write_dataset(_rows(0, 2), uri, storage_options=so)
+    stale_append = s3ddb.dataset(uri, storage_options=so)  # pinned at version 1
+    stale_delete = s3ddb.dataset(uri, storage_options=so)
+    for start in (10, 20, 30):
+        s3ddb.write_dataset(_rows(start, 2), uri, mode="append", storage_options=so)
+    latest = s3ddb.dataset(uri, storage_options=so)
+    latest.cleanup_old_versions(older_than=NOW, retain_versions=1)  # keeps only 4
+    assert [v.version for v in latest.versions()] == [4]
+    # Their base (version 1) was seen as the newest long ago: before claiming version
+    # 2 — a number cleanup freed — they look for newer versions, find 2 and 3 gone, and
+    # re-execute on the newest instead.
+    monkeypatch.setattr(s3ddb.pinned, "FRESH_BASE_SECONDS", 0.0)
+    stale_append.insert(_rows(40, 2))
+    assert stale_append.version == 5 and stale_append.last_conflict_retries == 1
+    assert stale_delete.delete("id = 0") == {"num_deleted_rows": 1}
+    assert stale_delete.version == 6
+    final = s3ddb.dataset(uri, storage_options=so)
+    assert [v.version for v in final.versions()] == [4, 5, 6]
+    ids = sorted(final.to_table().column("id").to_pylist())
+    assert ids == [1, 10, 11, 20, 21, 30, 31, 40, 41]
+
+
+def test_a_version_goes_only_once_its_successor_is_older_than_the_claim_window(
+    target: tuple[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    uri, so = target
+    monkeypatch.setattr(s3ddb.cleanup, "CLAIM_WINDOW", dt.timedelta(minutes=10))
+    s3ddb.write_dataset(_rows(0, 2), uri, storage_options=so)
+    ds = s3ddb.write_dataset(_rows(10, 2), uri, mode="append", storage_options=so)
+    # Version 2 was committed just now: a writer that saw version 1 as the newest may
+    # still be claiming 2, so version 1 stays (and with it, row and number).
+    assert ds.cleanup_old_versions(older_than=NOW).versions_removed == []
+    assert [v.version for v in ds.versions()] == [1, 2]
+    monkeypatch.setattr(s3ddb.cleanup, "CLAIM_WINDOW", dt.timedelta(0))
+    assert ds.cleanup_old_versions(older_than=NOW).versions_removed == [1]

@@ -289,6 +289,7 @@ def test_drop_refuses_without_confirmation_then_deletes_everything(
     assert code == 2 and "DatasetNotFoundError" in err
 
 
+@pytest.mark.usefixtures("instant_cleanup")
 def test_cleanup_removes_old_versions(capsys: Any, uri: str, flags: list[str]) -> None:
     keep_one = ("--older-than", "0", "--retain-versions", "1")
     code, stats = run_json(capsys, "cleanup", uri, *keep_one, *flags)

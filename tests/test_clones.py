@@ -63,6 +63,7 @@ def make_source(uri: str, so: dict[str, Any] | None) -> s3ddb.Dataset:
     return ds
 
 
+@pytest.mark.usefixtures("instant_cleanup")
 def test_shallow_clone_reads_the_source_and_writes_never_touch_it(
     place: tuple[Place, Any],
 ) -> None:
@@ -224,6 +225,7 @@ def test_clone_onto_an_existing_dataset_is_refused(place: tuple[Place, Any]) -> 
     assert snapshot(other.uri, so) == before
 
 
+@pytest.mark.usefixtures("instant_cleanup")
 def test_cleanup_of_the_source_keeps_a_tagged_clone_source(place: tuple[Place, Any]) -> None:
     name, so = place
     src = make_source(name("src"), so)

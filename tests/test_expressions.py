@@ -177,6 +177,9 @@ def test_long_or_chain_and_deep_nesting() -> None:
     assert filtered_ids(chain) == ids_where(lambda r: True)
     with pytest.raises(InvalidExpressionError, match="nested too deeply"):
         parse_predicate("(" * 3000 + "id = 1" + ")" * 3000, SCHEMA)
+    # Far more alternatives would overflow the stack in Arrow's expression code: refused.
+    with pytest.raises(InvalidExpressionError, match="too large"):
+        parse_predicate(" OR ".join(f"id = {i % 10}" for i in range(9000)), SCHEMA)
 
 
 def test_constant_predicate_counts_all_rows() -> None:

@@ -328,6 +328,7 @@ def test_writes_planned_before_the_index_rebase_over_it(target: Target) -> None:
     _assert_same_as_scan(latest)
 
 
+@pytest.mark.usefixtures("instant_cleanup")
 def test_cleanup_removes_unreferenced_index_files_and_verify_checks_them(target: Target) -> None:
     uri, so = target
     ds = s3ddb.dataset(uri, storage_options=so)

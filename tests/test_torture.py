@@ -39,7 +39,7 @@ from s3ddb.commit import finalizer
 from s3ddb.connect import external_store_for
 from s3ddb.io import ObjectStore, parse_uri
 from tests.proc import ROOT
-from tests.torture import apply, table
+from tests.torture import allowed_states, table
 
 WRITERS = 3
 RUN_SECONDS = 20.0
@@ -55,26 +55,8 @@ class Generation:
     log: list[dict[str, Any]] = field(default_factory=list)
 
     def expected(self) -> list[dict[int, str]]:
-        """Its ids' rows after its acknowledged operations, and (if it was cut in the
-        middle of one) after that one too."""
-        ops: dict[int, dict[str, Any]] = {}
-        rows: dict[int, str] = {}
-        pending: dict[str, Any] | None = None
-        for line in self.log:
-            if "start" in line:
-                ops[line["start"]] = line
-                pending = line
-            elif "ack" in line:
-                apply(ops[line["ack"]], rows)
-                pending = None
-            elif "fail" in line:
-                pending = None
-        out = [dict(rows)]
-        if pending is not None:
-            with_it = dict(rows)
-            apply(pending, with_it)
-            out.append(with_it)
-        return out
+        """The rows its ids may hold (see :func:`tests.torture.allowed_states`)."""
+        return allowed_states(self.log)
 
 
 def _start(uri: str, number: int, seed: int, env: dict[str, str]) -> Generation:

@@ -36,50 +36,61 @@ def say(**fields: Any) -> None:
     print(json.dumps(fields), flush=True)
 
 
-def step(uri: str, n: int, op: dict[str, Any]) -> int:
-    """Perform ``op`` on the newest version; the version it committed (or stayed at)."""
-    import s3ddb
-
-    ds = s3ddb.dataset(uri)
+def perform(ds: Any, op: dict[str, Any]) -> int:
+    """Perform ``op`` on ``ds`` (an s3ddb Dataset); the version it committed (or
+    stayed at)."""
     kind = op["op"]
+    rows = table({int(k): v for k, v in op.get("rows", {}).items()})
     if kind == "append":
-        ds.insert(table({int(k): v for k, v in op["rows"].items()}))
+        ds.insert(rows)
     elif kind == "delete":
         ds.delete(f"id = {op['id']}")
     elif kind == "update":
         ds.update({"val": f"'{op['val']}'"}, f"id = {op['id']}", rewrite=op["rewrite"])
     elif kind == "upsert":
-        source = table({int(k): v for k, v in op["rows"].items()})
-        ds.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(
-            source
-        )
-    else:
+        ds.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(rows)
+    elif kind == "compact":
         ds.optimize.compact_files(target_rows_per_fragment=op["target"])
-    return ds.version
+    else:
+        ds.update_config({op["key"]: op["value"]})
+    return int(ds.version)
 
 
-def plan(rng: random.Random, n: int, generation: int, mine: dict[int, str]) -> dict[str, Any]:
-    kind = rng.choice(KINDS) if mine else "append"
+def step(uri: str, n: int, op: dict[str, Any]) -> int:
+    """Perform ``op`` on the newest version of ``uri``."""
+    import s3ddb
+
+    return perform(s3ddb.dataset(uri), op)
+
+
+def plan(
+    rng: random.Random,
+    n: int,
+    generation: int,
+    mine: dict[int, str],
+    kinds: tuple[str, ...] = KINDS,
+    max_rows: int = 3,
+) -> dict[str, Any]:
+    """The ``n``-th operation of a writer whose own rows are ``mine``."""
+    kind = rng.choice(kinds) if mine else "append"
     new_id = generation * 1_000_000 + n * 10
     if kind == "append":
-        return {"op": kind, "rows": {new_id + j: f"a{n}" for j in range(rng.randint(1, 3))}}
+        return {"op": kind, "rows": {new_id + j: f"a{n}" for j in range(rng.randint(1, max_rows))}}
     if kind == "compact":
-        return {"op": kind, "target": rng.randint(4, 16)}
+        return {"op": kind, "target": rng.randint(2, 16)}
+    if kind == "config":
+        return {"op": kind, "key": f"w{generation}", "value": str(n)}
     existing = rng.choice(sorted(mine))
     if kind == "delete":
         return {"op": kind, "id": existing}
     if kind == "update":
-        return {
-            "op": kind,
-            "id": existing,
-            "val": f"u{n}",
-            "rewrite": rng.choice(["rows", "columns"]),
-        }
+        rewrite = rng.choice(["rows", "columns"])
+        return {"op": kind, "id": existing, "val": f"u{n}", "rewrite": rewrite}
     return {"op": kind, "rows": {existing: f"m{n}", new_id: f"m{n}"}}
 
 
 def apply(op: dict[str, Any], rows: dict[int, str]) -> None:
-    """The logical effect of ``op`` on this generation's rows (what the parent replays)."""
+    """The logical effect of ``op`` on this writer's rows (what a checker replays)."""
     kind = op["op"]
     if kind in ("append", "upsert"):
         rows.update({int(k): v for k, v in op["rows"].items()})
@@ -87,6 +98,30 @@ def apply(op: dict[str, Any], rows: dict[int, str]) -> None:
         rows.pop(int(op["id"]), None)
     elif kind == "update" and int(op["id"]) in rows:
         rows[int(op["id"])] = op["val"]
+
+
+def allowed_states(log: list[dict[str, Any]]) -> list[dict[int, str]]:
+    """A writer's rows after its acknowledged operations; and, if it was cut in the
+    middle of one (killed, or an unknown outcome), also with that one applied: all or
+    nothing."""
+    ops: dict[int, dict[str, Any]] = {}
+    rows: dict[int, str] = {}
+    pending = None
+    for line in log:
+        if "start" in line:
+            ops[line["start"]] = line
+            pending = line
+        elif "ack" in line:
+            apply(ops[line["ack"]], rows)
+            pending = None
+        elif "fail" in line:
+            pending = None
+    out = [dict(rows)]
+    if pending is not None:
+        with_it = dict(rows)
+        apply(pending, with_it)
+        out.append(with_it)
+    return out
 
 
 def main(argv: list[str]) -> int:

@@ -122,8 +122,15 @@ def commit_transaction(
     on_existing: OnExisting = "rebase",
     naming: NamingScheme = DEFAULT_NAMING,
     pending: PendingWrites | None = None,
+    fresh_base: bool = False,
 ) -> CommitResult:
     """Commit ``txn``, read at ``base`` (None: no dataset yet), as a new version.
+
+    Unless ``fresh_base`` says the caller saw ``base`` as the newest version moments
+    ago, the versions committed since ``base`` are looked up before the first claim.
+    A claim of version N only fails when N exists, and cleanup deletes old versions
+    (their DynamoDB rows, their manifests): a writer holding an old base must not
+    claim a number that cleanup freed, below the newest.
 
     ``pending`` holds uploads of the transaction's files still in flight (e.g. data
     files): the transaction file and manifest are written beside them, and the
@@ -172,6 +179,8 @@ def commit_transaction(
         attempt = 0
         deadline = time.monotonic() + config.timeout
         started = time.monotonic()
+        if base is not None and not fresh_base:
+            current, txn = _catch_up(handler, current, txn, on_existing, write_transaction, written)
         while True:
             next_version = (current.version if current is not None else 0) + 1
             try:
@@ -286,6 +295,13 @@ def _resolve_since(
         # We lost a version nobody can see yet (its winner is still finishing); the
         # next attempt will find it.
         return current, txn
+    if locations[0].version != start:
+        # Versions after the base are gone: cleanup removed them (it keeps the newest).
+        raise RetryableCommitConflictError(
+            f"versions {start} to {locations[0].version - 1} of {handler.store.url}, "
+            "committed after this transaction's base, were removed by cleanup; "
+            "re-execute the operation on the newest version"
+        )
     newest: Manifest | None = None
     previous = current  # the manifest just before the one being resolved, if loaded
     for i, location in enumerate(locations):

@@ -56,7 +56,7 @@ from s3ddb.external_store.base import (
     ManifestRow,
     VersionTakenError,
 )
-from s3ddb.external_store.identity import final_path_of, same_commit
+from s3ddb.external_store.identity import CLAIM_ATTRIBUTE, final_path_of, same_commit
 from s3ddb.format import layout
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.naming import NamingScheme, parse_manifest_name, parse_staged_name
@@ -501,7 +501,7 @@ class ExternalStoreCommitHandler(CommitHandler):
             len(data),
             committer_name(),
             int(time.time() * 1000),
-            {"operation": manifest.operation},
+            {"operation": manifest.operation, CLAIM_ATTRIBUTE: staged},
         )
         try:
             self._claim(row)

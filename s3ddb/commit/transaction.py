@@ -13,6 +13,7 @@ import uuid as uuid_mod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+import pyarrow as pa
 from google.protobuf.message import DecodeError
 
 from s3ddb.errors import (
@@ -76,10 +77,46 @@ class Overwrite(Operation):
     kind: ClassVar[str] = "Overwrite"
     pb_field: ClassVar[str] = "overwrite"
 
+    def __init__(
+        self,
+        fragments: Any = (),
+        schema: Any = None,
+        config_upsert_values: dict[str, str] | None = None,
+        *,
+        new_schema: Any = None,
+        initial_bases: Any = None,
+    ) -> None:
+        """``Overwrite(fragments, schema)``, or as pylance builds it:
+        ``Overwrite(new_schema, fragments)``. ``schema`` is a DatasetSchema or a pyarrow
+        Schema (field ids assigned as for a new dataset, as
+        :func:`s3ddb.fragment.write_fragments` assigns them to the same schema).
+
+        Raises:
+            InvalidInputError: no schema, or a data file with fields not in it.
+            UnsupportedOperationError: pylance's ``initial_bases``.
+        """
+        if new_schema is not None:
+            if schema is not None:
+                raise InvalidInputError("Overwrite: give schema or new_schema, not both")
+            schema = new_schema
+        if isinstance(fragments, pa.Schema | DatasetSchema):  # pylance's argument order
+            fragments, schema = (() if schema is None else schema), fragments
+        if isinstance(schema, pa.Schema):
+            schema = DatasetSchema.assign(schema)
+        if initial_bases:
+            raise UnsupportedOperationError("Overwrite(initial_bases=...) is not supported")
+        object.__setattr__(self, "fragments", fragments)
+        object.__setattr__(self, "schema", schema)
+        object.__setattr__(self, "config_upsert_values", dict(config_upsert_values or {}))
+        self.__post_init__()
+
     def __post_init__(self) -> None:
         object.__setattr__(self, "fragments", tuple(self.fragments))
         if not isinstance(self.schema, DatasetSchema):
-            raise InvalidInputError("Overwrite.schema must be a DatasetSchema")
+            raise InvalidInputError(
+                "Overwrite needs a schema (a pyarrow Schema or DatasetSchema), got "
+                f"{type(self.schema).__name__}"
+            )
         known = {i for _p, i in self.schema.ids}
         for fragment in self.fragments:
             for data_file in fragment.files:

@@ -24,8 +24,46 @@ class _S3DDBSQL(Dialect):
         IDENTIFIERS = ['"', "`"]
 
 
+#: Limits on an expression: its text, its nodes, and its nesting (a chain of ANDs or
+#: ORs counts as one level, however long). Arrow's expression code recurses once per
+#: operand of such a chain: at about 7,000 alternatives the process runs out of stack,
+#: so the node limit stays well below that.
+MAX_EXPRESSION_CHARS = 100_000
+MAX_EXPRESSION_NODES = 16_000
+MAX_EXPRESSION_DEPTH = 500
+
+
+def _shown(text: str, limit: int = 120) -> str:
+    return repr(text) if len(text) <= limit else f"{text[:limit]!r}... ({len(text):,} characters)"
+
+
+def _size(tree: exp.Expr) -> tuple[int, int]:
+    """(nodes, nesting depth) of ``tree``, walked without recursion; stops counting
+    once past either limit."""
+    nodes = deepest = 0
+    stack = [(tree, 1)]
+    while stack and nodes <= MAX_EXPRESSION_NODES and deepest <= MAX_EXPRESSION_DEPTH:
+        node, depth = stack.pop()
+        nodes += 1
+        deepest = max(deepest, depth)
+        for child in node.iter_expressions():
+            chained = type(child) is type(node) and isinstance(node, (exp.And, exp.Or))
+            stack.append((child, depth if chained else depth + 1))
+    return nodes, deepest
+
+
 def _parse_sql(text: str) -> exp.Expr:
-    """Parse exactly one SQL expression, turning sqlglot's errors into ours."""
+    """Parse exactly one SQL expression, turning sqlglot's errors into ours.
+
+    Raises:
+        InvalidExpressionError: it does not parse, is several statements, or is over
+            one of the limits (:data:`MAX_EXPRESSION_CHARS`, ``_NODES``, ``_DEPTH``).
+    """
+    if len(text) > MAX_EXPRESSION_CHARS:
+        raise InvalidExpressionError(
+            f"expression too long: {len(text):,} characters, the limit is "
+            f"{MAX_EXPRESSION_CHARS:,} ({_shown(text)}); for many values use IN (...)"
+        )
     if not text.strip():
         raise InvalidExpressionError("empty expression")
     try:
@@ -34,14 +72,20 @@ def _parse_sql(text: str) -> exp.Expr:
         info = e.errors[0] if e.errors else {}
         near = f"{info.get('start_context', '')}>>>{info.get('highlight', '')}<<<"
         raise InvalidExpressionError(
-            f"cannot parse expression {text!r}: {info.get('description', e)} at line "
+            f"cannot parse expression {_shown(text)}: {info.get('description', e)} at line "
             f"{info.get('line', '?')}, column {info.get('col', '?')}: {near!r}"
         ) from e
     except SqlglotError as e:  # e.g. TokenError for an unterminated string
-        raise InvalidExpressionError(f"cannot parse expression {text!r}: {e}") from e
+        raise InvalidExpressionError(f"cannot parse expression {_shown(text)}: {e}") from e
     if len(statements) != 1:
         raise InvalidExpressionError(
-            f"expected one expression, found {len(statements)} statements in {text!r}"
+            f"expected one expression, found {len(statements)} statements in {_shown(text)}"
+        )
+    nodes, depth = _size(statements[0])
+    if nodes > MAX_EXPRESSION_NODES or depth > MAX_EXPRESSION_DEPTH:
+        raise InvalidExpressionError(
+            f"expression too large or nested too deeply (limits: {MAX_EXPRESSION_NODES:,} "
+            f"terms, {MAX_EXPRESSION_DEPTH} levels): {_shown(text)}; for many values use IN (...)"
         )
     return statements[0]
 

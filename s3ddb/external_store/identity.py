@@ -29,6 +29,11 @@ def final_path_of(staged_path: str) -> str:
     return head + ".manifest" if sep else staged_path
 
 
+#: Row attribute naming the staged manifest a commit claimed its version with; it stays
+#: when the row is finalized (its path then names the final manifest).
+CLAIM_ATTRIBUTE = "claimed_with"
+
+
 def same_commit(mine: ManifestRow, theirs: ManifestRow) -> bool:
     """Whether ``theirs`` (the row holding a version) is the commit ``mine`` put.
 
@@ -40,6 +45,12 @@ def same_commit(mine: ManifestRow, theirs: ManifestRow) -> bool:
         return False
     if theirs.path == mine.path:
         return True
+    ours, held = mine.extra.get(CLAIM_ATTRIBUTE), theirs.extra.get(CLAIM_ATTRIBUTE)
+    if ours and held:
+        # Both rows name the staged manifest they claimed with (unique per commit):
+        # threads of one process can commit in the same millisecond with manifests of
+        # the same size, so committer, time and size alone cannot tell them apart.
+        return ours == held
     return (
         mine.is_staged
         and theirs.path == final_path_of(mine.path)

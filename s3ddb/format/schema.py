@@ -37,8 +37,15 @@ def _check_name(path: FieldPath) -> None:
     """Field names are stored as UTF-8 (Parquet, protobuf): refuse what is not text.
 
     Raises:
-        SchemaMismatchError: the name holds a lone surrogate or is otherwise unencodable.
+        SchemaMismatchError: the name holds a control character, a lone surrogate, or is
+            otherwise unencodable.
     """
+    bad = [c for c in path[-1] if ord(c) < 0x20 or ord(c) == 0x7F]
+    if bad:
+        raise SchemaMismatchError(
+            f"column name {'.'.join(path)!r} holds control character(s) {bad!r}; other "
+            "readers of the Parquet files could not name it"
+        )
     try:
         path[-1].encode("utf-8")
     except UnicodeEncodeError as exc:

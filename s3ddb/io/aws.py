@@ -53,7 +53,23 @@ _OPTION_ALIASES: dict[str, str] = {
     "session_token": "aws_session_token",
     "profile": "profile",
     "aws_profile": "profile",
+    # pylance (object_store) spellings of the same settings.
+    "endpoint": "endpoint_url",
+    "aws_default_region": "region",
+    "default_region": "region",
+    "aws_token": "aws_session_token",
+    "token": "aws_session_token",
 }
+
+# pylance (object_store) switches s3ddb accepts for compatibility but that change
+# nothing: boto3 talks HTTP to an http:// endpoint anyway, and picks the addressing
+# style itself (the option is not applied; s3_addressing_style chooses one). Values
+# must still be booleans.
+_ACCEPTED_FLAGS = frozenset(
+    {"allow_http", "aws_allow_http", "virtual_hosted_style_request",
+     "aws_virtual_hosted_style_request"}
+)  # fmt: skip
+_BOOLEANS = frozenset({"true", "false", "1", "0", "yes", "no"})
 
 # --- per-service settings (mixed deployments) ----------------------------------------
 # Kept in a block of their own: <service>_<setting>, plus the environment-variable
@@ -205,18 +221,26 @@ class AwsConfig:
         """Build the overrides from ``storage_options``.
 
         Raises:
-            InvalidInputError: an option is not an AWS setting s3ddb knows, or a value
-                is invalid (``s3_addressing_style``, ``s3_verify``, a secret without
-                its key id).
+            InvalidInputError: an option is not an AWS setting s3ddb knows, its value
+                is not a string, or a value is invalid (``s3_addressing_style``,
+                ``s3_verify``, a secret without its key id).
         """
         values: dict[str, str] = {}
         for key, value in (storage_options or {}).items():
+            if key.lower() in _ACCEPTED_FLAGS:
+                if str(value).lower() not in _BOOLEANS:
+                    raise InvalidInputError(f"storage option {key!r} must be true or false")
+                continue
             attr = _ALL_ALIASES.get(key.lower())
             if attr is None:
                 known = ", ".join(sorted({k for k in _ALL_ALIASES if k == _ALL_ALIASES[k]}))
                 raise InvalidInputError(f"unknown storage option {key!r}; AWS options are: {known}")
+            if value is not None and not isinstance(value, str):
+                raise InvalidInputError(
+                    f"storage option {key!r} must be a string, got {type(value).__name__} {value!r}"
+                )
             if value is not None:
-                values[attr] = str(value)
+                values[attr] = value
         return cls(**values)
 
     def as_dict(self) -> dict[str, str]:

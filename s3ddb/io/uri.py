@@ -96,6 +96,12 @@ def parse_uri(uri: str | os.PathLike[str]) -> DatasetURI:
         if not bucket or not _BUCKET_RE.match(bucket):
             raise InvalidURIError(f"invalid or missing S3 bucket in {text!r}")
         prefix = parts.path.strip("/")
+        if any(segment in ("", ".", "..") for segment in prefix.split("/")) and prefix:
+            # Object keys are not paths: "a/../b" would be a prefix of its own, beside
+            # the dataset the URI seems to name.
+            raise InvalidURIError(
+                f"S3 dataset prefix {prefix!r} in {text!r} has an empty, '.' or '..' segment"
+            )
         if not prefix:
             # A dataset at a bucket's root would share _versions/ with anything else
             # there; require a prefix so that base_uri stays unambiguous.

@@ -1,0 +1,148 @@
+"""Row-group pruning for SQL-text filters.
+
+From a filter such as ``"id >= 1000 AND name = 'x'"`` this derives a
+:data:`s3ddb.scan.RowGroupPredicate`: the top-level AND terms of the form
+``column <op> literal`` (``=``, ``<``, ``<=``, ``>``, ``>=``, ``BETWEEN``, ``IN``,
+``IS [NOT] NULL``) on integer, string, boolean and date columns. Each term is implied
+by the filter, so a row group whose statistics rule a term out holds no matching row;
+anything else (OR, functions, other types, pyarrow Expressions) prunes nothing. The
+exact filter still runs on every row read, so pruning never changes a result.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import pyarrow as pa
+from sqlglot import exp
+
+from s3ddb.errors import S3DDBError
+from s3ddb.scan import RowGroupPredicate
+from s3ddb.spark_ext._filters import Condition, PushedFilters
+
+_OPS: dict[type[exp.Expr], tuple[str, str]] = {
+    # node -> (op with the column on the left, op with the column on the right)
+    exp.EQ: ("eq", "eq"),
+    exp.GT: ("gt", "lt"),
+    exp.GTE: ("ge", "le"),
+    exp.LT: ("lt", "gt"),
+    exp.LTE: ("le", "ge"),
+}
+
+
+def _prunable(t: pa.DataType) -> bool:
+    return (
+        pa.types.is_integer(t)
+        or pa.types.is_string(t)
+        or pa.types.is_large_string(t)
+        or pa.types.is_boolean(t)
+        or pa.types.is_date32(t)
+    )
+
+
+_NOT_A_VALUE = object()
+
+
+def _literal(node: exp.Expr, t: pa.DataType) -> Any:
+    """The Python value of a literal for a column of type ``t``, or _NOT_A_VALUE when
+    it is not a literal whose comparison with the column is unambiguous."""
+    negate = False
+    if isinstance(node, exp.Neg):
+        node, negate = node.this, True
+    if isinstance(node, exp.Cast) and pa.types.is_date32(t) and node.to.is_type("date"):
+        node = node.this
+    if isinstance(node, exp.Boolean) and pa.types.is_boolean(t) and not negate:
+        return bool(node.this)
+    if not isinstance(node, exp.Literal):
+        return _NOT_A_VALUE
+    text = node.this
+    if node.is_string:
+        if negate:
+            return _NOT_A_VALUE
+        if pa.types.is_string(t) or pa.types.is_large_string(t):
+            return text
+        if pa.types.is_date32(t):
+            try:
+                return dt.date.fromisoformat(text)
+            except ValueError:
+                return _NOT_A_VALUE
+        return _NOT_A_VALUE
+    if not pa.types.is_integer(t):
+        return _NOT_A_VALUE
+    try:
+        value = int(text)
+    except ValueError:
+        return _NOT_A_VALUE  # 1.5, 1e3: compared as floats
+    return -value if negate else value
+
+
+def _column(node: exp.Expr, schema: pa.Schema) -> tuple[str, pa.DataType] | None:
+    if not isinstance(node, exp.Column) or node.table:
+        return None
+    name = node.name
+    if name not in schema.names:
+        return None
+    t = schema.field(name).type
+    return (name, t) if _prunable(t) else None
+
+
+def _conditions(node: exp.Expr, schema: pa.Schema) -> list[Condition]:
+    if isinstance(node, exp.Paren):
+        return _conditions(node.this, schema)
+    if isinstance(node, exp.And):
+        return _conditions(node.this, schema) + _conditions(node.expression, schema)
+    ops = _OPS.get(type(node))
+    if ops is not None:
+        for col_node, lit_node, op in (
+            (node.this, node.expression, ops[0]),
+            (node.expression, node.this, ops[1]),
+        ):
+            column = _column(col_node, schema)
+            if column is not None:
+                value = _literal(lit_node, column[1])
+                if value is not _NOT_A_VALUE:
+                    return [Condition(op, column[0], value)]
+        return []
+    if isinstance(node, exp.Between):
+        column = _column(node.this, schema)
+        if column is None:
+            return []
+        low, high = _literal(node.args["low"], column[1]), _literal(node.args["high"], column[1])
+        out = []
+        if low is not _NOT_A_VALUE:
+            out.append(Condition("ge", column[0], low))
+        if high is not _NOT_A_VALUE:
+            out.append(Condition("le", column[0], high))
+        return out
+    if isinstance(node, exp.In) and not node.args.get("query"):
+        column = _column(node.this, schema)
+        if column is None:
+            return []
+        values = [_literal(v, column[1]) for v in node.expressions]
+        if any(v is _NOT_A_VALUE for v in values):
+            return []
+        return [Condition("in", column[0], values=tuple(values))]
+    if isinstance(node, exp.Is) and isinstance(node.expression, exp.Null):
+        column = _column(node.this, schema)
+        return [Condition("is_null", column[0])] if column else []
+    if isinstance(node, exp.Not) and isinstance(node.this, exp.Is):
+        inner = node.this
+        column = _column(inner.this, schema) if isinstance(inner.expression, exp.Null) else None
+        return [Condition("not_null", column[0])] if column else []
+    return []
+
+
+def row_group_pruner(filter: object, schema: pa.Schema) -> RowGroupPredicate | None:
+    """The row-group predicate implied by SQL-text ``filter`` (None: prunes nothing,
+    e.g. a pyarrow Expression or no simple AND term). Never raises: a filter this
+    cannot read is compiled, and its errors reported, by the exact filter."""
+    if not isinstance(filter, str):
+        return None
+    from s3ddb.expressions._sql import _parse_sql
+
+    try:
+        conditions = _conditions(_parse_sql(filter), schema)
+    except S3DDBError:
+        return None
+    return PushedFilters(tuple(conditions)).may_match if conditions else None

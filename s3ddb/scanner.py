@@ -1,0 +1,192 @@
+"""Scanners: pylance-shaped reads of a pinned version, streamed as Arrow.
+
+A :class:`Scanner` is one planned read (columns, filter, limit, offset) of the version
+a Dataset is pinned to. It reads fragment by fragment, with deletion files applied,
+the filter's simple terms pruning Parquet row groups (:mod:`s3ddb.pruning`) and at
+most ``fragment_readahead`` fragments read ahead, so a stream of it holds a few
+fragments' rows in memory, never the whole version. It exports the Arrow PyCapsule
+stream interface (``__arrow_c_stream__``): DuckDB, polars and
+``pyarrow.RecordBatchReader.from_stream`` read it without a copy of the dataset.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from s3ddb.errors import InvalidInputError, UnsupportedOperationError
+from s3ddb.reading import DEFAULT_READAHEAD, Filter, VersionReader
+
+if TYPE_CHECKING:
+    from s3ddb.pinned import PinnedVersion
+
+#: pylance scan options that only tune how a scan runs, never what it returns:
+#: accepted and ignored.
+TUNING_OPTIONS = frozenset(
+    {"batch_readahead", "scan_in_order", "use_stats", "io_buffer_size", "prefilter",
+     "late_materialization", "use_scalar_index", "fast_search", "strict_batch_size",
+     "batch_size_bytes", "blob_handling", "disable_scoring_autoprojection"}
+)  # fmt: skip
+
+
+def _check_count(name: str, value: int | None) -> None:
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+        raise InvalidInputError(f"{name} must be an int >= 0, got {value!r}")
+
+
+class Scanner:
+    """One read of a pinned version. Build with ``Dataset.scanner(...)``."""
+
+    def __init__(
+        self,
+        ds: PinnedVersion,
+        columns: list[str] | None = None,
+        filter: Filter = None,
+        limit: int | None = None,
+        offset: int | None = None,
+        batch_size: int | None = None,
+        fragment_readahead: int | None = None,
+        **options: Any,
+    ) -> None:
+        """Check the read; nothing is read yet.
+
+        Args:
+            columns: names to read, in this order (default all). pylance's
+                ``{"name": "SQL"}`` projections are not supported.
+            filter: SQL text or a pyarrow Expression.
+            limit, offset: the slice of the matching rows to return.
+            batch_size: maximum rows per batch (default: as stored).
+            fragment_readahead: fragments read ahead in parallel (default 4; 0 reads
+                one at a time).
+            options: pylance's tuning options (:data:`TUNING_OPTIONS`) are ignored.
+
+        Raises:
+            UnsupportedOperationError: a pylance option s3ddb does not implement
+                (``nearest``, ``with_row_id``, ``full_text_query``...).
+            ColumnNotFoundError, InvalidExpressionError: bad columns or filter.
+            InvalidInputError: bad ``limit``, ``offset``, ``batch_size``.
+        """
+        unsupported = sorted(k for k, v in options.items() if k not in TUNING_OPTIONS and v)
+        if unsupported:
+            raise UnsupportedOperationError(
+                f"scan option(s) {unsupported} are not supported by s3ddb (docs/pylance.md)"
+            )
+        if isinstance(columns, dict):
+            raise UnsupportedOperationError(
+                "column projections ({'name': 'SQL'}) are not supported; pass a list of names"
+            )
+        for name, value in (("limit", limit), ("offset", offset)):
+            _check_count(name, value)
+        _check_count("fragment_readahead", fragment_readahead)
+        if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
+            raise InvalidInputError(f"batch_size must be an int >= 1, got {batch_size!r}")
+        self._reader = VersionReader(ds, columns, filter)
+        self._schema = pa.schema([ds.schema.field(n) for n in self._reader.columns])
+        self._has_filter = filter is not None
+        self._ds = ds
+        self._limit = limit
+        self._offset = offset or 0
+        self._batch_size = batch_size
+        self._readahead = DEFAULT_READAHEAD if fragment_readahead is None else fragment_readahead
+
+    @property
+    def projected_schema(self) -> pa.Schema:
+        """The schema of the rows this scanner returns."""
+        return self._schema
+
+    @property
+    def dataset_schema(self) -> pa.Schema:
+        return self._ds.schema
+
+    def to_batches(self) -> Iterator[pa.RecordBatch]:
+        """The matching rows as record batches, fragment by fragment, in order; stops
+        reading fragments once ``offset + limit`` rows are out."""
+        skip, left = self._offset, self._limit
+        if left == 0:
+            return
+        # With a limit, read ahead less: the rows needed may all be in the first fragment.
+        readahead = self._readahead if left is None else min(self._readahead, 1)
+        for table in self._reader.tables(readahead):
+            if skip:
+                dropped = min(skip, table.num_rows)
+                table, skip = table.slice(dropped), skip - dropped
+            if left is not None:
+                table = table.slice(0, left)
+                left -= table.num_rows
+            for batch in table.to_batches(max_chunksize=self._batch_size):
+                if batch.num_rows:
+                    yield batch
+            if left == 0:
+                return
+
+    def to_reader(self) -> pa.RecordBatchReader:
+        """A RecordBatchReader streaming :meth:`to_batches`."""
+        return pa.RecordBatchReader.from_batches(self._schema, self.to_batches())
+
+    def __arrow_c_stream__(self, requested_schema: object | None = None) -> object:
+        """The Arrow PyCapsule stream of :meth:`to_batches` (a new stream per call)."""
+        return self.to_reader().__arrow_c_stream__(requested_schema)
+
+    def to_table(self) -> pa.Table:
+        return pa.Table.from_batches(list(self.to_batches()), schema=self._schema)
+
+    def to_pandas(self) -> Any:
+        return self.to_table().to_pandas()
+
+    def head(self, num_rows: int) -> pa.Table:
+        """The first ``num_rows`` rows this scanner returns."""
+        _check_count("num_rows", num_rows)
+        left, batches = num_rows, []
+        for batch in self.to_batches():
+            if left <= 0:
+                break
+            batches.append(batch.slice(0, left))
+            left -= min(left, batch.num_rows)
+        return pa.Table.from_batches(batches, schema=self._schema)
+
+    def count_rows(self) -> int:
+        """How many rows this scanner returns (no column is read without a filter)."""
+        total = self._reader.count() if self._has_filter else self._ds.manifest.num_rows
+        total = max(total - self._offset, 0)
+        return total if self._limit is None else min(total, self._limit)
+
+
+def take(ds: PinnedVersion, indices: Any, columns: list[str] | None = None) -> pa.Table:
+    """The visible rows at positions ``indices`` (0-based over the pinned version's rows
+    in scan order), in the order given; only fragments holding them are read.
+
+    Raises:
+        InvalidInputError: a negative or out-of-range position.
+        ColumnNotFoundError: an unknown column.
+    """
+    import numpy as np
+
+    positions = np.asarray(
+        indices.to_pylist() if isinstance(indices, pa.Array) else list(indices), dtype=np.int64
+    )
+    reader = VersionReader(ds, columns, None)
+    schema = pa.schema([ds.schema.field(n) for n in reader.columns])
+    fragments = list(ds.manifest.fragments)
+    starts = np.cumsum([0] + [f.num_rows for f in fragments])
+    total = int(starts[-1])
+    bad = positions[(positions < 0) | (positions >= total)]
+    if len(bad):
+        raise InvalidInputError(
+            f"take: position {int(bad[0])} is out of range for {total} rows of {ds.uri}"
+        )
+    owner = np.searchsorted(starts, positions, side="right") - 1
+    pieces, order = [], []
+    for index in sorted(set(owner.tolist())):
+        wanted = np.nonzero(owner == index)[0]
+        table = reader.fragment(fragments[index])
+        pieces.append(table.take(pa.array(positions[wanted] - starts[index])))
+        order.append(wanted)
+    if not pieces:
+        return schema.empty_table()
+    combined = pa.concat_tables(pieces)
+    # Rows came out grouped by fragment: put them back in the order asked for.
+    inverse = np.empty(len(positions), dtype=np.int64)
+    inverse[np.concatenate(order)] = np.arange(len(positions))
+    return combined.take(pa.array(inverse))
