@@ -484,8 +484,13 @@ def _verdict(
             checks[probe] = Check(
                 old.name,
                 FAIL,
-                old.detail + ": through s3:// two writers could both commit the same "
-                "version and one commit would be silently lost",
+                old.detail
+                + (
+                    ": every commit through s3:// would fail"
+                    if "rejects" in old.detail
+                    else ": through s3:// two writers could both commit the same version and "
+                    "one commit would be silently lost"
+                ),
                 f"use the URI {external} (create the table with `s3ddb create-table "
                 "TABLE`; set dynamodb_endpoint, dynamodb_region and dynamodb_* credentials "
                 "if DynamoDB is elsewhere)",
