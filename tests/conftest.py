@@ -80,6 +80,27 @@ def dynalite() -> Iterator[object]:
 
 
 @pytest.fixture(scope="session")
+def s3rver() -> Iterator[object]:
+    """s3rver, a second S3 implementation (no conditional writes), with the test
+    bucket (skipped, with the reason, where Node.js or the package is missing)."""
+    from s3ddb.testing.node_servers import S3rver, missing
+
+    reason = missing("s3rver")
+    if reason:
+        pytest.skip(reason)
+    with S3rver(buckets=[TEST_BUCKET]) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def s3rver_split(s3rver: object, moto_aws: object) -> object:
+    """S3 on s3rver, DynamoDB on the moto endpoint (see tests/endpoints.py)."""
+    from tests.endpoints import SplitEndpoints
+
+    return SplitEndpoints(s3rver, moto_aws, name="s3rver")
+
+
+@pytest.fixture(scope="session")
 def split_aws(moto_aws: object, dynalite: object) -> object:
     """S3 on the moto endpoint, DynamoDB on dynalite (see tests/endpoints.py)."""
     from tests.endpoints import SplitEndpoints

@@ -28,11 +28,14 @@ from tests.storage import orphans
 from tests.workers import rows_for
 
 
-@pytest.fixture(params=["moto", "dynalite"])
+@pytest.fixture(params=["moto", "dynalite", "s3rver"])
 def aws(request: pytest.FixtureRequest, moto_aws: Any) -> Any:
-    """Every test here runs against moto (S3 and DynamoDB on one endpoint) and against
-    moto's S3 with dynalite's DynamoDB (a second, independent implementation)."""
-    return moto_aws if request.param == "moto" else request.getfixturevalue("split_aws")
+    """Every test here runs against moto (S3 and DynamoDB on one endpoint), against
+    moto's S3 with dynalite's DynamoDB, and against s3rver's S3 with moto's DynamoDB on
+    another endpoint (second, independent implementations of each service)."""
+    if request.param == "moto":
+        return moto_aws
+    return request.getfixturevalue("split_aws" if request.param == "dynalite" else "s3rver_split")
 
 
 def _rows(aws: Any, uri: str) -> list[ManifestRow]:

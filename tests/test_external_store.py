@@ -39,6 +39,7 @@ from s3ddb.external_store import (
     same_commit,
 )
 from s3ddb.io import aws as aws_module
+from s3ddb.io import aws_sessions
 from s3ddb.io.aws import AwsConfig
 from s3ddb.testing import LocalAWS
 
@@ -679,7 +680,7 @@ class TestCredentials:
         monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
         monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
         # Sessions and clients are cached per process with the credentials they found.
-        monkeypatch.setattr(aws_module, "_sessions", {})
+        monkeypatch.setattr(aws_sessions, "_sessions", {})
         monkeypatch.setattr(aws_module, "_clients", {})
 
     @pytest.mark.usefixtures("no_credentials")

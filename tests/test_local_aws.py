@@ -297,7 +297,10 @@ def test_request_log_names_operations(aws: LocalAWS) -> None:
         ("dynamodb", "Query"),
     ]
     first = aws.requests[1]
-    assert first == RequestRecord("s3", "PutObject", "PUT", f"/{bucket}/a/b", 200)
+    assert first == RequestRecord(
+        "s3", "PutObject", "PUT", f"/{bucket}/a/b", 200,
+        access_key_id="testing", region=aws.region,
+    )  # fmt: skip
     assert aws.count() == 13
     assert aws.count("s3") == 11 and aws.count("dynamodb") == 2
     assert aws.count(operation="PutItem") == 1 and aws.count("s3", "PutItem") == 0

@@ -86,10 +86,13 @@ def _finish(gen: Generation, where: str) -> None:
             break  # the last line may be cut by the kill
 
 
-@pytest.fixture(params=["moto", "dynalite"])
+@pytest.fixture(params=["moto", "dynalite", "s3rver"])
 def aws(request: pytest.FixtureRequest, moto_aws: Any) -> Any:
-    """DynamoDB on moto, and on dynalite (a second implementation)."""
-    return moto_aws if request.param == "moto" else request.getfixturevalue("split_aws")
+    """DynamoDB on moto, and on dynalite (a second implementation); objects on s3rver
+    (a second S3) with moto's DynamoDB on another endpoint."""
+    if request.param == "moto":
+        return moto_aws
+    return request.getfixturevalue("split_aws" if request.param == "dynalite" else "s3rver_split")
 
 
 @pytest.mark.slow
@@ -126,9 +129,9 @@ def test_writers_killed_at_random_moments_lose_nothing(aws: Any, ddb_uri: str) -
     for gen in running:
         _finish(gen, where)
 
-    server = getattr(aws, "ddb", None)
-    if server is not None:  # dynalite: it must have survived the run
-        assert server.is_running(), f"{where}: dynalite stopped: {server.log()[-3000:]}"
+    for server in (getattr(aws, "ddb", None), getattr(aws, "s3", None)):
+        if server is not None and hasattr(server, "log"):  # node servers must survive
+            assert server.is_running(), f"{where}: {server!r} stopped: {server.log()[-3000:]}"
     # A reader that knows nothing of DynamoDB: at most one version behind the table.
     parsed = parse_uri(ddb_uri)
     finalizer.drain()

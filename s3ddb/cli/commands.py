@@ -75,6 +75,13 @@ _AWS_OPTIONS = {
     "--endpoint-url": "S3 and DynamoDB endpoint (default: AWS_ENDPOINT_URL)",
     "--region": "AWS region (default: AWS_REGION / AWS_DEFAULT_REGION)",
     "--profile": "AWS named profile (default: AWS_PROFILE)",
+    # Per service: each overrides the shared option for its service only.
+    "--s3-endpoint": "S3 endpoint only (default: AWS_ENDPOINT_URL_S3)",
+    "--s3-region": "S3 region only (default: AWS_REGION_S3)",
+    "--s3-profile": "named profile for S3 only (default: AWS_PROFILE_S3)",
+    "--dynamodb-endpoint": "DynamoDB endpoint only (default: AWS_ENDPOINT_URL_DYNAMODB)",
+    "--dynamodb-region": "DynamoDB region only (default: AWS_REGION_DYNAMODB)",
+    "--dynamodb-profile": "named profile for DynamoDB only (default: AWS_PROFILE_DYNAMODB)",
 }
 _STORAGE_OPTIONS = [flag[2:].replace("-", "_") for flag in _AWS_OPTIONS]
 
@@ -89,8 +96,9 @@ def _storage_option(text: str) -> tuple[str, str]:
 def _aws_options(parser: argparse.ArgumentParser, default: Any = None) -> None:
     group = parser.add_argument_group(
         "AWS options",
-        "s3:// and s3+ddb:// only; passed as the storage options endpoint_url, "
-        "region and profile, which override the environment",
+        "s3:// and s3+ddb:// only; passed as the storage options of the same names "
+        "(endpoint_url, region, profile, s3_endpoint...), which override the environment "
+        "(docs/deployments.md: precedence)",
     )
     for flag, text in _AWS_OPTIONS.items():
         group.add_argument(flag, default=default, help=text)

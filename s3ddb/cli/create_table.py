@@ -143,4 +143,4 @@ def run(args: argparse.Namespace) -> int:
 
 def _region(aws: Any) -> str:
     # AwsConfig.client falls back to us-east-1 when no region is configured anywhere.
-    return str(aws.region_or_default() or "us-east-1")
+    return str(aws.region_or_default("dynamodb") or "us-east-1")

@@ -24,7 +24,14 @@ from s3ddb.errors import (
 )
 
 # Modules under s3ddb.cli that register verbs, in help order.
-_VERB_MODULES = ("commands", "operations", "create_table", "local_aws", "demo_cmd")
+_VERB_MODULES = (
+    "commands",
+    "operations",
+    "doctor_cmd",
+    "create_table",
+    "local_aws",
+    "demo_cmd",
+)
 
 #: Exit statuses (documented in docs/operations.md).
 EXIT_OK = 0

@@ -221,7 +221,11 @@ def wrong_schema_error(
 
 
 CREDENTIAL_SOURCES = (
+    "storage_options for DynamoDB only (dynamodb_access_key_id / "
+    "dynamodb_secret_access_key / dynamodb_session_token, dynamodb_profile), "
     "storage_options (aws_access_key_id / aws_secret_access_key / aws_session_token), "
+    "the environment for DynamoDB only (AWS_ACCESS_KEY_ID_DYNAMODB / "
+    "AWS_SECRET_ACCESS_KEY_DYNAMODB / AWS_SESSION_TOKEN_DYNAMODB, AWS_PROFILE_DYNAMODB), "
     "the environment (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN), "
     "the profile AWS_PROFILE (or 'default') in the shared credentials file "
     "(AWS_SHARED_CREDENTIALS_FILE, default ~/.aws/credentials) and the config file "

@@ -154,7 +154,7 @@ def _client(aws: AwsConfig, table_name: str) -> Any:
 
 def _region(aws: AwsConfig) -> str:
     # AwsConfig.client falls back to us-east-1 when no region is configured anywhere.
-    return aws.region_or_default() or "us-east-1"
+    return aws.region_or_default("dynamodb") or "us-east-1"
 
 
 def _raise_translated(exc: BaseException, operation: str, table: str, aws: AwsConfig) -> NoReturn:

@@ -127,7 +127,7 @@ class DynamoDBManifestStore(ExternalManifestStore):
     @property
     def region(self) -> str:
         """The region requests go to (AwsConfig falls back to us-east-1)."""
-        return self.aws.region_or_default() or "us-east-1"
+        return self.aws.region_or_default("dynamodb") or "us-east-1"
 
     def describe(self) -> dict[str, Any]:
         return {

@@ -1,12 +1,21 @@
-"""AWS configuration shared by the S3 object store and the DynamoDB external store.
+"""AWS configuration of the S3 object store and the DynamoDB external store.
 
-Settings come from the standard boto3 chain (``AWS_ENDPOINT_URL``,
-``AWS_ENDPOINT_URL_S3``, ``AWS_ENDPOINT_URL_DYNAMODB``, ``AWS_REGION`` /
-``AWS_DEFAULT_REGION``, ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY``,
-``AWS_PROFILE``...). ``storage_options`` override them, and the same overrides apply to
-both services: ``endpoint_url`` is the endpoint of every service (like
-``AWS_ENDPOINT_URL``) unless the service-specific ``s3_endpoint`` or
-``dynamodb_endpoint`` is given.
+Each service (``s3``, ``dynamodb``) resolves each of its settings on its own, taking the
+first of (docs/deployments.md, "Precedence"): what the caller passes beats the
+environment, and within each the setting for the service beats the shared one.
+
+1. the storage option for that service (``dynamodb_region``, ``s3_access_key_id``...);
+2. the shared storage option (``region``, ``aws_access_key_id``, ``endpoint_url``...);
+3. the environment variable for that service (``AWS_REGION_DYNAMODB``,
+   ``AWS_ACCESS_KEY_ID_S3``, ``AWS_ENDPOINT_URL_DYNAMODB``...);
+4. the standard boto3 chain (``AWS_REGION`` / ``AWS_DEFAULT_REGION``,
+   ``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``AWS_PROFILE``, ``~/.aws/config``,
+   instance roles...).
+
+Credentials resolve as one unit (key id, secret and token, or a profile) from the first
+level that gives any, so a key id from one level is never paired with a secret from
+another. ``role_arn`` (per service too) assumes that role with those credentials
+through botocore's refreshing assume-role fetcher.
 
 boto3 imports lazily, so local and in-memory datasets never pay for it.
 """
@@ -20,6 +29,9 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from s3ddb.errors import InvalidInputError
+from s3ddb.io.aws_sessions import aio_role_session, session_for
+
+SERVICES = ("s3", "dynamodb")
 
 # storage_options key -> AwsConfig attribute. Aliases follow boto3 / object_store spellings.
 _OPTION_ALIASES: dict[str, str] = {
@@ -51,17 +63,100 @@ _OPTION_ALIASES: dict[str, str] = {
 
 # pylance (object_store) switches s3ddb accepts for compatibility but that change
 # nothing: boto3 talks HTTP to an http:// endpoint anyway, and picks the addressing
-# style itself (the option is not applied). Values must still be booleans.
+# style itself (the option is not applied; s3_addressing_style chooses one). Values
+# must still be booleans.
 _ACCEPTED_FLAGS = frozenset(
     {"allow_http", "aws_allow_http", "virtual_hosted_style_request",
      "aws_virtual_hosted_style_request"}
 )  # fmt: skip
 _BOOLEANS = frozenset({"true", "false", "1", "0", "yes", "no"})
 
+# --- per-service settings (mixed deployments) ----------------------------------------
+# Kept in a block of their own: <service>_<setting>, plus the environment-variable
+# spellings (lower case) that delta-rs users know, e.g. aws_region_dynamodb.
+_PER_SERVICE_SETTINGS = (
+    "region",
+    "access_key_id",
+    "secret_access_key",
+    "session_token",
+    "profile",
+    "role_arn",
+)
+_SERVICE_OPTION_ALIASES: dict[str, str] = {
+    **{f"{svc}_{s}": f"{svc}_{s}" for svc in SERVICES for s in _PER_SERVICE_SETTINGS},
+    **{f"aws_{s}_{svc}": f"{svc}_{s}" for svc in SERVICES for s in _PER_SERVICE_SETTINGS},
+    "s3_addressing_style": "s3_addressing_style",
+    "s3_ca_bundle": "s3_ca_bundle",
+    "s3_verify": "s3_verify",
+    "role_arn": "role_arn",
+    "aws_role_arn": "role_arn",
+    "role_session_name": "role_session_name",
+    "sts_endpoint": "sts_endpoint",
+    "aws_endpoint_url_sts": "sts_endpoint",
+}
+_ALL_ALIASES = {**_OPTION_ALIASES, **_SERVICE_OPTION_ALIASES}
+
+_ADDRESSING_STYLES = ("path", "virtual", "auto")
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+_SECRET_FIELDS = frozenset(
+    {"aws_access_key_id", "aws_secret_access_key", "aws_session_token"}
+    | {
+        f"{svc}_{s}"
+        for svc in SERVICES
+        for s in ("access_key_id", "secret_access_key", "session_token")
+    }
+)
+
+
+@dataclass(frozen=True)
+class ServiceSettings:
+    """The settings one service's client uses, resolved (see the module docstring).
+
+    ``None`` means "boto3 decides" (its chain, then s3ddb's ``us-east-1`` fallback for
+    the region). ``sources`` says, per setting, where the value came from
+    (``"storage option dynamodb_region"``, ``"environment AWS_REGION_DYNAMODB"``,
+    ``"boto3 chain"``), for ``s3ddb doctor`` and error messages.
+    """
+
+    service: str
+    endpoint: str | None = None
+    region: str | None = None
+    access_key_id: str | None = field(default=None, repr=False)
+    secret_access_key: str | None = field(default=None, repr=False)
+    session_token: str | None = field(default=None, repr=False)
+    profile: str | None = None
+    role_arn: str | None = None
+    role_session_name: str | None = None
+    sts_endpoint: str | None = None
+    addressing_style: str | None = None
+    verify: bool | str | None = None
+    sources: tuple[tuple[str, str], ...] = field(default=(), compare=False)
+
+    def source(self, setting: str) -> str:
+        return dict(self.sources).get(setting, "boto3 chain")
+
+    @property
+    def credentials_text(self) -> str:
+        """Which credentials sign, for messages: e.g. ``"access key ****WXYZ (storage
+        option s3_access_key_id)"``. Only the last four characters of the key id are
+        shown (as ``aws configure list`` does), never the secret or token."""
+        where = self.source("credentials")
+        if self.access_key_id:
+            text = f"access key ****{self.access_key_id[-4:]} ({where})"
+        elif self.profile:
+            text = f"profile {self.profile!r} ({where})"
+        else:
+            text = "credentials of the boto3 chain"
+        return text + (f", assuming role {self.role_arn}" if self.role_arn else "")
+
 
 @dataclass(frozen=True)
 class AwsConfig:
-    """Explicit AWS overrides; ``None`` means "let the boto3 chain decide"."""
+    """Explicit AWS overrides from ``storage_options``; ``None`` means "not given".
+
+    :meth:`settings` resolves them, with the environment, into what one service uses.
+    """
 
     endpoint_url: str | None = None
     s3_endpoint: str | None = None
@@ -71,6 +166,41 @@ class AwsConfig:
     aws_secret_access_key: str | None = field(default=None, repr=False)
     aws_session_token: str | None = field(default=None, repr=False)
     profile: str | None = None
+    role_arn: str | None = None
+    role_session_name: str | None = None
+    sts_endpoint: str | None = None
+    s3_region: str | None = None
+    s3_access_key_id: str | None = field(default=None, repr=False)
+    s3_secret_access_key: str | None = field(default=None, repr=False)
+    s3_session_token: str | None = field(default=None, repr=False)
+    s3_profile: str | None = None
+    s3_role_arn: str | None = None
+    s3_addressing_style: str | None = None
+    s3_ca_bundle: str | None = None
+    s3_verify: str | None = None
+    dynamodb_region: str | None = None
+    dynamodb_access_key_id: str | None = field(default=None, repr=False)
+    dynamodb_secret_access_key: str | None = field(default=None, repr=False)
+    dynamodb_session_token: str | None = field(default=None, repr=False)
+    dynamodb_profile: str | None = None
+    dynamodb_role_arn: str | None = None
+
+    def __post_init__(self) -> None:
+        style = self.s3_addressing_style
+        if style is not None and style.lower() not in _ADDRESSING_STYLES:
+            raise InvalidInputError(
+                f"storage option s3_addressing_style={style!r}: expected one of "
+                f"{', '.join(_ADDRESSING_STYLES)}"
+            )
+        verify = self.s3_verify
+        if verify is not None and verify.lower() not in _TRUE + _FALSE:
+            raise InvalidInputError(f"storage option s3_verify={verify!r}: expected true or false")
+        for prefix in ("aws_", "s3_", "dynamodb_"):
+            key_id = getattr(self, f"{prefix}access_key_id")
+            if getattr(self, f"{prefix}secret_access_key") and not key_id:
+                raise InvalidInputError(
+                    f"storage option {prefix}secret_access_key given without {prefix}access_key_id"
+                )
 
     def __repr__(self) -> str:
         # Credentials never appear in a repr (nor so in any message or log built
@@ -80,16 +210,20 @@ class AwsConfig:
             for f in fields(self)
             if f.repr and getattr(self, f.name) is not None
         )
-        given = "explicit credentials" if self.aws_access_key_id else "credentials from the chain"
-        return f"AwsConfig({shown}{', ' if shown else ''}{given})"
+        given = [n for n in sorted(_SECRET_FIELDS) if n.endswith("key_id") and getattr(self, n)]
+        creds = (
+            f"explicit credentials ({', '.join(given)})" if given else "credentials from the chain"
+        )
+        return f"AwsConfig({shown}{', ' if shown else ''}{creds})"
 
     @classmethod
     def from_storage_options(cls, storage_options: Mapping[str, Any] | None) -> AwsConfig:
         """Build the overrides from ``storage_options``.
 
         Raises:
-            InvalidInputError: an option is not an AWS setting s3ddb knows, or its value
-                is not a string.
+            InvalidInputError: an option is not an AWS setting s3ddb knows, its value
+                is not a string, or a value is invalid (``s3_addressing_style``,
+                ``s3_verify``, a secret without its key id).
         """
         values: dict[str, str] = {}
         for key, value in (storage_options or {}).items():
@@ -97,9 +231,9 @@ class AwsConfig:
                 if str(value).lower() not in _BOOLEANS:
                     raise InvalidInputError(f"storage option {key!r} must be true or false")
                 continue
-            attr = _OPTION_ALIASES.get(key.lower())
+            attr = _ALL_ALIASES.get(key.lower())
             if attr is None:
-                known = ", ".join(sorted({k for k in _OPTION_ALIASES if k == _OPTION_ALIASES[k]}))
+                known = ", ".join(sorted({k for k in _ALL_ALIASES if k == _ALL_ALIASES[k]}))
                 raise InvalidInputError(f"unknown storage option {key!r}; AWS options are: {known}")
             if value is not None and not isinstance(value, str):
                 raise InvalidInputError(
@@ -112,50 +246,160 @@ class AwsConfig:
     def as_dict(self) -> dict[str, str]:
         return {f.name: v for f in fields(self) if (v := getattr(self, f.name)) is not None}
 
+    # --- resolution ------------------------------------------------------------------
+
+    def settings(self, service: str) -> ServiceSettings:
+        """What ``service``'s client uses: storage option for the service, shared
+        storage option, environment for the service, boto3 chain (first given wins).
+
+        Raises:
+            InvalidInputError: ``service`` is not "s3" or "dynamodb", or an
+                environment variable for it is invalid (a secret without a key id).
+        """
+        if service not in SERVICES:
+            raise InvalidInputError(f"unknown AWS service {service!r}; expected s3 or dynamodb")
+        env = os.environ
+        tag = service.upper()
+        sources: dict[str, str] = {}
+
+        def pick(
+            name: str,
+            mine: str | None,
+            env_mine: str,
+            shared_attr: str | None,
+            env_shared: tuple[str, ...] = (),
+        ) -> str | None:
+            candidates = [(mine, f"storage option {service}_{name}")]
+            if shared_attr:
+                candidates.append((getattr(self, shared_attr), f"storage option {shared_attr}"))
+            candidates += [(env.get(n), f"environment {n}") for n in (env_mine, *env_shared)]
+            for value, where in candidates:
+                if value:
+                    sources[name] = where
+                    return value
+            return None
+
+        ignore_env_endpoints = env.get("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "").lower() == "true"
+        endpoint = pick(
+            "endpoint",
+            getattr(self, f"{service}_endpoint"),
+            "" if ignore_env_endpoints else f"AWS_ENDPOINT_URL_{tag}",
+            "endpoint_url",
+            () if ignore_env_endpoints else ("AWS_ENDPOINT_URL",),
+        )
+        region = pick(
+            "region",
+            getattr(self, f"{service}_region"),
+            f"AWS_REGION_{tag}",
+            "region",
+            ("AWS_REGION", "AWS_DEFAULT_REGION"),
+        )
+        role_arn = pick(
+            "role_arn", getattr(self, f"{service}_role_arn"), f"AWS_ROLE_ARN_{tag}", "role_arn"
+        )
+        key_id, secret, token, profile = self._credentials(service, sources)
+        style = self.s3_addressing_style if service == "s3" else None
+        verify: bool | str | None = None
+        if service == "s3":
+            style = style or env.get("AWS_S3_ADDRESSING_STYLE") or None
+            if style and style.lower() not in _ADDRESSING_STYLES:
+                raise InvalidInputError(
+                    f"environment AWS_S3_ADDRESSING_STYLE={style!r}: expected one of "
+                    f"{', '.join(_ADDRESSING_STYLES)}"
+                )
+            if self.s3_verify is not None and self.s3_verify.lower() in _FALSE:
+                verify = False
+            else:
+                verify = self.s3_ca_bundle or env.get("AWS_CA_BUNDLE_S3") or None
+        return ServiceSettings(
+            service=service,
+            endpoint=endpoint,
+            region=region,
+            access_key_id=key_id,
+            secret_access_key=secret,
+            session_token=token,
+            profile=profile,
+            role_arn=role_arn,
+            role_session_name=self.role_session_name,
+            sts_endpoint=self.sts_endpoint,
+            addressing_style=style.lower() if style else None,
+            verify=verify,
+            sources=tuple(sorted(sources.items())),
+        )
+
+    def _credentials(
+        self, service: str, sources: dict[str, str]
+    ) -> tuple[str | None, str | None, str | None, str | None]:
+        """(key id, secret, token, profile) from the first level that gives any."""
+        env = os.environ
+        tag = service.upper()
+        levels = [
+            (
+                getattr(self, f"{service}_access_key_id"),
+                getattr(self, f"{service}_secret_access_key"),
+                getattr(self, f"{service}_session_token"),
+                getattr(self, f"{service}_profile"),
+                f"storage option {service}_access_key_id",
+                f"storage option {service}_profile",
+            ),
+            (
+                self.aws_access_key_id,
+                self.aws_secret_access_key,
+                self.aws_session_token,
+                self.profile,
+                "storage option aws_access_key_id",
+                "storage option profile",
+            ),
+            (
+                env.get(f"AWS_ACCESS_KEY_ID_{tag}"),
+                env.get(f"AWS_SECRET_ACCESS_KEY_{tag}"),
+                env.get(f"AWS_SESSION_TOKEN_{tag}"),
+                env.get(f"AWS_PROFILE_{tag}"),
+                f"environment AWS_ACCESS_KEY_ID_{tag}",
+                f"environment AWS_PROFILE_{tag}",
+            ),
+        ]
+        for key_id, secret, token, profile, key_source, profile_source in levels:
+            if key_id:
+                if not secret:
+                    raise InvalidInputError(
+                        f"{key_source} is set but its secret access key is not "
+                        f"({service} credentials come as a pair from one place)"
+                    )
+                sources["credentials"] = key_source
+                return key_id, secret, token or None, None
+            if secret:
+                raise InvalidInputError(
+                    f"a {service} secret access key is set without its access key id "
+                    f"(where {key_source} is expected)"
+                )
+            if profile:
+                sources["credentials"] = profile_source
+                return None, None, None, profile
+        return None, None, None, None
+
+    # --- compatibility helpers (messages) ------------------------------------------
+
     def endpoint_for(self, service: str) -> str | None:
         """The explicit endpoint for ``service`` ("s3" or "dynamodb"), if any."""
         specific = {"s3": self.s3_endpoint, "dynamodb": self.dynamodb_endpoint}.get(service)
         return specific or self.endpoint_url
 
     def endpoint_in_effect(self, service: str) -> str | None:
-        """The endpoint requests to ``service`` go to, for messages: the explicit one,
-        else the environment's (``AWS_ENDPOINT_URL_<SERVICE>``, ``AWS_ENDPOINT_URL``, as
-        boto3 reads them), else None (the region's AWS endpoint)."""
-        explicit = self.endpoint_for(service)
-        if explicit or os.environ.get("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "").lower() == "true":
-            return explicit
-        return (
-            os.environ.get(f"AWS_ENDPOINT_URL_{service.upper()}")
-            or os.environ.get("AWS_ENDPOINT_URL")
-            or None
-        )
+        """The endpoint requests to ``service`` go to, for messages: the resolved one
+        (see :meth:`settings`), or None (the region's AWS endpoint)."""
+        return self.settings(service).endpoint
 
-    def region_or_default(self) -> str | None:
-        return self.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    def region_or_default(self, service: str = "s3") -> str | None:
+        """The region resolved for ``service``, or None (boto3 then decides)."""
+        return self.settings(service).region
 
     # --- boto3 -------------------------------------------------------------------
 
-    def boto3_session(self) -> Any:
-        """A boto3 Session for these overrides, shared per process."""
-        key = (os.getpid(), self)
-        with _lock:
-            session = _sessions.get(key)
-            if session is None:
-                import boto3
-
-                kwargs: dict[str, Any] = {}
-                if self.profile:
-                    kwargs["profile_name"] = self.profile
-                if self.aws_access_key_id:
-                    kwargs["aws_access_key_id"] = self.aws_access_key_id
-                    kwargs["aws_secret_access_key"] = self.aws_secret_access_key
-                    kwargs["aws_session_token"] = self.aws_session_token
-                region = self.region_or_default()
-                if region:
-                    kwargs["region_name"] = region
-                session = boto3.Session(**kwargs)
-                _sessions[key] = session
-            return session
+    def boto3_session(self, service: str = "s3") -> Any:
+        """A boto3 Session with ``service``'s region and credentials, shared per
+        process (and per resolved settings, so a changed environment is seen)."""
+        return session_for(self.settings(service))
 
     def client(self, service: str, *, max_attempts: int | None = None) -> Any:
         """A boto3 client for ``service``, created once per process and reused.
@@ -163,7 +407,8 @@ class AwsConfig:
         ``max_attempts`` sets botocore's own retry budget; callers that retry
         themselves pass 1 so that their retry policy is the only one.
         """
-        key = (os.getpid(), self, service, max_attempts)
+        settings = self.settings(service)
+        key = (os.getpid(), settings, max_attempts)
         with _lock:
             client = _clients.get(key)
         if client is not None:
@@ -178,14 +423,17 @@ class AwsConfig:
             from botocore.config import Config
 
             retries: dict[str, Any] = {"mode": "standard"}
+            config_kwargs: dict[str, Any] = {"retries": retries, "max_pool_connections": 32}
             if max_attempts is not None:
                 retries["total_max_attempts"] = max_attempts
-            config = Config(retries=retries, max_pool_connections=32)  # type: ignore[arg-type]
-            kwargs: dict[str, Any] = {"config": config}
-            endpoint = self.endpoint_for(service)
-            if endpoint:
-                kwargs["endpoint_url"] = endpoint
-            session = self.boto3_session()
+            if settings.addressing_style:
+                config_kwargs["s3"] = {"addressing_style": settings.addressing_style}
+            kwargs: dict[str, Any] = {"config": Config(**config_kwargs)}
+            if settings.endpoint:
+                kwargs["endpoint_url"] = settings.endpoint
+            if settings.verify is not None:
+                kwargs["verify"] = settings.verify
+            session = session_for(settings)
             if session.region_name is None:
                 # boto3 refuses to build a client without a region (from the environment,
                 # a profile or ~/.aws/config); emulators ignore it.
@@ -197,22 +445,28 @@ class AwsConfig:
     # --- s3fs --------------------------------------------------------------------
 
     def s3fs_options(self) -> dict[str, Any]:
-        """Keyword arguments for ``s3fs.S3FileSystem`` carrying these overrides."""
+        """Keyword arguments for ``s3fs.S3FileSystem`` carrying the S3 settings."""
+        s = self.settings("s3")
         opts: dict[str, Any] = {}
         client_kwargs: dict[str, Any] = {}
-        endpoint = self.endpoint_for("s3")
-        if endpoint:
-            opts["endpoint_url"] = endpoint
-        region = self.region_or_default()
-        if region:
-            client_kwargs["region_name"] = region
-        if self.aws_access_key_id:
-            opts["key"] = self.aws_access_key_id
-            opts["secret"] = self.aws_secret_access_key
-            if self.aws_session_token:
-                opts["token"] = self.aws_session_token
-        if self.profile:
-            opts["profile"] = self.profile
+        if s.endpoint:
+            opts["endpoint_url"] = s.endpoint
+        if s.region:
+            client_kwargs["region_name"] = s.region
+        if s.verify is not None:
+            client_kwargs["verify"] = s.verify
+        if s.addressing_style:
+            opts["config_kwargs"] = {"s3": {"addressing_style": s.addressing_style}}
+        if s.role_arn:
+            opts["session"] = aio_role_session(s)
+        else:
+            if s.access_key_id:
+                opts["key"] = s.access_key_id
+                opts["secret"] = s.secret_access_key
+                if s.session_token:
+                    opts["token"] = s.session_token
+            if s.profile:
+                opts["profile"] = s.profile
         if client_kwargs:
             opts["client_kwargs"] = client_kwargs
         return opts
@@ -220,5 +474,4 @@ class AwsConfig:
 
 _lock = threading.Lock()
 _create_lock = threading.Lock()
-_sessions: dict[Any, Any] = {}
 _clients: dict[Any, Any] = {}

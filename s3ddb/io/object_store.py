@@ -497,6 +497,13 @@ _S3_CODE_TO_ERROR: dict[str, type[OSError]] = {
 }
 
 
+# The store does not know the key or the signature does not match it (S3-compatible
+# stores answer these where AWS might say AccessDenied).
+_S3_CREDENTIAL_CODES = frozenset(
+    {"InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidToken", "ExpiredToken"}
+)
+
+
 # botocore's and aiohttp's names for "nothing could be sent".
 _NOT_SENT = frozenset(
     {
@@ -523,11 +530,18 @@ def _translate(exc: BaseException, where: str) -> BaseException:
             return CredentialsError(
                 f"no AWS credentials found for {where}: set AWS_ACCESS_KEY_ID/"
                 "AWS_SECRET_ACCESS_KEY, AWS_PROFILE, or storage_options "
-                "aws_access_key_id/aws_secret_access_key"
+                "aws_access_key_id/aws_secret_access_key (for S3 only: s3_access_key_id/"
+                "s3_secret_access_key, AWS_ACCESS_KEY_ID_S3/AWS_SECRET_ACCESS_KEY_S3)"
             )
         response = getattr(err, "response", None)
         if isinstance(response, dict):
             code = str(response.get("Error", {}).get("Code", ""))
+            if code in _S3_CREDENTIAL_CODES:
+                return CredentialsError(
+                    f"the object store refused the credentials for {where} ({code}): check "
+                    "s3_access_key_id/s3_secret_access_key (or aws_access_key_id/"
+                    "aws_secret_access_key, AWS_ACCESS_KEY_ID_S3...); docs/deployments.md"
+                )
             mapped = _S3_CODE_TO_ERROR.get(code)
             if mapped is FileExistsError:
                 return FileExistsError(errno.EEXIST, "object exists", where)

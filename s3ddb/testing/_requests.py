@@ -73,6 +73,9 @@ class RequestRecord:
         fault: the injected fault kind that shaped this request, or ``None``.
         applied: whether moto saw (and so possibly applied) the request. ``False`` only
             for faults that answer without applying.
+        access_key_id: the access key id the request was signed with (from the SigV4
+            credential scope), or ``None`` when unsigned. Never the secret.
+        region: the region of the signature's credential scope, or ``None``.
     """
 
     service: str
@@ -82,6 +85,8 @@ class RequestRecord:
     status: int
     fault: str | None = None
     applied: bool = True
+    access_key_id: str | None = None
+    region: str | None = None
 
 
 def _header(environ: Mapping[str, Any], name: str) -> str:
@@ -99,6 +104,24 @@ def request_path(environ: Mapping[str, Any]) -> str:
         return str(path).encode("latin-1").decode("utf-8")
     except (UnicodeEncodeError, UnicodeDecodeError):
         return str(path)
+
+
+# The whole scope: access key id, date, region, service.
+_FULL_SCOPE = re.compile(r"Credential=([^/,\s]+)/\d{8}/([^/]+)/[^/]+/aws4_request")
+
+
+def signing_identity(environ: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """(access key id, region) of a SigV4-signed request (header or presigned query),
+    or ``(None, None)`` when it is not signed that way."""
+    match = _FULL_SCOPE.search(_header(environ, "Authorization"))
+    if match:
+        return match.group(1), match.group(2)
+    query = parse_qs(environ.get("QUERY_STRING", "") or "", keep_blank_values=True)
+    for credential in query.get("X-Amz-Credential", []):
+        parts = credential.split("/")
+        if len(parts) == 5:
+            return parts[0], parts[2]
+    return None, None
 
 
 def detect_service(environ: Mapping[str, Any]) -> str:
@@ -126,7 +149,8 @@ def detect_service(environ: Mapping[str, Any]) -> str:
     return "s3"
 
 
-def _s3_operation(method: str, path: str, query: Mapping[str, list[str]], copy: bool) -> str:
+def s3_operation(method: str, path: str, query: Mapping[str, list[str]], copy: bool) -> str:
+    """The AWS name of a path-style S3 request (``copy``: it has ``x-amz-copy-source``)."""
     bucket, _, key = path.lstrip("/").partition("/")
     if not bucket:
         return "ListBuckets" if method == "GET" else f"{method} /"
@@ -196,7 +220,7 @@ def detect_operation(environ: Mapping[str, Any], service: str, body: bytes = b""
         return target.rsplit(".", 1)[-1]
     if service == "s3":
         copy = bool(_header(environ, "X-Amz-Copy-Source"))
-        return _s3_operation(method, path, query, copy)
+        return s3_operation(method, path, query, copy)
     actions = query.get("Action")
     if not actions and body and "form-urlencoded" in str(environ.get("CONTENT_TYPE", "")):
         actions = parse_qs(body.decode("utf-8", "replace")).get("Action")
@@ -205,4 +229,11 @@ def detect_operation(environ: Mapping[str, Any], service: str, body: bytes = b""
     return f"{method} {path}"
 
 
-__all__ = ["RequestRecord", "detect_operation", "detect_service", "request_path"]
+__all__ = [
+    "RequestRecord",
+    "detect_operation",
+    "detect_service",
+    "request_path",
+    "s3_operation",
+    "signing_identity",
+]

@@ -73,6 +73,7 @@ from s3ddb.testing._requests import (
     detect_operation,
     detect_service,
     request_path,
+    signing_identity,
 )
 
 _log = logging.getLogger(__name__)
@@ -293,6 +294,7 @@ class _Gateway:
         service = detect_service(environ)
         operation = detect_operation(environ, service, body)
         path = request_path(environ)
+        access_key_id, region = signing_identity(environ)
 
         if service == "s3" and not owner.conditional_writes and method in _WRITE_METHODS:
             environ.pop("HTTP_IF_NONE_MATCH", None)
@@ -310,6 +312,8 @@ class _Gateway:
                     status=status,
                     fault=fault.kind if fault else None,
                     applied=applied,
+                    access_key_id=access_key_id,
+                    region=region,
                 )
             )
 

@@ -1,0 +1,533 @@
+"""``s3ddb doctor``: is this URI's configuration able to commit, and how?
+
+:func:`diagnose` checks, with each service's own settings (see :mod:`s3ddb.io.aws`):
+
+* S3: the endpoint answers and accepts the credentials (``ListObjectsV2`` under the
+  dataset's prefix); the principal may do what commits need (a scratch object under
+  ``<prefix>/_s3ddb_doctor/`` is put, read, copied and deleted); and whether the store
+  honours ``If-None-Match: *`` (a scratch object written twice with it: the second
+  write must be refused).
+* DynamoDB (``s3+ddb://`` only): the table exists with the key schema s3ddb needs
+  (``DescribeTable``), and the principal may make each call of the protocol on a
+  scratch item (``PutItem``, ``GetItem``, ``Query``, ``UpdateItem``) whose partition
+  key (``s3ddb-doctor://...``) no dataset can have; ``BatchWriteItem`` (cleanup, drop)
+  is tried last and only reported when refused.
+
+Scratch objects and items are deleted afterwards, also when a check fails. Nothing of a
+dataset is read or changed. The report names the commit mechanism the URI uses and,
+for each failed check, the exact setting to change.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from s3ddb.external_store import _ddb_common as ddb
+from s3ddb.io.aws import AwsConfig, ServiceSettings
+from s3ddb.io.uri import DatasetURI, parse_uri
+
+OK, FAIL, INFO = "ok", "fail", "info"
+
+# Failures that mean "cannot get in at all" (the other verbs' exit status 2).
+_UNREACHABLE_ERRORS = ("EndpointConnectionError", "ConnectTimeoutError", "ConnectionClosedError")
+_S3_CREDENTIAL_CODES = frozenset(
+    {
+        "InvalidAccessKeyId",
+        "SignatureDoesNotMatch",
+        "InvalidToken",
+        "ExpiredToken",
+        "InvalidClientTokenId",
+        "AuthorizationHeaderMalformed",
+    }
+)
+_DENIED_CODES = frozenset({"AccessDenied", "AccessDeniedException", "Forbidden"})
+
+
+@dataclass(frozen=True)
+class Check:
+    """One check: ``status`` is "ok", "fail" or "info" (a fact, not a problem);
+    ``fix`` names the setting to change when it failed; ``access`` marks a failure to
+    reach a service or have it accept the credentials at all."""
+
+    name: str
+    status: str
+    detail: str
+    fix: str | None = None
+    access: bool = False
+
+
+@dataclass(frozen=True)
+class DoctorReport:
+    """What :func:`diagnose` found.
+
+    Attributes:
+        uri: the URI as given.
+        mechanism: how commits of this URI are decided.
+        ok: every check passed: this configuration commits safely.
+        verdict: one paragraph for people: the mechanism, and what to change if not ok.
+        conditional_writes: whether the object store honours ``If-None-Match`` (None:
+            not probed).
+        services: per service, the endpoint, region and credentials in use, with where
+            each came from (never a secret).
+        checks: every check, in order.
+    """
+
+    uri: str
+    mechanism: str
+    ok: bool
+    verdict: str
+    conditional_writes: bool | None
+    services: dict[str, dict[str, Any]] = field(default_factory=dict)
+    checks: tuple[Check, ...] = ()
+
+    @property
+    def access_error(self) -> bool:
+        """A service could not be reached or refused the credentials."""
+        return any(c.access for c in self.checks if c.status == FAIL)
+
+    @property
+    def exit_status(self) -> int:
+        """0: ok; 2: a service unreachable or credentials refused; 1: anything else."""
+        return 0 if self.ok else 2 if self.access_error else 1
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["checks"] = [asdict(c) for c in self.checks]
+        out["exit_status"] = self.exit_status
+        return out
+
+
+def diagnose(uri: str | DatasetURI, storage_options: dict[str, Any] | None = None) -> DoctorReport:
+    """Check ``uri``'s configuration (see the module docstring).
+
+    Raises:
+        InvalidURIError: the URI cannot be parsed.
+        InvalidInputError: an unknown or invalid storage option or environment setting.
+    """
+    parsed = uri if isinstance(uri, DatasetURI) else parse_uri(uri)
+    original = parsed.original or str(uri)
+    if parsed.storage_protocol != "s3":
+        mechanism = (
+            "an atomic create (hard link) on the local file system"
+            if parsed.scheme == "file"
+            else "a lock in this process (memory://)"
+        )
+        return DoctorReport(
+            original, mechanism, True, f"OK: commits use {mechanism}; no service to check.", None
+        )
+    aws = AwsConfig.from_storage_options(storage_options)
+    services = {"s3": _describe(aws.settings("s3"))}
+    checks: list[Check] = []
+    conditional = _check_s3(parsed, aws, checks)
+    if parsed.uses_external_store:
+        services["dynamodb"] = _describe(aws.settings("dynamodb"))
+        _check_dynamodb(parsed, aws, checks)
+    return _verdict(parsed, original, aws, services, checks, conditional)
+
+
+def _describe(s: ServiceSettings) -> dict[str, Any]:
+    return {
+        "endpoint": s.endpoint or "AWS (default for the region)",
+        "endpoint_source": s.source("endpoint"),
+        "region": s.region or "(boto3 default)",
+        "region_source": s.source("region"),
+        "credentials": s.credentials_text,
+    }
+
+
+# --- S3 ------------------------------------------------------------------------------
+
+
+def _check_s3(uri: DatasetURI, aws: AwsConfig, checks: list[Check]) -> bool | None:
+    """Append the S3 checks; returns the If-None-Match probe's answer (None: not run)."""
+    s = aws.settings("s3")
+    bucket, _, prefix = uri.path.partition("/")
+    try:
+        client = aws.client("s3", max_attempts=1)
+        client.list_objects_v2(Bucket=bucket, Prefix=prefix + "/", MaxKeys=1)
+    except Exception as exc:
+        checks.append(_s3_failure("s3.reachable", exc, s, bucket, prefix, "ListObjectsV2"))
+        return None
+    checks.append(Check("s3.reachable", OK, f"ListObjectsV2 on s3://{bucket}/{prefix}/ answered"))
+
+    scratch = f"{prefix}/_s3ddb_doctor/{uuid.uuid4().hex}"
+    keys = [scratch, scratch + ".copy", scratch + ".inm"]
+    steps: list[tuple[str, Callable[[], Any]]] = [
+        ("PutObject", lambda: client.put_object(Bucket=bucket, Key=keys[0], Body=b"doctor")),
+        ("GetObject", lambda: client.get_object(Bucket=bucket, Key=keys[0])["Body"].read()),
+        (
+            "CopyObject",
+            lambda: client.copy_object(
+                Bucket=bucket, Key=keys[1], CopySource={"Bucket": bucket, "Key": keys[0]}
+            ),
+        ),
+        ("DeleteObject", lambda: client.delete_object(Bucket=bucket, Key=keys[1])),
+    ]
+    conditional: bool | None = None
+    try:
+        for operation, step in steps:
+            try:
+                step()
+            except Exception as exc:
+                checks.append(_s3_failure("s3.permissions", exc, s, bucket, prefix, operation))
+                return None
+        checks.append(
+            Check(
+                "s3.permissions",
+                OK,
+                "PutObject, GetObject, CopyObject and DeleteObject "
+                f"on a scratch object under s3://{bucket}/{prefix}/_s3ddb_doctor/",
+            )
+        )
+        conditional = _probe_if_none_match(client, bucket, keys[2], checks)
+    finally:
+        for key in keys:
+            # Best effort: a refused delete was reported by the permission check.
+            with contextlib.suppress(Exception):
+                client.delete_object(Bucket=bucket, Key=key)
+    return conditional
+
+
+def _probe_if_none_match(client: Any, bucket: str, key: str, checks: list[Check]) -> bool | None:
+    name = "s3.conditional_put"
+    try:
+        client.put_object(Bucket=bucket, Key=key, Body=b"first", IfNoneMatch="*")
+        client.put_object(Bucket=bucket, Key=key, Body=b"second", IfNoneMatch="*")
+    except Exception as exc:
+        code, status = ddb.error_code(exc), ddb.http_status(exc)
+        if status in (409, 412) or code in ("PreconditionFailed", "ConditionalRequestConflict"):
+            checks.append(
+                Check(
+                    name,
+                    OK,
+                    "the store honours If-None-Match: a second write of "
+                    f"the scratch object was refused ({code or status})",
+                )
+            )
+            return True
+        checks.append(
+            Check(name, INFO, f"the store rejects If-None-Match on PUT ({ddb.describe_error(exc)})")
+        )
+        return False
+    checks.append(
+        Check(
+            name,
+            INFO,
+            "the store ignores If-None-Match: a second write of the "
+            "scratch object with If-None-Match: * replaced the first",
+        )
+    )
+    return False
+
+
+def _s3_failure(
+    name: str, exc: BaseException, s: ServiceSettings, bucket: str, prefix: str, operation: str
+) -> Check:
+    code = ddb.error_code(exc)
+    text = f"{operation} on s3://{bucket}/{prefix}/: {ddb.describe_error(exc)}"
+    where = f"now {s.endpoint or 'AWS'} ({s.source('endpoint')})"
+    if type(exc).__name__ in _UNREACHABLE_ERRORS:
+        return Check(
+            name,
+            FAIL,
+            text,
+            f"set the S3 endpoint: storage option s3_endpoint or AWS_ENDPOINT_URL_S3 ({where})",
+            access=True,
+        )
+    if type(exc).__name__ in ("NoCredentialsError", "PartialCredentialsError"):
+        return Check(
+            name,
+            FAIL,
+            text,
+            "give S3 credentials: storage options s3_access_key_id + "
+            "s3_secret_access_key (or s3_profile), or AWS_ACCESS_KEY_ID_S3 + "
+            "AWS_SECRET_ACCESS_KEY_S3",
+            access=True,
+        )
+    if code in _S3_CREDENTIAL_CODES:
+        return Check(
+            name,
+            FAIL,
+            text,
+            f"the store refused {s.credentials_text}: set "
+            "s3_access_key_id + s3_secret_access_key (or AWS_ACCESS_KEY_ID_S3 + "
+            "AWS_SECRET_ACCESS_KEY_S3) to a key of this store",
+            access=True,
+        )
+    if code in ("NoSuchBucket",):
+        return Check(
+            name,
+            FAIL,
+            text,
+            f"create bucket {bucket!r} on {s.endpoint or 'AWS'}, or "
+            "fix the URI's bucket or s3_endpoint",
+        )
+    if code in _DENIED_CODES or ddb.http_status(exc) == 403:
+        action = {"ListObjectsV2": "s3:ListBucket", "CopyObject": "s3:GetObject and s3:PutObject"}
+        grant = action.get(operation, f"s3:{operation}")
+        return Check(
+            name,
+            FAIL,
+            text,
+            f"grant {grant} on arn:aws:s3:::{bucket}/{prefix}/* to "
+            f"{s.credentials_text} (docs/terraform.md: the module's policy)",
+        )
+    return Check(name, FAIL, text, None)
+
+
+# --- DynamoDB ----------------------------------------------------------------------------
+
+
+def _check_dynamodb(uri: DatasetURI, aws: AwsConfig, checks: list[Check]) -> None:
+    s = aws.settings("dynamodb")
+    table = str(uri.ddb_table)
+    try:
+        client = aws.client("dynamodb", max_attempts=1)
+        description = client.describe_table(TableName=table)["Table"]
+    except Exception as exc:
+        checks.append(_ddb_failure("dynamodb.table", exc, s, table, "DescribeTable"))
+        return
+    if not ddb.key_schema_matches(description):
+        checks.append(
+            Check(
+                "dynamodb.table",
+                FAIL,
+                f"table {table!r} has the key schema:\n{ddb.key_schema_text(description)}\n"
+                f"s3ddb needs:\n{ddb.expected_schema_text()}",
+                f"point ddbTableName at a table with that key schema (a key schema cannot be "
+                f"changed): s3ddb create-table {table}-s3ddb, then ?ddbTableName={table}-s3ddb",
+            )
+        )
+        return
+    checks.append(
+        Check(
+            "dynamodb.table",
+            OK,
+            f"table {table!r} exists with the key schema base_uri (S, HASH) + version (N, RANGE)",
+        )
+    )
+
+    key = {"base_uri": {"S": f"s3ddb-doctor://{uuid.uuid4().hex}"}, "version": {"N": "1"}}
+    steps: list[tuple[str, Callable[[], Any]]] = [
+        (
+            "PutItem",
+            lambda: client.put_item(
+                TableName=table,
+                Item={**key, "path": {"S": "doctor"}},
+                ConditionExpression="attribute_not_exists(base_uri)",
+            ),
+        ),
+        ("GetItem", lambda: client.get_item(TableName=table, Key=key, ConsistentRead=True)),
+        (
+            "Query",
+            lambda: client.query(
+                TableName=table,
+                KeyConditionExpression="base_uri = :b",
+                ExpressionAttributeValues={":b": key["base_uri"]},
+                ConsistentRead=True,
+            ),
+        ),
+        (
+            "UpdateItem",
+            lambda: client.update_item(
+                TableName=table,
+                Key=key,
+                UpdateExpression="SET #p = :p",
+                ConditionExpression="attribute_exists(base_uri)",
+                ExpressionAttributeNames={"#p": "path"},
+                ExpressionAttributeValues={":p": {"S": "doctor-final"}},
+            ),
+        ),
+    ]
+    done = False
+    try:
+        for operation, step in steps:
+            try:
+                step()
+            except Exception as exc:
+                # DescribeTable accepted these credentials: a refusal now is about
+                # this one action (moto, for one, answers it with a bare 403).
+                checks.append(
+                    _ddb_failure("dynamodb.permissions", exc, s, table, operation, accepted=True)
+                )
+                return
+        checks.append(
+            Check(
+                "dynamodb.permissions",
+                OK,
+                "PutItem, GetItem, Query and UpdateItem (what commits need) on a scratch item",
+            )
+        )
+        # Removing rows (cleanup of old versions, drop) uses BatchWriteItem; commits do
+        # not, so a principal without it is reported, not failed.
+        try:
+            client.batch_write_item(RequestItems={table: [{"DeleteRequest": {"Key": key}}]})
+            done = True
+        except Exception as exc:
+            checks.append(
+                Check(
+                    "dynamodb.cleanup_permissions",
+                    INFO,
+                    f"BatchWriteItem was refused ({ddb.describe_error(exc)}): commits work, "
+                    "but `cleanup` and `drop` cannot remove rows with these credentials",
+                    f"grant dynamodb:BatchWriteItem on table {table!r} to the principal "
+                    "that runs cleanup",
+                )
+            )
+    finally:
+        if not done:
+            # Best effort: the failure that matters is already reported.
+            with contextlib.suppress(Exception):
+                client.delete_item(TableName=table, Key=key)
+
+
+def _ddb_failure(
+    name: str,
+    exc: BaseException,
+    s: ServiceSettings,
+    table: str,
+    operation: str,
+    *,
+    accepted: bool = False,
+) -> Check:
+    failure = ddb.classify(exc)
+    text = f"{operation} on {ddb.where(table, s.endpoint, s.region)}: {ddb.describe_error(exc)}"
+    code = ddb.error_code(exc)
+    if failure is ddb.Failure.NOT_SENT or type(exc).__name__ in _UNREACHABLE_ERRORS:
+        return Check(
+            name,
+            FAIL,
+            text,
+            "set the DynamoDB endpoint: storage option "
+            "dynamodb_endpoint or AWS_ENDPOINT_URL_DYNAMODB (now "
+            f"{s.endpoint or 'AWS'}, {s.source('endpoint')}), and its region: "
+            f"dynamodb_region or AWS_REGION_DYNAMODB (now {s.region}, "
+            f"{s.source('region')})",
+            access=True,
+        )
+    if type(exc).__name__ in ("NoCredentialsError", "PartialCredentialsError"):
+        return Check(
+            name,
+            FAIL,
+            text,
+            "give DynamoDB credentials: storage options "
+            "dynamodb_access_key_id + dynamodb_secret_access_key (or dynamodb_profile), "
+            "or AWS_ACCESS_KEY_ID_DYNAMODB + AWS_SECRET_ACCESS_KEY_DYNAMODB",
+            access=True,
+        )
+    if failure is ddb.Failure.TABLE_MISSING:
+        return Check(
+            name,
+            FAIL,
+            text,
+            f"create the table: s3ddb create-table {table} (with "
+            "the same --endpoint-url/--region), or fix ?ddbTableName= or "
+            "dynamodb_region",
+        )
+    if code in _DENIED_CODES or (accepted and failure is ddb.Failure.CREDENTIALS):
+        return Check(
+            name,
+            FAIL,
+            text,
+            f"grant dynamodb:{operation} on table {table!r} to "
+            f"{s.credentials_text} (the Terraform module's policy grants every call "
+            "s3ddb makes; docs/terraform.md)",
+        )
+    if failure is ddb.Failure.CREDENTIALS:
+        return Check(
+            name,
+            FAIL,
+            text,
+            f"DynamoDB refused {s.credentials_text}: set "
+            "dynamodb_access_key_id + dynamodb_secret_access_key (or "
+            "AWS_ACCESS_KEY_ID_DYNAMODB + AWS_SECRET_ACCESS_KEY_DYNAMODB, or "
+            f"dynamodb_profile / dynamodb_role_arn); if the key is right, grant it "
+            f"dynamodb:{operation}",
+            access=True,
+        )
+    return Check(name, FAIL, text, None)
+
+
+# --- verdict ---------------------------------------------------------------------------
+
+
+def _verdict(
+    uri: DatasetURI,
+    original: str,
+    aws: AwsConfig,
+    services: dict[str, dict[str, Any]],
+    checks: list[Check],
+    conditional: bool | None,
+) -> DoctorReport:
+    plain = uri.object_url
+    external = f"s3+ddb://{uri.path}?ddbTableName=TABLE"
+    probe = next((n for n, c in enumerate(checks) if c.name == "s3.conditional_put"), None)
+    if uri.uses_external_store:
+        mechanism = f"the DynamoDB table {uri.ddb_table!r} (s3+ddb://)"
+        if probe is not None and conditional is False:
+            old = checks[probe]
+            checks[probe] = Check(
+                old.name,
+                INFO,
+                old.detail + "; this is why the store "
+                "needs s3+ddb:// (plain s3:// would let two writers "
+                "overwrite a version)",
+            )
+    else:
+        mechanism = "conditional PUT (If-None-Match: *) on the object store (s3://)"
+        if probe is not None and conditional is False:
+            old = checks[probe]
+            checks[probe] = Check(
+                old.name,
+                FAIL,
+                old.detail
+                + (
+                    ": every commit through s3:// would fail"
+                    if "rejects" in old.detail
+                    else ": through s3:// two writers could both commit the same version and "
+                    "one commit would be silently lost"
+                ),
+                f"use the URI {external} (create the table with `s3ddb create-table "
+                "TABLE`; set dynamodb_endpoint, dynamodb_region and dynamodb_* credentials "
+                "if DynamoDB is elsewhere)",
+            )
+    failed = [c for c in checks if c.status == FAIL]
+    ok = not failed
+    if ok:
+        verdict = f"OK: commits of {original} are decided by {mechanism}."
+        if uri.uses_external_store and conditional:
+            verdict += (
+                f" This store also honours If-None-Match, so {plain} would commit "
+                "safely without DynamoDB (docs/deployments.md: when to use which)."
+            )
+    else:
+        first = failed[0]
+        verdict = (
+            f"NOT OK: {original} cannot commit safely: {first.name}: "
+            f"{first.detail.splitlines()[0]}. Change: {first.fix or 'see the check'}."
+        )
+    return DoctorReport(original, mechanism, ok, verdict, conditional, services, tuple(checks))
+
+
+def render(report: DoctorReport) -> str:
+    """The report as text for a terminal."""
+    lines = [f"s3ddb doctor {report.uri}"]
+    for service, info in report.services.items():
+        name = "S3" if service == "s3" else "DynamoDB"
+        lines.append(
+            f"  {name:<9} endpoint {info['endpoint']} ({info['endpoint_source']}); "
+            f"region {info['region']} ({info['region_source']}); {info['credentials']}"
+        )
+    for check in report.checks:
+        mark = {OK: "ok", FAIL: "FAIL", INFO: "info"}[check.status]
+        detail = check.detail.replace("\n", "\n" + " " * 10)
+        lines.append(f"  [{mark:<4}] {check.name}: {detail}")
+        if check.fix:
+            lines.append(f"          fix: {check.fix}")
+    lines.append(f"mechanism: {report.mechanism}")
+    lines.append(f"verdict: {report.verdict}")
+    return "\n".join(lines)
