@@ -152,3 +152,42 @@ def test_a_reader_waits_for_its_own_process_instead_of_racing(
     # One copy and one repoint, both by the finalizer: the reader did neither.
     assert ops["CopyObject"] == 1 and ops["UpdateItem"] == 1, ops
     assert ops["HeadObject"] == 0, ops
+
+
+class _RewritingStore(ObjectStore):
+    """An object store that, like s3rver, shows a final manifest as missing, then
+    part-written, for a moment after it was (re)written."""
+
+    settling: dict[str, int]
+
+    def head(self, path: str) -> Any:
+        left = self.settling.get(path, 0)
+        if left:
+            self.settling[path] = left - 1
+            if left > 1:
+                raise FileNotFoundError(path)
+            real = super().head(path)
+            return type(real)(real.path, real.size // 2, real.modified)
+        return super().head(path)
+
+
+def test_finalizing_waits_for_a_store_that_rewrites_objects_in_place(memory_uri: str) -> None:
+    from s3ddb.commit.external import ExternalStoreCommitHandler
+    from s3ddb.external_store.identity import final_path_of
+    from s3ddb.external_store.memory import InMemoryManifestStore
+    from s3ddb.format import layout
+    from s3ddb.opening import placeholder_manifest
+
+    store = _RewritingStore(memory_uri)
+    store.settling = {}
+    handler = ExternalStoreCommitHandler(store, InMemoryManifestStore(), "s3://b/settling")
+    ds = s3ddb.Dataset(memory_uri, handler, placeholder_manifest())
+    table = rows_for(0, 0, 2)
+    schema = s3ddb.DatasetSchema.assign(table.schema)
+    fragments = tuple(s3ddb.fragment.write_fragments(table, memory_uri, schema=schema))
+    final = layout.manifest_path(1, ds.manifest.naming_scheme)
+    store.settling[final] = 3  # missing twice, then part-written once
+    ds._commit(s3ddb.Overwrite(fragments, schema), None)
+    (row,) = handler.external.list_versions("s3://b/settling")
+    assert not row.is_staged and row.path == final_path_of(row.path) == final
+    assert store.settling[final] == 0

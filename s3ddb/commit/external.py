@@ -391,12 +391,29 @@ class ExternalStoreCommitHandler(CommitHandler):
     def _verify_final(self, row: ManifestRow, final: str, etag_ok: bool = False) -> None:
         if etag_ok:
             return
-        size = self.store.head(final).size
+        size = self._settled_size(final, row.size)
         if size != row.size:
             raise ManifestFinalizationError(
                 f"cannot finalize version {row.version} of {self.base_uri}: final manifest "
                 f"{final} has {size} bytes after copying {row.path}, expected {row.size}"
             )
+
+    def _settled_size(self, path: str, expected: int) -> int | None:
+        """The size of ``path`` (None if missing), asked again for about a second while
+        it is missing or not ``expected``: several writers may finalize one version at
+        once, and S3-compatible stores that replace an object by rewriting it in place
+        (s3rver, some appliances) briefly show it missing or part-written. On AWS S3 the
+        first answer is final."""
+        size: int | None = None
+        for delay in (0.05, 0.1, 0.2, 0.4, 0.0):
+            try:
+                size = self.store.head(path).size
+            except FileNotFoundError:
+                size = None
+            if size == expected or not delay:
+                return size
+            time.sleep(delay)
+        return size
 
     def _repoint(self, row: ManifestRow, final: str) -> ManifestRow:
         self.external.finalize(self.base_uri, row.version, row.path, final)
@@ -408,10 +425,7 @@ class ExternalStoreCommitHandler(CommitHandler):
         fresh = self._get(row.version)
         if fresh is not None and not fresh.is_staged:
             return fresh  # another reader or writer finished it meanwhile
-        try:
-            size = self.store.head(final).size
-        except FileNotFoundError:
-            size = None
+        size = self._settled_size(final, row.size)
         if size == row.size:
             # Copied but not repointed by someone who then lost the staged object.
             return self._repoint(row, final)
