@@ -191,3 +191,44 @@ def test_finalizing_waits_for_a_store_that_rewrites_objects_in_place(memory_uri:
     (row,) = handler.external.list_versions("s3://b/settling")
     assert not row.is_staged and row.path == final_path_of(row.path) == final
     assert store.settling[final] == 0
+
+
+class _TornReadStore(ObjectStore):
+    """An object store that, like s3rver while another writer rewrites a final
+    manifest, returns it missing, then torn, for a moment."""
+
+    settling: dict[str, int]
+
+    def get(self, path: str) -> bytes:
+        left = self.settling.get(path, 0)
+        if left:
+            self.settling[path] = left - 1
+            if left > 1:
+                raise FileNotFoundError(path)
+            return super().get(path)[:10]
+        return super().get(path)
+
+
+def test_a_final_manifest_read_while_another_writer_rewrites_it_is_read_again(
+    memory_uri: str,
+) -> None:
+    from s3ddb.commit import manifest_cache
+    from s3ddb.commit.external import ExternalStoreCommitHandler
+    from s3ddb.external_store.memory import InMemoryManifestStore
+    from s3ddb.format import layout
+    from s3ddb.opening import load_latest, placeholder_manifest
+
+    external = InMemoryManifestStore()
+    writer = ExternalStoreCommitHandler(ObjectStore(memory_uri), external, "s3://b/torn")
+    table = rows_for(0, 0, 2)
+    schema = s3ddb.DatasetSchema.assign(table.schema)
+    fragments = tuple(s3ddb.fragment.write_fragments(table, memory_uri, schema=schema))
+    ds = s3ddb.Dataset(memory_uri, writer, placeholder_manifest())
+    ds._commit(s3ddb.Overwrite(fragments, schema), None)
+    manifest_cache.MANIFESTS.clear()
+    store = _TornReadStore(memory_uri)
+    final = layout.manifest_path(1, ds.manifest.naming_scheme)
+    store.settling = {final: 3}  # missing twice, then torn once
+    reader = ExternalStoreCommitHandler(store, external, "s3://b/torn")
+    assert load_latest(reader, memory_uri) == ds.manifest
+    assert store.settling[final] == 0

@@ -46,6 +46,7 @@ from s3ddb.commit.manifest_cache import MANIFESTS, CacheKey
 from s3ddb.errors import (
     CommitStateUnknownError,
     ExternalStoreError,
+    ManifestCorruptError,
     ManifestFinalizationError,
     PathOutsideDatasetError,
     VersionNotFoundError,
@@ -318,7 +319,7 @@ class ExternalStoreCommitHandler(CommitHandler):
         if cached is not None:
             return cached
         try:
-            manifest = super().load_manifest(location)
+            manifest = self._load_settled(location)
         except VersionNotFoundError:
             # A staged manifest vanishes once someone finalized it: use the row's
             # current path.
@@ -327,10 +328,30 @@ class ExternalStoreCommitHandler(CommitHandler):
             row = self._get(location.version)
             if row is None:
                 raise
-            manifest = super().load_manifest(self._location(self._finalized(row)))
+            manifest = self._load_settled(self._location(self._finalized(row)))
         if key is not None:
             MANIFESTS.put(key, manifest)
         return manifest
+
+    def _load_settled(self, location: ManifestLocation) -> Manifest:
+        """Load ``location``; a *final* manifest that reads missing or torn is read
+        again for about a second. Several writers may copy one version's staged
+        manifest to its final name at once (the same bytes), and S3-compatible stores
+        that rewrite an object in place (s3rver, some appliances) show it missing or
+        part-written meanwhile. On AWS S3 the first answer is final.
+
+        Raises:
+            VersionNotFoundError, ManifestCorruptError: as :meth:`load_manifest`.
+        """
+        final = location.path == layout.manifest_path(location.version, location.naming)
+        for delay in (0.05, 0.1, 0.2, 0.4):
+            try:
+                return super().load_manifest(location)
+            except (VersionNotFoundError, ManifestCorruptError):
+                if not final:
+                    raise
+                time.sleep(delay)
+        return super().load_manifest(location)
 
     # --- finalizing (steps 3-4) ---------------------------------------------------------
 
