@@ -11,8 +11,9 @@ BENCH_STAMP := $(VENV)/.s3ddb-bench-installed
 NODE_STAMP := $(VENV)/node/.installed
 PYTEST_ARGS ?=
 PEERS_ARGS ?=
+SCALE_ARGS ?=
 
-.PHONY: demo test test-fast lint typecheck protos bench bench-index bench-stream bench-peers clean
+.PHONY: demo test test-fast lint typecheck protos bench bench-index bench-stream bench-peers bench-scale clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -68,6 +69,10 @@ $(BENCH_STAMP): pyproject.toml $(STAMP)
 # s3ddb beside pylance and deltalake on one local endpoint; PEERS_ARGS=--quick for a smoke run.
 bench-peers: $(BENCH_STAMP)
 	$(PY) benchmarks/peers.py $(PEERS_ARGS)
+
+# Commits and opens as fragments pile up, beside pylance; SCALE_ARGS="--fragments 10,100000".
+bench-scale: $(BENCH_STAMP)
+	$(PY) benchmarks/metadata_scale.py $(SCALE_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
