@@ -68,6 +68,11 @@ from s3ddb.io.paths import name_problem
 log = logging.getLogger(__name__)
 
 _WRITER_ID = uuid.uuid4().hex[:12]
+
+#: Pauses between reads of a final manifest that reads missing, torn or of the wrong
+#: size (about a second in all): S3-compatible stores that rewrite an object in place
+#: show it so while several writers copy one version to its final name.
+_SETTLE_DELAYS = (0.05, 0.1, 0.2, 0.4)
 _ROWS_KEPT = 64
 
 
@@ -344,7 +349,7 @@ class ExternalStoreCommitHandler(CommitHandler):
             VersionNotFoundError, ManifestCorruptError: as :meth:`load_manifest`.
         """
         final = location.path == layout.manifest_path(location.version, location.naming)
-        for delay in (0.05, 0.1, 0.2, 0.4):
+        for delay in _SETTLE_DELAYS:
             try:
                 return super().load_manifest(location)
             except (VersionNotFoundError, ManifestCorruptError):
@@ -425,16 +430,18 @@ class ExternalStoreCommitHandler(CommitHandler):
         once, and S3-compatible stores that replace an object by rewriting it in place
         (s3rver, some appliances) briefly show it missing or part-written. On AWS S3 the
         first answer is final."""
-        size: int | None = None
-        for delay in (0.05, 0.1, 0.2, 0.4, 0.0):
-            try:
-                size = self.store.head(path).size
-            except FileNotFoundError:
-                size = None
-            if size == expected or not delay:
+        for delay in _SETTLE_DELAYS:
+            size = self._size_of(path)
+            if size == expected:
                 return size
             time.sleep(delay)
-        return size
+        return self._size_of(path)
+
+    def _size_of(self, path: str) -> int | None:
+        try:
+            return self.store.head(path).size
+        except FileNotFoundError:
+            return None
 
     def _repoint(self, row: ManifestRow, final: str) -> ManifestRow:
         self.external.finalize(self.base_uri, row.version, row.path, final)

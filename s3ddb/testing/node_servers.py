@@ -167,8 +167,6 @@ class _NodeServer(EndpointClientMixin):
 
         finalizer.drain(timeout=30)
         proc, self._proc = self._proc, None
-        if proc is None:
-            return
         proc.terminate()
         try:
             proc.wait(10)
