@@ -26,20 +26,22 @@ from pyroaring import BitMap
 
 from s3ddb._data import to_arrow_table
 from s3ddb.commit.row_operations import KeyExistenceFilter, Update
+from s3ddb.conditions import Condition, PushedFilters, prunable_type
 from s3ddb.errors import ColumnNotFoundError, InvalidInputError
 from s3ddb.expressions import parse_predicate, referenced_columns
 from s3ddb.format.bases import FileResolver
-from s3ddb.format.datafile import read_fragment, write_fragments_from_table
+from s3ddb.format.datafile import write_fragments_from_table
 from s3ddb.format.deletion import read_deleted_rows
 from s3ddb.format.fragment import FragmentMetadata, data_file_paths
 from s3ddb.format.keys import key_hashes
 from s3ddb.format.manifest import Manifest
-from s3ddb.format.rows import all_rows, matching_rows, take_rows
+from s3ddb.format.rows import matching_rows, take_rows
 from s3ddb.format.schema import conform
 from s3ddb.index.query import lookup_keys
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.row_changes import DeletionPlan, FileTracker, parallel_map, write_deletions
-from s3ddb.scan import read_rows_at
+from s3ddb.scan import RowGroupPredicate, plan_fragment, read_rows_at
+from s3ddb.scan.fragment import read_with_positions
 
 if TYPE_CHECKING:
     from s3ddb.pinned import PinnedVersion
@@ -161,6 +163,21 @@ def _condition(expr: str | pc.Expression, target: pa.Schema) -> pc.Expression:
     return parse_predicate(expr, schema)
 
 
+def _key_pruner(source_keys: pa.Table, schema: pa.Schema) -> RowGroupPredicate | None:
+    """Statistics test for "may hold one of ``source_keys``": each key column of a
+    type statistics order exactly lies within the source's range of that key."""
+    conditions = []
+    for name in source_keys.column_names:
+        column = source_keys.column(name)
+        if not prunable_type(schema.field(name).type) or column.null_count == len(column):
+            continue
+        bounds = pc.min_max(column)
+        low, high = bounds["min"].as_py(), bounds["max"].as_py()
+        if low is not None and high is not None:
+            conditions += [Condition("ge", name, low), Condition("le", name, high)]
+    return PushedFilters(tuple(conditions)).may_match if conditions else None
+
+
 def plan_merge(
     store: ObjectStore,
     manifest: Manifest,
@@ -201,16 +218,29 @@ def plan_merge(
         else None
     )
 
+    # Fragments and row groups whose key bounds miss every source key hold no match.
+    pruner = _key_pruner(source_keys, schema.arrow) if source_keys is not None else None
+
     def scan(fragment: FragmentMetadata) -> tuple[FragmentMetadata, BitMap, pa.Table]:
-        deleted = read_deleted_rows(sources, fragment)
         if indexed is not None and fragment.id in indexed[0]:
+            deleted = read_deleted_rows(sources, fragment)
             hits = BitMap(indexed[1].get(fragment.id, np.empty(0, np.int64)).tolist())
             positions = np.fromiter(hits - deleted, dtype=np.int64, count=len(hits - deleted))
             table, _groups = read_rows_at(sources, fragment, schema, columns, positions)
         else:
-            visible = all_rows(fragment.physical_rows) - deleted
-            positions = np.fromiter(visible, dtype=np.int64, count=len(visible))
-            table = read_fragment(sources, fragment, schema, columns).take(pa.array(positions))
+            plan = plan_fragment(sources, fragment, schema, pruner)
+            if plan is None:
+                # Statistics show no key of the source can be in it: nothing to read
+                # (its deletions are never needed: none of its rows changes).
+                table = pa.schema([schema.arrow.field(c) for c in columns]).empty_table()
+                positions = np.empty(0, dtype=np.int64)
+                deleted = BitMap()
+            else:
+                table, positions = read_with_positions(plan, schema, columns)
+                keep = plan.keep
+                deleted = (
+                    BitMap() if keep is None else BitMap(np.flatnonzero(~keep).astype(np.uint32))
+                )
         rows = table.append_column(
             _FRAG, pa.array(np.full(len(positions), fragment.id, dtype=np.int64))
         )

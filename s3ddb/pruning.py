@@ -3,7 +3,7 @@
 From a filter such as ``"id >= 1000 AND name = 'x'"`` this derives a
 :data:`s3ddb.scan.RowGroupPredicate`: the top-level AND terms of the form
 ``column <op> literal`` (``=``, ``<``, ``<=``, ``>``, ``>=``, ``BETWEEN``, ``IN``,
-``IS [NOT] NULL``) on integer, string, boolean and date columns. Each term is implied
+``IS [NOT] NULL``) on integer, float64, string, boolean and date columns. Each term is implied
 by the filter, so a row group whose statistics rule a term out holds no matching row;
 anything else (OR, functions, other types, pyarrow Expressions) prunes nothing. The
 exact filter still runs on every row read, so pruning never changes a result.
@@ -58,6 +58,12 @@ def _literal(node: exp.Expr, t: pa.DataType) -> Any:
             except ValueError:
                 return _NOT_A_VALUE
         return _NOT_A_VALUE
+    if pa.types.is_float64(t):
+        try:
+            number = float(text)
+        except ValueError:
+            return _NOT_A_VALUE
+        return -number if negate else number
     if not pa.types.is_integer(t):
         return _NOT_A_VALUE
     try:
@@ -74,7 +80,9 @@ def _column(node: exp.Expr, schema: pa.Schema) -> tuple[str, pa.DataType] | None
     if name not in schema.names:
         return None
     t = schema.field(name).type
-    return (name, t) if prunable_type(t) else None
+    # float64 too: statistics leave NaN out, and NaN satisfies no comparison pruned
+    # here (float32 is left out: a literal may be rounded to it before comparing).
+    return (name, t) if prunable_type(t) or pa.types.is_float64(t) else None
 
 
 def _conditions(node: exp.Expr, schema: pa.Schema) -> list[Condition]:

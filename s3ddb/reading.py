@@ -16,6 +16,7 @@ from s3ddb.errors import ColumnNotFoundError, InvalidInputError
 from s3ddb.format.fragment import FragmentMetadata
 from s3ddb.pruning import row_group_pruner
 from s3ddb.scan import read_visible_rows
+from s3ddb.scan.stream import stream_tables
 
 if TYPE_CHECKING:
     from s3ddb.index.query import IndexedScan
@@ -23,8 +24,10 @@ if TYPE_CHECKING:
 
 Filter: TypeAlias = str | pc.Expression | None
 
-#: Fragments read ahead of the one being consumed (in parallel threads).
+#: Threads planning and reading ahead of the consumer.
 DEFAULT_READAHEAD = 4
+#: Decoded bytes of column data that reads in flight may hold (the read-ahead budget).
+DEFAULT_READAHEAD_BYTES = 256 * 1024 * 1024
 
 
 def resolve_columns(ds: PinnedVersion, columns: list[str] | None) -> list[str]:
@@ -83,46 +86,80 @@ class VersionReader:
             self._ds.files(), fragment, manifest.schema, names, self.predicate, self.may_match
         )
 
-    def batches(self, readahead: int = DEFAULT_READAHEAD) -> Iterator[pa.RecordBatch]:
+    def batches(
+        self, readahead: int = DEFAULT_READAHEAD, readahead_bytes: int = DEFAULT_READAHEAD_BYTES
+    ) -> Iterator[pa.RecordBatch]:
         """Record batches, fragment by fragment, in order."""
-        for table in self.tables(readahead):
+        for table in self.tables(readahead, readahead_bytes):
             yield from table.to_batches()
 
-    def tables(self, readahead: int = DEFAULT_READAHEAD) -> Iterator[pa.Table]:
-        """Each fragment's matching rows, in order, reading at most ``readahead``
-        fragments ahead of the one being consumed: memory holds about
-        ``readahead + 1`` fragments' rows, however large the version."""
+    def tables(
+        self,
+        readahead: int = DEFAULT_READAHEAD,
+        readahead_bytes: int = DEFAULT_READAHEAD_BYTES,
+        columns: list[str] | None = None,
+    ) -> Iterator[pa.Table]:
+        """The matching rows, in order, as tables of a fragment's consecutive row groups.
+
+        ``readahead`` threads plan and read ahead of the consumer: fragments whose
+        statistics rule the filter out are never opened; reads in flight hold at most
+        about ``readahead_bytes`` of decoded column data (at least one read is
+        always in flight), so memory stays bounded by the budget, not the version.
+        """
+        names = self.columns if columns is None else columns
+        if self._indexed is not None:
+            yield from self._fragment_tables(readahead, names)
+            return
+        yield from stream_tables(
+            self._ds.files(),
+            self._ds.manifest.fragments,
+            self._ds.manifest.schema,
+            names,
+            self.predicate,
+            self.may_match,
+            workers=max(1, readahead),
+            budget=readahead_bytes,
+        )
+
+    def _fragment_tables(self, readahead: int, names: list[str]) -> Iterator[pa.Table]:
+        # Through an index: fragment by fragment, ``readahead`` fragments ahead.
         fragments = iter(self._ds.manifest.fragments)
         first = next(fragments, None)
         if first is None:
             return
         if readahead < 1:
-            yield self.fragment(first)
+            yield self.fragment(first, names)
             for fragment in fragments:
-                yield self.fragment(fragment)
+                yield self.fragment(fragment, names)
             return
-        # Object stores reward parallel reads; results still come out in order.
         with ThreadPoolExecutor(max_workers=readahead) as pool:
-            pending = deque([pool.submit(self.fragment, first)])
-            pending.extend(pool.submit(self.fragment, f) for f in islice(fragments, readahead - 1))
+            pending = deque([pool.submit(self.fragment, first, names)])
+            pending.extend(
+                pool.submit(self.fragment, f, names) for f in islice(fragments, readahead - 1)
+            )
             while pending:
                 table = pending.popleft().result()
                 following = next(fragments, None)
                 if following is not None:
-                    pending.append(pool.submit(self.fragment, following))
+                    pending.append(pool.submit(self.fragment, following, names))
                 yield table
 
     def first_batches(self, wanted: int) -> list[pa.RecordBatch]:
-        """Batches holding at least the first ``wanted`` rows: fragments are read in
-        order only until there are enough (``limit`` must not read the whole version)."""
+        """Batches holding at least the first ``wanted`` rows: reading stops once
+        there are enough (``limit`` must not read the whole version)."""
         batches: list[pa.RecordBatch] = []
         rows = 0
-        for fragment in self._ds.manifest.fragments:
-            if rows >= wanted:
-                break
-            table = self.fragment(fragment)
-            batches.extend(table.to_batches())
-            rows += table.num_rows
+        if wanted <= 0:
+            return batches
+        tables = self.tables(readahead=1)
+        try:
+            for table in tables:
+                batches.extend(table.to_batches())
+                rows += table.num_rows
+                if rows >= wanted:
+                    break
+        finally:
+            tables.close()  # type: ignore[attr-defined]
         return batches
 
     def table(self, limit: int | None = None, offset: int | None = None) -> pa.Table:
@@ -147,4 +184,4 @@ class VersionReader:
         """How many rows match the filter (no column is read for them)."""
         if self.predicate is None:
             return self._ds.manifest.num_rows
-        return sum(self.fragment(f, []).num_rows for f in self._ds.manifest.fragments)
+        return sum(t.num_rows for t in self.tables(columns=[]))

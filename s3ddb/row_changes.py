@@ -35,8 +35,12 @@ from s3ddb.format.datafile import read_fragment, write_data_file, write_fragment
 from s3ddb.format.deletion import deletion_path, read_deleted_rows, write_deletion_file
 from s3ddb.format.fragment import FragmentMetadata, data_file_paths
 from s3ddb.format.manifest import Manifest
-from s3ddb.format.rows import all_rows, apply_values, evaluate, matching_rows, take_rows
+from s3ddb.format.rows import all_rows, apply_values, evaluate, take_rows
+from s3ddb.format.stats import compute_file_statistics, live_statistics
 from s3ddb.io.object_store import ObjectStore
+from s3ddb.pruning import row_group_pruner
+from s3ddb.scan import RowGroupPredicate, plan_fragment
+from s3ddb.scan.fragment import read_with_positions
 
 RewriteMode = Literal["auto", "rows", "columns"]
 T = TypeVar("T")
@@ -120,21 +124,32 @@ def parallel_map(fn: Callable[[Any], T], items: list[Any]) -> list[T]:
 
 
 def find_rows(
-    store: ObjectStore, manifest: Manifest, predicate: pc.Expression | None
+    store: ObjectStore,
+    manifest: Manifest,
+    predicate: pc.Expression | None,
+    may_match: RowGroupPredicate | None = None,
 ) -> DeletionPlan:
-    """The visible rows matching ``predicate`` (None: every visible row), per fragment."""
-    schema = manifest.schema
-    columns = sorted(referenced_columns(predicate, schema.arrow)) if predicate is not None else []
+    """The visible rows matching ``predicate`` (None: every visible row), per fragment.
 
+    ``may_match`` (implied by ``predicate``, see :mod:`s3ddb.pruning`) skips fragments
+    and row groups whose statistics rule it out; only the filter's columns are read.
+    """
+    schema = manifest.schema
     sources = FileResolver.for_manifest(store, manifest)
 
     def scan(fragment: FragmentMetadata) -> tuple[int, BitMap, BitMap]:
-        deleted = read_deleted_rows(sources, fragment)
-        visible = all_rows(fragment.physical_rows) - deleted
-        if predicate is None or not visible:
-            return fragment.id, deleted, visible
-        table = read_fragment(sources, fragment, schema, columns)
-        return fragment.id, deleted, matching_rows(table, predicate, visible)
+        if predicate is None:
+            deleted = read_deleted_rows(sources, fragment)
+            return fragment.id, deleted, all_rows(fragment.physical_rows) - deleted
+        plan = plan_fragment(sources, fragment, schema, may_match)
+        if plan is None:
+            # No row can match: its deletions are never needed (nothing is added).
+            return fragment.id, BitMap(), BitMap()
+        _rows, positions = read_with_positions(plan, schema, [], predicate)
+        deleted = (
+            BitMap() if plan.keep is None else BitMap(np.flatnonzero(~plan.keep).astype(np.uint32))
+        )
+        return fragment.id, deleted, BitMap(positions.astype(np.uint32))
 
     before, rows = {}, {}
     for fid, deleted, matched in parallel_map(scan, list(manifest.fragments)):
@@ -180,7 +195,7 @@ def plan_delete(
     if isinstance(predicate, str) and not predicate.strip():
         raise InvalidExpressionError("delete needs a predicate; to delete every row use 'true'")
     expr = parse_predicate(predicate, manifest.schema.arrow)
-    plan = find_rows(store, manifest, expr)
+    plan = find_rows(store, manifest, expr, row_group_pruner(predicate, manifest.schema.arrow))
     if not plan.rows:
         return None
     files = FileTracker(store)
@@ -285,7 +300,8 @@ def plan_update(
     schema = manifest.schema
     exprs = compile_values(values, schema.arrow)
     predicate = parse_predicate(where, schema.arrow) if where is not None else None
-    plan = find_rows(store, manifest, predicate)
+    pruner = row_group_pruner(where, schema.arrow) if where is not None else None
+    plan = find_rows(store, manifest, predicate, pruner)
     if not plan.rows:
         return None
     mode = choose_mode(rewrite, plan, manifest, len(exprs))
@@ -388,14 +404,22 @@ def _rewrite_columns(
             for n in updated_names
         ]
         target = pa.schema([schema.arrow.field(n) for n in updated_names])
-        data_file = write_data_file(store, pa.Table.from_arrays(columns, schema=target), schema)
+        rewritten = pa.Table.from_arrays(columns, schema=target)
+        data_file = write_data_file(store, rewritten, schema)
         files.add(layout.data_file_path(data_file.path))
         kept = tuple(
             replace(d, fields=tuple(TOMBSTONE_FIELD_ID if i in modified else i for i in d.fields))
             for d in fragment.files
         )
+        # Bounds of the rewritten columns now come from the new file (the old file's
+        # no longer hold those fields, so theirs are no longer trusted).
+        stats = compute_file_statistics(rewritten, schema, data_file)
         return FragmentMetadata(
-            fragment.id, (*kept, data_file), fragment.physical_rows, fragment.deletion_file
+            fragment.id,
+            (*kept, data_file),
+            fragment.physical_rows,
+            fragment.deletion_file,
+            stats=live_statistics((*kept, data_file), (*fragment.stats, stats)),
         )
 
     updated = tuple(parallel_map(rewrite, touched))

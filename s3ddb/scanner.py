@@ -1,10 +1,12 @@
 """Scanners: pylance-shaped reads of a pinned version, streamed as Arrow.
 
 A :class:`Scanner` is one planned read (columns, filter, limit, offset) of the version
-a Dataset is pinned to. It reads fragment by fragment, with deletion files applied,
-the filter's simple terms pruning Parquet row groups (:mod:`s3ddb.pruning`) and at
-most ``fragment_readahead`` fragments read ahead, so a stream of it holds a few
-fragments' rows in memory, never the whole version. It exports the Arrow PyCapsule
+a Dataset is pinned to. It reads in order through :mod:`s3ddb.scan`: the filter's
+simple terms skip whole fragments (by the statistics kept in the manifest) and Parquet
+row groups (:mod:`s3ddb.pruning`), filter columns are read before the others, deletion
+files are applied by position, and reads in flight stay within a read-ahead budget in
+bytes (``readahead_bytes``), so a stream of it holds a bounded amount of data, never
+the whole version. It exports the Arrow PyCapsule
 stream interface (``__arrow_c_stream__``): DuckDB, polars and
 ``pyarrow.RecordBatchReader.from_stream`` read it without a copy of the dataset.
 """
@@ -17,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from s3ddb.errors import InvalidInputError, UnsupportedOperationError
-from s3ddb.reading import DEFAULT_READAHEAD, Filter, VersionReader
+from s3ddb.reading import DEFAULT_READAHEAD, DEFAULT_READAHEAD_BYTES, Filter, VersionReader
 
 if TYPE_CHECKING:
     from s3ddb.pinned import PinnedVersion
@@ -48,6 +50,7 @@ class Scanner:
         offset: int | None = None,
         batch_size: int | None = None,
         fragment_readahead: int | None = None,
+        readahead_bytes: int | None = None,
         **options: Any,
     ) -> None:
         """Check the read; nothing is read yet.
@@ -58,8 +61,11 @@ class Scanner:
             filter: SQL text or a pyarrow Expression.
             limit, offset: the slice of the matching rows to return.
             batch_size: maximum rows per batch (default: as stored).
-            fragment_readahead: fragments read ahead in parallel (default 4; 0 reads
-                one at a time).
+            fragment_readahead: threads planning and reading ahead of the consumer
+                (default 4; 0 reads one thing at a time).
+            readahead_bytes: the read-ahead budget: decoded column bytes that reads
+                in flight may hold (default 256 MiB). Streaming memory stays about
+                within twice this, however large the version.
             options: pylance's tuning options (:data:`TUNING_OPTIONS`) are ignored.
 
         Raises:
@@ -80,6 +86,12 @@ class Scanner:
         for name, value in (("limit", limit), ("offset", offset)):
             _check_count(name, value)
         _check_count("fragment_readahead", fragment_readahead)
+        if readahead_bytes is not None and (
+            not isinstance(readahead_bytes, int)
+            or isinstance(readahead_bytes, bool)
+            or readahead_bytes < 1
+        ):
+            raise InvalidInputError(f"readahead_bytes must be an int >= 1, got {readahead_bytes!r}")
         if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
             raise InvalidInputError(f"batch_size must be an int >= 1, got {batch_size!r}")
         self._reader = VersionReader(ds, columns, filter)
@@ -90,6 +102,9 @@ class Scanner:
         self._offset = offset or 0
         self._batch_size = batch_size
         self._readahead = DEFAULT_READAHEAD if fragment_readahead is None else fragment_readahead
+        self._readahead_bytes = (
+            DEFAULT_READAHEAD_BYTES if readahead_bytes is None else readahead_bytes
+        )
 
     @property
     def projected_schema(self) -> pa.Schema:
@@ -101,14 +116,14 @@ class Scanner:
         return self._ds.schema
 
     def to_batches(self) -> Iterator[pa.RecordBatch]:
-        """The matching rows as record batches, fragment by fragment, in order; stops
-        reading fragments once ``offset + limit`` rows are out."""
+        """The matching rows as record batches, in order; stops reading once
+        ``offset + limit`` rows are out."""
         skip, left = self._offset, self._limit
         if left == 0:
             return
-        # With a limit, read ahead less: the rows needed may all be in the first fragment.
+        # With a limit, read ahead less: the rows needed may all be in the first reads.
         readahead = self._readahead if left is None else min(self._readahead, 1)
-        for table in self._reader.tables(readahead):
+        for table in self._reader.tables(readahead, self._readahead_bytes):
             if skip:
                 dropped = min(skip, table.num_rows)
                 table, skip = table.slice(dropped), skip - dropped

@@ -46,6 +46,7 @@ from s3ddb.format.fragment import FragmentMetadata
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.rows import evaluate
 from s3ddb.format.schema import DatasetSchema
+from s3ddb.format.stats import compute_file_statistics
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.scan import read_visible_rows
 
@@ -106,10 +107,12 @@ def _extend_fragments(
     lock = threading.Lock()
 
     def extend(fragment: FragmentMetadata) -> FragmentMetadata:
-        data_file = write_data_file(store, _file_table(columns_of(fragment)), schema)
+        table = _file_table(columns_of(fragment))
+        data_file = write_data_file(store, table, schema)
         with lock:
             written.append(layout.data_file_path(data_file.path))
-        return replace(fragment, files=(*fragment.files, data_file))
+        stats = compute_file_statistics(table, schema, data_file)
+        return replace(fragment, files=(*fragment.files, data_file), stats=(*fragment.stats, stats))
 
     fragments = list(manifest.fragments)
     try:

@@ -28,6 +28,7 @@ from s3ddb.errors import (
 from s3ddb.format.fragment import FragmentMetadata
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.naming import NamingScheme
+from s3ddb.format.stats import live_statistics
 from s3ddb.index.maintenance import drop_stale_coverage
 
 #: Transaction properties under this prefix are application transactions
@@ -240,7 +241,14 @@ def _changed_fragments(
         if change is None:
             out.append(fragment)
         elif columns:
-            out.append(replace(fragment, files=change.files))
+            # Statistics are trusted per file (s3ddb.format.stats): both sides' apply.
+            out.append(
+                replace(
+                    fragment,
+                    files=change.files,
+                    stats=live_statistics(change.files, (*fragment.stats, *change.stats)),
+                )
+            )
         else:
             out.append(fragment.with_deletion_file(change.deletion_file))
     return out

@@ -12,6 +12,7 @@ from s3ddb.format import layout
 from s3ddb.format.bases import Files, as_resolver
 from s3ddb.format.fragment import DataFile, FragmentMetadata
 from s3ddb.format.schema import DatasetSchema
+from s3ddb.format.stats import compute_file_statistics
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.parallel import PendingWrites
 
@@ -71,7 +72,8 @@ def write_fragments_from_table(
     """Split ``table`` into fragments of at most ``max_rows_per_file`` rows and write them
     (with ``pending``: start their uploads, see :func:`write_data_file`).
 
-    Returned fragments have id 0: ids are assigned at commit.
+    Returned fragments have id 0 (ids are assigned at commit) and carry their column
+    statistics (:mod:`s3ddb.format.stats`).
     """
     fragments = []
     for offset in range(0, max(table.num_rows, 1), max_rows_per_file):
@@ -79,7 +81,10 @@ def write_fragments_from_table(
         if chunk.num_rows == 0:
             break
         data_file = write_data_file(store, chunk, schema, pending)
-        fragments.append(FragmentMetadata(id=0, files=(data_file,), physical_rows=chunk.num_rows))
+        stats = (compute_file_statistics(chunk, schema, data_file),)
+        fragments.append(
+            FragmentMetadata(id=0, files=(data_file,), physical_rows=chunk.num_rows, stats=stats)
+        )
     return fragments
 
 
@@ -115,10 +120,12 @@ def read_fragment(
         needed = {i: n for n, i in wanted.items() if i in file_ids}
         if not needed:
             continue
-        with open_data_file(files, data_file) as f:
-            parquet = pq.ParquetFile(f)
-            by_id = file_columns_by_id(parquet)
-            table = parquet.read(columns=[by_id[i] for i in needed if i in by_id])
+        from s3ddb.scan.source import ParquetSource
+
+        source = ParquetSource(files, data_file)
+        by_id = source.by_id
+        groups = list(range(source.metadata.num_row_groups))
+        table = source.read(groups, [by_id[i] for i in needed if i in by_id])
         for i, name in needed.items():
             if i in by_id:
                 pieces[name] = table.column(by_id[i])

@@ -11,12 +11,15 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from s3ddb.errors import PathOutsideDatasetError
 from s3ddb.format import layout
 from s3ddb.format._proto import manifest_pb2 as pb
 from s3ddb.io.paths import check_name
+
+if TYPE_CHECKING:
+    from s3ddb.format.stats import FileStatistics
 
 
 @dataclass(frozen=True)
@@ -115,6 +118,11 @@ class FragmentMetadata:
 
     Fragments written by :func:`s3ddb.fragment.write_fragments` have id 0 until a
     commit assigns them ids.
+
+    ``stats`` holds column statistics of its data files (:mod:`s3ddb.format.stats`),
+    used only to skip it when a filter cannot match; they are trusted per field only
+    while the file they describe still holds that field, so code that replaces files
+    may carry them along unchanged. They take no part in equality.
     """
 
     id: int
@@ -122,6 +130,7 @@ class FragmentMetadata:
     physical_rows: int
     deletion_file: DeletionFile | None = None
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    stats: tuple[FileStatistics, ...] = field(default=(), compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.id < 0:
@@ -156,6 +165,8 @@ class FragmentMetadata:
         )
         if self.deletion_file is not None:
             m.deletion_file.CopyFrom(self.deletion_file.to_pb())
+        if self.stats:
+            m.statistics.extend(s.to_pb() for s in self.stats)
         return m
 
     @classmethod
@@ -180,6 +191,7 @@ class FragmentMetadata:
             deletion_file=DeletionFile.from_pb(m.deletion_file)
             if m.HasField("deletion_file")
             else None,
+            stats=_stats_from_pb(m),
         )
 
     def to_json(self) -> str:
@@ -193,6 +205,14 @@ class FragmentMetadata:
         from google.protobuf.json_format import ParseDict
 
         return cls.from_pb(ParseDict(json.loads(text), pb.Fragment()))
+
+
+def _stats_from_pb(m: pb.Fragment) -> tuple[FileStatistics, ...]:
+    if not m.statistics:
+        return ()
+    from s3ddb.format.stats import FileStatistics
+
+    return tuple(FileStatistics.from_pb(s) for s in m.statistics)
 
 
 def data_file_paths(fragments: Iterable[FragmentMetadata]) -> tuple[str, ...]:

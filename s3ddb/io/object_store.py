@@ -159,6 +159,31 @@ class ObjectStore:
         except Exception as exc:
             raise _translate(exc, full) from exc
 
+    def get_range(self, path: str, start: int, end: int) -> bytes:
+        """Bytes ``start`` (inclusive) to ``end`` (exclusive) of the object (fewer at
+        its end). Raises FileNotFoundError if it does not exist."""
+        full = self.full_path(path)
+        if end <= start:
+            return b""
+        if self.protocol == "file":
+            with open(full, "rb") as f:
+                f.seek(start)
+                return f.read(end - start)
+        try:
+            if self.protocol == "s3":
+                bucket, key = _split_s3(full)
+                response = self._s3().get_object(
+                    Bucket=bucket, Key=key, Range=f"bytes={start}-{end - 1}"
+                )
+                body = response["Body"]
+                try:
+                    return bytes(body.read())
+                finally:
+                    body.close()
+            return bytes(self.fs.cat_file(full, start=start, end=end))
+        except Exception as exc:
+            raise _translate(exc, full) from exc
+
     def open_input(self, path: str, size: int | None = None) -> BinaryIO:
         """A seekable binary file for reading ``path`` (for pyarrow readers).
 

@@ -289,6 +289,7 @@ class Fragment(_message.Message):
     ROW_ID_SEQUENCE_FIELD_NUMBER: _builtins.int
     LAST_UPDATED_AT_VERSION_FIELD_NUMBER: _builtins.int
     CREATED_AT_VERSION_FIELD_NUMBER: _builtins.int
+    STATISTICS_FIELD_NUMBER: _builtins.int
     id: _builtins.int
     physical_rows: _builtins.int
     row_id_sequence: _builtins.bytes
@@ -299,6 +300,13 @@ class Fragment(_message.Message):
     def files(self) -> _containers.RepeatedCompositeFieldContainer[Global___DataFile]: ...
     @_builtins.property
     def deletion_file(self) -> Global___DeletionFile: ...
+    @_builtins.property
+    def statistics(self) -> _containers.RepeatedCompositeFieldContainer[Global___FileStatistics]:
+        """s3ddb extension: column statistics of the fragment's data files, for skipping
+        fragments a filter cannot match without opening them. Readers that do not know
+        this field ignore it; a fragment without it is simply never skipped.
+        """
+
     def __init__(
         self,
         *,
@@ -309,16 +317,105 @@ class Fragment(_message.Message):
         row_id_sequence: _builtins.bytes = ...,
         last_updated_at_version: _builtins.int = ...,
         created_at_version: _builtins.int = ...,
+        statistics: _abc.Iterable[Global___FileStatistics] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_deletion_file", b"_deletion_file", "deletion_file", b"deletion_file"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_deletion_file", b"_deletion_file", "created_at_version", b"created_at_version", "deletion_file", b"deletion_file", "files", b"files", "id", b"id", "last_updated_at_version", b"last_updated_at_version", "physical_rows", b"physical_rows", "row_id_sequence", b"row_id_sequence"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_deletion_file", b"_deletion_file", "created_at_version", b"created_at_version", "deletion_file", b"deletion_file", "files", b"files", "id", b"id", "last_updated_at_version", b"last_updated_at_version", "physical_rows", b"physical_rows", "row_id_sequence", b"row_id_sequence", "statistics", b"statistics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__deletion_file: _TypeAlias = _typing.Literal["deletion_file"]  # noqa: Y015
     _WhichOneofArgType__deletion_file: _TypeAlias = _typing.Literal["_deletion_file", b"_deletion_file"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType__deletion_file) -> _WhichOneofReturnType__deletion_file | None: ...
 
 Global___Fragment: _TypeAlias = Fragment  # noqa: Y015
+
+@_typing.final
+class FileStatistics(_message.Message):
+    """Statistics of the columns of one data file of a fragment, as written."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FILE_KEY_FIELD_NUMBER: _builtins.int
+    COLUMNS_FIELD_NUMBER: _builtins.int
+    file_key: _builtins.int
+    """First 8 bytes (little endian) of BLAKE2b(data file path): the statistics apply
+    only while the fragment still holds that file, and for each field only while
+    that file is the one holding the field (not after a column rewrite moved it).
+    """
+    @_builtins.property
+    def columns(self) -> _containers.RepeatedCompositeFieldContainer[Global___ColumnStatistics]: ...
+    def __init__(
+        self,
+        *,
+        file_key: _builtins.int = ...,
+        columns: _abc.Iterable[Global___ColumnStatistics] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["columns", b"columns", "file_key", b"file_key"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FileStatistics: _TypeAlias = FileStatistics  # noqa: Y015
+
+@_typing.final
+class ColumnStatistics(_message.Message):
+    """Bounds of one top-level column over all physical rows of a data file (deleted
+    rows included, so they stay valid bounds after deletes). A bound is omitted when
+    unknown. Strings are truncated: min to a prefix (still <= every value), max to a
+    prefix with its last character incremented (still > every value).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FIELD_ID_FIELD_NUMBER: _builtins.int
+    NULL_COUNT_FIELD_NUMBER: _builtins.int
+    MIN_INT_FIELD_NUMBER: _builtins.int
+    MIN_STRING_FIELD_NUMBER: _builtins.int
+    MIN_FLOAT_FIELD_NUMBER: _builtins.int
+    MAX_INT_FIELD_NUMBER: _builtins.int
+    MAX_STRING_FIELD_NUMBER: _builtins.int
+    MAX_FLOAT_FIELD_NUMBER: _builtins.int
+    field_id: _builtins.int
+    null_count: _builtins.int
+    min_int: _builtins.int
+    """integers, booleans (0/1), dates (days since 1970-01-01)"""
+    min_string: _builtins.str
+    min_float: _builtins.float
+    """NaN excluded"""
+    max_int: _builtins.int
+    max_string: _builtins.str
+    max_float: _builtins.float
+    def __init__(
+        self,
+        *,
+        field_id: _builtins.int = ...,
+        null_count: _builtins.int | None = ...,
+        min_int: _builtins.int = ...,
+        min_string: _builtins.str = ...,
+        min_float: _builtins.float = ...,
+        max_int: _builtins.int = ...,
+        max_string: _builtins.str = ...,
+        max_float: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_null_count", b"_null_count", "max", b"max", "max_float", b"max_float", "max_int", b"max_int", "max_string", b"max_string", "min", b"min", "min_float", b"min_float", "min_int", b"min_int", "min_string", b"min_string", "null_count", b"null_count"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_null_count", b"_null_count", "field_id", b"field_id", "max", b"max", "max_float", b"max_float", "max_int", b"max_int", "max_string", b"max_string", "min", b"min", "min_float", b"min_float", "min_int", b"min_int", "min_string", b"min_string", "null_count", b"null_count"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__null_count: _TypeAlias = _typing.Literal["null_count"]  # noqa: Y015
+    _WhichOneofArgType__null_count: _TypeAlias = _typing.Literal["_null_count", b"_null_count"]  # noqa: Y015
+    _WhichOneofReturnType_max: _TypeAlias = _typing.Literal["max_int", "max_string", "max_float"]  # noqa: Y015
+    _WhichOneofArgType_max: _TypeAlias = _typing.Literal["max", b"max"]  # noqa: Y015
+    _WhichOneofReturnType_min: _TypeAlias = _typing.Literal["min_int", "min_string", "min_float"]  # noqa: Y015
+    _WhichOneofArgType_min: _TypeAlias = _typing.Literal["min", b"min"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__null_count) -> _WhichOneofReturnType__null_count | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_max) -> _WhichOneofReturnType_max | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_min) -> _WhichOneofReturnType_min | None: ...
+
+Global___ColumnStatistics: _TypeAlias = ColumnStatistics  # noqa: Y015
 
 @_typing.final
 class IndexMetadata(_message.Message):

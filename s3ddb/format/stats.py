@@ -1,0 +1,221 @@
+"""Per-fragment column statistics: bounds recorded when a data file is written, kept
+with the fragment in the manifest, so a filter skips fragments without opening them.
+
+Statistics belong to one data file (identified by a short hash of its path) and are
+trusted for a field only while that file is the one holding the field: a column
+rewrite (an update of some columns, a data replacement) moves the field to a new
+file, and the old bounds are then ignored rather than trusted stale. Deletes leave
+them valid (bounds of a superset of the visible rows). Fragments without statistics
+(written before, or by another writer) are never skipped.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from s3ddb.format._proto import manifest_pb2 as pb
+
+if TYPE_CHECKING:
+    from s3ddb.format.fragment import DataFile, FragmentMetadata
+    from s3ddb.format.schema import DatasetSchema
+    from s3ddb.scan.rowgroups import ColumnStats
+
+#: Characters kept of a string bound (a manifest at 10,000 fragments stays small).
+STRING_PREFIX = 16
+
+_INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
+_EPOCH = dt.date(1970, 1, 1)
+
+Bound = int | float | str | None
+
+
+@dataclass(frozen=True)
+class ColumnStatistics:
+    """Bounds of one top-level column over a data file's physical rows (None: unknown)."""
+
+    field_id: int
+    null_count: int | None
+    min: Bound
+    max: Bound
+
+    def to_pb(self) -> pb.ColumnStatistics:
+        m = pb.ColumnStatistics(field_id=self.field_id)
+        if self.null_count is not None:
+            m.null_count = self.null_count
+        for prefix, value in (("min", self.min), ("max", self.max)):
+            if isinstance(value, int):  # and bool
+                setattr(m, f"{prefix}_int", int(value))
+            elif isinstance(value, float):
+                setattr(m, f"{prefix}_float", value)
+            elif isinstance(value, str):
+                setattr(m, f"{prefix}_string", value)
+        return m
+
+    @classmethod
+    def from_pb(cls, m: pb.ColumnStatistics) -> ColumnStatistics:
+        low = m.WhichOneof("min")
+        high = m.WhichOneof("max")
+        return cls(
+            field_id=m.field_id,
+            null_count=m.null_count if m.HasField("null_count") else None,
+            min=getattr(m, low) if low else None,
+            max=getattr(m, high) if high else None,
+        )
+
+
+@dataclass(frozen=True)
+class FileStatistics:
+    """Column statistics of the data file whose path hashes to ``file_key``."""
+
+    file_key: int
+    columns: tuple[ColumnStatistics, ...]
+
+    def to_pb(self) -> pb.FileStatistics:
+        return pb.FileStatistics(file_key=self.file_key, columns=[c.to_pb() for c in self.columns])
+
+    @classmethod
+    def from_pb(cls, m: pb.FileStatistics) -> FileStatistics:
+        return cls(m.file_key, tuple(ColumnStatistics.from_pb(c) for c in m.columns))
+
+
+def file_key(path: str) -> int:
+    """The 64-bit key naming a data file's statistics (a hash of its path)."""
+    return int.from_bytes(hashlib.blake2b(path.encode(), digest_size=8).digest(), "little")
+
+
+def _upper_string(value: str) -> str | None:
+    """A short string greater than ``value`` (None if there is none to give)."""
+    if len(value) <= STRING_PREFIX:
+        return value
+    chars = list(value[:STRING_PREFIX])
+    while chars:
+        code = ord(chars[-1]) + 1
+        if 0xD800 <= code <= 0xDFFF:
+            code = 0xE000  # surrogates cannot be encoded
+        if code <= 0x10FFFF:
+            chars[-1] = chr(code)
+            return "".join(chars)
+        chars.pop()
+    return None
+
+
+def _bounds(array: pa.ChunkedArray) -> tuple[Bound, Bound]:
+    t = array.type
+    if pa.types.is_floating(t):
+        # NaN matches no comparison; the bounds are those of the other values.
+        array = pc.filter(array, pc.invert(pc.is_nan(array)))
+    if len(array) == array.null_count:
+        return None, None
+    pair = pc.min_max(array)
+    low, high = pair["min"].as_py(), pair["max"].as_py()
+    if low is None or high is None:
+        return None, None
+    if pa.types.is_date32(t):
+        return (low - _EPOCH).days, (high - _EPOCH).days
+    if isinstance(low, str) and isinstance(high, str):
+        return low[:STRING_PREFIX], _upper_string(high)
+    if isinstance(low, float) and isinstance(high, float):
+        return (low, high) if not (math.isnan(low) or math.isnan(high)) else (None, None)
+    if isinstance(low, int) and isinstance(high, int):  # and bool
+        return (
+            int(low) if low >= _INT_MIN else None,
+            int(high) if high <= _INT_MAX else None,
+        )
+    return None, None
+
+
+def recorded_type(t: pa.DataType) -> bool:
+    """Whether columns of type ``t`` get statistics."""
+    return (
+        pa.types.is_integer(t)
+        or pa.types.is_floating(t)
+        or pa.types.is_string(t)
+        or pa.types.is_large_string(t)
+        or pa.types.is_boolean(t)
+        or pa.types.is_date32(t)
+    )
+
+
+def compute_file_statistics(
+    table: pa.Table, schema: DatasetSchema, data_file: DataFile
+) -> FileStatistics:
+    """Statistics of the columns of ``table``, just written as ``data_file``."""
+    columns = []
+    for name, field_id in zip(table.column_names, data_file.fields):
+        array = table.column(name)
+        if not recorded_type(array.type):
+            continue
+        low, high = _bounds(array)
+        columns.append(ColumnStatistics(field_id, array.null_count, low, high))
+    return FileStatistics(file_key(data_file.path), tuple(columns))
+
+
+def _decoded(value: Bound, t: pa.DataType) -> Any:
+    """A stored bound as the Python value filters compare with (None if it does not
+    fit the column's current type)."""
+    if value is None:
+        return None
+    if pa.types.is_date32(t):
+        if not isinstance(value, int):
+            return None
+        try:
+            return _EPOCH + dt.timedelta(days=value)
+        except OverflowError:
+            return None
+    if pa.types.is_boolean(t):
+        return bool(value) if isinstance(value, int) else None
+    if pa.types.is_integer(t):
+        return value if isinstance(value, int) else None
+    if pa.types.is_floating(t):
+        return float(value) if isinstance(value, (int, float)) else None
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return value if isinstance(value, str) else None
+    return None
+
+
+def fragment_column_stats(
+    fragment: FragmentMetadata, schema: DatasetSchema
+) -> dict[str, ColumnStats]:
+    """The trusted statistics of ``fragment``'s columns, by the column's current name
+    (columns without trusted statistics are absent: they may hold anything)."""
+    from s3ddb.scan.rowgroups import ColumnStats
+
+    if not fragment.stats:
+        return {}
+    holder: dict[int, str] = {}  # field id -> path of the file holding it (the last one)
+    for d in fragment.files:
+        for field_id in d.fields:
+            if field_id >= 0:
+                holder[field_id] = d.path
+    paths = {file_key(d.path): d.path for d in fragment.files}
+    names = {i: p[0] for p, i in schema.ids if len(p) == 1}
+    out = {}
+    for file_stats in fragment.stats:
+        path = paths.get(file_stats.file_key)
+        if path is None:
+            continue
+        for c in file_stats.columns:
+            name = names.get(c.field_id)
+            if name is None or holder.get(c.field_id) != path:
+                continue
+            t = schema.arrow.field(name).type
+            out[name] = ColumnStats(
+                _decoded(c.min, t), _decoded(c.max, t), c.null_count, fragment.physical_rows
+            )
+    return out
+
+
+def live_statistics(
+    files: tuple[DataFile, ...], stats: tuple[FileStatistics, ...]
+) -> tuple[FileStatistics, ...]:
+    """``stats`` without those of files no longer in ``files`` (after a rewrite, so
+    statistics do not pile up in the manifest)."""
+    keys = {file_key(d.path) for d in files}
+    return tuple(s for s in stats if s.file_key in keys)

@@ -1,0 +1,27 @@
+"""The scanner's building blocks: reading a fragment's visible rows with pruning by
+statistics (fragment and row group), late materialization and ranged reads.
+
+:mod:`s3ddb.reading` drives them over a version (``to_table``, ``to_batches``,
+``count_rows``, streams); delete, update and merge_insert find rows through them.
+"""
+
+from s3ddb.scan.fragment import (
+    FragmentPlan,
+    fragment_may_match,
+    plan_fragment,
+    read_planned,
+    read_rows_at,
+    read_visible_rows,
+)
+from s3ddb.scan.rowgroups import ColumnStats, RowGroupPredicate
+
+__all__ = [
+    "ColumnStats",
+    "FragmentPlan",
+    "RowGroupPredicate",
+    "fragment_may_match",
+    "plan_fragment",
+    "read_planned",
+    "read_rows_at",
+    "read_visible_rows",
+]

@@ -1,0 +1,325 @@
+"""Reading the visible rows of a fragment: plan (fragment statistics, then row-group
+statistics, then the deletion file), then read (filter columns first, the others
+only for row groups with a match).
+
+Every skip is decided from statistics that bound the data (:class:`ColumnStats`); a
+row that is read still goes through the exact filter, so pruning only ever saves
+work and never changes a result. Fragments without statistics are never skipped
+whole; fragments stored in several data files (after an update of some columns,
+whose row groups need not line up) are read whole, their rows filtered after.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as pads
+
+from s3ddb.format.bases import Files
+from s3ddb.format.datafile import assemble_columns, read_fragment
+from s3ddb.format.deletion import read_deleted_rows
+from s3ddb.format.fragment import FragmentMetadata
+from s3ddb.format.rows import filter_rows
+from s3ddb.format.schema import DatasetSchema
+from s3ddb.format.stats import fragment_column_stats
+from s3ddb.scan.rowgroups import RowGroupPredicate, row_group_stats
+from s3ddb.scan.source import ParquetSource
+
+_EVALUATION_ERRORS = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError)
+
+
+def empty_table(schema: DatasetSchema, columns: list[str]) -> pa.Table:
+    return pa.schema([schema.arrow.field(n) for n in columns]).empty_table()
+
+
+def filter_columns(predicate: pc.Expression | None, schema: DatasetSchema) -> list[str]:
+    """The columns ``predicate`` reads, in schema order."""
+    if predicate is None:
+        return []
+    from s3ddb.expressions import referenced_columns
+
+    used = referenced_columns(predicate, schema.arrow)
+    return [n for n in schema.arrow.names if n in used]
+
+
+def fragment_may_match(
+    fragment: FragmentMetadata, schema: DatasetSchema, may_match: RowGroupPredicate | None
+) -> bool:
+    """False only if ``fragment``'s statistics show no row can match."""
+    if may_match is None or not fragment.stats:
+        return True
+    stats = fragment_column_stats(fragment, schema)
+    return not stats or may_match(stats, fragment.physical_rows)
+
+
+@dataclass
+class FragmentPlan:
+    """What to read of one fragment: its row groups left after pruning (``groups``,
+    with their first physical row and row count) and its kept-row mask.
+
+    ``source`` is None for a fragment read whole (several data files)."""
+
+    files: Files
+    fragment: FragmentMetadata
+    source: ParquetSource | None
+    groups: list[int] = field(default_factory=list)
+    keep: np.ndarray | None = None  # over physical rows; None: nothing deleted
+
+    def group_span(self, g: int) -> tuple[int, int]:
+        assert self.source is not None
+        return self.source.group_starts[g], self.source.group_rows[g]
+
+    def estimated_bytes(self, groups: list[int], names: list[str]) -> int:
+        if self.source is None:
+            f = self.fragment
+            return 3 * sum(d.file_size_bytes for d in f.files)
+        return sum(self.source.group_bytes(g, names) for g in groups)
+
+
+def plan_fragment(
+    files: Files,
+    fragment: FragmentMetadata,
+    schema: DatasetSchema,
+    may_match: RowGroupPredicate | None,
+) -> FragmentPlan | None:
+    """The plan to read ``fragment``, or None when its statistics (or its row groups'
+    statistics, or its deletions) leave nothing to read: the footer of a one-file
+    fragment is read here, once per scan, never for a fragment skipped whole.
+
+    Raises:
+        ManifestCorruptError: the deletion file is missing or corrupt.
+    """
+    if not fragment_may_match(fragment, schema, may_match):
+        return None
+    if fragment.num_rows == 0:
+        return None
+    keep = None
+    if fragment.deletion_file is not None:
+        deleted = read_deleted_rows(files, fragment)
+        if len(deleted):
+            keep = np.ones(fragment.physical_rows, dtype=bool)
+            keep[np.fromiter(deleted, dtype=np.int64, count=len(deleted))] = False
+    if len(fragment.files) != 1:
+        return FragmentPlan(files, fragment, None, keep=keep)
+    source = ParquetSource(files, fragment.files[0])
+    groups = list(range(source.metadata.num_row_groups))
+    if may_match is not None:
+        file_names = {source.by_id[i]: n for n, i in _ids(schema) if i in source.by_id}
+        groups = [
+            g
+            for g in groups
+            if may_match(row_group_stats(source.metadata, g, file_names), source.group_rows[g])
+        ]
+    if keep is not None:
+        # Row groups whose rows are all deleted are not read either.
+        groups = [g for g in groups if keep[slice(*_bounds(source, g))].any()]
+    if not groups:
+        return None
+    return FragmentPlan(files, fragment, source, groups, keep)
+
+
+def _ids(schema: DatasetSchema) -> list[tuple[str, int]]:
+    return [(p[0], i) for p, i in schema.ids if len(p) == 1]
+
+
+def _bounds(source: ParquetSource, g: int) -> tuple[int, int]:
+    start = source.group_starts[g]
+    return start, start + source.group_rows[g]
+
+
+def _read_columns(
+    plan: FragmentPlan, groups: list[int], schema: DatasetSchema, names: list[str]
+) -> pa.Table:
+    """``names`` (dataset columns) of row groups ``groups``, all physical rows."""
+    source = plan.source
+    assert source is not None
+    wanted = dict(zip(names, schema.top_level_ids(names)))
+    present = [source.by_id[i] for i in wanted.values() if i in source.by_id]
+    table = source.read(groups, present)
+    pieces = {n: table.column(source.by_id[i]) for n, i in wanted.items() if i in source.by_id}
+    return assemble_columns(pieces, schema, names, sum(source.group_rows[g] for g in groups))
+
+
+def _keep_mask(plan: FragmentPlan, groups: list[int]) -> np.ndarray | None:
+    if plan.keep is None:
+        return None
+    assert plan.source is not None
+    return np.concatenate([plan.keep[slice(*_bounds(plan.source, g))] for g in groups])
+
+
+def _matches(table: pa.Table, predicate: pc.Expression) -> np.ndarray:
+    """Where ``predicate`` is TRUE over ``table``'s rows (SQL: NULL is not a match).
+
+    Raises:
+        InvalidExpressionError: evaluating the predicate failed.
+    """
+    from s3ddb.format.rows import _evaluation_error
+
+    if table.num_rows == 0:
+        return np.zeros(0, dtype=bool)
+    try:
+        mask = pads.dataset(table).to_table(columns={"m": predicate}).column("m")
+    except _EVALUATION_ERRORS as exc:
+        raise _evaluation_error(exc, f"the filter {predicate}") from exc
+    mask = pc.fill_null(mask.cast(pa.bool_()), False)
+    return np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def read_planned(
+    plan: FragmentPlan,
+    schema: DatasetSchema,
+    columns: list[str],
+    predicate: pc.Expression | None,
+    groups: list[int] | None = None,
+) -> pa.Table:
+    """The visible rows of ``plan``'s row groups ``groups`` (default: all planned)
+    that match ``predicate``, with ``columns`` in order.
+
+    Filter columns are read first; the other columns only for row groups holding a
+    match; deleted rows are dropped by position.
+
+    Raises:
+        InvalidExpressionError: evaluating the predicate failed.
+    """
+    if plan.source is None:
+        return read_multi_file(plan, schema, columns, predicate)
+    groups = plan.groups if groups is None else groups
+    keep = _keep_mask(plan, groups)
+    if predicate is None:
+        table = _read_columns(plan, groups, schema, columns)
+        return table if keep is None else table.filter(pa.array(keep))
+    used = filter_columns(predicate, schema)
+    first = _read_columns(plan, groups, schema, used)
+    mask = _matches(first, predicate)
+    if keep is not None:
+        mask &= keep
+    if not mask.any():
+        return empty_table(schema, columns)
+    rest = [c for c in columns if c not in used]
+    if not rest:
+        return first.filter(pa.array(mask)).select(columns)
+    # Late materialization: the other columns only of row groups with a match.
+    hit, spans, offset = [], [], 0
+    for g in groups:
+        rows = plan.source.group_rows[g]
+        if mask[offset : offset + rows].any():
+            hit.append(g)
+            spans.append((offset, rows))
+        offset += rows
+    if len(hit) < len(groups):
+        first = pa.concat_tables([first.slice(s, n) for s, n in spans])
+        mask = np.concatenate([mask[s : s + n] for s, n in spans])
+    second = _read_columns(plan, hit, schema, rest)
+    by_name = {n: first.column(n) for n in used}
+    by_name.update({n: second.column(n) for n in rest})
+    out = pa.schema([schema.arrow.field(n) for n in columns])
+    table = pa.Table.from_arrays([by_name[n] for n in columns], schema=out)
+    return table.filter(pa.array(mask))
+
+
+def read_visible_rows(
+    files: Files,
+    fragment: FragmentMetadata,
+    schema: DatasetSchema,
+    columns: list[str],
+    predicate: pc.Expression | None = None,
+    may_match: RowGroupPredicate | None = None,
+) -> pa.Table:
+    """The rows of ``fragment`` that are not deleted and match ``predicate``, with
+    ``columns`` in order. ``files``: the manifest's
+    :class:`~s3ddb.format.bases.FileResolver` (or its plain store if it has no bases).
+
+    ``may_match`` (see :data:`RowGroupPredicate`) skips the fragment (by its
+    statistics) and row groups; it must be implied by ``predicate``, which is still
+    applied to every row read.
+
+    Raises:
+        ManifestCorruptError: the fragment's deletion file is missing or corrupt.
+        InvalidExpressionError: evaluating the predicate failed.
+    """
+    plan = plan_fragment(files, fragment, schema, may_match)
+    if plan is None:
+        return empty_table(schema, columns)
+    return read_planned(plan, schema, columns, predicate)
+
+
+def read_multi_file(
+    plan: FragmentPlan,
+    schema: DatasetSchema,
+    columns: list[str],
+    predicate: pc.Expression | None,
+) -> pa.Table:
+    """A fragment of several data files, read whole (its files' row groups need not
+    line up), deletions and ``predicate`` applied after."""
+    needed = list(columns) + [c for c in filter_columns(predicate, schema) if c not in columns]
+    table = read_fragment(plan.files, plan.fragment, schema, needed)
+    if plan.keep is not None:
+        table = table.filter(pa.array(plan.keep))
+    if predicate is not None:
+        table = filter_rows(table, predicate)
+    return table.select(columns)
+
+
+def read_rows_at(
+    files: Files,
+    fragment: FragmentMetadata,
+    schema: DatasetSchema,
+    columns: list[str],
+    offsets: object,
+) -> tuple[pa.Table, int]:
+    """The physical rows of ``fragment`` at ``offsets`` (sorted, deletions not applied),
+    ``columns`` in order, and how many row groups were read: of a one-file fragment
+    only the row groups holding those rows (an index lookup's point reads)."""
+    positions = np.asarray(offsets, dtype=np.int64)
+    if len(positions) == 0:
+        return assemble_columns({}, schema, columns, 0), 0
+    if len(fragment.files) != 1:
+        table = read_fragment(files, fragment, schema, columns)
+        return table.take(pa.array(positions)), 0
+    source = ParquetSource(files, fragment.files[0])
+    plan = FragmentPlan(files, fragment, source)
+    starts = np.asarray([*source.group_starts, fragment.physical_rows], dtype=np.int64)
+    owner = np.searchsorted(starts, positions, side="right") - 1
+    groups = sorted(set(owner.tolist()))
+    table = _read_columns(plan, groups, schema, columns)
+    # Offsets within the concatenation of the row groups read.
+    local = np.empty(len(positions), dtype=np.int64)
+    base = 0
+    for g in groups:
+        chosen = owner == g
+        local[chosen] = positions[chosen] - starts[g] + base
+        base += source.group_rows[g]
+    return table.take(pa.array(local)), len(groups)
+
+
+def read_with_positions(
+    plan: FragmentPlan,
+    schema: DatasetSchema,
+    columns: list[str],
+    predicate: pc.Expression | None = None,
+) -> tuple[pa.Table, np.ndarray]:
+    """The visible rows of ``plan`` matching ``predicate`` (``columns`` in order) and
+    their physical positions in the fragment, ascending: how delete, update and
+    merge_insert find rows (row groups the plan pruned hold none of them).
+
+    Raises:
+        InvalidExpressionError: evaluating the predicate failed.
+    """
+    needed = list(columns) + [c for c in filter_columns(predicate, schema) if c not in columns]
+    if plan.source is None:
+        table = read_fragment(plan.files, plan.fragment, schema, needed)
+        positions = np.arange(plan.fragment.physical_rows, dtype=np.int64)
+        keep = plan.keep
+    else:
+        table = _read_columns(plan, plan.groups, schema, needed)
+        positions = np.concatenate(
+            [np.arange(*_bounds(plan.source, g), dtype=np.int64) for g in plan.groups]
+        )
+        keep = _keep_mask(plan, plan.groups)
+    mask = np.ones(len(positions), dtype=bool) if keep is None else keep.copy()
+    if predicate is not None:
+        mask &= _matches(table, predicate)
+    return table.select(columns).filter(pa.array(mask)), positions[mask]

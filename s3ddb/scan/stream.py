@@ -1,0 +1,107 @@
+"""Streaming a version's matching rows in order with bounded memory.
+
+Fragments are planned (statistics, footer, deletion file) a few ahead on worker
+threads; each plan is cut into reads of consecutive row groups, and reads are started
+in order while the decoded bytes they will hold stay within the read-ahead budget
+(one read is always allowed, so a row group larger than the budget still reads).
+Results come out in fragment and row-group order.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from s3ddb.format.bases import Files
+from s3ddb.format.fragment import FragmentMetadata
+from s3ddb.format.schema import DatasetSchema
+from s3ddb.scan.fragment import FragmentPlan, filter_columns, plan_fragment, read_planned
+from s3ddb.scan.rowgroups import RowGroupPredicate
+
+Read = tuple[FragmentPlan, list[int] | None, int]
+
+
+def split_reads(plan: FragmentPlan, names: list[str], budget: int) -> list[Read]:
+    """``plan`` as reads of consecutive row groups, each estimated at about a quarter
+    of ``budget`` (or one row group), with their estimated decoded bytes."""
+    if plan.source is None:
+        return [(plan, None, plan.estimated_bytes([], names))]
+    target = max(1, budget // 4)
+    reads: list[Read] = []
+    current: list[int] = []
+    size = 0
+    for g in plan.groups:
+        est = plan.estimated_bytes([g], names)
+        if current and size + est > target:
+            reads.append((plan, current, size))
+            current, size = [], 0
+        current.append(g)
+        size += est
+    if current:
+        reads.append((plan, current, size))
+    return reads
+
+
+def stream_tables(
+    files: Files,
+    fragments: Iterable[FragmentMetadata],
+    schema: DatasetSchema,
+    columns: list[str],
+    predicate: pc.Expression | None,
+    may_match: RowGroupPredicate | None,
+    *,
+    workers: int,
+    budget: int,
+) -> Iterator[pa.Table]:
+    """The visible rows of ``fragments`` matching ``predicate``, ``columns`` in order,
+    as tables of consecutive row groups, in order (see the module docstring).
+
+    Raises:
+        ManifestCorruptError: a deletion file is missing or corrupt.
+        InvalidExpressionError: evaluating the predicate failed.
+    """
+    names = list(columns) + [c for c in filter_columns(predicate, schema) if c not in columns]
+    pending_fragments = iter(fragments)
+    pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="s3ddb-scan")
+    plans: deque[Future[FragmentPlan | None]] = deque()
+    waiting: deque[Read] = deque()
+    reading: deque[tuple[Future[pa.Table], int]] = deque()
+    in_flight = 0
+
+    def plan_ahead() -> None:
+        while len(plans) < max(1, workers):
+            fragment = next(pending_fragments, None)
+            if fragment is None:
+                return
+            plans.append(pool.submit(plan_fragment, files, fragment, schema, may_match))
+
+    try:
+        plan_ahead()
+        while True:
+            while True:
+                while waiting and (not reading or in_flight + waiting[0][2] <= budget):
+                    plan, groups, est = waiting.popleft()
+                    future = pool.submit(read_planned, plan, schema, columns, predicate, groups)
+                    reading.append((future, est))
+                    in_flight += est
+                # Take the next plan once it is ready, or when nothing else can run.
+                if not waiting and plans and (plans[0].done() or not reading):
+                    plan_or_none = plans.popleft().result()
+                    plan_ahead()
+                    if plan_or_none is not None:
+                        waiting.extend(split_reads(plan_or_none, names, budget))
+                    continue
+                break
+            if not reading:
+                return
+            future, est = reading.popleft()
+            table = future.result()
+            in_flight -= est
+            if table.num_rows:
+                yield table
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
