@@ -12,6 +12,7 @@ them valid (bounds of a superset of the visible rows). Fragments without statist
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import math
 from dataclasses import dataclass
@@ -85,6 +86,7 @@ class FileStatistics:
         return cls(m.file_key, tuple(ColumnStatistics.from_pb(c) for c in m.columns))
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def file_key(path: str) -> int:
     """The 64-bit key naming a data file's statistics (a hash of its path)."""
     return int.from_bytes(hashlib.blake2b(path.encode(), digest_size=8).digest(), "little")

@@ -3,12 +3,15 @@
 Fragments are planned (statistics, footer, deletion file) a few ahead on worker
 threads; each plan is cut into reads of consecutive row groups, and reads are started
 in order while the decoded bytes they will hold stay within the read-ahead budget
-(one read is always allowed, so a row group larger than the budget still reads).
+(one read is always allowed, so a row group larger than the budget still reads), at
+most ``workers`` plans and reads at a time.
 Results come out in fragment and row-group order.
 """
 
 from __future__ import annotations
 
+import os
+import threading
 from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -19,10 +22,33 @@ import pyarrow.compute as pc
 from s3ddb.format.bases import Files
 from s3ddb.format.fragment import FragmentMetadata
 from s3ddb.format.schema import DatasetSchema
-from s3ddb.scan.fragment import FragmentPlan, filter_columns, plan_fragment, read_planned
+from s3ddb.scan.fragment import (
+    FragmentPlan,
+    filter_columns,
+    fragment_may_match,
+    plan_fragment,
+    read_planned,
+)
 from s3ddb.scan.rowgroups import RowGroupPredicate
 
 Read = tuple[FragmentPlan, list[int] | None, int]
+
+_MAX_WORKERS = 16
+_pool: ThreadPoolExecutor | None = None
+_pool_pid = -1
+_pool_lock = threading.Lock()
+
+
+def _executor() -> ThreadPoolExecutor:
+    """The process's scan pool (rebuilt after fork), shared by every scan: starting
+    threads per scan would cost more than a point lookup. Scan tasks never wait for
+    other tasks of this pool, so sharing it cannot deadlock."""
+    global _pool, _pool_pid
+    with _pool_lock:
+        if _pool is None or _pool_pid != os.getpid():
+            _pool = ThreadPoolExecutor(max_workers=_MAX_WORKERS, thread_name_prefix="s3ddb-scan")
+            _pool_pid = os.getpid()
+        return _pool
 
 
 def split_reads(plan: FragmentPlan, names: list[str], budget: int) -> list[Read]:
@@ -65,25 +91,32 @@ def stream_tables(
         InvalidExpressionError: evaluating the predicate failed.
     """
     names = list(columns) + [c for c in filter_columns(predicate, schema) if c not in columns]
-    pending_fragments = iter(fragments)
-    pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="s3ddb-scan")
+    workers = max(1, workers)
+    # Fragments the manifest's statistics rule out are dropped here, without a task.
+    pending_fragments = (f for f in fragments if fragment_may_match(f, schema, may_match))
+    pool = _executor()
     plans: deque[Future[FragmentPlan | None]] = deque()
     waiting: deque[Read] = deque()
     reading: deque[tuple[Future[pa.Table], int]] = deque()
     in_flight = 0
 
     def plan_ahead() -> None:
-        while len(plans) < max(1, workers):
+        while len(plans) < workers:
             fragment = next(pending_fragments, None)
             if fragment is None:
                 return
             plans.append(pool.submit(plan_fragment, files, fragment, schema, may_match))
 
+    def may_start(est: int) -> bool:
+        if not reading:
+            return True  # one read always runs, however large
+        return len(reading) < workers and in_flight + est <= budget
+
     try:
         plan_ahead()
         while True:
             while True:
-                while waiting and (not reading or in_flight + waiting[0][2] <= budget):
+                while waiting and may_start(waiting[0][2]):
                     plan, groups, est = waiting.popleft()
                     future = pool.submit(read_planned, plan, schema, columns, predicate, groups)
                     reading.append((future, est))
@@ -104,4 +137,7 @@ def stream_tables(
             if table.num_rows:
                 yield table
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        # Abandoned early (a limit, an error): queued work is dropped; reads already
+        # running finish on their own and their results are discarded.
+        for future in [*plans, *(f for f, _est in reading)]:
+            future.cancel()
