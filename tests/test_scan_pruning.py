@@ -15,6 +15,7 @@ import datetime as dt
 import os
 import pickle
 import random
+import uuid
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,7 @@ from s3ddb.format.stats import STRING_PREFIX, fragment_column_stats
 from s3ddb.fragment import write_fragments
 from s3ddb.pruning import row_group_pruner
 from s3ddb.scan import fragment_may_match
+from tests.conftest import TEST_BUCKET, TEST_TABLE
 
 _WORDS = ["a", "b", "zz", "é", "中文", "\U0001f600", "x'y", "prefix_shared_by_long_values_"]
 _EPOCH = dt.date(2020, 1, 1)
@@ -405,3 +407,46 @@ def test_sum_matches_pyarrow_on_the_same_files(tmp_path: Path) -> None:
     expected = pads.dataset(files, format="parquet").to_table(filter=pc.field("id") > 777)
     got = ds.to_table(filter="id > 777")
     assert got.column("id").to_pylist() == expected.column("id").to_pylist()
+
+
+def test_ranged_reads_on_the_endpoint_read_footers_once_and_coalesce(
+    aws: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Large data files (here: every file) are read by ranges: one GET for the footer,
+    then the needed column chunks, nearby ones in one request."""
+    import s3ddb.scan.source as source
+
+    monkeypatch.setattr(source, "WHOLE_READ_MAX_BYTES", 0)
+    name = f"t-ranged-{uuid.uuid4().hex[:12]}"
+    uri = f"s3+ddb://{TEST_BUCKET}/{name}?ddbTableName={TEST_TABLE}"
+    so = aws.storage_options()
+    n = 300_000  # five row groups
+    ids = np.arange(n)
+    table = pa.table({"id": ids, "x": ids * 0.5, "s": [f"v{i}" for i in range(n)]})
+    ds = s3ddb.write_dataset(table, uri, storage_options=so)
+
+    def gets(**kwargs: Any) -> tuple[pa.Table, int]:
+        aws.clear_requests()
+        result = ds.to_table(**kwargs)
+        return result, len(_data_reads_all(aws, uri))
+
+    got, requests = gets(columns=["x"])
+    assert got.column("x").to_pylist() == table.column("x").to_pylist()
+    assert requests == 2  # footer, then the x chunks as one coalesced range
+    got, requests = gets(filter="id = 200000")
+    assert got.to_pylist() == [{"id": 200000, "x": 100000.0, "s": "v200000"}]
+    assert requests == 3  # footer, id of one row group, then x and s of that row group
+    monkeypatch.setattr(source, "HOLE_BYTES", 0)
+    monkeypatch.setattr(source, "FOOTER_GUESS_BYTES", 16)  # the footer takes two GETs
+    got, requests = gets(columns=["x"])
+    assert got.column("x").to_pylist() == table.column("x").to_pylist()
+    assert requests == 2 + 5  # one per row group's x chunk, none coalesced
+    assert ds.to_table().equals(table)
+
+
+def _data_reads_all(aws: Any, uri: str) -> list[str]:
+    return [
+        r.path
+        for r in aws.requests
+        if r.operation == "GetObject" and r.path.startswith(_prefix(uri))
+    ]

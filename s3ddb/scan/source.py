@@ -1,11 +1,11 @@
 """One Parquet data file opened for a scan: its footer read once, then the column
 chunks of chosen row groups read as few, coalesced requests.
 
-Local files are read natively. On S3, a file up to :data:`WHOLE_READ_MAX_BYTES` is
-fetched with one GET; a larger one has its footer fetched with one ranged GET, and
-each read fetches exactly the byte ranges of the column chunks it needs, merging
-ranges less than :data:`HOLE_BYTES` apart into one request and sending the requests
-in parallel.
+Local files are read natively. From an object store, a file up to
+:data:`WHOLE_READ_MAX_BYTES` is fetched with one GET; a larger one has its footer
+fetched with one ranged GET, and each read fetches exactly the byte ranges of the
+column chunks it needs, merging ranges less than :data:`HOLE_BYTES` apart into one
+request and sending the requests in parallel.
 """
 
 from __future__ import annotations
@@ -151,22 +151,21 @@ class ParquetSource:
         size = data_file.file_size_bytes
         self._whole: bytes | None = None
         self._local: str | None = None
-        self._ranged = False
+        self._size = 0
         if store.protocol == "file":
             self._local = store.full_path(path)
             with pa.OSFile(self._local) as f:
                 metadata = pq.ParquetFile(f).metadata
-        elif store.protocol == "s3" and 0 < size <= WHOLE_READ_MAX_BYTES:
-            # One request instead of a footer read and column reads.
-            self._whole = store.get(path)
-            metadata = pq.ParquetFile(pa.BufferReader(self._whole)).metadata
-        elif size > 0:
-            self._ranged = True
-            self._size = size
-            metadata = _footer(store, path, size)
         else:
-            self._whole = store.get(path)
-            metadata = pq.ParquetFile(pa.BufferReader(self._whole)).metadata
+            if size <= 0:
+                size = store.head(path).size  # not recorded (an older or foreign writer)
+            if size <= WHOLE_READ_MAX_BYTES:
+                # One request instead of a footer read and column reads.
+                self._whole = store.get(path)
+                metadata = pq.ParquetFile(pa.BufferReader(self._whole)).metadata
+            else:
+                self._size = size
+                metadata = _footer(store, path, size)
         self.metadata = metadata
         self.arrow_schema = metadata.schema.to_arrow_schema()
         self.by_id = file_columns_by_id(self.arrow_schema)

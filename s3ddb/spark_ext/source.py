@@ -32,7 +32,7 @@ from s3ddb.format.fragment import FragmentMetadata
 from s3ddb.format.schema import DatasetSchema
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.reading import resolve_columns
-from s3ddb.scan import read_visible_rows
+from s3ddb.scan import fragment_may_match, read_visible_rows
 from s3ddb.spark_ext import _write
 from s3ddb.spark_ext._filters import PushedFilters, split_filters
 from s3ddb.spark_ext._options import SourceOptions
@@ -125,7 +125,12 @@ class S3DDBReader(DataSourceReader):
         groups: list[FragmentGroup] = []
         current: list[FragmentMetadata] = []
         size = rows = 0
+        # Fragments whose statistics in the manifest rule the pushed filters out get
+        # no task (pushFilters runs before partitions are planned).
+        may_match = self._filters.may_match if self._filters.conditions else None
         for fragment in self._fragments:
+            if not fragment_may_match(fragment, self._dataset_schema, may_match):
+                continue
             fragment_bytes = sum(f.file_size_bytes for f in fragment.files)
             if current and (
                 size + fragment_bytes > self._options.max_partition_bytes
