@@ -30,6 +30,7 @@ from s3ddb.scan.fragment import (
     read_planned,
 )
 from s3ddb.scan.rowgroups import RowGroupPredicate
+from s3ddb.scan.source import WHOLE_READ_MAX_BYTES
 
 Read = tuple[FragmentPlan, list[int] | None, int]
 
@@ -99,9 +100,14 @@ def stream_tables(
     waiting: deque[Read] = deque()
     reading: deque[tuple[Future[pa.Table], int]] = deque()
     in_flight = 0
+    # Estimates come from the footers' uncompressed sizes; decoded Arrow data can be
+    # larger (dictionary-encoded strings): corrected by what reads actually held.
+    scale, estimated, actual = 1.0, 0.0, 0
+    # Small files are fetched whole when planned: with a small budget, plan fewer ahead.
+    plans_ahead = max(1, min(workers, budget // WHOLE_READ_MAX_BYTES))
 
     def plan_ahead() -> None:
-        while len(plans) < workers:
+        while len(plans) < plans_ahead:
             fragment = next(pending_fragments, None)
             if fragment is None:
                 return
@@ -116,11 +122,11 @@ def stream_tables(
         plan_ahead()
         while True:
             while True:
-                while waiting and may_start(waiting[0][2]):
+                while waiting and may_start(int(waiting[0][2] * scale)):
                     plan, groups, est = waiting.popleft()
                     future = pool.submit(read_planned, plan, schema, columns, predicate, groups)
-                    reading.append((future, est))
-                    in_flight += est
+                    reading.append((future, int(est * scale)))
+                    in_flight += int(est * scale)
                 # Take the next plan once it is ready, or when nothing else can run.
                 if not waiting and plans and (plans[0].done() or not reading):
                     plan_or_none = plans.popleft().result()
@@ -134,6 +140,10 @@ def stream_tables(
             future, est = reading.popleft()
             table = future.result()
             in_flight -= est
+            if predicate is None and est:
+                # Without a filter the result is what the read decoded.
+                estimated, actual = estimated + est / scale, actual + table.nbytes
+                scale = max(1.0, actual / estimated)
             if table.num_rows:
                 yield table
     finally:
