@@ -1,17 +1,21 @@
-"""Row-group pruning for SQL-text filters.
+"""Pruning by statistics for SQL-text filters.
 
-From a filter such as ``"id >= 1000 AND name = 'x'"`` this derives a
-:data:`s3ddb.scan.RowGroupPredicate`: the top-level AND terms of the form
-``column <op> literal`` (``=``, ``<``, ``<=``, ``>``, ``>=``, ``BETWEEN``, ``IN``,
-``IS [NOT] NULL``) on integer, float64, string, boolean and date columns. Each term is implied
-by the filter, so a row group whose statistics rule a term out holds no matching row;
-anything else (OR, functions, other types, pyarrow Expressions) prunes nothing. The
-exact filter still runs on every row read, so pruning never changes a result.
+From a filter such as ``"id >= 1000 AND (name = 'x' OR name = 'y')"`` this derives a
+:data:`s3ddb.scan.RowGroupPredicate`, used for fragments (their statistics in the
+manifest) and Parquet row groups alike. It reads terms ``column <op> literal``
+(``=``, ``<``, ``<=``, ``>``, ``>=``, ``BETWEEN``, ``IN``, ``IS [NOT] NULL``) on
+integer, float64, string, boolean and date columns, combined by AND (each term read is
+implied by the filter) and OR (only when every branch says something); anything else
+(NOT, functions, other types, pyarrow Expressions) prunes nothing. Statistics that
+rule the filter out mean no matching row; the exact filter still runs on every row
+read, so pruning never changes a result.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -19,7 +23,7 @@ from sqlglot import exp
 
 from s3ddb.conditions import Condition, PushedFilters, prunable_type
 from s3ddb.errors import S3DDBError
-from s3ddb.scan import RowGroupPredicate
+from s3ddb.scan import ColumnStats, RowGroupPredicate
 
 _OPS: dict[type[exp.Expr], tuple[str, str]] = {
     # node -> (op with the column on the left, op with the column on the right)
@@ -131,16 +135,56 @@ def _conditions(node: exp.Expr, schema: pa.Schema) -> list[Condition]:
     return []
 
 
+@dataclass(frozen=True)
+class AllOf:
+    """Statistics admit the rows only if every part admits them (an AND)."""
+
+    parts: tuple[Pruner, ...]
+
+    def may_match(self, stats: Mapping[str, ColumnStats], rows: int) -> bool:
+        return all(p.may_match(stats, rows) for p in self.parts)
+
+
+@dataclass(frozen=True)
+class AnyOf:
+    """Statistics admit the rows if any branch admits them (an OR)."""
+
+    branches: tuple[Pruner, ...]
+
+    def may_match(self, stats: Mapping[str, ColumnStats], rows: int) -> bool:
+        return any(b.may_match(stats, rows) for b in self.branches)
+
+
+Pruner = PushedFilters | AllOf | AnyOf
+
+
+def _pruner(node: exp.Expr, schema: pa.Schema) -> Pruner | None:
+    """What ``node`` implies about statistics (None: nothing). An AND keeps the terms
+    it can read (each is implied); an OR only if every branch says something."""
+    if isinstance(node, exp.Paren):
+        return _pruner(node.this, schema)
+    if isinstance(node, (exp.And, exp.Or)):
+        left, right = _pruner(node.this, schema), _pruner(node.expression, schema)
+        if isinstance(node, exp.Or):
+            return AnyOf((left, right)) if left is not None and right is not None else None
+        if left is None or right is None:
+            return left or right
+        return AllOf((left, right))
+    conditions = _conditions(node, schema)
+    return PushedFilters(tuple(conditions)) if conditions else None
+
+
 def row_group_pruner(filter: object, schema: pa.Schema) -> RowGroupPredicate | None:
-    """The row-group predicate implied by SQL-text ``filter`` (None: prunes nothing,
-    e.g. a pyarrow Expression or no simple AND term). Never raises: a filter this
-    cannot read is compiled, and its errors reported, by the exact filter."""
+    """The statistics test implied by SQL-text ``filter``, for fragments and row groups
+    (None: prunes nothing, e.g. a pyarrow Expression or no simple term). Never raises:
+    a filter this cannot read is compiled, and its errors reported, by the exact
+    filter."""
     if not isinstance(filter, str):
         return None
     from s3ddb.expressions._sql import _parse_sql
 
     try:
-        conditions = _conditions(_parse_sql(filter), schema)
+        pruner = _pruner(_parse_sql(filter), schema)
     except S3DDBError:
         return None
-    return PushedFilters(tuple(conditions)).may_match if conditions else None
+    return pruner.may_match if pruner is not None else None

@@ -163,7 +163,10 @@ def test_sql_filters_prune_row_groups_and_never_change_a_result(tmp_path: Path) 
     assert kept("day < DATE '1970-01-03'") == [0]
     assert kept("name = 'n299999'") == [4]
     assert kept("flag = true") == [3, 4]
-    assert row_group_pruner("id > 5 OR id < 2", ds.schema) is None  # OR: no pruning
+    assert kept("id < 2 OR id >= 280000") == [0, 4]  # OR: every branch prunes
+    assert kept("id = 70000 AND (id < 5 OR name = 'n070000')") == [1]
+    # A branch that says nothing: the OR says nothing.
+    assert row_group_pruner("id = 70000 OR name LIKE 'n%'", ds.schema) is None
     assert row_group_pruner(pc.field("id") > 5, ds.schema) is None
     assert row_group_pruner("id > 1.5", ds.schema) is None  # compared as floats
     # Results equal the exact filter on every row (deleted rows excluded).
