@@ -117,7 +117,7 @@ class VersionReader:
             names,
             self.predicate,
             self.may_match,
-            workers=max(1, readahead),
+            workers=readahead,
             budget=readahead_bytes,
         )
 

@@ -4,7 +4,7 @@ Fragments are planned (statistics, footer, deletion file) a few ahead on worker
 threads; each plan is cut into reads of consecutive row groups, and reads are started
 in order while the decoded bytes they will hold stay within the read-ahead budget
 (one read is always allowed, so a row group larger than the budget still reads), at
-most ``workers`` plans and reads at a time.
+most ``workers`` plans and reads at a time (none ahead with ``workers=0``).
 Results come out in fragment and row-group order.
 """
 
@@ -14,7 +14,7 @@ import os
 import threading
 from collections import deque
 from collections.abc import Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -92,9 +92,18 @@ def stream_tables(
         InvalidExpressionError: evaluating the predicate failed.
     """
     names = list(columns) + [c for c in filter_columns(predicate, schema) if c not in columns]
-    workers = max(1, workers)
     # Fragments the manifest's statistics rule out are dropped here, without a task.
     pending_fragments = (f for f in fragments if fragment_may_match(f, schema, may_match))
+    if workers < 1:
+        # Nothing ahead: each read runs in the consumer's thread when it asks.
+        for fragment in pending_fragments:
+            plan = plan_fragment(files, fragment, schema, may_match)
+            for planned, groups, _est in split_reads(plan, names, budget) if plan else []:
+                table = read_planned(planned, schema, columns, predicate, groups)
+                if table.num_rows:
+                    yield table
+                del table  # not held while the next one is read
+        return
     pool = _executor()
     plans: deque[Future[FragmentPlan | None]] = deque()
     waiting: deque[Read] = deque()
@@ -146,8 +155,9 @@ def stream_tables(
                 scale = max(1.0, actual / estimated)
             if table.num_rows:
                 yield table
+            del table
     finally:
-        # Abandoned early (a limit, an error): queued work is dropped; reads already
-        # running finish on their own and their results are discarded.
-        for future in [*plans, *(f for f, _est in reading)]:
-            future.cancel()
+        # Abandoned early (a limit, an error): queued work is dropped, and reads
+        # already running are waited for, so that no read outlives its stream.
+        started = [f for f in [*plans, *(f for f, _est in reading)] if not f.cancel()]
+        wait(started)
