@@ -15,6 +15,7 @@ import pyarrow as pa
 from s3ddb.commit.handlers import CommitHandler, ManifestLocation
 from s3ddb.connect import open_handler
 from s3ddb.errors import DatasetNotFoundError, InvalidInputError, VersionNotFoundError
+from s3ddb.format.fragment_list import FragmentList
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.naming import U64_MAX
 from s3ddb.format.schema import DatasetSchema
@@ -52,7 +53,7 @@ def open_validated(uri: str, storage_options: dict[str, object] | None) -> Commi
 
 def placeholder_manifest() -> Manifest:
     """The "version 0" of a dataset that does not exist yet."""
-    return Manifest(version=0, schema=DatasetSchema.assign(pa.schema([])), fragments=())
+    return Manifest(version=0, schema=DatasetSchema.assign(pa.schema([])), fragments=FragmentList())
 
 
 def load_version(handler: CommitHandler, version: int | None, uri: str) -> Manifest:

@@ -26,6 +26,7 @@ from s3ddb.errors import (
     UnsupportedOperationError,
 )
 from s3ddb.format.fragment import FragmentMetadata
+from s3ddb.format.fragment_list import FragmentList
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.naming import NamingScheme
 from s3ddb.index.maintenance import drop_stale_coverage
@@ -163,7 +164,7 @@ def _overwrite(base: Manifest | None, op: Operation, version: int, load: LoadMan
     return Manifest(
         version=version,
         schema=op.schema,
-        fragments=fragments,
+        fragments=FragmentList(fragments),
         max_fragment_id=max_id,
         config=config,
         table_metadata=dict(base.table_metadata) if base is not None else {},

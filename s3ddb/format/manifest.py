@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -11,8 +12,8 @@ from s3ddb._version import __version__
 from s3ddb.errors import ManifestCorruptError, PathOutsideDatasetError
 from s3ddb.format import layout
 from s3ddb.format._proto import manifest_pb2 as pb
-from s3ddb.format.bases import BasePath, check_base_paths, file_base_ids, fragment_files
-from s3ddb.format.fragment import FragmentMetadata
+from s3ddb.format.bases import BasePath, check_base_paths, fragment_files
+from s3ddb.format.fragment_list import EncodedFragments, FragmentList
 from s3ddb.format.framing import frame, unframe
 from s3ddb.format.index import IndexMetadata
 from s3ddb.format.naming import NamingScheme
@@ -22,6 +23,12 @@ from s3ddb.io.paths import check_name
 MANIFEST_MAGIC = b"S3DDBMF1"
 WRITER_LIBRARY = "s3ddb"
 
+#: The payload of a manifest starts with its ``fragments_offset`` field (number 16,
+#: fixed32): the tag, then the offset of the first fragment in the payload.
+_OFFSET_TAG = bytes([16 << 3 | 5, 1])
+_OFFSET = struct.Struct("<I")
+_PREFIX_SIZE = len(_OFFSET_TAG) + _OFFSET.size
+
 
 @dataclass(frozen=True)
 class Manifest:
@@ -30,7 +37,9 @@ class Manifest:
     Attributes:
         version: the version number (>= 1).
         schema: the dataset schema with field ids.
-        fragments: the fragments, in order.
+        fragments: the fragments, in order: any iterable of :class:`FragmentMetadata`
+            is accepted and held as a :class:`FragmentList`, which decodes stored
+            fragments only when they are used.
         max_fragment_id: highest fragment id ever assigned, None before the first.
         config: dataset configuration (string map).
         table_metadata: free-form table metadata.
@@ -50,7 +59,7 @@ class Manifest:
 
     version: int
     schema: DatasetSchema
-    fragments: tuple[FragmentMetadata, ...]
+    fragments: FragmentList
     max_fragment_id: int | None = None
     config: dict[str, str] = field(default_factory=dict)
     table_metadata: dict[str, str] = field(default_factory=dict)
@@ -68,16 +77,14 @@ class Manifest:
         if self.transaction_file:
             check_name(self.transaction_file, "transaction file")
         object.__setattr__(self, "base_paths", check_base_paths(self.base_paths))
-        undeclared = file_base_ids(self.fragments) - {b.id for b in self.base_paths}
-        if undeclared:
-            raise PathOutsideDatasetError(
-                f"refusing files of base path(s) {sorted(undeclared)}: the manifest "
-                "declares no such base"
-            )
+        if not isinstance(self.fragments, FragmentList):
+            object.__setattr__(self, "fragments", FragmentList(self.fragments))
+        self.fragments.check_bases([b.id for b in self.base_paths])
 
     @property
     def num_rows(self) -> int:
-        return sum(f.num_rows for f in self.fragments)
+        """Rows visible to readers (from the stored summary: no fragment is decoded)."""
+        return self.fragments.visible_rows()
 
     def next_fragment_id(self) -> int:
         return 0 if self.max_fragment_id is None else self.max_fragment_id + 1
@@ -87,11 +94,11 @@ class Manifest:
 
     # --- serialization -----------------------------------------------------------------
 
-    def to_pb(self) -> pb.Manifest:
+    def _header_pb(self) -> pb.Manifest:
+        """Everything but the fragments, with their summary."""
         m = pb.Manifest(
             version=self.version,
             schema=self.schema.to_pb(),
-            fragments=[f.to_pb() for f in self.fragments],
             config=self.config,
             table_metadata=self.table_metadata,
             timestamp_nanos=self.timestamp_nanos,
@@ -107,6 +114,8 @@ class Manifest:
             operation=self.operation,
             base_paths=[b.to_pb() for b in self.base_paths],
             indices=[i.to_pb() for i in self.indices],
+            fragment_count=len(self.fragments),
+            visible_rows=self.fragments.visible_rows(),
         )
         if self.max_fragment_id is not None:
             m.max_fragment_id = self.max_fragment_id
@@ -114,16 +123,45 @@ class Manifest:
             m.cloned_from_version = self.cloned_from_version
         return m
 
+    def payload(self) -> bytes:
+        """The serialized ``Manifest`` message: its ``fragments_offset`` field, the
+        other fields, then the fragments (untouched stored fragments as their bytes)."""
+        header = self._header_pb().SerializeToString(deterministic=True)
+        offset = _PREFIX_SIZE + len(header)
+        return _OFFSET_TAG + _OFFSET.pack(offset) + header + self.fragments.encoded()
+
+    def to_pb(self) -> pb.Manifest:
+        """The whole manifest as one protobuf message (every fragment decoded)."""
+        return pb.Manifest.FromString(self.payload())
+
     def to_bytes(self) -> bytes:
         """The framed, serialized manifest (what is stored on object storage)."""
-        return frame(self.to_pb().SerializeToString(deterministic=True), MANIFEST_MAGIC)
+        return frame(self.payload(), MANIFEST_MAGIC)
 
     @classmethod
-    def from_pb(cls, m: pb.Manifest) -> Manifest:
+    def from_pb(cls, m: pb.Manifest, where: str = "") -> Manifest:
+        """The manifest of a parsed message (its fragments stay encoded until used)."""
+        fragments = pb.Manifest()
+        fragments.fragments.extend(m.fragments)
+        return cls._from_header(m, fragments=None, message=fragments, where=where)
+
+    @classmethod
+    def _from_header(
+        cls, m: pb.Manifest, *, fragments: bytes | None, message: pb.Manifest | None, where: str
+    ) -> Manifest:
+        bases = tuple(BasePath.from_pb(b) for b in m.base_paths)
+        encoded = EncodedFragments(
+            fragments,
+            message=message,
+            count=m.fragment_count if m.HasField("fragment_count") else None,
+            visible_rows=m.visible_rows if m.HasField("visible_rows") else None,
+            bases=frozenset(b.id for b in bases),
+            where=where,
+        )
         return cls(
             version=m.version,
             schema=DatasetSchema.from_pb(m.schema),
-            fragments=tuple(FragmentMetadata.from_pb(f) for f in m.fragments),
+            fragments=FragmentList(encoded),
             max_fragment_id=m.max_fragment_id if m.HasField("max_fragment_id") else None,
             config=dict(m.config),
             table_metadata=dict(m.table_metadata),
@@ -135,24 +173,41 @@ class Manifest:
             operation=m.operation,
             writer_library=m.writer_version.library,
             writer_version=m.writer_version.version,
-            base_paths=tuple(BasePath.from_pb(b) for b in m.base_paths),
+            base_paths=bases,
             indices=tuple(IndexMetadata.from_pb(i) for i in m.indices),
             cloned_from_version=m.cloned_from_version or None,
         )
 
     @classmethod
     def from_bytes(cls, data: bytes, where: str) -> Manifest:
-        """Parse a stored manifest.
+        """Parse a stored manifest. Its fragments are parsed when first used: their
+        decoding errors are raised then, with the same types and ``where``.
 
         Raises:
             ManifestCorruptError: framing, checksum or protobuf decoding failed; the
                 message names ``where`` (the manifest's location).
+            PathOutsideDatasetError: a path in the manifest would leave the dataset.
         """
         payload = unframe(data, MANIFEST_MAGIC, f"manifest {where}")
-        message = pb.Manifest()
         try:
-            message.ParseFromString(payload)
-            return cls.from_pb(message)
+            if payload[: len(_OFFSET_TAG)] == _OFFSET_TAG and len(payload) >= _PREFIX_SIZE:
+                (offset,) = _OFFSET.unpack_from(payload, len(_OFFSET_TAG))
+                if not _PREFIX_SIZE <= offset <= len(payload):
+                    raise ManifestCorruptError(
+                        f"manifest {where}: fragments offset {offset} is outside the "
+                        f"payload ({len(payload)} bytes)"
+                    )
+                header = pb.Manifest.FromString(payload[:offset])
+                if len(header.fragments):
+                    raise ManifestCorruptError(
+                        f"manifest {where}: fragments stored before the fragments offset"
+                    )
+                return cls._from_header(
+                    header, fragments=payload[offset:], message=None, where=where
+                )
+            # Written before fragments were stored last: every field parsed at once.
+            message = pb.Manifest.FromString(payload)
+            return cls.from_pb(message, where)
         except PathOutsideDatasetError as exc:
             raise PathOutsideDatasetError(f"{exc} [manifest {where}]") from None
         except (DecodeError, ValueError, KeyError, IndexError) as exc:
