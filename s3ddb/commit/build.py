@@ -217,41 +217,41 @@ def _changed_fragments(
     op: Delete | Update,
     updated: tuple[FragmentMetadata, ...],
     removed: tuple[int, ...],
-) -> list[FragmentMetadata]:
+) -> FragmentList:
     """``base``'s fragments with ``updated`` applied and ``removed`` dropped.
 
     An updated fragment keeps ``base``'s data files and takes the new deletion file,
     or (REWRITE_COLUMNS) takes the new data files and keeps ``base``'s deletion file:
     the conflict resolver has already merged concurrent changes of either into the
-    transaction, so each side's latest state is what survives.
+    transaction, so each side's latest state is what survives. Only the changed
+    fragments are decoded.
     """
-    by_id = {f.id: f for f in base.fragments}
     changes = {f.id: f for f in updated}
-    missing = sorted((set(changes) | set(removed)) - set(by_id))
+    gone = set(removed)
+    columns = isinstance(op, Update) and op.mode is UpdateMode.REWRITE_COLUMNS
+
+    def change(fragment: FragmentMetadata) -> FragmentMetadata | None:
+        if fragment.id in gone:
+            return None
+        new = changes[fragment.id]
+        if columns:
+            return replace(fragment, files=new.files)
+        return fragment.with_deletion_file(new.deletion_file)
+
+    fragments, found = base.fragments.changed(set(changes) | gone, change)
+    missing = sorted((set(changes) | gone) - found)
     if missing:
         raise CommitConflictError(
             f"{op.kind} changes fragments {missing} that version {base.version} no longer has"
         )
-    columns = isinstance(op, Update) and op.mode is UpdateMode.REWRITE_COLUMNS
-    out = []
-    for fragment in base.fragments:
-        if fragment.id in removed:
-            continue
-        change = changes.get(fragment.id)
-        if change is None:
-            out.append(fragment)
-        elif columns:
-            out.append(replace(fragment, files=change.files))
-        else:
-            out.append(fragment.with_deletion_file(change.deletion_file))
-    return out
+    return fragments
 
 
 def _delete(base: Manifest | None, op: Operation, version: int, load: LoadManifest) -> Manifest:
     assert isinstance(op, Delete)
     base = _require_base(base, op)
     kept = _changed_fragments(base, op, op.updated_fragments, op.deleted_fragment_ids)
-    return base.evolve(fragments=tuple(kept))
+    return base.evolve(fragments=kept)
 
 
 def _update(base: Manifest | None, op: Operation, version: int, load: LoadManifest) -> Manifest:
@@ -259,9 +259,8 @@ def _update(base: Manifest | None, op: Operation, version: int, load: LoadManife
     base = _require_base(base, op)
     kept = _changed_fragments(base, op, op.updated_fragments, op.removed_fragment_ids)
     if not op.new_fragments:
-        return base.evolve(fragments=tuple(kept))
-    appended = _append(base.evolve(fragments=tuple(kept)), Append(op.new_fragments), version, load)
-    return appended
+        return base.evolve(fragments=kept)
+    return _append(base.evolve(fragments=kept), Append(op.new_fragments), version, load)
 
 
 def _rewrite(base: Manifest | None, op: Operation, version: int, load: LoadManifest) -> Manifest:
