@@ -13,6 +13,7 @@ from __future__ import annotations
 import pickle
 import random
 import struct
+import zlib
 from pathlib import Path
 
 import pyarrow as pa
@@ -194,6 +195,12 @@ def test_a_manifest_in_the_earlier_layout_still_reads_and_takes_appends(tmp_path
     assert newest.fragments.ids() == [0, 1, 2, 3]
 
 
+def _prefixed(header: bytes) -> bytes:
+    """The payload's first two fields (fragments offset, header CRC) and ``header``."""
+    offset = 12 + len(header)
+    return struct.pack("<2sI2sI", b"\x85\x01", offset, b"\x9d\x01", zlib.crc32(header)) + header
+
+
 def _planted(manifest: Manifest, edit: object) -> bytes:
     payload = bytearray(manifest.payload())
     edit(payload)  # type: ignore[operator]
@@ -212,8 +219,7 @@ def test_a_wrong_summary_or_offset_is_corruption() -> None:
         for k, v in fields.items():
             setattr(h, k, v)
         body = h.SerializeToString(deterministic=True)
-        prefix = bytes([16 << 3 | 5, 1]) + struct.pack("<I", 6 + len(body))
-        return frame(prefix + body + manifest.fragments.encoded(), MANIFEST_MAGIC)
+        return frame(_prefixed(body) + manifest.fragments.encoded(), MANIFEST_MAGIC)
 
     with pytest.raises(ManifestCorruptError, match="summary says 3"):
         tuple(Manifest.from_bytes(with_header(fragment_count=3), "m").fragments)
@@ -225,11 +231,18 @@ def test_a_wrong_summary_or_offset_is_corruption() -> None:
     def bad_offset(p: bytearray) -> None:
         p[2:6] = struct.pack("<I", len(p) + 1)
 
+    def bad_header(p: bytearray) -> None:
+        p[13] ^= 0xFF
+
+    with pytest.raises(ManifestCorruptError, match="corrupt header"):
+        Manifest.from_bytes(_planted(manifest, bad_header), "m")
+
     with pytest.raises(ManifestCorruptError, match="offset"):
         Manifest.from_bytes(_planted(manifest, bad_offset), "m")
 
     def offset_at_start(p: bytearray) -> None:
-        p[2:6] = struct.pack("<I", 6)  # the header parsed among the fragments
+        p[2:6] = struct.pack("<I", 12)  # the header parsed among the fragments
+        p[8:12] = struct.pack("<I", zlib.crc32(b""))
 
     with pytest.raises(ManifestCorruptError, match="stored among the fragments"):
         tuple(Manifest.from_bytes(_planted(manifest, offset_at_start), "m").fragments)
@@ -244,11 +257,7 @@ def test_a_planted_fragment_is_refused_when_decoded(tmp_path: Path) -> None:
     body.fragment_count = 1
     body.visible_rows = 2
     head = body.SerializeToString(deterministic=True)
-    data = frame(
-        bytes([16 << 3 | 5, 1]) + struct.pack("<I", 6 + len(head)) + head
-        + bad.SerializeToString(),
-        MANIFEST_MAGIC,
-    )  # fmt: skip
+    data = frame(_prefixed(head) + bad.SerializeToString(), MANIFEST_MAGIC)
     opened = Manifest.from_bytes(data, "planted")
     assert opened.num_rows == 2
     with pytest.raises(PathOutsideDatasetError, match=r"elsewhere.*planted"):

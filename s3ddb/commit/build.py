@@ -74,7 +74,9 @@ def build_manifest(
     return manifest.evolve(
         version=version,
         naming_scheme=base.naming_scheme if base is not None else naming,
-        timestamp_nanos=time.time_ns(),
+        # Never before the base's time, whatever this writer's clock says: commit
+        # times increase with versions, so time travel can bisect history.
+        timestamp_nanos=max(time.time_ns(), base.timestamp_nanos + 1 if base else 0),
         transaction_file=txn.file_name,
         operation=txn.kind,
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field, replace
 from typing import Any
+from zlib import crc32
 
 from google.protobuf.message import DecodeError
 
@@ -18,16 +19,21 @@ from s3ddb.format.framing import frame, unframe
 from s3ddb.format.index import IndexMetadata
 from s3ddb.format.naming import NamingScheme
 from s3ddb.format.schema import DatasetSchema
+from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.paths import check_name
 
 MANIFEST_MAGIC = b"S3DDBMF1"
 WRITER_LIBRARY = "s3ddb"
 
-#: The payload of a manifest starts with its ``fragments_offset`` field (number 16,
-#: fixed32): the tag, then the offset of the first fragment in the payload.
+#: The payload of a manifest starts with two fixed32 fields: ``fragments_offset``
+#: (16: where the fragments start in the payload) and ``header_crc`` (19: CRC-32 of the
+#: bytes from the end of these two fields to that offset).
 _OFFSET_TAG = bytes([16 << 3 | 5, 1])
-_OFFSET = struct.Struct("<I")
-_PREFIX_SIZE = len(_OFFSET_TAG) + _OFFSET.size
+_CRC_TAG = bytes([19 << 3 | 5, 1])
+_PREFIX = struct.Struct("<2sI2sI")
+_PREFIX_SIZE = _PREFIX.size
+#: How much of a manifest a reader of its header fetches first.
+HEADER_READ_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -127,8 +133,8 @@ class Manifest:
         """The serialized ``Manifest`` message: its ``fragments_offset`` field, the
         other fields, then the fragments (untouched stored fragments as their bytes)."""
         header = self._header_pb().SerializeToString(deterministic=True)
-        offset = _PREFIX_SIZE + len(header)
-        return _OFFSET_TAG + _OFFSET.pack(offset) + header + self.fragments.encoded()
+        prefix = _PREFIX.pack(_OFFSET_TAG, _PREFIX_SIZE + len(header), _CRC_TAG, crc32(header))
+        return prefix + header + self.fragments.encoded()
 
     def to_pb(self) -> pb.Manifest:
         """The whole manifest as one protobuf message (every fragment decoded)."""
@@ -190,18 +196,9 @@ class Manifest:
         """
         payload = unframe(data, MANIFEST_MAGIC, f"manifest {where}")
         try:
-            if payload[: len(_OFFSET_TAG)] == _OFFSET_TAG and len(payload) >= _PREFIX_SIZE:
-                (offset,) = _OFFSET.unpack_from(payload, len(_OFFSET_TAG))
-                if not _PREFIX_SIZE <= offset <= len(payload):
-                    raise ManifestCorruptError(
-                        f"manifest {where}: fragments offset {offset} is outside the "
-                        f"payload ({len(payload)} bytes)"
-                    )
-                header = pb.Manifest.FromString(payload[:offset])
-                if len(header.fragments):
-                    raise ManifestCorruptError(
-                        f"manifest {where}: fragments stored before the fragments offset"
-                    )
+            offset = _fragments_offset(payload, len(payload), where)
+            if offset is not None:
+                header = _parse_header(payload, offset, where)
                 return cls._from_header(
                     header, fragments=payload[offset:], message=None, where=where
                 )
@@ -212,6 +209,85 @@ class Manifest:
             raise PathOutsideDatasetError(f"{exc} [manifest {where}]") from None
         except (DecodeError, ValueError, KeyError, IndexError) as exc:
             raise ManifestCorruptError(f"manifest {where}: cannot decode: {exc}") from exc
+
+
+def _fragments_offset(payload: bytes, size: int, where: str) -> int | None:
+    """Where the fragments start, from the payload's prefix; None if the manifest was
+    written without one (every field then parses at once). ``size``: the payload's
+    whole size (``payload`` may be its beginning only).
+
+    Raises:
+        ManifestCorruptError: an offset outside the payload.
+    """
+    if len(payload) < _PREFIX_SIZE:
+        return None
+    tag, offset, crc_tag, _crc = _PREFIX.unpack_from(payload)
+    if tag != _OFFSET_TAG or crc_tag != _CRC_TAG:
+        return None
+    if not _PREFIX_SIZE <= offset <= size:
+        raise ManifestCorruptError(
+            f"manifest {where}: fragments offset {offset} is outside the payload ({size} bytes)"
+        )
+    return int(offset)
+
+
+def _parse_header(payload: bytes, offset: int, where: str) -> pb.Manifest:
+    """The fields before the fragments (``payload`` holds at least ``offset`` bytes).
+
+    Raises:
+        ManifestCorruptError: a header CRC mismatch, or fragments in the header.
+    """
+    _tag, _offset, _crc_tag, crc = _PREFIX.unpack_from(payload)
+    body = payload[_PREFIX_SIZE:offset]
+    if crc32(body) != crc:
+        raise ManifestCorruptError(f"manifest {where}: corrupt header (checksum mismatch)")
+    header = pb.Manifest.FromString(body)
+    if len(header.fragments):
+        raise ManifestCorruptError(
+            f"manifest {where}: fragments stored before the fragments offset"
+        )
+    return header
+
+
+@dataclass(frozen=True)
+class ManifestHeader:
+    """What a manifest says about its version, read without its fragments (see
+    :func:`read_manifest_header`)."""
+
+    version: int
+    timestamp_nanos: int
+    operation: str
+    table_metadata: dict[str, str]
+
+    @classmethod
+    def of(cls, m: pb.Manifest | Manifest) -> ManifestHeader:
+        return cls(m.version, m.timestamp_nanos, m.operation, dict(m.table_metadata))
+
+
+def read_manifest_header(store: ObjectStore, path: str, where: str) -> ManifestHeader:
+    """The header of the manifest at ``path``, reading only its first bytes (the
+    fragments come last). A manifest written without a header CRC is read whole.
+
+    Raises:
+        FileNotFoundError: it does not exist.
+        ManifestCorruptError: its magic, header or (when read whole) checksum is wrong.
+    """
+    data = store.get_prefix(path, HEADER_READ_BYTES)
+    if len(data) < HEADER_READ_BYTES:
+        return ManifestHeader.of(Manifest.from_bytes(data, where))
+    if data[:8] != MANIFEST_MAGIC:
+        raise ManifestCorruptError(f"manifest {where}: not an s3ddb file (bad header magic)")
+    try:
+        offset = _fragments_offset(data[8:], 2**32, where)
+        if offset is None:
+            return ManifestHeader.of(Manifest.from_bytes(store.get(path), where))
+        if 8 + offset > len(data):
+            data = store.get_prefix(path, 8 + offset)
+            if len(data) < 8 + offset:
+                raise ManifestCorruptError(f"manifest {where}: truncated header")
+        return ManifestHeader.of(_parse_header(data[8:], offset, where))
+    except (DecodeError, ValueError) as exc:
+        raise ManifestCorruptError(f"manifest {where}: cannot decode: {exc}") from exc
 
 
 def referenced_paths(manifest: Manifest, *, transaction: bool = True) -> list[str]:

@@ -469,6 +469,7 @@ class Manifest(_message.Message):
     FRAGMENTS_OFFSET_FIELD_NUMBER: _builtins.int
     FRAGMENT_COUNT_FIELD_NUMBER: _builtins.int
     VISIBLE_ROWS_FIELD_NUMBER: _builtins.int
+    HEADER_CRC_FIELD_NUMBER: _builtins.int
     version: _builtins.int
     max_fragment_id: _builtins.int
     """Highest fragment id ever assigned (absent until the first fragment)."""
@@ -496,6 +497,10 @@ class Manifest(_message.Message):
     against the fragments whenever they are decoded.
     """
     visible_rows: _builtins.int
+    header_crc: _builtins.int
+    """CRC-32 of the payload between these two fixed fields (written first) and the
+    fragments: a reader listing history checks the header it read alone.
+    """
     @_builtins.property
     def schema(self) -> Global___Schema: ...
     @_builtins.property
@@ -531,10 +536,11 @@ class Manifest(_message.Message):
         fragments_offset: _builtins.int = ...,
         fragment_count: _builtins.int | None = ...,
         visible_rows: _builtins.int | None = ...,
+        header_crc: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_fragment_count", b"_fragment_count", "_max_fragment_id", b"_max_fragment_id", "_visible_rows", b"_visible_rows", "fragment_count", b"fragment_count", "max_fragment_id", b"max_fragment_id", "schema", b"schema", "visible_rows", b"visible_rows", "writer_version", b"writer_version"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_fragment_count", b"_fragment_count", "_max_fragment_id", b"_max_fragment_id", "_visible_rows", b"_visible_rows", "base_paths", b"base_paths", "cloned_from_version", b"cloned_from_version", "config", b"config", "fragment_count", b"fragment_count", "fragments", b"fragments", "fragments_offset", b"fragments_offset", "indices", b"indices", "max_fragment_id", b"max_fragment_id", "naming_scheme", b"naming_scheme", "next_row_id", b"next_row_id", "operation", b"operation", "schema", b"schema", "table_metadata", b"table_metadata", "timestamp_nanos", b"timestamp_nanos", "transaction_file", b"transaction_file", "version", b"version", "visible_rows", b"visible_rows", "writer_version", b"writer_version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_fragment_count", b"_fragment_count", "_max_fragment_id", b"_max_fragment_id", "_visible_rows", b"_visible_rows", "base_paths", b"base_paths", "cloned_from_version", b"cloned_from_version", "config", b"config", "fragment_count", b"fragment_count", "fragments", b"fragments", "fragments_offset", b"fragments_offset", "header_crc", b"header_crc", "indices", b"indices", "max_fragment_id", b"max_fragment_id", "naming_scheme", b"naming_scheme", "next_row_id", b"next_row_id", "operation", b"operation", "schema", b"schema", "table_metadata", b"table_metadata", "timestamp_nanos", b"timestamp_nanos", "transaction_file", b"transaction_file", "version", b"version", "visible_rows", b"visible_rows", "writer_version", b"writer_version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__fragment_count: _TypeAlias = _typing.Literal["fragment_count"]  # noqa: Y015
     _WhichOneofArgType__fragment_count: _TypeAlias = _typing.Literal["_fragment_count", b"_fragment_count"]  # noqa: Y015
