@@ -148,8 +148,20 @@ class Manifest:
     def from_pb(cls, m: pb.Manifest, where: str = "") -> Manifest:
         """The manifest of a parsed message (its fragments stay encoded until used)."""
         fragments = pb.Manifest()
-        fragments.fragments.extend(m.fragments)
-        return cls._from_header(m, fragments=None, message=fragments, where=where)
+        fragments.CopyFrom(m)
+        return cls._from_parsed(fragments, where)
+
+    @classmethod
+    def _from_parsed(cls, m: pb.Manifest, where: str) -> Manifest:
+        """The manifest of ``m``, which it takes over: its fields other than the
+        fragments are cleared once read."""
+        header = pb.Manifest()
+        header.CopyFrom(m)
+        header.ClearField("fragments")
+        for descriptor, _value in m.ListFields():
+            if descriptor.name != "fragments":
+                m.ClearField(descriptor.name)  # type: ignore[arg-type]
+        return cls._from_header(header, fragments=None, message=m, where=where)
 
     @classmethod
     def _from_header(
@@ -203,8 +215,7 @@ class Manifest:
                     header, fragments=payload[offset:], message=None, where=where
                 )
             # Written before fragments were stored last: every field parsed at once.
-            message = pb.Manifest.FromString(payload)
-            return cls.from_pb(message, where)
+            return cls._from_parsed(pb.Manifest.FromString(payload), where)
         except PathOutsideDatasetError as exc:
             raise PathOutsideDatasetError(f"{exc} [manifest {where}]") from None
         except (DecodeError, ValueError, KeyError, IndexError) as exc:
@@ -280,7 +291,8 @@ def read_manifest_header(store: ObjectStore, path: str, where: str) -> ManifestH
     try:
         offset = _fragments_offset(data[8:], 2**32, where)
         if offset is None:
-            return ManifestHeader.of(Manifest.from_bytes(store.get(path), where))
+            full = unframe(store.get(path), MANIFEST_MAGIC, f"manifest {where}")
+            return ManifestHeader.of(pb.Manifest.FromString(full))
         if 8 + offset > len(data):
             data = store.get_prefix(path, 8 + offset)
             if len(data) < 8 + offset:
