@@ -78,6 +78,7 @@ def test_random_changes_match_a_plain_list(ops: list[tuple[str, int]]) -> None:
     next_id = 0
     for kind, seed in ops:
         rng = random.Random(seed)
+        before = manifest
         if kind == "append":
             new = [_fragment(next_id + i, rng.randint(1, 50)) for i in range(rng.randint(1, 4))]
             next_id += len(new)
@@ -107,6 +108,22 @@ def test_random_changes_match_a_plain_list(ops: list[tuple[str, int]]) -> None:
         assert manifest.fragments.ids() == [f.id for f in model]
         assert manifest.num_rows == sum(f.num_rows for f in model)
         _assert_same(manifest)
+        _assert_diff(before, manifest)
+
+
+def _assert_diff(before: Manifest, after: Manifest) -> None:
+    """``diff`` and ``by_id`` agree with a plain comparison of decoded fragments."""
+    old = {f.id: f for f in before.fragments}
+    new = {f.id: f for f in after.fragments}
+    fresh = Manifest.from_bytes(before.to_bytes(), "before")  # stored on one side only
+    for base in (before, fresh):
+        removed, added, changed = base.fragments.diff(after.fragments)
+        assert removed == set(old) - set(new)
+        assert added == [i for i in new if i not in old]
+        assert changed == {i for i in set(old) & set(new) if old[i] != new[i]}
+    by_id = after.fragments.by_id()
+    assert set(by_id) == set(new) and len(by_id) == len(new)
+    assert all(by_id[i] == f for i, f in new.items())
 
 
 def test_many_appends_keep_few_segments() -> None:

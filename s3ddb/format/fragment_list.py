@@ -22,7 +22,7 @@ declared base paths, the summary's counts) runs when its segment is decoded.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any, overload
 
 from google.protobuf.message import DecodeError
@@ -317,6 +317,41 @@ class FragmentList(Sequence[FragmentMetadata]):
         self._segments = state
         self._flat = None
 
+    # --- lookups by id --------------------------------------------------------------------
+
+    def _entries(self) -> dict[int, tuple[EncodedFragments | None, Any]]:
+        """id -> (its encoded segment and protobuf message, or (None, the object))."""
+        out: dict[int, tuple[EncodedFragments | None, Any]] = {}
+        for s in self._segments:
+            if isinstance(s, EncodedFragments):
+                out.update((m.id, (s, m)) for m in s.message().fragments)
+            else:
+                out.update((f.id, (None, f)) for f in s)
+        return out
+
+    def by_id(self) -> Mapping[int, FragmentMetadata]:
+        """The fragments by id, each decoded when first looked up."""
+        return FragmentsById(self)
+
+    def diff(self, newer: FragmentList) -> tuple[set[int], list[int], set[int]]:
+        """(ids only in self, ids only in ``newer`` in its order, ids in both whose
+        fragment differs). Fragments still encoded on both sides are compared as
+        protobuf messages (in C), so only those that differ are decoded."""
+        mine, theirs = self._entries(), newer._entries()
+        removed = set(mine) - set(theirs)
+        added = [fid for fid in theirs if fid not in mine]
+        changed = set()
+        for fid, (segment, value) in theirs.items():
+            old = mine.get(fid)
+            if old is None:
+                continue
+            if (segment is None) == (old[0] is None):
+                if value != old[1]:  # two messages, or two objects
+                    changed.add(fid)
+            elif _decoded(segment, value) != _decoded(old[0], old[1]):
+                changed.add(fid)
+        return removed, added, changed
+
     # --- changes -------------------------------------------------------------------------
 
     def changed(
@@ -370,6 +405,34 @@ class FragmentList(Sequence[FragmentMetadata]):
         # The untouched fragments were never decoded: they keep their stored checks
         # (base ids against the same declared set) for when they are.
         return EncodedFragments(message=message, bases=s.bases, where=s.where)
+
+
+def _decoded(segment: EncodedFragments | None, value: Any) -> FragmentMetadata:
+    return value if segment is None else segment._decode(value)
+
+
+class FragmentsById(Mapping[int, FragmentMetadata]):
+    """A fragment list's fragments by id; a fragment is decoded when looked up."""
+
+    def __init__(self, fragments: FragmentList) -> None:
+        self._entries = fragments._entries()
+        self._decoded: dict[int, FragmentMetadata] = {}
+
+    def __getitem__(self, fid: int) -> FragmentMetadata:
+        found = self._decoded.get(fid)
+        if found is None:
+            segment, value = self._entries[fid]
+            found = self._decoded[fid] = _decoded(segment, value)
+        return found
+
+    def __contains__(self, fid: object) -> bool:
+        return fid in self._entries
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
 
 
 def _merged(segments: tuple[Segment, ...]) -> tuple[Segment, ...]:
