@@ -23,6 +23,7 @@ from s3ddb.errors import DatasetAlreadyExistsError, InvalidInputError
 from s3ddb.format import layout
 from s3ddb.format.bases import BasePath, FileResolver
 from s3ddb.format.fragment import DataFile, DeletionFile, FragmentMetadata
+from s3ddb.format.fragment_list import FragmentList
 from s3ddb.format.manifest import Manifest
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.opening import open_validated, placeholder_manifest
@@ -76,7 +77,7 @@ def _template(
     return Manifest(
         version=1,
         schema=source.schema,
-        fragments=fragments,
+        fragments=FragmentList(fragments),
         max_fragment_id=source.max_fragment_id,
         config=dict(source.config),
         table_metadata=dict(source.table_metadata),

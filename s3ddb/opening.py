@@ -7,6 +7,7 @@ same way.
 from __future__ import annotations
 
 import datetime as dt
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,7 +16,8 @@ import pyarrow as pa
 from s3ddb.commit.handlers import CommitHandler, ManifestLocation
 from s3ddb.connect import open_handler
 from s3ddb.errors import DatasetNotFoundError, InvalidInputError, VersionNotFoundError
-from s3ddb.format.manifest import Manifest
+from s3ddb.format.fragment_list import FragmentList
+from s3ddb.format.manifest import Manifest, read_manifest_header
 from s3ddb.format.naming import U64_MAX
 from s3ddb.format.schema import DatasetSchema
 
@@ -52,7 +54,7 @@ def open_validated(uri: str, storage_options: dict[str, object] | None) -> Commi
 
 def placeholder_manifest() -> Manifest:
     """The "version 0" of a dataset that does not exist yet."""
-    return Manifest(version=0, schema=DatasetSchema.assign(pa.schema([])), fragments=())
+    return Manifest(version=0, schema=DatasetSchema.assign(pa.schema([])), fragments=FragmentList())
 
 
 def load_version(handler: CommitHandler, version: int | None, uri: str) -> Manifest:
@@ -116,20 +118,71 @@ def load_newest(
     return handler.load_manifest(location)
 
 
+#: Manifest headers read at once when listing history from a remote store.
+HISTORY_READ_THREADS = 16
+
+
+def _version_info(handler: CommitHandler, location: ManifestLocation) -> VersionInfo:
+    """``location``'s entry in history: from the listing where it carries the commit
+    time and operation (an external store's rows), else from the manifest's header
+    (its first bytes only).
+
+    Raises:
+        FileNotFoundError: the manifest is gone (cleaned up meanwhile).
+        ManifestCorruptError: its header is corrupt.
+    """
+    if location.committed_at_ms is not None and location.operation is not None:
+        ts_ms, op, meta = location.committed_at_ms, location.operation, {}
+    else:
+        header = read_manifest_header(
+            handler.store, location.path, f"{handler.store.url}/{location.path}"
+        )
+        ts_ms = header.timestamp_nanos // 1_000_000
+        op, meta = header.operation, header.table_metadata
+    timestamp = dt.datetime.fromtimestamp(ts_ms / 1000, tz=dt.timezone.utc)
+    return VersionInfo(location.version, timestamp, op, meta)
+
+
 def history(handler: CommitHandler) -> list[VersionInfo]:
-    """Every version, oldest first, with its commit time and operation (from the
-    listing where it carries them, else from each manifest)."""
-    out = []
-    for location in handler.list_locations():
-        if location.committed_at_ms is not None and location.operation is not None:
-            ts_ms, op, meta = location.committed_at_ms, location.operation, {}
+    """Every version, oldest first, with its commit time and operation. Each entry
+    costs no request where the listing carries them, else one read of the manifest's
+    first bytes (in parallel on remote stores)."""
+    locations = handler.list_locations()
+    if handler.store.protocol == "file" or len(locations) < 2:
+        return [_version_info(handler, location) for location in locations]
+    with ThreadPoolExecutor(max_workers=HISTORY_READ_THREADS) as pool:
+        return list(pool.map(lambda loc: _version_info(handler, loc), locations))
+
+
+class _Gap(Exception):
+    """A version between the first and the latest is gone (cleanup)."""
+
+
+def _commit_time(handler: CommitHandler, version: int) -> dt.datetime:
+    try:
+        return _version_info(handler, handler.location_of(version)).timestamp
+    except (VersionNotFoundError, FileNotFoundError):
+        raise _Gap(version) from None
+
+
+def _newest_at_or_before(handler: CommitHandler, latest: int, when: dt.datetime) -> int:
+    """The newest version committed at or before ``when``, 0 if none, by bisection:
+    s3ddb writers never give a version an earlier commit time than its predecessor,
+    so about log2(latest) versions are looked at, whatever the history's length.
+
+    Raises:
+        _Gap: a version looked at is gone.
+    """
+    if _commit_time(handler, latest) <= when:
+        return latest
+    lo, hi = 0, latest  # committed by `when`: every version <= lo; none >= hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if _commit_time(handler, mid) <= when:
+            lo = mid
         else:
-            manifest = handler.load_manifest(location)
-            ts_ms = manifest.timestamp_nanos // 1_000_000
-            op, meta = manifest.operation, dict(manifest.table_metadata)
-        timestamp = dt.datetime.fromtimestamp(ts_ms / 1000, tz=dt.timezone.utc)
-        out.append(VersionInfo(location.version, timestamp, op, meta))
-    return out
+            hi = mid
+    return lo
 
 
 def version_as_of(handler: CommitHandler, uri: str, asof: dt.datetime | str) -> int:
@@ -152,12 +205,19 @@ def version_as_of(handler: CommitHandler, uri: str, asof: dt.datetime | str) -> 
         raise InvalidInputError(f"asof must be a datetime or ISO 8601 text, got {asof!r}")
     if when.tzinfo is None:
         when = when.replace(tzinfo=dt.timezone.utc)
-    versions = history(handler)
-    before = [v.version for v in versions if v.timestamp <= when]
-    if not before:
+    latest = handler.latest_location()
+    found = 0
+    if latest is not None:
+        try:
+            found = _newest_at_or_before(handler, latest.version, when)
+        except _Gap:
+            # Cleanup removed versions in between: look at the ones that are left.
+            found = max((v.version for v in history(handler) if v.timestamp <= when), default=0)
+    if found == 0:
+        versions = history(handler)[:1]
         first = versions[0].timestamp.isoformat() if versions else "never"
         raise VersionNotFoundError(
             f"no version of {uri} was committed at or before {when.isoformat()} "
             f"(the first was committed {first})"
         )
-    return max(before)
+    return found

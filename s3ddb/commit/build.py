@@ -26,6 +26,7 @@ from s3ddb.errors import (
     UnsupportedOperationError,
 )
 from s3ddb.format.fragment import FragmentMetadata
+from s3ddb.format.fragment_list import FragmentList
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.naming import NamingScheme
 from s3ddb.format.stats import live_statistics
@@ -74,7 +75,9 @@ def build_manifest(
     return manifest.evolve(
         version=version,
         naming_scheme=base.naming_scheme if base is not None else naming,
-        timestamp_nanos=time.time_ns(),
+        # Never before the base's time, whatever this writer's clock says: commit
+        # times increase with versions, so time travel can bisect history.
+        timestamp_nanos=max(time.time_ns(), base.timestamp_nanos + 1 if base else 0),
         transaction_file=txn.file_name,
         operation=txn.kind,
     )
@@ -164,7 +167,7 @@ def _overwrite(base: Manifest | None, op: Operation, version: int, load: LoadMan
     return Manifest(
         version=version,
         schema=op.schema,
-        fragments=fragments,
+        fragments=FragmentList(fragments),
         max_fragment_id=max_id,
         config=config,
         table_metadata=dict(base.table_metadata) if base is not None else {},
@@ -217,48 +220,43 @@ def _changed_fragments(
     op: Delete | Update,
     updated: tuple[FragmentMetadata, ...],
     removed: tuple[int, ...],
-) -> list[FragmentMetadata]:
+) -> FragmentList:
     """``base``'s fragments with ``updated`` applied and ``removed`` dropped.
 
     An updated fragment keeps ``base``'s data files and takes the new deletion file,
     or (REWRITE_COLUMNS) takes the new data files and keeps ``base``'s deletion file:
     the conflict resolver has already merged concurrent changes of either into the
-    transaction, so each side's latest state is what survives.
+    transaction, so each side's latest state is what survives. Only the changed
+    fragments are decoded.
     """
-    by_id = {f.id: f for f in base.fragments}
     changes = {f.id: f for f in updated}
-    missing = sorted((set(changes) | set(removed)) - set(by_id))
+    gone = set(removed)
+    columns = isinstance(op, Update) and op.mode is UpdateMode.REWRITE_COLUMNS
+
+    def change(fragment: FragmentMetadata) -> FragmentMetadata | None:
+        if fragment.id in gone:
+            return None
+        new = changes[fragment.id]
+        if columns:
+            # Statistics are trusted per file (s3ddb.format.stats): both sides' apply.
+            stats = live_statistics(new.files, (*fragment.stats, *new.stats))
+            return replace(fragment, files=new.files, stats=stats)
+        return fragment.with_deletion_file(new.deletion_file)
+
+    fragments, found = base.fragments.changed(set(changes) | gone, change)
+    missing = sorted((set(changes) | gone) - found)
     if missing:
         raise CommitConflictError(
             f"{op.kind} changes fragments {missing} that version {base.version} no longer has"
         )
-    columns = isinstance(op, Update) and op.mode is UpdateMode.REWRITE_COLUMNS
-    out = []
-    for fragment in base.fragments:
-        if fragment.id in removed:
-            continue
-        change = changes.get(fragment.id)
-        if change is None:
-            out.append(fragment)
-        elif columns:
-            # Statistics are trusted per file (s3ddb.format.stats): both sides' apply.
-            out.append(
-                replace(
-                    fragment,
-                    files=change.files,
-                    stats=live_statistics(change.files, (*fragment.stats, *change.stats)),
-                )
-            )
-        else:
-            out.append(fragment.with_deletion_file(change.deletion_file))
-    return out
+    return fragments
 
 
 def _delete(base: Manifest | None, op: Operation, version: int, load: LoadManifest) -> Manifest:
     assert isinstance(op, Delete)
     base = _require_base(base, op)
     kept = _changed_fragments(base, op, op.updated_fragments, op.deleted_fragment_ids)
-    return base.evolve(fragments=tuple(kept))
+    return base.evolve(fragments=kept)
 
 
 def _update(base: Manifest | None, op: Operation, version: int, load: LoadManifest) -> Manifest:
@@ -266,9 +264,8 @@ def _update(base: Manifest | None, op: Operation, version: int, load: LoadManife
     base = _require_base(base, op)
     kept = _changed_fragments(base, op, op.updated_fragments, op.removed_fragment_ids)
     if not op.new_fragments:
-        return base.evolve(fragments=tuple(kept))
-    appended = _append(base.evolve(fragments=tuple(kept)), Append(op.new_fragments), version, load)
-    return appended
+        return base.evolve(fragments=kept)
+    return _append(base.evolve(fragments=kept), Append(op.new_fragments), version, load)
 
 
 def _rewrite(base: Manifest | None, op: Operation, version: int, load: LoadManifest) -> Manifest:

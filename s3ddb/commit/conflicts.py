@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import enum
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from s3ddb.commit.transaction import OPERATION_KINDS, MapUpdate, Transaction, UpdateConfig
@@ -69,14 +69,20 @@ class ConflictContext:
         return FileResolver.for_manifest(self.store, self.before, self.after)
 
     @functools.cached_property
-    def before_fragments(self) -> dict[int, FragmentMetadata]:
-        """``before``'s fragments by id."""
-        return {f.id: f for f in self.before.fragments}
+    def before_fragments(self) -> Mapping[int, FragmentMetadata]:
+        """``before``'s fragments by id (each decoded when looked up)."""
+        return self.before.fragments.by_id()
 
     @functools.cached_property
-    def after_fragments(self) -> dict[int, FragmentMetadata]:
-        """``after``'s fragments by id."""
-        return {f.id: f for f in self.after.fragments}
+    def after_fragments(self) -> Mapping[int, FragmentMetadata]:
+        """``after``'s fragments by id (each decoded when looked up)."""
+        return self.after.fragments.by_id()
+
+    @functools.cached_property
+    def fragment_diff(self) -> tuple[set[int], list[int], set[int]]:
+        """(fragment ids theirs removed, ids it added, ids whose fragment it changed):
+        only fragments that differ are decoded."""
+        return self.before.fragments.diff(self.after.fragments)
 
 
 Rule = Callable[[Transaction, Transaction, "ConflictContext | None"], Verdict]

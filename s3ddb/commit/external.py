@@ -542,7 +542,9 @@ class ExternalStoreCommitHandler(CommitHandler):
             staged,
             len(data),
             committer_name(),
-            int(time.time() * 1000),
+            # The manifest's commit time, which never decreases from one version to
+            # the next (time travel bisects on it), rather than this writer's clock.
+            manifest.timestamp_nanos // 1_000_000,
             {"operation": manifest.operation, CLAIM_ATTRIBUTE: staged},
         )
         try:

@@ -77,12 +77,13 @@ def their_changes(theirs: Transaction, ctx: ConflictContext) -> RowChanges:
     in_place = isinstance(op, Update) and op.mode is UpdateMode.REWRITE_COLUMNS
     before = ctx.before_fragments
     after = ctx.after_fragments
+    removed, added, changed = ctx.fragment_diff
     out = RowChanges(
-        removed_fragments=set(before) - set(after),
-        new_fragment_ids=[i for i in after if i not in before],
+        removed_fragments=removed,
+        new_fragment_ids=added,
         key_filter=op.inserted_keys if isinstance(op, Update) else None,
     )
-    for fid in set(before) & set(after):
+    for fid in changed:
         b, a = before[fid], after[fid]
         if a.deletion_file != b.deletion_file:
             if fid in recorded and not in_place:

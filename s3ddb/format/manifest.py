@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass, field, replace
 from typing import Any
+from zlib import crc32
 
 from google.protobuf.message import DecodeError
 
@@ -11,16 +13,27 @@ from s3ddb._version import __version__
 from s3ddb.errors import ManifestCorruptError, PathOutsideDatasetError
 from s3ddb.format import layout
 from s3ddb.format._proto import manifest_pb2 as pb
-from s3ddb.format.bases import BasePath, check_base_paths, file_base_ids, fragment_files
-from s3ddb.format.fragment import FragmentMetadata
+from s3ddb.format.bases import BasePath, check_base_paths, fragment_files
+from s3ddb.format.fragment_list import EncodedFragments, FragmentList
 from s3ddb.format.framing import frame, unframe
 from s3ddb.format.index import IndexMetadata
 from s3ddb.format.naming import NamingScheme
 from s3ddb.format.schema import DatasetSchema
+from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.paths import check_name
 
 MANIFEST_MAGIC = b"S3DDBMF1"
 WRITER_LIBRARY = "s3ddb"
+
+#: The payload of a manifest starts with two fixed32 fields: ``fragments_offset``
+#: (16: where the fragments start in the payload) and ``header_crc`` (19: CRC-32 of the
+#: bytes from the end of these two fields to that offset).
+_OFFSET_TAG = bytes([16 << 3 | 5, 1])
+_CRC_TAG = bytes([19 << 3 | 5, 1])
+_PREFIX = struct.Struct("<2sI2sI")
+_PREFIX_SIZE = _PREFIX.size
+#: How much of a manifest a reader of its header fetches first.
+HEADER_READ_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -30,7 +43,9 @@ class Manifest:
     Attributes:
         version: the version number (>= 1).
         schema: the dataset schema with field ids.
-        fragments: the fragments, in order.
+        fragments: the fragments, in order: any iterable of :class:`FragmentMetadata`
+            is accepted and held as a :class:`FragmentList`, which decodes stored
+            fragments only when they are used.
         max_fragment_id: highest fragment id ever assigned, None before the first.
         config: dataset configuration (string map).
         table_metadata: free-form table metadata.
@@ -50,7 +65,7 @@ class Manifest:
 
     version: int
     schema: DatasetSchema
-    fragments: tuple[FragmentMetadata, ...]
+    fragments: FragmentList
     max_fragment_id: int | None = None
     config: dict[str, str] = field(default_factory=dict)
     table_metadata: dict[str, str] = field(default_factory=dict)
@@ -68,16 +83,14 @@ class Manifest:
         if self.transaction_file:
             check_name(self.transaction_file, "transaction file")
         object.__setattr__(self, "base_paths", check_base_paths(self.base_paths))
-        undeclared = file_base_ids(self.fragments) - {b.id for b in self.base_paths}
-        if undeclared:
-            raise PathOutsideDatasetError(
-                f"refusing files of base path(s) {sorted(undeclared)}: the manifest "
-                "declares no such base"
-            )
+        if not isinstance(self.fragments, FragmentList):
+            object.__setattr__(self, "fragments", FragmentList(self.fragments))
+        self.fragments.check_bases([b.id for b in self.base_paths])
 
     @property
     def num_rows(self) -> int:
-        return sum(f.num_rows for f in self.fragments)
+        """Rows visible to readers (from the stored summary: no fragment is decoded)."""
+        return self.fragments.visible_rows()
 
     def next_fragment_id(self) -> int:
         return 0 if self.max_fragment_id is None else self.max_fragment_id + 1
@@ -87,11 +100,11 @@ class Manifest:
 
     # --- serialization -----------------------------------------------------------------
 
-    def to_pb(self) -> pb.Manifest:
+    def _header_pb(self) -> pb.Manifest:
+        """Everything but the fragments, with their summary."""
         m = pb.Manifest(
             version=self.version,
             schema=self.schema.to_pb(),
-            fragments=[f.to_pb() for f in self.fragments],
             config=self.config,
             table_metadata=self.table_metadata,
             timestamp_nanos=self.timestamp_nanos,
@@ -107,6 +120,8 @@ class Manifest:
             operation=self.operation,
             base_paths=[b.to_pb() for b in self.base_paths],
             indices=[i.to_pb() for i in self.indices],
+            fragment_count=len(self.fragments),
+            visible_rows=self.fragments.visible_rows(),
         )
         if self.max_fragment_id is not None:
             m.max_fragment_id = self.max_fragment_id
@@ -114,16 +129,57 @@ class Manifest:
             m.cloned_from_version = self.cloned_from_version
         return m
 
+    def payload(self) -> bytes:
+        """The serialized ``Manifest`` message: its ``fragments_offset`` field, the
+        other fields, then the fragments (untouched stored fragments as their bytes)."""
+        header = self._header_pb().SerializeToString(deterministic=True)
+        prefix = _PREFIX.pack(_OFFSET_TAG, _PREFIX_SIZE + len(header), _CRC_TAG, crc32(header))
+        return prefix + header + self.fragments.encoded()
+
+    def to_pb(self) -> pb.Manifest:
+        """The whole manifest as one protobuf message (every fragment decoded)."""
+        return pb.Manifest.FromString(self.payload())
+
     def to_bytes(self) -> bytes:
         """The framed, serialized manifest (what is stored on object storage)."""
-        return frame(self.to_pb().SerializeToString(deterministic=True), MANIFEST_MAGIC)
+        return frame(self.payload(), MANIFEST_MAGIC)
 
     @classmethod
-    def from_pb(cls, m: pb.Manifest) -> Manifest:
+    def from_pb(cls, m: pb.Manifest, where: str = "") -> Manifest:
+        """The manifest of a parsed message (its fragments stay encoded until used)."""
+        fragments = pb.Manifest()
+        fragments.CopyFrom(m)
+        return cls._from_parsed(fragments, where)
+
+    @classmethod
+    def _from_parsed(cls, m: pb.Manifest, where: str) -> Manifest:
+        """The manifest of ``m``, which it takes over: its fields other than the
+        fragments are cleared once read."""
+        header = pb.Manifest()
+        header.CopyFrom(m)
+        header.ClearField("fragments")
+        for descriptor, _value in m.ListFields():
+            if descriptor.name != "fragments":
+                m.ClearField(descriptor.name)  # type: ignore[arg-type]
+        return cls._from_header(header, fragments=None, message=m, where=where)
+
+    @classmethod
+    def _from_header(
+        cls, m: pb.Manifest, *, fragments: bytes | None, message: pb.Manifest | None, where: str
+    ) -> Manifest:
+        bases = tuple(BasePath.from_pb(b) for b in m.base_paths)
+        encoded = EncodedFragments(
+            fragments,
+            message=message,
+            count=m.fragment_count if m.HasField("fragment_count") else None,
+            visible_rows=m.visible_rows if m.HasField("visible_rows") else None,
+            bases=frozenset(b.id for b in bases),
+            where=where,
+        )
         return cls(
             version=m.version,
             schema=DatasetSchema.from_pb(m.schema),
-            fragments=tuple(FragmentMetadata.from_pb(f) for f in m.fragments),
+            fragments=FragmentList(encoded),
             max_fragment_id=m.max_fragment_id if m.HasField("max_fragment_id") else None,
             config=dict(m.config),
             table_metadata=dict(m.table_metadata),
@@ -135,28 +191,115 @@ class Manifest:
             operation=m.operation,
             writer_library=m.writer_version.library,
             writer_version=m.writer_version.version,
-            base_paths=tuple(BasePath.from_pb(b) for b in m.base_paths),
+            base_paths=bases,
             indices=tuple(IndexMetadata.from_pb(i) for i in m.indices),
             cloned_from_version=m.cloned_from_version or None,
         )
 
     @classmethod
     def from_bytes(cls, data: bytes, where: str) -> Manifest:
-        """Parse a stored manifest.
+        """Parse a stored manifest. Its fragments are parsed when first used: their
+        decoding errors are raised then, with the same types and ``where``.
 
         Raises:
             ManifestCorruptError: framing, checksum or protobuf decoding failed; the
                 message names ``where`` (the manifest's location).
+            PathOutsideDatasetError: a path in the manifest would leave the dataset.
         """
         payload = unframe(data, MANIFEST_MAGIC, f"manifest {where}")
-        message = pb.Manifest()
         try:
-            message.ParseFromString(payload)
-            return cls.from_pb(message)
+            offset = _fragments_offset(payload, len(payload), where)
+            if offset is not None:
+                header = _parse_header(payload, offset, where)
+                return cls._from_header(
+                    header, fragments=payload[offset:], message=None, where=where
+                )
+            # Written before fragments were stored last: every field parsed at once.
+            return cls._from_parsed(pb.Manifest.FromString(payload), where)
         except PathOutsideDatasetError as exc:
             raise PathOutsideDatasetError(f"{exc} [manifest {where}]") from None
         except (DecodeError, ValueError, KeyError, IndexError) as exc:
             raise ManifestCorruptError(f"manifest {where}: cannot decode: {exc}") from exc
+
+
+def _fragments_offset(payload: bytes, size: int, where: str) -> int | None:
+    """Where the fragments start, from the payload's prefix; None if the manifest was
+    written without one (every field then parses at once). ``size``: the payload's
+    whole size (``payload`` may be its beginning only).
+
+    Raises:
+        ManifestCorruptError: an offset outside the payload.
+    """
+    if len(payload) < _PREFIX_SIZE:
+        return None
+    tag, offset, crc_tag, _crc = _PREFIX.unpack_from(payload)
+    if tag != _OFFSET_TAG or crc_tag != _CRC_TAG:
+        return None
+    if not _PREFIX_SIZE <= offset <= size:
+        raise ManifestCorruptError(
+            f"manifest {where}: fragments offset {offset} is outside the payload ({size} bytes)"
+        )
+    return int(offset)
+
+
+def _parse_header(payload: bytes, offset: int, where: str) -> pb.Manifest:
+    """The fields before the fragments (``payload`` holds at least ``offset`` bytes).
+
+    Raises:
+        ManifestCorruptError: a header CRC mismatch, or fragments in the header.
+    """
+    _tag, _offset, _crc_tag, crc = _PREFIX.unpack_from(payload)
+    body = payload[_PREFIX_SIZE:offset]
+    if crc32(body) != crc:
+        raise ManifestCorruptError(f"manifest {where}: corrupt header (checksum mismatch)")
+    header = pb.Manifest.FromString(body)
+    if len(header.fragments):
+        raise ManifestCorruptError(
+            f"manifest {where}: fragments stored before the fragments offset"
+        )
+    return header
+
+
+@dataclass(frozen=True)
+class ManifestHeader:
+    """What a manifest says about its version, read without its fragments (see
+    :func:`read_manifest_header`)."""
+
+    version: int
+    timestamp_nanos: int
+    operation: str
+    table_metadata: dict[str, str]
+
+    @classmethod
+    def of(cls, m: pb.Manifest | Manifest) -> ManifestHeader:
+        return cls(m.version, m.timestamp_nanos, m.operation, dict(m.table_metadata))
+
+
+def read_manifest_header(store: ObjectStore, path: str, where: str) -> ManifestHeader:
+    """The header of the manifest at ``path``, reading only its first bytes (the
+    fragments come last). A manifest written without a header CRC is read whole.
+
+    Raises:
+        FileNotFoundError: it does not exist.
+        ManifestCorruptError: its magic, header or (when read whole) checksum is wrong.
+    """
+    data = store.get_prefix(path, HEADER_READ_BYTES)
+    if len(data) < HEADER_READ_BYTES:
+        return ManifestHeader.of(Manifest.from_bytes(data, where))
+    if data[:8] != MANIFEST_MAGIC:
+        raise ManifestCorruptError(f"manifest {where}: not an s3ddb file (bad header magic)")
+    try:
+        offset = _fragments_offset(data[8:], 2**32, where)
+        if offset is None:
+            full = unframe(store.get(path), MANIFEST_MAGIC, f"manifest {where}")
+            return ManifestHeader.of(pb.Manifest.FromString(full))
+        if 8 + offset > len(data):
+            data = store.get_prefix(path, 8 + offset)
+            if len(data) < 8 + offset:
+                raise ManifestCorruptError(f"manifest {where}: truncated header")
+        return ManifestHeader.of(_parse_header(data[8:], offset, where))
+    except (DecodeError, ValueError) as exc:
+        raise ManifestCorruptError(f"manifest {where}: cannot decode: {exc}") from exc
 
 
 def referenced_paths(manifest: Manifest, *, transaction: bool = True) -> list[str]:

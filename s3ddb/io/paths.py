@@ -15,13 +15,18 @@ it is checked before it is used, in two places:
 
 from __future__ import annotations
 
+import re
+
 from s3ddb.errors import PathOutsideDatasetError
 
 MAX_NAME_LENGTH = 1024
 
 
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
+
+
 def _control_characters(text: str) -> bool:
-    return any(ord(c) < 32 or ord(c) == 127 for c in text)
+    return _CONTROL.search(text) is not None
 
 
 def name_problem(name: str) -> str | None:

@@ -563,6 +563,10 @@ class Manifest(_message.Message):
     OPERATION_FIELD_NUMBER: _builtins.int
     NEXT_ROW_ID_FIELD_NUMBER: _builtins.int
     CLONED_FROM_VERSION_FIELD_NUMBER: _builtins.int
+    FRAGMENTS_OFFSET_FIELD_NUMBER: _builtins.int
+    FRAGMENT_COUNT_FIELD_NUMBER: _builtins.int
+    VISIBLE_ROWS_FIELD_NUMBER: _builtins.int
+    HEADER_CRC_FIELD_NUMBER: _builtins.int
     version: _builtins.int
     max_fragment_id: _builtins.int
     """Highest fragment id ever assigned (absent until the first fragment)."""
@@ -578,6 +582,22 @@ class Manifest(_message.Message):
     """Largest stable row id assigned so far (reserved for stable row ids)."""
     cloned_from_version: _builtins.int
     """Version this dataset was cloned from, if any."""
+    fragments_offset: _builtins.int
+    """Where the fragments start. s3ddb writes this field first and every fragment
+    after all other fields, so a reader can parse everything but the fragments, and
+    a writer can carry the fragments it did not change into the next manifest as
+    bytes. The payload stays one valid Manifest message: a reader that ignores this
+    field parses it whole.
+    """
+    fragment_count: _builtins.int
+    """A summary of the fragments, so counting rows needs none of them decoded. Checked
+    against the fragments whenever they are decoded.
+    """
+    visible_rows: _builtins.int
+    header_crc: _builtins.int
+    """CRC-32 of the payload between these two fixed fields (written first) and the
+    fragments: a reader listing history checks the header it read alone.
+    """
     @_builtins.property
     def schema(self) -> Global___Schema: ...
     @_builtins.property
@@ -610,13 +630,26 @@ class Manifest(_message.Message):
         operation: _builtins.str = ...,
         next_row_id: _builtins.int = ...,
         cloned_from_version: _builtins.int = ...,
+        fragments_offset: _builtins.int = ...,
+        fragment_count: _builtins.int | None = ...,
+        visible_rows: _builtins.int | None = ...,
+        header_crc: _builtins.int = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_max_fragment_id", b"_max_fragment_id", "max_fragment_id", b"max_fragment_id", "schema", b"schema", "writer_version", b"writer_version"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_fragment_count", b"_fragment_count", "_max_fragment_id", b"_max_fragment_id", "_visible_rows", b"_visible_rows", "fragment_count", b"fragment_count", "max_fragment_id", b"max_fragment_id", "schema", b"schema", "visible_rows", b"visible_rows", "writer_version", b"writer_version"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_fragment_id", b"_max_fragment_id", "base_paths", b"base_paths", "cloned_from_version", b"cloned_from_version", "config", b"config", "fragments", b"fragments", "indices", b"indices", "max_fragment_id", b"max_fragment_id", "naming_scheme", b"naming_scheme", "next_row_id", b"next_row_id", "operation", b"operation", "schema", b"schema", "table_metadata", b"table_metadata", "timestamp_nanos", b"timestamp_nanos", "transaction_file", b"transaction_file", "version", b"version", "writer_version", b"writer_version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_fragment_count", b"_fragment_count", "_max_fragment_id", b"_max_fragment_id", "_visible_rows", b"_visible_rows", "base_paths", b"base_paths", "cloned_from_version", b"cloned_from_version", "config", b"config", "fragment_count", b"fragment_count", "fragments", b"fragments", "fragments_offset", b"fragments_offset", "header_crc", b"header_crc", "indices", b"indices", "max_fragment_id", b"max_fragment_id", "naming_scheme", b"naming_scheme", "next_row_id", b"next_row_id", "operation", b"operation", "schema", b"schema", "table_metadata", b"table_metadata", "timestamp_nanos", b"timestamp_nanos", "transaction_file", b"transaction_file", "version", b"version", "visible_rows", b"visible_rows", "writer_version", b"writer_version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__fragment_count: _TypeAlias = _typing.Literal["fragment_count"]  # noqa: Y015
+    _WhichOneofArgType__fragment_count: _TypeAlias = _typing.Literal["_fragment_count", b"_fragment_count"]  # noqa: Y015
     _WhichOneofReturnType__max_fragment_id: _TypeAlias = _typing.Literal["max_fragment_id"]  # noqa: Y015
     _WhichOneofArgType__max_fragment_id: _TypeAlias = _typing.Literal["_max_fragment_id", b"_max_fragment_id"]  # noqa: Y015
+    _WhichOneofReturnType__visible_rows: _TypeAlias = _typing.Literal["visible_rows"]  # noqa: Y015
+    _WhichOneofArgType__visible_rows: _TypeAlias = _typing.Literal["_visible_rows", b"_visible_rows"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__fragment_count) -> _WhichOneofReturnType__fragment_count | None: ...
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__max_fragment_id) -> _WhichOneofReturnType__max_fragment_id | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__visible_rows) -> _WhichOneofReturnType__visible_rows | None: ...
 
 Global___Manifest: _TypeAlias = Manifest  # noqa: Y015

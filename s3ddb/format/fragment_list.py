@@ -1,0 +1,455 @@
+"""The fragments of a manifest, decoded only when used and re-encoded only when changed.
+
+A dataset that many writers append to holds thousands of fragments, and every open and
+every commit used to decode all of them into Python objects and encode all of them
+again. A :class:`FragmentList` is a sequence of :class:`FragmentMetadata` made of
+*segments*: runs of fragments still in their stored protobuf encoding
+(:class:`EncodedFragments`), and runs of fragments as objects (new or changed ones).
+
+* Opening a version decodes no fragment: the manifest's summary gives the count of
+  fragments and of visible rows.
+* Appending adds a segment: the next manifest is written by concatenating the stored
+  bytes of the untouched fragments with the encoding of the new ones (a protobuf
+  repeated field may be split across a message's bytes and still decodes in order).
+* Changing a few fragments (a delete) parses the stored bytes into protobuf messages
+  in C, replaces those fragments and re-serializes in C, without building a Python
+  object for the fragments it does not touch.
+
+Whatever the segments, the list decodes to exactly the fragments a full decode of the
+same manifest gives; every check a decoded fragment gets (names inside the dataset,
+declared base paths, the summary's counts) runs when its segment is decoded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from typing import Any, overload
+
+from google.protobuf.message import DecodeError
+
+from s3ddb.errors import ManifestCorruptError, PathOutsideDatasetError
+from s3ddb.format._proto import manifest_pb2 as pb
+from s3ddb.format.fragment import FragmentMetadata
+
+#: Above this many segments, adjacent ones are merged (a writer that appends again
+#: and again to the manifest it committed last must not build an ever longer chain).
+MAX_SEGMENTS = 16
+
+
+def _visible_rows(fragments: Iterable[FragmentMetadata]) -> int:
+    return sum(f.num_rows for f in fragments)
+
+
+class EncodedFragments:
+    """A run of fragments in their protobuf encoding: the bytes of a ``Manifest``
+    message holding only ``fragments`` entries.
+
+    ``count`` and ``visible_rows`` come from the manifest's summary (None: unknown,
+    found by decoding). ``bases`` are the base path ids the manifest declares; a
+    fragment's file with another base id is refused when decoded. ``where`` names the
+    manifest in error messages.
+    """
+
+    __slots__ = ("_count", "_data", "_decoded", "_message", "_rows", "bases", "where")
+
+    def __init__(
+        self,
+        data: bytes | None = None,
+        *,
+        message: pb.Manifest | None = None,
+        count: int | None = None,
+        visible_rows: int | None = None,
+        bases: frozenset[int] = frozenset(),
+        where: str = "",
+    ) -> None:
+        assert data is not None or message is not None
+        self._data = data
+        self._message = message
+        self._decoded: tuple[FragmentMetadata, ...] | None = None
+        self._count = count if count is not None else (len(message.fragments) if message else None)
+        self._rows = visible_rows
+        self.bases = bases
+        self.where = where
+
+    def data(self) -> bytes:
+        """The encoding (serialized from the parsed message if read that way)."""
+        if self._data is None:
+            assert self._message is not None
+            self._data = self._message.SerializeToString(deterministic=True)
+        return self._data
+
+    def message(self) -> pb.Manifest:
+        """The fragments as protobuf messages (parsed once, in C).
+
+        Raises:
+            ManifestCorruptError: the bytes do not decode, hold anything but fragments,
+                or disagree with the manifest's fragment count.
+        """
+        if self._message is None:
+            message = pb.Manifest()
+            try:
+                message.ParseFromString(self.data())
+            except DecodeError as exc:
+                raise ManifestCorruptError(f"{self.where}: cannot decode fragments: {exc}") from exc
+            other = [f.name for f, _ in message.ListFields() if f.name != "fragments"]
+            if other:
+                raise ManifestCorruptError(
+                    f"{self.where}: field(s) {other} stored among the fragments"
+                )
+            if self._count is not None and len(message.fragments) != self._count:
+                raise ManifestCorruptError(
+                    f"{self.where}: holds {len(message.fragments)} fragments, its summary "
+                    f"says {self._count}"
+                )
+            self._message = message
+        return self._message
+
+    def __len__(self) -> int:
+        if self._count is None:
+            self._count = len(self.message().fragments)
+        return self._count
+
+    def visible_rows(self) -> int:
+        if self._rows is None:
+            self._rows = _visible_rows(self.decoded())
+        return self._rows
+
+    def ids(self) -> list[int]:
+        """The fragment ids, in order (no fragment object is built)."""
+        return [f.id for f in self.message().fragments]
+
+    def decoded(self) -> tuple[FragmentMetadata, ...]:
+        """Every fragment as an object, checked.
+
+        Raises:
+            ManifestCorruptError: see :meth:`message`; or the summary's row count is wrong.
+            PathOutsideDatasetError: a file name leaves the dataset, or names a base
+                path the manifest does not declare.
+        """
+        if self._decoded is None:
+            decoded = tuple(self._decode(m) for m in self.message().fragments)
+            rows = _visible_rows(decoded)
+            if self._rows is not None and rows != self._rows:
+                raise ManifestCorruptError(
+                    f"{self.where}: its fragments hold {rows} visible rows, its summary "
+                    f"says {self._rows}"
+                )
+            self._rows = rows
+            self._decoded = decoded
+        return self._decoded
+
+    def _decode(self, message: pb.Fragment) -> FragmentMetadata:
+        try:
+            fragment = FragmentMetadata.from_pb(message)
+        except PathOutsideDatasetError as exc:
+            raise PathOutsideDatasetError(f"{exc} [manifest {self.where}]") from None
+        except (ValueError, KeyError, IndexError) as exc:
+            raise ManifestCorruptError(
+                f"{self.where}: fragment {message.id}: cannot decode: {exc}"
+            ) from exc
+        undeclared = _base_ids(fragment) - self.bases
+        if undeclared:
+            raise PathOutsideDatasetError(
+                f"refusing files of base path(s) {sorted(undeclared)} in fragment "
+                f"{fragment.id}: manifest {self.where} declares no such base"
+            )
+        return fragment
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"data": self.data(), "count": self._count, "rows": self._rows,
+                "bases": self.bases, "where": self.where}  # fmt: skip
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(  # type: ignore[misc]
+            state["data"], count=state["count"], visible_rows=state["rows"],
+            bases=state["bases"], where=state["where"],
+        )  # fmt: skip
+
+
+def _base_ids(fragment: FragmentMetadata) -> frozenset[int]:
+    ids = {f.base_id for f in fragment.files if f.base_id is not None}
+    if fragment.deletion_file is not None and fragment.deletion_file.base_id is not None:
+        ids.add(fragment.deletion_file.base_id)
+    return frozenset(ids)
+
+
+Segment = EncodedFragments | tuple[FragmentMetadata, ...]
+
+
+def _encode(fragments: tuple[FragmentMetadata, ...]) -> bytes:
+    return pb.Manifest(fragments=[f.to_pb() for f in fragments]).SerializeToString(
+        deterministic=True
+    )
+
+
+class FragmentList(Sequence[FragmentMetadata]):
+    """An immutable sequence of fragments that decodes and encodes lazily (see the
+    module docstring). Compares equal to any sequence with equal fragments in the
+    same order; pickles."""
+
+    __slots__ = ("_flat", "_segments")
+    _segments: tuple[Segment, ...]
+    _flat: tuple[FragmentMetadata, ...] | None
+
+    def __init__(self, fragments: Iterable[FragmentMetadata] | Segment = ()) -> None:
+        if isinstance(fragments, EncodedFragments):
+            segments: tuple[Segment, ...] = (fragments,)
+        elif isinstance(fragments, FragmentList):
+            segments = fragments._segments
+        else:
+            items = tuple(fragments)
+            for item in items:
+                if not isinstance(item, FragmentMetadata):
+                    raise TypeError(f"a fragment list holds FragmentMetadata, not {item!r}")
+            segments = (items,) if items else ()
+        self._segments = segments
+        self._flat: tuple[FragmentMetadata, ...] | None = None
+
+    @classmethod
+    def _of(cls, segments: Iterable[Segment]) -> FragmentList:
+        out = cls()
+        out._segments = _merged(tuple(s for s in segments if len(s)))
+        return out
+
+    @property
+    def segments(self) -> tuple[Segment, ...]:
+        return self._segments
+
+    # --- what needs no decoding ---------------------------------------------------------
+
+    def __len__(self) -> int:
+        return sum(len(s) for s in self._segments)
+
+    def __bool__(self) -> bool:
+        return any(len(s) for s in self._segments)
+
+    def visible_rows(self) -> int:
+        """Rows visible to readers, from the summaries where segments have them."""
+        return sum(
+            s.visible_rows() if isinstance(s, EncodedFragments) else _visible_rows(s)
+            for s in self._segments
+        )
+
+    def ids(self) -> list[int]:
+        """Every fragment id, in order, without building fragment objects."""
+        out: list[int] = []
+        for s in self._segments:
+            out.extend(s.ids() if isinstance(s, EncodedFragments) else (f.id for f in s))
+        return out
+
+    def encoded(self) -> bytes:
+        """The fragments as the bytes of a ``Manifest`` message holding only them: the
+        stored bytes of encoded segments, and the encoding of the others."""
+        return b"".join(s.data() if isinstance(s, EncodedFragments) else _encode(s)
+                        for s in self._segments)  # fmt: skip
+
+    def check_bases(self, declared: Collection[int]) -> None:
+        """Check that no fragment uses a base path outside ``declared``; encoded
+        segments checked against a subset of it when read stay undecoded.
+
+        Raises:
+            PathOutsideDatasetError: a file of an undeclared base.
+        """
+        allowed = frozenset(declared)
+        for s in self._segments:
+            if isinstance(s, EncodedFragments):
+                if not s.bases <= allowed:
+                    EncodedFragments(s.data(), bases=allowed, where=s.where).decoded()
+                continue
+            undeclared = set().union(*(_base_ids(f) for f in s)) - allowed if s else set()
+            if undeclared:
+                raise PathOutsideDatasetError(
+                    f"refusing files of base path(s) {sorted(undeclared)}: the manifest "
+                    "declares no such base"
+                )
+
+    # --- sequence ------------------------------------------------------------------------
+
+    def _all(self) -> tuple[FragmentMetadata, ...]:
+        if self._flat is None:
+            out: list[FragmentMetadata] = []
+            for s in self._segments:
+                out.extend(s.decoded() if isinstance(s, EncodedFragments) else s)
+            self._flat = tuple(out)
+        return self._flat
+
+    def __iter__(self) -> Iterator[FragmentMetadata]:
+        return iter(self._all())
+
+    @overload
+    def __getitem__(self, index: int) -> FragmentMetadata: ...
+    @overload
+    def __getitem__(self, index: slice) -> tuple[FragmentMetadata, ...]: ...
+    def __getitem__(self, index: int | slice) -> FragmentMetadata | tuple[FragmentMetadata, ...]:
+        if isinstance(index, int) and self._flat is None:
+            position = index + len(self) if index < 0 else index
+            for s in self._segments:
+                if 0 <= position < len(s):
+                    return (s.decoded() if isinstance(s, EncodedFragments) else s)[position]
+                position -= len(s)
+            raise IndexError("fragment index out of range")
+        return self._all()[index]
+
+    def __add__(self, other: Iterable[FragmentMetadata]) -> FragmentList:
+        added = other if isinstance(other, FragmentList) else FragmentList(other)
+        return FragmentList._of(self._segments + added._segments)
+
+    def __radd__(self, other: Iterable[FragmentMetadata]) -> FragmentList:
+        return FragmentList(other) + self
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, FragmentList):
+            return len(self) == len(other) and self._all() == other._all()
+        if isinstance(other, (tuple, list)):
+            return self._all() == tuple(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._all())
+
+    def __repr__(self) -> str:
+        return f"FragmentList({len(self)} fragments in {len(self._segments)} segment(s))"
+
+    def __getstate__(self) -> tuple[Segment, ...]:
+        return self._segments
+
+    def __setstate__(self, state: tuple[Segment, ...]) -> None:
+        self._segments = state
+        self._flat = None
+
+    # --- lookups by id --------------------------------------------------------------------
+
+    def _entries(self) -> dict[int, tuple[EncodedFragments | None, Any]]:
+        """id -> (its encoded segment and protobuf message, or (None, the object))."""
+        out: dict[int, tuple[EncodedFragments | None, Any]] = {}
+        for s in self._segments:
+            if isinstance(s, EncodedFragments):
+                out.update((m.id, (s, m)) for m in s.message().fragments)
+            else:
+                out.update((f.id, (None, f)) for f in s)
+        return out
+
+    def by_id(self) -> Mapping[int, FragmentMetadata]:
+        """The fragments by id, each decoded when first looked up."""
+        return FragmentsById(self)
+
+    def diff(self, newer: FragmentList) -> tuple[set[int], list[int], set[int]]:
+        """(ids only in self, ids only in ``newer`` in its order, ids in both whose
+        fragment differs). Fragments still encoded on both sides are compared as
+        protobuf messages (in C), so only those that differ are decoded."""
+        mine, theirs = self._entries(), newer._entries()
+        removed = set(mine) - set(theirs)
+        added = [fid for fid in theirs if fid not in mine]
+        changed = set()
+        for fid, (segment, value) in theirs.items():
+            old = mine.get(fid)
+            if old is None:
+                continue
+            if (segment is None) == (old[0] is None):
+                if value != old[1]:  # two messages, or two objects
+                    changed.add(fid)
+            elif _decoded(segment, value) != _decoded(old[0], old[1]):
+                changed.add(fid)
+        return removed, added, changed
+
+    # --- changes -------------------------------------------------------------------------
+
+    def changed(
+        self, ids: Collection[int], change: Callable[[FragmentMetadata], FragmentMetadata | None]
+    ) -> tuple[FragmentList, set[int]]:
+        """The list with ``change`` applied to the fragments whose id is in ``ids`` (a
+        None result removes the fragment), and the ids it found. Only those fragments
+        are decoded; the others keep their encoding (re-serialized in C where they
+        share a segment with a changed one)."""
+        wanted = set(ids)
+        found: set[int] = set()
+        out: list[Segment] = []
+        for s in self._segments:
+            if not wanted:
+                out.append(s)
+            elif isinstance(s, EncodedFragments):
+                out.append(self._change_encoded(s, wanted, found, change))
+            else:
+                kept = []
+                for f in s:
+                    if f.id in wanted:
+                        found.add(f.id)
+                        f2 = change(f)
+                        if f2 is not None:
+                            kept.append(f2)
+                    else:
+                        kept.append(f)
+                out.append(tuple(kept))
+        return FragmentList._of(out), found
+
+    @staticmethod
+    def _change_encoded(
+        s: EncodedFragments,
+        wanted: set[int],
+        found: set[int],
+        change: Callable[[FragmentMetadata], FragmentMetadata | None],
+    ) -> Segment:
+        positions = [i for i, fid in enumerate(s.ids()) if fid in wanted]
+        if not positions:
+            return s
+        message = pb.Manifest()
+        message.CopyFrom(s.message())
+        for i in reversed(positions):
+            old = s._decode(s.message().fragments[i])
+            found.add(old.id)
+            new = change(old)
+            if new is None:
+                del message.fragments[i]
+            else:
+                message.fragments[i].CopyFrom(new.to_pb())
+        # The untouched fragments were never decoded: they keep their stored checks
+        # (base ids against the same declared set) for when they are.
+        return EncodedFragments(message=message, bases=s.bases, where=s.where)
+
+
+def _decoded(segment: EncodedFragments | None, value: Any) -> FragmentMetadata:
+    return value if segment is None else segment._decode(value)
+
+
+class FragmentsById(Mapping[int, FragmentMetadata]):
+    """A fragment list's fragments by id; a fragment is decoded when looked up."""
+
+    def __init__(self, fragments: FragmentList) -> None:
+        self._entries = fragments._entries()
+        self._decoded: dict[int, FragmentMetadata] = {}
+
+    def __getitem__(self, fid: int) -> FragmentMetadata:
+        found = self._decoded.get(fid)
+        if found is None:
+            segment, value = self._entries[fid]
+            found = self._decoded[fid] = _decoded(segment, value)
+        return found
+
+    def __contains__(self, fid: object) -> bool:
+        return fid in self._entries
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+def _merged(segments: tuple[Segment, ...]) -> tuple[Segment, ...]:
+    """Adjacent object segments joined; past :data:`MAX_SEGMENTS`, everything joined
+    into one encoded segment (the bytes concatenate)."""
+    out: list[Segment] = []
+    for s in segments:
+        if out and isinstance(s, tuple) and isinstance(out[-1], tuple):
+            out[-1] = out[-1] + s
+        else:
+            out.append(s)
+    if len(out) <= MAX_SEGMENTS:
+        return tuple(out)
+    bases = frozenset().union(*(s.bases for s in out if isinstance(s, EncodedFragments)))
+    data = b"".join(s.data() if isinstance(s, EncodedFragments) else _encode(s) for s in out)
+    count = sum(len(s) for s in out)
+    known = [s._rows if isinstance(s, EncodedFragments) else _visible_rows(s) for s in out]
+    rows = None if None in known else sum(r for r in known if r is not None)
+    where = next((s.where for s in out if isinstance(s, EncodedFragments)), "")
+    return (EncodedFragments(data, count=count, visible_rows=rows, bases=bases, where=where),)
