@@ -39,17 +39,16 @@ Bound = int | float | str | None
 
 @dataclass(frozen=True)
 class ColumnStatistics:
-    """Bounds of one top-level column over a data file's physical rows (None: unknown)."""
+    """Bounds of one top-level column over a data file's physical rows (a bound of
+    None: unknown)."""
 
     field_id: int
-    null_count: int | None
+    null_count: int
     min: Bound
     max: Bound
 
     def to_pb(self) -> pb.ColumnStatistics:
-        m = pb.ColumnStatistics(field_id=self.field_id)
-        if self.null_count is not None:
-            m.null_count = self.null_count
+        m = pb.ColumnStatistics(field_id=self.field_id, null_count=self.null_count)
         for prefix, value in (("min", self.min), ("max", self.max)):
             if isinstance(value, int):  # and bool
                 setattr(m, f"{prefix}_int", int(value))
@@ -65,7 +64,7 @@ class ColumnStatistics:
         high = m.WhichOneof("max")
         return cls(
             field_id=m.field_id,
-            null_count=m.null_count if m.HasField("null_count") else None,
+            null_count=m.null_count,
             min=getattr(m, low) if low else None,
             max=getattr(m, high) if high else None,
         )

@@ -378,6 +378,7 @@ class ColumnStatistics(_message.Message):
     MAX_FLOAT_FIELD_NUMBER: _builtins.int
     field_id: _builtins.int
     null_count: _builtins.int
+    """always counted when statistics are written"""
     min_int: _builtins.int
     """integers, booleans (0/1), dates (days since 1970-01-01)"""
     min_string: _builtins.str
@@ -390,7 +391,7 @@ class ColumnStatistics(_message.Message):
         self,
         *,
         field_id: _builtins.int = ...,
-        null_count: _builtins.int | None = ...,
+        null_count: _builtins.int = ...,
         min_int: _builtins.int = ...,
         min_string: _builtins.str = ...,
         min_float: _builtins.float = ...,
@@ -398,18 +399,14 @@ class ColumnStatistics(_message.Message):
         max_string: _builtins.str = ...,
         max_float: _builtins.float = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_null_count", b"_null_count", "max", b"max", "max_float", b"max_float", "max_int", b"max_int", "max_string", b"max_string", "min", b"min", "min_float", b"min_float", "min_int", b"min_int", "min_string", b"min_string", "null_count", b"null_count"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["max", b"max", "max_float", b"max_float", "max_int", b"max_int", "max_string", b"max_string", "min", b"min", "min_float", b"min_float", "min_int", b"min_int", "min_string", b"min_string"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_null_count", b"_null_count", "field_id", b"field_id", "max", b"max", "max_float", b"max_float", "max_int", b"max_int", "max_string", b"max_string", "min", b"min", "min_float", b"min_float", "min_int", b"min_int", "min_string", b"min_string", "null_count", b"null_count"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["field_id", b"field_id", "max", b"max", "max_float", b"max_float", "max_int", b"max_int", "max_string", b"max_string", "min", b"min", "min_float", b"min_float", "min_int", b"min_int", "min_string", b"min_string", "null_count", b"null_count"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType__null_count: _TypeAlias = _typing.Literal["null_count"]  # noqa: Y015
-    _WhichOneofArgType__null_count: _TypeAlias = _typing.Literal["_null_count", b"_null_count"]  # noqa: Y015
     _WhichOneofReturnType_max: _TypeAlias = _typing.Literal["max_int", "max_string", "max_float"]  # noqa: Y015
     _WhichOneofArgType_max: _TypeAlias = _typing.Literal["max", b"max"]  # noqa: Y015
     _WhichOneofReturnType_min: _TypeAlias = _typing.Literal["min_int", "min_string", "min_float"]  # noqa: Y015
     _WhichOneofArgType_min: _TypeAlias = _typing.Literal["min", b"min"]  # noqa: Y015
-    @_typing.overload
-    def WhichOneof(self, oneof_group: _WhichOneofArgType__null_count) -> _WhichOneofReturnType__null_count | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType_max) -> _WhichOneofReturnType_max | None: ...
     @_typing.overload
