@@ -2,8 +2,9 @@
 
 Fragments are planned (statistics, footer, deletion file) a few ahead on worker
 threads; each plan is cut into reads of consecutive row groups, and reads are started
-in order while the decoded bytes they will hold stay within the read-ahead budget
-(one read is always allowed, so a row group larger than the budget still reads), at
+in order while the decoded bytes they will hold stay within half the read-ahead
+budget (the other half is for what the consumer holds and for the allocator's slack;
+one read is always allowed, so a row group larger than the budget still reads), at
 most ``workers`` plans and reads at a time (none ahead with ``workers=0``).
 Results come out in fragment and row-group order.
 """
@@ -53,11 +54,11 @@ def _executor() -> ThreadPoolExecutor:
 
 
 def split_reads(plan: FragmentPlan, names: list[str], budget: int) -> list[Read]:
-    """``plan`` as reads of consecutive row groups, each estimated at about a quarter
+    """``plan`` as reads of consecutive row groups, each estimated at about an eighth
     of ``budget`` (or one row group), with their estimated decoded bytes."""
     if plan.source is None:
         return [(plan, None, plan.estimated_bytes([], names))]
-    target = max(1, budget // 4)
+    target = max(1, budget // 8)
     reads: list[Read] = []
     current: list[int] = []
     size = 0
@@ -125,7 +126,9 @@ def stream_tables(
     def may_start(est: int) -> bool:
         if not reading:
             return True  # one read always runs, however large
-        return len(reading) < workers and in_flight + est <= budget
+        # Half the budget in flight: measured peak RSS then stays within about twice
+        # the budget (allocators keep freed memory for a while).
+        return len(reading) < workers and in_flight + est <= budget // 2
 
     try:
         plan_ahead()
