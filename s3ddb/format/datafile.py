@@ -120,7 +120,7 @@ def read_fragment(
         needed = {i: n for n, i in wanted.items() if i in file_ids}
         if not needed:
             continue
-        from s3ddb.scan.source import ParquetSource
+        from s3ddb.scan.source import ParquetSource  # the scan package imports this module
 
         source = ParquetSource(files, data_file)
         by_id = source.by_id
@@ -130,16 +130,6 @@ def read_fragment(
             if i in by_id:
                 pieces[name] = table.column(by_id[i])
     return assemble_columns(pieces, schema, columns, fragment.physical_rows)
-
-
-def file_columns_by_id(parquet: pq.ParquetFile) -> dict[int, str]:
-    """Field id -> column name in one Parquet data file (its ``PARQUET:field_id``s)."""
-    by_id = {}
-    for file_field in parquet.schema_arrow:
-        raw = (file_field.metadata or {}).get(b"PARQUET:field_id")
-        if raw is not None:
-            by_id[int(raw)] = file_field.name
-    return by_id
 
 
 def assemble_columns(
