@@ -141,11 +141,12 @@ def _filter(rng: random.Random, table: pa.Table) -> str:
     return f"NOT ({text})" if rng.random() < 0.05 else text
 
 
-def _without_stats(uri: str, table: pa.Table) -> None:
+def _without_stats(uri: str, so: dict[str, Any] | None, table: pa.Table) -> None:
     """Append ``table`` as fragments without statistics (as an older writer leaves)."""
-    ds = s3ddb.dataset(uri)
-    fragments = [replace(f, stats=()) for f in write_fragments(table, uri, schema=ds.schema)]
-    s3ddb.Dataset.commit(uri, Append(tuple(fragments)), read_version=ds.version)
+    ds = s3ddb.dataset(uri, storage_options=so)
+    written = write_fragments(table, uri, schema=ds.schema, storage_options=so)
+    fragments = tuple(replace(f, stats=()) for f in written)
+    s3ddb.Dataset.commit(uri, Append(fragments), read_version=ds.version, storage_options=so)
 
 
 def _rows(table: pa.Table) -> list[tuple[Any, ...]]:
@@ -166,24 +167,21 @@ def _check(ds: s3ddb.Dataset, text: str) -> None:
     assert _rows(streamed) == expected, text
 
 
-@pytest.mark.parametrize("seed", range(12))
-def test_pruning_never_drops_a_matching_row(
-    seed: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Small row groups, so that row-group pruning has something to decide.
-    monkeypatch.setattr(s3ddb.format.datafile, "DEFAULT_ROW_GROUP_SIZE", 64)
-    rng = random.Random(seed)
-    uri = str(tmp_path / "ds")
+def _random_history(rng: random.Random, uri: str, so: dict[str, Any] | None) -> s3ddb.Dataset:
+    """A dataset after random appends (some without statistics) and random changes."""
     start = 0
     for step in range(rng.randint(3, 5)):
         n = rng.randint(1, 400)
         batch = _batch(rng, start, n)
         start += n
         if step and rng.random() < 0.3:
-            _without_stats(uri, batch)
+            _without_stats(uri, so, batch)
         else:
-            s3ddb.write_dataset(batch, uri, mode="append", max_rows_per_file=rng.randint(50, 400))
-    ds = s3ddb.dataset(uri)
+            rows_per_file = rng.randint(50, 400)
+            s3ddb.write_dataset(
+                batch, uri, mode="append", max_rows_per_file=rows_per_file, storage_options=so
+            )
+    ds = s3ddb.dataset(uri, storage_options=so)
     changes = ["delete", "update_columns", "update_rows", "add", "rename", "widen", "drop"]
     changes += ["compact"]
     for change in rng.sample(changes, rng.randint(2, 5)):
@@ -209,12 +207,40 @@ def test_pruning_never_drops_a_matching_row(
         batch = _batch(rng, start, rng.randint(1, 200))
         columns = {"x_renamed": batch.column("x"), "id2": pc.multiply(batch.column("id"), 2)}
         columns.update({n: batch.column(n) for n in batch.column_names})
-        s3ddb.write_dataset(
-            pa.table({n: columns[n] for n in ds.schema.names}).cast(ds.schema), uri, mode="append"
-        )
-    ds = s3ddb.dataset(uri)
+        table = pa.table({n: columns[n] for n in ds.schema.names}).cast(ds.schema)
+        s3ddb.write_dataset(table, uri, mode="append", storage_options=so)
+    return s3ddb.dataset(uri, storage_options=so)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_pruning_never_drops_a_matching_row(
+    seed: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Small row groups, so that row-group pruning has something to decide.
+    monkeypatch.setattr(s3ddb.format.datafile, "DEFAULT_ROW_GROUP_SIZE", 64)
+    rng = random.Random(seed)
+    ds = _random_history(rng, str(tmp_path / "ds"), None)
     table = ds.to_table()
     for _ in range(30):
+        _check(ds, _filter(rng, table))
+
+
+@pytest.mark.parametrize("seed", [100, 101])
+def test_pruning_never_drops_a_matching_row_on_the_endpoint(
+    seed: int, aws: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same on S3 + DynamoDB, every data file read by ranges (footer, then the
+    coalesced column chunks), as large files are."""
+    import s3ddb.scan.source as source
+
+    monkeypatch.setattr(s3ddb.format.datafile, "DEFAULT_ROW_GROUP_SIZE", 64)
+    monkeypatch.setattr(source, "WHOLE_READ_MAX_BYTES", 0)
+    monkeypatch.setattr(source, "HOLE_BYTES", 256)  # some chunks coalesced, some not
+    rng = random.Random(seed)
+    uri = f"s3+ddb://{TEST_BUCKET}/t-{uuid.uuid4().hex[:12]}?ddbTableName={TEST_TABLE}"
+    ds = _random_history(rng, uri, aws.storage_options())
+    table = ds.to_table()
+    for _ in range(15):
         _check(ds, _filter(rng, table))
 
 
