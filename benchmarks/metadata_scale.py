@@ -2,7 +2,7 @@
 s3ddb beside pylance in one run.
 
     python benchmarks/metadata_scale.py [--fragments 10,1000,10000,100000]
-        [--versions 10,10000] [--repeat 5]
+        [--versions 10,10000] [--repeat 3]
 
 For each fragment count N, on a local path, each system gets a dataset of N one-row
 fragments (one commit), then, median of ``--repeat`` runs:
@@ -180,7 +180,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fragments", default="10,1000,10000,100000")
     parser.add_argument("--versions", default="10,10000", help="'' to skip")
-    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     systems: list[System] = [S3DDB()]
     try:

@@ -279,3 +279,38 @@ def test_a_planted_fragment_is_refused_when_decoded(tmp_path: Path) -> None:
     assert opened.num_rows == 2
     with pytest.raises(PathOutsideDatasetError, match=r"elsewhere.*planted"):
         opened.fragments[0]
+
+
+# --- what decodes ----------------------------------------------------------------------
+
+
+def test_opens_appends_and_rebases_decode_only_what_they_touch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    uri = str(tmp_path / "ds")
+    n = 400
+    s3ddb.write_dataset(_rows(0, n), uri, max_rows_per_file=1)
+    decoded: list[int] = []
+    real = FragmentMetadata.from_pb.__func__  # type: ignore[attr-defined]
+
+    def counting(cls: type[FragmentMetadata], m: pb.Fragment) -> FragmentMetadata:
+        decoded.append(m.id)
+        return real(cls, m)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(FragmentMetadata, "from_pb", classmethod(counting))
+    assert s3ddb.dataset(uri).count_rows() == n
+    assert decoded == []
+    stale = s3ddb.dataset(uri)
+    s3ddb.write_dataset(_rows(n, 2), uri, mode="append")
+    assert decoded == []  # the new manifest carries the 400 stored fragments as bytes
+    # A delete reads rows (so decodes the fragments it scans); a stale append then
+    # rebases over it, decoding at most the fragment the delete changed.
+    s3ddb.dataset(uri).delete("id = 7")
+    decoded.clear()
+    stale.insert(_rows(n + 2, 1))
+    assert len(decoded) <= 2, decoded
+    monkeypatch.undo()
+    assert s3ddb.dataset(uri).count_rows() == n + 2
+    assert sorted(s3ddb.dataset(uri).to_table()["id"].to_pylist()) == [
+        i for i in range(n + 3) if i != 7
+    ]

@@ -54,7 +54,7 @@ class EncodedFragments:
 
     def __init__(
         self,
-        data: bytes | None = None,
+        data: bytes | memoryview | None = None,
         *,
         message: pb.Manifest | None = None,
         count: int | None = None,
@@ -71,7 +71,7 @@ class EncodedFragments:
         self.bases = bases
         self.where = where
 
-    def data(self) -> bytes:
+    def data(self) -> bytes | memoryview:
         """The encoding (serialized from the parsed message if read that way)."""
         if self._data is None:
             assert self._message is not None
@@ -88,7 +88,7 @@ class EncodedFragments:
         if self._message is None:
             message = pb.Manifest()
             try:
-                message.ParseFromString(self.data())
+                message.ParseFromString(self.data())  # type: ignore[arg-type]  # a buffer will do
             except DecodeError as exc:
                 raise ManifestCorruptError(f"{self.where}: cannot decode fragments: {exc}") from exc
             other = [f.name for f, _ in message.ListFields() if f.name != "fragments"]
@@ -156,7 +156,7 @@ class EncodedFragments:
         return fragment
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"data": self.data(), "count": self._count, "rows": self._rows,
+        return {"data": bytes(self.data()), "count": self._count, "rows": self._rows,
                 "bases": self.bases, "where": self.where}  # fmt: skip
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -240,8 +240,12 @@ class FragmentList(Sequence[FragmentMetadata]):
     def encoded(self) -> bytes:
         """The fragments as the bytes of a ``Manifest`` message holding only them: the
         stored bytes of encoded segments, and the encoding of the others."""
-        return b"".join(s.data() if isinstance(s, EncodedFragments) else _encode(s)
-                        for s in self._segments)  # fmt: skip
+        return b"".join(self.encoded_parts())
+
+    def encoded_parts(self) -> list[bytes | memoryview]:
+        """:meth:`encoded`, segment by segment (nothing concatenated)."""
+        return [s.data() if isinstance(s, EncodedFragments) else _encode(s)
+                for s in self._segments]  # fmt: skip
 
     def check_bases(self, declared: Collection[int]) -> None:
         """Check that no fragment uses a base path outside ``declared``; encoded

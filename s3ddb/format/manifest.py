@@ -15,7 +15,7 @@ from s3ddb.format import layout
 from s3ddb.format._proto import manifest_pb2 as pb
 from s3ddb.format.bases import BasePath, check_base_paths, fragment_files
 from s3ddb.format.fragment_list import EncodedFragments, FragmentList
-from s3ddb.format.framing import frame, unframe
+from s3ddb.format.framing import frame_parts, unframe, unframe_view
 from s3ddb.format.index import IndexMetadata
 from s3ddb.format.naming import NamingScheme
 from s3ddb.format.schema import DatasetSchema
@@ -129,12 +129,16 @@ class Manifest:
             m.cloned_from_version = self.cloned_from_version
         return m
 
-    def payload(self) -> bytes:
-        """The serialized ``Manifest`` message: its ``fragments_offset`` field, the
-        other fields, then the fragments (untouched stored fragments as their bytes)."""
+    def _payload_parts(self) -> list[bytes | memoryview]:
         header = self._header_pb().SerializeToString(deterministic=True)
         prefix = _PREFIX.pack(_OFFSET_TAG, _PREFIX_SIZE + len(header), _CRC_TAG, crc32(header))
-        return prefix + header + self.fragments.encoded()
+        return [prefix, header, *self.fragments.encoded_parts()]
+
+    def payload(self) -> bytes:
+        """The serialized ``Manifest`` message: its ``fragments_offset`` and
+        ``header_crc`` fields, the other fields, then the fragments (untouched stored
+        fragments as their bytes)."""
+        return b"".join(self._payload_parts())
 
     def to_pb(self) -> pb.Manifest:
         """The whole manifest as one protobuf message (every fragment decoded)."""
@@ -142,7 +146,7 @@ class Manifest:
 
     def to_bytes(self) -> bytes:
         """The framed, serialized manifest (what is stored on object storage)."""
-        return frame(self.payload(), MANIFEST_MAGIC)
+        return frame_parts(self._payload_parts(), MANIFEST_MAGIC)
 
     @classmethod
     def from_pb(cls, m: pb.Manifest, where: str = "") -> Manifest:
@@ -165,7 +169,12 @@ class Manifest:
 
     @classmethod
     def _from_header(
-        cls, m: pb.Manifest, *, fragments: bytes | None, message: pb.Manifest | None, where: str
+        cls,
+        m: pb.Manifest,
+        *,
+        fragments: bytes | memoryview | None,
+        message: pb.Manifest | None,
+        where: str,
     ) -> Manifest:
         bases = tuple(BasePath.from_pb(b) for b in m.base_paths)
         encoded = EncodedFragments(
@@ -206,7 +215,7 @@ class Manifest:
                 message names ``where`` (the manifest's location).
             PathOutsideDatasetError: a path in the manifest would leave the dataset.
         """
-        payload = unframe(data, MANIFEST_MAGIC, f"manifest {where}")
+        payload = unframe_view(data, MANIFEST_MAGIC, f"manifest {where}")
         try:
             offset = _fragments_offset(payload, len(payload), where)
             if offset is not None:
@@ -215,14 +224,14 @@ class Manifest:
                     header, fragments=payload[offset:], message=None, where=where
                 )
             # Written before fragments were stored last: every field parsed at once.
-            return cls._from_parsed(pb.Manifest.FromString(payload), where)
+            return cls._from_parsed(pb.Manifest.FromString(bytes(payload)), where)
         except PathOutsideDatasetError as exc:
             raise PathOutsideDatasetError(f"{exc} [manifest {where}]") from None
         except (DecodeError, ValueError, KeyError, IndexError) as exc:
             raise ManifestCorruptError(f"manifest {where}: cannot decode: {exc}") from exc
 
 
-def _fragments_offset(payload: bytes, size: int, where: str) -> int | None:
+def _fragments_offset(payload: bytes | memoryview, size: int, where: str) -> int | None:
     """Where the fragments start, from the payload's prefix; None if the manifest was
     written without one (every field then parses at once). ``size``: the payload's
     whole size (``payload`` may be its beginning only).
@@ -242,7 +251,7 @@ def _fragments_offset(payload: bytes, size: int, where: str) -> int | None:
     return int(offset)
 
 
-def _parse_header(payload: bytes, offset: int, where: str) -> pb.Manifest:
+def _parse_header(payload: bytes | memoryview, offset: int, where: str) -> pb.Manifest:
     """The fields before the fragments (``payload`` holds at least ``offset`` bytes).
 
     Raises:
@@ -252,7 +261,7 @@ def _parse_header(payload: bytes, offset: int, where: str) -> pb.Manifest:
     body = payload[_PREFIX_SIZE:offset]
     if crc32(body) != crc:
         raise ManifestCorruptError(f"manifest {where}: corrupt header (checksum mismatch)")
-    header = pb.Manifest.FromString(body)
+    header = pb.Manifest.FromString(bytes(body))
     if len(header.fragments):
         raise ManifestCorruptError(
             f"manifest {where}: fragments stored before the fragments offset"
