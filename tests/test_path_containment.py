@@ -153,6 +153,7 @@ def test_a_hostile_manifest_is_refused_by_every_verb(
     MANIFESTS.clear()  # a writer in this process would otherwise not read it again
     if endpoint is not None:
         endpoint.clear_requests()
+
     # Opening decodes no fragment, and a commit carries the fragments it did not touch
     # forward as stored bytes: a verb either refuses the hostile fragment itself, or
     # reading what it committed does.
