@@ -190,24 +190,7 @@ class ObjectStore:
         Raises:
             FileNotFoundError: it does not exist.
         """
-        full = self.full_path(path)
-        if self.protocol == "file":
-            with open(full, "rb") as f:
-                return f.read(length)
-        try:
-            if self.protocol == "s3":
-                bucket, key = _split_s3(full)
-                response = self._s3().get_object(
-                    Bucket=bucket, Key=key, Range=f"bytes=0-{length - 1}"
-                )
-                body = response["Body"]
-                try:
-                    return bytes(body.read())
-                finally:
-                    body.close()
-            return bytes(self.fs.cat_file(full, start=0, end=length))
-        except Exception as exc:
-            raise _translate(exc, full) from exc
+        return self.get_range(path, 0, length)
 
     def open_input(self, path: str, size: int | None = None) -> BinaryIO:
         """A seekable binary file for reading ``path`` (for pyarrow readers).

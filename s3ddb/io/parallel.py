@@ -22,18 +22,31 @@ from s3ddb.io.object_store import ObjectStore
 T = TypeVar("T")
 
 _MAX_WORKERS = 16
-_pool: ThreadPoolExecutor | None = None
-_pool_pid = -1
-_pool_lock = threading.Lock()
+_pools: dict[str, ThreadPoolExecutor] = {}
+_pools_pid = -1
+_pools_lock = threading.Lock()
+
+
+def process_pool(name: str, max_workers: int = _MAX_WORKERS) -> ThreadPoolExecutor:
+    """The process's thread pool called ``name`` (threads named ``s3ddb-<name>``),
+    created on first use and rebuilt after ``fork`` (a child inherits no threads).
+    Separate pools keep one kind of work from waiting behind another: a read never
+    queues behind uploads, a read-ahead task never behind the reads it started."""
+    global _pools_pid
+    with _pools_lock:
+        if _pools_pid != os.getpid():
+            _pools.clear()
+            _pools_pid = os.getpid()
+        pool = _pools.get(name)
+        if pool is None:
+            pool = _pools[name] = ThreadPoolExecutor(
+                max_workers=max_workers, thread_name_prefix=f"s3ddb-{name}"
+            )
+        return pool
 
 
 def _executor() -> ThreadPoolExecutor:
-    global _pool, _pool_pid
-    with _pool_lock:
-        if _pool is None or _pool_pid != os.getpid():
-            _pool = ThreadPoolExecutor(max_workers=_MAX_WORKERS, thread_name_prefix="s3ddb-io")
-            _pool_pid = os.getpid()
-        return _pool
+    return process_pool("io")
 
 
 def run_beside(store: ObjectStore, fn: Callable[[], T]) -> Future[T]:

@@ -11,9 +11,7 @@ request and sending the requests in parallel.
 from __future__ import annotations
 
 import io
-import os
 import struct
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -24,6 +22,7 @@ from s3ddb.errors import ManifestCorruptError
 from s3ddb.format.bases import Files, as_resolver
 from s3ddb.format.fragment import DataFile
 from s3ddb.io.object_store import ObjectStore
+from s3ddb.io.parallel import process_pool
 
 #: Data files up to this size are read with one GET rather than ranged reads.
 WHOLE_READ_MAX_BYTES = 8 * 1024 * 1024
@@ -34,21 +33,11 @@ HOLE_BYTES = 1024 * 1024
 #: No single coalesced request grows beyond this.
 MAX_REQUEST_BYTES = 64 * 1024 * 1024
 
-_MAX_WORKERS = 16
-_pool: ThreadPoolExecutor | None = None
-_pool_pid = -1
-_pool_lock = threading.Lock()
-
 
 def _executor() -> ThreadPoolExecutor:
     # Per process (rebuilt after fork); separate from the write pool so a read never
     # waits behind uploads.
-    global _pool, _pool_pid
-    with _pool_lock:
-        if _pool is None or _pool_pid != os.getpid():
-            _pool = ThreadPoolExecutor(max_workers=_MAX_WORKERS, thread_name_prefix="s3ddb-read")
-            _pool_pid = os.getpid()
-        return _pool
+    return process_pool("read")
 
 
 def coalesce(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:

@@ -11,8 +11,6 @@ Results come out in fragment and row-group order.
 
 from __future__ import annotations
 
-import os
-import threading
 from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -23,6 +21,7 @@ import pyarrow.compute as pc
 from s3ddb.format.bases import Files
 from s3ddb.format.fragment import FragmentMetadata
 from s3ddb.format.schema import DatasetSchema
+from s3ddb.io.parallel import process_pool
 from s3ddb.scan.fragment import (
     FragmentPlan,
     filter_columns,
@@ -35,22 +34,12 @@ from s3ddb.scan.source import WHOLE_READ_MAX_BYTES
 
 Read = tuple[FragmentPlan, list[int] | None, int]
 
-_MAX_WORKERS = 16
-_pool: ThreadPoolExecutor | None = None
-_pool_pid = -1
-_pool_lock = threading.Lock()
-
 
 def _executor() -> ThreadPoolExecutor:
     """The process's scan pool (rebuilt after fork), shared by every scan: starting
     threads per scan would cost more than a point lookup. Scan tasks never wait for
     other tasks of this pool, so sharing it cannot deadlock."""
-    global _pool, _pool_pid
-    with _pool_lock:
-        if _pool is None or _pool_pid != os.getpid():
-            _pool = ThreadPoolExecutor(max_workers=_MAX_WORKERS, thread_name_prefix="s3ddb-scan")
-            _pool_pid = os.getpid()
-        return _pool
+    return process_pool("scan")
 
 
 def split_reads(plan: FragmentPlan, names: list[str], budget: int) -> list[Read]:
