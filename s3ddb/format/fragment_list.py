@@ -398,17 +398,21 @@ class FragmentList(Sequence[FragmentMetadata]):
             return s
         message = pb.Manifest()
         message.CopyFrom(s.message())
+        rows = s._rows
         for i in reversed(positions):
             old = s._decode(s.message().fragments[i])
             found.add(old.id)
             new = change(old)
+            if rows is not None:
+                rows += (new.num_rows if new is not None else 0) - old.num_rows
             if new is None:
                 del message.fragments[i]
             else:
                 message.fragments[i].CopyFrom(new.to_pb())
         # The untouched fragments were never decoded: they keep their stored checks
-        # (base ids against the same declared set) for when they are.
-        return EncodedFragments(message=message, bases=s.bases, where=s.where)
+        # (base ids against the same declared set, and the summary, adjusted by the
+        # changed fragments' rows) for when they are.
+        return EncodedFragments(message=message, visible_rows=rows, bases=s.bases, where=s.where)
 
 
 def _decoded(segment: EncodedFragments | None, value: Any) -> FragmentMetadata:
