@@ -23,8 +23,9 @@ when at most 10, and the bytes / read calls this process made meanwhile (from
 
 ``stream``: streams ``warmup_uri`` (a tiny dataset), notes its RSS, then streams
 every batch of ``uri``'s ``to_batches(**scan_options)`` summing ``x``, and prints
-``{"rows", "seconds", "rss_before", "peak_rss"}``: ``peak_rss`` is the process's
-``ru_maxrss``, so the process must do nothing else.
+``{"rows", "seconds", "rss_before", "peak_rss", "arrow_peak"}``: ``peak_rss`` is the
+process's ``ru_maxrss`` (so the process does nothing else), ``arrow_peak`` the most
+bytes pyarrow's pool held above its start, sampled every millisecond.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from __future__ import annotations
 import json
 import resource
 import sys
+import threading
 import time
 from typing import Any
 
@@ -96,7 +98,7 @@ def _write(spec: dict[str, Any]) -> None:
     _emit({"rows": rows, "k_lt_10": k_lt_10, "arrow_bytes": arrow_bytes})
 
 
-def _sql(term: tuple[str, str, int]) -> str:
+def sql_text(term: tuple[str, str, int]) -> str:
     return f"{term[0]} {term[1]} {term[2]}"
 
 
@@ -121,7 +123,7 @@ def run_query(system: str, spec: dict[str, Any], name: str) -> pa.Table:
         import s3ddb
 
         ds = s3ddb.dataset(uri, storage_options=options)
-        return ds.to_table(columns=columns, filter=_sql(term) if term else None)
+        return ds.to_table(columns=columns, filter=sql_text(term) if term else None)
     if system == "pyarrow":
         import pyarrow.dataset as pads
 
@@ -131,7 +133,7 @@ def run_query(system: str, spec: dict[str, Any], name: str) -> pa.Table:
         import lance
 
         lds = lance.dataset(uri, storage_options=options)
-        return lds.to_table(columns=columns, filter=_sql(term) if term else None)
+        return lds.to_table(columns=columns, filter=sql_text(term) if term else None)
     if system == "delta":
         from deltalake import DeltaTable
 
@@ -206,14 +208,27 @@ def _stream(spec: dict[str, Any]) -> None:
     # A stream of a tiny dataset first: the modules, thread pools and allocator arenas a
     # first read sets up are then in the baseline, not counted against the budget.
     stream(spec["warmup_uri"])
-    before = _current_rss()
+    before, base = _current_rss(), pa.total_allocated_bytes()
+    # Arrow's own peak (buffers held), sampled: it tells held data from allocator slack.
+    stop, arrow_peak = threading.Event(), [0]
+
+    def sample() -> None:
+        while not stop.is_set():
+            arrow_peak[0] = max(arrow_peak[0], pa.total_allocated_bytes() - base)
+            time.sleep(0.001)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
     t0 = time.perf_counter()
     rows, total = stream(spec["uri"])
     seconds = time.perf_counter() - t0
+    stop.set()
+    sampler.join()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
     _emit(
-        {"rows": rows, "sum_x": total, "seconds": seconds, "rss_before": before, "peak_rss": peak}
-    )
+        {"rows": rows, "sum_x": total, "seconds": seconds, "rss_before": before,
+         "peak_rss": peak, "arrow_peak": arrow_peak[0]}
+    )  # fmt: skip
 
 
 def main(argv: list[str]) -> int:

@@ -42,7 +42,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from _read_worker import QUERIES
+from _read_worker import QUERIES, sql_text
 from peers import create_store, dataset_uri, machine_info, read_json_line
 
 HERE = Path(__file__).resolve().parent
@@ -274,6 +274,32 @@ def point_id(rows: int) -> int:
     return min(rows - 1, int(rows * 0.8) + 123)
 
 
+def profile_s3ddb(query: str, spec: dict[str, Any]) -> None:
+    """Print where s3ddb spends the time of ``query``: one warm run, then a profiled
+    one reading one fragment at a time in the calling thread (``fragment_readahead=0``;
+    cProfile sees only that thread), so the profile shows the work, not the waits."""
+    import cProfile
+    import pstats
+
+    from _read_worker import query_spec
+
+    import s3ddb
+
+    columns, term = query_spec(query, int(spec["point_id"]))
+
+    def run() -> Any:
+        ds = s3ddb.dataset(spec["uri"])
+        return ds.to_table(
+            columns=columns, filter=sql_text(term) if term else None, fragment_readahead=0
+        )
+
+    run()
+    profiler = cProfile.Profile()
+    profiler.runcall(run)
+    print(f"\nprofile of s3ddb {query!r} (local, one thread; top functions by own time):")
+    pstats.Stats(profiler).sort_stats("tottime").print_stats(14)
+
+
 def local_section(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     systems = [s for s in ("s3ddb", "pyarrow", "lance") if s in args.systems or s == "pyarrow"]
     uris = {s: str(root / s) for s in ("s3ddb", "lance")}
@@ -298,6 +324,8 @@ def local_section(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         for reader in readers.values():
             reader.close()
     checks = report_local(res, systems)
+    for query in args.profile:
+        profile_s3ddb(query, {"uri": uris["s3ddb"], "point_id": pid})
     return {
         "rows": stats["rows"],
         "appends": args.local_appends,
@@ -352,7 +380,8 @@ def memory_section(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         budget = stats["arrow_bytes"] // args.mem_ratio
         scan_options = {args.budget_option: budget}
     warmup = str(root / "memory-warmup")
-    write_all(["s3ddb"], {"s3ddb": warmup}, {}, args, 2_000, 2)
+    # More fragments than are read ahead, so that every reading thread starts.
+    write_all(["s3ddb"], {"s3ddb": warmup}, {}, args, 500 * (2 * ahead + 2), 2 * ahead + 2)
     spec = {"system": "s3ddb", "uri": uri, "warmup_uri": warmup, "scan_options": scan_options}
     got = run_child("stream", spec)
     growth = got["peak_rss"] - got["rss_before"]
@@ -362,7 +391,8 @@ def memory_section(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         f"\nmemory: streamed {got['rows']:,} rows ({stats['arrow_bytes'] / mib:,.0f} MiB in Arrow "
         f"memory, {fragments} fragments) with {scan_options} in {got['seconds']:.2f} s\n"
         f"  budget {budget / mib:,.0f} MiB; peak RSS {got['peak_rss'] / mib:,.0f} MiB, "
-        f"growth {growth / mib:,.0f} MiB = {verdict(ratio, MEMORY_BOUND)} of the budget"
+        f"growth {growth / mib:,.0f} MiB = {verdict(ratio, MEMORY_BOUND)} of the budget;\n"
+        f"  Arrow buffers held at most {got['arrow_peak'] / mib:,.0f} MiB"
     )
     ok = got["rows"] == stats["rows"]
     if not ok:
@@ -402,6 +432,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--budget-option",
         help="a to_batches option taking the budget in bytes, instead "
         "of fragment_readahead (the budget is then the dataset's Arrow size / --mem-ratio)",
+    )
+    add(
+        "--profile",
+        action="append",
+        default=[],
+        choices=list(QUERIES),
+        help="profile s3ddb's local run of this query (repeatable)",
     )
     add("--seed", type=int, default=16)
     add("--json", type=Path, default=DEFAULT_JSON, help="where to write the raw numbers")
