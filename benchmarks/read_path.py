@@ -39,6 +39,7 @@ import sys
 import tempfile
 from collections import Counter
 from contextlib import ExitStack
+from inspect import signature
 from pathlib import Path
 from typing import Any
 
@@ -376,9 +377,14 @@ def memory_section(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     stats = write_all(["s3ddb"], {"s3ddb": uri}, {}, args, per * fragments, fragments)
     budget = stats["arrow_bytes"] * ahead // fragments
     scan_options: dict[str, Any] = {"fragment_readahead": ahead}
-    if args.budget_option:
+    option = args.budget_option
+    if option == "auto":  # the byte budget, where the scanner has one
+        from s3ddb.scanner import Scanner
+
+        option = "readahead_bytes" if "readahead_bytes" in signature(Scanner).parameters else ""
+    if option and option != "none":
         budget = stats["arrow_bytes"] // args.mem_ratio
-        scan_options = {args.budget_option: budget}
+        scan_options = {"fragment_readahead": ahead, option: budget}
     warmup = str(root / "memory-warmup")
     # More fragments than are read ahead, so that every reading thread starts.
     write_all(["s3ddb"], {"s3ddb": warmup}, {}, args, 500 * (2 * ahead + 2), 2 * ahead + 2)
@@ -426,12 +432,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--endpoint-rows", type=int, help="rows of the endpoint data set (default 10,000,000)")
     add("--endpoint-appends", type=int, help="appends writing it (default 10)")
     add("--mem-rows-per-fragment", type=int, help="memory section (default 1,000,000)")
-    add("--mem-readahead", type=int, default=4, help="fragment_readahead streamed with")
+    add("--mem-readahead", type=int, default=4, help="fragment_readahead (threads) streamed with")
     add("--mem-ratio", type=int, default=10, help="dataset size / read-ahead budget")
     add(
         "--budget-option",
-        help="a to_batches option taking the budget in bytes, instead "
-        "of fragment_readahead (the budget is then the dataset's Arrow size / --mem-ratio)",
+        default="auto",
+        help="the to_batches option taking a read-ahead budget in bytes, set to the "
+        "dataset's Arrow size / --mem-ratio; 'none': the budget is --mem-readahead "
+        "fragments instead; default 'auto': readahead_bytes where the scanner has it",
     )
     add(
         "--profile",
