@@ -63,6 +63,7 @@ def test_quick_read_benchmark_is_consistent(tmp_path: Path) -> None:
         assert len({r["rows"] for r in per.values()}) == 1, (query, per)
         # Every system really read through the endpoint, and it counted what it sent.
         assert all(r["requests"] > 0 and r["get_mib"] > 0 for r in per.values()), (query, per)
+        assert all(r["data_files"] >= 1 for r in per.values()), (query, per)
     assert endpoint["queries"]["id = X"]["s3ddb"]["rows"] == 1
     assert endpoint["queries"]["full scan"]["s3ddb"]["rows"] == endpoint["rows"]
 
