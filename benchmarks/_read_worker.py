@@ -24,8 +24,9 @@ when at most 10, and the bytes / read calls this process made meanwhile (from
 ``stream``: streams ``warmup_uri`` (a tiny dataset), notes its RSS, then streams
 every batch of ``uri``'s ``to_batches(**scan_options)`` summing ``x``, and prints
 ``{"rows", "seconds", "rss_before", "peak_rss", "arrow_peak"}``: ``peak_rss`` is the
-process's ``ru_maxrss`` (so the process does nothing else), ``arrow_peak`` the most
-bytes pyarrow's pool held above its start, sampled every millisecond.
+process's peak RSS (VmHWM, reset to the RSS before the stream where the kernel
+allows; the process does nothing else), ``arrow_peak`` the most bytes pyarrow's pool
+held above its start, sampled every millisecond.
 """
 
 from __future__ import annotations
@@ -190,6 +191,27 @@ def _query_loop(spec: dict[str, Any]) -> None:
         )
 
 
+def _peak_rss() -> int:
+    """This process's peak RSS since it started or :func:`_reset_peak_rss` (VmHWM).
+
+    Not ``getrusage().ru_maxrss``: Linux keeps that across ``execve``, so a child
+    spawned by a large parent reports at least the parent's RSS at the spawn."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
+def _reset_peak_rss() -> None:
+    """Set the peak RSS to the current RSS, where the kernel allows (Linux >= 4.0)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
 def _current_rss() -> int:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * resource.getpagesize()
@@ -208,6 +230,7 @@ def _stream(spec: dict[str, Any]) -> None:
     # A stream of a tiny dataset first: the modules, thread pools and allocator arenas a
     # first read sets up are then in the baseline, not counted against the budget.
     stream(spec["warmup_uri"])
+    _reset_peak_rss()
     before, base = _current_rss(), pa.total_allocated_bytes()
     # Arrow's own peak (buffers held), sampled: it tells held data from allocator slack.
     stop, arrow_peak = threading.Event(), [0]
@@ -224,7 +247,7 @@ def _stream(spec: dict[str, Any]) -> None:
     seconds = time.perf_counter() - t0
     stop.set()
     sampler.join()
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+    peak = _peak_rss()
     _emit(
         {"rows": rows, "sum_x": total, "seconds": seconds, "rss_before": before,
          "peak_rss": peak, "arrow_peak": arrow_peak[0]}
