@@ -284,33 +284,57 @@ def point_id(rows: int) -> int:
     return min(rows - 1, int(rows * 0.8) + 123)
 
 
+_THREAD_PROFILES: list[Any] = []
+
+
+def _own_times(profile: Any) -> Counter[str]:
+    """Own seconds by function in ``profile`` so far (read while its thread is idle)."""
+    out: Counter[str] = Counter()
+    for entry in profile.getstats():
+        code = entry.code
+        if not isinstance(code, str):
+            where = "/".join(Path(code.co_filename).parts[-2:])
+            code = f"{where}:{code.co_firstlineno}({code.co_name})"
+        out[code] += entry.inlinetime
+    return out
+
+
 def profile_s3ddb(query: str, spec: dict[str, Any]) -> None:
-    """Print where s3ddb spends the time of ``query``: one warm run, then a profiled one
-    in which every thread the scan starts gets a profiler of its own (cProfile sees one
-    thread), all merged: own time summed over threads, so work shows, not waits."""
+    """Print where s3ddb spends the time of ``query``, summed over every thread.
+
+    cProfile sees one thread, and the scan reads on pooled threads that outlive a
+    query: every thread started from here on gets a profiler of its own, a warm-up
+    run starts the pools, and the profiled run's share is what the profilers gained
+    during it."""
     import cProfile
-    import pstats
     import threading
 
     from _read_worker import run_query
 
-    run_query("s3ddb", spec, query)
-    profiles = [cProfile.Profile()]
+    threads = _THREAD_PROFILES  # kept across calls: pooled threads outlive a query
 
-    def start(*_: Any) -> None:  # the first event of a new thread: profile the rest
-        profiles.append(cProfile.Profile())
-        profiles[-1].enable()
+    def start(*_: Any) -> None:  # a new thread's first event: profile the rest of it
+        threads.append(cProfile.Profile())
+        threads[-1].enable()
 
     threading.setprofile(start)
     try:
-        profiles[0].runcall(run_query, "s3ddb", spec, query)
+        run_query("s3ddb", spec, query)
+        before = [_own_times(p) for p in threads]
+        main = cProfile.Profile()
+        main.runcall(run_query, "s3ddb", spec, query)
     finally:
         threading.setprofile(None)  # type: ignore[arg-type]
-    stats = pstats.Stats(profiles[0])
-    for profile in profiles[1:]:
-        stats.add(profile)
-    print(f"\nprofile of s3ddb {query!r} (local, {len(profiles)} threads; by own time):")
-    stats.sort_stats("tottime").print_stats(14)
+    own = _own_times(main)
+    for i, profile in enumerate(threads):
+        own.update(_own_times(profile))
+        own.subtract(before[i] if i < len(before) else Counter())
+    print(
+        f"\nprofile of s3ddb {query!r}, local, {1 + len(threads)} threads: own seconds "
+        f"summed over threads (lock and queue waits are threads waiting)"
+    )
+    for name, seconds in own.most_common(12):
+        print(f"  {seconds:8.3f}  {name}")
 
 
 def local_section(args: argparse.Namespace, root: Path) -> dict[str, Any]:
