@@ -243,6 +243,17 @@ def report_endpoint(res: dict[str, dict[str, Any]], systems: list[str]) -> list[
         body.append([query, *cells, ratio_cell])
     title = "endpoint: best time / requests / MiB sent by the endpoint / data files read"
     print_table(title, head, body)
+    for check in checks:
+        print(
+            f"  target {check['query']}: s3ddb / {LABELS[check['peer']]} = "
+            f"{verdict(check['ratio'], 1.0)}, fewer requests than pylance: "
+            f"{'met' if check['fewer_requests_than_pylance'] else 'MISSED'}"
+        )
+    # The ids are sorted and each append holds its own range: one file admits the key.
+    files = res["id = X"]["s3ddb"]["data_files"]
+    checks.append({"query": "id = X", "data_files": files, "met": files == 1})
+    print(f"  target id = X: s3ddb read {files} data file(s), 1 admits the key: "
+          f"{'met' if files == 1 else 'MISSED'}")  # fmt: skip
     return checks
 
 
