@@ -12,8 +12,9 @@ NODE_STAMP := $(VENV)/node/.installed
 PYTEST_ARGS ?=
 PEERS_ARGS ?=
 SCALE_ARGS ?=
+READ_ARGS ?=
 
-.PHONY: demo test test-fast lint typecheck protos bench bench-index bench-stream bench-peers bench-scale clean
+.PHONY: demo test test-fast lint typecheck protos bench bench-index bench-stream bench-peers bench-scale bench-read clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -73,6 +74,12 @@ bench-peers: $(BENCH_STAMP)
 # Commits and opens as fragments pile up, beside pylance; SCALE_ARGS="--fragments 10,100000".
 bench-scale: $(BENCH_STAMP)
 	$(PY) benchmarks/metadata_scale.py $(SCALE_ARGS)
+
+# Scans (full, projection, k < 10, point lookup) beside pyarrow on the same files, pylance
+# and deltalake, local and on one local endpoint, plus streaming memory;
+# READ_ARGS="--quick" for a smoke run, or sizes: READ_ARGS="--endpoint-rows 2000000".
+bench-read: $(BENCH_STAMP)
+	$(PY) benchmarks/read_path.py $(READ_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -168,6 +168,19 @@ def test_s3_roundtrip(aws: LocalAWS) -> None:
     assert s3.get_object(Bucket=bucket, Key="big", Range="bytes=10-19")["Body"].read() == big[10:20]
 
 
+def test_request_log_counts_response_bytes(aws: LocalAWS) -> None:
+    """What a client read is in the log: a ranged GET's bytes, a whole GET's, no body."""
+    bucket = aws.create_bucket(_name("bytes"))
+    s3 = aws.boto3_client("s3")
+    s3.put_object(Bucket=bucket, Key="k", Body=b"x" * 1000)
+    aws.clear_requests()
+    assert len(s3.get_object(Bucket=bucket, Key="k", Range="bytes=100-199")["Body"].read()) == 100
+    s3.get_object(Bucket=bucket, Key="k")["Body"].read()
+    s3.head_object(Bucket=bucket, Key="k")
+    sent = [(r.operation, r.response_bytes) for r in aws.requests]
+    assert sent == [("GetObject", 100), ("GetObject", 1000), ("HeadObject", 0)]
+
+
 def test_s3fs_client(aws: LocalAWS) -> None:
     """aiobotocore (s3fs) pools connections too; every request still completes."""
     s3fs = pytest.importorskip("s3fs")

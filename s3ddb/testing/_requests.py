@@ -76,6 +76,8 @@ class RequestRecord:
         access_key_id: the access key id the request was signed with (from the SigV4
             credential scope), or ``None`` when unsigned. Never the secret.
         region: the region of the signature's credential scope, or ``None``.
+        response_bytes: bytes of the response body sent (what a client read: a
+            GetObject's object or range); ``0`` when none was sent.
     """
 
     service: str
@@ -87,6 +89,7 @@ class RequestRecord:
     applied: bool = True
     access_key_id: str | None = None
     region: str | None = None
+    response_bytes: int = 0
 
 
 def _header(environ: Mapping[str, Any], name: str) -> str:

@@ -302,7 +302,7 @@ class _Gateway:
         # Route moto to this instance's account (isolation; see the module docstring).
         environ["HTTP_X_MOTO_ACCOUNT_ID"] = owner.account_id
 
-        def record(status: int, fault: Fault | None, applied: bool) -> None:
+        def record(status: int, fault: Fault | None, applied: bool, sent: int = 0) -> None:
             owner._record(
                 RequestRecord(
                     service=service,
@@ -314,6 +314,7 @@ class _Gateway:
                     applied=applied,
                     access_key_id=access_key_id,
                     region=region,
+                    response_bytes=sent,
                 )
             )
 
@@ -323,7 +324,7 @@ class _Gateway:
                 record(0, fault, applied=False)
                 raise _DropConnection(f"injected fault {fault.kind}")
             status, headers, payload = fault_response(fault.kind, service, method)
-            record(status, fault, applied=False)
+            record(status, fault, applied=False, sent=len(payload))
         else:
             try:
                 status, headers, payload = self._apply(environ)
@@ -335,7 +336,7 @@ class _Gateway:
                     record(0, fault, applied=True)
                     raise _DropConnection(f"injected fault {fault.kind}")
                 status, headers, payload = fault_response(fault.kind, service, method)
-            record(status, fault, applied=True)
+            record(status, fault, applied=True, sent=len(payload))
 
         start_response(_status_line(status), headers)
         return [payload]
