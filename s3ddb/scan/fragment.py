@@ -131,14 +131,19 @@ def _bounds(source: ParquetSource, g: int) -> tuple[int, int]:
 
 
 def _read_columns(
-    plan: FragmentPlan, groups: list[int], schema: DatasetSchema, names: list[str]
+    plan: FragmentPlan,
+    groups: list[int],
+    schema: DatasetSchema,
+    names: list[str],
+    fetched: list[tuple[int, bytes]] | None = None,
 ) -> pa.Table:
-    """``names`` (dataset columns) of row groups ``groups``, all physical rows."""
+    """``names`` (dataset columns) of row groups ``groups``, all physical rows
+    (``fetched``: see :meth:`ParquetSource.read`)."""
     source = plan.source
     assert source is not None
     wanted = dict(zip(names, schema.top_level_ids(names)))
     present = [source.by_id[i] for i in wanted.values() if i in source.by_id]
-    table = source.read(groups, present)
+    table = source.read(groups, present, fetched)
     pieces = {n: table.column(source.by_id[i]) for n, i in wanted.items() if i in source.by_id}
     return assemble_columns(pieces, schema, names, sum(source.group_rows[g] for g in groups))
 
@@ -192,7 +197,10 @@ def read_planned(
         table = _read_columns(plan, groups, schema, columns)
         return table if keep is None else table.filter(pa.array(keep))
     used = filter_columns(predicate, schema)
-    first = _read_columns(plan, groups, schema, used)
+    # Byte ranges the filter columns' read fetched (coalesced requests often span the
+    # other columns too): the second read takes what it needs from them.
+    fetched: list[tuple[int, bytes]] = []
+    first = _read_columns(plan, groups, schema, used, fetched)
     mask = _matches(first, predicate)
     if keep is not None:
         mask &= keep
@@ -212,7 +220,7 @@ def read_planned(
     if len(hit) < len(groups):
         first = pa.concat_tables([first.slice(s, n) for s, n in spans])
         mask = np.concatenate([mask[s : s + n] for s, n in spans])
-    second = _read_columns(plan, hit, schema, rest)
+    second = _read_columns(plan, hit, schema, rest, fetched)
     by_name = {n: first.column(n) for n in used}
     by_name.update({n: second.column(n) for n in rest})
     out = pa.schema([schema.arrow.field(n) for n in columns])

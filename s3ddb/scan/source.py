@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import struct
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -56,22 +57,34 @@ class RangeFile(io.RawIOBase):
     """A read-only file of ``size`` bytes served from prefetched ranges; a read
     outside them fetches just the bytes asked for (never wrong, only slower)."""
 
-    def __init__(self, store: ObjectStore, path: str, size: int) -> None:
+    def __init__(
+        self,
+        store: ObjectStore,
+        path: str,
+        size: int,
+        fetched: Iterable[tuple[int, bytes]] = (),
+    ) -> None:
         super().__init__()
         self._store, self._path, self._size = store, path, size
         self._pos = 0
-        self._ranges: list[tuple[int, bytes]] = []
+        self._ranges: list[tuple[int, bytes]] = list(fetched)
 
-    def prefetch(self, ranges: list[tuple[int, int]]) -> None:
-        """Fetch ``ranges`` (coalesced, in parallel) for the reads that follow."""
-        merged = coalesce(ranges)
+    def _held(self, start: int, end: int) -> bool:
+        return any(first <= start and end <= first + len(data) for first, data in self._ranges)
+
+    def prefetch(self, ranges: list[tuple[int, int]]) -> list[tuple[int, bytes]]:
+        """Fetch ``ranges`` (coalesced, in parallel) for the reads that follow, except
+        those already held; returns what was fetched."""
+        merged = coalesce([(s, e) for s, e in ranges if not self._held(s, e)])
         if len(merged) == 1:
             start, end = merged[0]
-            self._ranges = [(start, self._store.get_range(self._path, start, end))]
-            return
-        pool = _executor()
-        futures = [(s, pool.submit(self._store.get_range, self._path, s, e)) for s, e in merged]
-        self._ranges = [(s, f.result()) for s, f in futures]
+            new = [(start, self._store.get_range(self._path, start, end))]
+        else:
+            pool = _executor()
+            futures = [(s, pool.submit(self._store.get_range, self._path, s, e)) for s, e in merged]
+            new = [(s, f.result()) for s, f in futures]
+        self._ranges.extend(new)
+        return new
 
     def release(self) -> None:
         self._ranges = []
@@ -190,8 +203,17 @@ class ParquetSource:
                 total += chunk.total_uncompressed_size
         return total
 
-    def read(self, groups: list[int], names: list[str]) -> pa.Table:
-        """Columns ``names`` (file column names) of row groups ``groups``, in order."""
+    def read(
+        self,
+        groups: list[int],
+        names: list[str],
+        fetched: list[tuple[int, bytes]] | None = None,
+    ) -> pa.Table:
+        """Columns ``names`` (file column names) of row groups ``groups``, in order.
+
+        ``fetched`` (remote files read by ranges): byte ranges already fetched, used
+        instead of fetching them again; the ranges this read fetches are added to it.
+        """
         if not names:
             rows = sum(self.group_rows[g] for g in groups)
             return pa.table({"_": pa.nulls(rows)}).select([])
@@ -202,8 +224,10 @@ class ParquetSource:
         elif self._whole is not None:
             source = pa.BufferReader(self._whole)
         else:
-            source = RangeFile(self._store, self._path, self._size)
-            source.prefetch(self._chunk_ranges(groups, names))
+            source = RangeFile(self._store, self._path, self._size, fetched or ())
+            new = source.prefetch(self._chunk_ranges(groups, names))
+            if fetched is not None:
+                fetched.extend(new)
         try:
             parquet = pq.ParquetFile(source, metadata=self.metadata)
             if whole:
