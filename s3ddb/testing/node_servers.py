@@ -47,6 +47,17 @@ from s3ddb.testing._requests import RequestRecord, s3_operation
 #: Listens on 127.0.0.1, port 0 (the dynalite command line cannot: it treats port 0 as
 #: "use the default 4567"), with tables ACTIVE at once, and prints the port as JSON.
 _LAUNCH_DYNALITE = """
+// dynalite rethrows a request stream's error (its index.js: req.on('error', ...
+// throw err)), so a client that dies mid-request - the torture tests SIGKILL
+// writers - would take the whole server down. Such a request is simply gone.
+process.on('uncaughtException', (err) => {
+  if (err && (err.code === 'ECONNRESET' || err.message === 'aborted')) {
+    process.stderr.write('a client aborted its request: ' + err.message + '\\n');
+    return;
+  }
+  process.stderr.write((err && err.stack || String(err)) + '\\n');
+  process.exit(1);
+});
 const dynalite = require('dynalite');
 const server = dynalite({createTableMs: 0, deleteTableMs: 0, updateTableMs: 0});
 server.listen(0, '127.0.0.1', () => {
