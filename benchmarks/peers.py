@@ -523,9 +523,16 @@ class Run:
 # -- main -------------------------------------------------------------------------------
 
 
+def _installed_version(name: str) -> str:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
 def machine_info() -> dict[str, Any]:
     names = ["s3ddb", "pylance", "deltalake", "pyarrow", "moto", "boto3"]
-    versions = {name: importlib.metadata.version(name) for name in names}
+    versions = {name: _installed_version(name) for name in names}
     return {
         "cpu_count": os.cpu_count(),
         "platform": platform.platform(),
