@@ -40,7 +40,7 @@ typecheck: $(STAMP)
 	$(PY) -m mypy
 
 # loadgroup: the Spark tests share one SparkSession (one JVM) in one worker. The bench
-# extra (pylance, deltalake) is installed too: a test runs each benchmark's quick mode.
+# extra (pylance, deltalake) is installed too: a test runs the read benchmark's quick mode.
 test: lint typecheck $(NODE_STAMP) $(BENCH_STAMP)
 	$(PY) -m pytest -n 2 --dist loadgroup --durations=15 $(PYTEST_ARGS)
 
