@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import enum
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from s3ddb.commit.transaction import OPERATION_KINDS, MapUpdate, Transaction, UpdateConfig
 from s3ddb.errors import IncompatibleTransactionError, RetryableCommitConflictError
 from s3ddb.format.bases import FileResolver
-from s3ddb.format.fragment import FragmentMetadata
+from s3ddb.format.fragment_list import FragmentsById
 from s3ddb.format.manifest import Manifest
 from s3ddb.io.object_store import ObjectStore
 
@@ -69,12 +69,12 @@ class ConflictContext:
         return FileResolver.for_manifest(self.store, self.before, self.after)
 
     @functools.cached_property
-    def before_fragments(self) -> Mapping[int, FragmentMetadata]:
+    def before_fragments(self) -> FragmentsById:
         """``before``'s fragments by id (each decoded when looked up)."""
         return self.before.fragments.by_id()
 
     @functools.cached_property
-    def after_fragments(self) -> Mapping[int, FragmentMetadata]:
+    def after_fragments(self) -> FragmentsById:
         """``after``'s fragments by id (each decoded when looked up)."""
         return self.after.fragments.by_id()
 
@@ -82,7 +82,7 @@ class ConflictContext:
     def fragment_diff(self) -> tuple[set[int], list[int], set[int]]:
         """(fragment ids theirs removed, ids it added, ids whose fragment it changed):
         only fragments that differ are decoded."""
-        return self.before.fragments.diff(self.after.fragments)
+        return self.before_fragments.diff(self.after_fragments)
 
 
 Rule = Callable[[Transaction, Transaction, "ConflictContext | None"], Verdict]

@@ -29,6 +29,7 @@ from google.protobuf.message import DecodeError
 
 from s3ddb.errors import ManifestCorruptError, PathOutsideDatasetError
 from s3ddb.format._proto import manifest_pb2 as pb
+from s3ddb.format.bases import file_base_ids
 from s3ddb.format.fragment import FragmentMetadata
 
 #: Above this many segments, adjacent ones are merged (a writer that appends again
@@ -147,7 +148,7 @@ class EncodedFragments:
             raise ManifestCorruptError(
                 f"{self.where}: fragment {message.id}: cannot decode: {exc}"
             ) from exc
-        undeclared = _base_ids(fragment) - self.bases
+        undeclared = file_base_ids([fragment]) - self.bases
         if undeclared:
             raise PathOutsideDatasetError(
                 f"refusing files of base path(s) {sorted(undeclared)} in fragment "
@@ -166,20 +167,14 @@ class EncodedFragments:
         )  # fmt: skip
 
 
-def _base_ids(fragment: FragmentMetadata) -> frozenset[int]:
-    ids = {f.base_id for f in fragment.files if f.base_id is not None}
-    if fragment.deletion_file is not None and fragment.deletion_file.base_id is not None:
-        ids.add(fragment.deletion_file.base_id)
-    return frozenset(ids)
-
-
 Segment = EncodedFragments | tuple[FragmentMetadata, ...]
 
 
-def _encode(fragments: tuple[FragmentMetadata, ...]) -> bytes:
-    return pb.Manifest(fragments=[f.to_pb() for f in fragments]).SerializeToString(
-        deterministic=True
-    )
+def _segment_bytes(segment: Segment) -> bytes | memoryview:
+    """A segment as the bytes of a ``Manifest`` message holding only its fragments."""
+    if isinstance(segment, EncodedFragments):
+        return segment.data()
+    return pb.Manifest(fragments=[f.to_pb() for f in segment]).SerializeToString(deterministic=True)
 
 
 class FragmentList(Sequence[FragmentMetadata]):
@@ -244,8 +239,7 @@ class FragmentList(Sequence[FragmentMetadata]):
 
     def encoded_parts(self) -> list[bytes | memoryview]:
         """:meth:`encoded`, segment by segment (nothing concatenated)."""
-        return [s.data() if isinstance(s, EncodedFragments) else _encode(s)
-                for s in self._segments]  # fmt: skip
+        return [_segment_bytes(s) for s in self._segments]
 
     def check_bases(self, declared: Collection[int]) -> None:
         """Check that no fragment uses a base path outside ``declared``; encoded
@@ -260,7 +254,7 @@ class FragmentList(Sequence[FragmentMetadata]):
                 if not s.bases <= allowed:
                     EncodedFragments(s.data(), bases=allowed, where=s.where).decoded()
                 continue
-            undeclared = set().union(*(_base_ids(f) for f in s)) - allowed if s else set()
+            undeclared = file_base_ids(s) - allowed
             if undeclared:
                 raise PathOutsideDatasetError(
                     f"refusing files of base path(s) {sorted(undeclared)}: the manifest "
@@ -333,28 +327,13 @@ class FragmentList(Sequence[FragmentMetadata]):
                 out.update((f.id, (None, f)) for f in s)
         return out
 
-    def by_id(self) -> Mapping[int, FragmentMetadata]:
+    def by_id(self) -> FragmentsById:
         """The fragments by id, each decoded when first looked up."""
         return FragmentsById(self)
 
     def diff(self, newer: FragmentList) -> tuple[set[int], list[int], set[int]]:
-        """(ids only in self, ids only in ``newer`` in its order, ids in both whose
-        fragment differs). Fragments still encoded on both sides are compared as
-        protobuf messages (in C), so only those that differ are decoded."""
-        mine, theirs = self._entries(), newer._entries()
-        removed = set(mine) - set(theirs)
-        added = [fid for fid in theirs if fid not in mine]
-        changed = set()
-        for fid, (segment, value) in theirs.items():
-            old = mine.get(fid)
-            if old is None:
-                continue
-            if (segment is None) == (old[0] is None):
-                if value != old[1]:  # two messages, or two objects
-                    changed.add(fid)
-            elif _decoded(segment, value) != _decoded(old[0], old[1]):
-                changed.add(fid)
-        return removed, added, changed
+        """:meth:`FragmentsById.diff` of the two lists' fragments by id."""
+        return FragmentsById(self).diff(FragmentsById(newer))
 
     # --- changes -------------------------------------------------------------------------
 
@@ -415,10 +394,6 @@ class FragmentList(Sequence[FragmentMetadata]):
         return EncodedFragments(message=message, visible_rows=rows, bases=s.bases, where=s.where)
 
 
-def _decoded(segment: EncodedFragments | None, value: Any) -> FragmentMetadata:
-    return value if segment is None else segment._decode(value)
-
-
 class FragmentsById(Mapping[int, FragmentMetadata]):
     """A fragment list's fragments by id; a fragment is decoded when looked up."""
 
@@ -430,7 +405,8 @@ class FragmentsById(Mapping[int, FragmentMetadata]):
         found = self._decoded.get(fid)
         if found is None:
             segment, value = self._entries[fid]
-            found = self._decoded[fid] = _decoded(segment, value)
+            found = value if segment is None else segment._decode(value)
+            self._decoded[fid] = found
         return found
 
     def __contains__(self, fid: object) -> bool:
@@ -441,6 +417,25 @@ class FragmentsById(Mapping[int, FragmentMetadata]):
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    def diff(self, newer: FragmentsById) -> tuple[set[int], list[int], set[int]]:
+        """(ids only in self, ids only in ``newer`` in its order, ids in both whose
+        fragment differs). Fragments still encoded on both sides are compared as
+        protobuf messages (in C), so only those that differ are decoded."""
+        mine, theirs = self._entries, newer._entries
+        removed = set(mine) - set(theirs)
+        added = [fid for fid in theirs if fid not in mine]
+        changed = set()
+        for fid, (segment, value) in theirs.items():
+            old = mine.get(fid)
+            if old is None:
+                continue
+            if (segment is None) == (old[0] is None):
+                if value != old[1]:  # two messages, or two objects
+                    changed.add(fid)
+            elif newer[fid] != self[fid]:
+                changed.add(fid)
+        return removed, added, changed
 
 
 def _merged(segments: tuple[Segment, ...]) -> tuple[Segment, ...]:
@@ -455,7 +450,7 @@ def _merged(segments: tuple[Segment, ...]) -> tuple[Segment, ...]:
     if len(out) <= MAX_SEGMENTS:
         return tuple(out)
     bases = frozenset().union(*(s.bases for s in out if isinstance(s, EncodedFragments)))
-    data = b"".join(s.data() if isinstance(s, EncodedFragments) else _encode(s) for s in out)
+    data = b"".join(_segment_bytes(s) for s in out)
     count = sum(len(s) for s in out)
     known = [s._rows if isinstance(s, EncodedFragments) else _visible_rows(s) for s in out]
     rows = None if None in known else sum(r for r in known if r is not None)
