@@ -14,18 +14,13 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from s3ddb.format.stats import exact_bound_type
 from s3ddb.scan import ColumnStats
 
 
 def prunable_type(t: pa.DataType) -> bool:
     """Whether comparisons on ``t`` prune by statistics exactly (no NaN, no time zones)."""
-    return (
-        pa.types.is_integer(t)
-        or pa.types.is_string(t)
-        or pa.types.is_large_string(t)
-        or pa.types.is_boolean(t)
-        or pa.types.is_date32(t)
-    )
+    return exact_bound_type(t)
 
 
 @dataclass(frozen=True)

@@ -132,16 +132,22 @@ def _bounds(array: pa.ChunkedArray) -> tuple[Bound, Bound]:
     return None, None
 
 
-def recorded_type(t: pa.DataType) -> bool:
-    """Whether columns of type ``t`` get statistics."""
+def exact_bound_type(t: pa.DataType) -> bool:
+    """Whether min and max bound every value of ``t`` exactly for comparisons (no
+    NaN, no time zones)."""
     return (
         pa.types.is_integer(t)
-        or pa.types.is_floating(t)
         or pa.types.is_string(t)
         or pa.types.is_large_string(t)
         or pa.types.is_boolean(t)
         or pa.types.is_date32(t)
     )
+
+
+def recorded_type(t: pa.DataType) -> bool:
+    """Whether columns of type ``t`` get statistics (floats too: NaN is left out of
+    their bounds)."""
+    return exact_bound_type(t) or pa.types.is_floating(t)
 
 
 def compute_file_statistics(
