@@ -224,6 +224,25 @@ def _probe_if_none_match(client: Any, bucket: str, key: str, checks: list[Check]
     return False
 
 
+def _no_credentials(exc: BaseException) -> bool:
+    """boto3 found no credentials, or only part of them, for the call."""
+    return type(exc).__name__ in ("NoCredentialsError", "PartialCredentialsError")
+
+
+def _give_credentials(name: str, text: str, service: str, option: str, env: str) -> Check:
+    """The failed check of a service without credentials, naming the settings to give
+    (storage options ``<option>_*``, environment ``AWS_*_<env>``)."""
+    return Check(
+        name,
+        FAIL,
+        text,
+        f"give {service} credentials: storage options {option}_access_key_id + "
+        f"{option}_secret_access_key (or {option}_profile), or AWS_ACCESS_KEY_ID_{env} + "
+        f"AWS_SECRET_ACCESS_KEY_{env}",
+        access=True,
+    )
+
+
 def _s3_failure(
     name: str, exc: BaseException, s: ServiceSettings, bucket: str, prefix: str, operation: str
 ) -> Check:
@@ -238,16 +257,8 @@ def _s3_failure(
             f"set the S3 endpoint: storage option s3_endpoint or AWS_ENDPOINT_URL_S3 ({where})",
             access=True,
         )
-    if type(exc).__name__ in ("NoCredentialsError", "PartialCredentialsError"):
-        return Check(
-            name,
-            FAIL,
-            text,
-            "give S3 credentials: storage options s3_access_key_id + "
-            "s3_secret_access_key (or s3_profile), or AWS_ACCESS_KEY_ID_S3 + "
-            "AWS_SECRET_ACCESS_KEY_S3",
-            access=True,
-        )
+    if _no_credentials(exc):
+        return _give_credentials(name, text, "S3", "s3", "S3")
     if code in _S3_CREDENTIAL_CODES:
         return Check(
             name,
@@ -409,16 +420,8 @@ def _ddb_failure(
             f"{s.source('region')})",
             access=True,
         )
-    if type(exc).__name__ in ("NoCredentialsError", "PartialCredentialsError"):
-        return Check(
-            name,
-            FAIL,
-            text,
-            "give DynamoDB credentials: storage options "
-            "dynamodb_access_key_id + dynamodb_secret_access_key (or dynamodb_profile), "
-            "or AWS_ACCESS_KEY_ID_DYNAMODB + AWS_SECRET_ACCESS_KEY_DYNAMODB",
-            access=True,
-        )
+    if _no_credentials(exc):
+        return _give_credentials(name, text, "DynamoDB", "dynamodb", "DYNAMODB")
     if failure is ddb.Failure.TABLE_MISSING:
         return Check(
             name,
