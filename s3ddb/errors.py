@@ -90,6 +90,24 @@ class PathOutsideDatasetError(S3DDBError, ValueError):
     """
 
 
+class StoredMetadataError(ManifestCorruptError):
+    """Stored metadata decoded but is inconsistent or out of range: a fragment id
+    listed twice, two fields sharing a field id, a deletion offset beyond its
+    fragment, a tag file without a valid version, a DynamoDB row attribute of the
+    wrong type... The message names the file (or row), the version and what is wrong.
+    Checked before use, in bounded time and memory."""
+
+
+class DataFileError(S3DDBError):
+    """A data file that a version references is missing, unreadable or corrupt (not
+    Parquet, truncated, other row count than its fragment records). The message names
+    the fragment, the file and the version."""
+
+
+class DataFileMissingError(DataFileError, FileNotFoundError):
+    """A data file that a version references does not exist."""
+
+
 class ManifestFinalizationError(S3DDBError):
     """A version decided in the external store cannot be finalized.
 
@@ -135,6 +153,21 @@ class TransactionAlreadyCommittedError(IncompatibleTransactionError):
 
 class TooMuchWriteContentionError(CommitConflictError):
     """Commit retries were exhausted (by count or time) under contention."""
+
+
+class DatasetRecreatedError(CommitError):
+    """The dataset this writer read was dropped or re-created meanwhile: the version
+    it would build on no longer exists with the same dataset identity. Nothing this
+    writer wrote became visible; re-open the dataset and run the operation again if it
+    still applies."""
+
+
+class CommitMechanismError(CommitError):
+    """This writer would commit the dataset another way than the dataset commits
+    (plain ``s3://`` on a dataset that commits through DynamoDB, another DynamoDB
+    table, a local copy of its objects). Reads are allowed; the message names the URI
+    to write with, and ``s3ddb migrate-commits`` moves a dataset to another
+    mechanism explicitly. Nothing was committed."""
 
 
 class CommitStateUnknownError(CommitError):

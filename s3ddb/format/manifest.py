@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import struct
+import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any
 from zlib import crc32
@@ -23,6 +25,12 @@ from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.paths import check_name
 
 MANIFEST_MAGIC = b"S3DDBMF1"
+#: Commit mechanisms a manifest records (see :attr:`Manifest.commit_mechanism`).
+CONDITIONAL_PUT = "conditional-put"
+DYNAMODB = "dynamodb"
+_MECHANISMS = ("", CONDITIONAL_PUT, DYNAMODB)
+_IDENTITY_RE = re.compile(r"[0-9a-f]{32}")
+_TABLE_RE = re.compile(r"[A-Za-z0-9_.:-]{1,255}")
 WRITER_LIBRARY = "s3ddb"
 
 #: The payload of a manifest starts with two fixed32 fields: ``fragments_offset``
@@ -58,6 +66,11 @@ class Manifest:
             :mod:`s3ddb.format.bases`); every ``base_id`` of a file must be declared.
         cloned_from_version: the source version, for a clone's manifests (else None).
         indices: the indices of this version (see :mod:`s3ddb.format.index`).
+        dataset_id: the dataset's identity, chosen with its first version and kept
+            by every later one ("" in manifests written before s3ddb recorded it).
+        commit_mechanism: how versions are claimed: :data:`CONDITIONAL_PUT` or
+            :data:`DYNAMODB` ("" before s3ddb recorded it).
+        commit_table: the DynamoDB table deciding versions, for :data:`DYNAMODB`.
 
     Raises:
         PathOutsideDatasetError: a bad base path, or a file of an undeclared base.
@@ -78,6 +91,9 @@ class Manifest:
     base_paths: tuple[BasePath, ...] = ()
     indices: tuple[IndexMetadata, ...] = ()
     cloned_from_version: int | None = None
+    dataset_id: str = ""
+    commit_mechanism: str = ""
+    commit_table: str = ""
 
     def __post_init__(self) -> None:
         if self.transaction_file:
@@ -122,6 +138,9 @@ class Manifest:
             indices=[i.to_pb() for i in self.indices],
             fragment_count=len(self.fragments),
             visible_rows=self.fragments.visible_rows(),
+            dataset_id=self.dataset_id,
+            commit_mechanism=self.commit_mechanism,
+            commit_table=self.commit_table,
         )
         if self.max_fragment_id is not None:
             m.max_fragment_id = self.max_fragment_id
@@ -203,6 +222,9 @@ class Manifest:
             base_paths=bases,
             indices=tuple(IndexMetadata.from_pb(i) for i in m.indices),
             cloned_from_version=m.cloned_from_version or None,
+            dataset_id=_checked_identity(m.dataset_id, where),
+            commit_mechanism=_checked_mechanism(m.commit_mechanism, where),
+            commit_table=_checked_table(m.commit_table, where),
         )
 
     @classmethod
@@ -229,6 +251,34 @@ class Manifest:
             raise PathOutsideDatasetError(f"{exc} [manifest {where}]") from None
         except (DecodeError, ValueError, KeyError, IndexError) as exc:
             raise ManifestCorruptError(f"manifest {where}: cannot decode: {exc}") from exc
+
+
+def new_dataset_id() -> str:
+    """A fresh dataset identity (32 lowercase hex digits)."""
+    return uuid.uuid4().hex
+
+
+def _checked_identity(value: str, where: str) -> str:
+    if value and not _IDENTITY_RE.fullmatch(value):
+        raise ManifestCorruptError(
+            f"manifest {where}: dataset identity {value[:80]!r} is not 32 hex digits"
+        )
+    return value
+
+
+def _checked_mechanism(value: str, where: str) -> str:
+    if value not in _MECHANISMS:
+        raise ManifestCorruptError(
+            f"manifest {where}: unknown commit mechanism {value[:80]!r} (known: "
+            f"{', '.join(repr(m) for m in _MECHANISMS[1:])})"
+        )
+    return value
+
+
+def _checked_table(value: str, where: str) -> str:
+    if value and not _TABLE_RE.fullmatch(value):
+        raise ManifestCorruptError(f"manifest {where}: malformed commit table {value[:80]!r}")
+    return value
 
 
 def _fragments_offset(payload: bytes | memoryview, size: int, where: str) -> int | None:
@@ -278,10 +328,13 @@ class ManifestHeader:
     timestamp_nanos: int
     operation: str
     table_metadata: dict[str, str]
+    dataset_id: str = ""
 
     @classmethod
     def of(cls, m: pb.Manifest | Manifest) -> ManifestHeader:
-        return cls(m.version, m.timestamp_nanos, m.operation, dict(m.table_metadata))
+        return cls(
+            m.version, m.timestamp_nanos, m.operation, dict(m.table_metadata), m.dataset_id
+        )
 
 
 def read_manifest_header(store: ObjectStore, path: str, where: str) -> ManifestHeader:

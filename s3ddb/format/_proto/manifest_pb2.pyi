@@ -564,6 +564,9 @@ class Manifest(_message.Message):
     FRAGMENT_COUNT_FIELD_NUMBER: _builtins.int
     VISIBLE_ROWS_FIELD_NUMBER: _builtins.int
     HEADER_CRC_FIELD_NUMBER: _builtins.int
+    DATASET_ID_FIELD_NUMBER: _builtins.int
+    COMMIT_MECHANISM_FIELD_NUMBER: _builtins.int
+    COMMIT_TABLE_FIELD_NUMBER: _builtins.int
     version: _builtins.int
     max_fragment_id: _builtins.int
     """Highest fragment id ever assigned (absent until the first fragment)."""
@@ -595,6 +598,20 @@ class Manifest(_message.Message):
     """CRC-32 of the payload between these two fixed fields (written first) and the
     fragments: a reader listing history checks the header it read alone.
     """
+    dataset_id: _builtins.str
+    """The dataset's identity: a UUID chosen with its first version and kept by every
+    later version (an overwrite included). A writer claims version N only on top of
+    version N-1 of the same identity, so a writer of a dropped or re-created dataset
+    is refused. Empty in manifests written before s3ddb recorded it.
+    """
+    commit_mechanism: _builtins.str
+    """How versions of this dataset are claimed: "conditional-put" (rename or
+    put-if-not-exists of the final manifest: local paths, memory://, s3:// with
+    conditional writes) or "dynamodb" (an external manifest store). A writer that
+    would claim versions another way refuses. Empty: written before s3ddb recorded it.
+    """
+    commit_table: _builtins.str
+    """For "dynamodb": the table that decides the versions."""
     @_builtins.property
     def schema(self) -> Global___Schema: ...
     @_builtins.property
@@ -631,10 +648,13 @@ class Manifest(_message.Message):
         fragment_count: _builtins.int | None = ...,
         visible_rows: _builtins.int | None = ...,
         header_crc: _builtins.int = ...,
+        dataset_id: _builtins.str = ...,
+        commit_mechanism: _builtins.str = ...,
+        commit_table: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_fragment_count", b"_fragment_count", "_max_fragment_id", b"_max_fragment_id", "_visible_rows", b"_visible_rows", "fragment_count", b"fragment_count", "max_fragment_id", b"max_fragment_id", "schema", b"schema", "visible_rows", b"visible_rows", "writer_version", b"writer_version"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_fragment_count", b"_fragment_count", "_max_fragment_id", b"_max_fragment_id", "_visible_rows", b"_visible_rows", "base_paths", b"base_paths", "cloned_from_version", b"cloned_from_version", "config", b"config", "fragment_count", b"fragment_count", "fragments", b"fragments", "fragments_offset", b"fragments_offset", "header_crc", b"header_crc", "indices", b"indices", "max_fragment_id", b"max_fragment_id", "naming_scheme", b"naming_scheme", "next_row_id", b"next_row_id", "operation", b"operation", "schema", b"schema", "table_metadata", b"table_metadata", "timestamp_nanos", b"timestamp_nanos", "transaction_file", b"transaction_file", "version", b"version", "visible_rows", b"visible_rows", "writer_version", b"writer_version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_fragment_count", b"_fragment_count", "_max_fragment_id", b"_max_fragment_id", "_visible_rows", b"_visible_rows", "base_paths", b"base_paths", "cloned_from_version", b"cloned_from_version", "commit_mechanism", b"commit_mechanism", "commit_table", b"commit_table", "config", b"config", "dataset_id", b"dataset_id", "fragment_count", b"fragment_count", "fragments", b"fragments", "fragments_offset", b"fragments_offset", "header_crc", b"header_crc", "indices", b"indices", "max_fragment_id", b"max_fragment_id", "naming_scheme", b"naming_scheme", "next_row_id", b"next_row_id", "operation", b"operation", "schema", b"schema", "table_metadata", b"table_metadata", "timestamp_nanos", b"timestamp_nanos", "transaction_file", b"transaction_file", "version", b"version", "visible_rows", b"visible_rows", "writer_version", b"writer_version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__fragment_count: _TypeAlias = _typing.Literal["fragment_count"]  # noqa: Y015
     _WhichOneofArgType__fragment_count: _TypeAlias = _typing.Literal["_fragment_count", b"_fragment_count"]  # noqa: Y015
