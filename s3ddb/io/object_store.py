@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
-from s3ddb.errors import CredentialsError, EndpointUnreachableError
+from s3ddb.errors import CredentialsError, EndpointUnreachableError, PathOutsideDatasetError
 from s3ddb.io.aws import AwsConfig
 from s3ddb.io.paths import check_relative_path
 from s3ddb.io.uri import DatasetURI, parse_uri
@@ -416,37 +416,50 @@ class ObjectStore:
     def iter_list(
         self, prefix: str = "", *, start_after: str | None = None
     ) -> Iterator[ObjectMeta]:
-        """Objects under ``prefix`` in key order (S3: fetched one page at a time)."""
+        """Objects under ``prefix`` in key order (S3: fetched one page at a time).
+
+        Only this root's objects: the root is listed as ``<root>/``, never as a bare
+        prefix that a neighbouring dataset's name extends (``ds`` and ``ds2``), and a
+        returned key that is not under ``<root>/``, or whose relative path could not
+        be addressed through :meth:`full_path`, is skipped. Local listings never open
+        an entry (a FIFO cannot block them) nor follow a symlink; the reads of such
+        entries are refused (see :meth:`get`).
+
+        Raises:
+            PathOutsideDatasetError: ``prefix`` would leave the root.
+        """
+        self.full_path(prefix)  # checks the prefix
         root = self.full_path("")
         if self.protocol == "file":
             yield from _local_list(root, prefix)
             return
         if self.protocol == "memory":
-            base = self.full_path(prefix)
-            found = self.fs.find(
-                base.rsplit("/", 1)[0] if not prefix.endswith("/") else base, detail=True
-            )
+            directory = f"{root}/{prefix.rsplit('/', 1)[0]}" if "/" in prefix else root
+            found = self.fs.find(directory, detail=True)
             for full, info in sorted(found.items()):
-                rel = full[len(root) + 1 :] if full.startswith(root + "/") else None
+                rel = _under(full, root + "/")
                 if rel is not None and rel.startswith(prefix) and info["type"] == "file":
                     created = info.get("created")
                     modified = created.timestamp() if hasattr(created, "timestamp") else created
                     yield ObjectMeta(rel, int(info["size"]), modified)
             return
-        bucket, key_prefix = _split_s3(self.full_path(prefix))
-        root_key = _split_s3(root)[1]
-        kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": key_prefix}
+        bucket, root_key = _split_s3(root)
+        under = f"{root_key}/"
+        kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": under + prefix}
         if start_after is not None:
-            kwargs["StartAfter"] = f"{root_key}/{start_after}"
+            kwargs["StartAfter"] = under + start_after
         while True:
             try:
                 page = self.fs.call_s3("list_objects_v2", **kwargs)
             except Exception as exc:
                 raise _translate(exc, self.full_path(prefix)) from exc
             for item in page.get("Contents", []):
+                rel = _under(str(item["Key"]), under)
+                if rel is None or not rel.startswith(prefix):
+                    continue
                 modified = item.get("LastModified")
                 yield ObjectMeta(
-                    item["Key"][len(root_key) + 1 :],
+                    rel,
                     int(item["Size"]),
                     modified.timestamp() if modified is not None else None,
                 )
@@ -455,20 +468,25 @@ class ObjectStore:
             kwargs["ContinuationToken"] = page["NextContinuationToken"]
 
     def first_listed(self, prefix: str) -> ObjectMeta | None:
-        """The first object under ``prefix`` in key order (one request on S3)."""
+        """The first object under ``prefix`` in key order (one request on S3, unless
+        the first keys are ones :meth:`iter_list` skips)."""
         if self.protocol == "s3":
-            bucket, key_prefix = _split_s3(self.full_path(prefix))
-            root_key = _split_s3(self.full_path(""))[1]
-            try:
-                page = self.fs.call_s3(
-                    "list_objects_v2", Bucket=bucket, Prefix=key_prefix, MaxKeys=1
-                )
-            except Exception as exc:
-                raise _translate(exc, self.full_path(prefix)) from exc
-            contents = page.get("Contents", [])
-            if not contents:
-                return None
-            return ObjectMeta(contents[0]["Key"][len(root_key) + 1 :], int(contents[0]["Size"]))
+            self.full_path(prefix)
+            bucket, root_key = _split_s3(self.full_path(""))
+            under = f"{root_key}/"
+            kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": under + prefix, "MaxKeys": 1}
+            while True:
+                try:
+                    page = self.fs.call_s3("list_objects_v2", **kwargs)
+                except Exception as exc:
+                    raise _translate(exc, self.full_path(prefix)) from exc
+                for item in page.get("Contents", []):
+                    rel = _under(str(item["Key"]), under)
+                    if rel is not None:
+                        return ObjectMeta(rel, int(item["Size"]))
+                if not page.get("IsTruncated"):
+                    return None
+                kwargs["ContinuationToken"] = page["NextContinuationToken"]
         listed = self.list(prefix)
         return listed[0] if listed else None
 
@@ -495,22 +513,39 @@ def _local_write(path: str, data: bytes) -> None:
         f.write(data)
 
 
+def _under(key: str, root: str) -> str | None:
+    """``key`` relative to ``root`` (which ends with '/'), or None if it is not under
+    it or could not be addressed again through ``full_path`` (a key such as
+    ``ds//x`` or ``ds/../x``, which an object store allows)."""
+    if not key.startswith(root):
+        return None
+    rel = key[len(root) :]
+    try:
+        check_relative_path(rel, root)
+    except PathOutsideDatasetError:
+        return None
+    return rel if rel else None
+
+
 def _local_list(root: str, prefix: str) -> Iterator[ObjectMeta]:
     # Walk only the directory the prefix names, not the whole dataset.
     directory = os.path.join(root, prefix.rsplit("/", 1)[0]) if "/" in prefix else root
     if not os.path.isdir(directory):
         return
-    # Key order, like S3: walk directories and files sorted.
+    # Key order, like S3: walk directories and files sorted. Entries are looked at
+    # with lstat, never opened or followed: a FIFO or a symlink is listed as what it
+    # is, and reading it is refused.
     for dirpath, dirnames, filenames in os.walk(directory):
-        dirnames.sort()
-        for name in sorted(filenames):
+        links = [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]
+        dirnames[:] = sorted(d for d in dirnames if d not in links)
+        for name in sorted(filenames + links):
             if name.startswith(".") and name.endswith(".tmp"):
                 continue  # an in-flight atomic write
             full = os.path.join(dirpath, name)
-            rel = os.path.relpath(full, root).replace(os.sep, "/")
-            if rel.startswith(prefix):
+            rel = _under(full.replace(os.sep, "/"), root.rstrip("/") + "/")
+            if rel is not None and rel.startswith(prefix):
                 try:
-                    stat = os.stat(full)
+                    stat = os.lstat(full)
                 except FileNotFoundError:
                     continue
                 yield ObjectMeta(rel, stat.st_size, stat.st_mtime)
