@@ -29,7 +29,7 @@ from s3ddb.commit.transaction import (
     UpdateConfig,
     UpdateMemWalState,
 )
-from s3ddb.dataset import Dataset, VersionInfo, dataset, write_dataset
+from s3ddb.dataset import Dataset, VersionInfo, dataset, migrate_commits, write_dataset
 from s3ddb.errors import *  # noqa: F403
 from s3ddb.errors import S3DDBError
 from s3ddb.format.bases import BasePath
@@ -79,5 +79,6 @@ __all__ = [
     "__version__",
     "dataset",
     "fragment",
+    "migrate_commits",
     "write_dataset",
 ]

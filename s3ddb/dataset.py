@@ -530,3 +530,32 @@ def write_dataset(
     return writes.write_dataset(
         Dataset, table, text, mode, storage_options, max_rows_per_file, commit_config, naming
     )
+
+
+def migrate_commits(
+    uri: str | os.PathLike[str], storage_options: dict[str, Any] | None = None
+) -> Dataset:
+    """Move the dataset at ``uri`` to the commit mechanism ``uri`` names, explicitly.
+
+    A dataset records how its versions are claimed (conditional put of its manifests,
+    or a DynamoDB table), and writers that would claim them another way refuse with
+    :class:`~s3ddb.errors.CommitMechanismError`. This writes one version (an
+    ``UpdateConfig`` recording ``s3ddb.commit_mechanism`` in the table metadata)
+    through ``uri``'s mechanism; from then on writers must use ``uri``, and the old
+    mechanism's writers refuse. Examples: ``s3://b/ds`` to
+    ``s3+ddb://b/ds?ddbTableName=T`` (adopting a dataset created with conditional
+    writes), or a local copy of a DynamoDB dataset's objects to its local path.
+    Nothing happens if the dataset already commits that way.
+
+    Stop every writer of the old mechanism first: one that commits between the
+    newest version this reads and the new version is not fenced off.
+
+    Raises:
+        DatasetNotFoundError: nothing is committed at ``uri``.
+        CommitMechanismError: moving off a DynamoDB table in place while the table
+            still holds the dataset's rows (copy it with :meth:`Dataset.deep_clone`
+            instead).
+    """
+    ds = dataset(uri, storage_options=storage_options)
+    writes.migrate_commits(ds)
+    return ds

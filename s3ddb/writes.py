@@ -18,14 +18,16 @@ from s3ddb.commit.data_replacement import DataReplacement, check_replacement
 from s3ddb.commit.handlers import CommitHandler, ManifestLocation
 from s3ddb.commit.row_operations import Delete, Update
 from s3ddb.commit.transaction import Append, Operation, Overwrite, Restore, UpdateConfig
+from s3ddb.connect import open_handler
 from s3ddb.errors import (
+    CommitMechanismError,
     DatasetAlreadyExistsError,
     InvalidInputError,
     RetryableCommitConflictError,
     SchemaMismatchError,
 )
 from s3ddb.format.datafile import write_fragments_from_table
-from s3ddb.format.manifest import Manifest
+from s3ddb.format.manifest import DYNAMODB, Manifest
 from s3ddb.format.naming import NamingScheme
 from s3ddb.format.schema import DatasetSchema, conform
 from s3ddb.io.parallel import PendingWrites
@@ -123,6 +125,57 @@ def update_config(
     if not (keys or operation.config_upsert or operation.config_delete):
         raise InvalidInputError("update_config needs at least one key to set or delete")
     ds._run_planned("update_config", lambda manifest: (operation, None), None, None)
+
+
+#: Table metadata key recording, in the version ``migrate_commits`` writes, the
+#: mechanism the dataset moved to.
+MIGRATED_TO_KEY = "s3ddb.commit_mechanism"
+
+
+def migrate_commits(ds: PinnedVersion) -> bool:
+    """See :func:`s3ddb.migrate_commits`. Returns whether a version was written.
+
+    Raises:
+        CommitMechanismError: the dataset commits through a DynamoDB table that still
+            holds its rows at this location, and ``ds`` would commit another way.
+    """
+    handler = ds.handler
+    latest = load_latest(handler, ds.uri, finalize=False)
+    mechanism, table = handler.mechanism_record()
+    recorded = (
+        latest.commit_mechanism,
+        latest.commit_table if latest.commit_mechanism == DYNAMODB else "",
+    )
+    if recorded == (mechanism, table):
+        return False
+    if latest.commit_mechanism == DYNAMODB and latest.commit_table != table:
+        _refuse_if_rows_remain(ds, latest)
+    handler.adopt_dataset()
+    label = f"{mechanism}:{table}" if table else mechanism
+    ds._commit(UpdateConfig(metadata_upsert={MIGRATED_TO_KEY: label}), latest)
+    return True
+
+
+def _refuse_if_rows_remain(ds: PinnedVersion, latest: Manifest) -> None:
+    """Moving off a DynamoDB table in place would leave its writers claiming versions
+    there, and their finalization would overwrite this mechanism's manifests.
+
+    Raises:
+        CommitMechanismError: the table still has rows for this dataset's location.
+    """
+    store = ds.handler.store
+    if not store.url.startswith("s3://"):
+        return  # a copy elsewhere: no row of that table can name this location
+    old_uri = f"s3+ddb://{store.url[len('s3://') :]}?ddbTableName={latest.commit_table}"
+    old = open_handler(old_uri, ds.storage_options)
+    if old.latest_location(finalize=False) is None:
+        return
+    raise CommitMechanismError(
+        f"refusing to move {store.url} off DynamoDB table {latest.commit_table!r}: the table "
+        "still holds this dataset's rows, so its writers would keep committing there. Copy "
+        f"the dataset elsewhere instead (Dataset.deep_clone), or stop every writer and "
+        f"delete its rows first"
+    )
 
 
 def restore(ds: PinnedVersion) -> None:

@@ -37,16 +37,25 @@ class SplitEndpoints:
     def _server(self, service: str) -> Any:
         return self.ddb if service == "dynamodb" else self.s3
 
+    @property
+    def transactions(self) -> bool:
+        """Whether this DynamoDB implements TransactWriteItems (dynalite does not:
+        claims there are single conditional PutItems, without their fence)."""
+        return self.name != "dynalite"
+
     def storage_options(self) -> dict[str, str]:
         return {
             **self.s3.storage_options(),
             "s3_endpoint": self.s3.endpoint_url,
             "dynamodb_endpoint": self.ddb.endpoint_url,
+            **({} if self.transactions else {"dynamodb_transactions": "false"}),
         }
 
     def env(self, *, inherit: bool = False) -> dict[str, str]:
         env = self.s3.env(inherit=inherit)
         env["AWS_ENDPOINT_URL_DYNAMODB"] = self.ddb.endpoint_url
+        if not self.transactions:
+            env["S3DDB_DYNAMODB_TRANSACTIONS"] = "false"
         return env
 
     def boto3_client(self, service: str, **kwargs: Any) -> Any:

@@ -3,6 +3,7 @@ the four-step protocol end to end, crashes at every step, repair, and bad set-up
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections import Counter
 from typing import Any
@@ -15,6 +16,7 @@ from s3ddb.commit.external import OWN_COMMITS
 from s3ddb.commit.failpoints import EXIT_CODE
 from s3ddb.connect import external_store_for
 from s3ddb.errors import (
+    CommitMechanismError,
     CredentialsError,
     ExternalStoreTableError,
     ExternalStoreThrottledError,
@@ -101,10 +103,20 @@ def batching_finalizer(monkeypatch: pytest.MonkeyPatch) -> finalizer.BackgroundF
 # deciding write (a process that committed the newest version builds on it without a
 # Query); copy and repoint run on the background finalizer, and staged manifests are
 # deleted in batches. A change that adds a round trip fails.
-CALLER_PATH = {
-    ("s3", "PutObject"): 3,  # data file, transaction, staged manifest, in parallel
-    ("dynamodb", "PutItem"): 1,  # step 2: the decision
-}
+def claim_op(aws: Any) -> str:
+    """The request that claims a version: a fenced TransactWriteItems (a ConditionCheck
+    of the predecessor and the conditional Put), or a PutItem where the DynamoDB
+    implementation has no transactions (dynalite)."""
+    return "TransactWriteItems" if getattr(aws, "transactions", True) else "PutItem"
+
+
+def caller_path(aws: Any) -> dict[tuple[str, str], int]:
+    return {
+        ("s3", "PutObject"): 3,  # data file, transaction, staged manifest, in parallel
+        ("dynamodb", claim_op(aws)): 1,  # step 2: the decision
+    }
+
+
 BACKGROUND = {
     ("s3", "CopyObject"): 1,  # step 3 (verified by ETag, no HEAD)
     ("dynamodb", "UpdateItem"): 1,  # step 4: repoint
@@ -123,7 +135,7 @@ def test_sequential_appends_cost_fixed_requests(
         s3ddb.write_dataset(rows_for(0, i, 1), ddb_uri, mode="append", storage_options=so)
     batching_finalizer.drain()
     ops = Counter((r.service, r.operation) for r in aws.requests)
-    expected = Counter({k: v * appends for k, v in {**CALLER_PATH, **BACKGROUND}.items()})
+    expected = Counter({k: v * appends for k, v in {**caller_path(aws), **BACKGROUND}.items()})
     expected[("s3", "DeleteObjects")] = 1  # the five staged manifests, in one batch
     assert ops == expected, ops
     assert sum(ops.values()) / appends <= 6.2
@@ -152,7 +164,7 @@ def test_one_lost_round_costs_fixed_requests(
     assert ops == Counter(
         {
             ("s3", "PutObject"): 3 + 1,
-            ("dynamodb", "PutItem"): 1 + 1,
+            ("dynamodb", claim_op(aws)): 1 + 1,
             ("dynamodb", "Query"): 1,
             ("s3", "GetObject"): 1,
             **BACKGROUND,
@@ -225,7 +237,7 @@ def test_missing_credentials_say_so(
 def test_throttled_putitem_is_retried(aws: Any, ddb_uri: str) -> None:
     so = aws.storage_options()
     s3ddb.write_dataset(rows_for(0, 0, 1), ddb_uri, storage_options=so)
-    aws.inject_fault("dynamodb", "PutItem", "throttle", times=2)
+    aws.inject_fault("dynamodb", claim_op(aws), "throttle", times=2)
     ds = s3ddb.write_dataset(rows_for(0, 1, 1), ddb_uri, mode="append", storage_options=so)
     assert ds.version == 2 and ds.count_rows() == 2
 
@@ -237,9 +249,9 @@ def test_throttling_that_never_ends_is_a_typed_error_and_commits_nothing(
     s3ddb.write_dataset(rows_for(0, 0, 1), ddb_uri, storage_options=so)
     prefix = ddb_uri.split("/", 3)[3].split("?")[0]
     before = set(_keys(aws, prefix))
-    aws.inject_fault("dynamodb", "PutItem", "provisioned_throughput", times=1000)
+    aws.inject_fault("dynamodb", claim_op(aws), "provisioned_throughput", times=1000)
     try:
-        with pytest.raises(ExternalStoreThrottledError, match="PutItem"):
+        with pytest.raises(ExternalStoreThrottledError, match=claim_op(aws)):
             s3ddb.write_dataset(rows_for(0, 1, 1), ddb_uri, mode="append", storage_options=so)
     finally:
         aws.clear_faults()
@@ -251,7 +263,7 @@ def test_throttling_that_never_ends_is_a_typed_error_and_commits_nothing(
 def test_lost_putitem_response(aws: Any, ddb_uri: str, kind: str) -> None:
     so = aws.storage_options()
     s3ddb.write_dataset(rows_for(0, 0, 1), ddb_uri, storage_options=so)
-    aws.inject_fault("dynamodb", "PutItem", kind, times=1)
+    aws.inject_fault("dynamodb", claim_op(aws), kind, times=1)
     ds = s3ddb.write_dataset(rows_for(0, 1, 1), ddb_uri, mode="append", storage_options=so)
     assert ds.version == 2
     latest = s3ddb.dataset(ddb_uri, storage_options=so)
@@ -259,17 +271,30 @@ def test_lost_putitem_response(aws: Any, ddb_uri: str, kind: str) -> None:
     assert sorted(latest.to_table(columns=["id"]).column("id").to_pylist()) == [0, 1000]
 
 
-def test_legacy_dataset_registers_its_next_commit(aws: Any, ddb_uri: str) -> None:
+def test_plain_dataset_moves_to_dynamodb_only_explicitly(aws: Any, ddb_uri: str) -> None:
     so = aws.storage_options()
     plain = _plain(ddb_uri)
     s3ddb.write_dataset(rows_for(0, 0, 1), plain, storage_options=so)
     s3ddb.write_dataset(rows_for(0, 1, 1), plain, mode="append", storage_options=so)
     ds = s3ddb.dataset(ddb_uri, storage_options=so)  # no rows yet: falls back to _versions/
     assert ds.version == 2
+    # The dataset commits by conditional put: a DynamoDB writer refuses, naming the URI.
+    with pytest.raises(CommitMechanismError, match=re.escape(plain)):
+        ds.insert(rows_for(0, 2, 1))
+    assert not _rows(aws, ddb_uri)
+    moved = s3ddb.migrate_commits(ddb_uri, storage_options=so)
+    assert moved.version == 3 and moved.count_rows() == 2
+    ds = s3ddb.dataset(ddb_uri, storage_options=so)
     ds.insert(rows_for(0, 2, 1))
-    assert ds.version == 3
-    assert [r.version for r in _rows(aws, ddb_uri)] == [3]
-    assert [v.version for v in s3ddb.dataset(ddb_uri, storage_options=so).versions()] == [1, 2, 3]
+    assert ds.version == 4
+    # ...and now the plain writer refuses, naming the s3+ddb:// URI.
+    with pytest.raises(CommitMechanismError, match="ddbTableName="):
+        s3ddb.write_dataset(rows_for(0, 3, 1), plain, mode="append", storage_options=so)
+    assert s3ddb.dataset(plain, storage_options=so).count_rows() == 3
+    assert [r.version for r in _rows(aws, ddb_uri)] == [3, 4]
+    assert [v.version for v in s3ddb.dataset(ddb_uri, storage_options=so).versions()] == [
+        1, 2, 3, 4
+    ]  # fmt: skip
 
 
 # --- crashes at every protocol step (real child processes, os._exit) -----------------
@@ -406,14 +431,14 @@ def test_a_writer_that_was_alone_builds_on_its_own_commit_and_recovers_when_not(
     aws.clear_requests()
     ds = s3ddb.write_dataset(rows_for(0, 1, 1), ddb_uri, mode="append", storage_options=so)
     assert ds.version == 3 and ds.last_commit is not None and ds.last_commit.attempts == 2
-    assert Counter(r.operation for r in aws.requests)["PutItem"] == 2
+    assert Counter(r.operation for r in aws.requests)[claim_op(aws)] == 2
     # Having lost, it asks first for a while: no lost round the next time.
     _other_process(aws, f"s3ddb.write_dataset(rows_for(1, 1, 1), {ddb_uri!r}, mode='append')")
     aws.clear_requests()
     ds = s3ddb.write_dataset(rows_for(0, 2, 1), ddb_uri, mode="append", storage_options=so)
     assert ds.version == 5 and ds.last_commit is not None and ds.last_commit.attempts == 1
     ops = Counter(r.operation for r in aws.requests)
-    assert ops["Query"] == 1 and ops["PutItem"] == 1, ops
+    assert ops["Query"] == 1 and ops[claim_op(aws)] == 1, ops
     ids = sorted(ds.to_table(columns=["id"]).column("id").to_pylist())
     assert ids == [0, 1000, 2000, 1_000_000, 1_001_000]
 

@@ -15,8 +15,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from s3ddb import health
+from s3ddb import health, writes
 from s3ddb.cli.commands import _verb, emit_json, storage_options
+from s3ddb.dataset import dataset
 from s3ddb.errors import InvalidInputError
 
 
@@ -67,6 +68,8 @@ def register(subparsers: Any) -> None:
 
     p = _verb(subparsers, "drop", run_drop)
     p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+
+    _verb(subparsers, "migrate-commits", run_migrate_commits)
 
 
 @contextmanager
@@ -205,6 +208,27 @@ def run_cleanup(args: argparse.Namespace) -> int:
     for kind in sorted(stats.files):
         label = kind.replace("_", " ") + ":"
         print(f"  {label:20}{stats.files[kind]} ({stats.bytes[kind]} bytes)")
+    return 0
+
+
+def run_migrate_commits(args: argparse.Namespace) -> int:
+    """Make URI's commit mechanism the dataset's: plain s3:// (conditional writes) to
+    s3+ddb:// (DynamoDB), a local copy of a DynamoDB dataset to its path, one table to
+    another. Writes one version; writers of the old mechanism then refuse. Stop them
+    first. Exit status 0: done (or nothing to do); 2: usage or access error.
+    """
+    ds = dataset(args.uri, storage_options=storage_options(args))
+    before = ds.version
+    moved = writes.migrate_commits(ds)
+    mechanism, table = ds.handler.mechanism_record()
+    how = f"{mechanism} (table {table})" if table else mechanism
+    if args.json:
+        emit_json({"uri": args.uri, "migrated": moved, "version": ds.version, "mechanism": how})
+    elif moved:
+        print(f"{args.uri}: commits now go through {how}, from version {ds.version} "
+              f"(was version {before})")  # fmt: skip
+    else:
+        print(f"{args.uri}: already commits through {how}; nothing to do")
     return 0
 
 

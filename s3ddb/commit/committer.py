@@ -32,6 +32,7 @@ from s3ddb.errors import (
     BaseTooOldError,
     CommitStateUnknownError,
     DatasetAlreadyExistsError,
+    DatasetRecreatedError,
     InvalidInputError,
     RetryableCommitConflictError,
     TooMuchWriteContentionError,
@@ -144,8 +145,16 @@ def commit_transaction(
     ``naming`` is the manifest naming scheme of a new dataset (an existing one keeps
     its own).
 
+    Every claim is fenced on the version it builds on (see
+    :meth:`CommitHandler.commit_manifest`), and every version it catches up with must
+    carry the base's dataset identity.
+
     Raises:
         DatasetAlreadyExistsError: ``on_existing="error"`` and the dataset exists.
+        DatasetRecreatedError: the dataset was dropped or re-created since ``base``
+            was read; the transaction's files are deleted.
+        CommitMechanismError: ``base`` records another commit mechanism than the
+            handler's; nothing was written.
         RetryableCommitConflictError, IncompatibleTransactionError: see
             :mod:`s3ddb.commit.conflicts`; the transaction's files are deleted.
         TooMuchWriteContentionError: retries exhausted; files deleted.
@@ -153,6 +162,7 @@ def commit_transaction(
     """
     config = config or CommitConfig()
     store = handler.store
+    handler.check_writable(base)
     written: list[str] = []
     writes = pending if pending is not None else PendingWrites()
 
@@ -184,7 +194,9 @@ def commit_transaction(
         while True:
             next_version = (current.version if current is not None else 0) + 1
             try:
-                manifest = build_manifest(current, txn, next_version, naming, load_version)
+                manifest = handler.stamp(
+                    build_manifest(current, txn, next_version, naming, load_version), current
+                )
             except BaseTooOldError:
                 newer, txn = _catch_up(
                     handler, current, txn, on_existing, write_transaction, written
@@ -194,7 +206,9 @@ def commit_transaction(
                 current = newer
                 continue
             try:
-                location = handler.commit_manifest(manifest, manifest.to_bytes(), writes)
+                location = handler.commit_manifest(
+                    manifest, manifest.to_bytes(), writes, previous=current
+                )
             except VersionConflict:
                 attempt += 1
                 attempt_seconds = time.monotonic() - started
@@ -316,6 +330,7 @@ def _resolve_since(
             previous = None
             continue
         theirs_manifest = _load_checked(handler, location)
+        _check_same_dataset(handler, current, theirs_manifest)
         if current is None and newest is None:
             txn = _on_dataset_created(handler, txn, theirs_manifest, on_existing)
             write_transaction(txn)
@@ -350,6 +365,24 @@ def _resolve_since(
                     write_transaction(txn)
         newest = previous = theirs_manifest
     return newest, txn
+
+
+def _check_same_dataset(handler: CommitHandler, base: Manifest | None, theirs: Manifest) -> None:
+    """A version committed after ``base`` must belong to the same dataset.
+
+    Raises:
+        DatasetRecreatedError: it carries another identity: the dataset was dropped
+            and re-created since ``base`` was read.
+    """
+    if base is None or not base.dataset_id or theirs.dataset_id == base.dataset_id:
+        return
+    raise DatasetRecreatedError(
+        f"refusing to commit to {handler.store.url}: this writer read version "
+        f"{base.version} of dataset identity {base.dataset_id}, but version "
+        f"{theirs.version} belongs to identity {theirs.dataset_id or 'none'} (the dataset "
+        "was dropped and re-created meanwhile). Nothing was committed; re-open the "
+        "dataset and run the operation again if it still applies."
+    )
 
 
 def _on_dataset_created(

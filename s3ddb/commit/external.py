@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import re
 import socket
 import threading
 import time
@@ -44,7 +45,9 @@ from s3ddb.commit.handlers import (
 )
 from s3ddb.commit.manifest_cache import MANIFESTS, CacheKey
 from s3ddb.errors import (
+    CommitMechanismError,
     CommitStateUnknownError,
+    DatasetRecreatedError,
     ExternalStoreError,
     ManifestCorruptError,
     ManifestFinalizationError,
@@ -52,14 +55,17 @@ from s3ddb.errors import (
     VersionNotFoundError,
 )
 from s3ddb.external_store.base import (
+    DATASET_ID_ATTRIBUTE,
     ExternalManifestStore,
     ExternalStoreOutcomeUnknownError,
+    Fence,
+    FenceFailedError,
     ManifestRow,
     VersionTakenError,
 )
 from s3ddb.external_store.identity import CLAIM_ATTRIBUTE, final_path_of, same_commit
 from s3ddb.format import layout
-from s3ddb.format.manifest import Manifest
+from s3ddb.format.manifest import DYNAMODB, Manifest
 from s3ddb.format.naming import NamingScheme, parse_manifest_name, parse_staged_name
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.parallel import PendingWrites, run_beside
@@ -132,7 +138,11 @@ class _LegacyVersions(ListingCommitHandler):
     mechanism = "listing (read-only)"
 
     def commit_manifest(
-        self, manifest: Manifest, data: bytes, pending: PendingWrites | None = None
+        self,
+        manifest: Manifest,
+        data: bytes,
+        pending: PendingWrites | None = None,
+        previous: Manifest | None = None,
     ) -> ManifestLocation:
         raise TypeError("versions of an external-store dataset are committed through the store")
 
@@ -172,6 +182,16 @@ class ExternalStoreCommitHandler(CommitHandler):
     def validate(self) -> None:
         self.external.validate()
 
+    def mechanism_record(self) -> tuple[str, str]:
+        info = self.external.describe()
+        table = info.get("table") or f"memory-{info.get('name') or 'default'}"
+        return (DYNAMODB, re.sub(r"[^A-Za-z0-9_.:-]", "_", str(table))[:255])
+
+    def writer_uri(self, mechanism: str, table: str) -> str:
+        if mechanism == DYNAMODB:
+            return f"s3+ddb://{self.base_uri[len('s3://') :]}?ddbTableName={table}"
+        return self.base_uri
+
     def describe(self) -> str:
         info = self.external.describe()
         if "table" in info:
@@ -193,6 +213,7 @@ class ExternalStoreCommitHandler(CommitHandler):
             row.size,
             row.committed_at,
             row.extra.get("operation"),
+            row.extra.get(DATASET_ID_ATTRIBUTE),
         )
 
     # --- rows, checked as they come in ----------------------------------------------
@@ -334,9 +355,24 @@ class ExternalStoreCommitHandler(CommitHandler):
             if row is None:
                 raise
             manifest = self._load_settled(self._location(self._finalized(row)))
+        self._check_identity(manifest, location)
         if key is not None:
             MANIFESTS.put(key, manifest)
         return manifest
+
+    def _check_identity(self, manifest: Manifest, location: ManifestLocation) -> None:
+        """The manifest must carry the identity its row records.
+
+        Raises:
+            ManifestCorruptError: it does not (a manifest of another dataset, or of a
+                re-created one, under this version's name).
+        """
+        if location.dataset_id is not None and manifest.dataset_id != location.dataset_id:
+            raise ManifestCorruptError(
+                f"manifest {location.path} of version {location.version} of {self.base_uri} "
+                f"belongs to dataset identity {manifest.dataset_id or 'none'}, but the "
+                f"external store's row records {location.dataset_id}"
+            )
 
     def _load_settled(self, location: ManifestLocation) -> Manifest:
         """Load ``location``; a *final* manifest that reads missing or torn is read
@@ -408,11 +444,57 @@ class ExternalStoreCommitHandler(CommitHandler):
                 f"{row.path} has {staged.size} bytes, the external store recorded {row.size}"
             )
         try:
+            self._verify_manifest(row, row.path)
+        except FileNotFoundError:
+            return self._finalize_without_staged(row, final)
+        try:
             self.store.copy(row.path, final)
         except FileNotFoundError:
             return self._finalize_without_staged(row, final)
         self._verify_final(row, final)
         return self._repoint(row, final)
+
+    def _verify_manifest(self, row: ManifestRow, path: str) -> None:
+        """Read the manifest at ``path`` and check it is the one ``row`` committed: its
+        size, checksum, version and dataset identity. Done before a manifest someone
+        else staged is copied to its final name or its row repointed, so a planted
+        row or object never reaches the name that plain ``s3://`` readers use. The
+        checked manifest is cached for the reads that follow.
+
+        Raises:
+            FileNotFoundError: it is missing.
+            ManifestFinalizationError: it is not the manifest ``row`` committed;
+                nothing was copied or repointed.
+        """
+        data = self.store.get(path)
+        problem = None
+        manifest = None
+        if len(data) != row.size:
+            problem = f"it has {len(data)} bytes, the row records {row.size}"
+        else:
+            try:
+                manifest = Manifest.from_bytes(data, f"{self.store.url}/{path}")
+            except (ManifestCorruptError, PathOutsideDatasetError) as exc:
+                problem = f"it does not decode ({exc})"
+        if manifest is not None:
+            recorded = row.extra.get(DATASET_ID_ATTRIBUTE)
+            if manifest.version != row.version:
+                problem = f"it holds version {manifest.version}"
+            elif recorded is not None and manifest.dataset_id != recorded:
+                problem = (
+                    f"it belongs to dataset identity {manifest.dataset_id or 'none'}, the row "
+                    f"records {recorded}"
+                )
+        if problem is not None:
+            raise ManifestFinalizationError(
+                f"cannot finalize version {row.version} of {self.base_uri}: manifest {path} "
+                f"is not the one its row committed: {problem}. Nothing was copied or "
+                "repointed."
+            )
+        assert manifest is not None
+        key = self._cache_key(self._location(row))
+        if key is not None:
+            MANIFESTS.put(key, manifest)
 
     def _verify_final(self, row: ManifestRow, final: str, etag_ok: bool = False) -> None:
         if etag_ok:
@@ -456,7 +538,12 @@ class ExternalStoreCommitHandler(CommitHandler):
         size = self._settled_size(final, row.size)
         if size == row.size:
             # Copied but not repointed by someone who then lost the staged object.
-            return self._repoint(row, final)
+            try:
+                self._verify_manifest(row, final)
+            except FileNotFoundError:
+                pass
+            else:
+                return self._repoint(row, final)
         raise ManifestFinalizationError(
             f"cannot finalize version {row.version} of {self.base_uri}: the external store "
             f"points at staged manifest {row.path}, which is missing, and the final "
@@ -486,56 +573,109 @@ class ExternalStoreCommitHandler(CommitHandler):
         copied()
         return self._repoint(row, final).path
 
-    def _ensure_previous_final(self, version: int) -> None:
-        """Make sure version ``version - 1``'s final manifest exists before claiming
-        ``version``, so that a reader listing ``_versions/`` is at most one behind.
+    def _ensure_previous_final(self, version: int) -> ManifestRow | None:
+        """Make sure version ``version - 1`` is completely final (manifest copied and
+        row repointed) before claiming ``version``, so that a reader listing
+        ``_versions/`` is at most one behind and ``verify`` finds nothing left over
+        after a crash. Returns its row (None: no row, or ``version`` is 1).
 
-        Usually free: this process's own previous commit is waited for, and a row
-        seen final needs nothing. A staged row of another writer (who is most likely
-        finishing it right now) costs one HEAD of its final manifest; if that is
-        missing the writer may be gone, and the row is finalized here.
+        Usually free: this process's own previous commit is left to its finalizer
+        once copied, and a row seen final needs nothing. A staged row of another
+        writer (who is most likely finishing it right now) costs one HEAD of its final
+        manifest; if that exists the row is repointed here, else the writer may be
+        gone and the version is finalized here. Both are idempotent and race safely
+        with that writer.
         """
         previous = version - 1
         if previous < 1:
-            return
+            return None
         row = self._rows.get(previous)
         if row is None:
             row = self._get(previous)
             if row is None:
-                return  # a legacy version, final by construction (found by listing)
+                return None  # a legacy version found by listing, or a dropped dataset
         if not row.is_staged:
-            return
+            return row
         ticket = self._ticket(row)
         if ticket is not None and ticket.wait_copied():
-            return
+            return row  # this process's finalizer repoints it next
+        final = final_path_of(row.path)
         try:
-            size: int | None = self.store.head(final_path_of(row.path)).size
+            size: int | None = self.store.head(final).size
         except FileNotFoundError:
             size = None
-        if size != row.size:
-            self._note(self.finalize(row))
+        if size == row.size:
+            try:
+                self._verify_manifest(row, final)
+                return self._note(self._repoint(row, final))
+            except FileNotFoundError:
+                pass
+            except ExternalStoreError:
+                # Repointed by its own writer meanwhile (or the row moved): look again.
+                fresh = self._get(previous)
+                if fresh is not None and not fresh.is_staged:
+                    return fresh
+                raise
+        return self._note(self.finalize(row))
+
+    def _fence(
+        self, version: int, previous: Manifest | None, row: ManifestRow | None
+    ) -> Fence | None:
+        """The condition on version ``version - 1`` under which ``version`` may be
+        claimed (None: creating the dataset).
+
+        Raises:
+            CommitMechanismError: ``previous`` records that this dataset commits through
+                DynamoDB, yet the table has no rows for it (its objects were copied
+                here, or its rows deleted).
+        """
+        if previous is None or version < 2:
+            return None
+        if row is None and self._get_latest() is None:
+            if previous.commit_mechanism == DYNAMODB and not self.adopting:
+                raise CommitMechanismError(
+                    f"refusing to commit to {self.base_uri}: version {previous.version} says "
+                    f"the dataset commits through DynamoDB table {previous.commit_table!r}, "
+                    f"but {self.describe()} holds no rows for it (its objects were copied "
+                    "here, or its rows were deleted). To commit this copy through this "
+                    "table, run `s3ddb migrate-commits` with this URI once nothing else "
+                    "writes it."
+                )
+            # Versions committed before the dataset used the store (listing only):
+            # adopt them, claiming only if nobody else did.
+            return Fence(version - 1, absent=True)
+        return Fence(version - 1, previous.dataset_id)
 
     # --- committing (steps 1-2) ---------------------------------------------------------
 
     def commit_manifest(
-        self, manifest: Manifest, data: bytes, pending: PendingWrites | None = None
+        self,
+        manifest: Manifest,
+        data: bytes,
+        pending: PendingWrites | None = None,
+        previous: Manifest | None = None,
     ) -> ManifestLocation:
+        self.check_writable(previous)
         version = manifest.version
         staged = layout.staged_manifest_path(version, manifest.naming_scheme)
         writes = pending if pending is not None else PendingWrites()
         staged_put = writes.put(self.store, staged, data)
-        previous_final: Future[None] = run_beside(
+        previous_final: Future[ManifestRow | None] = run_beside(
             self.store, lambda: self._ensure_previous_final(version)
         )
         try:
             try:
                 writes.wait()
             finally:
-                previous_final.result()  # never leave it running behind a failure
+                previous_row = previous_final.result()  # never leave it running
+            fence = self._fence(version, previous, previous_row)
             failpoint("commit.after_stage_manifest")
         except BaseException:
             self.store.delete(staged)
             raise
+        extra = {"operation": manifest.operation, CLAIM_ATTRIBUTE: staged}
+        if manifest.dataset_id:
+            extra[DATASET_ID_ATTRIBUTE] = manifest.dataset_id
         row = ManifestRow(
             self.base_uri,
             version,
@@ -545,10 +685,10 @@ class ExternalStoreCommitHandler(CommitHandler):
             # The manifest's commit time, which never decreases from one version to
             # the next (time travel bisects on it), rather than this writer's clock.
             manifest.timestamp_nanos // 1_000_000,
-            {"operation": manifest.operation, CLAIM_ATTRIBUTE: staged},
+            extra,
         )
         try:
-            self._claim(row)
+            self._claim(row, fence)
         except VersionConflict:
             OWN_COMMITS.lost(self.base_uri)
             self._discard_staged(staged)
@@ -556,8 +696,8 @@ class ExternalStoreCommitHandler(CommitHandler):
         except CommitStateUnknownError:
             raise
         except Exception:
-            # Definitely not claimed (throttled out, refused...): the staged manifest
-            # can go.
+            # Definitely not claimed (throttled out, refused, fenced...): the staged
+            # manifest can go.
             self.store.delete(staged)
             raise
         # Decided. From here on nothing may turn this into a reported failure.
@@ -596,21 +736,25 @@ class ExternalStoreCommitHandler(CommitHandler):
         else:
             self.store.delete(staged)
 
-    def _claim(self, row: ManifestRow) -> None:
+    def _claim(self, row: ManifestRow, fence: Fence | None = None) -> None:
         """Step 2. Returns if the version is ours.
 
         Raises:
             VersionConflict: another writer owns the version.
+            DatasetRecreatedError: the fence failed: the version built on is gone or
+                belongs to another dataset identity. Nothing was claimed.
             CommitStateUnknownError: the outcome cannot be determined.
         """
         try:
-            self.external.put_if_not_exists(row)
+            self.external.put_if_not_exists(row, fence)
             return
         except VersionTakenError as exc:
             winner = exc.winner
             if winner is not None and same_commit(row, winner):
                 return  # our own earlier attempt landed (perhaps already finalized)
             raise self._conflict(row.version, winner) from None
+        except FenceFailedError as exc:
+            raise self._recreated(row, exc) from None
         except ExternalStoreOutcomeUnknownError as exc:
             unknown: Exception = exc
         # The put may have applied: read the row back.
@@ -618,7 +762,7 @@ class ExternalStoreCommitHandler(CommitHandler):
             current = self._get(row.version)
             if current is None:
                 # Not applied (reads are consistent); try once more, decisively.
-                return self._claim_again(row)
+                return self._claim_again(row, fence)
         except (ExternalStoreError, CommitStateUnknownError) as exc:
             unknown = exc
             current = None
@@ -632,18 +776,27 @@ class ExternalStoreCommitHandler(CommitHandler):
             "are kept; re-open the dataset to see whether this version is the commit."
         ) from unknown
 
+    def _recreated(self, row: ManifestRow, exc: FenceFailedError) -> DatasetRecreatedError:
+        return DatasetRecreatedError(
+            f"refusing to commit version {row.version} of {self.base_uri}: {exc}. Nothing "
+            "was committed; re-open the dataset and run the operation again if it still "
+            "applies."
+        )
+
     def _conflict(self, version: int, winner: ManifestRow | None) -> VersionConflict:
         if winner is None:
             return VersionConflict(version)
         return VersionConflict(version, self._location(self._note(self._checked(winner))))
 
-    def _claim_again(self, row: ManifestRow) -> None:
+    def _claim_again(self, row: ManifestRow, fence: Fence | None) -> None:
         try:
-            self.external.put_if_not_exists(row)
+            self.external.put_if_not_exists(row, fence)
         except VersionTakenError as exc:
             if exc.winner is not None and same_commit(row, exc.winner):
                 return
             raise self._conflict(row.version, exc.winner) from None
+        except FenceFailedError as exc:
+            raise self._recreated(row, exc) from None
         except ExternalStoreOutcomeUnknownError as exc:
             raise CommitStateUnknownError(
                 f"committing version {row.version} of {self.base_uri}: outcome unknown "

@@ -17,14 +17,22 @@ import logging
 from dataclasses import dataclass
 
 from s3ddb.errors import (
+    CommitMechanismError,
     CommitStateUnknownError,
     CredentialsError,
+    DatasetRecreatedError,
     ManifestCorruptError,
     VersionNotFoundError,
 )
 from s3ddb.format import layout
-from s3ddb.format.manifest import Manifest
-from s3ddb.format.naming import NamingScheme, parse_manifest_name
+from s3ddb.format.manifest import (
+    CONDITIONAL_PUT,
+    DYNAMODB,
+    Manifest,
+    new_dataset_id,
+    read_manifest_header,
+)
+from s3ddb.format.naming import NamingScheme, parse_manifest_name, parse_staged_name
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.parallel import PendingWrites
 
@@ -41,6 +49,9 @@ class ManifestLocation:
     size: int | None = None
     committed_at_ms: int | None = None
     operation: str | None = None
+    #: The dataset identity the external store recorded for this version (None: not
+    #: recorded, or versions found by listing).
+    dataset_id: str | None = None
 
 
 class VersionConflict(Exception):
@@ -60,6 +71,9 @@ class CommitHandler(abc.ABC):
 
     def __init__(self, store: ObjectStore) -> None:
         self.store = store
+        #: Set by :meth:`adopt_dataset` (``migrate-commits``): the next commit may
+        #: change the mechanism the dataset records.
+        self.adopting = False
 
     @abc.abstractmethod
     def latest_location(self, *, finalize: bool = True) -> ManifestLocation | None:
@@ -88,17 +102,99 @@ class CommitHandler(abc.ABC):
 
     @abc.abstractmethod
     def commit_manifest(
-        self, manifest: Manifest, data: bytes, pending: PendingWrites | None = None
+        self,
+        manifest: Manifest,
+        data: bytes,
+        pending: PendingWrites | None = None,
+        previous: Manifest | None = None,
     ) -> ManifestLocation:
-        """Atomically make ``data`` (the framed ``manifest``) version ``manifest.version``.
+        """Atomically make ``data`` (the framed ``manifest``) version ``manifest.version``,
+        on top of ``previous`` (the manifest of the version before; None when
+        creating the dataset).
 
         ``pending`` holds writes (data and transaction files) the manifest refers to:
         they land before the version is claimed, in parallel with the handler's own.
 
+        The claim is *fenced*: it applies only if ``previous``'s version still exists
+        with the dataset identity ``previous`` records (invariant 0). The external
+        store decides that atomically with the claim; listing handlers check it just
+        before their rename or conditional put.
+
         Raises:
             VersionConflict: another writer holds the version (definitely not ours).
+            DatasetRecreatedError: ``previous``'s version is gone or belongs to another
+                dataset identity (dropped or re-created); nothing was claimed.
+            CommitMechanismError: the dataset commits another way (nothing claimed).
             CommitStateUnknownError: it is unknown whether the version is ours.
         """
+
+    # --- the dataset's identity and commit mechanism ---------------------------------
+
+    def mechanism_record(self) -> tuple[str, str]:
+        """(commit mechanism, table) this handler records in the manifests it commits
+        (see :attr:`Manifest.commit_mechanism`)."""
+        return (CONDITIONAL_PUT, "")
+
+    def writer_uri(self, mechanism: str, table: str) -> str:
+        """The URI that commits this dataset's objects through ``mechanism``."""
+        url = self.store.url
+        if mechanism != DYNAMODB:
+            return url
+        if url.startswith("s3://"):
+            return f"s3+ddb://{url[len('s3://') :]}?ddbTableName={table}"
+        return (
+            f"s3+ddb://<bucket>/<prefix>?ddbTableName={table} at the dataset's own location "
+            f"({url} holds a copy of its objects)"
+        )
+
+    def check_writable(self, base: Manifest | None) -> None:
+        """Refuse to commit on top of ``base`` if the dataset commits another way.
+
+        Manifests written before s3ddb recorded the mechanism are writable by any.
+
+        Raises:
+            CommitMechanismError: ``base`` records another mechanism or table; the
+                message names the URI to write with.
+        """
+        if base is None or not base.commit_mechanism or self.adopting:
+            return
+        mine = self.mechanism_record()
+        theirs = (
+            base.commit_mechanism,
+            base.commit_table if base.commit_mechanism == DYNAMODB else "",
+        )
+        if theirs == mine:
+            return
+        how = (
+            f"through the DynamoDB table {theirs[1]!r}"
+            if theirs[0] == DYNAMODB
+            else "by conditional put of its manifests (no external store)"
+        )
+        raise CommitMechanismError(
+            f"refusing to commit to {self.store.url} with {self.mechanism}: version "
+            f"{base.version} says this dataset commits {how}. Write with "
+            f"{self.writer_uri(*theirs)} instead (reads work either way); to move the "
+            "dataset to another commit mechanism on purpose, run "
+            "`s3ddb migrate-commits <new URI>` once all its writers have stopped"
+        )
+
+    def adopt_dataset(self) -> None:
+        """Let this handler's next commits move the dataset to its own mechanism
+        (whatever the newest version records), for ``s3ddb migrate-commits``; the
+        caller makes sure no writer of the old mechanism is left."""
+        self.adopting = True
+
+    def stamp(self, manifest: Manifest, base: Manifest | None) -> Manifest:
+        """``manifest`` (built on ``base``) with the dataset identity and this
+        handler's commit mechanism recorded: ``base``'s identity, or a new one for a
+        new dataset (or one whose versions predate identities)."""
+        mechanism, table = self.mechanism_record()
+        identity = base.dataset_id if base is not None and base.dataset_id else ""
+        return manifest.evolve(
+            dataset_id=identity or manifest.dataset_id or new_dataset_id(),
+            commit_mechanism=mechanism,
+            commit_table=table,
+        )
 
     def locations_since(self, start: int, *, finalize: bool = True) -> list[ManifestLocation]:
         """Versions ``start..latest``, ascending. Empty if nothing was committed since.
@@ -211,11 +307,22 @@ class ConditionalPutCommitHandler(ListingCommitHandler):
         self.mechanism = "rename-if-not-exists" if store.protocol == "file" else "put-if-not-exists"
 
     def commit_manifest(
-        self, manifest: Manifest, data: bytes, pending: PendingWrites | None = None
+        self,
+        manifest: Manifest,
+        data: bytes,
+        pending: PendingWrites | None = None,
+        previous: Manifest | None = None,
     ) -> ManifestLocation:
+        self.check_writable(previous)
         if pending is not None:
             pending.wait()
         path = layout.manifest_path(manifest.version, manifest.naming_scheme)
+        # The fence: checked just before the put, so a dataset dropped and re-created
+        # between the check and the put still slips through (docs/protocol.md).
+        if previous is not None:
+            self._check_predecessor(manifest, previous, path)
+        elif manifest.version == 1:
+            self._check_no_external_claims()
         try:
             self.store.put_if_not_exists(path, data)
         except FileExistsError as exc:
@@ -237,6 +344,60 @@ class ConditionalPutCommitHandler(ListingCommitHandler):
                 f"version {manifest.version} is this commit."
             ) from exc
         return self._location(manifest, path, data)
+
+    def _check_predecessor(self, manifest: Manifest, previous: Manifest, path: str) -> None:
+        """Version ``previous.version`` must still exist with ``previous``'s identity.
+
+        Raises:
+            VersionConflict: it is gone because newer versions exist (cleanup removed
+                it after others committed): the normal rebase applies.
+            DatasetRecreatedError: it is gone, or of another identity.
+        """
+        before = layout.manifest_path(previous.version, previous.naming_scheme)
+        where = f"{self.store.url}/{before}"
+        try:
+            header = read_manifest_header(self.store, before, where)
+        except FileNotFoundError:
+            if self._exists(path):
+                raise VersionConflict(manifest.version) from None
+            raise DatasetRecreatedError(
+                f"refusing to commit version {manifest.version} of {self.store.url}: "
+                f"version {previous.version}, which it builds on, no longer exists (the "
+                "dataset was dropped, or re-created with fewer versions). Nothing was "
+                "committed; re-open the dataset."
+            ) from None
+        if header.dataset_id != previous.dataset_id:
+            raise DatasetRecreatedError(
+                f"refusing to commit version {manifest.version} of {self.store.url}: "
+                f"version {previous.version} now belongs to dataset identity "
+                f"{header.dataset_id or 'none'}, not {previous.dataset_id or 'none'} (the "
+                "dataset was dropped and re-created). Nothing was committed; re-open the "
+                "dataset."
+            )
+
+    def _exists(self, path: str) -> bool:
+        try:
+            self.store.head(path)
+        except FileNotFoundError:
+            return False
+        return True
+
+    def _check_no_external_claims(self) -> None:
+        """Before creating version 1: no staged manifest may lie in ``_versions/``
+        (an external store's writer is creating, or committing, this dataset).
+
+        Raises:
+            CommitMechanismError: one does.
+        """
+        for meta in self.store.iter_list(f"{layout.VERSIONS_DIR}/"):
+            name = meta.path.rsplit("/", 1)[-1]
+            if parse_staged_name(name) is not None:
+                raise CommitMechanismError(
+                    f"refusing to create {self.store.url} by conditional put: "
+                    f"{meta.path} is a staged manifest, so this dataset commits through "
+                    "an external manifest store (DynamoDB). Write with "
+                    "s3+ddb://<bucket>/<prefix>?ddbTableName=<its table> instead."
+                )
 
     def _holds(self, path: str, data: bytes) -> bool:
         # Manifest bytes name a unique transaction file, so equal bytes mean ours.

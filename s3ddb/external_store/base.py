@@ -57,6 +57,42 @@ class ManifestRow:
         return is_staged_path(self.path)
 
 
+#: Row attribute holding the dataset's identity (the manifest's ``dataset_id``).
+DATASET_ID_ATTRIBUTE = "dataset_id"
+
+
+@dataclass(frozen=True)
+class Fence:
+    """What must hold of version ``version`` (the predecessor) for a claim to apply,
+    decided in the same atomic request as the claim.
+
+    Attributes:
+        version: the predecessor's version (the claimed version minus one).
+        dataset_id: the identity its row must carry; "" for a row written before
+            s3ddb recorded identities (it must then carry none).
+        absent: the predecessor must have *no* row instead: adopting a dataset whose
+            earlier versions were committed without the store (``migrate-commits``).
+    """
+
+    version: int
+    dataset_id: str = ""
+    absent: bool = False
+
+
+class FenceFailedError(ExternalStoreError):
+    """A fenced claim was refused because its predecessor row is missing or belongs to
+    another dataset identity, while the claimed version itself was free: the dataset
+    was dropped or re-created. Nothing was written.
+
+    Attributes:
+        predecessor: the predecessor's row as the store returned it (None: missing).
+    """
+
+    def __init__(self, message: str, predecessor: ManifestRow | None = None) -> None:
+        super().__init__(message)
+        self.predecessor = predecessor
+
+
 class VersionTakenError(ExternalStoreError):
     """``put_if_not_exists`` lost: another row already holds the version.
 
@@ -96,8 +132,9 @@ class ExternalManifestStore(abc.ABC):
         """
 
     @abc.abstractmethod
-    def put_if_not_exists(self, row: ManifestRow) -> None:
-        """Claim ``row.version`` of ``row.base_uri`` for ``row``.
+    def put_if_not_exists(self, row: ManifestRow, fence: Fence | None = None) -> None:
+        """Claim ``row.version`` of ``row.base_uri`` for ``row``; with ``fence``, only
+        if the predecessor row satisfies it, decided atomically with the claim.
 
         Idempotent: if the version is already held by this same commit (the same
         staged ``path``, which embeds a fresh UUID, or its finalized form with the same
@@ -107,7 +144,9 @@ class ExternalManifestStore(abc.ABC):
 
         Raises:
             VersionTakenError: the version is held by another row (``winner`` set
-                when the store can return it without another request).
+                when the store can return it without another request). Takes
+                precedence over a failed fence.
+            FenceFailedError: the version is free but the fence does not hold.
             ExternalStoreOutcomeUnknownError: the write may or may not have applied.
             ExternalStoreThrottledError: retries exhausted, and no attempt can have
                 applied (every one was throttled or never sent): the version was not

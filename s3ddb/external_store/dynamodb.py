@@ -11,8 +11,10 @@ boto3 is imported lazily (through :class:`~s3ddb.io.aws.AwsConfig`).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import random
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -22,16 +24,26 @@ from s3ddb.errors import (
     ExternalStoreError,
     ExternalStoreThrottledError,
     ExternalStoreUnreachableError,
+    StoredMetadataError,
 )
 from s3ddb.external_store import _ddb_common as c
 from s3ddb.external_store.base import (
+    DATASET_ID_ATTRIBUTE,
     ExternalManifestStore,
     ExternalStoreOutcomeUnknownError,
+    Fence,
+    FenceFailedError,
     ManifestRow,
     VersionTakenError,
 )
 from s3ddb.external_store.ddb_table import create_table
-from s3ddb.external_store.identity import CORE_ATTRIBUTES, check_row, same_commit
+from s3ddb.external_store.identity import (
+    CORE_ATTRIBUTES,
+    check_fence,
+    check_row,
+    fence_failure_text,
+    same_commit,
+)
 from s3ddb.io.aws import AwsConfig
 
 __all__ = ["DynamoDBManifestStore", "create_table", "item_to_row", "row_to_item"]
@@ -40,6 +52,26 @@ __all__ = ["DynamoDBManifestStore", "create_table", "item_to_row", "row_to_item"
 # reserved words (SIZE, PATH...) never matter.
 _PUT_CONDITION = "attribute_not_exists(#b) AND attribute_not_exists(#v)"
 _BATCH_LIMIT = 25  # BatchWriteItem accepts at most 25 requests
+#: Environment variable that turns fenced claims off, for DynamoDB implementations
+#: without TransactWriteItems (see :class:`DynamoDBManifestStore`).
+UNFENCED_ENV = "S3DDB_DYNAMODB_TRANSACTIONS"
+# Cancellation reason codes of a TransactWriteItems that applied nothing and may be
+# sent again: another transaction held an item, or capacity ran out.
+_CANCEL_RETRY_CODES = frozenset(
+    {
+        "TransactionConflict",
+        "ThrottlingError",
+        "ProvisionedThroughputExceeded",
+        "RequestLimitExceeded",
+    }
+)
+# Bounds of the numeric row attributes (DynamoDB numbers hold 38 digits; s3ddb's are
+# smaller): versions below 2**63 (V2 manifest names count down from 2**64 - 1), sizes
+# below 1 TiB, commit times before the year 10000.
+MAX_VERSION = 2**63 - 1
+_DIGITS = re.compile(r"[0-9]+")
+MAX_SIZE = 2**40
+MAX_COMMITTED_AT = 253_402_300_800_000
 
 # (pid, endpoint, region, table) of tables whose schema was checked in this process.
 _validated: set[tuple[int, str | None, str | None, str]] = set()
@@ -68,6 +100,12 @@ class DynamoDBManifestStore(ExternalManifestStore):
         page_size: ``Limit`` of each Query page of :meth:`list_versions` and
             :meth:`delete_dataset` (None: DynamoDB's 1 MB pages).
         sleep: the sleep function (tests replace it).
+        transactions: whether the endpoint implements ``TransactWriteItems``, which a
+            fenced claim needs (None: yes, unless the storage option
+            ``dynamodb_transactions`` or the environment variable
+            ``S3DDB_DYNAMODB_TRANSACTIONS`` is ``false``). Without it a claim is one
+            conditional ``PutItem`` and its fence is not checked: a writer of a
+            dropped or re-created dataset is then not refused (docs/protocol.md).
 
     Every public operation first runs :meth:`validate` (one DescribeTable per process,
     endpoint and table), so a missing table or wrong key schema is always reported as
@@ -86,6 +124,7 @@ class DynamoDBManifestStore(ExternalManifestStore):
         max_delay: float = 2.0,
         page_size: int | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        transactions: bool | None = None,
     ) -> None:
         if not table_name:
             raise ValueError("table_name must not be empty")
@@ -100,6 +139,10 @@ class DynamoDBManifestStore(ExternalManifestStore):
         self.max_delay = max_delay
         self.page_size = page_size
         self._sleep = sleep
+        if transactions is None:
+            setting = self.aws.dynamodb_transactions or os.environ.get(UNFENCED_ENV, "")
+            transactions = setting.lower() not in ("off", "0", "false", "no")
+        self.transactions = transactions
 
     def __repr__(self) -> str:
         return f"DynamoDBManifestStore({self.table_name!r}, endpoint={self.endpoint!r})"
@@ -244,17 +287,24 @@ class DynamoDBManifestStore(ExternalManifestStore):
 
     # --- writes ----------------------------------------------------------------------
 
-    def put_if_not_exists(self, row: ManifestRow) -> None:
-        """Claim ``row.version`` of ``row.base_uri`` with one conditional PutItem.
+    def put_if_not_exists(self, row: ManifestRow, fence: Fence | None = None) -> None:
+        """Claim ``row.version`` of ``row.base_uri``: one conditional ``PutItem``, or
+        with ``fence`` one ``TransactWriteItems`` of a ``ConditionCheck`` on the
+        predecessor row and the conditional ``Put`` (one round trip; 4 write units
+        instead of 1).
 
         Idempotent: if the version is already held by this very commit (same staged
         path, or its finalized form with the same committer, time and size), it is
         success. That is what makes retrying a put whose response was lost (5xx,
         dropped connection, read timeout) safe: the retry either lands, or finds our
-        own row, or finds another writer's row (a conflict).
+        own row, or finds another writer's row (a conflict). A fenced claim also
+        carries a ``ClientRequestToken`` derived from the row, so DynamoDB answers a
+        repeat within ten minutes with the first attempt's outcome.
 
         Raises:
             VersionTakenError: another commit holds the version; ``winner`` is its row.
+            FenceFailedError: the version is free but the predecessor row is missing
+                or of another identity (the dataset was dropped or re-created).
             ExternalStoreOutcomeUnknownError: some attempt may have applied and the
                 retries never learned the outcome. The commit may have landed.
             ExternalStoreThrottledError: retries exhausted while every attempt was
@@ -264,27 +314,53 @@ class DynamoDBManifestStore(ExternalManifestStore):
             InvalidInputError: the row is malformed.
         """
         check_row(row)
+        check_fence(row, fence)
         self.validate()
         client = self._client()
         item = row_to_item(row)
+        fenced = fence is not None and self.transactions
+        operation = "TransactWriteItems" if fenced else "PutItem"
         started = time.monotonic()
         maybe_applied = False
         attempt = 0
         while True:
             attempt += 1
             try:
-                client.put_item(
-                    TableName=self.table_name,
-                    Item=item,
-                    ConditionExpression=_PUT_CONDITION,
-                    ExpressionAttributeNames={"#b": "base_uri", "#v": "version"},
-                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
-                )
+                if fenced:
+                    assert fence is not None
+                    client.transact_write_items(**self._fenced_request(row, item, fence))
+                else:
+                    client.put_item(
+                        TableName=self.table_name,
+                        Item=item,
+                        ConditionExpression=_PUT_CONDITION,
+                        ExpressionAttributeNames={"#b": "base_uri", "#v": "version"},
+                        ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                    )
                 return
             except Exception as exc:
                 failure = c.classify(exc)
                 if failure is None:
                     raise
+                code = c.error_code(exc)
+                if fenced and code == "TransactionCanceledException":
+                    assert fence is not None
+                    if self._cancelled(row, fence, exc):
+                        return
+                    failure = c.Failure.THROTTLED  # applied nothing: send it again
+                elif code == "TransactionInProgressException":
+                    # The same token is still being processed: an earlier attempt.
+                    failure = c.Failure.MAYBE_APPLIED
+                elif code in ("UnknownOperationException", "UnknownOperation"):
+                    raise ExternalStoreError(
+                        f"{c.where(self.table_name, self.endpoint, self.region)} does not "
+                        "implement TransactWriteItems, which s3ddb needs to claim a version "
+                        "only on top of its predecessor (so that a writer of a dropped or "
+                        f"re-created dataset is refused). Set the storage option "
+                        "dynamodb_transactions=false (or the environment variable "
+                        f"{UNFENCED_ENV}=false) to claim with a single conditional PutItem "
+                        "without that check (see docs/protocol.md)."
+                    ) from exc
                 if failure is c.Failure.CONDITION:
                     self._resolve_taken(row, _old_item(exc))
                     return
@@ -294,13 +370,90 @@ class DynamoDBManifestStore(ExternalManifestStore):
                     if maybe_applied:
                         # An earlier attempt may have landed; this error hides whether.
                         raise self._unknown(row, attempt, exc) from exc
-                    raise self._fail(exc, failure, "PutItem") from exc
+                    raise self._fail(exc, failure, operation) from exc
                 if attempt <= self.max_retries:
                     self._sleep(self._backoff(attempt))
                     continue
                 if maybe_applied:
                     raise self._unknown(row, attempt, exc) from exc
-                raise self._exhausted("PutItem", attempt, started, exc) from exc
+                raise self._exhausted(operation, attempt, started, exc) from exc
+
+    def _fenced_request(
+        self, row: ManifestRow, item: dict[str, Any], fence: Fence
+    ) -> dict[str, Any]:
+        if fence.absent:
+            check = "attribute_not_exists(#v)"
+            values: dict[str, Any] = {}
+        elif fence.dataset_id:
+            check = "attribute_exists(#v) AND #d = :d"
+            values = {":d": {"S": fence.dataset_id}}
+        else:
+            check = "attribute_exists(#v) AND attribute_not_exists(#d)"
+            values = {}
+        condition_check: dict[str, Any] = {
+            "TableName": self.table_name,
+            "Key": _key(row.base_uri, fence.version),
+            "ConditionExpression": check,
+            "ExpressionAttributeNames": {"#v": "version"}
+            | ({} if fence.absent else {"#d": DATASET_ID_ATTRIBUTE}),
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }
+        if values:
+            condition_check["ExpressionAttributeValues"] = values
+        # The staged path embeds a fresh UUID: the token names this claim and no other.
+        token = hashlib.sha256(f"{row.base_uri}\n{row.version}\n{row.path}".encode()).hexdigest()[
+            :36
+        ]
+        return {
+            "TransactItems": [
+                {"ConditionCheck": condition_check},
+                {
+                    "Put": {
+                        "TableName": self.table_name,
+                        "Item": item,
+                        "ConditionExpression": _PUT_CONDITION,
+                        "ExpressionAttributeNames": {"#b": "base_uri", "#v": "version"},
+                        "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+                    }
+                },
+            ],
+            "ClientRequestToken": token,
+        }
+
+    def _cancelled(self, row: ManifestRow, fence: Fence, exc: BaseException) -> bool:
+        """Read a cancelled fenced claim: True if the version is this commit's own
+        (an earlier attempt landed); False if nothing applied and it may be sent again.
+
+        Raises:
+            VersionTakenError: another commit holds the version.
+            FenceFailedError: the version is free and the fence failed.
+            ExternalStoreError: cancelled for another reason (malformed request...).
+        """
+        response = getattr(exc, "response", None)
+        reasons = response.get("CancellationReasons") if isinstance(response, dict) else None
+        if not isinstance(reasons, list) or len(reasons) != 2:
+            raise ExternalStoreError(
+                f"TransactWriteItems claiming version {row.version} of {row.base_uri} was "
+                f"cancelled without its two reasons ({c.describe_error(exc)})"
+            ) from exc
+        codes = [str(r.get("Code", "None")) if isinstance(r, dict) else "None" for r in reasons]
+        if codes[1] == "ConditionalCheckFailed":
+            item = reasons[1].get("Item") or None
+            self._resolve_taken(row, item)
+            return True
+        if codes[0] == "ConditionalCheckFailed":
+            item = reasons[0].get("Item") or None
+            predecessor = item_to_row(item) if item else None
+            if predecessor is None and not fence.absent:
+                # Stores that return no item: read it back (consistently).
+                predecessor = self.get(row.base_uri, fence.version)
+            raise FenceFailedError(fence_failure_text(row, fence, predecessor), predecessor)
+        if all(code in _CANCEL_RETRY_CODES or code == "None" for code in codes):
+            return False
+        raise ExternalStoreError(
+            f"TransactWriteItems claiming version {row.version} of {row.base_uri} was "
+            f"cancelled: {', '.join(codes)} ({c.describe_error(exc)})"
+        ) from exc
 
     def _resolve_taken(self, row: ManifestRow, old_item: dict[str, Any] | None) -> None:
         """After ConditionalCheckFailed: return if the holder is ``row``, else raise."""
@@ -584,27 +737,32 @@ def row_to_item(row: ManifestRow) -> dict[str, Any]:
 
 
 def item_to_row(item: dict[str, Any]) -> ManifestRow:
-    """The row of a DynamoDB item.
+    """The row of a DynamoDB item, checked: rows are input (whoever can write the
+    table can plant one).
 
     Attributes beyond the core ones become ``extra`` (S and N as their text, BOOL as
     "true"/"false"; other types, which s3ddb never writes, are left out).
 
     Raises:
-        ExternalStoreError: the item lacks base_uri, version or path.
+        StoredMetadataError: the item lacks base_uri, version or path, or an attribute
+            has the wrong type or is out of range (the message names the row).
     """
-    try:
-        base_uri = item["base_uri"]["S"]
-        version = int(item["version"]["N"])
-        path = item["path"]["S"]
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ExternalStoreError(f"malformed external store row {item!r}: {exc!r}") from exc
+    if not isinstance(item, dict):
+        raise StoredMetadataError(
+            f"malformed external store row: not a map ({type(item).__name__})"
+        )
+    base_uri = _attribute(item, "base_uri", "S", required=True)
+    where = f"external store row of {base_uri[:200]!r}"
+    version = _number(item, "version", where, 1, MAX_VERSION, required=True)
+    where = f"external store row of version {version} of {base_uri[:200]!r}"
+    path = _attribute(item, "path", "S", required=True, where=where)
     extra: dict[str, str] = {}
     for key, value in item.items():
         if key in CORE_ATTRIBUTES or not isinstance(value, dict):
             continue
-        if "S" in value:
+        if "S" in value and isinstance(value["S"], str):
             extra[key] = value["S"]
-        elif "N" in value:
+        elif "N" in value and isinstance(value["N"], str):
             extra[key] = value["N"]
         elif "BOOL" in value:
             extra[key] = "true" if value["BOOL"] else "false"
@@ -612,8 +770,45 @@ def item_to_row(item: dict[str, Any]) -> ManifestRow:
         base_uri=base_uri,
         version=version,
         path=path,
-        size=int(item.get("size", {}).get("N", 0)),
-        committer=item.get("committer", {}).get("S", ""),
-        committed_at=int(item.get("committed_at", {}).get("N", 0)),
+        size=_number(item, "size", where, 0, MAX_SIZE),
+        committer=_attribute(item, "committer", "S", where=where),
+        committed_at=_number(item, "committed_at", where, 0, MAX_COMMITTED_AT),
         extra=extra,
     )
+
+
+def _attribute(
+    item: dict[str, Any], name: str, kind: str, *, required: bool = False, where: str = ""
+) -> str:
+    value = item.get(name)
+    if value is None and not required:
+        return ""
+    text = value.get(kind) if isinstance(value, dict) else None
+    if not isinstance(text, str) or (required and not text):
+        shown = repr(value)[:120]
+        raise StoredMetadataError(
+            f"malformed {where or 'external store row'}: attribute {name!r} must be a "
+            f"non-empty {kind}, got {shown}"
+        )
+    return text
+
+
+def _number(
+    item: dict[str, Any], name: str, where: str, low: int, high: int, *, required: bool = False
+) -> int:
+    value = item.get(name)
+    if value is None and not required:
+        return 0
+    text = value.get("N") if isinstance(value, dict) else None
+    # Integers only, in range, and short: DynamoDB numbers may be "1e30" or "2.5".
+    if not isinstance(text, str) or len(text) > 20 or not _DIGITS.fullmatch(text):
+        raise StoredMetadataError(
+            f"malformed {where}: attribute {name!r} must be a whole number N, "
+            f"got {repr(value)[:120]}"
+        )
+    number = int(text)
+    if not low <= number <= high:
+        raise StoredMetadataError(
+            f"malformed {where}: attribute {name!r} is {number}, outside {low}..{high}"
+        )
+    return number

@@ -11,7 +11,12 @@ path together with the same committer, commit time and size.
 from __future__ import annotations
 
 from s3ddb.errors import InvalidInputError
-from s3ddb.external_store.base import ManifestRow, is_staged_path
+from s3ddb.external_store.base import (
+    DATASET_ID_ATTRIBUTE,
+    Fence,
+    ManifestRow,
+    is_staged_path,
+)
 
 #: Attributes every row has; ``ManifestRow.extra`` may not reuse these names.
 CORE_ATTRIBUTES = ("base_uri", "version", "path", "size", "committer", "committed_at")
@@ -88,3 +93,47 @@ def check_row(row: ManifestRow) -> None:
             raise InvalidInputError(
                 f"ManifestRow.extra[{key!r}] must be a string, got {type(value).__name__}"
             )
+
+
+def check_fence(row: ManifestRow, fence: Fence | None) -> None:
+    """Reject a fence that does not guard ``row``'s claim.
+
+    Raises:
+        InvalidInputError: the fence is not on ``row.version - 1``, or a fenced row
+            does not record the identity the fence expects of its predecessor.
+    """
+    if fence is None:
+        return
+    if fence.version != row.version - 1 or fence.version < 1:
+        raise InvalidInputError(
+            f"a claim of version {row.version} must be fenced on version {row.version - 1}, "
+            f"not {fence.version}"
+        )
+
+
+def fence_holds(fence: Fence, predecessor: ManifestRow | None) -> bool:
+    """Whether ``predecessor`` (the row of ``fence.version``, None if missing)
+    satisfies ``fence``."""
+    if fence.absent:
+        return predecessor is None
+    if predecessor is None:
+        return False
+    held = predecessor.extra.get(DATASET_ID_ATTRIBUTE)
+    return held == fence.dataset_id if fence.dataset_id else held is None
+
+
+def fence_failure_text(row: ManifestRow, fence: Fence, predecessor: ManifestRow | None) -> str:
+    """Why ``fence`` refused the claim of ``row`` (for FenceFailedError)."""
+    claim = f"claim of version {row.version} of {row.base_uri} refused"
+    if fence.absent:
+        return f"{claim}: version {fence.version} already has a row (committed through the store)"
+    if predecessor is None:
+        return (
+            f"{claim}: version {fence.version}, which it builds on, no longer exists "
+            "(the dataset was dropped, or re-created with fewer versions)"
+        )
+    held = predecessor.extra.get(DATASET_ID_ATTRIBUTE) or "none"
+    return (
+        f"{claim}: version {fence.version} belongs to dataset identity {held}, not "
+        f"{fence.dataset_id or 'none'} (the dataset was dropped and re-created)"
+    )

@@ -24,10 +24,18 @@ from s3ddb.errors import ExternalStoreError, ExternalStoreThrottledError
 from s3ddb.external_store.base import (
     ExternalManifestStore,
     ExternalStoreOutcomeUnknownError,
+    Fence,
+    FenceFailedError,
     ManifestRow,
     VersionTakenError,
 )
-from s3ddb.external_store.identity import check_row, same_commit
+from s3ddb.external_store.identity import (
+    check_fence,
+    check_row,
+    fence_failure_text,
+    fence_holds,
+    same_commit,
+)
 
 __all__ = ["FaultKind", "InMemoryManifestStore"]
 
@@ -183,28 +191,37 @@ class InMemoryManifestStore(ExternalManifestStore):
         """Always valid (an in-memory store has no table to check)."""
         self._enter("validate")
 
-    def put_if_not_exists(self, row: ManifestRow) -> None:
-        """Claim ``row.version`` of ``row.base_uri`` (see the base class).
+    def put_if_not_exists(self, row: ManifestRow, fence: Fence | None = None) -> None:
+        """Claim ``row.version`` of ``row.base_uri``, atomically with ``fence`` (see the
+        base class).
 
         Raises:
             VersionTakenError: another row holds the version (``winner`` is set).
+            FenceFailedError: the version is free and the fence does not hold.
             ExternalStoreOutcomeUnknownError, ExternalStoreThrottledError: injected.
         """
         # The same checks as the DynamoDB store, so tests on memory catch what would
         # fail there.
         check_row(row)
+        check_fence(row, fence)
         after = self._enter("put_if_not_exists", row)
         with self._table.lock:
             versions = self._table.rows.setdefault(row.base_uri, {})
             existing = versions.get(row.version)
-            if existing is None:
+            if existing is not None:
+                if not same_commit(row, existing):
+                    raise VersionTakenError(
+                        f"version {row.version} of {row.base_uri} is already taken "
+                        f"(by {existing.path!r})",
+                        winner=_copy(existing),
+                    )
+            else:
+                predecessor = versions.get(fence.version) if fence is not None else None
+                if fence is not None and not fence_holds(fence, predecessor):
+                    raise FenceFailedError(
+                        fence_failure_text(row, fence, predecessor), _copy(predecessor)
+                    )
                 versions[row.version] = replace(row, extra=dict(row.extra))
-            elif not same_commit(row, existing):
-                raise VersionTakenError(
-                    f"version {row.version} of {row.base_uri} is already taken "
-                    f"(by {existing.path!r})",
-                    winner=_copy(existing),
-                )
         if after is not None:
             raise _fault_exception(after, "put_if_not_exists")
 

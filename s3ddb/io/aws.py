@@ -88,6 +88,7 @@ _SERVICE_OPTION_ALIASES: dict[str, str] = {
     "s3_addressing_style": "s3_addressing_style",
     "s3_ca_bundle": "s3_ca_bundle",
     "s3_verify": "s3_verify",
+    "dynamodb_transactions": "dynamodb_transactions",
     "role_arn": "role_arn",
     "aws_role_arn": "role_arn",
     "role_session_name": "role_session_name",
@@ -184,6 +185,9 @@ class AwsConfig:
     dynamodb_session_token: str | None = field(default=None, repr=False)
     dynamodb_profile: str | None = None
     dynamodb_role_arn: str | None = None
+    #: "false" for DynamoDB implementations without TransactWriteItems: claims are
+    #: then single conditional PutItems, without their fence (docs/protocol.md).
+    dynamodb_transactions: str | None = None
 
     def __post_init__(self) -> None:
         style = self.s3_addressing_style
@@ -195,6 +199,11 @@ class AwsConfig:
         verify = self.s3_verify
         if verify is not None and verify.lower() not in _TRUE + _FALSE:
             raise InvalidInputError(f"storage option s3_verify={verify!r}: expected true or false")
+        transactions = self.dynamodb_transactions
+        if transactions is not None and transactions.lower() not in _TRUE + _FALSE:
+            raise InvalidInputError(
+                f"storage option dynamodb_transactions={transactions!r}: expected true or false"
+            )
         for prefix in ("aws_", "s3_", "dynamodb_"):
             key_id = getattr(self, f"{prefix}access_key_id")
             if getattr(self, f"{prefix}secret_access_key") and not key_id:
