@@ -161,22 +161,32 @@ class FileResolver:
 
     Built from the dataset's own :class:`ObjectStore` and the manifest's base paths;
     a base's store is opened on its root with the dataset's storage options. Pickles
-    (worker processes and Spark tasks receive one).
+    (worker processes and Spark tasks receive one). ``version``, if known, is the
+    version whose files these are, for error messages.
     """
 
-    def __init__(self, store: ObjectStore, base_paths: Iterable[BasePath] = ()) -> None:
+    def __init__(
+        self,
+        store: ObjectStore,
+        base_paths: Iterable[BasePath] = (),
+        *,
+        version: int | None = None,
+    ) -> None:
         self.store = store
         self.bases = {b.id: b for b in base_paths}
+        self.version = version
 
     @classmethod
     def for_manifest(cls, store: ObjectStore, *manifests: Any) -> FileResolver:
         """The resolver of ``manifests`` (their base paths together: ids never change
         meaning within a dataset)."""
         bases: dict[int, BasePath] = {}
+        version = None
         for manifest in manifests:
             if manifest is not None:
                 bases.update((b.id, b) for b in manifest.base_paths)
-        return cls(store, bases.values())
+                version = manifest.version
+        return cls(store, bases.values(), version=version)
 
     def store_for(self, base_id: int | None) -> ObjectStore:
         """The store of ``base_id``'s root (None: the dataset's own).

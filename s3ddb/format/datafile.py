@@ -112,7 +112,14 @@ def read_fragment(
 
     Columns are matched to file columns by field id, so a file written before a
     rename still reads. A column no data file holds (added later) reads as nulls.
+
+    Raises:
+        DataFileMissingError: a data file does not exist.
+        DataFileError: a data file is not readable Parquet, holds another number of
+            rows than the fragment, or lacks a column the fragment says it holds.
     """
+    from s3ddb.scan.source import ParquetSource  # the scan package imports this module
+
     wanted = dict(zip(columns, schema.top_level_ids(columns)))
     pieces: dict[str, pa.ChunkedArray] = {}
     for data_file in fragment.files:
@@ -120,15 +127,12 @@ def read_fragment(
         needed = {i: n for n, i in wanted.items() if i in file_ids}
         if not needed:
             continue
-        from s3ddb.scan.source import ParquetSource  # the scan package imports this module
-
-        source = ParquetSource(files, data_file)
-        by_id = source.by_id
+        source = ParquetSource(files, data_file, fragment)
+        by_id = source.columns(needed)
         groups = list(range(source.metadata.num_row_groups))
-        table = source.read(groups, [by_id[i] for i in needed if i in by_id])
+        table = source.read(groups, list(by_id.values()))
         for i, name in needed.items():
-            if i in by_id:
-                pieces[name] = table.column(by_id[i])
+            pieces[name] = table.column(by_id[i])
     return assemble_columns(pieces, schema, columns, fragment.physical_rows)
 
 

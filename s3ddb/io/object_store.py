@@ -21,12 +21,12 @@ from __future__ import annotations
 import errno
 import os
 import threading
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 from s3ddb.errors import CredentialsError, EndpointUnreachableError, PathOutsideDatasetError
+from s3ddb.io import local_files
 from s3ddb.io.aws import AwsConfig
 from s3ddb.io.paths import check_relative_path
 from s3ddb.io.uri import DatasetURI, parse_uri
@@ -117,6 +117,10 @@ class ObjectStore:
         ranged reads of large files and listings."""
         return self._aws.client("s3")
 
+    @property
+    def _local_root(self) -> str:
+        return self._uri.path.rstrip("/")
+
     def full_path(self, path: str) -> str:
         """The backend path (no scheme) of ``path``, for fsspec and pyarrow.
 
@@ -125,10 +129,14 @@ class ObjectStore:
 
         Raises:
             PathOutsideDatasetError: ``path`` would leave the root
-                (see :func:`s3ddb.io.paths.check_relative_path`).
+                (see :func:`s3ddb.io.paths.check_relative_path`), or, locally, a
+                name or the path is longer than the filesystem allows
+                (:func:`s3ddb.io.local_files.check_local_limits`).
         """
         root = self._uri.path.rstrip("/")
         check_relative_path(path, self.url)
+        if self.protocol == "file":
+            local_files.check_local_limits(root, path)
         return f"{root}/{path.lstrip('/')}" if path else root
 
     def arrow_filesystem(self) -> Any:
@@ -142,11 +150,19 @@ class ObjectStore:
     # --- operations -----------------------------------------------------------------
 
     def get(self, path: str) -> bytes:
-        """The object's bytes. Raises FileNotFoundError if it does not exist."""
+        """The object's bytes.
+
+        Locally, only a regular file is read, never through a symlink under the root
+        (see :mod:`s3ddb.io.local_files`); the same holds for every read and write.
+
+        Raises:
+            FileNotFoundError: it does not exist.
+            PathOutsideDatasetError: locally, it or a directory on the way is a
+                symlink, a FIFO or another non-regular file.
+        """
         full = self.full_path(path)
         if self.protocol == "file":
-            with open(full, "rb") as f:
-                return f.read()
+            return local_files.read_all(self._local_root, path)
         try:
             if self.protocol == "s3":
                 bucket, key = _split_s3(full)
@@ -166,9 +182,7 @@ class ObjectStore:
         if end <= start:
             return b""
         if self.protocol == "file":
-            with open(full, "rb") as f:
-                f.seek(start)
-                return f.read(end - start)
+            return local_files.read_range(self._local_root, path, start, end)
         try:
             if self.protocol == "s3":
                 bucket, key = _split_s3(full)
@@ -199,7 +213,7 @@ class ObjectStore:
         """
         full = self.full_path(path)
         if self.protocol == "file":
-            return open(full, "rb")
+            return os.fdopen(local_files.open_regular(self._local_root, path), "rb")
         try:
             if self.protocol == "s3" and size:
                 return self.fs.open(full, "rb", size=size)  # type: ignore[no-any-return]
@@ -211,9 +225,7 @@ class ObjectStore:
         """Write ``data`` to ``path``, replacing it atomically for readers."""
         full = self.full_path(path)
         if self.protocol == "file":
-            tmp = _local_tmp_name(full)
-            _local_write(tmp, data)
-            os.replace(tmp, full)
+            local_files.write(self._local_root, path, data)
             return
         if self.protocol == "s3":
             self.put_with_etag(path, data)
@@ -234,12 +246,7 @@ class ObjectStore:
         """
         full = self.full_path(path)
         if self.protocol == "file":
-            tmp = _local_tmp_name(full)
-            _local_write(tmp, data)
-            try:
-                os.link(tmp, full)
-            finally:
-                os.unlink(tmp)
+            local_files.write_if_absent(self._local_root, path, data)
             return
         if self.protocol == "memory":
             with _memory_lock:
@@ -276,9 +283,8 @@ class ObjectStore:
         """
         full_src, full_dst = self.full_path(src), self.full_path(dst)
         if self.protocol == "file":
-            with open(full_src, "rb") as f:
-                data = f.read()
-            self.put(dst, data)
+            fd = local_files.open_regular(self._local_root, src)
+            local_files.copy_into(fd, self._local_root, dst)
             return None
         if self.protocol == "memory":
             self.fs.pipe_file(full_dst, self.get(src))
@@ -314,16 +320,9 @@ class ObjectStore:
                 raise _translate(exc, self.full_path(src)) from exc
             return
         if self.protocol == "file" and target.protocol == "file":
-            import shutil
-
-            full_dst = target.full_path(dst)
-            tmp = _local_tmp_name(full_dst)
-            try:
-                shutil.copyfile(self.full_path(src), tmp)
-                os.replace(tmp, full_dst)
-            finally:
-                if os.path.exists(tmp):
-                    os.unlink(tmp)
+            self.full_path(src), target.full_path(dst)  # checks both
+            fd = local_files.open_regular(self._local_root, src)
+            local_files.copy_into(fd, target._local_root, dst)
             return
         target.put(dst, self.get(src))
 
@@ -331,7 +330,7 @@ class ObjectStore:
         """Size of the object. Raises FileNotFoundError if it does not exist."""
         full = self.full_path(path)
         if self.protocol == "file":
-            return ObjectMeta(path, os.stat(full).st_size)
+            return ObjectMeta(path, local_files.size_of(self._local_root, path))
         if self.protocol == "memory":
             try:
                 return ObjectMeta(path, int(self.fs.info(full)["size"]))
@@ -355,10 +354,7 @@ class ObjectStore:
         """Delete ``path``; a missing object is not an error."""
         full = self.full_path(path)
         if self.protocol == "file":
-            try:
-                os.unlink(full)
-            except FileNotFoundError:
-                pass
+            local_files.remove(self._local_root, path)
             return
         if self.protocol == "memory":
             try:
@@ -500,17 +496,6 @@ _DELETE_BATCH = 1000  # DeleteObjects accepts at most 1,000 keys
 def _split_s3(full: str) -> tuple[str, str]:
     bucket, _, key = full.partition("/")
     return bucket, key
-
-
-def _local_tmp_name(full: str) -> str:
-    directory, name = os.path.split(full)
-    os.makedirs(directory, exist_ok=True)
-    return os.path.join(directory, f".{name}.{uuid.uuid4().hex}.tmp")
-
-
-def _local_write(path: str, data: bytes) -> None:
-    with open(path, "wb") as f:
-        f.write(data)
 
 
 def _under(key: str, root: str) -> str | None:

@@ -104,10 +104,11 @@ def plan_fragment(
             keep[np.fromiter(deleted, dtype=np.int64, count=len(deleted))] = False
     if len(fragment.files) != 1:
         return FragmentPlan(files, fragment, None, keep=keep)
-    source = ParquetSource(files, fragment.files[0])
+    source = ParquetSource(files, fragment.files[0], fragment)
     groups = list(range(source.metadata.num_row_groups))
     if may_match is not None:
-        file_names = {source.by_id[i]: n for n, i in _ids(schema) if i in source.by_id}
+        by_id = {i: n for n, i in _ids(schema)}
+        file_names = {f: by_id[i] for i, f in source.columns(by_id).items()}
         groups = [
             g
             for g in groups
@@ -142,9 +143,11 @@ def _read_columns(
     source = plan.source
     assert source is not None
     wanted = dict(zip(names, schema.top_level_ids(names)))
-    present = [source.by_id[i] for i in wanted.values() if i in source.by_id]
-    table = source.read(groups, present, fetched)
-    pieces = {n: table.column(source.by_id[i]) for n, i in wanted.items() if i in source.by_id}
+    # Only the columns the fragment says this file holds: one it does not declare
+    # (added later) reads as nulls even if the file has a column with that id.
+    present = source.columns(wanted.values())
+    table = source.read(groups, list(present.values()), fetched)
+    pieces = {n: table.column(present[i]) for n, i in wanted.items() if i in present}
     return assemble_columns(pieces, schema, names, sum(source.group_rows[g] for g in groups))
 
 
@@ -287,7 +290,7 @@ def read_rows_at(
     if len(fragment.files) != 1:
         table = read_fragment(files, fragment, schema, columns)
         return table.take(pa.array(positions)), 0
-    source = ParquetSource(files, fragment.files[0])
+    source = ParquetSource(files, fragment.files[0], fragment)
     plan = FragmentPlan(files, fragment, source)
     starts = np.asarray([*source.group_starts, fragment.physical_rows], dtype=np.int64)
     owner = np.searchsorted(starts, positions, side="right") - 1

@@ -11,17 +11,19 @@ request and sending the requests in parallel.
 from __future__ import annotations
 
 import io
+import itertools
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from s3ddb.errors import ManifestCorruptError
+from s3ddb.errors import DataFileError, DataFileMissingError, S3DDBError
 from s3ddb.format.bases import Files, as_resolver
-from s3ddb.format.fragment import DataFile
+from s3ddb.format.fragment import DataFile, FragmentMetadata
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.parallel import process_pool
 
@@ -121,13 +123,25 @@ class RangeFile(io.RawIOBase):
         return self.read(-1)
 
 
-def _footer(store: ObjectStore, path: str, size: int) -> pq.FileMetaData:
+def read_footer(store: ObjectStore, path: str, size: int) -> pq.FileMetaData:
     """The footer of a Parquet file of ``size`` bytes: one ranged GET (two if the
-    footer is larger than :data:`FOOTER_GUESS_BYTES`)."""
+    footer is larger than :data:`FOOTER_GUESS_BYTES`). Reads at most the file's
+    ``size`` bytes, whatever the footer claims.
+
+    Raises:
+        FileNotFoundError: the file does not exist.
+        DataFileError: it is not a Parquet file (no magic, a footer length beyond the
+            file, a footer that does not decode).
+    """
     tail = store.get_range(path, max(0, size - FOOTER_GUESS_BYTES), size)
-    if len(tail) < 8 or tail[-4:] != b"PAR1":
-        raise ManifestCorruptError(f"data file {store.url}/{path} is not a Parquet file")
+    if len(tail) < 12 or tail[-4:] != b"PAR1":
+        raise DataFileError(f"data file {store.url}/{path} is not a Parquet file (no footer magic)")
     length = struct.unpack("<I", tail[-8:-4])[0]
+    if length + 12 > size:
+        raise DataFileError(
+            f"data file {store.url}/{path} is not a Parquet file: its footer claims "
+            f"{length} bytes, the file has {size}"
+        )
     if length + 8 > len(tail):
         tail = store.get_range(path, max(0, size - length - 8), size)
     return pq.read_metadata(pa.BufferReader(tail[-(length + 8) :]))
@@ -143,37 +157,120 @@ def file_columns_by_id(schema: pa.Schema) -> dict[int, str]:
     return by_id
 
 
+#: Errors that mean the data file itself is unusable (missing ones are told apart);
+#: permission, connection and s3ddb's own typed errors pass through unchanged.
+_PASS_THROUGH = (S3DDBError, PermissionError, ConnectionError, TimeoutError)
+
+
+@contextmanager
+def data_file_errors(where: str) -> Iterator[None]:
+    """Turn what reading a data file raises into :class:`DataFileError` (or
+    :class:`DataFileMissingError`) naming ``where`` (its fragment, path, version).
+
+    Raises:
+        DataFileMissingError: the file does not exist.
+        DataFileError: it is not readable Parquet (truncated, corrupt, not Parquet).
+    """
+    try:
+        yield
+    except DataFileError as exc:
+        if where in str(exc):
+            raise
+        raise type(exc)(f"{where}: {exc}") from exc
+    except _PASS_THROUGH:
+        raise
+    except FileNotFoundError as exc:
+        raise DataFileMissingError(
+            f"{where} does not exist ({exc}): restore it from a backup, or restore the "
+            "dataset to a version that does not use it"
+        ) from exc
+    except (OSError, ValueError, pa.ArrowException, IndexError, struct.error) as exc:
+        raise DataFileError(f"{where} is not a readable Parquet file: {exc}") from exc
+
+
 class ParquetSource:
     """A data file opened for a scan. The footer is read at most once; reads of any
-    row groups and columns follow (from any thread, each read independent)."""
+    row groups and columns follow (from any thread, each read independent).
 
-    def __init__(self, files: Files, data_file: DataFile) -> None:
-        store, path = as_resolver(files).data_file(data_file)
+    With ``fragment``, the file is checked against it: it must hold the fragment's
+    ``physical_rows`` rows, and each column the fragment says the file holds must be
+    there (:meth:`columns`). Every failure names the fragment, the file and the
+    version (see :func:`data_file_errors`).
+
+    Raises:
+        DataFileMissingError: the file does not exist.
+        DataFileError: it is not readable Parquet, or does not match its fragment.
+        PathOutsideDatasetError: locally, it (or a directory on the way) is a symlink
+            or another non-regular file.
+    """
+
+    def __init__(
+        self, files: Files, data_file: DataFile, fragment: FragmentMetadata | None = None
+    ) -> None:
+        resolver = as_resolver(files)
+        store, path = resolver.data_file(data_file)
         self._store, self._path = store, path
+        self.data_file = data_file
+        self.where = _describe(store, path, fragment, resolver.version)
         size = data_file.file_size_bytes
         self._whole: bytes | None = None
-        self._local: str | None = None
+        self._local = store.protocol == "file"
         self._size = 0
-        if store.protocol == "file":
-            self._local = store.full_path(path)
-            with pa.OSFile(self._local) as f:
-                metadata = pq.ParquetFile(f).metadata
-        else:
-            if size <= 0:
-                size = store.head(path).size  # not recorded (an older or foreign writer)
-            if size <= WHOLE_READ_MAX_BYTES:
-                # One request instead of a footer read and column reads.
-                self._whole = store.get(path)
-                metadata = pq.ParquetFile(pa.BufferReader(self._whole)).metadata
+        with data_file_errors(self.where):
+            if self._local:
+                # Opened once, checked (no symlink, a regular file) on the descriptor
+                # pyarrow then reads: no window between the check and the read.
+                with store.open_input(path) as f:
+                    metadata = pq.ParquetFile(f).metadata
             else:
-                self._size = size
-                metadata = _footer(store, path, size)
-        self.metadata = metadata
-        self.arrow_schema = metadata.schema.to_arrow_schema()
-        self.by_id = file_columns_by_id(self.arrow_schema)
-        sizes = [metadata.row_group(g).num_rows for g in range(metadata.num_row_groups)]
+                if size <= 0:
+                    size = store.head(path).size  # not recorded (an older or foreign writer)
+                if size <= WHOLE_READ_MAX_BYTES:
+                    # One request instead of a footer read and column reads.
+                    self._whole = store.get(path)
+                    metadata = pq.ParquetFile(pa.BufferReader(self._whole)).metadata
+                else:
+                    self._size = size
+                    metadata = read_footer(store, path, size)
+            self.metadata = metadata
+            self.arrow_schema = metadata.schema.to_arrow_schema()
+            self.by_id = file_columns_by_id(self.arrow_schema)
+            sizes = [metadata.row_group(g).num_rows for g in range(metadata.num_row_groups)]
         self.group_rows = sizes
-        self.group_starts = [sum(sizes[:g]) for g in range(len(sizes))]
+        self.group_starts = list(itertools.accumulate(sizes, initial=0))[:-1]
+        if fragment is not None and metadata.num_rows != fragment.physical_rows:
+            raise DataFileError(
+                f"{self.where} holds {metadata.num_rows} rows, its fragment records "
+                f"{fragment.physical_rows}: the file was replaced or does not belong to it"
+            )
+        if sum(sizes) != metadata.num_rows or any(n < 0 for n in sizes):
+            raise DataFileError(
+                f"{self.where}: its row groups hold {sum(sizes)} rows, its footer says "
+                f"{metadata.num_rows}"
+            )
+
+    def columns(self, ids: Iterable[int]) -> dict[int, str]:
+        """File column names of the field ``ids`` this file holds: those its
+        fragment declares (``DataFile.fields``); an id it does not declare is not
+        read from it (a column added later reads as nulls).
+
+        Raises:
+            DataFileError: the fragment declares an id the file has no column for
+                (reading on would return nulls instead of the column's values).
+        """
+        declared = set(self.data_file.fields)
+        out = {}
+        for i in ids:
+            if i not in declared:
+                continue
+            name = self.by_id.get(i)
+            if name is None:
+                raise DataFileError(
+                    f"{self.where}: its fragment says it holds field id {i}, the file has "
+                    f"no column with that id (it has {sorted(self.by_id) or 'none'})"
+                )
+            out[i] = name
+        return out
 
     def _chunk_ranges(self, groups: list[int], names: list[str]) -> list[tuple[int, int]]:
         wanted = set(names)
@@ -217,10 +314,16 @@ class ParquetSource:
         if not names:
             rows = sum(self.group_rows[g] for g in groups)
             return pa.table({"_": pa.nulls(rows)}).select([])
+        with data_file_errors(self.where):
+            return self._read(groups, names, fetched)
+
+    def _read(
+        self, groups: list[int], names: list[str], fetched: list[tuple[int, bytes]] | None
+    ) -> pa.Table:
         whole = len(groups) == self.metadata.num_row_groups
         source: Any
-        if self._local is not None:
-            source = pa.OSFile(self._local)
+        if self._local:
+            source = self._store.open_input(self._path)
         elif self._whole is not None:
             source = pa.BufferReader(self._whole)
         else:
@@ -238,3 +341,15 @@ class ParquetSource:
                 source.release()
             else:
                 source.close()
+
+
+def _describe(
+    store: ObjectStore, path: str, fragment: FragmentMetadata | None, version: int | None
+) -> str:
+    """ "data file s3://b/ds/data/x.parquet of fragment 3 (version 7)" """
+    out = f"data file {store.url}/{path}"
+    if fragment is not None:
+        out += f" of fragment {fragment.id}"
+    if version is not None:
+        out += f" (version {version})"
+    return out
