@@ -20,7 +20,12 @@ from s3ddb.commit import finalizer as finalizers
 from s3ddb.commit.external import ExternalStoreCommitHandler
 from s3ddb.commit.handlers import CommitHandler
 from s3ddb.connect import open_handler
-from s3ddb.errors import ManifestCorruptError, PathOutsideDatasetError, S3DDBError
+from s3ddb.errors import (
+    ManifestCorruptError,
+    PathOutsideDatasetError,
+    S3DDBError,
+    StoredMetadataError,
+)
 from s3ddb.external_store.base import ManifestRow
 from s3ddb.external_store.identity import final_path_of
 from s3ddb.format import layout
@@ -28,6 +33,7 @@ from s3ddb.format.bases import FileResolver
 from s3ddb.format.manifest import Manifest, referenced_files, referenced_paths
 from s3ddb.format.naming import parse_manifest_name, parse_staged_name
 from s3ddb.io.object_store import ObjectMeta, ObjectStore
+from s3ddb.tags import read_tag_version
 
 #: Objects younger than this (seconds) may belong to a commit in progress.
 DEFAULT_GRACE_SECONDS = 3600.0
@@ -316,15 +322,13 @@ def _is_index(path: str) -> bool:
 
 
 def _tagged_versions(store: Any, objects: dict[str, ObjectMeta]) -> set[int]:
-    import json
-
     out = set()
     for path in objects:
         if path.startswith(f"{layout.TAGS_DIR}/") and path.endswith(".json"):
             try:
-                out.add(int(json.loads(store.get(path))["version"]))
-            except (FileNotFoundError, ValueError, KeyError, TypeError):
-                continue
+                out.add(read_tag_version(store, path))
+            except (FileNotFoundError, StoredMetadataError):
+                continue  # a tag that names no valid version protects none
     return out
 
 

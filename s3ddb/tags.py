@@ -7,8 +7,44 @@ import re
 from typing import Protocol
 
 from s3ddb.commit.handlers import CommitHandler
-from s3ddb.errors import InvalidInputError, VersionNotFoundError
+from s3ddb.errors import InvalidInputError, StoredMetadataError, VersionNotFoundError
 from s3ddb.format import layout
+from s3ddb.format.naming import MAX_VERSION, is_valid_version
+from s3ddb.io.object_store import ObjectStore
+
+#: The most bytes of a tag file that are read: s3ddb writes ``{"version": N}``, and
+#: other Lance-format writers add a few fields; anything larger is refused unread.
+MAX_TAG_FILE_BYTES = 4096
+
+
+def read_tag_version(store: ObjectStore, path: str) -> int:
+    """The version the tag file at ``path`` names, checked: a JSON object of at most
+    :data:`MAX_TAG_FILE_BYTES` bytes whose ``version`` is an integer from 1 to
+    2^63-1 (not a fraction, a boolean or a string).
+
+    Raises:
+        FileNotFoundError: there is no such file.
+        StoredMetadataError: anything else; the message names the tag file.
+    """
+    where = f"tag file {store.url}/{path}"
+    data = store.get_prefix(path, MAX_TAG_FILE_BYTES + 1)
+    if len(data) > MAX_TAG_FILE_BYTES:
+        raise StoredMetadataError(f"{where} is larger than {MAX_TAG_FILE_BYTES} bytes")
+    try:
+        body = json.loads(data)
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        raise StoredMetadataError(f"{where} is not JSON: {str(exc)[:120]}") from None
+    if not isinstance(body, dict):
+        raise StoredMetadataError(f"{where} is not a JSON object")
+    if "version" not in body:
+        raise StoredMetadataError(f"{where} has no version")
+    version = body["version"]
+    if not is_valid_version(version):
+        shown = repr(version)[:40] if not isinstance(version, (dict, list)) else type(version)
+        raise StoredMetadataError(
+            f"{where}: version {shown} is not an integer from 1 to {MAX_VERSION}"
+        )
+    return int(version)
 
 
 class _Located(Protocol):
@@ -71,15 +107,24 @@ class Tags:
         self._store.delete(layout.tag_path(name))
 
     def get(self, name: str) -> int:
-        """The version tag ``name`` points at. Raises VersionNotFoundError."""
+        """The version tag ``name`` points at.
+
+        Raises:
+            VersionNotFoundError: no such tag.
+            StoredMetadataError: its file is not a valid tag (see
+                :func:`read_tag_version`).
+        """
         try:
-            data = self._store.get(layout.tag_path(name))
+            return read_tag_version(self._store, layout.tag_path(name))
         except FileNotFoundError:
             raise VersionNotFoundError(f"no tag {name!r} in {self._ds.uri}") from None
-        return int(json.loads(data)["version"])
 
     def list(self) -> dict[str, int]:
-        """Every tag and its version."""
+        """Every tag and its version.
+
+        Raises:
+            StoredMetadataError: a tag file is not a valid tag.
+        """
         out = {}
         for meta in self._store.list(f"{layout.TAGS_DIR}/"):
             name = meta.path.rsplit("/", 1)[-1]

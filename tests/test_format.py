@@ -26,7 +26,7 @@ def test_v2_name_of_version_1_is_from_the_design() -> None:
     assert NamingScheme.V1.manifest_name(1) == "1.manifest"
 
 
-@given(st.integers(min_value=1, max_value=2**63))
+@given(st.integers(min_value=1, max_value=2**63 - 2))  # MAX_VERSION is 2^63 - 1
 def test_names_round_trip_and_v2_sorts_newest_first(version: int) -> None:
     for scheme in NamingScheme:
         assert parse_manifest_name(scheme.manifest_name(version)) == (version, scheme)

@@ -261,7 +261,8 @@ def test_a_wrong_summary_or_offset_is_corruption() -> None:
         p[2:6] = struct.pack("<I", 12)  # the header parsed among the fragments
         p[8:12] = struct.pack("<I", zlib.crc32(b""))
 
-    with pytest.raises(ManifestCorruptError, match="stored among the fragments"):
+    # The header is then empty: refused on open for its version 0, or when decoded.
+    with pytest.raises(ManifestCorruptError, match=r"stored among the fragments|version 0 is out"):
         tuple(Manifest.from_bytes(_planted(manifest, offset_at_start), "m").fragments)
 
 

@@ -20,12 +20,14 @@ from s3ddb.errors import (
     InvalidInputError,
     ManifestCorruptError,
     PathOutsideDatasetError,
+    StoredMetadataError,
     UnsupportedOperationError,
 )
 from s3ddb.format import layout
 from s3ddb.format._proto import transaction_pb2 as tpb
 from s3ddb.format.fragment import FragmentMetadata, data_file_paths
 from s3ddb.format.framing import frame, unframe
+from s3ddb.format.limits import MAX_VERSION, check_range
 from s3ddb.format.schema import DatasetSchema
 from s3ddb.io.paths import check_name
 
@@ -304,7 +306,7 @@ def _operation_from_pb(message: tpb.Transaction) -> Operation:
             dict(body.config_upsert_values),
         )
     if which == "restore":
-        return Restore(body.version)
+        return Restore(check_range(body.version, 1, MAX_VERSION, "restore version", "restore"))
     if which == "update_config":
         return UpdateConfig(
             dict(body.config.upsert),
@@ -385,11 +387,15 @@ class Transaction:
 
         Raises:
             ManifestCorruptError: the file is truncated, corrupt or undecodable.
+            StoredMetadataError: a version, id, count or schema in it is out of range
+                or inconsistent (a subclass of ManifestCorruptError).
+            PathOutsideDatasetError: a path in it would leave the dataset.
         """
         payload = unframe(data, TRANSACTION_MAGIC, f"transaction {where}")
         message = tpb.Transaction()
         try:
             message.ParseFromString(payload)
+            check_range(message.read_version, 0, MAX_VERSION, "read_version", "transaction")
             return cls(
                 read_version=message.read_version,
                 operation=_operation_from_pb(message),
@@ -398,5 +404,9 @@ class Transaction:
             )
         except PathOutsideDatasetError as exc:
             raise PathOutsideDatasetError(f"{exc} [transaction {where}]") from None
-        except (DecodeError, ValueError, KeyError) as exc:
+        except StoredMetadataError as exc:
+            raise StoredMetadataError(f"transaction {where}: {exc}") from None
+        except ManifestCorruptError as exc:
+            raise ManifestCorruptError(f"transaction {where}: {exc}") from None
+        except (DecodeError, ValueError, KeyError, IndexError, TypeError, OverflowError) as exc:
             raise ManifestCorruptError(f"transaction {where}: cannot decode: {exc}") from exc

@@ -13,9 +13,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from s3ddb.errors import PathOutsideDatasetError
+from s3ddb.errors import PathOutsideDatasetError, StoredMetadataError
 from s3ddb.format import layout
 from s3ddb.format._proto import manifest_pb2 as pb
+from s3ddb.format.limits import (
+    MAX_FILE_SIZE,
+    MAX_FRAGMENT_ID,
+    MAX_PHYSICAL_ROWS,
+    MAX_VERSION,
+    check_range,
+)
 from s3ddb.io.paths import check_name
 
 if TYPE_CHECKING:
@@ -176,7 +183,11 @@ class FragmentMetadata:
         Raises:
             PathOutsideDatasetError: a file name would leave the dataset (the message
                 names the fragment).
+            StoredMetadataError: its id, row counts, a file size or a version is out
+                of range, or its deletion file is of an unknown kind (the message names
+                the fragment).
         """
+        _check_ranges(m)
         try:
             return cls._from_pb(m)
         except PathOutsideDatasetError as exc:
@@ -205,6 +216,27 @@ class FragmentMetadata:
         from google.protobuf.json_format import ParseDict
 
         return cls.from_pb(ParseDict(json.loads(text), pb.Fragment()))
+
+
+def _check_ranges(m: pb.Fragment) -> None:
+    """Refuse numbers no s3ddb writer stores, before anything is built from them.
+
+    Raises:
+        StoredMetadataError: see :meth:`FragmentMetadata.from_pb`.
+    """
+    where = f"fragment {m.id}"
+    check_range(m.id, 0, MAX_FRAGMENT_ID, "fragment id", where)
+    check_range(m.physical_rows, 0, MAX_PHYSICAL_ROWS, "physical_rows", where)
+    check_range(m.created_at_version, 0, MAX_VERSION, "created_at_version", where)
+    check_range(m.last_updated_at_version, 0, MAX_VERSION, "last_updated_at_version", where)
+    for f in m.files:
+        check_range(f.file_size_bytes, 0, MAX_FILE_SIZE, f"file_size_bytes of {f.path!r}", where)
+    if m.HasField("deletion_file"):
+        d = m.deletion_file
+        if d.kind not in (pb.DeletionFile.ROARING_BITMAP, pb.DeletionFile.ARROW_ARRAY):
+            raise StoredMetadataError(f"{where}: unknown deletion file kind {d.kind}")
+        check_range(d.read_version, 0, MAX_VERSION, "deletion file read_version", where)
+        check_range(d.num_deleted_rows, 0, m.physical_rows, "deletion file num_deleted_rows", where)
 
 
 def _stats_from_pb(m: pb.Fragment) -> tuple[FileStatistics, ...]:

@@ -27,7 +27,7 @@ from typing import Any, overload
 
 from google.protobuf.message import DecodeError
 
-from s3ddb.errors import ManifestCorruptError, PathOutsideDatasetError
+from s3ddb.errors import ManifestCorruptError, PathOutsideDatasetError, StoredMetadataError
 from s3ddb.format._proto import manifest_pb2 as pb
 from s3ddb.format.bases import file_base_ids
 from s3ddb.format.fragment import FragmentMetadata
@@ -35,6 +35,11 @@ from s3ddb.format.fragment import FragmentMetadata
 #: Above this many segments, adjacent ones are merged (a writer that appends again
 #: and again to the manifest it committed last must not build an ever longer chain).
 MAX_SEGMENTS = 16
+
+
+def _add(seen: set[int], item: int) -> bool:
+    seen.add(item)
+    return False
 
 
 def _visible_rows(fragments: Iterable[FragmentMetadata]) -> int:
@@ -48,10 +53,19 @@ class EncodedFragments:
     ``count`` and ``visible_rows`` come from the manifest's summary (None: unknown,
     found by decoding). ``bases`` are the base path ids the manifest declares; a
     fragment's file with another base id is refused when decoded. ``where`` names the
-    manifest in error messages.
+    manifest in error messages, ``version`` its version (0: unknown). ``max_id`` is
+    the manifest's ``max_fragment_id`` (None: not recorded): no fragment id may
+    exceed it, or the next commit would give a new fragment an id in use.
+
+    When the fragments are first parsed, their ids are checked once: each id at most
+    once, none above ``max_id`` (a manifest listing a fragment twice would read its
+    rows twice).
     """
 
-    __slots__ = ("_count", "_data", "_decoded", "_message", "_rows", "bases", "where")
+    __slots__ = (
+        "_count", "_data", "_decoded", "_ids", "_message", "_rows", "bases", "max_id",
+        "version", "where",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -62,15 +76,47 @@ class EncodedFragments:
         visible_rows: int | None = None,
         bases: frozenset[int] = frozenset(),
         where: str = "",
+        version: int = 0,
+        max_id: int | None = None,
     ) -> None:
         assert data is not None or message is not None
         self._data = data
-        self._message = message
+        self._message: pb.Manifest | None = None
+        self._ids: list[int] | None = None
         self._decoded: tuple[FragmentMetadata, ...] | None = None
         self._count = count if count is not None else (len(message.fragments) if message else None)
         self._rows = visible_rows
         self.bases = bases
         self.where = where
+        self.version = version
+        self.max_id = max_id
+        if message is not None:
+            self._checked(message)
+
+    def _name(self) -> str:
+        """The manifest, for error messages."""
+        return f"manifest {self.where}" + (f" (version {self.version})" if self.version else "")
+
+    def _checked(self, message: pb.Manifest) -> pb.Manifest:
+        """``message`` once its fragment ids are checked (and remembered).
+
+        Raises:
+            StoredMetadataError: an id listed twice, or above ``max_id``.
+        """
+        ids = [f.id for f in message.fragments]
+        if len(set(ids)) != len(ids):
+            seen: set[int] = set()
+            twice = next(i for i in ids if i in seen or _add(seen, i))
+            raise StoredMetadataError(
+                f"{self._name()}: fragment {twice} is listed twice (its rows would be read twice)"
+            )
+        if self.max_id is not None and ids and max(ids) > self.max_id:
+            raise StoredMetadataError(
+                f"{self._name()}: fragment {max(ids)} is above the manifest's "
+                f"max_fragment_id {self.max_id} (a new fragment would reuse its id)"
+            )
+        self._message, self._ids = message, ids
+        return message
 
     def data(self) -> bytes | memoryview:
         """The encoding (serialized from the parsed message if read that way)."""
@@ -102,7 +148,7 @@ class EncodedFragments:
                     f"{self.where}: holds {len(message.fragments)} fragments, its summary "
                     f"says {self._count}"
                 )
-            self._message = message
+            return self._checked(message)
         return self._message
 
     def __len__(self) -> int:
@@ -117,7 +163,9 @@ class EncodedFragments:
 
     def ids(self) -> list[int]:
         """The fragment ids, in order (no fragment object is built)."""
-        return [f.id for f in self.message().fragments]
+        self.message()
+        assert self._ids is not None
+        return list(self._ids)
 
     def decoded(self) -> tuple[FragmentMetadata, ...]:
         """Every fragment as an object, checked.
@@ -142,8 +190,16 @@ class EncodedFragments:
     def _decode(self, message: pb.Fragment) -> FragmentMetadata:
         try:
             fragment = FragmentMetadata.from_pb(message)
+            for what in ("created_at_version", "last_updated_at_version"):
+                if self.version and getattr(message, what) > self.version:
+                    raise StoredMetadataError(
+                        f"fragment {message.id}: {what} {getattr(message, what)} is after "
+                        "the manifest's own version"
+                    )
         except PathOutsideDatasetError as exc:
             raise PathOutsideDatasetError(f"{exc} [manifest {self.where}]") from None
+        except StoredMetadataError as exc:
+            raise StoredMetadataError(f"{self._name()}: {exc}") from None
         except (ValueError, KeyError, IndexError) as exc:
             raise ManifestCorruptError(
                 f"{self.where}: fragment {message.id}: cannot decode: {exc}"
@@ -158,12 +214,14 @@ class EncodedFragments:
 
     def __getstate__(self) -> dict[str, Any]:
         return {"data": bytes(self.data()), "count": self._count, "rows": self._rows,
-                "bases": self.bases, "where": self.where}  # fmt: skip
+                "bases": self.bases, "where": self.where, "version": self.version,
+                "max_id": self.max_id}  # fmt: skip
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(  # type: ignore[misc]
             state["data"], count=state["count"], visible_rows=state["rows"],
-            bases=state["bases"], where=state["where"],
+            bases=state["bases"], where=state["where"], version=state.get("version", 0),
+            max_id=state.get("max_id"),
         )  # fmt: skip
 
 
@@ -252,7 +310,9 @@ class FragmentList(Sequence[FragmentMetadata]):
         for s in self._segments:
             if isinstance(s, EncodedFragments):
                 if not s.bases <= allowed:
-                    EncodedFragments(s.data(), bases=allowed, where=s.where).decoded()
+                    EncodedFragments(
+                        s.data(), bases=allowed, where=s.where, version=s.version, max_id=s.max_id
+                    ).decoded()
                 continue
             undeclared = file_base_ids(s) - allowed
             if undeclared:
@@ -268,6 +328,8 @@ class FragmentList(Sequence[FragmentMetadata]):
             out: list[FragmentMetadata] = []
             for s in self._segments:
                 out.extend(s.decoded() if isinstance(s, EncodedFragments) else s)
+            if len(self._segments) > 1:
+                self._check_unique([f.id for f in out])
             self._flat = tuple(out)
         return self._flat
 
@@ -325,7 +387,25 @@ class FragmentList(Sequence[FragmentMetadata]):
                 out.update((m.id, (s, m)) for m in s.message().fragments)
             else:
                 out.update((f.id, (None, f)) for f in s)
+        if len(out) != len(self):
+            self._check_unique(self.ids())
         return out
+
+    def _check_unique(self, ids: list[int]) -> None:
+        """Each segment's ids are checked when parsed; this checks them across
+        segments (a list joined from several).
+
+        Raises:
+            StoredMetadataError: an id is listed twice.
+        """
+        if len(set(ids)) == len(ids):
+            return
+        seen: set[int] = set()
+        twice = next(i for i in ids if i in seen or _add(seen, i))
+        first = next((s for s in self._segments if isinstance(s, EncodedFragments)), None)
+        raise StoredMetadataError(
+            f"{first._name() if first else 'fragment list'}: fragment {twice} is listed twice"
+        )
 
     def by_id(self) -> FragmentsById:
         """The fragments by id, each decoded when first looked up."""
@@ -391,7 +471,10 @@ class FragmentList(Sequence[FragmentMetadata]):
         # The untouched fragments were never decoded: they keep their stored checks
         # (base ids against the same declared set, and the summary, adjusted by the
         # changed fragments' rows) for when they are.
-        return EncodedFragments(message=message, visible_rows=rows, bases=s.bases, where=s.where)
+        return EncodedFragments(
+            message=message, visible_rows=rows, bases=s.bases, where=s.where,
+            version=s.version, max_id=s.max_id,
+        )  # fmt: skip
 
 
 class FragmentsById(Mapping[int, FragmentMetadata]):
@@ -454,5 +537,12 @@ def _merged(segments: tuple[Segment, ...]) -> tuple[Segment, ...]:
     count = sum(len(s) for s in out)
     known = [s._rows if isinstance(s, EncodedFragments) else _visible_rows(s) for s in out]
     rows = None if None in known else sum(r for r in known if r is not None)
-    where = next((s.where for s in out if isinstance(s, EncodedFragments)), "")
-    return (EncodedFragments(data, count=count, visible_rows=rows, bases=bases, where=where),)
+    first = next((s for s in out if isinstance(s, EncodedFragments)), None)
+    # The joined fragments come from several versions: only uniqueness of ids is
+    # checked when they are parsed (no one max_fragment_id bounds them).
+    return (
+        EncodedFragments(
+            data, count=count, visible_rows=rows, bases=bases,
+            where=first.where if first else "", version=first.version if first else 0,
+        ),
+    )  # fmt: skip

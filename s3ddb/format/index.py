@@ -13,8 +13,10 @@ from typing import Any
 
 from pyroaring import BitMap
 
+from s3ddb.errors import StoredMetadataError
 from s3ddb.format import layout
 from s3ddb.format._proto import manifest_pb2 as pb
+from s3ddb.format.limits import MAX_FRAGMENT_ID, MAX_VERSION, check_range
 from s3ddb.io.paths import check_name
 
 #: ``details`` key listing the index's file names (comma separated) under its directory.
@@ -91,14 +93,38 @@ class IndexMetadata:
         return m
 
     @classmethod
-    def from_pb(cls, m: pb.IndexMetadata) -> IndexMetadata:
-        """Decode a stored index description.
+    def from_pb(
+        cls,
+        m: pb.IndexMetadata,
+        *,
+        max_fragment_id: int | None = None,
+        max_fragments: int | None = None,
+    ) -> IndexMetadata:
+        """Decode a stored index description. Its fragment bitmap is checked before
+        any set is built from it: at most ``max_fragments`` fragments (the version's
+        fragment count), none above ``max_fragment_id``.
 
         Raises:
             PathOutsideDatasetError: its uuid or a file name would leave the dataset.
-            ValueError: the fragment bitmap is corrupt.
+            StoredMetadataError: the fragment bitmap is corrupt, or covers fragments
+                beyond those limits; its dataset version is out of range.
         """
-        bitmap = BitMap.deserialize(m.fragment_bitmap) if m.fragment_bitmap else BitMap()
+        where = f"index {m.name[:80]!r}"
+        try:
+            bitmap = BitMap.deserialize(m.fragment_bitmap) if m.fragment_bitmap else BitMap()
+        except (ValueError, TypeError, OverflowError, MemoryError) as exc:
+            raise StoredMetadataError(f"{where}: corrupt fragment bitmap: {exc}") from None
+        most = MAX_FRAGMENT_ID + 1 if max_fragments is None else max_fragments
+        if len(bitmap) > most:
+            raise StoredMetadataError(
+                f"{where}: covers {len(bitmap)} fragments, the version holds {most}"
+            )
+        highest = MAX_FRAGMENT_ID if max_fragment_id is None else max_fragment_id
+        if bitmap and bitmap.max() > highest:
+            raise StoredMetadataError(
+                f"{where}: covers fragment {bitmap.max()}, above max_fragment_id {highest}"
+            )
+        check_range(m.dataset_version, 0, MAX_VERSION, "dataset_version", where)
         return cls(
             uuid=m.uuid,
             name=m.name,

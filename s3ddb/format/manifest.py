@@ -12,13 +12,14 @@ from zlib import crc32
 from google.protobuf.message import DecodeError
 
 from s3ddb._version import __version__
-from s3ddb.errors import ManifestCorruptError, PathOutsideDatasetError
+from s3ddb.errors import ManifestCorruptError, PathOutsideDatasetError, StoredMetadataError
 from s3ddb.format import layout
 from s3ddb.format._proto import manifest_pb2 as pb
 from s3ddb.format.bases import BasePath, check_base_paths, fragment_files
 from s3ddb.format.fragment_list import EncodedFragments, FragmentList
 from s3ddb.format.framing import frame_parts, unframe, unframe_view
 from s3ddb.format.index import IndexMetadata
+from s3ddb.format.limits import MAX_FRAGMENT_ID, MAX_PHYSICAL_ROWS, MAX_VERSION, check_range
 from s3ddb.format.naming import NamingScheme
 from s3ddb.format.schema import DatasetSchema
 from s3ddb.io.object_store import ObjectStore
@@ -195,6 +196,8 @@ class Manifest:
         message: pb.Manifest | None,
         where: str,
     ) -> Manifest:
+        _check_header(m, where)
+        max_id = m.max_fragment_id if m.HasField("max_fragment_id") else None
         bases = tuple(BasePath.from_pb(b) for b in m.base_paths)
         encoded = EncodedFragments(
             fragments,
@@ -203,12 +206,25 @@ class Manifest:
             visible_rows=m.visible_rows if m.HasField("visible_rows") else None,
             bases=frozenset(b.id for b in bases),
             where=where,
+            version=m.version,
+            max_id=max_id,
         )
+        # An index covers only fragments of this version (see index.maintenance): at
+        # most as many as it holds, none above max_fragment_id.
+        covered = len(encoded) if m.indices else None  # parses fragments only without a count
+        try:
+            schema = DatasetSchema.from_pb(m.schema)
+            indices = tuple(
+                IndexMetadata.from_pb(i, max_fragment_id=max_id, max_fragments=covered)
+                for i in m.indices
+            )
+        except StoredMetadataError as exc:
+            raise StoredMetadataError(f"manifest {where} (version {m.version}): {exc}") from None
         return cls(
             version=m.version,
-            schema=DatasetSchema.from_pb(m.schema),
+            schema=schema,
             fragments=FragmentList(encoded),
-            max_fragment_id=m.max_fragment_id if m.HasField("max_fragment_id") else None,
+            max_fragment_id=max_id,
             config=dict(m.config),
             table_metadata=dict(m.table_metadata),
             timestamp_nanos=m.timestamp_nanos,
@@ -220,7 +236,7 @@ class Manifest:
             writer_library=m.writer_version.library,
             writer_version=m.writer_version.version,
             base_paths=bases,
-            indices=tuple(IndexMetadata.from_pb(i) for i in m.indices),
+            indices=indices,
             cloned_from_version=m.cloned_from_version or None,
             dataset_id=_checked_identity(m.dataset_id, where),
             commit_mechanism=_checked_mechanism(m.commit_mechanism, where),
@@ -249,8 +265,31 @@ class Manifest:
             return cls._from_parsed(pb.Manifest.FromString(bytes(payload)), where)
         except PathOutsideDatasetError as exc:
             raise PathOutsideDatasetError(f"{exc} [manifest {where}]") from None
-        except (DecodeError, ValueError, KeyError, IndexError) as exc:
+        except ManifestCorruptError:
+            raise
+        except (DecodeError, ValueError, KeyError, IndexError, TypeError, OverflowError) as exc:
             raise ManifestCorruptError(f"manifest {where}: cannot decode: {exc}") from exc
+
+
+def _check_header(m: pb.Manifest, where: str) -> None:
+    """Refuse a header whose numbers no s3ddb writer stores: a version outside
+    1..2^63-1 (V2 names are ``u64::MAX - version``), a negative commit time, ids and
+    counts beyond what fragments can hold.
+
+    Raises:
+        StoredMetadataError: naming the manifest, its version and the number.
+    """
+    named = f"manifest {where} (version {m.version})"
+    check_range(m.version, 1, MAX_VERSION, "version", named)
+    check_range(m.timestamp_nanos, 0, 2**63 - 1, "timestamp_nanos", named)
+    check_range(m.cloned_from_version, 0, MAX_VERSION, "cloned_from_version", named)
+    if m.HasField("max_fragment_id"):
+        check_range(m.max_fragment_id, 0, MAX_FRAGMENT_ID, "max_fragment_id", named)
+    if m.HasField("fragment_count"):
+        check_range(m.fragment_count, 0, MAX_FRAGMENT_ID + 1, "fragment_count", named)
+        if m.HasField("visible_rows"):
+            most = m.fragment_count * MAX_PHYSICAL_ROWS
+            check_range(m.visible_rows, 0, most, "visible_rows", named)
 
 
 def new_dataset_id() -> str:
@@ -331,10 +370,16 @@ class ManifestHeader:
     dataset_id: str = ""
 
     @classmethod
-    def of(cls, m: pb.Manifest | Manifest) -> ManifestHeader:
-        return cls(
-            m.version, m.timestamp_nanos, m.operation, dict(m.table_metadata), m.dataset_id
-        )
+    def of(cls, m: pb.Manifest | Manifest, where: str = "") -> ManifestHeader:
+        """The header of ``m``.
+
+        Raises:
+            StoredMetadataError: its version or commit time is out of range.
+        """
+        named = f"manifest {where} (version {m.version})"
+        check_range(m.version, 1, MAX_VERSION, "version", named)
+        check_range(m.timestamp_nanos, 0, 2**63 - 1, "timestamp_nanos", named)
+        return cls(m.version, m.timestamp_nanos, m.operation, dict(m.table_metadata), m.dataset_id)
 
 
 def read_manifest_header(store: ObjectStore, path: str, where: str) -> ManifestHeader:
@@ -354,12 +399,12 @@ def read_manifest_header(store: ObjectStore, path: str, where: str) -> ManifestH
         offset = _fragments_offset(data[8:], 2**32, where)
         if offset is None:
             full = unframe(store.get(path), MANIFEST_MAGIC, f"manifest {where}")
-            return ManifestHeader.of(pb.Manifest.FromString(full))
+            return ManifestHeader.of(pb.Manifest.FromString(full), where)
         if 8 + offset > len(data):
             data = store.get_prefix(path, 8 + offset)
             if len(data) < 8 + offset:
                 raise ManifestCorruptError(f"manifest {where}: truncated header")
-        return ManifestHeader.of(_parse_header(data[8:], offset, where))
+        return ManifestHeader.of(_parse_header(data[8:], offset, where), where)
     except (DecodeError, ValueError) as exc:
         raise ManifestCorruptError(f"manifest {where}: cannot decode: {exc}") from exc
 

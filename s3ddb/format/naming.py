@@ -15,6 +15,11 @@ import re
 import uuid
 
 U64_MAX = 2**64 - 1
+#: The largest version s3ddb reads or writes. Versions are u64 in the format, but V2
+#: names are ``u64::MAX - version``, and stored counters go through signed 64-bit
+#: integers in Arrow, DynamoDB numbers and other readers: anything from 2^63 up is
+#: refused as damaged or hostile, and a name that would parse to it is no manifest.
+MAX_VERSION = 2**63 - 1
 _V1_RE = re.compile(r"^(\d{1,19})\.manifest$")
 _V2_RE = re.compile(r"^(\d{20})\.manifest$")
 _STAGED_RE = re.compile(r"^(\d{1,20})\.manifest-([0-9a-f]{32})$")
@@ -26,8 +31,8 @@ class NamingScheme(enum.Enum):
 
     def manifest_name(self, version: int) -> str:
         """File name (no directory) of ``version``'s final manifest."""
-        if version < 1 or version >= U64_MAX:
-            raise ValueError(f"version out of range: {version}")
+        if not is_valid_version(version):
+            raise ValueError(f"version out of range: {version} (1 to {MAX_VERSION})")
         if self is NamingScheme.V1:
             return f"{version}.manifest"
         return f"{U64_MAX - version:020d}.manifest"
@@ -36,15 +41,24 @@ class NamingScheme(enum.Enum):
 DEFAULT_NAMING = NamingScheme.V2
 
 
+def is_valid_version(version: object) -> bool:
+    """Whether ``version`` is an int (not a bool) from 1 to :data:`MAX_VERSION`."""
+    return type(version) is int and 1 <= version <= MAX_VERSION
+
+
 def parse_manifest_name(name: str) -> tuple[int, NamingScheme] | None:
-    """(version, scheme) of a final manifest file name, or None if it is not one."""
+    """(version, scheme) of a final manifest file name, or None if it is not one (also
+    when it would name a version outside 1..:data:`MAX_VERSION`: a V2 name of 20
+    digits can exceed ``u64::MAX`` or name version 0)."""
     m = _V2_RE.match(name)
     if m:
-        return U64_MAX - int(m.group(1)), NamingScheme.V2
-    m = _V1_RE.match(name)
-    if m and int(m.group(1)) > 0:
-        return int(m.group(1)), NamingScheme.V1
-    return None
+        version, scheme = U64_MAX - int(m.group(1)), NamingScheme.V2
+    else:
+        m = _V1_RE.match(name)
+        if not m:
+            return None
+        version, scheme = int(m.group(1)), NamingScheme.V1
+    return (version, scheme) if is_valid_version(version) else None
 
 
 def staged_manifest_name(final_name: str, token: str | None = None) -> str:

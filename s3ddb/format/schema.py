@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from s3ddb.errors import SchemaMismatchError
+from s3ddb.errors import SchemaMismatchError, StoredMetadataError
 from s3ddb.format._proto import manifest_pb2 as pb
 
 FieldPath = tuple[str, ...]
@@ -129,20 +129,52 @@ class DatasetSchema:
 
     @classmethod
     def from_pb(cls, message: pb.Schema) -> DatasetSchema:
+        """Decode a stored schema, checked: each field id at most once and >= 0; a
+        parent listed before its children; top-level fields with one Arrow field each,
+        of the same name; the fields listed (depth first, with their names) exactly
+        those of the Arrow types. Two fields sharing an id would read one column's
+        values under the other's name.
+
+        Raises:
+            StoredMetadataError: any of these fails; the message names the field.
+        """
         top: list[pa.Field] = []
         names_by_id: dict[int, FieldPath] = {}
         ids: list[tuple[FieldPath, int]] = []
         for field in message.fields:
+            if field.id < 0:
+                raise StoredMetadataError(f"schema: field id {field.id} ({field.name!r}) is < 0")
+            if field.id in names_by_id:
+                first = ".".join(names_by_id[field.id])
+                raise StoredMetadataError(
+                    f"schema: field id {field.id} is used twice ({first!r} and {field.name!r})"
+                )
             if field.parent_id == -1:
-                arrow_field = pa.ipc.read_schema(pa.py_buffer(field.arrow_field)).field(0)
-                top.append(arrow_field)
+                top.append(_arrow_field(field))
                 path: FieldPath = (field.name,)
-            else:
+            elif field.parent_id in names_by_id:
                 path = (*names_by_id[field.parent_id], field.name)
+            else:
+                raise StoredMetadataError(
+                    f"schema: field {field.name!r} (id {field.id}) has parent id "
+                    f"{field.parent_id}, which no earlier field has"
+                )
             names_by_id[field.id] = path
             ids.append((path, field.id))
         metadata = dict(message.metadata) or None
-        return cls(pa.schema(top, metadata=metadata), tuple(ids))
+        arrow = pa.schema(top, metadata=metadata)
+        stored = [p for p, _i in ids]
+        try:
+            expected = [p for p, _f in _walk(list(arrow))]
+        except SchemaMismatchError as exc:
+            raise StoredMetadataError(f"schema: {exc}") from None
+        if len(set(stored)) != len(stored):
+            seen: set[FieldPath] = set()
+            twice = next(p for p in stored if p in seen or seen.add(p))  # type: ignore[func-returns-value]
+            raise StoredMetadataError(f"schema: field {'.'.join(twice)!r} is listed twice")
+        if stored != expected:
+            raise StoredMetadataError(f"schema: {_first_difference(stored, expected)}")
+        return cls(arrow, tuple(ids))
 
     # --- evolution -------------------------------------------------------------------
 
@@ -182,6 +214,38 @@ class DatasetSchema:
         if not metadata:
             changed = changed.remove_metadata()
         return DatasetSchema(self.arrow.set(index, changed), self.ids)
+
+
+def _arrow_field(field: pb.Field) -> pa.Field:
+    """The Arrow field of a stored top-level field.
+
+    Raises:
+        StoredMetadataError: it is missing, not one Arrow field, or of another name.
+    """
+    try:
+        schema = pa.ipc.read_schema(pa.py_buffer(field.arrow_field))
+    except (pa.ArrowException, ValueError, TypeError) as exc:
+        raise StoredMetadataError(
+            f"schema: field {field.name!r} (id {field.id}) has no readable Arrow field: "
+            f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+        ) from None
+    if len(schema) != 1 or schema.field(0).name != field.name:
+        raise StoredMetadataError(
+            f"schema: field {field.name!r} (id {field.id}) has the Arrow field(s) "
+            f"{schema.names[:3]!r}"
+        )
+    return schema.field(0)
+
+
+def _first_difference(stored: list[FieldPath], expected: list[FieldPath]) -> str:
+    """Where the fields listed differ from the Arrow types' fields."""
+    for a, b in zip(stored, expected, strict=False):
+        if a != b:
+            return f"field {'.'.join(a)!r} is listed where the Arrow types have {'.'.join(b)!r}"
+    if len(stored) > len(expected):
+        shown = ".".join(stored[len(expected)])
+        return f"field {shown!r} is not in the Arrow types, or listed twice"
+    return f"field {'.'.join(expected[len(stored)])!r} of the Arrow types is not listed"
 
 
 def _family(t: pa.DataType) -> str | None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import bisect
 import io
 import uuid as uuid_mod
-from collections.abc import Iterable, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from s3ddb.errors import UnsupportedIndexError
+from s3ddb.errors import StoredMetadataError, UnsupportedIndexError
 from s3ddb.format.bases import FileResolver
 from s3ddb.format.datafile import read_fragment
 from s3ddb.format.fragment import FragmentMetadata
@@ -158,20 +158,71 @@ def lookup(
     conditions: Sequence[Condition],
     exact: pc.Expression | None,
     column: str,
-    fragment_ids: Iterable[int],
+    fragment_rows: Mapping[int, int],
 ) -> dict[int, np.ndarray]:
-    """Row offsets, per covered fragment among ``fragment_ids``, whose key may satisfy
-    every condition: index row groups no condition can match are never read, and the
-    rows read are filtered with ``exact`` (the conditions' predicate over ``column``).
+    """Row offsets, per covered fragment among ``fragment_rows`` (fragment id ->
+    physical rows), whose key may satisfy every condition: index row groups no
+    condition can match are never read, and the rows read are filtered with ``exact``
+    (the conditions' predicate over ``column``).
 
     Offsets are sorted. Fragments without a match are absent.
+
+    Raises:
+        StoredMetadataError: the index file is not a BTREE file of this layout, or
+            points at a row beyond its fragment's physical rows (the message names the
+            file and the fragment).
     """
-    wanted = set(fragment_ids) & index.fragment_ids
+    wanted = set(fragment_rows) & index.fragment_ids
     if not wanted:
         return {}
     path = index_file_path(index.uuid, BTREE_FILE)
+    where = f"index file {store.url}/{path} of index {index.name!r}"
+    try:
+        table = _read_groups(store, path, conditions, where)
+        if table is None:
+            return {}
+        if exact is not None:
+            table = table.rename_columns([column, FRAGMENT, OFFSET]).filter(exact)
+    except (pa.ArrowException, OSError, ValueError, MemoryError) as exc:
+        if isinstance(exc, FileNotFoundError | StoredMetadataError):
+            raise
+        raise StoredMetadataError(f"{where} is corrupt: {str(exc)[:300]}") from None
+    fragments = table.column(FRAGMENT).to_numpy()
+    offsets = table.column(OFFSET).to_numpy()
+    out: dict[int, np.ndarray] = {}
+    for fid in np.unique(fragments):
+        if int(fid) in wanted:
+            found = np.sort(offsets[fragments == fid])
+            rows = fragment_rows[int(fid)]
+            if found.size and int(found[-1]) >= rows:
+                raise StoredMetadataError(
+                    f"{where}: row offset {int(found[-1])} of fragment {int(fid)} is beyond "
+                    f"its {rows} physical rows"
+                )
+            out[int(fid)] = found
+    return out
+
+
+def _read_groups(
+    store: ObjectStore, path: str, conditions: Sequence[Condition], where: str
+) -> pa.Table | None:
+    """The rows of the index file's row groups some condition may match (None: no
+    group can), after checking the file's columns.
+
+    Raises:
+        StoredMetadataError: the file holds other columns than (key, fragment_id,
+            row_offset) with uint32 ids and offsets.
+    """
     with store.open_input(path) as f:
         parquet = pq.ParquetFile(f)
+        schema = parquet.schema_arrow
+        if schema.names != [KEY, FRAGMENT, OFFSET] or any(
+            schema.field(n).type != pa.uint32() for n in (FRAGMENT, OFFSET)
+        ):
+            raise StoredMetadataError(
+                f"{where}: holds columns {schema.names[:5]!r}, not ({KEY}, {FRAGMENT}, "
+                f"{OFFSET}) with uint32 ids and offsets"
+            )
         metadata = parquet.metadata
         keep = []
         for group in range(metadata.num_row_groups):
@@ -180,14 +231,5 @@ def lookup(
             if unknown or all(c.overlaps(stats.min, stats.max) for c in conditions):
                 keep.append(group)
         if not keep:
-            return {}
-        table = parquet.read_row_groups(keep)
-    if exact is not None:
-        table = table.rename_columns([column, FRAGMENT, OFFSET]).filter(exact)
-    fragments = table.column(FRAGMENT).to_numpy()
-    offsets = table.column(OFFSET).to_numpy()
-    out: dict[int, np.ndarray] = {}
-    for fid in np.unique(fragments):
-        if int(fid) in wanted:
-            out[int(fid)] = np.sort(offsets[fragments == fid])
-    return out
+            return None
+        return parquet.read_row_groups(keep)

@@ -198,9 +198,9 @@ def plan_indexed_scan(
     if usable is None:
         return None
     index, column, conditions, exact = usable
-    present = {f.id for f in manifest.fragments}
-    covered = frozenset(index.fragment_ids & present)
-    offsets = lookup(store, index, conditions, exact, column, covered)
+    present = {f.id: f.physical_rows for f in manifest.fragments}
+    covered = frozenset(index.fragment_ids & present.keys())
+    offsets = lookup(store, index, conditions, exact, column, {i: present[i] for i in covered})
     return IndexedScan(index, offsets, predicate, store, manifest, _covered=covered)
 
 
@@ -218,8 +218,8 @@ def lookup_keys(
         return None
     values = pa.chunked_array([keys]) if isinstance(keys, pa.Array) else keys
     values = pc.drop_null(values).combine_chunks()
-    present = {f.id for f in manifest.fragments}
-    covered = frozenset(index.fragment_ids & present)
+    present = {f.id: f.physical_rows for f in manifest.fragments}
+    covered = frozenset(index.fragment_ids & present.keys())
     wanted = KeySet(tuple(sorted(set(values.to_pylist()))))
     exact = pc.is_in(pc.field(column), value_set=values)
-    return covered, lookup(store, index, [wanted], exact, column, covered)
+    return covered, lookup(store, index, [wanted], exact, column, {i: present[i] for i in covered})
