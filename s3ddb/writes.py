@@ -21,6 +21,7 @@ from s3ddb.commit.transaction import Append, Operation, Overwrite, Restore, Upda
 from s3ddb.connect import open_handler
 from s3ddb.errors import (
     CommitMechanismError,
+    DatasetRecreatedError,
     DatasetAlreadyExistsError,
     InvalidInputError,
     RetryableCommitConflictError,
@@ -241,7 +242,8 @@ def write_dataset(
     if presumed is not None:
         try:
             return write(presumed)
-        except (RetryableCommitConflictError, SchemaMismatchError):
+        except (RetryableCommitConflictError, SchemaMismatchError, DatasetRecreatedError):
+            # (Re-created: dropped and written again since this process's commit.)
             log.info("write to %s: the dataset changed since this process's commit", uri)
     return write(handler.latest_location(finalize=False))
 

@@ -162,7 +162,6 @@ def commit_transaction(
     """
     config = config or CommitConfig()
     store = handler.store
-    handler.check_writable(base)
     written: list[str] = []
     writes = pending if pending is not None else PendingWrites()
 
@@ -180,6 +179,9 @@ def commit_transaction(
 
     original = txn
     try:
+        # Before anything is written; a refusal still deletes the files the
+        # operation wrote before committing (e.g. data files).
+        handler.check_writable(base)
         write_transaction(txn)
         if failpoints_active():
             writes.wait()

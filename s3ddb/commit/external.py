@@ -777,6 +777,7 @@ class ExternalStoreCommitHandler(CommitHandler):
         ) from unknown
 
     def _recreated(self, row: ManifestRow, exc: FenceFailedError) -> DatasetRecreatedError:
+        OWN_COMMITS.lost(self.base_uri)  # what this process committed is gone
         return DatasetRecreatedError(
             f"refusing to commit version {row.version} of {self.base_uri}: {exc}. Nothing "
             "was committed; re-open the dataset and run the operation again if it still "

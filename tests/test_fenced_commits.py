@@ -1,0 +1,410 @@
+"""Fenced commits (invariant 0): a dataset's identity, claims checked against their
+predecessor, and the commit mechanism that belongs to the dataset.
+
+Each case runs on a local path, on ``memory://``, on ``s3://`` with conditional writes
+and on ``s3+ddb://`` (moto's DynamoDB, which implements TransactWriteItems); the
+external store's own fence is also checked on the in-memory store and on moto.
+"""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+import s3ddb
+from s3ddb import health
+from s3ddb.cli.main import main as cli_main
+from s3ddb.commit import finalizer
+from s3ddb.commit.failpoints import EXIT_CODE
+from s3ddb.connect import external_store_for
+from s3ddb.errors import (
+    CommitMechanismError,
+    DataFileError,
+    DatasetRecreatedError,
+    ManifestFinalizationError,
+    StoredMetadataError,
+)
+from s3ddb.external_store.base import (
+    DATASET_ID_ATTRIBUTE,
+    Fence,
+    FenceFailedError,
+    ManifestRow,
+    VersionTakenError,
+)
+from s3ddb.external_store.dynamodb import item_to_row, row_to_item
+from s3ddb.external_store.memory import InMemoryManifestStore
+from s3ddb.format import layout
+from s3ddb.format.naming import NamingScheme
+from s3ddb.io import ObjectStore, parse_uri
+from tests.conftest import TEST_BUCKET, TEST_TABLE, make_table
+
+
+CONDITIONAL_BUCKET = "s3ddb-test-conditional"
+
+
+@pytest.fixture(scope="module")
+def conditional_aws() -> Iterator[Any]:
+    """A local endpoint whose S3 honours conditional writes (for ``s3://`` datasets)."""
+    from s3ddb.testing import LocalAWS
+
+    with LocalAWS() as server:
+        server.create_bucket(CONDITIONAL_BUCKET)
+        yield server
+
+
+@pytest.fixture(params=["local", "memory", "s3", "ddb"])
+def where(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, dict[str, Any] | None]:
+    """A fresh dataset URI of each kind, with its storage options."""
+    name = f"t-{uuid.uuid4().hex[:12]}"
+    if request.param == "local":
+        return str(tmp_path / name), None
+    if request.param == "memory":
+        return f"memory://{name}", None
+    if request.param == "s3":
+        aws = request.getfixturevalue("conditional_aws")
+        return f"s3://{CONDITIONAL_BUCKET}/{name}", aws.storage_options()
+    aws = request.getfixturevalue("aws")
+    return f"s3+ddb://{TEST_BUCKET}/{name}?ddbTableName={TEST_TABLE}", aws.storage_options()
+
+
+def _drop(uri: str, so: dict[str, Any] | None) -> None:
+    finalizer.drain()
+    health.drop(uri, so)
+
+
+def _ids(ds: s3ddb.Dataset) -> list[int]:
+    return sorted(ds.to_table(columns=["id"]).column("id").to_pylist())
+
+
+# --- drop and re-create while a writer runs -------------------------------------------
+
+
+def test_every_version_records_the_identity_of_the_first(where: tuple[str, Any]) -> None:
+    uri, so = where
+    ds = s3ddb.write_dataset(make_table(0, 3), uri, storage_options=so)
+    identity = ds.manifest.dataset_id
+    assert len(identity) == 32
+    ds.insert(make_table(3, 1))
+    ds.delete("id = 0")
+    s3ddb.write_dataset(make_table(10, 2), uri, mode="overwrite", storage_options=so)
+    latest = s3ddb.dataset(uri, storage_options=so)
+    assert latest.version == 4
+    assert {latest.checkout_version(v).manifest.dataset_id for v in range(1, 5)} == {identity}
+
+
+@pytest.mark.parametrize("recreated_versions", [2, 7])
+def test_a_writer_of_a_dropped_and_recreated_dataset_is_refused(
+    where: tuple[str, Any], recreated_versions: int
+) -> None:
+    """The long job opened version 5; the dataset is dropped and re-created with fewer
+    (2) or more (7) versions; its commit must fail and leave the new dataset intact."""
+    uri, so = where
+    for i in range(5):
+        s3ddb.write_dataset(make_table(i * 10, 2), uri, mode="append", storage_options=so)
+    stale = s3ddb.dataset(uri, storage_options=so)
+    assert stale.version == 5
+    _drop(uri, so)
+    for i in range(recreated_versions):
+        s3ddb.write_dataset(make_table(1000 + i, 1), uri, mode="append", storage_options=so)
+    with pytest.raises(DatasetRecreatedError, match="re-created"):
+        stale.insert(make_table(500, 3))
+    # A delete plans on the old version's data files, which the drop removed.
+    with pytest.raises((DatasetRecreatedError, DataFileError)):
+        stale.delete("id >= 0")
+    finalizer.drain()
+    fresh = s3ddb.dataset(uri, storage_options=so)
+    assert fresh.version == recreated_versions
+    assert [v.version for v in fresh.versions()] == list(range(1, recreated_versions + 1))
+    assert _ids(fresh) == [1000 + i for i in range(recreated_versions)]
+    assert health.verify(uri, so, grace_seconds=0).healthy
+
+
+def test_drop_through_the_cli_fences_a_local_writer(tmp_path: Path) -> None:
+    uri = str(tmp_path / "ds")
+    for i in range(3):
+        s3ddb.write_dataset(make_table(i, 1), uri, mode="append")
+    stale = s3ddb.dataset(uri)
+    assert cli_main(["drop", uri, "--yes"]) == 0
+    s3ddb.write_dataset(make_table(100, 1), uri)
+    with pytest.raises(DatasetRecreatedError):
+        stale.insert(make_table(7, 1))
+    assert _ids(s3ddb.dataset(uri)) == [100]
+    # Nothing the refused writer wrote is left behind.
+    data = sorted(p.name for p in (tmp_path / "ds" / "data").iterdir())
+    assert data == [f.path for f in s3ddb.dataset(uri).manifest.fragments[0].files]
+
+
+# --- the commit mechanism belongs to the dataset --------------------------------------
+
+
+def test_a_plain_s3_writer_cannot_commit_to_a_dynamodb_dataset(aws: Any) -> None:
+    so = aws.storage_options()
+    name = f"t-{uuid.uuid4().hex[:12]}"
+    ddb_uri = f"s3+ddb://{TEST_BUCKET}/{name}?ddbTableName={TEST_TABLE}"
+    plain = f"s3://{TEST_BUCKET}/{name}"
+    s3ddb.write_dataset(make_table(0, 2), ddb_uri, storage_options=so)
+    s3ddb.write_dataset(make_table(2, 2), ddb_uri, mode="append", storage_options=so)
+    finalizer.drain()
+    with pytest.raises(CommitMechanismError, match=f"ddbTableName={TEST_TABLE}") as info:
+        s3ddb.write_dataset(make_table(9, 1), plain, mode="append", storage_options=so)
+    assert f"s3+ddb://{TEST_BUCKET}/{name}" in str(info.value)
+    with pytest.raises(CommitMechanismError):
+        s3ddb.dataset(plain, storage_options=so).delete("id = 0")
+    # Reads stay allowed; the DynamoDB writer goes on; nothing was lost.
+    assert _ids(s3ddb.dataset(plain, storage_options=so)) == [0, 1, 2, 3]
+    ds = s3ddb.write_dataset(make_table(4, 1), ddb_uri, mode="append", storage_options=so)
+    assert ds.version == 3 and _ids(ds) == [0, 1, 2, 3, 4]
+    finalizer.drain()
+    report = health.verify(ddb_uri, so, grace_seconds=0)
+    assert report.healthy, report.to_json()["problems"]
+
+
+def test_another_table_is_another_mechanism(aws: Any) -> None:
+    so = aws.storage_options()
+    other_table = f"other_{uuid.uuid4().hex[:8]}"
+    aws.create_table(other_table)
+    name = f"t-{uuid.uuid4().hex[:12]}"
+    uri = f"s3+ddb://{TEST_BUCKET}/{name}?ddbTableName={TEST_TABLE}"
+    s3ddb.write_dataset(make_table(0, 2), uri, storage_options=so)
+    s3ddb.write_dataset(make_table(2, 1), uri, mode="append", storage_options=so)
+    finalizer.drain()
+    wrong = f"s3+ddb://{TEST_BUCKET}/{name}?ddbTableName={other_table}"
+    with pytest.raises(CommitMechanismError, match=TEST_TABLE):
+        s3ddb.write_dataset(make_table(5, 1), wrong, mode="append", storage_options=so)
+    # Moving it in place to the other table is refused while the first holds its rows.
+    with pytest.raises(CommitMechanismError, match="still holds"):
+        s3ddb.migrate_commits(wrong, storage_options=so)
+    assert s3ddb.dataset(uri, storage_options=so).version == 2
+
+
+def test_a_local_copy_of_a_dynamodb_dataset_is_read_only_until_migrated(
+    aws: Any, tmp_path: Path
+) -> None:
+    so = aws.storage_options()
+    name = f"t-{uuid.uuid4().hex[:12]}"
+    uri = f"s3+ddb://{TEST_BUCKET}/{name}?ddbTableName={TEST_TABLE}"
+    s3ddb.write_dataset(make_table(0, 2), uri, storage_options=so)
+    s3ddb.write_dataset(make_table(2, 2), uri, mode="append", storage_options=so)
+    finalizer.drain()
+    copy = tmp_path / "copy"
+    s3 = aws.boto3_client("s3")
+    pages = s3.get_paginator("list_objects_v2").paginate(Bucket=TEST_BUCKET, Prefix=name + "/")
+    for key in (o["Key"] for page in pages for o in page.get("Contents", [])):
+        if ".manifest-" in key:
+            continue  # staged manifests are not part of a copy
+        target = copy / key[len(name) + 1 :]
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(s3.get_object(Bucket=TEST_BUCKET, Key=key)["Body"].read())
+    assert _ids(s3ddb.dataset(str(copy))) == [0, 1, 2, 3]
+    with pytest.raises(CommitMechanismError, match="copy"):
+        s3ddb.write_dataset(make_table(9, 1), str(copy), mode="append")
+    moved = s3ddb.migrate_commits(str(copy))
+    assert moved.version == 3
+    assert moved.manifest.table_metadata["s3ddb.commit_mechanism"] == "conditional-put"
+    s3ddb.write_dataset(make_table(9, 1), str(copy), mode="append")
+    assert _ids(s3ddb.dataset(str(copy))) == [0, 1, 2, 3, 9]
+    # Migrating again is a no-op; the original never noticed.
+    assert s3ddb.migrate_commits(str(copy)).version == 4
+    assert s3ddb.dataset(uri, storage_options=so).version == 2
+
+
+def test_migrate_commits_through_the_cli(aws: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    so = aws.storage_options()
+    name = f"t-{uuid.uuid4().hex[:12]}"
+    plain = f"s3://{TEST_BUCKET}/{name}"
+    uri = f"s3+ddb://{TEST_BUCKET}/{name}?ddbTableName={TEST_TABLE}"
+    s3ddb.write_dataset(make_table(0, 2), plain, storage_options=so)
+    flags = [f"--storage-option={k}={v}" for k, v in so.items()]
+    assert cli_main(["migrate-commits", uri, *flags]) == 0
+    assert "commits now go through dynamodb" in capsys.readouterr().out
+    assert cli_main(["migrate-commits", uri, *flags]) == 0
+    assert "nothing to do" in capsys.readouterr().out
+    assert (
+        s3ddb.write_dataset(make_table(5, 1), uri, mode="append", storage_options=so).version == 3
+    )
+
+
+def test_a_plain_writer_cannot_create_a_dataset_a_dynamodb_writer_is_creating(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "ds"
+    staged = root / layout.staged_manifest_path(1, NamingScheme.V2)
+    staged.parent.mkdir(parents=True)
+    staged.write_bytes(b"planted")
+    with pytest.raises(CommitMechanismError, match="staged manifest"):
+        s3ddb.write_dataset(make_table(0, 1), str(root))
+
+
+# --- the fence of the external store itself -------------------------------------------
+
+
+def _row(version: int, identity: str | None = "a" * 32) -> ManifestRow:
+    extra = {DATASET_ID_ATTRIBUTE: identity} if identity is not None else {}
+    path = layout.staged_manifest_path(version, NamingScheme.V2)
+    return ManifestRow("s3://b/fence", version, path, 10, "t", 1, extra)
+
+
+def _store_kinds(request: pytest.FixtureRequest) -> Any:
+    if request.param == "memory":
+        return InMemoryManifestStore()
+    aws = request.getfixturevalue("aws")
+    parsed = parse_uri(f"s3+ddb://{TEST_BUCKET}/fence?ddbTableName={TEST_TABLE}")
+    store = external_store_for(parsed, ObjectStore(parsed, aws.storage_options()))
+    store.delete_dataset("s3://b/fence")
+    return store
+
+
+@pytest.fixture(params=["memory", "moto"])
+def external(request: pytest.FixtureRequest) -> Any:
+    return _store_kinds(request)
+
+
+def test_fenced_claims(external: Any) -> None:
+    external.put_if_not_exists(_row(1))
+    external.put_if_not_exists(_row(2), Fence(1, "a" * 32))
+    # Predecessor missing: the dataset was dropped.
+    with pytest.raises(FenceFailedError, match="no longer exists") as info:
+        external.put_if_not_exists(_row(5), Fence(4, "a" * 32))
+    assert info.value.predecessor is None
+    # Predecessor of another identity: re-created.
+    with pytest.raises(FenceFailedError, match="b" * 32) as info:
+        external.put_if_not_exists(_row(3, "b" * 32), Fence(2, "b" * 32))
+    assert info.value.predecessor is not None and info.value.predecessor.version == 2
+    # A taken version wins over a failed fence: the writer rebases.
+    with pytest.raises(VersionTakenError):
+        external.put_if_not_exists(_row(2, "b" * 32), Fence(1, "b" * 32))
+    # Adoption: only while the predecessor has no row.
+    with pytest.raises(FenceFailedError, match="already has a row"):
+        external.put_if_not_exists(_row(3), Fence(2, absent=True))
+    external.put_if_not_exists(_row(7), Fence(6, absent=True))
+    # Rows from before identities were recorded: fenced on having none.
+    external.put_if_not_exists(_row(8, None), Fence(7, "a" * 32))
+    with pytest.raises(FenceFailedError):
+        external.put_if_not_exists(_row(9), Fence(8, "a" * 32))
+    ninth = _row(9)
+    external.put_if_not_exists(ninth, Fence(8, ""))
+    assert [r.version for r in external.list_versions("s3://b/fence")] == [1, 2, 7, 8, 9]
+    # Re-putting one's own row is success (a retried claim whose response was lost).
+    external.put_if_not_exists(ninth, Fence(8, ""))
+
+
+# --- rows and staged manifests are checked before use ---------------------------------
+
+
+@pytest.mark.parametrize(
+    ("attribute", "value"),
+    [
+        ("size", {"N": "abc"}),
+        ("size", {"N": "1e30"}),
+        ("size", {"N": "2.5"}),
+        ("size", {"S": "12"}),
+        ("size", {"N": str(2**80)}),
+        ("committed_at", {"N": "-5"}),
+        ("committed_at", {"N": "9" * 40}),
+        ("version", {"N": str(2**64 - 1)}),
+        ("version", {"N": "0"}),
+        ("path", {"N": "1"}),
+        ("base_uri", {"S": ""}),
+    ],
+)
+def test_malformed_row_attributes_are_typed_errors(attribute: str, value: Any) -> None:
+    item = row_to_item(_row(3))
+    item[attribute] = value
+    with pytest.raises(StoredMetadataError, match=attribute):
+        item_to_row(item)
+
+
+def test_a_planted_row_with_a_malformed_size_is_a_typed_error_for_readers(aws: Any) -> None:
+    so = aws.storage_options()
+    uri = f"s3+ddb://{TEST_BUCKET}/t-{uuid.uuid4().hex[:12]}?ddbTableName={TEST_TABLE}"
+    s3ddb.write_dataset(make_table(0, 2), uri, storage_options=so)
+    finalizer.drain()
+    parsed = parse_uri(uri)
+    item = row_to_item(_row(2))
+    item["base_uri"] = {"S": parsed.base_uri}
+    item["size"] = {"N": "1e30"}
+    aws.boto3_client("dynamodb").put_item(TableName=TEST_TABLE, Item=item)
+    with pytest.raises(StoredMetadataError, match="size"):
+        s3ddb.dataset(uri, storage_options=so)
+
+
+def test_a_staged_object_holding_another_versions_manifest_is_never_finalized(aws: Any) -> None:
+    """Someone with write access plants row 3 whose staged object is a copy of version
+    2's manifest (of the right size): readers refuse, and no final manifest of version
+    3 appears for plain s3:// readers."""
+    so = aws.storage_options()
+    name = f"t-{uuid.uuid4().hex[:12]}"
+    uri = f"s3+ddb://{TEST_BUCKET}/{name}?ddbTableName={TEST_TABLE}"
+    s3ddb.write_dataset(make_table(0, 2), uri, storage_options=so)
+    ds = s3ddb.write_dataset(make_table(2, 2), uri, mode="append", storage_options=so)
+    finalizer.drain()
+    s3 = aws.boto3_client("s3")
+    v2 = s3.get_object(Bucket=TEST_BUCKET, Key=f"{name}/{layout.manifest_path(2, NamingScheme.V2)}")
+    body = v2["Body"].read()
+    staged = layout.staged_manifest_path(3, NamingScheme.V2)
+    s3.put_object(Bucket=TEST_BUCKET, Key=f"{name}/{staged}", Body=body)
+    planted = ManifestRow(
+        parse_uri(uri).base_uri,
+        3,
+        staged,
+        len(body),
+        "mallory",
+        1,
+        {DATASET_ID_ATTRIBUTE: ds.manifest.dataset_id},
+    )
+    aws.boto3_client("dynamodb").put_item(TableName=TEST_TABLE, Item=row_to_item(planted))
+    with pytest.raises(ManifestFinalizationError, match="holds version 2"):
+        s3ddb.dataset(uri, storage_options=so)
+    final = f"{name}/{layout.manifest_path(3, NamingScheme.V2)}"
+    listed = s3.list_objects_v2(Bucket=TEST_BUCKET, Prefix=final).get("Contents", [])
+    assert final not in [o["Key"] for o in listed]
+    assert s3ddb.dataset(f"s3://{TEST_BUCKET}/{name}", storage_options=so).version == 2
+
+
+# --- writers finalize N-1 completely ---------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", ["commit.after_external_put", "commit.after_copy_final"])
+def test_after_a_crash_the_next_writer_leaves_verify_healthy(aws: Any, point: str) -> None:
+    from tests.proc import run_workers
+    from tests.workers import rows_for
+
+    so = aws.storage_options()
+    uri = f"s3+ddb://{TEST_BUCKET}/t-{uuid.uuid4().hex[:12]}?ddbTableName={TEST_TABLE}"
+    s3ddb.write_dataset(rows_for(0, 0, 2), uri, storage_options=so)
+    finalizer.drain()
+    env = {**aws.env(), "S3DDB_FAILPOINTS": f"{point}=exit"}
+    [crashed] = run_workers([("append", uri, "1", "1", "1")], env=env)
+    assert crashed.returncode == EXIT_CODE, crashed.stderr[-2000:]
+    report = health.verify(uri, so, grace_seconds=0)
+    assert not report.healthy  # version 2 is decided but still staged
+    # A writer that builds on the crashed version (without reading through it first)
+    # finishes it completely: copy and repoint.
+    stale = s3ddb.dataset(uri, version=1, storage_options=so)
+    stale.insert(rows_for(0, 1, 1))
+    finalizer.drain()
+    report = health.verify(uri, so, grace_seconds=0)
+    assert report.healthy, report.to_json()["problems"]
+    assert s3ddb.dataset(uri, storage_options=so).version == 3
+
+
+def test_copies_keep_their_own_identity(tmp_path: Path) -> None:
+    src = str(tmp_path / "src")
+    ds = s3ddb.write_dataset(pa.table({"id": [1, 2]}), src)
+    clone = ds.shallow_clone(str(tmp_path / "clone"))
+    deep = ds.deep_clone(str(tmp_path / "deep"))
+    ids = {ds.manifest.dataset_id, clone.manifest.dataset_id, deep.manifest.dataset_id}
+    assert len(ids) == 3
+    # A plain file copy is the same dataset (same identity, same mechanism): writable.
+    shutil.copytree(src, tmp_path / "copy")
+    assert (
+        s3ddb.write_dataset(pa.table({"id": [3]}), str(tmp_path / "copy"), mode="append").version
+        == 2
+    )
