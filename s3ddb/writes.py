@@ -21,8 +21,8 @@ from s3ddb.commit.transaction import Append, Operation, Overwrite, Restore, Upda
 from s3ddb.connect import open_handler
 from s3ddb.errors import (
     CommitMechanismError,
-    DatasetRecreatedError,
     DatasetAlreadyExistsError,
+    DatasetRecreatedError,
     InvalidInputError,
     RetryableCommitConflictError,
     SchemaMismatchError,

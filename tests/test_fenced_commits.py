@@ -44,7 +44,6 @@ from s3ddb.format.naming import NamingScheme
 from s3ddb.io import ObjectStore, parse_uri
 from tests.conftest import TEST_BUCKET, TEST_TABLE, make_table
 
-
 CONDITIONAL_BUCKET = "s3ddb-test-conditional"
 
 
