@@ -21,6 +21,7 @@ from s3ddb.commit.external import ExternalStoreCommitHandler
 from s3ddb.commit.handlers import CommitHandler
 from s3ddb.connect import open_handler
 from s3ddb.errors import (
+    DataFileError,
     ManifestCorruptError,
     PathOutsideDatasetError,
     S3DDBError,
@@ -33,6 +34,7 @@ from s3ddb.format.bases import FileResolver
 from s3ddb.format.manifest import Manifest, referenced_files, referenced_paths
 from s3ddb.format.naming import parse_manifest_name, parse_staged_name
 from s3ddb.io.object_store import ObjectMeta, ObjectStore
+from s3ddb.scan.source import check_data_file
 from s3ddb.tags import read_tag_version
 
 #: Objects younger than this (seconds) may belong to a commit in progress.
@@ -254,7 +256,18 @@ def verify(
         if manifest.transaction_file:
             referenced.add(layout.transaction_path(manifest.transaction_file))
         index_dirs.update(i.directory for i in manifest.indices)
-        for path in referenced_paths(manifest, transaction=False):
+        try:
+            _check_data_files(store, manifest, objects, referenced, problem)
+            paths = referenced_paths(manifest, transaction=False)
+        except (ManifestCorruptError, PathOutsideDatasetError) as exc:
+            problem(
+                "unreadable_manifest", str(version),
+                f"the fragments of version {version} cannot be read: {exc}",
+                "restore its manifest from a backup, or s3ddb restore URI to an "
+                "earlier version", version,
+            )  # fmt: skip
+            continue
+        for path in paths:
             if path not in referenced and path not in objects and _is_index(path):
                 problem(
                     "missing_index_file", path,
@@ -288,6 +301,53 @@ def verify(
                 "harmless to readers; s3ddb cleanup deletes it once 7 days old",
             )  # fmt: skip
     return report
+
+
+def _check_data_files(
+    store: ObjectStore,
+    manifest: Manifest,
+    objects: dict[str, ObjectMeta],
+    checked: set[str],
+    problem: Callable[..., None],
+) -> None:
+    """Report each data file of ``manifest`` in the dataset's own root that is
+    missing, or whose footer shows it is not the file its fragment describes (not
+    Parquet, another row count, a declared column missing): one ranged read of its
+    footer per file, never the whole file. Files in ``checked`` (seen in an earlier
+    version) are skipped, and the ones looked at here are added to it.
+
+    Raises:
+        ManifestCorruptError, PathOutsideDatasetError: a fragment cannot be decoded.
+    """
+    files = FileResolver.for_manifest(store, manifest)
+    field_ids = manifest.schema.top_level_ids()
+    for fragment in manifest.fragments:
+        for data_file in fragment.files:
+            if data_file.base_id is not None:
+                continue  # another dataset's file: _check_base_files
+            path = layout.data_file_path(data_file.path)
+            if path in checked:
+                continue
+            checked.add(path)
+            meta = objects.get(path)
+            if meta is None:
+                problem(
+                    "missing_data_file", path,
+                    f"version {manifest.version} reads fragment {fragment.id} from {path}, "
+                    "which does not exist: reading that version fails",
+                    "restore the object from a backup; or s3ddb restore URI to a "
+                    "version that does not use it", manifest.version,
+                )  # fmt: skip
+                continue
+            try:
+                check_data_file(files, data_file, fragment, meta.size, field_ids)
+            except DataFileError as exc:
+                problem(
+                    "corrupt_data_file", path,
+                    f"{exc}; reading version {manifest.version} fails",
+                    "restore the object from a backup; or s3ddb restore URI to a "
+                    "version that does not use it", manifest.version,
+                )  # fmt: skip
 
 
 def _check_base_files(

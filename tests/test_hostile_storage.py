@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import io
 import json
 import os
 import signal
@@ -15,13 +16,20 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 import s3ddb
 from s3ddb.cli.main import main
 from s3ddb.commit.manifest_cache import MANIFESTS
-from s3ddb.errors import PathOutsideDatasetError, S3DDBError
+from s3ddb.errors import (
+    DataFileError,
+    DataFileMissingError,
+    PathOutsideDatasetError,
+    S3DDBError,
+)
 from s3ddb.format import layout
 from s3ddb.format._proto import manifest_pb2 as pb
 from s3ddb.format.framing import frame
@@ -304,3 +312,104 @@ def test_special_files_are_refused_by_every_local_read(tmp_path: Path) -> None:
         # Deleting a symlink removes the link, not its target.
         store.delete("a/link")
         assert store.get("a/file") == b"x"
+
+
+# --- damaged data files --------------------------------------------------------------
+
+
+@pytest.fixture(params=["local", "memory", "s3+ddb"])
+def damaged(
+    request: pytest.FixtureRequest, tmp_path: Path, memory_uri: str
+) -> tuple[str, dict[str, str] | None]:
+    """A dataset of two fragments (versions 1 and 2), and its storage options."""
+    so = None
+    if request.param == "local":
+        uri = str(tmp_path / "ds")
+    elif request.param == "memory":
+        uri = f"{memory_uri}/ds"
+    else:
+        so = request.getfixturevalue("moto_aws").storage_options()
+        uri = f"s3+ddb://{TEST_BUCKET}/d-{uuid.uuid4().hex[:10]}/ds?ddbTableName={TEST_TABLE}"
+    s3ddb.write_dataset(make_table(0, 4), uri, storage_options=so)
+    s3ddb.write_dataset(make_table(4, 3), uri, mode="append", storage_options=so)
+    return uri, so
+
+
+def _second_file(uri: str, so: dict[str, str] | None) -> tuple[int, str]:
+    """(fragment id, path under the root) of the second fragment's data file."""
+    fragment = s3ddb.dataset(uri, storage_options=so).manifest.fragments[1]
+    return fragment.id, layout.data_file_path(fragment.files[0].path)
+
+
+def _parquet(table: pa.Table) -> bytes:
+    buffer = io.BytesIO()
+    pq.write_table(table, buffer)
+    return buffer.getvalue()
+
+
+READS: dict[str, Any] = {
+    "to_table": lambda ds: ds.to_table(),
+    "count_rows with a filter": lambda ds: ds.count_rows("id >= 0"),
+    "to_batches": lambda ds: list(ds.to_batches()),
+    "scanner": lambda ds: ds.scanner(columns=["name"], filter="id > 1").to_table(),
+    "arrow reader": lambda ds: ds.scanner().to_reader().read_all(),
+    "head": lambda ds: ds.head(7),
+    "take": lambda ds: ds.take([5]),
+    "delete": lambda ds: ds.delete("id = 5"),
+    "update": lambda ds: ds.update({"name": "'x'"}, where="id > 0"),
+}
+
+DAMAGES: dict[str, Any] = {
+    "missing": None,
+    "not parquet": b"this is not a parquet file at all",
+    "truncated": lambda data: data[: len(data) // 2],
+    "other row count": _parquet(make_table(50, 5)),
+    "other columns": _parquet(pa.table({"a": [1, 2, 3], "b": ["x", "y", "z"]})),
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGES))
+def test_a_damaged_data_file_is_a_typed_error_naming_it(damaged: Any, damage: str) -> None:
+    uri, so = damaged
+    fragment_id, path = _second_file(uri, so)
+    store = ObjectStore(uri, so)
+    how = DAMAGES[damage]
+    if how is None:
+        store.delete(path)
+    else:
+        store.put(path, how(store.get(path)) if callable(how) else how)
+    expected = DataFileMissingError if damage == "missing" else DataFileError
+    for name, read in READS.items():
+        with pytest.raises(expected) as raised:
+            read(s3ddb.dataset(uri, storage_options=so))
+        message = str(raised.value)
+        assert path in message and f"fragment {fragment_id}" in message, (name, message)
+        assert "version 2" in message, (name, message)
+    # Through the Arrow C stream interface (DuckDB, polars) only an error's text
+    # passes: it is the typed error's.
+    with pytest.raises((OSError, pa.ArrowException), match=f"fragment {fragment_id} \\(version 2\\)") as raised:
+        stream = s3ddb.dataset(uri, storage_options=so).scanner()
+        pa.RecordBatchReader.from_stream(stream).read_all()
+    assert path in str(raised.value)
+    assert s3ddb.dataset(uri, storage_options=so).version == 2  # nothing was committed
+    # The undamaged fragment still reads, and an earlier version does too.
+    assert s3ddb.dataset(uri, 1, storage_options=so).to_table() == make_table(0, 4)
+    report = verify(uri, so, grace_seconds=0)
+    assert not report.healthy
+    [problem] = [p for p in report.problems if path in p.path]
+    assert problem.version == 2 and f"fragment {fragment_id}" in problem.meaning, problem
+
+
+def test_verify_reads_footers_not_whole_files(moto_aws: Any) -> None:
+    so = moto_aws.storage_options()
+    uri = f"s3+ddb://{TEST_BUCKET}/f-{uuid.uuid4().hex[:10]}/ds?ddbTableName={TEST_TABLE}"
+    big = pa.table({"id": pa.array(range(300_000), pa.int64()),
+                    "r": pa.array(np.random.default_rng(1).random(300_000))})  # fmt: skip
+    s3ddb.write_dataset(big, uri, storage_options=so)
+    storage.objects(uri, so)
+    [data] = ObjectStore(uri, so).list("data/")
+    moto_aws.clear_requests()
+    report = verify(uri, so, grace_seconds=0)
+    assert report.healthy, report.problems
+    gets = [r for r in moto_aws.requests if r.operation == "GetObject" and "/data/" in r.path]
+    assert len(gets) == 1 and gets[0].response_bytes < data.size // 8, (data.size, gets)

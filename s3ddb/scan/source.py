@@ -236,18 +236,9 @@ class ParquetSource:
             self.arrow_schema = metadata.schema.to_arrow_schema()
             self.by_id = file_columns_by_id(self.arrow_schema)
             sizes = [metadata.row_group(g).num_rows for g in range(metadata.num_row_groups)]
+        _check_rows(self.where, metadata.num_rows, sizes, fragment)
         self.group_rows = sizes
         self.group_starts = list(itertools.accumulate(sizes, initial=0))[:-1]
-        if fragment is not None and metadata.num_rows != fragment.physical_rows:
-            raise DataFileError(
-                f"{self.where} holds {metadata.num_rows} rows, its fragment records "
-                f"{fragment.physical_rows}: the file was replaced or does not belong to it"
-            )
-        if sum(sizes) != metadata.num_rows or any(n < 0 for n in sizes):
-            raise DataFileError(
-                f"{self.where}: its row groups hold {sum(sizes)} rows, its footer says "
-                f"{metadata.num_rows}"
-            )
 
     def columns(self, ids: Iterable[int]) -> dict[int, str]:
         """File column names of the field ``ids`` this file holds: those its
@@ -341,6 +332,54 @@ class ParquetSource:
                 source.release()
             else:
                 source.close()
+
+
+def check_data_file(
+    files: Files,
+    data_file: DataFile,
+    fragment: FragmentMetadata,
+    size: int,
+    field_ids: Iterable[int],
+) -> None:
+    """Check ``data_file`` of ``fragment`` by its footer alone: one ranged read of at
+    most :data:`FOOTER_GUESS_BYTES` (two for a larger footer), never the whole file.
+    ``size`` is the file's size (from a listing); ``field_ids`` the columns to
+    look for (the version's top-level field ids). What ``verify`` runs per file.
+
+    Raises:
+        DataFileMissingError: the file does not exist.
+        DataFileError: it has no valid Parquet footer, holds another number of rows
+            than the fragment, or lacks a column the fragment says it holds.
+    """
+    resolver = as_resolver(files)
+    store, path = resolver.data_file(data_file)
+    where = _describe(store, path, fragment, resolver.version)
+    with data_file_errors(where):
+        metadata = read_footer(store, path, size)
+        by_id = file_columns_by_id(metadata.schema.to_arrow_schema())
+        sizes = [metadata.row_group(g).num_rows for g in range(metadata.num_row_groups)]
+    _check_rows(where, metadata.num_rows, sizes, fragment)
+    declared = set(data_file.fields)
+    missing = sorted(i for i in field_ids if i in declared and i not in by_id)
+    if missing:
+        raise DataFileError(
+            f"{where}: its fragment says it holds field id(s) {missing}, the file has no "
+            f"column with those ids (it has {sorted(by_id) or 'none'})"
+        )
+
+
+def _check_rows(
+    where: str, num_rows: int, group_rows: list[int], fragment: FragmentMetadata | None
+) -> None:
+    if sum(group_rows) != num_rows or any(n < 0 for n in group_rows):
+        raise DataFileError(
+            f"{where}: its row groups hold {sum(group_rows)} rows, its footer says {num_rows}"
+        )
+    if fragment is not None and num_rows != fragment.physical_rows:
+        raise DataFileError(
+            f"{where} holds {num_rows} rows, its fragment records "
+            f"{fragment.physical_rows}: the file was replaced or does not belong to it"
+        )
 
 
 def _describe(
