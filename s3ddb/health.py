@@ -484,6 +484,10 @@ class DropReport:
         return asdict(self)
 
 
+#: How many times :func:`drop` looks again for what writers racing it left.
+DROP_PASSES = 10
+
+
 def drop(
     uri: str,
     storage_options: dict[str, Any] | None = None,
@@ -493,19 +497,32 @@ def drop(
     """Delete every object under the dataset root and every DynamoDB row of it.
 
     Objects go first, so an interrupted drop leaves rows that ``verify`` reports and a
-    second drop finishes. Writers committing meanwhile may leave objects behind.
+    second drop finishes. Rows go newest first: a writer still committing needs the
+    newest row to claim the next version (its claim is fenced on it), so once that is
+    gone no claim lands. A writer that claimed or wrote just before is caught by the
+    next pass: passes repeat until a pass finds nothing (at most
+    :data:`DROP_PASSES`).
     """
     handler = open_handler(uri, storage_options)
     handler.validate()
     store = handler.store
     report = DropReport(uri)
-    listed = store.list("")
-    for start in range(0, len(listed), 1000):
-        batch = listed[start : start + 1000]
-        store.delete_many([m.path for m in batch])
-        report.objects += len(batch)
-        report.bytes += sum(m.size for m in batch)
-        progress("deleting objects", report.objects, len(listed))
-    if isinstance(handler, ExternalStoreCommitHandler):
-        report.rows = handler.external.delete_dataset(handler.base_uri)
+    external = handler.external if isinstance(handler, ExternalStoreCommitHandler) else None
+    for _ in range(DROP_PASSES):
+        listed = store.list("")
+        for start in range(0, len(listed), 1000):
+            batch = listed[start : start + 1000]
+            store.delete_many([m.path for m in batch])
+            report.objects += len(batch)
+            report.bytes += sum(m.size for m in batch)
+            progress("deleting objects", report.objects, len(listed))
+        rows = 0
+        if external is not None:
+            newest = external.get_latest(handler.base_uri)
+            if newest is not None:
+                external.delete_versions(handler.base_uri, [newest.version])
+                rows = 1 + external.delete_dataset(handler.base_uri)
+            report.rows += rows
+        if not listed and not rows:
+            break
     return report
