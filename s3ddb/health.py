@@ -362,7 +362,21 @@ def _check_base_files(
     for base_id, path in referenced_files(manifest):
         if base_id is None:
             continue
-        base_store = files.store_for(base_id)
+        try:
+            base_store = files.store_for(base_id)
+        except (ManifestCorruptError, PathOutsideDatasetError) as exc:
+            refused = ("refused base", f"{manifest.version}/{base_id}")
+            if refused in checked:
+                continue  # one problem per base and version, not one per file
+            checked.add(refused)
+            problem(
+                "refused_base_path", path,
+                f"version {manifest.version} reads {path} through a base path that is "
+                f"refused: {exc}",
+                "restore the dataset to a version without it; or, if you trust the "
+                "base, read with the storage option it names", manifest.version,
+            )  # fmt: skip
+            continue
         if (base_store.url, path) in checked:
             continue
         checked.add((base_store.url, path))

@@ -387,7 +387,9 @@ def test_a_damaged_data_file_is_a_typed_error_naming_it(damaged: Any, damage: st
         assert "version 2" in message, (name, message)
     # Through the Arrow C stream interface (DuckDB, polars) only an error's text
     # passes: it is the typed error's.
-    with pytest.raises((OSError, pa.ArrowException), match=f"fragment {fragment_id} \\(version 2\\)") as raised:
+    with pytest.raises(
+        (OSError, pa.ArrowException), match=f"fragment {fragment_id} \\(version 2\\)"
+    ) as raised:
         stream = s3ddb.dataset(uri, storage_options=so).scanner()
         pa.RecordBatchReader.from_stream(stream).read_all()
     assert path in str(raised.value)
@@ -413,3 +415,62 @@ def test_verify_reads_footers_not_whole_files(moto_aws: Any) -> None:
     assert report.healthy, report.problems
     gets = [r for r in moto_aws.requests if r.operation == "GetObject" and "/data/" in r.path]
     assert len(gets) == 1 and gets[0].response_bytes < data.size // 8, (data.size, gets)
+
+
+# --- base paths stay on the dataset's own kind of store ------------------------------
+
+ALLOW = {"allow_cross_store_base_paths": "true"}
+
+
+def test_a_local_dataset_is_not_sent_to_another_kind_of_store(
+    tmp_path: Path, memory_uri: str
+) -> None:
+    src = s3ddb.write_dataset(make_table(0, 3), f"{memory_uri}/src")
+    target = str(tmp_path / "clone")
+    src.shallow_clone(target)
+    with pytest.raises(PathOutsideDatasetError) as raised:
+        s3ddb.dataset(target).to_table()
+    message = str(raised.value)
+    assert f"{memory_uri}/src" in message and str(tmp_path / "clone") in message, message
+    assert "version 1" in message or "_versions/" in message, message
+    assert "allow_cross_store_base_paths" in message
+    # Allowed explicitly by whoever opens it.
+    assert s3ddb.dataset(target, storage_options=ALLOW).to_table() == make_table(0, 3)
+
+
+def test_a_bucket_dataset_never_makes_readers_read_their_own_disk(
+    moto_aws: Any, tmp_path: Path
+) -> None:
+    so = moto_aws.storage_options()
+    src = s3ddb.write_dataset(make_table(0, 3), str(tmp_path / "private"))
+    uri = f"s3+ddb://{TEST_BUCKET}/b-{uuid.uuid4().hex[:10]}/ds?ddbTableName={TEST_TABLE}"
+    src.shallow_clone(uri, storage_options=so)
+    storage.objects(uri, so)
+    reads: list[str] = []
+    real_read = local_files.open_regular
+
+    def spy(root: str, path: str) -> int:
+        reads.append(f"{root}/{path}")
+        return real_read(root, path)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(local_files, "open_regular", spy)
+        for read in (lambda ds: ds.to_table(), lambda ds: ds.count_rows("id > 0")):
+            with pytest.raises(PathOutsideDatasetError, match="file://") as raised:
+                read(s3ddb.dataset(uri, storage_options=so))
+            message = str(raised.value)
+            assert "version 1" in message or "_versions/" in message, message
+        report = verify(uri, so, grace_seconds=0)
+    assert reads == [], "nothing on the reader's disk was opened"
+    assert not report.healthy and any("file://" in p.meaning for p in report.problems)
+    allowed = s3ddb.dataset(uri, storage_options={**so, **ALLOW})
+    assert allowed.to_table() == make_table(0, 3)
+
+
+def test_the_option_must_be_a_boolean(tmp_path: Path) -> None:
+    with pytest.raises(S3DDBError, match=r"allow_cross_store_base_paths.*true or false"):
+        s3ddb.write_dataset(
+            make_table(0, 1),
+            str(tmp_path / "ds"),
+            storage_options={"allow_cross_store_base_paths": "perhaps"},
+        )

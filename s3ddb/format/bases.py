@@ -29,6 +29,17 @@ from s3ddb.io.uri import parse_uri
 #: is a base through its plain ``s3://`` root: reading files needs no DynamoDB).
 BASE_SCHEMES = ("file", "memory", "s3")
 
+#: The storage option that lets a dataset read base paths on another kind of store
+#: than its own (a bucket dataset reading ``file://``, a local one ``s3://``...).
+ALLOW_CROSS_STORE = "allow_cross_store_base_paths"
+
+
+def cross_store_allowed(storage_options: dict[str, Any]) -> bool:
+    """Whether ``storage_options`` set :data:`ALLOW_CROSS_STORE` to true (its value
+    is checked to be a boolean where the options are, by ``AwsConfig``)."""
+    value = next((v for k, v in storage_options.items() if k.lower() == ALLOW_CROSS_STORE), "")
+    return str(value).lower() in ("true", "1", "yes")
+
 
 def base_path_problem(path: str) -> str | None:
     """Why ``path`` is not an acceptable base root URI, or None if it is."""
@@ -175,24 +186,42 @@ class FileResolver:
         self.store = store
         self.bases = {b.id: b for b in base_paths}
         self.version = version
+        #: base id -> the manifest that declared it (for messages).
+        self.declared_in: dict[int, str] = {}
 
     @classmethod
     def for_manifest(cls, store: ObjectStore, *manifests: Any) -> FileResolver:
         """The resolver of ``manifests`` (their base paths together: ids never change
         meaning within a dataset)."""
         bases: dict[int, BasePath] = {}
+        declared_in: dict[int, str] = {}
         version = None
         for manifest in manifests:
             if manifest is not None:
-                bases.update((b.id, b) for b in manifest.base_paths)
+                # Manifests this process built carry no location: named by version.
+                where = getattr(manifest.fragments, "where", "") or (
+                    f"of {store.url} version {manifest.version}"
+                )
+                for b in manifest.base_paths:
+                    bases[b.id] = b
+                    declared_in[b.id] = f"manifest {where}"
                 version = manifest.version
-        return cls(store, bases.values(), version=version)
+        resolver = cls(store, bases.values(), version=version)
+        resolver.declared_in = declared_in
+        return resolver
 
     def store_for(self, base_id: int | None) -> ObjectStore:
         """The store of ``base_id``'s root (None: the dataset's own).
 
+        A base on another kind of store than the dataset's own (``file://`` for a
+        bucket dataset, ``s3://`` or ``memory://`` for a local one...) is refused
+        unless the dataset was opened with the storage option
+        ``allow_cross_store_base_paths=true``: a manifest planted in a bucket must
+        not make its readers read their own disk.
+
         Raises:
             ManifestCorruptError: the manifest declares no such base.
+            PathOutsideDatasetError: the base is on another kind of store, not allowed.
         """
         if base_id is None:
             return self.store
@@ -202,7 +231,17 @@ class FileResolver:
                 f"a file of {self.store.url} refers to base path {base_id}, which its "
                 f"manifest does not declare (declared: {sorted(self.bases) or 'none'})"
             )
-        return _store_for_url(base.path, self.store.storage_options)
+        options = self.store.storage_options
+        kind = base.path.split("://", 1)[0]
+        if kind != self.store.protocol and not cross_store_allowed(options):
+            where = self.declared_in.get(base_id) or f"the manifest of {self.store.url}"
+            raise PathOutsideDatasetError(
+                f"refusing base path {base_id} {base.path!r} declared by {where}: a "
+                f"dataset on {self.store.protocol}:// reads base paths on its own kind of "
+                f"store only; open it with storage option {ALLOW_CROSS_STORE}=true if "
+                "you trust it to read there"
+            )
+        return _store_for_url(base.path, options)
 
     def data_file(self, data_file: DataFile) -> tuple[ObjectStore, str]:
         """(store, path) of a data file."""

@@ -67,7 +67,9 @@ _OPTION_ALIASES: dict[str, str] = {
 # must still be booleans.
 _ACCEPTED_FLAGS = frozenset(
     {"allow_http", "aws_allow_http", "virtual_hosted_style_request",
-     "aws_virtual_hosted_style_request"}
+     "aws_virtual_hosted_style_request",
+     # s3ddb's own switch, not an AWS setting: read by s3ddb.format.bases.
+     "allow_cross_store_base_paths"}
 )  # fmt: skip
 _BOOLEANS = frozenset({"true", "false", "1", "0", "yes", "no"})
 
