@@ -36,6 +36,7 @@ from s3ddb.format.framing import frame
 from s3ddb.format.manifest import MANIFEST_MAGIC
 from s3ddb.health import verify
 from s3ddb.io import ObjectStore, local_files
+from s3ddb.io.paths import check_name, name_problem
 from tests import storage
 from tests.conftest import TEST_BUCKET, TEST_TABLE, make_table
 
@@ -474,3 +475,11 @@ def test_the_option_must_be_a_boolean(tmp_path: Path) -> None:
             str(tmp_path / "ds"),
             storage_options={"allow_cross_store_base_paths": "perhaps"},
         )
+
+
+def test_stored_names_are_limited_in_utf8_bytes() -> None:
+    assert name_problem("é" * 512) is None  # 1,024 bytes
+    assert "1026 bytes" in (name_problem("é" * 513) or "")
+    assert "surrogate" in (name_problem("a\ud800b") or "")
+    with pytest.raises(PathOutsideDatasetError, match="bytes"):
+        check_name("€" * 400, "data file", "manifest m")

@@ -33,8 +33,17 @@ def name_problem(name: str) -> str | None:
     """Why ``name`` is not one plain file name, or None if it is."""
     if not isinstance(name, str) or not name:
         return "it is empty"
+    # Bytes, not characters: what object stores (1,024-byte keys) and filesystems
+    # limit. Encoded only once the cheap character count allows it (a UTF-8
+    # character is at most 4 bytes).
     if len(name) > MAX_NAME_LENGTH:
-        return f"it is longer than {MAX_NAME_LENGTH} characters"
+        return f"it is longer than {MAX_NAME_LENGTH} bytes"
+    try:
+        size = len(name.encode("utf-8"))
+    except UnicodeEncodeError:
+        return "it is not valid Unicode text (a lone surrogate)"
+    if size > MAX_NAME_LENGTH:
+        return f"it is {size} bytes in UTF-8, longer than {MAX_NAME_LENGTH}"
     if _control_characters(name):
         return "it contains control characters"
     if "/" in name or "\\" in name:
