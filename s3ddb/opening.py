@@ -18,7 +18,7 @@ from s3ddb.connect import open_handler
 from s3ddb.errors import DatasetNotFoundError, InvalidInputError, VersionNotFoundError
 from s3ddb.format.fragment_list import FragmentList
 from s3ddb.format.manifest import Manifest, read_manifest_header
-from s3ddb.format.naming import U64_MAX
+from s3ddb.format.naming import MAX_VERSION
 from s3ddb.format.schema import DatasetSchema
 
 
@@ -69,7 +69,7 @@ def load_version(handler: CommitHandler, version: int | None, uri: str) -> Manif
         return load_latest(handler, uri)
     if not isinstance(version, int) or isinstance(version, bool):
         raise InvalidInputError(f"version must be an int or a tag name, got {version!r}")
-    if not 1 <= version < U64_MAX:
+    if not 1 <= version <= MAX_VERSION:
         latest = handler.latest_location()
         if latest is None:
             raise DatasetNotFoundError(f"no dataset at {uri}")

@@ -225,6 +225,17 @@ def test_deletion_offsets_beyond_the_fragment_are_refused(
         assert path.name in str(info.value) and "fragment 0" in str(info.value)
 
 
+@pytest.mark.parametrize("body", [b"", b"\x3a\x30", b"\x3a\x30\x00\x00\x01"])
+def test_a_truncated_deletion_bitmap_is_a_typed_error(tmp_path: Path, body: bytes) -> None:
+    uri = str(tmp_path / "ds")
+    _make(uri)
+    path, _m = _deleted_fragment(uri)
+    path.write_bytes(body)
+    with pytest.raises(S3DDBError, match="corrupt") as info:
+        s3ddb.dataset(uri).to_table()
+    assert path.name in str(info.value)
+
+
 def test_a_deletion_count_that_disagrees_with_the_file_is_refused(tmp_path: Path) -> None:
     uri = str(tmp_path / "ds")
     _make(uri)
@@ -569,3 +580,11 @@ def test_a_tag_written_by_s3ddb_still_reads(tmp_path: Path) -> None:
     assert json.loads((Path(uri) / layout.tag_path("v1")).read_bytes()) == {"version": 1}
     assert ds.tags.list() == {"v1": 1}
     assert s3ddb.dataset(uri, version="v1").count_rows() == 10
+
+
+def test_a_version_beyond_the_range_is_not_found(tmp_path: Path) -> None:
+    uri = str(tmp_path / "ds")
+    _make(uri)
+    for version in (2**63, 2**64 - 2, 2**64 - 1):
+        with pytest.raises(s3ddb.VersionNotFoundError, match=f"version {version}"):
+            s3ddb.dataset(uri, version=version)

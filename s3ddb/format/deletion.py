@@ -66,7 +66,14 @@ def read_deleted_rows(files: Files, fragment: FragmentMetadata) -> BitMap:
             deleted = _arrow_offsets(data, fragment, where)
     except StoredMetadataError:
         raise
-    except (ValueError, TypeError, OverflowError, MemoryError, pa.ArrowException) as exc:
+    except (
+        ValueError,
+        TypeError,
+        OverflowError,
+        IndexError,
+        MemoryError,
+        pa.ArrowException,
+    ) as exc:
         raise ManifestCorruptError(f"{where} is corrupt: {exc}") from exc
     if deleted and deleted.max() >= fragment.physical_rows:
         raise StoredMetadataError(

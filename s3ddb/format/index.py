@@ -112,7 +112,7 @@ class IndexMetadata:
         where = f"index {m.name[:80]!r}"
         try:
             bitmap = BitMap.deserialize(m.fragment_bitmap) if m.fragment_bitmap else BitMap()
-        except (ValueError, TypeError, OverflowError, MemoryError) as exc:
+        except (ValueError, TypeError, OverflowError, IndexError, MemoryError) as exc:
             raise StoredMetadataError(f"{where}: corrupt fragment bitmap: {exc}") from None
         most = MAX_FRAGMENT_ID + 1 if max_fragments is None else max_fragments
         if len(bitmap) > most:

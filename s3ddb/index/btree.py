@@ -199,6 +199,11 @@ def lookup(
                     f"{where}: row offset {int(found[-1])} of fragment {int(fid)} is beyond "
                     f"its {rows} physical rows"
                 )
+            if found.size > 1 and not (found[1:] != found[:-1]).all():
+                # A row found twice would be read (and returned) twice.
+                raise StoredMetadataError(
+                    f"{where}: lists a row of fragment {int(fid)} twice for one key range"
+                )
             out[int(fid)] = found
     return out
 
