@@ -521,7 +521,11 @@ def drop(
     handler.validate()
     store = handler.store
     report = DropReport(uri)
-    external = handler.external if isinstance(handler, ExternalStoreCommitHandler) else None
+    external, base_uri = (
+        (handler.external, handler.base_uri)
+        if isinstance(handler, ExternalStoreCommitHandler)
+        else (None, "")
+    )
     for _ in range(DROP_PASSES):
         listed = store.list("")
         for start in range(0, len(listed), 1000):
@@ -532,10 +536,10 @@ def drop(
             progress("deleting objects", report.objects, len(listed))
         rows = 0
         if external is not None:
-            newest = external.get_latest(handler.base_uri)
+            newest = external.get_latest(base_uri)
             if newest is not None:
-                external.delete_versions(handler.base_uri, [newest.version])
-                rows = 1 + external.delete_dataset(handler.base_uri)
+                external.delete_versions(base_uri, [newest.version])
+                rows = 1 + external.delete_dataset(base_uri)
             report.rows += rows
         if not listed and not rows:
             break

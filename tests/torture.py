@@ -56,13 +56,6 @@ def perform(ds: Any, op: dict[str, Any]) -> int:
     return int(ds.version)
 
 
-def step(uri: str, n: int, op: dict[str, Any]) -> int:
-    """Perform ``op`` on the newest version of ``uri``."""
-    import s3ddb
-
-    return perform(s3ddb.dataset(uri), op)
-
-
 def plan(
     rng: random.Random,
     n: int,
@@ -125,9 +118,19 @@ def allowed_states(log: list[dict[str, Any]]) -> list[dict[int, str]]:
 
 
 def main(argv: list[str]) -> int:
-    from s3ddb.errors import CommitConflictError, CommitStateUnknownError
+    """``uri generation seed [lifecycle]``: run operations until killed. With
+    ``lifecycle`` the dataset may be dropped and re-created meanwhile: an operation
+    that fails with any typed error (the dataset is missing, half dropped, or was
+    re-created under it) is logged as failed, and each acknowledgement names the
+    dataset identity it landed in."""
+    import s3ddb
+    from s3ddb.errors import CommitConflictError, CommitStateUnknownError, S3DDBError
 
     uri, generation, seed = argv[0], int(argv[1]), int(argv[2])
+    lifecycle = argv[3:] == ["lifecycle"]
+    expected: tuple[type[BaseException], ...] = (
+        (S3DDBError,) if lifecycle else (CommitConflictError,)
+    )
     rng = random.Random(seed)
     mine: dict[int, str] = {}
     n = 0
@@ -136,16 +139,40 @@ def main(argv: list[str]) -> int:
         op = plan(rng, n, generation, mine)
         say(start=n, **op)
         try:
-            version = step(uri, n, op)
+            ds = s3ddb.dataset(uri)
+            version = perform(ds, op)
         except CommitStateUnknownError:
             say(unknown=n)
             return 0
-        except CommitConflictError:
-            say(fail=n)
+        except expected as exc:
+            say(fail=n, error=type(exc).__name__)
             continue
         apply(op, mine)
-        say(ack=n, version=version)
+        say(ack=n, version=version, identity=ds.manifest.dataset_id)
+
+
+def plain_writer(uri: str) -> int:
+    """A writer configured with the dataset's plain ``s3://`` URI: it appends until
+    killed; every attempt must be refused."""
+    import s3ddb
+    from s3ddb.errors import CommitMechanismError, S3DDBError
+
+    n = 0
+    while True:
+        n += 1
+        try:
+            ds = s3ddb.dataset(uri)  # never creates: a plain writer of an existing dataset
+            ds.insert(table({-n: "plain"}))
+        except CommitMechanismError:
+            say(refused=n)
+            continue
+        except S3DDBError as exc:  # the dataset is being dropped or re-created
+            say(fail=n, error=type(exc).__name__)
+            continue
+        say(ack=n, version=int(ds.version))
 
 
 if __name__ == "__main__":
+    if sys.argv[1] == "plain":
+        sys.exit(plain_writer(sys.argv[2]))
     sys.exit(main(sys.argv[1:]))
