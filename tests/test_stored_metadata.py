@@ -588,3 +588,17 @@ def test_a_version_beyond_the_range_is_not_found(tmp_path: Path) -> None:
     for version in (2**63, 2**64 - 2, 2**64 - 1):
         with pytest.raises(s3ddb.VersionNotFoundError, match=f"version {version}"):
             s3ddb.dataset(uri, version=version)
+
+
+def test_a_rebase_onto_a_fragment_with_fewer_rows_is_a_typed_error(tmp_path: Path) -> None:
+    uri = str(tmp_path / "ds")
+    _make(uri)
+    stale = s3ddb.dataset(uri, version=1)
+
+    def no_rows(m: pb.Manifest) -> None:
+        m.fragments[1].physical_rows = 0  # fragment 1 holds ids 5-9 in its data file
+
+    _edit_newest(uri, no_rows)
+    with pytest.raises(S3DDBError, match="fragment 1 cannot delete 1 rows"):
+        stale.delete("id = 6", conflict_retries=0)
+    assert s3ddb.dataset(uri).version == 2

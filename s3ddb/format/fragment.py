@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from s3ddb.errors import PathOutsideDatasetError, StoredMetadataError
+from s3ddb.errors import InvalidInputError, PathOutsideDatasetError, StoredMetadataError
 from s3ddb.format import layout
 from s3ddb.format._proto import manifest_pb2 as pb
 from s3ddb.format.limits import (
@@ -140,14 +140,21 @@ class FragmentMetadata:
     stats: tuple[FileStatistics, ...] = field(default=(), compare=False, repr=False)
 
     def __post_init__(self) -> None:
+        # InvalidInputError is a ValueError: typed under S3DDBError, also when a commit
+        # builds a fragment from a stored one whose counts disagree with its deletions.
         if self.id < 0:
-            raise ValueError(f"fragment id must be >= 0, got {self.id}")
+            raise InvalidInputError(f"fragment id must be >= 0, got {self.id}")
         if self.physical_rows < 0:
-            raise ValueError(f"physical_rows must be >= 0, got {self.physical_rows}")
+            raise InvalidInputError(
+                f"fragment {self.id}: physical_rows must be >= 0, got {self.physical_rows}"
+            )
         if not self.files:
-            raise ValueError("a fragment needs at least one data file")
+            raise InvalidInputError(f"fragment {self.id} needs at least one data file")
         if self.deletion_file and self.deletion_file.num_deleted_rows > self.physical_rows:
-            raise ValueError("a fragment cannot delete more rows than it has")
+            raise InvalidInputError(
+                f"fragment {self.id} cannot delete {self.deletion_file.num_deleted_rows} rows: "
+                f"it has {self.physical_rows}"
+            )
 
     @property
     def num_deleted_rows(self) -> int:
