@@ -236,6 +236,7 @@ def verify(
     referenced: set[str] = set()
     checked_bases: set[tuple[str, str]] = set()
     index_dirs: set[str] = set()  # kept whole: other writers' indices list no files
+    identities: dict[int, str] = {}
     for done, version in enumerate(versions, 1):
         progress("reading manifests", done, len(versions))
         try:
@@ -253,6 +254,7 @@ def verify(
                 problem("unreadable_manifest", str(version), f"version {version}: {exc}",
                         "s3ddb sync URI, then verify again", version)  # fmt: skip
             continue
+        identities[version] = manifest.dataset_id
         if manifest.transaction_file:
             referenced.add(layout.transaction_path(manifest.transaction_file))
         index_dirs.update(i.directory for i in manifest.indices)
@@ -286,6 +288,7 @@ def verify(
                 )  # fmt: skip
             referenced.add(path)
         _check_base_files(store, manifest, checked_bases, problem)
+    _check_identities(identities, problem)
     data_dirs = (layout.DATA_DIR, layout.DELETIONS_DIR, layout.TRANSACTIONS_DIR, layout.INDICES_DIR)
     for path, meta in objects.items():
         if (
@@ -301,6 +304,25 @@ def verify(
                 "harmless to readers; s3ddb cleanup deletes it once 7 days old",
             )  # fmt: skip
     return report
+
+
+def _check_identities(identities: dict[int, str], problem: Callable[..., None]) -> None:
+    """Report versions of another dataset identity than the newest version's: left
+    by a dataset dropped and re-created under the same name, or planted. Versions
+    written before identities were recorded (empty) are not reported."""
+    if not identities:
+        return
+    current = identities[max(identities)]
+    for version, identity in sorted(identities.items()):
+        if identity and current and identity != current:
+            problem(
+                "foreign_version", str(version),
+                f"version {version} belongs to dataset identity {identity}, the newest "
+                f"version to {current}: it is left from a dataset that was dropped and "
+                "re-created here, or was written by a writer of another dataset",
+                "if the newest version is the dataset you want, delete the foreign "
+                "version's row and manifest (or drop and re-create the dataset)", version,
+            )  # fmt: skip
 
 
 def _check_data_files(

@@ -80,6 +80,9 @@ _WRITER_ID = uuid.uuid4().hex[:12]
 #: show it so while several writers copy one version to its final name.
 _SETTLE_DELAYS = (0.05, 0.1, 0.2, 0.4)
 _ROWS_KEPT = 64
+#: A staged row this much older than its commit time is taken for abandoned (its
+#: writer died between copying and repointing): writers repoint it.
+_ABANDONED_AFTER_MS = 2_000
 
 
 class _OwnCommits:
@@ -605,18 +608,40 @@ class ExternalStoreCommitHandler(CommitHandler):
         except FileNotFoundError:
             size = None
         if size == row.size:
-            try:
-                self._verify_manifest(row, final)
-                return self._note(self._repoint(row, final))
-            except FileNotFoundError:
-                pass
-            except ExternalStoreError:
-                # Repointed by its own writer meanwhile (or the row moved): look again.
-                fresh = self._get(previous)
-                if fresh is not None and not fresh.is_staged:
-                    return fresh
-                raise
+            # Copied: its writer repoints it next, unless it died after the copy. A row
+            # still staged well after its commit is repointed here (off the caller's
+            # path when there is a finalizer), so verify is healthy again once a writer
+            # passes; a young one is left to its writer, which is almost always alive.
+            if time.time() * 1000 - row.committed_at >= _ABANDONED_AFTER_MS:
+                self._repoint_abandoned(row, final)
+            return row
         return self._note(self.finalize(row))
+
+    def _repoint_abandoned(self, row: ManifestRow, final: str) -> None:
+        """Step 4 for another writer's row whose final manifest exists (its size was
+        checked). Repointing changes no manifest a reader sees, only which name the
+        row gives; both are byte-identical."""
+
+        def repoint() -> str:
+            try:
+                return self._note(self._repoint(row, final)).path
+            except ExternalStoreError:
+                # Repointed by its own writer meanwhile (or the row moved on).
+                fresh = self._get(row.version)
+                if fresh is None or fresh.is_staged:
+                    raise
+                return fresh.path
+
+        if self.finalizer is None:
+            try:
+                repoint()
+            except Exception as exc:  # the claim must not fail for a repair
+                log.warning(
+                    "could not repoint version %d of %s: %s", row.version, self.base_uri, exc
+                )
+            return
+        if self.finalizer.ticket((self.base_uri, row.version), row.path) is None:
+            self.finalizer.submit((self.base_uri, row.version), row.path, lambda _ticket: repoint())
 
     def _fence(
         self, version: int, previous: Manifest | None, row: ManifestRow | None
