@@ -27,9 +27,12 @@ from s3ddb.errors import (
     InvalidInputError,
 )
 from s3ddb.external_store import (
+    DATASET_ID_ATTRIBUTE,
     DynamoDBManifestStore,
     ExternalManifestStore,
     ExternalStoreOutcomeUnknownError,
+    Fence,
+    FenceFailedError,
     InMemoryManifestStore,
     ManifestRow,
     VersionTakenError,
@@ -365,6 +368,67 @@ class ManifestStoreContract:
             store.put_if_not_exists(make_row("", 1))
         assert store.get_latest(base) is None
 
+    # fenced claims
+
+    def test_fenced_claims(self, store: ExternalManifestStore, base: str) -> None:
+        def row(version: int, identity: str | None = "a" * 32) -> ManifestRow:
+            extra = {DATASET_ID_ATTRIBUTE: identity} if identity is not None else {}
+            return make_row(base, version, extra=extra)
+
+        store.put_if_not_exists(row(1))
+        store.put_if_not_exists(row(2), Fence(1, "a" * 32))
+        # Predecessor missing: the dataset was dropped.
+        with pytest.raises(FenceFailedError, match="no longer exists") as info:
+            store.put_if_not_exists(row(5), Fence(4, "a" * 32))
+        assert info.value.predecessor is None
+        # Predecessor of another identity: re-created.
+        with pytest.raises(FenceFailedError, match="b" * 32) as info:
+            store.put_if_not_exists(row(3, "b" * 32), Fence(2, "b" * 32))
+        assert info.value.predecessor is not None and info.value.predecessor.version == 2
+        # A taken version wins over a failed fence: the writer rebases.
+        with pytest.raises(VersionTakenError):
+            store.put_if_not_exists(row(2, "b" * 32), Fence(1, "b" * 32))
+        # Adoption: only while the predecessor has no row.
+        with pytest.raises(FenceFailedError, match="already has a row"):
+            store.put_if_not_exists(row(3), Fence(2, absent=True))
+        store.put_if_not_exists(row(7), Fence(6, absent=True))
+        # Rows from before identities were recorded: fenced on having none.
+        store.put_if_not_exists(row(8, None), Fence(7, "a" * 32))
+        with pytest.raises(FenceFailedError):
+            store.put_if_not_exists(row(9), Fence(8, "a" * 32))
+        ninth = row(9)
+        store.put_if_not_exists(ninth, Fence(8, ""))
+        assert [r.version for r in store.list_versions(base)] == [1, 2, 7, 8, 9]
+        # Re-putting one's own row is success (a retried claim whose response was lost).
+        store.put_if_not_exists(ninth, Fence(8, ""))
+        with pytest.raises(InvalidInputError, match="fenced on version 9"):
+            store.put_if_not_exists(row(10), Fence(3, "a" * 32))
+
+    def test_threads_race_fenced_claims_exactly_one_winner(
+        self, make_store: StoreFactory, base: str
+    ) -> None:
+        first = make_store()
+        first.put_if_not_exists(make_row(base, 1, extra={DATASET_ID_ATTRIBUTE: "a" * 32}))
+        outcomes: list[str] = []
+        lock = threading.Lock()
+
+        def claim(i: int) -> None:
+            row = make_row(base, 2, extra={DATASET_ID_ATTRIBUTE: "a" * 32})
+            try:
+                make_store().put_if_not_exists(row, Fence(1, "a" * 32))
+                result = "won"
+            except VersionTakenError:
+                result = "lost"
+            with lock:
+                outcomes.append(result)
+
+        threads = [threading.Thread(target=claim, args=(i,)) for i in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sorted(outcomes) == ["lost"] * 5 + ["won"]
+
 
 # --- backends ------------------------------------------------------------------------------
 
@@ -446,6 +510,33 @@ class TestDynaliteManifestStore(ManifestStoreContract):
     @pytest.fixture
     def process_spec(self, dynalite_table: str, dynalite: Any) -> tuple[str, dict[str, str]]:
         return dynalite_table, dynalite.storage_options()
+
+    _NO_TRANSACTIONS = (
+        "dynalite does not implement TransactWriteItems, which a fenced claim is; "
+        "test_fenced_claim_without_transactions_is_a_typed_error checks what it gets"
+    )
+
+    def test_fenced_claims(self, store: ExternalManifestStore, base: str) -> None:
+        pytest.skip(self._NO_TRANSACTIONS)
+
+    def test_threads_race_fenced_claims_exactly_one_winner(
+        self, make_store: StoreFactory, base: str
+    ) -> None:
+        pytest.skip(self._NO_TRANSACTIONS)
+
+    def test_fenced_claim_without_transactions_is_a_typed_error(
+        self, dynalite_table: str, dynalite: Any, base: str
+    ) -> None:
+        config = AwsConfig.from_storage_options(dynalite.storage_options())
+        store = ddb_store(dynalite_table, config, transactions=True)
+        store.put_if_not_exists(make_row(base, 1))
+        with pytest.raises(ExternalStoreError, match="dynamodb_transactions=false"):
+            store.put_if_not_exists(make_row(base, 2), Fence(1))
+        assert store.get(base, 2) is None
+        # With transactions off, the claim is a plain conditional PutItem (no fence).
+        plain = ddb_store(dynalite_table, config, transactions=False)
+        plain.put_if_not_exists(make_row(base, 2), Fence(1))
+        assert [r.version for r in plain.list_versions(base)] == [1, 2]
 
 
 # --- DynamoDB specifics --------------------------------------------------------------------

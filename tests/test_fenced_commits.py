@@ -23,7 +23,6 @@ from s3ddb.cli.main import main as cli_main
 from s3ddb.commit import external as external_commit
 from s3ddb.commit import finalizer
 from s3ddb.commit.failpoints import EXIT_CODE
-from s3ddb.connect import external_store_for
 from s3ddb.errors import (
     CommitMechanismError,
     DataFileError,
@@ -33,16 +32,12 @@ from s3ddb.errors import (
 )
 from s3ddb.external_store.base import (
     DATASET_ID_ATTRIBUTE,
-    Fence,
-    FenceFailedError,
     ManifestRow,
-    VersionTakenError,
 )
 from s3ddb.external_store.dynamodb import item_to_row, row_to_item
-from s3ddb.external_store.memory import InMemoryManifestStore
 from s3ddb.format import layout
 from s3ddb.format.naming import NamingScheme
-from s3ddb.io import ObjectStore, parse_uri
+from s3ddb.io import parse_uri
 from tests.conftest import TEST_BUCKET, TEST_TABLE, make_table
 
 CONDITIONAL_BUCKET = "s3ddb-test-conditional"
@@ -241,60 +236,13 @@ def test_a_plain_writer_cannot_create_a_dataset_a_dynamodb_writer_is_creating(
         s3ddb.write_dataset(make_table(0, 1), str(root))
 
 
-# --- the fence of the external store itself -------------------------------------------
+# --- rows and staged manifests are checked before use ---------------------------------
 
 
 def _row(version: int, identity: str | None = "a" * 32) -> ManifestRow:
     extra = {DATASET_ID_ATTRIBUTE: identity} if identity is not None else {}
     path = layout.staged_manifest_path(version, NamingScheme.V2)
     return ManifestRow("s3://b/fence", version, path, 10, "t", 1, extra)
-
-
-def _store_kinds(request: pytest.FixtureRequest) -> Any:
-    if request.param == "memory":
-        return InMemoryManifestStore()
-    aws = request.getfixturevalue("aws")
-    parsed = parse_uri(f"s3+ddb://{TEST_BUCKET}/fence?ddbTableName={TEST_TABLE}")
-    store = external_store_for(parsed, ObjectStore(parsed, aws.storage_options()))
-    store.delete_dataset("s3://b/fence")
-    return store
-
-
-@pytest.fixture(params=["memory", "moto"])
-def external(request: pytest.FixtureRequest) -> Any:
-    return _store_kinds(request)
-
-
-def test_fenced_claims(external: Any) -> None:
-    external.put_if_not_exists(_row(1))
-    external.put_if_not_exists(_row(2), Fence(1, "a" * 32))
-    # Predecessor missing: the dataset was dropped.
-    with pytest.raises(FenceFailedError, match="no longer exists") as info:
-        external.put_if_not_exists(_row(5), Fence(4, "a" * 32))
-    assert info.value.predecessor is None
-    # Predecessor of another identity: re-created.
-    with pytest.raises(FenceFailedError, match="b" * 32) as info:
-        external.put_if_not_exists(_row(3, "b" * 32), Fence(2, "b" * 32))
-    assert info.value.predecessor is not None and info.value.predecessor.version == 2
-    # A taken version wins over a failed fence: the writer rebases.
-    with pytest.raises(VersionTakenError):
-        external.put_if_not_exists(_row(2, "b" * 32), Fence(1, "b" * 32))
-    # Adoption: only while the predecessor has no row.
-    with pytest.raises(FenceFailedError, match="already has a row"):
-        external.put_if_not_exists(_row(3), Fence(2, absent=True))
-    external.put_if_not_exists(_row(7), Fence(6, absent=True))
-    # Rows from before identities were recorded: fenced on having none.
-    external.put_if_not_exists(_row(8, None), Fence(7, "a" * 32))
-    with pytest.raises(FenceFailedError):
-        external.put_if_not_exists(_row(9), Fence(8, "a" * 32))
-    ninth = _row(9)
-    external.put_if_not_exists(ninth, Fence(8, ""))
-    assert [r.version for r in external.list_versions("s3://b/fence")] == [1, 2, 7, 8, 9]
-    # Re-putting one's own row is success (a retried claim whose response was lost).
-    external.put_if_not_exists(ninth, Fence(8, ""))
-
-
-# --- rows and staged manifests are checked before use ---------------------------------
 
 
 @pytest.mark.parametrize(

@@ -11,8 +11,11 @@ Nothing here imports boto3 at import time.
 from __future__ import annotations
 
 from s3ddb.external_store.base import (
+    DATASET_ID_ATTRIBUTE,
     ExternalManifestStore,
     ExternalStoreOutcomeUnknownError,
+    Fence,
+    FenceFailedError,
     ManifestRow,
     VersionTakenError,
     is_staged_path,
@@ -23,9 +26,12 @@ from s3ddb.external_store.identity import final_path_of, same_commit
 from s3ddb.external_store.memory import InMemoryManifestStore
 
 __all__ = [
+    "DATASET_ID_ATTRIBUTE",
     "DynamoDBManifestStore",
     "ExternalManifestStore",
     "ExternalStoreOutcomeUnknownError",
+    "Fence",
+    "FenceFailedError",
     "InMemoryManifestStore",
     "ManifestRow",
     "VersionTakenError",
