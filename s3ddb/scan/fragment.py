@@ -96,15 +96,17 @@ def plan_fragment(
         return None
     if fragment.num_rows == 0:
         return None
+    # The footer is read (and its row count checked against the fragment's
+    # physical_rows) before anything is allocated in proportion to that claimed count.
+    source = ParquetSource(files, fragment.files[0], fragment) if fragment.files else None
     keep = None
     if fragment.deletion_file is not None:
         deleted = read_deleted_rows(files, fragment)
         if len(deleted):
             keep = np.ones(fragment.physical_rows, dtype=bool)
             keep[np.fromiter(deleted, dtype=np.int64, count=len(deleted))] = False
-    if len(fragment.files) != 1:
+    if len(fragment.files) != 1 or source is None:
         return FragmentPlan(files, fragment, None, keep=keep)
-    source = ParquetSource(files, fragment.files[0], fragment)
     groups = list(range(source.metadata.num_row_groups))
     if may_match is not None:
         by_id = {i: n for n, i in _ids(schema)}
