@@ -129,6 +129,9 @@ def diagnose(uri: str | DatasetURI, storage_options: dict[str, Any] | None = Non
     return _verdict(parsed, original, aws, services, checks, conditional)
 
 
+_TRUTHY = ("1", "true", "yes", "on")
+
+
 def _describe(s: ServiceSettings) -> dict[str, Any]:
     return {
         "endpoint": s.endpoint or "AWS (default for the region)",
@@ -354,14 +357,44 @@ def _check_dynamodb(uri: DatasetURI, aws: AwsConfig, checks: list[Check]) -> Non
             ),
         ),
     ]
+    second = {**key, "version": {"N": "2"}}
+    if aws.dynamodb_transactions is None or aws.dynamodb_transactions.lower() in _TRUTHY:
+        # A fenced claim: the ConditionCheck of version 1 and the Put of version 2.
+        steps.append(
+            (
+                "TransactWriteItems",
+                lambda: client.transact_write_items(
+                    TransactItems=[
+                        {
+                            "ConditionCheck": {
+                                "TableName": table,
+                                "Key": key,
+                                "ConditionExpression": "attribute_exists(base_uri)",
+                            }
+                        },
+                        {
+                            "Put": {
+                                "TableName": table,
+                                "Item": {**second, "path": {"S": "doctor"}},
+                                "ConditionExpression": "attribute_not_exists(base_uri)",
+                            }
+                        },
+                    ]
+                ),
+            )
+        )
     done = False
     try:
         for operation, step in steps:
             try:
                 step()
             except Exception as exc:
+                if ddb.error_code(exc) in ("UnknownOperationException", "UnknownOperation"):
+                    checks.append(_no_transactions(exc, s, table))
+                    return
                 # DescribeTable accepted these credentials: a refusal now is about
-                # this one action (moto, for one, answers it with a bare 403).
+                # this one action (moto, for one, answers it with a bare 403; a
+                # transaction's ConditionCheck needs dynamodb:ConditionCheckItem).
                 checks.append(
                     _ddb_failure("dynamodb.permissions", exc, s, table, operation, accepted=True)
                 )
@@ -370,13 +403,18 @@ def _check_dynamodb(uri: DatasetURI, aws: AwsConfig, checks: list[Check]) -> Non
             Check(
                 "dynamodb.permissions",
                 OK,
-                "PutItem, GetItem, Query and UpdateItem (what commits need) on a scratch item",
+                "PutItem, GetItem, Query, UpdateItem and TransactWriteItems with a "
+                "ConditionCheck (what commits need) on scratch items",
             )
         )
         # Removing rows (cleanup of old versions, drop) uses BatchWriteItem; commits do
         # not, so a principal without it is reported, not failed.
         try:
-            client.batch_write_item(RequestItems={table: [{"DeleteRequest": {"Key": key}}]})
+            client.batch_write_item(
+                RequestItems={
+                    table: [{"DeleteRequest": {"Key": k}} for k in (key, second)],
+                }
+            )
             done = True
         except Exception as exc:
             checks.append(
@@ -392,8 +430,22 @@ def _check_dynamodb(uri: DatasetURI, aws: AwsConfig, checks: list[Check]) -> Non
     finally:
         if not done:
             # Best effort: the failure that matters is already reported.
-            with contextlib.suppress(Exception):
-                client.delete_item(TableName=table, Key=key)
+            for scratch in (key, second):
+                with contextlib.suppress(Exception):
+                    client.delete_item(TableName=table, Key=scratch)
+
+
+def _no_transactions(exc: BaseException, s: ServiceSettings, table: str) -> Check:
+    return Check(
+        "dynamodb.transactions",
+        FAIL,
+        f"TransactWriteItems on {ddb.where(table, s.endpoint, s.region)}: "
+        f"{ddb.describe_error(exc)}: this DynamoDB implementation has no transactions, "
+        "which s3ddb's fenced claims use (a version is claimed only on top of its "
+        "predecessor, so a writer of a dropped or re-created dataset is refused)",
+        "set the storage option dynamodb_transactions=false to claim with one "
+        "conditional PutItem, without that fence (docs/protocol.md)",
+    )
 
 
 def _ddb_failure(

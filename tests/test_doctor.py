@@ -246,9 +246,12 @@ def test_a_missing_permission_names_the_action(capsys: pytest.CaptureFixture[str
                 "Scan",
             ),
             # What commits need, without BatchWriteItem (cleanup and drop use it).
+            # (A fenced claim: moto authorizes TransactWriteItems itself; AWS authorizes
+            # each item's action, ConditionCheckItem for the predecessor's check.)
             "no-batch": _policy(
-                "DescribeTable", "GetItem", "PutItem", "Query", "UpdateItem", "DeleteItem", "Scan"
-            ),
+                "DescribeTable", "GetItem", "PutItem", "Query", "UpdateItem", "DeleteItem",
+                "Scan", "TransactWriteItems", "ConditionCheckItem",
+            ),  # fmt: skip
         }
         users = {}
         for user, policy in policies.items():

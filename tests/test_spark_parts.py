@@ -244,7 +244,7 @@ def test_abort_keeps_files_when_the_outcome_is_unknown(aws: Any, uri: str) -> No
     written = _data_files(uri, opts)
     # The claim lands but its response is lost, and every request after it fails:
     # the commit cannot learn whether it landed.
-    lost = aws.inject_fault("dynamodb", "PutItem", "apply_then_drop")
+    lost = aws.inject_fault("dynamodb", "TransactWriteItems", "apply_then_drop")
     aws.inject_fault("dynamodb", "*", "server_error", times=10_000, after=lost)
     try:
         with pytest.raises(CommitStateUnknownError):

@@ -46,6 +46,7 @@ S3DDB_DYNAMODB_ACTIONS = {
     "dynamodb:DescribeTable",
     "dynamodb:GetItem",
     "dynamodb:PutItem",
+    "dynamodb:ConditionCheckItem",
     "dynamodb:UpdateItem",
     "dynamodb:Query",
     "dynamodb:DeleteItem",
@@ -341,12 +342,19 @@ _SETUP_REQUESTS = 8
 def _enforced(policy_json: str, table_arn: str) -> str:
     """The module's policy as moto can enforce it: moto checks DynamoDB actions but
     not DynamoDB resource ARNs (it authorizes them against "*"), so the table ARN
-    becomes "*" there; S3 statements stay exactly as the module wrote them."""
+    becomes "*" there; S3 statements stay exactly as the module wrote them. And moto
+    authorizes a TransactWriteItems as the action "dynamodb:TransactWriteItems", which
+    AWS does not have: AWS authorizes each item's own action (PutItem, and
+    ConditionCheckItem for a ConditionCheck, both in the module's policy). A statement
+    granting PutItem and ConditionCheckItem gets moto's name for them too."""
     policy = json.loads(policy_json)
     for st in policy["Statement"]:
         resources = [st["Resource"]] if isinstance(st["Resource"], str) else st["Resource"]
         if table_arn in resources:
             st["Resource"] = "*"
+        actions = [st["Action"]] if isinstance(st["Action"], str) else list(st["Action"])
+        if {"dynamodb:PutItem", "dynamodb:ConditionCheckItem"} <= set(actions):
+            st["Action"] = [*actions, "dynamodb:TransactWriteItems"]
     return json.dumps(policy)
 
 

@@ -52,6 +52,7 @@ from s3ddb.errors import (
     ManifestCorruptError,
     ManifestFinalizationError,
     PathOutsideDatasetError,
+    RetryableCommitConflictError,
     VersionNotFoundError,
 )
 from s3ddb.external_store.base import (
@@ -779,7 +780,7 @@ class ExternalStoreCommitHandler(CommitHandler):
                 return  # our own earlier attempt landed (perhaps already finalized)
             raise self._conflict(row.version, winner) from None
         except FenceFailedError as exc:
-            raise self._recreated(row, exc) from None
+            raise self._fenced_off(row, fence, exc) from None
         except ExternalStoreOutcomeUnknownError as exc:
             unknown: Exception = exc
         # The put may have applied: read the row back.
@@ -801,8 +802,26 @@ class ExternalStoreCommitHandler(CommitHandler):
             "are kept; re-open the dataset to see whether this version is the commit."
         ) from unknown
 
-    def _recreated(self, row: ManifestRow, exc: FenceFailedError) -> DatasetRecreatedError:
-        OWN_COMMITS.lost(self.base_uri)  # what this process committed is gone
+    def _fenced_off(
+        self, row: ManifestRow, fence: Fence | None, exc: FenceFailedError
+    ) -> Exception:
+        """The error for a claim its fence refused: cleanup removed the versions after
+        this commit's base (newer versions of the same identity exist), or the dataset
+        was dropped or re-created."""
+        OWN_COMMITS.lost(self.base_uri)  # what this process committed may be gone
+        if exc.predecessor is None and fence is not None and not fence.absent:
+            latest = self._get_latest()
+            if (
+                latest is not None
+                and latest.version > row.version
+                and latest.extra.get(DATASET_ID_ATTRIBUTE, "") == fence.dataset_id
+            ):
+                return RetryableCommitConflictError(
+                    f"versions {fence.version} and {row.version} of {self.base_uri} were "
+                    f"removed by cleanup after this commit read version {fence.version} "
+                    f"(the newest is {latest.version}); re-execute the operation on the "
+                    "newest version"
+                )
         return DatasetRecreatedError(
             f"refusing to commit version {row.version} of {self.base_uri}: {exc}. Nothing "
             "was committed; re-open the dataset and run the operation again if it still "
@@ -822,7 +841,7 @@ class ExternalStoreCommitHandler(CommitHandler):
                 return
             raise self._conflict(row.version, exc.winner) from None
         except FenceFailedError as exc:
-            raise self._recreated(row, exc) from None
+            raise self._fenced_off(row, fence, exc) from None
         except ExternalStoreOutcomeUnknownError as exc:
             raise CommitStateUnknownError(
                 f"committing version {row.version} of {self.base_uri}: outcome unknown "

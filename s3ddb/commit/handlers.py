@@ -22,6 +22,7 @@ from s3ddb.errors import (
     CredentialsError,
     DatasetRecreatedError,
     ManifestCorruptError,
+    RetryableCommitConflictError,
     VersionNotFoundError,
 )
 from s3ddb.format import layout
@@ -360,6 +361,16 @@ class ConditionalPutCommitHandler(ListingCommitHandler):
         except FileNotFoundError:
             if self._exists(path):
                 raise VersionConflict(manifest.version) from None
+            latest = self.latest_location()
+            if latest is not None and latest.version > manifest.version:
+                newest = read_manifest_header(self.store, latest.path, latest.path)
+                if newest.dataset_id == previous.dataset_id:
+                    raise RetryableCommitConflictError(
+                        f"versions {previous.version} and {manifest.version} of "
+                        f"{self.store.url} were removed by cleanup after this commit read "
+                        f"version {previous.version} (the newest is {latest.version}); "
+                        "re-execute the operation on the newest version"
+                    ) from None
             raise DatasetRecreatedError(
                 f"refusing to commit version {manifest.version} of {self.store.url}: "
                 f"version {previous.version}, which it builds on, no longer exists (the "

@@ -2,7 +2,8 @@
 # an aws_iam_policy to attach to the roles/users of writers and readers.
 #
 # DynamoDB: DescribeTable (schema check, once per process), GetItem/Query (consistent
-# reads), PutItem (conditional claim of a version), UpdateItem (finalize: repoint the row
+# reads), PutItem + ConditionCheckItem (the claim of a version: one TransactWriteItems
+# that checks the predecessor row and puts the new one), UpdateItem (finalize: repoint the row
 # from the staged to the final manifest), DeleteItem/BatchWriteItem (delete a dataset's
 # rows).
 # S3: GetObject/PutObject/DeleteObject on the datasets' objects (CopyObject of a staged
@@ -59,6 +60,7 @@ data "aws_iam_policy_document" "s3ddb" {
       "dynamodb:DescribeTable",
       "dynamodb:GetItem",
       "dynamodb:PutItem",
+      "dynamodb:ConditionCheckItem",
       "dynamodb:UpdateItem",
       "dynamodb:Query",
       "dynamodb:DeleteItem",
