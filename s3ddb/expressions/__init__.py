@@ -12,6 +12,13 @@ and a filter keeps only rows where the predicate is TRUE. See ``docs/expressions
 """
 
 from s3ddb.expressions._api import parse_predicate, parse_value_expression, referenced_columns
+from s3ddb.expressions._sql import MAX_DECIMAL_PRECISION as MAX_DECIMAL_PRECISION
+from s3ddb.expressions._sql import MAX_EXPRESSION_CHARS as MAX_EXPRESSION_CHARS
+from s3ddb.expressions._sql import MAX_EXPRESSION_DEPTH as MAX_EXPRESSION_DEPTH
+from s3ddb.expressions._sql import MAX_EXPRESSION_NODES as MAX_EXPRESSION_NODES
+from s3ddb.expressions._sql import MAX_LIKE_WILDCARDS as MAX_LIKE_WILDCARDS
+from s3ddb.expressions._sql import MAX_REPLACE_GROWTH as MAX_REPLACE_GROWTH
+from s3ddb.expressions._sql import MAX_ROUND_DIGITS as MAX_ROUND_DIGITS
 from s3ddb.expressions._sql import SUPPORTED_FUNCTIONS as SUPPORTED_FUNCTIONS
 
 __all__ = ["parse_predicate", "parse_value_expression", "referenced_columns"]

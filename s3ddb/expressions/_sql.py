@@ -8,10 +8,10 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import sqlglot
 from sqlglot import exp, tokens
 from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import ParseError, SqlglotError
+from sqlglot.tokens import TokenType
 
 from s3ddb.errors import InvalidExpressionError
 
@@ -31,6 +31,21 @@ class _S3DDBSQL(Dialect):
 MAX_EXPRESSION_CHARS = 100_000
 MAX_EXPRESSION_NODES = 16_000
 MAX_EXPRESSION_DEPTH = 500
+
+#: Limits on the arguments of the Arrow kernels an expression reaches, where some
+#: arguments make a kernel loop, run for hours or allocate without bound
+#: (docs/expressions.md, "Limits"). A LIKE pattern becomes an RE2 regular expression:
+#: with a few hundred wildcards RE2 leaves its DFA for an NFA that costs the pattern's
+#: length per input byte (1,000 wildcards: over a minute per 4 MB of text).
+MAX_LIKE_WILDCARDS = 100
+#: REPLACE's replacement may be at most this many times as long as its search text,
+#: so its result is at most this many times as long as its input.
+MAX_REPLACE_GROWTH = 100
+#: ROUND's digits: float64 has no digit beyond 10**+-308, and Arrow's kernel loops once
+#: per digit (ROUND(x, 10**12) would run for hours).
+MAX_ROUND_DIGITS = 308
+#: DECIMAL(p, s): Arrow's decimal256 holds at most 76 digits.
+MAX_DECIMAL_PRECISION = 76
 
 
 def _shown(text: str, limit: int = 120) -> str:
@@ -52,12 +67,39 @@ def _size(tree: exp.Expr) -> tuple[int, int]:
     return nodes, deepest
 
 
+_OPENERS = frozenset({TokenType.L_PAREN, TokenType.L_BRACKET, TokenType.L_BRACE, TokenType.CASE})
+_CLOSERS = frozenset({TokenType.R_PAREN, TokenType.R_BRACKET, TokenType.R_BRACE, TokenType.END})
+_PREFIXES = frozenset({TokenType.NOT, TokenType.DASH, TokenType.PLUS, TokenType.TILDE})
+
+
+def _token_nesting(toks: list[tokens.Token]) -> int:
+    """A lower bound of the parse tree's depth from the tokens alone: open brackets
+    and CASEs, plus the longest run of prefix operators (``NOT NOT -x``).
+
+    sqlglot's parser recurses once per such level, so this is checked before parsing:
+    a deep enough text would otherwise exhaust the stack (a RecursionError, or a crash
+    when the recursion limit has been raised or the thread's stack is small).
+    """
+    depth = run = deepest = 0
+    for token in toks:
+        kind = token.token_type
+        run = run + 1 if kind in _PREFIXES else 0
+        if kind in _OPENERS:
+            depth += 1
+        elif kind in _CLOSERS:
+            depth = max(depth - 1, 0)
+        deepest = max(deepest, depth + run)
+    return deepest
+
+
 def _parse_sql(text: str) -> exp.Expr:
     """Parse exactly one SQL expression, turning sqlglot's errors into ours.
 
     Raises:
-        InvalidExpressionError: it does not parse, is several statements, or is over
-            one of the limits (:data:`MAX_EXPRESSION_CHARS`, ``_NODES``, ``_DEPTH``).
+        InvalidExpressionError: it does not parse, is several statements, holds a lone
+            surrogate, or is over one of the limits (:data:`MAX_EXPRESSION_CHARS`,
+            ``_NODES``, ``_DEPTH``; the depth is also estimated from the tokens before
+            parsing, since the parser recurses once per level).
     """
     if len(text) > MAX_EXPRESSION_CHARS:
         raise InvalidExpressionError(
@@ -66,8 +108,22 @@ def _parse_sql(text: str) -> exp.Expr:
         )
     if not text.strip():
         raise InvalidExpressionError("empty expression")
+    try:  # Arrow takes text as UTF-8: a lone surrogate would fail deep inside pyarrow.
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InvalidExpressionError(
+            f"expression is not valid Unicode (a lone surrogate {text[e.start]!r} at "
+            f"character {e.start}): {_shown(text)}"
+        ) from None
     try:
-        statements = [s for s in sqlglot.parse(text, read=_S3DDBSQL) if s is not None]
+        dialect = _S3DDBSQL()
+        toks = dialect.tokenize(text)
+        if _token_nesting(toks) > MAX_EXPRESSION_DEPTH:
+            raise InvalidExpressionError(
+                f"expression nested too deeply (limit: {MAX_EXPRESSION_DEPTH} levels of "
+                f"parentheses, CASE and prefix operators): {_shown(text)}"
+            )
+        statements = [s for s in dialect.parser().parse(toks, text) if s is not None]
     except ParseError as e:
         info = e.errors[0] if e.errors else {}
         near = f"{info.get('start_context', '')}>>>{info.get('highlight', '')}<<<"
@@ -91,16 +147,41 @@ def _parse_sql(text: str) -> exp.Expr:
 
 
 def _sql_type(node: exp.DataType) -> pa.DataType | None:
-    """The Arrow type for a SQL type name, or None when there is no sensible one."""
+    """The Arrow type for a SQL type name, or None when there is no sensible one.
+
+    Raises:
+        InvalidExpressionError: a type parameter is not an integer literal or is out of
+            range: DECIMAL(p, s) needs 1 <= p <= 76 and 0 <= s <= p, TIMESTAMP(p)
+            needs 0 <= p <= 9 (values stay microseconds), others take one length >= 0.
+            The message names the type and the parameter, not where it is.
+    """
     name = node.this.name
-    params = [
-        int(p.this.this)
-        for p in node.expressions
-        if isinstance(p, exp.DataTypeParam) and isinstance(p.this, exp.Literal)
-    ]
+    params: list[int] = []
+    for p in node.expressions:
+        value = p.this if isinstance(p, exp.DataTypeParam) else p
+        text = str(value.this) if isinstance(value, exp.Literal) and value.is_number else ""
+        if not text.isdigit():  # 1e3, 10.5, a column, a string: not a type parameter
+            raise InvalidExpressionError(
+                f"{name}'s parameter {p.sql(dialect=_S3DDBSQL)!r} is not an integer literal"
+            )
+        params.append(int(text))
     if name == "DECIMAL":  # DECIMAL alone is DataFusion's default, decimal(38, 10)
-        precision, scale = [*params, 0][:2] if params else (38, 10)
+        if len(params) > 2:
+            raise InvalidExpressionError(f"DECIMAL takes (precision[, scale]), got {params}")
+        precision, scale = (*params, 0)[:2] if params else (38, 10)
+        if not 1 <= precision <= MAX_DECIMAL_PRECISION:
+            raise InvalidExpressionError(
+                f"DECIMAL's precision {precision} is out of range 1..{MAX_DECIMAL_PRECISION}"
+            )
+        if scale > precision:
+            raise InvalidExpressionError(
+                f"DECIMAL's scale {scale} is greater than its precision {precision}"
+            )
         return (pa.decimal128 if precision <= 38 else pa.decimal256)(precision, scale)
+    limit = 9 if name in ("TIMESTAMP", "TIMESTAMPTZ", "DATETIME") else None
+    if len(params) > 1 or (params and limit is not None and params[0] > limit):
+        what = f"(p) with 0 <= p <= {limit}" if limit is not None else "at most one length"
+        raise InvalidExpressionError(f"{name} takes {what}, got {params}")
     return _SQL_TYPES.get(name)
 
 

@@ -20,7 +20,11 @@ from s3ddb.expressions._sql import (
     _S3DDBSQL,
     _UNARY_FUNCTIONS,
     _UNSUPPORTED,
+    MAX_LIKE_WILDCARDS,
+    MAX_REPLACE_GROWTH,
+    MAX_ROUND_DIGITS,
     _parse_sql,
+    _shown,
     _sql_type,
 )
 from s3ddb.expressions._typed import (
@@ -35,6 +39,7 @@ from s3ddb.expressions._typed import (
 )
 
 _MAX_LISTED_COLUMNS = 40
+_INT64_MAX = 2**63 - 1
 
 
 class _Translator:
@@ -49,8 +54,10 @@ class _Translator:
     # --- errors and type checks -----------------------------------------------------
 
     def error(self, what: str, node: exp.Expr | None = None) -> InvalidExpressionError:
-        where = f" at {node.sql(dialect=_S3DDBSQL)!r}" if node is not None else ""
-        return InvalidExpressionError(f"{what}{where} in expression {self.text!r}")
+        # Both cut to a readable length: a LIKE pattern or an IN list can be 100,000
+        # characters long.
+        where = f" at {_shown(node.sql(dialect=_S3DDBSQL))}" if node is not None else ""
+        return InvalidExpressionError(f"{what}{where} in expression {_shown(self.text, 400)}")
 
     def checked(self, expr: pc.Expression, node: exp.Expr | None) -> _Typed:
         """Type ``expr`` by evaluating it on zero rows; wrap Arrow's refusal."""
@@ -71,13 +78,29 @@ class _Translator:
             raise self.error(f"expected a boolean for {what}, got {item.type}", node)
         return item
 
-    def literal_int(self, node: exp.Expr | None, what: str, default: int) -> int:
+    def literal_int(
+        self,
+        node: exp.Expr | None,
+        what: str,
+        default: int,
+        low: int = -_INT64_MAX - 1,
+        high: int = _INT64_MAX,
+    ) -> int:
+        """An integer literal argument, checked to be within ``low..high``.
+
+        Raises:
+            InvalidExpressionError: it is not an integer literal, or is out of range
+                (the message names ``what``, the value and the range).
+        """
         if node is None:
             return default
         value = self.translate(node).value
-        if value is None or not pa.types.is_integer(value.type):
+        if value is None or not pa.types.is_integer(value.type) or not value.is_valid:
             raise self.error(f"{what} must be an integer literal", node)
-        return int(value.as_py())
+        number = int(value.as_py())
+        if not low <= number <= high:
+            raise self.error(f"{what} {number} is out of range {low}..{high}", node)
+        return number
 
     def literal_str(self, node: exp.Expr, what: str) -> str:
         if not (isinstance(node, exp.Literal) and node.is_string):
@@ -330,8 +353,25 @@ class _Translator:
                 flags=re.DOTALL,
             )
         ignore_case = isinstance(node, exp.ILike)
+        self._check_like_pattern(pattern, node)
         expr = self.checked(_like(subject.expr, pattern, ignore_case), node).expr
         return _Typed(~expr if node.args.get("negate") else expr, pa.bool_())
+
+    def _check_like_pattern(self, pattern: str, node: exp.Expr) -> None:
+        """Refuse a pattern whose regular expression would be too slow to match.
+
+        Raises:
+            InvalidExpressionError: more than MAX_LIKE_WILDCARDS unescaped ``%``/``_``.
+        """
+        wildcards = sum(
+            m.group() in ("%", "_") for m in re.finditer(r"\\.|[%_]", pattern, flags=re.DOTALL)
+        )
+        if wildcards > MAX_LIKE_WILDCARDS:
+            raise self.error(
+                f"LIKE pattern has {wildcards} wildcards (% and _), the limit is "
+                f"{MAX_LIKE_WILDCARDS}",
+                node,
+            )
 
     def escape(self, node: exp.Escape) -> _Typed:
         esc = self.literal_str(node.expression, "the ESCAPE character")
@@ -340,12 +380,22 @@ class _Translator:
         return self.like(node.this, esc)
 
     def cast(self, node: exp.Cast) -> _Typed:
-        target = _sql_type(node.to)
+        try:
+            target = _sql_type(node.to)
+        except InvalidExpressionError as e:
+            raise self.error(str(e), node) from None
         if target is None:
             raise self.error(f"unsupported type {node.to.sql()}", node)
         operand = self.translate(node.this)
         if operand.value is None:
-            return self.checked(operand.expr.cast(target), node)
+            typed = self.checked(operand.expr.cast(target), node)
+            try:  # Arrow refuses some casts by type (int64 to decimal(5, 0)) only per row.
+                pc.cast(pa.nulls(1, operand.type), target)
+            except pa.ArrowException as e:
+                raise self.error(
+                    f"cannot cast {operand.type} to {target} ({_first_line(e)})", node
+                ) from e
+            return typed
         try:  # Fold constants so DATE 'nonsense' fails now and literals stay literals.
             if pa.types.is_timestamp(target) and _is_stringlike(operand.type):
                 try:
@@ -383,7 +433,9 @@ class _Translator:
         return self.checked(_UNARY_FUNCTIONS[type(node)](self.translate(node.this).expr), node)
 
     def round(self, node: exp.Round) -> _Typed:
-        digits = self.literal_int(node.args.get("decimals"), "ROUND's digits", 0)
+        digits = self.literal_int(
+            node.args.get("decimals"), "ROUND's digits", 0, -MAX_ROUND_DIGITS, MAX_ROUND_DIGITS
+        )
         # SQL rounds halves away from zero (2.5 -> 3, -2.5 -> -3); Arrow's default is
         # half-to-even.
         expr = pc.round(
@@ -392,11 +444,10 @@ class _Translator:
         return self.checked(expr, node)
 
     def substring(self, node: exp.Substring) -> _Typed:
-        start = self.literal_int(node.args.get("start"), "SUBSTRING's start", 1)
-        if start < 1:
-            raise self.error("SUBSTRING's start must be >= 1", node)
-        length = self.literal_int(node.args.get("length"), "SUBSTRING's length", -1)
-        stop = None if length < 0 else start - 1 + length
+        start = self.literal_int(node.args.get("start"), "SUBSTRING's start", 1, 1)
+        length = self.literal_int(node.args.get("length"), "SUBSTRING's length", -1, 0)
+        # Arrow's offsets are int64: a stop past the longest string means "to the end".
+        stop = None if length < 0 else min(start - 1 + length, _INT64_MAX)
         return self.checked(
             pc.utf8_slice_codeunits(self.translate(node.this).expr, start=start - 1, stop=stop),
             node,
@@ -418,6 +469,15 @@ class _Translator:
     def replace(self, node: exp.Replace) -> _Typed:
         pattern = self.literal_str(node.expression, "REPLACE's search text")
         replacement = self.literal_str(node.args["replacement"], "REPLACE's replacement")
+        if not pattern:  # Arrow's replace_substring never returns on an empty pattern
+            raise self.error("REPLACE's search text must not be empty", node)
+        if len(replacement) > MAX_REPLACE_GROWTH * len(pattern):
+            raise self.error(
+                f"REPLACE's replacement ({len(replacement):,} characters) is more than "
+                f"{MAX_REPLACE_GROWTH} times as long as its search text ({len(pattern):,}): "
+                "the result could be that many times the size of the input",
+                node,
+            )
         expr = pc.replace_substring(
             self.translate(node.this).expr, pattern=pattern, replacement=replacement
         )
