@@ -24,6 +24,7 @@ from typing import Any
 import pyarrow as pa
 
 import s3ddb
+from s3ddb.cli.output import json_text, safe_text
 from s3ddb.errors import InvalidInputError
 from s3ddb.optimize import DEFAULT_TARGET_ROWS_PER_FRAGMENT
 
@@ -130,8 +131,8 @@ def storage_options(args: argparse.Namespace) -> dict[str, Any] | None:
 
 
 def emit_json(data: Any) -> None:
-    """One JSON document on stdout (``--json``)."""
-    print(json.dumps(data, default=_json_default, ensure_ascii=False, indent=2))
+    """One JSON document on stdout (``--json``), control characters escaped."""
+    print(json_text(data, default=_json_default, indent=2))
 
 
 def _verb(
@@ -258,6 +259,9 @@ def _iso(timestamp: dt.datetime) -> str:
 
 
 def _print_table(header: list[str], rows: list[list[str]], right: Collection[int] = ()) -> None:
+    """Aligned columns; every cell is stored text, so escaped (output.safe_text)."""
+    header = [safe_text(h) for h in header]
+    rows = [[safe_text(c) for c in r] for r in rows]
     widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(header)]
     for cells in [header, ["-" * w for w in widths], *rows]:
         padded = [
@@ -286,7 +290,7 @@ def _text(value: Any) -> str:
 def _cell(value: Any) -> str:
     if value is None:
         return "null"
-    text = _text(value).translate({9: "\\t", 10: "\\n", 13: "\\r"})
+    text = safe_text(_text(value))
     return text if len(text) <= _MAX_CELL else text[: _MAX_CELL - 1] + "…"
 
 
@@ -332,10 +336,11 @@ def run_info(args: argparse.Namespace) -> int:
         emit_json(data)
         return 0
     for label, value in facts:
-        print(f"{label + ':':18}{value}")
+        print(f"{label + ':':18}{safe_text(value)}")
     print("schema:")
     for field in ds.schema:
-        print(f"  {field.name}: {field.type}{'' if field.nullable else ' not null'}")
+        nullable = "" if field.nullable else " not null"
+        print(f"  {safe_text(field.name)}: {safe_text(field.type)}{nullable}")
     return 0
 
 
@@ -444,11 +449,16 @@ def _write_rows(table: pa.Table, fmt: str) -> None:
     rows = table.to_pylist()
     if fmt == "json":
         for row in rows:
-            print(json.dumps(row, default=_json_default, ensure_ascii=False))
+            print(json_text(row, default=_json_default))
     elif fmt == "csv":
+        # CSV quoting keeps a field's newlines and tabs apart; any other control
+        # character (a carriage return too) is escaped.
         writer = csv.writer(sys.stdout, lineterminator="\n")
-        writer.writerow(names)
-        writer.writerows([["" if v is None else _text(v) for v in r.values()] for r in rows])
+        writer.writerow([safe_text(n, keep="\n\t") for n in names])
+        writer.writerows(
+            [["" if v is None else safe_text(_text(v), keep="\n\t") for v in r.values()]
+             for r in rows]
+        )  # fmt: skip
     else:
         numeric = {
             i

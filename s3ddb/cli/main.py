@@ -11,8 +11,10 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from s3ddb._version import __version__
+from s3ddb.cli.output import guarded_output, safe_text
 from s3ddb.errors import (
     CredentialsError,
     DatasetNotFoundError,
@@ -84,6 +86,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     debug = bool(getattr(args, "debug", False))
+    # Stored text (names, values, messages quoting them) never reaches the terminal raw.
+    with guarded_output():
+        return _run(func, args, debug)
+
+
+def _run(func: Any, args: argparse.Namespace, debug: bool) -> int:
     try:
         return int(func(args) or 0)
     except KeyboardInterrupt:
@@ -109,7 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split())
+    return safe_text(" ".join(str(exc).split()))
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from typing import Any
 
 from s3ddb import health, writes
 from s3ddb.cli.commands import _verb, emit_json, storage_options
+from s3ddb.cli.output import raw_stream
 from s3ddb.dataset import dataset
 from s3ddb.errors import InvalidInputError
 
@@ -81,7 +82,9 @@ def _progress(args: argparse.Namespace) -> Iterator[Callable[[str, int, int | No
     from rich.console import Console
     from rich.progress import Progress
 
-    with Progress(console=Console(stderr=True), transient=True) as bar:
+    # The bar's own escape sequences go to the terminal itself, not through the guard.
+    console = Console(file=raw_stream(sys.stderr))
+    with Progress(console=console, transient=True) as bar:
         tasks: dict[str, Any] = {}
 
         def update(what: str, done: int, total: int | None) -> None:

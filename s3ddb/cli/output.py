@@ -1,0 +1,96 @@
+"""Terminal-safe output: nothing read from a dataset can control the terminal.
+
+Stored text (operation names, committers, tag names, schema field names, metadata,
+data values, messages quoting them) is written by someone else, maybe hostile. A
+terminal obeys escape sequences in what it prints: ``ESC ] 0 ;`` retitles the window,
+``ESC [ 2 J`` clears it, a carriage return overwrites the line, a bidi override
+reverses what follows. So every verb prints stored text through this module:
+
+* :func:`safe_text` escapes control characters visibly (``\\x1b`` becomes the four
+  characters ``\\x1b``) and keeps printable Unicode;
+* :func:`json_text` is ``json.dumps`` with the same characters as ``\\uXXXX`` escapes
+  (JSON escapes C0 controls itself, but not DEL, C1 controls such as U+009B CSI,
+  U+2028/U+2029 or bidi controls);
+* :func:`guarded_output`, which ``s3ddb.cli.main.main`` wraps around every verb,
+  escapes any such character that still reaches stdout or stderr (newlines and tabs
+  excepted), so a verb that forgets is safe too.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TextIO
+
+#: Characters never written raw: C0 controls, DEL, C1 controls (U+0080-U+009F, among
+#: them U+009B, a one-character CSI), the Arabic letter mark, left/right marks, line
+#: and paragraph separators, bidi embeddings, overrides and isolates.
+UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
+_SHORT = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    return _SHORT.get(char) or (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+
+
+def safe_text(value: object, keep: str = "") -> str:
+    """``str(value)`` with every :data:`UNSAFE` character escaped visibly, except
+    those in ``keep`` (e.g. ``"\\n\\t"`` for CSV fields, which the CSV quoting keeps
+    apart). Tabs and newlines are escaped by default: a value stays on its line."""
+    text = value if isinstance(value, str) else str(value)
+    return UNSAFE.sub(lambda m: m.group() if m.group() in keep else _escape(m.group()), text)
+
+
+def json_text(data: Any, default: Callable[[Any], Any] | None = None, **kwargs: Any) -> str:
+    """``json.dumps(data, ensure_ascii=False, ...)`` with the :data:`UNSAFE`
+    characters JSON leaves raw written as ``\\uXXXX`` escapes (still valid JSON, and
+    the same string once parsed)."""
+    text = json.dumps(data, default=default, ensure_ascii=False, **kwargs)
+    # JSON escapes every C0 control inside strings, so a raw newline or tab is the
+    # indentation's. Outside strings there is only ASCII: other matches are in strings.
+    return UNSAFE.sub(
+        lambda m: m.group() if m.group() in "\n\t" else f"\\u{ord(m.group()):04x}", text
+    )
+
+
+class _SafeStream:
+    """A text stream that escapes :data:`UNSAFE` characters except newline and tab;
+    everything else (flush, fileno, isatty, encoding...) is the wrapped stream's."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.raw = stream
+
+    def write(self, text: str) -> int:
+        self.raw.write(safe_text(text, keep="\n\t"))
+        return len(text)
+
+    def writelines(self, lines: Any) -> None:
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.raw, name)
+
+
+@contextmanager
+def guarded_output() -> Iterator[None]:
+    """Within the block, ``sys.stdout`` and ``sys.stderr`` escape what the helpers
+    above would (newlines and tabs excepted). The original streams are back after."""
+    saved = sys.stdout, sys.stderr
+    sys.stdout = _SafeStream(saved[0])  # type: ignore[assignment]
+    sys.stderr = _SafeStream(saved[1])  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved
+
+
+def raw_stream(stream: TextIO) -> TextIO:
+    """The terminal stream under a guarded one, for output that must carry escape
+    sequences of our own (the progress bar of rich), never stored text."""
+    inner = getattr(stream, "raw", None) if isinstance(stream, _SafeStream) else None
+    return inner if inner is not None else stream
