@@ -28,6 +28,7 @@ from typing import Any
 
 from s3ddb.external_store import _ddb_common as ddb
 from s3ddb.io.aws import AwsConfig, ServiceSettings
+from s3ddb.io.redact import redact_url
 from s3ddb.io.uri import DatasetURI, parse_uri
 
 OK, FAIL, INFO = "ok", "fail", "info"
@@ -132,9 +133,15 @@ def diagnose(uri: str | DatasetURI, storage_options: dict[str, Any] | None = Non
 _TRUTHY = ("1", "true", "yes", "on")
 
 
+def _endpoint(s: ServiceSettings) -> str | None:
+    """The endpoint as shown in the report: without user info or query values, which
+    may hold a password (``http://user:secret@host``)."""
+    return redact_url(s.endpoint) if s.endpoint else None
+
+
 def _describe(s: ServiceSettings) -> dict[str, Any]:
     return {
-        "endpoint": s.endpoint or "AWS (default for the region)",
+        "endpoint": _endpoint(s) or "AWS (default for the region)",
         "endpoint_source": s.source("endpoint"),
         "region": s.region or "(boto3 default)",
         "region_source": s.source("region"),
@@ -251,7 +258,7 @@ def _s3_failure(
 ) -> Check:
     code = ddb.error_code(exc)
     text = f"{operation} on s3://{bucket}/{prefix}/: {ddb.describe_error(exc)}"
-    where = f"now {s.endpoint or 'AWS'} ({s.source('endpoint')})"
+    where = f"now {_endpoint(s) or 'AWS'} ({s.source('endpoint')})"
     if type(exc).__name__ in _UNREACHABLE_ERRORS:
         return Check(
             name,
@@ -277,7 +284,7 @@ def _s3_failure(
             name,
             FAIL,
             text,
-            f"create bucket {bucket!r} on {s.endpoint or 'AWS'}, or "
+            f"create bucket {bucket!r} on {_endpoint(s) or 'AWS'}, or "
             "fix the URI's bucket or s3_endpoint",
         )
     if code in _DENIED_CODES or ddb.http_status(exc) == 403:
@@ -439,7 +446,7 @@ def _no_transactions(exc: BaseException, s: ServiceSettings, table: str) -> Chec
     return Check(
         "dynamodb.transactions",
         FAIL,
-        f"TransactWriteItems on {ddb.where(table, s.endpoint, s.region)}: "
+        f"TransactWriteItems on {ddb.where(table, _endpoint(s), s.region)}: "
         f"{ddb.describe_error(exc)}: this DynamoDB implementation has no transactions, "
         "which s3ddb's fenced claims use (a version is claimed only on top of its "
         "predecessor, so a writer of a dropped or re-created dataset is refused)",
@@ -458,7 +465,7 @@ def _ddb_failure(
     accepted: bool = False,
 ) -> Check:
     failure = ddb.classify(exc)
-    text = f"{operation} on {ddb.where(table, s.endpoint, s.region)}: {ddb.describe_error(exc)}"
+    text = f"{operation} on {ddb.where(table, _endpoint(s), s.region)}: {ddb.describe_error(exc)}"
     code = ddb.error_code(exc)
     if failure is ddb.Failure.NOT_SENT or type(exc).__name__ in _UNREACHABLE_ERRORS:
         return Check(
@@ -467,7 +474,7 @@ def _ddb_failure(
             text,
             "set the DynamoDB endpoint: storage option "
             "dynamodb_endpoint or AWS_ENDPOINT_URL_DYNAMODB (now "
-            f"{s.endpoint or 'AWS'}, {s.source('endpoint')}), and its region: "
+            f"{_endpoint(s) or 'AWS'}, {s.source('endpoint')}), and its region: "
             f"dynamodb_region or AWS_REGION_DYNAMODB (now {s.region}, "
             f"{s.source('region')})",
             access=True,

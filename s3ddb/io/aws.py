@@ -30,6 +30,7 @@ from typing import Any
 
 from s3ddb.errors import InvalidInputError
 from s3ddb.io.aws_sessions import aio_role_session, session_for
+from s3ddb.io.redact import is_secret_option
 
 SERVICES = ("s3", "dynamodb")
 
@@ -110,6 +111,15 @@ _SECRET_FIELDS = frozenset(
         for s in ("access_key_id", "secret_access_key", "session_token")
     }
 )
+
+
+def _short_repr(value: object) -> str:
+    """repr() of a non-secret option's value, cut to a readable length."""
+    try:
+        text = repr(value)
+    except Exception:  # a hostile __repr__ must not replace the real error
+        return "(unprintable)"
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 @dataclass(frozen=True)
@@ -247,8 +257,15 @@ class AwsConfig:
                 known = ", ".join(sorted({k for k in _ALL_ALIASES if k == _ALL_ALIASES[k]}))
                 raise InvalidInputError(f"unknown storage option {key!r}; AWS options are: {known}")
             if value is not None and not isinstance(value, str):
+                # Redacted by name, whatever the type: b"...", an int or an object
+                # whose str() is the secret are as secret as a string.
+                shown = (
+                    "(value hidden: a credential)"
+                    if is_secret_option(key) or attr in _SECRET_FIELDS
+                    else _short_repr(value)
+                )
                 raise InvalidInputError(
-                    f"storage option {key!r} must be a string, got {type(value).__name__} {value!r}"
+                    f"storage option {key!r} must be a string, got {type(value).__name__} {shown}"
                 )
             if value is not None:
                 values[attr] = value

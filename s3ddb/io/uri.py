@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from urllib.parse import parse_qsl, urlsplit
 
 from s3ddb.errors import InvalidURIError
+from s3ddb.io.redact import redact_url
 
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.\-_]{1,254}$")
 
@@ -77,30 +78,36 @@ def parse_uri(uri: str | os.PathLike[str]) -> DatasetURI:
     """
     text = os.fspath(uri)
     if not isinstance(text, str) or not text:
-        raise InvalidURIError(f"dataset URI must be a non-empty string, got {uri!r}")
+        raise InvalidURIError(
+            f"dataset URI must be a non-empty string, got {type(uri).__name__} {redact_url(uri)!r}"
+        )
     if "://" not in text:
         return DatasetURI("file", _normalize_local(text), original=text)
     parts = urlsplit(text)
     scheme = parts.scheme.lower()
+    # Messages show the URI without user info or query values: a URI refused for
+    # carrying credentials (s3://KEY:SECRET@bucket, ?aws_secret_access_key=...) must
+    # not print them.
+    shown = redact_url(text)
     if scheme == "file":
         if parts.query:
-            raise InvalidURIError(f"unexpected query {parts.query!r} in {text!r}")
+            raise InvalidURIError(f"unexpected query in {shown!r} (values hidden)")
         return DatasetURI("file", _normalize_local(parts.netloc + parts.path), original=text)
     if scheme == "memory":
         path = "/" + (parts.netloc + parts.path).strip("/")
         if path == "/":
-            raise InvalidURIError(f"memory URI needs a name: memory://<name>, got {text!r}")
+            raise InvalidURIError(f"memory URI needs a name: memory://<name>, got {shown!r}")
         return DatasetURI("memory", path, original=text)
     if scheme in ("s3", "s3a", "s3+ddb"):
         bucket = parts.netloc
         if not bucket or not _BUCKET_RE.match(bucket):
-            raise InvalidURIError(f"invalid or missing S3 bucket in {text!r}")
+            raise InvalidURIError(f"invalid or missing S3 bucket in {shown!r}")
         prefix = parts.path.strip("/")
         if any(segment in ("", ".", "..") for segment in prefix.split("/")) and prefix:
             # Object keys are not paths: "a/../b" would be a prefix of its own, beside
             # the dataset the URI seems to name.
             raise InvalidURIError(
-                f"S3 dataset prefix {prefix!r} in {text!r} has an empty, '.' or '..' segment"
+                f"S3 dataset prefix {prefix!r} in {shown!r} has an empty, '.' or '..' segment"
             )
         if not prefix:
             # A dataset at a bucket's root would share _versions/ with anything else
@@ -112,12 +119,12 @@ def parse_uri(uri: str | os.PathLike[str]) -> DatasetURI:
             table = query.pop("ddbTableName", None)
             if not table:
                 raise InvalidURIError(
-                    f"{text!r}: s3+ddb URIs need the DynamoDB table: "
+                    f"{shown!r}: s3+ddb URIs need the DynamoDB table: "
                     f"s3+ddb://{bucket}/{prefix}?ddbTableName=<table>"
                 )
         if query:
             raise InvalidURIError(
-                f"unexpected query parameter(s) {sorted(query)} in {text!r}"
+                f"unexpected query parameter(s) in {shown!r}"
                 + ("" if scheme == "s3+ddb" else " (did you mean s3+ddb://...?ddbTableName=T)")
             )
         return DatasetURI(
@@ -127,7 +134,7 @@ def parse_uri(uri: str | os.PathLike[str]) -> DatasetURI:
             original=text,
         )
     raise InvalidURIError(
-        f"unsupported URI scheme {scheme!r} in {text!r}; "
+        f"unsupported URI scheme {scheme!r} in {shown!r}; "
         "use a local path, file://, memory://, s3:// or s3+ddb://"
     )
 
