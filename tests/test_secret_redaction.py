@@ -183,3 +183,11 @@ def test_redaction_helpers() -> None:
     assert redact_url("http://user:pw@localhost:4566/x#frag") == "http://***@localhost:4566/x"
     assert redact_url("/local/path?x=1") == "/local/path?x=1"
     assert redact_url("http://[::1/x?a=b") == "http://***"
+
+
+def test_the_dynamodb_store_repr_hides_credentials_in_its_endpoint() -> None:
+    from s3ddb.external_store.dynamodb import DynamoDBManifestStore
+    from s3ddb.io.aws import AwsConfig
+
+    store = DynamoDBManifestStore("t", AwsConfig(dynamodb_endpoint="http://user:hunter2@h:1"))
+    assert "hunter2" not in repr(store) and "h:1" in repr(store)

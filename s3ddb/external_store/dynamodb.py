@@ -45,6 +45,7 @@ from s3ddb.external_store.identity import (
     same_commit,
 )
 from s3ddb.io.aws import AwsConfig
+from s3ddb.io.redact import redact_url
 
 __all__ = ["DynamoDBManifestStore", "create_table", "item_to_row", "row_to_item"]
 
@@ -145,7 +146,9 @@ class DynamoDBManifestStore(ExternalManifestStore):
         self.transactions = transactions
 
     def __repr__(self) -> str:
-        return f"DynamoDBManifestStore({self.table_name!r}, endpoint={self.endpoint!r})"
+        # An endpoint URL may carry credentials (http://user:password@host).
+        endpoint = redact_url(self.endpoint) if self.endpoint else None
+        return f"DynamoDBManifestStore({self.table_name!r}, endpoint={endpoint!r})"
 
     # --- plumbing -----------------------------------------------------------------
 
