@@ -249,9 +249,16 @@ def test_a_missing_permission_names_the_action(capsys: pytest.CaptureFixture[str
             # (A fenced claim: moto authorizes TransactWriteItems itself; AWS authorizes
             # each item's action, ConditionCheckItem for the predecessor's check.)
             "no-batch": _policy(
-                "DescribeTable", "GetItem", "PutItem", "Query", "UpdateItem", "DeleteItem",
-                "Scan", "TransactWriteItems", "ConditionCheckItem",
-            ),  # fmt: skip
+                "DescribeTable",
+                "GetItem",
+                "PutItem",
+                "Query",
+                "UpdateItem",
+                "DeleteItem",
+                "Scan",
+                "TransactWriteItems",
+                "ConditionCheckItem",
+            ),
         }
         users = {}
         for user, policy in policies.items():
