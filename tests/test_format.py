@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from s3ddb.commit.transaction import Append, Overwrite, Restore, Transaction, UpdateConfig
@@ -170,3 +170,35 @@ def test_schema_pickles_after_encoding() -> None:
     again = pickle.loads(pickle.dumps(schema))
     assert again == schema
     assert again.to_pb() == schema.to_pb() != first
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.one_of(
+        st.lists(st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1)), max_size=70),
+        st.lists(st.one_of(st.none(), st.text(max_size=5)), max_size=70),
+        st.lists(st.one_of(st.none(), st.booleans()), max_size=70),
+        st.lists(st.one_of(st.none(), st.dates()), max_size=70),
+    )
+)
+def test_small_columns_get_the_bounds_the_kernel_gives(values: list[object]) -> None:
+    """Columns of a few values are bounded in Python, larger ones by pyarrow's min_max:
+    both give the same statistics."""
+    from s3ddb.format import stats
+
+    try:
+        array = pa.chunked_array([pa.array(values)])
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return  # e.g. all None with no type to infer
+    if array.type == pa.null():
+        return
+    if pa.types.is_date(array.type):
+        array = array.cast(pa.date32())
+    small = stats._bounds(array)
+    original = stats._SMALL
+    try:
+        stats._SMALL = -1
+        kernel = stats._bounds(array)
+    finally:
+        stats._SMALL = original
+    assert small == kernel

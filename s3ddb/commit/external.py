@@ -182,14 +182,20 @@ class ExternalStoreCommitHandler(CommitHandler):
         # The newest state of each row this handler has seen (Query, lost claims, own
         # commits): it tells whether version N-1 is known final before claiming N.
         self._rows: dict[int, ManifestRow] = {}
+        self._mechanism: tuple[str, str] | None = None
 
     def validate(self) -> None:
         self.external.validate()
 
     def mechanism_record(self) -> tuple[str, str]:
-        info = self.external.describe()
-        table = info.get("table") or f"memory-{info.get('name') or 'default'}"
-        return (DYNAMODB, re.sub(r"[^A-Za-z0-9_.:-]", "_", str(table))[:255])
+        if self._mechanism is None:
+            # The table's name alone: describe() would resolve endpoint and region.
+            table = getattr(self.external, "table_name", None)
+            if not table:
+                info = self.external.describe()
+                table = info.get("table") or f"memory-{info.get('name') or 'default'}"
+            self._mechanism = (DYNAMODB, re.sub(r"[^A-Za-z0-9_.:-]", "_", str(table))[:255])
+        return self._mechanism
 
     def writer_uri(self, mechanism: str, table: str) -> str:
         if mechanism == DYNAMODB:

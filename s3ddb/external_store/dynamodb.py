@@ -11,7 +11,6 @@ boto3 is imported lazily (through :class:`~s3ddb.io.aws.AwsConfig`).
 
 from __future__ import annotations
 
-import hashlib
 import os
 import random
 import re
@@ -300,9 +299,8 @@ class DynamoDBManifestStore(ExternalManifestStore):
         path, or its finalized form with the same committer, time and size), it is
         success. That is what makes retrying a put whose response was lost (5xx,
         dropped connection, read timeout) safe: the retry either lands, or finds our
-        own row, or finds another writer's row (a conflict). A fenced claim also
-        carries a ``ClientRequestToken`` derived from the row, so DynamoDB answers a
-        repeat within ten minutes with the first attempt's outcome.
+        own row, or finds another writer's row (a conflict). A fenced claim is retried
+        the same way (its cancellation reasons return the holder of the version).
 
         Raises:
             VersionTakenError: another commit holds the version; ``winner`` is its row.
@@ -351,9 +349,6 @@ class DynamoDBManifestStore(ExternalManifestStore):
                     if self._cancelled(row, fence, exc):
                         return
                     failure = c.Failure.THROTTLED  # applied nothing: send it again
-                elif code == "TransactionInProgressException":
-                    # The same token is still being processed: an earlier attempt.
-                    failure = c.Failure.MAYBE_APPLIED
                 elif code in ("UnknownOperationException", "UnknownOperation"):
                     raise ExternalStoreError(
                         f"{c.where(self.table_name, self.endpoint, self.region)} does not "
@@ -403,10 +398,9 @@ class DynamoDBManifestStore(ExternalManifestStore):
         }
         if values:
             condition_check["ExpressionAttributeValues"] = values
-        # The staged path embeds a fresh UUID: the token names this claim and no other.
-        token = hashlib.sha256(f"{row.base_uri}\n{row.version}\n{row.path}".encode()).hexdigest()[
-            :36
-        ]
+        # No ClientRequestToken: a retry whose first attempt landed finds the version
+        # held by its own row (same_commit), as a retried PutItem does, so a token would
+        # add only its cost.
         return {
             "TransactItems": [
                 {"ConditionCheck": condition_check},
@@ -420,7 +414,6 @@ class DynamoDBManifestStore(ExternalManifestStore):
                     }
                 },
             ],
-            "ClientRequestToken": token,
         }
 
     def _cancelled(self, row: ManifestRow, fence: Fence, exc: BaseException) -> bool:

@@ -107,6 +107,10 @@ def _upper_string(value: str) -> str | None:
     return None
 
 
+#: Columns of at most this many values get their bounds without a compute kernel.
+_SMALL = 64
+
+
 def _bounds(array: pa.ChunkedArray) -> tuple[Bound, Bound]:
     t = array.type
     if pa.types.is_floating(t):
@@ -114,8 +118,15 @@ def _bounds(array: pa.ChunkedArray) -> tuple[Bound, Bound]:
         array = pc.filter(array, pc.invert(pc.is_nan(array)))
     if len(array) == array.null_count:
         return None, None
-    pair = pc.min_max(array)
-    low, high = pair["min"].as_py(), pair["max"].as_py()
+    if len(array) <= _SMALL and exact_bound_type(t):
+        # A kernel call costs far more than comparing a few values in Python (commits of
+        # a few rows, e.g. streaming micro-batches); the order is the same: numbers,
+        # dates and booleans by value, strings by code point (UTF-8 byte order).
+        values = [v for v in array.to_pylist() if v is not None]
+        low, high = min(values), max(values)
+    else:
+        pair = pc.min_max(array)
+        low, high = pair["min"].as_py(), pair["max"].as_py()
     if low is None or high is None:
         return None, None
     if pa.types.is_date32(t):
