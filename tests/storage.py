@@ -6,8 +6,10 @@ from typing import Any
 
 import s3ddb
 from s3ddb.commit import finalizer
+from s3ddb.commit.manifest_cache import MANIFESTS
 from s3ddb.format import layout
-from s3ddb.format.manifest import referenced_paths
+from s3ddb.format.framing import frame
+from s3ddb.format.manifest import MANIFEST_MAGIC, referenced_paths
 from s3ddb.io import ObjectStore
 
 
@@ -30,3 +32,17 @@ def orphans(uri: str, storage_options: dict[str, Any] | None = None) -> set[str]
         for p in objects(uri, storage_options)
         if not p.startswith(f"{layout.VERSIONS_DIR}/") and p not in referenced
     }
+
+
+def plant_manifest(uri: str, edit: Any, storage_options: dict[str, Any] | None = None) -> str:
+    """Rewrite the newest manifest in place with ``edit`` applied to its protobuf, as
+    someone with write access to the root could (no commit); returns its path. This
+    process's manifest cache is emptied, so that it reads the planted manifest."""
+    ds = s3ddb.dataset(uri, storage_options=storage_options)
+    location = ds.handler.latest_location()
+    assert location is not None
+    message = ds.manifest.to_pb()
+    edit(message)
+    ds.handler.store.put(location.path, frame(message.SerializeToString(), MANIFEST_MAGIC))
+    MANIFESTS.clear()
+    return location.path

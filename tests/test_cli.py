@@ -22,7 +22,7 @@ import pyarrow as pa
 import pytest
 
 import s3ddb
-from s3ddb.cli.main import main
+from tests.cli_runner import run_cli as cli
 
 ROOT = Path(__file__).resolve().parent.parent
 ISO_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
@@ -49,16 +49,6 @@ def uri(tmp_path: Path) -> str:
     s3ddb.write_dataset(_rows(0, 6), path)
     s3ddb.write_dataset(_rows(6, 4), path, mode="append")
     return path
-
-
-def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    """Run ``s3ddb ARGV`` in-process: (exit status, stdout, stderr)."""
-    try:
-        code = main(list(argv))
-    except SystemExit as exc:  # argparse errors and --help
-        code = exc.code if isinstance(exc.code, int) else 1
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def fields(out: str) -> dict[str, str]:

@@ -20,6 +20,7 @@ from s3ddb.external_store import create_table
 from s3ddb.format import layout
 from s3ddb.io import AwsConfig, ObjectStore
 from tests import storage
+from tests.cli_runner import run_cli as run
 from tests.conftest import TEST_BUCKET, TEST_TABLE
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,15 +49,6 @@ def uri(aws: Any) -> str:
     s3ddb.write_dataset(_table(10, 5), uri, mode="append", storage_options=so)
     storage.objects(uri, so)  # this process's background finalizer has settled
     return uri
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    try:
-        code = main(list(argv))
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, Any]:

@@ -23,7 +23,6 @@ import pytest
 
 import s3ddb
 from s3ddb.cli.main import main
-from s3ddb.commit.manifest_cache import MANIFESTS
 from s3ddb.errors import (
     DataFileError,
     DataFileMissingError,
@@ -32,8 +31,6 @@ from s3ddb.errors import (
 )
 from s3ddb.format import layout
 from s3ddb.format._proto import manifest_pb2 as pb
-from s3ddb.format.framing import frame
-from s3ddb.format.manifest import MANIFEST_MAGIC
 from s3ddb.health import verify
 from s3ddb.io import ObjectStore, local_files
 from s3ddb.io.paths import check_name, name_problem
@@ -114,19 +111,6 @@ def test_cleanup_and_verify_see_only_their_dataset(neighbours: Any) -> None:
 # --- shared: planting in the newest manifest ------------------------------------------
 
 
-def _plant(uri: str, edit: Any, storage_options: dict[str, str] | None = None) -> str:
-    """Rewrite the newest manifest in place with ``edit`` applied to its protobuf (as
-    someone with write access to the root could); returns its path."""
-    ds = s3ddb.dataset(uri, storage_options=storage_options)
-    location = ds.handler.latest_location()
-    assert location is not None
-    message = ds.manifest.to_pb()
-    edit(message)
-    ds.handler.store.put(location.path, frame(message.SerializeToString(), MANIFEST_MAGIC))
-    MANIFESTS.clear()  # this process would otherwise not read it again
-    return location.path
-
-
 def _data_paths(uri: str) -> list[Path]:
     return sorted((Path(uri) / "data").glob("*.parquet"))
 
@@ -166,7 +150,7 @@ def test_a_stored_name_too_long_for_the_filesystem_is_a_typed_error(tmp_path: Pa
     def data_file(m: pb.Manifest) -> None:
         m.fragments[0].files[0].path = LONG
 
-    manifest = _plant(uri, data_file)
+    manifest = storage.plant_manifest(uri, data_file)
     with pytest.raises(PathOutsideDatasetError, match="308 bytes") as raised:
         s3ddb.dataset(uri).to_table()
     assert "data/" in str(raised.value)
@@ -180,7 +164,7 @@ def test_a_stored_name_too_long_for_the_filesystem_is_a_typed_error(tmp_path: Pa
         fragment.deletion_file.num_deleted_rows = 1
         m.visible_rows -= 1
 
-    _plant(uri, deletion_file)
+    storage.plant_manifest(uri, deletion_file)
     with pytest.raises(PathOutsideDatasetError, match="bytes"):
         s3ddb.dataset(uri).to_table()
     s3ddb.dataset(uri, 1).restore()
@@ -188,7 +172,7 @@ def test_a_stored_name_too_long_for_the_filesystem_is_a_typed_error(tmp_path: Pa
     def transaction_file(m: pb.Manifest) -> None:
         m.transaction_file = "0-" + "é" * 130 + ".txn"
 
-    _plant(uri, transaction_file)
+    storage.plant_manifest(uri, transaction_file)
     # A writer that read an older version checks the newer one's transaction.
     with pytest.raises(PathOutsideDatasetError, match="bytes"):
         s3ddb.dataset(uri, 1).delete("id = 0")

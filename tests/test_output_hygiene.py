@@ -21,11 +21,11 @@ import pyarrow as pa
 import pytest
 
 import s3ddb
-from s3ddb.cli.main import main
 from s3ddb.cli.output import json_text, safe_text
 from s3ddb.format.layout import manifest_path
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.schema import DatasetSchema
+from tests.cli_runner import run_cli as cli
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -104,15 +104,6 @@ def values(tmp_path: Path) -> str:
         path,
     )
     return path
-
-
-def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    try:
-        code = main(list(argv))
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 # --- the helpers ---------------------------------------------------------------------

@@ -22,9 +22,9 @@ from s3ddb.external_store.base import ManifestRow
 from s3ddb.format._proto import manifest_pb2 as pb
 from s3ddb.format.fragment import FragmentMetadata
 from s3ddb.format.framing import frame
-from s3ddb.format.manifest import MANIFEST_MAGIC
 from s3ddb.io import ObjectStore, parse_uri
 from s3ddb.io.paths import check_name, check_relative_path
+from tests import storage
 from tests.conftest import TEST_BUCKET, TEST_TABLE, make_table
 
 HOSTILE_NAMES = [
@@ -75,19 +75,6 @@ def test_prefixes_and_the_root_are_fine(tmp_path: Path) -> None:
 
 
 # --- hostile manifests on a real dataset ----------------------------------------------
-
-
-def _plant(uri: str, edit: Any, storage_options: dict[str, str] | None = None) -> str:
-    """Commit-free planting: rewrite the newest manifest in place with ``edit`` applied
-    to its protobuf (as someone with write access to the prefix could). Returns the
-    manifest's path."""
-    ds = s3ddb.dataset(uri, storage_options=storage_options)
-    location = ds.handler.latest_location()
-    assert location is not None
-    message = ds.manifest.to_pb()
-    edit(message)
-    ds.handler.store.put(location.path, frame(message.SerializeToString(), MANIFEST_MAGIC))
-    return location.path
 
 
 def _data_file(message: pb.Manifest, path: str) -> None:
@@ -149,7 +136,7 @@ def test_a_hostile_manifest_is_refused_by_every_verb(
     s3ddb.write_dataset(make_table(0, 4), uri, storage_options=so, max_rows_per_file=1)
     s3ddb.write_dataset(make_table(4, 4), uri, mode="append", storage_options=so)
     finalizer.drain()
-    _plant(uri, lambda m: PLANTS[plant](m, secret_name), so)
+    storage.plant_manifest(uri, lambda m: PLANTS[plant](m, secret_name), so)
     MANIFESTS.clear()  # a writer in this process would otherwise not read it again
     if endpoint is not None:
         endpoint.clear_requests()

@@ -61,17 +61,28 @@ class Generation:
         return allowed_states(self.log)
 
 
-def _start(uri: str, number: int, seed: int, env: dict[str, str]) -> Generation:
-    full = {**os.environ, **env, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.torture", uri, str(number), str(seed)],
+def _torture(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
+    """``python -m tests.torture *args`` with ``env`` added to this environment."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.torture", *args],
         cwd=ROOT,
-        env=full,
+        env={**os.environ, **env, "PYTHONPATH": str(ROOT)},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
-    return Generation(number, seed, proc)
+
+
+def _start(uri: str, number: int, seed: int, env: dict[str, str], *mode: str) -> Generation:
+    return Generation(number, seed, _torture(env, uri, str(number), str(seed), *mode))
+
+
+def _reap(running: list[Generation], kill_at: dict[int, float], where: str) -> None:
+    """Finish the writers that exited or whose time to be killed has come."""
+    for gen in list(running):
+        if time.monotonic() >= kill_at[gen.number] or gen.proc.poll() is not None:
+            _finish(gen, where)
+            running.remove(gen)
 
 
 def _finish(gen: Generation, where: str) -> None:
@@ -124,10 +135,7 @@ def test_writers_killed_at_random_moments_lose_nothing(aws: Any, ddb_uri: str) -
             running.append(gen)
             generations.append(gen)
         time.sleep(0.05)
-        for gen in list(running):
-            if time.monotonic() >= kill_at[gen.number] or gen.proc.poll() is not None:
-                _finish(gen, where)
-                running.remove(gen)
+        _reap(running, kill_at, where)
     for gen in running:
         _finish(gen, where)
 
@@ -202,11 +210,7 @@ def test_drop_recreate_and_a_plain_writer_lose_nothing(moto_aws: Any) -> None:
     seed_rows = table({0: "seed", 1: "seed"})
     s3ddb.write_dataset(seed_rows, ddb_uri, storage_options=so)
     plain_uri = parse_uri(ddb_uri).object_url
-    full_env = {**os.environ, **aws.env(), "PYTHONPATH": str(ROOT)}
-    plain = subprocess.Popen(
-        [sys.executable, "-m", "tests.torture", "plain", plain_uri],
-        cwd=ROOT, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    plain = _torture(aws.env(), "plain", plain_uri)
 
     generations: list[Generation] = []
     running: list[Generation] = []
@@ -216,15 +220,6 @@ def test_drop_recreate_and_a_plain_writer_lose_nothing(moto_aws: Any) -> None:
     recreated = False
     number = 1
     kill_at: dict[int, float] = {}
-
-    def start(number: int) -> Generation:
-        full = {**full_env}
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.torture", ddb_uri, str(number),
-             str(rng.randrange(2**31)), "lifecycle"],
-            cwd=ROOT, env=full, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        return Generation(number, seed, proc)
 
     new_identity = ""
 
@@ -240,7 +235,7 @@ def test_drop_recreate_and_a_plain_writer_lose_nothing(moto_aws: Any) -> None:
         or (landed() < 3 and time.monotonic() < hard_stop)
     ):
         while len(running) < WRITERS:
-            gen = start(number)
+            gen = _start(ddb_uri, number, rng.randrange(2**31), aws.env(), "lifecycle")
             kill_at[number] = time.monotonic() + rng.uniform(1.5, 6.0)
             number += 1
             running.append(gen)
@@ -252,10 +247,7 @@ def test_drop_recreate_and_a_plain_writer_lose_nothing(moto_aws: Any) -> None:
             new_identity = new.manifest.dataset_id
             recreated = True
         time.sleep(0.05)
-        for gen in list(running):
-            if time.monotonic() >= kill_at[gen.number] or gen.proc.poll() is not None:
-                _finish(gen, where)
-                running.remove(gen)
+        _reap(running, kill_at, where)
     for gen in running:
         _finish(gen, where)
     plain.send_signal(signal.SIGKILL)

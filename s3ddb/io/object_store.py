@@ -439,11 +439,20 @@ class ObjectStore:
                     modified = created.timestamp() if hasattr(created, "timestamp") else created
                     yield ObjectMeta(rel, int(info["size"]), modified)
             return
-        bucket, root_key = _split_s3(root)
+        yield from self._list_s3(prefix, start_after=start_after)
+
+    def _list_s3(
+        self, prefix: str, *, start_after: str | None = None, page_size: int | None = None
+    ) -> Iterator[ObjectMeta]:
+        """Objects under ``<root>/<prefix>`` on S3, in key order, paginated: keys not
+        under the root (or not addressable) are skipped."""
+        bucket, root_key = _split_s3(self.full_path(""))
         under = f"{root_key}/"
         kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": under + prefix}
         if start_after is not None:
             kwargs["StartAfter"] = under + start_after
+        if page_size is not None:
+            kwargs["MaxKeys"] = page_size
         while True:
             try:
                 page = self.fs.call_s3("list_objects_v2", **kwargs)
@@ -468,21 +477,7 @@ class ObjectStore:
         the first keys are ones :meth:`iter_list` skips)."""
         if self.protocol == "s3":
             self.full_path(prefix)
-            bucket, root_key = _split_s3(self.full_path(""))
-            under = f"{root_key}/"
-            kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": under + prefix, "MaxKeys": 1}
-            while True:
-                try:
-                    page = self.fs.call_s3("list_objects_v2", **kwargs)
-                except Exception as exc:
-                    raise _translate(exc, self.full_path(prefix)) from exc
-                for item in page.get("Contents", []):
-                    rel = _under(str(item["Key"]), under)
-                    if rel is not None:
-                        return ObjectMeta(rel, int(item["Size"]))
-                if not page.get("IsTruncated"):
-                    return None
-                kwargs["ContinuationToken"] = page["NextContinuationToken"]
+            return next(self._list_s3(prefix, page_size=1), None)
         listed = self.list(prefix)
         return listed[0] if listed else None
 
