@@ -99,8 +99,8 @@ def check_fence(row: ManifestRow, fence: Fence | None) -> None:
     """Reject a fence that does not guard ``row``'s claim.
 
     Raises:
-        InvalidInputError: the fence is not on ``row.version - 1``, or a fenced row
-            does not record the identity the fence expects of its predecessor.
+        InvalidInputError: the fence is not on ``row.version - 1`` (or on a version
+            below 1).
     """
     if fence is None:
         return
