@@ -359,7 +359,7 @@ class ConditionalPutCommitHandler(ListingCommitHandler):
         try:
             header = read_manifest_header(self.store, before, where)
         except FileNotFoundError:
-            if self._exists(path):
+            if self.store.exists(path):
                 raise VersionConflict(manifest.version) from None
             latest = self.latest_location()
             if latest is not None and latest.version > manifest.version:
@@ -385,13 +385,6 @@ class ConditionalPutCommitHandler(ListingCommitHandler):
                 "dataset was dropped and re-created). Nothing was committed; re-open the "
                 "dataset."
             )
-
-    def _exists(self, path: str) -> bool:
-        try:
-            self.store.head(path)
-        except FileNotFoundError:
-            return False
-        return True
 
     def _check_no_external_claims(self) -> None:
         """Before creating version 1: no staged manifest may lie in ``_versions/``
