@@ -426,7 +426,7 @@ def memory_section(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     scan_options: dict[str, Any] = {"fragment_readahead": ahead}
     option = args.budget_option
     if option == "auto":  # the byte budget, where the scanner has one
-        from s3ddb.scanner import Scanner
+        from s3ddb.reading.scanner import Scanner
 
         option = "readahead_bytes" if "readahead_bytes" in signature(Scanner).parameters else ""
     if option and option != "none":

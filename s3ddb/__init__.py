@@ -38,7 +38,7 @@ from s3ddb.format.index import IndexMetadata
 from s3ddb.format.schema import DatasetSchema
 from s3ddb.index.operations import CreateIndex
 from s3ddb.pylance_compat import LanceOperation
-from s3ddb.scanner import Scanner
+from s3ddb.reading.scanner import Scanner
 
 #: pylance's name for the dataset class (``import s3ddb as lance``).
 LanceDataset = Dataset

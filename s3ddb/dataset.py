@@ -7,10 +7,9 @@ commits where the conflict rules allow) and moves the Dataset to the version it
 created.
 
 This module is the public surface: each method states its contract and hands the
-work to the module that owns it (:mod:`s3ddb.reading`, :mod:`s3ddb.writes`,
-:mod:`s3ddb.merge_insert`, :mod:`s3ddb.optimize`, :mod:`s3ddb.schema_evolution`,
-:mod:`s3ddb.index`, :mod:`s3ddb.clones`, :mod:`s3ddb.cleanup`), all of which work on
-:class:`s3ddb.pinned.PinnedVersion` and none of which imports this module.
+work to the package that owns it (:mod:`s3ddb.reading`, :mod:`s3ddb.writes`,
+:mod:`s3ddb.index`, :mod:`s3ddb.maintenance`), all of which work on
+:class:`s3ddb.versions.pinned.PinnedVersion` and none of which imports this module.
 """
 
 from __future__ import annotations
@@ -23,11 +22,7 @@ from typing import Any, Literal
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from s3ddb import pylance_compat, writes
-from s3ddb import schema_evolution as se
-from s3ddb._data import to_arrow_table
-from s3ddb.cleanup import CleanupStats, cleanup_old_versions
-from s3ddb.clones import deep_clone, shallow_clone
+from s3ddb import pylance_compat
 from s3ddb.commit.committer import CommitConfig
 from s3ddb.commit.transaction import Operation
 from s3ddb.errors import InvalidInputError
@@ -35,8 +30,10 @@ from s3ddb.format.datafile import DEFAULT_MAX_ROWS_PER_FILE
 from s3ddb.format.naming import NamingScheme
 from s3ddb.index.api import create_scalar_index, list_indices
 from s3ddb.io.uri import parse_uri
-from s3ddb.merge_insert import MergeInsertBuilder
-from s3ddb.opening import (
+from s3ddb.maintenance.cleanup import CleanupStats, cleanup_old_versions
+from s3ddb.maintenance.compaction import DatasetOptimizer
+from s3ddb.reading.scanner import Scanner, take
+from s3ddb.versions.opening import (
     VersionInfo,
     load_latest,
     load_newest,
@@ -44,10 +41,13 @@ from s3ddb.opening import (
     open_validated,
     version_as_of,
 )
-from s3ddb.optimize import DatasetOptimizer
-from s3ddb.pinned import DEFAULT_CONFLICT_RETRIES, DEFAULT_RETRY_TIMEOUT, PinnedVersion
-from s3ddb.scanner import Scanner, take
-from s3ddb.writes import MODES, WriteMode
+from s3ddb.versions.pinned import DEFAULT_CONFLICT_RETRIES, DEFAULT_RETRY_TIMEOUT, PinnedVersion
+from s3ddb.writes import rows as writes
+from s3ddb.writes import schema_evolution as se
+from s3ddb.writes.clones import deep_clone, shallow_clone
+from s3ddb.writes.merge_insert import MergeInsertBuilder
+from s3ddb.writes.rows import MODES, WriteMode
+from s3ddb.writes.user_data import to_arrow_table
 
 __all__ = [
     "DEFAULT_CONFLICT_RETRIES",
@@ -66,7 +66,7 @@ class Dataset(PinnedVersion):
 
     Identity and history (``uri``, ``version``, ``latest_version``, ``schema``,
     ``manifest``, ``versions()``, ``checkout_version()``, ``tags``, ``last_commit``)
-    come from :class:`~s3ddb.pinned.PinnedVersion`.
+    come from :class:`~s3ddb.versions.pinned.PinnedVersion`.
     """
 
     @property
@@ -214,7 +214,7 @@ class Dataset(PinnedVersion):
         return writes.update(self, values, where, rewrite, conflict_retries, retry_timeout)
 
     def merge_insert(self, on: str | list[str]) -> MergeInsertBuilder:
-        """Start an upsert keyed by ``on``; see :class:`s3ddb.merge_insert.MergeInsertBuilder`.
+        """Start an upsert keyed by ``on``; see :class:`s3ddb.MergeInsertBuilder`.
 
         Raises:
             ColumnNotFoundError: a key column does not exist.
@@ -238,11 +238,11 @@ class Dataset(PinnedVersion):
         deletion files no kept version references; and files no version references (a
         crashed writer's) older than 7 days, or any age with ``delete_unverified``.
 
-        Safe while writers commit (see :mod:`s3ddb.cleanup`). This Dataset stays pinned
+        Safe while writers commit (see :mod:`s3ddb.maintenance.cleanup`). This Dataset stays pinned
         where it is; if its version was removed, reading files may fail.
 
         Returns:
-            :class:`s3ddb.cleanup.CleanupStats`: versions and rows removed, and files
+            :class:`s3ddb.maintenance.cleanup.CleanupStats`: versions and rows removed, and files
             and bytes removed per kind.
 
         pylance's ``delete_rate_limit`` and ``delete_concurrency`` are accepted and
@@ -295,7 +295,7 @@ class Dataset(PinnedVersion):
         retry_timeout: float | None = None,
     ) -> Dataset:
         """Add columns from ``{"name": "SQL expression"}`` or from a table aligned with
-        the visible rows (a ``Merge``); see :func:`s3ddb.schema_evolution.add_columns`."""
+        the visible rows (a ``Merge``); see :func:`s3ddb.writes.schema_evolution.add_columns`."""
         se.add_columns(self, transforms, read_columns, conflict_retries, retry_timeout)
         return self
 
@@ -304,7 +304,7 @@ class Dataset(PinnedVersion):
         retry_timeout: float | None = None,
     ) -> Dataset:  # fmt: skip
         """Remove columns from the schema only (a ``Project``); see
-        :func:`s3ddb.schema_evolution.drop_columns`."""
+        :func:`s3ddb.writes.schema_evolution.drop_columns`."""
         se.drop_columns(self, columns, conflict_retries, retry_timeout)
         return self
 
@@ -314,7 +314,7 @@ class Dataset(PinnedVersion):
     ) -> Dataset:  # fmt: skip
         """Rename, change nullability or safely widen columns (``{"path": "x", "name":
         "y", "nullable": True, "data_type": pa.int64()}``); see
-        :func:`s3ddb.schema_evolution.alter_columns`."""
+        :func:`s3ddb.writes.schema_evolution.alter_columns`."""
         se.alter_columns(self, alterations, conflict_retries, retry_timeout)
         return self
 
@@ -395,7 +395,7 @@ class Dataset(PinnedVersion):
         self, columns: list[str] | None = None, filter: str | pc.Expression | None = None,
         limit: int | None = None, offset: int | None = None, **options: Any,
     ) -> Scanner:  # fmt: skip
-        """A :class:`s3ddb.scanner.Scanner` of the pinned version (``to_table``,
+        """A :class:`s3ddb.reading.scanner.Scanner` of the pinned version (``to_table``,
         ``to_batches``, ``to_reader``, ``count_rows``, ``head``, Arrow stream).
 
         Raises:

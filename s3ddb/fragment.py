@@ -14,12 +14,12 @@ from typing import Any
 
 import pyarrow as pa
 
-from s3ddb._data import to_arrow_table
 from s3ddb.format.datafile import DEFAULT_MAX_ROWS_PER_FILE, write_fragments_from_table
 from s3ddb.format.fragment import DataFile, DeletionFile, FragmentMetadata
 from s3ddb.format.schema import DatasetSchema, conform
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.uri import parse_uri
+from s3ddb.writes.user_data import to_arrow_table
 
 __all__ = ["DataFile", "DeletionFile", "FragmentMetadata", "write_fragments"]
 

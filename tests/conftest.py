@@ -119,9 +119,9 @@ def instant_cleanup(monkeypatch: pytest.MonkeyPatch) -> None:
     clean up right after committing, with no writer racing the cleanup)."""
     import datetime as dt
 
-    import s3ddb.cleanup
+    import s3ddb.maintenance.cleanup
 
-    monkeypatch.setattr(s3ddb.cleanup, "CLAIM_WINDOW", dt.timedelta(0))
+    monkeypatch.setattr(s3ddb.maintenance.cleanup, "CLAIM_WINDOW", dt.timedelta(0))
 
 
 @pytest.fixture(params=["local", "ddb"])

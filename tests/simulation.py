@@ -49,7 +49,7 @@ from s3ddb.external_store.identity import CLAIM_ATTRIBUTE, final_path_of
 from s3ddb.external_store.memory import InMemoryManifestStore
 from s3ddb.format.manifest import referenced_paths
 from s3ddb.io.object_store import ObjectStore
-from s3ddb.opening import load_latest, placeholder_manifest
+from s3ddb.versions.opening import load_latest, placeholder_manifest
 from tests.torture import SCHEMA, allowed_states, apply, perform, plan
 
 NO_BACKOFF = s3ddb.CommitConfig(backoff_base=0.0, backoff_max=0.0, timeout=30.0)

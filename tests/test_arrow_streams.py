@@ -18,8 +18,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import s3ddb
-from s3ddb.pruning import row_group_pruner
-from s3ddb.scan.rowgroups import row_group_stats as _row_group_stats
+from s3ddb.expressions.pruning import row_group_pruner
+from s3ddb.format.rowgroups import row_group_stats as _row_group_stats
 from tests.conftest import TEST_BUCKET, TEST_TABLE
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -17,11 +17,11 @@ import pyarrow as pa
 import pytest
 
 import s3ddb
-import s3ddb.cleanup
-import s3ddb.pinned
-from s3ddb import health
+import s3ddb.maintenance.cleanup
+import s3ddb.versions.pinned
 from s3ddb.format import layout
 from s3ddb.io import ObjectStore
+from s3ddb.maintenance import health
 from tests import storage
 from tests.conftest import TEST_BUCKET, TEST_TABLE
 
@@ -127,7 +127,7 @@ def test_writers_committing_during_cleanup_lose_nothing(
     # Writers race the cleanup here: versions go only once their successor is a few
     # seconds old (the claim window), as they would in production after ten minutes.
     window = dt.timedelta(seconds=5)
-    monkeypatch.setattr(s3ddb.cleanup, "CLAIM_WINDOW", window)
+    monkeypatch.setattr(s3ddb.maintenance.cleanup, "CLAIM_WINDOW", window)
     so = aws.storage_options()
     uri = f"s3+ddb://{TEST_BUCKET}/clean-race-{uuid.uuid4().hex[:12]}?ddbTableName={TEST_TABLE}"
     s3ddb.write_dataset(_rows(0, 2), uri, storage_options=so)
@@ -190,7 +190,7 @@ def test_a_writer_on_an_old_base_never_claims_a_number_cleanup_freed(
     # Their base (version 1) was seen as the newest long ago: before claiming version
     # 2 — a number cleanup freed — they look for newer versions, find 2 and 3 gone, and
     # re-execute on the newest instead.
-    monkeypatch.setattr(s3ddb.pinned, "FRESH_BASE_SECONDS", 0.0)
+    monkeypatch.setattr(s3ddb.versions.pinned, "FRESH_BASE_SECONDS", 0.0)
     stale_append.insert(_rows(40, 2))
     assert stale_append.version == 5 and stale_append.last_conflict_retries == 1
     assert stale_delete.delete("id = 0") == {"num_deleted_rows": 1}
@@ -205,12 +205,12 @@ def test_a_version_goes_only_once_its_successor_is_older_than_the_claim_window(
     target: tuple[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     uri, so = target
-    monkeypatch.setattr(s3ddb.cleanup, "CLAIM_WINDOW", dt.timedelta(minutes=10))
+    monkeypatch.setattr(s3ddb.maintenance.cleanup, "CLAIM_WINDOW", dt.timedelta(minutes=10))
     s3ddb.write_dataset(_rows(0, 2), uri, storage_options=so)
     ds = s3ddb.write_dataset(_rows(10, 2), uri, mode="append", storage_options=so)
     # Version 2 was committed just now: a writer that saw version 1 as the newest may
     # still be claiming 2, so version 1 stays (and with it, row and number).
     assert ds.cleanup_old_versions(older_than=NOW).versions_removed == []
     assert [v.version for v in ds.versions()] == [1, 2]
-    monkeypatch.setattr(s3ddb.cleanup, "CLAIM_WINDOW", dt.timedelta(0))
+    monkeypatch.setattr(s3ddb.maintenance.cleanup, "CLAIM_WINDOW", dt.timedelta(0))
     assert ds.cleanup_old_versions(older_than=NOW).versions_removed == [1]

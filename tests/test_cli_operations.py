@@ -75,8 +75,8 @@ def _kinds(report: dict[str, Any]) -> set[str]:
 
 
 def _row(aws: Any, uri: str, version: int) -> Any:
-    from s3ddb.connect import external_store_for
     from s3ddb.io import parse_uri
+    from s3ddb.versions.connect import external_store_for
 
     parsed = parse_uri(uri)
     store = external_store_for(parsed, ObjectStore(parsed, aws.storage_options()))

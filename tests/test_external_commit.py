@@ -14,7 +14,6 @@ import s3ddb
 from s3ddb.commit import finalizer
 from s3ddb.commit.external import OWN_COMMITS
 from s3ddb.commit.failpoints import EXIT_CODE
-from s3ddb.connect import external_store_for
 from s3ddb.errors import (
     CommitMechanismError,
     CredentialsError,
@@ -24,6 +23,7 @@ from s3ddb.errors import (
 )
 from s3ddb.external_store.base import ManifestRow
 from s3ddb.io import ObjectStore, parse_uri
+from s3ddb.versions.connect import external_store_for
 from tests.conftest import TEST_BUCKET, TEST_TABLE
 from tests.proc import run_workers
 from tests.storage import orphans

@@ -18,7 +18,6 @@ import pyarrow as pa
 import pytest
 
 import s3ddb
-from s3ddb import health
 from s3ddb.cli.main import main as cli_main
 from s3ddb.commit import external as external_commit
 from s3ddb.commit import finalizer
@@ -38,6 +37,7 @@ from s3ddb.external_store.dynamodb import item_to_row, row_to_item
 from s3ddb.format import layout
 from s3ddb.format.naming import NamingScheme
 from s3ddb.io import parse_uri
+from s3ddb.maintenance import health
 from tests.conftest import TEST_BUCKET, TEST_TABLE, make_table
 
 CONDITIONAL_BUCKET = "s3ddb-test-conditional"

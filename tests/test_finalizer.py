@@ -176,7 +176,7 @@ def test_finalizing_waits_for_a_store_that_rewrites_objects_in_place(memory_uri:
     from s3ddb.external_store.identity import final_path_of
     from s3ddb.external_store.memory import InMemoryManifestStore
     from s3ddb.format import layout
-    from s3ddb.opening import placeholder_manifest
+    from s3ddb.versions.opening import placeholder_manifest
 
     store = _RewritingStore(memory_uri)
     store.settling = {}
@@ -216,7 +216,7 @@ def test_a_final_manifest_read_while_another_writer_rewrites_it_is_read_again(
     from s3ddb.commit.external import ExternalStoreCommitHandler
     from s3ddb.external_store.memory import InMemoryManifestStore
     from s3ddb.format import layout
-    from s3ddb.opening import load_latest, placeholder_manifest
+    from s3ddb.versions.opening import load_latest, placeholder_manifest
 
     external = InMemoryManifestStore()
     writer = ExternalStoreCommitHandler(ObjectStore(memory_uri), external, "s3://b/torn")

@@ -214,7 +214,7 @@ def test_a_hostile_transaction_file_is_refused() -> None:
 
 
 def _put_row(aws: Any, uri: str, version: int, path: str) -> None:
-    from s3ddb.connect import external_store_for
+    from s3ddb.versions.connect import external_store_for
 
     parsed = parse_uri(uri)
     store = external_store_for(parsed, ObjectStore(parsed, aws.storage_options()))

@@ -30,10 +30,10 @@ import s3ddb.format.datafile
 from s3ddb.commit.transaction import Append
 from s3ddb.errors import InvalidInputError
 from s3ddb.expressions import parse_predicate
+from s3ddb.expressions.pruning import row_group_pruner
 from s3ddb.format.fragment import FragmentMetadata
 from s3ddb.format.stats import STRING_PREFIX, fragment_column_stats
 from s3ddb.fragment import write_fragments
-from s3ddb.pruning import row_group_pruner
 from s3ddb.scan import fragment_may_match
 from tests.conftest import TEST_BUCKET, TEST_TABLE
 
@@ -231,7 +231,7 @@ def test_pruning_never_drops_a_matching_row_on_the_endpoint(
 ) -> None:
     """The same on S3 + DynamoDB, every data file read by ranges (footer, then the
     coalesced column chunks), as large files are."""
-    import s3ddb.scan.source as source
+    import s3ddb.format.parquet_source as source
 
     monkeypatch.setattr(s3ddb.format.datafile, "DEFAULT_ROW_GROUP_SIZE", 64)
     monkeypatch.setattr(source, "WHOLE_READ_MAX_BYTES", 0)
@@ -440,7 +440,7 @@ def test_ranged_reads_on_the_endpoint_read_footers_once_and_coalesce(
 ) -> None:
     """Large data files (here: every file) are read by ranges: one GET for the footer,
     then the needed column chunks, nearby ones in one request."""
-    import s3ddb.scan.source as source
+    import s3ddb.format.parquet_source as source
 
     monkeypatch.setattr(source, "WHOLE_READ_MAX_BYTES", 0)
     name = f"t-ranged-{uuid.uuid4().hex[:12]}"

@@ -173,7 +173,7 @@ def test_alter_columns_refuses_unsafe_changes_and_commits_nothing(target: Target
 
 
 def test_safe_cast_table() -> None:
-    from s3ddb.schema_evolution import is_safe_cast
+    from s3ddb.writes.schema_evolution import is_safe_cast
 
     assert is_safe_cast(pa.int8(), pa.int64()) and is_safe_cast(pa.uint8(), pa.int16())
     assert is_safe_cast(pa.int32(), pa.float64()) and is_safe_cast(pa.float32(), pa.float64())

@@ -17,9 +17,9 @@ import pytest
 
 import s3ddb
 from s3ddb.cli.main import main
-from s3ddb.doctor import diagnose
 from s3ddb.errors import InvalidInputError, S3DDBError
 from s3ddb.io.redact import is_secret_option, redact_url
+from s3ddb.maintenance.doctor import diagnose
 
 SECRET = "wJalrXUtnFEMI-K7MDENG-bPxRfiCYSECRET"
 NUMBER = 918273645546372819

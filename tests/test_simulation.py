@@ -19,7 +19,7 @@ import pytest
 
 from s3ddb.commit.external import ExternalStoreCommitHandler
 from s3ddb.commit.handlers import ConditionalPutCommitHandler
-from s3ddb.pinned import PinnedVersion
+from s3ddb.versions.pinned import PinnedVersion
 from tests.simulation import describe, run_schedule, shape, shrink
 
 SCHEDULES = int(os.environ.get("S3DDB_SIM_SCHEDULES", "2000"))

@@ -516,7 +516,8 @@ def test_a_bad_tag_file_is_refused_naming_it(tmp_path: Path, body: bytes, words:
 def test_health_reads_tags_with_the_same_parser(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from s3ddb import health, tags
+    from s3ddb.maintenance import health
+    from s3ddb.versions import tags
 
     uri = str(tmp_path / "ds")
     ds = _make(uri)

@@ -35,10 +35,10 @@ from typing import Any
 import pytest
 
 import s3ddb
-from s3ddb import health
 from s3ddb.commit import finalizer
-from s3ddb.connect import external_store_for
 from s3ddb.io import ObjectStore, parse_uri
+from s3ddb.maintenance import health
+from s3ddb.versions.connect import external_store_for
 from tests.conftest import TEST_BUCKET, TEST_TABLE
 from tests.proc import ROOT
 from tests.torture import allowed_states, table

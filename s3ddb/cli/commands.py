@@ -26,7 +26,7 @@ import pyarrow as pa
 import s3ddb
 from s3ddb.cli.output import json_text, safe_text
 from s3ddb.errors import InvalidInputError
-from s3ddb.optimize import DEFAULT_TARGET_ROWS_PER_FRAGMENT
+from s3ddb.maintenance.compaction import DEFAULT_TARGET_ROWS_PER_FRAGMENT
 
 _URI_HELP = (
     "dataset URI: a local path, file://, s3://bucket/prefix or "

@@ -282,10 +282,10 @@ def _spark_step(env: dict[str, str], so: dict[str, Any], check: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     import s3ddb
     from s3ddb.commit.failpoints import EXIT_CODE
-    from s3ddb.connect import external_store_for
     from s3ddb.external_store import create_table, describe_table
     from s3ddb.io import AwsConfig, ObjectStore, parse_uri
     from s3ddb.testing import LocalAWS
+    from s3ddb.versions.connect import external_store_for
 
     checks: list[tuple[str, bool]] = []
 

@@ -18,7 +18,7 @@ def run_doctor(args: argparse.Namespace) -> int:
     ok; 1: a check failed; 2: a service is unreachable or refuses the credentials (or
     bad arguments).
     """
-    from s3ddb.doctor import diagnose, render
+    from s3ddb.maintenance.doctor import diagnose, render
 
     report = diagnose(args.uri, storage_options(args))
     if args.json:

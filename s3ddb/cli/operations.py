@@ -15,11 +15,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from s3ddb import health, writes
 from s3ddb.cli.commands import _verb, emit_json, storage_options
 from s3ddb.cli.output import raw_stream
 from s3ddb.dataset import dataset
 from s3ddb.errors import InvalidInputError
+from s3ddb.maintenance import health
+from s3ddb.writes import rows as writes
 
 
 def _grace(text: str) -> float:

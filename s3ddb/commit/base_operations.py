@@ -33,7 +33,7 @@ class Clone(Operation):
         ref_version: the source version.
         ref_path: the source's root URI.
         template: the new version's manifest content, prepared by
-            :mod:`s3ddb.clones`; None when decoded from a transaction file (such a
+            :mod:`s3ddb.writes.clones`; None when decoded from a transaction file (such a
             Clone cannot be committed again).
         copied: paths (under the new root) of the deep clone's copies.
 

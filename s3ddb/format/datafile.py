@@ -118,7 +118,7 @@ def read_fragment(
         DataFileError: a data file is not readable Parquet, holds another number of
             rows than the fragment, or lacks a column the fragment says it holds.
     """
-    from s3ddb.scan.source import ParquetSource  # the scan package imports this module
+    from s3ddb.format.parquet_source import ParquetSource  # the scan package imports this module
 
     wanted = dict(zip(columns, schema.top_level_ids(columns)))
     pieces: dict[str, pa.ChunkedArray] = {}

@@ -25,8 +25,8 @@ from s3ddb.format._proto import manifest_pb2 as pb
 
 if TYPE_CHECKING:
     from s3ddb.format.fragment import DataFile, FragmentMetadata
+    from s3ddb.format.rowgroups import ColumnStats
     from s3ddb.format.schema import DatasetSchema
-    from s3ddb.scan.rowgroups import ColumnStats
 
 #: Characters kept of a string bound (a manifest at 10,000 fragments stays small).
 STRING_PREFIX = 16
@@ -203,7 +203,7 @@ def fragment_column_stats(
 ) -> dict[str, ColumnStats]:
     """The trusted statistics of ``fragment``'s columns, by the column's current name
     (columns without trusted statistics are absent: they may hold anything)."""
-    from s3ddb.scan.rowgroups import ColumnStats
+    from s3ddb.format.rowgroups import ColumnStats
 
     if not fragment.stats:
         return {}

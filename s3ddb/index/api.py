@@ -16,7 +16,7 @@ from s3ddb.index.btree import build_btree
 from s3ddb.index.operations import CreateIndex
 
 if TYPE_CHECKING:
-    from s3ddb.pinned import PinnedVersion
+    from s3ddb.versions.pinned import PinnedVersion
 
 SUPPORTED_INDEX_TYPES = ("BTREE",)
 

@@ -1,10 +1,11 @@
 """The scanner's building blocks: reading a fragment's visible rows with pruning by
 statistics (fragment and row group), late materialization and ranged reads.
 
-:mod:`s3ddb.reading` drives them over a version (``to_table``, ``to_batches``,
+:mod:`s3ddb.reading.rows` drives them over a version (``to_table``, ``to_batches``,
 ``count_rows``, streams); delete, update and merge_insert find rows through them.
 """
 
+from s3ddb.format.rowgroups import ColumnStats, RowGroupPredicate
 from s3ddb.scan.fragment import (
     FragmentPlan,
     fragment_may_match,
@@ -13,7 +14,6 @@ from s3ddb.scan.fragment import (
     read_rows_at,
     read_visible_rows,
 )
-from s3ddb.scan.rowgroups import ColumnStats, RowGroupPredicate
 
 __all__ = [
     "ColumnStats",

@@ -22,11 +22,11 @@ from s3ddb.format.bases import Files
 from s3ddb.format.datafile import assemble_columns, read_fragment
 from s3ddb.format.deletion import read_deleted_rows
 from s3ddb.format.fragment import FragmentMetadata
+from s3ddb.format.parquet_source import ParquetSource
+from s3ddb.format.rowgroups import RowGroupPredicate, row_group_stats
 from s3ddb.format.rows import filter_rows
 from s3ddb.format.schema import DatasetSchema
 from s3ddb.format.stats import fragment_column_stats
-from s3ddb.scan.rowgroups import RowGroupPredicate, row_group_stats
-from s3ddb.scan.source import ParquetSource
 
 _EVALUATION_ERRORS = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError)
 

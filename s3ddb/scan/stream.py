@@ -20,6 +20,8 @@ import pyarrow.compute as pc
 
 from s3ddb.format.bases import Files
 from s3ddb.format.fragment import FragmentMetadata
+from s3ddb.format.parquet_source import WHOLE_READ_MAX_BYTES
+from s3ddb.format.rowgroups import RowGroupPredicate
 from s3ddb.format.schema import DatasetSchema
 from s3ddb.io.parallel import process_pool
 from s3ddb.scan.fragment import (
@@ -29,8 +31,6 @@ from s3ddb.scan.fragment import (
     plan_fragment,
     read_planned,
 )
-from s3ddb.scan.rowgroups import RowGroupPredicate
-from s3ddb.scan.source import WHOLE_READ_MAX_BYTES
 
 Read = tuple[FragmentPlan, list[int] | None, int]
 

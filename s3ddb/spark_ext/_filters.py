@@ -13,7 +13,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from s3ddb.conditions import Condition, PushedFilters, prunable_type
+from s3ddb.expressions.conditions import Condition, PushedFilters, prunable_type
 
 _ORDERED = {"eq", "gt", "ge", "lt", "le"}
 

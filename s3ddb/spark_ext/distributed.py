@@ -21,8 +21,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 import s3ddb
-from s3ddb.optimize import DEFAULT_TARGET_ROWS_PER_FRAGMENT, CompactionMetrics
-from s3ddb.row_changes import mapped_by
+from s3ddb.maintenance.compaction import DEFAULT_TARGET_ROWS_PER_FRAGMENT, CompactionMetrics
+from s3ddb.writes.row_changes import mapped_by
 
 T = TypeVar("T")
 
@@ -110,7 +110,7 @@ def merge_insert(
     a condition (SQL text), as the builder methods of the same names do.
 
     Returns ``{"num_inserted_rows", "num_updated_rows", "num_deleted_rows"}``; raises
-    as :meth:`s3ddb.merge_insert.MergeInsertBuilder.execute` does.
+    as :meth:`s3ddb.writes.merge_insert.MergeInsertBuilder.execute` does.
     """
     ds = _open(uri, storage_options)
     data = _arrow_of(source, ds.schema)
@@ -157,7 +157,7 @@ def compact(
     conflict_retries: int | None = None,
     retry_timeout: float | None = None,
 ) -> CompactionMetrics:
-    """:meth:`s3ddb.optimize.DatasetOptimizer.compact_files` on the newest version,
+    """:meth:`s3ddb.maintenance.compaction.DatasetOptimizer.compact_files` on the newest version,
     one Spark task per group of fragments compacted together."""
     ds = _open(uri, storage_options)
     with mapped_by(SparkMapper(spark)):

@@ -32,7 +32,7 @@ class S3DDBVerify:
     def eval(
         self, uri: str, options: dict[str, str] | None = None, grace: float | None = None
     ) -> Iterator[tuple[Any, ...]]:
-        from s3ddb import health
+        from s3ddb.maintenance import health
 
         report = health.verify(
             uri,

@@ -13,14 +13,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from s3ddb.errors import ColumnNotFoundError, InvalidInputError
+from s3ddb.expressions.pruning import row_group_pruner
 from s3ddb.format.fragment import FragmentMetadata
-from s3ddb.pruning import row_group_pruner
 from s3ddb.scan import read_visible_rows
 from s3ddb.scan.stream import stream_tables
 
 if TYPE_CHECKING:
     from s3ddb.index.query import IndexedScan
-    from s3ddb.pinned import PinnedVersion
+    from s3ddb.versions.pinned import PinnedVersion
 
 Filter: TypeAlias = str | pc.Expression | None
 

@@ -19,7 +19,6 @@ from typing import Any
 from s3ddb.commit import finalizer as finalizers
 from s3ddb.commit.external import ExternalStoreCommitHandler
 from s3ddb.commit.handlers import CommitHandler
-from s3ddb.connect import open_handler
 from s3ddb.errors import (
     DataFileError,
     ManifestCorruptError,
@@ -33,9 +32,10 @@ from s3ddb.format import layout
 from s3ddb.format.bases import FileResolver
 from s3ddb.format.manifest import Manifest, referenced_files, referenced_paths
 from s3ddb.format.naming import parse_manifest_name, parse_staged_name
+from s3ddb.format.parquet_source import check_data_file
 from s3ddb.io.object_store import ObjectMeta, ObjectStore
-from s3ddb.scan.source import check_data_file
-from s3ddb.tags import read_tag_version
+from s3ddb.versions.connect import open_handler
+from s3ddb.versions.tags import read_tag_version
 
 #: Objects younger than this (seconds) may belong to a commit in progress.
 DEFAULT_GRACE_SECONDS = 3600.0
@@ -498,9 +498,9 @@ def _staged_copy(staged: dict[str, ObjectMeta], row: ManifestRow) -> str | None:
 
 def table_datasets(table: str, storage_options: dict[str, Any] | None = None) -> Iterator[str]:
     """The ``s3+ddb://`` URI of every dataset with rows in DynamoDB table ``table``."""
-    from s3ddb.connect import external_store_for
     from s3ddb.io.object_store import ObjectStore
     from s3ddb.io.uri import parse_uri
+    from s3ddb.versions.connect import external_store_for
 
     probe = parse_uri(f"s3+ddb://bucket/x?ddbTableName={table}")
     external = external_store_for(probe, ObjectStore(probe, storage_options))

@@ -30,11 +30,11 @@ from s3ddb.format.manifest import referenced_paths
 from s3ddb.format.naming import parse_manifest_name, parse_staged_name
 
 if TYPE_CHECKING:
-    from s3ddb.pinned import PinnedVersion
+    from s3ddb.versions.pinned import PinnedVersion
 
 #: A version is removed only once its successor is this old (see cleanup_old_versions).
 #: Writers look for newer versions before claiming on a base older than 10 s
-#: (:data:`s3ddb.pinned.FRESH_BASE_SECONDS`), so this leaves a wide margin for the time a
+#: (:data:`s3ddb.versions.pinned.FRESH_BASE_SECONDS`), so this leaves a wide margin for the time a
 #: commit attempt takes and for clock differences between machines.
 CLAIM_WINDOW = dt.timedelta(minutes=10)
 

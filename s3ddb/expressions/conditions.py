@@ -1,7 +1,7 @@
 """Conditions on one column (``column <op> value``): exact row filters, and whether a
 row group (or fragment) with given statistics can hold a matching row.
 
-Used by the row-group pruning of SQL filters (:mod:`s3ddb.pruning`) and by the Spark
+Used by the row-group pruning of SQL filters (:mod:`s3ddb.expressions.pruning`) and by the Spark
 data source's pushed filters (:mod:`s3ddb.spark_ext._filters`).
 """
 

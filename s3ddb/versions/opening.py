@@ -14,12 +14,12 @@ from typing import Any
 import pyarrow as pa
 
 from s3ddb.commit.handlers import CommitHandler, ManifestLocation
-from s3ddb.connect import open_handler
 from s3ddb.errors import DatasetNotFoundError, InvalidInputError, VersionNotFoundError
 from s3ddb.format.fragment_list import FragmentList
 from s3ddb.format.manifest import Manifest, read_manifest_header
 from s3ddb.format.naming import MAX_VERSION
 from s3ddb.format.schema import DatasetSchema
+from s3ddb.versions.connect import open_handler
 
 
 @dataclass(frozen=True)

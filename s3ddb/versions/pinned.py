@@ -32,8 +32,8 @@ from s3ddb.format.fragment import FragmentMetadata
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.naming import DEFAULT_NAMING, NamingScheme
 from s3ddb.io.parallel import PendingWrites
-from s3ddb.opening import VersionInfo, history, load_latest, load_version
-from s3ddb.tags import Tags
+from s3ddb.versions.opening import VersionInfo, history, load_latest, load_version
+from s3ddb.versions.tags import Tags
 
 T = TypeVar("T")
 P = TypeVar("P", bound="PinnedVersion")

@@ -28,7 +28,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from s3ddb._data import to_arrow_table
 from s3ddb.commit.schema_ops import Merge, Project, next_field_id
 from s3ddb.commit.transaction import MapUpdate, Operation, UpdateConfig
 from s3ddb.errors import (
@@ -49,9 +48,10 @@ from s3ddb.format.schema import DatasetSchema
 from s3ddb.format.stats import compute_file_statistics
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.scan import read_visible_rows
+from s3ddb.writes.user_data import to_arrow_table
 
 if TYPE_CHECKING:
-    from s3ddb.pinned import PinnedVersion
+    from s3ddb.versions.pinned import PinnedVersion
 
 _ALTER_KEYS = frozenset({"path", "name", "nullable", "data_type"})
 

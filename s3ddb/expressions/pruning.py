@@ -21,8 +21,8 @@ from typing import Any
 import pyarrow as pa
 from sqlglot import exp
 
-from s3ddb.conditions import Condition, PushedFilters, prunable_type
 from s3ddb.errors import S3DDBError
+from s3ddb.expressions.conditions import Condition, PushedFilters, prunable_type
 from s3ddb.scan import ColumnStats, RowGroupPredicate
 
 _OPS: dict[type[exp.Expr], tuple[str, str]] = {

@@ -29,6 +29,7 @@ from s3ddb.errors import (
     SchemaMismatchError,
 )
 from s3ddb.expressions import parse_predicate, parse_value_expression, referenced_columns
+from s3ddb.expressions.pruning import row_group_pruner
 from s3ddb.format import layout
 from s3ddb.format.bases import FileResolver
 from s3ddb.format.datafile import read_fragment, write_data_file, write_fragments_from_table
@@ -38,7 +39,6 @@ from s3ddb.format.manifest import Manifest
 from s3ddb.format.rows import all_rows, apply_values, evaluate, take_rows
 from s3ddb.format.stats import compute_file_statistics, live_statistics
 from s3ddb.io.object_store import ObjectStore
-from s3ddb.pruning import row_group_pruner
 from s3ddb.scan import RowGroupPredicate, plan_fragment
 from s3ddb.scan.fragment import fragment_may_match, read_with_positions
 
@@ -131,7 +131,7 @@ def find_rows(
 ) -> DeletionPlan:
     """The visible rows matching ``predicate`` (None: every visible row), per fragment.
 
-    ``may_match`` (implied by ``predicate``, see :mod:`s3ddb.pruning`) skips fragments
+    ``may_match`` (implied by ``predicate``, see :mod:`s3ddb.expressions.pruning`) skips fragments
     and row groups whose statistics rule it out; only the filter's columns are read.
     """
     schema = manifest.schema

@@ -26,8 +26,8 @@ from s3ddb.format.fragment import DataFile, DeletionFile, FragmentMetadata
 from s3ddb.format.fragment_list import FragmentList
 from s3ddb.format.manifest import Manifest
 from s3ddb.io.object_store import ObjectStore
-from s3ddb.opening import open_validated, placeholder_manifest
-from s3ddb.pinned import PinnedVersion
+from s3ddb.versions.opening import open_validated, placeholder_manifest
+from s3ddb.versions.pinned import PinnedVersion
 
 if TYPE_CHECKING:
     from s3ddb.commit.handlers import CommitHandler

@@ -3,7 +3,7 @@
 A :class:`Scanner` is one planned read (columns, filter, limit, offset) of the version
 a Dataset is pinned to. It reads in order through :mod:`s3ddb.scan`: the filter's
 simple terms skip whole fragments (by the statistics kept in the manifest) and Parquet
-row groups (:mod:`s3ddb.pruning`), filter columns are read before the others, deletion
+row groups (:mod:`s3ddb.expressions.pruning`), filter columns are read before the others, deletion
 files are applied by position, and reads in flight stay within a read-ahead budget in
 bytes (``readahead_bytes``), so a stream of it holds a bounded amount of data, never
 the whole version. It exports the Arrow PyCapsule
@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from s3ddb.errors import InvalidInputError, UnsupportedOperationError
-from s3ddb.reading import DEFAULT_READAHEAD, DEFAULT_READAHEAD_BYTES, Filter, VersionReader
+from s3ddb.reading.rows import DEFAULT_READAHEAD, DEFAULT_READAHEAD_BYTES, Filter, VersionReader
 
 if TYPE_CHECKING:
-    from s3ddb.pinned import PinnedVersion
+    from s3ddb.versions.pinned import PinnedVersion
 
 #: pylance scan options that only tune how a scan runs, never what it returns:
 #: accepted and ignored.

@@ -24,11 +24,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyroaring import BitMap
 
-from s3ddb._data import to_arrow_table
 from s3ddb.commit.row_operations import KeyExistenceFilter, Update
-from s3ddb.conditions import Condition, PushedFilters, prunable_type
 from s3ddb.errors import ColumnNotFoundError, InvalidInputError
 from s3ddb.expressions import parse_predicate, referenced_columns
+from s3ddb.expressions.conditions import Condition, PushedFilters, prunable_type
 from s3ddb.format.bases import FileResolver
 from s3ddb.format.datafile import write_fragments_from_table
 from s3ddb.format.deletion import read_deleted_rows
@@ -39,12 +38,13 @@ from s3ddb.format.rows import matching_rows, take_rows
 from s3ddb.format.schema import conform
 from s3ddb.index.query import lookup_keys
 from s3ddb.io.object_store import ObjectStore
-from s3ddb.row_changes import DeletionPlan, FileTracker, parallel_map, write_deletions
 from s3ddb.scan import RowGroupPredicate, plan_fragment, read_rows_at
 from s3ddb.scan.fragment import read_with_positions
+from s3ddb.writes.row_changes import DeletionPlan, FileTracker, parallel_map, write_deletions
+from s3ddb.writes.user_data import to_arrow_table
 
 if TYPE_CHECKING:
-    from s3ddb.pinned import PinnedVersion
+    from s3ddb.versions.pinned import PinnedVersion
 
 _FRAG, _ROW, _SRC = "__s3ddb_fragment", "__s3ddb_row", "__s3ddb_source_row"
 

@@ -33,10 +33,10 @@ from s3ddb.format.fragment import FragmentMetadata, data_file_paths
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.rows import all_rows, take_rows
 from s3ddb.io.object_store import ObjectStore
-from s3ddb.row_changes import FileTracker, distributed, parallel_map
+from s3ddb.writes.row_changes import FileTracker, distributed, parallel_map
 
 if TYPE_CHECKING:
-    from s3ddb.pinned import PinnedVersion
+    from s3ddb.versions.pinned import PinnedVersion
 
 DEFAULT_TARGET_ROWS_PER_FRAGMENT = 1024 * 1024
 
