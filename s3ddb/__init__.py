@@ -7,7 +7,7 @@ ds.to_table(filter="id < 10")
 """
 
 from s3ddb import fragment
-from s3ddb._version import __version__
+from s3ddb.version import __version__
 from s3ddb.commit.base_operations import Clone, UpdateBases
 from s3ddb.commit.committer import CommitConfig
 from s3ddb.commit.data_replacement import DataReplacement, DataReplacementGroup

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from s3ddb._version import __version__
+from s3ddb.version import __version__
 from s3ddb.cli.output import guarded_output, safe_text
 from s3ddb.errors import (
     CredentialsError,

@@ -34,7 +34,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import replace
 
-from s3ddb._version import __version__
+from s3ddb.version import __version__
 from s3ddb.commit.failpoints import failpoint
 from s3ddb.commit.finalizer import BackgroundFinalizer, FinalizeTicket
 from s3ddb.commit.handlers import (

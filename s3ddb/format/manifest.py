@@ -11,7 +11,7 @@ from zlib import crc32
 
 from google.protobuf.message import DecodeError
 
-from s3ddb._version import __version__
+from s3ddb.version import __version__
 from s3ddb.errors import ManifestCorruptError, PathOutsideDatasetError, StoredMetadataError
 from s3ddb.format import layout
 from s3ddb.format._proto import manifest_pb2 as pb

@@ -1,0 +1,260 @@
+"""Structure figures of the s3ddb package, computed from its source; run by ``make lint``.
+
+Checks (each failure is listed with where it is; exit status 1 if any):
+
+* import cycles between modules: 0. Every import counts, at module level or inside a
+  function, except those under ``if TYPE_CHECKING:`` (they never run);
+* layers: a package imports only from its own layer or the layers below it
+  (:data:`LAYERS`, lowest first), so dependencies point one way;
+* at most :data:`MAX_TOP_LEVEL_MODULES` modules directly under ``s3ddb/``;
+* no private name imported across packages: neither a ``_name`` nor anything from a
+  ``_module`` of another package (``s3ddb.<package>`` is the unit);
+* no module over :data:`MAX_MODULE_LINES` lines (generated protobuf code aside);
+* every public exception class defined in the package is in ``s3ddb.__all__``.
+
+Usage: ``python scripts/structure.py [--root s3ddb] [--quiet]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MAX_TOP_LEVEL_MODULES = 8
+MAX_MODULE_LINES = 700
+
+#: The layers, lowest first. A module may import from its own layer and any layer
+#: before it; names are ``s3ddb.<first component>`` (a package, or a top-level module).
+LAYERS: list[set[str]] = [
+    {"s3ddb.errors", "s3ddb.version"},
+    {"s3ddb.io"},
+    {"s3ddb.format"},
+    {"s3ddb.expressions"},
+    {"s3ddb.operations"},
+    {"s3ddb.external_store"},
+    {"s3ddb.commit"},
+    {"s3ddb.versions"},
+    {"s3ddb.scan"},
+    {"s3ddb.index"},
+    {"s3ddb.reading"},
+    {"s3ddb.writes"},
+    {"s3ddb.maintenance"},
+    {"s3ddb.dataset", "s3ddb.fragment", "s3ddb.pylance_compat", "s3ddb"},
+    {"s3ddb.testing", "s3ddb.spark_ext"},
+    {"s3ddb.cli"},
+]
+
+
+@dataclass
+class Module:
+    name: str
+    path: Path
+    is_package: bool
+    tree: ast.Module
+    lines: int
+    imports: list[tuple[str, str | None, int]] = field(default_factory=list)
+
+
+def _modules(root: Path) -> dict[str, Module]:
+    modules: dict[str, Module] = {}
+    for path in sorted(root.rglob("*.py")):
+        if "_proto" in path.parts:
+            continue
+        parts = list(path.relative_to(root.parent).with_suffix("").parts)
+        is_package = parts[-1] == "__init__"
+        if is_package:
+            parts = parts[:-1]
+        text = path.read_text()
+        modules[".".join(parts)] = Module(
+            ".".join(parts), path, is_package, ast.parse(text), text.count("\n")
+        )
+    return modules
+
+
+def _type_checking_nodes(tree: ast.Module) -> set[int]:
+    skipped: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skipped.update(id(inner) for inner in ast.walk(node))
+    return skipped
+
+
+def _resolve_imports(module: Module, modules: dict[str, Module]) -> None:
+    """Fill ``module.imports`` with (target module, imported name or None, line)."""
+    skipped = _type_checking_nodes(module.tree)
+    for node in ast.walk(module.tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name in modules:
+                    module.imports.append((alias.name, None, node.lineno))
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = module.name.split(".")
+                if not module.is_package:
+                    base = base[:-1]
+                base = base[: len(base) - (node.level - 1)]
+                source = ".".join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module or ""
+            for alias in node.names:
+                submodule = f"{source}.{alias.name}"
+                if submodule in modules:
+                    module.imports.append((submodule, None, node.lineno))
+                elif source in modules:
+                    module.imports.append((source, alias.name, node.lineno))
+
+
+def _unit(name: str) -> str:
+    return ".".join(name.split(".")[:2])
+
+
+def _is_private(part: str) -> bool:
+    return part.startswith("_") and not part.startswith("__")
+
+
+def _cycles(modules: dict[str, Module]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    graph = {name: sorted({t for t, _, _ in m.imports if t != name}) for name, m in modules.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = 0
+    for start in graph:
+        if start in index:
+            continue
+        work: list[tuple[str, Iterator[str]]] = [(start, iter(graph[start]))]
+        index[start] = low[start] = counter
+        counter += 1
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, successors = work[-1]
+            advanced = False
+            for succ in successors:
+                if succ not in index:
+                    index[succ] = low[succ] = counter
+                    counter += 1
+                    stack.append(succ)
+                    on_stack.add(succ)
+                    work.append((succ, iter(graph[succ])))
+                    advanced = True
+                    break
+                if succ in on_stack:
+                    low[node] = min(low[node], index[succ])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def _layer_of(unit: str) -> int | None:
+    for rank, layer in enumerate(LAYERS):
+        if unit in layer:
+            return rank
+    return None
+
+
+def _exception_classes(modules: dict[str, Module]) -> list[tuple[str, str]]:
+    """(module, class) of every public exception class, found by importing."""
+    found = []
+    for name, module in modules.items():
+        if any(_is_private(part) for part in name.split(".")):
+            continue
+        if not any(isinstance(node, ast.ClassDef) for node in module.tree.body):
+            continue
+        loaded = importlib.import_module(name)
+        for node in module.tree.body:
+            if isinstance(node, ast.ClassDef) and not _is_private(node.name):
+                cls = getattr(loaded, node.name, None)
+                if isinstance(cls, type) and issubclass(cls, BaseException):
+                    found.append((name, node.name))
+    return found
+
+
+def check(root: Path) -> list[str]:
+    """Every structure problem of the package at ``root``, one line each."""
+    modules = _modules(root)
+    for module in modules.values():
+        _resolve_imports(module, modules)
+    problems: list[str] = []
+
+    for cycle in _cycles(modules):
+        problems.append(f"import cycle: {' -> '.join(cycle)}")
+
+    top = root.name
+    for name, module in modules.items():
+        if name.endswith("__main__"):
+            continue  # an entry point: nothing imports it
+        mine = _layer_of(_unit(name))
+        if mine is None:
+            problems.append(f"{module.path}: {_unit(name)} is in no layer of LAYERS")
+            continue
+        for target, imported, line in module.imports:
+            theirs = _layer_of(_unit(target))
+            if theirs is not None and theirs > mine:
+                problems.append(
+                    f"{module.path}:{line}: layer {_unit(name)} imports {target}, a higher layer"
+                )
+            if _unit(target) != _unit(name) and (
+                any(_is_private(p) for p in target.split(".")[1:])
+                or (imported is not None and _is_private(imported))
+            ):
+                what = f"{target}.{imported}" if imported else target
+                problems.append(f"{module.path}:{line}: private name across packages: {what}")
+
+    top_level = [n for n, m in modules.items() if n.count(".") == 1 and not m.is_package]
+    top_level.append(top)  # __init__.py
+    if len(top_level) > MAX_TOP_LEVEL_MODULES:
+        problems.append(
+            f"{len(top_level)} modules directly under {top}/ (at most "
+            f"{MAX_TOP_LEVEL_MODULES}): {', '.join(sorted(top_level))}"
+        )
+
+    for module in modules.values():
+        if module.lines > MAX_MODULE_LINES:
+            problems.append(f"{module.path}: {module.lines} lines (at most {MAX_MODULE_LINES})")
+
+    exported = set(getattr(importlib.import_module(top), "__all__", []))
+    for where, cls in _exception_classes(modules):
+        if cls not in exported:
+            problems.append(f"{where}.{cls}: a public exception missing from {top}.__all__")
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--root", default="s3ddb", type=Path)
+    parser.add_argument("--quiet", action="store_true", help="print problems only")
+    args = parser.parse_args(argv)
+    sys.path.insert(0, str(args.root.resolve().parent))
+    problems = check(args.root)
+    for problem in problems:
+        print(problem)
+    if not args.quiet:
+        print(f"structure: {len(problems)} problem(s)")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
