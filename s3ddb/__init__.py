@@ -7,10 +7,10 @@ ds.to_table(filter="id < 10")
 """
 
 from s3ddb import fragment
-from s3ddb.version import __version__
 from s3ddb.commit.base_operations import Clone, UpdateBases
 from s3ddb.commit.committer import CommitConfig
 from s3ddb.commit.data_replacement import DataReplacement, DataReplacementGroup
+from s3ddb.commit.handlers import VersionConflict
 from s3ddb.commit.row_operations import (
     Delete,
     ReserveFragments,
@@ -30,15 +30,61 @@ from s3ddb.commit.transaction import (
     UpdateMemWalState,
 )
 from s3ddb.dataset import Dataset, VersionInfo, dataset, migrate_commits, write_dataset
-from s3ddb.errors import *  # noqa: F403
-from s3ddb.errors import S3DDBError
+from s3ddb.errors import (
+    BaseTooOldError,
+    ColumnExistsError,
+    ColumnNotFoundError,
+    CommitConflictError,
+    CommitError,
+    CommitMechanismError,
+    CommitStateUnknownError,
+    CredentialsError,
+    DataFileError,
+    DataFileMissingError,
+    DatasetAlreadyExistsError,
+    DatasetNotFoundError,
+    DatasetRecreatedError,
+    EndpointUnreachableError,
+    ExternalStoreError,
+    ExternalStoreTableError,
+    ExternalStoreThrottledError,
+    ExternalStoreUnreachableError,
+    IncompatibleTransactionError,
+    IndexExistsError,
+    InjectedFault,
+    InvalidExpressionError,
+    InvalidInputError,
+    InvalidURIError,
+    ManifestCorruptError,
+    ManifestFinalizationError,
+    PathOutsideDatasetError,
+    RetryableCommitConflictError,
+    S3DDBError,
+    SchemaMismatchError,
+    StoredMetadataError,
+    TooMuchWriteContentionError,
+    TransactionAlreadyCommittedError,
+    UnsafeCastError,
+    UnsupportedIndexError,
+    UnsupportedOperationError,
+    VersionNotFoundError,
+)
+from s3ddb.external_store.base import (
+    ExternalStoreOutcomeUnknownError,
+    FenceFailedError,
+    VersionTakenError,
+)
 from s3ddb.format.bases import BasePath
 from s3ddb.format.fragment import DataFile, FragmentMetadata
 from s3ddb.format.index import IndexMetadata
 from s3ddb.format.schema import DatasetSchema
 from s3ddb.index.operations import CreateIndex
+from s3ddb.maintenance.cleanup import CleanupStats
 from s3ddb.pylance_compat import LanceOperation
 from s3ddb.reading.scanner import Scanner
+from s3ddb.version import __version__
+from s3ddb.versions.tags import Tags
+from s3ddb.writes.merge_insert import MergeInsertBuilder
 
 #: pylance's name for the dataset class (``import s3ddb as lance``).
 LanceDataset = Dataset
@@ -46,36 +92,79 @@ LanceDataset = Dataset
 __all__ = [
     "Append",
     "BasePath",
+    "BaseTooOldError",
+    "CleanupStats",
     "Clone",
+    "ColumnExistsError",
+    "ColumnNotFoundError",
     "CommitConfig",
+    "CommitConflictError",
+    "CommitError",
+    "CommitMechanismError",
+    "CommitStateUnknownError",
     "CreateIndex",
+    "CredentialsError",
     "DataFile",
+    "DataFileError",
+    "DataFileMissingError",
     "DataReplacement",
     "DataReplacementGroup",
     "Dataset",
+    "DatasetAlreadyExistsError",
+    "DatasetNotFoundError",
+    "DatasetRecreatedError",
     "DatasetSchema",
     "Delete",
+    "EndpointUnreachableError",
+    "ExternalStoreError",
+    "ExternalStoreOutcomeUnknownError",
+    "ExternalStoreTableError",
+    "ExternalStoreThrottledError",
+    "ExternalStoreUnreachableError",
+    "FenceFailedError",
     "FragmentMetadata",
+    "IncompatibleTransactionError",
+    "IndexExistsError",
     "IndexMetadata",
+    "InjectedFault",
+    "InvalidExpressionError",
+    "InvalidInputError",
+    "InvalidURIError",
     "LanceDataset",
     "LanceOperation",
+    "ManifestCorruptError",
+    "ManifestFinalizationError",
     "MapUpdate",
     "Merge",
+    "MergeInsertBuilder",
     "Overwrite",
+    "PathOutsideDatasetError",
     "Project",
     "ReserveFragments",
     "Restore",
+    "RetryableCommitConflictError",
     "Rewrite",
     "RewriteGroup",
     "S3DDBError",
     "Scanner",
+    "SchemaMismatchError",
+    "StoredMetadataError",
+    "Tags",
+    "TooMuchWriteContentionError",
     "Transaction",
+    "TransactionAlreadyCommittedError",
+    "UnsafeCastError",
+    "UnsupportedIndexError",
+    "UnsupportedOperationError",
     "Update",
     "UpdateBases",
     "UpdateConfig",
     "UpdateMemWalState",
     "UpdateMode",
+    "VersionConflict",
     "VersionInfo",
+    "VersionNotFoundError",
+    "VersionTakenError",
     "__version__",
     "dataset",
     "fragment",

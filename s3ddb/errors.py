@@ -12,6 +12,46 @@ nothing it wrote may be deleted.
 
 from __future__ import annotations
 
+__all__ = [
+    "BaseTooOldError",
+    "ColumnExistsError",
+    "ColumnNotFoundError",
+    "CommitConflictError",
+    "CommitError",
+    "CommitMechanismError",
+    "CommitStateUnknownError",
+    "CredentialsError",
+    "DataFileError",
+    "DataFileMissingError",
+    "DatasetAlreadyExistsError",
+    "DatasetNotFoundError",
+    "DatasetRecreatedError",
+    "EndpointUnreachableError",
+    "ExternalStoreError",
+    "ExternalStoreTableError",
+    "ExternalStoreThrottledError",
+    "ExternalStoreUnreachableError",
+    "IncompatibleTransactionError",
+    "IndexExistsError",
+    "InjectedFault",
+    "InvalidExpressionError",
+    "InvalidInputError",
+    "InvalidURIError",
+    "ManifestCorruptError",
+    "ManifestFinalizationError",
+    "PathOutsideDatasetError",
+    "RetryableCommitConflictError",
+    "S3DDBError",
+    "SchemaMismatchError",
+    "StoredMetadataError",
+    "TooMuchWriteContentionError",
+    "TransactionAlreadyCommittedError",
+    "UnsafeCastError",
+    "UnsupportedIndexError",
+    "UnsupportedOperationError",
+    "VersionNotFoundError",
+]
+
 
 class S3DDBError(Exception):
     """Base class of every error s3ddb raises on purpose."""
