@@ -10,7 +10,8 @@ Checks (each failure is listed with where it is; exit status 1 if any):
 * no private name imported across packages: neither a ``_name`` nor anything from a
   ``_module`` of another package (``s3ddb.<package>`` is the unit);
 * no module over :data:`MAX_MODULE_LINES` lines (generated protobuf code aside);
-* every public exception class defined in the package is in ``s3ddb.__all__``.
+* every public exception class defined in the package is in ``s3ddb.__all__``;
+* every public module (no ``_`` in its path, entry points aside) declares ``__all__``.
 
 Usage: ``python scripts/structure.py [--root s3ddb] [--quiet]``.
 """
@@ -234,6 +235,20 @@ def check(root: Path) -> list[str]:
     for module in modules.values():
         if module.lines > MAX_MODULE_LINES:
             problems.append(f"{module.path}: {module.lines} lines (at most {MAX_MODULE_LINES})")
+
+    for name, module in modules.items():
+        if any(_is_private(p) for p in name.split(".")) or name.endswith("__main__"):
+            continue
+        declares = any(
+            isinstance(node, (ast.Assign, ast.AnnAssign))
+            and any(
+                isinstance(t, ast.Name) and t.id == "__all__"
+                for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+            )
+            for node in module.tree.body
+        )
+        if not declares:
+            problems.append(f"{module.path}: a public module without __all__")
 
     exported = set(getattr(importlib.import_module(top), "__all__", []))
     for where, cls in _exception_classes(modules):
