@@ -42,6 +42,7 @@ from s3ddb.format import layout
 from s3ddb.format.manifest import Manifest, referenced_paths
 from s3ddb.format.naming import DEFAULT_NAMING, NamingScheme
 from s3ddb.io.parallel import PendingWrites
+from s3ddb.io.written_files import delete_written_files
 
 log = logging.getLogger(__name__)
 
@@ -423,13 +424,13 @@ def _discard_superseded(
     except Exception as exc:  # never turn a successful commit into a reported failure
         log.warning("could not list superseded files: %s", exc)
         return
-    for path in sorted(stale):
-        if path.startswith(f"{layout.DATA_DIR}/"):
-            continue  # data files are never superseded by a rebase; keep to be safe
-        try:
-            handler.store.delete(path)
-        except Exception as exc:
-            log.warning("could not delete superseded file %s: %s", path, exc)
+
+    def warn(path: str, exc: Exception) -> None:
+        log.warning("could not delete superseded file %s: %s", path, exc)
+
+    # Data files are never superseded by a rebase; they are kept to be safe.
+    superseded = [p for p in sorted(stale) if not p.startswith(f"{layout.DATA_DIR}/")]
+    delete_written_files(handler.store, superseded, on_failure=warn)
 
 
 def _cleanup(
@@ -446,11 +447,13 @@ def _cleanup(
     # Never delete what the read version references, whatever an operation built
     # elsewhere (Dataset.commit) claims to have written.
     referenced = set(referenced_paths(base, transaction=False)) if base is not None else set()
-    for path in dict.fromkeys(p for p in paths if p not in referenced):
-        try:
-            handler.store.delete(path)
-        except Exception as cleanup_exc:  # best effort: never hide the real error
-            log.warning("could not delete %s after failed commit: %s", path, cleanup_exc)
+
+    def warn(path: str, cleanup_exc: Exception) -> None:
+        log.warning("could not delete %s after failed commit: %s", path, cleanup_exc)
+
+    # Best effort: a failed deletion never hides the real error.
+    unreferenced = dict.fromkeys(p for p in paths if p not in referenced)
+    delete_written_files(handler.store, unreferenced, on_failure=warn)
     log.debug(
         "commit of %s failed (%s); deleted %d files", original.kind, type(exc).__name__, len(paths)
     )

@@ -29,8 +29,8 @@ from s3ddb.format.fragment import FragmentMetadata
 from s3ddb.format.index import FILES_KEY, FORMAT_KEY, IndexMetadata
 from s3ddb.format.layout import index_file_path
 from s3ddb.format.manifest import Manifest
+from s3ddb.io.fragment_map import parallel_map
 from s3ddb.io.object_store import ObjectStore
-from s3ddb.writes.row_changes import parallel_map
 
 #: The value of ``details[FORMAT_KEY]`` for this layout.
 BTREE_FORMAT = "btree-parquet-v1"

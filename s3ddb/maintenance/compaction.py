@@ -32,8 +32,9 @@ from s3ddb.format.deletion import read_deleted_rows
 from s3ddb.format.fragment import FragmentMetadata, data_file_paths
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.rows import all_rows, take_rows
+from s3ddb.io.fragment_map import distributed, parallel_map
 from s3ddb.io.object_store import ObjectStore
-from s3ddb.writes.row_changes import FileTracker, distributed, parallel_map
+from s3ddb.io.written_files import FileTracker
 
 if TYPE_CHECKING:
     from s3ddb.versions.pinned import PinnedVersion

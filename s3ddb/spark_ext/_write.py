@@ -35,6 +35,7 @@ from s3ddb.format.fragment import FragmentMetadata, data_file_paths
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.schema import DatasetSchema
 from s3ddb.io.object_store import ObjectStore
+from s3ddb.io.written_files import delete_written_files
 from s3ddb.spark_ext._options import SourceOptions
 from s3ddb.spark_ext._types import arrow_schema_of, conform_to_dataset
 from s3ddb.versions.connect import open_handler
@@ -134,11 +135,12 @@ def fragments_of(messages: Iterable[Any]) -> tuple[FragmentMetadata, ...]:
 
 
 def delete_files(store: ObjectStore, fragments: Iterable[FragmentMetadata]) -> None:
-    for path in data_file_paths(list(fragments)):
-        try:
-            store.delete(path)
-        except Exception as exc:  # best effort: the caller's error matters more
-            log.warning("could not delete %s/%s: %s", store.url, path, exc)
+    """Delete the fragments' data files, best effort (a failure is logged)."""
+
+    def warn(path: str, exc: Exception) -> None:
+        log.warning("could not delete %s/%s: %s", store.url, path, exc)
+
+    delete_written_files(store, data_file_paths(list(fragments)), on_failure=warn)
 
 
 # --- outcomes, shared between the driver's commit and abort workers -----------------

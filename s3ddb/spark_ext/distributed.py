@@ -21,8 +21,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 import s3ddb
+from s3ddb.io.fragment_map import mapped_by
 from s3ddb.maintenance.compaction import DEFAULT_TARGET_ROWS_PER_FRAGMENT, CompactionMetrics
-from s3ddb.writes.row_changes import mapped_by
 
 T = TypeVar("T")
 

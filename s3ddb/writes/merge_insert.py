@@ -37,10 +37,12 @@ from s3ddb.format.manifest import Manifest
 from s3ddb.format.rows import matching_rows, take_rows
 from s3ddb.format.schema import conform
 from s3ddb.index.query import lookup_keys
+from s3ddb.io.fragment_map import parallel_map
 from s3ddb.io.object_store import ObjectStore
+from s3ddb.io.written_files import FileTracker
 from s3ddb.scan import RowGroupPredicate, plan_fragment, read_rows_at
 from s3ddb.scan.fragment import read_with_positions
-from s3ddb.writes.row_changes import DeletionPlan, FileTracker, parallel_map, write_deletions
+from s3ddb.writes.row_changes import DeletionPlan, write_deletions
 from s3ddb.writes.user_data import to_arrow_table
 
 if TYPE_CHECKING:

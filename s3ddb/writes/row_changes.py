@@ -9,12 +9,9 @@ before the error propagates, so nothing half-written is left behind.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Literal
 
 import numpy as np
 import pyarrow as pa
@@ -38,12 +35,13 @@ from s3ddb.format.fragment import FragmentMetadata, data_file_paths
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.rows import all_rows, apply_values, evaluate, take_rows
 from s3ddb.format.stats import compute_file_statistics, live_statistics
+from s3ddb.io.fragment_map import distributed, parallel_map
 from s3ddb.io.object_store import ObjectStore
+from s3ddb.io.written_files import FileTracker
 from s3ddb.scan import RowGroupPredicate, plan_fragment
 from s3ddb.scan.fragment import fragment_may_match, read_with_positions
 
 RewriteMode = Literal["auto", "rows", "columns"]
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -56,71 +54,6 @@ class DeletionPlan:
     @property
     def num_rows(self) -> int:
         return sum(len(r) for r in self.rows.values())
-
-
-class FileTracker:
-    """Remembers the files a plan wrote, to delete them if the plan fails."""
-
-    def __init__(self, store: ObjectStore) -> None:
-        self.store = store
-        self.paths: list[str] = []
-
-    def add(self, *paths: str) -> None:
-        self.paths.extend(paths)
-
-    @contextmanager
-    def cleanup_on_error(self) -> Iterator[FileTracker]:
-        try:
-            yield self
-        except BaseException:
-            for path in self.paths:
-                try:
-                    self.store.delete(path)
-                except Exception:  # best effort: the real error matters more
-                    pass
-            raise
-
-
-class FragmentMapper(Protocol):
-    """Runs planning work item by item (fragments, or groups of them), elsewhere.
-
-    ``fn`` and the items must pickle (they capture the object store, schema,
-    predicates, bitmaps: all do). Results come back in the items' order.
-    """
-
-    def __call__(self, fn: Callable[[Any], T], items: list[Any]) -> list[T]: ...
-
-
-_MAPPER: ContextVar[FragmentMapper | None] = ContextVar("s3ddb_fragment_mapper", default=None)
-
-
-@contextmanager
-def mapped_by(mapper: FragmentMapper) -> Iterator[None]:
-    """Within this block, plans in this context run their per-fragment work through
-    ``mapper`` (e.g. on Spark executors) instead of a local thread pool."""
-    token = _MAPPER.set(mapper)
-    try:
-        yield
-    finally:
-        _MAPPER.reset(token)
-
-
-def distributed() -> bool:
-    """Whether per-fragment work runs through a :class:`FragmentMapper` (so results
-    should be written where they are computed rather than sent back)."""
-    return _MAPPER.get() is not None
-
-
-def parallel_map(fn: Callable[[Any], T], items: list[Any]) -> list[T]:
-    """``fn`` over items (fragments, groups), in parallel (object stores reward it),
-    results in order; through the context's :class:`FragmentMapper` if one is set."""
-    mapper = _MAPPER.get()
-    if mapper is not None and items:
-        return mapper(fn, items)
-    if len(items) <= 1:
-        return [fn(f) for f in items]
-    with ThreadPoolExecutor(max_workers=min(8, len(items))) as pool:
-        return list(pool.map(fn, items))
 
 
 def find_rows(

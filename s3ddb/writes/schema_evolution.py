@@ -47,6 +47,7 @@ from s3ddb.format.rows import evaluate
 from s3ddb.format.schema import DatasetSchema
 from s3ddb.format.stats import compute_file_statistics
 from s3ddb.io.object_store import ObjectStore
+from s3ddb.io.written_files import delete_written_files
 from s3ddb.scan import read_visible_rows
 from s3ddb.writes.user_data import to_arrow_table
 
@@ -120,11 +121,7 @@ def _extend_fragments(
         with ThreadPoolExecutor(max_workers=max(1, min(8, len(fragments)))) as pool:
             extended = list(pool.map(extend, fragments))
     except BaseException:
-        for path in written:
-            try:
-                store.delete(path)
-            except Exception:  # best effort: the planning error is what matters
-                pass
+        delete_written_files(store, written)  # silently: the planning error is what matters
         raise
     return Merge(tuple(extended), schema, tuple(written))
 
