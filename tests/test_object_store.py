@@ -158,3 +158,15 @@ def test_s3rver_listens_on_its_own_port_and_logs_who_signed(s3rver: Any) -> None
         other.clear_requests()
         assert other.requests == [] and other.count() == 0
     assert not other.is_running()
+
+
+def test_s3_credential_source_that_fails_is_a_credentials_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A named profile that no config file has: boto3 raises ProfileNotFound before
+    # any request, which the store reports as the credentials problem it is.
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))
+    store = ObjectStore("s3://bucket/p", {"profile": "s3ddb-no-such-profile"})
+    with pytest.raises(CredentialsError, match="s3ddb-no-such-profile"):
+        store.get("k")

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from s3ddb.external_store import _ddb_common as c
+from s3ddb.external_store import ddb_contract as c
 
 hcl2 = pytest.importorskip("hcl2")
 

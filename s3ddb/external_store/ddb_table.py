@@ -14,8 +14,9 @@ from collections.abc import Mapping
 from typing import Any, NoReturn
 
 from s3ddb.errors import ExternalStoreError, ExternalStoreTableError, InvalidInputError
-from s3ddb.external_store import _ddb_common as c
+from s3ddb.external_store import ddb_contract as c
 from s3ddb.io.aws import AwsConfig
+from s3ddb.io.service_errors import Failure, classify, describe_error, error_code
 
 __all__ = ["BILLING_MODES", "DEFAULT_TAGS", "create_table", "describe_table"]
 
@@ -99,7 +100,7 @@ def create_table(
     try:
         client.create_table(**kwargs)
     except Exception as exc:
-        if c.error_code(exc) != "ResourceInUseException":
+        if error_code(exc) != "ResourceInUseException":
             _raise_translated(exc, "CreateTable", table_name, aws)
         # Already there (or being created by someone else): fine if the schema is ours.
         description = describe_table(table_name, aws)
@@ -139,7 +140,7 @@ def describe_table(table_name: str, aws: AwsConfig | None = None) -> dict[str, A
         table["PointInTimeRecovery"] = pitr.get("PointInTimeRecoveryStatus")
     except Exception as exc:
         # Some DynamoDB emulators lack continuous backups; the key schema still matters.
-        if c.classify(exc) is None:
+        if classify(exc) is None:
             raise
         table["PointInTimeRecovery"] = None
     return table
@@ -159,7 +160,7 @@ def _region(aws: AwsConfig) -> str:
 
 def _raise_translated(exc: BaseException, operation: str, table: str, aws: AwsConfig) -> NoReturn:
     """Raise the s3ddb error for botocore's ``exc``; re-raise anything else unchanged."""
-    failure = c.classify(exc)
+    failure = classify(exc)
     if failure is None:
         raise exc
     endpoint = aws.endpoint_in_effect("dynamodb")
@@ -178,7 +179,7 @@ def _wait_active(client: Any, table_name: str, aws: AwsConfig, timeout: float) -
             )
         except Exception as exc:
             # Right after CreateTable, DescribeTable may briefly not find the table.
-            if c.error_code(exc) != "ResourceNotFoundException":
+            if error_code(exc) != "ResourceNotFoundException":
                 _raise_translated(exc, "DescribeTable", table_name, aws)
         if status == "ACTIVE":
             return
@@ -202,15 +203,15 @@ def _enable_pitr(client: Any, table_name: str, aws: AwsConfig) -> None:
             return
         except Exception as exc:
             # A table that just became ACTIVE may not accept it for a few seconds.
-            if c.error_code(exc) == "ContinuousBackupsUnavailableException" and attempt < 9:
+            if error_code(exc) == "ContinuousBackupsUnavailableException" and attempt < 9:
                 time.sleep(min(2.0, 0.2 * 2**attempt))
                 continue
-            failure = c.classify(exc)
-            if failure in (None, c.Failure.CREDENTIALS):
+            failure = classify(exc)
+            if failure in (None, Failure.CREDENTIALS):
                 _raise_translated(exc, "UpdateContinuousBackups", table_name, aws)
             raise ExternalStoreError(
                 f"table {table_name!r} was created, but enabling point-in-time recovery "
-                f"failed: {c.describe_error(exc)}. Enable it with: aws dynamodb "
+                f"failed: {describe_error(exc)}. Enable it with: aws dynamodb "
                 f"update-continuous-backups --table-name {table_name} "
                 "--point-in-time-recovery-specification PointInTimeRecoveryEnabled=true"
             ) from exc

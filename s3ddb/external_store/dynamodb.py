@@ -25,7 +25,7 @@ from s3ddb.errors import (
     ExternalStoreUnreachableError,
     StoredMetadataError,
 )
-from s3ddb.external_store import _ddb_common as c
+from s3ddb.external_store import ddb_contract as c
 from s3ddb.external_store.base import (
     DATASET_ID_ATTRIBUTE,
     ExternalManifestStore,
@@ -45,6 +45,7 @@ from s3ddb.external_store.identity import (
 )
 from s3ddb.io.aws import AwsConfig
 from s3ddb.io.redact import redact_url
+from s3ddb.io.service_errors import Failure, classify, describe_error, error_code
 
 __all__ = ["DynamoDBManifestStore", "create_table", "item_to_row", "row_to_item"]
 
@@ -156,7 +157,7 @@ class DynamoDBManifestStore(ExternalManifestStore):
         try:
             return self.aws.client("dynamodb", max_attempts=1)
         except Exception as exc:
-            failure = c.classify(exc)
+            failure = classify(exc)
             if failure is None:
                 raise
             raise c.translate(
@@ -187,8 +188,8 @@ class DynamoDBManifestStore(ExternalManifestStore):
         cap = min(self.max_delay, self.base_delay * (2 ** (attempt - 1)))
         return random.uniform(0.0, cap)
 
-    def _fail(self, exc: BaseException, failure: c.Failure, operation: str) -> Exception:
-        if failure is c.Failure.TABLE_MISSING:
+    def _fail(self, exc: BaseException, failure: Failure, operation: str) -> Exception:
+        if failure is Failure.TABLE_MISSING:
             # The table vanished after validation: check again next time.
             with _validated_lock:
                 _validated.discard(self._cache_key())
@@ -197,22 +198,22 @@ class DynamoDBManifestStore(ExternalManifestStore):
     def _exhausted(
         self, operation: str, attempts: int, started: float, last: BaseException
     ) -> ExternalStoreError:
-        if c.classify(last) is c.Failure.NOT_SENT:
+        if classify(last) is Failure.NOT_SENT:
             # Not throttling: nothing reached DynamoDB at all.
             return ExternalStoreUnreachableError(
                 f"cannot connect to "
                 f"{c.where(self.table_name, self.endpoint, self.region)} for {operation} "
                 f"after {attempts} attempts over {time.monotonic() - started:.2f}s "
-                f"({c.describe_error(last)})"
+                f"({describe_error(last)})"
             )
-        reason = {c.Failure.THROTTLED: "throttled"}.get(
-            c.classify(last),  # type: ignore[arg-type]
+        reason = {Failure.THROTTLED: "throttled"}.get(
+            classify(last),  # type: ignore[arg-type]
             "server errors or lost responses",
         )
         return ExternalStoreThrottledError(
             f"{operation} on {c.where(self.table_name, self.endpoint, self.region)} "
             f"still failing after {attempts} attempts over {time.monotonic() - started:.2f}s "
-            f"({reason}; last: {c.describe_error(last)})"
+            f"({reason}; last: {describe_error(last)})"
         )
 
     def _call(self, operation: str, **kwargs: Any) -> dict[str, Any]:
@@ -234,12 +235,16 @@ class DynamoDBManifestStore(ExternalManifestStore):
             try:
                 return dict(method(TableName=self.table_name, **kwargs))
             except Exception as exc:
-                failure = c.classify(exc)
+                failure = classify(exc)
                 if failure is None:
                     raise
-                if failure is c.Failure.CONDITION:
+                if failure is Failure.CONDITION:
                     raise _ConditionFailed(_old_item(exc)) from exc
-                if failure in (c.Failure.THROTTLED, c.Failure.NOT_SENT, c.Failure.MAYBE_APPLIED):
+                if failure in (
+                    Failure.THROTTLED,
+                    Failure.NOT_SENT,
+                    Failure.MAYBE_APPLIED,
+                ):
                     if attempt <= self.max_retries:
                         self._sleep(self._backoff(attempt))
                         continue
@@ -340,15 +345,15 @@ class DynamoDBManifestStore(ExternalManifestStore):
                     )
                 return
             except Exception as exc:
-                failure = c.classify(exc)
+                failure = classify(exc)
                 if failure is None:
                     raise
-                code = c.error_code(exc)
+                code = error_code(exc)
                 if fenced and code == "TransactionCanceledException":
                     assert fence is not None
                     if self._cancelled(row, fence, exc):
                         return
-                    failure = c.Failure.THROTTLED  # applied nothing: send it again
+                    failure = Failure.THROTTLED  # applied nothing: send it again
                 elif code in ("UnknownOperationException", "UnknownOperation"):
                     raise ExternalStoreError(
                         f"{c.where(self.table_name, self.endpoint, self.region)} does not "
@@ -359,12 +364,15 @@ class DynamoDBManifestStore(ExternalManifestStore):
                         f"{UNFENCED_ENV}=false) to claim with a single conditional PutItem "
                         "without that check (see docs/protocol.md)."
                     ) from exc
-                if failure is c.Failure.CONDITION:
+                if failure is Failure.CONDITION:
                     self._resolve_taken(row, _old_item(exc))
                     return
-                if failure is c.Failure.MAYBE_APPLIED:
+                if failure is Failure.MAYBE_APPLIED:
                     maybe_applied = True
-                elif failure not in (c.Failure.THROTTLED, c.Failure.NOT_SENT):
+                elif failure not in (
+                    Failure.THROTTLED,
+                    Failure.NOT_SENT,
+                ):
                     if maybe_applied:
                         # An earlier attempt may have landed; this error hides whether.
                         raise self._unknown(row, attempt, exc) from exc
@@ -430,7 +438,7 @@ class DynamoDBManifestStore(ExternalManifestStore):
         if not isinstance(reasons, list) or len(reasons) != 2:
             raise ExternalStoreError(
                 f"TransactWriteItems claiming version {row.version} of {row.base_uri} was "
-                f"cancelled without its two reasons ({c.describe_error(exc)})"
+                f"cancelled without its two reasons ({describe_error(exc)})"
             ) from exc
         codes = [str(r.get("Code", "None")) if isinstance(r, dict) else "None" for r in reasons]
         if codes[1] == "ConditionalCheckFailed":
@@ -448,7 +456,7 @@ class DynamoDBManifestStore(ExternalManifestStore):
             return False
         raise ExternalStoreError(
             f"TransactWriteItems claiming version {row.version} of {row.base_uri} was "
-            f"cancelled: {', '.join(codes)} ({c.describe_error(exc)})"
+            f"cancelled: {', '.join(codes)} ({describe_error(exc)})"
         ) from exc
 
     def _resolve_taken(self, row: ManifestRow, old_item: dict[str, Any] | None) -> None:
@@ -470,7 +478,7 @@ class DynamoDBManifestStore(ExternalManifestStore):
         return ExternalStoreOutcomeUnknownError(
             f"PutItem of version {row.version} of {row.base_uri} (path {row.path!r}) on "
             f"{c.where(self.table_name, self.endpoint, self.region)}: outcome unknown after "
-            f"{attempts} attempts (a response was lost; last: {c.describe_error(last)})"
+            f"{attempts} attempts (a response was lost; last: {describe_error(last)})"
         )
 
     def finalize(self, base_uri: str, version: int, staged_path: str, final_path: str) -> bool:
@@ -594,10 +602,14 @@ class DynamoDBManifestStore(ExternalManifestStore):
             try:
                 return dict(method(RequestItems=request_items))
             except Exception as exc:
-                failure = c.classify(exc)
+                failure = classify(exc)
                 if failure is None:
                     raise
-                if failure in (c.Failure.THROTTLED, c.Failure.NOT_SENT, c.Failure.MAYBE_APPLIED):
+                if failure in (
+                    Failure.THROTTLED,
+                    Failure.NOT_SENT,
+                    Failure.MAYBE_APPLIED,
+                ):
                     if attempt <= self.max_retries:
                         self._sleep(self._backoff(attempt))
                         continue

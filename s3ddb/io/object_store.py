@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 from s3ddb.errors import CredentialsError, EndpointUnreachableError, PathOutsideDatasetError
-from s3ddb.io import local_files
+from s3ddb.io import local_files, service_errors
 from s3ddb.io.aws import AwsConfig
 from s3ddb.io.paths import check_relative_path
 from s3ddb.io.uri import DatasetURI, parse_uri
@@ -531,38 +531,6 @@ def _local_list(root: str, prefix: str) -> Iterator[ObjectMeta]:
                 yield ObjectMeta(rel, stat.st_size, stat.st_mtime)
 
 
-# One table from backend errors to built-in exceptions (fsspec style).
-_S3_CODE_TO_ERROR: dict[str, type[OSError]] = {
-    "NoSuchKey": FileNotFoundError,
-    "404": FileNotFoundError,
-    "NotFound": FileNotFoundError,
-    "NoSuchBucket": FileNotFoundError,
-    "PreconditionFailed": FileExistsError,
-    "412": FileExistsError,
-    "ConditionalRequestConflict": FileExistsError,
-    "AccessDenied": PermissionError,
-    "403": PermissionError,
-}
-
-
-# The store does not know the key or the signature does not match it (S3-compatible
-# stores answer these where AWS might say AccessDenied).
-_S3_CREDENTIAL_CODES = frozenset(
-    {"InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidToken", "ExpiredToken"}
-)
-
-
-# botocore's and aiohttp's names for "nothing could be sent".
-_NOT_SENT = frozenset(
-    {
-        "EndpointConnectionError",
-        "ConnectTimeoutError",
-        "ProxyConnectionError",
-        "ClientConnectorError",
-    }
-)
-
-
 def _translate(exc: BaseException, where: str) -> BaseException:
     """Map a backend exception to a built-in one (or CredentialsError)."""
     chain: list[BaseException] = []
@@ -571,26 +539,29 @@ def _translate(exc: BaseException, where: str) -> BaseException:
         chain.append(cur)
         cur = cur.__cause__ or cur.__context__
     for err in chain:
-        name = type(err).__name__
-        if name in _NOT_SENT:
+        if service_errors.is_not_sent(err):
             return EndpointUnreachableError(f"cannot connect to S3 for {where}: {err}")
-        if name in ("NoCredentialsError", "PartialCredentialsError"):
+        if service_errors.is_missing_credentials(err):
             return CredentialsError(
                 f"no AWS credentials found for {where}: set AWS_ACCESS_KEY_ID/"
                 "AWS_SECRET_ACCESS_KEY, AWS_PROFILE, or storage_options "
                 "aws_access_key_id/aws_secret_access_key (for S3 only: s3_access_key_id/"
                 "s3_secret_access_key, AWS_ACCESS_KEY_ID_S3/AWS_SECRET_ACCESS_KEY_S3)"
             )
-        response = getattr(err, "response", None)
-        if isinstance(response, dict):
-            code = str(response.get("Error", {}).get("Code", ""))
-            if code in _S3_CREDENTIAL_CODES:
+        if type(err).__name__ in service_errors.UNLOADABLE_CREDENTIAL_ERRORS:
+            return CredentialsError(
+                f"AWS credentials could not be loaded for {where}: "
+                f"{service_errors.describe_error(err)}"
+            )
+        code = service_errors.error_code(err)
+        if code:
+            if code in service_errors.REFUSED_CREDENTIAL_CODES:
                 return CredentialsError(
                     f"the object store refused the credentials for {where} ({code}): check "
                     "s3_access_key_id/s3_secret_access_key (or aws_access_key_id/"
                     "aws_secret_access_key, AWS_ACCESS_KEY_ID_S3...); docs/deployments.md"
                 )
-            mapped = _S3_CODE_TO_ERROR.get(code)
+            mapped = service_errors.S3_CODE_TO_OSERROR.get(code)
             if mapped is FileExistsError:
                 return FileExistsError(errno.EEXIST, "object exists", where)
             if mapped is not None:

@@ -26,26 +26,13 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from s3ddb.external_store import _ddb_common as ddb
+from s3ddb.external_store import ddb_contract as ddb
+from s3ddb.io import service_errors as errs
 from s3ddb.io.aws import AwsConfig, ServiceSettings
 from s3ddb.io.redact import redact_url
 from s3ddb.io.uri import DatasetURI, parse_uri
 
 OK, FAIL, INFO = "ok", "fail", "info"
-
-# Failures that mean "cannot get in at all" (the other verbs' exit status 2).
-_UNREACHABLE_ERRORS = ("EndpointConnectionError", "ConnectTimeoutError", "ConnectionClosedError")
-_S3_CREDENTIAL_CODES = frozenset(
-    {
-        "InvalidAccessKeyId",
-        "SignatureDoesNotMatch",
-        "InvalidToken",
-        "ExpiredToken",
-        "InvalidClientTokenId",
-        "AuthorizationHeaderMalformed",
-    }
-)
-_DENIED_CODES = frozenset({"AccessDenied", "AccessDeniedException", "Forbidden"})
 
 
 @dataclass(frozen=True)
@@ -208,8 +195,8 @@ def _probe_if_none_match(client: Any, bucket: str, key: str, checks: list[Check]
         client.put_object(Bucket=bucket, Key=key, Body=b"first", IfNoneMatch="*")
         client.put_object(Bucket=bucket, Key=key, Body=b"second", IfNoneMatch="*")
     except Exception as exc:
-        code, status = ddb.error_code(exc), ddb.http_status(exc)
-        if status in (409, 412) or code in ("PreconditionFailed", "ConditionalRequestConflict"):
+        code, status = errs.error_code(exc), errs.http_status(exc)
+        if status in (409, 412) or code in errs.CONDITION_FAILED_CODES:
             checks.append(
                 Check(
                     name,
@@ -220,7 +207,9 @@ def _probe_if_none_match(client: Any, bucket: str, key: str, checks: list[Check]
             )
             return True
         checks.append(
-            Check(name, INFO, f"the store rejects If-None-Match on PUT ({ddb.describe_error(exc)})")
+            Check(
+                name, INFO, f"the store rejects If-None-Match on PUT ({errs.describe_error(exc)})"
+            )
         )
         return False
     checks.append(
@@ -232,11 +221,6 @@ def _probe_if_none_match(client: Any, bucket: str, key: str, checks: list[Check]
         )
     )
     return False
-
-
-def _no_credentials(exc: BaseException) -> bool:
-    """boto3 found no credentials, or only part of them, for the call."""
-    return type(exc).__name__ in ("NoCredentialsError", "PartialCredentialsError")
 
 
 def _give_credentials(name: str, text: str, service: str, option: str, env: str) -> Check:
@@ -256,10 +240,10 @@ def _give_credentials(name: str, text: str, service: str, option: str, env: str)
 def _s3_failure(
     name: str, exc: BaseException, s: ServiceSettings, bucket: str, prefix: str, operation: str
 ) -> Check:
-    code = ddb.error_code(exc)
-    text = f"{operation} on s3://{bucket}/{prefix}/: {ddb.describe_error(exc)}"
+    code = errs.error_code(exc)
+    text = f"{operation} on s3://{bucket}/{prefix}/: {errs.describe_error(exc)}"
     where = f"now {_endpoint(s) or 'AWS'} ({s.source('endpoint')})"
-    if type(exc).__name__ in _UNREACHABLE_ERRORS:
+    if errs.is_unreachable(exc):
         return Check(
             name,
             FAIL,
@@ -267,9 +251,9 @@ def _s3_failure(
             f"set the S3 endpoint: storage option s3_endpoint or AWS_ENDPOINT_URL_S3 ({where})",
             access=True,
         )
-    if _no_credentials(exc):
+    if errs.is_missing_credentials(exc):
         return _give_credentials(name, text, "S3", "s3", "S3")
-    if code in _S3_CREDENTIAL_CODES:
+    if code in errs.REFUSED_CREDENTIAL_CODES:
         return Check(
             name,
             FAIL,
@@ -287,7 +271,7 @@ def _s3_failure(
             f"create bucket {bucket!r} on {_endpoint(s) or 'AWS'}, or "
             "fix the URI's bucket or s3_endpoint",
         )
-    if code in _DENIED_CODES or ddb.http_status(exc) == 403:
+    if code in errs.ACCESS_DENIED_CODES or errs.http_status(exc) == 403:
         action = {"ListObjectsV2": "s3:ListBucket", "CopyObject": "s3:GetObject and s3:PutObject"}
         grant = action.get(operation, f"s3:{operation}")
         return Check(
@@ -396,7 +380,7 @@ def _check_dynamodb(uri: DatasetURI, aws: AwsConfig, checks: list[Check]) -> Non
             try:
                 step()
             except Exception as exc:
-                if ddb.error_code(exc) in ("UnknownOperationException", "UnknownOperation"):
+                if errs.error_code(exc) in errs.UNKNOWN_OPERATION_CODES:
                     checks.append(_no_transactions(exc, s, table))
                     return
                 # DescribeTable accepted these credentials: a refusal now is about
@@ -428,7 +412,7 @@ def _check_dynamodb(uri: DatasetURI, aws: AwsConfig, checks: list[Check]) -> Non
                 Check(
                     "dynamodb.cleanup_permissions",
                     INFO,
-                    f"BatchWriteItem was refused ({ddb.describe_error(exc)}): commits work, "
+                    f"BatchWriteItem was refused ({errs.describe_error(exc)}): commits work, "
                     "but `cleanup` and `drop` cannot remove rows with these credentials",
                     f"grant dynamodb:BatchWriteItem on table {table!r} to the principal "
                     "that runs cleanup",
@@ -447,7 +431,7 @@ def _no_transactions(exc: BaseException, s: ServiceSettings, table: str) -> Chec
         "dynamodb.transactions",
         FAIL,
         f"TransactWriteItems on {ddb.where(table, _endpoint(s), s.region)}: "
-        f"{ddb.describe_error(exc)}: this DynamoDB implementation has no transactions, "
+        f"{errs.describe_error(exc)}: this DynamoDB implementation has no transactions, "
         "which s3ddb's fenced claims use (a version is claimed only on top of its "
         "predecessor, so a writer of a dropped or re-created dataset is refused)",
         "set the storage option dynamodb_transactions=false to claim with one "
@@ -464,10 +448,10 @@ def _ddb_failure(
     *,
     accepted: bool = False,
 ) -> Check:
-    failure = ddb.classify(exc)
-    text = f"{operation} on {ddb.where(table, _endpoint(s), s.region)}: {ddb.describe_error(exc)}"
-    code = ddb.error_code(exc)
-    if failure is ddb.Failure.NOT_SENT or type(exc).__name__ in _UNREACHABLE_ERRORS:
+    failure = errs.classify(exc)
+    text = f"{operation} on {ddb.where(table, _endpoint(s), s.region)}: {errs.describe_error(exc)}"
+    code = errs.error_code(exc)
+    if errs.is_unreachable(exc):
         return Check(
             name,
             FAIL,
@@ -479,9 +463,9 @@ def _ddb_failure(
             f"{s.source('region')})",
             access=True,
         )
-    if _no_credentials(exc):
+    if errs.is_missing_credentials(exc):
         return _give_credentials(name, text, "DynamoDB", "dynamodb", "DYNAMODB")
-    if failure is ddb.Failure.TABLE_MISSING:
+    if failure is errs.Failure.TABLE_MISSING:
         return Check(
             name,
             FAIL,
@@ -490,7 +474,7 @@ def _ddb_failure(
             "the same --endpoint-url/--region), or fix ?ddbTableName= or "
             "dynamodb_region",
         )
-    if code in _DENIED_CODES or (accepted and failure is ddb.Failure.CREDENTIALS):
+    if code in errs.ACCESS_DENIED_CODES or (accepted and failure is errs.Failure.CREDENTIALS):
         return Check(
             name,
             FAIL,
@@ -499,7 +483,7 @@ def _ddb_failure(
             f"{s.credentials_text} (the Terraform module's policy grants every call "
             "s3ddb makes; docs/terraform.md)",
         )
-    if failure is ddb.Failure.CREDENTIALS:
+    if failure is errs.Failure.CREDENTIALS:
         return Check(
             name,
             FAIL,

@@ -1,18 +1,38 @@
-"""DynamoDB table contract, error classification and error messages.
+"""The DynamoDB table contract (key schema) and the error messages that name it.
 
-Shared by :mod:`s3ddb.external_store.dynamodb` (the store) and
-:mod:`s3ddb.external_store.ddb_table` (``create_table``). botocore is imported lazily:
-this module is imported by the store module, which local datasets may import without
-boto3 installed.
+Shared by :mod:`s3ddb.external_store.dynamodb` (the store),
+:mod:`s3ddb.external_store.ddb_table` (``create_table``) and ``s3ddb doctor``. How a
+failed request is classified is :mod:`s3ddb.io.service_errors`. botocore is imported
+lazily: this module is imported by the store module, which local datasets may import
+without boto3 installed.
 """
 
 from __future__ import annotations
 
-import enum
 import shlex
 from typing import Any
 
 from s3ddb.errors import CredentialsError, ExternalStoreError, ExternalStoreTableError
+from s3ddb.io.service_errors import Failure, describe_error
+
+__all__ = [
+    "ATTRIBUTE_DEFINITIONS",
+    "CREDENTIAL_SOURCES",
+    "EXPECTED_KEYS",
+    "HASH_KEY",
+    "KEY_SCHEMA",
+    "RANGE_KEY",
+    "TERRAFORM_MODULE",
+    "create_commands",
+    "credentials_error",
+    "expected_schema_text",
+    "key_schema_matches",
+    "key_schema_text",
+    "table_missing_error",
+    "translate",
+    "where",
+    "wrong_schema_error",
+]
 
 # --- the table contract (docs/terraform.md, infra/terraform/modules/s3ddb-table) --------
 
@@ -32,127 +52,6 @@ EXPECTED_KEYS: tuple[tuple[str, str, str], ...] = (
     (RANGE_KEY, "N", "RANGE"),
 )
 TERRAFORM_MODULE = "infra/terraform/modules/s3ddb-table"
-
-
-# --- classification of botocore failures ---------------------------------------------
-
-
-class Failure(enum.Enum):
-    """What a failed DynamoDB request means for retrying it."""
-
-    CONDITION = "condition"  # ConditionalCheckFailedException: a decided "no"
-    THROTTLED = "throttled"  # rejected before processing: retry, nothing applied
-    NOT_SENT = "not_sent"  # no connection was made: retry, nothing applied
-    MAYBE_APPLIED = "maybe_applied"  # 5xx, dropped connection, read timeout
-    CREDENTIALS = "credentials"  # missing or refused credentials
-    TABLE_MISSING = "table_missing"  # ResourceNotFoundException
-    OTHER = "other"  # a client error that retrying will not fix
-
-
-THROTTLE_CODES = frozenset(
-    {
-        "ProvisionedThroughputExceededException",
-        "ThrottlingException",
-        "Throttling",
-        "RequestLimitExceeded",
-        "TooManyRequestsException",
-        "RequestThrottled",
-        "RequestThrottledException",
-        # An item is part of an ongoing TransactWriteItems: rejected, retry later.
-        "TransactionConflictException",
-        # Control plane: too many concurrent table operations.
-        "LimitExceededException",
-    }
-)
-# AWS documents InternalServerError on a write as "may or may not have succeeded".
-SERVER_CODES = frozenset(
-    {"InternalServerError", "InternalFailure", "ServiceUnavailable", "ServiceUnavailableException"}
-)
-CREDENTIAL_CODES = frozenset(
-    {
-        "AccessDeniedException",
-        "AccessDenied",
-        "UnrecognizedClientException",
-        "InvalidSignatureException",
-        "SignatureDoesNotMatch",
-        "IncompleteSignatureException",
-        "MissingAuthenticationTokenException",
-        "InvalidClientTokenId",
-        "ExpiredTokenException",
-        "ExpiredToken",
-        "AuthFailure",
-    }
-)
-
-
-def error_code(exc: BaseException) -> str:
-    """The AWS error code of a botocore ClientError, or "" for anything else."""
-    response = getattr(exc, "response", None)
-    if isinstance(response, dict):
-        return str(response.get("Error", {}).get("Code", ""))
-    return ""
-
-
-def http_status(exc: BaseException) -> int:
-    response = getattr(exc, "response", None)
-    if isinstance(response, dict):
-        return int(response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
-    return 0
-
-
-def classify(exc: BaseException) -> Failure | None:
-    """How to treat ``exc`` raised by a botocore call; None if it is not botocore's."""
-    from botocore import exceptions as bx
-
-    if isinstance(exc, bx.ClientError):
-        code = error_code(exc)
-        if code == "ConditionalCheckFailedException":
-            return Failure.CONDITION
-        if code in THROTTLE_CODES:
-            return Failure.THROTTLED
-        # A 403 whose body the client could not parse (a DynamoDB-compatible endpoint
-        # answering in XML) is still a refusal of these credentials.
-        if code in CREDENTIAL_CODES or http_status(exc) == 403:
-            return Failure.CREDENTIALS
-        if code == "ResourceNotFoundException":
-            return Failure.TABLE_MISSING
-        if code in SERVER_CODES or http_status(exc) >= 500:
-            return Failure.MAYBE_APPLIED
-        return Failure.OTHER
-    if isinstance(
-        exc,
-        (
-            bx.NoCredentialsError,
-            bx.PartialCredentialsError,
-            bx.CredentialRetrievalError,
-            bx.ProfileNotFound,
-            bx.TokenRetrievalError,
-            bx.SSOError,
-            bx.NoAuthTokenError,
-        ),
-    ):
-        return Failure.CREDENTIALS
-    # These fail while connecting, before a byte of the request is sent.
-    if isinstance(
-        exc, (bx.EndpointConnectionError, bx.ConnectTimeoutError, bx.ProxyConnectionError)
-    ):
-        return Failure.NOT_SENT
-    # Dropped connections, read timeouts, TLS failures, truncated responses: the server
-    # may have applied the request.
-    if isinstance(exc, (bx.HTTPClientError, bx.ConnectionError, bx.IncompleteReadError)):
-        return Failure.MAYBE_APPLIED
-    if isinstance(exc, bx.BotoCoreError):
-        return Failure.OTHER
-    return None
-
-
-def describe_error(exc: BaseException) -> str:
-    """``Code: message`` for a ClientError, ``Type: text`` otherwise."""
-    code = error_code(exc)
-    if code:
-        message = getattr(exc, "response", {}).get("Error", {}).get("Message", "")
-        return f"{code}: {message}" if message else code
-    return f"{type(exc).__name__}: {exc}"
 
 
 # --- messages ----------------------------------------------------------------------

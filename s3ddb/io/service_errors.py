@@ -1,0 +1,222 @@
+"""The one table of AWS service failures (botocore, and aiohttp under s3fs).
+
+Every place that looks at a failed S3 or DynamoDB request classifies it here: the
+ObjectStore (built-in exceptions, :class:`~s3ddb.errors.CredentialsError`,
+:class:`~s3ddb.errors.EndpointUnreachableError`), the DynamoDB external store (whether
+to retry) and ``s3ddb doctor`` (which setting to change).
+
+Exceptions are recognised by their class name, never imported: botocore is imported by
+no one here, so local datasets need no boto3, and aiohttp's connection errors (s3fs)
+are named in the same table. None of the botocore classes named has subclasses, so a
+name match is an ``isinstance`` match.
+"""
+
+from __future__ import annotations
+
+import enum
+
+__all__ = [
+    "ACCESS_DENIED_CODES",
+    "CONDITION_FAILED_CODES",
+    "CONNECTION_LOST_ERRORS",
+    "MAYBE_APPLIED_ERRORS",
+    "MISSING_CREDENTIAL_ERRORS",
+    "NOT_SENT_ERRORS",
+    "REFUSED_CREDENTIAL_CODES",
+    "S3_CODE_TO_OSERROR",
+    "SERVER_CODES",
+    "THROTTLE_CODES",
+    "UNKNOWN_OPERATION_CODES",
+    "UNLOADABLE_CREDENTIAL_ERRORS",
+    "Failure",
+    "classify",
+    "describe_error",
+    "error_code",
+    "http_status",
+    "is_missing_credentials",
+    "is_not_sent",
+    "is_unreachable",
+]
+
+# --- exceptions raised before or instead of an answer -------------------------------
+
+#: botocore's and aiohttp's names for "no connection was made": nothing was sent, so
+#: nothing was applied.
+NOT_SENT_ERRORS = frozenset(
+    {
+        "EndpointConnectionError",
+        "ConnectTimeoutError",
+        "ProxyConnectionError",
+        "ClientConnectorError",  # aiohttp (s3fs)
+    }
+)
+#: The connection was dropped before an answer came: the server may have applied the
+#: request, but for a diagnosis the endpoint is as unreachable as when nothing was sent.
+CONNECTION_LOST_ERRORS = frozenset({"ConnectionClosedError"})
+#: botocore base classes of failures after which the server may have applied the
+#: request: dropped connections, read timeouts, TLS failures, truncated responses.
+MAYBE_APPLIED_ERRORS = frozenset({"HTTPClientError", "ConnectionError", "IncompleteReadError"})
+#: boto3 found no credentials, or only part of them.
+MISSING_CREDENTIAL_ERRORS = frozenset({"NoCredentialsError", "PartialCredentialsError"})
+#: A configured credential source (profile, SSO, credential_process, a role) failed.
+UNLOADABLE_CREDENTIAL_ERRORS = frozenset(
+    {
+        "CredentialRetrievalError",
+        "ProfileNotFound",
+        "TokenRetrievalError",
+        "SSOError",
+        "NoAuthTokenError",
+    }
+)
+
+# --- error codes of answered requests ----------------------------------------------
+
+#: The service does not know the key, the signature or its scope does not match it, or
+#: the token expired (S3-compatible stores answer these where AWS might say
+#: AccessDenied).
+REFUSED_CREDENTIAL_CODES = frozenset(
+    {
+        "InvalidAccessKeyId",
+        "InvalidClientTokenId",
+        "UnrecognizedClientException",
+        "SignatureDoesNotMatch",
+        "InvalidSignatureException",
+        "IncompleteSignatureException",
+        "AuthorizationHeaderMalformed",
+        "MissingAuthenticationTokenException",
+        "InvalidToken",
+        "ExpiredToken",
+        "ExpiredTokenException",
+        "AuthFailure",
+    }
+)
+#: The credentials are accepted but the principal may not make this call.
+ACCESS_DENIED_CODES = frozenset({"AccessDenied", "AccessDeniedException", "Forbidden"})
+#: Rejected before processing: retrying later applies nothing twice.
+THROTTLE_CODES = frozenset(
+    {
+        "ProvisionedThroughputExceededException",
+        "ThrottlingException",
+        "Throttling",
+        "RequestLimitExceeded",
+        "TooManyRequestsException",
+        "RequestThrottled",
+        "RequestThrottledException",
+        # An item is part of an ongoing TransactWriteItems: rejected, retry later.
+        "TransactionConflictException",
+        # Control plane: too many concurrent table operations.
+        "LimitExceededException",
+    }
+)
+#: AWS documents InternalServerError on a write as "may or may not have succeeded".
+SERVER_CODES = frozenset(
+    {"InternalServerError", "InternalFailure", "ServiceUnavailable", "ServiceUnavailableException"}
+)
+#: A conditional write (If-None-Match on S3) found the object there.
+CONDITION_FAILED_CODES = frozenset({"PreconditionFailed", "412", "ConditionalRequestConflict"})
+#: The endpoint does not implement the call (e.g. DynamoDB emulators without
+#: transactions).
+UNKNOWN_OPERATION_CODES = frozenset({"UnknownOperationException", "UnknownOperation"})
+
+#: S3 error codes as built-in exceptions (fsspec style).
+S3_CODE_TO_OSERROR: dict[str, type[OSError]] = {
+    "NoSuchKey": FileNotFoundError,
+    "404": FileNotFoundError,
+    "NotFound": FileNotFoundError,
+    "NoSuchBucket": FileNotFoundError,
+    **dict.fromkeys(CONDITION_FAILED_CODES, FileExistsError),
+    "AccessDenied": PermissionError,
+    "403": PermissionError,
+}
+
+
+def error_code(exc: BaseException) -> str:
+    """The AWS error code of a botocore ClientError, or "" for anything else."""
+    response = getattr(exc, "response", None)
+    if isinstance(response, dict):
+        return str(response.get("Error", {}).get("Code", ""))
+    return ""
+
+
+def http_status(exc: BaseException) -> int:
+    """The HTTP status of a botocore ClientError's response, or 0."""
+    response = getattr(exc, "response", None)
+    if isinstance(response, dict):
+        return int(response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+    return 0
+
+
+def describe_error(exc: BaseException) -> str:
+    """``Code: message`` for a ClientError, ``Type: text`` otherwise."""
+    code = error_code(exc)
+    if code:
+        message = getattr(exc, "response", {}).get("Error", {}).get("Message", "")
+        return f"{code}: {message}" if message else code
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _names(exc: BaseException) -> set[str]:
+    """The class names of ``exc``'s type and its bases."""
+    return {cls.__name__ for cls in type(exc).__mro__}
+
+
+def is_not_sent(exc: BaseException) -> bool:
+    """No connection was made for the request, so it was not applied."""
+    return type(exc).__name__ in NOT_SENT_ERRORS
+
+
+def is_unreachable(exc: BaseException) -> bool:
+    """The endpoint could not be reached: nothing was sent, or the connection was
+    dropped before an answer."""
+    return is_not_sent(exc) or type(exc).__name__ in CONNECTION_LOST_ERRORS
+
+
+def is_missing_credentials(exc: BaseException) -> bool:
+    """boto3 found no credentials, or only part of them, for the call."""
+    return type(exc).__name__ in MISSING_CREDENTIAL_ERRORS
+
+
+class Failure(enum.Enum):
+    """What a failed request means for retrying it."""
+
+    CONDITION = "condition"  # ConditionalCheckFailedException: a decided "no"
+    THROTTLED = "throttled"  # rejected before processing: retry, nothing applied
+    NOT_SENT = "not_sent"  # no connection was made: retry, nothing applied
+    MAYBE_APPLIED = "maybe_applied"  # 5xx, dropped connection, read timeout
+    CREDENTIALS = "credentials"  # missing or refused credentials
+    TABLE_MISSING = "table_missing"  # ResourceNotFoundException
+    OTHER = "other"  # a client error that retrying will not fix
+
+
+def classify(exc: BaseException) -> Failure | None:
+    """How to treat ``exc`` raised by a botocore call; None if it is not botocore's."""
+    names = _names(exc)
+    if "ClientError" in names:
+        code = error_code(exc)
+        if code == "ConditionalCheckFailedException":
+            return Failure.CONDITION
+        if code in THROTTLE_CODES:
+            return Failure.THROTTLED
+        # A 403 whose body the client could not parse (a DynamoDB-compatible endpoint
+        # answering in XML) is still a refusal of these credentials.
+        if (
+            code in REFUSED_CREDENTIAL_CODES
+            or code in ACCESS_DENIED_CODES
+            or http_status(exc) == 403
+        ):
+            return Failure.CREDENTIALS
+        if code == "ResourceNotFoundException":
+            return Failure.TABLE_MISSING
+        if code in SERVER_CODES or http_status(exc) >= 500:
+            return Failure.MAYBE_APPLIED
+        return Failure.OTHER
+    if "BotoCoreError" not in names:
+        return None
+    if names & (MISSING_CREDENTIAL_ERRORS | UNLOADABLE_CREDENTIAL_ERRORS):
+        return Failure.CREDENTIALS
+    # These fail while connecting, before a byte of the request is sent.
+    if is_not_sent(exc):
+        return Failure.NOT_SENT
+    if names & MAYBE_APPLIED_ERRORS:
+        return Failure.MAYBE_APPLIED
+    return Failure.OTHER
