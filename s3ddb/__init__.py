@@ -7,28 +7,8 @@ ds.to_table(filter="id < 10")
 """
 
 from s3ddb import fragment
-from s3ddb.commit.base_operations import Clone, UpdateBases
 from s3ddb.commit.committer import CommitConfig
-from s3ddb.commit.data_replacement import DataReplacement, DataReplacementGroup
 from s3ddb.commit.handlers import VersionConflict
-from s3ddb.commit.row_operations import (
-    Delete,
-    ReserveFragments,
-    Rewrite,
-    RewriteGroup,
-    Update,
-    UpdateMode,
-)
-from s3ddb.commit.schema_ops import Merge, Project
-from s3ddb.commit.transaction import (
-    Append,
-    MapUpdate,
-    Overwrite,
-    Restore,
-    Transaction,
-    UpdateConfig,
-    UpdateMemWalState,
-)
 from s3ddb.dataset import Dataset, VersionInfo, dataset, migrate_commits, write_dataset
 from s3ddb.errors import (
     BaseTooOldError,
@@ -78,8 +58,29 @@ from s3ddb.format.bases import BasePath
 from s3ddb.format.fragment import DataFile, FragmentMetadata
 from s3ddb.format.index import IndexMetadata
 from s3ddb.format.schema import DatasetSchema
-from s3ddb.index.operations import CreateIndex
 from s3ddb.maintenance.cleanup import CleanupStats
+from s3ddb.operations import (
+    Append,
+    Clone,
+    CreateIndex,
+    DataReplacement,
+    DataReplacementGroup,
+    Delete,
+    MapUpdate,
+    Merge,
+    Overwrite,
+    Project,
+    ReserveFragments,
+    Restore,
+    Rewrite,
+    RewriteGroup,
+    Transaction,
+    Update,
+    UpdateBases,
+    UpdateConfig,
+    UpdateMemWalState,
+    UpdateMode,
+)
 from s3ddb.pylance_compat import LanceOperation
 from s3ddb.reading.scanner import Scanner
 from s3ddb.version import __version__

@@ -24,7 +24,6 @@ import pyarrow.compute as pc
 
 from s3ddb import pylance_compat
 from s3ddb.commit.committer import CommitConfig
-from s3ddb.commit.transaction import Operation
 from s3ddb.errors import InvalidInputError
 from s3ddb.format.datafile import DEFAULT_MAX_ROWS_PER_FILE
 from s3ddb.format.naming import NamingScheme
@@ -32,6 +31,7 @@ from s3ddb.index.api import create_scalar_index, list_indices
 from s3ddb.io.uri import parse_uri
 from s3ddb.maintenance.cleanup import CleanupStats, cleanup_old_versions
 from s3ddb.maintenance.compaction import DatasetOptimizer
+from s3ddb.operations import Operation
 from s3ddb.reading.scanner import Scanner, take
 from s3ddb.versions.opening import (
     VersionInfo,

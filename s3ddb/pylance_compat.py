@@ -9,26 +9,54 @@ from __future__ import annotations
 
 from typing import Any
 
-from s3ddb.commit.base_operations import Clone
-from s3ddb.commit.data_replacement import DataReplacement, DataReplacementGroup
-from s3ddb.commit.row_operations import Delete, Rewrite, RewriteGroup, Update
-from s3ddb.commit.schema_ops import Merge, Project
-from s3ddb.commit.transaction import Append, Overwrite, Restore, UpdateConfig
+import pyarrow as pa
+
 from s3ddb.errors import UnsupportedOperationError
-from s3ddb.index.operations import CreateIndex
+from s3ddb.format.schema import DatasetSchema
+from s3ddb.operations import (
+    Append,
+    Clone,
+    CreateIndex,
+    DataReplacement,
+    DataReplacementGroup,
+    Delete,
+    Merge,
+    Operation,
+    Overwrite,
+    Project,
+    Restore,
+    Rewrite,
+    RewriteGroup,
+    Update,
+    UpdateConfig,
+)
 
 #: cleanup_old_versions options of pylance that only tune how files are deleted.
 CLEANUP_TUNING = frozenset({"delete_rate_limit", "delete_concurrency"})
 
 
+def pylance_overwrite(
+    new_schema: DatasetSchema | pa.Schema,
+    fragments: Any,
+    initial_bases: Any = None,
+) -> Overwrite:
+    """``Overwrite`` with pylance's parameters, in pylance's order
+    (``LanceOperation.Overwrite(new_schema, fragments)``).
+
+    Raises:
+        InvalidInputError, UnsupportedOperationError: as :class:`s3ddb.Overwrite`.
+    """
+    return Overwrite(fragments, new_schema, initial_bases=initial_bases)
+
+
 class LanceOperation:
     """pylance's ``LanceOperation`` namespace: the s3ddb operations of the same names
-    (``BaseOperation`` is :class:`s3ddb.commit.transaction.Operation`)."""
+    (``BaseOperation`` is :class:`s3ddb.operations.Operation`; ``Overwrite`` builds an
+    :class:`s3ddb.Overwrite` from pylance's argument order)."""
 
-    from s3ddb.commit.transaction import Operation as BaseOperation
-
+    BaseOperation = Operation
     Append = Append
-    Overwrite = Overwrite
+    Overwrite = staticmethod(pylance_overwrite)
     Restore = Restore
     Delete = Delete
     Update = Update

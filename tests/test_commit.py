@@ -10,7 +10,6 @@ from s3ddb.commit.committer import CommitConfig, commit_transaction
 from s3ddb.commit.external import ExternalStoreCommitHandler
 from s3ddb.commit.failpoints import EXIT_CODE
 from s3ddb.commit.handlers import ConditionalPutCommitHandler
-from s3ddb.commit.transaction import Append, Overwrite, Transaction
 from s3ddb.errors import (
     CommitStateUnknownError,
     DatasetAlreadyExistsError,
@@ -24,6 +23,7 @@ from s3ddb.external_store.memory import InMemoryManifestStore
 from s3ddb.format.datafile import write_fragments_from_table
 from s3ddb.format.schema import DatasetSchema
 from s3ddb.io import ObjectStore
+from s3ddb.operations import Append, Overwrite, Transaction
 from tests.conftest import make_table
 from tests.proc import run_workers
 from tests.workers import rows_for

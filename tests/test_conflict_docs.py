@@ -1,11 +1,12 @@
-"""docs/conflicts.md states the conflict matrix; it must match the registered rules."""
+"""docs/conflicts.md states the conflict matrix; it must match the table of rules
+(``s3ddb.commit.conflicts.CONFLICT_MATRIX``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from s3ddb.commit import conflicts
-from s3ddb.commit.transaction import OPERATION_KINDS
+from s3ddb.operations import OPERATION_KINDS
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "conflicts.md"
 _WORD = {"compatible": "rebase", "retryable": "retry", "incompatible": "refuse"}
@@ -26,11 +27,15 @@ def _documented() -> dict[tuple[str, str], str]:
 
 
 def _registered(mine: str, theirs: str) -> str:
-    rule = conflicts.rule_for(mine, theirs)
-    assert rule is not None, f"no rule for {mine} after {theirs}"
-    if getattr(rule, "kind_only", False):
-        return _WORD[rule.outcome.value]  # type: ignore[attr-defined]
+    rule = conflicts.CONFLICT_MATRIX[mine][theirs]
+    if isinstance(rule, conflicts.Fixed):
+        return _WORD[rule.outcome.value]
     return "data"
+
+
+def test_matrix_table_lists_every_kind_as_theirs_in_every_row() -> None:
+    for mine, row in conflicts.CONFLICT_MATRIX.items():
+        assert list(row) == list(OPERATION_KINDS), mine
 
 
 def test_matrix_lists_every_kind_as_theirs() -> None:
@@ -49,10 +54,11 @@ def test_every_documented_cell_matches_the_registered_rule() -> None:
 
 
 def test_every_committable_kind_has_a_row() -> None:
-    from s3ddb.commit.build import _BUILDERS
+    from s3ddb.commit.build import BUILDERS
 
-    built = {op.kind for op in _BUILDERS}
+    built = {op.kind for op in BUILDERS}
     assert {m for m, _t in _documented()} == built
+    assert set(conflicts.CONFLICT_MATRIX) == built
 
 
 def _differences() -> list[dict[str, str]]:

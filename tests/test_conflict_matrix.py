@@ -33,16 +33,16 @@ import pytest
 import s3ddb
 from s3ddb.commit import conflicts
 from s3ddb.commit.conflicts import ConflictContext, Outcome
-from s3ddb.commit.transaction import (
+from s3ddb.errors import IncompatibleTransactionError, RetryableCommitConflictError
+from s3ddb.format._proto import manifest_pb2 as mpb
+from s3ddb.format._proto import transaction_pb2 as tpb
+from s3ddb.operations import (
     OpaqueOperation,
     Operation,
     Restore,
     Transaction,
     UpdateConfig,
 )
-from s3ddb.errors import IncompatibleTransactionError, RetryableCommitConflictError
-from s3ddb.format._proto import manifest_pb2 as mpb
-from s3ddb.format._proto import transaction_pb2 as tpb
 
 # C: compatible (mine lands), R: retryable, X: incompatible.
 C, R, X = Outcome.COMPATIBLE, Outcome.RETRYABLE, Outcome.INCOMPATIBLE
@@ -665,7 +665,11 @@ def test_opaque_theirs(case: tuple[str, str, str | None, Outcome], memory_uri: s
     assert verdict.outcome is expected, f"{_opaque_id(case)}: {verdict.reason}"
     # The commit loop turns the verdict into the matching error.
     if expected is C:
-        assert conflicts.resolve(txn, theirs, PINNED + 1, ctx) is not None
+        # Compatible: mine lands, as it is or rebased (the same transaction).
+        landed = conflicts.resolve(txn, theirs, PINNED + 1, ctx)
+        assert (landed.uuid, landed.kind) == (txn.uuid, txn.kind), _opaque_id(case)
+        if verdict.rebased is None:
+            assert landed is txn, _opaque_id(case)
     else:
         error = RetryableCommitConflictError if expected is R else IncompatibleTransactionError
         with pytest.raises(error):
@@ -673,10 +677,10 @@ def test_opaque_theirs(case: tuple[str, str, str | None, Outcome], memory_uri: s
 
 
 def test_opaque_table_covers_every_unbuilt_kind() -> None:
-    from s3ddb.commit.build import _BUILDERS
-    from s3ddb.commit.transaction import OPERATION_KINDS
+    from s3ddb.commit.build import BUILDERS
+    from s3ddb.operations import OPERATION_KINDS
 
-    built = {op.kind for op in _BUILDERS}
+    built = {op.kind for op in BUILDERS}
     # Kinds built since (CreateIndex, DataReplacement, Clone, UpdateBases) stay here as
     # *theirs*: a stored transaction of theirs is what the cases plant.
     assert set(OPAQUE_KINDS) >= set(OPERATION_KINDS) - built

@@ -7,7 +7,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from s3ddb.commit.transaction import Append, Overwrite, Restore, Transaction, UpdateConfig
 from s3ddb.errors import InvalidInputError, ManifestCorruptError, SchemaMismatchError
 from s3ddb.format.bases import BasePath
 from s3ddb.format.fragment import DataFile, DeletionFile, FragmentMetadata
@@ -19,6 +18,7 @@ from s3ddb.format.naming import (
     staged_manifest_name,
 )
 from s3ddb.format.schema import DatasetSchema, conform
+from s3ddb.operations import Append, Overwrite, Restore, Transaction, UpdateConfig
 
 
 def test_v2_name_of_version_1_is_from_the_design() -> None:

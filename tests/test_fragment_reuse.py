@@ -11,8 +11,6 @@ from pyroaring import BitMap
 
 import s3ddb
 from s3ddb.commit.fragment_reuse import GroupMapping
-from s3ddb.commit.row_operations import RewriteGroup
-from s3ddb.commit.transaction import OpaqueOperation
 from s3ddb.errors import (
     CommitConflictError,
     IncompatibleTransactionError,
@@ -22,6 +20,7 @@ from s3ddb.errors import (
 )
 from s3ddb.format._proto import transaction_pb2 as tpb
 from s3ddb.format.fragment import DataFile, DeletionFile, FragmentMetadata
+from s3ddb.operations import OpaqueOperation, RewriteGroup
 from tests.storage import objects, orphans
 
 

@@ -248,9 +248,9 @@ def _mutate_manifest(rng: random.Random, data: bytes) -> bytes:
 
 
 def _mutate_transaction(rng: random.Random, data: bytes) -> bytes:
-    from s3ddb.commit.transaction import TRANSACTION_MAGIC
     from s3ddb.format._proto import transaction_pb2 as tpb
     from s3ddb.format.framing import frame
+    from s3ddb.operations import TRANSACTION_MAGIC
 
     t = tpb.Transaction.FromString(_unframe(data, TRANSACTION_MAGIC))
     which = t.WhichOneof("operation")

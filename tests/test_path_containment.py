@@ -195,10 +195,10 @@ def test_fragment_metadata_from_elsewhere_is_checked(tmp_path: Path) -> None:
 
 
 def test_a_hostile_transaction_file_is_refused() -> None:
-    from s3ddb.commit.transaction import TRANSACTION_MAGIC, Append, Transaction
     from s3ddb.format._proto import transaction_pb2 as tpb
     from s3ddb.format.fragment import DataFile
     from s3ddb.format.framing import unframe
+    from s3ddb.operations import TRANSACTION_MAGIC, Append, Transaction
 
     txn = Transaction(1, Append((FragmentMetadata(4, (DataFile("a.parquet", (0,)),), 1),)))
     message = tpb.Transaction()

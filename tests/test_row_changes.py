@@ -184,7 +184,7 @@ def test_update_modes_give_the_same_table(any_uri: str, rewrite: Any) -> None:
 
 
 def test_update_modes_are_what_was_asked_for(local_uri: str) -> None:
-    from s3ddb.commit.row_operations import Update, UpdateMode
+    from s3ddb.operations import Update, UpdateMode
 
     ds = make(local_uri, 8, per_file=4)
     ds.update({"v": "0"}, "id = 1", rewrite="columns")

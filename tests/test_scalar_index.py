@@ -15,7 +15,6 @@ import pyarrow.parquet as pq
 import pytest
 
 import s3ddb
-from s3ddb.commit.transaction import Transaction
 from s3ddb.errors import (
     ColumnNotFoundError,
     IndexExistsError,
@@ -28,6 +27,7 @@ from s3ddb.format import datafile
 from s3ddb.format.datafile import read_fragment, write_data_file
 from s3ddb.index.query import plan_indexed_scan
 from s3ddb.maintenance import health
+from s3ddb.operations import Transaction
 
 ROWS_PER_FRAGMENT = 2000
 FILTERS = [

@@ -12,9 +12,8 @@ import pyarrow as pa
 import pytest
 
 import s3ddb
-from s3ddb.commit.schema_ops import Merge, Project
-from s3ddb.commit.transaction import MapUpdate, Transaction, UpdateConfig
 from s3ddb.format import layout
+from s3ddb.operations import MapUpdate, Merge, Project, Transaction, UpdateConfig
 
 Target = tuple[str, "dict[str, Any] | None"]
 

@@ -16,7 +16,6 @@ import pytest
 from pyroaring import BitMap
 
 import s3ddb
-from s3ddb.commit.transaction import TRANSACTION_MAGIC, Transaction
 from s3ddb.errors import S3DDBError, StoredMetadataError
 from s3ddb.format import layout
 from s3ddb.format._proto import manifest_pb2 as pb
@@ -25,6 +24,7 @@ from s3ddb.format.deletion import deletion_path
 from s3ddb.format.framing import frame, unframe
 from s3ddb.format.manifest import MANIFEST_MAGIC, Manifest
 from s3ddb.format.naming import NamingScheme, parse_manifest_name, parse_staged_name
+from s3ddb.operations import TRANSACTION_MAGIC, Transaction
 
 
 def _rows(start: int, n: int) -> pa.Table:

@@ -27,7 +27,6 @@ from s3ddb.commit.build import build_manifest
 from s3ddb.commit.failpoints import active as failpoints_active
 from s3ddb.commit.failpoints import failpoint
 from s3ddb.commit.handlers import CommitHandler, ManifestLocation, VersionConflict
-from s3ddb.commit.transaction import Append, Overwrite, Transaction
 from s3ddb.errors import (
     BaseTooOldError,
     CommitStateUnknownError,
@@ -43,6 +42,7 @@ from s3ddb.format.manifest import Manifest, referenced_paths
 from s3ddb.format.naming import DEFAULT_NAMING, NamingScheme
 from s3ddb.io.parallel import PendingWrites
 from s3ddb.io.written_files import delete_written_files
+from s3ddb.operations import Append, Overwrite, Transaction
 
 log = logging.getLogger(__name__)
 

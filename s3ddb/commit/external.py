@@ -34,7 +34,6 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import replace
 
-from s3ddb.version import __version__
 from s3ddb.commit.failpoints import failpoint
 from s3ddb.commit.finalizer import BackgroundFinalizer, FinalizeTicket
 from s3ddb.commit.handlers import (
@@ -71,6 +70,7 @@ from s3ddb.format.naming import NamingScheme, parse_manifest_name, parse_staged_
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.parallel import PendingWrites, run_beside
 from s3ddb.io.paths import name_problem
+from s3ddb.version import __version__
 
 log = logging.getLogger(__name__)
 

@@ -24,17 +24,18 @@ from dataclasses import dataclass, replace
 import numpy as np
 from pyroaring import BitMap
 
-from s3ddb.commit.conflicts import ConflictContext, Outcome, Verdict
-from s3ddb.commit.row_operations import (
-    Delete,
-    Rewrite,
-    RewriteGroup,
-    Update,
-    UpdateMode,
-)
-from s3ddb.commit.transaction import Transaction
+from s3ddb.commit.verdicts import ConflictContext, Outcome, Verdict
 from s3ddb.format.deletion import deletion_path, read_deleted_rows, write_deletion_file
 from s3ddb.format.fragment import FragmentMetadata
+from s3ddb.operations import Delete, Rewrite, RewriteGroup, Transaction, Update, UpdateMode
+
+__all__ = [
+    "GroupMapping",
+    "apply_deletions",
+    "carry_deletes_into_rewrite",
+    "carry_over_rewrite",
+    "mappings",
+]
 
 _C, _R = Outcome.COMPATIBLE, Outcome.RETRYABLE
 
@@ -144,8 +145,8 @@ def carry_over_rewrite(
         changes["deleted_fragment_ids"] = tuple(sorted(removed))
     else:
         changes["removed_fragment_ids"] = tuple(sorted(removed))
-        matched = moved(dict(op.matched_rows), strict=False)
-        changes["matched_rows"] = matched or {}
+        matched = moved(dict(op.plan.matched_rows), strict=False)
+        changes["plan"] = replace(op.plan, matched_rows=matched or {})
     rebased = replace(op, **changes)  # type: ignore[arg-type]
     return Verdict(_C, "carried over to the compacted fragments", replace(mine, operation=rebased))
 

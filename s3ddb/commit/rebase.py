@@ -22,7 +22,6 @@ it is the only way to apply it to rows it never saw.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -30,27 +29,39 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyroaring import BitMap
 
-from s3ddb.commit.conflicts import ConflictContext, Outcome, Rule, Verdict
 from s3ddb.commit.fragment_reuse import (
     apply_deletions,
     carry_deletes_into_rewrite,
     carry_over_rewrite,
 )
-from s3ddb.commit.row_operations import (
-    Delete,
-    KeyExistenceFilter,
-    Rewrite,
-    Update,
-    UpdateMode,
-)
-from s3ddb.commit.transaction import OPERATION_KINDS, OpaqueOperation, Transaction
+from s3ddb.commit.verdicts import ConflictContext, Outcome, Verdict
+from s3ddb.errors import InvalidInputError
+from s3ddb.expressions import parse_predicate, referenced_columns
 from s3ddb.format.datafile import read_fragment, write_fragments_from_table
 from s3ddb.format.deletion import read_deleted_rows
 from s3ddb.format.fragment import FragmentMetadata, data_file_paths
 from s3ddb.format.keys import key_hashes
 from s3ddb.format.rows import all_rows, apply_values, matching_rows, take_rows
+from s3ddb.operations import (
+    Delete,
+    KeyExistenceFilter,
+    OpaqueOperation,
+    Rewrite,
+    Transaction,
+    Update,
+    UpdateMode,
+)
 
-_C, _R, _I = Outcome.COMPATIBLE, Outcome.RETRYABLE, Outcome.INCOMPATIBLE
+__all__ = [
+    "RowChanges",
+    "rebase_delete",
+    "rebase_over_compaction",
+    "rebase_rewrite",
+    "rebase_update",
+    "their_changes",
+]
+
+_C, _R = Outcome.COMPATIBLE, Outcome.RETRYABLE
 
 
 @dataclass
@@ -108,15 +119,12 @@ def _rows_to_recheck(changes: RowChanges, ctx: ConflictContext) -> dict[int, Bit
 
 
 def _predicate(op: Delete | Update, ctx: ConflictContext) -> pc.Expression | None:
-    if op.predicate_expr is not None:
-        return op.predicate_expr
+    if op.plan.predicate_expr is not None:
+        return op.plan.predicate_expr
     if isinstance(op, Update) and not op.predicate:
         return pc.scalar(True)  # an update without a where clause changes every row
     if not op.predicate:
         return None
-    from s3ddb.errors import InvalidInputError
-    from s3ddb.expressions import parse_predicate
-
     try:
         return parse_predicate(op.predicate, ctx.after.schema.arrow)
     except InvalidInputError:
@@ -126,8 +134,6 @@ def _predicate(op: Delete | Update, ctx: ConflictContext) -> pc.Expression | Non
 def _matching(
     ctx: ConflictContext, fragment_id: int, predicate: pc.Expression, rows: BitMap
 ) -> BitMap:
-    from s3ddb.expressions import referenced_columns
-
     fragment = ctx.after_fragments[fragment_id]
     schema = ctx.after.schema
     columns = sorted(referenced_columns(predicate, schema.arrow))
@@ -197,7 +203,7 @@ def rebase_update(mine: Transaction, theirs: Transaction, ctx: ConflictContext |
     # The rows this operation read and acted on: those it changed, and (merge) every
     # target row it matched, changed or not (an insert-only merge skips them).
     read = {fid: BitMap(rows) for fid, rows in op.affected_rows.items()}
-    for fid, rows in op.matched_rows.items():
+    for fid, rows in op.plan.matched_rows.items():
         read[fid] = read.get(fid, BitMap()) | rows
     for fid, rows in read.items():
         if fid in changes.removed_fragments:
@@ -227,7 +233,7 @@ def rebase_update(mine: Transaction, theirs: Transaction, ctx: ConflictContext |
             matched = _matching(ctx, fid, predicate, rows)
             if matched:
                 absorbed[fid] = matched
-        if absorbed and (op.mode is not UpdateMode.REWRITE_ROWS or not op.value_exprs):
+        if absorbed and (op.mode is not UpdateMode.REWRITE_ROWS or not op.plan.value_exprs):
             return Verdict(
                 _R,
                 f"rows added or changed concurrently (fragment {min(absorbed)}) match the "
@@ -276,7 +282,7 @@ def _updated_copies(
         table = read_fragment(ctx.files, after[fid], schema, names)
         pieces.append(
             apply_values(
-                take_rows(table, rows[fid]), dict(op.value_exprs), schema.arrow, ctx.store.url
+                take_rows(table, rows[fid]), dict(op.plan.value_exprs), schema.arrow, ctx.store.url
             )
         )
     fragments = write_fragments_from_table(ctx.store, pa.concat_tables(pieces), schema)
@@ -288,22 +294,23 @@ def _stale_merge(
     op: Update, ctx: ConflictContext, changes: RowChanges, recheck: dict[int, BitMap]
 ) -> str | None:
     """Why rows theirs added or changed make my merge's read stale, or None."""
-    if op.deletes_unmatched:
+    plan = op.plan
+    if plan.deletes_unmatched:
         return "rows were added concurrently; this merge would have deleted those its source lacks"
-    if not op.merge_keys or not op.source_key_hashes:
+    if not plan.merge_keys or not plan.source_key_hashes:
         return "rows were added concurrently and this merge's keys are not known here"
-    key_ids = tuple(ctx.after.schema.top_level_ids(list(op.merge_keys)))
+    key_ids = tuple(ctx.after.schema.top_level_ids(list(plan.merge_keys)))
     theirs_filter = changes.key_filter
     if theirs_filter is not None and theirs_filter.field_ids == key_ids:
         # Their filter covers every row they wrote: no need to read their files.
-        hit = theirs_filter.intersects(op.source_key_hashes)
+        hit = theirs_filter.intersects(plan.source_key_hashes)
         rest = {fid: r for fid, r in recheck.items() if fid in changes.changed_rows}
-        hit = hit or bool(_keys_written(ctx, op.merge_keys, rest) & op.source_key_hashes)
+        hit = hit or bool(_keys_written(ctx, plan.merge_keys, rest) & plan.source_key_hashes)
     else:
-        hit = bool(_keys_written(ctx, op.merge_keys, recheck) & op.source_key_hashes)
+        hit = bool(_keys_written(ctx, plan.merge_keys, recheck) & plan.source_key_hashes)
     if hit:
         return (
-            f"a key of this merge ({', '.join(op.merge_keys)}) was written concurrently; "
+            f"a key of this merge ({', '.join(plan.merge_keys)}) was written concurrently; "
             "re-run the merge so that it updates that row instead of duplicating it"
         )
     return None
@@ -323,7 +330,7 @@ def _touched_by(op: Delete | Update) -> set[int]:
     return ids
 
 
-def _fragment_overlap(
+def rebase_over_compaction(
     mine: Transaction, theirs: Transaction, ctx: ConflictContext | None
 ) -> Verdict:
     """Rewrite (compaction) moves rows to new fragments without changing them: only a
@@ -349,49 +356,3 @@ def rebase_rewrite(mine: Transaction, theirs: Transaction, ctx: ConflictContext 
     if ctx is None:
         return Verdict(_R, "the fragments both touched cannot be compared without the manifests")
     return carry_deletes_into_rewrite(mine, theirs, ctx)
-
-
-def register_rules(
-    register_rule: Callable[[str, str, Rule], None],
-    fixed: Callable[[Outcome, str], Rule],
-) -> None:
-    """Register the rules of Delete, Update (merge_insert) and Rewrite against every kind."""
-    for mine in ("Delete", "Update"):
-        data_rule = rebase_delete if mine == "Delete" else rebase_update
-        for theirs in OPERATION_KINDS:
-            register_rule(mine, theirs, fixed(_C, "touches no rows or schema"))
-        for theirs in ("Append", "Delete", "Update"):
-            register_rule(mine, theirs, data_rule)
-        # The specification's own example (a Restore): re-running it on the replaced
-        # data would delete (or change) nothing, or other rows than the ones it chose.
-        # An Overwrite replaces the data just as a Restore does (Lance refuses both).
-        register_rule(
-            mine,
-            "Overwrite",
-            fixed(_I, "the dataset was overwritten: the rows it chose are gone"),
-        )
-        register_rule(
-            mine,
-            "Restore",
-            fixed(_I, "the dataset was restored to another version: the rows it chose are gone"),
-        )
-        register_rule(mine, "Merge", fixed(_R, "columns were added"))
-        register_rule(mine, "Project", fixed(_R, "the schema changed"))
-        register_rule(mine, "Clone", fixed(_I, "clone is only valid as a dataset's first commit"))
-        register_rule(mine, "Rewrite", _fragment_overlap)
-        # Replaced data files may hold other values, in any fragment: my predicate or
-        # keys may now match rows they did not.
-        register_rule(
-            mine, "DataReplacement", fixed(_R, "data files were replaced; values may differ")
-        )
-    for theirs in OPERATION_KINDS:
-        register_rule("Rewrite", theirs, fixed(_C, "touches no rows or schema"))
-    for theirs in ("Delete", "Update", "Rewrite"):
-        register_rule("Rewrite", theirs, rebase_rewrite)
-    register_rule("Rewrite", "Append", fixed(_C, "appends touch no existing fragment"))
-    register_rule("Rewrite", "Overwrite", fixed(_R, "the dataset was overwritten"))
-    register_rule("Rewrite", "Restore", fixed(_R, "the dataset was restored to another version"))
-    register_rule("Rewrite", "Merge", fixed(_R, "columns were added; the copies lack them"))
-    register_rule("Rewrite", "Project", fixed(_R, "the schema changed"))
-    register_rule("Rewrite", "DataReplacement", fixed(_R, "data files were replaced"))
-    register_rule("Rewrite", "Clone", fixed(_I, "clone is only valid as a dataset's first commit"))

@@ -1,4 +1,5 @@
-"""Conflict rules of the schema-changing operations (Merge, Project) as *mine*.
+"""Conflict rules of the schema-changing operations (Merge, Project) and of
+configuration changes (UpdateConfig) as *mine*.
 
 Both carry a complete schema computed from their read version, and a Merge the
 complete fragment list too, so:
@@ -14,18 +15,20 @@ complete fragment list too, so:
   * either retries over a concurrent schema change (Merge, Project) and over a config
     change that edited schema or field metadata, which its full schema would undo.
 
+Two config changes of different keys commute; of a shared key, mine is re-applied on
+top (:func:`config_after_config`).
+
 docs/conflicts.md has the matrix and how this differs from Lance.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from s3ddb.commit.verdicts import ConflictContext, Outcome, Verdict
+from s3ddb.operations import MapUpdate, Project, Transaction, UpdateConfig
 
-from s3ddb.commit.conflicts import ConflictContext, Outcome, Rule, Verdict
-from s3ddb.commit.schema_ops import Project
-from s3ddb.commit.transaction import OPERATION_KINDS, Transaction, UpdateConfig
+__all__ = ["config_after_config", "unless_nullability_tightened", "unless_schema_metadata_changed"]
 
-_C, _R, _I = Outcome.COMPATIBLE, Outcome.RETRYABLE, Outcome.INCOMPATIBLE
+_C, _R = Outcome.COMPATIBLE, Outcome.RETRYABLE
 
 
 def unless_schema_metadata_changed(
@@ -63,30 +66,39 @@ def unless_nullability_tightened(
     return Verdict(_C, "a drop or rename applies to the rows written concurrently too")
 
 
-def register_rules(
-    register_rule: Callable[[str, str, Rule], None],
-    fixed: Callable[[Outcome, str], Rule],
-) -> None:
-    """Register the rules of Merge and Project against every kind."""
-    for theirs in OPERATION_KINDS:
-        register_rule("Merge", theirs, fixed(_R, "rows or schema changed; recompute the columns"))
-        register_rule("Project", theirs, fixed(_C, "a schema-only change keeps every row"))
-    for mine in ("Merge", "Project"):
-        for theirs in ("CreateIndex", "ReserveFragments", "UpdateMemWalState", "UpdateBases"):
-            register_rule(mine, theirs, fixed(_C, "touches no rows and no schema"))
-        register_rule(mine, "UpdateConfig", unless_schema_metadata_changed)
-        for theirs in ("Merge", "Project"):
-            register_rule(mine, theirs, fixed(_R, "the schema changed; re-apply on the new one"))
-        register_rule(
-            mine,
-            "Overwrite",
-            fixed(_I, "the dataset was overwritten: the columns this changed are gone"),
+def _touched_keys(op: object) -> set[tuple[object, ...]] | None:
+    """The keys an UpdateConfig sets or deletes, per map; ``*`` for a map it replaces
+    whole. None for an operation whose keys are unknown."""
+    if not isinstance(op, UpdateConfig):
+        return None
+    keys: set[tuple[object, ...]] = {("config", k) for k in (*op.config_upsert, *op.config_delete)}
+    keys |= {("metadata", k) for k in (*op.metadata_upsert, *op.metadata_delete)}
+    maps: dict[tuple[object, ...], MapUpdate] = {
+        ("field", f): c for f, c in op.field_metadata.items()
+    }
+    if op.schema_metadata is not None:
+        maps[("schema",)] = op.schema_metadata
+    for where, change in maps.items():
+        if change.replace:
+            keys.add((*where, "*"))
+        keys |= {(*where, k) for k in (*change.upsert, *change.delete)}
+    return keys
+
+
+def config_after_config(
+    mine: Transaction, theirs: Transaction, ctx: ConflictContext | None
+) -> Verdict:
+    """Config changes of different keys commute; of a shared key, mine is re-applied on
+    top (it then wins, as a later call would)."""
+    a, b = _touched_keys(mine.operation), _touched_keys(theirs.operation)
+    if a is None or b is None:
+        return Verdict(Outcome.RETRYABLE, "concurrent config change: re-read and re-apply")
+
+    def overlap(x: set[tuple[object, ...]], y: set[tuple[object, ...]]) -> bool:
+        return any(k in y or (k[-1] == "*" and any(j[:-1] == k[:-1] for j in y)) for k in x)
+
+    if overlap(a, b) or overlap(b, a):
+        return Verdict(
+            Outcome.RETRYABLE, "a concurrent config change set the same keys: re-read and re-apply"
         )
-        register_rule(
-            mine,
-            "Restore",
-            fixed(_I, "the dataset was restored to another version: the schema it changed is gone"),
-        )
-        register_rule(mine, "Clone", fixed(_I, "clone is only valid as a dataset's first commit"))
-    for theirs in ("Append", "Update", "DataReplacement"):
-        register_rule("Project", theirs, unless_nullability_tightened)
+    return Verdict(Outcome.COMPATIBLE, "the two config changes touch different keys")

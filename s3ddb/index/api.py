@@ -13,7 +13,7 @@ from s3ddb.errors import (
 from s3ddb.format.index import index_by_name
 from s3ddb.format.manifest import Manifest
 from s3ddb.index.btree import build_btree
-from s3ddb.index.operations import CreateIndex
+from s3ddb.operations import CreateIndex
 
 if TYPE_CHECKING:
     from s3ddb.versions.pinned import PinnedVersion

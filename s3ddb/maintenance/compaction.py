@@ -23,8 +23,6 @@ from pyroaring import BitMap
 
 from s3ddb.commit.committer import CommitConfig, commit_transaction
 from s3ddb.commit.handlers import CommitHandler
-from s3ddb.commit.row_operations import ReserveFragments, Rewrite, RewriteGroup
-from s3ddb.commit.transaction import Transaction
 from s3ddb.errors import InvalidInputError
 from s3ddb.format.bases import FileResolver
 from s3ddb.format.datafile import read_fragment, write_fragments_from_table
@@ -35,6 +33,7 @@ from s3ddb.format.rows import all_rows, take_rows
 from s3ddb.io.fragment_map import distributed, parallel_map
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.written_files import FileTracker
+from s3ddb.operations import ReserveFragments, Rewrite, RewriteGroup, Transaction
 
 if TYPE_CHECKING:
     from s3ddb.versions.pinned import PinnedVersion

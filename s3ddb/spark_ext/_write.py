@@ -28,7 +28,6 @@ from pyspark.sql.datasource import WriterCommitMessage
 
 from s3ddb.commit import finalizer as finalizers
 from s3ddb.commit.committer import CommitResult, OnExisting, commit_transaction
-from s3ddb.commit.transaction import Append, Operation, Overwrite, Transaction
 from s3ddb.errors import CommitStateUnknownError, TransactionAlreadyCommittedError
 from s3ddb.format.datafile import write_fragments_from_table
 from s3ddb.format.fragment import FragmentMetadata, data_file_paths
@@ -36,6 +35,7 @@ from s3ddb.format.manifest import Manifest
 from s3ddb.format.schema import DatasetSchema
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.written_files import delete_written_files
+from s3ddb.operations import Append, Operation, Overwrite, Transaction
 from s3ddb.spark_ext._options import SourceOptions
 from s3ddb.spark_ext._types import arrow_schema_of, conform_to_dataset
 from s3ddb.versions.connect import open_handler

@@ -20,8 +20,6 @@ import pyarrow as pa
 
 from s3ddb.commit.committer import CommitConfig, CommitResult, OnExisting, commit_transaction
 from s3ddb.commit.handlers import CommitHandler
-from s3ddb.commit.row_operations import Delete, Update
-from s3ddb.commit.transaction import Operation, Transaction
 from s3ddb.errors import (
     InvalidInputError,
     RetryableCommitConflictError,
@@ -32,6 +30,7 @@ from s3ddb.format.fragment import FragmentMetadata
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.naming import DEFAULT_NAMING, NamingScheme
 from s3ddb.io.parallel import PendingWrites
+from s3ddb.operations import Delete, Operation, Transaction, Update
 from s3ddb.versions.opening import VersionInfo, history, load_latest, load_version
 from s3ddb.versions.tags import Tags
 

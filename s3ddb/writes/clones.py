@@ -18,7 +18,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from s3ddb.commit.base_operations import Clone
 from s3ddb.errors import DatasetAlreadyExistsError, InvalidInputError
 from s3ddb.format import layout
 from s3ddb.format.bases import BasePath, FileResolver
@@ -26,6 +25,7 @@ from s3ddb.format.fragment import DataFile, DeletionFile, FragmentMetadata
 from s3ddb.format.fragment_list import FragmentList
 from s3ddb.format.manifest import Manifest
 from s3ddb.io.object_store import ObjectStore
+from s3ddb.operations import Clone
 from s3ddb.versions.opening import open_validated, placeholder_manifest
 from s3ddb.versions.pinned import PinnedVersion
 

@@ -24,7 +24,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyroaring import BitMap
 
-from s3ddb.commit.row_operations import KeyExistenceFilter, Update
 from s3ddb.errors import ColumnNotFoundError, InvalidInputError
 from s3ddb.expressions import parse_predicate, referenced_columns
 from s3ddb.expressions.conditions import Condition, PushedFilters, prunable_type
@@ -40,6 +39,7 @@ from s3ddb.index.query import lookup_keys
 from s3ddb.io.fragment_map import parallel_map
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.written_files import FileTracker
+from s3ddb.operations import KeyExistenceFilter, RowChangePlan, Update
 from s3ddb.scan import RowGroupPredicate, plan_fragment, read_rows_at
 from s3ddb.scan.fragment import read_with_positions
 from s3ddb.writes.row_changes import DeletionPlan, write_deletions
@@ -316,10 +316,12 @@ def plan_merge(
             ),
             predicate=_describe(builder),
             affected_rows=removed,
-            merge_keys=builder.on,
-            source_key_hashes=frozenset(key_hashes(source, keys)),
-            deletes_unmatched=builder.delete_unmatched_by_source,
-            matched_rows=_rows_of(matched),
+            plan=RowChangePlan(
+                merge_keys=builder.on,
+                source_key_hashes=frozenset(key_hashes(source, keys)),
+                deletes_unmatched=builder.delete_unmatched_by_source,
+                matched_rows=_rows_of(matched),
+            ),
         )
     return op, counts
 

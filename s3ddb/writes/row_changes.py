@@ -18,7 +18,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyroaring import BitMap
 
-from s3ddb.commit.row_operations import TOMBSTONE_FIELD_ID, Delete, Update, UpdateMode
 from s3ddb.errors import (
     ColumnNotFoundError,
     InvalidExpressionError,
@@ -38,6 +37,7 @@ from s3ddb.format.stats import compute_file_statistics, live_statistics
 from s3ddb.io.fragment_map import distributed, parallel_map
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.written_files import FileTracker
+from s3ddb.operations import TOMBSTONE_FIELD_ID, Delete, RowChangePlan, Update, UpdateMode
 from s3ddb.scan import RowGroupPredicate, plan_fragment
 from s3ddb.scan.fragment import fragment_may_match, read_with_positions
 
@@ -144,7 +144,7 @@ def plan_delete(
             tuple(removed),
             predicate_text(predicate),
             plan.rows,
-            predicate_expr=expr,
+            plan=RowChangePlan(predicate_expr=expr),
         )
     return op
 
@@ -254,7 +254,9 @@ def plan_update(
                 mode=mode,
                 predicate=text,
                 affected_rows=plan.rows,
-                predicate_expr=predicate if predicate is not None else pc.scalar(True),
+                plan=RowChangePlan(
+                    predicate_expr=predicate if predicate is not None else pc.scalar(True)
+                ),
             )
         else:
             new = _rewrite_rows(store, manifest, plan, exprs, files, uri)
@@ -266,8 +268,10 @@ def plan_update(
                 mode=mode,
                 predicate=text,
                 affected_rows=plan.rows,
-                predicate_expr=predicate if predicate is not None else pc.scalar(True),
-                value_exprs=exprs,
+                plan=RowChangePlan(
+                    predicate_expr=predicate if predicate is not None else pc.scalar(True),
+                    value_exprs=exprs,
+                ),
             )
     return op
 

@@ -13,10 +13,7 @@ import pyarrow.compute as pc
 
 from s3ddb.commit.build import APP_TRANSACTION_PREFIX
 from s3ddb.commit.committer import CommitConfig, OnExisting
-from s3ddb.commit.data_replacement import DataReplacement, check_replacement
 from s3ddb.commit.handlers import CommitHandler, ManifestLocation
-from s3ddb.commit.row_operations import Delete, Update
-from s3ddb.commit.transaction import Append, Operation, Overwrite, Restore, UpdateConfig
 from s3ddb.errors import (
     CommitMechanismError,
     DatasetAlreadyExistsError,
@@ -30,6 +27,17 @@ from s3ddb.format.manifest import DYNAMODB, Manifest
 from s3ddb.format.naming import NamingScheme
 from s3ddb.format.schema import DatasetSchema, conform
 from s3ddb.io.parallel import PendingWrites
+from s3ddb.operations import (
+    Append,
+    DataReplacement,
+    Delete,
+    Operation,
+    Overwrite,
+    Restore,
+    Update,
+    UpdateConfig,
+    check_replacement,
+)
 from s3ddb.versions.connect import open_handler
 from s3ddb.versions.opening import load_latest, load_newest, load_version, open_validated
 from s3ddb.versions.opening import placeholder_manifest as placeholder

@@ -28,8 +28,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from s3ddb.commit.schema_ops import Merge, Project, next_field_id
-from s3ddb.commit.transaction import MapUpdate, Operation, UpdateConfig
 from s3ddb.errors import (
     ColumnExistsError,
     ColumnNotFoundError,
@@ -48,6 +46,7 @@ from s3ddb.format.schema import DatasetSchema
 from s3ddb.format.stats import compute_file_statistics
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.written_files import delete_written_files
+from s3ddb.operations import MapUpdate, Merge, Operation, Project, UpdateConfig, next_field_id
 from s3ddb.scan import read_visible_rows
 from s3ddb.writes.user_data import to_arrow_table
 

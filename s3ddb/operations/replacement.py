@@ -5,25 +5,16 @@ Each replacement names a fragment and a new data file holding exactly the field 
 one of that fragment's data files, with the same number of physical rows; that file is
 replaced, the fragment's other files and its deletion file are kept. Indices stop
 covering the fragment if the replaced file held an indexed column (see
-:mod:`s3ddb.index.maintenance`).
+:mod:`s3ddb.commit.index_coverage`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import pyarrow.parquet as pq
 
-from s3ddb.commit.build import register_builder
-from s3ddb.commit.conflicts import Outcome, Verdict, fixed, register_rule
-from s3ddb.commit.row_operations import Delete, Rewrite, Update
-from s3ddb.commit.transaction import (
-    OPERATION_KINDS,
-    Operation,
-    Transaction,
-    register_operation_decoder,
-)
 from s3ddb.errors import CommitConflictError, InvalidInputError
 from s3ddb.format import layout
 from s3ddb.format._proto import transaction_pb2 as tpb
@@ -31,8 +22,9 @@ from s3ddb.format.datafile import open_data_file
 from s3ddb.format.fragment import DataFile, FragmentMetadata
 from s3ddb.format.manifest import Manifest
 from s3ddb.io.object_store import ObjectStore
+from s3ddb.operations.base import Operation
 
-_C, _R, _I = Outcome.COMPATIBLE, Outcome.RETRYABLE, Outcome.INCOMPATIBLE
+__all__ = ["DataReplacement", "DataReplacementGroup", "check_replacement", "replaced_fragment"]
 
 
 @dataclass(frozen=True)
@@ -92,21 +84,28 @@ class DataReplacement(Operation):
             ]
         )
 
+    @classmethod
+    def from_transaction_pb(cls, message: tpb.Transaction) -> DataReplacement:
+        return cls(
+            tuple(
+                DataReplacementGroup(g.fragment_id, DataFile.from_pb(g.new_file))
+                for g in message.data_replacement.replacements
+            )
+        )
+
     def written_paths(self) -> tuple[str, ...]:
         return tuple(layout.data_file_path(g.new_file.path) for g in self.replacements)
 
 
-def _decode(message: Any) -> DataReplacement:
-    body = message.data_replacement
-    return DataReplacement(
-        tuple(
-            DataReplacementGroup(g.fragment_id, DataFile.from_pb(g.new_file))
-            for g in body.replacements
-        )
-    )
+def replaced_fragment(
+    fragment: FragmentMetadata, new_file: DataFile, version: int
+) -> FragmentMetadata:
+    """``fragment`` (of version ``version``) with the data file holding exactly
+    ``new_file``'s fields replaced by ``new_file``.
 
-
-def _replaced(fragment: FragmentMetadata, new_file: DataFile, version: int) -> FragmentMetadata:
+    Raises:
+        CommitConflictError: it has no data file holding exactly those fields.
+    """
     wanted = set(new_file.fields)
     files = list(fragment.files)
     for i, old in enumerate(files):
@@ -117,25 +116,6 @@ def _replaced(fragment: FragmentMetadata, new_file: DataFile, version: int) -> F
         f"DataReplacement: fragment {fragment.id} of version {version} has no data file "
         f"holding exactly fields {sorted(wanted)}"
     )
-
-
-def _data_replacement(base: Manifest | None, op: Operation, version: int, load: Any) -> Manifest:
-    """Raises:
-    InvalidInputError: no dataset.
-    CommitConflictError: a fragment vanished, or has no file of those fields.
-    """
-    assert isinstance(op, DataReplacement)
-    if base is None:
-        raise InvalidInputError("DataReplacement needs an existing dataset")
-    by_id = {f.id: f for f in base.fragments}
-    for group in op.replacements:
-        fragment = by_id.get(group.fragment_id)
-        if fragment is None:
-            raise CommitConflictError(
-                f"DataReplacement: fragment {group.fragment_id} is not in version {base.version}"
-            )
-        by_id[group.fragment_id] = _replaced(fragment, group.new_file, base.version)
-    return base.evolve(fragments=tuple(by_id[f.id] for f in base.fragments))
 
 
 def check_replacement(store: ObjectStore, base: Manifest, op: DataReplacement) -> None:
@@ -154,7 +134,7 @@ def check_replacement(store: ObjectStore, base: Manifest, op: DataReplacement) -
                 f"DataReplacement: no fragment {group.fragment_id} in version {base.version}"
             )
         try:
-            _replaced(fragment, group.new_file, base.version)
+            replaced_fragment(fragment, group.new_file, base.version)
         except CommitConflictError as exc:
             raise InvalidInputError(str(exc)) from None
         try:
@@ -169,50 +149,3 @@ def check_replacement(store: ObjectStore, base: Manifest, op: DataReplacement) -
                 f"DataReplacement: {group.new_file.path} has {rows} rows, fragment "
                 f"{fragment.id} has {fragment.physical_rows} physical rows"
             )
-
-
-def _touched(op: Any) -> set[int] | None:
-    """Fragments a committed operation changed the files of or removed (None: unknown)."""
-    if isinstance(op, Delete):
-        return set(op.deleted_fragment_ids)
-    if isinstance(op, Update):
-        ids = set(op.removed_fragment_ids) | {f.id for f in op.updated_fragments}
-        return ids
-    if isinstance(op, Rewrite):
-        return {f.id for f in op.old_fragments()}
-    if isinstance(op, DataReplacement):
-        return op.fragment_ids
-    return None
-
-
-def _replacement_vs_fragments(mine: Transaction, theirs: Transaction, ctx: Any) -> Verdict:
-    """My new files must still line up with the fragments I replace: a fragment that
-    was removed, compacted, or had rows moved or columns rewritten makes them stale.
-    (Deleted rows alone do not: the deletion file is kept, offsets are unchanged.)"""
-    op = mine.operation
-    assert isinstance(op, DataReplacement)
-    touched = _touched(theirs.operation)
-    if touched is None:
-        return Verdict(_R, f"{theirs.kind} is not understood by this version")
-    overlap = touched & op.fragment_ids
-    if overlap:
-        return Verdict(_R, f"fragments {sorted(overlap)} changed concurrently")
-    return Verdict(_C, "theirs changed no fragment this replaces")
-
-
-def register() -> None:
-    """Register DataReplacement's decoder, builder and rules (as mine)."""
-    register_operation_decoder("data_replacement", _decode)
-    register_builder(DataReplacement, _data_replacement)
-    for theirs in OPERATION_KINDS:
-        register_rule("DataReplacement", theirs, fixed(_C, "touches no fragment it replaces"))
-    for theirs in ("Overwrite", "Restore"):
-        register_rule("DataReplacement", theirs, fixed(_R, "the fragments it replaced are gone"))
-    for theirs in ("Merge", "Project"):
-        register_rule("DataReplacement", theirs, fixed(_R, "the schema changed"))
-    register_rule("DataReplacement", "Clone", fixed(_I, "clone is only valid as a first commit"))
-    for theirs in ("Delete", "Update", "Rewrite", "DataReplacement"):
-        register_rule("DataReplacement", theirs, _replacement_vs_fragments)
-
-
-register()

@@ -14,6 +14,8 @@ from __future__ import annotations
 from s3ddb.format.fragment import FragmentMetadata
 from s3ddb.format.manifest import Manifest
 
+__all__ = ["drop_stale_coverage", "file_holding"]
+
 
 def file_holding(fragment: FragmentMetadata, field_id: int) -> str | None:
     """The data file of ``fragment`` that holds ``field_id``'s column (the last one

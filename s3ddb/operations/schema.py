@@ -17,13 +17,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from s3ddb.commit.build import LoadManifest, register_builder
-from s3ddb.commit.transaction import Operation, register_operation_decoder
-from s3ddb.errors import InvalidInputError, RetryableCommitConflictError
+from s3ddb.errors import InvalidInputError
 from s3ddb.format._proto import transaction_pb2 as tpb
 from s3ddb.format.fragment import FragmentMetadata
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.schema import DatasetSchema
+from s3ddb.operations.base import Operation
+
+__all__ = ["Merge", "Project", "next_field_id"]
 
 
 def next_field_id(manifest: Manifest) -> int:
@@ -69,16 +70,16 @@ class Merge(Operation):
     def to_pb(self) -> tpb.Merge:
         return tpb.Merge(fragments=[f.to_pb() for f in self.fragments], schema=self.schema.to_pb())
 
+    @classmethod
+    def from_transaction_pb(cls, message: tpb.Transaction) -> Merge:
+        body = message.merge
+        return cls(
+            tuple(FragmentMetadata.from_pb(f) for f in body.fragments),
+            DatasetSchema.from_pb(body.schema),
+        )
+
     def written_paths(self) -> tuple[str, ...]:
         return self.added_files
-
-
-def _decode_merge(message: tpb.Transaction) -> Merge:
-    body = message.merge
-    return Merge(
-        tuple(FragmentMetadata.from_pb(f) for f in body.fragments),
-        DatasetSchema.from_pb(body.schema),
-    )
 
 
 @dataclass(frozen=True)
@@ -98,44 +99,6 @@ class Project(Operation):
     def to_pb(self) -> tpb.Project:
         return tpb.Project(schema=self.schema.to_pb())
 
-
-def _decode_project(message: tpb.Transaction) -> Project:
-    return Project(DatasetSchema.from_pb(message.project.schema))
-
-
-register_operation_decoder("merge", _decode_merge)
-register_operation_decoder("project", _decode_project)
-
-
-def _merge(base: Manifest | None, op: Operation, version: int, load: LoadManifest) -> Manifest:
-    assert isinstance(op, Merge)
-    if base is None:
-        raise InvalidInputError("Merge needs an existing dataset")
-    # The conflict rules let a Merge land only over commits that leave the fragments
-    # alone; check anyway, so a bug there can never drop or resurrect rows.
-    mine = {f.id: f for f in op.fragments}
-    theirs = {f.id: f for f in base.fragments}
-    if set(mine) != set(theirs) or any(
-        mine[i].deletion_file != f.deletion_file or mine[i].physical_rows != f.physical_rows
-        for i, f in theirs.items()
-    ):
-        raise RetryableCommitConflictError(
-            f"Merge: the fragments of version {base.version} are not the ones it extended"
-        )
-    return base.evolve(fragments=tuple(mine[f.id] for f in base.fragments), schema=op.schema)
-
-
-def _project(base: Manifest | None, op: Operation, version: int, load: LoadManifest) -> Manifest:
-    assert isinstance(op, Project)
-    if base is None:
-        raise InvalidInputError("Project needs an existing dataset")
-    unknown = {i for _p, i in op.schema.ids} - {i for _p, i in base.schema.ids}
-    if unknown:
-        raise RetryableCommitConflictError(
-            f"Project: field ids {sorted(unknown)} are not in the schema of version {base.version}"
-        )
-    return base.evolve(schema=op.schema)
-
-
-register_builder(Merge, _merge)
-register_builder(Project, _project)
+    @classmethod
+    def from_transaction_pb(cls, message: tpb.Transaction) -> Project:
+        return cls(DatasetSchema.from_pb(message.project.schema))

@@ -23,18 +23,26 @@ from typing import Any, ClassVar
 
 from pyroaring import BitMap
 
-from s3ddb.commit.transaction import Operation, register_operation_decoder
 from s3ddb.errors import InvalidInputError
 from s3ddb.format import layout
 from s3ddb.format._proto import transaction_pb2 as tpb
 from s3ddb.format.deletion import deletion_path
 from s3ddb.format.fragment import FragmentMetadata, data_file_paths
+from s3ddb.operations.base import Operation
+
+__all__ = [
+    "TOMBSTONE_FIELD_ID",
+    "Delete",
+    "KeyExistenceFilter",
+    "RowChangePlan",
+    "Update",
+    "UpdateMode",
+    "check_fragments_listed_once",
+]
 
 #: Field id written into a data file's field list for a column that a later data file
 #: of the same fragment replaced (REWRITE_COLUMNS): readers skip it.
 TOMBSTONE_FIELD_ID = -2
-
-AffectedRows = Mapping[int, BitMap]
 
 
 def _frozen_rows(rows: Mapping[int, BitMap] | None) -> dict[int, BitMap]:
@@ -56,7 +64,10 @@ def _affected_from_pb(message: tpb.Transaction) -> dict[int, BitMap]:
     return {r.fragment_id: BitMap.deserialize(r.rows) for r in message.affected_rows}
 
 
-def _check_fragments(what: str, fragments: Iterable[FragmentMetadata]) -> None:
+def check_fragments_listed_once(what: str, fragments: Iterable[FragmentMetadata]) -> None:
+    """Raises:
+    InvalidInputError: a fragment id appears twice in ``fragments``.
+    """
     ids = [f.id for f in fragments]
     if len(ids) != len(set(ids)):
         raise InvalidInputError(f"{what} lists a fragment more than once: {sorted(ids)}")
@@ -102,6 +113,42 @@ class KeyExistenceFilter:
         )
 
 
+# --- what the planner knew ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RowChangePlan:
+    """What the planner of a Delete or Update knew beyond the rows it changed: kept in
+    memory beside the operation (never stored; a transaction read back has an empty
+    plan) so that a rebase can re-apply the operation to rows a concurrent commit
+    added or changed (:mod:`s3ddb.commit.rebase`).
+
+    Attributes:
+        predicate_expr: the compiled predicate or where-clause (None: parse
+            ``predicate`` again when needed).
+        value_exprs: the compiled ``{column: expression}`` of an update: a rebase
+            applies them to rows a concurrent commit added that ``where`` matches.
+        merge_keys: key column names (merge_insert only).
+        source_key_hashes: hashes of every source key (merge_insert only): a
+            concurrent write of any of them changes what the merge should do.
+        deletes_unmatched: the merge deletes target rows the source lacks.
+        matched_rows: target rows the merge matched, updated or not: a concurrent
+            delete or change of one makes its decision stale.
+    """
+
+    predicate_expr: Any = None
+    value_exprs: Mapping[str, Any] = field(default_factory=dict)
+    merge_keys: tuple[str, ...] = ()
+    source_key_hashes: frozenset[int] = frozenset()
+    deletes_unmatched: bool = False
+    matched_rows: Mapping[int, BitMap] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "merge_keys", tuple(self.merge_keys))
+        object.__setattr__(self, "source_key_hashes", frozenset(self.source_key_hashes))
+        object.__setattr__(self, "matched_rows", _frozen_rows(self.matched_rows))
+
+
 # --- Delete ------------------------------------------------------------------------------
 
 
@@ -115,14 +162,14 @@ class Delete(Operation):
         deleted_fragment_ids: fragments all of whose rows are now deleted.
         predicate: the predicate text (for history and for re-evaluation on rebase).
         affected_rows: the rows this delete newly deleted, per fragment id.
-        predicate_expr: the compiled predicate (in memory only; not stored).
+        plan: what its planner knew (in memory only; see :class:`RowChangePlan`).
     """
 
     updated_fragments: tuple[FragmentMetadata, ...] = ()
     deleted_fragment_ids: tuple[int, ...] = ()
     predicate: str = ""
     affected_rows: Mapping[int, BitMap] = field(default_factory=dict)
-    predicate_expr: Any = field(default=None, compare=False, repr=False)
+    plan: RowChangePlan = field(default_factory=RowChangePlan, compare=False, repr=False)
     kind: ClassVar[str] = "Delete"
     pb_field: ClassVar[str] = "delete"
 
@@ -131,7 +178,7 @@ class Delete(Operation):
         object.__setattr__(self, "deleted_fragment_ids", tuple(self.deleted_fragment_ids))
         object.__setattr__(self, "affected_rows", _frozen_rows(self.affected_rows))
         # An empty Delete is valid: a rebase finds every row it meant to delete gone.
-        _check_fragments("Delete.updated_fragments", self.updated_fragments)
+        check_fragments_listed_once("Delete.updated_fragments", self.updated_fragments)
         overlap = {f.id for f in self.updated_fragments} & set(self.deleted_fragment_ids)
         if overlap:
             raise InvalidInputError(f"fragments {sorted(overlap)} are both updated and deleted")
@@ -152,21 +199,21 @@ class Delete(Operation):
             predicate=self.predicate,
         )
 
-    def extra_pb(self, message: tpb.Transaction) -> None:
+    def add_transaction_fields(self, message: tpb.Transaction) -> None:
         _affected_to_pb(self.affected_rows, message)
 
     def written_paths(self) -> tuple[str, ...]:
         return tuple(deletion_path(f) for f in self.updated_fragments)
 
-
-def _decode_delete(message: tpb.Transaction) -> Delete:
-    body = message.delete
-    return Delete(
-        tuple(FragmentMetadata.from_pb(f) for f in body.updated_fragments),
-        tuple(body.deleted_fragment_ids),
-        body.predicate,
-        _affected_from_pb(message),
-    )
+    @classmethod
+    def from_transaction_pb(cls, message: tpb.Transaction) -> Delete:
+        body = message.delete
+        return cls(
+            tuple(FragmentMetadata.from_pb(f) for f in body.updated_fragments),
+            tuple(body.deleted_fragment_ids),
+            body.predicate,
+            _affected_from_pb(message),
+        )
 
 
 # --- Update ------------------------------------------------------------------------------
@@ -199,16 +246,7 @@ class Update(Operation):
         predicate: the where-clause text, or a description of the merge.
         affected_rows: rows removed (REWRITE_ROWS) or changed in place
             (REWRITE_COLUMNS), per fragment id.
-        predicate_expr: the compiled where-clause (in memory only).
-        merge_keys: key column names (merge_insert only, in memory).
-        source_key_hashes: hashes of every source key (merge_insert only, in memory):
-            a concurrent write of any of them changes what this merge should do.
-        deletes_unmatched: the merge deletes target rows the source lacks.
-        matched_rows: target rows the merge matched, updated or not (in memory): a
-            concurrent delete or change of one makes its decision stale.
-        value_exprs: the compiled ``{column: expression}`` of an update (in memory):
-            a rebase applies them to rows a concurrent commit added that ``where``
-            matches.
+        plan: what its planner knew (in memory only; see :class:`RowChangePlan`).
     """
 
     removed_fragment_ids: tuple[int, ...] = ()
@@ -219,12 +257,7 @@ class Update(Operation):
     inserted_keys: KeyExistenceFilter | None = None
     predicate: str = ""
     affected_rows: Mapping[int, BitMap] = field(default_factory=dict)
-    predicate_expr: Any = field(default=None, compare=False, repr=False)
-    merge_keys: tuple[str, ...] = field(default=(), compare=False)
-    source_key_hashes: frozenset[int] = field(default=frozenset(), compare=False, repr=False)
-    deletes_unmatched: bool = field(default=False, compare=False)
-    matched_rows: Mapping[int, BitMap] = field(default_factory=dict, compare=False, repr=False)
-    value_exprs: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    plan: RowChangePlan = field(default_factory=RowChangePlan, compare=False, repr=False)
     kind: ClassVar[str] = "Update"
     pb_field: ClassVar[str] = "update"
 
@@ -233,12 +266,9 @@ class Update(Operation):
             object.__setattr__(self, name, tuple(getattr(self, name)))
         object.__setattr__(self, "fields_modified", tuple(self.fields_modified))
         object.__setattr__(self, "affected_rows", _frozen_rows(self.affected_rows))
-        object.__setattr__(self, "merge_keys", tuple(self.merge_keys))
-        object.__setattr__(self, "source_key_hashes", frozenset(self.source_key_hashes))
-        object.__setattr__(self, "matched_rows", _frozen_rows(self.matched_rows))
         if not isinstance(self.mode, UpdateMode):
             raise InvalidInputError(f"Update.mode must be an UpdateMode, got {self.mode!r}")
-        _check_fragments("Update.updated_fragments", self.updated_fragments)
+        check_fragments_listed_once("Update.updated_fragments", self.updated_fragments)
         if not (self.removed_fragment_ids or self.updated_fragments or self.new_fragments):
             raise InvalidInputError("Update changes nothing")
         overlap = {f.id for f in self.updated_fragments} & set(self.removed_fragment_ids)
@@ -261,7 +291,8 @@ class Update(Operation):
 
     @property
     def is_merge(self) -> bool:
-        return bool(self.merge_keys) or self.inserted_keys is not None
+        """Whether a merge_insert planned (or, read back, committed) this update."""
+        return bool(self.plan.merge_keys) or self.inserted_keys is not None
 
     def to_pb(self) -> tpb.Update:
         message = tpb.Update(
@@ -276,7 +307,7 @@ class Update(Operation):
             message.inserted_rows.CopyFrom(self.inserted_keys.to_pb())
         return message
 
-    def extra_pb(self, message: tpb.Transaction) -> None:
+    def add_transaction_fields(self, message: tpb.Transaction) -> None:
         _affected_to_pb(self.affected_rows, message)
 
     def written_paths(self) -> tuple[str, ...]:
@@ -293,162 +324,18 @@ class Update(Operation):
             ]
         return tuple(paths)
 
-
-def _decode_update(message: tpb.Transaction) -> Update:
-    body = message.update
-    return Update(
-        tuple(body.removed_fragment_ids),
-        tuple(FragmentMetadata.from_pb(f) for f in body.updated_fragments),
-        tuple(FragmentMetadata.from_pb(f) for f in body.new_fragments),
-        tuple(body.fields_modified),
-        UpdateMode(body.update_mode),
-        KeyExistenceFilter.from_pb(body.inserted_rows) if body.HasField("inserted_rows") else None,
-        body.predicate,
-        _affected_from_pb(message),
-    )
-
-
-register_operation_decoder("delete", _decode_delete)
-register_operation_decoder("update", _decode_update)
-
-
-# --- Rewrite (compaction) and ReserveFragments ---------------------------------------------
-
-
-@dataclass(frozen=True)
-class RewriteGroup:
-    """Fragments rewritten together: the visible rows of ``old_fragments``, in order,
-    are the rows of ``new_fragments``.
-
-    ``old_fragments`` are as the dataset holds them when the rewrite commits, so a
-    commit can tell whether anyone changed them since.
-
-    ``copied_rows`` is the fragment-reuse mapping: per old fragment (in order), the
-    row offsets the rewrite copied. Copied rows are numbered in that order across
-    ``new_fragments``, so each (old fragment, offset) has one (new fragment, offset).
-    With it, and new fragments whose ids ReserveFragments reserved, a delete committed
-    meanwhile is carried over to the new fragments (as deletion files) instead of
-    forcing the compaction, or the delete, to run again. A fragment deleted entirely
-    since the copy stays in ``copied_rows`` but leaves ``old_fragments``.
-    Without it (older writers), new fragments get their ids when committed.
-    """
-
-    old_fragments: tuple[FragmentMetadata, ...]
-    new_fragments: tuple[FragmentMetadata, ...]
-    copied_rows: tuple[tuple[int, BitMap], ...] = ()
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "old_fragments", tuple(self.old_fragments))
-        object.__setattr__(self, "new_fragments", tuple(self.new_fragments))
-        copied = tuple((int(fid), BitMap(rows)) for fid, rows in self.copied_rows)
-        object.__setattr__(self, "copied_rows", copied)
-        if not self.old_fragments:
-            raise InvalidInputError("a rewrite group needs at least one old fragment")
-        visible = sum(f.num_rows for f in self.old_fragments)
-        written = sum(f.num_rows for f in self.new_fragments)
-        if visible != written:
-            raise InvalidInputError(
-                f"a rewrite group must keep every row: its old fragments have {visible} "
-                f"visible rows, its new fragments {written}"
-            )
-        if copied:
-            ids = [fid for fid, _rows in copied]
-            if len(set(ids)) != len(ids) or not {f.id for f in self.old_fragments} <= set(ids):
-                raise InvalidInputError(
-                    "a rewrite group's copied rows must name each old fragment once"
-                )
-            if sum(len(rows) for _fid, rows in copied) != sum(
-                f.physical_rows for f in self.new_fragments
-            ):
-                raise InvalidInputError(
-                    "a rewrite group's copied rows must number its new fragments' rows"
-                )
-            if any(f.id == 0 for f in self.new_fragments):
-                raise InvalidInputError(
-                    "a rewrite group with copied rows needs fragment ids reserved by "
-                    "ReserveFragments"
-                )
-
-    @property
-    def has_mapping(self) -> bool:
-        """Whether rows can be followed from old to new fragments (see class doc)."""
-        return bool(self.copied_rows)
-
-
-@dataclass(frozen=True)
-class Rewrite(Operation):
-    """Replace groups of fragments by new ones holding the same rows (compaction)."""
-
-    groups: tuple[RewriteGroup, ...]
-    kind: ClassVar[str] = "Rewrite"
-    pb_field: ClassVar[str] = "rewrite"
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "groups", tuple(self.groups))
-        if not self.groups:
-            raise InvalidInputError("Rewrite needs at least one group")
-        _check_fragments("Rewrite", self.old_fragments())
-
-    def old_fragments(self) -> tuple[FragmentMetadata, ...]:
-        return tuple(f for g in self.groups for f in g.old_fragments)
-
-    def to_pb(self) -> tpb.Rewrite:
-        return tpb.Rewrite(
-            groups=[
-                tpb.RewriteGroup(
-                    old_fragments=[f.to_pb() for f in g.old_fragments],
-                    new_fragments=[f.to_pb() for f in g.new_fragments],
-                    copied_rows=[
-                        tpb.FragmentRows(fragment_id=fid, rows=rows.serialize())
-                        for fid, rows in g.copied_rows
-                    ],
-                )
-                for g in self.groups
-            ]
+    @classmethod
+    def from_transaction_pb(cls, message: tpb.Transaction) -> Update:
+        body = message.update
+        return cls(
+            tuple(body.removed_fragment_ids),
+            tuple(FragmentMetadata.from_pb(f) for f in body.updated_fragments),
+            tuple(FragmentMetadata.from_pb(f) for f in body.new_fragments),
+            tuple(body.fields_modified),
+            UpdateMode(body.update_mode),
+            KeyExistenceFilter.from_pb(body.inserted_rows)
+            if body.HasField("inserted_rows")
+            else None,
+            body.predicate,
+            _affected_from_pb(message),
         )
-
-    def written_paths(self) -> tuple[str, ...]:
-        new = [f for g in self.groups for f in g.new_fragments]
-        return data_file_paths(new) + tuple(
-            deletion_path(f) for f in new if f.deletion_file is not None
-        )
-
-
-def _decode_rewrite(message: tpb.Transaction) -> Rewrite:
-    return Rewrite(
-        tuple(
-            RewriteGroup(
-                tuple(FragmentMetadata.from_pb(f) for f in g.old_fragments),
-                tuple(FragmentMetadata.from_pb(f) for f in g.new_fragments),
-                tuple((r.fragment_id, BitMap.deserialize(r.rows)) for r in g.copied_rows),
-            )
-            for g in message.rewrite.groups
-        )
-    )
-
-
-register_operation_decoder("rewrite", _decode_rewrite)
-
-
-@dataclass(frozen=True)
-class ReserveFragments(Operation):
-    """Reserve ``num_fragments`` fragment ids (the highest ones of the version it
-    commits), so that a later Rewrite can name its new fragments before it commits."""
-
-    num_fragments: int
-    kind: ClassVar[str] = "ReserveFragments"
-    pb_field: ClassVar[str] = "reserve_fragments"
-
-    def __post_init__(self) -> None:
-        n = self.num_fragments
-        if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n < 2**32:
-            raise InvalidInputError(f"ReserveFragments needs 1 to 2**32-1 fragments, got {n!r}")
-
-    def to_pb(self) -> tpb.ReserveFragments:
-        return tpb.ReserveFragments(num_fragments=self.num_fragments)
-
-
-register_operation_decoder(
-    "reserve_fragments",
-    lambda message: ReserveFragments(message.reserve_fragments.num_fragments),
-)

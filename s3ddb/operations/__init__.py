@@ -1,0 +1,69 @@
+"""The transaction model: operations (what a commit changes), one module per family,
+and the transaction that carries one, with its protobuf codec.
+
+This layer knows nothing of how a commit is decided: building the next manifest and
+resolving conflicts are in :mod:`s3ddb.commit`. Its names are importable from here.
+"""
+
+from s3ddb.operations.base import (
+    OPERATION_KINDS,
+    OpaqueOperation,
+    Operation,
+    UpdateMemWalState,
+    operation_kind,
+)
+from s3ddb.operations.bases import Clone, UpdateBases
+from s3ddb.operations.compaction import ReserveFragments, Rewrite, RewriteGroup
+from s3ddb.operations.config import MapUpdate, UpdateConfig
+from s3ddb.operations.data import Append, Overwrite, Restore
+from s3ddb.operations.index import CreateIndex
+from s3ddb.operations.replacement import (
+    DataReplacement,
+    DataReplacementGroup,
+    check_replacement,
+    replaced_fragment,
+)
+from s3ddb.operations.rows import (
+    TOMBSTONE_FIELD_ID,
+    Delete,
+    KeyExistenceFilter,
+    RowChangePlan,
+    Update,
+    UpdateMode,
+)
+from s3ddb.operations.schema import Merge, Project, next_field_id
+from s3ddb.operations.transaction import TRANSACTION_MAGIC, Transaction
+
+__all__ = [
+    "OPERATION_KINDS",
+    "TOMBSTONE_FIELD_ID",
+    "TRANSACTION_MAGIC",
+    "Append",
+    "Clone",
+    "CreateIndex",
+    "DataReplacement",
+    "DataReplacementGroup",
+    "Delete",
+    "KeyExistenceFilter",
+    "MapUpdate",
+    "Merge",
+    "OpaqueOperation",
+    "Operation",
+    "Overwrite",
+    "Project",
+    "ReserveFragments",
+    "Restore",
+    "Rewrite",
+    "RewriteGroup",
+    "RowChangePlan",
+    "Transaction",
+    "Update",
+    "UpdateBases",
+    "UpdateConfig",
+    "UpdateMemWalState",
+    "UpdateMode",
+    "check_replacement",
+    "next_field_id",
+    "operation_kind",
+    "replaced_fragment",
+]
