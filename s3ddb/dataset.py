@@ -28,6 +28,7 @@ from s3ddb.errors import InvalidInputError
 from s3ddb.format.datafile import DEFAULT_MAX_ROWS_PER_FILE
 from s3ddb.format.naming import NamingScheme
 from s3ddb.index.api import create_scalar_index, list_indices
+from s3ddb.io.arguments import check_int
 from s3ddb.io.uri import parse_uri
 from s3ddb.maintenance.cleanup import CleanupStats, cleanup_old_versions
 from s3ddb.maintenance.compaction import DatasetOptimizer
@@ -520,8 +521,7 @@ def write_dataset(
     """
     if mode not in MODES:
         raise InvalidInputError(f"mode must be one of {MODES}, got {mode!r}")
-    if max_rows_per_file < 1:
-        raise InvalidInputError("max_rows_per_file must be >= 1")
+    check_int("max_rows_per_file", max_rows_per_file, minimum=1)
     text = os.fspath(uri)
     parse_uri(text)
     table = to_arrow_table(data, schema)

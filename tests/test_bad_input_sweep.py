@@ -171,6 +171,34 @@ def test_an_absurd_value_is_refused_and_commits_nothing(tmp_path: Path, call: An
         assert s3ddb.dataset(uri).version in (1, 2)  # only _make's own versions
 
 
+@pytest.mark.parametrize("value", [True, 2.0, "3"], ids=["bool", "float", "text"])
+@pytest.mark.parametrize(
+    ("name", "minimum", "call"),
+    [
+        ("max_rows_per_file", 1,
+         lambda uri, v: s3ddb.write_dataset(pa.table({"id": [1]}), uri, max_rows_per_file=v)),
+        ("batch_size", 1, lambda uri, v: _make(uri).scanner(batch_size=v)),
+        ("limit", 0, lambda uri, v: _make(uri).to_table(limit=v)),
+        ("readahead_bytes", 1, lambda uri, v: _make(uri).scanner(readahead_bytes=v)),
+        ("retain_versions", 1, lambda uri, v: _make(uri).cleanup_old_versions(retain_versions=v)),
+        ("conflict_retries", 0, lambda uri, v: _make(uri).delete("id = 2", conflict_retries=v)),
+        ("target_rows_per_fragment", 1,
+         lambda uri, v: _make(uri).optimize.compact_files(target_rows_per_fragment=v)),
+    ],
+    ids=lambda p: p if isinstance(p, str) else "",
+)  # fmt: skip
+def test_an_integer_argument_is_an_int_and_never_a_bool(
+    tmp_path: Path, name: str, minimum: int, call: Any, value: Any
+) -> None:
+    # Python counts True as the int 1: every integer argument refuses it all the same.
+    uri = str(tmp_path / f"ds-{uuid.uuid4().hex[:6]}")
+    with pytest.raises(InvalidInputError) as info:
+        call(uri, value)
+    assert str(info.value) == f"{name} must be an int >= {minimum}, got {value!r}"
+    if (Path(uri) / layout.VERSIONS_DIR).exists():
+        assert s3ddb.dataset(uri).version == 2  # only _make's own versions
+
+
 @pytest.mark.parametrize(
     "predicate",
     [

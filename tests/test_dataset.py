@@ -196,6 +196,13 @@ def test_missing_dataset_and_version(any_uri: str) -> None:
     with pytest.raises(DatasetNotFoundError, match="no dataset") as info:
         s3ddb.dataset(any_uri)
     assert isinstance(info.value, FileNotFoundError)
+    # Asking for a version of a missing dataset says the dataset is missing, in the
+    # same words as opening its newest version.
+    for version in (1, 0):
+        with pytest.raises(
+            DatasetNotFoundError, match=r"^no dataset at .* \(no committed version\)$"
+        ):
+            s3ddb.dataset(any_uri, version=version)
     s3ddb.write_dataset(make_table(0, 1), any_uri)
     with pytest.raises(VersionNotFoundError, match=r"version 5 .* does not exist .*latest is 1"):
         s3ddb.dataset(any_uri, version=5)

@@ -13,7 +13,6 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from s3ddb.version import __version__
 from s3ddb.cli.output import guarded_output, safe_text
 from s3ddb.errors import (
     CredentialsError,
@@ -24,6 +23,7 @@ from s3ddb.errors import (
     S3DDBError,
     VersionNotFoundError,
 )
+from s3ddb.version import __version__
 
 # Modules under s3ddb.cli that register verbs, in help order.
 _VERB_MODULES = (

@@ -215,7 +215,8 @@ class ExternalStoreCommitHandler(CommitHandler):
 
     # --- reading --------------------------------------------------------------------
 
-    def _location(self, row: ManifestRow) -> ManifestLocation:
+    def location_of_row(self, row: ManifestRow) -> ManifestLocation:
+        """Where the version ``row`` records is (``row`` as given: see :meth:`checked_row`)."""
         return ManifestLocation(
             row.version,
             row.path,
@@ -228,7 +229,7 @@ class ExternalStoreCommitHandler(CommitHandler):
 
     # --- rows, checked as they come in ----------------------------------------------
 
-    def _checked(self, row: ManifestRow) -> ManifestRow:
+    def checked_row(self, row: ManifestRow) -> ManifestRow:
         """``row`` if its path is a manifest of its own version under ``_versions/``.
 
         Rows are input: whoever can write the table can plant one. Nothing is read,
@@ -256,15 +257,15 @@ class ExternalStoreCommitHandler(CommitHandler):
 
     def _get(self, version: int) -> ManifestRow | None:
         row = self.external.get(self.base_uri, version)
-        return self._note(self._checked(row)) if row is not None else None
+        return self._note(self.checked_row(row)) if row is not None else None
 
     def _get_latest(self) -> ManifestRow | None:
         row = self.external.get_latest(self.base_uri)
-        return self._note(self._checked(row)) if row is not None else None
+        return self._note(self.checked_row(row)) if row is not None else None
 
     def _list(self, start: int, end: int | None = None) -> list[ManifestRow]:
         rows = self.external.list_versions(self.base_uri, start_version=start, end_version=end)
-        return [self._note(self._checked(row)) for row in rows]
+        return [self._note(self.checked_row(row)) for row in rows]
 
     def _note(self, row: ManifestRow) -> ManifestRow:
         """Remember ``row`` as the newest state of its version (a final row is never
@@ -291,12 +292,12 @@ class ExternalStoreCommitHandler(CommitHandler):
         row = self._get_latest()
         if row is None:
             return self._listing.latest_location()
-        return self._location(self._finalized(row) if finalize else row)
+        return self.location_of_row(self._finalized(row) if finalize else row)
 
     def location_of(self, version: int) -> ManifestLocation:
         row = self._get(version)
         if row is not None:
-            return self._location(self._finalized(row))
+            return self.location_of_row(self._finalized(row))
         try:
             return self._listing.location_of(version)
         except VersionNotFoundError:
@@ -314,7 +315,7 @@ class ExternalStoreCommitHandler(CommitHandler):
             out.extend(self._listing.list_locations(start, upper))
         # Staged rows are listed as they are (their staged manifest is byte-identical
         # to the final one); the newest one is finalized by latest_location.
-        out.extend(self._location(row) for row in rows)
+        out.extend(self.location_of_row(row) for row in rows)
         return out
 
     def locations_since(self, start: int, *, finalize: bool = True) -> list[ManifestLocation]:
@@ -325,10 +326,10 @@ class ExternalStoreCommitHandler(CommitHandler):
         out = (
             self.list_locations(start, rows[-1].version)
             if rows[0].version > start
-            else [self._location(row) for row in rows]
+            else [self.location_of_row(row) for row in rows]
         )
         if finalize:
-            out[-1] = self._location(self._finalized(rows[-1]))
+            out[-1] = self.location_of_row(self._finalized(rows[-1]))
         return out
 
     def _cache_key(self, location: ManifestLocation) -> CacheKey | None:
@@ -364,7 +365,7 @@ class ExternalStoreCommitHandler(CommitHandler):
             row = self._get(location.version)
             if row is None:
                 raise
-            manifest = self._load_settled(self._location(self._finalized(row)))
+            manifest = self._load_settled(self.location_of_row(self._finalized(row)))
         self._check_identity(manifest, location)
         if key is not None:
             MANIFESTS.put(key, manifest)
@@ -502,7 +503,7 @@ class ExternalStoreCommitHandler(CommitHandler):
                 "repointed."
             )
         assert manifest is not None
-        key = self._cache_key(self._location(row))
+        key = self._cache_key(self.location_of_row(row))
         if key is not None:
             MANIFESTS.put(key, manifest)
 
@@ -734,7 +735,7 @@ class ExternalStoreCommitHandler(CommitHandler):
             raise
         # Decided. From here on nothing may turn this into a reported failure.
         self._note(row)
-        location = self._location(row)
+        location = self.location_of_row(row)
         key = self._cache_key(location)
         if key is not None:
             MANIFESTS.put(key, manifest)
@@ -750,7 +751,7 @@ class ExternalStoreCommitHandler(CommitHandler):
                 )
                 return location
             final = self._finish_own(row, etag)
-            return self._location(self._note(replace(row, path=final)))
+            return self.location_of_row(self._note(replace(row, path=final)))
         except Exception as exc:
             log.warning(
                 "version %d of %s is committed but not finalized (%s: %s); the next "
@@ -837,7 +838,7 @@ class ExternalStoreCommitHandler(CommitHandler):
     def _conflict(self, version: int, winner: ManifestRow | None) -> VersionConflict:
         if winner is None:
             return VersionConflict(version)
-        return VersionConflict(version, self._location(self._note(self._checked(winner))))
+        return VersionConflict(version, self.location_of_row(self._note(self.checked_row(winner))))
 
     def _claim_again(self, row: ManifestRow, fence: Fence | None) -> None:
         try:

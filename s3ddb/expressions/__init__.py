@@ -20,5 +20,12 @@ from s3ddb.expressions._sql import MAX_LIKE_WILDCARDS as MAX_LIKE_WILDCARDS
 from s3ddb.expressions._sql import MAX_REPLACE_GROWTH as MAX_REPLACE_GROWTH
 from s3ddb.expressions._sql import MAX_ROUND_DIGITS as MAX_ROUND_DIGITS
 from s3ddb.expressions._sql import SUPPORTED_FUNCTIONS as SUPPORTED_FUNCTIONS
+from s3ddb.expressions._sql import S3DDBDialect, parse_sql_tree
 
-__all__ = ["parse_predicate", "parse_value_expression", "referenced_columns"]
+__all__ = [
+    "S3DDBDialect",
+    "parse_predicate",
+    "parse_sql_tree",
+    "parse_value_expression",
+    "referenced_columns",
+]

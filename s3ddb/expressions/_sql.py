@@ -16,7 +16,7 @@ from sqlglot.tokens import TokenType
 from s3ddb.errors import InvalidExpressionError
 
 
-class _S3DDBSQL(Dialect):
+class S3DDBDialect(Dialect):
     """ANSI-style SQL where both ``"name"`` and ```name``` quote identifiers."""
 
     class Tokenizer(tokens.Tokenizer):
@@ -92,7 +92,7 @@ def _token_nesting(toks: list[tokens.Token]) -> int:
     return deepest
 
 
-def _parse_sql(text: str) -> exp.Expr:
+def parse_sql_tree(text: str) -> exp.Expr:
     """Parse exactly one SQL expression, turning sqlglot's errors into ours.
 
     Raises:
@@ -116,7 +116,7 @@ def _parse_sql(text: str) -> exp.Expr:
             f"character {e.start}): {_shown(text)}"
         ) from None
     try:
-        dialect = _S3DDBSQL()
+        dialect = S3DDBDialect()
         toks = dialect.tokenize(text)
         if _token_nesting(toks) > MAX_EXPRESSION_DEPTH:
             raise InvalidExpressionError(
@@ -162,7 +162,7 @@ def _sql_type(node: exp.DataType) -> pa.DataType | None:
         text = str(value.this) if isinstance(value, exp.Literal) and value.is_number else ""
         if not text.isdigit():  # 1e3, 10.5, a column, a string: not a type parameter
             raise InvalidExpressionError(
-                f"{name}'s parameter {p.sql(dialect=_S3DDBSQL)!r} is not an integer literal"
+                f"{name}'s parameter {p.sql(dialect=S3DDBDialect)!r} is not an integer literal"
             )
         params.append(int(text))
     if name == "DECIMAL":  # DECIMAL alone is DataFusion's default, decimal(38, 10)

@@ -17,15 +17,15 @@ from s3ddb.errors import ColumnNotFoundError, InvalidExpressionError
 from s3ddb.expressions._sql import (
     _ARITHMETIC,
     _COMPARISONS,
-    _S3DDBSQL,
     _UNARY_FUNCTIONS,
     _UNSUPPORTED,
     MAX_LIKE_WILDCARDS,
     MAX_REPLACE_GROWTH,
     MAX_ROUND_DIGITS,
-    _parse_sql,
+    S3DDBDialect,
     _shown,
     _sql_type,
+    parse_sql_tree,
 )
 from s3ddb.expressions._typed import (
     _NULL_BOOL,
@@ -56,7 +56,7 @@ class _Translator:
     def error(self, what: str, node: exp.Expr | None = None) -> InvalidExpressionError:
         # Both cut to a readable length: a LIKE pattern or an IN list can be 100,000
         # characters long.
-        where = f" at {_shown(node.sql(dialect=_S3DDBSQL))}" if node is not None else ""
+        where = f" at {_shown(node.sql(dialect=S3DDBDialect))}" if node is not None else ""
         return InvalidExpressionError(f"{what}{where} in expression {_shown(self.text, 400)}")
 
     def checked(self, expr: pc.Expression, node: exp.Expr | None) -> _Typed:
@@ -571,6 +571,6 @@ def _translate(text: str, schema: pa.Schema) -> tuple[_Translator, _Typed]:
         )
     translator = _Translator(text, schema)
     try:
-        return translator, translator.translate(_parse_sql(text))
+        return translator, translator.translate(parse_sql_tree(text))
     except RecursionError as e:
         raise InvalidExpressionError(f"expression is nested too deeply: {text[:80]!r}...") from e

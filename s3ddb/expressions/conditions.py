@@ -11,16 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import pyarrow as pa
 import pyarrow.compute as pc
 
-from s3ddb.format.stats import exact_bound_type
-from s3ddb.scan import ColumnStats
-
-
-def prunable_type(t: pa.DataType) -> bool:
-    """Whether comparisons on ``t`` prune by statistics exactly (no NaN, no time zones)."""
-    return exact_bound_type(t)
+from s3ddb.format.rowgroups import ColumnStats
 
 
 @dataclass(frozen=True)

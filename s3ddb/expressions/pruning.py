@@ -1,7 +1,7 @@
 """Pruning by statistics for SQL-text filters.
 
 From a filter such as ``"id >= 1000 AND (name = 'x' OR name = 'y')"`` this derives a
-:data:`s3ddb.scan.RowGroupPredicate`, used for fragments (their statistics in the
+:data:`s3ddb.format.rowgroups.RowGroupPredicate`, used for fragments (their statistics in the
 manifest) and Parquet row groups alike. It reads terms ``column <op> literal``
 (``=``, ``<``, ``<=``, ``>``, ``>=``, ``BETWEEN``, ``IN``, ``IS [NOT] NULL``) on
 integer, float64, string, boolean and date columns, combined by AND (each term read is
@@ -22,8 +22,10 @@ import pyarrow as pa
 from sqlglot import exp
 
 from s3ddb.errors import S3DDBError
-from s3ddb.expressions.conditions import Condition, PushedFilters, prunable_type
-from s3ddb.scan import ColumnStats, RowGroupPredicate
+from s3ddb.expressions._sql import parse_sql_tree
+from s3ddb.expressions.conditions import Condition, PushedFilters
+from s3ddb.format.rowgroups import ColumnStats, RowGroupPredicate
+from s3ddb.format.stats import exact_bound_type
 
 _OPS: dict[type[exp.Expr], tuple[str, str]] = {
     # node -> (op with the column on the left, op with the column on the right)
@@ -86,7 +88,7 @@ def _column(node: exp.Expr, schema: pa.Schema) -> tuple[str, pa.DataType] | None
     t = schema.field(name).type
     # float64 too: statistics leave NaN out, and NaN satisfies no comparison pruned
     # here (float32 is left out: a literal may be rounded to it before comparing).
-    return (name, t) if prunable_type(t) or pa.types.is_float64(t) else None
+    return (name, t) if exact_bound_type(t) or pa.types.is_float64(t) else None
 
 
 def _conditions(node: exp.Expr, schema: pa.Schema) -> list[Condition]:
@@ -181,10 +183,8 @@ def row_group_pruner(filter: object, schema: pa.Schema) -> RowGroupPredicate | N
     filter."""
     if not isinstance(filter, str):
         return None
-    from s3ddb.expressions._sql import _parse_sql
-
     try:
-        pruner = _pruner(_parse_sql(filter), schema)
+        pruner = _pruner(parse_sql_tree(filter), schema)
     except S3DDBError:
         return None
     return pruner.may_match if pruner is not None else None

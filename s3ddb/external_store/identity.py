@@ -17,6 +17,7 @@ from s3ddb.external_store.base import (
     ManifestRow,
     is_staged_path,
 )
+from s3ddb.io.arguments import check_int
 
 #: Attributes every row has; ``ManifestRow.extra`` may not reuse these names.
 CORE_ATTRIBUTES = ("base_uri", "version", "path", "size", "committer", "committed_at")
@@ -75,8 +76,7 @@ def check_row(row: ManifestRow) -> None:
     """
     if not row.base_uri:
         raise InvalidInputError("ManifestRow.base_uri must not be empty")
-    if isinstance(row.version, bool) or not isinstance(row.version, int) or row.version < 1:
-        raise InvalidInputError(f"ManifestRow.version must be an int >= 1, got {row.version!r}")
+    check_int("ManifestRow.version", row.version, minimum=1)
     if not row.path:
         raise InvalidInputError("ManifestRow.path must not be empty")
     if row.size < 0 or row.committed_at < 0:

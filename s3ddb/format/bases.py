@@ -22,6 +22,7 @@ from s3ddb.errors import InvalidURIError, ManifestCorruptError, PathOutsideDatas
 from s3ddb.format import layout
 from s3ddb.format._proto import manifest_pb2 as pb
 from s3ddb.format.fragment import DataFile, FragmentMetadata
+from s3ddb.io.arguments import is_int
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.uri import parse_uri
 
@@ -91,7 +92,7 @@ class BasePath:
     is_dataset_root: bool = True
 
     def __post_init__(self) -> None:
-        if not isinstance(self.id, int) or isinstance(self.id, bool) or self.id < 1:
+        if not is_int(self.id) or self.id < 1:
             raise PathOutsideDatasetError(f"refusing base path id {self.id!r}: ids are >= 1")
         problem = base_path_problem(self.path)
         if problem is not None:

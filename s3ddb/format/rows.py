@@ -16,10 +16,13 @@ from pyroaring import BitMap
 from s3ddb.errors import InvalidExpressionError
 from s3ddb.format.schema import conform
 
-_EVALUATION_ERRORS = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError)
+#: What pyarrow raises when evaluating an expression over rows fails (division by
+#: zero, overflow, a cast that does not fit...): a fault of the expression.
+EVALUATION_ERRORS = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError)
 
 
-def _evaluation_error(exc: Exception, what: str) -> InvalidExpressionError:
+def evaluation_error(exc: Exception, what: str) -> InvalidExpressionError:
+    """The error saying that evaluating ``what`` failed with pyarrow's ``exc``."""
     return InvalidExpressionError(f"evaluating {what} failed: {str(exc).splitlines()[0]}")
 
 
@@ -34,9 +37,9 @@ def evaluate(table: pa.Table, expressions: dict[str, pc.Expression], what: str =
         return pa.table({name: pa.array([], pa.null()) for name in expressions})
     try:
         return pads.dataset(table).to_table(columns=expressions)
-    except _EVALUATION_ERRORS as exc:
+    except EVALUATION_ERRORS as exc:
         what = what or ", ".join(map(str, expressions.values()))
-        raise _evaluation_error(exc, what) from exc
+        raise evaluation_error(exc, what) from exc
 
 
 def filter_rows(table: pa.Table, predicate: pc.Expression) -> pa.Table:
@@ -47,8 +50,8 @@ def filter_rows(table: pa.Table, predicate: pc.Expression) -> pa.Table:
     """
     try:
         return table.filter(predicate)
-    except _EVALUATION_ERRORS as exc:
-        raise _evaluation_error(exc, f"the filter {predicate}") from exc
+    except EVALUATION_ERRORS as exc:
+        raise evaluation_error(exc, f"the filter {predicate}") from exc
 
 
 def matching_rows(

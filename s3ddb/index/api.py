@@ -14,6 +14,7 @@ from s3ddb.format.index import index_by_name
 from s3ddb.format.manifest import Manifest
 from s3ddb.index.btree import build_btree
 from s3ddb.operations import CreateIndex
+from s3ddb.versions.pinned import plan_and_commit
 
 if TYPE_CHECKING:
     from s3ddb.versions.pinned import PinnedVersion
@@ -51,7 +52,7 @@ def create_scalar_index(
         removed = (existing,) if existing is not None else ()
         return CreateIndex((index,), removed), None
 
-    ds._run_planned("create_scalar_index", plan, None, None)
+    plan_and_commit(ds, "create_scalar_index", plan, None, None)
 
 
 def list_indices(manifest: Manifest) -> list[dict[str, Any]]:

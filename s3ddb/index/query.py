@@ -22,8 +22,12 @@ import pyarrow.compute as pc
 from sqlglot import exp
 
 from s3ddb.errors import InvalidInputError
-from s3ddb.expressions import parse_predicate, parse_value_expression
-from s3ddb.expressions._sql import _S3DDBSQL, _parse_sql
+from s3ddb.expressions import (
+    S3DDBDialect,
+    parse_predicate,
+    parse_sql_tree,
+    parse_value_expression,
+)
 from s3ddb.format.bases import FileResolver
 from s3ddb.format.deletion import read_deleted_rows
 from s3ddb.format.fragment import FragmentMetadata
@@ -56,7 +60,7 @@ def _literal(node: exp.Expr, schema: pa.Schema, column: str) -> Any:
     if not isinstance(node, (exp.Literal, exp.Neg, exp.Cast, exp.Boolean)):
         raise InvalidInputError("not a literal")
     data_type = schema.field(column).type
-    expr = parse_value_expression(node.sql(dialect=_S3DDBSQL), schema, target_type=data_type)
+    expr = parse_value_expression(node.sql(dialect=S3DDBDialect), schema, target_type=data_type)
     value = evaluate(pa.table({"_": [0]}), {"v": expr}).column(0)[0]
     if not value.is_valid:
         raise InvalidInputError("NULL literal")
@@ -166,7 +170,7 @@ def usable_index(
     if not indexed:
         return None
     try:
-        tree = _parse_sql(text)
+        tree = parse_sql_tree(text)
     except InvalidInputError:
         return None
     found: dict[str, list[tuple[exp.Expr, Condition]]] = {}
@@ -175,7 +179,7 @@ def usable_index(
         if parsed is not None and parsed[0] in indexed:
             found.setdefault(parsed[0], []).append((node, parsed[1]))
     for column, pairs in found.items():
-        sql = " AND ".join(f"({n.sql(dialect=_S3DDBSQL)})" for n, _c in pairs)
+        sql = " AND ".join(f"({n.sql(dialect=S3DDBDialect)})" for n, _c in pairs)
         exact = parse_predicate(sql, manifest.schema.arrow)
         return indexed[column], column, [c for _n, c in pairs], exact
     return None

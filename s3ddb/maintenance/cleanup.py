@@ -28,6 +28,7 @@ from s3ddb.errors import InvalidInputError
 from s3ddb.format import layout
 from s3ddb.format.manifest import referenced_paths
 from s3ddb.format.naming import parse_manifest_name, parse_staged_name
+from s3ddb.io.arguments import check_int
 
 if TYPE_CHECKING:
     from s3ddb.versions.pinned import PinnedVersion
@@ -111,10 +112,8 @@ def cleanup_old_versions(
     older_than = DEFAULT_OLDER_THAN if older_than is None else older_than
     if not isinstance(older_than, dt.timedelta) or older_than < dt.timedelta(0):
         raise InvalidInputError(f"older_than must be a timedelta >= 0, got {older_than!r}")
-    if retain_versions is not None and (
-        not isinstance(retain_versions, int) or retain_versions < 1
-    ):
-        raise InvalidInputError(f"retain_versions must be an int >= 1, got {retain_versions!r}")
+    if retain_versions is not None:
+        check_int("retain_versions", retain_versions, minimum=1)
     handler = ds.handler
     store = handler.store
     now = dt.datetime.now(dt.timezone.utc)

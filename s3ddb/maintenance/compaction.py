@@ -30,10 +30,12 @@ from s3ddb.format.deletion import read_deleted_rows
 from s3ddb.format.fragment import FragmentMetadata, data_file_paths
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.rows import all_rows, take_rows
+from s3ddb.io.arguments import check_int
 from s3ddb.io.fragment_map import distributed, parallel_map
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.written_files import FileTracker
 from s3ddb.operations import ReserveFragments, Rewrite, RewriteGroup, Transaction
+from s3ddb.versions.pinned import plan_and_commit
 
 if TYPE_CHECKING:
     from s3ddb.versions.pinned import PinnedVersion
@@ -67,9 +69,7 @@ class CompactionOptions:
     materialize_deletions_threshold: float = 0.1
 
     def __post_init__(self) -> None:
-        target = self.target_rows_per_fragment
-        if not isinstance(target, int) or isinstance(target, bool) or target < 1:
-            raise InvalidInputError(f"target_rows_per_fragment must be an int >= 1, got {target!r}")
+        check_int("target_rows_per_fragment", self.target_rows_per_fragment, minimum=1)
         if not isinstance(self.materialize_deletions, bool):
             raise InvalidInputError(
                 f"materialize_deletions must be True or False, got {self.materialize_deletions!r}"
@@ -248,7 +248,8 @@ class DatasetOptimizer:
         )
         ds = self._dataset
         before = ds.last_commit
-        planned = ds._run_planned(
+        planned = plan_and_commit(
+            ds,
             "compact_files",
             lambda manifest: plan_compaction(
                 ds.handler.store,

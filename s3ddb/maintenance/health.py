@@ -35,7 +35,8 @@ from s3ddb.format.naming import parse_manifest_name, parse_staged_name
 from s3ddb.format.parquet_source import check_data_file
 from s3ddb.io.object_store import ObjectMeta, ObjectStore
 from s3ddb.versions.connect import open_handler
-from s3ddb.versions.tags import read_tag_version
+from s3ddb.versions.opening import dataset_not_found
+from s3ddb.versions.tags import read_tag_version, tag_name_of
 
 #: Objects younger than this (seconds) may belong to a commit in progress.
 DEFAULT_GRACE_SECONDS = 3600.0
@@ -128,8 +129,6 @@ def verify(
         DatasetNotFoundError: nothing is committed at ``uri``.
         S3DDBError: the store or table cannot be read (access errors).
     """
-    from s3ddb.errors import DatasetNotFoundError
-
     handler = open_handler(uri, storage_options)
     handler.validate()
     store = handler.store
@@ -148,7 +147,7 @@ def verify(
         good: list[ManifestRow] = []
         for row in rows:
             try:
-                good.append(handler._checked(row))
+                good.append(handler.checked_row(row))
             except PathOutsideDatasetError as exc:
                 problem(
                     "row_outside_dataset", row.path,
@@ -190,7 +189,7 @@ def verify(
                     "restore the object from a backup or bucket versioning", row.version,
                 )  # fmt: skip
         # Reading never finalizes here: verify reports, sync repairs.
-        locations = {r.version: handler._location(r) for r in good}
+        locations = {r.version: handler.location_of_row(r) for r in good}
         by_version = set(locations)
         for path in objects:
             directory, _, name = path.partition("/")
@@ -217,7 +216,7 @@ def verify(
         locations = {loc.version: loc for loc in handler.list_locations()}
     versions = sorted(locations)
     if not versions:
-        raise DatasetNotFoundError(f"no dataset at {uri} (no committed version)")
+        raise dataset_not_found(uri)
     report.versions = len(versions)
     report.latest_version = versions[-1]
     # Cleanup keeps tagged versions and removes those around them: history is
@@ -420,7 +419,7 @@ def _is_index(path: str) -> bool:
 def _tagged_versions(store: Any, objects: dict[str, ObjectMeta]) -> set[int]:
     out = set()
     for path in objects:
-        if path.startswith(f"{layout.TAGS_DIR}/") and path.endswith(".json"):
+        if tag_name_of(path) is not None:
             try:
                 out.add(read_tag_version(store, path))
             except (FileNotFoundError, StoredMetadataError):
@@ -456,7 +455,7 @@ def sync(
     referenced = set()
     for row in rows:
         try:
-            row = handler._checked(row)
+            row = handler.checked_row(row)
         except PathOutsideDatasetError as exc:
             report.failed.append(f"version {row.version}: {exc}")
             continue

@@ -86,13 +86,6 @@ class VersionReader:
             self._ds.files(), fragment, manifest.schema, names, self.predicate, self.may_match
         )
 
-    def batches(
-        self, readahead: int = DEFAULT_READAHEAD, readahead_bytes: int = DEFAULT_READAHEAD_BYTES
-    ) -> Iterator[pa.RecordBatch]:
-        """Record batches, fragment by fragment, in order."""
-        for table in self.tables(readahead, readahead_bytes):
-            yield from table.to_batches()
-
     def tables(
         self,
         readahead: int = DEFAULT_READAHEAD,
@@ -143,42 +136,6 @@ class VersionReader:
                 if following is not None:
                     pending.append(pool.submit(self.fragment, following, names))
                 yield table
-
-    def first_batches(self, wanted: int) -> list[pa.RecordBatch]:
-        """Batches holding at least the first ``wanted`` rows: reading stops once
-        there are enough (``limit`` must not read the whole version)."""
-        batches: list[pa.RecordBatch] = []
-        rows = 0
-        if wanted <= 0:
-            return batches
-        tables = self.tables(readahead=1)
-        try:
-            for table in tables:
-                batches.extend(table.to_batches())
-                rows += table.num_rows
-                if rows >= wanted:
-                    break
-        finally:
-            tables.close()  # type: ignore[attr-defined]
-        return batches
-
-    def table(self, limit: int | None = None, offset: int | None = None) -> pa.Table:
-        """The rows as one Table, sliced by ``offset`` and ``limit``.
-
-        Raises:
-            InvalidInputError: a bad ``limit``.
-        """
-        schema = pa.schema([self._ds.schema.field(n) for n in self.columns])
-        if limit is not None and (not isinstance(limit, int) or limit < 0):
-            raise InvalidInputError(f"limit must be an int >= 0, got {limit!r}")
-        if limit is not None:
-            batches = self.first_batches((offset or 0) + limit)
-        else:
-            batches = list(self.batches())
-        table = pa.Table.from_batches(batches, schema=schema) if batches else schema.empty_table()
-        if offset or limit is not None:
-            table = table.slice(offset or 0, limit)
-        return table
 
     def count(self) -> int:
         """How many rows match the filter (no column is read for them)."""

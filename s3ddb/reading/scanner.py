@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from s3ddb.errors import InvalidInputError, UnsupportedOperationError
+from s3ddb.io.arguments import check_int
 from s3ddb.reading.rows import DEFAULT_READAHEAD, DEFAULT_READAHEAD_BYTES, Filter, VersionReader
 
 if TYPE_CHECKING:
@@ -31,11 +32,6 @@ TUNING_OPTIONS = frozenset(
      "late_materialization", "use_scalar_index", "fast_search", "strict_batch_size",
      "batch_size_bytes", "blob_handling", "disable_scoring_autoprojection"}
 )  # fmt: skip
-
-
-def _check_count(name: str, value: int | None) -> None:
-    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
-        raise InvalidInputError(f"{name} must be an int >= 0, got {value!r}")
 
 
 class Scanner:
@@ -83,17 +79,15 @@ class Scanner:
             raise UnsupportedOperationError(
                 "column projections ({'name': 'SQL'}) are not supported; pass a list of names"
             )
-        for name, value in (("limit", limit), ("offset", offset)):
-            _check_count(name, value)
-        _check_count("fragment_readahead", fragment_readahead)
-        if readahead_bytes is not None and (
-            not isinstance(readahead_bytes, int)
-            or isinstance(readahead_bytes, bool)
-            or readahead_bytes < 1
+        for name, value, minimum in (
+            ("limit", limit, 0),
+            ("offset", offset, 0),
+            ("fragment_readahead", fragment_readahead, 0),
+            ("readahead_bytes", readahead_bytes, 1),
+            ("batch_size", batch_size, 1),
         ):
-            raise InvalidInputError(f"readahead_bytes must be an int >= 1, got {readahead_bytes!r}")
-        if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
-            raise InvalidInputError(f"batch_size must be an int >= 1, got {batch_size!r}")
+            if value is not None:
+                check_int(name, value, minimum=minimum)
         self._reader = VersionReader(ds, columns, filter)
         self._schema = pa.schema([ds.schema.field(n) for n in self._reader.columns])
         self._has_filter = filter is not None
@@ -152,7 +146,7 @@ class Scanner:
 
     def head(self, num_rows: int) -> pa.Table:
         """The first ``num_rows`` rows this scanner returns."""
-        _check_count("num_rows", num_rows)
+        check_int("num_rows", num_rows, minimum=0)
         left, batches = num_rows, []
         for batch in self.to_batches():
             if left <= 0:

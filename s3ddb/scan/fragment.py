@@ -24,11 +24,9 @@ from s3ddb.format.deletion import read_deleted_rows
 from s3ddb.format.fragment import FragmentMetadata
 from s3ddb.format.parquet_source import ParquetSource
 from s3ddb.format.rowgroups import RowGroupPredicate, row_group_stats
-from s3ddb.format.rows import filter_rows
+from s3ddb.format.rows import EVALUATION_ERRORS, evaluation_error, filter_rows
 from s3ddb.format.schema import DatasetSchema
 from s3ddb.format.stats import fragment_column_stats
-
-_EVALUATION_ERRORS = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError)
 
 
 def empty_table(schema: DatasetSchema, columns: list[str]) -> pa.Table:
@@ -166,14 +164,12 @@ def _matches(table: pa.Table, predicate: pc.Expression) -> np.ndarray:
     Raises:
         InvalidExpressionError: evaluating the predicate failed.
     """
-    from s3ddb.format.rows import _evaluation_error
-
     if table.num_rows == 0:
         return np.zeros(0, dtype=bool)
     try:
         mask = pads.dataset(table).to_table(columns={"m": predicate}).column("m")
-    except _EVALUATION_ERRORS as exc:
-        raise _evaluation_error(exc, f"the filter {predicate}") from exc
+    except EVALUATION_ERRORS as exc:
+        raise evaluation_error(exc, f"the filter {predicate}") from exc
     mask = pc.fill_null(mask.cast(pa.bool_()), False)
     return np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool)
 

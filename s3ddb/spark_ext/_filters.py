@@ -13,7 +13,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from s3ddb.expressions.conditions import Condition, PushedFilters, prunable_type
+from s3ddb.expressions.conditions import Condition, PushedFilters
+from s3ddb.format.stats import exact_bound_type
 
 _ORDERED = {"eq", "gt", "ge", "lt", "le"}
 
@@ -32,7 +33,7 @@ def to_condition(spark_filter: Any, schema: pa.Schema) -> Condition | None:
         if len(path) != 1 or path[0] not in schema.names:
             return None
         t = schema.field(path[0]).type
-        return (path[0], t) if prunable_type(t) else None
+        return (path[0], t) if exact_bound_type(t) else None
 
     if isinstance(spark_filter, sds.Not):
         child = spark_filter.child

@@ -19,6 +19,7 @@ from s3ddb.format.fragment_list import FragmentList
 from s3ddb.format.manifest import Manifest, read_manifest_header
 from s3ddb.format.naming import MAX_VERSION
 from s3ddb.format.schema import DatasetSchema
+from s3ddb.io.arguments import is_int
 from s3ddb.versions.connect import open_handler
 
 
@@ -67,25 +68,23 @@ def load_version(handler: CommitHandler, version: int | None, uri: str) -> Manif
     """
     if version is None:
         return load_latest(handler, uri)
-    if not isinstance(version, int) or isinstance(version, bool):
+    if not is_int(version):
         raise InvalidInputError(f"version must be an int or a tag name, got {version!r}")
     if not 1 <= version <= MAX_VERSION:
-        latest = handler.latest_location()
-        if latest is None:
-            raise DatasetNotFoundError(f"no dataset at {uri}")
+        latest = require_latest_location(handler, uri)
         raise VersionNotFoundError(
             f"version {version} of {uri} does not exist (versions are numbered from 1; "
             f"latest is {latest.version})"
         )
     try:
-        location = handler.location_of(version)
+        location: ManifestLocation | None = handler.location_of(version)
     except VersionNotFoundError:
-        latest = handler.latest_location()
-        if latest is None:
-            raise DatasetNotFoundError(f"no dataset at {uri}") from None
+        location = None  # raised below, without this lookup as its context
+    if location is None:
+        latest = require_latest_location(handler, uri)
         raise VersionNotFoundError(
             f"version {version} of {uri} does not exist (latest is {latest.version})"
-        ) from None
+        )
     return handler.load_manifest(location)
 
 
@@ -96,10 +95,29 @@ def load_latest(handler: CommitHandler, uri: str, *, finalize: bool = True) -> M
     Raises:
         DatasetNotFoundError: nothing is committed at ``uri``.
     """
+    location = require_latest_location(handler, uri, finalize=finalize)
+    return load_newest(handler, location, finalize=finalize)
+
+
+def dataset_not_found(uri: str) -> DatasetNotFoundError:
+    """The error saying nothing is committed at ``uri``: one message wherever a
+    dataset must exist and does not."""
+    return DatasetNotFoundError(f"no dataset at {uri} (no committed version)")
+
+
+def require_latest_location(
+    handler: CommitHandler, uri: str, *, finalize: bool = True
+) -> ManifestLocation:
+    """The newest version's location (``finalize``: see
+    :meth:`CommitHandler.latest_location`).
+
+    Raises:
+        DatasetNotFoundError: nothing is committed at ``uri``.
+    """
     location = handler.latest_location(finalize=finalize)
     if location is None:
-        raise DatasetNotFoundError(f"no dataset at {uri} (no committed version)")
-    return load_newest(handler, location, finalize=finalize)
+        raise dataset_not_found(uri)
+    return location
 
 
 def load_newest(

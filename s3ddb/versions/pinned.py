@@ -29,6 +29,7 @@ from s3ddb.format.bases import FileResolver
 from s3ddb.format.fragment import FragmentMetadata
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.naming import DEFAULT_NAMING, NamingScheme
+from s3ddb.io.arguments import check_int
 from s3ddb.io.parallel import PendingWrites
 from s3ddb.operations import Delete, Operation, Transaction, Update
 from s3ddb.versions.opening import VersionInfo, history, load_latest, load_version
@@ -207,69 +208,6 @@ class PinnedVersion:
         seen = self._seen_newest_at if base is self._manifest else self._base_seen_at
         return seen is not None and time.monotonic() - seen < FRESH_BASE_SECONDS
 
-    def _run_planned(
-        self,
-        what: str,
-        plan: Callable[..., tuple[Operation | None, T]],
-        conflict_retries: int | None,
-        retry_timeout: float | dt.timedelta | None,
-        *,
-        uploads: bool = False,
-    ) -> T:
-        """Plan an operation on the pinned version and commit it; on a retryable
-        conflict plan again on the newest version (never re-commit the stale plan).
-
-        With ``uploads``, ``plan(manifest, pending)`` also gets a
-        :class:`PendingWrites` for the files it writes: they upload beside the
-        commit's own (otherwise ``plan(manifest)``).
-
-        The Dataset moves to the version committed, or, if the last plan changed
-        nothing, to the version it planned on. If this raises, the Dataset stays where
-        it was and the failed attempts' files are deleted.
-
-        Raises:
-            RetryableCommitConflictError: ``conflict_retries`` is 0 and a concurrent
-                commit invalidated the plan.
-            TooMuchWriteContentionError: retries exhausted (by count or time).
-            IncompatibleTransactionError: the operation can no longer be done.
-        """
-        retries = self._retries if conflict_retries is None else conflict_retries
-        timeout = self._retry_timeout if retry_timeout is None else retry_timeout
-        if isinstance(timeout, dt.timedelta):  # pylance passes a timedelta
-            timeout = timeout.total_seconds()
-        if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
-            raise InvalidInputError(f"conflict_retries must be an int >= 0, got {retries!r}")
-        if timeout <= 0:
-            raise InvalidInputError(f"retry_timeout must be > 0, got {timeout!r}")
-        deadline = time.monotonic() + timeout
-        base = self._manifest
-        self._base_seen_at = self._seen_newest_at
-        attempt = self._last_conflict_retries = 0
-        while True:
-            pending = PendingWrites() if uploads else None
-            operation, result = plan(base, pending) if uploads else plan(base)
-            if operation is None:
-                if base is not self._manifest:
-                    self._seen_newest_at = self._base_seen_at
-                self._manifest = base
-                return result
-            try:
-                self._commit(operation, base, pending=pending)
-                return result
-            except RetryableCommitConflictError as exc:
-                if retries == 0:
-                    raise
-                if attempt >= retries or time.monotonic() > deadline:
-                    attempt += 1
-                    raise TooMuchWriteContentionError(
-                        f"{what} on {self._uri} gave up after {attempt} conflicting "
-                        f"attempts ({retries} retries / {timeout:g} s); last conflict: {exc}"
-                    ) from exc
-                attempt = self._last_conflict_retries = attempt + 1
-                log.info("%s: %s; re-executing on the newest version", what, exc)
-                base = load_latest(self._handler, self._uri, finalize=False)
-                self._base_seen_at = time.monotonic()
-
     def _rows_landed_since(
         self, prior: CommitResult | None, kind: type[Delete] | type[Update]
     ) -> int:
@@ -287,3 +225,68 @@ class PinnedVersion:
         if not isinstance(operation, kind):
             return 0
         return sum(len(rows) for rows in operation.affected_rows.values())
+
+
+def plan_and_commit(
+    ds: PinnedVersion,
+    what: str,
+    plan: Callable[..., tuple[Operation | None, T]],
+    conflict_retries: int | None,
+    retry_timeout: float | dt.timedelta | None,
+    *,
+    uploads: bool = False,
+) -> T:
+    """Plan an operation on ``ds``'s pinned version and commit it; on a retryable
+    conflict plan again on the newest version (never re-commit the stale plan). How
+    every planned write (delete, update, merge_insert, schema changes, compaction,
+    indices) commits.
+
+    With ``uploads``, ``plan(manifest, pending)`` also gets a
+    :class:`PendingWrites` for the files it writes: they upload beside the
+    commit's own (otherwise ``plan(manifest)``).
+
+    The Dataset moves to the version committed, or, if the last plan changed
+    nothing, to the version it planned on. If this raises, the Dataset stays where
+    it was and the failed attempts' files are deleted.
+
+    Raises:
+        RetryableCommitConflictError: ``conflict_retries`` is 0 and a concurrent
+            commit invalidated the plan.
+        TooMuchWriteContentionError: retries exhausted (by count or time).
+        IncompatibleTransactionError: the operation can no longer be done.
+    """
+    retries = ds._retries if conflict_retries is None else conflict_retries
+    timeout = ds._retry_timeout if retry_timeout is None else retry_timeout
+    if isinstance(timeout, dt.timedelta):  # pylance passes a timedelta
+        timeout = timeout.total_seconds()
+    check_int("conflict_retries", retries, minimum=0)
+    if timeout <= 0:
+        raise InvalidInputError(f"retry_timeout must be > 0, got {timeout!r}")
+    deadline = time.monotonic() + timeout
+    base = ds._manifest
+    ds._base_seen_at = ds._seen_newest_at
+    attempt = ds._last_conflict_retries = 0
+    while True:
+        pending = PendingWrites() if uploads else None
+        operation, result = plan(base, pending) if uploads else plan(base)
+        if operation is None:
+            if base is not ds._manifest:
+                ds._seen_newest_at = ds._base_seen_at
+            ds._manifest = base
+            return result
+        try:
+            ds._commit(operation, base, pending=pending)
+            return result
+        except RetryableCommitConflictError as exc:
+            if retries == 0:
+                raise
+            if attempt >= retries or time.monotonic() > deadline:
+                attempt += 1
+                raise TooMuchWriteContentionError(
+                    f"{what} on {ds._uri} gave up after {attempt} conflicting "
+                    f"attempts ({retries} retries / {timeout:g} s); last conflict: {exc}"
+                ) from exc
+            attempt = ds._last_conflict_retries = attempt + 1
+            log.info("%s: %s; re-executing on the newest version", what, exc)
+            base = load_latest(ds._handler, ds._uri, finalize=False)
+            ds._base_seen_at = time.monotonic()

@@ -16,6 +16,17 @@ from s3ddb.io.object_store import ObjectStore
 #: other Lance-format writers add a few fields; anything larger is refused unread.
 MAX_TAG_FILE_BYTES = 4096
 
+#: How a tag file's name ends (:func:`s3ddb.format.layout.tag_path`).
+TAG_FILE_SUFFIX = ".json"
+
+
+def tag_name_of(path: str) -> str | None:
+    """The tag the object at ``path`` stores (``_refs/tags/<tag>.json``: ``<tag>``), or
+    None if ``path`` is not a tag file."""
+    if not path.startswith(f"{layout.TAGS_DIR}/") or not path.endswith(TAG_FILE_SUFFIX):
+        return None
+    return path.rsplit("/", 1)[-1][: -len(TAG_FILE_SUFFIX)]
+
 
 def read_tag_version(store: ObjectStore, path: str) -> int:
     """The version the tag file at ``path`` names, checked: a JSON object of at most
@@ -68,7 +79,7 @@ class Tags:
         self._store = dataset.handler.store
 
     def _check_name(self, name: str) -> None:
-        if not isinstance(name, str) or not _TAG_RE.match(name) or name.endswith(".json"):
+        if not isinstance(name, str) or not _TAG_RE.match(name) or name.endswith(TAG_FILE_SUFFIX):
             raise InvalidInputError(
                 f"invalid tag name {name!r}: letters, digits, '.', '_', '-' (max 128)"
             )
@@ -127,9 +138,9 @@ class Tags:
         """
         out = {}
         for meta in self._store.list(f"{layout.TAGS_DIR}/"):
-            name = meta.path.rsplit("/", 1)[-1]
-            if name.endswith(".json"):
-                out[name[: -len(".json")]] = self.get(name[: -len(".json")])
+            name = tag_name_of(meta.path)
+            if name is not None:
+                out[name] = self.get(name)
         return out
 
     def get_version(self, tag: str) -> int:

@@ -24,6 +24,7 @@ from s3ddb.format.bases import BasePath, FileResolver
 from s3ddb.format.fragment import DataFile, DeletionFile, FragmentMetadata
 from s3ddb.format.fragment_list import FragmentList
 from s3ddb.format.manifest import Manifest
+from s3ddb.io.arguments import is_int
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.operations import Clone
 from s3ddb.versions.opening import open_validated, placeholder_manifest
@@ -42,7 +43,7 @@ def _source(ds: P, version: int | str | None) -> tuple[P, str]:
     """The source version (a PinnedVersion pinned there) and its tag name ("" if none)."""
     if version is None:
         return ds, ""
-    if isinstance(version, bool) or not isinstance(version, int | str):
+    if not (is_int(version) or isinstance(version, str)):
         raise InvalidInputError(f"version must be an int or a tag name, got {version!r}")
     return ds.checkout_version(version), version if isinstance(version, str) else ""
 

@@ -26,7 +26,7 @@ from pyroaring import BitMap
 
 from s3ddb.errors import ColumnNotFoundError, InvalidInputError
 from s3ddb.expressions import parse_predicate, referenced_columns
-from s3ddb.expressions.conditions import Condition, PushedFilters, prunable_type
+from s3ddb.expressions.conditions import Condition, PushedFilters
 from s3ddb.format.bases import FileResolver
 from s3ddb.format.datafile import write_fragments_from_table
 from s3ddb.format.deletion import read_deleted_rows
@@ -35,6 +35,7 @@ from s3ddb.format.keys import key_hashes
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.rows import matching_rows, take_rows
 from s3ddb.format.schema import conform
+from s3ddb.format.stats import exact_bound_type
 from s3ddb.index.query import lookup_keys
 from s3ddb.io.fragment_map import parallel_map
 from s3ddb.io.object_store import ObjectStore
@@ -42,6 +43,7 @@ from s3ddb.io.written_files import FileTracker
 from s3ddb.operations import KeyExistenceFilter, RowChangePlan, Update
 from s3ddb.scan import RowGroupPredicate, plan_fragment, read_rows_at
 from s3ddb.scan.fragment import read_with_positions
+from s3ddb.versions.pinned import plan_and_commit
 from s3ddb.writes.row_changes import DeletionPlan, write_deletions
 from s3ddb.writes.user_data import to_arrow_table
 
@@ -143,7 +145,7 @@ class MergeInsertBuilder:
             )
             return plan_merge(ds.handler.store, manifest, self, rows, ds.uri)
 
-        return ds._run_planned("merge_insert", plan, self.retries, self.timeout)
+        return plan_and_commit(ds, "merge_insert", plan, self.retries, self.timeout)
 
 
 def _check_unique_keys(source: pa.Table, keys: tuple[str, ...]) -> None:
@@ -171,7 +173,7 @@ def _key_pruner(source_keys: pa.Table, schema: pa.Schema) -> RowGroupPredicate |
     conditions = []
     for name in source_keys.column_names:
         column = source_keys.column(name)
-        if not prunable_type(schema.field(name).type) or column.null_count == len(column):
+        if not exact_bound_type(schema.field(name).type) or column.null_count == len(column):
             continue
         bounds = pc.min_max(column)
         low, high = bounds["min"].as_py(), bounds["max"].as_py()

@@ -1,6 +1,6 @@
 """Writes of rows and versions: ``write_dataset``, ``insert``, ``delete``, ``update``,
 ``update_config``, ``restore`` and ``Dataset.commit``, each planned on a pinned
-version and committed through :meth:`PinnedVersion._run_planned` or ``_commit``."""
+version and committed through :func:`~s3ddb.versions.pinned.plan_and_commit` or ``_commit``."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ from s3ddb.operations import (
 from s3ddb.versions.connect import open_handler
 from s3ddb.versions.opening import load_latest, load_newest, load_version, open_validated
 from s3ddb.versions.opening import placeholder_manifest as placeholder
-from s3ddb.versions.pinned import PinnedVersion
+from s3ddb.versions.pinned import PinnedVersion, plan_and_commit
 from s3ddb.writes.row_changes import plan_delete, plan_update
 from s3ddb.writes.user_data import to_arrow_table
 
@@ -75,7 +75,7 @@ def insert(
         fragments = write_fragments_from_table(store, rows, manifest.schema, pending=pending)
         return Append(tuple(fragments)), None
 
-    ds._run_planned("insert", plan, conflict_retries, retry_timeout, uploads=True)
+    plan_and_commit(ds, "insert", plan, conflict_retries, retry_timeout, uploads=True)
 
 
 def delete(
@@ -90,7 +90,7 @@ def delete(
         return plan_delete(ds.handler.store, manifest, predicate), None
 
     prior = ds.last_commit
-    ds._run_planned("delete", plan, conflict_retries, retry_timeout)
+    plan_and_commit(ds, "delete", plan, conflict_retries, retry_timeout)
     return {"num_deleted_rows": ds._rows_landed_since(prior, Delete)}
 
 
@@ -109,7 +109,7 @@ def update(
         return plan_update(store, manifest, values, where, rewrite=rewrite, uri=ds.uri), None
 
     prior = ds.last_commit
-    ds._run_planned("update", plan, conflict_retries, retry_timeout)
+    plan_and_commit(ds, "update", plan, conflict_retries, retry_timeout)
     return {"num_rows_updated": ds._rows_landed_since(prior, Update)}
 
 
@@ -133,7 +133,7 @@ def update_config(
         raise InvalidInputError(f"table metadata keys {reserved} are reserved by s3ddb")
     if not (keys or operation.config_upsert or operation.config_delete):
         raise InvalidInputError("update_config needs at least one key to set or delete")
-    ds._run_planned("update_config", lambda manifest: (operation, None), None, None)
+    plan_and_commit(ds, "update_config", lambda manifest: (operation, None), None, None)
 
 
 #: Table metadata key recording, in the version ``migrate_commits`` writes, the

@@ -48,6 +48,7 @@ from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.written_files import delete_written_files
 from s3ddb.operations import MapUpdate, Merge, Operation, Project, UpdateConfig, next_field_id
 from s3ddb.scan import read_visible_rows
+from s3ddb.versions.pinned import plan_and_commit
 from s3ddb.writes.user_data import to_arrow_table
 
 if TYPE_CHECKING:
@@ -493,7 +494,7 @@ def add_columns(
     # Rows of a table are aligned with the visible rows the plan saw: after a
     # concurrent change, re-aligning them with other rows would be silently wrong.
     retries = conflict_retries if isinstance(transforms, Mapping) else 0
-    ds._run_planned("add_columns", plan, retries, retry_timeout)
+    plan_and_commit(ds, "add_columns", plan, retries, retry_timeout)
 
 
 def drop_columns(
@@ -508,7 +509,8 @@ def drop_columns(
         IncompatibleTransactionError: a restore or overwrite committed meanwhile.
         RetryableCommitConflictError, TooMuchWriteContentionError: as ``update``.
     """
-    ds._run_planned(
+    plan_and_commit(
+        ds,
         "drop_columns",
         lambda manifest: (plan_drop_columns(manifest, columns), None),
         conflict_retries,
@@ -540,7 +542,7 @@ def alter_columns(
     def plan(manifest: Manifest) -> tuple[Operation | None, None]:
         return plan_alter_columns(store, manifest, alterations, ds.uri), None
 
-    ds._run_planned("alter_columns", plan, conflict_retries, retry_timeout)
+    plan_and_commit(ds, "alter_columns", plan, conflict_retries, retry_timeout)
 
 
 def replace_schema_metadata(ds: PinnedVersion, metadata: Any) -> None:
@@ -551,7 +553,7 @@ def replace_schema_metadata(ds: PinnedVersion, metadata: Any) -> None:
         InvalidInputError: metadata that is not a dict of strings.
     """
     operation = plan_schema_metadata(metadata)
-    ds._run_planned("replace_schema_metadata", lambda manifest: (operation, None), None, None)
+    plan_and_commit(ds, "replace_schema_metadata", lambda manifest: (operation, None), None, None)
 
 
 def replace_field_metadata(ds: PinnedVersion, field: Any, metadata: Any) -> None:
@@ -564,7 +566,8 @@ def replace_field_metadata(ds: PinnedVersion, field: Any, metadata: Any) -> None
         InvalidInputError: a nested field, or metadata that is not a dict of strings.
     """
     plan_field_metadata(ds.manifest, field, metadata)  # bad input fails before any commit
-    ds._run_planned(
+    plan_and_commit(
+        ds,
         "replace_field_metadata",
         lambda manifest: (plan_field_metadata(manifest, field, metadata), None),
         None,
