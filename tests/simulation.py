@@ -48,7 +48,7 @@ from s3ddb.external_store.base import ExternalManifestStore, ExternalStoreOutcom
 from s3ddb.external_store.identity import CLAIM_ATTRIBUTE, final_path_of
 from s3ddb.external_store.memory import InMemoryManifestStore
 from s3ddb.format.manifest import referenced_paths
-from s3ddb.io.object_store import ObjectStore
+from s3ddb.io.object_store import MemoryObjectStore, ObjectStore
 from s3ddb.versions.opening import load_latest, placeholder_manifest
 from tests.torture import SCHEMA, allowed_states, apply, perform, plan
 
@@ -215,7 +215,7 @@ def _seeded_uuids(rng: random.Random) -> Iterator[None]:
 # --- stores whose every call is a step -----------------------------------------------
 
 
-class SimObjectStore(ObjectStore):
+class SimObjectStore(MemoryObjectStore):
     """The in-memory object store, one step per call."""
 
     sim: Scheduler

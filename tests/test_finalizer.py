@@ -15,6 +15,7 @@ import s3ddb
 from s3ddb.commit import finalizer
 from s3ddb.commit.finalizer import BackgroundFinalizer, FinalizeTicket
 from s3ddb.io import ObjectStore, parse_uri
+from s3ddb.io.object_store import MemoryObjectStore
 from tests.conftest import TEST_BUCKET
 from tests.workers import rows_for
 
@@ -154,7 +155,7 @@ def test_a_reader_waits_for_its_own_process_instead_of_racing(
     assert ops["HeadObject"] == 0, ops
 
 
-class _RewritingStore(ObjectStore):
+class _RewritingStore(MemoryObjectStore):
     """An object store that, like s3rver, shows a final manifest as missing, then
     part-written, for a moment after it was (re)written."""
 
@@ -193,7 +194,7 @@ def test_finalizing_waits_for_a_store_that_rewrites_objects_in_place(memory_uri:
     assert store.settling[final] == 0
 
 
-class _TornReadStore(ObjectStore):
+class _TornReadStore(MemoryObjectStore):
     """An object store that, like s3rver while another writer rewrites a final
     manifest, returns it missing, then torn, for a moment."""
 

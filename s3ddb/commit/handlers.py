@@ -305,7 +305,7 @@ class ConditionalPutCommitHandler(ListingCommitHandler):
 
     def __init__(self, store: ObjectStore) -> None:
         super().__init__(store)
-        self.mechanism = "rename-if-not-exists" if store.protocol == "file" else "put-if-not-exists"
+        self.mechanism = store.conditional_put_mechanism
 
     def commit_manifest(
         self,
@@ -329,13 +329,13 @@ class ConditionalPutCommitHandler(ListingCommitHandler):
         except FileExistsError as exc:
             # On S3 a PUT whose response was lost is retried by the client and then
             # fails its own precondition: the object may be ours.
-            if self.store.protocol == "s3" and self._holds(path, data):
+            if self.store.is_remote and self._holds(path, data):
                 return self._location(manifest, path, data)
             raise VersionConflict(manifest.version) from exc
         except (CredentialsError, PermissionError):
             raise
         except Exception as exc:
-            if self.store.protocol != "s3":
+            if not self.store.is_remote:
                 raise
             if self._holds(path, data):
                 return self._location(manifest, path, data)

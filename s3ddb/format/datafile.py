@@ -96,7 +96,7 @@ def open_data_file(files: Files, data_file: DataFile) -> Any:
     """A readable file of ``data_file``, in the dataset's root or in its base."""
     store, path = as_resolver(files).data_file(data_file)
     size = data_file.file_size_bytes
-    if store.protocol == "s3" and 0 < size <= WHOLE_READ_MAX_BYTES:
+    if store.is_remote and 0 < size <= WHOLE_READ_MAX_BYTES:
         # One request instead of a size lookup, a footer read and column reads.
         return pa.BufferReader(store.get(path))
     return store.open_input(path, size=size or None)

@@ -214,7 +214,7 @@ class ParquetSource:
         self.where = _describe(store, path, fragment, resolver.version)
         size = data_file.file_size_bytes
         self._whole: bytes | None = None
-        self._local = store.protocol == "file"
+        self._local = store.is_local
         self._size = 0
         with data_file_errors(self.where):
             if self._local:

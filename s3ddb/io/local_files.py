@@ -29,6 +29,7 @@ from contextlib import contextmanager
 from typing import BinaryIO
 
 from s3ddb.errors import PathOutsideDatasetError
+from s3ddb.io.paths import relative_key
 
 #: Longest file name (one path component) local filesystems accept, in bytes.
 NAME_MAX = 255
@@ -305,3 +306,32 @@ def remove(root: str, path: str) -> None:
             os.unlink(name, dir_fd=dir_fd)
     except FileNotFoundError:
         pass
+
+
+def list_files(root: str, prefix: str) -> Iterator[tuple[str, int, float]]:
+    """(relative path, size, modification time) of every file under ``root`` whose
+    relative path starts with ``prefix``, in key order (like S3).
+
+    Only the directory the prefix names is walked, not the whole root. Entries are
+    looked at with lstat, never opened or followed: a FIFO or a symlink is listed as
+    what it is (reading it is refused, see :func:`open_regular`). In-flight atomic
+    writes (``.<name>.tmp``) and paths that could not be addressed are skipped.
+    """
+    directory = os.path.join(root, prefix.rsplit("/", 1)[0]) if "/" in prefix else root
+    if not os.path.isdir(directory):
+        return
+    under = root.rstrip("/") + "/"
+    for dirpath, dirnames, filenames in os.walk(directory):
+        links = [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]
+        dirnames[:] = sorted(d for d in dirnames if d not in links)
+        for name in sorted(filenames + links):
+            if name.startswith(".") and name.endswith(".tmp"):
+                continue  # an in-flight atomic write
+            full = os.path.join(dirpath, name)
+            rel = relative_key(full.replace(os.sep, "/"), under)
+            if rel is not None and rel.startswith(prefix):
+                try:
+                    stat_result = os.lstat(full)
+                except FileNotFoundError:
+                    continue
+                yield rel, stat_result.st_size, stat_result.st_mtime

@@ -52,7 +52,7 @@ def _executor() -> ThreadPoolExecutor:
 def run_beside(store: ObjectStore, fn: Callable[[], T]) -> Future[T]:
     """Start ``fn`` on the I/O pool when ``store`` is remote (S3); run it inline
     otherwise. The returned future holds its result or exception."""
-    if store.protocol == "s3":
+    if store.is_remote:
         try:
             return _executor().submit(fn)
         except RuntimeError:  # the interpreter is shutting down: no new threads

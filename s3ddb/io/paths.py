@@ -100,3 +100,17 @@ def check_relative_path(path: str, root: str) -> str:
             f"refusing path {path!r} under {root}: {problem}; paths must stay inside the dataset"
         )
     return path
+
+
+def relative_key(key: str, root: str) -> str | None:
+    """``key`` relative to ``root`` (which ends with '/'), or None if it is not under
+    it or could not be addressed again through :func:`check_relative_path` (a key such
+    as ``ds//x`` or ``ds/../x``, which an object store allows)."""
+    if not key.startswith(root):
+        return None
+    rel = key[len(root) :]
+    try:
+        check_relative_path(rel, root)
+    except PathOutsideDatasetError:
+        return None
+    return rel if rel else None

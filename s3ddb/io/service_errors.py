@@ -14,6 +14,9 @@ name match is an ``isinstance`` match.
 from __future__ import annotations
 
 import enum
+import errno
+
+from s3ddb.errors import CredentialsError, EndpointUnreachableError
 
 __all__ = [
     "ACCESS_DENIED_CODES",
@@ -29,6 +32,7 @@ __all__ = [
     "UNKNOWN_OPERATION_CODES",
     "UNLOADABLE_CREDENTIAL_ERRORS",
     "Failure",
+    "as_storage_error",
     "classify",
     "describe_error",
     "error_code",
@@ -220,3 +224,48 @@ def classify(exc: BaseException) -> Failure | None:
     if names & MAYBE_APPLIED_ERRORS:
         return Failure.MAYBE_APPLIED
     return Failure.OTHER
+
+
+def as_storage_error(exc: BaseException, where: str) -> BaseException:
+    """The exception an object store raises for ``exc``, a failure of an S3 or
+    fsspec call about ``where``: a built-in one (FileNotFoundError, FileExistsError,
+    PermissionError), :class:`~s3ddb.errors.CredentialsError`,
+    :class:`~s3ddb.errors.EndpointUnreachableError`, or ``exc`` itself. Looks at
+    ``exc`` and the exceptions it was raised from (s3fs wraps botocore's)."""
+    chain: list[BaseException] = []
+    cur: BaseException | None = exc
+    while cur is not None and len(chain) < 5:
+        chain.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    for err in chain:
+        if is_not_sent(err):
+            return EndpointUnreachableError(f"cannot connect to S3 for {where}: {err}")
+        if is_missing_credentials(err):
+            return CredentialsError(
+                f"no AWS credentials found for {where}: set AWS_ACCESS_KEY_ID/"
+                "AWS_SECRET_ACCESS_KEY, AWS_PROFILE, or storage_options "
+                "aws_access_key_id/aws_secret_access_key (for S3 only: s3_access_key_id/"
+                "s3_secret_access_key, AWS_ACCESS_KEY_ID_S3/AWS_SECRET_ACCESS_KEY_S3)"
+            )
+        if type(err).__name__ in UNLOADABLE_CREDENTIAL_ERRORS:
+            return CredentialsError(
+                f"AWS credentials could not be loaded for {where}: {describe_error(err)}"
+            )
+        code = error_code(err)
+        if code:
+            if code in REFUSED_CREDENTIAL_CODES:
+                return CredentialsError(
+                    f"the object store refused the credentials for {where} ({code}): check "
+                    "s3_access_key_id/s3_secret_access_key (or aws_access_key_id/"
+                    "aws_secret_access_key, AWS_ACCESS_KEY_ID_S3...); docs/deployments.md"
+                )
+            mapped = S3_CODE_TO_OSERROR.get(code)
+            if mapped is FileExistsError:
+                return FileExistsError(errno.EEXIST, "object exists", where)
+            if mapped is not None:
+                return mapped(f"{code}: {where}")
+    if isinstance(exc, FileNotFoundError):
+        return FileNotFoundError(errno.ENOENT, "no such object", where)
+    if isinstance(exc, OSError) and "PreconditionFailed" in str(exc):
+        return FileExistsError(errno.EEXIST, "object exists", where)
+    return exc

@@ -166,7 +166,7 @@ def history(handler: CommitHandler) -> list[VersionInfo]:
     costs no request where the listing carries them, else one read of the manifest's
     first bytes (in parallel on remote stores)."""
     locations = handler.list_locations()
-    if handler.store.protocol == "file" or len(locations) < 2:
+    if handler.store.is_local or len(locations) < 2:
         return [_version_info(handler, location) for location in locations]
     with ThreadPoolExecutor(max_workers=HISTORY_READ_THREADS) as pool:
         return list(pool.map(lambda loc: _version_info(handler, loc), locations))
