@@ -214,3 +214,28 @@ def test_a_version_goes_only_once_its_successor_is_older_than_the_claim_window(
     assert [v.version for v in ds.versions()] == [1, 2]
     monkeypatch.setattr(s3ddb.maintenance.cleanup, "CLAIM_WINDOW", dt.timedelta(0))
     assert ds.cleanup_old_versions(older_than=NOW).versions_removed == [1]
+
+
+def test_a_version_removed_while_a_commit_checks_it_is_a_retryable_conflict(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    uri = str(tmp_path / "ds")
+    s3ddb.write_dataset(_rows(0, 10), uri)
+    stale = s3ddb.dataset(uri)
+    other = s3ddb.dataset(uri)
+    other.insert(_rows(10, 5))  # version 2: decided by kind against a delete
+    other.delete("id = 5")  # version 3: the same fragment, so version 2 is read too
+    listed = stale.handler.locations_since
+
+    def listed_then_cleaned(start: int, *, finalize: bool = True) -> list[Any]:
+        # Cleanup removes version 2 between the listing and the reading of it.
+        locations = listed(start, finalize=finalize)
+        s3ddb.dataset(uri).cleanup_old_versions(older_than=NOW, retain_versions=1)
+        return locations
+
+    monkeypatch.setattr(stale.handler, "locations_since", listed_then_cleaned)
+    with pytest.raises(
+        s3ddb.RetryableCommitConflictError, match=r"version 2 of .* was removed by cleanup while"
+    ):
+        stale.delete("id = 4", conflict_retries=0)
+    assert s3ddb.dataset(uri).version == 3  # nothing committed

@@ -25,6 +25,7 @@ import pyarrow as pa
 
 import s3ddb
 from s3ddb.cli.output import json_text, safe_text
+from s3ddb.commit.external import ExternalStoreCommitHandler
 from s3ddb.errors import InvalidInputError
 from s3ddb.maintenance.compaction import DEFAULT_TARGET_ROWS_PER_FRAGMENT
 
@@ -389,11 +390,10 @@ def run_history(args: argparse.Namespace) -> int:
 
 def _committers(ds: s3ddb.Dataset) -> dict[int, str]:
     """Committer of each version, as the DynamoDB rows record it (s3+ddb only)."""
-    external = getattr(ds.handler, "external", None)
-    base_uri = getattr(ds.handler, "base_uri", None)
-    if external is None or base_uri is None:
+    handler = ds.handler
+    if not isinstance(handler, ExternalStoreCommitHandler):
         return {}
-    return {r.version: r.committer for r in external.list_versions(base_uri)}
+    return {r.version: r.committer for r in handler.external.list_versions(handler.base_uri)}
 
 
 def _version_changes(ds: s3ddb.Dataset, version: int) -> tuple[int | None, int | None, str]:

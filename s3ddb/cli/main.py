@@ -93,13 +93,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(func: Any, args: argparse.Namespace, debug: bool) -> int:
     try:
-        return int(func(args) or 0)
+        return int(func(args) or EXIT_OK)
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
         # The reader of our output went away (``s3ddb show ... | head``): not an error.
         sys.stderr.close()
-        return 0
+        return EXIT_OK
     except (S3DDBError, PermissionError) as exc:
         if debug:
             raise

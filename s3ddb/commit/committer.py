@@ -193,7 +193,9 @@ def commit_transaction(
         deadline = time.monotonic() + config.timeout
         started = time.monotonic()
         if base is not None and not fresh_base:
-            current, txn = _catch_up(handler, current, txn, on_existing, write_transaction, written)
+            current, txn = _resolve_since(
+                handler, current, txn, on_existing, write_transaction, written
+            )
         while True:
             next_version = (current.version if current is not None else 0) + 1
             try:
@@ -201,7 +203,7 @@ def commit_transaction(
                     build_manifest(current, txn, next_version, naming, load_version), current
                 )
             except BaseTooOldError:
-                newer, txn = _catch_up(
+                newer, txn = _resolve_since(
                     handler, current, txn, on_existing, write_transaction, written
                 )
                 if newer is None or current is None or newer.version == current.version:
@@ -228,7 +230,9 @@ def commit_transaction(
             # version keeps the window in which another writer can win small.
             time.sleep(config.backoff(attempt, attempt_seconds))
             started = time.monotonic()
-            current, txn = _catch_up(handler, current, txn, on_existing, write_transaction, written)
+            current, txn = _resolve_since(
+                handler, current, txn, on_existing, write_transaction, written
+            )
     except CommitStateUnknownError:
         raise
     except Exception as exc:
@@ -243,50 +247,44 @@ def commit_transaction(
         raise
 
 
-def _catch_up(
-    handler: CommitHandler,
-    current: Manifest | None,
-    txn: Transaction,
-    on_existing: OnExisting,
-    write_transaction: Callable[[Transaction], None],
-    written: list[str],
-) -> tuple[Manifest | None, Transaction]:
-    """:func:`_resolve_since`, telling a version cleanup removed meanwhile from a lost one.
+def _raise_if_removed(handler: CommitHandler, version: int) -> None:
+    """Called when ``version`` could not be read: tells a version cleanup removed
+    meanwhile from one that is damaged.
 
     Raises:
-        RetryableCommitConflictError: a version this commit had to check was removed
-            by cleanup while it was checking; re-executing on the newest version works.
+        RetryableCommitConflictError: cleanup removed ``version`` while this commit was
+            checking it; re-executing on the newest version works.
     """
     try:
-        return _resolve_since(handler, current, txn, on_existing, write_transaction, written)
-    except (FileNotFoundError, VersionNotFoundError) as exc:
-        version = getattr(exc, "s3ddb_version", None)
-        if version is not None:
-            try:
-                handler.location_of(version)
-            except VersionNotFoundError:
-                raise RetryableCommitConflictError(
-                    f"version {version} of {handler.store.url} was removed by cleanup while "
-                    "this commit was checking it against its own; re-execute the operation "
-                    "on the newest version"
-                ) from None
-        raise
+        handler.location_of(version)
+    except VersionNotFoundError:
+        raise RetryableCommitConflictError(
+            f"version {version} of {handler.store.url} was removed by cleanup while "
+            "this commit was checking it against its own; re-execute the operation "
+            "on the newest version"
+        ) from None
 
 
 def _load_checked(handler: CommitHandler, location: ManifestLocation) -> Manifest:
-    """``handler.load_manifest``, the failure labelled with the version it concerned."""
+    """``handler.load_manifest`` of a version this commit checks itself against.
+
+    Raises:
+        RetryableCommitConflictError: cleanup removed the version meanwhile.
+        FileNotFoundError, VersionNotFoundError: its manifest is missing otherwise.
+    """
     try:
         return handler.load_manifest(location)
-    except (FileNotFoundError, VersionNotFoundError) as exc:
-        exc.s3ddb_version = location.version  # type: ignore[union-attr]
+    except (FileNotFoundError, VersionNotFoundError):
+        _raise_if_removed(handler, location.version)
         raise
 
 
 def _load_version(handler: CommitHandler, version: int) -> Manifest:
+    """The manifest of ``version``, as :func:`_load_checked`."""
     try:
         location = handler.location_of(version)
-    except VersionNotFoundError as exc:
-        exc.s3ddb_version = version  # type: ignore[attr-defined]
+    except VersionNotFoundError:
+        _raise_if_removed(handler, version)
         raise
     return _load_checked(handler, location)
 

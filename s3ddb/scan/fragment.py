@@ -66,10 +66,6 @@ class FragmentPlan:
     groups: list[int] = field(default_factory=list)
     keep: np.ndarray | None = None  # over physical rows; None: nothing deleted
 
-    def group_span(self, g: int) -> tuple[int, int]:
-        assert self.source is not None
-        return self.source.group_starts[g], self.source.group_rows[g]
-
     def estimated_bytes(self, groups: list[int], names: list[str]) -> int:
         if self.source is None:
             f = self.fragment
