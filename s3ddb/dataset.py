@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from s3ddb import pylance_compat
-from s3ddb.commit.committer import CommitConfig
+from s3ddb.commit.committer import CommitConfig, OnExisting
 from s3ddb.errors import InvalidInputError
 from s3ddb.format.datafile import DEFAULT_MAX_ROWS_PER_FILE
 from s3ddb.format.naming import NamingScheme
@@ -429,26 +429,40 @@ class Dataset(PinnedVersion):
         read_version: int | None = None,
         storage_options: dict[str, Any] | None = None,
         commit_config: CommitConfig | None = None,
+        *,
+        transaction_properties: dict[str, str] | None = None,
+        on_existing: OnExisting = "rebase",
     ) -> Dataset:
         """Commit an operation built elsewhere (e.g. fragments from workers).
 
         ``read_version`` is the version the operation was computed from (None or 0 for
         a new dataset). ``uri`` may be a Dataset (its URI and storage options), as in
-        pylance.
+        pylance. ``transaction_properties`` are stored with the transaction, as in
+        pylance; a property named ``s3ddb.app_txn.<application id>`` (a sequence number)
+        commits at most once per number (a Spark stream commits each micro-batch so).
+        ``on_existing`` is what an operation read at no version does if another writer
+        creates the dataset first: "rebase" (the conflict rules), "error"
+        (DatasetAlreadyExistsError), or "append" (an Overwrite becomes an Append of its
+        fragments, as ``write_dataset(mode="append")`` does).
 
         Raises:
             VersionNotFoundError: ``read_version`` does not exist.
             InvalidInputError: a DataReplacement that does not fit ``read_version``
                 (missing fragment or file, another row count); nothing is committed.
             CommitConflictError and subclasses, CommitStateUnknownError: see commit.
+            TransactionAlreadyCommittedError: an application transaction number in
+                ``transaction_properties`` is already committed.
+            DatasetAlreadyExistsError: ``on_existing="error"`` and another writer created
+                the dataset.
         """
         if isinstance(uri, PinnedVersion):
             storage_options = storage_options or uri.storage_options
             uri = uri.uri
         text = os.fspath(uri)
         return writes.commit_operation(
-            Dataset, text, operation, read_version, storage_options, commit_config
-        )
+            Dataset, text, operation, read_version, storage_options, commit_config,
+            transaction_properties, on_existing,
+        )  # fmt: skip
 
 
 def dataset(

@@ -18,6 +18,7 @@ from s3ddb.errors import (
     InvalidInputError,
     ManifestFinalizationError,
     TooMuchWriteContentionError,
+    TransactionAlreadyCommittedError,
 )
 from s3ddb.external_store.memory import InMemoryManifestStore
 from s3ddb.format.datafile import write_fragments_from_table
@@ -213,3 +214,35 @@ def test_throttled_put_is_a_definite_failure(ext) -> None:  # type: ignore[no-un
     with pytest.raises(ExternalStoreThrottledError):
         _append(handler, 10)
     assert _objects(handler.store) == before
+
+
+def test_dataset_commit_stores_transaction_properties_and_commits_an_app_txn_once(
+    memory_uri: str,
+) -> None:
+    schema = DatasetSchema.assign(make_table(0, 1).schema)
+    fragments = tuple(s3ddb.fragment.write_fragments(make_table(0, 3), memory_uri))
+    ds = s3ddb.Dataset.commit(memory_uri, Overwrite(fragments, schema), None)
+    batch = {"s3ddb.app_txn.stream-1": "7", "writer": "w"}
+    more = tuple(s3ddb.fragment.write_fragments(make_table(3, 2), memory_uri))
+    ds = s3ddb.Dataset.commit(ds, Append(more), ds.version, transaction_properties=batch)
+    assert ds.last_commit is not None
+    assert ds.last_commit.transaction.properties == batch
+    assert ds.count_rows() == 5
+    again = tuple(s3ddb.fragment.write_fragments(make_table(5, 2), memory_uri))
+    with pytest.raises(TransactionAlreadyCommittedError, match="stream-1"):
+        s3ddb.Dataset.commit(ds, Append(again), ds.version, transaction_properties=batch)
+    assert s3ddb.dataset(memory_uri).count_rows() == 5
+
+
+def test_dataset_commit_on_existing_append_turns_a_racing_create_into_an_append(
+    memory_uri: str,
+) -> None:
+    schema = DatasetSchema.assign(make_table(0, 1).schema)
+    mine = tuple(s3ddb.fragment.write_fragments(make_table(3, 2), memory_uri))
+    theirs = tuple(s3ddb.fragment.write_fragments(make_table(0, 3), memory_uri))
+    s3ddb.Dataset.commit(memory_uri, Overwrite(theirs, schema), None)
+    with pytest.raises(DatasetAlreadyExistsError):
+        s3ddb.Dataset.commit(memory_uri, Overwrite(mine, schema), None, on_existing="error")
+    ds = s3ddb.Dataset.commit(memory_uri, Overwrite(mine, schema), None, on_existing="append")
+    assert (ds.version, ds.count_rows()) == (2, 5)
+    assert ds.versions()[-1].operation == "Append"

@@ -27,15 +27,18 @@ import pyarrow as pa
 from pyspark.sql.datasource import WriterCommitMessage
 
 from s3ddb.commit import finalizer as finalizers
-from s3ddb.commit.committer import CommitResult, OnExisting, commit_transaction
-from s3ddb.errors import CommitStateUnknownError, TransactionAlreadyCommittedError
+from s3ddb.dataset import Dataset, dataset
+from s3ddb.errors import (
+    CommitStateUnknownError,
+    DatasetNotFoundError,
+    TransactionAlreadyCommittedError,
+)
 from s3ddb.format.datafile import write_fragments_from_table
 from s3ddb.format.fragment import FragmentMetadata, data_file_paths
-from s3ddb.format.manifest import Manifest
 from s3ddb.format.schema import DatasetSchema
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.written_files import delete_written_files
-from s3ddb.operations import Append, Operation, Overwrite, Transaction
+from s3ddb.operations import Append, Operation, Overwrite
 from s3ddb.spark_ext._options import SourceOptions
 from s3ddb.spark_ext._types import arrow_schema_of, conform_to_dataset
 from s3ddb.versions.connect import open_handler
@@ -43,6 +46,9 @@ from s3ddb.versions.connect import open_handler
 log = logging.getLogger(__name__)
 
 Outcome = Literal["started", "failed", "unknown"]
+#: What an operation read at no version does if the dataset was created meanwhile
+#: (see :meth:`s3ddb.Dataset.commit`).
+OnExisting = Literal["rebase", "append"]
 
 
 @dataclass(frozen=True)
@@ -179,17 +185,25 @@ def forget_outcome(write_id: str) -> None:
 
 
 def _operation(
-    plan: WritePlan, base: Manifest | None, fragments: tuple[FragmentMetadata, ...]
+    plan: WritePlan, read_version: int, fragments: tuple[FragmentMetadata, ...]
 ) -> tuple[Operation | None, OnExisting]:
     if plan.overwrite:
         return Overwrite(fragments, plan.schema), "rebase"
-    if base is None:
+    if not read_version:
         # Append to a missing dataset creates it; if another writer creates it first,
-        # the commit loop turns this into an Append of the same fragments.
+        # the commit turns this into an Append of the same fragments.
         return Overwrite(fragments, plan.schema), "append"
     if not fragments:
         return None, "rebase"
     return Append(fragments), "rebase"
+
+
+def _latest_version(options: SourceOptions) -> int:
+    """The newest version at ``options.uri`` (0: no dataset)."""
+    try:
+        return dataset(options.uri, storage_options=options.storage_options).version
+    except DatasetNotFoundError:
+        return 0
 
 
 def commit_write(
@@ -198,11 +212,12 @@ def commit_write(
     *,
     read_latest: bool = False,
     properties: dict[str, str] | None = None,
-) -> CommitResult | None:
+) -> Dataset | None:
     """Commit the tasks' fragments as one transaction read at ``plan.read_version``
     (``read_latest``: at the newest version, as a streaming micro-batch does).
 
-    Returns None when there was nothing to commit (an empty append).
+    Returns the dataset at the committed version, or None when there was nothing to
+    commit (an empty append).
 
     Raises:
         CommitConflictError and subclasses: definitely not committed; the commit loop
@@ -212,21 +227,19 @@ def commit_write(
     fragments = fragments_of(messages)
     record_outcome(plan.write_id, "started")
     try:
-        handler = open_handler(plan.options.uri, plan.options.storage_options)
-        handler.validate()
-        if read_latest:
-            latest = handler.latest_location(finalize=False)
-        else:
-            latest = handler.location_of(plan.read_version) if plan.read_version else None
-        base = handler.load_manifest(latest) if latest is not None else None
-        operation, on_existing = _operation(plan, base, fragments)
+        read_version = _latest_version(plan.options) if read_latest else plan.read_version
+        operation, on_existing = _operation(plan, read_version, fragments)
         if operation is None:
             forget_outcome(plan.write_id)
             return None
-        txn = Transaction(
-            base.version if base is not None else 0, operation, properties=properties or {}
+        committed = Dataset.commit(
+            plan.options.uri,
+            operation,
+            read_version or None,
+            plan.options.storage_options,
+            transaction_properties=properties,
+            on_existing=on_existing,
         )
-        result = commit_transaction(handler, txn, base, on_existing=on_existing)
     except CommitStateUnknownError:
         record_outcome(plan.write_id, "unknown")
         raise
@@ -236,8 +249,8 @@ def commit_write(
     forget_outcome(plan.write_id)  # no abort follows a commit that returned
     # The worker may exit without running exit handlers: finish steps 3-4 now.
     if finalizers.enabled() and not finalizers.drain(timeout=60.0):
-        log.warning("s3ddb: version %d is committed but not yet finalized", result.manifest.version)
-    return result
+        log.warning("s3ddb: version %d is committed but not yet finalized", committed.version)
+    return committed
 
 
 def abort_write(plan: WritePlan, messages: Iterable[Any]) -> None:

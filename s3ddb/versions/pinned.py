@@ -179,8 +179,10 @@ class PinnedVersion:
         on_existing: OnExisting = "rebase",
         naming: NamingScheme = DEFAULT_NAMING,
         pending: PendingWrites | None = None,
+        properties: dict[str, str] | None = None,
     ) -> P:
-        """Commit ``operation`` read at ``base``; this handle moves to the new version.
+        """Commit ``operation`` read at ``base`` (with transaction ``properties``); this
+        handle moves to the new version.
 
         Raises:
             CommitConflictError and subclasses, CommitStateUnknownError: see
@@ -189,7 +191,7 @@ class PinnedVersion:
         read_version = base.version if base is not None else 0
         result = commit_transaction(
             self._handler,
-            Transaction(read_version, operation),
+            Transaction(read_version, operation, properties=dict(properties or {})),
             base,
             config=self._commit_config,
             on_existing=on_existing,

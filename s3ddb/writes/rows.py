@@ -200,6 +200,8 @@ def commit_operation(
     read_version: int | None,
     storage_options: dict[str, Any] | None,
     commit_config: CommitConfig | None,
+    transaction_properties: dict[str, str] | None = None,
+    on_existing: OnExisting = "rebase",
 ) -> P:
     """See :meth:`s3ddb.Dataset.commit`; the result is a ``cls``."""
     handler = open_validated(uri, storage_options)
@@ -220,7 +222,7 @@ def commit_operation(
         commit_config=commit_config,
     )
     ds._seen_newest_at = None  # the caller's read version may be long past
-    return ds._commit(operation, base)
+    return ds._commit(operation, base, on_existing, properties=transaction_properties)
 
 
 def write_dataset(
