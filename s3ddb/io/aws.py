@@ -31,6 +31,9 @@ from typing import Any
 from s3ddb.errors import InvalidInputError
 from s3ddb.io.aws_sessions import aio_role_session, session_for
 from s3ddb.io.redact import is_secret_option
+from s3ddb.io.service_settings import ServiceSettings
+
+__all__ = ["SERVICES", "AwsConfig", "ServiceSettings"]
 
 SERVICES = ("s3", "dynamodb")
 
@@ -120,48 +123,6 @@ def _short_repr(value: object) -> str:
     except Exception:  # a hostile __repr__ must not replace the real error
         return "(unprintable)"
     return text if len(text) <= 80 else text[:77] + "..."
-
-
-@dataclass(frozen=True)
-class ServiceSettings:
-    """The settings one service's client uses, resolved (see the module docstring).
-
-    ``None`` means "boto3 decides" (its chain, then s3ddb's ``us-east-1`` fallback for
-    the region). ``sources`` says, per setting, where the value came from
-    (``"storage option dynamodb_region"``, ``"environment AWS_REGION_DYNAMODB"``,
-    ``"boto3 chain"``), for ``s3ddb doctor`` and error messages.
-    """
-
-    service: str
-    endpoint: str | None = None
-    region: str | None = None
-    access_key_id: str | None = field(default=None, repr=False)
-    secret_access_key: str | None = field(default=None, repr=False)
-    session_token: str | None = field(default=None, repr=False)
-    profile: str | None = None
-    role_arn: str | None = None
-    role_session_name: str | None = None
-    sts_endpoint: str | None = None
-    addressing_style: str | None = None
-    verify: bool | str | None = None
-    sources: tuple[tuple[str, str], ...] = field(default=(), compare=False)
-
-    def source(self, setting: str) -> str:
-        return dict(self.sources).get(setting, "boto3 chain")
-
-    @property
-    def credentials_text(self) -> str:
-        """Which credentials sign, for messages: e.g. ``"access key ****WXYZ (storage
-        option s3_access_key_id)"``. Only the last four characters of the key id are
-        shown (as ``aws configure list`` does), never the secret or token."""
-        where = self.source("credentials")
-        if self.access_key_id:
-            text = f"access key ****{self.access_key_id[-4:]} ({where})"
-        elif self.profile:
-            text = f"profile {self.profile!r} ({where})"
-        else:
-            text = "credentials of the boto3 chain"
-        return text + (f", assuming role {self.role_arn}" if self.role_arn else "")
 
 
 @dataclass(frozen=True)
@@ -270,9 +231,6 @@ class AwsConfig:
             if value is not None:
                 values[attr] = value
         return cls(**values)
-
-    def as_dict(self) -> dict[str, str]:
-        return {f.name: v for f in fields(self) if (v := getattr(self, f.name)) is not None}
 
     # --- resolution ------------------------------------------------------------------
 
@@ -408,11 +366,6 @@ class AwsConfig:
 
     # --- compatibility helpers (messages) ------------------------------------------
 
-    def endpoint_for(self, service: str) -> str | None:
-        """The explicit endpoint for ``service`` ("s3" or "dynamodb"), if any."""
-        specific = {"s3": self.s3_endpoint, "dynamodb": self.dynamodb_endpoint}.get(service)
-        return specific or self.endpoint_url
-
     def endpoint_in_effect(self, service: str) -> str | None:
         """The endpoint requests to ``service`` go to, for messages: the resolved one
         (see :meth:`settings`), or None (the region's AWS endpoint)."""
@@ -423,11 +376,6 @@ class AwsConfig:
         return self.settings(service).region
 
     # --- boto3 -------------------------------------------------------------------
-
-    def boto3_session(self, service: str = "s3") -> Any:
-        """A boto3 Session with ``service``'s region and credentials, shared per
-        process (and per resolved settings, so a changed environment is seen)."""
-        return session_for(self.settings(service))
 
     def client(self, service: str, *, max_attempts: int | None = None) -> Any:
         """A boto3 client for ``service``, created once per process and reused.

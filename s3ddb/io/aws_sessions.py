@@ -1,5 +1,5 @@
 """boto3 and aiobotocore sessions for one service's resolved settings
-(:class:`s3ddb.io.aws.ServiceSettings`), assume-role included; one per process and
+(:class:`s3ddb.io.service_settings.ServiceSettings`), assume-role included; one per process and
 settings, reused.
 
 A role (``role_arn``) is assumed with the service's own credentials through botocore's
@@ -12,12 +12,12 @@ from __future__ import annotations
 import functools
 import os
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from s3ddb.errors import CredentialsError
+from s3ddb.io.service_settings import ServiceSettings
 
-if TYPE_CHECKING:
-    from s3ddb.io.aws import ServiceSettings
+__all__ = ["aio_role_session", "session_for"]
 
 
 def _base_session(settings: ServiceSettings) -> Any:
