@@ -21,6 +21,7 @@ from s3ddb.errors import (
     PathOutsideDatasetError,
     S3DDBError,
     SchemaMismatchError,
+    StoredMetadataError,
 )
 from s3ddb.format import layout
 from tests.conftest import TEST_BUCKET, TEST_TABLE
@@ -86,19 +87,21 @@ def test_a_corrupt_deletion_file_is_a_typed_error_naming_it(tmp_path: Path) -> N
 
 
 @pytest.mark.parametrize(
-    "item",
+    ("item", "error", "what"),
     [
-        {"size": {"N": "-5"}},
-        {"size": {"S": "big"}},
-        {"committed_at": {"S": "yesterday"}},
-        {"path": {"N": "7"}},
-        {"path": {"S": "s3://other-bucket/ds/_versions/x.manifest"}},
-        {"path": {"S": "_versions/../../other/secret.manifest"}},
+        ({"size": {"N": "-5"}}, StoredMetadataError, "attribute 'size'"),
+        ({"size": {"S": "big"}}, StoredMetadataError, "attribute 'size'"),
+        ({"committed_at": {"S": "yesterday"}}, StoredMetadataError, "attribute 'committed_at'"),
+        ({"path": {"N": "7"}}, StoredMetadataError, "attribute 'path'"),
+        ({"path": {"S": "s3://other-bucket/ds/_versions/x.manifest"}}, PathOutsideDatasetError,
+         "'s3://other-bucket/ds/_versions/x.manifest'"),
+        ({"path": {"S": "_versions/../../other/secret.manifest"}}, PathOutsideDatasetError,
+         "'_versions/../../other/secret.manifest'"),
     ],
     ids=["negative-size", "size-text", "time-text", "path-number", "other-bucket", "dot-dot"],
-)
+)  # fmt: skip
 def test_a_broken_row_is_refused_before_anything_is_read(
-    aws: Any, ddb_uri: str, item: dict[str, Any]
+    aws: Any, ddb_uri: str, item: dict[str, Any], error: type[S3DDBError], what: str
 ) -> None:
     so = aws.storage_options()
     _make(ddb_uri, so)
@@ -110,10 +113,12 @@ def test_a_broken_row_is_refused_before_anything_is_read(
     }  # fmt: skip
     row.update(item)
     aws.boto3_client("dynamodb").put_item(TableName=TEST_TABLE, Item=row)
-    with pytest.raises(S3DDBError) as info:
+    with pytest.raises(error) as info:
         s3ddb.dataset(ddb_uri, storage_options=so).to_table()
-    assert "version 3" in str(info.value) or "3" in str(info.value)
-    assert isinstance(info.value, (PathOutsideDatasetError, ManifestCorruptError, S3DDBError))
+    message = str(info.value)
+    # What is wrong, and where: the row of version 3 of this dataset.
+    assert what in message
+    assert "row" in message and "version 3 of" in message and parsed.base_uri in message
 
 
 # --- URIs, options, names, predicates ------------------------------------------------------
