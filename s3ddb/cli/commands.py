@@ -25,7 +25,6 @@ import pyarrow as pa
 
 import s3ddb
 from s3ddb.cli.output import json_text, safe_text
-from s3ddb.commit.external import ExternalStoreCommitHandler
 from s3ddb.errors import InvalidInputError
 from s3ddb.maintenance.compaction import DEFAULT_TARGET_ROWS_PER_FRAGMENT
 
@@ -390,10 +389,11 @@ def run_history(args: argparse.Namespace) -> int:
 
 def _committers(ds: s3ddb.Dataset) -> dict[int, str]:
     """Committer of each version, as the DynamoDB rows record it (s3+ddb only)."""
-    handler = ds.handler
-    if not isinstance(handler, ExternalStoreCommitHandler):
+    manifest_store = ds.handler.manifest_store()
+    if manifest_store is None:
         return {}
-    return {r.version: r.committer for r in handler.external.list_versions(handler.base_uri)}
+    external, base_uri = manifest_store
+    return {r.version: r.committer for r in external.list_versions(base_uri)}
 
 
 def _version_changes(ds: s3ddb.Dataset, version: int) -> tuple[int | None, int | None, str]:

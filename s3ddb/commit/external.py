@@ -187,6 +187,9 @@ class ExternalStoreCommitHandler(CommitHandler):
     def validate(self) -> None:
         self.external.validate()
 
+    def manifest_store(self) -> tuple[ExternalManifestStore, str]:
+        return self.external, self.base_uri
+
     def mechanism_record(self) -> tuple[str, str]:
         if self._mechanism is None:
             # The table's name alone: describe() would resolve endpoint and region.

@@ -15,6 +15,7 @@ from __future__ import annotations
 import abc
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from s3ddb.errors import (
     CommitMechanismError,
@@ -36,6 +37,9 @@ from s3ddb.format.manifest import (
 from s3ddb.format.naming import NamingScheme, parse_manifest_name, parse_staged_name
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.parallel import PendingWrites
+
+if TYPE_CHECKING:
+    from s3ddb.external_store.base import ExternalManifestStore
 
 log = logging.getLogger(__name__)
 
@@ -218,6 +222,12 @@ class CommitHandler(abc.ABC):
 
     def validate(self) -> None:  # noqa: B027 - optional hook; most handlers need no check
         """Check the commit mechanism is usable before anything is written."""
+
+    def manifest_store(self) -> tuple[ExternalManifestStore, str] | None:
+        """The external manifest store that decides this dataset's versions, and the
+        dataset's key in it; None when the object store decides them (its rows are
+        then nothing to list, repair or delete)."""
+        return None
 
     def naming_scheme(self) -> NamingScheme | None:
         """The dataset's naming scheme, or None if it has no versions yet."""

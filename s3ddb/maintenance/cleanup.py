@@ -23,7 +23,6 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from s3ddb.commit.external import ExternalStoreCommitHandler
 from s3ddb.errors import InvalidInputError
 from s3ddb.format import layout
 from s3ddb.format.manifest import referenced_paths
@@ -152,8 +151,10 @@ def cleanup_old_versions(
         removed_dirs.update(i.directory for i in manifest.indices)
 
     # Rows first: a version without its row is invisible, whatever is left of it.
-    if removed and isinstance(handler, ExternalStoreCommitHandler):
-        stats.rows_removed = handler.external.delete_versions(handler.base_uri, removed)
+    manifest_store = handler.manifest_store()
+    if removed and manifest_store is not None:
+        external, base_uri = manifest_store
+        stats.rows_removed = external.delete_versions(base_uri, removed)
     grace = 0.0 if delete_unverified else UNVERIFIED_GRACE.total_seconds()
     wall = time.time()
     removed_set = set(removed)
@@ -191,7 +192,9 @@ def cleanup_old_versions(
 
 def _staged_row_paths(handler: Any) -> set[str]:
     """Staged manifest paths that rows (of kept versions: the others are gone) point at."""
-    if not isinstance(handler, ExternalStoreCommitHandler):
+    manifest_store = handler.manifest_store()
+    if manifest_store is None:
         return set()
-    rows = handler.external.list_versions(handler.base_uri)
+    external, base_uri = manifest_store
+    rows = external.list_versions(base_uri)
     return {row.path for row in rows if row.is_staged}

@@ -98,9 +98,11 @@ class SyncReport:
 
 
 def _rows(handler: CommitHandler) -> list[ManifestRow] | None:
-    if not isinstance(handler, ExternalStoreCommitHandler):
+    manifest_store = handler.manifest_store()
+    if manifest_store is None:
         return None
-    return list(handler.external.list_versions(handler.base_uri))
+    external, base_uri = manifest_store
+    return list(external.list_versions(base_uri))
 
 
 def _old_enough(meta: ObjectMeta, grace: float, now: float) -> bool:
@@ -542,11 +544,7 @@ def drop(
     handler.validate()
     store = handler.store
     report = DropReport(uri)
-    external, base_uri = (
-        (handler.external, handler.base_uri)
-        if isinstance(handler, ExternalStoreCommitHandler)
-        else (None, "")
-    )
+    external, base_uri = handler.manifest_store() or (None, "")
     for _ in range(DROP_PASSES):
         listed = store.list("")
         for start in range(0, len(listed), 1000):
