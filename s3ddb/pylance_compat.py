@@ -31,6 +31,8 @@ from s3ddb.operations import (
     UpdateConfig,
 )
 
+__all__ = ["CLEANUP_TUNING", "LanceOperation", "check_cleanup_options", "pylance_overwrite"]
+
 #: cleanup_old_versions options of pylance that only tune how files are deleted.
 CLEANUP_TUNING = frozenset({"delete_rate_limit", "delete_concurrency"})
 

@@ -1,0 +1,12 @@
+"""Committing: how a transaction becomes the next version.
+
+``committer`` is the commit loop (write the transaction, build the next manifest,
+claim the version, on losing it resolve against what was committed meanwhile and
+retry); ``build`` and ``builders`` turn a base manifest and an operation into the next
+manifest; ``conflicts`` is the conflict matrix, with its rules in ``rebase``,
+``fragment_reuse``, ``schema_rules`` and ``data_file_rules``; ``handlers`` and
+``external`` claim versions (conditional put, or an external manifest store) and
+``finalizer`` finishes external-store commits in the background.
+"""
+
+__all__: list[str] = []

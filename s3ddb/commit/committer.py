@@ -44,6 +44,8 @@ from s3ddb.io.parallel import PendingWrites
 from s3ddb.io.written_files import delete_written_files
 from s3ddb.operations import Append, Overwrite, Transaction
 
+__all__ = ["CommitConfig", "CommitResult", "OnExisting", "commit_transaction", "load_transaction"]
+
 log = logging.getLogger(__name__)
 
 OnExisting = Literal["rebase", "error", "append"]

@@ -72,6 +72,8 @@ from s3ddb.io.parallel import PendingWrites, run_beside
 from s3ddb.io.paths import name_problem
 from s3ddb.version import __version__
 
+__all__ = ["OWN_COMMITS", "ExternalStoreCommitHandler", "committer_name"]
+
 log = logging.getLogger(__name__)
 
 _WRITER_ID = uuid.uuid4().hex[:12]

@@ -14,6 +14,8 @@ import time
 
 from s3ddb.errors import InjectedFault, InvalidInputError
 
+__all__ = ["ENV_VAR", "EXIT_CODE", "NAMES", "active", "failpoint"]
+
 ENV_VAR = "S3DDB_FAILPOINTS"
 EXIT_CODE = 86
 NAMES = frozenset(

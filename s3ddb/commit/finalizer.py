@@ -39,6 +39,16 @@ from typing import Any
 
 from s3ddb.io.object_store import ObjectStore
 
+__all__ = [
+    "ENV_VAR",
+    "BackgroundFinalizer",
+    "FinalizeTicket",
+    "TicketKey",
+    "drain",
+    "enabled",
+    "process_finalizer",
+]
+
 log = logging.getLogger(__name__)
 
 ENV_VAR = "S3DDB_BACKGROUND_FINALIZE"

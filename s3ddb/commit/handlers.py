@@ -41,6 +41,14 @@ from s3ddb.io.parallel import PendingWrites
 if TYPE_CHECKING:
     from s3ddb.external_store.base import ExternalManifestStore
 
+__all__ = [
+    "CommitHandler",
+    "ConditionalPutCommitHandler",
+    "ListingCommitHandler",
+    "ManifestLocation",
+    "VersionConflict",
+]
+
 log = logging.getLogger(__name__)
 
 

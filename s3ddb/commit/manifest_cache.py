@@ -16,6 +16,8 @@ from collections import OrderedDict
 
 from s3ddb.format.manifest import Manifest
 
+__all__ = ["MANIFESTS", "CacheKey", "ManifestCache"]
+
 CacheKey = tuple[str, int, str, int, int]  # base_uri, version, final path, size, committed_at
 
 
