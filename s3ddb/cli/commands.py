@@ -28,6 +28,23 @@ from s3ddb.cli.output import json_text, safe_text
 from s3ddb.errors import InvalidInputError
 from s3ddb.maintenance.compaction import DEFAULT_TARGET_ROWS_PER_FRAGMENT
 
+__all__ = [
+    "emit_json",
+    "register",
+    "run_compact",
+    "run_delete",
+    "run_history",
+    "run_info",
+    "run_restore",
+    "run_show",
+    "run_tag_create",
+    "run_tag_delete",
+    "run_tag_list",
+    "run_tags",
+    "run_update",
+    "storage_options",
+]
+
 _URI_HELP = (
     "dataset URI: a local path, file://, s3://bucket/prefix or "
     "s3+ddb://bucket/prefix?ddbTableName=TABLE"

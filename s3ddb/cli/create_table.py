@@ -12,6 +12,11 @@ from typing import Any
 
 from s3ddb.errors import InvalidInputError
 
+__all__ = [
+    "register",
+    "run",
+]
+
 
 def register(subparsers: Any) -> None:
     """Add the ``create-table`` verb to the ``s3ddb`` command."""

@@ -23,6 +23,23 @@ import time
 from collections import Counter
 from typing import Any
 
+__all__ = [
+    "BUCKET",
+    "CHANGES",
+    "PREFIX",
+    "ROWS_PER_APPEND",
+    "SEED_ROWS",
+    "SPARK_APPS",
+    "SPARK_PREFIX",
+    "SPARK_ROWS",
+    "TABLE",
+    "UPSERT_KEYS",
+    "register",
+    "run",
+    "run_change",
+    "run_writer",
+]
+
 BUCKET = "s3ddb-demo"
 TABLE = "s3ddb_demo_manifests"
 PREFIX = "events"

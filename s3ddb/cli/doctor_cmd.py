@@ -7,6 +7,11 @@ from typing import Any
 
 from s3ddb.cli.commands import _verb, emit_json, storage_options
 
+__all__ = [
+    "register",
+    "run_doctor",
+]
+
 
 def run_doctor(args: argparse.Namespace) -> int:
     """Check the services a URI needs and say how its commits are decided.

@@ -25,6 +25,15 @@ from s3ddb.errors import (
 )
 from s3ddb.version import __version__
 
+__all__ = [
+    "EPILOG",
+    "EXIT_FAILED",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "build_parser",
+    "main",
+]
+
 # Modules under s3ddb.cli that register verbs, in help order.
 _VERB_MODULES = (
     "commands",

@@ -22,6 +22,15 @@ from s3ddb.errors import InvalidInputError
 from s3ddb.maintenance import health
 from s3ddb.writes import rows as writes
 
+__all__ = [
+    "register",
+    "run_cleanup",
+    "run_drop",
+    "run_migrate_commits",
+    "run_sync",
+    "run_verify",
+]
+
 
 def _grace(text: str) -> float:
     try:

@@ -25,6 +25,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO
 
+__all__ = [
+    "UNSAFE",
+    "guarded_output",
+    "json_text",
+    "raw_stream",
+    "safe_text",
+]
+
 #: Characters never written raw: C0 controls, DEL, C1 controls (U+0080-U+009F, among
 #: them U+009B, a one-character CSI), the Arabic letter mark, left/right marks, line
 #: and paragraph separators, bidi embeddings, overrides and isolates.

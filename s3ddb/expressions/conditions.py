@@ -15,6 +15,11 @@ import pyarrow.compute as pc
 
 from s3ddb.format.rowgroups import ColumnStats
 
+__all__ = [
+    "Condition",
+    "PushedFilters",
+]
+
 
 @dataclass(frozen=True)
 class Condition:

@@ -27,6 +27,13 @@ from s3ddb.expressions.conditions import Condition, PushedFilters
 from s3ddb.format.rowgroups import ColumnStats, RowGroupPredicate
 from s3ddb.format.stats import exact_bound_type
 
+__all__ = [
+    "AllOf",
+    "AnyOf",
+    "Pruner",
+    "row_group_pruner",
+]
+
 _OPS: dict[type[exp.Expr], tuple[str, str]] = {
     # node -> (op with the column on the left, op with the column on the right)
     exp.EQ: ("eq", "eq"),

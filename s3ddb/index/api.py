@@ -19,6 +19,12 @@ from s3ddb.versions.pinned import plan_and_commit
 if TYPE_CHECKING:
     from s3ddb.versions.pinned import PinnedVersion
 
+__all__ = [
+    "SUPPORTED_INDEX_TYPES",
+    "create_scalar_index",
+    "list_indices",
+]
+
 SUPPORTED_INDEX_TYPES = ("BTREE",)
 
 

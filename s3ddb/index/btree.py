@@ -32,6 +32,19 @@ from s3ddb.format.manifest import Manifest
 from s3ddb.io.fragment_map import parallel_map
 from s3ddb.io.object_store import ObjectStore
 
+__all__ = [
+    "BTREE_FILE",
+    "BTREE_FORMAT",
+    "INDEX_ROW_GROUP_SIZE",
+    "Condition",
+    "KeyRange",
+    "KeySet",
+    "build_btree",
+    "is_btree",
+    "lookup",
+    "supports_type",
+]
+
 #: The value of ``details[FORMAT_KEY]`` for this layout.
 BTREE_FORMAT = "btree-parquet-v1"
 BTREE_FILE = "btree.parquet"

@@ -38,6 +38,13 @@ from s3ddb.index.btree import Condition, KeyRange, KeySet, is_btree, lookup
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.scan import read_rows_at
 
+__all__ = [
+    "IndexedScan",
+    "lookup_keys",
+    "plan_indexed_scan",
+    "usable_index",
+]
+
 _FLIP = {exp.GT: exp.LT, exp.GTE: exp.LTE, exp.LT: exp.GT, exp.LTE: exp.GTE, exp.EQ: exp.EQ}
 
 

@@ -32,6 +32,14 @@ from s3ddb.io.arguments import check_int
 if TYPE_CHECKING:
     from s3ddb.versions.pinned import PinnedVersion
 
+__all__ = [
+    "CLAIM_WINDOW",
+    "DEFAULT_OLDER_THAN",
+    "UNVERIFIED_GRACE",
+    "CleanupStats",
+    "cleanup_old_versions",
+]
+
 #: A version is removed only once its successor is this old (see cleanup_old_versions).
 #: Writers look for newer versions before claiming on a base older than 10 s
 #: (:data:`s3ddb.versions.pinned.FRESH_BASE_SECONDS`), so this leaves a wide margin for the time a

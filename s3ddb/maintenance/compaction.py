@@ -40,6 +40,17 @@ from s3ddb.versions.pinned import plan_and_commit
 if TYPE_CHECKING:
     from s3ddb.versions.pinned import PinnedVersion
 
+__all__ = [
+    "DEFAULT_TARGET_ROWS_PER_FRAGMENT",
+    "CompactionMetrics",
+    "CompactionOptions",
+    "DatasetOptimizer",
+    "ReserveIds",
+    "plan_compaction",
+    "plan_groups",
+    "reserve_fragment_ids",
+]
+
 DEFAULT_TARGET_ROWS_PER_FRAGMENT = 1024 * 1024
 
 

@@ -38,6 +38,20 @@ from s3ddb.versions.connect import open_handler
 from s3ddb.versions.opening import dataset_not_found
 from s3ddb.versions.tags import read_tag_version, tag_name_of
 
+__all__ = [
+    "DEFAULT_GRACE_SECONDS",
+    "DROP_PASSES",
+    "DropReport",
+    "Problem",
+    "Progress",
+    "SyncReport",
+    "VerifyReport",
+    "drop",
+    "sync",
+    "table_datasets",
+    "verify",
+]
+
 #: Objects younger than this (seconds) may belong to a commit in progress.
 DEFAULT_GRACE_SECONDS = 3600.0
 

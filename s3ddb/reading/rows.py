@@ -22,6 +22,14 @@ if TYPE_CHECKING:
     from s3ddb.index.query import IndexedScan
     from s3ddb.versions.pinned import PinnedVersion
 
+__all__ = [
+    "DEFAULT_READAHEAD",
+    "DEFAULT_READAHEAD_BYTES",
+    "Filter",
+    "VersionReader",
+    "resolve_columns",
+]
+
 Filter: TypeAlias = str | pc.Expression | None
 
 #: Threads planning and reading ahead of the consumer.

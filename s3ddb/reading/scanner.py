@@ -25,6 +25,12 @@ from s3ddb.reading.rows import DEFAULT_READAHEAD, DEFAULT_READAHEAD_BYTES, Filte
 if TYPE_CHECKING:
     from s3ddb.versions.pinned import PinnedVersion
 
+__all__ = [
+    "TUNING_OPTIONS",
+    "Scanner",
+    "take",
+]
+
 #: pylance scan options that only tune how a scan runs, never what it returns:
 #: accepted and ignored.
 TUNING_OPTIONS = frozenset(

@@ -28,6 +28,19 @@ from s3ddb.format.rows import EVALUATION_ERRORS, evaluation_error, filter_rows
 from s3ddb.format.schema import DatasetSchema
 from s3ddb.format.stats import fragment_column_stats
 
+__all__ = [
+    "FragmentPlan",
+    "empty_table",
+    "filter_columns",
+    "fragment_may_match",
+    "plan_fragment",
+    "read_multi_file",
+    "read_planned",
+    "read_rows_at",
+    "read_visible_rows",
+    "read_with_positions",
+]
+
 
 def empty_table(schema: DatasetSchema, columns: list[str]) -> pa.Table:
     return pa.schema([schema.arrow.field(n) for n in columns]).empty_table()

@@ -32,6 +32,12 @@ from s3ddb.scan.fragment import (
     read_planned,
 )
 
+__all__ = [
+    "Read",
+    "split_reads",
+    "stream_tables",
+]
+
 Read = tuple[FragmentPlan, list[int] | None, int]
 
 

@@ -17,6 +17,10 @@ import json
 import os
 import sys
 
+__all__ = [
+    "main",
+]
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m s3ddb.spark_ext.append_app")

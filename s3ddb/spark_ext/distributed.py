@@ -24,6 +24,15 @@ import s3ddb
 from s3ddb.io.fragment_map import mapped_by
 from s3ddb.maintenance.compaction import DEFAULT_TARGET_ROWS_PER_FRAGMENT, CompactionMetrics
 
+__all__ = [
+    "TASKS_PER_CORE",
+    "SparkMapper",
+    "compact",
+    "delete",
+    "merge_insert",
+    "update",
+]
+
 T = TypeVar("T")
 
 #: At most this many tasks per executor core for one planning stage.

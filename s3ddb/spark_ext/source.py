@@ -38,6 +38,18 @@ from s3ddb.spark_ext._filters import PushedFilters, split_filters
 from s3ddb.spark_ext._options import SourceOptions
 from s3ddb.spark_ext._types import arrow_schema_of, cast_for_spark, spark_schema_of
 
+__all__ = [
+    "BATCH_ROWS",
+    "SOURCE_NAME",
+    "FragmentGroup",
+    "S3DDBDataSource",
+    "S3DDBFilteringDataSource",
+    "S3DDBFilteringReader",
+    "S3DDBReader",
+    "S3DDBStreamWriter",
+    "S3DDBWriter",
+]
+
 SOURCE_NAME = "s3ddb"
 
 #: Rows per Arrow batch handed to Spark.

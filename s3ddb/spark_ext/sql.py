@@ -5,6 +5,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+__all__ = [
+    "VERIFY_SCHEMA",
+    "VERSIONS_SCHEMA",
+    "S3DDBVerify",
+    "S3DDBVersions",
+    "register_functions",
+]
+
 VERSIONS_SCHEMA = (
     "version BIGINT, timestamp TIMESTAMP, operation STRING, metadata MAP<STRING, STRING>"
 )

@@ -35,6 +35,14 @@ from s3ddb.operations import Delete, Operation, Transaction, Update
 from s3ddb.versions.opening import VersionInfo, history, load_latest, load_version
 from s3ddb.versions.tags import Tags
 
+__all__ = [
+    "DEFAULT_CONFLICT_RETRIES",
+    "DEFAULT_RETRY_TIMEOUT",
+    "FRESH_BASE_SECONDS",
+    "PinnedVersion",
+    "plan_and_commit",
+]
+
 T = TypeVar("T")
 P = TypeVar("P", bound="PinnedVersion")
 log = logging.getLogger(__name__)

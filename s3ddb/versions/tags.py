@@ -12,6 +12,14 @@ from s3ddb.format import layout
 from s3ddb.format.naming import MAX_VERSION, is_valid_version
 from s3ddb.io.object_store import ObjectStore
 
+__all__ = [
+    "MAX_TAG_FILE_BYTES",
+    "TAG_FILE_SUFFIX",
+    "Tags",
+    "read_tag_version",
+    "tag_name_of",
+]
+
 #: The most bytes of a tag file that are read: s3ddb writes ``{"version": N}``, and
 #: other Lance-format writers add a few fields; anything larger is refused unread.
 MAX_TAG_FILE_BYTES = 4096

@@ -2,3 +2,5 @@
 files and commit it. Rows and versions (:mod:`.rows`), delete/update planning
 (:mod:`.row_changes`), :mod:`.merge_insert`, :mod:`.schema_evolution`, :mod:`.clones`,
 and turning user data into Arrow (:mod:`.user_data`)."""
+
+__all__: list[str] = []

@@ -33,6 +33,12 @@ from s3ddb.versions.pinned import PinnedVersion
 if TYPE_CHECKING:
     from s3ddb.commit.handlers import CommitHandler
 
+__all__ = [
+    "COPY_PARALLELISM",
+    "deep_clone",
+    "shallow_clone",
+]
+
 P = TypeVar("P", bound=PinnedVersion)
 
 #: Copies in flight at once during a deep clone.

@@ -50,6 +50,11 @@ from s3ddb.writes.user_data import to_arrow_table
 if TYPE_CHECKING:
     from s3ddb.versions.pinned import PinnedVersion
 
+__all__ = [
+    "MergeInsertBuilder",
+    "plan_merge",
+]
+
 _FRAG, _ROW, _SRC = "__s3ddb_fragment", "__s3ddb_row", "__s3ddb_source_row"
 
 

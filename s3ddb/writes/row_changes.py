@@ -41,6 +41,18 @@ from s3ddb.operations import TOMBSTONE_FIELD_ID, Delete, RowChangePlan, Update, 
 from s3ddb.scan import RowGroupPredicate, plan_fragment
 from s3ddb.scan.fragment import fragment_may_match, read_with_positions
 
+__all__ = [
+    "DeletionPlan",
+    "RewriteMode",
+    "choose_mode",
+    "compile_values",
+    "find_rows",
+    "plan_delete",
+    "plan_update",
+    "predicate_text",
+    "write_deletions",
+]
+
 RewriteMode = Literal["auto", "rows", "columns"]
 
 

@@ -45,6 +45,20 @@ from s3ddb.versions.pinned import PinnedVersion, plan_and_commit
 from s3ddb.writes.row_changes import plan_delete, plan_update
 from s3ddb.writes.user_data import to_arrow_table
 
+__all__ = [
+    "MIGRATED_TO_KEY",
+    "MODES",
+    "WriteMode",
+    "commit_operation",
+    "delete",
+    "insert",
+    "migrate_commits",
+    "restore",
+    "update",
+    "update_config",
+    "write_dataset",
+]
+
 WriteMode = Literal["create", "append", "overwrite"]
 MODES = ("create", "append", "overwrite")
 P = TypeVar("P", bound=PinnedVersion)

@@ -54,6 +54,20 @@ from s3ddb.writes.user_data import to_arrow_table
 if TYPE_CHECKING:
     from s3ddb.versions.pinned import PinnedVersion
 
+__all__ = [
+    "add_columns",
+    "alter_columns",
+    "drop_columns",
+    "is_safe_cast",
+    "plan_add_columns",
+    "plan_alter_columns",
+    "plan_drop_columns",
+    "plan_field_metadata",
+    "plan_schema_metadata",
+    "replace_field_metadata",
+    "replace_schema_metadata",
+]
+
 _ALTER_KEYS = frozenset({"path", "name", "nullable", "data_type"})
 
 

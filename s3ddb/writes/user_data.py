@@ -9,6 +9,10 @@ import pyarrow as pa
 
 from s3ddb.errors import InvalidInputError, SchemaMismatchError
 
+__all__ = [
+    "to_arrow_table",
+]
+
 
 def to_arrow_table(data: Any, schema: pa.Schema | None = None) -> pa.Table:
     """``data`` as a pyarrow Table.
