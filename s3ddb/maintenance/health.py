@@ -18,7 +18,7 @@ from typing import Any
 
 from s3ddb.commit import finalizer as finalizers
 from s3ddb.commit.external import ExternalStoreCommitHandler
-from s3ddb.commit.handlers import CommitHandler
+from s3ddb.commit.handlers import CommitHandler, ManifestLocation
 from s3ddb.errors import (
     DataFileError,
     ManifestCorruptError,
@@ -157,77 +157,9 @@ def verify(
         report.problems.append(Problem(kind, path, meaning, fix, version))
 
     rows = _rows(handler)
-    versions: list[int]
     if rows is not None:
         assert isinstance(handler, ExternalStoreCommitHandler)
-        good: list[ManifestRow] = []
-        for row in rows:
-            try:
-                good.append(handler.checked_row(row))
-            except PathOutsideDatasetError as exc:
-                problem(
-                    "row_outside_dataset", row.path,
-                    f"the DynamoDB row of version {row.version} points outside the dataset "
-                    f"and is refused: {exc}",
-                    "delete the row (someone wrote it by hand or by mistake), then run "
-                    "verify again", row.version,
-                )  # fmt: skip
-        referenced_staged = set()
-        for row in good:
-            if row.is_staged:
-                referenced_staged.add(row.path)
-                where = objects.get(row.path) or objects.get(final_path_of(row.path))
-                problem(
-                    "staged_row", row.path,
-                    f"version {row.version} is committed but not finalized (steps 3-4 of "
-                    "its commit did not run: a writer crashed, or is finishing right now); "
-                    "readers through s3+ddb finish it, readers of s3:// do not see it yet"
-                    + ("" if where is not None else "; its staged manifest is MISSING"),
-                    "s3ddb sync URI" if where is not None else
-                    "the version cannot be finalized: restore its manifest from a backup",
-                    row.version,
-                )  # fmt: skip
-                continue
-            meta = objects.get(row.path)
-            if meta is None:
-                problem(
-                    "missing_final_manifest", row.path,
-                    f"the final manifest of version {row.version} is missing: the version "
-                    "cannot be read",
-                    "s3ddb sync URI puts it back if a staged copy is left; otherwise restore "
-                    "the object from a backup or bucket versioning", row.version,
-                )  # fmt: skip
-            elif meta.size != row.size:
-                problem(
-                    "manifest_size_mismatch", row.path,
-                    f"the final manifest of version {row.version} has {meta.size} bytes, "
-                    f"DynamoDB recorded {row.size}: it was overwritten or truncated",
-                    "restore the object from a backup or bucket versioning", row.version,
-                )  # fmt: skip
-        # Reading never finalizes here: verify reports, sync repairs.
-        locations = {r.version: handler.location_of_row(r) for r in good}
-        by_version = set(locations)
-        for path in objects:
-            directory, _, name = path.partition("/")
-            parsed = parse_manifest_name(name) if directory == layout.VERSIONS_DIR else None
-            if parsed is not None and parsed[0] not in by_version:
-                problem(
-                    "manifest_without_row", path,
-                    f"a manifest of version {parsed[0]} exists but DynamoDB has no row for "
-                    "it: a writer committed through s3:// instead of s3+ddb://, or the row "
-                    "was deleted; s3+ddb readers do not see it",
-                    "find the writer that bypassed DynamoDB; if the version is wanted, "
-                    "recreate its row, otherwise delete the manifest", parsed[0],
-                )  # fmt: skip
-        for path, meta in _staged_objects(objects.values()).items():
-            if path not in referenced_staged and _old_enough(meta, grace_seconds, now):
-                problem(
-                    "orphaned_staged_manifest", path,
-                    "a staged manifest no DynamoDB row refers to: left by a writer that "
-                    "lost the race for its version or crashed before claiming it, or not "
-                    "deleted after its version was finalized",
-                    "s3ddb sync URI (or cleanup) deletes it",
-                )  # fmt: skip
+        locations = _check_rows(handler, rows, objects, problem, grace_seconds, now)
     else:
         locations = {loc.version: loc for loc in handler.list_locations()}
     versions = sorted(locations)
@@ -319,6 +251,88 @@ def verify(
                 "harmless to readers; s3ddb cleanup deletes it once 7 days old",
             )  # fmt: skip
     return report
+
+
+def _check_rows(
+    handler: ExternalStoreCommitHandler,
+    rows: list[ManifestRow],
+    objects: dict[str, ObjectMeta],
+    problem: Callable[..., None],
+    grace_seconds: float,
+    now: float,
+) -> dict[int, ManifestLocation]:
+    """The DynamoDB rows checked against the objects (rows outside the dataset, staged
+    or missing manifests, manifests without a row, orphaned staged manifests, each
+    reported through ``problem``); returns the locations of the rows that are sound."""
+    good: list[ManifestRow] = []
+    for row in rows:
+        try:
+            good.append(handler.checked_row(row))
+        except PathOutsideDatasetError as exc:
+            problem(
+                "row_outside_dataset", row.path,
+                f"the DynamoDB row of version {row.version} points outside the dataset "
+                f"and is refused: {exc}",
+                "delete the row (someone wrote it by hand or by mistake), then run "
+                "verify again", row.version,
+            )  # fmt: skip
+    referenced_staged = set()
+    for row in good:
+        if row.is_staged:
+            referenced_staged.add(row.path)
+            where = objects.get(row.path) or objects.get(final_path_of(row.path))
+            problem(
+                "staged_row", row.path,
+                f"version {row.version} is committed but not finalized (steps 3-4 of "
+                "its commit did not run: a writer crashed, or is finishing right now); "
+                "readers through s3+ddb finish it, readers of s3:// do not see it yet"
+                + ("" if where is not None else "; its staged manifest is MISSING"),
+                "s3ddb sync URI" if where is not None else
+                "the version cannot be finalized: restore its manifest from a backup",
+                row.version,
+            )  # fmt: skip
+            continue
+        meta = objects.get(row.path)
+        if meta is None:
+            problem(
+                "missing_final_manifest", row.path,
+                f"the final manifest of version {row.version} is missing: the version "
+                "cannot be read",
+                "s3ddb sync URI puts it back if a staged copy is left; otherwise restore "
+                "the object from a backup or bucket versioning", row.version,
+            )  # fmt: skip
+        elif meta.size != row.size:
+            problem(
+                "manifest_size_mismatch", row.path,
+                f"the final manifest of version {row.version} has {meta.size} bytes, "
+                f"DynamoDB recorded {row.size}: it was overwritten or truncated",
+                "restore the object from a backup or bucket versioning", row.version,
+            )  # fmt: skip
+    # Reading never finalizes here: verify reports, sync repairs.
+    locations = {r.version: handler.location_of_row(r) for r in good}
+    by_version = set(locations)
+    for path in objects:
+        directory, _, name = path.partition("/")
+        parsed = parse_manifest_name(name) if directory == layout.VERSIONS_DIR else None
+        if parsed is not None and parsed[0] not in by_version:
+            problem(
+                "manifest_without_row", path,
+                f"a manifest of version {parsed[0]} exists but DynamoDB has no row for "
+                "it: a writer committed through s3:// instead of s3+ddb://, or the row "
+                "was deleted; s3+ddb readers do not see it",
+                "find the writer that bypassed DynamoDB; if the version is wanted, "
+                "recreate its row, otherwise delete the manifest", parsed[0],
+            )  # fmt: skip
+    for path, meta in _staged_objects(objects.values()).items():
+        if path not in referenced_staged and _old_enough(meta, grace_seconds, now):
+            problem(
+                "orphaned_staged_manifest", path,
+                "a staged manifest no DynamoDB row refers to: left by a writer that "
+                "lost the race for its version or crashed before claiming it, or not "
+                "deleted after its version was finalized",
+                "s3ddb sync URI (or cleanup) deletes it",
+            )  # fmt: skip
+    return locations
 
 
 def _check_identities(identities: dict[int, str], problem: Callable[..., None]) -> None:
