@@ -753,7 +753,7 @@ class TestDynamoDBRetries:
 
 class TestCredentials:
     @pytest.fixture
-    def no_credentials(self, monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_credentials(self, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         for var in (
             "AWS_ACCESS_KEY_ID",
             "AWS_SECRET_ACCESS_KEY",
@@ -770,9 +770,13 @@ class TestCredentials:
         monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
         monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
         monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-        # Sessions and clients are cached per process with the credentials they found.
-        monkeypatch.setattr(aws_sessions, "_sessions", {})
-        monkeypatch.setattr(aws_module, "_clients", {})
+        # Sessions and clients are cached per process with the credentials they found:
+        # none are reused here, and none made here are reused after.
+        for cache in (aws_sessions.SESSIONS, aws_module.CLIENTS):
+            cache.clear()
+        yield
+        for cache in (aws_sessions.SESSIONS, aws_module.CLIENTS):
+            cache.clear()
 
     @pytest.mark.usefixtures("no_credentials")
     def test_missing_credentials(self, aws_endpoint: LocalAWS, table: str) -> None:

@@ -38,6 +38,7 @@ from collections.abc import Callable
 from typing import Any
 
 from s3ddb.io.object_store import ObjectStore
+from s3ddb.io.per_process import PerProcess
 
 __all__ = [
     "ENV_VAR",
@@ -227,9 +228,8 @@ def _store_key(store: ObjectStore) -> Any:
 
 _FLUSH: Any = FinalizeTicket(("", 0), "", lambda _t: "")  # a marker, never run
 
-_instance: BackgroundFinalizer | None = None
-_instance_pid = -1
-_instance_lock = threading.Lock()
+# This process's finalizer, under the one key None.
+_FINALIZERS: PerProcess[None, BackgroundFinalizer] = PerProcess("background finalizer")
 
 
 def enabled() -> bool:
@@ -239,21 +239,20 @@ def enabled() -> bool:
 
 def process_finalizer() -> BackgroundFinalizer:
     """This process's finalizer (a new one after ``fork``), drained at exit."""
-    global _instance, _instance_pid
-    with _instance_lock:
-        if _instance is None or _instance_pid != os.getpid():
-            _instance = BackgroundFinalizer()
-            _instance_pid = os.getpid()
-            _register_exit_drain()
-        return _instance
+    return _FINALIZERS.get(None, _start_finalizer)
+
+
+def _start_finalizer() -> BackgroundFinalizer:
+    started = BackgroundFinalizer()
+    _register_exit_drain()
+    return started
 
 
 def drain(timeout: float | None = 60.0, *, flush: bool = True) -> bool:
     """Finish this process's background work now (tests, benchmarks, and before handing
     a dataset to a tool that lists ``_versions/``); ``flush=False`` leaves deletes of
     staged manifests batched. True if everything finished."""
-    with _instance_lock:
-        current = _instance if _instance_pid == os.getpid() else None
+    current = _FINALIZERS.peek(None)
     return current.drain(timeout, flush=flush) if current is not None else True
 
 

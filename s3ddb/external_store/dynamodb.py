@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import random
 import re
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -44,6 +43,7 @@ from s3ddb.external_store.identity import (
     same_commit,
 )
 from s3ddb.io.aws import AwsConfig
+from s3ddb.io.per_process import PerProcess
 from s3ddb.io.redact import redact_url
 from s3ddb.io.service_errors import Failure, classify, describe_error, error_code
 
@@ -74,9 +74,10 @@ _DIGITS = re.compile(r"[0-9]+")
 MAX_SIZE = 2**40
 MAX_COMMITTED_AT = 253_402_300_800_000
 
-# (pid, endpoint, region, table) of tables whose schema was checked in this process.
-_validated: set[tuple[int, str | None, str | None, str]] = set()
-_validated_lock = threading.Lock()
+# (endpoint, region, table) of tables whose schema was checked in this process.
+_VALIDATED: PerProcess[tuple[str | None, str | None, str], bool] = PerProcess(
+    "validated DynamoDB tables"
+)
 
 
 class _ConditionFailed(Exception):
@@ -191,8 +192,7 @@ class DynamoDBManifestStore(ExternalManifestStore):
     def _fail(self, exc: BaseException, failure: Failure, operation: str) -> Exception:
         if failure is Failure.TABLE_MISSING:
             # The table vanished after validation: check again next time.
-            with _validated_lock:
-                _validated.discard(self._cache_key())
+            _VALIDATED.forget(self._cache_key())
         return c.translate(exc, failure, operation, self.table_name, self.endpoint, self.region)
 
     def _exhausted(
@@ -253,8 +253,8 @@ class DynamoDBManifestStore(ExternalManifestStore):
 
     # --- validation ------------------------------------------------------------------
 
-    def _cache_key(self) -> tuple[int, str | None, str | None, str]:
-        return (os.getpid(), self.endpoint, self.region, self.table_name)
+    def _cache_key(self) -> tuple[str | None, str | None, str]:
+        return (self.endpoint, self.region, self.table_name)
 
     def validate(self) -> None:
         """Check the table exists with the key schema (base_uri S HASH, version N RANGE).
@@ -270,9 +270,8 @@ class DynamoDBManifestStore(ExternalManifestStore):
             ExternalStoreThrottledError: DescribeTable kept being throttled.
         """
         key = self._cache_key()
-        with _validated_lock:
-            if key in _validated:
-                return
+        if _VALIDATED.peek(key):
+            return
         try:
             description = self._call("DescribeTable")["Table"]
         except _ConditionFailed as exc:  # pragma: no cover - DescribeTable has no condition
@@ -289,8 +288,7 @@ class DynamoDBManifestStore(ExternalManifestStore):
                 self.region,
                 f" in a usable state (status {status}; wait until it is ACTIVE)",
             )
-        with _validated_lock:
-            _validated.add(key)
+        _VALIDATED.put(key, True)
 
     # --- writes ----------------------------------------------------------------------
 

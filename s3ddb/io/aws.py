@@ -23,17 +23,17 @@ boto3 imports lazily, so local and in-memory datasets never pay for it.
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 from s3ddb.errors import InvalidInputError
 from s3ddb.io.aws_sessions import aio_role_session, session_for
+from s3ddb.io.per_process import PerProcess
 from s3ddb.io.redact import is_secret_option
 from s3ddb.io.service_settings import ServiceSettings
 
-__all__ = ["SERVICES", "AwsConfig", "ServiceSettings"]
+__all__ = ["CLIENTS", "SERVICES", "AwsConfig", "ServiceSettings"]
 
 SERVICES = ("s3", "dynamodb")
 
@@ -384,39 +384,12 @@ class AwsConfig:
         themselves pass 1 so that their retry policy is the only one.
         """
         settings = self.settings(service)
-        key = (os.getpid(), settings, max_attempts)
-        with _lock:
-            client = _clients.get(key)
-        if client is not None:
-            return client
-        # One thread at a time builds clients: a boto3 Session is not thread-safe, and
-        # the commit path's parallel uploads may all ask for the first S3 client at once.
-        with _create_lock:
-            with _lock:
-                client = _clients.get(key)
-            if client is not None:
-                return client
-            from botocore.config import Config
-
-            retries: dict[str, Any] = {"mode": "standard"}
-            config_kwargs: dict[str, Any] = {"retries": retries, "max_pool_connections": 32}
-            if max_attempts is not None:
-                retries["total_max_attempts"] = max_attempts
-            if settings.addressing_style:
-                config_kwargs["s3"] = {"addressing_style": settings.addressing_style}
-            kwargs: dict[str, Any] = {"config": Config(**config_kwargs)}
-            if settings.endpoint:
-                kwargs["endpoint_url"] = settings.endpoint
-            if settings.verify is not None:
-                kwargs["verify"] = settings.verify
-            session = session_for(settings)
-            if session.region_name is None:
-                # boto3 refuses to build a client without a region (from the environment,
-                # a profile or ~/.aws/config); emulators ignore it.
-                kwargs["region_name"] = "us-east-1"
-            client = session.client(service, **kwargs)
-            with _lock:
-                return _clients.setdefault(key, client)
+        # One thread at a time builds clients (PerProcess.get): a boto3 Session is not
+        # thread-safe, and the commit path's parallel uploads may all ask for the first
+        # S3 client at once.
+        return CLIENTS.get(
+            (settings, max_attempts), lambda: _new_client(service, settings, max_attempts)
+        )
 
     # --- s3fs --------------------------------------------------------------------
 
@@ -448,6 +421,27 @@ class AwsConfig:
         return opts
 
 
-_lock = threading.Lock()
-_create_lock = threading.Lock()
-_clients: dict[Any, Any] = {}
+#: The process's boto3 clients, by resolved settings and retry budget.
+CLIENTS: PerProcess[tuple[ServiceSettings, int | None], Any] = PerProcess("boto3 clients")
+
+
+def _new_client(service: str, settings: ServiceSettings, max_attempts: int | None) -> Any:
+    from botocore.config import Config
+
+    retries: dict[str, Any] = {"mode": "standard"}
+    config_kwargs: dict[str, Any] = {"retries": retries, "max_pool_connections": 32}
+    if max_attempts is not None:
+        retries["total_max_attempts"] = max_attempts
+    if settings.addressing_style:
+        config_kwargs["s3"] = {"addressing_style": settings.addressing_style}
+    kwargs: dict[str, Any] = {"config": Config(**config_kwargs)}
+    if settings.endpoint:
+        kwargs["endpoint_url"] = settings.endpoint
+    if settings.verify is not None:
+        kwargs["verify"] = settings.verify
+    session = session_for(settings)
+    if session.region_name is None:
+        # boto3 refuses to build a client without a region (from the environment, a
+        # profile or ~/.aws/config); emulators ignore it.
+        kwargs["region_name"] = "us-east-1"
+    return session.client(service, **kwargs)

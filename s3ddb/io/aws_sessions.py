@@ -10,14 +10,16 @@ before they expire.
 from __future__ import annotations
 
 import functools
-import os
-import threading
 from typing import Any
 
 from s3ddb.errors import CredentialsError
+from s3ddb.io.per_process import PerProcess
 from s3ddb.io.service_settings import ServiceSettings
 
-__all__ = ["aio_role_session", "session_for"]
+__all__ = ["SESSIONS", "aio_role_session", "session_for"]
+
+#: The process's boto3 Sessions, by the settings that shape them.
+SESSIONS: PerProcess[tuple[str | None, ...], Any] = PerProcess("boto3 sessions")
 
 
 def _base_session(settings: ServiceSettings) -> Any:
@@ -64,7 +66,6 @@ def _role_fetcher(settings: ServiceSettings) -> Any:
 def session_for(settings: ServiceSettings) -> Any:
     """A boto3 Session for ``settings`` (per process, reused)."""
     key = (
-        os.getpid(),
         settings.access_key_id,
         settings.secret_access_key,
         settings.session_token,
@@ -74,33 +75,30 @@ def session_for(settings: ServiceSettings) -> Any:
         settings.role_session_name,
         settings.sts_endpoint,
     )
-    with _lock:
-        session = _sessions.get(key)
-    if session is not None:
-        return session
+    return SESSIONS.get(key, lambda: _new_session(settings))
+
+
+def _new_session(settings: ServiceSettings) -> Any:
     if not settings.role_arn:
-        session = _base_session(settings)
-    else:
-        import boto3
-        import botocore.session
-        from botocore.credentials import CredentialProvider, DeferredRefreshableCredentials
+        return _base_session(settings)
+    import boto3
+    import botocore.session
+    from botocore.credentials import CredentialProvider, DeferredRefreshableCredentials
 
-        credentials = DeferredRefreshableCredentials(
-            refresh_using=_role_fetcher(settings).fetch_credentials, method="assume-role"
-        )
+    credentials = DeferredRefreshableCredentials(
+        refresh_using=_role_fetcher(settings).fetch_credentials, method="assume-role"
+    )
 
-        class _Assumed(CredentialProvider):  # type: ignore[misc]
-            METHOD = "assume-role"
-            CANONICAL_NAME = "s3ddb-assume-role"
+    class _Assumed(CredentialProvider):  # type: ignore[misc]
+        METHOD = "assume-role"
+        CANONICAL_NAME = "s3ddb-assume-role"
 
-            def load(self) -> Any:
-                return credentials
+        def load(self) -> Any:
+            return credentials
 
-        core = botocore.session.Session()
-        core.get_component("credential_provider").insert_before("env", _Assumed())
-        session = boto3.Session(botocore_session=core, region_name=settings.region)
-    with _lock:
-        return _sessions.setdefault(key, session)
+    core = botocore.session.Session()
+    core.get_component("credential_provider").insert_before("env", _Assumed())
+    return boto3.Session(botocore_session=core, region_name=settings.region)
 
 
 def aio_role_session(settings: ServiceSettings) -> Any:
@@ -122,7 +120,3 @@ def aio_role_session(settings: ServiceSettings) -> Any:
         refresh_using=refresh, method="assume-role"
     )
     return session
-
-
-_lock = threading.Lock()
-_sessions: dict[Any, Any] = {}

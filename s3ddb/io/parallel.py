@@ -11,38 +11,30 @@ dataset, and bounded.
 
 from __future__ import annotations
 
-import os
-import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import TypeVar
 
 from s3ddb.io.object_store import ObjectStore
+from s3ddb.io.per_process import PerProcess
 
 T = TypeVar("T")
 
 _MAX_WORKERS = 16
-_pools: dict[str, ThreadPoolExecutor] = {}
-_pools_pid = -1
-_pools_lock = threading.Lock()
+_POOLS: PerProcess[str, ThreadPoolExecutor] = PerProcess("thread pools")
 
 
 def process_pool(name: str, max_workers: int = _MAX_WORKERS) -> ThreadPoolExecutor:
     """The process's thread pool called ``name`` (threads named ``s3ddb-<name>``),
     created on first use and rebuilt after ``fork`` (a child inherits no threads).
     Separate pools keep one kind of work from waiting behind another: a read never
-    queues behind uploads, a read-ahead task never behind the reads it started."""
-    global _pools_pid
-    with _pools_lock:
-        if _pools_pid != os.getpid():
-            _pools.clear()
-            _pools_pid = os.getpid()
-        pool = _pools.get(name)
-        if pool is None:
-            pool = _pools[name] = ThreadPoolExecutor(
-                max_workers=max_workers, thread_name_prefix=f"s3ddb-{name}"
-            )
-        return pool
+    queues behind uploads, a read-ahead task never behind the reads it started.
+
+    The pools live in :mod:`s3ddb.io.per_process`."""
+    return _POOLS.get(
+        name,
+        lambda: ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=f"s3ddb-{name}"),
+    )
 
 
 def _executor() -> ThreadPoolExecutor:

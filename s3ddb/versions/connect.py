@@ -8,33 +8,33 @@ lazily.
 from __future__ import annotations
 
 import os
-import threading
 from typing import Any
 
 from s3ddb.commit import finalizer as finalizers
 from s3ddb.commit.external import ExternalStoreCommitHandler
 from s3ddb.commit.handlers import CommitHandler, ConditionalPutCommitHandler
 from s3ddb.external_store.base import ExternalManifestStore
+from s3ddb.io.aws import AwsConfig
 from s3ddb.io.object_store import ObjectStore
+from s3ddb.io.per_process import PerProcess
 from s3ddb.io.uri import DatasetURI, parse_uri
 
-_lock = threading.Lock()
-_external_stores: dict[Any, ExternalManifestStore] = {}
+_EXTERNAL_STORES: PerProcess[tuple[str, AwsConfig], ExternalManifestStore] = PerProcess(
+    "external manifest stores"
+)
 
 
 def external_store_for(uri: DatasetURI, store: ObjectStore) -> ExternalManifestStore:
     """The DynamoDB manifest store for ``uri`` (one per process, table and config)."""
     assert uri.ddb_table is not None
-    key = (os.getpid(), uri.ddb_table, store.aws)
-    with _lock:
-        existing = _external_stores.get(key)
-        if existing is not None:
-            return existing
-    from s3ddb.external_store.dynamodb import DynamoDBManifestStore
+    table = uri.ddb_table
 
-    created = DynamoDBManifestStore(uri.ddb_table, store.aws)
-    with _lock:
-        return _external_stores.setdefault(key, created)
+    def create() -> ExternalManifestStore:
+        from s3ddb.external_store.dynamodb import DynamoDBManifestStore
+
+        return DynamoDBManifestStore(table, store.aws)
+
+    return _EXTERNAL_STORES.get((table, store.aws), create)
 
 
 def open_handler(

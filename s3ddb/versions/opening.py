@@ -7,7 +7,6 @@ same way.
 from __future__ import annotations
 
 import datetime as dt
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +19,7 @@ from s3ddb.format.manifest import Manifest, read_manifest_header
 from s3ddb.format.naming import MAX_VERSION
 from s3ddb.format.schema import DatasetSchema
 from s3ddb.io.arguments import is_int
+from s3ddb.io.parallel import process_pool
 from s3ddb.versions.connect import open_handler
 
 
@@ -168,8 +168,8 @@ def history(handler: CommitHandler) -> list[VersionInfo]:
     locations = handler.list_locations()
     if handler.store.is_local or len(locations) < 2:
         return [_version_info(handler, location) for location in locations]
-    with ThreadPoolExecutor(max_workers=HISTORY_READ_THREADS) as pool:
-        return list(pool.map(lambda loc: _version_info(handler, loc), locations))
+    pool = process_pool("history", HISTORY_READ_THREADS)
+    return list(pool.map(lambda loc: _version_info(handler, loc), locations))
 
 
 class _Gap(Exception):
