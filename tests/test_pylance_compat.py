@@ -223,3 +223,13 @@ def test_docs_pylance_s3_dynamodb_example_runs_with_only_the_import_changed(
     assert out[1] == "[{'id': 2, 'kind': 'b'}]"
     assert out[2] == "2 [{'id': 1, 'kind': 'a'}, {'id': 6, 'kind': 'f'}]"
     assert out[3] == "[1, 2, 3, 4, 5]"
+
+
+def test_overwrite_in_pylance_order_is_refused_with_the_order_to_use() -> None:
+    """``s3ddb.Overwrite`` takes ``(fragments, schema)``; pylance's order belongs to
+    ``LanceOperation.Overwrite``, and the error says so instead of a generic one."""
+    schema = pa.schema([pa.field("id", pa.int64())])
+    with pytest.raises(s3ddb.InvalidInputError, match=r"LanceOperation\.Overwrite\(new_schema"):
+        s3ddb.Overwrite(schema, [])
+    op = s3ddb.LanceOperation.Overwrite(schema, [])
+    assert op.schema.arrow == schema

@@ -68,10 +68,17 @@ class Overwrite(Operation):
         :func:`s3ddb.fragment.write_fragments` assigns them to the same schema).
 
         Raises:
-            InvalidInputError: no schema, both ``schema`` and ``new_schema``, or a data
-                file with fields not in the schema.
+            InvalidInputError: no schema, a schema given as ``fragments``, both
+                ``schema`` and ``new_schema``, or a data file with fields not in the
+                schema.
             UnsupportedOperationError: pylance's ``initial_bases``.
         """
+        if isinstance(fragments, pa.Schema | DatasetSchema):
+            # A plain error, not a silent swap: one order per constructor.
+            raise InvalidInputError(
+                "Overwrite(fragments, schema) got a schema as fragments; pylance's order "
+                "is LanceOperation.Overwrite(new_schema, fragments)"
+            )
         if new_schema is not None:
             if schema is not None:
                 raise InvalidInputError("Overwrite: give schema or new_schema, not both")
