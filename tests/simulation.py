@@ -253,8 +253,10 @@ class SimObjectStore(MemoryObjectStore):
     def delete(self, path: str) -> None:
         self._step("delete", path, lambda: super(SimObjectStore, self).delete(path))
 
-    def delete_many(self, paths: list[str]) -> None:
-        apply = lambda: super(SimObjectStore, self).delete_many(paths)  # noqa: E731
+    def delete_many(
+        self, paths: list[str], *, deleted: Callable[[list[str]], None] | None = None
+    ) -> None:
+        apply = lambda: super(SimObjectStore, self).delete_many(paths, deleted=deleted)  # noqa: E731
         self._step("delete_many", f"{len(paths)} paths", apply)
 
     def list(self, prefix: str = "") -> Any:

@@ -13,6 +13,7 @@ import pytest
 import s3ddb
 from s3ddb.errors import CredentialsError
 from s3ddb.io import ObjectStore
+from s3ddb.io.object_store import DELETE_BATCH
 from tests.conftest import TEST_BUCKET, make_table
 
 
@@ -81,6 +82,17 @@ def test_get_put_head_delete(store: ObjectStore) -> None:
     store.delete("a/b.bin")
     store.delete("a/b.bin")  # missing is fine
     assert not store.exists("a/b.bin")
+
+
+def test_delete_many_deletes_in_batches_and_reports_each(store: ObjectStore) -> None:
+    kept = ["d/kept"]
+    doomed = [f"d/{i:04d}" for i in range(DELETE_BATCH + 1)]
+    for path in [*kept, *doomed[:3], doomed[-1]]:
+        store.put(path, b"x")
+    batches: list[list[str]] = []
+    store.delete_many(doomed, deleted=batches.append)  # most are missing: not an error
+    assert batches == [doomed[:DELETE_BATCH], doomed[DELETE_BATCH:]]
+    assert [m.path for m in store.list("d/")] == kept
 
 
 def test_put_if_not_exists_never_overwrites(store: ObjectStore) -> None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import errno
 import os
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, ClassVar, TypeVar, cast
 
@@ -36,6 +36,7 @@ from s3ddb.io.service_errors import as_storage_error
 from s3ddb.io.uri import DatasetURI, parse_uri
 
 __all__ = [
+    "DELETE_BATCH",
     "LocalObjectStore",
     "MemoryObjectStore",
     "ObjectMeta",
@@ -280,17 +281,24 @@ class ObjectStore:
             return False
         return True
 
-    def delete_many(self, paths: list[str]) -> None:
-        """Delete every path in ``paths`` (missing ones are not errors).
+    def delete_many(
+        self, paths: list[str], *, deleted: Callable[[list[str]], None] | None = None
+    ) -> None:
+        """Delete every path in ``paths`` (missing ones are not errors), in batches of
+        :data:`DELETE_BATCH`, in order; ``deleted``, if given, is called with each batch
+        once it is gone (for counts and progress).
 
-        S3 deletes up to 1,000 objects per request (DeleteObjects); other backends
-        delete one by one.
+        S3 deletes a batch with one request (DeleteObjects); other backends delete one
+        by one.
 
         Raises:
             OSError: some object could not be deleted (the others may be gone).
         """
-        for path in paths:
-            self.delete(path)
+        for batch in _batches(paths):
+            for path in batch:
+                self.delete(path)
+            if deleted is not None:
+                deleted(batch)
 
     def list(self, prefix: str = "") -> list[ObjectMeta]:
         """Every object whose relative path starts with ``prefix``, sorted by path."""
@@ -560,28 +568,35 @@ class S3ObjectStore(ObjectStore):
         except Exception as exc:
             raise as_storage_error(exc, full) from exc
 
-    def delete_many(self, paths: list[str]) -> None:
-        for start in range(0, len(paths), _DELETE_BATCH):
-            chunk = paths[start : start + _DELETE_BATCH]
-            if len(chunk) == 1:
-                self.delete(chunk[0])
-                continue
-            bucket = _split_s3(self.full_path(chunk[0]))[0]
-            keys = [{"Key": _split_s3(self.full_path(p))[1]} for p in chunk]
-            try:
-                response = self._s3().delete_objects(
-                    Bucket=bucket, Delete={"Objects": keys, "Quiet": True}
-                )
-            except Exception as exc:
-                raise as_storage_error(exc, self.full_path(chunk[0])) from exc
-            errors = [e for e in response.get("Errors", []) if e.get("Code") != "NoSuchKey"]
-            if errors:
-                first = errors[0]
-                raise OSError(
-                    f"could not delete {len(errors)} of {len(chunk)} objects under "
-                    f"{self.url}, e.g. {first.get('Key')}: {first.get('Code')} "
-                    f"{first.get('Message', '')}".rstrip()
-                )
+    def delete_many(
+        self, paths: list[str], *, deleted: Callable[[list[str]], None] | None = None
+    ) -> None:
+        for chunk in _batches(paths):
+            self._delete_batch(chunk)
+            if deleted is not None:
+                deleted(chunk)
+
+    def _delete_batch(self, chunk: list[str]) -> None:
+        """One DeleteObjects (a DeleteObject for one path)."""
+        if len(chunk) == 1:
+            self.delete(chunk[0])
+            return
+        bucket = _split_s3(self.full_path(chunk[0]))[0]
+        keys = [{"Key": _split_s3(self.full_path(p))[1]} for p in chunk]
+        try:
+            response = self._s3().delete_objects(
+                Bucket=bucket, Delete={"Objects": keys, "Quiet": True}
+            )
+        except Exception as exc:
+            raise as_storage_error(exc, self.full_path(chunk[0])) from exc
+        errors = [e for e in response.get("Errors", []) if e.get("Code") != "NoSuchKey"]
+        if errors:
+            first = errors[0]
+            raise OSError(
+                f"could not delete {len(errors)} of {len(chunk)} objects under "
+                f"{self.url}, e.g. {first.get('Key')}: {first.get('Code')} "
+                f"{first.get('Message', '')}".rstrip()
+            )
 
     def iter_list(
         self, prefix: str = "", *, start_after: str | None = None
@@ -633,7 +648,14 @@ _BACKENDS: dict[str, type[ObjectStore]] = {
 }
 
 _memory_lock = threading.Lock()
-_DELETE_BATCH = 1000  # DeleteObjects accepts at most 1,000 keys
+#: Objects deleted per batch of :meth:`ObjectStore.delete_many` (one DeleteObjects on
+#: S3, which accepts at most 1,000 keys).
+DELETE_BATCH = 1000
+
+
+def _batches(paths: list[str]) -> Iterator[list[str]]:
+    for start in range(0, len(paths), DELETE_BATCH):
+        yield paths[start : start + DELETE_BATCH]
 
 
 def _split_s3(full: str) -> tuple[str, str]:

@@ -190,11 +190,13 @@ def cleanup_old_versions(
             or (kind == "index_files" and _index_dir(path) in removed_dirs)
         ):
             doomed.append((path, kind, meta.size))
-    for start in range(0, len(doomed), 1000):
-        batch = doomed[start : start + 1000]
-        store.delete_many([p for p, _k, _s in batch])
-        for _p, kind, size in batch:
-            stats.add(kind, size)
+    found = {path: (kind, size) for path, kind, size in doomed}
+
+    def count(batch: list[str]) -> None:
+        for path in batch:
+            stats.add(*found[path])
+
+    store.delete_many(list(found), deleted=count)
     return stats
 
 

@@ -575,12 +575,14 @@ def drop(
     external, base_uri = handler.manifest_store() or (None, "")
     for _ in range(DROP_PASSES):
         listed = store.list("")
-        for start in range(0, len(listed), 1000):
-            batch = listed[start : start + 1000]
-            store.delete_many([m.path for m in batch])
+        sizes = {m.path: m.size for m in listed}
+
+        def count(batch: list[str], sizes: dict[str, int] = sizes) -> None:
             report.objects += len(batch)
-            report.bytes += sum(m.size for m in batch)
-            progress("deleting objects", report.objects, len(listed))
+            report.bytes += sum(sizes[path] for path in batch)
+            progress("deleting objects", report.objects, len(sizes))
+
+        store.delete_many(list(sizes), deleted=count)
         rows = 0
         if external is not None:
             newest = external.get_latest(base_uri)
