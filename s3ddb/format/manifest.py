@@ -11,7 +11,6 @@ from zlib import crc32
 
 from google.protobuf.message import DecodeError
 
-from s3ddb.version import __version__
 from s3ddb.errors import ManifestCorruptError, PathOutsideDatasetError, StoredMetadataError
 from s3ddb.format import layout
 from s3ddb.format._proto import manifest_pb2 as pb
@@ -24,6 +23,7 @@ from s3ddb.format.naming import NamingScheme
 from s3ddb.format.schema import DatasetSchema
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.paths import check_name
+from s3ddb.version import __version__
 
 MANIFEST_MAGIC = b"S3DDBMF1"
 #: Commit mechanisms a manifest records (see :attr:`Manifest.commit_mechanism`).
