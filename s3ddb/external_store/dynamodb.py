@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import random
-import re
 import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -22,11 +21,9 @@ from s3ddb.errors import (
     ExternalStoreError,
     ExternalStoreThrottledError,
     ExternalStoreUnreachableError,
-    StoredMetadataError,
 )
 from s3ddb.external_store import ddb_contract as c
 from s3ddb.external_store.base import (
-    DATASET_ID_ATTRIBUTE,
     ExternalManifestStore,
     ExternalStoreOutcomeUnknownError,
     Fence,
@@ -34,9 +31,17 @@ from s3ddb.external_store.base import (
     ManifestRow,
     VersionTakenError,
 )
+from s3ddb.external_store.ddb_items import (
+    claim_request,
+    condition_item,
+    fenced_claim_request,
+    item_key,
+    item_to_row,
+    query_request,
+    row_to_item,
+)
 from s3ddb.external_store.ddb_table import create_table
 from s3ddb.external_store.identity import (
-    CORE_ATTRIBUTES,
     check_fence,
     check_row,
     fence_failure_text,
@@ -49,9 +54,6 @@ from s3ddb.io.service_errors import Failure, classify, describe_error, error_cod
 
 __all__ = ["DynamoDBManifestStore", "create_table", "item_to_row", "row_to_item"]
 
-# Attribute names always go through placeholders (#b, #v, #p) so that DynamoDB
-# reserved words (SIZE, PATH...) never matter.
-_PUT_CONDITION = "attribute_not_exists(#b) AND attribute_not_exists(#v)"
 _BATCH_LIMIT = 25  # BatchWriteItem accepts at most 25 requests
 #: Environment variable that turns fenced claims off, for DynamoDB implementations
 #: without TransactWriteItems (see :class:`DynamoDBManifestStore`).
@@ -66,13 +68,6 @@ _CANCEL_RETRY_CODES = frozenset(
         "RequestLimitExceeded",
     }
 )
-# Bounds of the numeric row attributes (DynamoDB numbers hold 38 digits; s3ddb's are
-# smaller): versions below 2**63 (V2 manifest names count down from 2**64 - 1), sizes
-# below 1 TiB, commit times before the year 10000.
-MAX_VERSION = 2**63 - 1
-_DIGITS = re.compile(r"[0-9]+")
-MAX_SIZE = 2**40
-MAX_COMMITTED_AT = 253_402_300_800_000
 
 # (endpoint, region, table) of tables whose schema was checked in this process.
 _VALIDATED: PerProcess[tuple[str | None, str | None, str], bool] = PerProcess(
@@ -227,7 +222,7 @@ class DynamoDBManifestStore(ExternalManifestStore):
             ExternalStoreThrottledError: still throttled/failing after the retries.
             ExternalStoreTableError, CredentialsError, ExternalStoreError: not retried.
         """
-        method = getattr(self._client(), _snake(operation))
+        method = getattr(self._client(), _method_name(operation))
         started = time.monotonic()
         attempt = 0
         while True:
@@ -239,7 +234,7 @@ class DynamoDBManifestStore(ExternalManifestStore):
                 if failure is None:
                     raise
                 if failure is Failure.CONDITION:
-                    raise _ConditionFailed(_old_item(exc)) from exc
+                    raise _ConditionFailed(condition_item(exc)) from exc
                 if failure in (
                     Failure.THROTTLED,
                     Failure.NOT_SENT,
@@ -332,15 +327,11 @@ class DynamoDBManifestStore(ExternalManifestStore):
             try:
                 if fenced:
                     assert fence is not None
-                    client.transact_write_items(**self._fenced_request(row, item, fence))
-                else:
-                    client.put_item(
-                        TableName=self.table_name,
-                        Item=item,
-                        ConditionExpression=_PUT_CONDITION,
-                        ExpressionAttributeNames={"#b": "base_uri", "#v": "version"},
-                        ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                    client.transact_write_items(
+                        **fenced_claim_request(self.table_name, row, item, fence)
                     )
+                else:
+                    client.put_item(**claim_request(self.table_name, item))
                 return
             except Exception as exc:
                 failure = classify(exc)
@@ -363,7 +354,7 @@ class DynamoDBManifestStore(ExternalManifestStore):
                         "without that check (see docs/protocol.md)."
                     ) from exc
                 if failure is Failure.CONDITION:
-                    self._resolve_taken(row, _old_item(exc))
+                    self._resolve_taken(row, condition_item(exc))
                     return
                 if failure is Failure.MAYBE_APPLIED:
                     maybe_applied = True
@@ -381,46 +372,6 @@ class DynamoDBManifestStore(ExternalManifestStore):
                 if maybe_applied:
                     raise self._unknown(row, attempt, exc) from exc
                 raise self._exhausted(operation, attempt, started, exc) from exc
-
-    def _fenced_request(
-        self, row: ManifestRow, item: dict[str, Any], fence: Fence
-    ) -> dict[str, Any]:
-        if fence.absent:
-            check = "attribute_not_exists(#v)"
-            values: dict[str, Any] = {}
-        elif fence.dataset_id:
-            check = "attribute_exists(#v) AND #d = :d"
-            values = {":d": {"S": fence.dataset_id}}
-        else:
-            check = "attribute_exists(#v) AND attribute_not_exists(#d)"
-            values = {}
-        condition_check: dict[str, Any] = {
-            "TableName": self.table_name,
-            "Key": _key(row.base_uri, fence.version),
-            "ConditionExpression": check,
-            "ExpressionAttributeNames": {"#v": "version"}
-            | ({} if fence.absent else {"#d": DATASET_ID_ATTRIBUTE}),
-            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-        }
-        if values:
-            condition_check["ExpressionAttributeValues"] = values
-        # No ClientRequestToken: a retry whose first attempt landed finds the version
-        # held by its own row (same_commit), as a retried PutItem does, so a token would
-        # add only its cost.
-        return {
-            "TransactItems": [
-                {"ConditionCheck": condition_check},
-                {
-                    "Put": {
-                        "TableName": self.table_name,
-                        "Item": item,
-                        "ConditionExpression": _PUT_CONDITION,
-                        "ExpressionAttributeNames": {"#b": "base_uri", "#v": "version"},
-                        "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-                    }
-                },
-            ],
-        }
 
     def _cancelled(self, row: ManifestRow, fence: Fence, exc: BaseException) -> bool:
         """Read a cancelled fenced claim: True if the version is this commit's own
@@ -495,7 +446,7 @@ class DynamoDBManifestStore(ExternalManifestStore):
         try:
             self._call(
                 "UpdateItem",
-                Key=_key(base_uri, version),
+                Key=item_key(base_uri, version),
                 UpdateExpression="SET #p = :final",
                 ConditionExpression="#p = :staged",
                 ExpressionAttributeNames={"#p": "path"},
@@ -623,7 +574,7 @@ class DynamoDBManifestStore(ExternalManifestStore):
             ExternalStoreThrottledError: retries exhausted.
         """
         self.validate()
-        response = self._call("GetItem", Key=_key(base_uri, version), ConsistentRead=True)
+        response = self._call("GetItem", Key=item_key(base_uri, version), ConsistentRead=True)
         item = response.get("Item")
         return item_to_row(item) if item else None
 
@@ -676,31 +627,9 @@ class DynamoDBManifestStore(ExternalManifestStore):
         *,
         keys_only: bool = False,
     ) -> Iterator[list[dict[str, Any]]]:
-        condition = "#b = :b"
-        values: dict[str, Any] = {":b": {"S": base_uri}}
-        if start is not None and end is not None:
-            condition += " AND #v BETWEEN :lo AND :hi"
-            values.update({":lo": {"N": str(start)}, ":hi": {"N": str(end)}})
-        elif start is not None:
-            condition += " AND #v >= :lo"
-            values[":lo"] = {"N": str(start)}
-        elif end is not None:
-            condition += " AND #v <= :hi"
-            values[":hi"] = {"N": str(end)}
-        names = {"#b": "base_uri"}
-        if start is not None or end is not None or keys_only:
-            names["#v"] = "version"  # DynamoDB rejects unused placeholders
-        kwargs: dict[str, Any] = {
-            "KeyConditionExpression": condition,
-            "ExpressionAttributeNames": names,
-            "ExpressionAttributeValues": values,
-            "ScanIndexForward": not descending,
-            "ConsistentRead": True,
-        }
-        if keys_only:
-            kwargs["ProjectionExpression"] = "#b, #v"
-        if self.page_size is not None:
-            kwargs["Limit"] = self.page_size
+        kwargs = query_request(
+            base_uri, start, end, descending, keys_only=keys_only, page_size=self.page_size
+        )
         while True:
             response = self._call("Query", **kwargs)
             yield list(response.get("Items") or [])
@@ -710,111 +639,6 @@ class DynamoDBManifestStore(ExternalManifestStore):
             kwargs["ExclusiveStartKey"] = last
 
 
-# --- items ---------------------------------------------------------------------------
-
-
-def _snake(operation: str) -> str:
+def _method_name(operation: str) -> str:
+    """The boto3 method of a DynamoDB API name (``GetItem`` -> ``get_item``)."""
     return "".join("_" + ch.lower() if ch.isupper() else ch for ch in operation).lstrip("_")
-
-
-def _key(base_uri: str, version: int) -> dict[str, Any]:
-    return {"base_uri": {"S": base_uri}, "version": {"N": str(int(version))}}
-
-
-def _old_item(exc: BaseException) -> dict[str, Any] | None:
-    response = getattr(exc, "response", None)
-    item = response.get("Item") if isinstance(response, dict) else None
-    return item or None
-
-
-def row_to_item(row: ManifestRow) -> dict[str, Any]:
-    """The DynamoDB item (low-level AttributeValue form) of ``row``."""
-    item: dict[str, Any] = {
-        "base_uri": {"S": row.base_uri},
-        "version": {"N": str(row.version)},
-        "path": {"S": row.path},
-        "size": {"N": str(row.size)},
-        "committer": {"S": row.committer},
-        "committed_at": {"N": str(row.committed_at)},
-    }
-    for key, value in row.extra.items():
-        item[key] = {"S": value}
-    return item
-
-
-def item_to_row(item: dict[str, Any]) -> ManifestRow:
-    """The row of a DynamoDB item, checked: rows are input (whoever can write the
-    table can plant one).
-
-    Attributes beyond the core ones become ``extra`` (S and N as their text, BOOL as
-    "true"/"false"; other types, which s3ddb never writes, are left out).
-
-    Raises:
-        StoredMetadataError: the item lacks base_uri, version or path, or an attribute
-            has the wrong type or is out of range (the message names the row).
-    """
-    if not isinstance(item, dict):
-        raise StoredMetadataError(
-            f"malformed external store row: not a map ({type(item).__name__})"
-        )
-    base_uri = _attribute(item, "base_uri", "S", required=True)
-    where = f"external store row of {base_uri[:200]!r}"
-    version = _number(item, "version", where, 1, MAX_VERSION, required=True)
-    where = f"external store row of version {version} of {base_uri[:200]!r}"
-    path = _attribute(item, "path", "S", required=True, where=where)
-    extra: dict[str, str] = {}
-    for key, value in item.items():
-        if key in CORE_ATTRIBUTES or not isinstance(value, dict):
-            continue
-        if "S" in value and isinstance(value["S"], str):
-            extra[key] = value["S"]
-        elif "N" in value and isinstance(value["N"], str):
-            extra[key] = value["N"]
-        elif "BOOL" in value:
-            extra[key] = "true" if value["BOOL"] else "false"
-    return ManifestRow(
-        base_uri=base_uri,
-        version=version,
-        path=path,
-        size=_number(item, "size", where, 0, MAX_SIZE),
-        committer=_attribute(item, "committer", "S", where=where),
-        committed_at=_number(item, "committed_at", where, 0, MAX_COMMITTED_AT),
-        extra=extra,
-    )
-
-
-def _attribute(
-    item: dict[str, Any], name: str, kind: str, *, required: bool = False, where: str = ""
-) -> str:
-    value = item.get(name)
-    if value is None and not required:
-        return ""
-    text = value.get(kind) if isinstance(value, dict) else None
-    if not isinstance(text, str) or (required and not text):
-        shown = repr(value)[:120]
-        raise StoredMetadataError(
-            f"malformed {where or 'external store row'}: attribute {name!r} must be a "
-            f"non-empty {kind}, got {shown}"
-        )
-    return text
-
-
-def _number(
-    item: dict[str, Any], name: str, where: str, low: int, high: int, *, required: bool = False
-) -> int:
-    value = item.get(name)
-    if value is None and not required:
-        return 0
-    text = value.get("N") if isinstance(value, dict) else None
-    # Integers only, in range, and short: DynamoDB numbers may be "1e30" or "2.5".
-    if not isinstance(text, str) or len(text) > 20 or not _DIGITS.fullmatch(text):
-        raise StoredMetadataError(
-            f"malformed {where}: attribute {name!r} must be a whole number N, "
-            f"got {repr(value)[:120]}"
-        )
-    number = int(text)
-    if not low <= number <= high:
-        raise StoredMetadataError(
-            f"malformed {where}: attribute {name!r} is {number}, outside {low}..{high}"
-        )
-    return number
