@@ -18,8 +18,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from s3ddb.commit import conflicts
@@ -163,90 +162,184 @@ def commit_transaction(
         TooMuchWriteContentionError: retries exhausted; files deleted.
         CommitStateUnknownError: the outcome is unknown; files kept.
     """
-    config = config or CommitConfig()
-    store = handler.store
-    written: list[str] = []
-    writes = pending if pending is not None else PendingWrites()
-
-    def write_transaction(t: Transaction) -> None:
-        path = layout.transaction_path(t.file_name)
-        written.append(path)
-        writes.put(store, path, t.to_bytes())
-
-    cache: dict[int, Manifest] = {}
-
-    def load_version(version: int) -> Manifest:
-        if version not in cache:
-            cache[version] = handler.load_manifest(handler.location_of(version))
-        return cache[version]
-
-    original = txn
+    commit = _CommitInProgress(
+        handler, txn, on_existing, pending if pending is not None else PendingWrites()
+    )
     try:
-        # Before anything is written; a refusal still deletes the files the
-        # operation wrote before committing (e.g. data files).
-        handler.check_writable(base)
-        write_transaction(txn)
-        if failpoints_active():
-            writes.wait()
-            failpoint("commit.after_transaction_file")
+        _write_first_transaction(commit, base)
+        budget = _RetryBudget(config or CommitConfig())
+        current = base if base is None or fresh_base else commit.catch_up(base)
         naming = base.naming_scheme if base is not None else naming
-        current = base
-        attempt = 0
-        deadline = time.monotonic() + config.timeout
-        started = time.monotonic()
-        if base is not None and not fresh_base:
-            current, txn = _resolve_since(
-                handler, current, txn, on_existing, write_transaction, written
-            )
-        while True:
-            next_version = (current.version if current is not None else 0) + 1
-            try:
-                manifest = handler.stamp(
-                    build_manifest(current, txn, next_version, naming, load_version), current
-                )
-            except BaseTooOldError:
-                newer, txn = _resolve_since(
-                    handler, current, txn, on_existing, write_transaction, written
-                )
-                if newer is None or current is None or newer.version == current.version:
-                    raise
-                current = newer
-                continue
-            try:
-                location = handler.commit_manifest(
-                    manifest, manifest.to_bytes(), writes, previous=current
-                )
-            except VersionConflict:
-                attempt += 1
-                attempt_seconds = time.monotonic() - started
-                if attempt > config.max_retries or time.monotonic() > deadline:
-                    raise TooMuchWriteContentionError(
-                        f"gave up committing {txn.kind} to {store.url} after {attempt} "
-                        f"attempts ({config.max_retries} retries / {config.timeout:g} s): "
-                        "other writers kept winning"
-                    ) from None
-            else:
-                _discard_superseded(handler, original, txn, written)
-                return CommitResult(manifest, location, txn, attempt + 1)
-            # Back off first, then catch up: attempting right after reading the newest
-            # version keeps the window in which another writer can win small.
-            time.sleep(config.backoff(attempt, attempt_seconds))
-            started = time.monotonic()
-            current, txn = _resolve_since(
-                handler, current, txn, on_existing, write_transaction, written
-            )
+        return _claim_next_version(commit, current, naming, budget)
     except CommitStateUnknownError:
         raise
     except Exception as exc:
-        # Let in-flight uploads finish first, so none lands after the cleanup.
-        try:
-            writes.wait()
-        except Exception:
-            pass
         # Nothing was claimed: every path above that could have claimed a version
         # returns or raises CommitStateUnknownError, so cleanup is safe.
-        _cleanup(handler, original, txn, written, exc, base)
+        commit.abandon(exc, base)
         raise
+
+
+@dataclass
+class _CommitInProgress:
+    """One commit under way: the transaction as rebased so far (``txn``) and every
+    file written for it (``written``), which a definite failure deletes."""
+
+    handler: CommitHandler
+    original: Transaction
+    on_existing: OnExisting
+    writes: PendingWrites
+    txn: Transaction = field(init=False)
+    written: list[str] = field(default_factory=list)
+    # Manifests build_manifest asked for, by version (it may ask again after a rebase).
+    loaded: dict[int, Manifest] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.txn = self.original
+
+    def write_transaction(self, txn: Transaction) -> None:
+        """Upload ``txn``'s file beside the other pending writes (and list it in
+        ``written``, so that a failure deletes it)."""
+        path = layout.transaction_path(txn.file_name)
+        self.written.append(path)
+        self.writes.put(self.handler.store, path, txn.to_bytes())
+
+    def load_version(self, version: int) -> Manifest:
+        """The manifest of ``version``, loaded once per commit."""
+        if version not in self.loaded:
+            self.loaded[version] = self.handler.load_manifest(self.handler.location_of(version))
+        return self.loaded[version]
+
+    def catch_up(self, current: Manifest | None) -> Manifest | None:
+        """Resolve ``txn`` against the versions committed after ``current`` and
+        return the newest of them (the next base); ``txn`` becomes the rebased
+        transaction only if all of them were resolved.
+
+        Raises:
+            RetryableCommitConflictError, IncompatibleTransactionError,
+            DatasetRecreatedError, DatasetAlreadyExistsError: see
+            :func:`_resolve_since`.
+        """
+        newest, self.txn = _resolve_since(self, current)
+        return newest
+
+    def abandon(self, exc: BaseException, base: Manifest | None) -> None:
+        """After a definite failure (``exc``): let in-flight uploads finish, so none
+        lands after the cleanup, then delete what this commit wrote (best effort)."""
+        try:
+            self.writes.wait()
+        except Exception:
+            pass
+        _cleanup(self.handler, self.original, self.txn, self.written, exc, base)
+
+
+@dataclass
+class _RetryBudget:
+    """How many versions a commit has lost, and whether it may try again: the
+    bounds and backoff of a :class:`CommitConfig`, timed from its creation."""
+
+    config: CommitConfig
+    lost: int = 0
+    deadline: float = field(init=False)
+    attempt_started: float = field(init=False)
+    last_attempt_seconds: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.deadline = time.monotonic() + self.config.timeout
+        self.attempt_started = time.monotonic()
+
+    def lose_version(self, what: str) -> None:
+        """Count a lost version; decides whether the commit gives up.
+
+        Raises:
+            TooMuchWriteContentionError: retries or time are used up (``what`` names
+                the transaction and dataset in the message).
+        """
+        self.lost += 1
+        self.last_attempt_seconds = time.monotonic() - self.attempt_started
+        if self.lost > self.config.max_retries or time.monotonic() > self.deadline:
+            raise TooMuchWriteContentionError(
+                f"gave up committing {what} after {self.lost} attempts "
+                f"({self.config.max_retries} retries / {self.config.timeout:g} s): "
+                "other writers kept winning"
+            ) from None
+
+    def back_off(self) -> None:
+        """Sleep before the next attempt, then start timing it."""
+        time.sleep(self.config.backoff(self.lost, self.last_attempt_seconds))
+        self.attempt_started = time.monotonic()
+
+
+def _write_first_transaction(commit: _CommitInProgress, base: Manifest | None) -> None:
+    """Refuse a ``base`` of another commit mechanism, then write the transaction file.
+
+    The refusal comes before anything is written; it still deletes the files the
+    operation wrote before committing (e.g. data files).
+
+    Raises:
+        CommitMechanismError: see :meth:`CommitHandler.check_writable`.
+    """
+    commit.handler.check_writable(base)
+    commit.write_transaction(commit.txn)
+    if failpoints_active():
+        commit.writes.wait()
+        failpoint("commit.after_transaction_file")
+
+
+def _claim_next_version(
+    commit: _CommitInProgress,
+    current: Manifest | None,
+    naming: NamingScheme,
+    budget: _RetryBudget,
+) -> CommitResult:
+    """Claim the version after ``current`` until a claim wins: after each lost
+    version, back off, catch up with the versions committed meanwhile (rebasing the
+    transaction) and build on the newest.
+
+    Raises:
+        TooMuchWriteContentionError: ``budget`` is used up.
+        CommitStateUnknownError: a claim's outcome is unknown.
+        Errors of :meth:`_CommitInProgress.catch_up` and :func:`_build_next`.
+    """
+    handler = commit.handler
+    while True:
+        current, manifest = _build_next(commit, current, naming)
+        try:
+            location = handler.commit_manifest(
+                manifest, manifest.to_bytes(), commit.writes, previous=current
+            )
+        except VersionConflict:
+            budget.lose_version(f"{commit.txn.kind} to {handler.store.url}")
+        else:
+            _discard_superseded(handler, commit.original, commit.txn, commit.written)
+            return CommitResult(manifest, location, commit.txn, budget.lost + 1)
+        # Back off first, then catch up: attempting right after reading the newest
+        # version keeps the window in which another writer can win small.
+        budget.back_off()
+        current = commit.catch_up(current)
+
+
+def _build_next(
+    commit: _CommitInProgress, current: Manifest | None, naming: NamingScheme
+) -> tuple[Manifest | None, Manifest]:
+    """The manifest of the version after ``current``, and the base it was built on.
+
+    A base that is too old for the transaction (``BaseTooOldError``) is caught up
+    with the versions committed since, and the manifest built on the newest.
+
+    Raises:
+        BaseTooOldError: no version newer than ``current`` exists to build on.
+    """
+    while True:
+        next_version = (current.version if current is not None else 0) + 1
+        try:
+            built = build_manifest(current, commit.txn, next_version, naming, commit.load_version)
+            return current, commit.handler.stamp(built, current)
+        except BaseTooOldError:
+            newer = commit.catch_up(current)
+            if newer is None or current is None or newer.version == current.version:
+                raise
+            current = newer
 
 
 def _raise_if_removed(handler: CommitHandler, version: int) -> None:
@@ -292,18 +385,21 @@ def _load_version(handler: CommitHandler, version: int) -> Manifest:
 
 
 def _resolve_since(
-    handler: CommitHandler,
-    current: Manifest | None,
-    txn: Transaction,
-    on_existing: OnExisting,
-    write_transaction: Callable[[Transaction], None],
-    written: list[str],
+    commit: _CommitInProgress, current: Manifest | None
 ) -> tuple[Manifest | None, Transaction]:
-    """Resolve ``txn`` against every version committed after ``current``.
+    """Resolve ``commit.txn`` against every version committed after ``current``.
 
     Returns the newest manifest (the new base) and the possibly rebased transaction.
-    Files a rebase writes are added to ``written``.
+    Files a rebase writes are added to ``commit.written``.
+
+    Raises:
+        RetryableCommitConflictError: versions after ``current`` were removed by
+            cleanup, or one of them cannot be told apart from a conflict.
+        IncompatibleTransactionError: see :mod:`s3ddb.commit.conflicts`.
+        DatasetRecreatedError: see :func:`_check_same_dataset`.
+        DatasetAlreadyExistsError: see :func:`_on_dataset_created`.
     """
+    handler, txn = commit.handler, commit.txn
     start = (current.version if current is not None else 0) + 1
     # The newest version may still be staged: its manifest reads the same, and the
     # handler makes sure it is final before claiming the next one.
@@ -329,45 +425,64 @@ def _resolve_since(
             and location.operation
             and conflicts.decided_by_kind(txn.kind, location.operation)
         ):
+            # Decided from the listing alone; only the newest is loaded, to build on.
             conflicts.resolve_kinds(txn, location.operation, location.version)
             previous = None
             continue
-        theirs_manifest = _load_checked(handler, location)
-        _check_same_dataset(handler, current, theirs_manifest)
+        theirs = _load_checked(handler, location)
+        _check_same_dataset(handler, current, theirs)
         if current is None and newest is None:
-            txn = _on_dataset_created(handler, txn, theirs_manifest, on_existing)
-            write_transaction(txn)
-        elif theirs_manifest.operation and conflicts.decided_by_kind(
-            txn.kind, theirs_manifest.operation
-        ):
-            # The newest is loaded only to build on; its transaction is not needed.
-            conflicts.resolve_kinds(txn, theirs_manifest.operation, location.version)
+            txn = _on_dataset_created(handler, txn, theirs, commit.on_existing)
+            commit.write_transaction(txn)
         else:
-            theirs = load_transaction(handler, theirs_manifest)
-            if theirs is None:
-                kind = theirs_manifest.operation
-                if kind and conflicts.decided_by_kind(txn.kind, kind):
-                    conflicts.resolve_kinds(txn, kind, location.version)
-                else:
-                    raise RetryableCommitConflictError(
-                        f"the transaction of version {location.version} of "
-                        f"{handler.store.url} is missing; cannot tell whether it conflicts"
-                    )
-            elif conflicts.decided_by_kind(txn.kind, theirs.kind):
-                conflicts.resolve_kinds(txn, theirs.kind, location.version)
-            else:
-                if previous is None:
-                    previous = _load_version(handler, location.version - 1)
-                ctx = conflicts.ConflictContext(handler.store, previous, theirs_manifest)
-                try:
-                    rebased = conflicts.resolve(txn, theirs, location.version, ctx)
-                finally:
-                    written.extend(ctx.written)
-                if rebased is not txn:
-                    txn = rebased
-                    write_transaction(txn)
-        newest = previous = theirs_manifest
+            txn = _resolve_against(commit, txn, location.version, theirs, previous)
+        newest = previous = theirs
     return newest, txn
+
+
+def _resolve_against(
+    commit: _CommitInProgress,
+    txn: Transaction,
+    version: int,
+    theirs_manifest: Manifest,
+    previous: Manifest | None,
+) -> Transaction:
+    """``txn`` as it applies after ``version`` (``theirs_manifest``), committed since
+    it was read: decided from the two operation kinds where the conflict table can,
+    else from their transaction, rebasing ours (and writing its new transaction
+    file) if it still applies. ``previous`` is the manifest of ``version - 1`` if
+    already loaded.
+
+    Raises:
+        RetryableCommitConflictError: their transaction file is missing, so whether
+            it conflicts cannot be told; or see :mod:`s3ddb.commit.conflicts`.
+        IncompatibleTransactionError: see :mod:`s3ddb.commit.conflicts`.
+    """
+    handler = commit.handler
+    kind = theirs_manifest.operation
+    if kind and conflicts.decided_by_kind(txn.kind, kind):
+        # Their transaction is not needed (the newest is loaded only to build on).
+        conflicts.resolve_kinds(txn, kind, version)
+        return txn
+    theirs = load_transaction(handler, theirs_manifest)
+    if theirs is None:
+        raise RetryableCommitConflictError(
+            f"the transaction of version {version} of "
+            f"{handler.store.url} is missing; cannot tell whether it conflicts"
+        )
+    if conflicts.decided_by_kind(txn.kind, theirs.kind):
+        conflicts.resolve_kinds(txn, theirs.kind, version)
+        return txn
+    if previous is None:
+        previous = _load_version(handler, version - 1)
+    ctx = conflicts.ConflictContext(handler.store, previous, theirs_manifest)
+    try:
+        rebased = conflicts.resolve(txn, theirs, version, ctx)
+    finally:
+        commit.written.extend(ctx.written)
+    if rebased is not txn:
+        commit.write_transaction(rebased)
+    return rebased
 
 
 def _check_same_dataset(handler: CommitHandler, base: Manifest | None, theirs: Manifest) -> None:
