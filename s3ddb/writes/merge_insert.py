@@ -17,6 +17,7 @@ row the first inserted rather than inserting a duplicate.
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -195,29 +196,77 @@ def plan_merge(
     uri: str,
 ) -> tuple[Update | None, dict[str, int]]:
     """The Update that merges ``source`` into ``manifest``'s version, and its counts."""
-    schema = manifest.schema
     keys = list(builder.on)
-    names = list(schema.arrow.names)
-    delete_expr = (
-        parse_predicate(builder.delete_condition, schema.arrow)
-        if builder.delete_condition is not None
-        else None
-    )
-    update_expr = (
-        _condition(builder.update_condition, schema.arrow)
-        if builder.update_condition is not None
-        else None
-    )
-    wanted = set(keys)
-    if delete_expr is not None:
-        wanted |= referenced_columns(delete_expr, schema.arrow)
-    if update_expr is not None:
-        wanted = set(names)  # the condition may read any target column
-    columns = [n for n in names if n in wanted]
+    clauses = _MergeClauses.compile(builder, manifest.schema.arrow)
     # Only target rows whose key the source holds can match; unless the merge deletes
     # what the source lacks, the others never leave the worker that scans them.
     source_keys = None if builder.delete_unmatched_by_source else source.select(keys)
+    deleted_before, target = _scan_target(
+        store, manifest, keys, clauses.columns, source, source_keys
+    )
+    numbered = source.append_column(_SRC, pa.array(np.arange(source.num_rows, dtype=np.int64)))
+    matched = target.join(
+        numbered.select([*keys, _SRC]), keys=keys, join_type="inner", use_threads=False
+    )
+    removed, written_rows, counts = _merge_outcome(
+        builder, clauses, source, numbered, target, matched
+    )
+    if not removed and not written_rows:
+        return None, counts
+    op = _write_update(
+        store, manifest, builder, source, matched, deleted_before, removed, written_rows
+    )
+    return op, counts
 
+
+@dataclass(frozen=True)
+class _MergeClauses:
+    """The builder's conditions compiled against the target's schema, and the target
+    columns a scan must read for them: the keys, what the delete condition reads, and
+    every column when an update condition may read any target column."""
+
+    delete_expr: pc.Expression | None
+    update_expr: pc.Expression | None
+    #: The target columns to read, in schema order.
+    columns: list[str]
+    #: Every column of the target's schema.
+    names: list[str]
+
+    @classmethod
+    def compile(cls, builder: MergeInsertBuilder, schema: pa.Schema) -> _MergeClauses:
+        """Raises what :func:`parse_predicate` raises for a condition that does not
+        compile against ``schema``."""
+        names = list(schema.names)
+        delete_expr = (
+            parse_predicate(builder.delete_condition, schema)
+            if builder.delete_condition is not None
+            else None
+        )
+        update_expr = (
+            _condition(builder.update_condition, schema)
+            if builder.update_condition is not None
+            else None
+        )
+        wanted = set(builder.on)
+        if delete_expr is not None:
+            wanted |= referenced_columns(delete_expr, schema)
+        if update_expr is not None:
+            wanted = set(names)  # the condition may read any target column
+        return cls(delete_expr, update_expr, [n for n in names if n in wanted], names)
+
+
+def _scan_target(
+    store: ObjectStore,
+    manifest: Manifest,
+    keys: list[str],
+    columns: list[str],
+    source: pa.Table,
+    source_keys: pa.Table | None,
+) -> tuple[dict[int, BitMap], pa.Table]:
+    """Read the target rows a merge may touch: ``columns`` plus each row's fragment id
+    and offset, limited to rows whose key ``source_keys`` holds (all live rows when it
+    is None), and each fragment's deleted rows before the merge."""
+    schema = manifest.schema
     sources = FileResolver.for_manifest(store, manifest)
     # An index of a single key column points at the only rows of covered fragments
     # that can match: those are read instead of the whole key column.
@@ -268,30 +317,41 @@ def plan_merge(
             + [pa.field(_FRAG, pa.int64()), pa.field(_ROW, pa.int64())]
         ).empty_table()
     )
-    indexed = source.append_column(_SRC, pa.array(np.arange(source.num_rows, dtype=np.int64)))
-    matched = target.join(
-        indexed.select([*keys, _SRC]), keys=keys, join_type="inner", use_threads=False
-    )
+    return deleted_before, target
 
+
+def _merge_outcome(
+    builder: MergeInsertBuilder,
+    clauses: _MergeClauses,
+    source: pa.Table,
+    numbered: pa.Table,
+    target: pa.Table,
+    matched: pa.Table,
+) -> tuple[dict[int, BitMap], list[pa.Table], dict[str, int]]:
+    """What the merge's clauses do: the target rows removed (by fragment id), the rows
+    written (updated and inserted source rows) and the counts the merge returns.
+    ``numbered`` is ``source`` with each row's index, ``matched`` the target rows
+    joined to the index of the source row they match."""
     removed: dict[int, BitMap] = {}
     written_rows: list[pa.Table] = []
     n_updated = n_inserted = n_deleted = 0
     if builder.update_matched and matched.num_rows:
         pairs = matched
-        if update_expr is not None:
-            pairs = _filter_pairs(matched, source, update_expr, names)
+        if clauses.update_expr is not None:
+            pairs = _filter_pairs(matched, source, clauses.update_expr, clauses.names)
         n_updated = pairs.num_rows
         _add_rows(removed, pairs)
         written_rows.append(source.take(pairs.column(_SRC)))
     if builder.insert_unmatched:
         was_matched = pc.is_in(
-            indexed.column(_SRC), value_set=matched.column(_SRC).combine_chunks()
+            numbered.column(_SRC), value_set=matched.column(_SRC).combine_chunks()
         )
         unmatched = source.filter(pc.invert(was_matched))
         if unmatched.num_rows:
             n_inserted = unmatched.num_rows
             written_rows.append(unmatched)
     if builder.delete_unmatched_by_source and target.num_rows:
+        delete_expr = clauses.delete_expr
         candidates = target if delete_expr is None else target.filter(delete_expr)
         was_matched = pc.is_in(_addresses(candidates), value_set=_addresses(matched))
         gone = candidates.filter(pc.invert(was_matched))
@@ -302,8 +362,23 @@ def plan_merge(
         "num_updated_rows": n_updated,
         "num_deleted_rows": n_deleted,
     }
-    if not removed and not written_rows:
-        return None, counts
+    return removed, written_rows, counts
+
+
+def _write_update(
+    store: ObjectStore,
+    manifest: Manifest,
+    builder: MergeInsertBuilder,
+    source: pa.Table,
+    matched: pa.Table,
+    deleted_before: dict[int, BitMap],
+    removed: dict[int, BitMap],
+    written_rows: list[pa.Table],
+) -> Update:
+    """Write the new fragments and deletion files of a merge and describe them as the
+    Update to commit; the files written are deleted (best effort) if this fails."""
+    schema = manifest.schema
+    keys = list(builder.on)
     files = FileTracker(store)
     with files.cleanup_on_error():
         new: list[FragmentMetadata] = []
@@ -313,7 +388,7 @@ def plan_merge(
             files.add(*data_file_paths(new))
         plan = DeletionPlan(deleted_before, removed)
         changed, removed_ids = write_deletions(store, manifest, plan, files)
-        op = Update(
+        return Update(
             removed_fragment_ids=tuple(removed_ids),
             updated_fragments=tuple(changed),
             new_fragments=tuple(new),
@@ -330,7 +405,6 @@ def plan_merge(
                 matched_rows=_rows_of(matched),
             ),
         )
-    return op, counts
 
 
 def _filter_pairs(
