@@ -21,6 +21,17 @@ from typing import Any
 
 from s3ddb.errors import ExternalStoreError
 
+__all__ = [
+    "DATASET_ID_ATTRIBUTE",
+    "ExternalManifestStore",
+    "ExternalStoreOutcomeUnknownError",
+    "Fence",
+    "FenceFailedError",
+    "ManifestRow",
+    "VersionTakenError",
+    "is_staged_path",
+]
+
 # A staged manifest path ends in ".manifest-<uuid hex or dashed uuid>".
 _STAGED_RE = re.compile(r"\.manifest-[0-9A-Za-z-]+$")
 

@@ -19,6 +19,17 @@ from s3ddb.external_store.base import (
 )
 from s3ddb.io.arguments import check_int
 
+__all__ = [
+    "CLAIM_ATTRIBUTE",
+    "CORE_ATTRIBUTES",
+    "check_fence",
+    "check_row",
+    "fence_failure_text",
+    "fence_holds",
+    "final_path_of",
+    "same_commit",
+]
+
 #: Attributes every row has; ``ManifestRow.extra`` may not reuse these names.
 CORE_ATTRIBUTES = ("base_uri", "version", "path", "size", "committer", "committed_at")
 

@@ -1,0 +1,3 @@
+"""The stored model: manifests, fragments, data/deletion/index files, layout and naming."""
+
+__all__: list[str] = []

@@ -26,6 +26,20 @@ from s3ddb.io.arguments import is_int
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.uri import parse_uri
 
+__all__ = [
+    "ALLOW_CROSS_STORE",
+    "BASE_SCHEMES",
+    "BasePath",
+    "FileResolver",
+    "Files",
+    "as_resolver",
+    "base_path_problem",
+    "check_base_paths",
+    "cross_store_allowed",
+    "file_base_ids",
+    "fragment_files",
+]
+
 #: Schemes a base path may use: the object stores s3ddb reads (an ``s3+ddb`` dataset
 #: is a base through its plain ``s3://`` root: reading files needs no DynamoDB).
 BASE_SCHEMES = ("file", "memory", "s3")

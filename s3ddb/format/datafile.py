@@ -16,6 +16,17 @@ from s3ddb.format.stats import compute_file_statistics
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.parallel import PendingWrites
 
+__all__ = [
+    "DEFAULT_MAX_ROWS_PER_FILE",
+    "DEFAULT_ROW_GROUP_SIZE",
+    "WHOLE_READ_MAX_BYTES",
+    "assemble_columns",
+    "open_data_file",
+    "read_fragment",
+    "write_data_file",
+    "write_fragments_from_table",
+]
+
 DEFAULT_MAX_ROWS_PER_FILE = 1024 * 1024
 DEFAULT_ROW_GROUP_SIZE = 64 * 1024
 

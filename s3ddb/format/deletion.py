@@ -14,6 +14,14 @@ from s3ddb.format.bases import Files, as_resolver
 from s3ddb.format.fragment import DeletionFile, FragmentMetadata
 from s3ddb.io.object_store import ObjectStore
 
+__all__ = [
+    "deletion_path",
+    "max_deletion_file_bytes",
+    "read_deleted_rows",
+    "read_deletion_mask",
+    "write_deletion_file",
+]
+
 
 def deletion_path(fragment: FragmentMetadata) -> str:
     """Path of ``fragment``'s deletion file under the root that holds it (its own or

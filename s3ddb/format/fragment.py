@@ -28,6 +28,8 @@ from s3ddb.io.paths import check_name
 if TYPE_CHECKING:
     from s3ddb.format.stats import FileStatistics
 
+__all__ = ["DataFile", "DeletionFile", "FragmentMetadata", "data_file_paths"]
+
 
 @dataclass(frozen=True)
 class DataFile:

@@ -32,6 +32,8 @@ from s3ddb.format._proto import manifest_pb2 as pb
 from s3ddb.format.bases import file_base_ids
 from s3ddb.format.fragment import FragmentMetadata
 
+__all__ = ["MAX_SEGMENTS", "EncodedFragments", "FragmentList", "FragmentsById", "Segment"]
+
 #: Above this many segments, adjacent ones are merged (a writer that appends again
 #: and again to the manifest it committed last must not build an ever longer chain).
 MAX_SEGMENTS = 16

@@ -16,6 +16,8 @@ from collections.abc import Sequence
 
 from s3ddb.errors import ManifestCorruptError
 
+__all__ = ["frame", "frame_parts", "unframe", "unframe_view"]
+
 _FOOTER = struct.Struct("<QI")
 
 

@@ -19,6 +19,8 @@ from s3ddb.format._proto import manifest_pb2 as pb
 from s3ddb.format.limits import MAX_FRAGMENT_ID, MAX_VERSION, check_range
 from s3ddb.io.paths import check_name
 
+__all__ = ["FILES_KEY", "FORMAT_KEY", "IndexMetadata", "index_by_name"]
+
 #: ``details`` key listing the index's file names (comma separated) under its directory.
 FILES_KEY = "s3ddb.files"
 #: ``details`` key naming the file layout s3ddb wrote; an index without it (written by

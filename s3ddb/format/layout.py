@@ -6,6 +6,24 @@ import uuid
 
 from s3ddb.format.naming import NamingScheme, staged_manifest_name
 
+__all__ = [
+    "DATA_DIR",
+    "DELETIONS_DIR",
+    "INDICES_DIR",
+    "TAGS_DIR",
+    "TRANSACTIONS_DIR",
+    "VERSIONS_DIR",
+    "data_file_path",
+    "deletion_file_path",
+    "index_file_path",
+    "manifest_path",
+    "new_data_file_name",
+    "staged_manifest_path",
+    "tag_path",
+    "transaction_file_name",
+    "transaction_path",
+]
+
 DATA_DIR = "data"
 VERSIONS_DIR = "_versions"
 TRANSACTIONS_DIR = "_transactions"

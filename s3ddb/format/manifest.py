@@ -25,6 +25,20 @@ from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.paths import check_name
 from s3ddb.version import __version__
 
+__all__ = [
+    "CONDITIONAL_PUT",
+    "DYNAMODB",
+    "HEADER_READ_BYTES",
+    "MANIFEST_MAGIC",
+    "WRITER_LIBRARY",
+    "Manifest",
+    "ManifestHeader",
+    "new_dataset_id",
+    "read_manifest_header",
+    "referenced_files",
+    "referenced_paths",
+]
+
 MANIFEST_MAGIC = b"S3DDBMF1"
 #: Commit mechanisms a manifest records (see :attr:`Manifest.commit_mechanism`).
 CONDITIONAL_PUT = "conditional-put"

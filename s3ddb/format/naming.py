@@ -14,6 +14,17 @@ import enum
 import re
 import uuid
 
+__all__ = [
+    "DEFAULT_NAMING",
+    "MAX_VERSION",
+    "U64_MAX",
+    "NamingScheme",
+    "is_valid_version",
+    "parse_manifest_name",
+    "parse_staged_name",
+    "staged_manifest_name",
+]
+
 U64_MAX = 2**64 - 1
 #: The largest version s3ddb reads or writes. Versions are u64 in the format, but V2
 #: names are ``u64::MAX - version``, and stored counters go through signed 64-bit

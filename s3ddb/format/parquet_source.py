@@ -27,6 +27,20 @@ from s3ddb.format.fragment import DataFile, FragmentMetadata
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.parallel import process_pool
 
+__all__ = [
+    "FOOTER_GUESS_BYTES",
+    "HOLE_BYTES",
+    "MAX_REQUEST_BYTES",
+    "WHOLE_READ_MAX_BYTES",
+    "ParquetSource",
+    "RangeFile",
+    "check_data_file",
+    "coalesce",
+    "data_file_errors",
+    "file_columns_by_id",
+    "read_footer",
+]
+
 #: Data files up to this size are read with one GET rather than ranged reads.
 WHOLE_READ_MAX_BYTES = 8 * 1024 * 1024
 #: Footer bytes fetched blind with the first ranged read (most footers fit).

@@ -8,6 +8,8 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
+__all__ = ["ColumnStats", "RowGroupPredicate", "row_group_stats"]
+
 
 @dataclass(frozen=True)
 class ColumnStats:

@@ -16,6 +16,17 @@ from pyroaring import BitMap
 from s3ddb.errors import InvalidExpressionError
 from s3ddb.format.schema import conform
 
+__all__ = [
+    "EVALUATION_ERRORS",
+    "all_rows",
+    "apply_values",
+    "evaluate",
+    "evaluation_error",
+    "filter_rows",
+    "matching_rows",
+    "take_rows",
+]
+
 #: What pyarrow raises when evaluating an expression over rows fails (division by
 #: zero, overflow, a cast that does not fit...): a fault of the expression.
 EVALUATION_ERRORS = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError)

@@ -17,6 +17,8 @@ import pyarrow as pa
 from s3ddb.errors import SchemaMismatchError, StoredMetadataError
 from s3ddb.format._proto import manifest_pb2 as pb
 
+__all__ = ["DatasetSchema", "FieldPath", "conform"]
+
 FieldPath = tuple[str, ...]
 
 

@@ -28,6 +28,19 @@ if TYPE_CHECKING:
     from s3ddb.format.rowgroups import ColumnStats
     from s3ddb.format.schema import DatasetSchema
 
+__all__ = [
+    "STRING_PREFIX",
+    "Bound",
+    "ColumnStatistics",
+    "FileStatistics",
+    "compute_file_statistics",
+    "exact_bound_type",
+    "file_key",
+    "fragment_column_stats",
+    "live_statistics",
+    "recorded_type",
+]
+
 #: Characters kept of a string bound (a manifest at 10,000 fragments stays small).
 STRING_PREFIX = 16
 

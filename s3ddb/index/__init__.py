@@ -5,3 +5,5 @@
 ``s3ddb.operations.index``; how commits keep an index's fragment coverage true is
 ``s3ddb.commit.index_coverage``. Importing this package imports none of them.
 """
+
+__all__ = []

@@ -31,6 +31,22 @@ from typing import BinaryIO
 from s3ddb.errors import PathOutsideDatasetError
 from s3ddb.io.paths import relative_key
 
+__all__ = [
+    "NAME_MAX",
+    "PATH_MAX",
+    "check_local_limits",
+    "copy_into",
+    "directory",
+    "list_files",
+    "open_regular",
+    "read_all",
+    "read_range",
+    "remove",
+    "size_of",
+    "write",
+    "write_if_absent",
+]
+
 #: Longest file name (one path component) local filesystems accept, in bytes.
 NAME_MAX = 255
 #: Longest path the operating system accepts, in bytes (with the terminating NUL).

@@ -18,6 +18,8 @@ from typing import TypeVar
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.per_process import PerProcess
 
+__all__ = ["PendingWrites", "process_pool", "run_beside"]
+
 T = TypeVar("T")
 
 _MAX_WORKERS = 16

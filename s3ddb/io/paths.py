@@ -19,6 +19,8 @@ import re
 
 from s3ddb.errors import PathOutsideDatasetError
 
+__all__ = ["MAX_NAME_LENGTH", "check_name", "check_relative_path", "name_problem", "relative_key"]
+
 MAX_NAME_LENGTH = 1024
 
 

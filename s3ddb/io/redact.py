@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from urllib.parse import unquote_plus, urlsplit, urlunsplit
 
+__all__ = ["REDACTED", "is_secret_option", "redact_url"]
+
 #: Option names holding any of these words are secret (``aws_secret_access_key``,
 #: ``s3_session_token``, ``token``, ``password``...). Access key ids too: not secret
 #: on their own, but nothing needs them in a message (``ServiceSettings`` shows their

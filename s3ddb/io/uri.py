@@ -18,6 +18,8 @@ from urllib.parse import parse_qsl, urlsplit
 from s3ddb.errors import InvalidURIError
 from s3ddb.io.redact import redact_url
 
+__all__ = ["DatasetURI", "parse_uri"]
+
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.\-_]{1,254}$")
 
 

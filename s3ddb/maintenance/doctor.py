@@ -32,6 +32,8 @@ from s3ddb.io.aws import AwsConfig, ServiceSettings
 from s3ddb.io.redact import redact_url
 from s3ddb.io.uri import DatasetURI, parse_uri
 
+__all__ = ["Check", "DoctorReport", "diagnose", "render"]
+
 OK, FAIL, INFO = "ok", "fail", "info"
 
 

@@ -44,6 +44,8 @@ from s3ddb.testing._endpoint import (
 )
 from s3ddb.testing._requests import RequestRecord, s3_operation
 
+__all__ = ["Dynalite", "S3rver", "missing", "node_modules"]
+
 #: Listens on 127.0.0.1, port 0 (the dynalite command line cannot: it treats port 0 as
 #: "use the default 4567"), with tables ACTIVE at once, and prints the port as JSON.
 _LAUNCH_DYNALITE = """

@@ -19,6 +19,8 @@ from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.per_process import PerProcess
 from s3ddb.io.uri import DatasetURI, parse_uri
 
+__all__ = ["external_store_for", "open_handler"]
+
 _EXTERNAL_STORES: PerProcess[tuple[str, AwsConfig], ExternalManifestStore] = PerProcess(
     "external manifest stores"
 )

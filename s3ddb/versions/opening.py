@@ -22,6 +22,20 @@ from s3ddb.io.arguments import is_int
 from s3ddb.io.parallel import process_pool
 from s3ddb.versions.connect import open_handler
 
+__all__ = [
+    "HISTORY_READ_THREADS",
+    "VersionInfo",
+    "dataset_not_found",
+    "history",
+    "load_latest",
+    "load_newest",
+    "load_version",
+    "open_validated",
+    "placeholder_manifest",
+    "require_latest_location",
+    "version_as_of",
+]
+
 
 @dataclass(frozen=True)
 class VersionInfo:
