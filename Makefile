@@ -33,8 +33,11 @@ $(NODE_STAMP): tests/node/package.json
 demo: $(STAMP)
 	$(PY) -m s3ddb.cli.main demo
 
+# ruff, then the structure figures (import cycles and layers, private names across
+# packages, module sizes, __all__, exported exceptions; scripts/structure.py).
 lint: $(STAMP)
 	$(PY) -m ruff check s3ddb pyspark_s3ddb tests benchmarks scripts
+	$(PY) scripts/structure.py
 
 typecheck: $(STAMP)
 	$(PY) -m mypy

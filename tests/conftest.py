@@ -69,7 +69,7 @@ def moto_aws() -> Iterator[object]:
 def dynalite() -> Iterator[object]:
     """dynalite, a second DynamoDB implementation, with the test table (skipped, with
     the reason, where Node.js or the package is missing: ``make test`` installs it)."""
-    from s3ddb.testing.node_servers import Dynalite, missing
+    from tests.node_servers import Dynalite, missing
 
     reason = missing("dynalite")
     if reason:
@@ -83,7 +83,7 @@ def dynalite() -> Iterator[object]:
 def s3rver() -> Iterator[object]:
     """s3rver, a second S3 implementation (no conditional writes), with the test
     bucket (skipped, with the reason, where Node.js or the package is missing)."""
-    from s3ddb.testing.node_servers import S3rver, missing
+    from tests.node_servers import S3rver, missing
 
     reason = missing("s3rver")
     if reason:

@@ -108,7 +108,7 @@ def ddb_server() -> Iterator[LocalAWS]:
 @pytest.fixture(scope="module", params=["s3rver", "moto"])
 def layout(request: pytest.FixtureRequest, ddb_server: LocalAWS) -> Iterator[Layout]:
     if request.param == "s3rver":
-        from s3ddb.testing.node_servers import S3rver, missing
+        from tests.node_servers import S3rver, missing
 
         reason = missing("s3rver")
         if reason:

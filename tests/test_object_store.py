@@ -146,7 +146,7 @@ def test_s3_conditional_put_commits_datasets(conditional_aws: Any) -> None:
 
 
 def test_s3rver_listens_on_its_own_port_and_logs_who_signed(s3rver: Any) -> None:
-    from s3ddb.testing.node_servers import S3rver
+    from tests.node_servers import S3rver
 
     with S3rver(access_keys={"OTHERKEY": "other"}, buckets=["second"]) as other:
         assert other.endpoint_url != s3rver.endpoint_url

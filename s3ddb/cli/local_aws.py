@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from types import FrameType
 from typing import Any
 
-from s3ddb.testing._endpoint import DEFAULT_REGION
+from s3ddb.testing import DEFAULT_REGION
 
 _HELP = "serve a local S3 + DynamoDB endpoint (moto) for tests and demos"
 

@@ -18,7 +18,8 @@ is given, and logs every request with the access key that signed it
         so = {"s3_endpoint": s3.endpoint_url, "s3_access_key_id": "s3-key", ...}
 
 The packages are looked up under ``$S3DDB_NODE_MODULES`` or ``<venv>/node/node_modules``
-(``make test`` installs it there from ``tests/node/package.json``).
+(``make test`` installs it there from ``tests/node/package.json``). Test-only: this
+module is part of the test suite, not of the package.
 """
 
 from __future__ import annotations
