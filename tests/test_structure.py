@@ -1,0 +1,111 @@
+"""scripts/structure.py (run by ``make lint``) finds each kind of structure problem in a
+planted package, passes the real one, and docs/architecture.md states its layers."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "scripts" / "structure.py"
+
+
+def _structure() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("structure_script", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def _run(root: Path) -> subprocess.CompletedProcess[str]:
+    # A child process: the planted package is also named s3ddb, and the script imports it.
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), "--root", str(root)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=root.parent,
+    )
+
+
+def _write(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+def test_the_package_has_no_structure_problem() -> None:
+    result = _run(ROOT / "s3ddb")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "structure: 0 problem(s)" in result.stdout
+
+
+def test_a_planted_package_shows_every_kind_of_problem(tmp_path: Path) -> None:
+    root = tmp_path / "s3ddb"
+    ok = "__all__: list[str] = []\n"
+    _write(
+        root,
+        {
+            "__init__.py": "from s3ddb.errors import Exported\n__all__ = ['Exported']\n",
+            "errors.py": (
+                "__all__ = ['Exported', 'Forgotten']\n"
+                "class Exported(Exception): ...\n"
+                "class Forgotten(Exception): ...\n"
+            ),
+            "io/__init__.py": ok,
+            # a cycle through a lazy import; a TYPE_CHECKING import does not count
+            "io/a.py": ok + "import s3ddb.io.b\ndef _helper() -> None: ...\n",
+            "io/b.py": ok + "def f() -> None:\n    import s3ddb.io.a\n",
+            "io/typed.py": ok
+            + "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import s3ddb.commit.x\n",
+            # a lower layer importing a higher one
+            "io/upward.py": ok + "import s3ddb.commit.x\n",
+            "commit/__init__.py": ok,
+            "commit/x.py": ok,
+            # a private name across packages, and from a private module
+            "format/__init__.py": ok,
+            "format/d.py": ok
+            + "from s3ddb.io.a import _helper\nfrom s3ddb.commit import _internal\n",
+            "commit/_internal.py": "",
+            # no __all__
+            "format/bare.py": "x = 1\n",
+            # too long
+            "format/long.py": ok + "x = 1\n" * 701,
+            # nine modules at the top (with __init__ and errors)
+            **{f"top{i}.py": ok for i in range(7)},
+            # in no layer
+            "stray.py": ok,
+        },
+    )
+    result = _run(root)
+    out = result.stdout
+    assert result.returncode == 1, out + result.stderr
+    assert "import cycle: s3ddb.io.a -> s3ddb.io.b" in out
+    assert "typed.py" not in out
+    assert re.search(r"upward\.py:\d+: layer s3ddb\.io imports s3ddb\.commit\.x", out)
+    assert re.search(r"d\.py:\d+: private name across packages: s3ddb\.io\.a\._helper", out)
+    assert re.search(r"d\.py:\d+: private name across packages: s3ddb\.commit\._internal", out)
+    assert "format/bare.py: a public module without __all__" in out
+    assert re.search(r"format/long\.py: 70[0-9] lines \(at most 700\)", out)
+    assert re.search(r"1[01] modules directly under s3ddb/", out)
+    assert "stray.py: s3ddb.stray is in no layer of LAYERS" in out
+    assert "s3ddb.errors.Forgotten: a public exception missing from s3ddb.__all__" in out
+    assert "Exported: a public exception" not in out
+
+
+def test_the_architecture_page_lists_the_layers_in_order() -> None:
+    layers = _structure().LAYERS
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    rows = re.findall(r"^\| (\d+) \| (.+?) \|", page, flags=re.MULTILINE)
+    assert [int(rank) for rank, _ in rows] == list(range(len(layers)))
+    for (rank, cell), layer in zip(rows, layers):
+        named = set(re.findall(r"`([a-z_]+)(?:/|\.py)`", cell)) - {"__init__"}
+        expected = {unit.removeprefix("s3ddb.") for unit in layer} - {"s3ddb"}
+        assert named == expected, f"layer {rank}: the page names {named}, LAYERS {expected}"
