@@ -21,7 +21,13 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from s3ddb.dataset import Dataset
+    from s3ddb.external_store import ExternalManifestStore
+    from s3ddb.testing import LocalAWS
 
 __all__ = [
     "BUCKET",
@@ -70,6 +76,9 @@ def register(subparsers: Any) -> None:
 
 
 UPSERT_KEYS = range(9_000_000, 9_000_010)
+
+#: Records one named check of the demo, and prints it: ``check(name, ok)``.
+Check = Callable[[str, bool], None]
 
 #: The row changes of step 6, each run by its own process at the same time.
 CHANGES: dict[str, str] = {
@@ -143,9 +152,10 @@ def run_writer(args: argparse.Namespace) -> int:
     return 0
 
 
-def _spawn(uri: str, writer: int, appends: int, env: dict[str, str]) -> subprocess.Popen[str]:
+def _spawn_python(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
+    """``python *args`` in a child process with ``env``; its stdout and stderr are piped."""
     return subprocess.Popen(
-        [sys.executable, "-m", "s3ddb.cli.main", "demo-writer", uri, str(writer), str(appends)],
+        [sys.executable, *args],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -153,17 +163,37 @@ def _spawn(uri: str, writer: int, appends: int, env: dict[str, str]) -> subproce
     )
 
 
-def _spawn_change(uri: str, change: str, env: dict[str, str]) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "s3ddb.cli.main", "demo-change", uri, change],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+def _spawn_writer(
+    uri: str, writer: int, appends: int, env: dict[str, str]
+) -> subprocess.Popen[str]:
+    return _spawn_python(env, "-m", "s3ddb.cli.main", "demo-writer", uri, str(writer), str(appends))
 
 
-def _row_changes(uri: str, env: dict[str, str], so: dict[str, Any], check: Any) -> int:
+def _wait_and_report(
+    procs: list[tuple[str, subprocess.Popen[str]]],
+    timeout: float,
+    summary: Callable[[str], str],
+) -> int:
+    """Wait for each ``(label, process)`` in turn; returns how many exited 0.
+
+    Prints ``summary(stdout)`` of each that exited 0, and the label and the tail of the
+    stderr of each that did not.
+
+    Raises:
+        subprocess.TimeoutExpired: a process ran longer than ``timeout`` seconds.
+    """
+    ok = 0
+    for label, proc in procs:
+        out, err = proc.communicate(timeout=timeout)
+        if proc.returncode == 0:
+            ok += 1
+            print(f"   {summary(out)}")
+        else:
+            print(f"   {label + ' ' if label else ''}FAILED:\n{err[-2000:]}", file=sys.stderr)
+    return ok
+
+
+def _row_changes(uri: str, env: dict[str, str], so: dict[str, Any], check: Check) -> int:
     """Step 6; returns the number of versions it committed."""
     import s3ddb
 
@@ -175,15 +205,10 @@ def _row_changes(uri: str, env: dict[str, str], so: dict[str, Any], check: Any) 
     )
     for change, what in CHANGES.items():
         print(f"   - {change}: {what}")
-    procs = {c: _spawn_change(uri, c, env) for c in CHANGES}
-    ok = 0
-    for change, p in procs.items():
-        out, err = p.communicate(timeout=600)
-        if p.returncode == 0:
-            ok += 1
-            print(f"   {out.strip()}")
-        else:
-            print(f"   {change} FAILED:\n{err[-2000:]}", file=sys.stderr)
+    procs = [
+        (c, _spawn_python(env, "-m", "s3ddb.cli.main", "demo-change", uri, c)) for c in CHANGES
+    ]
+    ok = _wait_and_report(procs, 600, str.strip)
     check("every row change committed", ok == len(CHANGES))
     after = s3ddb.dataset(uri, storage_options=so)
     rows = after.to_table().to_pylist()
@@ -234,7 +259,7 @@ def _spark_available() -> str | None:
     return None
 
 
-def _spark_step(env: dict[str, str], so: dict[str, Any], check: Any) -> None:
+def _spark_step(env: dict[str, str], so: dict[str, Any], check: Check) -> None:
     """Two Spark applications append while a Python process deletes, all at once."""
     import pyarrow as pa
 
@@ -258,30 +283,18 @@ def _spark_step(env: dict[str, str], so: dict[str, Any], check: Any) -> None:
     )
     s3ddb.write_dataset(seed, uri, storage_options=so)
 
-    def spawn(*command: str) -> subprocess.Popen[str]:
-        return subprocess.Popen(
-            [sys.executable, *command],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-
     app = ("-m", "s3ddb.spark_ext.append_app", uri, "--rows", str(SPARK_ROWS))
     apps = [
-        spawn(*app, "--start", str(i * SPARK_ROWS), "--name", f"spark-app-{i}")
+        _spawn_python(env, *app, "--start", str(i * SPARK_ROWS), "--name", f"spark-app-{i}")
         for i in range(SPARK_APPS)
     ]
     delete = "import sys, s3ddb; print(s3ddb.dataset(sys.argv[1]).delete(\"app = 'seed'\"))"
-    deleter = spawn("-c", delete, uri)
-    ok = 0
-    for proc in [*apps, deleter]:
-        out, err = proc.communicate(timeout=900)
-        if proc.returncode == 0:
-            ok += 1
-            print(f"   {out.strip().splitlines()[-1] if out.strip() else 'done'}")
-        else:
-            print(f"   FAILED:\n{err[-2000:]}", file=sys.stderr)
+    deleter = _spawn_python(env, "-c", delete, uri)
+    ok = _wait_and_report(
+        [("", proc) for proc in [*apps, deleter]],
+        900,
+        lambda out: out.strip().splitlines()[-1] if out.strip() else "done",
+    )
     check("both Spark applications and the Python delete committed", ok == SPARK_APPS + 1)
     ds = s3ddb.dataset(uri, storage_options=so)
     ids = Counter(ds.to_table(columns=["id"]).column("id").to_pylist())
@@ -296,156 +309,214 @@ def _spark_step(env: dict[str, str], so: dict[str, Any], check: Any) -> None:
     )
 
 
-def run(args: argparse.Namespace) -> int:
-    import s3ddb
-    from s3ddb.commit.failpoints import EXIT_CODE
-    from s3ddb.external_store import create_table, describe_table
-    from s3ddb.io import AwsConfig, ObjectStore, parse_uri
-    from s3ddb.testing import LocalAWS
-    from s3ddb.versions.connect import external_store_for
+class _Checklist:
+    """The demo's checks in the order made; each is printed as it is made."""
 
-    checks: list[tuple[str, bool]] = []
+    def __init__(self) -> None:
+        self.results: list[tuple[str, bool]] = []
 
-    def check(name: str, ok: bool) -> None:
-        checks.append((name, ok))
+    def check(self, name: str, ok: bool) -> None:
+        self.results.append((name, ok))
         print(f"  [{'ok' if ok else 'FAILED'}] {name}")
 
+    def report(self) -> int:
+        """Print PASS or FAIL and the count; returns the exit status (0: every check passed)."""
+        passed = all(ok for _n, ok in self.results)
+        print(
+            f"\n{'PASS' if passed else 'FAIL'}: "
+            f"{sum(ok for _n, ok in self.results)}/{len(self.results)} checks"
+        )
+        return 0 if passed else 1
+
+
+def _provision(aws: LocalAWS) -> dict[str, Any]:
+    """Steps 1-2: the bucket and the manifest table; returns the storage options."""
+    from s3ddb.external_store import create_table, describe_table
+    from s3ddb.io import AwsConfig
+
+    print(
+        f"1. local AWS endpoint at {aws.endpoint_url} (S3 ignores If-None-Match, "
+        "like a store without conditional writes)"
+    )
+    aws.create_bucket(BUCKET)
+    so: dict[str, Any] = aws.storage_options()
+    aws_config = AwsConfig.from_storage_options(so)
+    create_table(TABLE, aws_config)
+    desc = describe_table(TABLE, aws_config)
+    keys = ", ".join(f"{k['AttributeName']} {k['KeyType']}" for k in desc["KeySchema"])
+    print(
+        f"2. DynamoDB table {TABLE!r} provisioned as infra/terraform does: {keys}, "
+        f"{desc.get('BillingModeSummary', {}).get('BillingMode', 'PAY_PER_REQUEST')}"
+    )
+    return so
+
+
+def _concurrent_appends(
+    uri: str, env: dict[str, str], so: dict[str, Any], args: argparse.Namespace, check: Check
+) -> None:
+    """Step 3: create the dataset, then ``args.writers`` processes append at once."""
+    import s3ddb
+
+    s3ddb.write_dataset(_batch(999, 0), uri, storage_options=so)
+    print(
+        f"3. created {uri} (version 1); starting {args.writers} writers x "
+        f"{args.appends} appends, all at once"
+    )
+    started = time.monotonic()
+    procs = [_spawn_writer(uri, w, args.appends, env) for w in range(args.writers)]
+    acknowledged = 0
+    for p in procs:
+        out, err = p.communicate(timeout=600)
+        acknowledged += out.count("committed as version")
+        if p.returncode != 0:
+            print(err[-2000:], file=sys.stderr)
+    elapsed = time.monotonic() - started
+    print(f"   {acknowledged} commits acknowledged in {elapsed:.1f} s")
+    check("every writer's commits succeeded", acknowledged == args.writers * args.appends)
+
+
+def _crash_and_repair(
+    uri: str, env: dict[str, str], so: dict[str, Any], crash_writer: int, check: Check
+) -> ExternalManifestStore:
+    """Steps 4-5: a writer dies after DynamoDB decided its version; a reader finishes it.
+
+    Returns the dataset's DynamoDB manifest store.
+    """
+    import s3ddb
+    from s3ddb.commit.failpoints import EXIT_CODE
+    from s3ddb.io import ObjectStore, parse_uri
+    from s3ddb.versions.connect import external_store_for
+
+    print(
+        "4. one more writer crashes right after DynamoDB decided its version "
+        "(S3DDB_FAILPOINTS=commit.after_external_put=exit)"
+    )
+    crash = _spawn_writer(
+        uri, crash_writer, 1, {**env, "S3DDB_FAILPOINTS": "commit.after_external_put=exit"}
+    )
+    crash.communicate(timeout=300)
+    check(
+        f"the writer process died mid-commit (exit {crash.returncode})",
+        crash.returncode == EXIT_CODE,
+    )
+    parsed = parse_uri(uri)
+    external = external_store_for(parsed, ObjectStore(parsed, so))
+    row = external.get_latest(parsed.base_uri)
+    assert row is not None
+    print(f"   DynamoDB row of version {row.version}: path={row.path}")
+    check("its version is decided but still staged", row.is_staged)
+    plain = s3ddb.dataset(parsed.object_url, storage_options=so)
+    print(f"   a reader without DynamoDB (s3://) sees version {plain.version} (at most one behind)")
+    check(
+        "the S3-only reader is at most one version behind",
+        plain.version in (row.version - 1, row.version),
+    )
+
+    print("5. a reader opens the dataset and finishes the commit (copy, verify, repoint)")
+    ds = s3ddb.dataset(uri, storage_options=so)
+    repaired = external.get(parsed.base_uri, row.version)
+    assert repaired is not None
+    print(f"   reader loaded version {ds.version}; row now path={repaired.path}")
+    check(
+        "the reader finalized the staged version",
+        not repaired.is_staged and ds.version == row.version,
+    )
+    return external
+
+
+def _compact(uri: str, so: dict[str, Any], check: Check) -> Dataset:
+    """Step 6, end: compact the fragments the row changes left; returns the dataset after.
+
+    Compaction commits two versions: ReserveFragments (the new fragments' ids), then the
+    Rewrite.
+    """
+    import s3ddb
+
+    ds = s3ddb.dataset(uri, storage_options=so)
+    before, before_version = ds.to_table(), ds.version
+    fragments = len(ds.get_fragments())
+    metrics = ds.optimize.compact_files()
+    print(
+        f"   compaction: {fragments} fragments -> {len(ds.get_fragments())} "
+        f"({metrics.fragments_removed} rewritten into {metrics.fragments_added}), "
+        f"version {ds.version}"
+    )
+    check(
+        "compaction changed no row and no row order",
+        ds.to_table().equals(before)
+        and ds.version == before_version + 2
+        and len(ds.get_fragments()) < fragments,
+    )
+    return ds
+
+
+def _history_and_verification(
+    uri: str,
+    ds: Dataset,
+    so: dict[str, Any],
+    external: ExternalManifestStore,
+    args: argparse.Namespace,
+    changed_versions: int,
+    check: Check,
+) -> None:
+    """Steps 8-9: the last versions with their committers, then the final checks."""
+    import s3ddb
+    from s3ddb.io import parse_uri
+
+    parsed = parse_uri(uri)
+    print("\n8. history (from DynamoDB):")
+    rows = list(external.list_versions(parsed.base_uri))
+    for v in ds.versions()[-8:]:
+        committer = next((r.committer for r in rows if r.version == v.version), "")
+        print(f"   v{v.version:<4} {v.timestamp:%H:%M:%S.%f} {v.operation:<9} {committer}")
+    if len(rows) > 8:
+        print(f"   ... {len(rows) - 8} earlier versions")
+
+    print("\n9. verification")
+    expected_versions = list(range(1, 1 + 1 + args.writers * args.appends + 1 + changed_versions))
+    check(
+        f"versions contiguous 1..{expected_versions[-1]}",
+        [r.version for r in rows] == expected_versions,
+    )
+    check("every DynamoDB row finalized", not any(r.is_staged for r in rows))
+    ids = Counter(ds.to_table(columns=["event_id"]).column("event_id").to_pylist())
+    appended = {
+        w * 1_000_000 + i * 1_000 + k
+        for w in (999, *range(args.writers + 1))
+        for i in range(args.appends if w < args.writers else 1)
+        for k in range(ROWS_PER_APPEND)
+    }
+    expected_ids = {
+        i for i in appended if not (i // 1_000_000 == 0 or (i // 1_000_000 == 1 and i % 2 == 0))
+    } | set(UPSERT_KEYS)
+    check(
+        f"every row that should exist exists exactly once ({len(expected_ids)} rows, "
+        "with the crashed writer's commit)",
+        set(ids) == expected_ids and all(c == 1 for c in ids.values()),
+    )
+    copy_reader = s3ddb.dataset(parsed.object_url, storage_options=so)
+    check("the S3-only reader now sees the latest version", copy_reader.version == ds.version)
+
+
+def run(args: argparse.Namespace) -> int:
+    from s3ddb.testing import LocalAWS
+
+    checks = _Checklist()
     print("== s3ddb demo: many writers, one dataset, plain S3 + DynamoDB ==\n")
     with LocalAWS(conditional_writes=False) as aws:
-        print(
-            f"1. local AWS endpoint at {aws.endpoint_url} (S3 ignores If-None-Match, "
-            "like a store without conditional writes)"
-        )
-        aws.create_bucket(BUCKET)
-        so = aws.storage_options()
-        aws_config = AwsConfig.from_storage_options(so)
-        create_table(TABLE, aws_config)
-        desc = describe_table(TABLE, aws_config)
-        keys = ", ".join(f"{k['AttributeName']} {k['KeyType']}" for k in desc["KeySchema"])
-        print(
-            f"2. DynamoDB table {TABLE!r} provisioned as infra/terraform does: {keys}, "
-            f"{desc.get('BillingModeSummary', {}).get('BillingMode', 'PAY_PER_REQUEST')}"
-        )
+        so = _provision(aws)
         uri = f"s3+ddb://{BUCKET}/{PREFIX}?ddbTableName={TABLE}"
         env = {**os.environ, **aws.env()}
         env.pop("S3DDB_FAILPOINTS", None)
-
-        s3ddb.write_dataset(_batch(999, 0), uri, storage_options=so)
-        print(
-            f"3. created {uri} (version 1); starting {args.writers} writers x "
-            f"{args.appends} appends, all at once"
-        )
-        started = time.monotonic()
-        procs = [_spawn(uri, w, args.appends, env) for w in range(args.writers)]
-        acknowledged = 0
-        for p in procs:
-            out, err = p.communicate(timeout=600)
-            acknowledged += out.count("committed as version")
-            if p.returncode != 0:
-                print(err[-2000:], file=sys.stderr)
-        elapsed = time.monotonic() - started
-        print(f"   {acknowledged} commits acknowledged in {elapsed:.1f} s")
-        check("every writer's commits succeeded", acknowledged == args.writers * args.appends)
-
-        crash_writer = args.writers
-        print(
-            "4. one more writer crashes right after DynamoDB decided its version "
-            "(S3DDB_FAILPOINTS=commit.after_external_put=exit)"
-        )
-        crash = _spawn(
-            uri, crash_writer, 1, {**env, "S3DDB_FAILPOINTS": "commit.after_external_put=exit"}
-        )
-        crash.communicate(timeout=300)
-        check(
-            f"the writer process died mid-commit (exit {crash.returncode})",
-            crash.returncode == EXIT_CODE,
-        )
-        parsed = parse_uri(uri)
-        external = external_store_for(parsed, ObjectStore(parsed, so))
-        row = external.get_latest(parsed.base_uri)
-        assert row is not None
-        print(f"   DynamoDB row of version {row.version}: path={row.path}")
-        check("its version is decided but still staged", row.is_staged)
-        plain = s3ddb.dataset(parsed.object_url, storage_options=so)
-        print(
-            f"   a reader without DynamoDB (s3://) sees version {plain.version} "
-            "(at most one behind)"
-        )
-        check(
-            "the S3-only reader is at most one version behind",
-            plain.version in (row.version - 1, row.version),
-        )
-
-        print("5. a reader opens the dataset and finishes the commit (copy, verify, repoint)")
-        ds = s3ddb.dataset(uri, storage_options=so)
-        repaired = external.get(parsed.base_uri, row.version)
-        assert repaired is not None
-        print(f"   reader loaded version {ds.version}; row now path={repaired.path}")
-        check(
-            "the reader finalized the staged version",
-            not repaired.is_staged and ds.version == row.version,
-        )
-
-        changed_versions = _row_changes(uri, env, so, check)
-        ds = s3ddb.dataset(uri, storage_options=so)
-        before, before_version = ds.to_table(), ds.version
-        fragments = len(ds.get_fragments())
-        metrics = ds.optimize.compact_files()
-        print(
-            f"   compaction: {fragments} fragments -> {len(ds.get_fragments())} "
-            f"({metrics.fragments_removed} rewritten into {metrics.fragments_added}), "
-            f"version {ds.version}"
-        )
-        # Two versions: ReserveFragments (the new fragments' ids), then the Rewrite.
-        check(
-            "compaction changed no row and no row order",
-            ds.to_table().equals(before)
-            and ds.version == before_version + 2
-            and len(ds.get_fragments()) < fragments,
-        )
-        changed_versions += 2
-
+        _concurrent_appends(uri, env, so, args, checks.check)
+        external = _crash_and_repair(uri, env, so, args.writers, checks.check)
+        changed_versions = _row_changes(uri, env, so, checks.check)
+        ds = _compact(uri, so, checks.check)
+        changed_versions += 2  # compaction's ReserveFragments and Rewrite
         if args.spark:
-            _spark_step(env, so, check)
-
-        print("\n8. history (from DynamoDB):")
-        rows = list(external.list_versions(parsed.base_uri))
-        for v in ds.versions()[-8:]:
-            committer = next((r.committer for r in rows if r.version == v.version), "")
-            print(f"   v{v.version:<4} {v.timestamp:%H:%M:%S.%f} {v.operation:<9} {committer}")
-        if len(rows) > 8:
-            print(f"   ... {len(rows) - 8} earlier versions")
-
-        print("\n9. verification")
-        expected_versions = list(
-            range(1, 1 + 1 + args.writers * args.appends + 1 + changed_versions)
-        )
-        check(
-            f"versions contiguous 1..{expected_versions[-1]}",
-            [r.version for r in rows] == expected_versions,
-        )
-        check("every DynamoDB row finalized", not any(r.is_staged for r in rows))
-        ids = Counter(ds.to_table(columns=["event_id"]).column("event_id").to_pylist())
-        appended = {
-            w * 1_000_000 + i * 1_000 + k
-            for w in (999, *range(args.writers + 1))
-            for i in range(args.appends if w < args.writers else 1)
-            for k in range(ROWS_PER_APPEND)
-        }
-        expected_ids = {
-            i for i in appended if not (i // 1_000_000 == 0 or (i // 1_000_000 == 1 and i % 2 == 0))
-        } | set(UPSERT_KEYS)
-        check(
-            f"every row that should exist exists exactly once ({len(expected_ids)} rows, "
-            "with the crashed writer's commit)",
-            set(ids) == expected_ids and all(c == 1 for c in ids.values()),
-        )
-        copy_reader = s3ddb.dataset(parsed.object_url, storage_options=so)
-        check("the S3-only reader now sees the latest version", copy_reader.version == ds.version)
-
-    passed = all(ok for _n, ok in checks)
-    print(f"\n{'PASS' if passed else 'FAIL'}: {sum(ok for _n, ok in checks)}/{len(checks)} checks")
-    return 0 if passed else 1
+            _spark_step(env, so, checks.check)
+        _history_and_verification(uri, ds, so, external, args, changed_versions, checks.check)
+    return checks.report()
 
 
 if __name__ == "__main__":
