@@ -290,6 +290,8 @@ def _s3_failure(
 
 
 def _check_dynamodb(uri: DatasetURI, aws: AwsConfig, checks: list[Check]) -> None:
+    """Append the DynamoDB checks: the table, then each call of the protocol on scratch
+    items, then ``BatchWriteItem``; the scratch items are removed in any case."""
     s = aws.settings("dynamodb")
     table = str(uri.ddb_table)
     try:
@@ -298,28 +300,61 @@ def _check_dynamodb(uri: DatasetURI, aws: AwsConfig, checks: list[Check]) -> Non
     except Exception as exc:
         checks.append(_ddb_failure("dynamodb.table", exc, s, table, "DescribeTable"))
         return
-    if not ddb.key_schema_matches(description):
-        checks.append(
-            Check(
-                "dynamodb.table",
-                FAIL,
-                f"table {table!r} has the key schema:\n{ddb.key_schema_text(description)}\n"
-                f"s3ddb needs:\n{ddb.expected_schema_text()}",
-                f"point ddbTableName at a table with that key schema (a key schema cannot be "
-                f"changed): s3ddb create-table {table}-s3ddb, then ?ddbTableName={table}-s3ddb",
-            )
-        )
+    checks.append(_table_schema_check(table, description))
+    if checks[-1].status == FAIL:
         return
-    checks.append(
-        Check(
-            "dynamodb.table",
-            OK,
-            f"table {table!r} exists with the key schema base_uri (S, HASH) + version (N, RANGE)",
-        )
-    )
 
     key = {"base_uri": {"S": f"s3ddb-doctor://{uuid.uuid4().hex}"}, "version": {"N": "1"}}
-    steps: list[tuple[str, Callable[[], Any]]] = [
+    second = {**key, "version": {"N": "2"}}
+    fenced = aws.dynamodb_transactions is None or aws.dynamodb_transactions.lower() in _TRUTHY
+    removed = False
+    try:
+        permissions = _check_protocol_calls(
+            _protocol_calls(client, table, key, second, fenced), s, table
+        )
+        checks.append(permissions)
+        if permissions.status == OK:
+            refused = _check_batch_delete(client, table, (key, second))
+            if refused is None:
+                removed = True
+            else:
+                checks.append(refused)
+    finally:
+        if not removed:
+            # Best effort: the failure that matters is already reported.
+            for scratch in (key, second):
+                with contextlib.suppress(Exception):
+                    client.delete_item(TableName=table, Key=scratch)
+
+
+def _table_schema_check(table: str, description: dict[str, Any]) -> Check:
+    """The ``dynamodb.table`` check of a table that exists: is its key schema s3ddb's?"""
+    if not ddb.key_schema_matches(description):
+        return Check(
+            "dynamodb.table",
+            FAIL,
+            f"table {table!r} has the key schema:\n{ddb.key_schema_text(description)}\n"
+            f"s3ddb needs:\n{ddb.expected_schema_text()}",
+            f"point ddbTableName at a table with that key schema (a key schema cannot be "
+            f"changed): s3ddb create-table {table}-s3ddb, then ?ddbTableName={table}-s3ddb",
+        )
+    return Check(
+        "dynamodb.table",
+        OK,
+        f"table {table!r} exists with the key schema base_uri (S, HASH) + version (N, RANGE)",
+    )
+
+
+def _protocol_calls(
+    client: Any,
+    table: str,
+    key: dict[str, Any],
+    second: dict[str, Any],
+    fenced: bool,
+) -> list[tuple[str, Callable[[], Any]]]:
+    """Each call a commit makes, as ``(operation, call)`` on the scratch items ``key``
+    and ``second`` (version 1 and 2); with ``fenced``, a fenced claim's transaction."""
+    calls: list[tuple[str, Callable[[], Any]]] = [
         (
             "PutItem",
             lambda: client.put_item(
@@ -350,10 +385,9 @@ def _check_dynamodb(uri: DatasetURI, aws: AwsConfig, checks: list[Check]) -> Non
             ),
         ),
     ]
-    second = {**key, "version": {"N": "2"}}
-    if aws.dynamodb_transactions is None or aws.dynamodb_transactions.lower() in _TRUTHY:
+    if fenced:
         # A fenced claim: the ConditionCheck of version 1 and the Put of version 2.
-        steps.append(
+        calls.append(
             (
                 "TransactWriteItems",
                 lambda: client.transact_write_items(
@@ -376,56 +410,50 @@ def _check_dynamodb(uri: DatasetURI, aws: AwsConfig, checks: list[Check]) -> Non
                 ),
             )
         )
-    done = False
-    try:
-        for operation, step in steps:
-            try:
-                step()
-            except Exception as exc:
-                if errs.error_code(exc) in errs.UNKNOWN_OPERATION_CODES:
-                    checks.append(_no_transactions(exc, s, table))
-                    return
-                # DescribeTable accepted these credentials: a refusal now is about
-                # this one action (moto, for one, answers it with a bare 403; a
-                # transaction's ConditionCheck needs dynamodb:ConditionCheckItem).
-                checks.append(
-                    _ddb_failure("dynamodb.permissions", exc, s, table, operation, accepted=True)
-                )
-                return
-        checks.append(
-            Check(
-                "dynamodb.permissions",
-                OK,
-                "PutItem, GetItem, Query, UpdateItem and TransactWriteItems with a "
-                "ConditionCheck (what commits need) on scratch items",
-            )
-        )
-        # Removing rows (cleanup of old versions, drop) uses BatchWriteItem; commits do
-        # not, so a principal without it is reported, not failed.
+    return calls
+
+
+def _check_protocol_calls(
+    calls: list[tuple[str, Callable[[], Any]]], s: ServiceSettings, table: str
+) -> Check:
+    """Make ``calls`` in order; the ``dynamodb.permissions`` check, or the failure of the
+    first call refused (``dynamodb.transactions`` when the operation is unknown)."""
+    for operation, call in calls:
         try:
-            client.batch_write_item(
-                RequestItems={
-                    table: [{"DeleteRequest": {"Key": k}} for k in (key, second)],
-                }
-            )
-            done = True
+            call()
         except Exception as exc:
-            checks.append(
-                Check(
-                    "dynamodb.cleanup_permissions",
-                    INFO,
-                    f"BatchWriteItem was refused ({errs.describe_error(exc)}): commits work, "
-                    "but `cleanup` and `drop` cannot remove rows with these credentials",
-                    f"grant dynamodb:BatchWriteItem on table {table!r} to the principal "
-                    "that runs cleanup",
-                )
-            )
-    finally:
-        if not done:
-            # Best effort: the failure that matters is already reported.
-            for scratch in (key, second):
-                with contextlib.suppress(Exception):
-                    client.delete_item(TableName=table, Key=scratch)
+            if errs.error_code(exc) in errs.UNKNOWN_OPERATION_CODES:
+                return _no_transactions(exc, s, table)
+            # DescribeTable accepted these credentials: a refusal now is about this one
+            # action (moto, for one, answers it with a bare 403; a transaction's
+            # ConditionCheck needs dynamodb:ConditionCheckItem).
+            return _ddb_failure("dynamodb.permissions", exc, s, table, operation, accepted=True)
+    return Check(
+        "dynamodb.permissions",
+        OK,
+        "PutItem, GetItem, Query, UpdateItem and TransactWriteItems with a "
+        "ConditionCheck (what commits need) on scratch items",
+    )
+
+
+def _check_batch_delete(client: Any, table: str, keys: tuple[dict[str, Any], ...]) -> Check | None:
+    """Remove the scratch items ``keys`` with ``BatchWriteItem``; None when that worked,
+    else the ``dynamodb.cleanup_permissions`` finding.
+
+    Removing rows (cleanup of old versions, drop) uses BatchWriteItem; commits do not,
+    so a principal without it is reported, not failed.
+    """
+    try:
+        client.batch_write_item(RequestItems={table: [{"DeleteRequest": {"Key": k}} for k in keys]})
+    except Exception as exc:
+        return Check(
+            "dynamodb.cleanup_permissions",
+            INFO,
+            f"BatchWriteItem was refused ({errs.describe_error(exc)}): commits work, "
+            "but `cleanup` and `drop` cannot remove rows with these credentials",
+            f"grant dynamodb:BatchWriteItem on table {table!r} to the principal that runs cleanup",
+        )
+    return None
 
 
 def _no_transactions(exc: BaseException, s: ServiceSettings, table: str) -> Check:
