@@ -286,8 +286,7 @@ def build_reserve_fragments(
 
 def build_merge(base: Manifest | None, op: Operation, version: int, load: LoadManifest) -> Manifest:
     assert isinstance(op, Merge)
-    if base is None:
-        raise InvalidInputError("Merge needs an existing dataset")
+    base = require_base(base, op)
     # The conflict rules let a Merge land only over commits that leave the fragments
     # alone; check anyway, so a bug there can never drop or resurrect rows.
     mine = {f.id: f for f in op.fragments}
@@ -306,8 +305,7 @@ def build_project(
     base: Manifest | None, op: Operation, version: int, load: LoadManifest
 ) -> Manifest:
     assert isinstance(op, Project)
-    if base is None:
-        raise InvalidInputError("Project needs an existing dataset")
+    base = require_base(base, op)
     unknown = {i for _p, i in op.schema.ids} - {i for _p, i in base.schema.ids}
     if unknown:
         raise RetryableCommitConflictError(
@@ -326,8 +324,7 @@ def build_data_replacement(
         CommitConflictError: a fragment vanished, or has no file of those fields.
     """
     assert isinstance(op, DataReplacement)
-    if base is None:
-        raise InvalidInputError("DataReplacement needs an existing dataset")
+    base = require_base(base, op)
     by_id = {f.id: f for f in base.fragments}
     for group in op.replacements:
         fragment = by_id.get(group.fragment_id)
@@ -350,8 +347,7 @@ def build_create_index(
             index's name.
     """
     assert isinstance(op, CreateIndex)
-    if base is None:
-        raise InvalidInputError("CreateIndex needs an existing dataset")
+    base = require_base(base, op)
     known = {i for _p, i in base.schema.ids}
     removed = {i.uuid for i in op.removed_indices}
     kept = [i for i in base.indices if i.uuid not in removed]
@@ -396,8 +392,7 @@ def build_update_bases(
         PathOutsideDatasetError: an id, name or root the dataset's bases already use.
     """
     assert isinstance(op, UpdateBases)
-    if base is None:
-        raise InvalidInputError("UpdateBases needs an existing dataset")
+    base = require_base(base, op)
     ids = {b.id: b for b in base.base_paths}
     paths = {b.path for b in base.base_paths}
     names = {b.name for b in base.base_paths if b.name}

@@ -336,10 +336,25 @@ class ExternalStoreCommitHandler(StagedVersionsHandler):
         previous: Manifest | None = None,
     ) -> ManifestLocation:
         self.check_writable(previous)
-        version = manifest.version
-        staged = layout.staged_manifest_path(version, manifest.naming_scheme)
+        staged = layout.staged_manifest_path(manifest.version, manifest.naming_scheme)
         writes = pending if pending is not None else PendingWrites()
         staged_put = writes.put(self.store, staged, data)
+        fence = self._stage(manifest.version, previous, writes, staged)
+        row = self._claim_row(manifest, staged, len(data))
+        self._claim_staged(row, fence)
+        # Decided. From here on nothing may turn this into a reported failure.
+        return self._decided(manifest, row, staged_put)
+
+    def _stage(
+        self, version: int, previous: Manifest | None, writes: PendingWrites, staged: str
+    ) -> Fence | None:
+        """Step 1: wait for the staged manifest (and the commit's other writes) while
+        making sure version ``version - 1`` is final; returns the claim's fence.
+
+        Raises:
+            Whatever a write, the predecessor check or :meth:`_fence` raised, after
+            deleting the staged manifest.
+        """
         previous_final: Future[ManifestRow | None] = run_beside(
             self.store, lambda: self._ensure_previous_final(version)
         )
@@ -353,34 +368,55 @@ class ExternalStoreCommitHandler(StagedVersionsHandler):
         except BaseException:
             self.store.delete(staged)
             raise
+        return fence
+
+    def _claim_row(self, manifest: Manifest, staged: str, size: int) -> ManifestRow:
+        """The row claiming ``manifest``'s version, pointing at its staged manifest."""
         extra = {"operation": manifest.operation, CLAIM_ATTRIBUTE: staged}
         if manifest.dataset_id:
             extra[DATASET_ID_ATTRIBUTE] = manifest.dataset_id
-        row = ManifestRow(
+        return ManifestRow(
             self.base_uri,
-            version,
+            manifest.version,
             staged,
-            len(data),
+            size,
             committer_name(),
             # The manifest's commit time, which never decreases from one version to
             # the next (time travel bisects on it), rather than this writer's clock.
             manifest.timestamp_nanos // 1_000_000,
             extra,
         )
+
+    def _claim_staged(self, row: ManifestRow, fence: Fence | None) -> None:
+        """Step 2 (:meth:`_claim`), deleting the staged manifest ``row.path`` when the
+        version is definitely not this commit's.
+
+        Raises:
+            As :meth:`_claim`; after CommitStateUnknownError the staged manifest stays.
+        """
         try:
             self._claim(row, fence)
         except VersionConflict:
             OWN_COMMITS.lost(self.base_uri)
-            self._discard_staged(staged)
+            self._discard_staged(row.path)
             raise
         except CommitStateUnknownError:
             raise
         except Exception:
             # Definitely not claimed (throttled out, refused, fenced...): the staged
             # manifest can go.
-            self.store.delete(staged)
+            self.store.delete(row.path)
             raise
-        # Decided. From here on nothing may turn this into a reported failure.
+
+    def _decided(
+        self, manifest: Manifest, row: ManifestRow, staged_put: Future[str | None]
+    ) -> ManifestLocation:
+        """After the claim of ``row`` won: remember it, then run steps 3-4 on the
+        finalizer (or here, without one). Returns the version's location.
+
+        Never raises: the commit is decided, so a failure of steps 3-4 is logged and
+        left to the next reader or writer.
+        """
         self._note(row)
         location = self.location_of_row(row)
         key = self._cache_key(location)
@@ -392,8 +428,8 @@ class ExternalStoreCommitHandler(StagedVersionsHandler):
             etag = staged_put.result()
             if self.finalizer is not None:
                 self.finalizer.submit(
-                    (self.base_uri, version),
-                    staged,
+                    (self.base_uri, row.version),
+                    row.path,
                     lambda ticket: self._finish_own(row, etag, ticket.mark_copied),
                 )
                 return location
@@ -403,7 +439,7 @@ class ExternalStoreCommitHandler(StagedVersionsHandler):
             log.warning(
                 "version %d of %s is committed but not finalized (%s: %s); the next "
                 "reader or writer will finish it",
-                version,
+                row.version,
                 self.base_uri,
                 type(exc).__name__,
                 exc,
@@ -419,18 +455,9 @@ class ExternalStoreCommitHandler(StagedVersionsHandler):
                 belongs to another dataset identity. Nothing was claimed.
             CommitStateUnknownError: the outcome cannot be determined.
         """
-        try:
-            self.external.put_if_not_exists(row, fence)
+        unknown: Exception | None = self._put_row(row, fence)
+        if unknown is None:
             return
-        except VersionTakenError as exc:
-            winner = exc.winner
-            if winner is not None and same_commit(row, winner):
-                return  # our own earlier attempt landed (perhaps already finalized)
-            raise self._conflict(row.version, winner) from None
-        except FenceFailedError as exc:
-            raise self._fenced_off(row, fence, exc) from None
-        except ExternalStoreOutcomeUnknownError as exc:
-            unknown: Exception = exc
         # The put may have applied: read the row back.
         try:
             current = self._get(row.version)
@@ -481,17 +508,42 @@ class ExternalStoreCommitHandler(StagedVersionsHandler):
             return VersionConflict(version)
         return VersionConflict(version, self.location_of_row(self._note(self.checked_row(winner))))
 
-    def _claim_again(self, row: ManifestRow, fence: Fence | None) -> None:
+    def _put_row(
+        self, row: ManifestRow, fence: Fence | None
+    ) -> ExternalStoreOutcomeUnknownError | None:
+        """Send the claim of ``row`` once.
+
+        Returns:
+            None if the version is this commit's (this put's, or an earlier attempt's,
+            perhaps already finalized); the store's error if the outcome is unknown.
+
+        Raises:
+            VersionConflict: another writer owns the version.
+            DatasetRecreatedError, RetryableCommitConflictError: the fence failed (see
+                :meth:`_fenced_off`).
+        """
         try:
             self.external.put_if_not_exists(row, fence)
         except VersionTakenError as exc:
             if exc.winner is not None and same_commit(row, exc.winner):
-                return
+                return None
             raise self._conflict(row.version, exc.winner) from None
         except FenceFailedError as exc:
             raise self._fenced_off(row, fence, exc) from None
         except ExternalStoreOutcomeUnknownError as exc:
+            return exc
+        return None
+
+    def _claim_again(self, row: ManifestRow, fence: Fence | None) -> None:
+        """The second and last claim, after a first one of unknown outcome that did
+        not apply.
+
+        Raises:
+            As :meth:`_put_row`; CommitStateUnknownError: the outcome is unknown again.
+        """
+        unknown = self._put_row(row, fence)
+        if unknown is not None:
             raise CommitStateUnknownError(
                 f"committing version {row.version} of {self.base_uri}: outcome unknown "
-                f"after retrying ({exc}); the commit's files are kept"
-            ) from exc
+                f"after retrying ({unknown}); the commit's files are kept"
+            ) from unknown
