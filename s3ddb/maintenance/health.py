@@ -87,6 +87,12 @@ class VerifyReport:
     def healthy(self) -> bool:
         return not self.problems
 
+    def add_problem(
+        self, kind: str, path: str, meaning: str, fix: str, version: int | None = None
+    ) -> None:
+        """Record one :class:`Problem`."""
+        self.problems.append(Problem(kind, path, meaning, fix, version))
+
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         out["healthy"] = self.healthy
@@ -111,12 +117,15 @@ class SyncReport:
         return out
 
 
-def _rows(handler: CommitHandler) -> list[ManifestRow] | None:
-    manifest_store = handler.manifest_store()
-    if manifest_store is None:
+def _external_rows(
+    handler: CommitHandler,
+) -> tuple[ExternalStoreCommitHandler, list[ManifestRow]] | None:
+    """The handler and every row of the dataset when an external manifest store
+    (DynamoDB) decides its versions; None when the object store decides them."""
+    if not isinstance(handler, ExternalStoreCommitHandler):
         return None
-    external, base_uri = manifest_store
-    return list(external.list_versions(base_uri))
+    external, base_uri = handler.manifest_store()
+    return handler, list(external.list_versions(base_uri))
 
 
 def _old_enough(meta: ObjectMeta, grace: float, now: float) -> bool:
@@ -147,19 +156,17 @@ def verify(
     """
     handler = open_handler(uri, storage_options)
     handler.validate()
-    store = handler.store
     now = time.time()
     report = VerifyReport(uri, handler.describe())
-    objects = {m.path: m for m in store.iter_list("")}
+    objects = {m.path: m for m in handler.store.iter_list("")}
     report.objects = len(objects)
 
-    def problem(kind: str, path: str, meaning: str, fix: str, version: int | None = None) -> None:
-        report.problems.append(Problem(kind, path, meaning, fix, version))
-
-    rows = _rows(handler)
-    if rows is not None:
-        assert isinstance(handler, ExternalStoreCommitHandler)
-        locations = _check_rows(handler, rows, objects, problem, grace_seconds, now)
+    external = _external_rows(handler)
+    if external is not None:
+        external_handler, rows = external
+        locations = _check_rows(
+            external_handler, rows, objects, report.add_problem, grace_seconds, now
+        )
     else:
         locations = {loc.version: loc for loc in handler.list_locations()}
     versions = sorted(locations)
@@ -167,9 +174,39 @@ def verify(
         raise dataset_not_found(uri)
     report.versions = len(versions)
     report.latest_version = versions[-1]
-    # Cleanup keeps tagged versions and removes those around them: history is
-    # contiguous from the oldest version no tag holds.
-    tagged = _tagged_versions(store, objects)
+    _check_history_gaps(versions, _tagged_versions(handler.store, objects), report.add_problem)
+
+    seen = _Referenced()
+    for done, version in enumerate(versions, 1):
+        progress("reading manifests", done, len(versions))
+        _check_version(handler, version, locations[version], objects, seen, report)
+    _check_identities(seen.identities, report.add_problem)
+    _check_unreferenced(objects, seen, report.add_problem, grace_seconds, now)
+    return report
+
+
+@dataclass
+class _Referenced:
+    """What the versions checked so far refer to."""
+
+    #: Paths (relative to the dataset root) of the files some version refers to.
+    paths: set[str] = field(default_factory=set)
+    #: Files read from base paths already looked at, and refused (base, version) pairs.
+    bases: set[tuple[str, str]] = field(default_factory=set)
+    #: Index directories, kept whole: other writers' indices list no files.
+    index_dirs: set[str] = field(default_factory=set)
+    #: The dataset identity each readable version records.
+    identities: dict[int, str] = field(default_factory=dict)
+
+
+def _check_history_gaps(
+    versions: list[int], tagged: set[int], problem: Callable[..., None]
+) -> None:
+    """Report each version missing from the history ``versions`` (sorted).
+
+    Cleanup keeps tagged versions and removes those around them: history is contiguous
+    from the oldest version no tag holds.
+    """
     floor = min((v for v in versions if v not in tagged), default=versions[-1])
     for missing in sorted(set(range(floor, versions[-1] + 1)) - set(versions)):
         problem(
@@ -180,68 +217,86 @@ def verify(
             "not affected", missing,
         )  # fmt: skip
 
-    referenced: set[str] = set()
-    checked_bases: set[tuple[str, str]] = set()
-    index_dirs: set[str] = set()  # kept whole: other writers' indices list no files
-    identities: dict[int, str] = {}
-    for done, version in enumerate(versions, 1):
-        progress("reading manifests", done, len(versions))
-        try:
-            manifest = handler.load_manifest(locations[version])
-        except (ManifestCorruptError, PathOutsideDatasetError, FileNotFoundError) as exc:
-            if not any(p.version == version for p in report.problems):
-                problem(
-                    "unreadable_manifest", str(version),
-                    f"version {version} cannot be read: {exc}",
-                    "restore its manifest from a backup", version,
-                )  # fmt: skip
-            continue
-        except S3DDBError as exc:
-            if not any(p.version == version for p in report.problems):
-                problem("unreadable_manifest", str(version), f"version {version}: {exc}",
-                        "s3ddb sync URI, then verify again", version)  # fmt: skip
-            continue
-        identities[version] = manifest.dataset_id
-        if manifest.transaction_file:
-            referenced.add(layout.transaction_path(manifest.transaction_file))
-        index_dirs.update(i.directory for i in manifest.indices)
-        try:
-            _check_data_files(store, manifest, objects, referenced, problem)
-            paths = referenced_paths(manifest, transaction=False)
-        except (ManifestCorruptError, PathOutsideDatasetError) as exc:
+
+def _check_version(
+    handler: CommitHandler,
+    version: int,
+    location: ManifestLocation,
+    objects: dict[str, ObjectMeta],
+    seen: _Referenced,
+    report: VerifyReport,
+) -> None:
+    """Read ``version``'s manifest and report what of it cannot be read or does not
+    exist (data, deletion, index and base files); what it refers to is added to
+    ``seen``. A version already reported (by its row) is not reported again as
+    unreadable."""
+    problem = report.add_problem
+    try:
+        manifest = handler.load_manifest(location)
+    except (ManifestCorruptError, PathOutsideDatasetError, FileNotFoundError) as exc:
+        if not any(p.version == version for p in report.problems):
             problem(
                 "unreadable_manifest", str(version),
-                f"the fragments of version {version} cannot be read: {exc}",
-                "restore its manifest from a backup, or s3ddb restore URI to an "
-                "earlier version", version,
+                f"version {version} cannot be read: {exc}",
+                "restore its manifest from a backup", version,
             )  # fmt: skip
-            continue
-        for path in paths:
-            if path not in referenced and path not in objects and _is_index(path):
-                problem(
-                    "missing_index_file", path,
-                    f"version {version} has an index file {path} that does not exist: "
-                    "filters using that index fail",
-                    "rebuild the index (create_scalar_index(..., replace=True)) or "
-                    "restore the object from a backup", version,
-                )  # fmt: skip
-            elif path not in referenced and path not in objects:
-                problem(
-                    "missing_data_file", path,
-                    f"version {version} refers to {path}, which does not exist: "
-                    "reading that version fails",
-                    "restore the object from a backup; or s3ddb restore URI to a "
-                    "version that does not use it", version,
-                )  # fmt: skip
-            referenced.add(path)
-        _check_base_files(store, manifest, checked_bases, problem)
-    _check_identities(identities, problem)
+        return
+    except S3DDBError as exc:
+        if not any(p.version == version for p in report.problems):
+            problem("unreadable_manifest", str(version), f"version {version}: {exc}",
+                    "s3ddb sync URI, then verify again", version)  # fmt: skip
+        return
+    seen.identities[version] = manifest.dataset_id
+    if manifest.transaction_file:
+        seen.paths.add(layout.transaction_path(manifest.transaction_file))
+    seen.index_dirs.update(i.directory for i in manifest.indices)
+    try:
+        _check_data_files(handler.store, manifest, objects, seen.paths, problem)
+        paths = referenced_paths(manifest, transaction=False)
+    except (ManifestCorruptError, PathOutsideDatasetError) as exc:
+        problem(
+            "unreadable_manifest", str(version),
+            f"the fragments of version {version} cannot be read: {exc}",
+            "restore its manifest from a backup, or s3ddb restore URI to an "
+            "earlier version", version,
+        )  # fmt: skip
+        return
+    for path in paths:
+        if path not in seen.paths and path not in objects and _is_index(path):
+            problem(
+                "missing_index_file", path,
+                f"version {version} has an index file {path} that does not exist: "
+                "filters using that index fail",
+                "rebuild the index (create_scalar_index(..., replace=True)) or "
+                "restore the object from a backup", version,
+            )  # fmt: skip
+        elif path not in seen.paths and path not in objects:
+            problem(
+                "missing_data_file", path,
+                f"version {version} refers to {path}, which does not exist: "
+                "reading that version fails",
+                "restore the object from a backup; or s3ddb restore URI to a "
+                "version that does not use it", version,
+            )  # fmt: skip
+        seen.paths.add(path)
+    _check_base_files(handler.store, manifest, seen.bases, problem)
+
+
+def _check_unreferenced(
+    objects: dict[str, ObjectMeta],
+    seen: _Referenced,
+    problem: Callable[..., None],
+    grace_seconds: float,
+    now: float,
+) -> None:
+    """Report each file under the data directories that no version refers to and that
+    is older than ``grace_seconds`` (younger ones may be a commit in progress)."""
     data_dirs = (layout.DATA_DIR, layout.DELETIONS_DIR, layout.TRANSACTIONS_DIR, layout.INDICES_DIR)
     for path, meta in objects.items():
         if (
             path.split("/", 1)[0] in data_dirs
-            and path not in referenced
-            and not (_is_index(path) and "/".join(path.split("/", 2)[:2]) in index_dirs)
+            and path not in seen.paths
+            and not (_is_index(path) and "/".join(path.split("/", 2)[:2]) in seen.index_dirs)
             and _old_enough(meta, grace_seconds, now)
         ):
             problem(
@@ -250,7 +305,6 @@ def verify(
                 "that crashed, or whose commit was refused and not cleaned up",
                 "harmless to readers; s3ddb cleanup deletes it once 7 days old",
             )  # fmt: skip
-    return report
 
 
 def _check_rows(
@@ -475,10 +529,10 @@ def sync(
     handler = open_handler(uri, storage_options)
     handler.validate()
     report = SyncReport(uri)
-    rows = _rows(handler)
-    if rows is None:
+    external = _external_rows(handler)
+    if external is None:
         return report
-    assert isinstance(handler, ExternalStoreCommitHandler)
+    handler, rows = external
     store = handler.store
     objects = {m.path: m for m in store.iter_list(f"{layout.VERSIONS_DIR}/")}
     staged = _staged_objects(objects.values())
