@@ -20,6 +20,7 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +31,8 @@ from s3ddb.format.naming import parse_manifest_name, parse_staged_name
 from s3ddb.io.arguments import check_int
 
 if TYPE_CHECKING:
+    from s3ddb.io.object_store import ObjectStore
+    from s3ddb.versions.opening import VersionInfo
     from s3ddb.versions.pinned import PinnedVersion
 
 __all__ = [
@@ -122,11 +125,44 @@ def cleanup_old_versions(
     if retain_versions is not None:
         check_int("retain_versions", retain_versions, minimum=1)
     handler = ds.handler
-    store = handler.store
     now = dt.datetime.now(dt.timezone.utc)
     history = ds.versions()
     if not history:
         return CleanupStats()
+    kept = _kept_versions(ds, history, now, older_than, retain_versions)
+    removed = [v.version for v in history if v.version not in kept]
+    stats = CleanupStats(versions_removed=removed)
+    keep = _referenced_by(ds, sorted(kept))
+    gone = _referenced_by(ds, removed)
+
+    # Rows first: a version without its row is invisible, whatever is left of it.
+    manifest_store = handler.manifest_store()
+    if removed and manifest_store is not None:
+        external, base_uri = manifest_store
+        stats.rows_removed = external.delete_versions(base_uri, removed)
+    grace = 0.0 if delete_unverified else UNVERIFIED_GRACE.total_seconds()
+    doomed = _doomed_objects(
+        handler.store, set(removed), keep, gone, _staged_row_paths(handler), grace
+    )
+
+    def count(batch: list[str]) -> None:
+        for path in batch:
+            stats.add(*doomed[path])
+
+    handler.store.delete_many(list(doomed), deleted=count)
+    return stats
+
+
+def _kept_versions(
+    ds: PinnedVersion,
+    history: list[VersionInfo],
+    now: dt.datetime,
+    older_than: dt.timedelta,
+    retain_versions: int | None,
+) -> set[int]:
+    """The versions of ``history`` (oldest first, not empty) that cleanup keeps: the
+    newest, the tagged, the younger than ``older_than``, the ``retain_versions``
+    newest, and each whose successor is younger than :data:`CLAIM_WINDOW`."""
     newest = history[-1].version
     kept = {newest} | set(ds.tags.list().values())
     kept |= {v.version for v in history if now - v.timestamp < older_than}
@@ -141,63 +177,69 @@ def cleanup_old_versions(
         for v, after in itertools.pairwise(history)
         if now - after.timestamp < CLAIM_WINDOW
     }
-    removed = [v.version for v in history if v.version not in kept]
-    stats = CleanupStats(versions_removed=removed)
-    keep_files: set[str] = set()
-    # Index directories are kept or removed whole: an index written by another Lance
-    # writer does not list its files.
-    keep_dirs: set[str] = set()
-    for version in sorted(kept):
-        manifest = ds.checkout_version(version).manifest
-        keep_files.update(referenced_paths(manifest))
-        keep_dirs.update(i.directory for i in manifest.indices)
-    removed_files: set[str] = set()
-    removed_dirs: set[str] = set()
-    for version in removed:
-        manifest = ds.checkout_version(version).manifest
-        removed_files.update(referenced_paths(manifest))
-        removed_dirs.update(i.directory for i in manifest.indices)
+    return kept
 
-    # Rows first: a version without its row is invisible, whatever is left of it.
-    manifest_store = handler.manifest_store()
-    if removed and manifest_store is not None:
-        external, base_uri = manifest_store
-        stats.rows_removed = external.delete_versions(base_uri, removed)
-    grace = 0.0 if delete_unverified else UNVERIFIED_GRACE.total_seconds()
+
+@dataclass(frozen=True)
+class _Referenced:
+    """What some versions refer to: files, and index directories. Index directories
+    are kept or removed whole: an index written by another Lance writer does not list
+    its files."""
+
+    files: set[str]
+    index_dirs: set[str]
+
+
+def _referenced_by(ds: PinnedVersion, versions: Iterable[int]) -> _Referenced:
+    """What the manifests of ``versions`` refer to (each read in the order given)."""
+    referenced = _Referenced(set(), set())
+    for version in versions:
+        manifest = ds.checkout_version(version).manifest
+        referenced.files.update(referenced_paths(manifest))
+        referenced.index_dirs.update(i.directory for i in manifest.indices)
+    return referenced
+
+
+def _doomed_objects(
+    store: ObjectStore,
+    removed: set[int],
+    keep: _Referenced,
+    gone: _Referenced,
+    live_rows: set[str],
+    grace: float,
+) -> dict[str, tuple[str, int]]:
+    """The objects cleanup deletes, each with its kind and size, in listing order.
+
+    Manifests of ``removed`` versions; staged manifests no row in ``live_rows`` points
+    at, of a removed version or older than ``grace`` seconds; and files (data,
+    deletion, transaction, index) nothing in ``keep`` refers to that a removed version
+    referred to (``gone``) or that are older than ``grace``.
+    """
     wall = time.time()
-    removed_set = set(removed)
-    live_rows = _staged_row_paths(handler)
-    doomed: list[tuple[str, str, int]] = []
+    doomed: dict[str, tuple[str, int]] = {}
     for meta in store.iter_list(""):
         path, old = meta.path, meta.modified is None or wall - meta.modified >= grace
         directory, _, name = path.partition("/")
         if directory == layout.VERSIONS_DIR:
             final = parse_manifest_name(name)
             staged = parse_staged_name(name)
-            if final is not None and final[0] in removed_set:
-                doomed.append((path, "manifests", meta.size))
-            elif staged is not None and path not in live_rows and (staged[0] in removed_set or old):
-                doomed.append((path, "staged_manifests", meta.size))
+            if final is not None and final[0] in removed:
+                doomed[path] = ("manifests", meta.size)
+            elif staged is not None and path not in live_rows and (staged[0] in removed or old):
+                doomed[path] = ("staged_manifests", meta.size)
             continue
         kind = _kind(path)
-        if kind is None or path in keep_files:
+        if kind is None or path in keep.files:
             continue
-        if kind == "index_files" and _index_dir(path) in keep_dirs:
+        if kind == "index_files" and _index_dir(path) in keep.index_dirs:
             continue
         if (
-            path in removed_files
+            path in gone.files
             or old
-            or (kind == "index_files" and _index_dir(path) in removed_dirs)
+            or (kind == "index_files" and _index_dir(path) in gone.index_dirs)
         ):
-            doomed.append((path, kind, meta.size))
-    found = {path: (kind, size) for path, kind, size in doomed}
-
-    def count(batch: list[str]) -> None:
-        for path in batch:
-            stats.add(*found[path])
-
-    store.delete_many(list(found), deleted=count)
-    return stats
+            doomed[path] = (kind, meta.size)
+    return doomed
 
 
 def _staged_row_paths(handler: Any) -> set[str]:
