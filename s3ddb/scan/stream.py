@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -90,72 +91,130 @@ def stream_tables(
     names = list(columns) + [c for c in filter_columns(predicate, schema) if c not in columns]
     # Fragments the manifest's statistics rule out are dropped here, without a task.
     pending_fragments = (f for f in fragments if fragment_may_match(f, schema, may_match))
+    scan = _Scan(files, schema, columns, names, predicate, may_match, budget)
     if workers < 1:
         # Nothing ahead: each read runs in the consumer's thread when it asks.
         for fragment in pending_fragments:
             plan = plan_fragment(files, fragment, schema, may_match)
-            for planned, groups, _est in split_reads(plan, names, budget) if plan else []:
+            for planned, groups, _est in scan.reads_of(plan):
                 table = read_planned(planned, schema, columns, predicate, groups)
                 if table.num_rows:
                     yield table
                 del table  # not held while the next one is read
         return
-    pool = _executor()
-    plans: deque[Future[FragmentPlan | None]] = deque()
-    waiting: deque[Read] = deque()
-    reading: deque[tuple[Future[pa.Table], int]] = deque()
-    in_flight = 0
-    # Estimates come from the footers' uncompressed sizes; decoded Arrow data can be
-    # larger (dictionary-encoded strings): corrected by what reads actually held.
-    scale, estimated, actual = 1.0, 0.0, 0
-    # Small files are fetched whole when planned: with a small budget, plan fewer ahead.
-    plans_ahead = max(1, min(workers, budget // WHOLE_READ_MAX_BYTES))
+    ahead = _ReadAhead(scan, pending_fragments, workers)
+    try:
+        ahead.plan_ahead()
+        while (table := ahead.next_table()) is not None:
+            if table.num_rows:
+                yield table
+            del table  # not held while the next one is read
+    finally:
+        ahead.close()
 
-    def plan_ahead() -> None:
-        while len(plans) < plans_ahead:
-            fragment = next(pending_fragments, None)
+
+@dataclass(frozen=True)
+class _Scan:
+    """What one stream reads: from where, which columns, filtered how, within what
+    read-ahead budget (bytes)."""
+
+    files: Files
+    schema: DatasetSchema
+    columns: list[str]
+    #: ``columns`` and the columns the predicate reads.
+    names: list[str]
+    predicate: pc.Expression | None
+    may_match: RowGroupPredicate | None
+    budget: int
+
+    def reads_of(self, plan: FragmentPlan | None) -> list[Read]:
+        """The reads of a fragment's plan (none when the fragment cannot match)."""
+        return split_reads(plan, self.names, self.budget) if plan is not None else []
+
+
+class _ReadAhead:
+    """The work of a stream with ``workers`` threads: fragments being planned, reads
+    waiting for budget, and reads running, each queue in fragment and row-group order.
+    """
+
+    def __init__(
+        self, scan: _Scan, pending_fragments: Iterator[FragmentMetadata], workers: int
+    ) -> None:
+        self._scan = scan
+        self._pending_fragments = pending_fragments
+        self._workers = workers
+        self._pool = _executor()
+        self._plans: deque[Future[FragmentPlan | None]] = deque()
+        self._waiting: deque[Read] = deque()
+        self._reading: deque[tuple[Future[pa.Table], int]] = deque()
+        self._in_flight = 0
+        # Estimates come from the footers' uncompressed sizes; decoded Arrow data can be
+        # larger (dictionary-encoded strings): corrected by what reads actually held.
+        self._scale, self._estimated, self._actual = 1.0, 0.0, 0
+        # Small files are fetched whole when planned: with a small budget, plan fewer ahead.
+        self._plans_ahead = max(1, min(workers, scan.budget // WHOLE_READ_MAX_BYTES))
+
+    def plan_ahead(self) -> None:
+        """Start planning fragments until ``plans_ahead`` plans are pending."""
+        scan = self._scan
+        while len(self._plans) < self._plans_ahead:
+            fragment = next(self._pending_fragments, None)
             if fragment is None:
                 return
-            plans.append(pool.submit(plan_fragment, files, fragment, schema, may_match))
+            self._plans.append(
+                self._pool.submit(plan_fragment, scan.files, fragment, scan.schema, scan.may_match)
+            )
 
-    def may_start(est: int) -> bool:
-        if not reading:
+    def next_table(self) -> pa.Table | None:
+        """The result of the next read in order (waiting for it), None after the last.
+
+        Raises:
+            ManifestCorruptError, InvalidExpressionError: as :func:`stream_tables`.
+        """
+        self._start_reads()
+        if not self._reading:
+            return None
+        future, est = self._reading.popleft()
+        table = future.result()
+        self._in_flight -= est
+        if self._scan.predicate is None and est:
+            # Without a filter the result is what the read decoded.
+            self._estimated += est / self._scale
+            self._actual += table.nbytes
+            self._scale = max(1.0, self._actual / self._estimated)
+        return table
+
+    def close(self) -> None:
+        """Drop queued work and wait for the reads already running, so that no read
+        outlives its stream (abandoned early: a limit, an error)."""
+        running = [f for f in [*self._plans, *(f for f, _est in self._reading)] if not f.cancel()]
+        wait(running)
+
+    def _start_reads(self) -> None:
+        """Start every waiting read the budget allows, taking the next plan's reads
+        once it is ready, or when nothing else can run."""
+        scan = self._scan
+        while True:
+            while self._waiting and self._may_start(int(self._waiting[0][2] * self._scale)):
+                plan, groups, est = self._waiting.popleft()
+                future = self._pool.submit(
+                    read_planned, plan, scan.schema, scan.columns, scan.predicate, groups
+                )
+                self._reading.append((future, int(est * self._scale)))
+                self._in_flight += int(est * self._scale)
+            if self._waiting or not self._plans:
+                return
+            if not (self._plans[0].done() or not self._reading):
+                return
+            plan_or_none = self._plans.popleft().result()
+            self.plan_ahead()
+            self._waiting.extend(scan.reads_of(plan_or_none))
+
+    def _may_start(self, est: int) -> bool:
+        if not self._reading:
             return True  # one read always runs, however large
         # Half the budget in flight: measured peak RSS then stays within about twice
         # the budget (allocators keep freed memory for a while).
-        return len(reading) < workers and in_flight + est <= budget // 2
-
-    try:
-        plan_ahead()
-        while True:
-            while True:
-                while waiting and may_start(int(waiting[0][2] * scale)):
-                    plan, groups, est = waiting.popleft()
-                    future = pool.submit(read_planned, plan, schema, columns, predicate, groups)
-                    reading.append((future, int(est * scale)))
-                    in_flight += int(est * scale)
-                # Take the next plan once it is ready, or when nothing else can run.
-                if not waiting and plans and (plans[0].done() or not reading):
-                    plan_or_none = plans.popleft().result()
-                    plan_ahead()
-                    if plan_or_none is not None:
-                        waiting.extend(split_reads(plan_or_none, names, budget))
-                    continue
-                break
-            if not reading:
-                return
-            future, est = reading.popleft()
-            table = future.result()
-            in_flight -= est
-            if predicate is None and est:
-                # Without a filter the result is what the read decoded.
-                estimated, actual = estimated + est / scale, actual + table.nbytes
-                scale = max(1.0, actual / estimated)
-            if table.num_rows:
-                yield table
-            del table
-    finally:
-        # Abandoned early (a limit, an error): queued work is dropped, and reads
-        # already running are waited for, so that no read outlives its stream.
-        started = [f for f in [*plans, *(f for f, _est in reading)] if not f.cancel()]
-        wait(started)
+        return (
+            len(self._reading) < self._workers and self._in_flight + est <= self._scan.budget // 2
+        )
