@@ -155,9 +155,51 @@ def _status_line(status: int) -> str:
         return f"{status} Unknown"
 
 
+class _OpenConnections:
+    """The connections a server has accepted and not yet closed, so that stopping it
+    can cut them."""
+
+    def __init__(self) -> None:
+        self._active: set[socket.socket] = set()
+        self._lock = threading.Condition()
+        self._closing = False
+
+    def track(self, conn: socket.socket) -> None:
+        with self._lock:
+            if self._closing:
+                # Accepted just before cut(): cut it like the rest.
+                _shut(conn)
+            self._active.add(conn)
+
+    def untrack(self, conn: socket.socket) -> None:
+        with self._lock:
+            self._active.discard(conn)
+            self._lock.notify_all()
+
+    def cut(self, grace: float) -> None:
+        """Shut every open connection, then wait up to ``grace`` s for their handlers."""
+        with self._lock:
+            self._closing = True
+            for conn in list(self._active):
+                _shut(conn)
+            deadline = time.monotonic() + grace
+            while self._active and (left := deadline - time.monotonic()) > 0:
+                self._lock.wait(left)
+
+
+def _shut(conn: socket.socket) -> None:
+    try:
+        conn.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass  # already closed by the peer or by us
+
+
 @functools.lru_cache(maxsize=1)
 def _server_machinery() -> tuple[Callable[[], WSGIApp], type[Any]]:
     """Import moto's server parts and build the server class (once per process).
+
+    The classes derive from moto's and werkzeug's, which are imported only here, so
+    they are built here too.
 
     Returns:
         (factory of a fresh moto dispatcher WSGI app, server class).
@@ -174,61 +216,38 @@ def _server_machinery() -> tuple[Callable[[], WSGIApp], type[Any]]:
         from werkzeug.serving import ThreadedWSGIServer
     except ImportError as exc:
         raise ImportError(f"{INSTALL_HINT} ({exc})") from exc
+    server = _server_class(ThreadedWSGIServer, _handler_class(MotoRequestHandler))
+    return _dispatcher_class(DomainDispatcherApplication, create_backend_app), server
 
-    class Server(ThreadedWSGIServer):  # type: ignore[misc]
-        """werkzeug's threaded server on a socket we bound ourselves, tracking open
-        connections so stop() can cut them."""
 
+def _server_class(threaded_wsgi_server: type[Any], handler: type[Any]) -> type[Any]:
+    """werkzeug's threaded server on a socket we bound ourselves, tracking open
+    connections (``connections``) so stop() can cut them."""
+
+    class Server(threaded_wsgi_server):  # type: ignore[misc,valid-type]
         daemon_threads = True
 
         def __init__(self, sock: socket.socket, app: WSGIApp) -> None:
-            self._active: set[socket.socket] = set()
-            self._active_lock = threading.Condition()
-            self._closing = False
+            self.connections = _OpenConnections()
             # Passing fd= makes werkzeug use our bound, listening socket: werkzeug
             # would otherwise print and sys.exit() when binding fails.
             host, port = sock.getsockname()[:2]
-            super().__init__(host, port, app, handler=Handler, fd=sock.fileno())
+            super().__init__(host, port, app, handler=handler, fd=sock.fileno())
 
-        def track(self, conn: socket.socket) -> None:
-            with self._active_lock:
-                if self._closing:
-                    # Accepted just before stop(): cut it like the rest.
-                    try:
-                        conn.shutdown(socket.SHUT_RDWR)
-                    except OSError:
-                        pass
-                self._active.add(conn)
+    return Server
 
-        def untrack(self, conn: socket.socket) -> None:
-            with self._active_lock:
-                self._active.discard(conn)
-                self._active_lock.notify_all()
 
-        def cut_connections(self, grace: float) -> None:
-            """Shut every open connection, then wait up to ``grace`` s for handlers."""
-            with self._active_lock:
-                self._closing = True
-                for conn in list(self._active):
-                    try:
-                        conn.shutdown(socket.SHUT_RDWR)
-                    except OSError:
-                        pass
-                deadline = time.monotonic() + grace
-                while self._active and (left := deadline - time.monotonic()) > 0:
-                    self._active_lock.wait(left)
+def _handler_class(moto_request_handler: type[Any]) -> type[Any]:
+    """moto's request handler (keeps underscored S3 metadata headers), plus: a socket
+    timeout, connection tracking for stop(), quiet logging, and closing the connection
+    when the app drops it."""
 
-    class Handler(MotoRequestHandler):  # type: ignore[misc]
-        """moto's request handler (keeps underscored S3 metadata headers), plus:
-        a socket timeout, connection tracking for stop(), quiet logging, and closing
-        the connection when the app drops it."""
-
+    class Handler(moto_request_handler):  # type: ignore[misc,valid-type]
         timeout = _SOCKET_TIMEOUT
-        server: Server
 
         def setup(self) -> None:
             super().setup()
-            self.server.track(self.connection)
+            self.server.connections.track(self.connection)
 
         def finish(self) -> None:
             try:
@@ -237,7 +256,7 @@ def _server_machinery() -> tuple[Callable[[], WSGIApp], type[Any]]:
                 # The peer is gone or stop() shut the socket; nothing left to flush.
                 pass
             finally:
-                self.server.untrack(self.connection)
+                self.server.connections.untrack(self.connection)
 
         def connection_dropped(
             self, error: BaseException, environ: dict[str, Any] | None = None
@@ -253,13 +272,19 @@ def _server_machinery() -> tuple[Callable[[], WSGIApp], type[Any]]:
         def log_error(self, format: str, *args: Any) -> None:
             _log.debug("local AWS server: " + format, *args)
 
-    class Dispatcher(DomainDispatcherApplication):  # type: ignore[misc]
-        """moto's dispatcher with host -> backend lookups memoized.
+    return Handler
 
-        moto answers each lookup by stat()ing every moto service package (~1 ms,
-        twice per request, under our lock); the answer depends on the host alone.
-        """
 
+def _dispatcher_class(
+    domain_dispatcher: type[Any], create_backend_app: Callable[..., Any]
+) -> Callable[[], WSGIApp]:
+    """moto's dispatcher with host -> backend lookups memoized.
+
+    moto answers each lookup by stat()ing every moto service package (~1 ms, twice per
+    request, under our lock); the answer depends on the host alone.
+    """
+
+    class Dispatcher(domain_dispatcher):  # type: ignore[misc,valid-type]
         def __init__(self) -> None:
             super().__init__(create_backend_app)
             self._backend_for_host: dict[str | None, Any] = {}
@@ -272,10 +297,7 @@ def _server_machinery() -> tuple[Callable[[], WSGIApp], type[Any]]:
                 self._backend_for_host[host] = backend
                 return backend
 
-    def new_app() -> WSGIApp:
-        return Dispatcher()  # type: ignore[no-any-return]
-
-    return new_app, Server
+    return Dispatcher
 
 
 class _Gateway:
@@ -471,7 +493,7 @@ class LocalAWS(EndpointClientMixin):
         self._stopped = True
         server.shutdown()
         server.server_close()
-        server.cut_connections(_STOP_GRACE)
+        server.connections.cut(_STOP_GRACE)
         if self._thread is not None:
             self._thread.join(_STOP_GRACE)
             self._thread = None
@@ -503,10 +525,8 @@ class LocalAWS(EndpointClientMixin):
         Raises:
             RuntimeError: the server has not been started.
         """
-        if self._port is None:
-            raise RuntimeError("LocalAWS is not started; call start() or use 'with'")
         host = f"[{self._host}]" if ":" in self._host else self._host
-        return f"http://{host}:{self._port}"
+        return f"http://{host}:{self.port}"
 
     @property
     def port(self) -> int:
