@@ -23,7 +23,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError, ConnectionClosedError
 
 from s3ddb.testing import LocalAWS, RequestRecord, serve_in_subprocess
-from s3ddb.testing import local_aws as local_aws_module
+from s3ddb.testing import _moto_server as moto_server
 from s3ddb.testing._faults import fault_response
 from s3ddb.testing._requests import detect_operation, detect_service
 
@@ -654,11 +654,11 @@ def test_serve_in_subprocess() -> None:
 
 
 def test_missing_moto_gives_install_hint(monkeypatch: pytest.MonkeyPatch) -> None:
-    local_aws_module._server_machinery.cache_clear()
+    moto_server.server_machinery.cache_clear()
     monkeypatch.setitem(sys.modules, "moto.moto_server.werkzeug_app", None)
     try:
         with pytest.raises(ImportError, match=r"pip install 's3ddb\[testing\]'"):
             LocalAWS().start()
     finally:
         monkeypatch.undo()
-        local_aws_module._server_machinery.cache_clear()
+        moto_server.server_machinery.cache_clear()
