@@ -66,6 +66,49 @@ def create_table(
         CredentialsError: no credentials, or credentials refused.
         ExternalStoreError: any other DynamoDB failure.
     """
+    request = _create_table_request(
+        table_name,
+        billing_mode,
+        read_capacity,
+        write_capacity,
+        deletion_protection=deletion_protection,
+        kms_key_arn=kms_key_arn,
+        tags=tags,
+    )
+    aws = aws or AwsConfig()
+    client = _client(aws, table_name)
+    try:
+        client.create_table(**request)
+    except Exception as exc:
+        if error_code(exc) != "ResourceInUseException":
+            _raise_translated(exc, "CreateTable", table_name, aws)
+        # Already there (or being created by someone else): fine if the schema is ours.
+        _check_existing(table_name, aws, exc)
+        if wait:
+            _wait_active(client, table_name, aws, timeout)
+        return False
+    if wait or point_in_time_recovery:
+        _wait_active(client, table_name, aws, timeout)
+    if point_in_time_recovery:
+        _enable_pitr(client, table_name, aws)
+    return True
+
+
+def _create_table_request(
+    table_name: str,
+    billing_mode: str,
+    read_capacity: int | None,
+    write_capacity: int | None,
+    *,
+    deletion_protection: bool,
+    kms_key_arn: str | None,
+    tags: Mapping[str, str] | None,
+) -> dict[str, Any]:
+    """The CreateTable request for :func:`create_table`'s arguments.
+
+    Raises:
+        InvalidInputError: inconsistent billing arguments.
+    """
     billing_mode = billing_mode.upper()
     if billing_mode not in BILLING_MODES:
         raise InvalidInputError(
@@ -76,9 +119,7 @@ def create_table(
         raise InvalidInputError("PROVISIONED billing needs read_capacity and write_capacity >= 1")
     if not provisioned and (read_capacity or write_capacity):
         raise InvalidInputError("read_capacity/write_capacity only apply to PROVISIONED billing")
-    aws = aws or AwsConfig()
-    client = _client(aws, table_name)
-    kwargs: dict[str, Any] = {
+    request: dict[str, Any] = {
         "TableName": table_name,
         "KeySchema": c.KEY_SCHEMA,
         "AttributeDefinitions": c.ATTRIBUTE_DEFINITIONS,
@@ -87,38 +128,34 @@ def create_table(
         "Tags": [{"Key": k, "Value": v} for k, v in {**DEFAULT_TAGS, **(tags or {})}.items()],
     }
     if provisioned:
-        kwargs["ProvisionedThroughput"] = {
+        request["ProvisionedThroughput"] = {
             "ReadCapacityUnits": int(read_capacity or 0),
             "WriteCapacityUnits": int(write_capacity or 0),
         }
     if kms_key_arn:
-        kwargs["SSESpecification"] = {
+        request["SSESpecification"] = {
             "Enabled": True,
             "SSEType": "KMS",
             "KMSMasterKeyId": kms_key_arn,
         }
-    try:
-        client.create_table(**kwargs)
-    except Exception as exc:
-        if error_code(exc) != "ResourceInUseException":
-            _raise_translated(exc, "CreateTable", table_name, aws)
-        # Already there (or being created by someone else): fine if the schema is ours.
-        description = describe_table(table_name, aws)
-        if not c.key_schema_matches(description):
-            raise c.wrong_schema_error(
-                table_name,
-                aws.endpoint_in_effect("dynamodb"),
-                _region(aws),
-                c.key_schema_text(description),
-            ) from exc
-        if wait:
-            _wait_active(client, table_name, aws, timeout)
-        return False
-    if wait or point_in_time_recovery:
-        _wait_active(client, table_name, aws, timeout)
-    if point_in_time_recovery:
-        _enable_pitr(client, table_name, aws)
-    return True
+    return request
+
+
+def _check_existing(table_name: str, aws: AwsConfig, in_use: BaseException) -> None:
+    """A table CreateTable found in use must have the store's key schema.
+
+    Raises:
+        ExternalStoreTableError: it has another (chained to ``in_use``).
+        CredentialsError, ExternalStoreError: as for :func:`describe_table`.
+    """
+    description = describe_table(table_name, aws)
+    if not c.key_schema_matches(description):
+        raise c.wrong_schema_error(
+            table_name,
+            aws.endpoint_in_effect("dynamodb"),
+            _region(aws),
+            c.key_schema_text(description),
+        ) from in_use
 
 
 def describe_table(table_name: str, aws: AwsConfig | None = None) -> dict[str, Any]:

@@ -223,12 +223,29 @@ class DynamoDBManifestStore(ExternalManifestStore):
             ExternalStoreTableError, CredentialsError, ExternalStoreError: not retried.
         """
         method = getattr(self._client(), _method_name(operation))
+        return self._retrying(operation, lambda: method(TableName=self.table_name, **kwargs))
+
+    def _call_batch(self, request_items: dict[str, Any]) -> dict[str, Any]:
+        """BatchWriteItem, which takes ``RequestItems`` instead of ``TableName``,
+        retried like :meth:`_call` (its unprocessed items are :meth:`_batch_delete`'s).
+        """
+        method = self._client().batch_write_item
+        return self._retrying("BatchWriteItem", lambda: method(RequestItems=request_items))
+
+    def _retrying(self, operation: str, send: Callable[[], Any]) -> dict[str, Any]:
+        """``send()`` (request ``operation``, safe to repeat) until it succeeds or a
+        failure is not transient; the retry policy of every request but a claim.
+
+        Raises:
+            _ConditionFailed, ExternalStoreThrottledError, ExternalStoreTableError,
+            CredentialsError, ExternalStoreError: as :meth:`_call` says.
+        """
         started = time.monotonic()
         attempt = 0
         while True:
             attempt += 1
             try:
-                return dict(method(TableName=self.table_name, **kwargs))
+                return dict(send())
             except Exception as exc:
                 failure = classify(exc)
                 if failure is None:
@@ -315,47 +332,25 @@ class DynamoDBManifestStore(ExternalManifestStore):
         check_row(row)
         check_fence(row, fence)
         self.validate()
-        client = self._client()
-        item = row_to_item(row)
-        fenced = fence is not None and self.transactions
-        operation = "TransactWriteItems" if fenced else "PutItem"
+        # Without TransactWriteItems the claim is one PutItem and its fence unchecked.
+        checked_fence = fence if self.transactions else None
+        send = self._claim_sender(row, checked_fence)
+        operation = "PutItem" if checked_fence is None else "TransactWriteItems"
         started = time.monotonic()
         maybe_applied = False
         attempt = 0
         while True:
             attempt += 1
             try:
-                if fenced:
-                    assert fence is not None
-                    client.transact_write_items(
-                        **fenced_claim_request(self.table_name, row, item, fence)
-                    )
-                else:
-                    client.put_item(**claim_request(self.table_name, item))
+                send()
                 return
             except Exception as exc:
                 failure = classify(exc)
                 if failure is None:
                     raise
-                code = error_code(exc)
-                if fenced and code == "TransactionCanceledException":
-                    assert fence is not None
-                    if self._cancelled(row, fence, exc):
-                        return
-                    failure = Failure.THROTTLED  # applied nothing: send it again
-                elif code in ("UnknownOperationException", "UnknownOperation"):
-                    raise ExternalStoreError(
-                        f"{c.where(self.table_name, self.endpoint, self.region)} does not "
-                        "implement TransactWriteItems, which s3ddb needs to claim a version "
-                        "only on top of its predecessor (so that a writer of a dropped or "
-                        f"re-created dataset is refused). Set the storage option "
-                        "dynamodb_transactions=false (or the environment variable "
-                        f"{UNFENCED_ENV}=false) to claim with a single conditional PutItem "
-                        "without that check (see docs/protocol.md)."
-                    ) from exc
-                if failure is Failure.CONDITION:
-                    self._resolve_taken(row, condition_item(exc))
-                    return
+                failure = self._claim_failure(row, checked_fence, exc, failure)
+                if failure is None:
+                    return  # the version is this commit's own
                 if failure is Failure.MAYBE_APPLIED:
                     maybe_applied = True
                 elif failure not in (
@@ -372,6 +367,51 @@ class DynamoDBManifestStore(ExternalManifestStore):
                 if maybe_applied:
                     raise self._unknown(row, attempt, exc) from exc
                 raise self._exhausted(operation, attempt, started, exc) from exc
+
+    def _claim_sender(self, row: ManifestRow, fence: Fence | None) -> Callable[[], object]:
+        """One attempt to claim ``row``: a conditional PutItem, or with ``fence`` a
+        TransactWriteItems that also checks the predecessor row."""
+        client = self._client()
+        item = row_to_item(row)
+        if fence is None:
+            return lambda: client.put_item(**claim_request(self.table_name, item))
+        return lambda: client.transact_write_items(
+            **fenced_claim_request(self.table_name, row, item, fence)
+        )
+
+    def _claim_failure(
+        self, row: ManifestRow, fence: Fence | None, exc: BaseException, failure: Failure
+    ) -> Failure | None:
+        """What a failed attempt to claim ``row`` (fenced by ``fence``, if any) means:
+        None if the version is this commit's own (an earlier attempt landed), else the
+        failure to retry or report (a cancelled transaction that applied nothing counts
+        as THROTTLED).
+
+        Raises:
+            VersionTakenError: another commit holds the version.
+            FenceFailedError: the version is free and the fence failed.
+            ExternalStoreError: the endpoint lacks TransactWriteItems, or cancelled the
+                transaction for another reason.
+        """
+        code = error_code(exc)
+        if fence is not None and code == "TransactionCanceledException":
+            if self._cancelled(row, fence, exc):
+                return None
+            return Failure.THROTTLED  # applied nothing: send it again
+        if code in ("UnknownOperationException", "UnknownOperation"):
+            raise ExternalStoreError(
+                f"{c.where(self.table_name, self.endpoint, self.region)} does not "
+                "implement TransactWriteItems, which s3ddb needs to claim a version "
+                "only on top of its predecessor (so that a writer of a dropped or "
+                f"re-created dataset is refused). Set the storage option "
+                "dynamodb_transactions=false (or the environment variable "
+                f"{UNFENCED_ENV}=false) to claim with a single conditional PutItem "
+                "without that check (see docs/protocol.md)."
+            ) from exc
+        if failure is Failure.CONDITION:
+            self._resolve_taken(row, condition_item(exc))
+            return None
+        return failure
 
     def _cancelled(self, row: ManifestRow, fence: Fence, exc: BaseException) -> bool:
         """Read a cancelled fenced claim: True if the version is this commit's own
@@ -541,29 +581,6 @@ class DynamoDBManifestStore(ExternalManifestStore):
                     f"{time.monotonic() - started:.2f}s"
                 )
             self._sleep(self._backoff(attempt))
-
-    def _call_batch(self, request_items: dict[str, Any]) -> dict[str, Any]:
-        method = self._client().batch_write_item
-        started = time.monotonic()
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                return dict(method(RequestItems=request_items))
-            except Exception as exc:
-                failure = classify(exc)
-                if failure is None:
-                    raise
-                if failure in (
-                    Failure.THROTTLED,
-                    Failure.NOT_SENT,
-                    Failure.MAYBE_APPLIED,
-                ):
-                    if attempt <= self.max_retries:
-                        self._sleep(self._backoff(attempt))
-                        continue
-                    raise self._exhausted("BatchWriteItem", attempt, started, exc) from exc
-                raise self._fail(exc, failure, "BatchWriteItem") from exc
 
     # --- reads -----------------------------------------------------------------------
 
