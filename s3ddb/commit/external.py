@@ -43,6 +43,7 @@ from s3ddb.commit.handlers import (
     ListingCommitHandler,
     ManifestLocation,
     VersionConflict,
+    removed_by_cleanup,
 )
 from s3ddb.commit.manifest_cache import MANIFESTS
 from s3ddb.errors import (
@@ -51,7 +52,6 @@ from s3ddb.errors import (
     DatasetRecreatedError,
     ExternalStoreError,
     ManifestCorruptError,
-    RetryableCommitConflictError,
     VersionNotFoundError,
 )
 from s3ddb.external_store.base import (
@@ -491,12 +491,7 @@ class ExternalStoreCommitHandler(StagedVersionsHandler):
                 and latest.version > row.version
                 and latest.extra.get(DATASET_ID_ATTRIBUTE, "") == fence.dataset_id
             ):
-                return RetryableCommitConflictError(
-                    f"versions {fence.version} and {row.version} of {self.base_uri} were "
-                    f"removed by cleanup after this commit read version {fence.version} "
-                    f"(the newest is {latest.version}); re-execute the operation on the "
-                    "newest version"
-                )
+                return removed_by_cleanup(self.base_uri, fence.version, row.version, latest.version)
         return DatasetRecreatedError(
             f"refusing to commit version {row.version} of {self.base_uri}: {exc}. Nothing "
             "was committed; re-open the dataset and run the operation again if it still "

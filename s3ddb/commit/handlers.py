@@ -47,6 +47,7 @@ __all__ = [
     "ListingCommitHandler",
     "ManifestLocation",
     "VersionConflict",
+    "removed_by_cleanup",
 ]
 
 log = logging.getLogger(__name__)
@@ -313,6 +314,19 @@ class ListingCommitHandler(CommitHandler):
         ]
 
 
+def removed_by_cleanup(
+    where: str, read: int, version: int, newest: int
+) -> RetryableCommitConflictError:
+    """The error for a commit of ``version`` whose fence found version ``read`` (the
+    one it built on) gone while newer versions of the same dataset exist: cleanup
+    removed them, and the operation must run again on version ``newest``."""
+    return RetryableCommitConflictError(
+        f"versions {read} and {version} of {where} were removed by cleanup after this "
+        f"commit read version {read} (the newest is {newest}); re-execute the operation "
+        "on the newest version"
+    )
+
+
 class ConditionalPutCommitHandler(ListingCommitHandler):
     """Claims a version with the object store's atomic put-if-not-exists.
 
@@ -383,11 +397,8 @@ class ConditionalPutCommitHandler(ListingCommitHandler):
             if latest is not None and latest.version > manifest.version:
                 newest = read_manifest_header(self.store, latest.path, latest.path)
                 if newest.dataset_id == previous.dataset_id:
-                    raise RetryableCommitConflictError(
-                        f"versions {previous.version} and {manifest.version} of "
-                        f"{self.store.url} were removed by cleanup after this commit read "
-                        f"version {previous.version} (the newest is {latest.version}); "
-                        "re-execute the operation on the newest version"
+                    raise removed_by_cleanup(
+                        self.store.url, previous.version, manifest.version, latest.version
                     ) from None
             raise DatasetRecreatedError(
                 f"refusing to commit version {manifest.version} of {self.store.url}: "

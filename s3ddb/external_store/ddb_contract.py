@@ -178,12 +178,17 @@ def translate(
     )
 
 
-def key_schema_text(description: dict[str, Any]) -> str:
-    """A table description's key schema, formatted like :func:`expected_schema_text`."""
-    types = {
+def _attribute_types(description: dict[str, Any]) -> dict[Any, Any]:
+    """A table description's attribute types by attribute name."""
+    return {
         d.get("AttributeName"): d.get("AttributeType")
         for d in description.get("AttributeDefinitions", [])
     }
+
+
+def key_schema_text(description: dict[str, Any]) -> str:
+    """A table description's key schema, formatted like :func:`expected_schema_text`."""
+    types = _attribute_types(description)
     lines = []
     for key in description.get("KeySchema", []):
         name, kt = key.get("AttributeName"), key.get("KeyType")
@@ -192,10 +197,7 @@ def key_schema_text(description: dict[str, Any]) -> str:
 
 
 def key_schema_matches(description: dict[str, Any]) -> bool:
-    types = {
-        d.get("AttributeName"): d.get("AttributeType")
-        for d in description.get("AttributeDefinitions", [])
-    }
+    types = _attribute_types(description)
     actual = sorted(
         (k.get("AttributeName"), types.get(k.get("AttributeName")), k.get("KeyType"))
         for k in description.get("KeySchema", [])

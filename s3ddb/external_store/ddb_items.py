@@ -53,7 +53,8 @@ def condition_item(exc: BaseException) -> dict[str, Any] | None:
 
 
 def claim_request(table: str, item: dict[str, Any]) -> dict[str, Any]:
-    """The PutItem arguments that claim ``item``'s version if no row holds it."""
+    """The PutItem arguments that claim ``item``'s version if no row holds it (also
+    the Put of a fenced claim's transaction)."""
     return {
         "TableName": table,
         "Item": item,
@@ -93,15 +94,7 @@ def fenced_claim_request(
     return {
         "TransactItems": [
             {"ConditionCheck": condition_check},
-            {
-                "Put": {
-                    "TableName": table,
-                    "Item": item,
-                    "ConditionExpression": _PUT_CONDITION,
-                    "ExpressionAttributeNames": dict(_PUT_NAMES),
-                    "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-                }
-            },
+            {"Put": claim_request(table, item)},
         ],
     }
 
