@@ -84,7 +84,7 @@ def their_changes(theirs: Transaction, ctx: ConflictContext) -> RowChanges:
     """Compare the manifests around ``theirs``, using its recorded affected rows where
     it has them (and the deletion files where it does not)."""
     op = theirs.operation
-    recorded: dict[int, BitMap] = dict(getattr(op, "affected_rows", {}) or {})
+    recorded: dict[int, BitMap] = dict(op.affected_rows) if isinstance(op, (Delete, Update)) else {}
     in_place = isinstance(op, Update) and op.mode is UpdateMode.REWRITE_COLUMNS
     before = ctx.before_fragments
     after = ctx.after_fragments

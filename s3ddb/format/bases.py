@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from s3ddb.errors import InvalidURIError, ManifestCorruptError, PathOutsideDatasetError
@@ -25,6 +25,9 @@ from s3ddb.format.fragment import DataFile, FragmentMetadata
 from s3ddb.io.arguments import is_int
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.uri import parse_uri
+
+if TYPE_CHECKING:
+    from s3ddb.format.manifest import Manifest
 
 __all__ = [
     "ALLOW_CROSS_STORE",
@@ -205,7 +208,7 @@ class FileResolver:
         self.declared_in: dict[int, str] = {}
 
     @classmethod
-    def for_manifest(cls, store: ObjectStore, *manifests: Any) -> FileResolver:
+    def for_manifest(cls, store: ObjectStore, *manifests: Manifest | None) -> FileResolver:
         """The resolver of ``manifests`` (their base paths together: ids never change
         meaning within a dataset)."""
         bases: dict[int, BasePath] = {}
@@ -213,13 +216,9 @@ class FileResolver:
         version = None
         for manifest in manifests:
             if manifest is not None:
-                # Manifests this process built carry no location: named by version.
-                where = getattr(manifest.fragments, "where", "") or (
-                    f"of {store.url} version {manifest.version}"
-                )
                 for b in manifest.base_paths:
                     bases[b.id] = b
-                    declared_in[b.id] = f"manifest {where}"
+                    declared_in[b.id] = f"manifest of {store.url} version {manifest.version}"
                 version = manifest.version
         resolver = cls(store, bases.values(), version=version)
         resolver.declared_in = declared_in

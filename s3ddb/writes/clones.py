@@ -149,7 +149,31 @@ def deep_clone(
     src, tag = _source(ds, version)
     text, handler, options = _open_target(src, target, storage_options)
     manifest = src.manifest
-    sources = FileResolver.for_manifest(src.handler.store, manifest)
+    fragments, copies = _copies(FileResolver.for_manifest(src.handler.store, manifest), manifest)
+    written = [dst for _store, _path, dst in copies]
+    target_store = handler.store
+
+    def copy(planned: tuple[ObjectStore, str, str]) -> None:
+        store, path, dst = planned
+        store.copy_to(target_store, path, dst)
+
+    try:
+        with ThreadPoolExecutor(max_workers=COPY_PARALLELISM) as pool:
+            list(pool.map(copy, copies))
+    except BaseException:
+        # Nothing was committed: the copies are ours alone.
+        target_store.delete_many(written)
+        raise
+    template = _template(manifest, tuple(fragments))
+    op = Clone(False, tag, manifest.version, src.handler.store.url, template, tuple(written))
+    return _commit_clone(text, handler, options, src, op)
+
+
+def _copies(
+    sources: FileResolver, manifest: Manifest
+) -> tuple[list[FragmentMetadata], list[tuple[ObjectStore, str, str]]]:
+    """A deep clone's plan: ``manifest``'s fragments renamed to the copies, and each
+    copy to make (source store, source path, path in the clone's root)."""
     # Copies get new names: a clone racing this one into the same target can then
     # never overwrite (or, failing, delete) a file of the winner.
     copies: list[tuple[ObjectStore, str, str]] = []
@@ -169,25 +193,9 @@ def deep_clone(
             deletion = DeletionFile(
                 deletion.kind, deletion.read_version, uuid.uuid4().hex, deletion.num_deleted_rows
             )
-            copies.append(
-                (
-                    store,
-                    path,
-                    layout.deletion_file_path(
-                        fragment.id, deletion.read_version, deletion.id, deletion.extension
-                    ),
-                )
+            dst = layout.deletion_file_path(
+                fragment.id, deletion.read_version, deletion.id, deletion.extension
             )
+            copies.append((store, path, dst))
         fragments.append(replace(fragment, files=tuple(files), deletion_file=deletion))
-    written = [dst for _s, _p, dst in copies]
-    target_store = handler.store
-    try:
-        with ThreadPoolExecutor(max_workers=COPY_PARALLELISM) as pool:
-            list(pool.map(lambda c: c[0].copy_to(target_store, c[1], c[2]), copies))
-    except BaseException:
-        # Nothing was committed: the copies are ours alone.
-        target_store.delete_many(written)
-        raise
-    template = _template(manifest, tuple(fragments))
-    op = Clone(False, tag, manifest.version, src.handler.store.url, template, tuple(written))
-    return _commit_clone(text, handler, options, src, op)
+    return fragments, copies

@@ -379,5 +379,6 @@ def _rewrite_columns(
     updated = tuple(parallel_map(rewrite, touched))
     # ``rewrite`` may have run in another process, whose additions did not reach here.
     known = set(files.paths)
-    files.add(*(p for f in updated if (p := layout.data_file_path(f.files[-1].path)) not in known))
+    added = (layout.data_file_path(f.files[-1].path) for f in updated)
+    files.add(*(path for path in added if path not in known))
     return updated
