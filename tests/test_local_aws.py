@@ -645,6 +645,91 @@ def test_cli_local_aws_serves_until_terminated() -> None:
     assert "stopped" in err
 
 
+def _start_cli_local_aws(*flags: str) -> tuple[subprocess.Popen[str], str]:
+    """``s3ddb local-aws FLAGS`` in a child process, and the endpoint URL it announced."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "s3ddb.cli.main", "local-aws", *flags],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    return proc, proc.stdout.readline().strip()
+
+
+def _cli_clients(url: str) -> tuple[Any, Any]:
+    import boto3
+
+    settings: dict[str, Any] = {
+        "endpoint_url": url,
+        "region_name": "us-east-1",
+        "aws_access_key_id": "testing",
+        "aws_secret_access_key": "testing",
+    }
+    return boto3.client("s3", **settings), boto3.client("dynamodb", **settings)
+
+
+def _second_conditional_put_refused(s3: Any, bucket: str) -> bool:
+    s3.put_object(Bucket=bucket, Key="probe", Body=b"1", IfNoneMatch="*")
+    try:
+        s3.put_object(Bucket=bucket, Key="probe", Body=b"2", IfNoneMatch="*")
+    except ClientError as exc:
+        assert exc.response["Error"]["Code"] == "PreconditionFailed"
+        return True
+    return False
+
+
+@pytest.mark.parametrize(
+    ("flags", "buckets", "tables", "conditional"),
+    [
+        # What the docs show: no conditional writes, their bucket and table.
+        ((), ["my-bucket"], ["s3ddb_manifests"], False),
+        (("--conditional-writes",), ["my-bucket"], ["s3ddb_manifests"], True),
+        (
+            ("--bucket", "bucket-1", "--bucket", "bucket-2", "--table", "t1"),
+            ["bucket-1", "bucket-2"],
+            ["t1"],
+            False,
+        ),
+        (("--empty", "--table", "t1"), [], ["t1"], False),
+        (("--empty",), [], [], False),
+    ],
+)
+def test_cli_local_aws_defaults_serve_the_docs(
+    flags: tuple[str, ...], buckets: list[str], tables: list[str], conditional: bool
+) -> None:
+    proc, url = _start_cli_local_aws(*flags)
+    try:
+        assert url.startswith("http://127.0.0.1:"), url
+        s3, ddb = _cli_clients(url)
+        assert sorted(b["Name"] for b in s3.list_buckets()["Buckets"]) == buckets
+        assert ddb.list_tables()["TableNames"] == tables
+        if buckets:
+            assert _second_conditional_put_refused(s3, buckets[0]) is conditional
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0, err
+    assert f"tables: {', '.join(tables) or 'none'}" in err
+
+
+def test_cli_local_aws_help_documents_every_flag() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "s3ddb.cli.main", "local-aws", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    flags = ["--host", "--port", "--region", "--conditional-writes", "--bucket", "--table"]
+    for flag in [*flags, "--no-conditional-writes", "--empty"]:
+        assert flag in done.stdout
+    with open(os.path.join(os.path.dirname(__file__), "..", "docs", "deployments.md")) as f:
+        deployments = f.read()
+    for flag in [*flags, "--empty"]:
+        assert f"`{flag}" in deployments, f"{flag} is not documented in docs/deployments.md"
+
+
 def test_serve_in_subprocess() -> None:
     with serve_in_subprocess(buckets=[_name("sub")], tables=["commits"]) as aws:
         assert aws.is_running and aws.endpoint_url.startswith("http://127.0.0.1:")

@@ -23,6 +23,10 @@ from s3ddb.testing import DEFAULT_REGION
 
 _HELP = "serve a local S3 + DynamoDB endpoint (moto) for tests and demos"
 
+# What the README and docs/ examples use, so they run as shown against a fresh endpoint.
+DEFAULT_BUCKET = "my-bucket"
+DEFAULT_TABLE = "s3ddb_manifests"
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``local-aws`` options to ``parser``."""
@@ -38,28 +42,46 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--region", default=DEFAULT_REGION, help=f"region (default {DEFAULT_REGION})"
     )
     parser.add_argument(
-        "--no-conditional-writes",
-        dest="conditional_writes",
-        action="store_false",
-        help="behave like an S3 store without conditional writes: drop If-None-Match and "
-        "If-Match on S3 writes",
+        "--conditional-writes",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="honour If-None-Match and If-Match on S3 writes, like AWS S3 (default: off, "
+        "they are dropped, like the S3-compatible stores s3+ddb:// exists for; with them "
+        "off, 's3ddb doctor s3://...' fails and s3+ddb:// URIs are needed)",
     )
     parser.add_argument(
         "--bucket",
         dest="buckets",
         action="append",
-        default=[],
+        default=None,
         metavar="NAME",
-        help="create this S3 bucket at start (repeatable)",
+        help=f"create this S3 bucket at start (repeatable; default {DEFAULT_BUCKET}, the "
+        "bucket the docs use)",
     )
     parser.add_argument(
         "--table",
         dest="tables",
         action="append",
-        default=[],
+        default=None,
         metavar="NAME",
-        help="create this DynamoDB table with the s3ddb commit-table schema (repeatable)",
+        help="create this DynamoDB table with the s3ddb commit-table key schema at start "
+        f"(repeatable; default {DEFAULT_TABLE}, the table the docs use)",
     )
+    parser.add_argument(
+        "--empty",
+        action="store_true",
+        help="create no bucket or table beyond those --bucket and --table name",
+    )
+
+
+def _buckets_and_tables(args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    """The buckets and tables to create at start: those named, else the defaults."""
+    default_buckets, default_tables = (
+        ([], []) if args.empty else ([DEFAULT_BUCKET], [DEFAULT_TABLE])
+    )
+    buckets = default_buckets if args.buckets is None else args.buckets
+    tables = default_tables if args.tables is None else args.tables
+    return buckets, tables
 
 
 def register(subparsers: Any) -> None:
@@ -67,9 +89,12 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "local-aws",
         help=_HELP,
-        description=f"{_HELP[:1].upper()}{_HELP[1:]}. Prints the endpoint URL, then "
-        "shell 'export' lines for AWS_ENDPOINT_URL and dummy credentials; serves until "
-        "Ctrl-C or SIGTERM. Requires pip install 's3ddb[testing]'.",
+        description=f"{_HELP[:1].upper()}{_HELP[1:]}. By default its S3 ignores "
+        f"conditional writes, and it creates the bucket {DEFAULT_BUCKET!r} and the "
+        f"DynamoDB table {DEFAULT_TABLE!r} that the docs' examples use. Prints the "
+        "endpoint URL, then shell 'export' lines for AWS_ENDPOINT_URL and dummy "
+        "credentials; serves until Ctrl-C or SIGTERM. Requires pip install "
+        "'s3ddb[testing]'.",
     )
     add_arguments(parser)
     parser.set_defaults(func=run)
@@ -116,16 +141,19 @@ def run(args: argparse.Namespace) -> int:
             if signum is not None:
                 previous.append((signum, signal.signal(signum, on_signal)))
     try:
-        for bucket in args.buckets:
+        buckets, tables = _buckets_and_tables(args)
+        for bucket in buckets:
             aws.create_bucket(bucket)
-        for table in args.tables:
+        for table in tables:
             aws.create_table(table)
         sys.stdout.write(_announcement(aws.env()))
         sys.stdout.flush()
         mode = "on" if aws.conditional_writes else "OFF (If-None-Match/If-Match dropped)"
         print(
             f"s3ddb local-aws: serving S3 + DynamoDB at {aws.endpoint_url} "
-            f"(region {aws.region}, S3 conditional writes {mode}); Ctrl-C to stop",
+            f"(region {aws.region}, S3 conditional writes {mode}); "
+            f"buckets: {', '.join(buckets) or 'none'}; tables: {', '.join(tables) or 'none'}; "
+            "Ctrl-C to stop",
             file=sys.stderr,
             flush=True,
         )
@@ -150,4 +178,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run(parser.parse_args(argv))
 
 
-__all__ = ["add_arguments", "main", "register", "run"]
+__all__ = ["DEFAULT_BUCKET", "DEFAULT_TABLE", "add_arguments", "main", "register", "run"]

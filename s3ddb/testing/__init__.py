@@ -18,7 +18,11 @@ Server in a separate process (complete isolation; no request log or faults)::
     with serve_in_subprocess(buckets=["bucket"]) as aws:
         ...
 
-From a shell: ``s3ddb local-aws --bucket bucket`` (or ``python -m s3ddb.testing``).
+From a shell: ``s3ddb local-aws`` (or ``python -m s3ddb.testing``). Unlike ``LocalAWS``,
+whose S3 honours conditional writes unless told otherwise, the command's S3 ignores
+them unless given ``--conditional-writes``, and it creates the bucket ``my-bucket`` and
+the table ``s3ddb_manifests`` the docs use unless given ``--bucket``, ``--table`` or
+``--empty``.
 
 Importing this package is cheap and needs neither moto nor werkzeug; they are imported
 when a server starts and come with ``pip install 's3ddb[testing]'``.

@@ -125,8 +125,10 @@ def serve_in_subprocess(
             message carries its stderr.
     """
     cmd = [sys.executable, "-m", "s3ddb.testing", "--port", "0", "--region", region]
-    if not conditional_writes:
-        cmd.append("--no-conditional-writes")
+    # Explicit flags: the command's defaults (no conditional writes, the docs' bucket and
+    # table) serve people running the docs' examples, not this function's contract.
+    cmd += ["--conditional-writes" if conditional_writes else "--no-conditional-writes"]
+    cmd.append("--empty")
     for bucket in buckets:
         cmd += ["--bucket", bucket]
     for table in tables:
