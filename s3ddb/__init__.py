@@ -58,7 +58,7 @@ from s3ddb.format.bases import BasePath
 from s3ddb.format.fragment import DataFile, FragmentMetadata
 from s3ddb.format.index import IndexMetadata
 from s3ddb.format.schema import DatasetSchema
-from s3ddb.maintenance.cleanup import CleanupStats
+from s3ddb.maintenance.cleanup import CleanupStats, KeptVersion
 from s3ddb.operations import (
     Append,
     Clone,
@@ -131,6 +131,7 @@ __all__ = [
     "InvalidExpressionError",
     "InvalidInputError",
     "InvalidURIError",
+    "KeptVersion",
     "LanceDataset",
     "LanceOperation",
     "ManifestCorruptError",

@@ -231,6 +231,7 @@ class Dataset(PinnedVersion):
         delete_unverified: bool = False,
         *,
         error_if_tagged_old_versions: bool = False,
+        claim_window: dt.timedelta | None = None,
         **tuning: Any,
     ) -> CleanupStats:
         """Remove versions committed more than ``older_than`` ago (default 14 days),
@@ -239,12 +240,21 @@ class Dataset(PinnedVersion):
         deletion files no kept version references; and files no version references (a
         crashed writer's) older than 7 days, or any age with ``delete_unverified``.
 
-        Safe while writers commit (see :mod:`s3ddb.maintenance.cleanup`). This Dataset stays pinned
-        where it is; if its version was removed, reading files may fail.
+        A version also stays until the version after it is ``claim_window`` old
+        (default 10 minutes): a writer that saw it as the newest may still be claiming
+        the next number, and must find that number taken. So right after a commit,
+        even ``older_than=timedelta(0)`` removes nothing; the result says so, and
+        when each version becomes removable. A shorter ``claim_window`` is safe only
+        when no writer can be committing (like ``delete_unverified``).
+
+        Safe while writers commit (see :mod:`s3ddb.maintenance.cleanup`). This Dataset
+        stays pinned where it is; if its version was removed, reading files may fail.
 
         Returns:
-            :class:`s3ddb.maintenance.cleanup.CleanupStats`: versions and rows removed, and files
-            and bytes removed per kind.
+            :class:`s3ddb.maintenance.cleanup.CleanupStats`: versions and rows removed,
+            files and bytes removed per kind, and each version kept with why
+            (``versions_kept``: newest, tagged, retain_versions, older_than or
+            claim_window, with the time the last two end).
 
         pylance's ``delete_rate_limit`` and ``delete_concurrency`` are accepted and
         ignored; tagged versions are always kept, without an error.
@@ -255,7 +265,9 @@ class Dataset(PinnedVersion):
                 ``versions=[...]`` (pylance options s3ddb does not implement).
         """
         pylance_compat.check_cleanup_options(error_if_tagged_old_versions, tuning)
-        return cleanup_old_versions(self, older_than, retain_versions, delete_unverified)
+        return cleanup_old_versions(
+            self, older_than, retain_versions, delete_unverified, claim_window
+        )
 
     def update_config(
         self,

@@ -5,6 +5,7 @@ committing meanwhile lose nothing."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import subprocess
 import sys
@@ -239,3 +240,88 @@ def test_a_version_removed_while_a_commit_checks_it_is_a_retryable_conflict(
     ):
         stale.delete("id = 4", conflict_retries=0)
     assert s3ddb.dataset(uri).version == 3  # nothing committed
+
+
+def _six_versions(uri: str) -> s3ddb.Dataset:
+    """Versions 1..6 (appends), version 3 tagged ``t``."""
+    for start in range(0, 60, 10):
+        s3ddb.write_dataset(_rows(start, 2), uri, mode="append")
+    ds = s3ddb.dataset(uri)
+    ds.tags.create("t", 3)
+    return ds
+
+
+def _reasons(stats: s3ddb.CleanupStats) -> dict[int, str]:
+    return {k.version: k.reason for k in stats.versions_kept}
+
+
+def test_cleanup_says_why_it_kept_each_version_and_when_it_can_go(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ds = _six_versions(str(tmp_path / "ds"))
+    history = {v.version: v.timestamp for v in ds.versions()}
+    # The default claim window: right after the commits even older_than=0 removes
+    # nothing, and says so.
+    monkeypatch.setattr(s3ddb.maintenance.cleanup, "CLAIM_WINDOW", dt.timedelta(minutes=10))
+    stats = ds.cleanup_old_versions(older_than=NOW)
+    assert stats.versions_removed == []
+    assert _reasons(stats) == {
+        1: "claim_window", 2: "claim_window", 3: "tagged",
+        4: "claim_window", 5: "claim_window", 6: "newest",
+    }  # fmt: skip
+    kept = {k.version: k for k in stats.versions_kept}
+    assert kept[1].removable_after == history[2] + dt.timedelta(minutes=10)
+    assert kept[3].removable_after is None and kept[6].removable_after is None
+
+    day = dt.timedelta(days=1)
+    stats = ds.cleanup_old_versions(older_than=day, retain_versions=2, claim_window=NOW)
+    assert stats.versions_removed == []
+    assert _reasons(stats) == {
+        1: "older_than", 2: "older_than", 3: "tagged",
+        4: "older_than", 5: "retain_versions", 6: "newest",
+    }  # fmt: skip
+    assert stats.versions_kept[0].removable_after == history[1] + day
+
+    stats = ds.cleanup_old_versions(older_than=NOW, retain_versions=2, claim_window=NOW)
+    assert stats.versions_removed == [1, 2, 4]
+    assert _reasons(stats) == {3: "tagged", 5: "retain_versions", 6: "newest"}
+    with pytest.raises(s3ddb.InvalidInputError, match="claim_window must be a timedelta"):
+        ds.cleanup_old_versions(claim_window=dt.timedelta(seconds=-1))
+
+
+def test_cli_cleanup_summary_names_what_it_kept_and_versions_shows_what_it_knows(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.cli_runner import run_cli
+
+    uri = str(tmp_path / "ds")
+    _six_versions(uri)
+    code, out, _ = run_cli(capsys, "cleanup", uri, "--older-than", "0m", "--claim-window", "10m")
+    lines = out.splitlines()
+    assert code == 0 and lines[0].startswith("removed 0 version(s),")
+    assert lines[1] == "kept 6 version(s):"
+    assert lines[2].split() == ["6", "the", "newest"] and lines[4].split() == ["3", "tagged"]
+    assert lines[3].startswith("  4, 5 ") and "10m claim window" in lines[3]
+    assert "the first removable after 20" in lines[3]
+
+    keep_two = ("--older-than", "0", "--retain-versions", "2", "--claim-window", "0")
+    code, out, _ = run_cli(capsys, "cleanup", uri, *keep_two)
+    # The tagged version 3 stayed: the range does not run over it.
+    assert code == 0 and out.startswith("removed 3 version(s) (1, 2, 4), ")
+    assert "  5          among the 2 newest (--retain-versions)" in out.splitlines()
+
+    code, out, _ = run_cli(capsys, "versions", uri)
+    lines = out.splitlines()
+    assert code == 0 and "?" not in out
+    assert [line.split()[3:6] for line in lines[2:5]] == [
+        ["2", "0", "s3ddb/" + s3ddb.__version__],
+        ["-", "-", "s3ddb/" + s3ddb.__version__],
+        ["-", "-", "s3ddb/" + s3ddb.__version__],
+    ]
+    assert lines[5] == (
+        "-: rows added and removed are not known where cleanup removed the version "
+        "before (version 5, 3)"
+    )
+    code, out, _ = run_cli(capsys, "versions", uri, "--json")
+    entries = {e["version"]: e for e in json.loads(out)}
+    assert entries[3]["rows_added"] is None and entries[3]["committer"].startswith("s3ddb/")

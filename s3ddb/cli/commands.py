@@ -367,6 +367,8 @@ def run_history(args: argparse.Namespace) -> int:
     One line per version, newest first: the version, its commit time (UTC, ISO 8601),
     the operation that made it, the rows it added and removed (a compaction rewrites
     rows: it adds and removes as many), who committed it and the tags that name it.
+    Where cleanup removed the version before, the rows added and removed are not known
+    (``-``, null in JSON) and a note says so.
     """
     ds = _open(args)
     tags: dict[int, list[str]] = {}
@@ -376,7 +378,10 @@ def run_history(args: argparse.Namespace) -> int:
     committers = _committers(ds)
     entries: list[dict[str, Any]] = []
     for info in infos:
-        added, removed, committer = _version_changes(ds, info.version)
+        try:
+            added, removed, committer = _version_changes(ds, info.version)
+        except s3ddb.VersionNotFoundError:
+            continue  # a cleanup removed it since the listing
         entries.append(
             {
                 "version": info.version,
@@ -395,12 +400,16 @@ def run_history(args: argparse.Namespace) -> int:
     header += ["tags"] if tags else []
     rows = [
         [str(e["version"]), _iso(e["timestamp"]), e["operation"],
-         "?" if e["rows_added"] is None else str(e["rows_added"]),
-         "?" if e["rows_removed"] is None else str(e["rows_removed"]),
+         "-" if e["rows_added"] is None else str(e["rows_added"]),
+         "-" if e["rows_removed"] is None else str(e["rows_removed"]),
          e["committer"], ", ".join(e["tags"])][: len(header)]
         for e in entries
     ]  # fmt: skip
     _print_table(header, rows, right={0, 3, 4})
+    after_gap = [str(e["version"]) for e in entries if e["rows_added"] is None]
+    if after_gap:
+        print("-: rows added and removed are not known where cleanup removed the version "
+              f"before (version {', '.join(after_gap)})")  # fmt: skip
     return 0
 
 
@@ -414,12 +423,18 @@ def _committers(ds: s3ddb.Dataset) -> dict[int, str]:
 
 
 def _version_changes(ds: s3ddb.Dataset, version: int) -> tuple[int | None, int | None, str]:
-    """(rows added, rows removed, writer) of ``version`` against the version before."""
+    """(rows added, rows removed, writer) of ``version`` against the version before;
+    the rows are None where cleanup removed that version.
+
+    Raises:
+        S3DDBError: ``version`` cannot be read (e.g. removed meanwhile).
+    """
+    manifest = ds.checkout_version(version).manifest
+    writer = f"{manifest.writer_library}/{manifest.writer_version}"
     try:
-        manifest = ds.checkout_version(version).manifest
         before = ds.checkout_version(version - 1).manifest.fragments if version > 1 else ()
-    except s3ddb.S3DDBError:
-        return None, None, ""
+    except s3ddb.VersionNotFoundError:
+        return None, None, writer
     previous = {f.id: f for f in before}
     current = {f.id for f in manifest.fragments}
     added = sum(f.num_rows for f in manifest.fragments if f.id not in previous)
@@ -428,7 +443,7 @@ def _version_changes(ds: s3ddb.Dataset, version: int) -> tuple[int | None, int |
         old = previous.get(fragment.id)
         if old is not None and old.num_rows > fragment.num_rows:
             removed += old.num_rows - fragment.num_rows
-    return added, removed, f"{manifest.writer_library}/{manifest.writer_version}"
+    return added, removed, writer
 
 
 def run_show(args: argparse.Namespace) -> int:

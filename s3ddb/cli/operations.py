@@ -19,7 +19,8 @@ from s3ddb.cli.commands import _verb, emit_json, storage_options
 from s3ddb.cli.output import raw_stream
 from s3ddb.dataset import dataset
 from s3ddb.errors import InvalidInputError
-from s3ddb.maintenance import health
+from s3ddb.maintenance import cleanup, health
+from s3ddb.maintenance.cleanup import KeptVersion
 from s3ddb.writes import rows as writes
 
 __all__ = [
@@ -76,6 +77,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--delete-unverified", action="store_true",
                    help="also delete unreferenced files younger than 7 days (only when "
                    "no writer can be committing)")  # fmt: skip
+    p.add_argument("--claim-window", type=_age, metavar="AGE",
+                   help="keep a version until the version after it is this old (default "
+                   "10m): a writer may still be claiming the next number; lower it only "
+                   "when no writer can be committing")  # fmt: skip
 
     p = _verb(subparsers, "drop", run_drop)
     p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
@@ -203,25 +208,89 @@ def run_cleanup(args: argparse.Namespace) -> int:
     Removes every version committed more than --older-than ago (default 14d), except
     the newest, the --retain-versions newest and every tagged version: their DynamoDB
     rows, manifests and transaction files, and the data and deletion files no kept
-    version references. Files no version references (a crashed writer's) go once
+    version references. A version also stays until the version after it is
+    --claim-window old (default 10m): a writer that saw it as the newest may still be
+    claiming the next number. Files no version references (a crashed writer's) go once
     older than 7 days, or at any age with --delete-unverified. Safe while writers
-    commit.
+    commit. Prints what went, and each version kept with why and when it can go.
     """
     import s3ddb
 
     ds = s3ddb.dataset(args.uri, storage_options=storage_options(args))
-    stats = ds.cleanup_old_versions(args.older_than, args.retain_versions, args.delete_unverified)
+    stats = ds.cleanup_old_versions(
+        args.older_than, args.retain_versions, args.delete_unverified,
+        claim_window=args.claim_window,
+    )  # fmt: skip
     if args.json:
         emit_json(stats.to_json())
         return 0
     versions = stats.versions_removed
     print(f"removed {len(versions)} version(s)"
-          + (f" ({versions[0]}..{versions[-1]})" if versions else "")
+          + (f" ({_ranges(versions)})" if versions else "")
           + f", {stats.rows_removed} DynamoDB row(s), {stats.bytes_removed} bytes")  # fmt: skip
     for kind in sorted(stats.files):
         label = kind.replace("_", " ") + ":"
         print(f"  {label:20}{stats.files[kind]} ({stats.bytes[kind]} bytes)")
+    print(f"kept {len(stats.versions_kept)} version(s):")
+    for group in _by_reason(stats.versions_kept):
+        print(f"  {_ranges([k.version for k in group]):10} {_why_kept(group, args)}")
     return 0
+
+
+def _ranges(versions: list[int]) -> str:
+    """``1, 3..5``: ascending ``versions`` with runs of consecutive ones joined."""
+    runs: list[list[int]] = []
+    for version in versions:
+        if runs and version == runs[-1][-1] + 1:
+            runs[-1].append(version)
+        else:
+            runs.append([version])
+    return ", ".join(", ".join(map(str, r)) if len(r) <= 2 else f"{r[0]}..{r[-1]}" for r in runs)
+
+
+def _by_reason(kept: list[KeptVersion]) -> list[list[KeptVersion]]:
+    """Kept versions, newest first, in runs that share a reason."""
+    groups: list[list[KeptVersion]] = []
+    for k in sorted(kept, key=lambda k: -k.version):
+        if groups and groups[-1][0].reason == k.reason:
+            groups[-1].insert(0, k)
+        else:
+            groups.append([k])
+    return groups
+
+
+def _why_kept(group: list[KeptVersion], args: argparse.Namespace) -> str:
+    """Why the versions of ``group`` stay, and when the first of them can go."""
+    reason = group[0].reason
+    older_than = cleanup.DEFAULT_OLDER_THAN if args.older_than is None else args.older_than
+    claim_window = cleanup.CLAIM_WINDOW if args.claim_window is None else args.claim_window
+    why = {
+        "newest": "the newest",
+        "tagged": "tagged",
+        "retain_versions": f"among the {args.retain_versions} newest (--retain-versions)",
+        "older_than": f"younger than --older-than {_age_text(older_than)}",
+        "claim_window": f"the next version is younger than the {_age_text(claim_window)} "
+        "claim window (--claim-window): a writer may still be claiming its number",
+    }[reason]
+    times = [k.removable_after for k in group if k.removable_after is not None]
+    if not times:
+        return why
+    first = "the first " if len(group) > 1 else ""
+    # Whole seconds, rounded up: "after" must not name a time before the real one.
+    earliest = min(times)
+    whole = earliest.replace(microsecond=0)
+    whole += dt.timedelta(seconds=1) if whole < earliest else dt.timedelta(0)
+    when = whole.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return f"{why}; {first}removable after {when}"
+
+
+def _age_text(age: dt.timedelta) -> str:
+    """``14d``, ``10m``, ``90s``: ``age`` in its largest whole unit."""
+    seconds = int(age.total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds and seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{age.total_seconds():g}s"
 
 
 def run_migrate_commits(args: argparse.Namespace) -> int:

@@ -10,9 +10,14 @@ row refers to go too, once older than a grace period (:data:`UNVERIFIED_GRACE`) 
 
 Safety against a writer committing meanwhile: the newest version is never removed, a
 commit only ever builds on the newest version (and its files are new), and files a
-commit in progress has written are younger than the grace period. DynamoDB rows go
-first, so an interrupted cleanup leaves only files that no version references, which
-the next cleanup removes.
+commit in progress has written are younger than the grace period. A version also stays
+until the version after it is older than the claim window (:data:`CLAIM_WINDOW`, 10
+minutes): a writer that saw it as the newest may still be claiming the next number, and
+must find that number taken. DynamoDB rows go first, so an interrupted cleanup leaves
+only files that no version references, which the next cleanup removes.
+
+The result says what went and, for every version kept, why
+(:class:`KeptVersion`) and when a time-bound reason ends.
 """
 
 from __future__ import annotations
@@ -38,8 +43,10 @@ if TYPE_CHECKING:
 __all__ = [
     "CLAIM_WINDOW",
     "DEFAULT_OLDER_THAN",
+    "KEPT_REASONS",
     "UNVERIFIED_GRACE",
     "CleanupStats",
+    "KeptVersion",
     "cleanup_old_versions",
 ]
 
@@ -54,15 +61,38 @@ UNVERIFIED_GRACE = dt.timedelta(days=7)
 #: Versions younger than this are kept by default (as Lance does).
 DEFAULT_OLDER_THAN = dt.timedelta(days=14)
 
+#: Why cleanup keeps a version (:attr:`KeptVersion.reason`), in the order checked.
+KEPT_REASONS = ("newest", "tagged", "retain_versions", "older_than", "claim_window")
+
+
+@dataclass(frozen=True)
+class KeptVersion:
+    """A version cleanup kept, and why.
+
+    ``reason`` is one of :data:`KEPT_REASONS`: ``"newest"``; ``"tagged"`` (a tag
+    names it); ``"retain_versions"`` (one of the ``retain_versions`` newest);
+    ``"older_than"`` (committed less than ``older_than`` ago); ``"claim_window"``
+    (the version after it is younger than the claim window). The first that holds is
+    named, except that of the last two the one that ends later is.
+    ``removable_after`` is when that reason ends (UTC) for the last two, None for the
+    others (they hold until a tag is deleted or newer versions are committed).
+    """
+
+    version: int
+    reason: str
+    removable_after: dt.datetime | None = None
+
 
 @dataclass
 class CleanupStats:
-    """What a cleanup removed: versions, rows, and per kind of file a count and bytes."""
+    """What a cleanup removed: versions, rows, and per kind of file a count and bytes;
+    and every version it kept, with why (``versions_kept``, oldest first)."""
 
     versions_removed: list[int] = field(default_factory=list)
     rows_removed: int = 0
     files: dict[str, int] = field(default_factory=dict)
     bytes: dict[str, int] = field(default_factory=dict)
+    versions_kept: list[KeptVersion] = field(default_factory=list)
 
     def add(self, kind: str, size: int) -> None:
         self.files[kind] = self.files.get(kind, 0) + 1
@@ -117,11 +147,19 @@ def cleanup_old_versions(
     older_than: dt.timedelta | None = None,
     retain_versions: int | None = None,
     delete_unverified: bool = False,
+    claim_window: dt.timedelta | None = None,
 ) -> CleanupStats:
-    """See :meth:`s3ddb.Dataset.cleanup_old_versions`."""
+    """See :meth:`s3ddb.Dataset.cleanup_old_versions`.
+
+    Raises:
+        InvalidInputError: ``older_than`` or ``claim_window`` is not a timedelta >= 0,
+            or ``retain_versions`` is not an int >= 1.
+    """
     older_than = DEFAULT_OLDER_THAN if older_than is None else older_than
-    if not isinstance(older_than, dt.timedelta) or older_than < dt.timedelta(0):
-        raise InvalidInputError(f"older_than must be a timedelta >= 0, got {older_than!r}")
+    _check_age("older_than", older_than)
+    # Read at call time: tests shorten the module's window.
+    claim_window = CLAIM_WINDOW if claim_window is None else claim_window
+    _check_age("claim_window", claim_window)
     if retain_versions is not None:
         check_int("retain_versions", retain_versions, minimum=1)
     handler = ds.handler
@@ -129,9 +167,9 @@ def cleanup_old_versions(
     history = ds.versions()
     if not history:
         return CleanupStats()
-    kept = _kept_versions(ds, history, now, older_than, retain_versions)
+    kept = _kept_versions(ds, history, now, (older_than, claim_window), retain_versions)
     removed = [v.version for v in history if v.version not in kept]
-    stats = CleanupStats(versions_removed=removed)
+    stats = CleanupStats(versions_removed=removed, versions_kept=list(kept.values()))
     keep = _referenced_by(ds, sorted(kept))
     gone = _referenced_by(ds, removed)
 
@@ -153,30 +191,46 @@ def cleanup_old_versions(
     return stats
 
 
+def _check_age(name: str, value: object) -> None:
+    if not isinstance(value, dt.timedelta) or value < dt.timedelta(0):
+        raise InvalidInputError(f"{name} must be a timedelta >= 0, got {value!r}")
+
+
 def _kept_versions(
     ds: PinnedVersion,
     history: list[VersionInfo],
     now: dt.datetime,
-    older_than: dt.timedelta,
+    windows: tuple[dt.timedelta, dt.timedelta],
     retain_versions: int | None,
-) -> set[int]:
-    """The versions of ``history`` (oldest first, not empty) that cleanup keeps: the
-    newest, the tagged, the younger than ``older_than``, the ``retain_versions``
-    newest, and each whose successor is younger than :data:`CLAIM_WINDOW`."""
+) -> dict[int, KeptVersion]:
+    """The versions of ``history`` (oldest first, not empty) that cleanup keeps, oldest
+    first, each with why: the newest, the tagged, the ``retain_versions`` newest, the
+    younger than ``older_than`` and each whose successor is younger than the claim
+    window (``windows`` is ``(older_than, claim_window)``)."""
+    older_than, claim_window = windows
     newest = history[-1].version
-    kept = {newest} | set(ds.tags.list().values())
-    kept |= {v.version for v in history if now - v.timestamp < older_than}
-    if retain_versions is not None:
-        kept |= {v.version for v in history[-retain_versions:]}
+    tagged = set(ds.tags.list().values())
+    retained = {v.version for v in history[-retain_versions:]} if retain_versions else set()
     # A writer that saw version N-1 as the newest may still be claiming N; were N
     # removed (its row deleted), that claim would succeed below the newest version.
-    # So a version goes only once the version after it is CLAIM_WINDOW old: every
+    # So a version goes only once the version after it is claim_window old: every
     # writer that could claim its number has seen a newer version since.
-    kept |= {
-        v.version
-        for v, after in itertools.pairwise(history)
-        if now - after.timestamp < CLAIM_WINDOW
-    }
+    kept: dict[int, KeptVersion] = {}
+    for info, successor in itertools.pairwise(history):
+        version = info.version
+        if version in tagged:
+            kept[version] = KeptVersion(version, "tagged")
+        elif version in retained:
+            kept[version] = KeptVersion(version, "retain_versions")
+        else:
+            ends = [
+                (info.timestamp + older_than, "older_than"),
+                (successor.timestamp + claim_window, "claim_window"),
+            ]
+            until, reason = max(ends)
+            if until > now:
+                kept[version] = KeptVersion(version, reason, until)
+    kept[newest] = KeptVersion(newest, "newest")
     return kept
 
 
