@@ -4,6 +4,12 @@ import s3ddb
 ds = s3ddb.write_dataset(table, "s3+ddb://bucket/events?ddbTableName=s3ddb")
 ds = s3ddb.dataset("s3+ddb://bucket/events?ddbTableName=s3ddb")
 ds.to_table(filter="id < 10")
+
+The entry points are :func:`dataset` (open a version) and :func:`write_dataset` (create,
+append, overwrite); their help lists the URI forms (a local path, ``memory://``,
+``s3://``, ``s3+ddb://...?ddbTableName=``), the ``storage_options`` and the data
+accepted. Errors are :class:`S3DDBError` subclasses. ``import s3ddb as lance`` runs
+pylance code (docs/pylance.md).
 """
 
 from s3ddb import fragment

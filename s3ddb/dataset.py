@@ -487,13 +487,33 @@ def dataset(
 ) -> Dataset:
     """Open the dataset at ``uri``, pinned at ``version`` (default: latest).
 
-    ``asof`` pins the newest version committed at or before that time instead (a
-    datetime, or ISO 8601 text; without a time zone it is UTC).
+    ``uri`` takes one of these forms, which also decide how commits are made:
+
+    * a local path or ``file:///abs/path``: rename-if-not-exists;
+    * ``memory://name``: in this process only;
+    * ``s3://bucket/prefix``: S3 conditional PUT (``If-None-Match``), where the store
+      supports it (``s3ddb doctor URI`` tells);
+    * ``s3+ddb://bucket/prefix?ddbTableName=TABLE``: objects on S3, each commit decided
+      by one conditional write to the DynamoDB table (``s3ddb create-table TABLE``).
+
+    ``version`` is a version number or a tag name. ``asof`` pins the newest version
+    committed at or before that time instead (a datetime, or ISO 8601 text; without a
+    time zone it is UTC).
+
+    ``storage_options`` (a dict of strings) override the AWS settings boto3 finds in the
+    environment, for S3 and DynamoDB: ``endpoint_url``, ``region``,
+    ``aws_access_key_id``, ``aws_secret_access_key``, ``aws_session_token``,
+    ``profile``, ``role_arn``; each also per service (``s3_endpoint``,
+    ``dynamodb_region``, ``dynamodb_profile``...); pylance's names (``aws_endpoint``,
+    ``dynamodb_endpoint``, ``allow_http``...) work too. An unknown key is refused.
+    docs/deployments.md lists them all, with their environment variables.
 
     Raises:
         DatasetNotFoundError: nothing is committed at ``uri``.
         VersionNotFoundError: no such version or tag, or nothing committed by ``asof``.
-        InvalidInputError: both ``version`` and ``asof``, or an unreadable ``asof``.
+        InvalidInputError: both ``version`` and ``asof``, an unreadable ``asof``, or an
+            unknown storage option.
+        InvalidURIError: ``uri`` is none of the forms above.
         ManifestCorruptError: the manifest is truncated or corrupt.
         ManifestFinalizationError: (s3+ddb) the newest version cannot be finalized.
         ExternalStoreTableError: (s3+ddb) the DynamoDB table is missing or wrong.
@@ -534,6 +554,17 @@ def write_dataset(
     enable_v2_manifest_paths: bool = True,
 ) -> Dataset:
     """Write ``data`` to the dataset at ``uri`` and return it at the new version.
+
+    ``data``: a pyarrow Table, RecordBatch or RecordBatchReader, an iterable of
+    RecordBatches, a pandas DataFrame, a dict of columns, a list of row dicts, or any
+    object exporting an Arrow stream (``__arrow_c_stream__``: polars, DuckDB, an s3ddb
+    Dataset). ``schema`` casts it (and gives the schema of no batches).
+
+    ``uri`` and ``storage_options``: as for :func:`dataset` (a
+    local path, ``file://``, ``memory://``, ``s3://`` or
+    ``s3+ddb://bucket/prefix?ddbTableName=TABLE``; AWS settings such as
+    ``endpoint_url``, ``region``, ``aws_access_key_id``, per service as
+    ``s3_endpoint`` or ``dynamodb_region``, and pylance's names).
 
     Modes: "create" (fail if a dataset exists), "append" (create if missing),
     "overwrite" (replace, or create). ``enable_v2_manifest_paths`` chooses the manifest
