@@ -64,6 +64,7 @@ from s3ddb.format.bases import BasePath
 from s3ddb.format.fragment import DataFile, FragmentMetadata
 from s3ddb.format.index import IndexMetadata
 from s3ddb.format.schema import DatasetSchema
+from s3ddb.lance_dataset import LanceDataset
 from s3ddb.maintenance.cleanup import CleanupStats, KeptVersion
 from s3ddb.operations import (
     Append,
@@ -92,9 +93,6 @@ from s3ddb.reading.scanner import Scanner
 from s3ddb.version import __version__
 from s3ddb.versions.tags import Tags
 from s3ddb.writes.merge_insert import MergeInsertBuilder
-
-#: pylance's name for the dataset class (``import s3ddb as lance``).
-LanceDataset = Dataset
 
 __all__ = [
     "Append",

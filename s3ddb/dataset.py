@@ -25,14 +25,17 @@ import pyarrow.compute as pc
 from s3ddb import pylance_compat
 from s3ddb.commit.committer import CommitConfig, OnExisting
 from s3ddb.errors import InvalidInputError
-from s3ddb.format.datafile import DEFAULT_MAX_ROWS_PER_FILE
+from s3ddb.format.datafile import (
+    DEFAULT_MAX_ROWS_PER_FILE,
+    FileLayout,
+    WriteProgress,
+)
 from s3ddb.format.naming import NamingScheme
 from s3ddb.index.api import create_scalar_index, list_indices
-from s3ddb.io.arguments import check_int
 from s3ddb.io.uri import parse_uri
 from s3ddb.maintenance.cleanup import CleanupStats, cleanup_old_versions
 from s3ddb.maintenance.compaction import DatasetOptimizer
-from s3ddb.operations import Operation
+from s3ddb.operations import Operation, Transaction
 from s3ddb.reading.scanner import Scanner, take
 from s3ddb.versions.opening import (
     VersionInfo,
@@ -62,12 +65,14 @@ __all__ = [
 ]
 
 
-class Dataset(PinnedVersion):
+class Dataset(pylance_compat.PylanceMembers):
     """A dataset pinned at one version. Open with :func:`dataset` or :func:`write_dataset`.
 
     Identity and history (``uri``, ``version``, ``latest_version``, ``schema``,
     ``manifest``, ``versions()``, ``checkout_version()``, ``tags``, ``last_commit``)
-    come from :class:`~s3ddb.versions.pinned.PinnedVersion`.
+    come from :class:`~s3ddb.versions.pinned.PinnedVersion`; the other members of
+    pylance's ``LanceDataset`` (``checkout_latest``, ``describe_indices``, ``stats``,
+    ``validate``...) from :class:`~s3ddb.pylance_compat.PylanceMembers`.
     """
 
     @property
@@ -77,8 +82,9 @@ class Dataset(PinnedVersion):
 
     @property
     def config(self) -> dict[str, str]:
-        """The pinned version's dataset configuration (a copy)."""
-        return dict(self._manifest.config)
+        """The pinned version's dataset configuration (a copy; ``ds.config()`` also
+        reads it, as in pylance)."""
+        return pylance_compat.CallableDict(self._manifest.config)
 
     @property
     def metadata(self) -> dict[str, str]:
@@ -437,7 +443,7 @@ class Dataset(PinnedVersion):
     @staticmethod
     def commit(
         uri: str | os.PathLike[str] | PinnedVersion,
-        operation: Operation,
+        operation: Operation | Transaction,
         read_version: int | None = None,
         storage_options: dict[str, Any] | None = None,
         commit_config: CommitConfig | None = None,
@@ -449,7 +455,9 @@ class Dataset(PinnedVersion):
 
         ``read_version`` is the version the operation was computed from (None or 0 for
         a new dataset). ``uri`` may be a Dataset (its URI and storage options), as in
-        pylance. ``transaction_properties`` are stored with the transaction, as in
+        pylance; ``operation`` may be a :class:`~s3ddb.Transaction` (as
+        ``write_fragments(return_transaction=True)`` gives), whose read version and
+        properties then apply. ``transaction_properties`` are stored with the transaction, as in
         pylance; a property named ``s3ddb.app_txn.<application id>`` (a sequence number)
         commits at most once per number (a Spark stream commits each micro-batch so).
         ``on_existing`` is what an operation read at no version does if another writer
@@ -470,6 +478,10 @@ class Dataset(PinnedVersion):
         if isinstance(uri, PinnedVersion):
             storage_options = storage_options or uri.storage_options
             uri = uri.uri
+        if isinstance(operation, Transaction):
+            read_version = operation.read_version if read_version is None else read_version
+            transaction_properties = {**operation.properties, **(transaction_properties or {})}
+            operation = operation.operation
         text = os.fspath(uri)
         return writes.commit_operation(
             Dataset, text, operation, read_version, storage_options, commit_config,
@@ -544,14 +556,18 @@ def dataset(
 
 def write_dataset(
     data: Any,
-    uri: str | os.PathLike[str],
-    mode: WriteMode = "create",
+    uri: str | os.PathLike[str] | PinnedVersion,
     schema: pa.Schema | None = None,
+    mode: WriteMode = "create",
     storage_options: dict[str, Any] | None = None,
     *,
     max_rows_per_file: int = DEFAULT_MAX_ROWS_PER_FILE,
+    max_rows_per_group: int | None = None,
+    progress: WriteProgress | None = None,
+    data_storage_version: str | None = None,
     commit_config: CommitConfig | None = None,
     enable_v2_manifest_paths: bool = True,
+    **pylance_options: Any,
 ) -> Dataset:
     """Write ``data`` to the dataset at ``uri`` and return it at the new version.
 
@@ -570,22 +586,40 @@ def write_dataset(
     "overwrite" (replace, or create). ``enable_v2_manifest_paths`` chooses the manifest
     naming scheme of a new dataset (V2 by default; an existing dataset keeps its own).
 
+    The arguments are pylance's, in its order: data files hold at most
+    ``max_rows_per_file`` rows, in Parquet row groups of at most
+    ``max_rows_per_group`` (default 65,536); ``progress`` (pylance's
+    ``FragmentWriteProgress``) is told of each fragment once its file is written;
+    ``data_storage_version`` may be None or "stable" (s3ddb writes Parquet).
+    ``data_cache_bytes`` and ``max_page_bytes`` are accepted and ignored; the other
+    pylance arguments are refused unless given their default (docs/pylance.md).
+
     Raises:
         DatasetAlreadyExistsError: ``mode="create"`` and a dataset exists (nothing is
             written).
         SchemaMismatchError: appended data does not match the dataset's schema.
         InvalidInputError: bad mode, data or URI.
+        UnsupportedOperationError: a pylance argument s3ddb has no such thing for.
     """
+    pylance_compat.check_write_options("write_dataset", data_storage_version, pylance_options)
+    if isinstance(schema, str):
+        raise InvalidInputError(
+            f"schema must be a pyarrow Schema, got {schema!r}: the fourth argument is "
+            "mode (as in pylance), pass mode= by name"
+        )
     if mode not in MODES:
         raise InvalidInputError(f"mode must be one of {MODES}, got {mode!r}")
-    check_int("max_rows_per_file", max_rows_per_file, minimum=1)
+    layout = FileLayout.checked(max_rows_per_file, max_rows_per_group, progress)
+    if isinstance(uri, PinnedVersion):
+        storage_options = storage_options or uri.storage_options
+        uri = uri.uri
     text = os.fspath(uri)
     parse_uri(text)
     table = to_arrow_table(data, schema)
     naming = NamingScheme.V2 if enable_v2_manifest_paths else NamingScheme.V1
 
     return writes.write_dataset(
-        Dataset, table, text, mode, storage_options, max_rows_per_file, commit_config, naming
+        Dataset, table, text, mode, storage_options, layout, commit_config, naming
     )
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 import s3ddb
@@ -233,3 +234,140 @@ def test_overwrite_in_pylance_order_is_refused_with_the_order_to_use() -> None:
         s3ddb.Overwrite(schema, [])
     op = s3ddb.LanceOperation.Overwrite(schema, [])
     assert op.schema.arrow == schema
+
+
+def test_lance_dataset_opens_as_pylance_and_changes_return_what_pylance_returns(
+    target: tuple[str, Any],
+) -> None:
+    uri, so = target
+    ds = s3ddb.LanceDataset(uri, storage_options=so, index_cache_size_bytes=1 << 20)
+    assert (ds.version, ds.count_rows()) == (4, 29)
+    assert s3ddb.LanceDataset(uri, version=2, storage_options=so).count_rows() == 20
+    with pytest.raises(UnsupportedOperationError, match="commit_lock"):
+        s3ddb.LanceDataset(uri, commit_lock=object(), storage_options=so)
+    assert ds.update_config({"owner": "a", "gone": "x"}) == {"owner": "a", "gone": "x"}
+    assert ds.update_config({"gone": None}) == {"owner": "a"}
+    assert ds.config() == ds.config == {"owner": "a"}
+    assert ds.delete_config_keys(["owner"]) is None and ds.config() == {}
+    old = ds.checkout_version(2)
+    assert isinstance(old, s3ddb.LanceDataset) and old.restore() is None
+    assert old.version == 8 and old.count_rows() == 20
+    assert ds.insert(_rows([100]), mode="append") is None and ds.count_rows() == 21
+    fragments = s3ddb.fragment.write_fragments(_rows([200]), uri, storage_options=so)
+    committed = s3ddb.LanceDataset.commit(
+        uri, s3ddb.LanceOperation.Append(fragments), read_version=ds.version, storage_options=so
+    )
+    assert isinstance(committed, s3ddb.LanceDataset) and committed.count_rows() == 22
+    with pytest.raises(UnsupportedOperationError, match="detached"):
+        s3ddb.LanceDataset.commit(uri, s3ddb.LanceOperation.Append(fragments), detached=True)
+
+
+class _Progress:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, int, int]] = []
+
+    def begin(self, fragment: s3ddb.FragmentMetadata) -> None:
+        self.events.append(("begin", fragment.physical_rows, len(fragment.files)))
+
+    def complete(self, fragment: s3ddb.FragmentMetadata) -> None:
+        self.events.append(("complete", fragment.physical_rows, len(fragment.files)))
+
+
+def test_write_arguments_of_pylance_apply_or_are_refused(tmp_path: Path) -> None:
+    uri = str(tmp_path / "ds")
+    progress = _Progress()
+    ds = s3ddb.write_dataset(
+        _rows(list(range(10))), uri, None, "create", max_rows_per_file=6,
+        max_rows_per_group=4, progress=progress, data_storage_version="stable",
+        data_cache_bytes=1 << 20,
+    )  # fmt: skip
+    assert progress.events == [
+        ("begin", 6, 1), ("complete", 6, 1), ("begin", 4, 1), ("complete", 4, 1)
+    ]  # fmt: skip
+    first = ds.get_fragment(0)
+    assert first is not None and first.physical_rows == 6
+    path = first.data_files()[0].path
+    assert pq.ParquetFile(str(tmp_path / "ds" / "data" / path)).metadata.num_row_groups == 2
+    assert ds.data_storage_version == "parquet"
+    for refused in (
+        {"data_storage_version": "2.1"},
+        {"commit_lock": object()},
+        {"enable_stable_row_ids": True},
+        {"max_bytes_per_file": 1024},
+    ):
+        [name] = refused
+        with pytest.raises(UnsupportedOperationError, match=name):
+            s3ddb.write_dataset(_rows([1]), uri, mode="append", **refused)
+    with pytest.raises(TypeError, match="no_such_argument"):
+        s3ddb.write_dataset(_rows([1]), uri, mode="append", no_such_argument=1)
+    with pytest.raises(InvalidInputError, match="mode= by name"):
+        s3ddb.write_dataset(_rows([1]), uri, "append")  # type: ignore[arg-type]
+    assert s3ddb.dataset(uri).version == 1
+
+
+def test_write_fragments_returns_a_transaction_to_commit(target: tuple[str, Any]) -> None:
+    uri, so = target
+    txn = s3ddb.fragment.write_fragments(
+        _rows([70, 71]), uri, return_transaction=True, storage_options=so
+    )
+    assert isinstance(txn, s3ddb.Transaction) and txn.read_version == 4
+    assert isinstance(txn.operation, s3ddb.Append)
+    ds = s3ddb.LanceDataset.commit(uri, txn, storage_options=so)
+    assert ds.version == 5 and ds.count_rows("id >= 70") == 2
+    txn = s3ddb.fragment.write_fragments(
+        _rows([80]), uri, mode="overwrite", return_transaction=True, storage_options=so,
+        max_rows_per_group=1,
+    )  # fmt: skip
+    assert isinstance(txn, s3ddb.Transaction) and isinstance(txn.operation, s3ddb.Overwrite)
+    ds = s3ddb.Dataset.commit(uri, txn, storage_options=so)
+    assert ds.to_table().column("id").to_pylist() == [80]
+    with pytest.raises(UnsupportedOperationError, match="target_bases"):
+        s3ddb.fragment.write_fragments(_rows([1]), uri, target_bases=["b"], storage_options=so)
+
+
+def test_dataset_members_pylance_code_calls(target: tuple[str, Any]) -> None:
+    uri, so = target
+    ds = s3ddb.dataset(uri, storage_options=so)
+    behind = s3ddb.dataset(uri, version=2, storage_options=so)
+    assert behind.checkout_latest() is None and behind.version == 4
+    assert not ds.has_index and ds.describe_indices() == []
+    ds.create_scalar_index("id")
+    [index] = ds.describe_indices()
+    assert (index.name, index.index_type, index.field_names) == ("id_idx", "BTree", ["id"])
+    assert index.num_rows_indexed == 29 and ds.has_index
+    assert ds.list_indices()[0]["type"] == "BTree"
+    ds.insert(_rows([500]))
+    stats = ds.index_statistics("id_idx")
+    assert (stats["num_indexed_rows"], stats["num_unindexed_rows"]) == (29, 1)
+    assert ds.stats.index_stats("id_idx") == stats
+    with pytest.raises(InvalidInputError, match="no index named 'nope'"):
+        ds.index_statistics("nope")
+    assert ds.stats.dataset_stats() == {
+        "num_deleted_rows": 1, "num_fragments": 4, "num_small_files": 4
+    }  # fmt: skip
+    assert ds.update_schema_metadata({"a": "1", "b": "2"}) == {"a": "1", "b": "2"}
+    assert ds.update_schema_metadata({"a": None}) == {"b": "2"} == ds.schema_metadata
+    assert ds.update_metadata({"team": "x"}) == {"team": "x"} == ds.metadata
+    assert ds.fragment_ids() == [0, 1, 2, 3] and ds.get_fragment(99) is None
+    fragment = ds.get_fragment(0)
+    assert fragment is not None and fragment.count_rows() == 9 and fragment.num_deletions == 1
+    assert fragment.take([5]).column("id").to_pylist() == [6]
+    assert ds.get_version()["metadata"]["total_rows"] == "30"
+    assert ds.slice(2, 4).column("id").to_pylist() == [2, 3]
+    ds.validate()
+    with pytest.raises(UnsupportedOperationError, match="branches"):
+        ds.create_branch("b")
+    with pytest.raises(UnsupportedOperationError, match="lance_schema"):
+        ds.lance_schema  # noqa: B018
+    with pytest.raises(AttributeError):
+        ds.no_such_member  # type: ignore[attr-defined]  # noqa: B018
+
+
+def test_validate_names_a_missing_data_file(tmp_path: Path) -> None:
+    uri = str(tmp_path / "ds")
+    ds = s3ddb.write_dataset(_rows([1, 2]), uri)
+    ds.validate()
+    [data_file] = ds.get_fragments()[0].files
+    (tmp_path / "ds" / "data" / data_file.path).unlink()
+    with pytest.raises(s3ddb.DataFileMissingError, match=data_file.path):
+        ds.validate()

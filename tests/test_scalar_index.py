@@ -107,7 +107,7 @@ def test_index_answers_like_a_scan_through_appends_deletes_updates_compaction(
     assert ds.version == 2
     [info] = ds.list_indices()
     assert (info["name"], info["type"], info["fields"], info["version"]) == (
-        "id_idx", "BTREE", ["id"], 1
+        "id_idx", "BTree", ["id"], 1
     )  # fmt: skip
     assert info["fragment_ids"] == {0, 1, 2}
     assert ds.last_commit is not None

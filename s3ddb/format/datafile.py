@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import io
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -13,6 +14,7 @@ from s3ddb.format.bases import Files, as_resolver
 from s3ddb.format.fragment import DataFile, FragmentMetadata
 from s3ddb.format.schema import DatasetSchema
 from s3ddb.format.stats import compute_file_statistics
+from s3ddb.io.arguments import check_int
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.parallel import PendingWrites
 
@@ -20,6 +22,8 @@ __all__ = [
     "DEFAULT_MAX_ROWS_PER_FILE",
     "DEFAULT_ROW_GROUP_SIZE",
     "WHOLE_READ_MAX_BYTES",
+    "FileLayout",
+    "WriteProgress",
     "assemble_columns",
     "open_data_file",
     "read_fragment",
@@ -47,8 +51,12 @@ def write_data_file(
     table: pa.Table,
     schema: DatasetSchema,
     pending: PendingWrites | None = None,
+    *,
+    max_rows_per_group: int | None = None,
 ) -> DataFile:
-    """Write ``table`` (already conformed to ``schema``) as one Parquet data file.
+    """Write ``table`` (already conformed to ``schema``) as one Parquet data file, in
+    row groups of at most ``max_rows_per_group`` rows (default
+    :data:`DEFAULT_ROW_GROUP_SIZE`, read when called).
 
     With ``pending`` the upload is only started: the caller waits for it (the
     commit loop does, before claiming a version)."""
@@ -56,7 +64,7 @@ def write_data_file(
     pq.write_table(
         _with_field_ids(table, schema),
         buffer,
-        row_group_size=DEFAULT_ROW_GROUP_SIZE,
+        row_group_size=max_rows_per_group or DEFAULT_ROW_GROUP_SIZE,
         compression="zstd",
     )
     data = buffer.getvalue()
@@ -78,10 +86,13 @@ def write_fragments_from_table(
     schema: DatasetSchema,
     *,
     max_rows_per_file: int = DEFAULT_MAX_ROWS_PER_FILE,
+    max_rows_per_group: int | None = None,
+    progress: WriteProgress | None = None,
     pending: PendingWrites | None = None,
 ) -> list[FragmentMetadata]:
     """Split ``table`` into fragments of at most ``max_rows_per_file`` rows and write them
-    (with ``pending``: start their uploads, see :func:`write_data_file`).
+    (with ``pending``: start their uploads, see :func:`write_data_file`), telling
+    ``progress`` of each one (:class:`WriteProgress`).
 
     Returned fragments have id 0 (ids are assigned at commit) and carry their column
     statistics (:mod:`s3ddb.format.stats`).
@@ -91,12 +102,71 @@ def write_fragments_from_table(
         chunk = table.slice(offset, max_rows_per_file)
         if chunk.num_rows == 0:
             break
-        data_file = write_data_file(store, chunk, schema, pending)
-        stats = (compute_file_statistics(chunk, schema, data_file),)
-        fragments.append(
-            FragmentMetadata(id=0, files=(data_file,), physical_rows=chunk.num_rows, stats=stats)
+        data_file = write_data_file(
+            store, chunk, schema, pending, max_rows_per_group=max_rows_per_group
         )
+        stats = (compute_file_statistics(chunk, schema, data_file),)
+        fragment = FragmentMetadata(
+            id=0, files=(data_file,), physical_rows=chunk.num_rows, stats=stats
+        )
+        if progress is not None:
+            # (A fragment has a data file only once written: both calls come then.)
+            progress.begin(fragment)
+            progress.complete(fragment)
+        fragments.append(fragment)
     return fragments
+
+
+class WriteProgress(Protocol):
+    """pylance's ``FragmentWriteProgress``: ``begin`` and then ``complete`` are told
+    of each new fragment once its data file is written (pylance tells ``begin``
+    before)."""
+
+    def begin(self, fragment: FragmentMetadata) -> None: ...
+
+    def complete(self, fragment: FragmentMetadata) -> None: ...
+
+
+@dataclass(frozen=True)
+class FileLayout:
+    """How new data files are written: at most ``max_rows_per_file`` rows per file
+    (one fragment each), in Parquet row groups of at most ``max_rows_per_group``
+    rows, with ``progress`` told of each fragment."""
+
+    max_rows_per_file: int = DEFAULT_MAX_ROWS_PER_FILE
+    max_rows_per_group: int | None = None
+    progress: WriteProgress | None = None
+
+    @classmethod
+    def checked(
+        cls,
+        max_rows_per_file: int,
+        max_rows_per_group: int | None,
+        progress: WriteProgress | None,
+    ) -> FileLayout:
+        """A layout of limits a user gave.
+
+        Raises:
+            InvalidInputError: a limit that is not a positive integer.
+        """
+        check_int("max_rows_per_file", max_rows_per_file, minimum=1)
+        if max_rows_per_group is not None:
+            check_int("max_rows_per_group", max_rows_per_group, minimum=1)
+        return cls(max_rows_per_file, max_rows_per_group, progress)
+
+    def write(
+        self,
+        store: ObjectStore,
+        table: pa.Table,
+        schema: DatasetSchema,
+        pending: PendingWrites | None = None,
+    ) -> list[FragmentMetadata]:
+        """:func:`write_fragments_from_table` with this layout."""
+        return write_fragments_from_table(
+            store, table, schema, max_rows_per_file=self.max_rows_per_file,
+            max_rows_per_group=self.max_rows_per_group, progress=self.progress,
+            pending=pending,
+        )  # fmt: skip
 
 
 #: Data files up to this size are read with one GET rather than ranged reads.

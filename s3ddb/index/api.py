@@ -1,7 +1,10 @@
-"""The Dataset methods of indices: ``create_scalar_index`` and ``list_indices``."""
+"""The Dataset methods of indices: ``create_scalar_index``, and ``list_indices``,
+``describe_indices`` and ``index_statistics`` as pylance reports them."""
 
 from __future__ import annotations
 
+import datetime as dt
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from s3ddb.errors import (
@@ -20,12 +23,20 @@ if TYPE_CHECKING:
     from s3ddb.versions.pinned import PinnedVersion
 
 __all__ = [
+    "PYLANCE_INDEX_TYPES",
     "SUPPORTED_INDEX_TYPES",
+    "IndexDescription",
+    "IndexSegmentDescription",
     "create_scalar_index",
+    "describe_indices",
+    "index_statistics",
     "list_indices",
 ]
 
 SUPPORTED_INDEX_TYPES = ("BTREE",)
+
+#: pylance's names of index types, where they differ from the stored ones.
+PYLANCE_INDEX_TYPES = {"BTREE": "BTree"}
 
 
 def create_scalar_index(
@@ -68,11 +79,102 @@ def list_indices(manifest: Manifest) -> list[dict[str, Any]]:
         out.append(
             {
                 "name": index.name,
-                "type": index.index_type,
+                "type": PYLANCE_INDEX_TYPES.get(index.index_type, index.index_type),
                 "uuid": index.uuid,
                 "fields": manifest.schema.names_for_ids(list(index.fields)),
                 "version": index.dataset_version,
                 "fragment_ids": set(index.fragment_ids),
+                "base_id": index.base_id,
             }
         )
     return out
+
+
+@dataclass(frozen=True)
+class IndexSegmentDescription:
+    """One segment of an index, as pylance's ``IndexSegmentDescription`` (an s3ddb
+    index is one segment)."""
+
+    uuid: str
+    dataset_version_at_last_update: int
+    fragment_ids: frozenset[int]
+    index_version: int = 0
+    created_at: dt.datetime | None = None
+    size_bytes: int | None = None
+    base_id: int | None = None
+    covering_fields: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class IndexDescription:
+    """One index, as pylance's ``describe_indices`` describes it."""
+
+    name: str
+    type_url: str
+    index_type: str
+    num_rows_indexed: int
+    fields: tuple[int, ...]
+    field_names: list[str]
+    segments: list[IndexSegmentDescription]
+    details: dict[str, str]
+    total_size_bytes: int | None = None
+
+
+def _rows_of(manifest: Manifest, fragment_ids: frozenset[int]) -> int:
+    return sum(f.num_rows for f in manifest.fragments if f.id in fragment_ids)
+
+
+def describe_indices(manifest: Manifest) -> list[IndexDescription]:
+    """The indices of ``manifest``'s version, as pylance's ``describe_indices``."""
+    return [
+        IndexDescription(
+            name=index.name,
+            type_url="",
+            index_type=PYLANCE_INDEX_TYPES.get(index.index_type, index.index_type),
+            num_rows_indexed=_rows_of(manifest, index.fragment_ids),
+            fields=index.fields,
+            field_names=manifest.schema.names_for_ids(list(index.fields)),
+            segments=[
+                IndexSegmentDescription(
+                    uuid=index.uuid,
+                    dataset_version_at_last_update=index.dataset_version,
+                    fragment_ids=index.fragment_ids,
+                    base_id=index.base_id,
+                    covering_fields=index.fields,
+                )
+            ],
+            details=dict(index.details),
+        )
+        for index in manifest.indices
+    ]
+
+
+def index_statistics(manifest: Manifest, name: str, uri: str) -> dict[str, Any]:
+    """pylance's ``index_statistics(name)``: the index's type and the fragments and
+    rows it covers and does not.
+
+    Raises:
+        InvalidInputError: no index named ``name`` in this version.
+    """
+    index = index_by_name(manifest.indices, name)
+    if index is None:
+        names = [i.name for i in manifest.indices]
+        raise InvalidInputError(
+            f"no index named {name!r} in version {manifest.version} of {uri}; indices are {names}"
+        )
+    index_type = PYLANCE_INDEX_TYPES.get(index.index_type, index.index_type)
+    ids = {f.id for f in manifest.fragments}
+    covered = index.fragment_ids & ids
+    indexed_rows = _rows_of(manifest, frozenset(covered))
+    return {
+        "index_type": index_type,
+        "name": index.name,
+        "num_indices": 1,
+        "indices": [
+            {"index_type": index_type, "uuid": index.uuid, "fragment_ids": sorted(covered)}
+        ],
+        "num_indexed_fragments": len(covered),
+        "num_indexed_rows": indexed_rows,
+        "num_unindexed_fragments": len(ids - covered),
+        "num_unindexed_rows": manifest.num_rows - indexed_rows,
+    }

@@ -166,8 +166,11 @@ class PinnedVersion:
         return self.at(load_version(self._handler, number, self._uri))
 
     def at(self: P, manifest: Manifest) -> P:
-        """Another handle on this dataset, pinned at ``manifest``'s version."""
-        other = type(self)(
+        """Another handle on this dataset, pinned at ``manifest``'s version (of this
+        handle's class, whatever that class's own constructor takes)."""
+        other = type(self).__new__(type(self))
+        PinnedVersion.__init__(
+            other,
             self._uri,
             self._handler,
             manifest,

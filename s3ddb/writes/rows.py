@@ -22,7 +22,7 @@ from s3ddb.errors import (
     RetryableCommitConflictError,
     SchemaMismatchError,
 )
-from s3ddb.format.datafile import write_fragments_from_table
+from s3ddb.format.datafile import FileLayout, write_fragments_from_table
 from s3ddb.format.manifest import DYNAMODB, Manifest
 from s3ddb.format.naming import NamingScheme
 from s3ddb.format.schema import DatasetSchema, conform
@@ -245,7 +245,7 @@ def write_dataset(
     uri: str,
     mode: WriteMode,
     storage_options: dict[str, Any] | None,
-    max_rows_per_file: int,
+    layout: FileLayout,
     commit_config: CommitConfig | None,
     naming: NamingScheme,
 ) -> P:
@@ -254,7 +254,7 @@ def write_dataset(
 
     def write(latest: ManifestLocation | None) -> P:
         return _write_version(
-            cls, handler, uri, table, mode, latest, naming, max_rows_per_file,
+            cls, handler, uri, table, mode, latest, naming, layout,
             storage_options, commit_config,
         )  # fmt: skip
 
@@ -280,7 +280,7 @@ def _write_version(
     mode: WriteMode,
     latest: ManifestLocation | None,
     naming: NamingScheme,
-    max_rows_per_file: int,
+    layout: FileLayout,
     storage_options: dict[str, Any] | None,
     commit_config: CommitConfig | None,
 ) -> P:
@@ -304,9 +304,7 @@ def _write_version(
             return cls(
                 text, handler, base, storage_options=storage_options, commit_config=commit_config
             )
-        fragments = write_fragments_from_table(
-            store, table, base.schema, max_rows_per_file=max_rows_per_file, pending=pending
-        )
+        fragments = layout.write(store, table, base.schema, pending)
         operation = Append(tuple(fragments))
     else:
         ds_schema = (
@@ -314,9 +312,7 @@ def _write_version(
             if base is not None
             else DatasetSchema.assign(table.schema)
         )
-        fragments = write_fragments_from_table(
-            store, table, ds_schema, max_rows_per_file=max_rows_per_file, pending=pending
-        )
+        fragments = layout.write(store, table, ds_schema, pending)
         operation = Overwrite(tuple(fragments), ds_schema)
         if base is None:
             on_existing = {"create": "error", "append": "append", "overwrite": "rebase"}[mode]  # type: ignore[assignment]
