@@ -304,24 +304,35 @@ def test_cli_cleanup_summary_names_what_it_kept_and_versions_shows_what_it_knows
     assert lines[3].startswith("  4, 5 ") and "10m claim window" in lines[3]
     assert "the first removable after 20" in lines[3]
 
+    ds = s3ddb.dataset(uri)
+    ds.delete("id = 0")  # 7, tagged: a delete whose predecessor cleanup will remove
+    ds.tags.create("d", 7)
+    for start in (100, 110):  # 8, 9
+        s3ddb.write_dataset(_rows(start, 2), uri, mode="append")
     keep_two = ("--older-than", "0", "--retain-versions", "2", "--claim-window", "0")
     code, out, _ = run_cli(capsys, "cleanup", uri, *keep_two)
     # The tagged version 3 stayed: the range does not run over it.
-    assert code == 0 and out.startswith("removed 3 version(s) (1, 2, 4), ")
-    assert "  5          among the 2 newest (--retain-versions)" in out.splitlines()
+    assert code == 0 and out.startswith("removed 5 version(s) (1, 2, 4..6), ")
+    assert "  8          among the 2 newest (--retain-versions)" in out.splitlines()
+    assert "  3, 7       tagged" in out.splitlines()
 
     code, out, _ = run_cli(capsys, "versions", uri)
     lines = out.splitlines()
+    writer = "s3ddb/" + s3ddb.__version__
     assert code == 0 and "?" not in out
-    assert [line.split()[3:6] for line in lines[2:5]] == [
-        ["2", "0", "s3ddb/" + s3ddb.__version__],
-        ["-", "-", "s3ddb/" + s3ddb.__version__],
-        ["-", "-", "s3ddb/" + s3ddb.__version__],
+    # An append's rows are known from its transaction even where the version before
+    # it is gone; a delete's are not.
+    assert [line.split()[:1] + line.split()[3:6] for line in lines[2:6]] == [
+        ["9", "2", "0", writer],
+        ["8", "2", "0", writer],
+        ["7", "-", "-", writer],
+        ["3", "2", "0", writer],
     ]
-    assert lines[5] == (
+    assert lines[6] == (
         "-: rows added and removed are not known where cleanup removed the version "
-        "before (version 5, 3)"
+        "before (version 7)"
     )
     code, out, _ = run_cli(capsys, "versions", uri, "--json")
     entries = {e["version"]: e for e in json.loads(out)}
-    assert entries[3]["rows_added"] is None and entries[3]["committer"].startswith("s3ddb/")
+    assert entries[7]["rows_added"] is None and entries[7]["committer"] == writer
+    assert entries[3]["rows_added"] == 2

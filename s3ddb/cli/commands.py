@@ -25,6 +25,7 @@ import pyarrow as pa
 
 import s3ddb
 from s3ddb.cli.output import json_text, safe_text
+from s3ddb.commit.committer import load_transaction
 from s3ddb.errors import InvalidInputError
 from s3ddb.maintenance.compaction import DEFAULT_TARGET_ROWS_PER_FRAGMENT
 
@@ -367,8 +368,8 @@ def run_history(args: argparse.Namespace) -> int:
     One line per version, newest first: the version, its commit time (UTC, ISO 8601),
     the operation that made it, the rows it added and removed (a compaction rewrites
     rows: it adds and removes as many), who committed it and the tags that name it.
-    Where cleanup removed the version before, the rows added and removed are not known
-    (``-``, null in JSON) and a note says so.
+    Where cleanup removed the version before, an append's rows are still known (from
+    its transaction); other versions' are not (``-``, null in JSON) and a note says so.
     """
     ds = _open(args)
     tags: dict[int, list[str]] = {}
@@ -423,8 +424,9 @@ def _committers(ds: s3ddb.Dataset) -> dict[int, str]:
 
 
 def _version_changes(ds: s3ddb.Dataset, version: int) -> tuple[int | None, int | None, str]:
-    """(rows added, rows removed, writer) of ``version`` against the version before;
-    the rows are None where cleanup removed that version.
+    """(rows added, rows removed, writer) of ``version`` against the version before.
+    Where cleanup removed that version, an append's rows come from its transaction
+    file; other rows are None (not known).
 
     Raises:
         S3DDBError: ``version`` cannot be read (e.g. removed meanwhile).
@@ -434,6 +436,9 @@ def _version_changes(ds: s3ddb.Dataset, version: int) -> tuple[int | None, int |
     try:
         before = ds.checkout_version(version - 1).manifest.fragments if version > 1 else ()
     except s3ddb.VersionNotFoundError:
+        txn = load_transaction(ds.handler, manifest)
+        if txn is not None and isinstance(txn.operation, s3ddb.Append):
+            return sum(f.num_rows for f in txn.operation.fragments), 0, writer
         return None, None, writer
     previous = {f.id: f for f in before}
     current = {f.id for f in manifest.fragments}
