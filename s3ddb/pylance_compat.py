@@ -47,7 +47,7 @@ from s3ddb.reading.scanner import Scanner, take
 from s3ddb.versions.opening import load_latest, open_validated
 from s3ddb.versions.pinned import PinnedVersion, plan_and_commit
 from s3ddb.writes import rows as writes
-from s3ddb.writes.schema_evolution import plan_schema_metadata
+from s3ddb.writes.schema_evolution import plan_schema_metadata, replace_field_metadata
 
 __all__ = [
     "CLEANUP_TUNING",
@@ -575,6 +575,26 @@ class PylanceMembers(PinnedVersion):
 
         plan_and_commit(self, "update_schema_metadata", plan, None, None)
         return self.schema_metadata
+
+    def update_field_metadata(
+        self, field_updates: dict[str, dict[str, str | None]], *, replace: bool = False
+    ) -> None:
+        """As :meth:`update_metadata`, for one top-level column's metadata
+        (``{"column": {"key": "text" or None}}``), as one new version.
+
+        Raises:
+            UnsupportedOperationError: several columns at once (call once per column).
+            ColumnNotFoundError: no such column.
+            InvalidInputError: keys or values that are not text (or None).
+        """
+        if not isinstance(field_updates, dict) or len(field_updates) != 1:
+            raise unsupported("update_field_metadata() of several columns", "call it per column")
+        [(name, values)] = field_updates.items()
+        index = self.schema.get_field_index(name) if isinstance(name, str) else -1
+        current = decoded_metadata(self.schema.field(index).metadata) if index >= 0 else {}
+        upsert, delete = metadata_changes(current, values, replace)
+        kept = {k: v for k, v in current.items() if k not in delete}
+        replace_field_metadata(self, name, {**kept, **upsert})
 
     # --- rows and files ---
 

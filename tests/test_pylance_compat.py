@@ -189,7 +189,8 @@ def test_merge_insert_and_delete_with_pylance_arguments(target: tuple[str, Any])
 
 def _doc_blocks() -> list[str]:
     text = DOC.read_text()
-    return [b.split("```", 1)[0] for b in text.split("```python\n")[1:]]
+    # A fence may carry words after "python" (a no-run marker): the code starts below.
+    return [b.split("\n", 1)[1].split("```", 1)[0] for b in text.split("```python")[1:]]
 
 
 @pytest.mark.usefixtures("instant_cleanup")

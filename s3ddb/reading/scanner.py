@@ -167,6 +167,57 @@ class Scanner:
         total = max(total - self._offset, 0)
         return total if self._limit is None else min(total, self._limit)
 
+    def take(self, indices: Any) -> pa.Table:
+        """The rows at 0-based positions ``indices`` of what this scanner returns, in
+        the order given (reads the whole result).
+
+        Raises:
+            InvalidInputError: a position out of range.
+        """
+        table = self.to_table()
+        positions = indices.to_pylist() if isinstance(indices, pa.Array) else list(indices)
+        bad = [p for p in positions if not isinstance(p, int) or not 0 <= p < table.num_rows]
+        if bad:
+            raise InvalidInputError(
+                f"take: position {bad[0]!r} is out of range for {table.num_rows} rows"
+            )
+        return table.take(pa.array(positions, pa.int64()))
+
+    # pylance scanner members s3ddb does not implement (docs/pylance.md).
+
+    def explain_plan(self, verbose: bool = False) -> str:
+        """Raises UnsupportedOperationError: s3ddb has no query plans."""
+        raise _unsupported("explain_plan()", "s3ddb plans no queries; it reads fragments")
+
+    def analyze_plan(self, count_rows: bool = False) -> str:
+        """Raises UnsupportedOperationError: s3ddb has no query plans."""
+        raise _unsupported("analyze_plan()", "s3ddb plans no queries; it reads fragments")
+
+    def scan_batches(self) -> Any:
+        """Raises UnsupportedOperationError: use :meth:`to_batches`."""
+        raise _unsupported("scan_batches()", "read batches with to_batches()")
+
+    @staticmethod
+    def from_dataset(*args: Any, **kwargs: Any) -> Scanner:
+        """Raises UnsupportedOperationError: use ``Dataset.scanner``."""
+        raise _unsupported("Scanner.from_dataset()", "build a scanner with ds.scanner(...)")
+
+    @staticmethod
+    def from_fragment(*args: Any, **kwargs: Any) -> Scanner:
+        """Raises UnsupportedOperationError: use ``LanceFragment.scanner``."""
+        raise _unsupported("Scanner.from_fragment()", "use ds.get_fragment(id).scanner(...)")
+
+    @staticmethod
+    def from_batches(*args: Any, **kwargs: Any) -> Scanner:
+        """Raises UnsupportedOperationError: s3ddb scans datasets only."""
+        raise _unsupported("Scanner.from_batches()", "s3ddb scans datasets only")
+
+
+def _unsupported(member: str, reason: str) -> UnsupportedOperationError:
+    return UnsupportedOperationError(
+        f"{member} is not supported by s3ddb: {reason} (docs/pylance.md)"
+    )
+
 
 def take(ds: PinnedVersion, indices: Any, columns: list[str] | None = None) -> pa.Table:
     """The visible rows at positions ``indices`` (0-based over the pinned version's rows
