@@ -496,6 +496,7 @@ def dataset(
     *,
     commit_config: CommitConfig | None = None,
     asof: dt.datetime | str | None = None,
+    **pylance_options: Any,
 ) -> Dataset:
     """Open the dataset at ``uri``, pinned at ``version`` (default: latest).
 
@@ -520,7 +521,11 @@ def dataset(
     ``dynamodb_endpoint``, ``allow_http``...) work too. An unknown key is refused.
     docs/deployments.md lists them all, with their environment variables.
 
+    pylance's cache sizes and ``block_size`` are accepted and ignored; its other
+    arguments (``commit_lock``, ``session``, namespaces...) are refused.
+
     Raises:
+        UnsupportedOperationError: a pylance argument s3ddb has no such thing for.
         DatasetNotFoundError: nothing is committed at ``uri``.
         VersionNotFoundError: no such version or tag, or nothing committed by ``asof``.
         InvalidInputError: both ``version`` and ``asof``, an unreadable ``asof``, or an
@@ -530,6 +535,7 @@ def dataset(
         ManifestFinalizationError: (s3+ddb) the newest version cannot be finalized.
         ExternalStoreTableError: (s3+ddb) the DynamoDB table is missing or wrong.
     """
+    pylance_compat.check_open_options("dataset", pylance_options)
     text = os.fspath(uri)
     handler = open_validated(text, storage_options)
     if asof is not None:

@@ -15,24 +15,17 @@ from typing import Any, Literal
 from s3ddb.commit.committer import CommitConfig
 from s3ddb.dataset import Dataset, dataset
 from s3ddb.operations import Operation, Transaction
-from s3ddb.pylance_compat import NO_LOCKS, NO_NAMESPACES, metadata_changes, refuse_options
+from s3ddb.pylance_compat import (
+    NO_LOCKS,
+    NO_NAMESPACES,
+    check_open_options,
+    metadata_changes,
+    refuse_options,
+)
 from s3ddb.versions.pinned import PinnedVersion
 from s3ddb.writes import rows as writes
 
 __all__ = ["LanceDataset"]
-
-#: pylance's ``LanceDataset(...)`` arguments s3ddb has no such thing for: (default, why).
-REFUSED_OPEN_OPTIONS: dict[str, tuple[Any, str]] = {
-    "commit_lock": (None, NO_LOCKS),
-    "serialized_manifest": (None, "s3ddb reads manifests from the store"),
-    "default_scan_options": (None, "pass scan options to each read"),
-    "read_params": (None, "pass scan options to each read"),
-    "session": (None, "s3ddb has no sessions"),
-    "namespace_client": (None, NO_NAMESPACES),
-    "table_id": (None, NO_NAMESPACES),
-    "namespace_client_managed_versioning": (False, NO_NAMESPACES),
-    "base_store_params": (None, "a base path is read with the dataset's storage options"),
-}
 
 #: pylance's ``LanceDataset.commit`` arguments s3ddb has no such thing for.
 REFUSED_COMMIT_OPTIONS: dict[str, tuple[Any, str]] = {
@@ -99,7 +92,7 @@ class LanceDataset(Dataset):
             "namespace_client_managed_versioning": namespace_client_managed_versioning,
             "base_store_params": base_store_params,
         }
-        refuse_options("LanceDataset", refused, REFUSED_OPEN_OPTIONS)
+        check_open_options("LanceDataset", refused)
         # The state of the dataset as s3ddb.dataset opens it (checked, pinned).
         vars(self).update(vars(dataset(uri, version, storage_options)))
 

@@ -62,6 +62,7 @@ __all__ = [
     "LanceOperation",
     "PylanceMembers",
     "check_cleanup_options",
+    "check_open_options",
     "check_write_options",
     "metadata_changes",
     "pylance_overwrite",
@@ -245,6 +246,39 @@ def check_write_options(
         )
     given = {k: v for k, v in options.items() if k not in IGNORED_WRITE_OPTIONS}
     refuse_options(call, given, REFUSED_WRITE_OPTIONS)
+
+
+#: pylance's ``LanceDataset(...)`` and ``lance.dataset(...)`` arguments s3ddb has no
+#: such thing for: (default, why).
+REFUSED_OPEN_OPTIONS: dict[str, tuple[Any, str]] = {
+    "commit_lock": (None, NO_LOCKS),
+    "serialized_manifest": (None, "s3ddb reads manifests from the store"),
+    "default_scan_options": (None, "pass scan options to each read"),
+    "read_params": (None, "pass scan options to each read"),
+    "session": (None, "s3ddb has no sessions"),
+    "namespace_client": (None, NO_NAMESPACES),
+    "table_id": (None, NO_NAMESPACES),
+    "namespace_client_managed_versioning": (False, NO_NAMESPACES),
+    "base_store_params": (None, "a base path is read with the dataset's storage options"),
+}
+
+#: pylance's open arguments that size its caches: accepted and ignored.
+IGNORED_OPEN_OPTIONS = frozenset(
+    {"block_size", "index_cache_size", "metadata_cache_size", "metadata_cache_size_bytes",
+     "index_cache_size_bytes"}
+)  # fmt: skip
+
+
+def check_open_options(call: str, options: dict[str, Any]) -> None:
+    """Check pylance's arguments for opening a dataset.
+
+    Raises:
+        UnsupportedOperationError: an argument of :data:`REFUSED_OPEN_OPTIONS` with a
+            value other than pylance's default.
+        TypeError: an argument pylance does not have either.
+    """
+    given = {k: v for k, v in options.items() if k not in IGNORED_OPEN_OPTIONS}
+    refuse_options(call, given, REFUSED_OPEN_OPTIONS)
 
 
 #: pylance ``LanceFragment`` members that s3ddb does not implement, and why.

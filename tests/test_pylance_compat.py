@@ -372,3 +372,14 @@ def test_validate_names_a_missing_data_file(tmp_path: Path) -> None:
     (tmp_path / "ds" / "data" / data_file.path).unlink()
     with pytest.raises(s3ddb.DataFileMissingError, match=data_file.path):
         ds.validate()
+
+
+def test_dataset_takes_pylance_open_arguments(tmp_path: Path) -> None:
+    uri = str(tmp_path / "ds")
+    s3ddb.write_dataset(_rows([1, 2]), uri)
+    ds = s3ddb.dataset(uri, block_size=4096, index_cache_size_bytes=1 << 20)
+    assert ds.count_rows() == 2
+    with pytest.raises(UnsupportedOperationError, match="session"):
+        s3ddb.dataset(uri, session=object())
+    with pytest.raises(TypeError, match="no_such_argument"):
+        s3ddb.dataset(uri, no_such_argument=1)
