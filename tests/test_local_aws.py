@@ -713,6 +713,22 @@ def test_cli_local_aws_defaults_serve_the_docs(
     assert f"tables: {', '.join(tables) or 'none'}" in err
 
 
+def test_cli_local_aws_refused_bucket_name_is_a_usage_error() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "s3ddb.cli.main", "local-aws", "--bucket", "b1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stdout == ""
+    assert (
+        "s3ddb local-aws: error: cannot create the bucket 'b1' (--bucket): InvalidBucketName"
+        in done.stderr
+    )
+    assert "Traceback" not in done.stderr and "unexpected" not in done.stderr
+
+
 def test_cli_local_aws_help_documents_every_flag() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "s3ddb.cli.main", "local-aws", "--help"],

@@ -100,6 +100,26 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=run)
 
 
+def _create_buckets_and_tables(aws: Any, buckets: list[str], tables: list[str]) -> str | None:
+    """Create ``buckets`` and ``tables`` on ``aws``; the reason if one is refused, else None."""
+    from botocore.exceptions import ClientError
+
+    for kind, names, create in (
+        ("bucket", buckets, aws.create_bucket),
+        ("table", tables, aws.create_table),
+    ):
+        for name in names:
+            try:
+                create(name)
+            except ClientError as exc:
+                error = exc.response.get("Error", {})
+                return (
+                    f"cannot create the {kind} {name!r} (--{kind}): "
+                    f"{error.get('Code', 'ClientError')}: {error.get('Message', exc)}"
+                )
+    return None
+
+
 def _announcement(env: dict[str, str]) -> str:
     lines = [env["AWS_ENDPOINT_URL"]]
     lines += [f"export {name}={shlex.quote(value)}" for name, value in env.items()]
@@ -107,11 +127,8 @@ def _announcement(env: dict[str, str]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Serve until interrupted; returns the exit status (0, or 1 if it cannot start).
-
-    Raises:
-        botocore.exceptions.ClientError: a ``--bucket`` or ``--table`` cannot be created.
-    """
+    """Serve until interrupted; returns the exit status: 0; 1 if it cannot start; 2 if a
+    ``--bucket`` or ``--table`` name is refused (the message says which and why)."""
     try:
         from s3ddb.testing import LocalAWS
 
@@ -142,10 +159,10 @@ def run(args: argparse.Namespace) -> int:
                 previous.append((signum, signal.signal(signum, on_signal)))
     try:
         buckets, tables = _buckets_and_tables(args)
-        for bucket in buckets:
-            aws.create_bucket(bucket)
-        for table in tables:
-            aws.create_table(table)
+        refused = _create_buckets_and_tables(aws, buckets, tables)
+        if refused:
+            print(f"s3ddb local-aws: error: {refused}", file=sys.stderr)
+            return 2
         sys.stdout.write(_announcement(aws.env()))
         sys.stdout.flush()
         mode = "on" if aws.conditional_writes else "OFF (If-None-Match/If-Match dropped)"
