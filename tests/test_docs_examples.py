@@ -188,6 +188,7 @@ def _runnable(path: Path) -> list[Block]:
     return [b for b in blocks_of(path) if b.no_run_reason is None and b.language in _KINDS]
 
 
+@pytest.mark.slow  # one local-aws and child processes per document, a crash
 @pytest.mark.parametrize("path", [p for p in DOCUMENTS if _runnable(p)], ids=lambda p: p.name)
 def test_examples_run_verbatim(path: Path, local_aws_env: dict[str, str], tmp_path: Path) -> None:
     blocks = _runnable(path)
