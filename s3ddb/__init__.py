@@ -18,7 +18,6 @@ from s3ddb.commit.handlers import VersionConflict
 from s3ddb.dataset import Dataset, VersionInfo, dataset, migrate_commits, write_dataset
 from s3ddb.errors import (
     BaseTooOldError,
-    BucketNotFoundError,
     ColumnExistsError,
     ColumnNotFoundError,
     CommitConflictError,
@@ -29,7 +28,6 @@ from s3ddb.errors import (
     DataFileError,
     DataFileMissingError,
     DatasetAlreadyExistsError,
-    DatasetLocationError,
     DatasetNotFoundError,
     DatasetRecreatedError,
     EndpointUnreachableError,
@@ -100,7 +98,6 @@ __all__ = [
     "Append",
     "BasePath",
     "BaseTooOldError",
-    "BucketNotFoundError",
     "CleanupStats",
     "Clone",
     "ColumnExistsError",
@@ -119,7 +116,6 @@ __all__ = [
     "DataReplacementGroup",
     "Dataset",
     "DatasetAlreadyExistsError",
-    "DatasetLocationError",
     "DatasetNotFoundError",
     "DatasetRecreatedError",
     "DatasetSchema",
