@@ -18,6 +18,7 @@ from s3ddb.commit.handlers import VersionConflict
 from s3ddb.dataset import Dataset, VersionInfo, dataset, migrate_commits, write_dataset
 from s3ddb.errors import (
     BaseTooOldError,
+    BucketNotFoundError,
     ColumnExistsError,
     ColumnNotFoundError,
     CommitConflictError,
@@ -28,6 +29,7 @@ from s3ddb.errors import (
     DataFileError,
     DataFileMissingError,
     DatasetAlreadyExistsError,
+    DatasetLocationError,
     DatasetNotFoundError,
     DatasetRecreatedError,
     EndpointUnreachableError,
@@ -98,6 +100,7 @@ __all__ = [
     "Append",
     "BasePath",
     "BaseTooOldError",
+    "BucketNotFoundError",
     "CleanupStats",
     "Clone",
     "ColumnExistsError",
@@ -116,6 +119,7 @@ __all__ = [
     "DataReplacementGroup",
     "Dataset",
     "DatasetAlreadyExistsError",
+    "DatasetLocationError",
     "DatasetNotFoundError",
     "DatasetRecreatedError",
     "DatasetSchema",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 __all__ = [
     "BaseTooOldError",
+    "BucketNotFoundError",
     "ColumnExistsError",
     "ColumnNotFoundError",
     "CommitConflictError",
@@ -24,6 +25,7 @@ __all__ = [
     "DataFileError",
     "DataFileMissingError",
     "DatasetAlreadyExistsError",
+    "DatasetLocationError",
     "DatasetNotFoundError",
     "DatasetRecreatedError",
     "EndpointUnreachableError",
@@ -66,6 +68,17 @@ class DatasetNotFoundError(S3DDBError, FileNotFoundError):
 
 class DatasetAlreadyExistsError(S3DDBError, FileExistsError):
     """``mode="create"`` found a dataset already at the URI."""
+
+
+class BucketNotFoundError(S3DDBError, FileNotFoundError):
+    """The S3 bucket a URI names does not exist (S3 answered ``NoSuchBucket``). The
+    message names the bucket and the endpoint's object that was asked for."""
+
+
+class DatasetLocationError(S3DDBError, OSError):
+    """A local dataset root cannot be created or opened: a part of the path is a
+    file, or the file system refuses (read-only, permission denied). The message
+    names the path and the reason."""
 
 
 class VersionNotFoundError(S3DDBError, KeyError):

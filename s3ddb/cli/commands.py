@@ -112,7 +112,13 @@ def _storage_option(text: str) -> tuple[str, str]:
     return key.strip(), value
 
 
-def _aws_options(parser: argparse.ArgumentParser, default: Any = None) -> None:
+def _aws_options(
+    parser: argparse.ArgumentParser,
+    default: Any = None,
+    services: tuple[str, ...] = ("s3", "dynamodb"),
+) -> None:
+    """Add the AWS options (shared, and per service for each of ``services``),
+    ``--storage-option`` and ``--debug`` to ``parser``."""
     group = parser.add_argument_group(
         "AWS options",
         "s3:// and s3+ddb:// only; passed as the storage options of the same names "
@@ -120,6 +126,9 @@ def _aws_options(parser: argparse.ArgumentParser, default: Any = None) -> None:
         "(docs/deployments.md: precedence)",
     )
     for flag, text in _AWS_OPTIONS.items():
+        service = flag[2:].split("-", 1)[0]
+        if service in ("s3", "dynamodb") and service not in services:
+            continue
         group.add_argument(flag, default=default, help=text)
     group.add_argument(
         "--storage-option",

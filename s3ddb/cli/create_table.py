@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from s3ddb.cli.commands import _aws_options, storage_options
 from s3ddb.errors import InvalidInputError
 
 __all__ = [
@@ -31,9 +32,6 @@ def register(subparsers: Any) -> None:
         "given here.",
     )
     parser.add_argument("table", metavar="TABLE", help="the table name (ddbTableName=TABLE)")
-    parser.add_argument("--endpoint-url", help="DynamoDB endpoint (e.g. a local emulator)")
-    parser.add_argument("--region", help="AWS region (default: AWS_REGION / AWS_DEFAULT_REGION)")
-    parser.add_argument("--profile", help="AWS profile (default: AWS_PROFILE)")
     parser.add_argument(
         "--billing-mode",
         type=str.upper,
@@ -70,6 +68,8 @@ def register(subparsers: Any) -> None:
         help="do not wait for the table to become ACTIVE",
     )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    # The same AWS options as the dataset verbs; this verb talks to DynamoDB only.
+    _aws_options(parser, services=("dynamodb",))
     parser.set_defaults(func=run)
 
 
@@ -80,7 +80,8 @@ def run(args: argparse.Namespace) -> int:
         0 when the table was created or already existed with the right key schema.
 
     Raises:
-        InvalidInputError: a malformed ``--tag`` or inconsistent capacity options.
+        InvalidInputError: a malformed ``--tag`` or ``--storage-option``, an unknown
+            storage option, or inconsistent capacity options.
         ExternalStoreTableError: the table exists with another key schema.
         CredentialsError: no credentials, or credentials refused.
     """
@@ -93,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
         if not sep or not key:
             raise InvalidInputError(f"--tag expects KEY=VALUE, got {item!r}")
         tags[key] = value
-    aws = AwsConfig(dynamodb_endpoint=args.endpoint_url, region=args.region, profile=args.profile)
+    aws = AwsConfig.from_storage_options(storage_options(args))
     endpoint = aws.endpoint_in_effect("dynamodb") or "default AWS"
     where = f"(endpoint {endpoint}, region {_region(aws)})"
     created = create_table(

@@ -10,12 +10,16 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import textwrap
+import traceback
 from collections.abc import Sequence
 from typing import Any
 
 from s3ddb.cli.output import guarded_output, safe_text
 from s3ddb.errors import (
+    BucketNotFoundError,
     CredentialsError,
+    DatasetLocationError,
     DatasetNotFoundError,
     EndpointUnreachableError,
     ExternalStoreTableError,
@@ -49,9 +53,15 @@ EXIT_OK = 0
 EXIT_FAILED = 1  # the operation failed, or verify found problems
 EXIT_USAGE = 2  # bad arguments, or the dataset, table or endpoint cannot be reached
 
+# Error messages: one line up to _ONE_LINE characters, else wrapped at _WIDTH.
+_ONE_LINE = 300
+_WIDTH = 100
+
 # Errors that mean "you asked for something that cannot be reached or parsed".
 _USAGE_ERRORS = (
     InvalidInputError,
+    BucketNotFoundError,
+    DatasetLocationError,
     DatasetNotFoundError,
     VersionNotFoundError,
     CredentialsError,
@@ -62,12 +72,13 @@ _USAGE_ERRORS = (
 
 EPILOG = """exit status: 0 success (verify: healthy); 1 the operation failed or verify found
 problems; 2 usage or access error (bad arguments, URI or option; no such dataset,
-version or table; endpoint unreachable; access denied). Errors print one line; add
---debug for the traceback."""
+version or table; endpoint unreachable; access denied). Errors print one line (long
+ones wrapped, continuation lines indented); --debug adds the traceback and keeps the
+exit status."""
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="s3ddb",
         description="ACID, multi-version datasets on object storage "
         "(local paths, memory://, s3://, s3+ddb://bucket/prefix?ddbTableName=T).",
@@ -110,23 +121,73 @@ def _run(func: Any, args: argparse.Namespace, debug: bool) -> int:
         sys.stderr.close()
         return EXIT_OK
     except (S3DDBError, PermissionError) as exc:
-        if debug:
-            raise
-        print(f"s3ddb: error: {type(exc).__name__}: {_one_line(exc)}", file=sys.stderr)
-        return EXIT_USAGE if isinstance(exc, _USAGE_ERRORS) else EXIT_FAILED
+        code = EXIT_USAGE if isinstance(exc, _USAGE_ERRORS) else EXIT_FAILED
+        _report(exc, "error", debug)
+        return code
     except Exception as exc:
-        if debug:
-            raise
-        print(
-            f"s3ddb: unexpected error: {type(exc).__name__}: {_one_line(exc)} "
-            "(run again with --debug for the traceback)",
-            file=sys.stderr,
-        )
+        _report(exc, "unexpected error", debug)
         return EXIT_FAILED
 
 
-def _one_line(exc: BaseException) -> str:
-    return safe_text(" ".join(str(exc).split()))
+def _report(exc: BaseException, kind: str, debug: bool) -> None:
+    """Print ``exc`` on stderr: its traceback first with ``--debug``, then the message
+    (the exit status is the same either way: scripts that add --debug behave alike)."""
+    if debug:
+        traceback.print_exc(file=sys.stderr)
+    hint = "" if debug or kind == "error" else " (run again with --debug for the traceback)"
+    print(_wrapped(f"s3ddb: {kind}: {type(exc).__name__}: ", str(exc), hint), file=sys.stderr)
+
+
+def _wrapped(head: str, message: str, hint: str = "") -> str:
+    """``head + message + hint``: one line if the message is one line of at most
+    :data:`_ONE_LINE` characters (what scripts grep), else lines of at most
+    :data:`_WIDTH` characters.
+
+    Prose lines are wrapped at spaces, continuation lines indented two spaces. Lines
+    the message itself indents (commands, key schemas) are kept whole, indented under
+    the first, so a command can still be copied."""
+    # Only "\n" ends a line (str.splitlines would also break at U+2028, U+0085... that
+    # stored text may carry); every line after the first is indented, so no text quoted
+    # in a message can pass for a line of its own.
+    lines = [line.rstrip() for line in message.split("\n") if line.strip()] or [""]
+    if len(lines) == 1 and len(head + lines[0] + hint) <= _ONE_LINE:
+        return safe_text(head + lines[0].strip() + hint)
+    lines[0] = head + lines[0].strip()
+    lines[-1] += hint
+    out: list[str] = []
+    for line in lines:
+        if out and line[:1].isspace():
+            out.append("  " + safe_text(line))
+            continue
+        text = safe_text(line.strip())
+        out.extend(
+            textwrap.wrap(
+                text,
+                width=_WIDTH,
+                subsequent_indent="  ",
+                initial_indent="" if not out else "  ",
+                break_long_words=False,
+                break_on_hyphens=False,
+            )
+            or [text]
+        )
+    return "\n".join(out)
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose "invalid choice" message for a verb lists only the
+    verbs ``s3ddb --help`` lists (not the hidden ``demo-writer`` and ``demo-change``,
+    which ``s3ddb demo`` runs in child processes)."""
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        if not isinstance(action, argparse._SubParsersAction) or value in (action.choices or {}):
+            super()._check_value(action, value)
+            return
+        listed = {id(action.choices[a.dest]) for a in action._get_subactions()}
+        shown = [name for name, parser in action.choices.items() if id(parser) in listed]
+        raise argparse.ArgumentError(
+            action, f"invalid choice: {value!r} (choose from {', '.join(shown)})"
+        )
 
 
 if __name__ == "__main__":

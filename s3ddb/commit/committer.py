@@ -30,6 +30,7 @@ from s3ddb.errors import (
     BaseTooOldError,
     CommitStateUnknownError,
     DatasetAlreadyExistsError,
+    DatasetLocationError,
     DatasetRecreatedError,
     InvalidInputError,
     RetryableCommitConflictError,
@@ -556,6 +557,10 @@ def _cleanup(
     exc: BaseException,
     base: Manifest | None,
 ) -> None:
+    if isinstance(exc, DatasetLocationError):
+        # The dataset directory could not be made: nothing was written, and each
+        # deletion would only fail again with a warning that hides the real error.
+        return
     paths = list(written)
     for t in (original, final):
         paths.extend(t.operation.written_paths())

@@ -14,6 +14,7 @@ from sqlglot.errors import ParseError, SqlglotError
 from sqlglot.tokens import TokenType
 
 from s3ddb.errors import InvalidExpressionError
+from s3ddb.expressions._parse_errors import parse_problem, unreadable_text_problem
 
 
 class S3DDBDialect(Dialect):
@@ -125,14 +126,14 @@ def parse_sql_tree(text: str) -> exp.Expr:
             )
         statements = [s for s in dialect.parser().parse(toks, text) if s is not None]
     except ParseError as e:
-        info = e.errors[0] if e.errors else {}
-        near = f"{info.get('start_context', '')}>>>{info.get('highlight', '')}<<<"
+        info = e.errors[0] if e.errors else {"description": str(e)}
         raise InvalidExpressionError(
-            f"cannot parse expression {_shown(text)}: {info.get('description', e)} at line "
-            f"{info.get('line', '?')}, column {info.get('col', '?')}: {near!r}"
+            f"cannot parse expression {_shown(text)}: {parse_problem(info)}"
         ) from e
     except SqlglotError as e:  # e.g. TokenError for an unterminated string
-        raise InvalidExpressionError(f"cannot parse expression {_shown(text)}: {e}") from e
+        raise InvalidExpressionError(
+            f"cannot parse expression {_shown(text)}: {unreadable_text_problem(text)}"
+        ) from e
     if len(statements) != 1:
         raise InvalidExpressionError(
             f"expected one expression, found {len(statements)} statements in {_shown(text)}"

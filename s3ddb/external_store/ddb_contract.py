@@ -12,7 +12,12 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from s3ddb.errors import CredentialsError, ExternalStoreError, ExternalStoreTableError
+from s3ddb.errors import (
+    CredentialsError,
+    ExternalStoreError,
+    ExternalStoreTableError,
+    ExternalStoreUnreachableError,
+)
 from s3ddb.io.service_errors import Failure, describe_error
 
 __all__ = [
@@ -169,6 +174,11 @@ def translate(
     """The s3ddb error for a failure that is not retried."""
     if failure is Failure.CREDENTIALS:
         return credentials_error(exc, operation, table, endpoint, region)
+    if failure is Failure.NOT_SENT:
+        return ExternalStoreUnreachableError(
+            f"cannot connect to DynamoDB for {operation} on {where(table, endpoint, region)}: "
+            f"{describe_error(exc)}"
+        )
     if failure is Failure.TABLE_MISSING:
         return table_missing_error(
             table, endpoint, region, f" ({operation}: {describe_error(exc)})"

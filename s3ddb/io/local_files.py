@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import BinaryIO
 
-from s3ddb.errors import PathOutsideDatasetError
+from s3ddb.errors import DatasetLocationError, PathOutsideDatasetError
 from s3ddb.io.paths import relative_key
 
 __all__ = [
@@ -125,9 +125,23 @@ def _kind(mode: int) -> str:
 
 
 def _open_root(root: str, create: bool) -> int:
+    """A descriptor of the dataset root directory, made first when ``create``.
+
+    Raises:
+        DatasetLocationError: ``create`` and the root cannot be made (a part of the
+            path is a file, the file system is read-only, permission is denied).
+        FileNotFoundError: the root is missing or not a directory (not ``create``).
+    """
     # The root may be reached through a symlink: it is followed.
     if create:
-        os.makedirs(root or "/", exist_ok=True)
+        try:
+            os.makedirs(root or "/", exist_ok=True)
+        except OSError as exc:
+            raise DatasetLocationError(
+                f"cannot create the dataset directory {root}: "
+                f"{exc.strerror or type(exc).__name__}"
+                + (f" ({exc.filename})" if exc.filename and exc.filename != root else ""),
+            ) from exc
     try:
         return os.open(root or "/", os.O_RDONLY | _DIRECTORY | _CLOEXEC)
     except NotADirectoryError:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import enum
 import errno
 
-from s3ddb.errors import CredentialsError, EndpointUnreachableError
+from s3ddb.errors import BucketNotFoundError, CredentialsError, EndpointUnreachableError
 
 __all__ = [
     "ACCESS_DENIED_CODES",
@@ -229,7 +229,8 @@ def classify(exc: BaseException) -> Failure | None:
 def as_storage_error(exc: BaseException, where: str) -> BaseException:
     """The exception an object store raises for ``exc``, a failure of an S3 or
     fsspec call about ``where``: a built-in one (FileNotFoundError, FileExistsError,
-    PermissionError), :class:`~s3ddb.errors.CredentialsError`,
+    PermissionError), :class:`~s3ddb.errors.BucketNotFoundError` (a
+    FileNotFoundError), :class:`~s3ddb.errors.CredentialsError`,
     :class:`~s3ddb.errors.EndpointUnreachableError`, or ``exc`` itself. Looks at
     ``exc`` and the exceptions it was raised from (s3fs wraps botocore's)."""
     chain: list[BaseException] = []
@@ -258,6 +259,12 @@ def as_storage_error(exc: BaseException, where: str) -> BaseException:
                     f"the object store refused the credentials for {where} ({code}): check "
                     "s3_access_key_id/s3_secret_access_key (or aws_access_key_id/"
                     "aws_secret_access_key, AWS_ACCESS_KEY_ID_S3...); docs/deployments.md"
+                )
+            if code == "NoSuchBucket":
+                bucket = where.split("/", 1)[0]
+                return BucketNotFoundError(
+                    f"S3 bucket {bucket!r} does not exist (NoSuchBucket for {where}): "
+                    "check the bucket name and the endpoint, or create the bucket"
                 )
             mapped = S3_CODE_TO_OSERROR.get(code)
             if mapped is FileExistsError:

@@ -119,6 +119,12 @@ def parse_uri(uri: str | os.PathLike[str]) -> DatasetURI:
         table = None
         if scheme == "s3+ddb":
             table = query.pop("ddbTableName", None)
+            misspelt = [k for k in query if k.lower().replace("_", "") == "ddbtablename"]
+            if not table and misspelt:
+                raise InvalidURIError(
+                    f"{shown!r}: misspelt query key {misspelt[0]!r}; the key is exactly "
+                    f"'ddbTableName': s3+ddb://{bucket}/{prefix}?ddbTableName=<table>"
+                )
             if not table:
                 raise InvalidURIError(
                     f"{shown!r}: s3+ddb URIs need the DynamoDB table: "
@@ -126,7 +132,7 @@ def parse_uri(uri: str | os.PathLike[str]) -> DatasetURI:
                 )
         if query:
             raise InvalidURIError(
-                f"unexpected query parameter(s) in {shown!r}"
+                f"unexpected query parameter(s) {', '.join(map(repr, query))} in {shown!r}"
                 + ("" if scheme == "s3+ddb" else " (did you mean s3+ddb://...?ddbTableName=T)")
             )
         return DatasetURI(
