@@ -10,6 +10,7 @@ Supported forms:
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from dataclasses import dataclass
@@ -131,10 +132,7 @@ def parse_uri(uri: str | os.PathLike[str]) -> DatasetURI:
                     f"s3+ddb://{bucket}/{prefix}?ddbTableName=<table>"
                 )
         if query:
-            raise InvalidURIError(
-                f"unexpected query parameter(s) {', '.join(map(repr, query))} in {shown!r}"
-                + ("" if scheme == "s3+ddb" else " (did you mean s3+ddb://...?ddbTableName=T)")
-            )
+            raise InvalidURIError(_unexpected_query_message(list(query), shown, scheme))
         return DatasetURI(
             "s3+ddb" if scheme == "s3+ddb" else "s3",
             f"{bucket}/{prefix}",
@@ -149,3 +147,26 @@ def parse_uri(uri: str | os.PathLike[str]) -> DatasetURI:
 
 def _normalize_local(path: str) -> str:
     return os.path.abspath(os.path.expanduser(path)).rstrip("/") or "/"
+
+
+_KNOWN_QUERY_KEYS = ("ddbTableName",)
+
+
+def _unexpected_query_message(keys: list[str], shown: str, scheme: str) -> str:
+    """Say which query keys are not understood, naming only near misses of known keys.
+
+    An unknown key is echoed only when it is a near miss of a known one (a case or
+    spelling slip such as ``ddbtablename``): anything else may be a secret pasted in
+    the wrong place (``?SECRET``), so it is counted, never shown.
+    """
+    near = [
+        (key, known)
+        for key in keys
+        for known in _KNOWN_QUERY_KEYS
+        if difflib.SequenceMatcher(None, key.lower(), known.lower()).ratio() >= 0.8
+    ]
+    hint = "" if scheme == "s3+ddb" else " (did you mean s3+ddb://...?ddbTableName=T)"
+    if near:
+        key, known = near[0]
+        return f"{shown!r}: unknown query key {key!r}; did you mean {known!r}?{hint}"
+    return f"{len(keys)} unexpected query parameter(s) in {shown!r} (names hidden){hint}"
