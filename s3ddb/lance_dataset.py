@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from s3ddb.commit.committer import CommitConfig
 from s3ddb.dataset import Dataset, dataset
+from s3ddb.errors import InvalidInputError
 from s3ddb.operations import Operation, Transaction
 from s3ddb.pylance_compat import (
     NO_LOCKS,
@@ -21,6 +22,7 @@ from s3ddb.pylance_compat import (
     check_open_options,
     metadata_changes,
     refuse_options,
+    unsupported,
 )
 from s3ddb.versions.pinned import PinnedVersion
 from s3ddb.writes import rows as writes
@@ -49,6 +51,14 @@ def _as_lance_dataset(ds: PinnedVersion) -> LanceDataset:
     lance = LanceDataset.__new__(LanceDataset)
     vars(lance).update(vars(ds))
     return lance
+
+
+def _as_dataset(ds: PinnedVersion) -> Dataset:
+    """A plain Dataset on ``ds``'s state: operations that make a new handle of the
+    caller's class (clones) make a Dataset, which opens as s3ddb's does."""
+    plain = Dataset.__new__(Dataset)
+    vars(plain).update(vars(ds))
+    return plain
 
 
 class LanceDataset(Dataset):
@@ -124,9 +134,95 @@ class LanceDataset(Dataset):
     def restore(self) -> None:  # type: ignore[override]
         super().restore()
 
+    def update(  # type: ignore[override]
+        self,
+        updates: dict[str, Any],
+        where: Any = None,
+        conflict_retries: int | None = None,
+        retry_timeout: float | dt.timedelta | None = None,
+        data_storage_version: str | None = None,
+        **options: Any,
+    ) -> dict[str, int]:
+        """pylance's ``update(updates, where=None, ...)``: as :meth:`s3ddb.Dataset.update`.
+
+        Raises:
+            UnsupportedOperationError: a ``data_storage_version`` other than "stable"
+                (s3ddb writes one Parquet format).
+        """
+        refuse_options(
+            "update", {"data_storage_version": data_storage_version}, REFUSED_UPDATE_OPTIONS
+        )
+        return super().update(
+            updates,
+            where,
+            conflict_retries=conflict_retries,
+            retry_timeout=retry_timeout,
+            **options,
+        )
+
+    def get_fragments(self, filter: Any = None) -> list[Any]:  # type: ignore[override]
+        """The pinned version's fragments; pylance's ``filter`` is refused (pylance
+        has not implemented it either).
+
+        Raises:
+            UnsupportedOperationError: a ``filter``.
+        """
+        refuse_options("get_fragments", {"filter": filter}, REFUSED_FRAGMENT_LIST_OPTIONS)
+        return super().get_fragments()
+
+    def shallow_clone(  # type: ignore[override]
+        self,
+        target_path: str | os.PathLike[str],
+        reference: int | str | tuple[str | None, int | None] | None = None,
+        storage_options: dict[str, Any] | None = None,
+        **options: Any,
+    ) -> LanceDataset:
+        """pylance's ``shallow_clone(target_path, reference)``: ``reference`` is a
+        version number, a tag, or pylance's ``(branch, version)`` with no branch.
+
+        Raises:
+            UnsupportedOperationError: a branch in ``reference``, or a pylance option.
+        """
+        refuse_options("shallow_clone", options, REFUSED_CLONE_OPTIONS)
+        cloned = _as_dataset(self).shallow_clone(
+            target_path, _clone_version(reference), storage_options
+        )
+        return _as_lance_dataset(cloned)
+
+    def deep_clone(  # type: ignore[override]
+        self,
+        target_path: str | os.PathLike[str],
+        reference: int | str | tuple[str | None, int | None] | None = None,
+        storage_options: dict[str, Any] | None = None,
+        **options: Any,
+    ) -> LanceDataset:
+        """pylance's ``deep_clone(target_path, reference)``; see :meth:`shallow_clone`.
+
+        Raises:
+            UnsupportedOperationError: a branch in ``reference``, or a pylance option.
+        """
+        refuse_options("deep_clone", options, REFUSED_CLONE_OPTIONS)
+        cloned = _as_dataset(self).deep_clone(
+            target_path, _clone_version(reference), storage_options
+        )
+        return _as_lance_dataset(cloned)
+
     def add_columns(  # type: ignore[override]
-        self, transforms: Any, read_columns: list[str] | None = None, **options: Any
+        self,
+        transforms: Any,
+        read_columns: list[str] | None = None,
+        reader_schema: Any = None,
+        batch_size: int | None = None,
+        **options: Any,
     ) -> None:
+        """As :meth:`s3ddb.Dataset.add_columns`; ``batch_size`` is accepted (s3ddb
+        sizes its own batches).
+
+        Raises:
+            UnsupportedOperationError: ``reader_schema`` (s3ddb reads a reader's own
+                schema).
+        """
+        refuse_options("add_columns", {"reader_schema": reader_schema}, REFUSED_ADD_COLUMNS_OPTIONS)
         super().add_columns(transforms, read_columns, **options)
 
     def drop_columns(self, columns: list[str], **options: Any) -> None:  # type: ignore[override]
@@ -179,6 +275,10 @@ class LanceDataset(Dataset):
                 no such thing for.
         """
         timeout = options.pop("commit_timeout", PYLANCE_COMMIT_TIMEOUT)
+        if not isinstance(timeout, dt.timedelta):
+            raise InvalidInputError(
+                f"commit_timeout must be a datetime.timedelta, got {type(timeout).__name__}"
+            )
         refused = {"commit_lock": commit_lock, "detached": detached, **options}
         refuse_options("LanceDataset.commit", refused, REFUSED_COMMIT_OPTIONS)
         config = CommitConfig()
@@ -196,3 +296,30 @@ REFUSED_INDEX_OPTIONS: dict[str, tuple[Any, str]] = {
     "format_version": (None, "s3ddb writes its own BTREE layout"),
     "document_granularity": (None, "s3ddb has no full-text indices"),
 }
+
+#: pylance arguments of ``update``, ``get_fragments``, the clones and ``add_columns``
+#: that s3ddb has no such thing for.
+REFUSED_UPDATE_OPTIONS: dict[str, tuple[Any, str]] = {
+    "data_storage_version": ("stable", "s3ddb writes one Parquet format"),
+}
+REFUSED_FRAGMENT_LIST_OPTIONS: dict[str, tuple[Any, str]] = {
+    "filter": (None, "filter the rows with to_table(filter=...) instead"),
+}
+REFUSED_CLONE_OPTIONS: dict[str, tuple[Any, str]] = {}
+REFUSED_ADD_COLUMNS_OPTIONS: dict[str, tuple[Any, str]] = {
+    "reader_schema": (None, "s3ddb reads the schema the data carries"),
+}
+
+
+def _clone_version(reference: int | str | tuple[str | None, int | None] | None) -> int | str | None:
+    """pylance's clone ``reference`` as s3ddb's version (a number or a tag).
+
+    Raises:
+        UnsupportedOperationError: a ``(branch, version)`` pair naming a branch.
+    """
+    if isinstance(reference, tuple):
+        branch, version = reference
+        if branch is not None:
+            raise unsupported(f"a clone of branch {branch!r}", "s3ddb has no branches")
+        return version
+    return reference

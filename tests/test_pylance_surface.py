@@ -18,7 +18,7 @@ import pyarrow as pa
 import pytest
 
 import s3ddb
-from s3ddb.errors import UnsupportedOperationError
+from s3ddb.errors import S3DDBError, UnsupportedOperationError
 
 lance = pytest.importorskip("lance", reason="pylance is in the bench extra (make test installs it)")
 
@@ -132,3 +132,100 @@ def test_write_arguments_are_accepted_or_refused(tmp_path: Path, surface: str) -
                 ours(table, uri, **{name: _non_default(parameter)})
         else:
             ours(table, uri, **{name: parameter.default})  # pylance's default is accepted
+
+
+#: Values for the arguments s3ddb's methods require, to reach their option checks.
+REQUIRED_ARGUMENTS: dict[str, Any] = {
+    "updates": {"id": "id + 1"},
+    "values": {"id": "id + 1"},
+    "column": "id",
+    "index_type": "BTREE",
+    "transforms": {"twice": "id * 2"},
+    "indices": [0],
+    "on": "id",
+    "keys": ["absent"],
+}
+_CLASSES = {
+    "LanceDataset": lambda: lance.LanceDataset,
+    "LanceScanner": lambda: lance.LanceScanner,
+    "LanceFragment": lambda: lance.fragment.LanceFragment,
+}
+
+
+def _pylance_methods(surface: str) -> list[tuple[str, inspect.Signature]]:
+    """The methods of ``surface`` that docs/pylance.md lists as Yes or Differs, with
+    pylance's signatures."""
+    cls = _CLASSES[surface]()
+    methods = []
+    for name, status in _documented()[surface].items():
+        member = inspect.getattr_static(cls, name)
+        if status == "No" or isinstance(member, property) or not callable(getattr(cls, name)):
+            continue
+        try:
+            methods.append((name, inspect.signature(getattr(cls, name))))
+        except ValueError:  # a compiled member without a signature
+            continue
+    return methods
+
+
+@pytest.mark.parametrize("surface", ["LanceDataset", "LanceScanner", "LanceFragment"])
+def test_every_pylance_argument_of_a_method_is_accepted_or_refused(
+    tmp_path: Path, surface: str
+) -> None:
+    """Each argument of pylance's methods is s3ddb's too (pylance's default accepted),
+    or, given another value, is taken as a hint, checked (InvalidInputError) or refused
+    (UnsupportedOperationError): never a TypeError or AttributeError from an argument
+    s3ddb does not know."""
+    uri = str(tmp_path / "ds")
+    s3ddb.write_dataset(pa.table({"id": [1, 2, 3]}), uri)
+    targets = iter(range(10_000))
+    failures = []
+    for name, theirs in _pylance_methods(surface):
+        for argument, parameter in theirs.parameters.items():
+            if argument == "self" or parameter.kind in (
+                parameter.VAR_KEYWORD,
+                parameter.VAR_POSITIONAL,
+            ):
+                continue
+            ds = s3ddb.LanceDataset(uri)
+            obj = _objects(ds)[surface]
+            method = getattr(obj, name)
+            ours = inspect.signature(method).parameters
+            if name in ("commit", "drop"):
+                continue  # static: test_write_arguments_are_accepted_or_refused's kind
+            if argument in ours and (argument in REQUIRED_ARGUMENTS or argument == "target_path"):
+                continue  # the argument every call passes
+            call: dict[str, Any] = {}
+            for required, p in ours.items():
+                if p.default is p.empty and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL):
+                    if required in ("target", "target_path", "base_uri"):
+                        call[required] = str(tmp_path / f"clone{next(targets)}")
+                    else:
+                        call[required] = REQUIRED_ARGUMENTS.get(required)
+            if argument in ours:  # named by s3ddb: pylance's default is accepted
+                call[argument] = None if parameter.default is parameter.empty else parameter.default
+            else:  # taken by **options: used as a hint, checked, or refused
+                call[argument] = object() if parameter.default is not True else False
+            try:
+                method(**call)
+            except (TypeError, AttributeError) as exc:
+                failures.append(f"{surface}.{name}({argument}=...): {type(exc).__name__}: {exc}")
+            except S3DDBError:
+                pass  # checked or refused in s3ddb's words
+    assert failures == [], "\n".join(failures)
+
+
+def test_lance_dataset_clones_take_pylance_arguments(tmp_path: Path) -> None:
+    uri = str(tmp_path / "ds")
+    s3ddb.write_dataset(pa.table({"id": [1, 2]}), uri)
+    s3ddb.write_dataset(pa.table({"id": [3]}), uri, mode="append")
+    ds = s3ddb.LanceDataset(uri)
+    shallow = ds.shallow_clone(target_path=str(tmp_path / "shallow"), reference=1)
+    deep = ds.deep_clone(str(tmp_path / "deep"), (None, 2))
+    assert isinstance(shallow, s3ddb.LanceDataset)
+    assert shallow.to_table()["id"].to_pylist() == [1, 2]
+    assert sorted(deep.to_table()["id"].to_pylist()) == [1, 2, 3]
+    with pytest.raises(UnsupportedOperationError, match="branch"):
+        ds.shallow_clone(str(tmp_path / "branch"), ("main", 1))
+    with pytest.raises(s3ddb.InvalidInputError, match="commit_timeout"):
+        s3ddb.LanceDataset.commit(uri, s3ddb.Restore(1), 2, commit_timeout=30)

@@ -147,7 +147,18 @@ class Scanner:
     def to_table(self) -> pa.Table:
         return pa.Table.from_batches(list(self.to_batches()), schema=self._schema)
 
-    def to_pandas(self) -> Any:
+    def to_pandas(self, *, blob_mode: str = "lazy") -> Any:
+        """The rows as a pandas DataFrame; pylance's ``blob_mode`` is accepted at its
+        default (s3ddb has no blob columns).
+
+        Raises:
+            UnsupportedOperationError: another ``blob_mode``.
+        """
+        if blob_mode != "lazy":
+            raise UnsupportedOperationError(
+                f"to_pandas(blob_mode={blob_mode!r}) is not supported by s3ddb: it has no"
+                " blob columns (docs/pylance.md)"
+            )
         return self.to_table().to_pandas()
 
     def head(self, num_rows: int) -> pa.Table:
