@@ -550,7 +550,7 @@ class PylanceMembers(PinnedVersion):
         uri = os.fspath(base_uri)
         if not ignore_not_found:
             load_latest(open_validated(uri, storage_options), uri)
-        drop(uri, storage_options)
+        drop(uri, storage_options, missing_ok=True)
 
     # --- schema ---
 

@@ -84,8 +84,8 @@ def flags(aws: Any) -> list[str]:
 def test_missing_table(capsys: Any, flags: list[str], verb: str) -> None:
     uri = f"s3+ddb://{TEST_BUCKET}/e-{uuid.uuid4().hex[:8]}?ddbTableName=nope_table"
     code, out, err = run(capsys, *DATASET_VERBS[verb](uri), *flags)
-    if verb == "doctor":  # a diagnosis: the missing table is a problem found
-        assert code == 1 and "[FAIL] dynamodb.table" in out
+    if verb == "doctor":  # a diagnosis, with the access error's status
+        assert code == 2 and "[FAIL] dynamodb.table" in out
         return
     assert code == 2, err
     lines = _assert_wrapped(
@@ -100,11 +100,32 @@ def test_missing_bucket(capsys: Any, flags: list[str], verb: str) -> None:
     uri = f"s3+ddb://no-such-bucket-{uuid.uuid4().hex[:8]}/ds?ddbTableName={TEST_TABLE}"
     code, out, err = run(capsys, *DATASET_VERBS[verb](uri), *flags)
     if verb == "doctor":
-        assert code == 1 and "NoSuchBucket" in out
+        assert code == 2 and "NoSuchBucket" in out
         return
     assert code == 2, err
     assert err.startswith("s3ddb: error: BucketNotFoundError: S3 bucket 'no-such-bucket-"), err
     assert err.count("\n") == 1 and "unexpected" not in err
+
+
+@pytest.mark.parametrize("verb", sorted(set(DATASET_VERBS) - {"doctor"}))
+@pytest.mark.parametrize("scheme", ["s3", "s3+ddb"])
+def test_missing_dataset(capsys: Any, flags: list[str], verb: str, scheme: str) -> None:
+    """Every verb on a bucket (and table) that exist but hold no dataset there: no
+    such dataset, exit 2; sync and drop included (they have nothing to repair or
+    delete, which is not success)."""
+    uri = f"{scheme}://{TEST_BUCKET}/nothing-{uuid.uuid4().hex[:8]}"
+    if scheme == "s3+ddb":
+        uri += f"?ddbTableName={TEST_TABLE}"
+    code, _, err = run(capsys, *DATASET_VERBS[verb](uri), *flags)
+    assert code == 2, err
+    assert err.startswith("s3ddb: error: DatasetNotFoundError: no dataset at "), err
+
+
+def test_drop_missing_ok(capsys: Any, flags: list[str]) -> None:
+    uri = f"s3+ddb://{TEST_BUCKET}/nothing-{uuid.uuid4().hex[:8]}?ddbTableName={TEST_TABLE}"
+    code, out, err = run(capsys, "drop", uri, "--yes", "--missing-ok", *flags)
+    assert code == 0, err
+    assert "0 objects (0 bytes), 0 DynamoDB rows" in out
 
 
 @pytest.mark.parametrize("verb", sorted(DATASET_VERBS))

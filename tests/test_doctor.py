@@ -151,7 +151,7 @@ def test_wrong_key_schema(plain_store: LocalAWS, capsys: pytest.CaptureFixture[s
     )
     uri = f"s3+ddb://{BUCKET}/sales?ddbTableName={table}"
     status, report = _doctor(capsys, uri, plain_store.storage_options())
-    assert status == 1
+    assert status == 2  # an access error, as for every verb: the table is not s3ddb's
     check = _checks(report)["dynamodb.table"]
     assert check["status"] == "fail" and "pk" in check["detail"] and "base_uri" in check["detail"]
     assert f"s3ddb create-table {table}-s3ddb" in check["fix"]
@@ -163,7 +163,9 @@ def test_missing_table_and_unreachable_endpoint(
 ) -> None:
     so = plain_store.storage_options()
     status, report = _doctor(capsys, f"s3+ddb://{BUCKET}/s?ddbTableName=nope", so)
-    assert status == 1 and "s3ddb create-table nope" in _checks(report)["dynamodb.table"]["fix"]
+    assert status == 2 and "s3ddb create-table nope" in _checks(report)["dynamodb.table"]["fix"]
+    status, report = _doctor(capsys, f"s3+ddb://no-such-bucket/s?ddbTableName={TABLE}", so)
+    assert status == 2 and "create bucket 'no-such-bucket'" in _checks(report)["s3.reachable"]["fix"]
     unreachable = {**so, "dynamodb_endpoint": "http://127.0.0.1:9"}
     status, report = _doctor(capsys, f"s3+ddb://{BUCKET}/s?ddbTableName={TABLE}", unreachable)
     assert status == 2

@@ -84,6 +84,11 @@ def register(subparsers: Any) -> None:
 
     p = _verb(subparsers, "drop", run_drop)
     p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    p.add_argument(
+        "--missing-ok",
+        action="store_true",
+        help="exit 0 when nothing of a dataset is there (default: exit 2, no such dataset)",
+    )
 
     _verb(subparsers, "migrate-commits", run_migrate_commits)
 
@@ -318,7 +323,8 @@ def run_drop(args: argparse.Namespace) -> int:
     """Delete a dataset: every object under its root and every DynamoDB row.
 
     Asks for confirmation (type the dataset URI) unless --yes; without a terminal
-    and without --yes it refuses. Writers committing meanwhile may leave objects.
+    and without --yes it refuses. Nothing there is a DatasetNotFoundError (exit 2)
+    unless --missing-ok.
     """
     if not args.yes:
         if not sys.stdin.isatty():
@@ -329,7 +335,9 @@ def run_drop(args: argparse.Namespace) -> int:
             print("not confirmed; nothing deleted", file=sys.stderr)
             return 1
     with _progress(args) as progress:
-        report = health.drop(args.uri, storage_options(args), progress=progress)
+        report = health.drop(
+            args.uri, storage_options(args), progress=progress, missing_ok=args.missing_ok
+        )
     if args.json:
         emit_json(report.to_json())
     else:

@@ -41,7 +41,8 @@ OK, FAIL, INFO = "ok", "fail", "info"
 class Check:
     """One check: ``status`` is "ok", "fail" or "info" (a fact, not a problem);
     ``fix`` names the setting to change when it failed; ``access`` marks a failure to
-    reach a service or have it accept the credentials at all."""
+    reach a service, have it accept the credentials at all, or find the bucket or
+    table the URI names (the CLI's exit status 2)."""
 
     name: str
     status: str
@@ -272,6 +273,7 @@ def _s3_failure(
             text,
             f"create bucket {bucket!r} on {_endpoint(s) or 'AWS'}, or "
             "fix the URI's bucket or s3_endpoint",
+            access=True,
         )
     if code in errs.ACCESS_DENIED_CODES or errs.http_status(exc) == 403:
         action = {"ListObjectsV2": "s3:ListBucket", "CopyObject": "s3:GetObject and s3:PutObject"}
@@ -337,6 +339,7 @@ def _table_schema_check(table: str, description: dict[str, Any]) -> Check:
             f"s3ddb needs:\n{ddb.expected_schema_text()}",
             f"point ddbTableName at a table with that key schema (a key schema cannot be "
             f"changed): s3ddb create-table {table}-s3ddb, then ?ddbTableName={table}-s3ddb",
+            access=True,
         )
     return Check(
         "dynamodb.table",
@@ -503,6 +506,7 @@ def _ddb_failure(
             f"create the table: s3ddb create-table {table} (with "
             "the same --endpoint-url/--region), or fix ?ddbTableName= or "
             "dynamodb_region",
+            access=True,
         )
     if code in errs.ACCESS_DENIED_CODES or (accepted and failure is errs.Failure.CREDENTIALS):
         return Check(

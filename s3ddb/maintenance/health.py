@@ -524,6 +524,8 @@ def sync(
     Other datasets' commit mechanisms have nothing to finish: the report is empty.
 
     Raises:
+        DatasetNotFoundError: nothing of a dataset is there (no row, no manifest).
+        BucketNotFoundError: the URI's bucket does not exist.
         S3DDBError: the store or table cannot be read.
     """
     handler = open_handler(uri, storage_options)
@@ -531,10 +533,14 @@ def sync(
     report = SyncReport(uri)
     external = _external_rows(handler)
     if external is None:
+        if next(iter(handler.store.iter_list(f"{layout.VERSIONS_DIR}/")), None) is None:
+            raise dataset_not_found(uri)
         return report
     handler, rows = external
     store = handler.store
     objects = {m.path: m for m in store.iter_list(f"{layout.VERSIONS_DIR}/")}
+    if not rows and not objects:
+        raise dataset_not_found(uri)
     staged = _staged_objects(objects.values())
     referenced = set()
     for row in rows:
@@ -612,6 +618,7 @@ def drop(
     storage_options: dict[str, Any] | None = None,
     *,
     progress: Progress = _no_progress,
+    missing_ok: bool = False,
 ) -> DropReport:
     """Delete every object under the dataset root and every DynamoDB row of it.
 
@@ -621,6 +628,11 @@ def drop(
     gone no claim lands. A writer that claimed or wrote just before is caught by the
     next pass: passes repeat until a pass finds nothing (at most
     :data:`DROP_PASSES`).
+
+    Raises:
+        DatasetNotFoundError: the first pass found no object and no row, unless
+            ``missing_ok``.
+        BucketNotFoundError: the URI's bucket does not exist.
     """
     handler = open_handler(uri, storage_options)
     handler.validate()
@@ -645,5 +657,7 @@ def drop(
                 rows = 1 + external.delete_dataset(base_uri)
             report.rows += rows
         if not listed and not rows:
+            if report.objects == report.rows == 0 and not missing_ok:
+                raise dataset_not_found(uri)
             break
     return report
