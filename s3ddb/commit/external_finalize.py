@@ -28,6 +28,7 @@ from s3ddb.errors import (
     VersionNotFoundError,
 )
 from s3ddb.external_store.base import DATASET_ID_ATTRIBUTE, ExternalManifestStore, ManifestRow
+from s3ddb.external_store.group import GROUP_ID_ATTRIBUTE, GROUP_MEMBERS_ATTRIBUTE
 from s3ddb.external_store.identity import final_path_of
 from s3ddb.format import layout
 from s3ddb.format.manifest import Manifest
@@ -84,6 +85,8 @@ class StagedVersionsHandler(CommitHandler):
             row.committed_at,
             row.extra.get("operation"),
             row.extra.get(DATASET_ID_ATTRIBUTE),
+            row.extra.get(GROUP_ID_ATTRIBUTE),
+            row.extra.get(GROUP_MEMBERS_ATTRIBUTE),
         )
 
     # --- rows, checked as they come in ----------------------------------------------

@@ -63,10 +63,10 @@ class ClaimRound:
     follows: Sequence[int | None]
     group_id: str
 
-    def members(self) -> list[tuple[str, int]]:
-        """Every part's dataset (its store URL or base URI) and version."""
+    def members(self) -> list[tuple[str, int, str]]:
+        """Every part's dataset (its base URI), version and DynamoDB table."""
         return [
-            (getattr(h, "base_uri", h.store.url), m.version)
+            (getattr(h, "base_uri", h.store.url), m.version, m.commit_table)
             for h, m in zip(self.handlers, self.manifests)
         ]
 

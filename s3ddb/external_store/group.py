@@ -9,7 +9,7 @@ group writes, so it never sees part of one.
 
 Rows of a group carry :data:`GROUP_ID_ATTRIBUTE` (the group's id, also its
 idempotency token) and :data:`GROUP_MEMBERS_ATTRIBUTE` (every member's base URI and
-version, as JSON), so history and ``verify`` can tell which versions belong together.
+version and table, as JSON), so history and ``verify`` can tell which versions belong together.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ __all__ = [
     "claim_group",
     "encode_members",
     "group_members",
+    "parse_members",
     "read_rows",
 ]
 
@@ -134,47 +135,61 @@ def read_rows(
     return backend.get_group(keys)
 
 
-def group_members(row: ManifestRow) -> list[tuple[str, int]] | None:
-    """The members ``(base_uri, version)`` of the group ``row`` was committed in, or
-    None if it was committed alone.
+def group_members(row: ManifestRow) -> list[tuple[str, int, str]] | None:
+    """The members ``(base_uri, version, table)`` of the group ``row`` was committed
+    in, or None if it was committed alone.
 
     Raises:
         StoredMetadataError: the row's group attributes are malformed (rows are
             input: whoever can write the table can plant one).
     """
-    group = row.extra.get(GROUP_ID_ATTRIBUTE)
-    text = row.extra.get(GROUP_MEMBERS_ATTRIBUTE)
+    where = f"external store row of version {row.version} of {row.base_uri[:200]!r}"
+    return parse_members(
+        row.extra.get(GROUP_ID_ATTRIBUTE), row.extra.get(GROUP_MEMBERS_ATTRIBUTE), where
+    )
+
+
+def parse_members(
+    group: str | None, text: str | None, where: str
+) -> list[tuple[str, int, str]] | None:
+    """The members recorded as ``group`` / ``text`` (see :func:`group_members`).
+
+    Raises:
+        StoredMetadataError: they are malformed; the message names ``where``.
+    """
     if group is None and text is None:
         return None
-    where = f"external store row of version {row.version} of {row.base_uri[:200]!r}"
     try:
         members = json.loads(text or "")
     except ValueError:
         members = None
     if (
         not group
+        or len(group) > 64
         or not isinstance(members, list)
         or not 1 <= len(members) <= MAX_GROUP_ACTIONS
         or not all(
             isinstance(m, list)
-            and len(m) == 2
+            and len(m) == 3
             and isinstance(m[0], str)
             and isinstance(m[1], int)
             and not isinstance(m[1], bool)
             and m[1] >= 1
+            and isinstance(m[2], str)
             for m in members
         )
     ):
         raise StoredMetadataError(
             f"malformed {where}: attributes {GROUP_ID_ATTRIBUTE!r}/"
             f"{GROUP_MEMBERS_ATTRIBUTE!r} must name the group and list its members as "
-            f"[[base_uri, version], ...] (at most {MAX_GROUP_ACTIONS}), got "
+            f"[[base_uri, version, table], ...] (at most {MAX_GROUP_ACTIONS}), got "
             f"{str(text)[:120]!r}"
         )
-    return [(m[0], m[1]) for m in members]
+    return [(m[0], m[1], m[2]) for m in members]
 
 
-def encode_members(members: Sequence[tuple[str, int]]) -> str:
-    """The :data:`GROUP_MEMBERS_ATTRIBUTE` value of ``members``."""
-    return json.dumps([[uri, version] for uri, version in members], separators=(",", ":"))
+def encode_members(members: Sequence[tuple[str, int, str]]) -> str:
+    """The :data:`GROUP_MEMBERS_ATTRIBUTE` value of ``members`` (base URI, version,
+    table)."""
+    return json.dumps([list(m) for m in members], separators=(",", ":"))
 

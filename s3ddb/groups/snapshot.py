@@ -23,6 +23,7 @@ from s3ddb.commit.group import group_kind
 from s3ddb.commit.handlers import CommitHandler
 from s3ddb.dataset import Dataset
 from s3ddb.errors import AtomicGroupError, TooMuchWriteContentionError
+from s3ddb.external_store.base import ManifestRow
 from s3ddb.external_store.group import MAX_GROUP_READS, read_rows
 from s3ddb.io.memory_transactions import memory_instant
 from s3ddb.io.parallel import process_pool
@@ -103,41 +104,53 @@ def _memory_versions(handlers: list[CommitHandler], texts: list[str]) -> list[in
     return out
 
 
-def _ddb_versions(handlers: list[CommitHandler], texts: list[str]) -> list[int] | None:
-    """The newest version of each dataset, if they were all the newest at one
-    instant; None if something committed meanwhile."""
+def _ddb_versions(
+    handlers: list[CommitHandler], texts: list[str]
+) -> list[int | ManifestRow] | None:
+    """The newest version of each dataset (its row, or its number for a dataset
+    whose versions predate the store), if they were all the newest at one instant;
+    None if something committed meanwhile."""
     pool = process_pool("snapshot")
 
-    def newest(i: int) -> int:
+    def newest(i: int) -> int | ManifestRow:
         handler = handlers[i]
         assert isinstance(handler, ExternalStoreCommitHandler)
         row = handler.external.get_latest(handler.base_uri)
         if row is not None:
-            return row.version
+            return handler.checked_row(row)
         # Versions from before the dataset used the store (listed, not in rows).
         location = handler.latest_location(finalize=False)
         if location is None:
             raise dataset_not_found(texts[i])
         return location.version
 
-    versions = list(pool.map(newest, range(len(handlers))))
+    newest_found = list(pool.map(newest, range(len(handlers))))
     keys = []
-    for handler, version in zip(handlers, versions):
+    for handler, found in zip(handlers, newest_found):
         assert isinstance(handler, ExternalStoreCommitHandler)
+        version = found if isinstance(found, int) else found.version
         keys.append((handler.external, handler.base_uri, version + 1))
     if any(row is not None for row in read_rows(keys)):
         return None
-    return versions
+    return newest_found
 
 
 def _open_all(
     handlers: list[CommitHandler],
     texts: list[str],
-    versions: list[int],
+    versions: list[int] | list[int | ManifestRow],
     storage_options: dict[str, Any] | None,
 ) -> dict[str, Dataset]:
     def open_one(i: int) -> Dataset:
-        manifest = load_version(handlers[i], versions[i], texts[i])
+        handler, found = handlers[i], versions[i]
+        if isinstance(found, int):
+            manifest = load_version(handler, found, texts[i])
+        else:
+            # The row read is the version's: no need to ask for it again. A staged
+            # one is finished first, as any reader does.
+            assert isinstance(handler, ExternalStoreCommitHandler)
+            row = handler.finalize(found) if found.is_staged else found
+            manifest = handler.load_manifest(handler.location_of_row(row))
         ds = Dataset(texts[i], handlers[i], manifest, storage_options=storage_options)
         ds._seen_newest_at = None  # the newest at the snapshot's instant, maybe not now
         return ds
