@@ -3,7 +3,7 @@ nothing) and ``s3ddb.snapshot`` (a consistent cut of several datasets, never hal
 a group). See docs/atomic.md.
 """
 
-from s3ddb.groups.atomic import Atomic, AtomicGroup, atomic
-from s3ddb.groups.snapshot import snapshot
+from s3ddb.groups.atomic_group import Atomic, AtomicGroup, atomic
+from s3ddb.groups.snapshots import snapshot
 
 __all__ = ["Atomic", "AtomicGroup", "atomic", "snapshot"]
