@@ -92,13 +92,15 @@ def test_an_exception_in_the_block_commits_nothing_and_deletes_its_files(where: 
     (a, b, _), so, _aws = where
     _create([a, b], so)
     before = {uri: _files(uri, so) for uri in (a, b)}
-    with pytest.raises(RuntimeError, match="changed my mind"):
-        with s3ddb.atomic(storage_options=so) as tx:
-            tx.dataset(a).delete("id = 1")
-            tx.dataset(b).insert(_table(7, 8))
-            tx.dataset(b).update({"tag": "'x'"}, where="id = 101")
-            assert _files(b, so) != before[b]  # data files were written
-            raise RuntimeError("changed my mind")
+    with (
+        pytest.raises(RuntimeError, match="changed my mind"),
+        s3ddb.atomic(storage_options=so) as tx,
+    ):
+        tx.dataset(a).delete("id = 1")
+        tx.dataset(b).insert(_table(7, 8))
+        tx.dataset(b).update({"tag": "'x'"}, where="id = 101")
+        assert _files(b, so) != before[b]  # data files were written
+        raise RuntimeError("changed my mind")
     for uri in (a, b):
         assert s3ddb.dataset(uri, storage_options=so).version == 1
         assert _files(uri, so) == before[uri]
@@ -158,12 +160,14 @@ def test_a_conflict_on_any_member_fails_the_whole_group(where: Where) -> None:
 def test_a_dataset_with_several_changes_that_moved_fails_retryably(where: Where) -> None:
     (a, b, _), so, _aws = where
     _create([a, b], so)
-    with pytest.raises(RetryableCommitConflictError, match="several changes"):
-        with s3ddb.atomic(storage_options=so) as tx:
-            tx.dataset(a).insert(_table(11))
-            tx.dataset(a).insert(_table(12))
-            tx.dataset(b).insert(_table(13))
-            s3ddb.dataset(a, storage_options=so).insert(_table(99))
+    with (
+        pytest.raises(RetryableCommitConflictError, match="several changes"),
+        s3ddb.atomic(storage_options=so) as tx,
+    ):
+        tx.dataset(a).insert(_table(11))
+        tx.dataset(a).insert(_table(12))
+        tx.dataset(b).insert(_table(13))
+        s3ddb.dataset(a, storage_options=so).insert(_table(99))
     assert _ids(a, so) == [1, 2, 3, 99]
     assert _ids(b, so) == [101, 102, 103]
 
@@ -226,10 +230,12 @@ def test_members_must_be_of_one_transactional_kind(where: Where, tmp_path: Any) 
     _create([a], so)
     local = str(tmp_path / "local")
     s3ddb.write_dataset(_table(1), local)
-    with pytest.raises(AtomicGroupError, match="cannot join"):
-        with s3ddb.atomic(storage_options=so) as tx:
-            tx.dataset(a).insert(_table(5))
-            tx.dataset(local)
+    with (
+        pytest.raises(AtomicGroupError, match="cannot join"),
+        s3ddb.atomic(storage_options=so) as tx,
+    ):
+        tx.dataset(a).insert(_table(5))
+        tx.dataset(local)
     assert s3ddb.dataset(a, storage_options=so).version == 1
     with pytest.raises(AtomicGroupError, match="only s3\\+ddb:// datasets"):
         s3ddb.snapshot([local])
@@ -267,11 +273,13 @@ def test_more_changes_than_one_transaction_holds_is_a_typed_error(where: Where) 
     # Per change one action (two for the first on each dataset, which checks its
     # predecessor, on DynamoDB): 100 at most.
     limit = 98 if so else 100
-    with pytest.raises(AtomicGroupError, match="at most 100 actions"):
-        with s3ddb.atomic(storage_options=so) as tx:
-            tx.dataset(b).update_config({"k": "v"})
-            for i in range(limit + 1):
-                tx.dataset(a).update_config({"n": str(i)})
+    with (
+        pytest.raises(AtomicGroupError, match="at most 100 actions"),
+        s3ddb.atomic(storage_options=so) as tx,
+    ):
+        tx.dataset(b).update_config({"k": "v"})
+        for i in range(limit + 1):
+            tx.dataset(a).update_config({"n": str(i)})
     assert [s3ddb.dataset(u, storage_options=so).version for u in (a, b)] == [1, 1]
     with pytest.raises(AtomicGroupError, match="at most 100"):
         s3ddb.snapshot([f"{a}-{i}" for i in range(101)], so)
@@ -340,7 +348,11 @@ def test_history_shows_each_versions_group(aws: Any) -> None:
     history = s3ddb.dataset(b, storage_options=so).versions()
     assert [v.group_id for v in history] == [None, tx.group_id, tx.group_id]
     base = f"s3://{TEST_BUCKET}/{prefix}"
-    expected = ((f"{base}/a", 2, TEST_TABLE), (f"{base}/b", 2, TEST_TABLE), (f"{base}/b", 3, TEST_TABLE))
+    expected = (
+        (f"{base}/a", 2, TEST_TABLE),
+        (f"{base}/b", 2, TEST_TABLE),
+        (f"{base}/b", 3, TEST_TABLE),
+    )
     assert history[-1].group_members == expected
     assert s3ddb.dataset(a, storage_options=so).versions()[-1].group_members == expected
 
@@ -376,10 +388,12 @@ def test_an_outcome_that_stays_unknown_keeps_the_files(aws: Any) -> None:
     claim = aws.inject_fault("dynamodb", "TransactWriteItems", "apply_then_drop", times=1)
     aws.inject_fault("dynamodb", "*", "drop", times=10_000, after=claim)
     try:
-        with pytest.raises(CommitStateUnknownError, match="did not confirm"):
-            with s3ddb.atomic(storage_options=so) as tx:
-                tx.dataset(a).insert(_table(50))
-                tx.dataset(b).insert(_table(51))
+        with (
+            pytest.raises(CommitStateUnknownError, match="did not confirm"),
+            s3ddb.atomic(storage_options=so) as tx,
+        ):
+            tx.dataset(a).insert(_table(50))
+            tx.dataset(b).insert(_table(51))
     finally:
         aws.clear_faults()
     assert len(_files(a, so)) > len(before)  # kept: they may belong to the group

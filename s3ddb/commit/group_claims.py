@@ -118,9 +118,7 @@ def claim_external(claim: ClaimRound) -> ClaimOutcome:
         _delete_staged(staged)
         return ClaimOutcome(moved=tuple(i for i, r in enumerate(_current(claims)) if r))
     # Decided, for every part. From here on nothing may turn this into a failure.
-    return ClaimOutcome(
-        locations=[s.handler._decided(s.manifest, s.row, s.put) for s in staged]
-    )
+    return ClaimOutcome(locations=[s.handler._decided(s.manifest, s.row, s.put) for s in staged])
 
 
 def _stage_all(claim: ClaimRound) -> list[_Staged]:

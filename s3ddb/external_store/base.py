@@ -233,13 +233,11 @@ class ExternalManifestStore(abc.ABC):
         Raises:
             ExternalStoreError: this store cannot claim several rows atomically.
         """
-        raise ExternalStoreError(
-            f"{type(self).__name__} cannot claim several versions atomically"
-        )
+        raise ExternalStoreError(f"{type(self).__name__} cannot claim several versions atomically")
 
-    def get_group(self, keys: Sequence[tuple[ExternalManifestStore, str, int]]) -> list[
-        ManifestRow | None
-    ]:
+    def get_group(
+        self, keys: Sequence[tuple[ExternalManifestStore, str, int]]
+    ) -> list[ManifestRow | None]:
         """The rows of ``keys`` read at one instant; see
         :func:`s3ddb.external_store.group.read_rows`.
 

@@ -182,8 +182,7 @@ def _cancelled(
                 continue
             holder = f"by {winner.path!r}" if winner else "(row since deleted)"
             refusals[i] = VersionTakenError(
-                f"version {claim.row.version} of {claim.row.base_uri} is already taken "
-                f"{holder}",
+                f"version {claim.row.version} of {claim.row.base_uri} is already taken {holder}",
                 winner=winner,
             )
         elif refusals[i] is None:

@@ -192,4 +192,3 @@ def encode_members(members: Sequence[tuple[str, int, str]]) -> str:
     """The :data:`GROUP_MEMBERS_ATTRIBUTE` value of ``members`` (base URI, version,
     table)."""
     return json.dumps([list(m) for m in members], separators=(",", ":"))
-

@@ -228,9 +228,7 @@ class AtomicGroup:
         actions = sum(2 if external and p.follows is None else 1 for p in parts)
         members = [[member_key(p.handler), p.base.version + 1] for p in parts]
         members_bytes = len(json.dumps(members))
-        size = sum(
-            _ROW_OVERHEAD + 3 * len(member_key(p.handler)) + members_bytes for p in parts
-        )
+        size = sum(_ROW_OVERHEAD + 3 * len(member_key(p.handler)) + members_bytes for p in parts)
         if actions > MAX_GROUP_ACTIONS or size > MAX_GROUP_BYTES:
             raise AtomicGroupError(
                 f"{uri}: group {self.group_id} would need {actions} actions and about "

@@ -69,8 +69,10 @@ def snapshot(
     if kind == "external":
         _check_one_endpoint(handlers, texts)
     for attempt in range(1, max_attempts + 1):
-        versions = _memory_versions(handlers, texts) if kind == "memory" else _ddb_versions(
-            handlers, texts
+        versions = (
+            _memory_versions(handlers, texts)
+            if kind == "memory"
+            else _ddb_versions(handlers, texts)
         )
         if versions is not None:
             return _open_all(handlers, texts, versions, storage_options)
