@@ -111,20 +111,37 @@ class AtomicGroup:
         text = os.fspath(uri)
         options = storage_options if storage_options is not None else self._storage_options
         handler = open_validated(text, options)
-        key = member_key(handler)
-        known = self._datasets.get(key)
+        known = self._datasets.get(member_key(handler))
         if known is not None:
             return known
         self._check_joins(handler, text)
-        ds = Dataset(
-            text,
-            handler,
-            load_latest(handler, text),
-            storage_options=options,
-            commit_config=self._commit_config,
+        return self._add(
+            Dataset(
+                text,
+                handler,
+                load_latest(handler, text),
+                storage_options=options,
+                commit_config=self._commit_config,
+            )
         )
+
+    def join(self, ds: Dataset) -> Dataset:
+        """The group's handle on an already open dataset: a copy of ``ds`` pinned
+        where ``ds`` is (``ds`` itself stays outside the group). Later
+        :meth:`dataset` calls for the same dataset return it.
+
+        Raises:
+            AtomicGroupError: as :meth:`dataset`, or the dataset is in the group already.
+        """
+        self._check_open()
+        if member_key(ds.handler) in self._datasets:
+            raise AtomicGroupError(f"{ds.uri} is in group {self.group_id} already")
+        self._check_joins(ds.handler, ds.uri)
+        return self._add(ds.at(ds.manifest))
+
+    def _add(self, ds: Dataset) -> Dataset:
         ds._deferred = self
-        self._datasets[key] = ds
+        self._datasets[member_key(ds.handler)] = ds
         return ds
 
     def _check_open(self) -> None:

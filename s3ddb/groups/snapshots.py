@@ -29,7 +29,7 @@ from s3ddb.io.memory_transactions import memory_instant
 from s3ddb.io.parallel import process_pool
 from s3ddb.versions.opening import dataset_not_found, load_version, open_validated
 
-__all__ = ["DEFAULT_SNAPSHOT_ATTEMPTS", "snapshot"]
+__all__ = ["DEFAULT_SNAPSHOT_ATTEMPTS", "snapshot", "snapshot_of"]
 
 #: How often a snapshot reads again because something committed meanwhile.
 DEFAULT_SNAPSHOT_ATTEMPTS = 100
@@ -65,6 +65,21 @@ def snapshot(
             f"a snapshot reads at most {MAX_GROUP_READS} datasets, got {len(texts)}"
         )
     handlers = [open_validated(t, storage_options) for t in texts]
+    return snapshot_of(handlers, texts, storage_options, max_attempts=max_attempts)
+
+
+def snapshot_of(
+    handlers: list[CommitHandler],
+    texts: list[str],
+    storage_options: dict[str, Any] | None = None,
+    *,
+    max_attempts: int = DEFAULT_SNAPSHOT_ATTEMPTS,
+) -> dict[str, Dataset]:
+    """:func:`snapshot` of datasets already opened: ``handlers[i]`` serves ``texts[i]``.
+
+    Raises:
+        As :func:`snapshot`.
+    """
     kind = group_kind(handlers)
     if kind == "external":
         _check_one_endpoint(handlers, texts)
