@@ -400,3 +400,28 @@ def test_an_outcome_that_stays_unknown_keeps_the_files(aws: Any) -> None:
     # The group did land (its claim applied before the response was lost).
     assert _ids(a, so) == [1, 2, 3, 50]
     assert _ids(b, so) == [51, 101, 102, 103]
+
+
+def test_verify_checks_every_member_of_every_group(aws: Any) -> None:
+    from s3ddb.commit import finalizer
+    from s3ddb.external_store.ddb_items import item_key
+    from s3ddb.io.uri import parse_uri
+    from s3ddb.maintenance.health import verify
+
+    so = aws.storage_options()
+    prefix = f"atomic-{uuid.uuid4().hex[:10]}"
+    a, b = (f"s3+ddb://{TEST_BUCKET}/{prefix}/{n}?ddbTableName={TEST_TABLE}" for n in "ab")
+    _create([a, b], so)
+    with s3ddb.atomic(storage_options=so) as tx:
+        tx.dataset(a).insert(_table(1))
+        tx.dataset(b).insert(_table(2))
+    finalizer.drain()  # steps 3-4 of the group's versions, in the background
+    assert verify(a, so, grace_seconds=0).healthy
+    # B's member of the group is deleted by hand: A's group is no longer whole.
+    aws.boto3_client("dynamodb").delete_item(
+        TableName=TEST_TABLE, Key=item_key(parse_uri(b).base_uri, 2)
+    )
+    report = verify(a, so, grace_seconds=0)
+    problems = [p for p in report.problems if p.kind == "missing_group_member"]
+    assert [p.version for p in problems] == [2], report.problems
+    assert "has no row" in problems[0].meaning
