@@ -425,3 +425,36 @@ def test_verify_checks_every_member_of_every_group(aws: Any) -> None:
     problems = [p for p in report.problems if p.kind == "missing_group_member"]
     assert [p.version for p in problems] == [2], report.problems
     assert "has no row" in problems[0].meaning
+
+
+def test_history_on_the_command_line_shows_groups(
+    aws: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+
+    from tests.cli_runner import run_cli
+
+    for key, value in aws.env().items():
+        monkeypatch.setenv(key, value)
+    prefix = f"atomic-{uuid.uuid4().hex[:10]}"
+    a, b = (f"s3+ddb://{TEST_BUCKET}/{prefix}/{n}?ddbTableName={TEST_TABLE}" for n in "ab")
+    _create([a, b], None)
+    with s3ddb.atomic() as tx:
+        tx.dataset(a).delete("id = 1")
+        tx.dataset(b).insert(_table(9))
+    code, out, err = run_cli(capsys, "history", a, "--json")
+    assert code == 0, err
+    entries = json.loads(out)
+    assert [e["version"] for e in entries] == [2, 1]
+    assert entries[1]["group"] is None
+    base = f"s3://{TEST_BUCKET}/{prefix}"
+    assert entries[0]["group"] == {
+        "id": tx.group_id,
+        "members": [
+            {"base_uri": f"{base}/a", "version": 2, "table": TEST_TABLE},
+            {"base_uri": f"{base}/b", "version": 2, "table": TEST_TABLE},
+        ],
+    }
+    code, out, err = run_cli(capsys, "versions", b)
+    assert code == 0, err
+    assert f"{tx.group_id}: {base}/a@2, {base}/b@2" in out
