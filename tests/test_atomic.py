@@ -458,3 +458,19 @@ def test_history_on_the_command_line_shows_groups(
     code, out, err = run_cli(capsys, "versions", b)
     assert code == 0, err
     assert f"{tx.group_id}: {base}/a@2, {base}/b@2" in out
+
+
+def test_a_dynamodb_without_transactions_is_a_typed_error(aws: Any) -> None:
+    """As dynalite is used (dynamodb_transactions=false: it has no TransactWriteItems),
+    groups and snapshots are refused before anything is written."""
+    so = {**aws.storage_options(), "dynamodb_transactions": "false"}
+    a = f"s3+ddb://{TEST_BUCKET}/atomic-{uuid.uuid4().hex[:10]}?ddbTableName={TEST_TABLE}"
+    _create([a], so)
+    with (
+        pytest.raises(AtomicGroupError, match="without transactions"),
+        s3ddb.atomic(storage_options=so) as tx,
+    ):
+        tx.dataset(a)
+    with pytest.raises(AtomicGroupError, match="without transactions"):
+        s3ddb.snapshot([a], so)
+    assert s3ddb.dataset(a, storage_options=so).version == 1

@@ -38,7 +38,7 @@ from s3ddb.operations import Operation, Transaction
 from s3ddb.versions.opening import load_latest, open_validated
 from s3ddb.versions.pinned import PinnedVersion
 
-__all__ = ["Atomic", "AtomicGroup", "atomic"]
+__all__ = ["Atomic", "AtomicGroup", "atomic", "check_transactions"]
 
 log = logging.getLogger(__name__)
 P = ParamSpec("P")
@@ -156,6 +156,8 @@ class AtomicGroup:
             group_kind([*members, handler])
         except AtomicGroupError as exc:
             raise AtomicGroupError(f"{uri} cannot join group {self.group_id}: {exc}") from None
+        if isinstance(handler, ExternalStoreCommitHandler):
+            check_transactions(handler, uri, f"join group {self.group_id}")
         if isinstance(handler, ExternalStoreCommitHandler) and members:
             first = members[0]
             assert isinstance(first, ExternalStoreCommitHandler)
@@ -295,6 +297,17 @@ class AtomicGroup:
             for h in reversed(self._held):
                 h.ds._manifest = h.part.base
                 h.ds._seen_newest_at = None
+
+
+def check_transactions(handler: ExternalStoreCommitHandler, uri: str, what: str) -> None:
+    """Raises AtomicGroupError if ``handler``'s DynamoDB store is used without
+    transactions (``dynamodb_transactions=false``, e.g. for dynalite)."""
+    if getattr(handler.external, "transactions", True) is False:
+        raise AtomicGroupError(
+            f"{uri} cannot {what}: its DynamoDB store is used without transactions "
+            "(dynamodb_transactions=false), and a group is decided by one "
+            "TransactWriteItems (a snapshot checked by one TransactGetItems)"
+        )
 
 
 def _delete_files(

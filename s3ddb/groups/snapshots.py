@@ -25,6 +25,7 @@ from s3ddb.dataset import Dataset
 from s3ddb.errors import AtomicGroupError, TooMuchWriteContentionError
 from s3ddb.external_store.base import ManifestRow
 from s3ddb.external_store.group import MAX_GROUP_READS, read_rows
+from s3ddb.groups.atomic_group import check_transactions
 from s3ddb.io.memory_transactions import memory_instant
 from s3ddb.io.parallel import process_pool
 from s3ddb.versions.opening import dataset_not_found, load_version, open_validated
@@ -103,6 +104,7 @@ def _check_one_endpoint(handlers: list[CommitHandler], texts: list[str]) -> None
     assert isinstance(first, ExternalStoreCommitHandler)
     for text, handler in zip(texts, handlers):
         assert isinstance(handler, ExternalStoreCommitHandler)
+        check_transactions(handler, text, "be read in a snapshot")
         if not first.external.shares_transactions_with(handler.external):
             raise AtomicGroupError(
                 f"{text} cannot be read in one snapshot with {texts[0]}: their DynamoDB "
