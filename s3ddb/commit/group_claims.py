@@ -131,16 +131,22 @@ def _stage_all(claim: ClaimRound) -> list[_Staged]:
     members = encode_members(claim.members())
     staged: list[_Staged] = []
     paths: list[tuple[ExternalStoreCommitHandler, str]] = []
+    puts = []
     try:
+        # Every part's staged manifest is sent before any is waited for: the parts'
+        # uploads overlap.
         for i, manifest in enumerate(claim.manifests):
             handler = claim.handlers[i]
             assert isinstance(handler, ExternalStoreCommitHandler)
             handler.check_writable(claim.bases[i])
             data = manifest.to_bytes()
             path = layout.staged_manifest_path(manifest.version, manifest.naming_scheme)
-            writes = claim.commits[i].writes
-            put = writes.put(handler.store, path, data)
+            puts.append((data, claim.commits[i].writes.put(handler.store, path, data)))
             paths.append((handler, path))
+        for i, manifest in enumerate(claim.manifests):
+            handler, path = paths[i]
+            data, put = puts[i]
+            writes = claim.commits[i].writes
             if claim.follows[i] is None:
                 fence = handler._stage(manifest.version, claim.bases[i], writes, path)
             else:
@@ -153,6 +159,11 @@ def _stage_all(claim: ClaimRound) -> list[_Staged]:
             extra[GROUP_MEMBERS_ATTRIBUTE] = members
             staged.append(_Staged(handler, manifest, replace(row, extra=extra), fence, put))
     except BaseException:
+        for _, put in puts:  # none may land after its deletion
+            try:
+                put.result()
+            except Exception:
+                pass
         for handler, path in paths:
             try:
                 handler.store.delete(path)
