@@ -142,19 +142,26 @@ def test_a_member_that_moved_is_rebased(where: Where) -> None:
     assert [s3ddb.dataset(u, storage_options=so).version for u in (a, b)] == [3, 3]
 
 
-def test_a_conflict_on_any_member_fails_the_whole_group(where: Where) -> None:
+@pytest.mark.parametrize("conflicting", [0, 1])
+def test_a_conflict_on_any_member_fails_the_whole_group(where: Where, conflicting: int) -> None:
     (a, b, _), so, _aws = where
     _create([a, b], so)
-    before = _files(b, so)
+    bad, good = (a, b) if conflicting == 0 else (b, a)
+    first = 2 if bad == a else 102
+    before = _files(good, so)
     with pytest.raises(CommitConflictError), s3ddb.atomic(storage_options=so) as tx:
-        tx.dataset(b).insert(_table(300))
-        tx.dataset(a).update({"tag": "'group'"}, where="id = 2")
+        for uri in (a, b):  # the conflicting member first, or second
+            if uri == good:
+                tx.dataset(good).insert(_table(300))
+            else:
+                tx.dataset(bad).update({"tag": "'group'"}, where=f"id = {first}")
         # Another writer deletes the row the group updates: not rebasable.
-        s3ddb.dataset(a, storage_options=so).delete("id = 2")
-    assert s3ddb.dataset(b, storage_options=so).version == 1
-    assert _ids(b, so) == [101, 102, 103]
-    assert _files(b, so) == before
-    assert _ids(a, so) == [1, 3]
+        s3ddb.dataset(bad, storage_options=so).delete(f"id = {first}")
+    assert s3ddb.dataset(good, storage_options=so).version == 1
+    assert 300 not in _ids(good, so)
+    assert _files(good, so) == before
+    assert first not in _ids(bad, so)
+    assert s3ddb.dataset(bad, storage_options=so).version == 2
 
 
 def test_a_dataset_with_several_changes_that_moved_fails_retryably(where: Where) -> None:
