@@ -481,3 +481,17 @@ def test_a_dynamodb_without_transactions_is_a_typed_error(aws: Any) -> None:
     with pytest.raises(AtomicGroupError, match="without transactions"):
         s3ddb.snapshot([a], so)
     assert s3ddb.dataset(a, storage_options=so).version == 1
+
+
+def test_a_block_may_commit_or_abort_its_group_itself(where: Where) -> None:
+    (a, b, _), so, _aws = where
+    _create([a, b], so)
+    with s3ddb.atomic(storage_options=so) as tx:
+        tx.dataset(a).insert(_table(70))
+        tx.commit()
+        assert s3ddb.dataset(a, storage_options=so).version == 2
+    with s3ddb.atomic(storage_options=so) as tx:
+        tx.dataset(b).insert(_table(71))
+        tx.abort()
+    assert _ids(a, so) == [1, 2, 3, 70]
+    assert _ids(b, so) == [101, 102, 103]

@@ -371,7 +371,8 @@ class Atomic:
         if exc_type is not None:
             group.abort()
             return
-        group.commit()
+        if group._open:  # unless the block committed or aborted it itself
+            group.commit()
 
     def __call__(self, fn: Callable[P, T]) -> Callable[..., T]:
         """``fn(tx, *args, **kwargs)`` in a group, committed when it returns; re-run
