@@ -495,3 +495,30 @@ def test_a_block_may_commit_or_abort_its_group_itself(where: Where) -> None:
         tx.abort()
     assert _ids(a, so) == [1, 2, 3, 70]
     assert _ids(b, so) == [101, 102, 103]
+
+
+def test_operations_with_an_application_transaction_commit_once(where: Where) -> None:
+    """Fragments written elsewhere (e.g. by executors) join a group as an Append; an
+    application transaction number on every member makes a replay fail as a whole."""
+    (a, b, _), so, _aws = where
+    _create([a, b], so)
+
+    def batch(n: int) -> None:
+        props = {"s3ddb.app_txn.sinks": str(n)}
+        with s3ddb.atomic(storage_options=so) as tx:
+            for uri in (a, b):
+                schema = tx.dataset(uri).manifest.schema
+                frags = s3ddb.fragment.write_fragments(
+                    _table(500 + n), uri, schema, storage_options=so
+                )
+                tx.add_operation(uri, s3ddb.Append(tuple(frags)), props)
+
+    batch(1)
+    before = _files(b, so)
+    with pytest.raises(s3ddb.TransactionAlreadyCommittedError):
+        batch(1)  # replayed after a restart
+    batch(2)
+    for uri in (a, b):
+        assert [i for i in _ids(uri, so) if i >= 500] == [501, 502]
+        assert s3ddb.dataset(uri, storage_options=so).version == 3
+    assert len(_files(b, so) - before) == 2  # batch 2's data and transaction files only

@@ -139,6 +139,26 @@ class AtomicGroup:
         self._check_joins(ds.handler, ds.uri)
         return self._add(ds.at(ds.manifest))
 
+    def add_operation(
+        self,
+        uri: str | os.PathLike[str],
+        operation: Operation,
+        transaction_properties: dict[str, str] | None = None,
+    ) -> Dataset:
+        """Hold ``operation`` (e.g. an ``Append`` of fragments written by
+        :func:`s3ddb.fragment.write_fragments`) for the group's handle on ``uri``,
+        read at the version the handle is at; ``transaction_properties`` go into its
+        transaction (``s3ddb.app_txn.<application>`` = a sequence number makes a replay
+        fail with ``TransactionAlreadyCommittedError``). Returns the handle.
+
+        Raises:
+            AtomicGroupError, TransactionAlreadyCommittedError, CommitConflictError:
+                the group cannot hold it; its files are deleted.
+        """
+        ds = self.dataset(uri)
+        ds._commit(operation, ds.manifest, properties=transaction_properties)
+        return ds
+
     def _add(self, ds: Dataset) -> Dataset:
         ds._deferred = self
         self._datasets[member_key(ds.handler)] = ds
