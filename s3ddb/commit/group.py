@@ -154,9 +154,10 @@ def commit_group(
         results = _claim_until_won(group, kind, _RetryBudget(config or CommitConfig()))
     except CommitStateUnknownError:
         raise
-    except BaseException as exc:
+    except Exception as exc:
         # Nothing was claimed: every path that could claim returns or raises
-        # CommitStateUnknownError.
+        # CommitStateUnknownError. (An interrupt, which may stop a claim in flight,
+        # is no Exception: it keeps the files.)
         for commit, part in zip(group.commits, parts):
             commit.abandon(exc, _committed_base(parts, part))
         raise

@@ -111,7 +111,9 @@ def claim_external(claim: ClaimRound) -> ClaimOutcome:
     except GroupRefusedError as exc:
         _delete_staged(staged)
         return ClaimOutcome(moved=_moved(staged, exc))
-    except BaseException:
+    except Exception:
+        # Definitely not applied (throttled out, refused...). An interrupt, which may
+        # stop the claim in flight, is no Exception: its staged manifests stay.
         _delete_staged(staged)
         raise
     if not won:
