@@ -522,3 +522,17 @@ def test_operations_with_an_application_transaction_commit_once(where: Where) ->
         assert [i for i in _ids(uri, so) if i >= 500] == [501, 502]
         assert s3ddb.dataset(uri, storage_options=so).version == 3
     assert len(_files(b, so) - before) == 2  # batch 2's data and transaction files only
+
+
+def test_a_group_over_four_megabytes_is_a_typed_error() -> None:
+    # Each row of a group lists every member: with long dataset names, 4 MB (DynamoDB's
+    # limit per transaction) comes before 100 actions.
+    uri = f"memory://atomic-{uuid.uuid4().hex}/{'n' * 1500}"
+    s3ddb.write_dataset(_table(1), uri)
+    with (
+        pytest.raises(AtomicGroupError, match="4194304 bytes"),
+        s3ddb.atomic() as tx,
+    ):
+        for i in range(60):
+            tx.dataset(uri).update_config({"n": str(i)})
+    assert s3ddb.dataset(uri).version == 1
