@@ -98,6 +98,33 @@ def test_a_group_killed_at_any_failpoint_is_all_or_nothing(aws: Any, point: str)
     assert [_ids(s3ddb.dataset(u, storage_options=so)) for u in (a, b)] == [expected, expected]
 
 
+@pytest.mark.parametrize("point", ["commit.after_external_put", "commit.after_copy_final"])
+def test_a_group_of_several_versions_of_one_dataset_killed_is_finished_by_readers(
+    aws: Any, point: str
+) -> None:
+    """Two versions of one dataset claimed together, their writer killed after the
+    decision: a reader of the dataset finishes both (not only the newest)."""
+    a, b, so = _pair(aws)
+    proc = _start("chain", a, b, "7", env={**aws.env(), "S3DDB_FAILPOINTS": f"{point}=exit"})
+    code, _acked, err = _finish(proc)
+    assert code == EXIT_CODE, err[-2000:]
+    snap = s3ddb.snapshot([a, b], so)
+    assert [snap[a].version, snap[b].version] == [3, 2]
+    assert _ids(snap[a]) == [0, 7, 8] and _ids(snap[b]) == [0, 7]
+    # Reading the newest version finished the one before it too.
+    from s3ddb.external_store.dynamodb import DynamoDBManifestStore
+    from s3ddb.io import AwsConfig
+    from s3ddb.io.uri import parse_uri
+
+    rows = DynamoDBManifestStore(TEST_TABLE, AwsConfig.from_storage_options(so))
+    assert not rows.get(parse_uri(a).base_uri, 2).is_staged  # type: ignore[union-attr]
+    assert _ids(s3ddb.dataset(a, version=2, storage_options=so)) == [0, 7]
+    for uri in (a, b):
+        report = health.verify(uri, so, grace_seconds=0)
+        leftovers = {"unreferenced_file", "orphaned_staged_manifest"}
+        assert not [p for p in report.problems if p.kind not in leftovers], report.to_json()
+
+
 def test_concurrent_groups_and_single_writers_lose_nothing(aws: Any) -> None:
     a, b, so = _pair(aws)
     env = aws.env()
