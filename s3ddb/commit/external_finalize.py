@@ -216,7 +216,7 @@ class StagedVersionsHandler(CommitHandler):
                 group, row.extra.get(GROUP_MEMBERS_ATTRIBUTE), f"row of version {row.version}"
             )
         except StoredMetadataError as exc:
-            log.warning("%s of %s: %s", row.version, self.base_uri, exc)
+            log.warning("version %d of %s: %s", row.version, self.base_uri, exc)
             return
         for base_uri, version, _table in members or ():
             if base_uri != self.base_uri or version >= row.version:
