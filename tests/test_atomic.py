@@ -536,3 +536,56 @@ def test_a_group_over_four_megabytes_is_a_typed_error() -> None:
         for i in range(60):
             tx.dataset(uri).update_config({"n": str(i)})
     assert s3ddb.dataset(uri).version == 1
+
+
+def test_the_in_memory_store_claims_groups_all_or_nothing() -> None:
+    from s3ddb.external_store.base import (
+        ExternalStoreOutcomeUnknownError,
+        Fence,
+        FenceFailedError,
+        ManifestRow,
+        VersionTakenError,
+    )
+    from s3ddb.external_store.group import GroupClaim, GroupRefusedError, claim_group, read_rows
+    from s3ddb.external_store.memory import InMemoryManifestStore
+
+    name = f"group-{uuid.uuid4().hex}"
+    one, two = InMemoryManifestStore(name), InMemoryManifestStore(name)
+    ident = {"dataset_id": "d1"}
+
+    def row(uri: str, version: int, tag: str) -> ManifestRow:
+        return ManifestRow(uri, version, f"_versions/{version}.manifest-{tag}", 10, "w", 1, ident)
+
+    for uri in ("s3://b/a", "s3://b/b"):
+        one.put_if_not_exists(row(uri, 1, "seed"))
+    group = [
+        GroupClaim(one, row("s3://b/a", 2, "g1"), Fence(1, "d1")),
+        GroupClaim(two, row("s3://b/b", 2, "g1"), Fence(1, "d1")),
+    ]
+    # Another writer takes b's version 2: nothing of the group applies.
+    two.put_if_not_exists(row("s3://b/b", 2, "other"))
+    with pytest.raises(GroupRefusedError) as refused:
+        claim_group(group, "t1")
+    assert refused.value.refusals[0] is None
+    assert isinstance(refused.value.refusals[1], VersionTakenError)
+    assert one.get("s3://b/a", 2) is None
+    # A fence of another identity refuses too.
+    fenced = [GroupClaim(one, row("s3://b/a", 2, "g2"), Fence(1, "other-identity"))]
+    with pytest.raises(GroupRefusedError) as refused:
+        claim_group(fenced, "t2")
+    assert isinstance(refused.value.refusals[0], FenceFailedError)
+    # Applied, then the response lost: resending finds the group's own rows.
+    group = [
+        GroupClaim(one, row("s3://b/a", 2, "g3"), Fence(1, "d1")),
+        GroupClaim(two, row("s3://b/b", 3, "g3"), Fence(2, "d1")),
+    ]
+    one.inject_fault("put_group", "apply_then_unknown")
+    with pytest.raises(ExternalStoreOutcomeUnknownError):
+        claim_group(group, "t3")
+    claim_group(group, "t3")
+    rows = read_rows([(one, "s3://b/a", 2), (two, "s3://b/b", 3), (one, "s3://b/a", 3)])
+    assert [r.path if r else None for r in rows] == [
+        "_versions/2.manifest-g3",
+        "_versions/3.manifest-g3",
+        None,
+    ]
