@@ -14,7 +14,7 @@ PEERS_ARGS ?=
 SCALE_ARGS ?=
 READ_ARGS ?=
 
-.PHONY: demo test test-fast lint typecheck protos bench bench-index bench-stream bench-peers bench-scale bench-read clean
+.PHONY: demo test test-fast lint typecheck protos bench bench-groups bench-index bench-stream bench-peers bench-scale bench-read clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -57,6 +57,10 @@ protos: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/commit_latency.py
 	$(PY) benchmarks/row_changes.py
+
+# Group commits (s3ddb.atomic) and snapshots against single appends, on the local endpoint.
+bench-groups: $(STAMP)
+	$(PY) benchmarks/groups.py
 
 # A scalar index against a scan: 3M rows in 10 appends on a local path.
 bench-index: $(STAMP)

@@ -17,6 +17,7 @@ from s3ddb.commit.committer import CommitConfig
 from s3ddb.commit.handlers import VersionConflict
 from s3ddb.dataset import Dataset, VersionInfo, dataset, migrate_commits, write_dataset
 from s3ddb.errors import (
+    AtomicGroupError,
     BaseTooOldError,
     BucketNotFoundError,
     ColumnExistsError,
@@ -62,10 +63,12 @@ from s3ddb.external_store.base import (
     FenceFailedError,
     VersionTakenError,
 )
+from s3ddb.external_store.group import GroupRefusedError
 from s3ddb.format.bases import BasePath
 from s3ddb.format.fragment import DataFile, FragmentMetadata
 from s3ddb.format.index import IndexMetadata
 from s3ddb.format.schema import DatasetSchema
+from s3ddb.groups import Atomic, AtomicGroup, atomic, snapshot
 from s3ddb.lance_dataset import LanceDataset
 from s3ddb.maintenance.cleanup import CleanupStats, KeptVersion
 from s3ddb.operations import (
@@ -98,6 +101,9 @@ from s3ddb.writes.merge_insert import MergeInsertBuilder
 
 __all__ = [
     "Append",
+    "Atomic",
+    "AtomicGroup",
+    "AtomicGroupError",
     "BasePath",
     "BaseTooOldError",
     "BucketNotFoundError",
@@ -132,6 +138,7 @@ __all__ = [
     "ExternalStoreUnreachableError",
     "FenceFailedError",
     "FragmentMetadata",
+    "GroupRefusedError",
     "IncompatibleTransactionError",
     "IndexExistsError",
     "IndexMetadata",
@@ -176,8 +183,10 @@ __all__ = [
     "VersionNotFoundError",
     "VersionTakenError",
     "__version__",
+    "atomic",
     "dataset",
     "fragment",
     "migrate_commits",
+    "snapshot",
     "write_dataset",
 ]

@@ -13,6 +13,7 @@ nothing it wrote may be deleted.
 from __future__ import annotations
 
 __all__ = [
+    "AtomicGroupError",
     "BaseTooOldError",
     "BucketNotFoundError",
     "ColumnExistsError",
@@ -94,6 +95,14 @@ class SchemaMismatchError(S3DDBError, ValueError):
 
 class InvalidInputError(S3DDBError, ValueError):
     """An argument is malformed or unsupported (mode, URI, predicate, option...)."""
+
+
+class AtomicGroupError(InvalidInputError):
+    """Datasets cannot change together in one group (``s3ddb.atomic``) or be read
+    in one snapshot (``s3ddb.snapshot``): a local path or ``s3://`` member, a mix of
+    schemes, DynamoDB tables behind different endpoints, regions or credentials, too
+    many changes for one transaction, or a change a group cannot hold. Raised before
+    anything of the group is visible."""
 
 
 class InvalidURIError(InvalidInputError):

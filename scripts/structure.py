@@ -45,7 +45,14 @@ LAYERS: list[set[str]] = [
     {"s3ddb.reading"},
     {"s3ddb.writes"},
     {"s3ddb.maintenance"},
-    {"s3ddb.dataset", "s3ddb.fragment", "s3ddb.pylance_compat", "s3ddb.lance_dataset", "s3ddb"},
+    {
+        "s3ddb.dataset",
+        "s3ddb.fragment",
+        "s3ddb.pylance_compat",
+        "s3ddb.lance_dataset",
+        "s3ddb.groups",
+        "s3ddb",
+    },
     {"s3ddb.testing", "s3ddb.spark_ext"},
     {"s3ddb.cli"},
 ]

@@ -272,6 +272,8 @@ def _external(sim: Scheduler, table: str) -> ExternalManifestStore:
         "get_latest",
         "list_versions",
         "delete_versions",
+        "put_group",
+        "get_group",
     )
     for name in operations:
         original = getattr(store, name)

@@ -376,7 +376,8 @@ def run_history(args: argparse.Namespace) -> int:
 
     One line per version, newest first: the version, its commit time (UTC, ISO 8601),
     the operation that made it, the rows it added and removed (a compaction rewrites
-    rows: it adds and removes as many), who committed it and the tags that name it.
+    rows: it adds and removes as many), who committed it, the tags that name it and
+    the group (``s3ddb.atomic``) it was committed in, with the group's members.
     Where cleanup removed the version before, an append's rows are still known (from
     its transaction); other versions' are not (``-``, null in JSON) and a note says so.
     """
@@ -401,6 +402,7 @@ def run_history(args: argparse.Namespace) -> int:
                 "rows_removed": removed,
                 "committer": committers.get(info.version, committer),
                 "tags": tags.get(info.version, []),
+                "group": _group_entry(info),
             }
         )
     if getattr(args, "json", False):
@@ -408,19 +410,43 @@ def run_history(args: argparse.Namespace) -> int:
         return 0
     header = ["version", "timestamp", "operation", "added", "removed", "committer"]
     header += ["tags"] if tags else []
+    grouped = any(e["group"] for e in entries)
     rows = [
         [str(e["version"]), _iso(e["timestamp"]), e["operation"],
          "-" if e["rows_added"] is None else str(e["rows_added"]),
          "-" if e["rows_removed"] is None else str(e["rows_removed"]),
          e["committer"], ", ".join(e["tags"])][: len(header)]
+        + ([_group_text(e["group"])] if grouped else [])
         for e in entries
     ]  # fmt: skip
+    header += ["group"] if grouped else []
     _print_table(header, rows, right={0, 3, 4})
     after_gap = [str(e["version"]) for e in entries if e["rows_added"] is None]
     if after_gap:
         print("-: rows added and removed are not known where cleanup removed the version "
               f"before (version {', '.join(after_gap)})")  # fmt: skip
     return 0
+
+
+def _group_entry(info: s3ddb.VersionInfo) -> dict[str, Any] | None:
+    """The group a version was committed in, for ``history --json`` (None: alone)."""
+    if info.group_id is None or info.group_members is None:
+        return None
+    return {
+        "id": info.group_id,
+        "members": [
+            {"base_uri": uri, "version": version, "table": table}
+            for uri, version, table in info.group_members
+        ],
+    }
+
+
+def _group_text(group: dict[str, Any] | None) -> str:
+    """A group in the history table: its id and members (``uri@version``)."""
+    if group is None:
+        return ""
+    members = ", ".join(f"{m['base_uri']}@{m['version']}" for m in group["members"])
+    return safe_text(f"{group['id']}: {members}")
 
 
 def _committers(ds: s3ddb.Dataset) -> dict[int, str]:

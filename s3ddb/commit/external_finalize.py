@@ -25,9 +25,15 @@ from s3ddb.errors import (
     ManifestCorruptError,
     ManifestFinalizationError,
     PathOutsideDatasetError,
+    StoredMetadataError,
     VersionNotFoundError,
 )
 from s3ddb.external_store.base import DATASET_ID_ATTRIBUTE, ExternalManifestStore, ManifestRow
+from s3ddb.external_store.group import (
+    GROUP_ID_ATTRIBUTE,
+    GROUP_MEMBERS_ATTRIBUTE,
+    parse_members,
+)
 from s3ddb.external_store.identity import final_path_of
 from s3ddb.format import layout
 from s3ddb.format.manifest import Manifest
@@ -84,6 +90,8 @@ class StagedVersionsHandler(CommitHandler):
             row.committed_at,
             row.extra.get("operation"),
             row.extra.get(DATASET_ID_ATTRIBUTE),
+            row.extra.get(GROUP_ID_ATTRIBUTE),
+            row.extra.get(GROUP_MEMBERS_ATTRIBUTE),
         )
 
     # --- rows, checked as they come in ----------------------------------------------
@@ -196,8 +204,44 @@ class StagedVersionsHandler(CommitHandler):
             )
             return row
 
+    def _finalize_group_predecessors(self, row: ManifestRow) -> None:
+        """After finishing ``row``: a group (``s3ddb.atomic``) that made several
+        versions of this dataset claimed them in one request, so the versions before
+        ``row`` may be staged too, and their writer gone. Finish them as well (best
+        effort: a failure leaves them to ``sync``; their staged manifests read the
+        same meanwhile)."""
+        group = row.extra.get(GROUP_ID_ATTRIBUTE)
+        try:
+            members = parse_members(
+                group, row.extra.get(GROUP_MEMBERS_ATTRIBUTE), f"row of version {row.version}"
+            )
+        except StoredMetadataError as exc:
+            log.warning("version %d of %s: %s", row.version, self.base_uri, exc)
+            return
+        for base_uri, version, _table in members or ():
+            if base_uri != self.base_uri or version >= row.version:
+                continue
+            try:
+                earlier = self._get(version)
+                if (
+                    earlier is not None
+                    and earlier.is_staged
+                    and earlier.extra.get(GROUP_ID_ATTRIBUTE) == group
+                ):
+                    self._note(self.finalize(earlier))
+            except Exception as exc:  # a repair must not fail the read
+                log.warning(
+                    "version %d of %s (group %s) is still staged: %s",
+                    version,
+                    self.base_uri,
+                    group,
+                    exc,
+                )
+
     def finalize(self, row: ManifestRow) -> ManifestRow:
         """Finish steps 3-4 for ``row`` if it is still staged; return the final row.
+        The versions of this dataset that ``row``'s group claimed with it are finished
+        too (best effort).
 
         Raises:
             ManifestFinalizationError: the staged manifest is missing (and no final
@@ -206,6 +250,13 @@ class StagedVersionsHandler(CommitHandler):
         """
         if not row.is_staged:
             return row
+        done = self._finalize_one(row)
+        if GROUP_ID_ATTRIBUTE in row.extra:
+            self._finalize_group_predecessors(row)
+        return done
+
+    def _finalize_one(self, row: ManifestRow) -> ManifestRow:
+        """:meth:`finalize` of ``row`` alone."""
         final = final_path_of(row.path)
         try:
             staged = self.store.head(row.path)

@@ -66,6 +66,11 @@ class ManifestLocation:
     #: The dataset identity the external store recorded for this version (None: not
     #: recorded, or versions found by listing).
     dataset_id: str | None = None
+    #: The group (``s3ddb.atomic``) the version was committed in, as the external
+    #: store's row records it: its id and members (JSON, unchecked; see
+    #: :func:`s3ddb.external_store.group.parse_members`).
+    group_id: str | None = None
+    group_members: str | None = None
 
 
 class VersionConflict(Exception):

@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import abc
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from s3ddb.errors import ExternalStoreError
+
+if TYPE_CHECKING:
+    from s3ddb.external_store.group import GroupClaim
 
 __all__ = [
     "DATASET_ID_ATTRIBUTE",
@@ -215,3 +218,30 @@ class ExternalManifestStore(abc.ABC):
     def describe(self) -> dict[str, Any]:
         """A short description for logs and the CLI (e.g. table name, endpoint)."""
         return {"type": type(self).__name__}
+
+    # --- groups (s3ddb.atomic, s3ddb.snapshot; see external_store.group) ---------------
+
+    def shares_transactions_with(self, other: ExternalManifestStore) -> bool:
+        """Whether one atomic request of this store can also hold rows of ``other``
+        (same backend: one DynamoDB account, region and endpoint; one memory table)."""
+        return other is self
+
+    def put_group(self, claims: Sequence[GroupClaim], token: str) -> None:
+        """Claim every row of ``claims`` (whose stores share transactions with this
+        one) atomically; see :func:`s3ddb.external_store.group.claim_group`.
+
+        Raises:
+            ExternalStoreError: this store cannot claim several rows atomically.
+        """
+        raise ExternalStoreError(f"{type(self).__name__} cannot claim several versions atomically")
+
+    def get_group(
+        self, keys: Sequence[tuple[ExternalManifestStore, str, int]]
+    ) -> list[ManifestRow | None]:
+        """The rows of ``keys`` read at one instant; see
+        :func:`s3ddb.external_store.group.read_rows`.
+
+        Raises:
+            ExternalStoreError: this store cannot read several rows atomically.
+        """
+        raise ExternalStoreError(f"{type(self).__name__} cannot read several rows atomically")

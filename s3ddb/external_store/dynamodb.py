@@ -14,8 +14,8 @@ from __future__ import annotations
 import os
 import random
 import time
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 from s3ddb.errors import (
     ExternalStoreError,
@@ -23,6 +23,7 @@ from s3ddb.errors import (
     ExternalStoreUnreachableError,
 )
 from s3ddb.external_store import ddb_contract as c
+from s3ddb.external_store import ddb_group
 from s3ddb.external_store.base import (
     ExternalManifestStore,
     ExternalStoreOutcomeUnknownError,
@@ -51,6 +52,9 @@ from s3ddb.io.aws import AwsConfig
 from s3ddb.io.per_process import PerProcess
 from s3ddb.io.redact import redact_url
 from s3ddb.io.service_errors import Failure, classify, describe_error, error_code
+
+if TYPE_CHECKING:
+    from s3ddb.external_store.group import GroupClaim
 
 __all__ = ["DynamoDBManifestStore", "create_table", "item_to_row", "row_to_item"]
 
@@ -170,6 +174,20 @@ class DynamoDBManifestStore(ExternalManifestStore):
     def region(self) -> str:
         """The region requests go to (AwsConfig falls back to us-east-1)."""
         return self.aws.region_or_default("dynamodb") or "us-east-1"
+
+    def shares_transactions_with(self, other: ExternalManifestStore) -> bool:
+        """Another table (or this one) behind the same endpoint, region, credentials."""
+        return isinstance(other, DynamoDBManifestStore) and other.aws == self.aws
+
+    def put_group(self, claims: Sequence[GroupClaim], token: str) -> None:
+        """One TransactWriteItems of every claim (see :mod:`.ddb_group`)."""
+        ddb_group.put_group(self, claims, token)
+
+    def get_group(
+        self, keys: Sequence[tuple[ExternalManifestStore, str, int]]
+    ) -> list[ManifestRow | None]:
+        """One TransactGetItems of every key (see :mod:`.ddb_group`)."""
+        return ddb_group.get_group(self, keys)
 
     def describe(self) -> dict[str, Any]:
         return {

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from s3ddb.errors import ExternalStoreError, ExternalStoreThrottledError
 from s3ddb.external_store.base import (
@@ -37,12 +37,17 @@ from s3ddb.external_store.identity import (
     same_commit,
 )
 
+if TYPE_CHECKING:
+    from s3ddb.external_store.group import GroupClaim
+
 __all__ = ["FaultKind", "InMemoryManifestStore"]
 
 #: Operations a fault can target ("*" targets every operation).
 OPERATIONS = (
     "validate",
     "put_if_not_exists",
+    "put_group",
+    "get_group",
     "get",
     "get_latest",
     "list_versions",
@@ -179,6 +184,7 @@ class InMemoryManifestStore(ExternalManifestStore):
             return None
         if fault.kind == "apply_then_unknown" and operation in (
             "put_if_not_exists",
+            "put_group",
             "finalize",
             "delete_dataset",
         ):
@@ -315,6 +321,76 @@ class InMemoryManifestStore(ExternalManifestStore):
 
     def describe(self) -> dict[str, Any]:
         return {"type": type(self).__name__, "name": self.name}
+
+    # --- groups ---------------------------------------------------------------------
+
+    def shares_transactions_with(self, other: ExternalManifestStore) -> bool:
+        """Stores sharing one table (the same ``name``, or the same store)."""
+        return isinstance(other, InMemoryManifestStore) and other._table is self._table
+
+    def put_group(self, claims: Sequence[GroupClaim], token: str) -> None:
+        """Claim every row of ``claims`` under the table's lock: all or none (see
+        :func:`s3ddb.external_store.group.claim_group`).
+
+        Raises:
+            GroupRefusedError: some claim was refused; nothing applied.
+            ExternalStoreOutcomeUnknownError, ExternalStoreThrottledError: injected.
+        """
+        from s3ddb.external_store.group import GroupRefusedError
+
+        for claim in claims:
+            check_row(claim.row)
+            check_fence(claim.row, claim.fence)
+        after = self._enter("put_group", token)
+        with self._table.lock:
+            refusals: list[Exception | None] = []
+            ours = 0
+            for claim in claims:
+                row, fence = claim.row, claim.fence
+                versions = self._table.rows.get(row.base_uri, {})
+                existing = versions.get(row.version)
+                if existing is not None:
+                    if same_commit(row, existing):
+                        ours += 1
+                        refusals.append(None)
+                        continue
+                    refusals.append(
+                        VersionTakenError(
+                            f"version {row.version} of {row.base_uri} is already taken "
+                            f"(by {existing.path!r})",
+                            winner=_copy(existing),
+                        )
+                    )
+                    continue
+                predecessor = versions.get(fence.version) if fence is not None else None
+                if fence is not None and not fence_holds(fence, predecessor):
+                    refusals.append(
+                        FenceFailedError(
+                            fence_failure_text(row, fence, predecessor), _copy(predecessor)
+                        )
+                    )
+                    continue
+                refusals.append(None)
+            if ours == len(claims):
+                pass  # an earlier attempt of this group applied
+            elif any(r is not None for r in refusals) or ours:
+                raise GroupRefusedError(f"group {token} refused", refusals)
+            else:
+                for claim in claims:
+                    row = claim.row
+                    self._table.rows.setdefault(row.base_uri, {})[row.version] = replace(
+                        row, extra=dict(row.extra)
+                    )
+        if after is not None:
+            raise _fault_exception(after, "put_group")
+
+    def get_group(
+        self, keys: Sequence[tuple[ExternalManifestStore, str, int]]
+    ) -> list[ManifestRow | None]:
+        """The rows of ``keys``, read under the table's lock (one instant)."""
+        self._enter("get_group", len(keys))
+        with self._table.lock:
+            return [_copy(self._table.rows.get(uri, {}).get(v)) for _, uri, v in keys]
 
 
 def _copy(row: ManifestRow | None) -> ManifestRow | None:

@@ -34,6 +34,7 @@ from s3ddb.format.manifest import Manifest, referenced_files, referenced_paths
 from s3ddb.format.naming import parse_manifest_name, parse_staged_name
 from s3ddb.format.parquet_source import check_data_file
 from s3ddb.io.object_store import ObjectMeta, ObjectStore
+from s3ddb.maintenance.group_check import check_groups
 from s3ddb.versions.connect import open_handler
 from s3ddb.versions.opening import dataset_not_found
 from s3ddb.versions.tags import read_tag_version, tag_name_of
@@ -167,6 +168,7 @@ def verify(
         locations = _check_rows(
             external_handler, rows, objects, report.add_problem, grace_seconds, now
         )
+        check_groups(external_handler, rows, report.add_problem)
     else:
         locations = {loc.version: loc for loc in handler.list_locations()}
     versions = sorted(locations)

@@ -20,9 +20,19 @@ from typing import TYPE_CHECKING, Any
 from s3ddb.errors import S3DDBError
 
 if TYPE_CHECKING:
+    from s3ddb.spark_ext.atomic import atomic_batches, write_atomic
     from s3ddb.spark_ext.distributed import compact, delete, merge_insert, update
 
-__all__ = ["compact", "configure", "delete", "merge_insert", "register", "update"]
+__all__ = [
+    "atomic_batches",
+    "compact",
+    "configure",
+    "delete",
+    "merge_insert",
+    "register",
+    "update",
+    "write_atomic",
+]
 
 #: Session settings s3ddb relies on: Spark hands filters to the data source.
 SESSION_CONF = {"spark.sql.python.filterPushdown.enabled": "true"}
@@ -96,4 +106,9 @@ def __getattr__(name: str) -> Any:
         from s3ddb.spark_ext import distributed
 
         return getattr(distributed, name)
+    if name in ("write_atomic", "atomic_batches"):
+        _require_pyspark()
+        from s3ddb.spark_ext import atomic
+
+        return getattr(atomic, name)
     raise AttributeError(f"module 's3ddb.spark_ext' has no attribute {name!r}")

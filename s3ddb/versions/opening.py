@@ -14,6 +14,7 @@ import pyarrow as pa
 
 from s3ddb.commit.handlers import CommitHandler, ManifestLocation
 from s3ddb.errors import DatasetNotFoundError, InvalidInputError, VersionNotFoundError
+from s3ddb.external_store.group import parse_members
 from s3ddb.format.fragment_list import FragmentList
 from s3ddb.format.manifest import Manifest, read_manifest_header
 from s3ddb.format.naming import MAX_VERSION
@@ -49,6 +50,11 @@ class VersionInfo:
     timestamp: dt.datetime
     operation: str
     metadata: dict[str, str]
+    #: The group (``s3ddb.atomic``) this version was committed in, and the group's
+    #: members as (base URI, version, DynamoDB table); None for a single commit (and
+    #: for versions read without the external store).
+    group_id: str | None = None
+    group_members: tuple[tuple[str, int, str], ...] | None = None
 
     def keys(self) -> tuple[str, ...]:
         return ("version", "timestamp", "operation", "metadata")
@@ -172,7 +178,19 @@ def _version_info(handler: CommitHandler, location: ManifestLocation) -> Version
         ts_ms = header.timestamp_nanos // 1_000_000
         op, meta = header.operation, header.table_metadata
     timestamp = dt.datetime.fromtimestamp(ts_ms / 1000, tz=dt.timezone.utc)
-    return VersionInfo(location.version, timestamp, op, meta)
+    members = parse_members(
+        location.group_id,
+        location.group_members,
+        f"external store row of version {location.version} of {handler.store.url}",
+    )
+    return VersionInfo(
+        location.version,
+        timestamp,
+        op,
+        meta,
+        location.group_id if members is not None else None,
+        tuple(members) if members is not None else None,
+    )
 
 
 def history(handler: CommitHandler) -> list[VersionInfo]:

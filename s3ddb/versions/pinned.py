@@ -14,7 +14,7 @@ import datetime as dt
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import pyarrow as pa
 
@@ -39,6 +39,7 @@ __all__ = [
     "DEFAULT_CONFLICT_RETRIES",
     "DEFAULT_RETRY_TIMEOUT",
     "FRESH_BASE_SECONDS",
+    "DeferredCommits",
     "PinnedVersion",
     "plan_and_commit",
 ]
@@ -55,6 +56,28 @@ DEFAULT_RETRY_TIMEOUT = 120.0
 #: A version seen as the newest this recently is committed on without first asking
 #: for newer ones (see :func:`s3ddb.commit.committer.commit_transaction`).
 FRESH_BASE_SECONDS = 10.0
+
+
+class DeferredCommits(Protocol):
+    """Where a handle in a group (``s3ddb.atomic``) sends its commits: each is held
+    until the group commits, and the handle moves to the version it would make."""
+
+    def defer(
+        self,
+        ds: PinnedVersion,
+        operation: Operation,
+        base: Manifest | None,
+        pending: PendingWrites | None,
+        properties: dict[str, str],
+        plain: bool,
+    ) -> Manifest:
+        """Hold ``operation`` (read at ``base``; ``plain``: with the default commit
+        options) and return the manifest it would commit.
+
+        Raises:
+            AtomicGroupError: the group cannot hold it; its files are deleted.
+        """
+        ...
 
 
 class PinnedVersion:
@@ -84,6 +107,8 @@ class PinnedVersion:
         # for versions committed since (see commit_transaction's fresh_base).
         self._seen_newest_at: float | None = time.monotonic()
         self._base_seen_at: float | None = None
+        # Set while the handle belongs to a group (s3ddb.atomic): commits are held.
+        self._deferred: DeferredCommits | None = None
 
     # --- identity -----------------------------------------------------------------
 
@@ -199,6 +224,12 @@ class PinnedVersion:
             CommitConflictError and subclasses, CommitStateUnknownError: see
                 :func:`s3ddb.commit.committer.commit_transaction`.
         """
+        if self._deferred is not None:
+            plain = on_existing == "rebase" and naming == DEFAULT_NAMING
+            self._manifest = self._deferred.defer(
+                self, operation, base, pending, dict(properties or {}), plain
+            )
+            return self
         read_version = base.version if base is not None else 0
         result = commit_transaction(
             self._handler,

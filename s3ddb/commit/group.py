@@ -1,0 +1,228 @@
+"""Group commits: several transactions, on several datasets, committed all or nothing.
+
+The loop is the single commit loop (:mod:`s3ddb.commit.committer`) run side by side
+for every part, with one claim for all of them (:mod:`s3ddb.commit.group_claims`):
+
+1. Write every part's transaction file (failpoint ``commit.after_transaction_file``)
+   and catch up with the versions committed since its base.
+2. Build every part's next manifest. Parts on one dataset are consecutive versions:
+   the second builds on the first's manifest.
+3. Claim every version at once: on DynamoDB one ``TransactWriteItems`` holding each
+   part's fenced claim, in memory one locked check-and-put. The group is decided
+   here, for every part together (failpoint ``commit.after_external_put`` right after).
+4. If the claim was refused because some datasets moved, rebase those parts on the
+   versions committed meanwhile (the usual conflict rules) and go to 2. A part whose
+   rebase fails fails the whole group, with the usual typed error, and nothing is
+   visible. A refused fence (dataset dropped or re-created) fails the group too.
+5. After the decision each dataset finishes its own version (steps 3-4 of the
+   protocol) exactly as a single commit does, so readers repair a crash after 3.
+
+Files are deleted only when the group definitely failed; after an unknown outcome
+(:class:`~s3ddb.errors.CommitStateUnknownError`) they are kept.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from s3ddb.commit.committer import (
+    CommitConfig,
+    CommitResult,
+    _build_next,
+    _CommitInProgress,
+    _discard_superseded,
+    _RetryBudget,
+    _write_first_transaction,
+)
+from s3ddb.commit.external import ExternalStoreCommitHandler
+from s3ddb.commit.group_claims import ClaimRound, claim_external, claim_memory
+from s3ddb.commit.handlers import CommitHandler, ConditionalPutCommitHandler
+from s3ddb.errors import (
+    AtomicGroupError,
+    CommitStateUnknownError,
+    RetryableCommitConflictError,
+)
+from s3ddb.format.manifest import Manifest
+from s3ddb.io.object_store import MemoryObjectStore
+from s3ddb.io.parallel import PendingWrites
+from s3ddb.operations import Transaction
+
+__all__ = ["GROUP_PROPERTY", "GroupPart", "commit_group", "group_kind"]
+
+log = logging.getLogger(__name__)
+
+#: Transaction property naming the group a transaction was committed in.
+GROUP_PROPERTY = "s3ddb.group_id"
+
+
+@dataclass
+class GroupPart:
+    """One change of a group.
+
+    Attributes:
+        handler: the dataset's commit handler.
+        txn: the change, read at ``base``.
+        base: the version it was planned on. For a part that ``follows`` another,
+            the manifest that part was planned to produce.
+        pending: uploads of the change's files still in flight.
+        fresh_base: ``base`` was seen as the newest version moments ago.
+        follows: the index of the previous part on the same dataset, if any.
+    """
+
+    handler: CommitHandler
+    txn: Transaction
+    base: Manifest
+    pending: PendingWrites | None = None
+    fresh_base: bool = False
+    follows: int | None = None
+
+
+@dataclass
+class _Group:
+    parts: Sequence[GroupPart]
+    group_id: str
+    commits: list[_CommitInProgress] = field(default_factory=list)
+    currents: list[Manifest | None] = field(default_factory=list)
+
+
+def group_kind(handlers: Sequence[CommitHandler]) -> str:
+    """``"external"`` if every handler claims through an external manifest store,
+    ``"memory"`` if every one is a conditional-put handler on ``memory://``.
+
+    Raises:
+        AtomicGroupError: anything else (local paths, ``s3://``, a mix).
+    """
+    if all(isinstance(h, ExternalStoreCommitHandler) for h in handlers):
+        return "external"
+    if all(
+        isinstance(h, ConditionalPutCommitHandler) and isinstance(h.store, MemoryObjectStore)
+        for h in handlers
+    ):
+        return "memory"
+    kinds = sorted({_kind_name(h) for h in handlers})
+    raise AtomicGroupError(
+        "an atomic group takes only s3+ddb:// datasets (tables in one account and "
+        f"region) or only memory:// datasets; got {', '.join(kinds)}"
+    )
+
+
+def _kind_name(handler: CommitHandler) -> str:
+    if isinstance(handler, ExternalStoreCommitHandler):
+        return "s3+ddb://"
+    if isinstance(handler.store, MemoryObjectStore):
+        return "memory://"
+    return f"{handler.store.url.split('://', 1)[0]}:// or a local path"
+
+
+def commit_group(
+    parts: Sequence[GroupPart],
+    *,
+    group_id: str | None = None,
+    config: CommitConfig | None = None,
+) -> list[CommitResult]:
+    """Commit every part, or none (see the module docstring). Returns each part's
+    result, in order.
+
+    Raises:
+        AtomicGroupError: the parts cannot commit together; nothing was written.
+        RetryableCommitConflictError, IncompatibleTransactionError: a part conflicts
+            with a version committed since its base (also: a dataset with several
+            parts moved); nothing is visible and the group's files are deleted.
+        DatasetRecreatedError: a dataset was dropped or re-created; files deleted.
+        TooMuchWriteContentionError: retries exhausted; files deleted.
+        CommitStateUnknownError: the group's outcome is unknown; files kept.
+    """
+    if not parts:
+        return []
+    kind = group_kind([p.handler for p in parts])
+    group = _Group(parts, group_id or str(uuid.uuid4()))
+    group.commits = [
+        _CommitInProgress(p.handler, p.txn, "rebase", p.pending or PendingWrites()) for p in parts
+    ]
+    try:
+        for commit, part in zip(group.commits, parts):
+            _write_first_transaction(commit, part.base)
+        group.currents = [
+            None
+            if part.follows is not None
+            else (part.base if part.fresh_base else commit.catch_up(part.base))
+            for commit, part in zip(group.commits, parts)
+        ]
+        results = _claim_until_won(group, kind, _RetryBudget(config or CommitConfig()))
+    except CommitStateUnknownError:
+        raise
+    except Exception as exc:
+        # Nothing was claimed: every path that could claim returns or raises
+        # CommitStateUnknownError. (An interrupt, which may stop a claim in flight,
+        # is no Exception: it keeps the files.)
+        for commit, part in zip(group.commits, parts):
+            commit.abandon(exc, _committed_base(parts, part))
+        raise
+    for commit in group.commits:
+        _discard_superseded(commit.handler, commit.original, commit.txn, commit.written)
+    return results
+
+
+def _committed_base(parts: Sequence[GroupPart], part: GroupPart) -> Manifest:
+    """The committed version ``part``'s chain of changes on its dataset started from
+    (a failed group never deletes what it references)."""
+    while part.follows is not None:
+        part = parts[part.follows]
+    return part.base
+
+
+def _claim_until_won(group: _Group, kind: str, budget: _RetryBudget) -> list[CommitResult]:
+    """Build and claim every part until one claim wins; after each refusal, rebase
+    the parts whose datasets moved.
+
+    Raises:
+        As :func:`commit_group`.
+    """
+    parts, commits = group.parts, group.commits
+    while True:
+        manifests: list[Manifest] = []
+        bases: list[Manifest | None] = []
+        for i, (part, commit) in enumerate(zip(parts, commits)):
+            if part.follows is None:
+                naming = part.base.naming_scheme
+                group.currents[i], manifest = _build_next(commit, group.currents[i], naming)
+                bases.append(group.currents[i])
+            else:
+                # The planned chain must still hold: the part it follows claims the
+                # version this part was planned on.
+                before = manifests[part.follows]
+                if before.version != part.base.version:
+                    raise RetryableCommitConflictError(
+                        f"{part.handler.store.url} moved while the group held several "
+                        "changes to it; re-run the group"
+                    )
+                _, manifest = _build_next(commit, before, before.naming_scheme)
+                bases.append(before)
+            manifests.append(manifest)
+        claim = ClaimRound(
+            handlers=[p.handler for p in parts],
+            commits=commits,
+            bases=bases,
+            manifests=manifests,
+            follows=[p.follows for p in parts],
+            group_id=group.group_id,
+        )
+        outcome = claim_external(claim) if kind == "external" else claim_memory(claim)
+        if outcome.locations is not None:
+            return [
+                CommitResult(m, loc, c.txn, budget.lost + 1)
+                for m, loc, c in zip(manifests, outcome.locations, commits)
+            ]
+        budget.lose_version(f"a group of {len(parts)} changes")
+        budget.back_off()
+        for i in outcome.moved:
+            if parts[i].follows is not None or i in {p.follows for p in parts}:
+                raise RetryableCommitConflictError(
+                    f"{parts[i].handler.store.url} moved while the group held several "
+                    "changes to it; re-run the group"
+                )
+            log.debug("group %s: %s moved; rebasing", group.group_id, parts[i].handler.store.url)
+            group.currents[i] = commits[i].catch_up(group.currents[i])

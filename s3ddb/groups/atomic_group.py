@@ -1,0 +1,448 @@
+"""``s3ddb.atomic``: changes to several datasets, committed all or nothing.
+
+Inside ``with s3ddb.atomic() as tx:`` every change made through ``tx.dataset(uri)``
+is planned at once (its data and deletion files are written) and held; the handle
+moves to the version the change would make, so later changes and reads in the block
+see it. On leaving the block every held change commits in one group
+(:func:`s3ddb.commit.group.commit_group`), or none does. An exception in the block
+commits nothing and deletes the held changes' files.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import random
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, ParamSpec, TypeVar
+
+from s3ddb.commit.build import build_manifest
+from s3ddb.commit.committer import CommitConfig
+from s3ddb.commit.external import ExternalStoreCommitHandler
+from s3ddb.commit.group import GROUP_PROPERTY, GroupPart, commit_group, group_kind
+from s3ddb.commit.handlers import CommitHandler
+from s3ddb.dataset import Dataset
+from s3ddb.errors import AtomicGroupError, InvalidInputError, RetryableCommitConflictError
+from s3ddb.external_store.group import MAX_GROUP_ACTIONS, MAX_GROUP_BYTES
+from s3ddb.format.manifest import Manifest, referenced_paths
+from s3ddb.io.arguments import check_int
+from s3ddb.io.parallel import PendingWrites
+from s3ddb.io.written_files import delete_written_files
+from s3ddb.operations import Operation, Transaction
+from s3ddb.versions.opening import load_latest, open_validated
+from s3ddb.versions.pinned import PinnedVersion
+
+__all__ = ["Atomic", "AtomicGroup", "atomic", "check_transactions"]
+
+log = logging.getLogger(__name__)
+P = ParamSpec("P")
+T = TypeVar("T")
+
+#: Bytes of a group row besides its paths, URIs and members (numbers, names, ids).
+_ROW_OVERHEAD = 400
+
+
+@dataclass(eq=False)
+class _Held:
+    ds: Dataset
+    part: GroupPart
+    planned: Manifest
+
+
+def member_key(handler: CommitHandler) -> str:
+    """What identifies a dataset in a group, however its URI is spelt."""
+    if isinstance(handler, ExternalStoreCommitHandler):
+        return handler.base_uri
+    return handler.store.url
+
+
+class AtomicGroup:
+    """The changes of one ``with s3ddb.atomic() as tx:`` block (``tx``).
+
+    Args:
+        storage_options: the default storage options of :meth:`dataset`.
+        commit_config: retry policy of the group's commit loop.
+    """
+
+    def __init__(
+        self,
+        storage_options: dict[str, Any] | None = None,
+        commit_config: CommitConfig | None = None,
+    ) -> None:
+        self.group_id = str(uuid.uuid4())
+        self._storage_options = storage_options
+        self._commit_config = commit_config
+        self._datasets: dict[str, Dataset] = {}
+        self._held: list[_Held] = []
+        self._open = True
+
+    def __repr__(self) -> str:
+        return (
+            f"AtomicGroup({self.group_id}, datasets={list(self._datasets)}, "
+            f"changes={len(self._held)})"
+        )
+
+    @property
+    def datasets(self) -> dict[str, Dataset]:
+        """The group's datasets by key (base URI, or ``memory://`` URL)."""
+        return dict(self._datasets)
+
+    def dataset(
+        self, uri: str | os.PathLike[str], storage_options: dict[str, Any] | None = None
+    ) -> Dataset:
+        """The group's handle on the dataset at ``uri``, pinned at its newest version
+        when first asked for; the same object every time after. Its changes are held
+        until the group commits.
+
+        Raises:
+            AtomicGroupError: the group is over; or ``uri`` cannot join it (a local
+                path or ``s3://``, a scheme other than the other members', a DynamoDB
+                table behind another endpoint, region or credentials).
+            DatasetNotFoundError: nothing is committed at ``uri`` (a group changes
+                existing datasets; create them first).
+        """
+        self._check_open()
+        text = os.fspath(uri)
+        options = storage_options if storage_options is not None else self._storage_options
+        handler = open_validated(text, options)
+        known = self._datasets.get(member_key(handler))
+        if known is not None:
+            return known
+        self._check_joins(handler, text)
+        return self._add(
+            Dataset(
+                text,
+                handler,
+                load_latest(handler, text),
+                storage_options=options,
+                commit_config=self._commit_config,
+            )
+        )
+
+    def join(self, ds: Dataset) -> Dataset:
+        """The group's handle on an already open dataset: a copy of ``ds`` pinned
+        where ``ds`` is (``ds`` itself stays outside the group). Later
+        :meth:`dataset` calls for the same dataset return it.
+
+        Raises:
+            AtomicGroupError: as :meth:`dataset`, or the dataset is in the group already.
+        """
+        self._check_open()
+        if member_key(ds.handler) in self._datasets:
+            raise AtomicGroupError(f"{ds.uri} is in group {self.group_id} already")
+        self._check_joins(ds.handler, ds.uri)
+        return self._add(ds.at(ds.manifest))
+
+    def add_operation(
+        self,
+        uri: str | os.PathLike[str],
+        operation: Operation,
+        transaction_properties: dict[str, str] | None = None,
+    ) -> Dataset:
+        """Hold ``operation`` (e.g. an ``Append`` of fragments written by
+        :func:`s3ddb.fragment.write_fragments`) for the group's handle on ``uri``,
+        read at the version the handle is at; ``transaction_properties`` go into its
+        transaction (``s3ddb.app_txn.<application>`` = a sequence number makes a replay
+        fail with ``TransactionAlreadyCommittedError``). Returns the handle.
+
+        Raises:
+            AtomicGroupError, TransactionAlreadyCommittedError, CommitConflictError:
+                the group cannot hold it; its files are deleted.
+        """
+        ds = self.dataset(uri)
+        ds._commit(operation, ds.manifest, properties=transaction_properties)
+        return ds
+
+    def _add(self, ds: Dataset) -> Dataset:
+        ds._deferred = self
+        self._datasets[member_key(ds.handler)] = ds
+        return ds
+
+    def _check_open(self) -> None:
+        if not self._open:
+            raise AtomicGroupError(f"group {self.group_id} is over: start another")
+
+    def _check_joins(self, handler: CommitHandler, uri: str) -> None:
+        """Raises AtomicGroupError if ``handler``'s dataset cannot share a claim with
+        the members so far."""
+        members = [ds.handler for ds in self._datasets.values()]
+        try:
+            group_kind([*members, handler])
+        except AtomicGroupError as exc:
+            raise AtomicGroupError(f"{uri} cannot join group {self.group_id}: {exc}") from None
+        if isinstance(handler, ExternalStoreCommitHandler):
+            check_transactions(handler, uri, f"join group {self.group_id}")
+        if isinstance(handler, ExternalStoreCommitHandler) and members:
+            first = members[0]
+            assert isinstance(first, ExternalStoreCommitHandler)
+            if not first.external.shares_transactions_with(handler.external):
+                raise AtomicGroupError(
+                    f"{uri} cannot join group {self.group_id}: its DynamoDB table "
+                    f"({handler.describe()}) and {first.base_uri}'s ({first.describe()}) "
+                    "are not behind one endpoint, region and set of credentials, and "
+                    "one DynamoDB transaction spans only one account and region"
+                )
+
+    # --- held changes -------------------------------------------------------------
+
+    def defer(
+        self,
+        ds: PinnedVersion,
+        operation: Operation,
+        base: Manifest | None,
+        pending: PendingWrites | None,
+        properties: dict[str, str],
+        plain: bool,
+    ) -> Manifest:
+        """Hold a change of ``ds`` (see :class:`s3ddb.versions.pinned.DeferredCommits`).
+
+        Raises:
+            AtomicGroupError: the group is over, the change creates a dataset or
+                uses other commit options, or the group would exceed one
+                transaction's limits. The change's files are deleted.
+        """
+        try:
+            return self._hold(ds, operation, base, pending, properties, plain)
+        except BaseException:
+            _delete_files(ds.handler, operation, pending, base)
+            raise
+
+    def _hold(
+        self,
+        ds: PinnedVersion,
+        operation: Operation,
+        base: Manifest | None,
+        pending: PendingWrites | None,
+        properties: dict[str, str],
+        plain: bool,
+    ) -> Manifest:
+        self._check_open()
+        if base is None or base.version < 1 or not plain:
+            raise AtomicGroupError(
+                f"{ds.uri}: a group holds changes to existing datasets with the default "
+                f"commit options; {type(operation).__name__} here is not one"
+            )
+        mine = [i for i, h in enumerate(self._held) if h.ds is ds]
+        prior = self._held[mine[-1]] if mine else None
+        if prior is not None and base is not prior.planned:
+            raise AtomicGroupError(
+                f"{ds.uri}: a change in a group must build on the group's previous "
+                "change to the same dataset"
+            )
+        txn = Transaction(
+            base.version, operation, properties={**properties, GROUP_PROPERTY: self.group_id}
+        )
+        held = {h.planned.version: h.planned for h in self._held if h.ds is ds}
+
+        def load(version: int) -> Manifest:
+            if version in held:
+                return held[version]
+            return ds.handler.load_manifest(ds.handler.location_of(version))
+
+        planned = ds.handler.stamp(
+            build_manifest(base, txn, base.version + 1, base.naming_scheme, load), base
+        )
+        part = GroupPart(
+            ds.handler,
+            txn,
+            base,
+            pending,
+            fresh_base=prior is None and ds._base_is_fresh(base),
+            follows=mine[-1] if mine else None,
+        )
+        self._check_limits([*[h.part for h in self._held], part], ds.uri)
+        self._held.append(_Held(ds, part, planned))  # type: ignore[arg-type]
+        return planned
+
+    def _check_limits(self, parts: list[GroupPart], uri: str) -> None:
+        """Raises AtomicGroupError if ``parts`` exceed one transaction (100 actions,
+        4 MB), counted as DynamoDB counts them (a fenced claim is two actions)."""
+        external = isinstance(parts[0].handler, ExternalStoreCommitHandler)
+        actions = sum(2 if external and p.follows is None else 1 for p in parts)
+        members = [[member_key(p.handler), p.base.version + 1] for p in parts]
+        members_bytes = len(json.dumps(members))
+        size = sum(_ROW_OVERHEAD + 3 * len(member_key(p.handler)) + members_bytes for p in parts)
+        if actions > MAX_GROUP_ACTIONS or size > MAX_GROUP_BYTES:
+            raise AtomicGroupError(
+                f"{uri}: group {self.group_id} would need {actions} actions and about "
+                f"{size} bytes in one transaction; DynamoDB takes at most "
+                f"{MAX_GROUP_ACTIONS} actions (a change is 2: its claim and the check of "
+                f"its predecessor) and {MAX_GROUP_BYTES} bytes. Split the group."
+            )
+
+    # --- the end of the block -------------------------------------------------------
+
+    def commit(self) -> None:
+        """Commit every held change, or none; each handle moves to its dataset's new
+        version (or, if the group fails, back to where it was pinned).
+
+        Raises:
+            As :func:`s3ddb.commit.group.commit_group`.
+        """
+        self._check_open()
+        self._open = False
+        held = self._held
+        try:
+            results = commit_group(
+                [h.part for h in held], group_id=self.group_id, config=self._commit_config
+            )
+        except BaseException:
+            self._release(rollback=True)
+            raise
+        for h, result in zip(held, results):
+            h.ds._manifest = result.manifest
+            h.ds._last_commit = result
+            h.ds._seen_newest_at = time.monotonic()
+        self._release(rollback=False)
+
+    def abort(self) -> None:
+        """Drop every held change and delete its files; nothing is committed."""
+        if not self._open:
+            return
+        self._open = False
+        for h in self._held:
+            _delete_files(h.ds.handler, h.part.txn.operation, h.part.pending, h.part.base)
+        self._release(rollback=True)
+
+    def _release(self, *, rollback: bool) -> None:
+        for ds in self._datasets.values():
+            ds._deferred = None
+        if rollback:
+            for h in reversed(self._held):
+                h.ds._manifest = h.part.base
+                h.ds._seen_newest_at = None
+
+
+def check_transactions(handler: ExternalStoreCommitHandler, uri: str, what: str) -> None:
+    """Raises AtomicGroupError if ``handler``'s DynamoDB store is used without
+    transactions (``dynamodb_transactions=false``, e.g. for dynalite)."""
+    if getattr(handler.external, "transactions", True) is False:
+        raise AtomicGroupError(
+            f"{uri} cannot {what}: its DynamoDB store is used without transactions "
+            "(dynamodb_transactions=false), and a group is decided by one "
+            "TransactWriteItems (a snapshot checked by one TransactGetItems)"
+        )
+
+
+def _delete_files(
+    handler: CommitHandler,
+    operation: Operation,
+    pending: PendingWrites | None,
+    base: Manifest | None,
+) -> None:
+    """Delete the files a held change wrote (never what ``base`` references)."""
+    if pending is not None:
+        try:
+            pending.wait()
+        except Exception:
+            pass  # a failed upload left nothing to keep
+    keep = set(referenced_paths(base, transaction=False)) if base is not None else set()
+    paths = [p for p in operation.written_paths() if p not in keep]
+
+    def warn(path: str, exc: Exception) -> None:
+        log.warning("could not delete %s of a dropped group change: %s", path, exc)
+
+    delete_written_files(handler.store, paths, on_failure=warn)
+
+
+class Atomic:
+    """What :func:`atomic` returns: a context manager, or a decorator that runs a
+    function ``fn(tx, ...)`` in a group and runs it again on a retryable conflict."""
+
+    def __init__(
+        self,
+        retries: int,
+        storage_options: dict[str, Any] | None,
+        commit_config: CommitConfig | None,
+    ) -> None:
+        self.retries = retries
+        self.storage_options = storage_options
+        self.commit_config = commit_config
+        self._group: AtomicGroup | None = None
+
+    def _new_group(self) -> AtomicGroup:
+        return AtomicGroup(self.storage_options, self.commit_config)
+
+    def __enter__(self) -> AtomicGroup:
+        if self.retries:
+            raise AtomicGroupError(
+                "s3ddb.atomic(retries=N) re-runs a function: decorate one "
+                "(@s3ddb.atomic(retries=N) def change(tx): ...); a with block runs once"
+            )
+        if self._group is not None:
+            raise AtomicGroupError("this s3ddb.atomic() block is already open")
+        self._group = self._new_group()
+        return self._group
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        group, self._group = self._group, None
+        assert group is not None
+        if exc_type is not None:
+            group.abort()
+            return
+        if group._open:  # unless the block committed or aborted it itself
+            group.commit()
+
+    def __call__(self, fn: Callable[P, T]) -> Callable[..., T]:
+        """``fn(tx, *args, **kwargs)`` in a group, committed when it returns; re-run
+        from the start in a new group after a retryable conflict, ``retries`` times."""
+
+        @functools.wraps(fn)
+        def run(*args: Any, **kwargs: Any) -> T:
+            attempt = 0
+            while True:
+                group = self._new_group()
+                try:
+                    out = fn(group, *args, **kwargs)  # type: ignore[arg-type]
+                except BaseException:
+                    group.abort()
+                    raise
+                try:
+                    group.commit()
+                    return out
+                except RetryableCommitConflictError as exc:
+                    attempt += 1
+                    if attempt > self.retries:
+                        raise
+                    log.info("group %s: %s; running it again", group.group_id, exc)
+                    time.sleep(random.uniform(0, min(1.0, 0.01 * 2**attempt)))
+
+        return run
+
+
+def atomic(
+    retries: int = 0,
+    *,
+    storage_options: dict[str, Any] | None = None,
+    commit_config: CommitConfig | None = None,
+) -> Atomic:
+    """Change several datasets together, all or nothing::
+
+        with s3ddb.atomic() as tx:
+            tx.dataset(orders).delete("status = 'void'")
+            tx.dataset(ledger).insert(rows)
+
+    Members are all ``s3+ddb://`` datasets whose tables share one DynamoDB endpoint,
+    region and credentials, or all ``memory://`` datasets. ``retries`` applies to the
+    decorator form: ``@s3ddb.atomic(retries=3) def move(tx): ...``, then ``move()``
+    runs the function in a group and runs it again (in a new group, from the newest
+    versions) after a retryable conflict. See docs/atomic.md.
+
+    Raises:
+        InvalidInputError: ``retries`` is not an int >= 0.
+    """
+    check_int("retries", retries, minimum=0)
+    if storage_options is not None and not isinstance(storage_options, dict):
+        raise InvalidInputError("storage_options must be a dict")
+    return Atomic(retries, storage_options, commit_config)

@@ -1,0 +1,97 @@
+"""``verify``'s check of group commits (``s3ddb.atomic``): every member of every group
+a version of the dataset belongs to exists, in its own dataset, with the same group.
+
+A member missing because cleanup removed old versions of its dataset (newer versions
+exist) is not a problem; a member missing from a dataset whose history ends before it,
+or held by another commit, is (a row deleted or overwritten by hand, or a store that
+does not decide groups atomically).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from s3ddb.commit.external import ExternalStoreCommitHandler
+from s3ddb.errors import StoredMetadataError
+from s3ddb.external_store.base import ExternalManifestStore, ManifestRow
+from s3ddb.external_store.group import GROUP_ID_ATTRIBUTE, group_members
+
+__all__ = ["check_groups"]
+
+Problem = Callable[..., None]
+
+
+def check_groups(
+    handler: ExternalStoreCommitHandler, rows: list[ManifestRow], problem: Problem
+) -> None:
+    """Report, through ``problem``, every group member of ``rows`` (the dataset's
+    rows) that is malformed, missing, or of another group. Costs one GetItem per
+    member of another dataset (each looked up once).
+
+    Raises:
+        S3DDBError: a member's table cannot be read (access, throttling).
+    """
+    stores: dict[str, ExternalManifestStore] = {}
+    found: dict[tuple[str, str, int], ManifestRow | None] = {}
+    own_table = str(getattr(handler.external, "table_name", ""))
+    for row in rows:
+        try:
+            members = group_members(row)
+        except StoredMetadataError as exc:
+            problem(
+                "malformed_group", str(row.version), str(exc),
+                "the row was written by hand or by another tool; restore it from a backup",
+                row.version,
+            )  # fmt: skip
+            continue
+        if members is None:
+            continue
+        group = row.extra[GROUP_ID_ATTRIBUTE]
+        for base_uri, version, table in members:
+            if base_uri == row.base_uri and version == row.version:
+                continue
+            key = (table, base_uri, version)
+            if key not in found:
+                store = _store_for(handler, table, own_table, stores)
+                found[key] = store.get(base_uri, version)
+            other = found[key]
+            if other is not None and other.extra.get(GROUP_ID_ATTRIBUTE) == group:
+                continue
+            if other is None and _cleaned_up(
+                _store_for(handler, table, own_table, stores), base_uri, version
+            ):
+                continue
+            state = "has no row" if other is None else "belongs to another commit"
+            problem(
+                "missing_group_member", str(row.version),
+                f"version {row.version} was committed in group {group} with version "
+                f"{version} of {base_uri} (table {table}), which {state}: readers of both "
+                "datasets may see part of that group",
+                "restore the member's row from a backup (DynamoDB point-in-time recovery)",
+                row.version,
+            )  # fmt: skip
+
+
+def _store_for(
+    handler: ExternalStoreCommitHandler,
+    table: str,
+    own_table: str,
+    stores: dict[str, ExternalManifestStore],
+) -> ExternalManifestStore:
+    """The store of ``table``, reached like the dataset's own (same endpoint, region
+    and credentials: a group never spans others)."""
+    if table == own_table or not own_table:
+        return handler.external
+    if table not in stores:
+        from s3ddb.external_store.dynamodb import DynamoDBManifestStore
+
+        aws = getattr(handler.external, "aws", None)
+        stores[table] = DynamoDBManifestStore(table, aws)
+    return stores[table]
+
+
+def _cleaned_up(store: ExternalManifestStore, base_uri: str, version: int) -> bool:
+    """Whether ``version`` of ``base_uri`` is gone because cleanup removed it (the
+    dataset has newer versions)."""
+    latest = store.get_latest(base_uri)
+    return latest is not None and latest.version > version

@@ -1,0 +1,144 @@
+"""Several DataFrames committed as one group (``s3ddb.atomic``) from Spark.
+
+:func:`write_atomic` writes each DataFrame's rows as data files on the executors (one
+task per partition, through :func:`s3ddb.fragment.write_fragments`), then commits one
+``Append`` per dataset from the driver, all in one group: every dataset gets its rows,
+or none does. :func:`atomic_batches` makes a ``foreachBatch`` function that does the
+same for each micro-batch of a stream and records the batch id in every member (an
+application transaction), so a batch replayed after a restart commits nothing: exactly
+once across all the sinks. Only the public API is used.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import pyarrow as pa
+
+import s3ddb
+from s3ddb.errors import InvalidInputError, TransactionAlreadyCommittedError
+
+__all__ = ["APP_TRANSACTION_PREFIX", "atomic_batches", "write_atomic"]
+
+log = logging.getLogger(__name__)
+
+#: Transaction property prefix of application transactions (as the streaming sink's).
+APP_TRANSACTION_PREFIX = "s3ddb.app_txn."
+
+
+def _fragments_task(
+    uri: str, schema: Any, storage_options: dict[str, Any] | None
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The executor side: one partition's rows as data files of ``uri``; yields the
+    fragments' metadata, pickled, one per row."""
+
+    def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import s3ddb as lib
+
+        collected = [b for b in batches if b.num_rows]
+        if not collected:
+            return
+        fragments = lib.fragment.write_fragments(
+            pa.Table.from_batches(collected), uri, schema, storage_options=storage_options
+        )
+        assert isinstance(fragments, list)  # no return_transaction
+        yield pa.record_batch(
+            [pa.array([pickle.dumps(f) for f in fragments], pa.binary())], names=["fragment"]
+        )
+
+    return task
+
+
+def _write_fragments(
+    df: Any, uri: str, schema: Any, storage_options: dict[str, Any] | None
+) -> tuple[s3ddb.FragmentMetadata, ...]:
+    rows = df.mapInArrow(_fragments_task(uri, schema, storage_options), "fragment binary")
+    return tuple(pickle.loads(row.fragment) for row in rows.collect())
+
+
+def write_atomic(
+    spark: Any,
+    frames: Mapping[str, Any],
+    *,
+    storage_options: dict[str, Any] | None = None,
+    transaction_properties: dict[str, str] | None = None,
+) -> dict[str, s3ddb.Dataset]:
+    """Append each DataFrame of ``frames`` (``{uri: df}``) to its dataset, all in one
+    group: every dataset commits its rows or none does. Returns ``{uri: Dataset}`` at
+    the versions committed.
+
+    The datasets must exist and be group members (``s3+ddb://`` with tables behind one
+    endpoint, region and credentials); each DataFrame must match its dataset's
+    schema. ``spark`` is the session the DataFrames belong to (kept for symmetry with
+    the other helpers). If a Spark job fails, the files its finished tasks wrote are
+    left unreferenced (``s3ddb cleanup`` removes them); nothing is committed.
+
+    Raises:
+        AtomicGroupError: the datasets cannot form a group.
+        SchemaMismatchError: a DataFrame does not match its dataset (from a task).
+        CommitConflictError, CommitStateUnknownError: as ``s3ddb.atomic`` raises.
+        TransactionAlreadyCommittedError: ``transaction_properties`` hold an
+            application transaction a member already committed; nothing is committed.
+    """
+    del spark  # the DataFrames carry their session
+    if not frames:
+        raise InvalidInputError("write_atomic needs at least one {uri: DataFrame}")
+    group = s3ddb.AtomicGroup(storage_options)
+    handles: dict[str, s3ddb.Dataset] = {}
+    try:
+        for uri, df in frames.items():
+            ds = handles[uri] = group.dataset(uri)
+            fragments = _write_fragments(df, uri, ds.manifest.schema, storage_options)
+            if fragments:
+                group.add_operation(uri, s3ddb.Append(fragments), transaction_properties)
+    except BaseException:
+        group.abort()
+        raise
+    group.commit()
+    return handles
+
+
+def atomic_batches(
+    route: Callable[[Any], Mapping[str, Any]],
+    application: str,
+    *,
+    storage_options: dict[str, Any] | None = None,
+) -> Callable[[Any, int], None]:
+    """A ``foreachBatch`` function committing each micro-batch to several datasets
+    in one group, exactly once::
+
+        route = lambda batch: {orders_uri: batch.where("kind = 'order'"),
+                               audit_uri: batch.select("id", "kind")}
+        stream.writeStream.foreachBatch(atomic_batches(route, "orders-job")).start()
+
+    ``route(batch_df)`` maps the batch to ``{uri: DataFrame}``. Every member records
+    ``application`` = the batch id (an application transaction), so a batch that a
+    restarted query replays (its checkpoint did not record it, but the group
+    committed) commits nothing. ``application`` names the stream; keep it across
+    restarts.
+
+    Raises:
+        InvalidInputError: ``application`` is empty.
+    """
+    if not application:
+        raise InvalidInputError("atomic_batches needs an application name")
+    key = f"{APP_TRANSACTION_PREFIX}{application}"
+
+    def each(batch_df: Any, batch_id: int) -> None:
+        batch_df.persist()  # route() may read the batch once per dataset
+        try:
+            write_atomic(
+                batch_df.sparkSession,
+                route(batch_df),
+                storage_options=storage_options,
+                transaction_properties={key: str(batch_id)},
+            )
+        except TransactionAlreadyCommittedError as exc:
+            log.info("s3ddb: batch %d of %s is committed already: %s", batch_id, application, exc)
+        finally:
+            batch_df.unpersist()
+
+    return each

@@ -1,0 +1,125 @@
+"""Spark writes to several datasets as one group (``s3ddb.spark_ext.write_atomic``) and
+a stream committing each micro-batch to several datasets exactly once
+(``s3ddb.spark_ext.atomic_batches``), with real local Spark on the local endpoint."""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import s3ddb
+from tests.conftest import TEST_BUCKET, TEST_TABLE
+
+pyspark = pytest.importorskip("pyspark")
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.xdist_group("spark")]
+
+
+@pytest.fixture(scope="module")
+def spark(aws: Any) -> Iterator[Any]:
+    patch = pytest.MonkeyPatch()
+    patch.setenv("PYSPARK_PYTHON", sys.executable)
+    # The executors' Python workers find the local endpoint as a reader would.
+    for key, value in aws.env().items():
+        patch.setenv(key, value)
+    from pyspark.sql import SparkSession
+
+    import s3ddb.spark_ext
+
+    builder = (
+        SparkSession.builder.master("local[2]")
+        .appName("s3ddb-atomic-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+    )
+    session = s3ddb.spark_ext.configure(builder).getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+    patch.undo()
+
+
+def _pair() -> tuple[str, str]:
+    prefix = f"spark-atomic-{uuid.uuid4().hex[:10]}"
+    a, b = (f"s3+ddb://{TEST_BUCKET}/{prefix}/{n}?ddbTableName={TEST_TABLE}" for n in "ab")
+    for uri in (a, b):
+        s3ddb.write_dataset(pa.table({"id": pa.array([0], pa.int64()), "kind": ["seed"]}), uri)
+    return a, b
+
+
+def _ids(uri: str) -> list[int]:
+    return sorted(s3ddb.dataset(uri).to_table(columns=["id"])["id"].to_pylist())
+
+
+def test_write_atomic_commits_every_dataframe_or_none(spark: Any) -> None:
+    import s3ddb.spark_ext
+
+    a, b = _pair()
+    orders = spark.range(1, 21, numPartitions=3).selectExpr("id", "'order' AS kind")
+    audit = spark.range(100, 105, numPartitions=2).selectExpr("id", "'audit' AS kind")
+    written = s3ddb.spark_ext.write_atomic(spark, {a: orders, b: audit})
+    assert [written[u].version for u in (a, b)] == [2, 2]
+    assert _ids(a) == list(range(21))
+    assert _ids(b) == [0, *range(100, 105)]
+    groups = [s3ddb.dataset(u).versions()[-1].group_id for u in (a, b)]
+    assert groups[0] is not None and groups[0] == groups[1]
+    # A DataFrame that does not match its dataset fails the whole group.
+    wrong = spark.range(5).selectExpr("CAST(id AS STRING) AS id", "'x' AS kind")
+    fine = spark.range(200, 203).selectExpr("id", "'audit' AS kind")
+    with pytest.raises(Exception, match=r"SchemaMismatchError|does not match"):
+        s3ddb.spark_ext.write_atomic(spark, {b: fine, a: wrong})
+    assert [s3ddb.dataset(u).version for u in (a, b)] == [2, 2]
+    assert _ids(b) == [0, *range(100, 105)]
+
+
+def test_a_stream_commits_each_batch_to_every_sink_exactly_once(spark: Any, tmp_path: Path) -> None:
+    import s3ddb.spark_ext
+
+    a, b = _pair()
+    source = tmp_path / "in"
+    source.mkdir()
+
+    def route(batch: Any) -> dict[str, Any]:
+        return {
+            a: batch.where("kind = 'order'"),
+            b: batch.selectExpr("id + 1000 AS id", "kind"),
+        }
+
+    each = s3ddb.spark_ext.atomic_batches(route, f"job-{uuid.uuid4().hex[:8]}")
+
+    def run_stream() -> None:
+        query = (
+            spark.readStream.schema("id long, kind string")
+            .parquet(str(source))
+            .writeStream.foreachBatch(each)
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
+
+    def add_file(name: str, ids: list[int]) -> None:
+        kinds = ["order" if i % 2 else "other" for i in ids]
+        pq.write_table(pa.table({"id": pa.array(ids, pa.int64()), "kind": kinds}), source / name)
+
+    add_file("0.parquet", [1, 2, 3])
+    run_stream()
+    add_file("1.parquet", [4, 5])
+    run_stream()  # a restart: batch 0 is not replayed, batch 1 commits once
+    assert _ids(a) == [0, 1, 3, 5]
+    assert _ids(b) == [0, 1001, 1002, 1003, 1004, 1005]
+    versions = [s3ddb.dataset(u).version for u in (a, b)]
+    # A replay of a committed batch (a query that died after the group committed, before
+    # its checkpoint recorded the batch) commits nothing to any sink.
+    batch = spark.read.parquet(str(source / "1.parquet"))
+    each(batch, 1)
+    assert [s3ddb.dataset(u).version for u in (a, b)] == versions
+    assert _ids(a) == [0, 1, 3, 5]
+    assert _ids(b) == [0, 1001, 1002, 1003, 1004, 1005]
