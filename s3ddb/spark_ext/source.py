@@ -3,6 +3,7 @@
     df.write.format("s3ddb").mode("append").save(uri)
     spark.read.format("s3ddb").option("version", 3).load(uri)
     df.writeStream.format("s3ddb").option("checkpointLocation", cp).start(uri)
+    spark.readStream.format("s3ddb").load(uri)   # see stream_source
 
 Options: ``version`` / ``tag`` / ``timestamp`` pin what a read sees (default: the
 newest version when the query is planned); ``maxPartitionBytes`` and
@@ -23,6 +24,7 @@ from pyspark.sql.datasource import (
     DataSourceArrowWriter,
     DataSourceReader,
     DataSourceStreamArrowWriter,
+    DataSourceStreamReader,
     InputPartition,
 )
 
@@ -92,6 +94,12 @@ class S3DDBDataSource(DataSource):
 
     def streamWriter(self, schema: Any, overwrite: bool) -> S3DDBStreamWriter:
         return S3DDBStreamWriter(_write.WritePlan.make(self._options, schema, overwrite))
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        """``spark.readStream.format("s3ddb")``: see :mod:`s3ddb.spark_ext.stream_source`."""
+        from s3ddb.spark_ext.stream_source import S3DDBStreamReader
+
+        return S3DDBStreamReader(self.options, schema)
 
 
 class FragmentGroup(InputPartition):
