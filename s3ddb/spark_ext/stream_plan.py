@@ -267,7 +267,8 @@ class StreamPlanner:
             raise StreamChangeCommitError(
                 f"{segment.change}: a stream of appended rows cannot follow deletes or "
                 "updates. Set option skipChangeCommits=true to skip such versions (their "
-                "rows are then not emitted), or restart from a later startingVersion."
+                "rows are then not emitted), or start a new query (a new checkpoint) with "
+                f"startingVersion {segment.version + 1} or later."
             )
 
     def advance(
