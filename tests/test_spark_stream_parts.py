@@ -10,7 +10,12 @@ import pyarrow as pa
 import pytest
 
 import s3ddb
-from s3ddb.errors import InvalidInputError, StreamChangeCommitError, VersionNotFoundError
+from s3ddb.errors import (
+    InvalidInputError,
+    SchemaMismatchError,
+    StreamChangeCommitError,
+    VersionNotFoundError,
+)
 
 pytest.importorskip("pyspark")
 
@@ -203,3 +208,18 @@ def test_the_reader_plans_offsets_as_spark_asks(local_uri: str, tmp_path: Path) 
         reader.latestOffset(StreamOffset(9).to_json(), ReadAllAvailable())
     only_bytes = S3DDBStreamReader({"path": local_uri, "maxBytesPerTrigger": "1k"}, SCHEMA)
     assert only_bytes.getDefaultReadLimit() == ReadMaxBytes(1024)
+
+
+def test_a_version_without_a_column_the_stream_reads_fails_planning(local_uri: str) -> None:
+    _appends(local_uri, 2)
+    reader = S3DDBStreamReader({"path": local_uri, "startingVersion": "1"}, SCHEMA)
+    ds = s3ddb.dataset(local_uri)
+    ds.drop_columns(["v"])
+    s3ddb.write_dataset(_table(20).drop_columns(["v"]), local_uri, mode="append")
+    start, end = StreamOffset(1).to_json(), StreamOffset(5).to_json()
+    assert reader.latestOffset(start, ReadAllAvailable()) == end, "drop_columns adds no rows"
+    with pytest.raises(SchemaMismatchError, match=r"version 4 of .* no column\(s\) \['v'\]"):
+        reader.partitions(start, end)
+    # Up to the version before, the stream reads on.
+    parts = reader.partitions(start, StreamOffset(3).to_json())
+    assert sum(b.num_rows for p in parts for b in reader.read(p)) == 20
