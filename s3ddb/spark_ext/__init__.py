@@ -6,6 +6,7 @@
     spark.read.format("s3ddb").option("version", 3).load(uri)
     spark.sql("SELECT * FROM s3ddb_versions('<uri>')")
     s3ddb.spark_ext.delete(spark, uri, "id < 10")
+    s3ddb.spark_ext.write(df, uri, mode="append")   # Spark's own Parquet writer
 
 Everything is pure Python: no jars, no ``spark.sql.extensions`` class. The data
 source also registers itself in every session (PySpark discovers the top-level
@@ -21,8 +22,9 @@ from s3ddb.errors import S3DDBError
 
 if TYPE_CHECKING:
     from s3ddb.spark_ext.distributed import compact, delete, merge_insert, update
+    from s3ddb.spark_ext.native_write import write
 
-__all__ = ["compact", "configure", "delete", "merge_insert", "register", "update"]
+__all__ = ["compact", "configure", "delete", "merge_insert", "register", "update", "write"]
 
 #: Session settings s3ddb relies on: Spark hands filters to the data source.
 SESSION_CONF = {"spark.sql.python.filterPushdown.enabled": "true"}
@@ -96,4 +98,9 @@ def __getattr__(name: str) -> Any:
         from s3ddb.spark_ext import distributed
 
         return getattr(distributed, name)
+    if name == "write":
+        _require_pyspark()
+        from s3ddb.spark_ext import native_write
+
+        return native_write.write
     raise AttributeError(f"module 's3ddb.spark_ext' has no attribute {name!r}")
