@@ -223,3 +223,12 @@ def test_a_version_without_a_column_the_stream_reads_fails_planning(local_uri: s
     # Up to the version before, the stream reads on.
     parts = reader.partitions(start, StreamOffset(3).to_json())
     assert sum(b.num_rows for p in parts for b in reader.read(p)) == 20
+
+
+def test_a_starting_version_beyond_the_next_one_is_refused(local_uri: str) -> None:
+    _appends(local_uri, 2)
+    ahead = S3DDBStreamReader({"path": local_uri, "startingVersion": "3"}, SCHEMA)
+    assert ahead.initialOffset() == StreamOffset(3).to_json(), "the next version is fine"
+    beyond = S3DDBStreamReader({"path": local_uri, "startingVersion": "4"}, SCHEMA)
+    with pytest.raises(InvalidInputError, match="startingVersion 4 is beyond the newest"):
+        beyond.initialOffset()

@@ -245,7 +245,8 @@ def write(
         return _write.commit_write(plan, [_write.FragmentsWritten(tuple(moved))])
     except CommitStateUnknownError:
         raise
-    except BaseException:
-        # Definitely not committed (the commit loop deletes its files too; again is harmless).
+    except Exception:
+        # Definitely not committed (the commit loop deletes its files too; again is
+        # harmless). An interrupt (KeyboardInterrupt...) may have come mid-claim: kept.
         _write.delete_files(store, moved)
         raise

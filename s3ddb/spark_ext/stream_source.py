@@ -186,6 +186,12 @@ class S3DDBStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         options = self._options
         source = options.source
         if options.starting_version is not None:
+            latest = self._plan().latest_version()
+            if options.starting_version > latest + 1:
+                raise InvalidInputError(
+                    f"startingVersion {options.starting_version} is beyond the newest "
+                    f"version of {source.uri}, {latest} (the next is {latest + 1})"
+                )
             return StreamOffset(options.starting_version).to_json()
         if options.starting_timestamp is not None:
             when = options.starting_timestamp
