@@ -43,7 +43,7 @@ from s3ddb.io.uri import parse_uri
 from s3ddb.spark_ext import _write
 from s3ddb.spark_ext._options import SourceOptions
 
-__all__ = ["STAGING_DIR", "jvm_root_of", "write"]
+__all__ = ["STAGING_DIR", "footer_statistics", "jvm_root_of", "write"]
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ def _with_field_ids(df: Any, schema: DatasetSchema) -> Any:
     return df.select(*columns)
 
 
-def _statistics(metadata: pq.FileMetaData, data_file: DataFile) -> FileStatistics:
+def footer_statistics(metadata: pq.FileMetaData, data_file: DataFile) -> FileStatistics:
     """Bounds of the file's integer columns over all its rows, from the row groups'
     footer statistics (what point lookups and ranges on ids prune with). Other
     columns get none, and are never pruned: a missing bound only costs a read."""
@@ -140,7 +140,7 @@ def _collect(
             id=0,
             files=(data_file,),
             physical_rows=metadata.num_rows,
-            stats=(_statistics(metadata, data_file),),
+            stats=(footer_statistics(metadata, data_file),),
         )
         found.append((meta.path, fragment))
     return found
