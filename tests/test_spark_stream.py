@@ -262,3 +262,44 @@ def test_a_version_removed_by_cleanup_is_a_clear_error(
     assert stats.versions_removed == [1, 2]
     with pytest.raises(Exception, match=r"needs version 1 of .*cleanup"):
         _stream(spark, uri, opts, tmp_path, startingVersion=1)
+
+
+def test_bronze_to_silver_through_the_s3ddb_sink_is_exactly_once(
+    spark: Any, aws: Any, opts: dict, tmp_path: Path
+) -> None:
+    """A stream from one dataset into another through the s3ddb sink, restarted after
+    more appends and after a forgotten batch commit: silver holds every bronze row
+    with a filter applied, once."""
+    from tests.conftest import TEST_BUCKET, TEST_TABLE
+
+    bronze, silver = (
+        f"s3+ddb://{TEST_BUCKET}/{name}-{tmp_path.name}?ddbTableName={TEST_TABLE}"
+        for name in ("bronze", "silver")
+    )
+    for i in range(3):
+        _append(bronze, opts, i * 10)
+
+    def run() -> None:
+        query = (
+            spark.readStream.format("s3ddb")
+            .options(**opts)
+            .option("maxFilesPerTrigger", 1)
+            .load(bronze)
+            .where("id % 2 = 0")
+            .writeStream.format("s3ddb")
+            .options(**opts)
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .trigger(availableNow=True)
+            .start(silver)
+        )
+        query.awaitTermination()
+
+    run()
+    commits = tmp_path / "checkpoint" / "commits"
+    last = max(int(p.name) for p in commits.iterdir() if p.name.isdigit())
+    (commits / str(last)).unlink()
+    (commits / f".{last}.crc").unlink(missing_ok=True)
+    _append(bronze, opts, 30)
+    run()
+    ids = s3ddb.dataset(silver, storage_options=opts).to_table().column("id").to_pylist()
+    assert sorted(ids) == list(range(0, 40, 2))

@@ -29,6 +29,7 @@ from pyspark.sql.datasource import (
 )
 
 from s3ddb.dataset import Dataset, dataset
+from s3ddb.errors import S3DDBError
 from s3ddb.format.bases import FileResolver
 from s3ddb.format.fragment import FragmentMetadata
 from s3ddb.format.schema import DatasetSchema
@@ -96,7 +97,17 @@ class S3DDBDataSource(DataSource):
         return S3DDBStreamWriter(_write.WritePlan.make(self._options, schema, overwrite))
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
-        """``spark.readStream.format("s3ddb")``: see :mod:`s3ddb.spark_ext.stream_source`."""
+        """``spark.readStream.format("s3ddb")``: see :mod:`s3ddb.spark_ext.stream_source`.
+
+        Raises:
+            S3DDBError: PySpark is older than 4.2 (no admission control API).
+        """
+        import pyspark
+
+        if tuple(int(p) for p in pyspark.__version__.split(".")[:2]) < (4, 2):
+            raise S3DDBError(
+                f"s3ddb streaming reads need PySpark >= 4.2, found {pyspark.__version__}"
+            )
         from s3ddb.spark_ext.stream_source import S3DDBStreamReader
 
         return S3DDBStreamReader(self.options, schema)
