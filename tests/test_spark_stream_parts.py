@@ -33,6 +33,11 @@ def _table(start: int, n: int = 10) -> pa.Table:
     return pa.table({"id": pa.array(ids, pa.int64()), "v": [f"r{i}" for i in ids]})
 
 
+def _at(offset: dict[str, Any]) -> StreamOffset:
+    """An offset the reader returned (equality ignores the dataset id it carries)."""
+    return StreamOffset.from_json(offset, "the reader's offset")
+
+
 def _appends(uri: str, count: int) -> None:
     for i in range(count):
         s3ddb.write_dataset(_table(i * 10), uri, mode="append" if i else "create")
@@ -42,9 +47,10 @@ def _appends(uri: str, count: int) -> None:
 
 
 def test_offsets_round_trip_through_json() -> None:
-    offset = StreamOffset(7, snapshot=True, index=3)
-    assert StreamOffset.from_json(offset.to_json(), "here") == offset
-    assert list(offset.to_json()) == ["format", "version", "snapshot", "index"]
+    offset = StreamOffset(7, snapshot=True, index=3, dataset="d-1")
+    back = StreamOffset.from_json(offset.to_json(), "here")
+    assert (back, back.dataset) == (offset, "d-1")
+    assert list(offset.to_json()) == ["format", "version", "snapshot", "index", "dataset"]
     assert StreamOffset(3) < StreamOffset(3, index=1) < StreamOffset(4)
 
 
@@ -190,15 +196,16 @@ def test_a_missing_version_is_a_clear_error(local_uri: str) -> None:
 def test_the_reader_plans_offsets_as_spark_asks(local_uri: str, tmp_path: Path) -> None:
     _appends(local_uri, 3)
     reader = S3DDBStreamReader({"path": local_uri, "maxFilesPerTrigger": "2"}, SCHEMA)
-    assert reader.initialOffset() == StreamOffset(3, snapshot=True).to_json()
+    assert _at(reader.initialOffset()) == StreamOffset(3, snapshot=True)
+    assert reader.initialOffset()["dataset"] == s3ddb.dataset(local_uri).manifest.dataset_id
     assert reader.getDefaultReadLimit() == ReadMaxFiles(2)
     start = StreamOffset(1).to_json()
-    assert reader.latestOffset(start, ReadMaxFiles(2)) == StreamOffset(3).to_json()
-    assert reader.latestOffset(start, ReadMaxBytes(1)) == StreamOffset(2).to_json()
-    assert reader.latestOffset(start, ReadAllAvailable()) == StreamOffset(4).to_json()
+    assert _at(reader.latestOffset(start, ReadMaxFiles(2))) == StreamOffset(3)
+    assert _at(reader.latestOffset(start, ReadMaxBytes(1))) == StreamOffset(2)
+    assert _at(reader.latestOffset(start, ReadAllAvailable())) == StreamOffset(4)
     reader.prepareForTriggerAvailableNow()
     s3ddb.write_dataset(_table(30), local_uri, mode="append")
-    assert reader.latestOffset(start, ReadAllAvailable()) == StreamOffset(4).to_json(), (
+    assert _at(reader.latestOffset(start, ReadAllAvailable())) == StreamOffset(4), (
         "AvailableNow reads up to the version that was newest when the query started"
     )
     parts = reader.partitions(start, StreamOffset(4).to_json())
@@ -217,7 +224,9 @@ def test_a_version_without_a_column_the_stream_reads_fails_planning(local_uri: s
     ds.drop_columns(["v"])
     s3ddb.write_dataset(_table(20).drop_columns(["v"]), local_uri, mode="append")
     start, end = StreamOffset(1).to_json(), StreamOffset(5).to_json()
-    assert reader.latestOffset(start, ReadAllAvailable()) == end, "drop_columns adds no rows"
+    assert _at(reader.latestOffset(start, ReadAllAvailable())) == StreamOffset(5), (
+        "drop_columns adds no rows"
+    )
     with pytest.raises(SchemaMismatchError, match=r"version 4 of .* no column\(s\) \['v'\]"):
         reader.partitions(start, end)
     # Up to the version before, the stream reads on.
@@ -228,7 +237,24 @@ def test_a_version_without_a_column_the_stream_reads_fails_planning(local_uri: s
 def test_a_starting_version_beyond_the_next_one_is_refused(local_uri: str) -> None:
     _appends(local_uri, 2)
     ahead = S3DDBStreamReader({"path": local_uri, "startingVersion": "3"}, SCHEMA)
-    assert ahead.initialOffset() == StreamOffset(3).to_json(), "the next version is fine"
+    assert _at(ahead.initialOffset()) == StreamOffset(3), "the next version is fine"
     beyond = S3DDBStreamReader({"path": local_uri, "startingVersion": "4"}, SCHEMA)
     with pytest.raises(InvalidInputError, match="startingVersion 4 is beyond the newest"):
         beyond.initialOffset()
+
+
+def test_a_checkpoint_of_another_dataset_at_the_same_uri_is_refused(local_uri: str) -> None:
+    import shutil
+
+    _appends(local_uri, 3)
+    reader = S3DDBStreamReader({"path": local_uri, "startingVersion": "1"}, SCHEMA)
+    start = reader.latestOffset(reader.initialOffset(), ReadMaxFiles(1))
+    shutil.rmtree(local_uri)
+    _appends(local_uri, 3)  # as many versions, another dataset
+    again = S3DDBStreamReader({"path": local_uri, "startingVersion": "1"}, SCHEMA)
+    with pytest.raises(InvalidInputError, match="dropped and re-created"):
+        again.latestOffset(start, ReadAllAvailable())
+    broken = dict(start, index=5)
+    fresh = again.latestOffset(again.initialOffset(), ReadMaxFiles(1))
+    with pytest.raises(InvalidInputError, match="past the 1 fragment"):
+        again.latestOffset(dict(broken, dataset=fresh["dataset"]), ReadAllAvailable())

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import s3ddb
@@ -83,6 +83,8 @@ class StreamOffset:
     version: int
     snapshot: bool = False
     index: int = 0
+    #: The identity of the dataset (``Manifest.dataset_id``) the offset belongs to.
+    dataset: str = field(default="", compare=False)
 
     def to_json(self) -> dict[str, Any]:
         """The offset as Spark checkpoints it (always the same keys, in one order)."""
@@ -91,6 +93,7 @@ class StreamOffset:
             "version": self.version,
             "snapshot": self.snapshot,
             "index": self.index,
+            "dataset": self.dataset,
         }
 
     @classmethod
@@ -114,7 +117,10 @@ class StreamOffset:
         version = _non_negative_int(data, "version", where)
         if version < 1:
             raise InvalidInputError(f"{where}: version must be >= 1, got {version}")
-        return cls(version, snapshot, _non_negative_int(data, "index", where))
+        dataset = data.get("dataset", "")
+        if not isinstance(dataset, str):
+            raise InvalidInputError(f"{where}: dataset must be a string, got {dataset!r}")
+        return cls(version, snapshot, _non_negative_int(data, "index", where), dataset)
 
     def next_segment(self) -> StreamOffset:
         """The start of the segment after this one."""
@@ -271,6 +277,18 @@ class StreamPlanner:
                 f"startingVersion {segment.version + 1} or later."
             )
 
+    def dataset_id(self) -> str:
+        """The dataset's identity, as offsets record it."""
+        return self._open().manifest.dataset_id
+
+    def _check_index(self, position: StreamOffset, segment: Segment) -> None:
+        if position.index > len(segment.fragments):
+            raise InvalidInputError(
+                f"stream offset {position} is past the {len(segment.fragments)} fragment(s) "
+                f"version {position.version} of {self._uri} emits: the checkpoint belongs "
+                "to another dataset"
+            )
+
     def advance(
         self,
         start: StreamOffset,
@@ -294,6 +312,7 @@ class StreamPlanner:
                 if position == start:
                     self.check_not_change(segment)
                 return position
+            self._check_index(position, segment)
             for i in range(position.index, len(segment.fragments)):
                 cost = fragment_bytes(segment.fragments[i])
                 full = max_files is not None and files >= max_files
@@ -323,6 +342,7 @@ class StreamPlanner:
         while position < end:
             segment = self.segment(position.version, position.snapshot)
             self.check_not_change(segment)
+            self._check_index(position, segment)
             stop = len(segment.fragments)
             if (end.version, end.snapshot) == (position.version, position.snapshot):
                 stop = min(stop, end.index)

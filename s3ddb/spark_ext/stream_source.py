@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
@@ -181,6 +181,27 @@ class S3DDBStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # --- offsets, on the driver ------------------------------------------------------
 
+    def _offset(self, data: Any, what: str) -> StreamOffset:
+        """An offset Spark hands back, checked to be of this dataset.
+
+        Raises:
+            InvalidInputError: malformed, or of another dataset (one re-created at
+                the same URI: the checkpoint's positions mean nothing in it).
+        """
+        planner = self._plan()
+        offset = StreamOffset.from_json(data, f"the {what} offset of {planner.uri}")
+        current = planner.dataset_id()
+        if offset.dataset and current and offset.dataset != current:
+            raise InvalidInputError(
+                f"the stream's checkpoint was written for dataset {offset.dataset} but "
+                f"{planner.uri} is now dataset {current} (dropped and re-created?): start "
+                "the query with a new checkpoint"
+            )
+        return offset
+
+    def _out(self, offset: StreamOffset) -> dict[str, Any]:
+        return replace(offset, dataset=self._plan().dataset_id()).to_json()
+
     def initialOffset(self) -> dict[str, Any]:
         """Where a new query starts (a restarted one starts from its checkpoint)."""
         options = self._options
@@ -192,16 +213,16 @@ class S3DDBStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     f"startingVersion {options.starting_version} is beyond the newest "
                     f"version of {source.uri}, {latest} (the next is {latest + 1})"
                 )
-            return StreamOffset(options.starting_version).to_json()
+            return self._out(StreamOffset(options.starting_version))
         if options.starting_timestamp is not None:
             when = options.starting_timestamp
-            return StreamOffset(
-                starting_version_at(source.uri, source.storage_options, when)
-            ).to_json()
+            return self._out(
+                StreamOffset(starting_version_at(source.uri, source.storage_options, when))
+            )
         latest = self._plan().latest_version()
         if options.starting_latest:
-            return StreamOffset(latest + 1).to_json()
-        return StreamOffset(latest, snapshot=True).to_json()
+            return self._out(StreamOffset(latest + 1))
+        return self._out(StreamOffset(latest, snapshot=True))
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self._options.max_files is None and self._options.max_bytes is not None:
@@ -222,7 +243,7 @@ class S3DDBStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 dataset's newest version (the dataset was re-created?).
         """
         planner = self._plan()
-        position = StreamOffset.from_json(start, f"the start offset of {planner.uri}")
+        position = self._offset(start, "start")
         latest = planner.latest_version()
         if position.version > latest + 1:
             raise InvalidInputError(
@@ -238,7 +259,7 @@ class S3DDBStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 max_files = limit.max_files
             elif isinstance(limit, ReadMaxBytes):
                 max_bytes = limit.max_bytes
-        return planner.advance(position, last, max_files, max_bytes).to_json()
+        return self._out(planner.advance(position, last, max_files, max_bytes))
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         """The tasks that read the fragments from ``start`` up to ``end``: the same
@@ -250,8 +271,7 @@ class S3DDBStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 turned off since the batch was planned).
         """
         planner = self._plan()
-        first = StreamOffset.from_json(start, f"the start offset of {planner.uri}")
-        last = StreamOffset.from_json(end, f"the end offset of {planner.uri}")
+        first, last = self._offset(start, "start"), self._offset(end, "end")
         source = self._options.source
         groups: list[StreamPartition] = []
         current: list[_Item] = []
