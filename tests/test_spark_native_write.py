@@ -72,6 +72,9 @@ def test_native_writes_create_append_and_overwrite(spark: Any, local_uri: str) -
     assert b"org.apache.spark.version" in (written.metadata or {})
     assert not (Path(local_uri) / "_spark_staging").exists()
     assert storage.orphans(local_uri) == set()
+    # Timestamps went as microseconds, the session's own setting is back.
+    assert written.field("t").type == pa.timestamp("us", tz="UTC")
+    assert spark.conf.get("spark.sql.parquet.outputTimestampType") == "INT96"
 
     s3ddb.spark_ext.write(spark.range(3).selectExpr("id", "'new' AS label"), local_uri, "overwrite")
     ds = s3ddb.dataset(local_uri)

@@ -50,7 +50,8 @@ log = logging.getLogger(__name__)
 #: Where Spark writes before the driver moves committed files into ``data/``.
 STAGING_DIR = "_spark_staging"
 
-#: Spark writes timestamps as INT96 by default, which Arrow reads as nanoseconds.
+#: Spark writes timestamps as INT96 by default, which Arrow reads as nanoseconds; a
+#: write with timestamp columns sets this in the session while it runs.
 _SESSION_CONF = {"spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS"}
 
 _fallback_said = False
@@ -219,10 +220,12 @@ def write(
     staging = f"{STAGING_DIR}/{plan.write_id}"
     fields = tuple(plan.schema.top_level_ids(df.columns))
     spark = df.sparkSession
-    saved = {k: spark.conf.get(k, None) for k in _SESSION_CONF}
+    # The session setting is changed for this write only, and only when it matters.
+    conf = _SESSION_CONF if "timestamp" in df.schema.simpleString() else {}
+    saved = {k: spark.conf.get(k, None) for k in conf}
     moved: list[FragmentMetadata] = []
     try:
-        for key, value in _SESSION_CONF.items():
+        for key, value in conf.items():
             spark.conf.set(key, value)
         writer = _with_field_ids(df, plan.schema).write.mode("overwrite")
         if max_records_per_file:
