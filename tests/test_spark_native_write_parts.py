@@ -29,6 +29,8 @@ def test_the_jvm_reaches_local_paths_and_s3_through_a_named_connector(tmp_path: 
 def test_footer_statistics_equal_the_statistics_of_the_rows(tmp_path: Path) -> None:
     table = pa.table(
         {
+            # A nested column first: row groups index leaves, not top-level fields.
+            "nested": pa.array([{"a": i, "b": -i} for i in range(6)]),
             "id": pa.array([5, -3, 9, None, 100, 7], pa.int64()),
             "small": pa.array([1, 2, 3, 4, 5, 6], pa.int8()),
             "flag": pa.array([True, None, True, True, None, True]),

@@ -87,11 +87,15 @@ def footer_statistics(metadata: pq.FileMetaData, data_file: DataFile) -> FileSta
     columns get none, and are never pruned: a missing bound only costs a read."""
     arrow = metadata.schema.to_arrow_schema()
     by_id = file_columns_by_id(arrow)
+    # Row groups index leaf columns: a top-level integer column is the leaf whose
+    # path is its name (nested columns before it shift the positions).
+    leaves = {metadata.schema.column(i).path: i for i in range(metadata.num_columns)}
     columns = []
     for field_id in data_file.fields:
-        index = arrow.get_field_index(by_id[field_id])
-        t = arrow.field(index).type
-        if not (pa.types.is_signed_integer(t) or pa.types.is_boolean(t)):
+        name = by_id[field_id]
+        t = arrow.field(name).type
+        index = leaves.get(name)
+        if index is None or not (pa.types.is_signed_integer(t) or pa.types.is_boolean(t)):
             continue
         bounds: list[int] = []
         nulls = 0
