@@ -184,3 +184,22 @@ def test_a_store_the_jvm_cannot_reach_falls_back_to_the_python_writer(
     assert len(said) == 1, "said once"
     ds = s3ddb.dataset(uri, storage_options=opts)
     assert sorted(ds.to_table().column("id").to_pylist()) == list(range(40))
+
+
+def test_nested_columns_and_pruning_by_footer_bounds(spark: Any, local_uri: str) -> None:
+    import s3ddb.spark_ext
+
+    df = spark.range(0, 400, numPartitions=4).selectExpr(
+        "named_struct('a', id, 'b', CONCAT('x', CAST(id AS STRING))) AS nested",
+        "ARRAY(id, id + 1) AS pair",
+        "id",
+    )
+    s3ddb.spark_ext.write(df, local_uri)
+    ds = s3ddb.dataset(local_uri)
+    assert _rows(ds.to_table()) == _rows(df.toArrow())
+    # Each of the 4 files holds 100 consecutive ids: a lookup keeps one fragment.
+    assert ds.to_table(filter="id = 250").to_pylist() == [
+        {"nested": {"a": 250, "b": "x250"}, "pair": [250, 251], "id": 250}
+    ]
+    bounds = sorted((c.min, c.max) for f in ds.get_fragments() for c in f.stats[0].columns)
+    assert bounds == [(0, 99), (100, 199), (200, 299), (300, 399)]
