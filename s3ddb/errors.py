@@ -47,6 +47,7 @@ __all__ = [
     "S3DDBError",
     "SchemaMismatchError",
     "StoredMetadataError",
+    "StreamChangeCommitError",
     "TooMuchWriteContentionError",
     "TransactionAlreadyCommittedError",
     "UnsafeCastError",
@@ -158,6 +159,12 @@ class StoredMetadataError(ManifestCorruptError):
     fragment, a tag file without a valid version, a DynamoDB row attribute of the
     wrong type... The message names the file (or row), the version and what is wrong.
     Checked before use, in bounded time and memory."""
+
+
+class StreamChangeCommitError(S3DDBError):
+    """A streaming read reached a version that deletes or changes rows (a delete, an
+    update, an upsert that updates, an overwrite, a restore): a stream of appended rows
+    cannot express it. Read with ``skipChangeCommits=true`` to skip such versions."""
 
 
 class DataFileError(S3DDBError):

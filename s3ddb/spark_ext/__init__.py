@@ -6,6 +6,7 @@
     spark.read.format("s3ddb").option("version", 3).load(uri)
     spark.sql("SELECT * FROM s3ddb_versions('<uri>')")
     s3ddb.spark_ext.delete(spark, uri, "id < 10")
+    s3ddb.spark_ext.write(df, uri, mode="append")   # Spark's own Parquet writer
 
 Everything is pure Python: no jars, no ``spark.sql.extensions`` class. The data
 source also registers itself in every session (PySpark discovers the top-level
@@ -22,6 +23,7 @@ from s3ddb.errors import S3DDBError
 if TYPE_CHECKING:
     from s3ddb.spark_ext.atomic import atomic_batches, write_atomic
     from s3ddb.spark_ext.distributed import compact, delete, merge_insert, update
+    from s3ddb.spark_ext.native_write import write
 
 __all__ = [
     "atomic_batches",
@@ -31,6 +33,7 @@ __all__ = [
     "merge_insert",
     "register",
     "update",
+    "write",
     "write_atomic",
 ]
 
@@ -111,4 +114,9 @@ def __getattr__(name: str) -> Any:
         from s3ddb.spark_ext import atomic
 
         return getattr(atomic, name)
+    if name == "write":
+        _require_pyspark()
+        from s3ddb.spark_ext import native_write
+
+        return native_write.write
     raise AttributeError(f"module 's3ddb.spark_ext' has no attribute {name!r}")

@@ -21,6 +21,14 @@ DEFAULT_MAX_PARTITION_ROWS = DEFAULT_MAX_ROWS_PER_FILE
 _SPARK_OWN = {"path", "checkpointlocation", "queryname", "__partition_columns"}
 _READ = {"version", "tag", "timestamp", "maxpartitionbytes", "maxpartitionrows", "pushfilters"}
 _WRITE = {"maxrowsperfile", "streamid"}
+# Streaming reads' own options, parsed by s3ddb.spark_ext.stream_source.
+STREAM_READ = {
+    "startingversion",
+    "startingtimestamp",
+    "maxfilespertrigger",
+    "maxbytespertrigger",
+    "skipchangecommits",
+}
 
 
 def _positive_int(name: str, text: str) -> int:
@@ -62,7 +70,9 @@ class SourceOptions:
                 "the s3ddb data source needs a dataset URI: .load(uri) / .save(uri)"
             )
         parse_uri(uri)
-        storage = {k: v for k, v in lowered.items() if k not in _SPARK_OWN | _READ | _WRITE}
+        storage = {
+            k: v for k, v in lowered.items() if k not in _SPARK_OWN | _READ | _WRITE | STREAM_READ
+        }
         AwsConfig.from_storage_options(storage)  # unknown options fail at planning
         pins = [k for k in ("version", "tag", "timestamp") if k in lowered]
         if len(pins) > 1:

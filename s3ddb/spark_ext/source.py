@@ -3,6 +3,7 @@
     df.write.format("s3ddb").mode("append").save(uri)
     spark.read.format("s3ddb").option("version", 3).load(uri)
     df.writeStream.format("s3ddb").option("checkpointLocation", cp).start(uri)
+    spark.readStream.format("s3ddb").load(uri)   # see stream_source
 
 Options: ``version`` / ``tag`` / ``timestamp`` pin what a read sees (default: the
 newest version when the query is planned); ``maxPartitionBytes`` and
@@ -23,10 +24,12 @@ from pyspark.sql.datasource import (
     DataSourceArrowWriter,
     DataSourceReader,
     DataSourceStreamArrowWriter,
+    DataSourceStreamReader,
     InputPartition,
 )
 
 from s3ddb.dataset import Dataset, dataset
+from s3ddb.errors import S3DDBError
 from s3ddb.format.bases import FileResolver
 from s3ddb.format.fragment import FragmentMetadata
 from s3ddb.format.schema import DatasetSchema
@@ -92,6 +95,22 @@ class S3DDBDataSource(DataSource):
 
     def streamWriter(self, schema: Any, overwrite: bool) -> S3DDBStreamWriter:
         return S3DDBStreamWriter(_write.WritePlan.make(self._options, schema, overwrite))
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        """``spark.readStream.format("s3ddb")``: see :mod:`s3ddb.spark_ext.stream_source`.
+
+        Raises:
+            S3DDBError: PySpark is older than 4.2 (no admission control API).
+        """
+        import pyspark
+
+        if tuple(int(p) for p in pyspark.__version__.split(".")[:2]) < (4, 2):
+            raise S3DDBError(
+                f"s3ddb streaming reads need PySpark >= 4.2, found {pyspark.__version__}"
+            )
+        from s3ddb.spark_ext.stream_source import S3DDBStreamReader
+
+        return S3DDBStreamReader(self.options, schema)
 
 
 class FragmentGroup(InputPartition):

@@ -1,0 +1,321 @@
+"""``spark.readStream.format("s3ddb").load(uri)``: the rows each version appended.
+
+    (spark.readStream.format("s3ddb")
+        .option("maxFilesPerTrigger", 100)        # admission control
+        .load(uri)
+        .writeStream.option("checkpointLocation", cp).start(...))
+
+Offsets are :class:`~s3ddb.spark_ext.stream_plan.StreamOffset`s (a version, plus a
+position among its fragments), so a micro-batch replayed after a restart reads exactly
+what it read before (see :mod:`s3ddb.spark_ext.stream_plan` for which versions emit
+what). Options: ``startingVersion`` (a number or ``latest``) or ``startingTimestamp``
+(default: the whole newest version first, then what later versions append),
+``maxFilesPerTrigger`` (default 1000 when ``maxBytesPerTrigger`` is not set) and
+``maxBytesPerTrigger``, ``skipChangeCommits``; ``Trigger.AvailableNow`` reads up to
+the newest version when the query starts, in batches of the admitted size.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    ReadMaxFiles,
+    SupportsTriggerAvailableNow,
+)
+
+from s3ddb.errors import InvalidInputError, SchemaMismatchError
+from s3ddb.format.bases import BasePath, FileResolver
+from s3ddb.format.fragment import FragmentMetadata
+from s3ddb.format.schema import DatasetSchema
+from s3ddb.io.object_store import ObjectStore
+from s3ddb.scan import read_visible_rows
+from s3ddb.spark_ext._options import SourceOptions
+from s3ddb.spark_ext._types import arrow_schema_of, cast_for_spark
+from s3ddb.spark_ext.stream_plan import (
+    StreamOffset,
+    StreamPlanner,
+    fragment_bytes,
+    starting_version_at,
+)
+
+__all__ = [
+    "DEFAULT_MAX_FILES_PER_TRIGGER",
+    "S3DDBStreamReader",
+    "StreamOptions",
+    "StreamPartition",
+]
+
+#: Fragments per micro-batch when neither maxFilesPerTrigger nor maxBytesPerTrigger
+#: is set (Delta Lake's default too).
+DEFAULT_MAX_FILES_PER_TRIGGER = 1000
+
+#: Rows per Arrow batch handed to Spark.
+BATCH_ROWS = 64 * 1024
+
+_SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def _positive(name: str, text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise InvalidInputError(f"option {name} must be an integer, got {text!r}") from None
+    if value < 1:
+        raise InvalidInputError(f"option {name} must be >= 1, got {value}")
+    return value
+
+
+def _size(name: str, text: str) -> int:
+    match = _SIZE.match(text)
+    if not match or int(match.group(1)) < 1:
+        raise InvalidInputError(
+            f"option {name} must be a size in bytes >= 1 (e.g. 1048576, 512m, 1g), got {text!r}"
+        )
+    return int(match.group(1)) * _UNITS[match.group(2).lower()]
+
+
+@dataclass(frozen=True)
+class StreamOptions:
+    """The options of a streaming read (on top of :class:`SourceOptions`).
+
+    Raises:
+        InvalidInputError: a malformed value, both starting options, or a batch
+            read's pin (``version``/``tag``/``timestamp``).
+    """
+
+    source: SourceOptions
+    starting_version: int | None = None  # None: a snapshot first, unless...
+    starting_latest: bool = False  # ... startingVersion=latest: only new versions
+    starting_timestamp: str | None = None
+    max_files: int | None = None
+    max_bytes: int | None = None
+    skip_change_commits: bool = False
+
+    @classmethod
+    def parse(cls, options: Mapping[str, Any]) -> StreamOptions:
+        source = SourceOptions.parse(options)
+        lowered = {str(k).lower(): str(v) for k, v in options.items()}
+        pinned = [k for k in ("version", "tag", "timestamp") if k in lowered]
+        if pinned:
+            raise InvalidInputError(
+                f"option {pinned[0]} pins a batch read; a stream starts at "
+                "startingVersion or startingTimestamp"
+            )
+        if "startingversion" in lowered and "startingtimestamp" in lowered:
+            raise InvalidInputError("give startingVersion or startingTimestamp, not both")
+        starting = lowered.get("startingversion")
+        latest = starting is not None and starting.strip().lower() == "latest"
+        skip = lowered.get("skipchangecommits", "false").strip().lower()
+        if skip not in ("true", "false"):
+            raise InvalidInputError(f"option skipChangeCommits must be true or false, got {skip!r}")
+        max_files = lowered.get("maxfilespertrigger")
+        max_bytes = lowered.get("maxbytespertrigger")
+        return cls(
+            source=source,
+            starting_version=(
+                _positive("startingVersion", starting) if starting and not latest else None
+            ),
+            starting_latest=latest,
+            starting_timestamp=lowered.get("startingtimestamp"),
+            max_files=_positive("maxFilesPerTrigger", max_files) if max_files else None,
+            max_bytes=_size("maxBytesPerTrigger", max_bytes) if max_bytes else None,
+            skip_change_commits=skip == "true",
+        )
+
+
+@dataclass(frozen=True)
+class _Item:
+    """One fragment to read, with what reading it needs from its version."""
+
+    version: int
+    fragment: FragmentMetadata
+    schema: DatasetSchema
+    base_paths: tuple[BasePath, ...]
+
+
+class StreamPartition(InputPartition):
+    """One task of a micro-batch: fragments read one after another."""
+
+    def __init__(self, index: int, items: Sequence[_Item]) -> None:
+        super().__init__(index)
+        self.items = tuple(items)
+
+
+class S3DDBStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """The streaming reader. Spark keeps one instance on the driver for the whole
+    query (planning: offsets and partitions) and ships copies to tasks (``read``);
+    nothing is read from storage until Spark asks."""
+
+    def __init__(self, options: Mapping[str, Any], schema: Any) -> None:
+        self._options = StreamOptions.parse(options)
+        self._columns = [f.name for f in schema.fields]
+        self._target = arrow_schema_of(schema)
+        self._planner: StreamPlanner | None = None
+        self._available_now: int | None = None  # the last version AvailableNow reads
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Tasks need only the options and the schema, not the driver's cached manifests.
+        state = dict(self.__dict__)
+        state["_planner"] = None
+        return state
+
+    def _plan(self) -> StreamPlanner:
+        if self._planner is None:
+            source = self._options.source
+            self._planner = StreamPlanner(
+                source.uri,
+                source.storage_options,
+                skip_change_commits=self._options.skip_change_commits,
+            )
+        return self._planner
+
+    # --- offsets, on the driver ------------------------------------------------------
+
+    def _offset(self, data: Any, what: str) -> StreamOffset:
+        """An offset Spark hands back, checked to be of this dataset.
+
+        Raises:
+            InvalidInputError: malformed, or of another dataset (one re-created at
+                the same URI: the checkpoint's positions mean nothing in it).
+        """
+        planner = self._plan()
+        offset = StreamOffset.from_json(data, f"the {what} offset of {planner.uri}")
+        current = planner.dataset_id()
+        if offset.dataset and current and offset.dataset != current:
+            raise InvalidInputError(
+                f"the stream's checkpoint was written for dataset {offset.dataset} but "
+                f"{planner.uri} is now dataset {current} (dropped and re-created?): start "
+                "the query with a new checkpoint"
+            )
+        return offset
+
+    def _out(self, offset: StreamOffset) -> dict[str, Any]:
+        return replace(offset, dataset=self._plan().dataset_id()).to_json()
+
+    def initialOffset(self) -> dict[str, Any]:
+        """Where a new query starts (a restarted one starts from its checkpoint)."""
+        options = self._options
+        source = options.source
+        if options.starting_version is not None:
+            latest = self._plan().latest_version()
+            if options.starting_version > latest + 1:
+                raise InvalidInputError(
+                    f"startingVersion {options.starting_version} is beyond the newest "
+                    f"version of {source.uri}, {latest} (the next is {latest + 1})"
+                )
+            return self._out(StreamOffset(options.starting_version))
+        if options.starting_timestamp is not None:
+            when = options.starting_timestamp
+            return self._out(
+                StreamOffset(starting_version_at(source.uri, source.storage_options, when))
+            )
+        latest = self._plan().latest_version()
+        if options.starting_latest:
+            return self._out(StreamOffset(latest + 1))
+        return self._out(StreamOffset(latest, snapshot=True))
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self._options.max_files is None and self._options.max_bytes is not None:
+            return ReadMaxBytes(self._options.max_bytes)
+        return ReadMaxFiles(self._options.max_files or DEFAULT_MAX_FILES_PER_TRIGGER)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._available_now = self._plan().latest_version()
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        """The end of the next micro-batch: within ``limit`` (and, unless Spark asks
+        for everything, both per-trigger options), up to the newest version or the one
+        ``Trigger.AvailableNow`` fixed.
+
+        Raises:
+            StreamChangeCommitError: the stream is at a change commit.
+            InvalidInputError: ``start`` is not an s3ddb offset, or is past the
+                dataset's newest version (the dataset was re-created?).
+        """
+        planner = self._plan()
+        position = self._offset(start, "start")
+        latest = planner.latest_version()
+        if position.version > latest + 1:
+            raise InvalidInputError(
+                f"the stream's checkpoint is at version {position.version} of {planner.uri}, "
+                f"whose newest version is {latest}: was the dataset dropped and re-created? "
+                "Start the query with a new checkpoint"
+            )
+        last = latest if self._available_now is None else min(latest, self._available_now)
+        max_files = max_bytes = None
+        if not isinstance(limit, ReadAllAvailable):
+            max_files, max_bytes = self._options.max_files, self._options.max_bytes
+            if isinstance(limit, ReadMaxFiles):
+                max_files = limit.max_files
+            elif isinstance(limit, ReadMaxBytes):
+                max_bytes = limit.max_bytes
+        return self._out(planner.advance(position, last, max_files, max_bytes))
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        """The tasks that read the fragments from ``start`` up to ``end``: the same
+        fragments, grouped the same way, whenever Spark asks (a replayed batch).
+
+        Raises:
+            SchemaMismatchError: a version lacks a column the stream reads.
+            StreamChangeCommitError: a change commit lies in between (the option was
+                turned off since the batch was planned).
+        """
+        planner = self._plan()
+        first, last = self._offset(start, "start"), self._offset(end, "end")
+        source = self._options.source
+        groups: list[StreamPartition] = []
+        current: list[_Item] = []
+        size = rows = 0
+        for segment, fragment in planner.between(first, last):
+            manifest = segment.manifest
+            missing = [c for c in self._columns if c not in manifest.schema.arrow.names]
+            if missing:
+                raise SchemaMismatchError(
+                    f"version {segment.version} of {planner.uri} has no column(s) {missing} "
+                    "that the stream reads (its schema changed): restart the query to read "
+                    "with the dataset's new schema"
+                )
+            cost = fragment_bytes(fragment)
+            if current and (
+                size + cost > source.max_partition_bytes
+                or rows + fragment.physical_rows > source.max_partition_rows
+            ):
+                groups.append(StreamPartition(len(groups), current))
+                current, size, rows = [], 0, 0
+            current.append(_Item(segment.version, fragment, manifest.schema, manifest.base_paths))
+            size += cost
+            rows += fragment.physical_rows
+        if current:
+            groups.append(StreamPartition(len(groups), current))
+        planner.forget_before(first.version)
+        return groups
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Spark is done with everything before ``end``: forget it."""
+        position = StreamOffset.from_json(
+            end, f"the committed offset of {self._options.source.uri}"
+        )
+        self._plan().forget_before(position.version)
+
+    # --- rows, in tasks --------------------------------------------------------------
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """The visible rows of the partition's fragments, each as of its version."""
+        assert isinstance(partition, StreamPartition)
+        source = self._options.source
+        store = ObjectStore(source.uri, source.storage_options)
+        for item in partition.items:
+            files = FileResolver(store, item.base_paths)
+            table = read_visible_rows(files, item.fragment, item.schema, self._columns)
+            if table.num_rows:
+                yield from cast_for_spark(table, self._target).to_batches(BATCH_ROWS)

@@ -1,0 +1,58 @@
+"""A Spark application (``local[2,2]``: a failed task is retried once) whose native
+write has every task's first attempt fail after writing rows, for the tests of
+``s3ddb.spark_ext.write``.
+
+    python -m tests.native_write_app URI --rows N
+
+Prints one JSON line: ``{"version": ..., "attempts": [...]}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.native_write_app")
+    parser.add_argument("uri")
+    parser.add_argument("--rows", type=int, default=1000)
+    args = parser.parse_args(argv)
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    import pyarrow as pa
+    from pyspark import TaskContext
+    from pyspark.sql import SparkSession
+
+    import s3ddb.spark_ext
+
+    builder = (
+        SparkSession.builder.master("local[2,2]")
+        .appName("s3ddb-native-write-app")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.execution.arrow.maxRecordsPerBatch", "100")
+    )
+    spark = s3ddb.spark_ext.configure(builder).getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+
+    def first_attempts_fail(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        context = TaskContext.get()
+        for i, batch in enumerate(batches):
+            if context is not None and context.attemptNumber() == 0 and i == 2:
+                raise RuntimeError("the first attempt of every task fails midway")
+            yield batch
+
+    df: Any = spark.range(0, args.rows, numPartitions=2).selectExpr("id", "CAST(id AS STRING) AS s")
+    df = df.mapInArrow(first_attempts_fail, df.schema)
+    committed = s3ddb.spark_ext.write(df, args.uri, mode="append", max_records_per_file=50)
+    spark.stop()
+    print(json.dumps({"version": committed.version if committed else None}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""A Spark application that streams an s3ddb dataset into per-batch Parquet folders,
+for the crash test of the streaming source.
+
+    python -m tests.stream_app URI CHECKPOINT OUT --options JSON --hold-batch N
+
+Each micro-batch ``n`` is written (overwriting) to ``OUT/batch=n``, which makes a
+replayed batch replace its first attempt. After writing batch ``--hold-batch`` it
+creates ``OUT/held`` and waits forever, so the test can SIGKILL it between a batch's
+output and Spark's commit of that batch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.stream_app")
+    parser.add_argument("uri")
+    parser.add_argument("checkpoint")
+    parser.add_argument("out")
+    parser.add_argument("--options", default="{}")
+    parser.add_argument("--hold-batch", type=int, default=-1)
+    args = parser.parse_args(argv)
+    options = json.loads(args.options)
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    import s3ddb.spark_ext
+
+    builder = (
+        SparkSession.builder.master("local[1]")
+        .appName("s3ddb-stream-app")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "1")
+    )
+    spark = s3ddb.spark_ext.configure(builder).getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    out = Path(args.out)
+
+    def sink(df: object, batch_id: int) -> None:
+        df.write.mode("overwrite").parquet(str(out / f"batch={batch_id}"))  # type: ignore[attr-defined]
+        if batch_id == args.hold_batch:
+            (out / "held").write_text(str(batch_id))
+            while True:  # until SIGKILL
+                time.sleep(1)
+
+    query = (
+        spark.readStream.format("s3ddb")
+        .options(**options)
+        .load(args.uri)
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", args.checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,205 @@
+"""``s3ddb.spark_ext.write``: Spark's own Parquet writer, one s3ddb commit, on real
+local Spark (datasets on local paths, which the JVM reaches; an s3+ddb dataset on the
+local endpoint for the fallback)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import s3ddb
+from tests import storage
+from tests import test_spark as shared
+
+pyspark = pytest.importorskip("pyspark")
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.xdist_group("spark")]
+
+# The Spark integration's fixtures: one SparkSession per module, a fresh s3+ddb URI.
+spark, opts, uri = shared.spark, shared.opts, shared.uri
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _df(spark: Any, start: int, n: int, partitions: int = 2) -> Any:
+    return spark.range(start, start + n, numPartitions=partitions).selectExpr(
+        "id",
+        "CAST(id % 10 AS INT) AS k",
+        "CONCAT('s', CAST(id AS STRING)) AS s",
+        "CAST(id AS DOUBLE) / 4 AS x",
+        "TIMESTAMP_SECONDS(id) AS t",
+        "DATE_ADD(DATE'2026-01-01', CAST(id % 100 AS INT)) AS d",
+    )
+
+
+def _rows(table: pa.Table) -> list[dict[str, Any]]:
+    return sorted(table.to_pylist(), key=lambda r: r["id"])
+
+
+def test_native_writes_create_append_and_overwrite(spark: Any, local_uri: str) -> None:
+    import s3ddb.spark_ext
+
+    first = _df(spark, 0, 1000)
+    s3ddb.spark_ext.write(first, local_uri, mode="append")
+    second = _df(spark, 1000, 500)
+    committed = s3ddb.spark_ext.write(second, local_uri, mode="append", max_records_per_file=100)
+    assert committed is not None and committed.version == 2
+    ds = s3ddb.dataset(local_uri)
+    assert [v.operation for v in ds.versions()] == ["Overwrite", "Append"], "one commit each"
+    expected = _rows(first.toArrow()) + _rows(second.toArrow())
+    assert _rows(ds.to_table()) == sorted(expected, key=lambda r: r["id"])
+    # The Python data source reads the same rows, and filters prune by the footers' bounds.
+    assert _rows(spark.read.format("s3ddb").load(local_uri).toArrow()) == _rows(ds.to_table())
+    assert ds.to_table(filter="id = 1234").column("s").to_pylist() == ["s1234"]
+    fragments = ds.get_fragments()
+    # Spark's files, one fragment each: 2 tasks of 500 rows, then 2 x (100 + 100 + 50).
+    assert sorted(f.physical_rows for f in fragments) == [50, 50] + [100] * 4 + [500, 500]
+    assert all(f.stats and f.stats[0].columns for f in fragments), "id bounds recorded"
+    # Files are Spark's, tagged with field ids, named by s3ddb; nothing else is left.
+    data_file = fragments[0].files[0]
+    written = pq.read_schema(Path(local_uri) / "data" / data_file.path)
+    assert written.field("id").metadata[b"PARQUET:field_id"] == b"0"
+    assert b"org.apache.spark.version" in (written.metadata or {})
+    assert not (Path(local_uri) / "_spark_staging").exists()
+    assert storage.orphans(local_uri) == set()
+    # Timestamps went as microseconds, the session's own setting is back.
+    assert written.field("t").type == pa.timestamp("us", tz="UTC")
+    assert spark.conf.get("spark.sql.parquet.outputTimestampType") == "INT96"
+
+    s3ddb.spark_ext.write(spark.range(3).selectExpr("id", "'new' AS label"), local_uri, "overwrite")
+    ds = s3ddb.dataset(local_uri)
+    assert ds.schema.names == ["id", "label"] and ds.count_rows() == 3
+    assert s3ddb.dataset(local_uri, 2).count_rows() == 1500, "the old version is still there"
+
+
+def test_an_append_with_other_columns_is_refused_before_spark_writes(
+    spark: Any, local_uri: str
+) -> None:
+    import s3ddb.spark_ext
+
+    s3ddb.spark_ext.write(_df(spark, 0, 10), local_uri)
+    before = storage.objects(local_uri)
+    with pytest.raises(s3ddb.SchemaMismatchError, match="unexpected columns"):
+        s3ddb.spark_ext.write(spark.range(3).selectExpr("id", "'x' AS other"), local_uri)
+    assert storage.objects(local_uri) == before
+
+
+def test_a_failed_job_commits_nothing_and_leaves_no_file(spark: Any, local_uri: str) -> None:
+    import s3ddb.spark_ext
+
+    s3ddb.spark_ext.write(_df(spark, 0, 100), local_uri)
+    before = storage.objects(local_uri)
+
+    def fail_midway(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        for i, batch in enumerate(batches):
+            if i == 2 and TaskContext.get().partitionId() == 1:
+                raise RuntimeError("task 1 fails after writing rows")
+            yield batch
+
+    df = _df(spark, 100, 2000)
+    key = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    spark.conf.set(key, "100")
+    try:
+        with pytest.raises(Exception, match="task 1 fails after writing rows"):
+            s3ddb.spark_ext.write(df.mapInArrow(fail_midway, df.schema), local_uri)
+    finally:
+        spark.conf.unset(key)
+    assert storage.objects(local_uri) == before
+    assert s3ddb.dataset(local_uri).version == 1
+
+
+def test_retried_task_attempts_commit_each_row_once(local_uri: str) -> None:
+    """Every task's first attempt fails after writing files; the retries succeed. Only
+    the committed attempts' files are in the version, and no other file is left."""
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.native_write_app", local_uri, "--rows", "1000"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"version": 1}
+    ds = s3ddb.dataset(local_uri)
+    ids = sorted(ds.to_table().column("id").to_pylist())
+    assert ids == list(range(1000)), "no row missing or repeated"
+    assert storage.orphans(local_uri) == set()
+    assert not (Path(local_uri) / "_spark_staging").exists()
+
+
+def test_a_writer_in_another_process_commits_meanwhile(spark: Any, local_uri: str) -> None:
+    """While Spark writes, another process appends (started from inside a task): the
+    native write, read at version 1, rebases over it; no row is lost."""
+    import s3ddb.spark_ext
+
+    s3ddb.spark_ext.write(spark.range(10).selectExpr("id", "'first' AS who"), local_uri)
+    code = (
+        "import sys, pyarrow as pa, s3ddb; "
+        "s3ddb.write_dataset(pa.table({'id': pa.array(range(100, 110), pa.int64()), "
+        "'who': ['other'] * 10}), sys.argv[1], mode='append')"
+    )
+
+    def append_meanwhile(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import subprocess as sp
+        import sys as system
+
+        from pyspark import TaskContext
+
+        if TaskContext.get().partitionId() == 0:
+            sp.run([system.executable, "-c", code, local_uri], check=True)
+        yield from batches
+
+    df = spark.range(10, 20, numPartitions=2).selectExpr("id", "'spark' AS who")
+    committed = s3ddb.spark_ext.write(df.mapInArrow(append_meanwhile, df.schema), local_uri)
+    assert committed is not None and committed.version == 3
+    ds = s3ddb.dataset(local_uri)
+    assert [v.operation for v in ds.versions()] == ["Overwrite", "Append", "Append"]
+    rows = ds.to_table().to_pylist()
+    assert sorted(r["id"] for r in rows) == list(range(20)) + list(range(100, 110))
+    assert {r["who"] for r in rows if 10 <= r["id"] < 20} == {"spark"}
+
+
+def test_a_store_the_jvm_cannot_reach_falls_back_to_the_python_writer(
+    spark: Any, uri: str, opts: dict, caplog: pytest.LogCaptureFixture
+) -> None:
+    import s3ddb.spark_ext
+    from s3ddb.spark_ext import native_write
+
+    native_write._fallback_said = False
+    with caplog.at_level(logging.WARNING, logger="s3ddb.spark_ext.native_write"):
+        s3ddb.spark_ext.write(_df(spark, 0, 20), uri, storage_options=opts)
+        s3ddb.spark_ext.write(_df(spark, 20, 20), uri, storage_options=opts)
+    said = [r for r in caplog.records if "writing through the Python data source" in r.message]
+    assert len(said) == 1, "said once"
+    ds = s3ddb.dataset(uri, storage_options=opts)
+    assert sorted(ds.to_table().column("id").to_pylist()) == list(range(40))
+
+
+def test_nested_columns_and_pruning_by_footer_bounds(spark: Any, local_uri: str) -> None:
+    import s3ddb.spark_ext
+
+    df = spark.range(0, 400, numPartitions=4).selectExpr(
+        "named_struct('a', id, 'b', CONCAT('x', CAST(id AS STRING))) AS nested",
+        "ARRAY(id, id + 1) AS pair",
+        "id",
+    )
+    s3ddb.spark_ext.write(df, local_uri)
+    ds = s3ddb.dataset(local_uri)
+    assert _rows(ds.to_table()) == _rows(df.toArrow())
+    # Each of the 4 files holds 100 consecutive ids: a lookup keeps one fragment.
+    assert ds.to_table(filter="id = 250").to_pylist() == [
+        {"nested": {"a": 250, "b": "x250"}, "pair": [250, 251], "id": 250}
+    ]
+    bounds = sorted((c.min, c.max) for f in ds.get_fragments() for c in f.stats[0].columns)
+    assert bounds == [(0, 99), (100, 199), (200, 299), (300, 399)]

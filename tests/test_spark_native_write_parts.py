@@ -1,0 +1,71 @@
+"""The native write's parts without a JVM: where the JVM writes, and the statistics
+read from footers, which pruning trusts (a wrong bound would hide rows)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+pytest.importorskip("pyspark")
+
+from s3ddb.format.fragment import DataFile
+from s3ddb.format.schema import DatasetSchema
+from s3ddb.format.stats import compute_file_statistics, file_key
+from s3ddb.spark_ext.native_write import footer_statistics, jvm_root_of
+
+
+def test_the_jvm_reaches_local_paths_and_s3_through_a_named_connector(tmp_path: Path) -> None:
+    assert jvm_root_of(str(tmp_path / "ds")) == f"file://{tmp_path / 'ds'}"
+    uri = "s3+ddb://bucket/some/prefix?ddbTableName=t"
+    assert jvm_root_of(uri) is None, "no connector named: the Python writer is used"
+    assert jvm_root_of(uri, "s3a") == "s3a://bucket/some/prefix"
+    assert jvm_root_of("s3://bucket/p", "s3") == "s3://bucket/p"
+    assert jvm_root_of("memory://x", "s3a") is None
+
+
+def test_footer_statistics_equal_the_statistics_of_the_rows(tmp_path: Path) -> None:
+    table = pa.table(
+        {
+            # A nested column first: row groups index leaves, not top-level fields.
+            "nested": pa.array([{"a": i, "b": -i} for i in range(6)]),
+            "id": pa.array([5, -3, 9, None, 100, 7], pa.int64()),
+            "small": pa.array([1, 2, 3, 4, 5, 6], pa.int8()),
+            "flag": pa.array([True, None, True, True, None, True]),
+            "empty": pa.array([None] * 6, pa.int32()),
+            "s": ["a", "b", "c", "d", "e", "f"],
+            "x": [0.5, float("nan"), 1.0, 2.0, 3.0, 4.0],
+        }
+    )
+    schema = DatasetSchema.assign(table.schema)
+    fields = tuple(schema.top_level_ids(table.column_names))
+    tagged = pa.schema(
+        [
+            f.with_metadata({b"PARQUET:field_id": str(i).encode()})
+            for f, i in zip(table.schema, fields)
+        ]
+    )
+    path = tmp_path / "f.parquet"
+    pq.write_table(table.cast(tagged), path, row_group_size=2)  # three row groups
+    data_file = DataFile(path="f.parquet", fields=fields)
+    got = footer_statistics(pq.read_metadata(path), data_file)
+    assert got.file_key == file_key("f.parquet")
+    expected = {c.field_id: c for c in compute_file_statistics(table, schema, data_file).columns}
+    by_id = {c.field_id: c for c in got.columns}
+    integer_ids = {schema.field_id(n) for n in ("id", "small", "flag", "empty")}
+    assert set(by_id) == integer_ids, "integer and boolean columns only"
+    for field_id in integer_ids:
+        assert by_id[field_id] == expected[field_id]
+    assert by_id[schema.field_id("id")].min == -3 and by_id[schema.field_id("id")].max == 100
+
+
+def test_a_row_group_without_statistics_gives_the_column_none(tmp_path: Path) -> None:
+    table = pa.table({"id": pa.array(range(10), pa.int64())})
+    schema = DatasetSchema.assign(table.schema)
+    tagged = pa.schema([table.schema.field(0).with_metadata({b"PARQUET:field_id": b"0"})])
+    path = tmp_path / "f.parquet"
+    pq.write_table(table.cast(tagged), path, write_statistics=False)
+    data_file = DataFile(path="f.parquet", fields=(schema.field_id("id"),))
+    assert footer_statistics(pq.read_metadata(path), data_file).columns == ()

@@ -1,0 +1,260 @@
+"""The streaming source's parts without a JVM: offsets read back from checkpoints,
+options, and which versions emit which fragments, on local datasets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+import s3ddb
+from s3ddb.errors import (
+    InvalidInputError,
+    SchemaMismatchError,
+    StreamChangeCommitError,
+    VersionNotFoundError,
+)
+
+pytest.importorskip("pyspark")
+
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxFiles
+from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+from s3ddb.spark_ext.stream_plan import StreamOffset, StreamPlanner, fragment_bytes
+from s3ddb.spark_ext.stream_source import S3DDBStreamReader, StreamOptions
+
+SCHEMA = StructType([StructField("id", LongType(), False), StructField("v", StringType())])
+
+
+def _table(start: int, n: int = 10) -> pa.Table:
+    ids = list(range(start, start + n))
+    return pa.table({"id": pa.array(ids, pa.int64()), "v": [f"r{i}" for i in ids]})
+
+
+def _at(offset: dict[str, Any]) -> StreamOffset:
+    """An offset the reader returned (equality ignores the dataset id it carries)."""
+    return StreamOffset.from_json(offset, "the reader's offset")
+
+
+def _appends(uri: str, count: int) -> None:
+    for i in range(count):
+        s3ddb.write_dataset(_table(i * 10), uri, mode="append" if i else "create")
+
+
+# --- offsets ------------------------------------------------------------------------
+
+
+def test_offsets_round_trip_through_json() -> None:
+    offset = StreamOffset(7, snapshot=True, index=3, dataset="d-1")
+    back = StreamOffset.from_json(offset.to_json(), "here")
+    assert (back, back.dataset) == (offset, "d-1")
+    assert list(offset.to_json()) == ["format", "version", "snapshot", "index", "dataset"]
+    assert StreamOffset(3) < StreamOffset(3, index=1) < StreamOffset(4)
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ([1, 2], "must be an object"),
+        ({"version": 1, "snapshot": False, "index": 0}, "format None is not 1"),
+        ({"format": 2, "version": 1, "snapshot": False, "index": 0}, "format 2 is not 1"),
+        ({"format": 1, "version": 0, "snapshot": False, "index": 0}, "version must be >= 1"),
+        ({"format": 1, "version": "3", "snapshot": False, "index": 0}, "version must be"),
+        ({"format": 1, "version": True, "snapshot": False, "index": 0}, "version must be"),
+        ({"format": 1, "version": 2, "snapshot": "no", "index": 0}, "snapshot must be"),
+        ({"format": 1, "version": 2, "snapshot": False, "index": -1}, "index must be"),
+    ],
+)
+def test_a_malformed_checkpointed_offset_is_a_typed_error(data: Any, message: str) -> None:
+    with pytest.raises(InvalidInputError, match=message) as caught:
+        StreamOffset.from_json(data, "offsets/4 of the checkpoint")
+    assert "offsets/4 of the checkpoint" in str(caught.value)
+
+
+# --- options ------------------------------------------------------------------------
+
+
+def test_stream_options() -> None:
+    parsed = StreamOptions.parse(
+        {
+            "path": "/x",
+            "startingVersion": "4",
+            "maxFilesPerTrigger": "5",
+            "maxBytesPerTrigger": "512m",
+            "skipChangeCommits": "True",
+            "region": "eu-west-1",
+        }
+    )
+    assert (parsed.starting_version, parsed.max_files, parsed.max_bytes) == (4, 5, 512 << 20)
+    assert parsed.skip_change_commits and parsed.source.storage_options == {"region": "eu-west-1"}
+    latest = StreamOptions.parse({"path": "/x", "startingVersion": "latest"})
+    assert latest.starting_latest and latest.starting_version is None
+    assert StreamOptions.parse({"path": "/x", "maxBytesPerTrigger": "1g"}).max_bytes == 1 << 30
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"startingVersion": "1", "startingTimestamp": "2026-01-01"}, "not both"),
+        ({"version": "1"}, "option version pins a batch read"),
+        ({"startingVersion": "0"}, "startingVersion must be >= 1"),
+        ({"startingVersion": "first"}, "startingVersion must be an integer"),
+        ({"maxFilesPerTrigger": "0"}, "maxFilesPerTrigger must be >= 1"),
+        ({"maxBytesPerTrigger": "lots"}, "maxBytesPerTrigger must be a size"),
+        ({"skipChangeCommits": "yes"}, "skipChangeCommits must be true or false"),
+        ({"startingVerison": "1"}, "startingverison"),
+    ],
+)
+def test_bad_stream_options_fail_when_the_query_is_planned(
+    options: dict[str, str], message: str
+) -> None:
+    with pytest.raises(InvalidInputError, match=message):
+        StreamOptions.parse({"path": "/x", **options})
+
+
+# --- which versions emit what ---------------------------------------------------------
+
+
+def test_appends_are_emitted_in_version_order_within_the_limits(local_uri: str) -> None:
+    _appends(local_uri, 5)
+    planner = StreamPlanner(local_uri, {}, skip_change_commits=False)
+    start = StreamOffset(1)
+    assert planner.advance(start, 5) == StreamOffset(6)
+    assert planner.advance(start, 3) == StreamOffset(4), "not past the last version given"
+    assert planner.advance(start, 5, max_files=2) == StreamOffset(3)
+    sizes = [fragment_bytes(planner.segment(v, False).fragments[0]) for v in (1, 2, 3)]
+    assert planner.advance(start, 5, max_bytes=1) == StreamOffset(2), "at least one fragment"
+    assert planner.advance(start, 5, max_bytes=sum(sizes)) == StreamOffset(4)
+    assert planner.advance(start, 5, max_bytes=sum(sizes) - 1) == StreamOffset(3)
+    assert planner.advance(StreamOffset(6), 5) == StreamOffset(6), "nothing new"
+    emitted = [f.id for _, f in planner.between(start, StreamOffset(6))]
+    ds = s3ddb.dataset(local_uri)
+    assert emitted == sorted(f.id for f in ds.get_fragments())
+
+
+def test_a_position_inside_a_version_splits_its_fragments(local_uri: str) -> None:
+    s3ddb.write_dataset(_table(0, 100), local_uri, max_rows_per_file=10)
+    planner = StreamPlanner(local_uri, {}, skip_change_commits=False)
+    end = planner.advance(StreamOffset(1), 1, max_files=4)
+    assert end == StreamOffset(1, index=4)
+    first = [f.id for _, f in planner.between(StreamOffset(1), end)]
+    rest = [f.id for _, f in planner.between(end, planner.advance(end, 1))]
+    assert len(first) == 4 and len(rest) == 6
+    assert first + rest == [f.id for f in s3ddb.dataset(local_uri).get_fragments()]
+    # Asked again (a replay), by a new planner: the same fragments.
+    again = StreamPlanner(local_uri, {}, skip_change_commits=False)
+    assert [f.id for _, f in again.between(StreamOffset(1), end)] == first
+
+
+def test_the_snapshot_segment_has_the_visible_fragments_of_its_version(local_uri: str) -> None:
+    _appends(local_uri, 3)
+    ds = s3ddb.dataset(local_uri)
+    ds.delete("id < 10")  # removes the first fragment entirely
+    ds = s3ddb.dataset(local_uri)
+    ds.delete("id = 15")  # a deletion file on the second
+    planner = StreamPlanner(local_uri, {}, skip_change_commits=False)
+    snapshot = planner.segment(5, snapshot=True)
+    assert snapshot.fragments == tuple(s3ddb.dataset(local_uri).get_fragments())
+    assert snapshot.fragments[0].deletion_file is not None
+    assert planner.advance(StreamOffset(5, snapshot=True), 5) == StreamOffset(6)
+
+
+def test_change_commits_stop_or_are_skipped(local_uri: str) -> None:
+    _appends(local_uri, 2)
+    s3ddb.dataset(local_uri).delete("id = 3")  # version 3
+    s3ddb.write_dataset(_table(20), local_uri, mode="append")  # version 4
+    strict = StreamPlanner(local_uri, {}, skip_change_commits=False)
+    assert strict.advance(StreamOffset(1), 4) == StreamOffset(3), "stops before the delete"
+    with pytest.raises(
+        StreamChangeCommitError, match=r"version 3 of .* \(Delete\) changed 1 fragment"
+    ):
+        strict.advance(StreamOffset(3), 4)
+    lenient = StreamPlanner(local_uri, {}, skip_change_commits=True)
+    assert lenient.advance(StreamOffset(1), 4) == StreamOffset(5)
+    assert len(list(lenient.between(StreamOffset(1), StreamOffset(5)))) == 3
+
+
+def test_an_update_that_rewrites_columns_is_a_change_commit(local_uri: str) -> None:
+    _appends(local_uri, 2)
+    s3ddb.dataset(local_uri).update({"v": "'x'"}, "id = 1", rewrite="columns")
+    planner = StreamPlanner(local_uri, {}, skip_change_commits=False)
+    assert "changed 1 fragment" in planner.segment(3, False).change
+
+
+def test_a_missing_version_is_a_clear_error(local_uri: str) -> None:
+    _appends(local_uri, 2)
+    planner = StreamPlanner(local_uri, {}, skip_change_commits=False)
+    with pytest.raises(VersionNotFoundError, match="needs version 9 of"):
+        planner.segment(9, False)
+
+
+# --- the reader's offsets ------------------------------------------------------------
+
+
+def test_the_reader_plans_offsets_as_spark_asks(local_uri: str, tmp_path: Path) -> None:
+    _appends(local_uri, 3)
+    reader = S3DDBStreamReader({"path": local_uri, "maxFilesPerTrigger": "2"}, SCHEMA)
+    assert _at(reader.initialOffset()) == StreamOffset(3, snapshot=True)
+    assert reader.initialOffset()["dataset"] == s3ddb.dataset(local_uri).manifest.dataset_id
+    assert reader.getDefaultReadLimit() == ReadMaxFiles(2)
+    start = StreamOffset(1).to_json()
+    assert _at(reader.latestOffset(start, ReadMaxFiles(2))) == StreamOffset(3)
+    assert _at(reader.latestOffset(start, ReadMaxBytes(1))) == StreamOffset(2)
+    assert _at(reader.latestOffset(start, ReadAllAvailable())) == StreamOffset(4)
+    reader.prepareForTriggerAvailableNow()
+    s3ddb.write_dataset(_table(30), local_uri, mode="append")
+    assert _at(reader.latestOffset(start, ReadAllAvailable())) == StreamOffset(4), (
+        "AvailableNow reads up to the version that was newest when the query started"
+    )
+    parts = reader.partitions(start, StreamOffset(4).to_json())
+    rows = [r for p in parts for b in reader.read(p) for r in b.column("id").to_pylist()]
+    assert sorted(rows) == list(range(30))
+    with pytest.raises(InvalidInputError, match="dropped and re-created"):
+        reader.latestOffset(StreamOffset(9).to_json(), ReadAllAvailable())
+    only_bytes = S3DDBStreamReader({"path": local_uri, "maxBytesPerTrigger": "1k"}, SCHEMA)
+    assert only_bytes.getDefaultReadLimit() == ReadMaxBytes(1024)
+
+
+def test_a_version_without_a_column_the_stream_reads_fails_planning(local_uri: str) -> None:
+    _appends(local_uri, 2)
+    reader = S3DDBStreamReader({"path": local_uri, "startingVersion": "1"}, SCHEMA)
+    ds = s3ddb.dataset(local_uri)
+    ds.drop_columns(["v"])
+    s3ddb.write_dataset(_table(20).drop_columns(["v"]), local_uri, mode="append")
+    start, end = StreamOffset(1).to_json(), StreamOffset(5).to_json()
+    assert _at(reader.latestOffset(start, ReadAllAvailable())) == StreamOffset(5), (
+        "drop_columns adds no rows"
+    )
+    with pytest.raises(SchemaMismatchError, match=r"version 4 of .* no column\(s\) \['v'\]"):
+        reader.partitions(start, end)
+    # Up to the version before, the stream reads on.
+    parts = reader.partitions(start, StreamOffset(3).to_json())
+    assert sum(b.num_rows for p in parts for b in reader.read(p)) == 20
+
+
+def test_a_starting_version_beyond_the_next_one_is_refused(local_uri: str) -> None:
+    _appends(local_uri, 2)
+    ahead = S3DDBStreamReader({"path": local_uri, "startingVersion": "3"}, SCHEMA)
+    assert _at(ahead.initialOffset()) == StreamOffset(3), "the next version is fine"
+    beyond = S3DDBStreamReader({"path": local_uri, "startingVersion": "4"}, SCHEMA)
+    with pytest.raises(InvalidInputError, match="startingVersion 4 is beyond the newest"):
+        beyond.initialOffset()
+
+
+def test_a_checkpoint_of_another_dataset_at_the_same_uri_is_refused(local_uri: str) -> None:
+    import shutil
+
+    _appends(local_uri, 3)
+    reader = S3DDBStreamReader({"path": local_uri, "startingVersion": "1"}, SCHEMA)
+    start = reader.latestOffset(reader.initialOffset(), ReadMaxFiles(1))
+    shutil.rmtree(local_uri)
+    _appends(local_uri, 3)  # as many versions, another dataset
+    again = S3DDBStreamReader({"path": local_uri, "startingVersion": "1"}, SCHEMA)
+    with pytest.raises(InvalidInputError, match="dropped and re-created"):
+        again.latestOffset(start, ReadAllAvailable())
+    broken = dict(start, index=5)
+    fresh = again.latestOffset(again.initialOffset(), ReadMaxFiles(1))
+    with pytest.raises(InvalidInputError, match="past the 1 fragment"):
+        again.latestOffset(dict(broken, dataset=fresh["dataset"]), ReadAllAvailable())
