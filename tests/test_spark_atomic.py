@@ -26,7 +26,9 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.xdist_group("spar
 def spark(aws: Any) -> Iterator[Any]:
     patch = pytest.MonkeyPatch()
     patch.setenv("PYSPARK_PYTHON", sys.executable)
-    # The executors' Python workers find the local endpoint as a reader would.
+    # The driver finds the local endpoint from the environment, as a reader would. The
+    # executors' Python workers are started by the JVM, which may be another test
+    # module's (with the environment it was launched with): they get storage options.
     for key, value in aws.env().items():
         patch.setenv(key, value)
     from pyspark.sql import SparkSession
@@ -58,13 +60,15 @@ def _ids(uri: str) -> list[int]:
     return sorted(s3ddb.dataset(uri).to_table(columns=["id"])["id"].to_pylist())
 
 
-def test_write_atomic_commits_every_dataframe_or_none(spark: Any) -> None:
+def test_write_atomic_commits_every_dataframe_or_none(spark: Any, aws: Any) -> None:
     import s3ddb.spark_ext
 
     a, b = _pair()
     orders = spark.range(1, 21, numPartitions=3).selectExpr("id", "'order' AS kind")
     audit = spark.range(100, 105, numPartitions=2).selectExpr("id", "'audit' AS kind")
-    written = s3ddb.spark_ext.write_atomic(spark, {a: orders, b: audit})
+    written = s3ddb.spark_ext.write_atomic(
+        spark, {a: orders, b: audit}, storage_options=aws.storage_options()
+    )
     assert [written[u].version for u in (a, b)] == [2, 2]
     assert _ids(a) == list(range(21))
     assert _ids(b) == [0, *range(100, 105)]
@@ -74,12 +78,16 @@ def test_write_atomic_commits_every_dataframe_or_none(spark: Any) -> None:
     wrong = spark.range(5).selectExpr("CAST(id AS STRING) AS id", "'x' AS kind")
     fine = spark.range(200, 203).selectExpr("id", "'audit' AS kind")
     with pytest.raises(Exception, match=r"SchemaMismatchError|does not match"):
-        s3ddb.spark_ext.write_atomic(spark, {b: fine, a: wrong})
+        s3ddb.spark_ext.write_atomic(
+            spark, {b: fine, a: wrong}, storage_options=aws.storage_options()
+        )
     assert [s3ddb.dataset(u).version for u in (a, b)] == [2, 2]
     assert _ids(b) == [0, *range(100, 105)]
 
 
-def test_a_stream_commits_each_batch_to_every_sink_exactly_once(spark: Any, tmp_path: Path) -> None:
+def test_a_stream_commits_each_batch_to_every_sink_exactly_once(
+    spark: Any, aws: Any, tmp_path: Path
+) -> None:
     import s3ddb.spark_ext
 
     a, b = _pair()
@@ -92,7 +100,9 @@ def test_a_stream_commits_each_batch_to_every_sink_exactly_once(spark: Any, tmp_
             b: batch.selectExpr("id + 1000 AS id", "kind"),
         }
 
-    each = s3ddb.spark_ext.atomic_batches(route, f"job-{uuid.uuid4().hex[:8]}")
+    each = s3ddb.spark_ext.atomic_batches(
+        route, f"job-{uuid.uuid4().hex[:8]}", storage_options=aws.storage_options()
+    )
 
     def run_stream() -> None:
         query = (
