@@ -6,6 +6,7 @@
     spark.read.format("s3ddb").option("version", 3).load(uri)
     spark.sql("SELECT * FROM s3ddb_versions('<uri>')")
     s3ddb.spark_ext.delete(spark, uri, "id < 10")
+    s3ddb.spark_ext.read(spark, uri, version=3)      # Spark's own Parquet reader
 
 Everything is pure Python: no jars, no ``spark.sql.extensions`` class. The data
 source also registers itself in every session (PySpark discovers the top-level
@@ -21,8 +22,18 @@ from s3ddb.errors import S3DDBError
 
 if TYPE_CHECKING:
     from s3ddb.spark_ext.distributed import compact, delete, merge_insert, update
+    from s3ddb.spark_ext.native_read import create_temp_view, read
 
-__all__ = ["compact", "configure", "delete", "merge_insert", "register", "update"]
+__all__ = [
+    "compact",
+    "configure",
+    "create_temp_view",
+    "delete",
+    "merge_insert",
+    "read",
+    "register",
+    "update",
+]
 
 #: Session settings s3ddb relies on: Spark hands filters to the data source.
 SESSION_CONF = {"spark.sql.python.filterPushdown.enabled": "true"}
@@ -96,4 +107,9 @@ def __getattr__(name: str) -> Any:
         from s3ddb.spark_ext import distributed
 
         return getattr(distributed, name)
+    if name in ("read", "create_temp_view"):
+        _require_pyspark()
+        from s3ddb.spark_ext import native_read
+
+        return getattr(native_read, name)
     raise AttributeError(f"module 's3ddb.spark_ext' has no attribute {name!r}")
