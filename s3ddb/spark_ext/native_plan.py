@@ -177,7 +177,8 @@ def _footer(files: FileResolver, fragment: FragmentMetadata, data_file: DataFile
             schema = metadata.schema.to_arrow_schema()
         if metadata.num_rows != fragment.physical_rows:
             raise DataFileError(
-                f"{where} holds {metadata.num_rows} rows, its fragment {fragment.physical_rows}"
+                f"{where} holds {metadata.num_rows} rows, its fragment records "
+                f"{fragment.physical_rows}: the file was replaced or does not belong to it"
             )
         by_id = file_columns_by_id(schema)
         missing = sorted({i for i in data_file.fields if i >= 0} - set(by_id))
