@@ -210,6 +210,8 @@ def _scan(spark: Any, layout: Layout, paths: list[str], keys: bool) -> Any:
         [StructField(c.physical, _spark_type(c.physical_type, c.physical)) for c in layout]
     )
     df = spark.read.schema(schema).options(**_SCAN_OPTIONS).parquet(*paths)
+    if not keys and all(c.name == c.physical for c in layout):
+        return df  # the file's names are the dataset's: nothing to rename
     projected = []
     for c in layout:
         column = F.col(_quoted(c.physical))
@@ -290,6 +292,12 @@ def to_dataframe(spark: Any, plan: NativePlan) -> Any:
     for shape in plan.shapes:
         df = _shape_frame(spark, shape)
         served = {c.name: c for layout in shape.slots for c in layout}
+        if list(served) == target.names and all(
+            _spark_type(c.physical_type, c.name) == f.dataType
+            for c, f in zip(served.values(), target.fields)
+        ):
+            frames.append(df)  # already the target's columns, in order, of its types
+            continue
         out = []
         for field in target.fields:
             column = served.get(field.name)
