@@ -5,6 +5,7 @@ data source, and through ``s3ddb.dataset(...).to_table()``."""
 from __future__ import annotations
 
 import datetime as dt
+import importlib.util
 import os
 import sys
 import uuid
@@ -265,3 +266,19 @@ def test_python_source_projection_is_checked(spark: Any, tmp_path: Path) -> None
     with pytest.raises(Exception, match="no column"):
         spark.read.format("s3ddb").option("columns", "id,nope").load(uri).collect()
     assert issubclass(SchemaMismatchError, s3ddb.S3DDBError)
+
+
+def test_wide_read_benchmark_answers_agree(spark: Any) -> None:
+    """benchmarks/spark_wide_read.py on a small table: every query gives the same
+    answer natively, through the Python source and from s3ddb (run() checks each and
+    raises otherwise); speed is not looked at."""
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "spark_wide_read.py"
+    spec = importlib.util.spec_from_file_location("spark_wide_read", path)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    result = bench.run(spark, 3000, 1)
+    assert sorted(result["ratios"]) == sorted(
+        f"v{v} {q} {s}" for v in (1, 2) for q in bench.QUERIES for s in ("native", "python")
+    )
+    assert "1% deleted" in bench.report(result)
