@@ -282,3 +282,34 @@ def test_wide_read_benchmark_answers_agree(spark: Any) -> None:
         f"v{v} {q} {s}" for v in (1, 2) for q in bench.QUERIES for s in ("native", "python")
     )
     assert "1% deleted" in bench.report(result)
+
+
+def test_timestamps_small_ints_and_empty_versions_read_alike(spark: Any, tmp_path: Path) -> None:
+    uri = str(tmp_path / "types")
+    instant = dt.datetime(2024, 5, 6, 7, 8, 9, 123456)
+    table = pa.table(
+        {
+            "id": pa.array(range(6), pa.int64()),
+            "b": pa.array([1, -2, 3, None, 5, 6], pa.int8()),
+            "h": pa.array([300, -300, 0, 1, 2, None], pa.int16()),
+            "f": pa.array([0.5, None, 1.5, 2.5, float("nan"), -1.0], pa.float32()),
+            "utc": pa.array([instant] * 6, pa.timestamp("us", tz="UTC")),
+            "naive": pa.array([instant, None] * 3, pa.timestamp("us")),
+            "ms": pa.array([instant.replace(microsecond=0)] * 6, pa.timestamp("ms")),
+            "ok": pa.array([True, False, None, True, True, False]),
+            "bin": pa.array([b"x", b"", None, b"\x00\xff", b"y", b"z"]),
+            "dec": pa.array([1, 2, 3, 4, 5, None], pa.decimal128(10, 2)),
+        }
+    )
+    ds = s3ddb.write_dataset(table, uri)
+    ds.delete("id = 2")
+    native = s3ddb.spark_ext.read(spark, uri, native=True)
+    python = spark.read.format("s3ddb").load(uri)
+    assert native.dtypes == python.dtypes
+    assert repr(_spark_rows(native)) == repr(_spark_rows(python))  # NaN equals itself here
+    assert len(_spark_rows(native)) == 5
+
+    empty = str(tmp_path / "empty")
+    s3ddb.write_dataset(table.slice(0, 0), empty)
+    assert s3ddb.spark_ext.read(spark, empty, native=True).count() == 0
+    assert s3ddb.spark_ext.read(spark, empty).dtypes == python.dtypes

@@ -55,7 +55,7 @@ __all__ = [
 #: objects through the S3A connector by default (EMRFS users map ``s3`` to ``s3``).
 DEFAULT_SCHEME_MAP: Mapping[str, str] = {"s3": "s3a"}
 
-#: Footers of remote data files are fetched this many at a time.
+#: Footers and deletion files of remote datasets are fetched this many at a time.
 FOOTER_THREADS = 16
 
 # Characters Hadoop treats as a glob in a path given to spark.read: escaped.
@@ -153,6 +153,7 @@ def jvm_path(store: ObjectStore, path: str, scheme_map: Mapping[str, str]) -> st
 class _Footer:
     by_id: dict[int, str]
     types: dict[str, pa.DataType]
+    names: tuple[str, ...]
 
 
 def _footer(files: FileResolver, fragment: FragmentMetadata, data_file: DataFile) -> _Footer:
@@ -184,7 +185,23 @@ def _footer(files: FileResolver, fragment: FragmentMetadata, data_file: DataFile
         missing = sorted({i for i in data_file.fields if i >= 0} - set(by_id))
         if missing:
             raise DataFileError(f"{where}: no column with field id(s) {missing}")
-    return _Footer(file_columns_by_id(schema), {f.name: f.type for f in schema})
+    return _Footer(
+        file_columns_by_id(schema), {f.name: f.type for f in schema}, tuple(schema.names)
+    )
+
+
+def _layout_problem(layout: Layout, footer: _Footer) -> str | None:
+    """Why Spark's reader would not read ``layout`` from the file of ``footer`` as
+    planned, or None."""
+    file_names = [n.lower() for n in footer.names]
+    for c in layout:
+        problem = native_type_problem(c.physical_type)
+        if problem is not None:
+            return f"a data file stores column {c.name!r} with {problem}"
+        if file_names.count(c.physical.lower()) > 1:
+            # Spark matches a file's columns by name without case: ambiguous.
+            return f"a data file has several columns named {c.physical!r} but for case"
+    return None
 
 
 def _serving(fragment: FragmentMetadata, ids: dict[int, str]) -> dict[int, int]:
@@ -255,6 +272,7 @@ def plan_native_read(
         jobs.append((fragment, slots, paths))
     footers = _footers(files, [(fr, fr.files[i]) for fr, slots, _ in jobs for i in slots])
     shapes: dict[tuple[tuple[Layout, ...], bool], Shape] = {}
+    with_deletions: list[tuple[Shape, str, FragmentMetadata]] = []
     for fragment, slots, paths in jobs:
         serving = _serving(fragment, ids)
         layouts = []
@@ -266,12 +284,11 @@ def plan_native_read(
                     physical = footer.by_id[i]
                     served.append(Column(name, physical, footer.types[physical]))
             layouts.append(tuple(sorted(served, key=lambda c: names.index(c.name))))
-        for layout in layouts:
-            for c in layout:
-                problem = native_type_problem(c.physical_type)
-                if problem is not None:
-                    plan.refused = f"a data file stores column {c.name!r} with {problem}"
-                    return plan
+        for index, layout in zip(slots, layouts):
+            problem = _layout_problem(layout, footers[fragment.files[index].path])
+            if problem is not None:
+                plan.refused = problem
+                return plan
         key = (tuple(layouts), fragment.deletion_file is not None)
         shape = shapes.setdefault(key, Shape(tuple(layouts)))
         parts = tuple(
@@ -279,20 +296,33 @@ def plan_native_read(
         )
         shape.fragments.append(parts)
         if fragment.deletion_file is not None:
-            deleted = read_deleted_rows(files, fragment)
-            shape.deleted[parts[0].name] = np.fromiter(deleted, np.int64, len(deleted))
+            with_deletions.append((shape, parts[0].name, fragment))
+    positions = _side_by_side(
+        files, [fr for _, _, fr in with_deletions], lambda fr: _deleted(files, fr)
+    )
+    for (shape, name, _), deleted in zip(with_deletions, positions):
+        shape.deleted[name] = deleted
     plan.shapes = list(shapes.values())
     return plan
+
+
+def _deleted(files: FileResolver, fragment: FragmentMetadata) -> np.ndarray:
+    deleted = read_deleted_rows(files, fragment)
+    return np.fromiter(deleted, np.int64, len(deleted))
+
+
+def _side_by_side(files: FileResolver, items: list[Any], fn: Any) -> list[Any]:
+    """``fn`` over ``items`` in order: in threads when the dataset's store is remote
+    (each call is a request), one after another otherwise."""
+    if len(items) < 2 or not files.store.is_remote:
+        return [fn(item) for item in items]
+    with ThreadPoolExecutor(min(FOOTER_THREADS, len(items))) as pool:
+        return list(pool.map(fn, items))
 
 
 def _footers(
     files: FileResolver, wanted: list[tuple[FragmentMetadata, DataFile]]
 ) -> dict[str, _Footer]:
-    """The footers of ``wanted``, by data file path (unique in a plan); remote ones
-    fetched side by side."""
-    remote = any(files.data_file(d)[0].is_remote for _, d in wanted)
-    if not remote or len(wanted) < 2:
-        return {d.path: _footer(files, fr, d) for fr, d in wanted}
-    with ThreadPoolExecutor(min(FOOTER_THREADS, len(wanted))) as pool:
-        results = list(pool.map(lambda item: _footer(files, *item), wanted))
-    return {d.path: r for (_, d), r in zip(wanted, results)}
+    """The footers of ``wanted``, by data file path (unique in a plan)."""
+    footers = _side_by_side(files, wanted, lambda item: _footer(files, *item))
+    return {d.path: footer for (_, d), footer in zip(wanted, footers)}

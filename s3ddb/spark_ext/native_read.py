@@ -30,7 +30,7 @@ from typing import Any
 import pyarrow as pa
 
 from s3ddb.dataset import Dataset, dataset
-from s3ddb.errors import InvalidInputError, S3DDBError, UnsupportedOperationError
+from s3ddb.errors import InvalidInputError, UnsupportedOperationError
 from s3ddb.spark_ext._types import spark_schema_of
 from s3ddb.spark_ext.native_plan import (
     DEFAULT_SCHEME_MAP,
@@ -40,13 +40,24 @@ from s3ddb.spark_ext.native_plan import (
     plan_native_read,
 )
 
-__all__ = ["KEY_COLUMNS", "create_temp_view", "read", "to_dataframe"]
+__all__ = [
+    "BROADCAST_MAX_DELETED",
+    "KEY_COLUMNS",
+    "create_temp_view",
+    "read",
+    "to_dataframe",
+]
 
 logger = logging.getLogger(__name__)
 
 #: Columns the plan adds while joining (never in the result).
 KEY_COLUMNS = ("__s3ddb_file", "__s3ddb_pos", "__s3ddb_fragment")
 _FILE, _POS, _FRAGMENT = KEY_COLUMNS
+
+#: Up to this many deleted positions in one shape are broadcast to the tasks; more
+#: are left to Spark's own choice of join (a broadcast that large could exhaust the
+#: driver's memory).
+BROADCAST_MAX_DELETED = 4_000_000
 
 #: Per-read Parquet options: never skip a file silently, whatever the session says,
 #: and take the given files as they are (no partition columns from directory names).
@@ -79,7 +90,8 @@ def _open(
     timestamp: Any,
     storage_options: dict[str, Any] | None,
 ) -> Dataset:
-    pins = [n for n, v in (("version", version), ("tag", tag), ("timestamp", timestamp)) if v]
+    given = (("version", version), ("tag", tag), ("timestamp", timestamp))
+    pins = [n for n, v in given if v is not None]
     if len(pins) > 1:
         raise InvalidInputError(f"give one of version, tag, timestamp; got {pins}")
     if tag is not None:
@@ -138,11 +150,12 @@ def read(
             raise UnsupportedOperationError(f"cannot read {uri} natively: {plan.refused}")
         _warn_once(uri, plan.refused)
         return _python_read(spark, uri, ds, storage_options, columns)
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors import PySparkException
+
     try:
         return to_dataframe(spark, plan)
-    except S3DDBError:
-        raise
-    except Exception as exc:  # the JVM could not list or open the files
+    except (PySparkException, Py4JJavaError) as exc:  # the JVM cannot list or open the files
         if native:
             raise UnsupportedOperationError(
                 f"cannot read {uri} natively: Spark cannot open its data files: {exc}"
@@ -237,7 +250,9 @@ def _without_deleted(spark: Any, df: Any, shape: Shape) -> Any:
         }
     )
     deleted_df = spark.createDataFrame(table)
-    return df.join(F.broadcast(deleted_df), [_FILE, _POS], "left_anti")
+    if shape.num_deleted <= BROADCAST_MAX_DELETED:
+        deleted_df = F.broadcast(deleted_df)
+    return df.join(deleted_df, [_FILE, _POS], "left_anti")
 
 
 def _shape_frame(spark: Any, shape: Shape) -> Any:
