@@ -313,3 +313,20 @@ def test_timestamps_small_ints_and_empty_versions_read_alike(spark: Any, tmp_pat
     s3ddb.write_dataset(table.slice(0, 0), empty)
     assert s3ddb.spark_ext.read(spark, empty, native=True).count() == 0
     assert s3ddb.spark_ext.read(spark, empty).dtypes == python.dtypes
+
+
+def test_a_file_gone_after_planning_fails_the_query_whatever_the_session_says(
+    spark: Any, tmp_path: Path
+) -> None:
+    uri = str(tmp_path / "ds")
+    s3ddb.write_dataset(_table(0, 40), uri, max_rows_per_file=20)
+    df = s3ddb.spark_ext.read(spark, uri)
+    fragment = s3ddb.dataset(uri).get_fragments()[1]
+    os.remove(Path(uri) / layout.data_file_path(fragment.files[0].path))
+    key = "spark.sql.files.ignoreMissingFiles"
+    spark.conf.set(key, "true")  # would silently drop the fragment's rows
+    try:
+        with pytest.raises(Exception, match=r"(?i)not exist|FileNotFound"):
+            df.collect()
+    finally:
+        spark.conf.unset(key)
