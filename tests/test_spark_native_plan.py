@@ -3,8 +3,10 @@ and stored files checked as untrusted input before Spark reads them."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import io
+import os
 import uuid
 from pathlib import Path
 from typing import Any
@@ -14,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import s3ddb
+import s3ddb.fragment
 from s3ddb.errors import (
     DataFileError,
     DataFileMissingError,
@@ -212,3 +215,17 @@ def test_files_with_columns_equal_but_for_case_are_refused(tmp_path: Path) -> No
     plan = plan_native_read(s3ddb.dataset(uri))
     assert plan.refused == "a data file has several columns named 'a' but for case"
     assert plan_native_read(s3ddb.dataset(uri), ["id"]).refused is None
+
+
+def test_data_file_names_spark_may_encode_are_refused(tmp_path: Path) -> None:
+    uri = str(tmp_path / "ds")
+    ds = s3ddb.write_dataset(_table(5), uri)
+    (fragment,) = s3ddb.fragment.write_fragments(_table(5), uri, schema=ds.manifest.schema)
+    data_file = fragment.files[0]
+    odd = "odd name%41.parquet"
+    os.rename(Path(uri) / layout.data_file_path(data_file.path), Path(uri) / "data" / odd)
+    renamed = dataclasses.replace(fragment, files=(dataclasses.replace(data_file, path=odd),))
+    s3ddb.Dataset.commit(uri, s3ddb.Append([renamed]), read_version=ds.version)
+    assert s3ddb.dataset(uri).count_rows() == 10  # s3ddb itself reads it
+    plan = plan_native_read(s3ddb.dataset(uri))
+    assert plan.refused == f"data file name {odd!r} has characters Spark may encode"

@@ -60,6 +60,9 @@ FOOTER_THREADS = 16
 
 # Characters Hadoop treats as a glob in a path given to spark.read: escaped.
 _GLOB = re.compile(r"([\\{}\[\]*?])")
+# Data file names Spark reports (``_metadata.file_name``) exactly as stored: the rows of
+# files are told apart by name, so any other name is not read natively.
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9._-]+")
 
 
 @dataclass(frozen=True)
@@ -262,6 +265,9 @@ def plan_native_read(
             url = jvm_path(store, path, scheme_map)
             if url is None:
                 plan.refused = f"the JVM cannot read {store.protocol}:// files"
+                return plan
+            if not _PLAIN_NAME.fullmatch(data_file.path):
+                plan.refused = f"data file name {data_file.path!r} has characters Spark may encode"
                 return plan
             if data_file.path in seen:
                 # Spark tells rows of files apart by name only.
