@@ -217,6 +217,9 @@ def test_a_store_the_jvm_cannot_reach_falls_back_to_the_python_source(spark: Any
         df = s3ddb.spark_ext.read(spark, uri, storage_options=opts)
     assert not _is_native(df)
     assert _spark_rows(df) == _expected(uri, 2, storage_options=opts)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once, whatever Spark's message was
+        s3ddb.spark_ext.read(spark, uri, storage_options=opts, columns=["id"])
     with pytest.raises(UnsupportedOperationError, match="Spark cannot open"):
         s3ddb.spark_ext.read(spark, uri, storage_options=opts, native=True)
 

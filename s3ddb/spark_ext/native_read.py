@@ -31,6 +31,7 @@ import pyarrow as pa
 
 from s3ddb.dataset import Dataset, dataset
 from s3ddb.errors import InvalidInputError, UnsupportedOperationError
+from s3ddb.io.redact import redact_url
 from s3ddb.spark_ext._types import spark_schema_of
 from s3ddb.spark_ext.native_plan import (
     DEFAULT_SCHEME_MAP,
@@ -73,12 +74,15 @@ _warned: set[tuple[str, str]] = set()
 _warned_lock = threading.Lock()
 
 
-def _warn_once(uri: str, reason: str) -> None:
+def _warn_once(uri: str, reason: str, detail: str = "") -> None:
+    """Say once per process, dataset and ``reason`` that ``uri`` is read through the
+    Python data source (``detail`` adds what Spark said)."""
     with _warned_lock:
         if (uri, reason) in _warned:
             return
         _warned.add((uri, reason))
-    message = f"s3ddb reads {uri} through the Python data source, not natively: {reason}"
+    shown = f"{reason} ({detail})" if detail else reason
+    message = f"s3ddb reads {redact_url(uri)} through the Python data source, not natively: {shown}"
     logger.warning(message)
     warnings.warn(message, RuntimeWarning, stacklevel=3)
 
@@ -147,7 +151,9 @@ def read(
         plan.refused = f"a column is named like s3ddb's own join keys {KEY_COLUMNS}"
     if plan.refused is not None:
         if native:
-            raise UnsupportedOperationError(f"cannot read {uri} natively: {plan.refused}")
+            raise UnsupportedOperationError(
+                f"cannot read {redact_url(uri)} natively: {plan.refused}"
+            )
         _warn_once(uri, plan.refused)
         return _python_read(spark, uri, ds, storage_options, columns)
     from py4j.protocol import Py4JJavaError
@@ -156,11 +162,12 @@ def read(
     try:
         return to_dataframe(spark, plan)
     except (PySparkException, Py4JJavaError) as exc:  # the JVM cannot list or open the files
+        reason = "Spark cannot open its data files"
         if native:
             raise UnsupportedOperationError(
-                f"cannot read {uri} natively: Spark cannot open its data files: {exc}"
+                f"cannot read {redact_url(uri)} natively: {reason}: {_first_line(exc)}"
             ) from exc
-        _warn_once(uri, f"Spark cannot open its data files ({_first_line(exc)})")
+        _warn_once(uri, reason, _first_line(exc))
         return _python_read(spark, uri, ds, storage_options, columns)
 
 
