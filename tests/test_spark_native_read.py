@@ -333,3 +333,21 @@ def test_a_file_gone_after_planning_fails_the_query_whatever_the_session_says(
             df.collect()
     finally:
         spark.conf.unset(key)
+
+
+def test_a_column_named_like_sparks_metadata_column_reads_through_python(
+    spark: Any, tmp_path: Path
+) -> None:
+    uri = str(tmp_path / "ds")
+    ds = s3ddb.write_dataset(
+        pa.table({"id": pa.array(range(4), pa.int64()), "_metadata": list("abcd")}), uri
+    )
+    ds.delete("id = 1")
+    with pytest.raises(UnsupportedOperationError, match="'_metadata' has a name"):
+        s3ddb.spark_ext.read(spark, uri, native=True)
+    with pytest.warns(RuntimeWarning, match="reserves"):
+        df = s3ddb.spark_ext.read(spark, uri)
+    assert _spark_rows(df) == _expected(uri, 2)
+    # Without that column, the read is native, and deletions still apply.
+    native = s3ddb.spark_ext.read(spark, uri, columns=["id"], native=True)
+    assert [r.id for r in native.orderBy("id").collect()] == [0, 2, 3]

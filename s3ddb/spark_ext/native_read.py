@@ -147,8 +147,8 @@ def read(
     if native is False:
         return _python_read(spark, uri, ds, storage_options, columns)
     plan = plan_native_read(ds, columns, mapping)
-    if plan.refused is None and any(c in KEY_COLUMNS for c in (f.name for f in plan.columns)):
-        plan.refused = f"a column is named like s3ddb's own join keys {KEY_COLUMNS}"
+    if plan.refused is None:
+        plan.refused = _reserved_name(plan)
     if plan.refused is not None:
         if native:
             raise UnsupportedOperationError(
@@ -169,6 +169,17 @@ def read(
             ) from exc
         _warn_once(uri, reason, _first_line(exc))
         return _python_read(spark, uri, ds, storage_options, columns)
+
+
+def _reserved_name(plan: NativePlan) -> str | None:
+    """Why a column name would clash with the names this read relies on, or None:
+    Spark's ``_metadata`` column is hidden by a data column of that name, and the
+    join keys must not be a column's."""
+    reserved = {"_metadata", *KEY_COLUMNS}
+    names = {f.name for f in plan.columns}
+    names.update(c.physical for shape in plan.shapes for slot in shape.slots for c in slot)
+    clash = sorted(n for n in names if n.lower() in reserved)
+    return f"column {clash[0]!r} has a name the native read reserves" if clash else None
 
 
 def create_temp_view(spark: Any, name: str, uri: str, **options: Any) -> Any:
