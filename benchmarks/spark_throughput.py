@@ -1,6 +1,11 @@
 """Spark throughput: the ``s3ddb`` data source beside Spark's own Parquet, one run.
 
     python benchmarks/spark_throughput.py [--rows 3000000] [--rounds 3] [--cores 2]
+        [--wide-rows 1000000] [--quick]
+
+Then the wide-table read queries of ``benchmarks/spark_wide_read.py`` (the native
+path, the projected Python path and ``spark.read.parquet`` on the same files) run in
+the same session; ``--wide-rows 0`` skips them, ``--quick`` runs both sections small.
 
 On a local path, the same DataFrame (``id`` bigint, ``k`` int, ``x`` double, ``s``
 string) is written by ``df.write.format("s3ddb")`` and by ``df.write.parquet``, and
@@ -22,6 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+import spark_wide_read  # a sibling script: Python puts this folder on the path
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -91,7 +98,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark setting"
     )
+    parser.add_argument("--wide-rows", type=int, default=1_000_000)
+    parser.add_argument("--quick", action="store_true", help="small sizes, one round")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.rows, args.rounds, args.wide_rows = 50_000, 1, 20_000
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
@@ -167,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"round {i + 1}: " + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in times.items()))
         written = s3ddb.dataset(str(root / "s3ddb-0"))
         assert written.count_rows() == args.rows, "the s3ddb write lost rows"
+        wide = spark_wide_read.run(spark, args.wide_rows, args.rounds) if args.wide_rows else None
     finally:
         spark.stop()
         shutil.rmtree(root, ignore_errors=True)
@@ -188,11 +200,19 @@ def main(argv: list[str] | None = None) -> int:
             f"{f:>12,.0f}{floors[op]:>13.2f}{s / f:>13.2f}"
         )
     print("floor: a Python data source that only moves the same rows between Spark and Python")
+    if wide is not None:
+        print("\n" + spark_wide_read.report(wide))
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"spark-{time.strftime('%Y%m%dT%H%M%S')}.json"
     out.write_text(
         json.dumps(
-            {"args": vars(args), "seconds": times, "ratios": ratios, "floor_ratios": floors},
+            {
+                "args": vars(args),
+                "seconds": times,
+                "ratios": ratios,
+                "floor_ratios": floors,
+                "wide_read": wide,
+            },
             indent=2,
         )
     )

@@ -7,6 +7,7 @@
     spark.sql("SELECT * FROM s3ddb_versions('<uri>')")
     s3ddb.spark_ext.delete(spark, uri, "id < 10")
     s3ddb.spark_ext.write(df, uri, mode="append")   # Spark's own Parquet writer
+    s3ddb.spark_ext.read(spark, uri, version=3)      # Spark's own Parquet reader
 
 Everything is pure Python: no jars, no ``spark.sql.extensions`` class. The data
 source also registers itself in every session (PySpark discovers the top-level
@@ -23,14 +24,17 @@ from s3ddb.errors import S3DDBError
 if TYPE_CHECKING:
     from s3ddb.spark_ext.atomic import atomic_batches, write_atomic
     from s3ddb.spark_ext.distributed import compact, delete, merge_insert, update
+    from s3ddb.spark_ext.native_read import create_temp_view, read
     from s3ddb.spark_ext.native_write import write
 
 __all__ = [
     "atomic_batches",
     "compact",
     "configure",
+    "create_temp_view",
     "delete",
     "merge_insert",
+    "read",
     "register",
     "update",
     "write",
@@ -119,4 +123,9 @@ def __getattr__(name: str) -> Any:
         from s3ddb.spark_ext import native_write
 
         return native_write.write
+    if name in ("read", "create_temp_view"):
+        _require_pyspark()
+        from s3ddb.spark_ext import native_read
+
+        return getattr(native_read, name)
     raise AttributeError(f"module 's3ddb.spark_ext' has no attribute {name!r}")

@@ -19,7 +19,10 @@ DEFAULT_MAX_PARTITION_ROWS = DEFAULT_MAX_ROWS_PER_FILE
 
 # Options Spark itself adds or consumes; never storage options.
 _SPARK_OWN = {"path", "checkpointlocation", "queryname", "__partition_columns"}
-_READ = {"version", "tag", "timestamp", "maxpartitionbytes", "maxpartitionrows", "pushfilters"}
+_READ = {
+    "version", "tag", "timestamp", "columns", "maxpartitionbytes", "maxpartitionrows",
+    "pushfilters",
+}  # fmt: skip
 _WRITE = {"maxrowsperfile", "streamid"}
 # Streaming reads' own options, parsed by s3ddb.spark_ext.stream_source.
 STREAM_READ = {
@@ -60,6 +63,7 @@ class SourceOptions:
     max_rows_per_file: int = DEFAULT_MAX_ROWS_PER_FILE
     stream_id: str | None = None
     push_filters: bool = True
+    columns: tuple[str, ...] | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> SourceOptions:
@@ -88,8 +92,17 @@ class SourceOptions:
         push = lowered.get("pushfilters", "true").lower()
         if push not in ("true", "false"):
             raise InvalidInputError(f"option pushFilters must be true or false, got {push!r}")
+        columns = None
+        if "columns" in lowered:
+            columns = tuple(c.strip() for c in lowered["columns"].split(","))
+            if not all(columns):
+                raise InvalidInputError(
+                    f"option columns must be comma-separated column names, got "
+                    f"{lowered['columns']!r}"
+                )
         return cls(
             uri=uri,
+            columns=columns,
             push_filters=push == "true",
             storage_options=storage,
             version=version,

@@ -34,6 +34,22 @@ def spark_schema_of(arrow: pa.Schema, where: str) -> Any:
     return StructType(fields)
 
 
+def check_projection(spark_schema: Any, arrow: pa.Schema, where: str) -> None:
+    """Check that each column of ``spark_schema`` (a user-given read schema) has the
+    Spark type the dataset's column of that name reads as (nullability aside).
+
+    Raises:
+        SchemaMismatchError: a column's type differs (the message names both).
+    """
+    for field in spark_schema.fields:
+        want = spark_schema_of(pa.schema([arrow.field(field.name)]), where).fields[0].dataType
+        if field.dataType != want:
+            raise SchemaMismatchError(
+                f"column {field.name!r} of {where} reads as {want.simpleString()}, the "
+                f"given schema says {field.dataType.simpleString()}"
+            )
+
+
 def arrow_schema_of(spark_schema: Any) -> pa.Schema:
     """The Arrow schema of the batches Spark exchanges for ``spark_schema``."""
     from pyspark.sql.pandas.types import to_arrow_schema

@@ -6,7 +6,9 @@
     spark.readStream.format("s3ddb").load(uri)   # see stream_source
 
 Options: ``version`` / ``tag`` / ``timestamp`` pin what a read sees (default: the
-newest version when the query is planned); ``maxPartitionBytes`` and
+newest version when the query is planned); ``columns`` (comma-separated) reads only
+those columns, as a user-given schema (``.schema("a long, b string")``) does;
+``maxPartitionBytes`` and
 ``maxPartitionRows`` size read partitions; ``maxRowsPerFile`` caps written
 fragments; ``streamId`` names a stream (default: derived from
 ``checkpointLocation``). Any other option is a storage option (``aws_endpoint``,
@@ -39,7 +41,12 @@ from s3ddb.scan import fragment_may_match, read_visible_rows
 from s3ddb.spark_ext import _write
 from s3ddb.spark_ext._filters import PushedFilters, split_filters
 from s3ddb.spark_ext._options import SourceOptions
-from s3ddb.spark_ext._types import arrow_schema_of, cast_for_spark, spark_schema_of
+from s3ddb.spark_ext._types import (
+    arrow_schema_of,
+    cast_for_spark,
+    check_projection,
+    spark_schema_of,
+)
 
 __all__ = [
     "BATCH_ROWS",
@@ -85,7 +92,11 @@ class S3DDBDataSource(DataSource):
     def schema(self) -> Any:
         ds = _open(self._options)
         self._pinned = ds.version
-        return spark_schema_of(ds.schema, self._options.uri)
+        arrow = ds.schema
+        if self._options.columns is not None:
+            names = resolve_columns(ds, list(self._options.columns))
+            arrow = pa.schema([arrow.field(n) for n in names])
+        return spark_schema_of(arrow, self._options.uri)
 
     def reader(self, schema: Any) -> DataSourceReader:
         return S3DDBReader(self._options, self._pinned, schema)
@@ -146,7 +157,9 @@ class S3DDBReader(DataSourceReader):
         self._fragments = tuple(ds.manifest.fragments)
         self._base_paths = ds.manifest.base_paths
         self._columns = [f.name for f in schema.fields]
-        resolve_columns(ds, self._columns)  # a user-given schema must name real columns
+        # A user-given schema (a projection) must name real columns, with their types.
+        resolve_columns(ds, self._columns)
+        check_projection(schema, ds.schema, options.uri)
         self._target = arrow_schema_of(schema)
         self._filters = PushedFilters()
 
