@@ -111,3 +111,36 @@ def test_verify_reports_a_planted_member_table_instead_of_failing(aws: Any) -> N
     report = verify(a, so, grace_seconds=0)
     kinds = [p.kind for p in report.problems]
     assert "malformed_group" in kinds, report.problems
+
+
+@pytest.mark.parametrize("attempts", [0, -1, 1.5, True, "3"])
+def test_a_snapshot_needs_a_positive_number_of_attempts(attempts: Any) -> None:
+    from s3ddb.errors import InvalidInputError
+
+    uri = f"memory://snap-{uuid.uuid4().hex}/a"
+    s3ddb.write_dataset(_table(1), uri)
+    with pytest.raises(InvalidInputError, match="max_attempts"):
+        s3ddb.snapshot([uri], max_attempts=attempts)
+    assert s3ddb.snapshot([uri], max_attempts=1)[uri].version == 1
+
+
+def test_a_handle_of_another_group_cannot_join() -> None:
+    """A handle of an open group is pinned at a version that group only planned;
+    another group building on it could claim the next version on top of a manifest
+    that never committed (or committed rebased)."""
+    from s3ddb.errors import AtomicGroupError
+
+    root = f"memory://join-{uuid.uuid4().hex}"
+    a, b = f"{root}/a", f"{root}/b"
+    s3ddb.write_dataset(_table(1), a)
+    s3ddb.write_dataset(_table(2), b)
+    with s3ddb.atomic() as first:
+        held = first.dataset(a)
+        held.insert(_table(3))  # planned as version 2, not committed
+        with s3ddb.atomic() as second:
+            with pytest.raises(AtomicGroupError, match=f"group {first.group_id}"):
+                second.join(held)
+            with pytest.raises(AtomicGroupError, match=f"group {first.group_id}"):
+                second.join(held.checkout_version(1))
+            second.dataset(b).insert(_table(4))
+    assert [s3ddb.dataset(u).version for u in (a, b)] == [2, 2]

@@ -132,9 +132,19 @@ class AtomicGroup:
         :meth:`dataset` calls for the same dataset return it.
 
         Raises:
-            AtomicGroupError: as :meth:`dataset`, or the dataset is in the group already.
+            AtomicGroupError: as :meth:`dataset`, or the dataset is in the group
+                already, or ``ds`` is a handle of a group (its version may be one
+                that group has not committed).
         """
         self._check_open()
+        if ds._deferred is not None:
+            # Its version may be one another group planned and has not committed (or
+            # will commit rebased): building on it could lose what that group's
+            # rebase merged in.
+            raise AtomicGroupError(
+                f"{ds.uri} is a handle of group {ds._deferred.group_id}, pinned where "
+                "that group planned it; join a dataset opened outside any group"
+            )
         if member_key(ds.handler) in self._datasets:
             raise AtomicGroupError(f"{ds.uri} is in group {self.group_id} already")
         self._check_joins(ds.handler, ds.uri)
