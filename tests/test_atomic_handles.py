@@ -174,3 +174,23 @@ def test_compaction_in_a_group_is_refused_before_anything_is_written(aws: Any) -
     after = {m.path for m in s3ddb.dataset(a, storage_options=so).handler.store.list("")}
     assert after == files  # no ReserveFragments version, no rewritten file
     assert [s3ddb.dataset(u, storage_options=so).version for u in (a, b)] == [2, 3]
+
+
+def test_two_datasets_rolled_back_together_on_dynamodb(aws: Any) -> None:
+    """Restoring an old version of two s3+ddb:// datasets in one group: both rows
+    are claimed in one transaction, each on top of its newest version."""
+    so = aws.storage_options()
+    prefix = f"handles-{uuid.uuid4().hex[:10]}"
+    a, b = (f"s3+ddb://{TEST_BUCKET}/{prefix}/{n}?ddbTableName={TEST_TABLE}" for n in "ab")
+    for uri in (a, b):
+        s3ddb.write_dataset(_table(1), uri, storage_options=so)
+        s3ddb.dataset(uri, storage_options=so).insert(_table(2))
+    with s3ddb.atomic(storage_options=so) as tx:
+        for uri in (a, b):
+            tx.dataset(uri).checkout_version(1).restore()
+            with pytest.raises(AtomicGroupError, match="checked out"):
+                tx.dataset(uri).checkout_version(1).insert(_table(5))
+    for uri in (a, b):
+        ds = s3ddb.dataset(uri, storage_options=so)
+        assert ds.version == 3 and ds.to_table()["id"].to_pylist() == [1]
+        assert ds.versions()[-1].group_id == tx.group_id
