@@ -144,3 +144,45 @@ def test_a_handle_of_another_group_cannot_join() -> None:
                 second.join(held.checkout_version(1))
             second.dataset(b).insert(_table(4))
     assert [s3ddb.dataset(u).version for u in (a, b)] == [2, 2]
+
+
+def test_a_failed_copy_of_a_groups_version_leaves_no_gap_for_readers_without_dynamodb(
+    aws: Any,
+) -> None:
+    """A group made versions 2 and 3 of one dataset. Finishing version 2 fails in the
+    background (its copy to the final name keeps failing); version 3 must not become
+    final before it: a reader that lists ``_versions/`` would see 1 and 3, not a
+    prefix of history. Readers through DynamoDB finish both later."""
+    from s3ddb.commit import finalizer
+    from s3ddb.format.naming import parse_manifest_name
+
+    a, b, so = _pair(aws)
+    finalizer.drain()
+    attempts = 3  # botocore's tries of one CopyObject on HTTP 500
+    failing = aws.inject_fault("s3", "CopyObject", "server_error", times=attempts)
+    try:
+        with s3ddb.atomic(storage_options=so) as tx:
+            tx.dataset(a).insert(_table(10))
+            tx.dataset(a).insert(_table(11))
+            tx.dataset(b).insert(_table(20))
+        finalizer.drain()
+    finally:
+        aws.clear_faults()
+    assert failing.triggered == attempts
+
+    def final_versions() -> list[int]:
+        store = s3ddb.dataset(a, storage_options=so).handler.store
+        names = [m.path.split("/", 1)[1] for m in store.list("_versions/")]
+        return sorted(p[0] for p in map(parse_manifest_name, names) if p is not None)
+
+    finals = final_versions()
+    assert finals in ([1], [1, 2], [1, 2, 3]), f"not a prefix of history: {finals}"
+    # A reader without DynamoDB (s3://) reads the newest final version, whole.
+    plain = s3ddb.dataset(a.split("?")[0].replace("s3+ddb://", "s3://"), storage_options=so)
+    assert plain.version == finals[-1]
+    expected = {1: [1], 2: [1, 10], 3: [1, 10, 11]}[plain.version]
+    assert sorted(plain.to_table()["id"].to_pylist()) == expected
+    # A reader through DynamoDB sees the whole group, and leaves it finished.
+    assert sorted(s3ddb.dataset(a, storage_options=so).to_table()["id"].to_pylist()) == [1, 10, 11]
+    finalizer.drain()
+    assert final_versions() == [1, 2, 3]
