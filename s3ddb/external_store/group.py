@@ -7,9 +7,12 @@ check-and-put. Either every row is written or none is. A consistent read of the 
 of several keys (``TransactGetItems``) serves snapshots: it is serializable with the
 group writes, so it never sees part of one.
 
-Rows of a group carry :data:`GROUP_ID_ATTRIBUTE` (the group's id, also its
-idempotency token) and :data:`GROUP_MEMBERS_ATTRIBUTE` (every member's base URI and
-version and table, as JSON), so history and ``verify`` can tell which versions belong together.
+Rows of a group carry :data:`GROUP_ID_ATTRIBUTE` (the group's id) and
+:data:`GROUP_MEMBERS_ATTRIBUTE` (every member's base URI and
+version and table, as JSON), so history and ``verify`` can tell which versions belong
+together. The idempotency token of a claim is fresh for each attempt to claim (a new
+round after a refusal claims other versions, so it must not reuse a token DynamoDB
+may still hold for ten minutes); only a resend of the very same request reuses it.
 """
 
 from __future__ import annotations
