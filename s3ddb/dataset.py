@@ -270,6 +270,7 @@ class Dataset(pylance_compat.PylanceMembers):
             UnsupportedOperationError: ``error_if_tagged_old_versions=True`` or
                 ``versions=[...]`` (pylance options s3ddb does not implement).
         """
+        self._refuse_in_group("cleanup_old_versions()")
         pylance_compat.check_cleanup_options(error_if_tagged_old_versions, tuning)
         return cleanup_old_versions(
             self, older_than, retain_versions, delete_unverified, claim_window
@@ -363,7 +364,12 @@ class Dataset(pylance_compat.PylanceMembers):
         Raises:
             DatasetAlreadyExistsError: a dataset exists at ``target``.
             VersionNotFoundError: no such version or tag.
+            AtomicGroupError: this Dataset is a handle of an atomic group.
         """
+        self._refuse_in_group(
+            "shallow_clone()",
+            "Clone after the group commits: the versions it holds are not committed yet.",
+        )
         return shallow_clone(self, target, version, storage_options)
 
     def deep_clone(
@@ -379,7 +385,12 @@ class Dataset(pylance_compat.PylanceMembers):
         Raises:
             DatasetAlreadyExistsError: a dataset exists at ``target``.
             VersionNotFoundError: no such version or tag.
+            AtomicGroupError: this Dataset is a handle of an atomic group.
         """
+        self._refuse_in_group(
+            "deep_clone()",
+            "Clone after the group commits: the versions it holds are not committed yet.",
+        )
         return deep_clone(self, target, version, storage_options)
 
     # --- indices ---
@@ -474,8 +485,14 @@ class Dataset(pylance_compat.PylanceMembers):
                 ``transaction_properties`` is already committed.
             DatasetAlreadyExistsError: ``on_existing="error"`` and another writer created
                 the dataset.
+            AtomicGroupError: ``uri`` is a handle of an atomic group (use the group's
+                ``add_operation``).
         """
         if isinstance(uri, PinnedVersion):
+            uri._refuse_in_group(
+                "Dataset.commit()",
+                "Hold the operation in the group with tx.add_operation(uri, operation).",
+            )
             storage_options = storage_options or uri.storage_options
             uri = uri.uri
         if isinstance(operation, Transaction):

@@ -501,7 +501,9 @@ class PylanceMembers(PinnedVersion):
     # --- versions and storage ---
 
     def checkout_latest(self) -> None:
-        """Move this Dataset to the newest version, in place (as pylance)."""
+        """Move this Dataset to the newest version, in place (as pylance). Raises
+        AtomicGroupError for a handle of an atomic group (it stays where it planned)."""
+        self._refuse_in_group("checkout_latest()", "Read the newest with s3ddb.dataset(uri).")
         self._manifest = load_latest(self._handler, self._uri)
         self._seen_newest_at = time.monotonic()
 

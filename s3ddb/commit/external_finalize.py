@@ -383,7 +383,18 @@ class StagedVersionsHandler(CommitHandler):
     ) -> str:
         """Steps 3-4 of this handler's own commit (on the background finalizer, or
         inline without one); ``copied`` is called once the final manifest exists.
-        Returns the final path."""
+        Returns the final path.
+
+        Raises:
+            Whatever finishing fails with; for a version of a group, also a failure
+            to finish the version before it (this one then stays staged).
+        """
+        if GROUP_ID_ATTRIBUTE in row.extra:
+            # A group claims consecutive versions of one dataset in one request, so
+            # version N-1 may still be staged here (its own finishing failed). Finish
+            # it first: a reader listing _versions/ must see a prefix of history,
+            # never N without N-1. Free when N-1 is known final.
+            self._ensure_previous_final(row.version)
         final = final_path_of(row.path)
         try:
             copy_etag = self.store.copy(row.path, final)

@@ -177,36 +177,47 @@ def _stage_all(claim: ClaimRound) -> list[_Staged]:
 
 def _send(claims: list[GroupClaim], token: str) -> bool:
     """Send the group claim; after an unknown outcome read the rows back and, if
-    none is there, send it once more with the same token. True: the group is ours;
-    False: another writer holds some of its versions (nothing of ours applied).
+    none is there, send it once more with the same token (DynamoDB applies a token
+    once in ten minutes, so the resend settles the first request). True: the group
+    is ours; False: another writer holds some of its versions (nothing of ours
+    applied, nor can apply: our rows are put only where none is).
 
     Raises:
         GroupRefusedError: refused (see :func:`claim_group`).
-        CommitStateUnknownError: the outcome stays unknown.
+        ExternalStoreError: the first request was refused and nothing applied.
+        CommitStateUnknownError: the outcome stays unknown. That includes a resend
+            refused before DynamoDB processed it: the first request, whose response
+            was lost, may still apply.
     """
-    for attempt in (1, 2):
+    unknown: Exception | None = None
+    for _send_number in (1, 2):
         try:
             claim_group(claims, token)
             return True
         except ExternalStoreOutcomeUnknownError as exc:
-            unknown: Exception = exc
+            unknown = exc
+        except GroupRefusedError:
+            raise  # cancelled on its conditions: nothing of this token applied
+        except ExternalStoreError as exc:
+            if unknown is None:
+                raise  # the only request sent was refused: nothing applied
+            unknown = exc
+            break
         try:
             current = read_rows([(c.store, c.row.base_uri, c.row.version) for c in claims])
         except ExternalStoreError as exc:
             unknown = exc
-        else:
-            if any(r is not None and same_commit(c.row, r) for c, r in zip(claims, current)):
-                return True  # all or nothing: one of ours is there, so all are
-            if any(r is not None for r in current):
-                return False
-            if attempt == 1:
-                continue  # nothing applied: send again, with the same token
-        raise CommitStateUnknownError(
-            f"committing a group of {len(claims)} versions ({token}): the external store "
-            f"did not confirm whether it recorded them ({unknown}). The group's files are "
-            "kept; re-open the datasets to see whether its versions are there."
-        ) from unknown
-    raise AssertionError("unreachable")  # pragma: no cover
+            break
+        if any(r is not None and same_commit(c.row, r) for c, r in zip(claims, current)):
+            return True  # all or nothing: one of ours is there, so all are
+        if any(r is not None for r in current):
+            return False
+        # No row yet: send again, with the same token, to settle it.
+    raise CommitStateUnknownError(
+        f"committing a group of {len(claims)} versions ({token}): the external store "
+        f"did not confirm whether it recorded them ({unknown}). The group's files are "
+        "kept; re-open the datasets to see whether its versions are there."
+    ) from unknown
 
 
 def _current(claims: list[GroupClaim]) -> list[bool]:

@@ -1,11 +1,12 @@
 """Group claims and consistent multi-row reads on DynamoDB.
 
 A group claim is one ``TransactWriteItems``: per claim, a ``ConditionCheck`` on its
-fence (the predecessor row) and the conditional ``Put`` of its row, with the group's
-id as ``ClientRequestToken``. DynamoDB applies all of them or none. Resending with the
-same token within ten minutes is idempotent, so a lost response is answered by
-sending again. A consistent read of several rows is one ``TransactGetItems``, which
-DynamoDB serializes with every ``TransactWriteItems`` touching the same items.
+fence (the predecessor row) and the conditional ``Put`` of its row, with a token
+fresh for each round of claims as ``ClientRequestToken``. DynamoDB applies all of
+them or none. Resending the same request with the same token within ten minutes is
+idempotent, so a lost response is answered by sending again. A consistent read of
+several rows is one ``TransactGetItems``, which DynamoDB serializes with every
+``TransactWriteItems`` touching the same items.
 
 The store's retry policy applies (:class:`~s3ddb.external_store.dynamodb.
 DynamoDBManifestStore`); this module only shapes the requests and reads the answers.

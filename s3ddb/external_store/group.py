@@ -7,14 +7,18 @@ check-and-put. Either every row is written or none is. A consistent read of the 
 of several keys (``TransactGetItems``) serves snapshots: it is serializable with the
 group writes, so it never sees part of one.
 
-Rows of a group carry :data:`GROUP_ID_ATTRIBUTE` (the group's id, also its
-idempotency token) and :data:`GROUP_MEMBERS_ATTRIBUTE` (every member's base URI and
-version and table, as JSON), so history and ``verify`` can tell which versions belong together.
+Rows of a group carry :data:`GROUP_ID_ATTRIBUTE` (the group's id) and
+:data:`GROUP_MEMBERS_ATTRIBUTE` (every member's base URI and
+version and table, as JSON), so history and ``verify`` can tell which versions belong
+together. The idempotency token of a claim is fresh for each attempt to claim (a new
+round after a refusal claims other versions, so it must not reuse a token DynamoDB
+may still hold for ten minutes); only a resend of the very same request reuses it.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -49,6 +53,14 @@ MAX_GROUP_ACTIONS = 100
 MAX_GROUP_BYTES = 4 * 1024 * 1024
 #: DynamoDB's limit on one TransactGetItems.
 MAX_GROUP_READS = 100
+
+#: What a member read from a row may be: a base URI (``scheme://...``, printable,
+#: bounded), a version DynamoDB can hold as a number, a DynamoDB table name (or
+#: empty: the dataset's own store).
+_MEMBER_URI_RE = re.compile(r"[a-z][a-z0-9+.-]*://[^\x00-\x1f\x7f]{1,2040}")
+_MEMBER_TABLE_RE = re.compile(r"[A-Za-z0-9_.:-]{0,255}")
+_GROUP_ID_RE = re.compile(r"[\x21-\x7e]{1,64}")
+_MAX_VERSION = 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -164,25 +176,29 @@ def parse_members(
     except ValueError:
         members = None
     if (
-        not group
-        or len(group) > 64
+        not isinstance(group, str)
+        or not _GROUP_ID_RE.fullmatch(group)
         or not isinstance(members, list)
         or not 1 <= len(members) <= MAX_GROUP_ACTIONS
         or not all(
             isinstance(m, list)
             and len(m) == 3
             and isinstance(m[0], str)
+            and _MEMBER_URI_RE.fullmatch(m[0])
             and isinstance(m[1], int)
             and not isinstance(m[1], bool)
-            and m[1] >= 1
+            and 1 <= m[1] <= _MAX_VERSION
             and isinstance(m[2], str)
+            and _MEMBER_TABLE_RE.fullmatch(m[2])
             for m in members
         )
     ):
         raise StoredMetadataError(
             f"malformed {where}: attributes {GROUP_ID_ATTRIBUTE!r}/"
-            f"{GROUP_MEMBERS_ATTRIBUTE!r} must name the group and list its members as "
-            f"[[base_uri, version, table], ...] (at most {MAX_GROUP_ACTIONS}), got "
+            f"{GROUP_MEMBERS_ATTRIBUTE!r} must name the group (at most 64 printable "
+            "characters) and list its members as [[base_uri, version, table], ...] (at "
+            f"most {MAX_GROUP_ACTIONS}; a scheme:// URI, a version from 1, a DynamoDB "
+            f"table name), got "
             f"{str(text)[:120]!r}"
         )
     return [(m[0], m[1], m[2]) for m in members]

@@ -34,7 +34,7 @@ from s3ddb.format.manifest import Manifest, referenced_paths
 from s3ddb.io.arguments import check_int
 from s3ddb.io.parallel import PendingWrites
 from s3ddb.io.written_files import delete_written_files
-from s3ddb.operations import Operation, Transaction
+from s3ddb.operations import Operation, Restore, Transaction
 from s3ddb.versions.opening import load_latest, open_validated
 from s3ddb.versions.pinned import PinnedVersion
 
@@ -80,6 +80,7 @@ class AtomicGroup:
         self._commit_config = commit_config
         self._datasets: dict[str, Dataset] = {}
         self._held: list[_Held] = []
+        self._checked_out: list[PinnedVersion] = []
         self._open = True
 
     def __repr__(self) -> str:
@@ -131,9 +132,19 @@ class AtomicGroup:
         :meth:`dataset` calls for the same dataset return it.
 
         Raises:
-            AtomicGroupError: as :meth:`dataset`, or the dataset is in the group already.
+            AtomicGroupError: as :meth:`dataset`, or the dataset is in the group
+                already, or ``ds`` is a handle of a group (its version may be one
+                that group has not committed).
         """
         self._check_open()
+        if ds._deferred is not None:
+            # Its version may be one another group planned and has not committed (or
+            # will commit rebased): building on it could lose what that group's
+            # rebase merged in.
+            raise AtomicGroupError(
+                f"{ds.uri} is a handle of group {ds._deferred.group_id}, pinned where "
+                "that group planned it; join a dataset opened outside any group"
+            )
         if member_key(ds.handler) in self._datasets:
             raise AtomicGroupError(f"{ds.uri} is in group {self.group_id} already")
         self._check_joins(ds.handler, ds.uri)
@@ -158,6 +169,12 @@ class AtomicGroup:
         ds = self.dataset(uri)
         ds._commit(operation, ds.manifest, properties=transaction_properties)
         return ds
+
+    def checked_out(self, ds: PinnedVersion, other: PinnedVersion) -> _CheckedOut:
+        """Where the commits of ``other``, a version of the group's handle ``ds``
+        checked out in the block, go (see :class:`_CheckedOut`)."""
+        self._checked_out.append(other)
+        return _CheckedOut(self, ds)
 
     def _add(self, ds: Dataset) -> Dataset:
         ds._deferred = self
@@ -311,12 +328,61 @@ class AtomicGroup:
         self._release(rollback=True)
 
     def _release(self, *, rollback: bool) -> None:
-        for ds in self._datasets.values():
+        for ds in [*self._datasets.values(), *self._checked_out]:
             ds._deferred = None
         if rollback:
             for h in reversed(self._held):
                 h.ds._manifest = h.part.base
                 h.ds._seen_newest_at = None
+
+
+class _CheckedOut:
+    """The commits of a version checked out from a group's handle
+    (``tx.dataset(uri).checkout_version(n)``). Its ``restore()`` is held with the
+    group's changes to that dataset, on top of them, and moves the group's handle
+    too. Any other change is refused: it was planned on an older version than the
+    group's changes, which a group cannot rebase onto its own chain, and committing
+    it at once would put it outside the group."""
+
+    def __init__(self, group: AtomicGroup, handle: PinnedVersion) -> None:
+        self._group = group
+        self._handle = handle
+
+    @property
+    def group_id(self) -> str:
+        return self._group.group_id
+
+    def checked_out(self, ds: PinnedVersion, other: PinnedVersion) -> _CheckedOut:
+        return self._group.checked_out(self._handle, other)
+
+    def defer(
+        self,
+        ds: PinnedVersion,
+        operation: Operation,
+        base: Manifest | None,
+        pending: PendingWrites | None,
+        properties: dict[str, str],
+        plain: bool,
+    ) -> Manifest:
+        """Hold a restore of ``ds``'s version with the group's handle.
+
+        Raises:
+            AtomicGroupError: not a restore (its files are deleted), or as
+                :meth:`AtomicGroup.defer`.
+        """
+        if not isinstance(operation, Restore):
+            _delete_files(ds.handler, operation, pending, base)
+            raise AtomicGroupError(
+                f"{ds.uri}: version {ds.version} was checked out in group "
+                f"{self._group.group_id}; a group holds its restore(), but no other "
+                f"change planned on it ({type(operation).__name__}): the group's changes "
+                "to this dataset build on its newest version. Change the group's handle "
+                "(tx.dataset(uri)), or restore this version first and change that."
+            )
+        handle = self._handle
+        planned = self._group.defer(handle, operation, handle.manifest, pending, properties, plain)
+        handle._manifest = planned
+        return planned
 
 
 def check_transactions(handler: ExternalStoreCommitHandler, uri: str, what: str) -> None:

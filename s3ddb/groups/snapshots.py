@@ -26,6 +26,7 @@ from s3ddb.errors import AtomicGroupError, TooMuchWriteContentionError
 from s3ddb.external_store.base import ManifestRow
 from s3ddb.external_store.group import MAX_GROUP_READS, read_rows
 from s3ddb.groups.atomic_group import check_transactions
+from s3ddb.io.arguments import check_int
 from s3ddb.io.memory_transactions import memory_instant
 from s3ddb.io.parallel import process_pool
 from s3ddb.versions.opening import dataset_not_found, load_version, open_validated
@@ -57,7 +58,9 @@ def snapshot(
         DatasetNotFoundError: nothing is committed at one of them.
         TooMuchWriteContentionError: something committed between the reads
             ``max_attempts`` times in a row.
+        InvalidInputError: ``max_attempts`` is not an int >= 1.
     """
+    check_int("max_attempts", max_attempts, minimum=1)
     texts = list(dict.fromkeys(os.fspath(u) for u in uris))
     if not texts:
         return {}

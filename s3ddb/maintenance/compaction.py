@@ -253,11 +253,19 @@ class DatasetOptimizer:
             InvalidInputError: bad options.
             RetryableCommitConflictError, TooMuchWriteContentionError: see
                 :meth:`s3ddb.Dataset.update`.
+            AtomicGroupError: the Dataset is a handle of an atomic group.
         """
+        ds = self._dataset
+        # Compaction reserves its new fragments' ids with a commit of its own
+        # (ReserveFragments), which cannot wait for a group's decision.
+        ds._refuse_in_group(
+            "optimize.compact_files()",
+            "Compaction reserves fragment ids with a commit of its own: compact before "
+            "or after the group, on s3ddb.dataset(uri).",
+        )
         options = CompactionOptions(
             target_rows_per_fragment, materialize_deletions, materialize_deletions_threshold
         )
-        ds = self._dataset
         before = ds.last_commit
         planned = plan_and_commit(
             ds,

@@ -21,6 +21,7 @@ import pyarrow as pa
 from s3ddb.commit.committer import CommitConfig, CommitResult, OnExisting, commit_transaction
 from s3ddb.commit.handlers import CommitHandler
 from s3ddb.errors import (
+    AtomicGroupError,
     InvalidInputError,
     RetryableCommitConflictError,
     TooMuchWriteContentionError,
@@ -61,6 +62,16 @@ FRESH_BASE_SECONDS = 10.0
 class DeferredCommits(Protocol):
     """Where a handle in a group (``s3ddb.atomic``) sends its commits: each is held
     until the group commits, and the handle moves to the version it would make."""
+
+    @property
+    def group_id(self) -> str:
+        """The group's id."""
+        ...
+
+    def checked_out(self, ds: PinnedVersion, other: PinnedVersion) -> DeferredCommits:
+        """Where the commits of ``other``, a version of ``ds`` checked out in the
+        group, go (a restore is held with ``ds``'s changes; others are refused)."""
+        ...
 
     def defer(
         self,
@@ -163,7 +174,19 @@ class PinnedVersion:
 
     @property
     def tags(self) -> Tags:
-        return Tags(self)
+        return Tags(self, before_write=self._refuse_in_group)
+
+    def _refuse_in_group(self, what: str, instead: str = "") -> None:
+        """Raises AtomicGroupError if this handle belongs to a group
+        (``s3ddb.atomic``): ``what`` acts at once, and a group holds only the changes
+        it can commit in its one decision. ``instead``: what to do."""
+        if self._deferred is not None:
+            raise AtomicGroupError(
+                f"{self._uri}: {what} cannot be part of group {self._deferred.group_id}: "
+                "it would act at once, before the group commits, and a group holds only "
+                "changes it commits all or nothing. "
+                + (instead or f"Do it before or after the group, on s3ddb.dataset({self._uri!r}).")
+            )
 
     def files(self) -> FileResolver:
         """Where the pinned version's files are (its root and its base paths)."""
@@ -192,7 +215,9 @@ class PinnedVersion:
 
     def at(self: P, manifest: Manifest) -> P:
         """Another handle on this dataset, pinned at ``manifest``'s version (of this
-        handle's class, whatever that class's own constructor takes)."""
+        handle's class, whatever that class's own constructor takes). From a handle
+        of an atomic group, the new handle's ``restore()`` is held in the group and
+        its other changes are refused (``AtomicGroupError``)."""
         other = type(self).__new__(type(self))
         PinnedVersion.__init__(
             other,
@@ -204,6 +229,11 @@ class PinnedVersion:
         )
         if manifest.version != self.version or self._seen_newest_at is None:
             other._seen_newest_at = None
+        if self._deferred is not None:
+            # A version checked out from a group's handle reads as usual; its
+            # restore() is held with the group's changes and any other change is
+            # refused: never committed at once, outside the group.
+            other._deferred = self._deferred.checked_out(self, other)
         return other
 
     # --- writes -------------------------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from typing import Protocol
 
 from s3ddb.commit.handlers import CommitHandler
@@ -82,9 +83,18 @@ _TAG_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 class Tags:
     """The tags of a dataset. Tags are not versioned; a tag names one version."""
 
-    def __init__(self, dataset: _Located) -> None:
+    def __init__(
+        self, dataset: _Located, before_write: Callable[[str], None] | None = None
+    ) -> None:
+        """``before_write(what)``, if given, runs before a tag is created, moved or
+        deleted, and raises to refuse it (a handle in an atomic group does)."""
         self._ds = dataset
         self._store = dataset.handler.store
+        self._before_write = before_write
+
+    def _writing(self, what: str) -> None:
+        if self._before_write is not None:
+            self._before_write(f"tags.{what}()")
 
     def _check_name(self, name: str) -> None:
         if not isinstance(name, str) or not _TAG_RE.match(name) or name.endswith(TAG_FILE_SUFFIX):
@@ -98,7 +108,10 @@ class Tags:
         Raises:
             InvalidInputError: bad name, or the tag already exists.
             VersionNotFoundError: no such version.
+            AtomicGroupError: the dataset is a handle of an atomic group (tags act
+                at once).
         """
+        self._writing("create")
         self._check_name(name)
         self._ds.handler.location_of(version)
         body = json.dumps({"version": version}).encode()
@@ -113,14 +126,22 @@ class Tags:
         Raises:
             InvalidInputError: bad name.
             VersionNotFoundError: no such tag, or no such version.
+            AtomicGroupError: as :meth:`create`.
         """
+        self._writing("update")
         self._check_name(name)
         self.get(name)
         self._ds.handler.location_of(version)
         self._store.put(layout.tag_path(name), json.dumps({"version": version}).encode())
 
     def delete(self, name: str) -> None:
-        """Remove tag ``name``. Raises VersionNotFoundError if there is no such tag."""
+        """Remove tag ``name``.
+
+        Raises:
+            VersionNotFoundError: there is no such tag.
+            AtomicGroupError: as :meth:`create`.
+        """
+        self._writing("delete")
         self._check_name(name)
         self.get(name)
         self._store.delete(layout.tag_path(name))
