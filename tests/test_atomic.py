@@ -589,3 +589,52 @@ def test_the_in_memory_store_claims_groups_all_or_nothing() -> None:
         "_versions/3.manifest-g3",
         None,
     ]
+
+
+def test_a_cancelled_claim_is_sent_again_under_a_new_token(
+    aws: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A group claim cancelled for a transient reason (TransactionConflict) applied
+    nothing: it is sent again, under a new ClientRequestToken (DynamoDB may answer a
+    reused token with the cancellation it remembers), and lands once."""
+    from botocore.exceptions import ClientError
+
+    from s3ddb.external_store.dynamodb import DynamoDBManifestStore
+
+    so = aws.storage_options()
+    prefix = f"atomic-{uuid.uuid4().hex[:10]}"
+    a, b = (f"s3+ddb://{TEST_BUCKET}/{prefix}/{n}?ddbTableName={TEST_TABLE}" for n in "ab")
+    _create([a, b], so)
+    tokens: list[str] = []
+    real_client = DynamoDBManifestStore._client
+
+    class ConflictOnce:
+        def __init__(self, client: Any) -> None:
+            self._client = client
+
+        def transact_write_items(self, **request: Any) -> Any:
+            tokens.append(request["ClientRequestToken"])
+            if len(tokens) == 1:
+                reasons = [{"Code": "TransactionConflict"} for _ in request["TransactItems"]]
+                raise ClientError(
+                    {
+                        "Error": {"Code": "TransactionCanceledException", "Message": "conflict"},
+                        "CancellationReasons": reasons,
+                    },
+                    "TransactWriteItems",
+                )
+            return self._client.transact_write_items(**request)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._client, name)
+
+    monkeypatch.setattr(
+        DynamoDBManifestStore, "_client", lambda self: ConflictOnce(real_client(self))
+    )
+    with s3ddb.atomic(storage_options=so) as tx:
+        tx.dataset(a).insert(_table(60))
+        tx.dataset(b).insert(_table(61))
+    assert len(tokens) == 2 and tokens[0] != tokens[1]
+    assert [s3ddb.dataset(u, storage_options=so).version for u in (a, b)] == [2, 2]
+    assert _ids(a, so) == [1, 2, 3, 60]
+    assert _ids(b, so) == [61, 101, 102, 103]

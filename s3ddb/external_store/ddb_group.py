@@ -15,6 +15,7 @@ DynamoDBManifestStore`); this module only shapes the requests and reads the answ
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -112,7 +113,14 @@ def put_group(store: DynamoDBManifestStore, claims: Sequence[GroupClaim], token:
             if code == "TransactionCanceledException":
                 if _cancelled(store, claims, roles, exc, token):
                     return
-                failure: Failure | None = Failure.THROTTLED  # applied nothing: send again
+                # Applied nothing: send again, under a new token. Whether DynamoDB
+                # answers a token whose request was cancelled with that cancellation
+                # again is not documented; the rows' own conditions, not the token,
+                # keep a resend from applying twice (an earlier attempt that landed
+                # makes this one fail on rows that _cancelled recognises as ours).
+                token = str(uuid.uuid4())
+                request["ClientRequestToken"] = token
+                failure: Failure | None = Failure.THROTTLED
             elif code == "TransactionInProgressException":
                 failure = Failure.MAYBE_APPLIED  # the same token is still being applied
             elif code in ("UnknownOperationException", "UnknownOperation"):
