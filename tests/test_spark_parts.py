@@ -278,3 +278,17 @@ def test_abort_keeps_files_when_the_commit_worker_died_midway(
     assert _data_files(uri, opts) == written
     ds = s3ddb.dataset(uri, storage_options=opts)  # the reader finishes the commit
     assert sorted(ds.to_table().column("id").to_pylist()) == [0, 1, 2]
+
+
+def test_a_value_spark_cannot_hold_is_a_typed_error_naming_the_column() -> None:
+    from s3ddb.errors import SchemaMismatchError
+    from s3ddb.spark_ext._types import cast_for_spark
+
+    target = pa.schema([pa.field("at", pa.timestamp("us", tz="UTC"))])
+    whole = pa.table({"at": pa.array([1_000, 2_000], pa.timestamp("ns", tz="UTC"))})
+    assert cast_for_spark(whole, target)["at"].to_pylist() == [
+        v.as_py() for v in whole["at"].cast(pa.timestamp("us", tz="UTC"))
+    ]
+    nanos = pa.table({"at": pa.array([1_001], pa.timestamp("ns", tz="UTC"))})
+    with pytest.raises(SchemaMismatchError, match="column 'at'.*microseconds"):
+        cast_for_spark(nanos, target)

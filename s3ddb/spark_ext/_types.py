@@ -97,11 +97,27 @@ def conform_to_dataset(table: pa.Table, target: pa.Schema, *, where: str) -> pa.
 
 
 def cast_for_spark(table: pa.Table, target: pa.Schema) -> pa.Table:
-    """``table`` cast to exactly ``target`` (types and nullability), as Spark checks."""
+    """``table`` cast to exactly ``target`` (types and nullability), as Spark checks.
+
+    Raises:
+        SchemaMismatchError: a value Spark's type cannot hold (a timestamp with
+            nanoseconds, Spark's being microseconds), naming the column.
+    """
     if table.schema.equals(target, check_metadata=False):
         return table
     columns = [table.column(f.name) for f in target]
     return pa.Table.from_arrays(
-        [c if c.type.equals(f.type) else c.cast(f.type) for c, f in zip(columns, target)],
+        [c if c.type.equals(f.type) else _cast(c, f) for c, f in zip(columns, target)],
         schema=target,
     )
+
+
+def _cast(column: pa.ChunkedArray, field: pa.Field) -> pa.ChunkedArray:
+    try:
+        return column.cast(field.type)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise SchemaMismatchError(
+            f"column {field.name!r}: its {column.type} values cannot be read by Spark as "
+            f"{field.type} without loss ({exc}); read it with s3ddb.dataset(...).to_table(), "
+            "or store it in a type Spark has (for timestamps: microseconds)"
+        ) from None
