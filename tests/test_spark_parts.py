@@ -290,5 +290,5 @@ def test_a_value_spark_cannot_hold_is_a_typed_error_naming_the_column() -> None:
         v.as_py() for v in whole["at"].cast(pa.timestamp("us", tz="UTC"))
     ]
     nanos = pa.table({"at": pa.array([1_001], pa.timestamp("ns", tz="UTC"))})
-    with pytest.raises(SchemaMismatchError, match="column 'at'.*microseconds"):
+    with pytest.raises(SchemaMismatchError, match=r"column 'at'.*microseconds"):
         cast_for_spark(nanos, target)
