@@ -24,6 +24,7 @@ through the Python data source, and says so once.
 from __future__ import annotations
 
 import logging
+import math
 import os
 from collections.abc import Mapping
 from typing import Any, Literal
@@ -37,7 +38,13 @@ from s3ddb.format import layout
 from s3ddb.format.fragment import DataFile, FragmentMetadata
 from s3ddb.format.parquet_source import file_columns_by_id, read_footer
 from s3ddb.format.schema import DatasetSchema
-from s3ddb.format.stats import ColumnStatistics, FileStatistics, file_key
+from s3ddb.format.stats import (
+    ColumnStatistics,
+    FileStatistics,
+    file_key,
+    recorded_type,
+    stored_bounds,
+)
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.uri import parse_uri
 from s3ddb.spark_ext import _write
@@ -53,6 +60,9 @@ STAGING_DIR = "_spark_staging"
 #: Spark writes timestamps as INT96 by default, which Arrow reads as nanoseconds; a
 #: write with timestamp columns sets this in the session while it runs.
 _SESSION_CONF = {"spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS"}
+
+#: The parquet-mr setting that truncates string statistics in footers.
+_TRUNCATE_OPTION = "parquet.statistics.truncate.length"
 
 _fallback_said = False
 
@@ -82,37 +92,59 @@ def _with_field_ids(df: Any, schema: DatasetSchema) -> Any:
 
 
 def footer_statistics(metadata: pq.FileMetaData, data_file: DataFile) -> FileStatistics:
-    """Bounds of the file's integer columns over all its rows, from the row groups'
-    footer statistics (what point lookups and ranges on ids prune with). Other
-    columns get none, and are never pruned: a missing bound only costs a read."""
+    """Statistics of the file's columns over all its rows, from the row groups' footer
+    statistics, meaning exactly what the Python writer's mean
+    (:func:`s3ddb.format.stats.stored_bounds`): for the same types (integers,
+    booleans, floats, strings, dates; none for timestamps), with the same encoding.
+
+    Where a footer cannot give the Python writer's bound, the bound is left out
+    (unknown: the fragment is read, never wrongly skipped): a row group without
+    statistics, a string that is not UTF-8, and floats with NaN (Parquet writers put
+    NaN in a footer's max, while the Python writer's bounds leave NaN out).
+    """
     arrow = metadata.schema.to_arrow_schema()
     by_id = file_columns_by_id(arrow)
-    # Row groups index leaf columns: a top-level integer column is the leaf whose
-    # path is its name (nested columns before it shift the positions).
+    # Row groups index leaf columns: a top-level column is the leaf whose path is its
+    # name (nested columns before it shift the positions).
     leaves = {metadata.schema.column(i).path: i for i in range(metadata.num_columns)}
     columns = []
     for field_id in data_file.fields:
         name = by_id[field_id]
         t = arrow.field(name).type
         index = leaves.get(name)
-        if index is None or not (pa.types.is_signed_integer(t) or pa.types.is_boolean(t)):
-            continue
-        bounds: list[int] = []
-        nulls = 0
-        for g in range(metadata.num_row_groups):
-            group = metadata.row_group(g)
-            stats = group.column(index).statistics
-            if stats is None or not stats.has_null_count:
-                break
-            nulls += stats.null_count
-            if stats.has_min_max:
-                bounds += [int(stats.min), int(stats.max)]
-            elif stats.null_count != group.num_rows:
-                break  # values without bounds
-        else:
-            low, high = (min(bounds), max(bounds)) if bounds else (None, None)
-            columns.append(ColumnStatistics(field_id, nulls, low, high))
+        if index is not None and recorded_type(t):
+            column = _column_statistics(metadata, index, field_id, t)
+            if column is not None:
+                columns.append(column)
     return FileStatistics(file_key(data_file.path), tuple(columns))
+
+
+def _column_statistics(
+    metadata: pq.FileMetaData, index: int, field_id: int, t: pa.DataType
+) -> ColumnStatistics | None:
+    """The statistics of leaf column ``index`` over all row groups (None: a row group
+    has no null count, or values without bounds)."""
+    lows: list[Any] = []
+    highs: list[Any] = []
+    nulls = 0
+    for g in range(metadata.num_row_groups):
+        group = metadata.row_group(g)
+        stats = group.column(index).statistics
+        if stats is None or not stats.has_null_count:
+            return None
+        nulls += stats.null_count
+        if stats.has_min_max:
+            lows.append(stats.min)
+            highs.append(stats.max)
+        elif stats.null_count != group.num_rows:
+            return None  # values without bounds
+    if pa.types.is_floating(t) and any(math.isnan(v) for v in (*lows, *highs)):
+        return ColumnStatistics(field_id, nulls, None, None)
+    try:
+        low, high = (min(lows), max(highs)) if lows else (None, None)
+    except TypeError:  # row groups whose bounds are not of one kind
+        return ColumnStatistics(field_id, nulls, None, None)
+    return ColumnStatistics(field_id, nulls, *stored_bounds(t, low, high))
 
 
 def _collect(
@@ -232,6 +264,10 @@ def write(
         for key, value in conf.items():
             spark.conf.set(key, value)
         writer = _with_field_ids(df, plan.schema).write.mode("overwrite")
+        # A cluster may truncate footer min/max strings; a truncated max is no upper
+        # bound we can check, so this write keeps them whole (over 4 KiB they are
+        # left out, which only costs reads).
+        writer = writer.option(_TRUNCATE_OPTION, str(2**31 - 1))
         if max_records_per_file:
             writer = writer.option("maxRecordsPerFile", max_records_per_file)
         writer.parquet(f"{root.rstrip('/')}/{staging}")
