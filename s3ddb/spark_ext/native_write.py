@@ -33,6 +33,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import s3ddb
+from s3ddb.commit.failpoints import failpoint
 from s3ddb.errors import CommitStateUnknownError, DataFileError, InvalidInputError
 from s3ddb.format import layout
 from s3ddb.format.fragment import DataFile, FragmentMetadata
@@ -55,7 +56,7 @@ __all__ = ["STAGING_DIR", "footer_statistics", "jvm_root_of", "write"]
 log = logging.getLogger(__name__)
 
 #: Where Spark writes before the driver moves committed files into ``data/``.
-STAGING_DIR = "_spark_staging"
+STAGING_DIR = layout.SPARK_STAGING_DIR
 
 #: Spark writes timestamps as INT96 by default, which Arrow reads as nanoseconds; a
 #: write with timestamp columns sets this in the session while it runs.
@@ -274,6 +275,7 @@ def write(
         for src, fragment in _collect(store, staging, fields):
             _move(store, src, layout.data_file_path(fragment.files[0].path))
             moved.append(fragment)
+        failpoint("native_write.after_move")
     except BaseException:
         _write.delete_files(store, moved)
         raise
