@@ -203,6 +203,8 @@ def test_the_reader_plans_offsets_as_spark_asks(local_uri: str, tmp_path: Path) 
     assert _at(reader.latestOffset(start, ReadMaxFiles(2))) == StreamOffset(3)
     assert _at(reader.latestOffset(start, ReadMaxBytes(1))) == StreamOffset(2)
     assert _at(reader.latestOffset(start, ReadAllAvailable())) == StreamOffset(4)
+    reported = reader.reportLatestOffset()
+    assert reported is not None and _at(reported) == StreamOffset(4), "after version 3"
     reader.prepareForTriggerAvailableNow()
     s3ddb.write_dataset(_table(30), local_uri, mode="append")
     assert _at(reader.latestOffset(start, ReadAllAvailable())) == StreamOffset(4), (
