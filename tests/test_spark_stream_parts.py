@@ -260,3 +260,25 @@ def test_a_checkpoint_of_another_dataset_at_the_same_uri_is_refused(local_uri: s
     fresh = again.latestOffset(again.initialOffset(), ReadMaxFiles(1))
     with pytest.raises(InvalidInputError, match="past the 1 fragment"):
         again.latestOffset(dict(broken, dataset=fresh["dataset"]), ReadAllAvailable())
+
+
+def test_a_dataset_re_created_while_the_query_runs_is_refused(
+    local_uri: str, tmp_path: Path
+) -> None:
+    """The same reader (a running query) after its dataset was dropped and re-created
+    with more versions: it must not read the new dataset's versions as if they
+    followed the old ones."""
+    import shutil
+
+    _appends(local_uri, 3)
+    # Skipping change commits, the new dataset's versions would not even fail.
+    options = {"path": local_uri, "startingVersion": "1", "skipChangeCommits": "true"}
+    reader = S3DDBStreamReader(options, SCHEMA)
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadAllAvailable())
+    assert _at(end) == StreamOffset(4)
+    assert sum(b.num_rows for p in reader.partitions(start, end) for b in reader.read(p)) == 30
+    shutil.rmtree(local_uri)
+    _appends(local_uri, 5)  # versions 1-5 of another dataset
+    with pytest.raises(InvalidInputError, match="dropped and re-created while the query ran"):
+        reader.latestOffset(end, ReadAllAvailable())
