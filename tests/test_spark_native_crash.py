@@ -131,6 +131,12 @@ def test_a_driver_killed_after_moving_files_leaves_them_unreferenced_until_clean
     moved = {p for p in orphans if p.startswith("data/")}
     assert len(moved) >= 8, "400 rows in files of at most 50, moved into data/"
     assert orphans - moved and all(p.startswith("_spark_staging/") for p in orphans - moved)
+    # The moved files' age counts from the move (after Spark's job wrote _SUCCESS), so
+    # cleanup's grace period protects a commit about to reference them.
+    root = Path(local_uri)
+    assert min(os.stat(root / p).st_mtime_ns for p in moved) >= max(
+        os.stat(root / p).st_mtime_ns for p in orphans - moved
+    )
     kinds = _kinds(local_uri)
     assert set(kinds["unreferenced_file"]) == moved
     assert len(kinds[LEFTOVER_KIND]) == 1

@@ -282,3 +282,17 @@ def test_a_dataset_re_created_while_the_query_runs_is_refused(
     _appends(local_uri, 5)  # versions 1-5 of another dataset
     with pytest.raises(InvalidInputError, match="dropped and re-created while the query ran"):
         reader.latestOffset(end, ReadAllAvailable())
+
+
+def test_a_checkpoint_copied_to_another_datasets_query_is_refused(tmp_path: Path) -> None:
+    first, second = str(tmp_path / "a"), str(tmp_path / "b")
+    _appends(first, 3)
+    _appends(second, 3)  # the same history, another dataset
+    reader = S3DDBStreamReader({"path": first, "startingVersion": "1"}, SCHEMA)
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadMaxFiles(1))
+    other = S3DDBStreamReader({"path": second, "startingVersion": "1"}, SCHEMA)
+    with pytest.raises(InvalidInputError, match="checkpoint was written for dataset"):
+        other.latestOffset(end, ReadAllAvailable())
+    with pytest.raises(InvalidInputError, match="checkpoint was written for dataset"):
+        other.partitions(start, end)

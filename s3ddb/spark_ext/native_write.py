@@ -189,6 +189,9 @@ def _move(store: ObjectStore, src: str, dst: str) -> None:
         target = store.full_path(dst)
         os.makedirs(os.path.dirname(target), exist_ok=True)  # a new dataset has no data/
         os.replace(store.full_path(src), target)
+        # Cleanup spares unreferenced files by age: this one's counts from now, as a
+        # copy's would, not from when Spark wrote it.
+        os.utime(target)
     else:
         store.copy(src, dst)
         store.delete(src)
