@@ -51,7 +51,7 @@ from s3ddb.io.uri import parse_uri
 from s3ddb.spark_ext import _write
 from s3ddb.spark_ext._options import SourceOptions
 
-__all__ = ["STAGING_DIR", "footer_statistics", "jvm_root_of", "write"]
+__all__ = ["STAGING_DIR", "WRITER_OPTIONS", "footer_statistics", "jvm_root_of", "write"]
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +62,17 @@ STAGING_DIR = layout.SPARK_STAGING_DIR
 #: write with timestamp columns sets this in the session while it runs.
 _SESSION_CONF = {"spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS"}
 
-#: The parquet-mr setting that truncates string statistics in footers.
-_TRUNCATE_OPTION = "parquet.statistics.truncate.length"
+#: Hadoop settings of every native write (writer options reach its Hadoop conf):
+#: - footer min/max strings whole: a cluster may truncate them, and a truncated max
+#:   is no upper bound we can check (over 4 KiB they are left out: only costs reads);
+#: - FileOutputCommitter's algorithm 1: version 2 moves each task attempt's files into
+#:   the folder when the task commits, so an attempt that fails midway through its
+#:   commit, and its retry, may both leave files: rows written twice. (Clusters with
+#:   S3A's committers do not use FileOutputCommitter; this changes nothing there.)
+WRITER_OPTIONS = {
+    "parquet.statistics.truncate.length": str(2**31 - 1),
+    "mapreduce.fileoutputcommitter.algorithm.version": "1",
+}
 
 _fallback_said = False
 
@@ -268,10 +277,7 @@ def write(
         for key, value in conf.items():
             spark.conf.set(key, value)
         writer = _with_field_ids(df, plan.schema).write.mode("overwrite")
-        # A cluster may truncate footer min/max strings; a truncated max is no upper
-        # bound we can check, so this write keeps them whole (over 4 KiB they are
-        # left out, which only costs reads).
-        writer = writer.option(_TRUNCATE_OPTION, str(2**31 - 1))
+        writer = writer.options(**WRITER_OPTIONS)
         if max_records_per_file:
             writer = writer.option("maxRecordsPerFile", max_records_per_file)
         writer.parquet(f"{root.rstrip('/')}/{staging}")
