@@ -73,3 +73,15 @@ def test_a_row_group_without_statistics_gives_the_column_none(tmp_path: Path) ->
     pq.write_table(table.cast(tagged), path, write_statistics=False)
     data_file = DataFile(path="f.parquet", fields=(schema.field_id("id"),))
     assert footer_statistics(pq.read_metadata(path), data_file).columns == ()
+
+
+def test_strings_that_are_not_utf8_get_no_bounds(tmp_path: Path) -> None:
+    """Spark's strings may hold any bytes (a CAST of binary); their footer bounds
+    cannot be read as text: the column keeps its null count, without bounds."""
+    strings = pa.array([b"\xff\xfe", b"ok", None], pa.binary()).view(pa.string())
+    tagged = pa.field("s", pa.string(), metadata={b"PARQUET:field_id": b"0"})
+    path = tmp_path / "f.parquet"
+    pq.write_table(pa.Table.from_arrays([strings], schema=pa.schema([tagged])), path)
+    data_file = DataFile(path="f.parquet", fields=(0,))
+    (column,) = footer_statistics(pq.read_metadata(path), data_file).columns
+    assert (column.field_id, column.null_count, column.min, column.max) == (0, 1, None, None)

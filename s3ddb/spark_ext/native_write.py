@@ -137,6 +137,7 @@ def _column_statistics(
     lows: list[Any] = []
     highs: list[Any] = []
     nulls = 0
+    readable = True
     for g in range(metadata.num_row_groups):
         group = metadata.row_group(g)
         stats = group.column(index).statistics
@@ -144,11 +145,14 @@ def _column_statistics(
             return None
         nulls += stats.null_count
         if stats.has_min_max:
-            lows.append(stats.min)
-            highs.append(stats.max)
+            try:
+                lows.append(stats.min)
+                highs.append(stats.max)
+            except UnicodeDecodeError:  # Spark strings may hold bytes that are not UTF-8
+                readable = False
         elif stats.null_count != group.num_rows:
             return None  # values without bounds
-    if pa.types.is_floating(t) and any(math.isnan(v) for v in (*lows, *highs)):
+    if not readable or (pa.types.is_floating(t) and any(math.isnan(v) for v in (*lows, *highs))):
         return ColumnStatistics(field_id, nulls, None, None)
     try:
         low, high = (min(lows), max(highs)) if lows else (None, None)
