@@ -248,3 +248,35 @@ def test_task_files_join_the_write_only_when_the_job_commits(
     ds = s3ddb.dataset(local_uri)
     assert sorted(ds.to_table().column("id").to_pylist()) == list(range(100))
     assert storage.orphans(local_uri) == set()
+
+
+def test_a_commit_that_definitely_failed_leaves_no_file(
+    spark: Any, local_uri: str, tmp_path: Path
+) -> None:
+    """An overwrite with another schema lands while Spark writes (from inside a task):
+    the native append, planned on version 1, cannot rebase over it and fails; its
+    moved files go, and nothing of it is left on the driver either."""
+    import tempfile
+
+    import s3ddb.spark_ext
+
+    s3ddb.spark_ext.write(spark.range(10).selectExpr("id"), local_uri)
+    write_id = tmp_path / "write_id"
+
+    def overwrite_meanwhile(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import s3ddb as lib
+
+        # The staging folder is named after the write.
+        write_id.write_text(os.listdir(os.path.join(local_uri, "_spark_staging"))[0])
+        lib.write_dataset(pa.table({"other": ["o"]}), local_uri, mode="overwrite")
+        yield from batches
+
+    df = spark.range(100, 120, numPartitions=1).selectExpr("id")
+    with pytest.raises(s3ddb.S3DDBError):
+        s3ddb.spark_ext.write(df.mapInArrow(overwrite_meanwhile, df.schema), local_uri)
+    ds = s3ddb.dataset(local_uri)
+    assert ds.version == 2 and ds.to_table().to_pylist() == [{"other": "o"}]
+    assert storage.orphans(local_uri) == set(), "the moved files are gone"
+    assert not (Path(local_uri) / "_spark_staging").exists()
+    outcome = Path(tempfile.gettempdir()) / "s3ddb-spark-writes" / write_id.read_text()
+    assert not outcome.exists(), "the driver's record of the commit's outcome is gone"

@@ -308,3 +308,7 @@ def write(
         # harmless). An interrupt (KeyboardInterrupt...) may have come mid-claim: kept.
         _write.delete_files(store, moved)
         raise
+    finally:
+        # The outcome the commit recorded on the driver is for the data source's
+        # abort phase; a native write has none, and decided above.
+        _write.forget_outcome(plan.write_id)
