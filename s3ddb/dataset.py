@@ -244,7 +244,9 @@ class Dataset(pylance_compat.PylanceMembers):
         keeping the newest version, the ``retain_versions`` newest and every tagged
         version, with their DynamoDB rows, manifests, transaction files and the data and
         deletion files no kept version references; and files no version references (a
-        crashed writer's) older than 7 days, or any age with ``delete_unverified``.
+        crashed writer's, including a native Spark write's ``_spark_staging/<write
+        id>/`` folder, judged by its newest file) older than 7 days, or any age with
+        ``delete_unverified``.
 
         A version also stays until the version after it is ``claim_window`` old
         (default 10 minutes): a writer that saw it as the newest may still be claiming

@@ -2,9 +2,11 @@
 write has every task's first attempt fail after writing rows, for the tests of
 ``s3ddb.spark_ext.write``.
 
-    python -m tests.native_write_app URI --rows N
+    python -m tests.native_write_app URI --rows N [--hang MARKER]
 
-Prints one JSON line: ``{"version": ..., "attempts": [...]}``.
+Prints one JSON line: ``{"version": ...}``. With ``--hang``, no attempt fails; instead
+task 1 writes some rows, creates the file MARKER and waits to be killed (task 0
+finishes: the staging folder holds files of both), for crash tests.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.native_write_app")
     parser.add_argument("uri")
     parser.add_argument("--rows", type=int, default=1000)
+    parser.add_argument("--hang", default=None)
     args = parser.parse_args(argv)
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -46,8 +49,20 @@ def main(argv: list[str] | None = None) -> int:
                 raise RuntimeError("the first attempt of every task fails midway")
             yield batch
 
+    marker = args.hang
+
+    def task_1_hangs(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import time
+
+        context = TaskContext.get()
+        for i, batch in enumerate(batches):
+            if context is not None and context.partitionId() == 1 and i == 2:
+                open(marker, "w").close()
+                time.sleep(3600)  # killed long before
+            yield batch
+
     df: Any = spark.range(0, args.rows, numPartitions=2).selectExpr("id", "CAST(id AS STRING) AS s")
-    df = df.mapInArrow(first_attempts_fail, df.schema)
+    df = df.mapInArrow(task_1_hangs if marker else first_attempts_fail, df.schema)
     committed = s3ddb.spark_ext.write(df, args.uri, mode="append", max_records_per_file=50)
     spark.stop()
     print(json.dumps({"version": committed.version if committed else None}), flush=True)

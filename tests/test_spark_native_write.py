@@ -203,3 +203,80 @@ def test_nested_columns_and_pruning_by_footer_bounds(spark: Any, local_uri: str)
     ]
     bounds = sorted((c.min, c.max) for f in ds.get_fragments() for c in f.stats[0].columns)
     assert bounds == [(0, 99), (100, 199), (200, 299), (300, 399)]
+
+
+def test_task_files_join_the_write_only_when_the_job_commits(
+    spark: Any, local_uri: str, tmp_path: Path
+) -> None:
+    """On a cluster set to FileOutputCommitter's algorithm 2 (task commits move files
+    into the folder: a retried task's half-committed attempt could leave rows twice),
+    the write still uses algorithm 1: while task 1 runs, task 0's committed files are
+    in the job's _temporary/ folder, not yet in the staging folder."""
+    import s3ddb.spark_ext
+
+    seen = tmp_path / "seen"
+
+    def watch_task_0(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import glob
+        import time as clock
+
+        from pyspark import TaskContext
+
+        if TaskContext.get().partitionId() == 1:
+            deadline = clock.monotonic() + 120
+            while clock.monotonic() < deadline:
+                found = [
+                    p
+                    for p in glob.glob(f"{local_uri}/_spark_staging/*/**/part-*", recursive=True)
+                    if "/_temporary/0/_temporary/" not in p and not p.endswith(".crc")
+                ]
+                if found:
+                    seen.write_text(found[0].split("/_spark_staging/", 1)[1].split("/", 1)[1])
+                    break
+                clock.sleep(0.1)
+        yield from batches
+
+    key = "mapreduce.fileoutputcommitter.algorithm.version"
+    hadoop = spark.sparkContext._jsc.hadoopConfiguration()
+    hadoop.set(key, "2")
+    try:
+        df = spark.range(0, 100, numPartitions=2).selectExpr("id")
+        s3ddb.spark_ext.write(df.mapInArrow(watch_task_0, df.schema), local_uri)
+    finally:
+        hadoop.unset(key)
+    assert seen.read_text().startswith("_temporary/0/task_"), seen.read_text()
+    ds = s3ddb.dataset(local_uri)
+    assert sorted(ds.to_table().column("id").to_pylist()) == list(range(100))
+    assert storage.orphans(local_uri) == set()
+
+
+def test_a_commit_that_definitely_failed_leaves_no_file(
+    spark: Any, local_uri: str, tmp_path: Path
+) -> None:
+    """An overwrite with another schema lands while Spark writes (from inside a task):
+    the native append, planned on version 1, cannot rebase over it and fails; its
+    moved files go, and nothing of it is left on the driver either."""
+    import tempfile
+
+    import s3ddb.spark_ext
+
+    s3ddb.spark_ext.write(spark.range(10).selectExpr("id"), local_uri)
+    write_id = tmp_path / "write_id"
+
+    def overwrite_meanwhile(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import s3ddb as lib
+
+        # The staging folder is named after the write.
+        write_id.write_text(os.listdir(os.path.join(local_uri, "_spark_staging"))[0])
+        lib.write_dataset(pa.table({"other": ["o"]}), local_uri, mode="overwrite")
+        yield from batches
+
+    df = spark.range(100, 120, numPartitions=1).selectExpr("id")
+    with pytest.raises(s3ddb.S3DDBError):
+        s3ddb.spark_ext.write(df.mapInArrow(overwrite_meanwhile, df.schema), local_uri)
+    ds = s3ddb.dataset(local_uri)
+    assert ds.version == 2 and ds.to_table().to_pylist() == [{"other": "o"}]
+    assert storage.orphans(local_uri) == set(), "the moved files are gone"
+    assert not (Path(local_uri) / "_spark_staging").exists()
+    outcome = Path(tempfile.gettempdir()) / "s3ddb-spark-writes" / write_id.read_text()
+    assert not outcome.exists(), "the driver's record of the commit's outcome is gone"

@@ -3,6 +3,7 @@ read from footers, which pruning trusts (a wrong bound would hide rows)."""
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 
 import pyarrow as pa
@@ -35,8 +36,11 @@ def test_footer_statistics_equal_the_statistics_of_the_rows(tmp_path: Path) -> N
             "small": pa.array([1, 2, 3, 4, 5, 6], pa.int8()),
             "flag": pa.array([True, None, True, True, None, True]),
             "empty": pa.array([None] * 6, pa.int32()),
-            "s": ["a", "b", "c", "d", "e", "f"],
-            "x": [0.5, float("nan"), 1.0, 2.0, 3.0, 4.0],
+            "s": ["a", "b", "c", "é" * 20, None, "f" * 17],
+            "x": [0.5, float("nan"), 1.0, 2.0, -float("inf"), 4.0],
+            "f32": pa.array([0.5, None, 1.5, 2.5, 3.5, -4.5], pa.float32()),
+            "d": pa.array([dt.date(1969, 7, 20), None, dt.date(2026, 1, 1)] * 2, pa.date32()),
+            "ts": pa.array([dt.datetime(2026, 1, 1)] * 6, pa.timestamp("us")),
         }
     )
     schema = DatasetSchema.assign(table.schema)
@@ -54,11 +58,11 @@ def test_footer_statistics_equal_the_statistics_of_the_rows(tmp_path: Path) -> N
     assert got.file_key == file_key("f.parquet")
     expected = {c.field_id: c for c in compute_file_statistics(table, schema, data_file).columns}
     by_id = {c.field_id: c for c in got.columns}
-    integer_ids = {schema.field_id(n) for n in ("id", "small", "flag", "empty")}
-    assert set(by_id) == integer_ids, "integer and boolean columns only"
-    for field_id in integer_ids:
-        assert by_id[field_id] == expected[field_id]
+    recorded = {schema.field_id(n) for n in table.column_names if n not in ("nested", "ts")}
+    assert set(by_id) == set(expected) == recorded, "every type the Python writer records"
+    assert by_id == expected
     assert by_id[schema.field_id("id")].min == -3 and by_id[schema.field_id("id")].max == 100
+    assert by_id[schema.field_id("s")].max == "é" * 15 + "ê", "the Python writer's rounding up"
 
 
 def test_a_row_group_without_statistics_gives_the_column_none(tmp_path: Path) -> None:
@@ -69,3 +73,15 @@ def test_a_row_group_without_statistics_gives_the_column_none(tmp_path: Path) ->
     pq.write_table(table.cast(tagged), path, write_statistics=False)
     data_file = DataFile(path="f.parquet", fields=(schema.field_id("id"),))
     assert footer_statistics(pq.read_metadata(path), data_file).columns == ()
+
+
+def test_strings_that_are_not_utf8_get_no_bounds(tmp_path: Path) -> None:
+    """Spark's strings may hold any bytes (a CAST of binary); their footer bounds
+    cannot be read as text: the column keeps its null count, without bounds."""
+    strings = pa.array([b"\xff\xfe", b"ok", None], pa.binary()).view(pa.string())
+    tagged = pa.field("s", pa.string(), metadata={b"PARQUET:field_id": b"0"})
+    path = tmp_path / "f.parquet"
+    pq.write_table(pa.Table.from_arrays([strings], schema=pa.schema([tagged])), path)
+    data_file = DataFile(path="f.parquet", fields=(0,))
+    (column,) = footer_statistics(pq.read_metadata(path), data_file).columns
+    assert (column.field_id, column.null_count, column.min, column.max) == (0, 1, None, None)

@@ -98,10 +98,14 @@ def test_admission_control_limits_the_fragments_per_batch(
 ) -> None:
     for i in range(7):
         _append(uri, opts, i * 10)
-    _stream(spark, uri, opts, tmp_path / "files", startingVersion=1, maxFilesPerTrigger=3)
+    query = _stream(spark, uri, opts, tmp_path / "files", startingVersion=1, maxFilesPerTrigger=3)
     batches = [ids for ids in _batches(tmp_path / "files").values() if ids]
     # Fragments of 10 rows each: 3 + 3 + 1 fragments, in version order.
     assert [len(ids) for ids in batches] == [30, 30, 10]
+    # Progress shows how far each batch read and how far the dataset goes (after v7).
+    sources = [p["sources"][0] for p in query.recentProgress if p["numInputRows"]]
+    assert [json.loads(s["endOffset"])["version"] for s in sources] == [4, 7, 8]
+    assert [json.loads(s["latestOffset"])["version"] for s in sources] == [8, 8, 8]
     assert [i for ids in batches for i in ids] == list(range(70))
     # maxBytesPerTrigger is a soft limit: at least one fragment per batch.
     _stream(spark, uri, opts, tmp_path / "bytes", startingVersion=1, maxBytesPerTrigger=1)

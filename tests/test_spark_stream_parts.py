@@ -203,6 +203,8 @@ def test_the_reader_plans_offsets_as_spark_asks(local_uri: str, tmp_path: Path) 
     assert _at(reader.latestOffset(start, ReadMaxFiles(2))) == StreamOffset(3)
     assert _at(reader.latestOffset(start, ReadMaxBytes(1))) == StreamOffset(2)
     assert _at(reader.latestOffset(start, ReadAllAvailable())) == StreamOffset(4)
+    reported = reader.reportLatestOffset()
+    assert reported is not None and _at(reported) == StreamOffset(4), "after version 3"
     reader.prepareForTriggerAvailableNow()
     s3ddb.write_dataset(_table(30), local_uri, mode="append")
     assert _at(reader.latestOffset(start, ReadAllAvailable())) == StreamOffset(4), (
@@ -258,3 +260,39 @@ def test_a_checkpoint_of_another_dataset_at_the_same_uri_is_refused(local_uri: s
     fresh = again.latestOffset(again.initialOffset(), ReadMaxFiles(1))
     with pytest.raises(InvalidInputError, match="past the 1 fragment"):
         again.latestOffset(dict(broken, dataset=fresh["dataset"]), ReadAllAvailable())
+
+
+def test_a_dataset_re_created_while_the_query_runs_is_refused(
+    local_uri: str, tmp_path: Path
+) -> None:
+    """The same reader (a running query) after its dataset was dropped and re-created
+    with more versions: it must not read the new dataset's versions as if they
+    followed the old ones."""
+    import shutil
+
+    _appends(local_uri, 3)
+    # Skipping change commits, the new dataset's versions would not even fail.
+    options = {"path": local_uri, "startingVersion": "1", "skipChangeCommits": "true"}
+    reader = S3DDBStreamReader(options, SCHEMA)
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadAllAvailable())
+    assert _at(end) == StreamOffset(4)
+    assert sum(b.num_rows for p in reader.partitions(start, end) for b in reader.read(p)) == 30
+    shutil.rmtree(local_uri)
+    _appends(local_uri, 5)  # versions 1-5 of another dataset
+    with pytest.raises(InvalidInputError, match="dropped and re-created while the query ran"):
+        reader.latestOffset(end, ReadAllAvailable())
+
+
+def test_a_checkpoint_copied_to_another_datasets_query_is_refused(tmp_path: Path) -> None:
+    first, second = str(tmp_path / "a"), str(tmp_path / "b")
+    _appends(first, 3)
+    _appends(second, 3)  # the same history, another dataset
+    reader = S3DDBStreamReader({"path": first, "startingVersion": "1"}, SCHEMA)
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadMaxFiles(1))
+    other = S3DDBStreamReader({"path": second, "startingVersion": "1"}, SCHEMA)
+    with pytest.raises(InvalidInputError, match="checkpoint was written for dataset"):
+        other.latestOffset(end, ReadAllAvailable())
+    with pytest.raises(InvalidInputError, match="checkpoint was written for dataset"):
+        other.partitions(start, end)

@@ -215,7 +215,8 @@ def run_cleanup(args: argparse.Namespace) -> int:
     rows, manifests and transaction files, and the data and deletion files no kept
     version references. A version also stays until the version after it is
     --claim-window old (default 10m): a writer that saw it as the newest may still be
-    claiming the next number. Files no version references (a crashed writer's) go once
+    claiming the next number. Files no version references (a crashed writer's, and
+    the _spark_staging/ folders of native Spark writes whose driver stopped) go once
     older than 7 days, or at any age with --delete-unverified. Safe while writers
     commit. Prints what went, and each version kept with why and when it can go.
     """

@@ -10,6 +10,7 @@ __all__ = [
     "DATA_DIR",
     "DELETIONS_DIR",
     "INDICES_DIR",
+    "SPARK_STAGING_DIR",
     "TAGS_DIR",
     "TRANSACTIONS_DIR",
     "VERSIONS_DIR",
@@ -30,6 +31,9 @@ TRANSACTIONS_DIR = "_transactions"
 DELETIONS_DIR = "_deletions"
 INDICES_DIR = "_indices"
 TAGS_DIR = "_refs/tags"
+#: Where native Spark writes put their files before committing them, one folder per
+#: write (``_spark_staging/<write id>/``); no version refers to anything under it.
+SPARK_STAGING_DIR = "_spark_staging"
 
 
 def data_file_path(name: str) -> str:

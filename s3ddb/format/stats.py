@@ -39,6 +39,7 @@ __all__ = [
     "fragment_column_stats",
     "live_statistics",
     "recorded_type",
+    "stored_bounds",
 ]
 
 #: Characters kept of a string bound (a manifest at 10,000 fragments stays small).
@@ -140,10 +141,22 @@ def _bounds(array: pa.ChunkedArray) -> tuple[Bound, Bound]:
     else:
         pair = pc.min_max(array)
         low, high = pair["min"].as_py(), pair["max"].as_py()
+    return stored_bounds(t, low, high)
+
+
+def stored_bounds(t: pa.DataType, low: Any, high: Any) -> tuple[Bound, Bound]:
+    """The bounds recorded for a column of type ``t`` whose values (nulls and NaN
+    left out) lie between ``low`` and ``high`` (Python values, as Arrow gives them):
+    dates as days since 1970-01-01, strings shortened to :data:`STRING_PREFIX`
+    characters (the maximum rounded up), integers beyond int64 and NaN dropped.
+    Writers other than the Python one (Spark's, from Parquet footers) go through
+    this too, so every fragment's statistics mean the same."""
     if low is None or high is None:
         return None, None
     if pa.types.is_date32(t):
-        return (low - _EPOCH).days, (high - _EPOCH).days
+        if isinstance(low, dt.date) and isinstance(high, dt.date):
+            return (low - _EPOCH).days, (high - _EPOCH).days
+        return None, None
     if isinstance(low, str) and isinstance(high, str):
         return low[:STRING_PREFIX], _upper_string(high)
     if isinstance(low, float) and isinstance(high, float):

@@ -6,7 +6,9 @@ with them: their manifests (final and staged), their DynamoDB rows, their transa
 files, and the data and deletion files that no kept version references. Files that no
 version references at all (left by crashed or failed writers) and staged manifests no
 row refers to go too, once older than a grace period (:data:`UNVERIFIED_GRACE`) unless
-``delete_unverified``: a writer may be between writing them and committing.
+``delete_unverified``: a writer may be between writing them and committing. So do
+native Spark writes' staging folders (:mod:`s3ddb.maintenance.staging`) whose newest
+file is older than that period: a folder still getting files is a write in progress.
 
 Safety against a writer committing meanwhile: the newest version is never removed, a
 commit only ever builds on the newest version (and its files are new), and files a
@@ -34,9 +36,10 @@ from s3ddb.format import layout
 from s3ddb.format.manifest import referenced_paths
 from s3ddb.format.naming import parse_manifest_name, parse_staged_name
 from s3ddb.io.arguments import check_int
+from s3ddb.maintenance.staging import remove_empty_folders, staging_folders
 
 if TYPE_CHECKING:
-    from s3ddb.io.object_store import ObjectStore
+    from s3ddb.io.object_store import ObjectMeta, ObjectStore
     from s3ddb.versions.opening import VersionInfo
     from s3ddb.versions.pinned import PinnedVersion
 
@@ -44,6 +47,7 @@ __all__ = [
     "CLAIM_WINDOW",
     "DEFAULT_OLDER_THAN",
     "KEPT_REASONS",
+    "STAGING_KIND",
     "UNVERIFIED_GRACE",
     "CleanupStats",
     "KeptVersion",
@@ -58,6 +62,9 @@ CLAIM_WINDOW = dt.timedelta(minutes=10)
 
 #: Files no version references are kept this long, unless ``delete_unverified``.
 UNVERIFIED_GRACE = dt.timedelta(days=7)
+#: The kind (in :attr:`CleanupStats.files`) of native Spark writes' staging files.
+STAGING_KIND = "spark_staging_files"
+
 #: Versions younger than this are kept by default (as Lance does).
 DEFAULT_OLDER_THAN = dt.timedelta(days=14)
 
@@ -188,6 +195,7 @@ def cleanup_old_versions(
             stats.add(*doomed[path])
 
     handler.store.delete_many(list(doomed), deleted=count)
+    remove_empty_folders(handler.store, [p for p, (k, _) in doomed.items() if k == STAGING_KIND])
     return stats
 
 
@@ -265,13 +273,18 @@ def _doomed_objects(
     """The objects cleanup deletes, each with its kind and size, in listing order.
 
     Manifests of ``removed`` versions; staged manifests no row in ``live_rows`` points
-    at, of a removed version or older than ``grace`` seconds; and files (data,
-    deletion, transaction, index) nothing in ``keep`` refers to that a removed version
-    referred to (``gone``) or that are older than ``grace``.
+    at, of a removed version or older than ``grace`` seconds; files (data, deletion,
+    transaction, index) nothing in ``keep`` refers to that a removed version referred
+    to (``gone``) or that are older than ``grace``; and the files of native Spark
+    writes' staging folders whose newest file is older than ``grace``.
     """
     wall = time.time()
     doomed: dict[str, tuple[str, int]] = {}
+    staging: list[ObjectMeta] = []
     for meta in store.iter_list(""):
+        if meta.path.startswith(layout.SPARK_STAGING_DIR + "/"):
+            staging.append(meta)  # judged per folder, below
+            continue
         path, old = meta.path, meta.modified is None or wall - meta.modified >= grace
         directory, _, name = path.partition("/")
         if directory == layout.VERSIONS_DIR:
@@ -293,6 +306,9 @@ def _doomed_objects(
             or (kind == "index_files" and _index_dir(path) in gone.index_dirs)
         ):
             doomed[path] = (kind, meta.size)
+    for folder in staging_folders(staging).values():
+        if folder.idle_for(grace, wall):
+            doomed.update((m.path, (STAGING_KIND, m.size)) for m in folder.files)
     return doomed
 
 

@@ -35,6 +35,7 @@ from s3ddb.format.naming import parse_manifest_name, parse_staged_name
 from s3ddb.format.parquet_source import check_data_file
 from s3ddb.io.object_store import ObjectMeta, ObjectStore
 from s3ddb.maintenance.group_check import check_groups
+from s3ddb.maintenance.staging import check_staging
 from s3ddb.versions.connect import open_handler
 from s3ddb.versions.opening import dataset_not_found
 from s3ddb.versions.tags import read_tag_version, tag_name_of
@@ -184,6 +185,7 @@ def verify(
         _check_version(handler, version, locations[version], objects, seen, report)
     _check_identities(seen.identities, report.add_problem)
     _check_unreferenced(objects, seen, report.add_problem, grace_seconds, now)
+    check_staging(objects.values(), report.add_problem, grace_seconds, now)
     return report
 
 

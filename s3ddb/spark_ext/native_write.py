@@ -24,6 +24,7 @@ through the Python data source, and says so once.
 from __future__ import annotations
 
 import logging
+import math
 import os
 from collections.abc import Mapping
 from typing import Any, Literal
@@ -32,27 +33,46 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import s3ddb
+from s3ddb.commit.failpoints import failpoint
 from s3ddb.errors import CommitStateUnknownError, DataFileError, InvalidInputError
 from s3ddb.format import layout
 from s3ddb.format.fragment import DataFile, FragmentMetadata
 from s3ddb.format.parquet_source import file_columns_by_id, read_footer
 from s3ddb.format.schema import DatasetSchema
-from s3ddb.format.stats import ColumnStatistics, FileStatistics, file_key
+from s3ddb.format.stats import (
+    ColumnStatistics,
+    FileStatistics,
+    file_key,
+    recorded_type,
+    stored_bounds,
+)
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.uri import parse_uri
 from s3ddb.spark_ext import _write
 from s3ddb.spark_ext._options import SourceOptions
 
-__all__ = ["STAGING_DIR", "footer_statistics", "jvm_root_of", "write"]
+__all__ = ["STAGING_DIR", "WRITER_OPTIONS", "footer_statistics", "jvm_root_of", "write"]
 
 log = logging.getLogger(__name__)
 
 #: Where Spark writes before the driver moves committed files into ``data/``.
-STAGING_DIR = "_spark_staging"
+STAGING_DIR = layout.SPARK_STAGING_DIR
 
 #: Spark writes timestamps as INT96 by default, which Arrow reads as nanoseconds; a
 #: write with timestamp columns sets this in the session while it runs.
 _SESSION_CONF = {"spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS"}
+
+#: Hadoop settings of every native write (writer options reach its Hadoop conf):
+#: - footer min/max strings whole: a cluster may truncate them, and a truncated max
+#:   is no upper bound we can check (over 4 KiB they are left out: only costs reads);
+#: - FileOutputCommitter's algorithm 1: version 2 moves each task attempt's files into
+#:   the folder when the task commits, so an attempt that fails midway through its
+#:   commit, and its retry, may both leave files: rows written twice. (Clusters with
+#:   S3A's committers do not use FileOutputCommitter; this changes nothing there.)
+WRITER_OPTIONS = {
+    "parquet.statistics.truncate.length": str(2**31 - 1),
+    "mapreduce.fileoutputcommitter.algorithm.version": "1",
+}
 
 _fallback_said = False
 
@@ -82,37 +102,63 @@ def _with_field_ids(df: Any, schema: DatasetSchema) -> Any:
 
 
 def footer_statistics(metadata: pq.FileMetaData, data_file: DataFile) -> FileStatistics:
-    """Bounds of the file's integer columns over all its rows, from the row groups'
-    footer statistics (what point lookups and ranges on ids prune with). Other
-    columns get none, and are never pruned: a missing bound only costs a read."""
+    """Statistics of the file's columns over all its rows, from the row groups' footer
+    statistics, meaning exactly what the Python writer's mean
+    (:func:`s3ddb.format.stats.stored_bounds`): for the same types (integers,
+    booleans, floats, strings, dates; none for timestamps), with the same encoding.
+
+    Where a footer cannot give the Python writer's bound, the bound is left out
+    (unknown: the fragment is read, never wrongly skipped): a row group without
+    statistics, a string that is not UTF-8, and floats with NaN (Parquet writers put
+    NaN in a footer's max, while the Python writer's bounds leave NaN out).
+    """
     arrow = metadata.schema.to_arrow_schema()
     by_id = file_columns_by_id(arrow)
-    # Row groups index leaf columns: a top-level integer column is the leaf whose
-    # path is its name (nested columns before it shift the positions).
+    # Row groups index leaf columns: a top-level column is the leaf whose path is its
+    # name (nested columns before it shift the positions).
     leaves = {metadata.schema.column(i).path: i for i in range(metadata.num_columns)}
     columns = []
     for field_id in data_file.fields:
         name = by_id[field_id]
         t = arrow.field(name).type
         index = leaves.get(name)
-        if index is None or not (pa.types.is_signed_integer(t) or pa.types.is_boolean(t)):
-            continue
-        bounds: list[int] = []
-        nulls = 0
-        for g in range(metadata.num_row_groups):
-            group = metadata.row_group(g)
-            stats = group.column(index).statistics
-            if stats is None or not stats.has_null_count:
-                break
-            nulls += stats.null_count
-            if stats.has_min_max:
-                bounds += [int(stats.min), int(stats.max)]
-            elif stats.null_count != group.num_rows:
-                break  # values without bounds
-        else:
-            low, high = (min(bounds), max(bounds)) if bounds else (None, None)
-            columns.append(ColumnStatistics(field_id, nulls, low, high))
+        if index is not None and recorded_type(t):
+            column = _column_statistics(metadata, index, field_id, t)
+            if column is not None:
+                columns.append(column)
     return FileStatistics(file_key(data_file.path), tuple(columns))
+
+
+def _column_statistics(
+    metadata: pq.FileMetaData, index: int, field_id: int, t: pa.DataType
+) -> ColumnStatistics | None:
+    """The statistics of leaf column ``index`` over all row groups (None: a row group
+    has no null count, or values without bounds)."""
+    lows: list[Any] = []
+    highs: list[Any] = []
+    nulls = 0
+    readable = True
+    for g in range(metadata.num_row_groups):
+        group = metadata.row_group(g)
+        stats = group.column(index).statistics
+        if stats is None or not stats.has_null_count:
+            return None
+        nulls += stats.null_count
+        if stats.has_min_max:
+            try:
+                lows.append(stats.min)
+                highs.append(stats.max)
+            except UnicodeDecodeError:  # Spark strings may hold bytes that are not UTF-8
+                readable = False
+        elif stats.null_count != group.num_rows:
+            return None  # values without bounds
+    if not readable or (pa.types.is_floating(t) and any(math.isnan(v) for v in (*lows, *highs))):
+        return ColumnStatistics(field_id, nulls, None, None)
+    try:
+        low, high = (min(lows), max(highs)) if lows else (None, None)
+    except TypeError:  # row groups whose bounds are not of one kind
+        return ColumnStatistics(field_id, nulls, None, None)
+    return ColumnStatistics(field_id, nulls, *stored_bounds(t, low, high))
 
 
 def _collect(
@@ -156,6 +202,9 @@ def _move(store: ObjectStore, src: str, dst: str) -> None:
         target = store.full_path(dst)
         os.makedirs(os.path.dirname(target), exist_ok=True)  # a new dataset has no data/
         os.replace(store.full_path(src), target)
+        # Cleanup spares unreferenced files by age: this one's counts from now, as a
+        # copy's would, not from when Spark wrote it.
+        os.utime(target)
     else:
         store.copy(src, dst)
         store.delete(src)
@@ -232,12 +281,14 @@ def write(
         for key, value in conf.items():
             spark.conf.set(key, value)
         writer = _with_field_ids(df, plan.schema).write.mode("overwrite")
+        writer = writer.options(**WRITER_OPTIONS)
         if max_records_per_file:
             writer = writer.option("maxRecordsPerFile", max_records_per_file)
         writer.parquet(f"{root.rstrip('/')}/{staging}")
         for src, fragment in _collect(store, staging, fields):
             _move(store, src, layout.data_file_path(fragment.files[0].path))
             moved.append(fragment)
+        failpoint("native_write.after_move")
     except BaseException:
         _write.delete_files(store, moved)
         raise
@@ -257,3 +308,7 @@ def write(
         # harmless). An interrupt (KeyboardInterrupt...) may have come mid-claim: kept.
         _write.delete_files(store, moved)
         raise
+    finally:
+        # The outcome the commit recorded on the driver is for the data source's
+        # abort phase; a native write has none, and decided above.
+        _write.forget_outcome(plan.write_id)

@@ -205,6 +205,8 @@ class StreamPlanner:
 
         Raises:
             VersionNotFoundError: it is gone (cleanup) or not committed yet.
+            InvalidInputError: it is of another dataset than the one the query opened
+                (dropped and re-created at the URI while the query ran).
         """
         found = self._manifests.get(version)
         if found is None:
@@ -217,6 +219,17 @@ class StreamPlanner:
                     " Start a new query (a new checkpoint) with a startingVersion that"
                     " still exists."
                 ) from None
+            # Version numbers restart in a re-created dataset: compared with the old
+            # dataset's versions (cached, or in the checkpoint), its versions would
+            # emit rows at positions that mean nothing. Versions from before dataset
+            # identities were recorded have none.
+            opened = self.dataset_id()
+            if found.dataset_id and opened and found.dataset_id != opened:
+                raise InvalidInputError(
+                    f"version {version} of {self._uri} belongs to dataset {found.dataset_id}, "
+                    f"not to dataset {opened} that the stream reads (dropped and re-created "
+                    "while the query ran?): start the query with a new checkpoint"
+                )
             if len(self._manifests) >= MANIFEST_CACHE_SIZE:
                 self._manifests.pop(min(self._manifests))
             self._manifests[version] = found

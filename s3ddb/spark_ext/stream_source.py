@@ -12,11 +12,13 @@ what). Options: ``startingVersion`` (a number or ``latest``) or ``startingTimest
 (default: the whole newest version first, then what later versions append),
 ``maxFilesPerTrigger`` (default 1000 when ``maxBytesPerTrigger`` is not set) and
 ``maxBytesPerTrigger``, ``skipChangeCommits``; ``Trigger.AvailableNow`` reads up to
-the newest version when the query starts, in batches of the admitted size.
+the newest version when the query starts, in batches of the admitted size. The query's
+progress reports the offset after the newest version as ``latestOffset``.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -32,7 +34,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from s3ddb.errors import InvalidInputError, SchemaMismatchError
+from s3ddb.errors import InvalidInputError, S3DDBError, SchemaMismatchError
 from s3ddb.format.bases import BasePath, FileResolver
 from s3ddb.format.fragment import FragmentMetadata
 from s3ddb.format.schema import DatasetSchema
@@ -57,6 +59,8 @@ __all__ = [
 #: Fragments per micro-batch when neither maxFilesPerTrigger nor maxBytesPerTrigger
 #: is set (Delta Lake's default too).
 DEFAULT_MAX_FILES_PER_TRIGGER = 1000
+
+log = logging.getLogger(__name__)
 
 #: Rows per Arrow batch handed to Spark.
 BATCH_ROWS = 64 * 1024
@@ -260,6 +264,17 @@ class S3DDBStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             elif isinstance(limit, ReadMaxBytes):
                 max_bytes = limit.max_bytes
         return self._out(planner.advance(position, last, max_files, max_bytes))
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        """The offset after the newest version: what the query has yet to read shows
+        in its progress (``sources[].latestOffset``) next to ``endOffset``. None if
+        the newest version cannot be read now (a metric only: the next batch's
+        planning reports the error)."""
+        try:
+            return self._out(StreamOffset(self._plan().latest_version() + 1))
+        except S3DDBError as exc:
+            log.debug("s3ddb: no latest offset for %s: %s", self._options.source.uri, exc)
+            return None
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         """The tasks that read the fragments from ``start`` up to ``end``: the same
