@@ -258,6 +258,13 @@ class ExternalStoreTableError(ExternalStoreError):
     """The external store's table is missing or has the wrong key schema."""
 
 
+class ObjectStoreError(S3DDBError):
+    """The object store failed a request after its retries (an S3 error answer other
+    than a missing object, bucket or credentials: a 500, a 503, an unexpected code).
+    The message names the operation's object and the store's answer. A write that
+    raised this may still have been applied."""
+
+
 class EndpointUnreachableError(S3DDBError, ConnectionError):
     """Nothing could be sent to an S3 or DynamoDB endpoint (connection refused, no
     such host, connect timeout). The message names the service and the endpoint."""

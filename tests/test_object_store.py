@@ -182,3 +182,30 @@ def test_s3_credential_source_that_fails_is_a_credentials_error(
     store = ObjectStore("s3://bucket/p", {"profile": "s3ddb-no-such-profile"})
     with pytest.raises(CredentialsError, match="s3ddb-no-such-profile"):
         store.get("k")
+
+
+@pytest.mark.parametrize("operation", ["HeadObject", "GetObject", "PutObject", "CopyObject"])
+def test_a_failing_s3_answer_is_an_object_store_error_naming_the_object(
+    conditional_aws: Any, operation: str
+) -> None:
+    """An S3 failure that outlasts the retries (here HTTP 500 on every attempt) is a
+    typed ObjectStoreError naming the object and the answer, never botocore's
+    ClientError; a missing object stays a FileNotFoundError."""
+    from s3ddb.errors import ObjectStoreError
+
+    store = ObjectStore(f"s3://objstore/{uuid.uuid4().hex}", conditional_aws.storage_options())
+    store.put("k", b"v")
+    with pytest.raises(FileNotFoundError):
+        store.head("missing")
+    call = {
+        "HeadObject": lambda: store.head("k"),
+        "GetObject": lambda: store.get("k"),
+        "PutObject": lambda: store.put("k2", b"v"),
+        "CopyObject": lambda: store.copy("k", "k3"),
+    }[operation]
+    conditional_aws.inject_fault("s3", operation, "server_error", times=100)
+    try:
+        with pytest.raises(ObjectStoreError, match=r"objstore/.*/k.* failed: (500|InternalError)"):
+            call()
+    finally:
+        conditional_aws.clear_faults()

@@ -16,7 +16,12 @@ from __future__ import annotations
 import enum
 import errno
 
-from s3ddb.errors import BucketNotFoundError, CredentialsError, EndpointUnreachableError
+from s3ddb.errors import (
+    BucketNotFoundError,
+    CredentialsError,
+    EndpointUnreachableError,
+    ObjectStoreError,
+)
 
 __all__ = [
     "ACCESS_DENIED_CODES",
@@ -231,8 +236,10 @@ def as_storage_error(exc: BaseException, where: str) -> BaseException:
     fsspec call about ``where``: a built-in one (FileNotFoundError, FileExistsError,
     PermissionError), :class:`~s3ddb.errors.BucketNotFoundError` (a
     FileNotFoundError), :class:`~s3ddb.errors.CredentialsError`,
-    :class:`~s3ddb.errors.EndpointUnreachableError`, or ``exc`` itself. Looks at
-    ``exc`` and the exceptions it was raised from (s3fs wraps botocore's)."""
+    :class:`~s3ddb.errors.EndpointUnreachableError`, :class:`~s3ddb.errors.
+    ObjectStoreError` for any other answer or failure of the service, or ``exc``
+    itself (not a service's failure). Looks at ``exc`` and the exceptions it was
+    raised from (s3fs wraps botocore's)."""
     chain: list[BaseException] = []
     cur: BaseException | None = exc
     while cur is not None and len(chain) < 5:
@@ -275,4 +282,9 @@ def as_storage_error(exc: BaseException, where: str) -> BaseException:
         return FileNotFoundError(errno.ENOENT, "no such object", where)
     if isinstance(exc, OSError) and "PreconditionFailed" in str(exc):
         return FileExistsError(errno.EEXIST, "object exists", where)
+    for err in chain:
+        if classify(err) is not None:  # an answer of the store (or botocore's failure)
+            return ObjectStoreError(
+                f"object store request for {where} failed: {describe_error(err)}"
+            )
     return exc
