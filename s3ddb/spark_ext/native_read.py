@@ -6,11 +6,11 @@
 The driver pins a version and plans it (:mod:`s3ddb.spark_ext.native_plan`); Spark
 then reads the data files itself, so it prunes columns, pushes filters into row
 groups and vectorizes, and no row passes through Python. Deleted rows are removed by
-position: the rows of files with deletions are anti-joined (broadcast) with their
-deleted ``(_metadata.file_name, _metadata.row_index)`` pairs; files without
-deletions are read plain. Fragments stored in several data files are joined back on
-(fragment, row index); columns are renamed from each file's own names (found by
-field id) and cast where a column was widened.
+position: the rows of files with deletions are anti-joined (broadcast) with the
+keys of their deleted rows, one 64-bit key per ``(_metadata.file_name,
+_metadata.row_index)``; files without deletions are read plain. Fragments stored
+in several data files are joined back on (fragment, row index); columns are renamed
+from each file's own names (found by field id) and cast where a column was widened.
 
 Where the JVM cannot read the files (``memory://``, a scheme without a Hadoop
 connector, a type Spark's reader decodes differently), the read falls back to the
