@@ -354,15 +354,15 @@ def test_a_column_named_like_sparks_metadata_column_reads_through_python(
 
 
 def _physical_plan(df: Any) -> str:
+    # Spark's own plan text: what the Parquet scan reads, pushes down and vectorizes.
     return str(df._jdf.queryExecution().executedPlan().toString())
 
 
-def test_deleted_rows_of_many_files_are_found_by_key_and_by_name(
-    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_deleted_rows_of_many_files_are_told_apart_by_file(spark: Any, tmp_path: Path) -> None:
     uri = str(tmp_path / "ds")
     ds = s3ddb.write_dataset(_table(0, 70), uri, max_rows_per_file=10)  # 7 files
-    # The first and last row of a file and one inside, in six of the seven files.
+    # The first and last row of a file and one inside, in six of the seven files: the
+    # same positions in every file, so only the file name tells them apart.
     ds.delete("id < 60 AND (id % 10 IN (0, 9) OR id % 10 = 4)")
     ds.delete("id = 33")  # a second deletion of one file
     plan = plan_native_read(s3ddb.dataset(uri))
@@ -370,18 +370,10 @@ def test_deleted_rows_of_many_files_are_found_by_key_and_by_name(
     expected = _expected(uri, 3)
     assert len(expected) == 70 - 19
 
-    # Few files: one 64-bit key per row (file index from the name, and position).
-    keyed = s3ddb.spark_ext.read(spark, uri)
-    assert "__s3ddb_deleted_key" in _physical_plan(keyed)
-    assert _spark_rows(keyed) == expected
-    assert keyed.filter("id IN (0, 9, 33, 59, 60)").count() == 1  # 60: no deletion there
-
-    # More files with deletions than keyed: joined on (file name, position).
-    monkeypatch.setattr(s3ddb.spark_ext.native_read, "KEYED_FILES_MAX", 5)
-    by_name = s3ddb.spark_ext.read(spark, uri)
-    physical = _physical_plan(by_name)
-    assert "__s3ddb_deleted_key" not in physical and "__s3ddb_file" in physical
-    assert _spark_rows(by_name) == expected
+    df = s3ddb.spark_ext.read(spark, uri)
+    assert _spark_rows(df) == expected
+    assert df.filter("id IN (0, 9, 33, 59, 60)").count() == 1  # 60: no deletion there
+    assert df.filter("id BETWEEN 30 AND 39").count() == 6
 
 
 def test_the_native_scan_with_deletions_stays_vectorized_pruned_and_filtered(

@@ -6,11 +6,11 @@
 The driver pins a version and plans it (:mod:`s3ddb.spark_ext.native_plan`); Spark
 then reads the data files itself, so it prunes columns, pushes filters into row
 groups and vectorizes, and no row passes through Python. Deleted rows are removed by
-position: the rows of files with deletions are anti-joined (broadcast) with the
-keys of their deleted rows, one 64-bit key per ``(_metadata.file_name,
-_metadata.row_index)``; files without deletions are read plain. Fragments stored
-in several data files are joined back on (fragment, row index); columns are renamed
-from each file's own names (found by field id) and cast where a column was widened.
+position: the rows of files with deletions are anti-joined (broadcast) with their
+deleted ``(_metadata.file_name, _metadata.row_index)`` pairs; files without
+deletions are read plain. Fragments stored in several data files are joined back on
+(fragment, row index); columns are renamed from each file's own names (found by
+field id) and cast where a column was widened.
 
 Where the JVM cannot read the files (``memory://``, a scheme without a Hadoop
 connector, a type Spark's reader decodes differently), the read falls back to the
@@ -27,7 +27,6 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 
 from s3ddb.dataset import Dataset, dataset
@@ -44,7 +43,6 @@ from s3ddb.spark_ext.native_plan import (
 
 __all__ = [
     "BROADCAST_MAX_DELETED",
-    "KEYED_FILES_MAX",
     "KEY_COLUMNS",
     "create_temp_view",
     "read",
@@ -54,21 +52,13 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 #: Columns the plan adds while joining (never in the result).
-KEY_COLUMNS = ("__s3ddb_file", "__s3ddb_pos", "__s3ddb_fragment", "__s3ddb_deleted_key")
-_FILE, _POS, _FRAGMENT, _KEY = KEY_COLUMNS
+KEY_COLUMNS = ("__s3ddb_file", "__s3ddb_pos", "__s3ddb_fragment")
+_FILE, _POS, _FRAGMENT = KEY_COLUMNS
 
 #: Up to this many deleted positions in one shape are broadcast to the tasks; more
 #: are left to Spark's own choice of join (a broadcast that large could exhaust the
 #: driver's memory).
 BROADCAST_MAX_DELETED = 4_000_000
-
-#: Up to this many files with deletions in one shape, deleted rows are found by one
-#: 64-bit key per row (file index and position); more fall back to joining on the
-#: file name, which costs more per row but keeps the per-row expression small.
-KEYED_FILES_MAX = 1024
-
-# The deletion key: file index << _POS_BITS | position (positions are below 2**32).
-_POS_BITS = 40
 
 #: Per-read Parquet options: never skip a file silently, whatever the session says,
 #: and take the given files as they are (no partition columns from directory names).
@@ -263,56 +253,8 @@ def _scan(spark: Any, layout: Layout, paths: list[str], keys: bool) -> Any:
     return df.select(*projected) if projected else df
 
 
-def _file_index(names: list[str], column: Any) -> Any:
-    """The position of ``column`` (a file name) in ``names`` (sorted, distinct), or
-    -1 for any other name: a tree of comparisons, so each row pays about
-    ``log2(len(names))`` of them, not one per file."""
-    from pyspark.sql import functions as F
-
-    if len(names) == 1:
-        return F.when(column == F.lit(names[0]), F.lit(0)).otherwise(F.lit(-1))
-
-    def node(lo: int, hi: int) -> Any:  # names[lo:hi], at least one
-        if hi - lo == 1:
-            return F.when(column == F.lit(names[lo]), F.lit(lo)).otherwise(F.lit(-1))
-        mid = (lo + hi) // 2
-        return F.when(column < F.lit(names[mid]), node(lo, mid)).otherwise(node(mid, hi))
-
-    return node(0, len(names))
-
-
 def _without_deleted(spark: Any, df: Any, shape: Shape) -> Any:
-    """``df`` (with file and position keys) without the deleted rows of ``shape``.
-
-    Each deleted ``(file, position)`` becomes one 64-bit key, the file's index among
-    the shape's files with deletions times 2**40 plus the position, and the rows are
-    anti-joined with those keys: hashing a long per row costs a fraction of hashing
-    the file name with it, and the relation Spark plans and broadcasts holds one long
-    column. Deletion files hold positions below 2**32, so a row at or past 2**40 (a
-    file of a trillion rows) is never deleted and gets key -1, as does a row of a
-    file without deletions: no key collides. Shapes with more than
-    :data:`KEYED_FILES_MAX` files with deletions join on (file name, position).
-    """
-    from pyspark.sql import functions as F
-
-    names = sorted(shape.deleted)
-    if len(names) > KEYED_FILES_MAX:
-        return _without_deleted_by_name(spark, df, shape)
-    keys = [shape.deleted[name] + (index << _POS_BITS) for index, name in enumerate(names)]
-    table = pa.table({_KEY: pa.array(np.concatenate(keys) if keys else [], pa.int64())})
-    deleted_df = spark.createDataFrame(table)
-    if shape.num_deleted <= BROADCAST_MAX_DELETED:
-        deleted_df = F.broadcast(deleted_df)
-    position = F.col(_POS)
-    index = _file_index(names, F.col(_FILE)).cast("long")
-    keyed = (index >= 0) & (position < F.lit(1 << _POS_BITS))
-    key = F.when(keyed, index * F.lit(1 << _POS_BITS) + position).otherwise(F.lit(-1))
-    return df.withColumn(_KEY, key).join(deleted_df, _KEY, "left_anti").drop(_KEY)
-
-
-def _without_deleted_by_name(spark: Any, df: Any, shape: Shape) -> Any:
-    """:func:`_without_deleted` for shapes with many files: an anti-join on
-    (file name, position)."""
+    """``df`` (with file and position keys) without the deleted rows of ``shape``."""
     from pyspark.sql import functions as F
 
     names, positions = [], []
