@@ -351,3 +351,42 @@ def test_a_column_named_like_sparks_metadata_column_reads_through_python(
     # Without that column, the read is native, and deletions still apply.
     native = s3ddb.spark_ext.read(spark, uri, columns=["id"], native=True)
     assert [r.id for r in native.orderBy("id").collect()] == [0, 2, 3]
+
+
+def _physical_plan(df: Any) -> str:
+    # Spark's own plan text: what the Parquet scan reads, pushes down and vectorizes.
+    return str(df._jdf.queryExecution().executedPlan().toString())
+
+
+def test_deleted_rows_of_many_files_are_told_apart_by_file(spark: Any, tmp_path: Path) -> None:
+    uri = str(tmp_path / "ds")
+    ds = s3ddb.write_dataset(_table(0, 70), uri, max_rows_per_file=10)  # 7 files
+    # The first and last row of a file and one inside, in six of the seven files: the
+    # same positions in every file, so only the file name tells them apart.
+    ds.delete("id < 60 AND (id % 10 IN (0, 9) OR id % 10 = 4)")
+    ds.delete("id = 33")  # a second deletion of one file
+    plan = plan_native_read(s3ddb.dataset(uri))
+    assert sorted(len(shape.deleted) for shape in plan.shapes) == [0, 6]
+    expected = _expected(uri, 3)
+    assert len(expected) == 70 - 19
+
+    df = s3ddb.spark_ext.read(spark, uri)
+    assert _spark_rows(df) == expected
+    assert df.filter("id IN (0, 9, 33, 59, 60)").count() == 1  # 60: no deletion there
+    assert df.filter("id BETWEEN 30 AND 39").count() == 6
+
+
+def test_the_native_scan_with_deletions_stays_vectorized_pruned_and_filtered(
+    spark: Any, tmp_path: Path
+) -> None:
+    uri = str(tmp_path / "ds")
+    ds = s3ddb.write_dataset(_table(0, 200), uri, max_rows_per_file=50)
+    ds.delete("id % 10 = 7")
+    df = s3ddb.spark_ext.read(spark, uri).filter("id = 17 OR id = 18").select("x")
+    physical = _physical_plan(df)
+    scans = [line for line in physical.splitlines() if "FileScan parquet" in line]
+    assert scans and all("Batched: true" in line for line in scans), physical
+    assert all("EqualTo(id,17)" in line for line in scans), physical  # pushed to the reader
+    assert all("ReadSchema: struct<id:bigint,x:double" in line for line in scans), physical
+    assert "LeftAnti" in physical
+    assert [r.x for r in df.collect()] == [18 / 4]  # 17 is deleted
