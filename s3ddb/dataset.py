@@ -624,6 +624,8 @@ def write_dataset(
             written).
         SchemaMismatchError: appended data does not match the dataset's schema.
         InvalidInputError: bad mode, data or URI.
+        AtomicGroupError: ``uri`` is a handle of an ``s3ddb.atomic`` group (this
+            would commit at once, outside the group; use its ``insert``).
         UnsupportedOperationError: a pylance argument s3ddb has no such thing for.
     """
     pylance_compat.check_write_options("write_dataset", data_storage_version, pylance_options)
@@ -636,6 +638,13 @@ def write_dataset(
         raise InvalidInputError(f"mode must be one of {MODES}, got {mode!r}")
     layout = FileLayout.checked(max_rows_per_file, max_rows_per_group, progress)
     if isinstance(uri, PinnedVersion):
+        # write_dataset commits at once, by the URI: on a group's handle that would
+        # put the write outside the group, committed whatever the group decides.
+        uri._refuse_in_group(
+            "write_dataset",
+            "Use the handle's insert(data) or insert(data, mode='overwrite'), which the "
+            "group holds.",
+        )
         storage_options = storage_options or uri.storage_options
         uri = uri.uri
     text = os.fspath(uri)
