@@ -132,11 +132,17 @@ class AtomicGroup:
         :meth:`dataset` calls for the same dataset return it.
 
         Raises:
+            InvalidInputError: ``ds`` is not a :class:`s3ddb.Dataset`.
             AtomicGroupError: as :meth:`dataset`, or the dataset is in the group
                 already, or ``ds`` is a handle of a group (its version may be one
                 that group has not committed).
         """
         self._check_open()
+        if not isinstance(ds, Dataset):
+            raise InvalidInputError(
+                f"join takes an open s3ddb.Dataset, got {type(ds).__name__} {ds!r:.200}; "
+                "for a URI use tx.dataset(uri)"
+            )
         if ds._deferred is not None:
             # Its version may be one another group planned and has not committed (or
             # will commit rebased): building on it could lose what that group's
@@ -163,9 +169,16 @@ class AtomicGroup:
         fail with ``TransactionAlreadyCommittedError``). Returns the handle.
 
         Raises:
+            InvalidInputError: ``operation`` is not an s3ddb operation (nothing is
+                held or deleted).
             AtomicGroupError, TransactionAlreadyCommittedError, CommitConflictError:
                 the group cannot hold it; its files are deleted.
         """
+        if not isinstance(operation, Operation):
+            raise InvalidInputError(
+                f"add_operation takes an s3ddb operation (s3ddb.Append, s3ddb.Overwrite, "
+                f"...), got {type(operation).__name__} {operation!r:.200}"
+            )
         ds = self.dataset(uri)
         ds._commit(operation, ds.manifest, properties=transaction_properties)
         return ds
@@ -474,6 +487,11 @@ class Atomic:
                 except BaseException:
                     group.abort()
                     raise
+                if not group._open:
+                    # fn ended the group itself (tx.commit() or tx.abort()): what it
+                    # decided stands; committing again would report a committed group
+                    # as failed.
+                    return out
                 try:
                     group.commit()
                     return out
