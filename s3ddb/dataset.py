@@ -547,14 +547,15 @@ def dataset(
         UnsupportedOperationError: a pylance argument s3ddb has no such thing for.
         DatasetNotFoundError: nothing is committed at ``uri``.
         VersionNotFoundError: no such version or tag, or nothing committed by ``asof``.
-        InvalidInputError: both ``version`` and ``asof``, an unreadable ``asof``, or an
-            unknown storage option.
+        InvalidInputError: both ``version`` and ``asof``, an unreadable ``asof``, an
+            unknown storage option, or ``storage_options`` not a dict.
         InvalidURIError: ``uri`` is none of the forms above.
         ManifestCorruptError: the manifest is truncated or corrupt.
         ManifestFinalizationError: (s3+ddb) the newest version cannot be finalized.
         ExternalStoreTableError: (s3+ddb) the DynamoDB table is missing or wrong.
     """
     pylance_compat.check_open_options("dataset", pylance_options)
+    parse_uri(uri)  # InvalidURIError for anything but a URI or path, before fspath
     text = os.fspath(uri)
     handler = open_validated(text, storage_options)
     if asof is not None:
@@ -647,8 +648,8 @@ def write_dataset(
         )
         storage_options = storage_options or uri.storage_options
         uri = uri.uri
+    parse_uri(uri)  # InvalidURIError for anything but a URI or path, before fspath
     text = os.fspath(uri)
-    parse_uri(text)
     table = to_arrow_table(data, schema)
     naming = NamingScheme.V2 if enable_v2_manifest_paths else NamingScheme.V1
 

@@ -89,3 +89,23 @@ def test_join_and_add_operation_refuse_what_they_do_not_take(aws: Any) -> None:
             tx.add_operation(a, "append")  # type: ignore[arg-type]
         tx.dataset(a).insert(_table(3))
     assert _ids(a, so) == [1, 3]
+
+
+def test_a_uri_or_storage_options_of_the_wrong_type_is_a_typed_error(aws: Any) -> None:
+    """Not TypeError/ValueError from os.fspath or dict(): an int for a URI, a string
+    for storage options, in a group, a snapshot and the plain entry points."""
+    from s3ddb.errors import InvalidURIError
+
+    a, _, so = _pair(aws)
+    with s3ddb.atomic(storage_options=so) as tx:
+        with pytest.raises(InvalidURIError, match="dataset URI must be a non-empty string"):
+            tx.dataset(5)  # type: ignore[arg-type]
+        with pytest.raises(InvalidInputError, match="storage_options must be a dict"):
+            tx.dataset(a, storage_options="region=us-east-1")  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError, match="storage_options must be a dict"):
+        s3ddb.snapshot([a], "region=us-east-1")  # type: ignore[arg-type]
+    with pytest.raises(InvalidURIError, match="got int"):
+        s3ddb.dataset(5)  # type: ignore[arg-type]
+    with pytest.raises(InvalidURIError, match="got int"):
+        s3ddb.write_dataset(_table(1), 5)  # type: ignore[arg-type]
+    assert s3ddb.dataset(a, storage_options=so).version == 1

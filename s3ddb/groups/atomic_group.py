@@ -33,6 +33,7 @@ from s3ddb.external_store.group import MAX_GROUP_ACTIONS, MAX_GROUP_BYTES
 from s3ddb.format.manifest import Manifest, referenced_paths
 from s3ddb.io.arguments import check_int
 from s3ddb.io.parallel import PendingWrites
+from s3ddb.io.uri import parse_uri
 from s3ddb.io.written_files import delete_written_files
 from s3ddb.operations import Operation, Restore, Transaction
 from s3ddb.versions.opening import load_latest, open_validated
@@ -102,6 +103,8 @@ class AtomicGroup:
         until the group commits.
 
         Raises:
+            InvalidURIError: ``uri`` is not a dataset URI or path.
+            InvalidInputError: ``storage_options`` is not a dict.
             AtomicGroupError: the group is over; or ``uri`` cannot join it (a local
                 path or ``s3://``, a scheme other than the other members', a DynamoDB
                 table behind another endpoint, region or credentials).
@@ -109,6 +112,7 @@ class AtomicGroup:
                 existing datasets; create them first).
         """
         self._check_open()
+        parse_uri(uri)  # InvalidURIError for anything but a URI or path, before fspath
         text = os.fspath(uri)
         options = storage_options if storage_options is not None else self._storage_options
         handler = open_validated(text, options)
