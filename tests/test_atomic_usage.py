@@ -109,3 +109,27 @@ def test_a_uri_or_storage_options_of_the_wrong_type_is_a_typed_error(aws: Any) -
     with pytest.raises(InvalidURIError, match="got int"):
         s3ddb.write_dataset(_table(1), 5)  # type: ignore[arg-type]
     assert s3ddb.dataset(a, storage_options=so).version == 1
+
+
+def test_a_snapshot_of_one_dataset_under_two_spellings_reads_its_row_once(aws: Any) -> None:
+    """DynamoDB refuses a TransactGetItems with two operations on one item; a dataset
+    named twice (a trailing slash) must be asked for once, and both spellings answer."""
+    a, _, so = _pair(aws)
+    other = a.replace("/a?", "/a/?")
+    s3ddb.dataset(a, storage_options=so).insert(_table(4))
+    client = s3ddb.dataset(a, storage_options=so).handler.external._client()
+    sent: list[list[Any]] = []
+
+    def record(params: dict[str, Any], **_: Any) -> None:
+        sent.append([item["Get"]["Key"] for item in params["TransactItems"]])
+
+    client.meta.events.register("provide-client-params.dynamodb.TransactGetItems", record)
+    try:
+        snap = s3ddb.snapshot([a, other], so)
+    finally:
+        client.meta.events.unregister("provide-client-params.dynamodb.TransactGetItems", record)
+    assert sent, "the snapshot sent no TransactGetItems"
+    for keys in sent:
+        assert len(keys) == len({repr(k) for k in keys}), keys
+    assert [snap[u].version for u in (a, other)] == [2, 2]
+    assert sorted(snap[other].to_table().column("id").to_pylist()) == [1, 4]
