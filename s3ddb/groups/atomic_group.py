@@ -479,7 +479,14 @@ class Atomic:
 
     def __call__(self, fn: Callable[P, T]) -> Callable[..., T]:
         """``fn(tx, *args, **kwargs)`` in a group, committed when it returns; re-run
-        from the start in a new group after a retryable conflict, ``retries`` times."""
+        from the start in a new group after a retryable conflict, ``retries`` times.
+        A function that ends its group itself (``tx.commit()``, ``tx.abort()``) keeps
+        that outcome.
+
+        Raises:
+            Whatever ``fn`` raises (the group is aborted); as :meth:`AtomicGroup.commit`,
+            with ``RetryableCommitConflictError`` once the retries are spent.
+        """
 
         @functools.wraps(fn)
         def run(*args: Any, **kwargs: Any) -> T:
