@@ -547,14 +547,15 @@ def dataset(
         UnsupportedOperationError: a pylance argument s3ddb has no such thing for.
         DatasetNotFoundError: nothing is committed at ``uri``.
         VersionNotFoundError: no such version or tag, or nothing committed by ``asof``.
-        InvalidInputError: both ``version`` and ``asof``, an unreadable ``asof``, or an
-            unknown storage option.
+        InvalidInputError: both ``version`` and ``asof``, an unreadable ``asof``, an
+            unknown storage option, or ``storage_options`` not a dict.
         InvalidURIError: ``uri`` is none of the forms above.
         ManifestCorruptError: the manifest is truncated or corrupt.
         ManifestFinalizationError: (s3+ddb) the newest version cannot be finalized.
         ExternalStoreTableError: (s3+ddb) the DynamoDB table is missing or wrong.
     """
     pylance_compat.check_open_options("dataset", pylance_options)
+    parse_uri(uri)  # InvalidURIError for anything but a URI or path, before fspath
     text = os.fspath(uri)
     handler = open_validated(text, storage_options)
     if asof is not None:
@@ -624,6 +625,8 @@ def write_dataset(
             written).
         SchemaMismatchError: appended data does not match the dataset's schema.
         InvalidInputError: bad mode, data or URI.
+        AtomicGroupError: ``uri`` is a handle of an ``s3ddb.atomic`` group (this
+            would commit at once, outside the group; use its ``insert``).
         UnsupportedOperationError: a pylance argument s3ddb has no such thing for.
     """
     pylance_compat.check_write_options("write_dataset", data_storage_version, pylance_options)
@@ -636,10 +639,17 @@ def write_dataset(
         raise InvalidInputError(f"mode must be one of {MODES}, got {mode!r}")
     layout = FileLayout.checked(max_rows_per_file, max_rows_per_group, progress)
     if isinstance(uri, PinnedVersion):
+        # write_dataset commits at once, by the URI: on a group's handle that would
+        # put the write outside the group, committed whatever the group decides.
+        uri._refuse_in_group(
+            "write_dataset",
+            "Use the handle's insert(data) or insert(data, mode='overwrite'), which the "
+            "group holds.",
+        )
         storage_options = storage_options or uri.storage_options
         uri = uri.uri
+    parse_uri(uri)  # InvalidURIError for anything but a URI or path, before fspath
     text = os.fspath(uri)
-    parse_uri(text)
     table = to_arrow_table(data, schema)
     naming = NamingScheme.V2 if enable_v2_manifest_paths else NamingScheme.V1
 

@@ -133,3 +133,62 @@ def test_a_stream_commits_each_batch_to_every_sink_exactly_once(
     assert [s3ddb.dataset(u).version for u in (a, b)] == versions
     assert _ids(a) == [0, 1, 3, 5]
     assert _ids(b) == [0, 1001, 1002, 1003, 1004, 1005]
+
+
+def _files(uri: str) -> set[str]:
+    """The data and transaction files (a version's manifest moves to its final name in
+    the background, so manifests are left out)."""
+    paths = {m.path for m in s3ddb.dataset(uri).handler.store.list("")}
+    return {p for p in paths if p.startswith(("data/", "_transactions/", "_deletions/"))}
+
+
+def test_a_mismatched_dataframe_is_refused_on_the_driver_before_any_file_is_written(
+    spark: Any, aws: Any
+) -> None:
+    """SchemaMismatchError itself (not Spark's wrapper of an executor's error), naming
+    the dataset, before any member's rows are written."""
+    import s3ddb.spark_ext
+    from s3ddb.errors import SchemaMismatchError
+
+    a, b = _pair()
+    before = {u: _files(u) for u in (a, b)}
+    fine = spark.range(1, 4).selectExpr("id", "'order' AS kind")
+    wrong = spark.range(2).selectExpr("id", "1.5 AS amount")
+    with pytest.raises(SchemaMismatchError, match=r"spark-atomic-.*/b"):
+        s3ddb.spark_ext.write_atomic(
+            spark, {a: fine, b: wrong}, storage_options=aws.storage_options()
+        )
+    assert {u: _files(u) for u in (a, b)} == before
+    assert _ids(a) == [0] and _ids(b) == [0]
+
+
+def test_spark_timestamps_go_into_a_dataset_written_with_nanoseconds(spark: Any, aws: Any) -> None:
+    """A dataset Python wrote (pandas' nanosecond timestamps) takes Spark's microsecond
+    timestamps, as ``df.write.format("s3ddb")`` appends do."""
+    import datetime as dt
+
+    import s3ddb.spark_ext
+
+    prefix = f"spark-atomic-{uuid.uuid4().hex[:10]}"
+    a, b = (f"s3+ddb://{TEST_BUCKET}/{prefix}/{n}?ddbTableName={TEST_TABLE}" for n in "ab")
+    when = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc)
+    for uri in (a, b):
+        s3ddb.write_dataset(pa.table({"at": pa.array([when], pa.timestamp("ns", tz="UTC"))}), uri)
+    later = spark.sql("SELECT TIMESTAMP '2026-02-03 04:05:06' AS at")
+    s3ddb.spark_ext.write_atomic(spark, {a: later, b: later}, storage_options=aws.storage_options())
+    for uri in (a, b):
+        table = s3ddb.dataset(uri).to_table()
+        assert table.schema.field("at").type == pa.timestamp("ns", tz="UTC")
+        assert table.column("at").to_pylist()[1] == dt.datetime(
+            2026, 2, 3, 4, 5, 6, tzinfo=dt.timezone.utc
+        )
+
+
+def test_write_atomic_and_atomic_batches_check_their_arguments() -> None:
+    import s3ddb.spark_ext
+    from s3ddb.errors import InvalidInputError
+
+    with pytest.raises(InvalidInputError, match=r"mapping \{uri: DataFrame\}, got list"):
+        s3ddb.spark_ext.write_atomic(None, [("s3+ddb://b/p?ddbTableName=t", None)])  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError, match="route, a function"):
+        s3ddb.spark_ext.atomic_batches("orders", "job")  # type: ignore[arg-type]

@@ -227,10 +227,15 @@ def get_group(
         StoredMetadataError: a row is malformed.
     """
     store.validate()
+    # DynamoDB refuses a transaction with two operations on one item (a ValidationException),
+    # and one dataset may be asked for twice (two spellings of its URI): each item once.
+    unique: dict[tuple[str, str, int], int] = {}
+    for s, uri, version in keys:
+        unique.setdefault((_table(s), uri, version), len(unique))
     request = {
         "TransactItems": [
-            {"Get": {"TableName": _table(s), "Key": item_key(uri, version)}}
-            for s, uri, version in keys
+            {"Get": {"TableName": table, "Key": item_key(uri, version)}}
+            for table, uri, version in unique
         ]
     }
     client = store._client()
@@ -255,15 +260,15 @@ def get_group(
                 raise
             store._sleep(store._backoff(attempt))
     responses = response.get("Responses") or []
-    if len(responses) != len(keys):
+    if len(responses) != len(unique):
         raise ExternalStoreError(
-            f"TransactGetItems returned {len(responses)} answers for {len(keys)} keys"
+            f"TransactGetItems returned {len(responses)} answers for {len(unique)} keys"
         )
-    out: list[ManifestRow | None] = []
+    rows: list[ManifestRow | None] = []
     for answer in responses:
         item = answer.get("Item") if isinstance(answer, dict) else None
-        out.append(item_to_row(item) if item else None)
-    return out
+        rows.append(item_to_row(item) if item else None)
+    return [rows[unique[(_table(s), uri, version)]] for s, uri, version in keys]
 
 
 class _RetryableRead(ExternalStoreError):

@@ -33,6 +33,7 @@ from s3ddb.external_store.group import MAX_GROUP_ACTIONS, MAX_GROUP_BYTES
 from s3ddb.format.manifest import Manifest, referenced_paths
 from s3ddb.io.arguments import check_int
 from s3ddb.io.parallel import PendingWrites
+from s3ddb.io.uri import parse_uri
 from s3ddb.io.written_files import delete_written_files
 from s3ddb.operations import Operation, Restore, Transaction
 from s3ddb.versions.opening import load_latest, open_validated
@@ -102,6 +103,8 @@ class AtomicGroup:
         until the group commits.
 
         Raises:
+            InvalidURIError: ``uri`` is not a dataset URI or path.
+            InvalidInputError: ``storage_options`` is not a dict.
             AtomicGroupError: the group is over; or ``uri`` cannot join it (a local
                 path or ``s3://``, a scheme other than the other members', a DynamoDB
                 table behind another endpoint, region or credentials).
@@ -109,6 +112,7 @@ class AtomicGroup:
                 existing datasets; create them first).
         """
         self._check_open()
+        parse_uri(uri)  # InvalidURIError for anything but a URI or path, before fspath
         text = os.fspath(uri)
         options = storage_options if storage_options is not None else self._storage_options
         handler = open_validated(text, options)
@@ -132,11 +136,17 @@ class AtomicGroup:
         :meth:`dataset` calls for the same dataset return it.
 
         Raises:
+            InvalidInputError: ``ds`` is not a :class:`s3ddb.Dataset`.
             AtomicGroupError: as :meth:`dataset`, or the dataset is in the group
                 already, or ``ds`` is a handle of a group (its version may be one
                 that group has not committed).
         """
         self._check_open()
+        if not isinstance(ds, Dataset):
+            raise InvalidInputError(
+                f"join takes an open s3ddb.Dataset, got {type(ds).__name__} {ds!r:.200}; "
+                "for a URI use tx.dataset(uri)"
+            )
         if ds._deferred is not None:
             # Its version may be one another group planned and has not committed (or
             # will commit rebased): building on it could lose what that group's
@@ -163,9 +173,16 @@ class AtomicGroup:
         fail with ``TransactionAlreadyCommittedError``). Returns the handle.
 
         Raises:
+            InvalidInputError: ``operation`` is not an s3ddb operation (nothing is
+                held or deleted).
             AtomicGroupError, TransactionAlreadyCommittedError, CommitConflictError:
                 the group cannot hold it; its files are deleted.
         """
+        if not isinstance(operation, Operation):
+            raise InvalidInputError(
+                f"add_operation takes an s3ddb operation (s3ddb.Append, s3ddb.Overwrite, "
+                f"...), got {type(operation).__name__} {operation!r:.200}"
+            )
         ds = self.dataset(uri)
         ds._commit(operation, ds.manifest, properties=transaction_properties)
         return ds
@@ -462,7 +479,14 @@ class Atomic:
 
     def __call__(self, fn: Callable[P, T]) -> Callable[..., T]:
         """``fn(tx, *args, **kwargs)`` in a group, committed when it returns; re-run
-        from the start in a new group after a retryable conflict, ``retries`` times."""
+        from the start in a new group after a retryable conflict, ``retries`` times.
+        A function that ends its group itself (``tx.commit()``, ``tx.abort()``) keeps
+        that outcome.
+
+        Raises:
+            Whatever ``fn`` raises (the group is aborted); as :meth:`AtomicGroup.commit`,
+            with ``RetryableCommitConflictError`` once the retries are spent.
+        """
 
         @functools.wraps(fn)
         def run(*args: Any, **kwargs: Any) -> T:
@@ -474,6 +498,11 @@ class Atomic:
                 except BaseException:
                     group.abort()
                     raise
+                if not group._open:
+                    # fn ended the group itself (tx.commit() or tx.abort()): what it
+                    # decided stands; committing again would report a committed group
+                    # as failed.
+                    return out
                 try:
                     group.commit()
                     return out

@@ -22,7 +22,7 @@ from s3ddb.commit.external import ExternalStoreCommitHandler
 from s3ddb.commit.group import group_kind
 from s3ddb.commit.handlers import CommitHandler
 from s3ddb.dataset import Dataset
-from s3ddb.errors import AtomicGroupError, TooMuchWriteContentionError
+from s3ddb.errors import AtomicGroupError, InvalidInputError, TooMuchWriteContentionError
 from s3ddb.external_store.base import ManifestRow
 from s3ddb.external_store.group import MAX_GROUP_READS, read_rows
 from s3ddb.groups.atomic_group import check_transactions
@@ -58,10 +58,17 @@ def snapshot(
         DatasetNotFoundError: nothing is committed at one of them.
         TooMuchWriteContentionError: something committed between the reads
             ``max_attempts`` times in a row.
-        InvalidInputError: ``max_attempts`` is not an int >= 1.
+        InvalidInputError: ``max_attempts`` is not an int >= 1, or ``uris`` is not
+            an iterable of URIs (a single URI string, say).
     """
     check_int("max_attempts", max_attempts, minimum=1)
-    texts = list(dict.fromkeys(os.fspath(u) for u in uris))
+    if isinstance(uris, (str, bytes, os.PathLike)) or not isinstance(uris, Iterable):
+        # A lone URI is iterable too (by character): say so rather than fail on "s".
+        raise InvalidInputError(
+            f"uris must be a list of dataset URIs, got {type(uris).__name__} {uris!r:.200}"
+            + (": wrap a single URI in a list" if isinstance(uris, (str, os.PathLike)) else "")
+        )
+    texts = list(dict.fromkeys(_uri_text(u) for u in uris))
     if not texts:
         return {}
     if len(texts) > MAX_GROUP_READS:
@@ -70,6 +77,14 @@ def snapshot(
         )
     handlers = [open_validated(t, storage_options) for t in texts]
     return snapshot_of(handlers, texts, storage_options, max_attempts=max_attempts)
+
+
+def _uri_text(uri: object) -> str:
+    if not isinstance(uri, (str, os.PathLike)):
+        raise InvalidInputError(
+            f"uris must hold dataset URIs, got {type(uri).__name__} {uri!r:.200}"
+        )
+    return os.fspath(uri)
 
 
 def snapshot_of(

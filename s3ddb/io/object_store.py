@@ -93,13 +93,19 @@ class ObjectStore:
         """
         Raises:
             InvalidURIError: ``url`` cannot be parsed.
-            InvalidInputError: an invalid storage option, or a backend class given a
+            InvalidInputError: an invalid storage option (or ``storage_options`` not
+                a mapping), or a backend class given a
                 URL of another protocol.
         """
         self._uri = url if isinstance(url, DatasetURI) else parse_uri(url)
         if self._uri.storage_protocol != self.protocol:
             raise InvalidInputError(
                 f"{type(self).__name__} serves {self.protocol} URLs, not {self._uri.object_url}"
+            )
+        if storage_options is not None and not isinstance(storage_options, Mapping):
+            raise InvalidInputError(
+                "storage_options must be a dict of option names to values, got "
+                f"{type(storage_options).__name__}"
             )
         self._storage_options = dict(storage_options or {})
         self._aws = AwsConfig.from_storage_options(self._storage_options)

@@ -79,7 +79,8 @@ def parse_uri(uri: str | os.PathLike[str]) -> DatasetURI:
         InvalidURIError: unknown scheme, missing bucket, a missing or unexpected
             query parameter.
     """
-    text = os.fspath(uri)
+    # Anything but text or a path (an int, a Dataset...) is refused by the check below.
+    text = os.fspath(uri) if isinstance(uri, (str, os.PathLike)) else uri
     if not isinstance(text, str) or not text:
         raise InvalidURIError(
             f"dataset URI must be a non-empty string, got {type(uri).__name__} {redact_url(uri)!r}"

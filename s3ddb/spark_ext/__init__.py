@@ -59,7 +59,11 @@ def _require_pyspark() -> None:
 
 def register(spark: Any) -> None:
     """Register the ``s3ddb`` data source and the SQL table functions
-    (``s3ddb_versions``) in ``spark``, and set :data:`SESSION_CONF`. Idempotent."""
+    (``s3ddb_versions``) in ``spark``, and set :data:`SESSION_CONF`. Idempotent.
+
+    Raises:
+        S3DDBError: PySpark is missing or older than 4.1.
+    """
     _require_pyspark()
     from s3ddb.spark_ext.source import S3DDBFilteringDataSource
     from s3ddb.spark_ext.sql import register_functions
@@ -100,7 +104,11 @@ class _RegisteringBuilder:
 
 def configure(builder: Any) -> Any:
     """``builder`` with what s3ddb needs set; the session it creates has s3ddb
-    registered (see :func:`register`). Chain further ``.config(...)`` as usual."""
+    registered (see :func:`register`). Chain further ``.config(...)`` as usual.
+
+    Raises:
+        S3DDBError: PySpark is missing or older than 4.1.
+    """
     _require_pyspark()
     for key, value in SESSION_CONF.items():
         builder = builder.config(key, value)

@@ -6,7 +6,8 @@ task per partition, through :func:`s3ddb.fragment.write_fragments`), then commit
 or none does. :func:`atomic_batches` makes a ``foreachBatch`` function that does the
 same for each micro-batch of a stream and records the batch id in every member (an
 application transaction), so a batch replayed after a restart commits nothing: exactly
-once across all the sinks. Only the public API is used.
+once across all the sinks. Only the public API is used, with the Spark type
+conversions the data source shares (``_types``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import pyarrow as pa
 
 import s3ddb
 from s3ddb.errors import InvalidInputError, TransactionAlreadyCommittedError
+from s3ddb.spark_ext._types import arrow_schema_of, conform_to_dataset
 
 __all__ = ["APP_TRANSACTION_PREFIX", "atomic_batches", "write_atomic"]
 
@@ -41,8 +43,11 @@ def _fragments_task(
         collected = [b for b in batches if b.num_rows]
         if not collected:
             return
+        # Spark's Arrow types (timestamps in microseconds and UTC...) cast to the
+        # dataset's, as the data source's appends do.
+        table = conform_to_dataset(pa.Table.from_batches(collected), schema.arrow, where=uri)
         fragments = lib.fragment.write_fragments(
-            pa.Table.from_batches(collected), uri, schema, storage_options=storage_options
+            table, uri, schema, storage_options=storage_options
         )
         assert isinstance(fragments, list)  # no return_transaction
         yield pa.record_batch(
@@ -77,20 +82,33 @@ def write_atomic(
     left unreferenced (``s3ddb cleanup`` removes them); nothing is committed.
 
     Raises:
+        InvalidInputError: ``frames`` is not a non-empty mapping.
         AtomicGroupError: the datasets cannot form a group.
-        SchemaMismatchError: a DataFrame does not match its dataset (from a task).
+        SchemaMismatchError: a DataFrame does not match its dataset (checked before
+            any Spark job runs).
         CommitConflictError, CommitStateUnknownError: as ``s3ddb.atomic`` raises.
         TransactionAlreadyCommittedError: ``transaction_properties`` hold an
             application transaction a member already committed; nothing is committed.
     """
     del spark  # the DataFrames carry their session
+    if not isinstance(frames, Mapping):
+        raise InvalidInputError(
+            f"write_atomic takes a mapping {{uri: DataFrame}}, got {type(frames).__name__}"
+        )
     if not frames:
         raise InvalidInputError("write_atomic needs at least one {uri: DataFrame}")
     group = s3ddb.AtomicGroup(storage_options)
     handles: dict[str, s3ddb.Dataset] = {}
     try:
+        # Every member opened and every DataFrame's schema checked on the driver
+        # before any Spark job writes a file: a mismatch is SchemaMismatchError here,
+        # not an executor's error after other members' rows were written.
         for uri, df in frames.items():
             ds = handles[uri] = group.dataset(uri)
+            arrow = arrow_schema_of(df.schema)
+            conform_to_dataset(arrow.empty_table(), ds.manifest.schema.arrow, where=uri)
+        for uri, df in frames.items():
+            ds = handles[uri]
             fragments = _write_fragments(df, uri, ds.manifest.schema, storage_options)
             if fragments:
                 group.add_operation(uri, s3ddb.Append(fragments), transaction_properties)
@@ -121,10 +139,15 @@ def atomic_batches(
     restarts.
 
     Raises:
-        InvalidInputError: ``application`` is empty.
+        InvalidInputError: ``application`` is empty, or ``route`` is not callable.
     """
     if not application:
         raise InvalidInputError("atomic_batches needs an application name")
+    if not callable(route):
+        raise InvalidInputError(
+            f"atomic_batches needs route, a function batch -> {{uri: DataFrame}}; "
+            f"got {type(route).__name__}"
+        )
     key = f"{APP_TRANSACTION_PREFIX}{application}"
 
     def each(batch_df: Any, batch_id: int) -> None:

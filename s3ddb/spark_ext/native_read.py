@@ -136,12 +136,16 @@ def read(
             :data:`~s3ddb.spark_ext.native_plan.DEFAULT_SCHEME_MAP`, ``s3`` -> ``s3a``).
 
     Raises:
-        InvalidInputError: more than one of version, tag, timestamp.
+        InvalidInputError: more than one of version, tag, timestamp; ``columns`` not
+            a list of names (a comma-separated string is the data source option's
+            form, not this one's), ``native`` not None or a bool, ``scheme_map`` not a
+            mapping of scheme names.
         ColumnNotFoundError: an unknown column.
         UnsupportedOperationError: ``native=True`` and the JVM cannot read the files.
         DataFileError, ManifestCorruptError: a data or deletion file is missing or
             does not match the manifest.
     """
+    _check_read_arguments(columns, native, scheme_map)
     ds = _open(uri, version, tag, timestamp, storage_options)
     mapping = dict(DEFAULT_SCHEME_MAP if scheme_map is None else scheme_map)
     if native is False:
@@ -171,6 +175,27 @@ def read(
         return _python_read(spark, uri, ds, storage_options, columns)
 
 
+def _check_read_arguments(columns: Any, native: Any, scheme_map: Any) -> None:
+    """Raises InvalidInputError for arguments of :func:`read` of the wrong kind."""
+    if columns is not None and (
+        isinstance(columns, (str, bytes)) or not all(isinstance(c, str) for c in columns)
+    ):
+        raise InvalidInputError(
+            f"columns must be a list of column names, got {columns!r:.200}"
+            + (f" (write {columns.split(',')!r:.200})" if isinstance(columns, str) else "")
+        )
+    if native is not None and not isinstance(native, bool):
+        raise InvalidInputError(f"native must be None, True or False, got {native!r:.100}")
+    if scheme_map is not None and not (
+        isinstance(scheme_map, Mapping)
+        and all(isinstance(k, str) and isinstance(v, str) for k, v in scheme_map.items())
+    ):
+        raise InvalidInputError(
+            f"scheme_map must map store schemes to JVM schemes (e.g. {{'s3': 's3a'}}), "
+            f"got {scheme_map!r:.200}"
+        )
+
+
 def _reserved_name(plan: NativePlan) -> str | None:
     """Why a column name would clash with the names this read relies on, or None:
     Spark's ``_metadata`` column is hidden by a data column of that name, and the
@@ -189,8 +214,10 @@ def create_temp_view(spark: Any, name: str, uri: str, **options: Any) -> Any:
     committed later; call again to move it. Returns the DataFrame.
 
     Raises:
-        As :func:`read`.
+        InvalidInputError: ``name`` is not a string; or as :func:`read`.
     """
+    if not isinstance(name, str) or not name:
+        raise InvalidInputError(f"the view name must be a non-empty string, got {name!r:.100}")
     df = read(spark, uri, **options)
     df.createOrReplaceTempView(name)
     return df

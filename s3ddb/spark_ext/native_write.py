@@ -46,6 +46,7 @@ from s3ddb.format.stats import (
     recorded_type,
     stored_bounds,
 )
+from s3ddb.io.arguments import check_int
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.uri import parse_uri
 from s3ddb.spark_ext import _write
@@ -246,7 +247,8 @@ def write(
     nothing).
 
     Raises:
-        InvalidInputError: a bad ``mode``.
+        InvalidInputError: a bad ``mode``, or ``max_records_per_file`` not None or
+            an int >= 1.
         SchemaMismatchError: an append whose columns or types do not match.
         CommitConflictError: definitely not committed (its files are deleted).
         CommitStateUnknownError: the outcome is unknown (its files are kept).
@@ -254,6 +256,9 @@ def write(
     global _fallback_said
     if mode not in ("append", "overwrite"):
         raise InvalidInputError(f"mode must be 'append' or 'overwrite', got {mode!r}")
+    if max_records_per_file is not None:
+        # Spark takes 0 or less as "no limit" and fails late on text: say so now.
+        check_int("max_records_per_file", max_records_per_file, minimum=1)
     options = dict(storage_options or {})
     root = jvm_root_of(uri, jvm_scheme)
     if root is None:

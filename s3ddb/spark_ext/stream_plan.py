@@ -197,7 +197,11 @@ class StreamPlanner:
         return self._dataset
 
     def latest_version(self) -> int:
-        """The newest committed version (asks the store)."""
+        """The newest committed version (asks the store).
+
+        Raises:
+            DatasetNotFoundError: nothing is committed at the URI (any more).
+        """
         return self._open().latest_version
 
     def manifest(self, version: int) -> Manifest:
@@ -243,7 +247,12 @@ class StreamPlanner:
             del self._segments[key]
 
     def segment(self, version: int, snapshot: bool) -> Segment:
-        """What ``version`` contributes (its snapshot if ``snapshot``)."""
+        """What ``version`` contributes (its snapshot if ``snapshot``).
+
+        Raises:
+            VersionNotFoundError, InvalidInputError: as :meth:`manifest`, for
+                ``version`` or the one before it.
+        """
         key = (version, snapshot)
         found = self._segments.get(key)
         if found is None:

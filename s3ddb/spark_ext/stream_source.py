@@ -207,7 +207,13 @@ class S3DDBStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return replace(offset, dataset=self._plan().dataset_id()).to_json()
 
     def initialOffset(self) -> dict[str, Any]:
-        """Where a new query starts (a restarted one starts from its checkpoint)."""
+        """Where a new query starts (a restarted one starts from its checkpoint).
+
+        Raises:
+            InvalidInputError: ``startingVersion`` is beyond the next version, or
+                ``startingTimestamp`` is not ISO 8601.
+            DatasetNotFoundError: nothing is committed at the URI.
+        """
         options = self._options
         source = options.source
         if options.starting_version is not None:
