@@ -244,7 +244,9 @@ def write(
     creates it.
 
     Returns the dataset at the committed version (None: an empty append committed
-    nothing).
+    nothing). Through the Python data source (the JVM cannot reach the files), the
+    commit runs in a Python worker: the dataset returned is then the newest version
+    after the write, which a concurrent writer may have passed.
 
     Raises:
         InvalidInputError: a bad ``mode``, or ``max_records_per_file`` not None or
