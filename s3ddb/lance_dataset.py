@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from s3ddb.commit.committer import CommitConfig
 from s3ddb.dataset import Dataset, dataset
@@ -51,14 +51,6 @@ def _as_lance_dataset(ds: PinnedVersion) -> LanceDataset:
     lance = LanceDataset.__new__(LanceDataset)
     vars(lance).update(vars(ds))
     return lance
-
-
-def _as_dataset(ds: PinnedVersion) -> Dataset:
-    """A plain Dataset on ``ds``'s state: operations that make a new handle of the
-    caller's class (clones) make a Dataset, which opens as s3ddb's does."""
-    plain = Dataset.__new__(Dataset)
-    vars(plain).update(vars(ds))
-    return plain
 
 
 class LanceDataset(Dataset):
@@ -184,10 +176,9 @@ class LanceDataset(Dataset):
             UnsupportedOperationError: a branch in ``reference``, or a pylance option.
         """
         refuse_options("shallow_clone", options, REFUSED_CLONE_OPTIONS)
-        cloned = _as_dataset(self).shallow_clone(
-            target_path, _clone_version(reference), storage_options
-        )
-        return _as_lance_dataset(cloned)
+        # A clone's handle is of the caller's class: a LanceDataset.
+        cloned = super().shallow_clone(target_path, _clone_version(reference), storage_options)
+        return cast(LanceDataset, cloned)
 
     def deep_clone(  # type: ignore[override]
         self,
@@ -202,10 +193,9 @@ class LanceDataset(Dataset):
             UnsupportedOperationError: a branch in ``reference``, or a pylance option.
         """
         refuse_options("deep_clone", options, REFUSED_CLONE_OPTIONS)
-        cloned = _as_dataset(self).deep_clone(
-            target_path, _clone_version(reference), storage_options
-        )
-        return _as_lance_dataset(cloned)
+        # A clone's handle is of the caller's class: a LanceDataset.
+        cloned = super().deep_clone(target_path, _clone_version(reference), storage_options)
+        return cast(LanceDataset, cloned)
 
     def add_columns(  # type: ignore[override]
         self,

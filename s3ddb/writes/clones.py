@@ -96,8 +96,12 @@ def _template(
 def _commit_clone(
     text: str, handler: CommitHandler, options: dict[str, Any], ds: P, op: Clone
 ) -> P:
-    # The clone's handle is of the caller's class (a PinnedVersion), on the target.
-    clone = type(ds)(
+    # The clone's handle is of the caller's class, on the target, built by
+    # PinnedVersion's constructor: a subclass may open differently (LanceDataset takes
+    # pylance's arguments), but its state is a PinnedVersion's.
+    clone = type(ds).__new__(type(ds))
+    PinnedVersion.__init__(
+        clone,
         text,
         handler,
         placeholder_manifest(),
