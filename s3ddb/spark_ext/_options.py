@@ -34,7 +34,12 @@ STREAM_READ = {
 }
 
 
-def _positive_int(name: str, text: str) -> int:
+def positive_int(name: str, text: str) -> int:
+    """Option ``name``'s text as an int >= 1.
+
+    Raises:
+        InvalidInputError: not an integer, or below 1.
+    """
     try:
         value = int(text)
     except ValueError:
@@ -83,7 +88,7 @@ class SourceOptions:
             raise InvalidInputError(f"give one of version, tag, timestamp; got {pins}")
         version = None
         if "version" in lowered:
-            version = _positive_int("version", lowered["version"])
+            version = positive_int("version", lowered["version"])
         stream_id = lowered.get("streamid")
         if stream_id is None and "checkpointlocation" in lowered:
             # A restarted query keeps its checkpoint location, so it names the stream.
@@ -108,15 +113,15 @@ class SourceOptions:
             version=version,
             tag=lowered.get("tag"),
             timestamp=lowered.get("timestamp"),
-            max_partition_bytes=_positive_int(
+            max_partition_bytes=positive_int(
                 "maxPartitionBytes",
                 lowered.get("maxpartitionbytes", str(DEFAULT_MAX_PARTITION_BYTES)),
             ),
-            max_partition_rows=_positive_int(
+            max_partition_rows=positive_int(
                 "maxPartitionRows",
                 lowered.get("maxpartitionrows", str(DEFAULT_MAX_PARTITION_ROWS)),
             ),
-            max_rows_per_file=_positive_int(
+            max_rows_per_file=positive_int(
                 "maxRowsPerFile", lowered.get("maxrowsperfile", str(DEFAULT_MAX_ROWS_PER_FILE))
             ),
             stream_id=stream_id,

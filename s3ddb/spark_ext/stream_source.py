@@ -40,7 +40,7 @@ from s3ddb.format.fragment import FragmentMetadata
 from s3ddb.format.schema import DatasetSchema
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.scan import read_visible_rows
-from s3ddb.spark_ext._options import SourceOptions
+from s3ddb.spark_ext._options import SourceOptions, positive_int
 from s3ddb.spark_ext._types import arrow_schema_of, cast_for_spark
 from s3ddb.spark_ext.stream_plan import (
     StreamOffset,
@@ -67,16 +67,6 @@ BATCH_ROWS = 64 * 1024
 
 _SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-
-
-def _positive(name: str, text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise InvalidInputError(f"option {name} must be an integer, got {text!r}") from None
-    if value < 1:
-        raise InvalidInputError(f"option {name} must be >= 1, got {value}")
-    return value
 
 
 def _size(name: str, text: str) -> int:
@@ -127,11 +117,11 @@ class StreamOptions:
         return cls(
             source=source,
             starting_version=(
-                _positive("startingVersion", starting) if starting and not latest else None
+                positive_int("startingVersion", starting) if starting and not latest else None
             ),
             starting_latest=latest,
             starting_timestamp=lowered.get("startingtimestamp"),
-            max_files=_positive("maxFilesPerTrigger", max_files) if max_files else None,
+            max_files=positive_int("maxFilesPerTrigger", max_files) if max_files else None,
             max_bytes=_size("maxBytesPerTrigger", max_bytes) if max_bytes else None,
             skip_change_commits=skip == "true",
         )
