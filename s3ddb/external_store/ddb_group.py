@@ -14,7 +14,6 @@ DynamoDBManifestStore`); this module only shapes the requests and reads the answ
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -37,7 +36,7 @@ from s3ddb.external_store.ddb_items import (
 )
 from s3ddb.external_store.group import GroupClaim, GroupRefusedError
 from s3ddb.external_store.identity import check_fence, check_row, fence_failure_text, same_commit
-from s3ddb.io.service_errors import Failure, classify, describe_error, error_code
+from s3ddb.io.service_errors import Failure, describe_error, error_code
 
 if TYPE_CHECKING:
     from s3ddb.external_store.dynamodb import DynamoDBManifestStore
@@ -100,50 +99,34 @@ def put_group(store: DynamoDBManifestStore, claims: Sequence[GroupClaim], token:
         )
     request, roles = group_request(claims, token)
     client = store._client()
-    started = time.monotonic()
-    maybe_applied = False
-    attempt = 0
-    while True:
-        attempt += 1
-        try:
-            client.transact_write_items(**request)
-            return
-        except Exception as exc:
-            code = error_code(exc)
-            if code == "TransactionCanceledException":
-                if _cancelled(store, claims, roles, exc, token):
-                    return
-                # Applied nothing: send again, under a new token. Whether DynamoDB
-                # answers a token whose request was cancelled with that cancellation
-                # again is not documented; the rows' own conditions, not the token,
-                # keep a resend from applying twice (an earlier attempt that landed
-                # makes this one fail on rows that _cancelled recognises as ours).
-                token = str(uuid.uuid4())
-                request["ClientRequestToken"] = token
-                failure: Failure | None = Failure.THROTTLED
-            elif code == "TransactionInProgressException":
-                failure = Failure.MAYBE_APPLIED  # the same token is still being applied
-            elif code in ("UnknownOperationException", "UnknownOperation"):
-                raise ExternalStoreError(
-                    f"{where} does not implement TransactWriteItems, which a group "
-                    "commit (s3ddb.atomic) needs"
-                ) from exc
-            else:
-                failure = classify(exc)
-            if failure is None:
-                raise
-            if failure is Failure.MAYBE_APPLIED:
-                maybe_applied = True
-            elif failure not in (Failure.THROTTLED, Failure.NOT_SENT):
-                if maybe_applied:
-                    raise _unknown(claims, token, attempt, exc) from exc
-                raise store._fail(exc, failure, "TransactWriteItems") from exc
-            if attempt <= store.max_retries:
-                store._sleep(store._backoff(attempt))
-                continue
-            if maybe_applied:
-                raise _unknown(claims, token, attempt, exc) from exc
-            raise store._exhausted("TransactWriteItems", attempt, started, exc) from exc
+
+    def interpret(exc: BaseException, failure: Failure) -> Failure | None:
+        code = error_code(exc)
+        if code == "TransactionCanceledException":
+            if _cancelled(store, claims, roles, exc, request["ClientRequestToken"]):
+                return None
+            # Applied nothing: send again, under a new token. Whether DynamoDB answers
+            # a token whose request was cancelled with that cancellation again is not
+            # documented; the rows' own conditions, not the token, keep a resend from
+            # applying twice (an earlier attempt that landed makes this one fail on
+            # rows that _cancelled recognises as ours).
+            request["ClientRequestToken"] = str(uuid.uuid4())
+            return Failure.THROTTLED
+        if code == "TransactionInProgressException":
+            return Failure.MAYBE_APPLIED  # the same token is still being applied
+        if code in ("UnknownOperationException", "UnknownOperation"):
+            raise ExternalStoreError(
+                f"{where} does not implement TransactWriteItems, which a group "
+                "commit (s3ddb.atomic) needs"
+            ) from exc
+        return failure
+
+    store.claim_retrying(
+        "TransactWriteItems",
+        lambda: client.transact_write_items(**request),
+        interpret,
+        lambda attempts, exc: _unknown(claims, request["ClientRequestToken"], attempts, exc),
+    )
 
 
 def _unknown(

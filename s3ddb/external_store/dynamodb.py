@@ -352,8 +352,33 @@ class DynamoDBManifestStore(ExternalManifestStore):
         self.validate()
         # Without TransactWriteItems the claim is one PutItem and its fence unchecked.
         checked_fence = fence if self.transactions else None
-        send = self._claim_sender(row, checked_fence)
-        operation = "PutItem" if checked_fence is None else "TransactWriteItems"
+        self.claim_retrying(
+            "PutItem" if checked_fence is None else "TransactWriteItems",
+            self._claim_sender(row, checked_fence),
+            lambda exc, failure: self._claim_failure(row, checked_fence, exc, failure),
+            lambda attempts, exc: self._unknown(row, attempts, exc),
+        )
+
+    def claim_retrying(
+        self,
+        operation: str,
+        send: Callable[[], object],
+        interpret: Callable[[BaseException, Failure], Failure | None],
+        unknown: Callable[[int, BaseException], Exception],
+    ) -> None:
+        """The retry policy of a claim, one version's or a group's: call ``send``
+        until an attempt succeeds or ``interpret`` (given a failed attempt's botocore
+        error and its :class:`Failure`) says an earlier attempt landed (None). What
+        applied nothing (throttled, not sent) or may have applied (MAYBE_APPLIED) is
+        sent again, up to :attr:`max_retries` times; once an attempt may have
+        applied, a later failure is ``unknown(attempts, error)``, never a definite
+        one, since that error hides whether the earlier attempt landed.
+
+        Raises:
+            Whatever ``interpret`` raises (a refused claim); ``unknown(...)``;
+            ExternalStoreError and its kinds: applied nothing (:meth:`_fail`,
+            :meth:`_exhausted`).
+        """
         started = time.monotonic()
         maybe_applied = False
         attempt = 0
@@ -366,24 +391,20 @@ class DynamoDBManifestStore(ExternalManifestStore):
                 failure = classify(exc)
                 if failure is None:
                     raise
-                failure = self._claim_failure(row, checked_fence, exc, failure)
+                failure = interpret(exc, failure)
                 if failure is None:
-                    return  # the version is this commit's own
+                    return  # an earlier attempt landed: the claim is this caller's
                 if failure is Failure.MAYBE_APPLIED:
                     maybe_applied = True
-                elif failure not in (
-                    Failure.THROTTLED,
-                    Failure.NOT_SENT,
-                ):
+                elif failure not in (Failure.THROTTLED, Failure.NOT_SENT):
                     if maybe_applied:
-                        # An earlier attempt may have landed; this error hides whether.
-                        raise self._unknown(row, attempt, exc) from exc
+                        raise unknown(attempt, exc) from exc
                     raise self._fail(exc, failure, operation) from exc
                 if attempt <= self.max_retries:
                     self._sleep(self._backoff(attempt))
                     continue
                 if maybe_applied:
-                    raise self._unknown(row, attempt, exc) from exc
+                    raise unknown(attempt, exc) from exc
                 raise self._exhausted(operation, attempt, started, exc) from exc
 
     def _claim_sender(self, row: ManifestRow, fence: Fence | None) -> Callable[[], object]:
