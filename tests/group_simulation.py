@@ -19,7 +19,6 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-import fsspec
 import pyarrow as pa
 
 import s3ddb
@@ -42,6 +41,7 @@ from tests.simulation import (
     _real_uuid4,
     _seeded_uuids,
     _uuid4,
+    finish_report,
 )
 
 SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("val", pa.string())])
@@ -103,23 +103,7 @@ def run_group_schedule(
     finally:
         uuid.uuid4 = _real_uuid4  # type: ignore[assignment]
         snapshots.process_pool = pool
-    for actor in sim.actors:
-        if actor.error is not None:
-            violations.append(f"{actor.name} raised {type(actor.error).__name__}: {actor.error}")
-    if not violations:
-        try:
-            violations += _check(urls, name, bases, sim)
-        except Exception as exc:
-            violations.append(f"checking failed: {type(exc).__name__}: {exc}")
-    report = Report(seed, sim.trace, {a.name: a.log for a in sim.actors}, violations)
-    report.faults = sum(
-        1 for line in sim.trace if line.endswith(("crash", "crash-after", "error", "lost"))
-    )
-    fs = fsspec.filesystem("memory")
-    if fs.exists(f"/{name}"):
-        fs.rm(f"/{name}", recursive=True)
-    InMemoryManifestStore.reset_shared(name)
-    return report
+    return finish_report(seed, sim, name, violations, lambda: _check(urls, name, bases, sim))
 
 
 def _group_writer(

@@ -334,12 +334,20 @@ def run_schedule(seed: int, writers: int = 3, ops: int = 3, fault_rate: float = 
         violations.append(str(exc))
     finally:
         uuid.uuid4 = _real_uuid4
+    return finish_report(seed, sim, name, violations, lambda: _check(url, name, base_uri, sim))
+
+
+def finish_report(
+    seed: int, sim: Scheduler, name: str, violations: list[str], check: Callable[[], list[str]]
+) -> Report:
+    """The report of a finished run: the actors' errors, then (if none) what ``check``
+    finds; the run's in-memory objects and rows (under ``name``) are dropped."""
     for actor in sim.actors:
         if actor.error is not None:
             violations.append(f"{actor.name} raised {type(actor.error).__name__}: {actor.error}")
     if not violations:
         try:
-            violations += _check(url, name, base_uri, sim)
+            violations += check()
         except Exception as exc:  # the check itself could not read the dataset
             violations.append(f"checking failed: {type(exc).__name__}: {exc}")
     report = Report(seed, sim.trace, {a.name: a.log for a in sim.actors}, violations)
