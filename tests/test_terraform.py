@@ -174,6 +174,34 @@ def statements(policy_json: str) -> list[dict[str, Any]]:
     return out
 
 
+def apply_creating_table(
+    tf: Terraform, server: LocalAWS, name: str, address: str, *var_args: str
+) -> None:
+    """``terraform apply`` of a root that creates the DynamoDB table ``name`` at
+    ``address``.
+
+    One outcome is resolved rather than failed: the provider's AWS SDK resends a
+    CreateTable whose response it lost (a connection cut on a busy machine), and the
+    resend finds the table the first attempt made ("ResourceInUseException: Table
+    already exists"). Every Terraform user can meet that at-least-once create; the
+    answer is ``terraform import``, and the test does exactly that, only when the
+    endpoint's own log shows the resend. Any other failure fails the test, with the
+    endpoint's DynamoDB requests in the message.
+    """
+    sent_before = server.count("dynamodb", "CreateTable")
+    apply = ("apply", "-auto-approve", "-input=false", "-no-color", *var_args)
+    try:
+        tf.run(*apply)
+        return
+    except AssertionError as exc:
+        resent = server.count("dynamodb", "CreateTable") - sent_before >= 2
+        if not (resent and f"Table already exists: {name}" in str(exc)):
+            requests = [r for r in server.requests if r.service == "dynamodb"]
+            raise AssertionError(f"{exc}\nDynamoDB requests seen: {requests}") from None
+    tf.run("import", "-input=false", "-no-color", *var_args, address, name)
+    tf.run(*apply)
+
+
 def apply_example(infra_copy: Path, tmp_path: Path, tf_aws: LocalAWS) -> tuple[str, dict[str, Any]]:
     """Apply examples/basic (bucket lake, prefix warehouse/sales) on ``tf_aws``: (table
     name, outputs)."""
@@ -184,8 +212,8 @@ def apply_example(infra_copy: Path, tmp_path: Path, tf_aws: LocalAWS) -> tuple[s
     name = f"tf-{uuid.uuid4().hex[:10]}"
     tf = Terraform(example, tmp_path)
     tf.init()
-    tf.run(
-        "apply", "-auto-approve", "-input=false", "-no-color",
+    apply_creating_table(
+        tf, tf_aws, name, "module.s3ddb_table.aws_dynamodb_table.this",
         f"-var=table_name={name}", "-var=bucket=lake", "-var=prefix=warehouse/sales",
     )  # fmt: skip
     return name, tf.outputs()
@@ -282,6 +310,36 @@ output "iam_policy_json" {{ value = module.table.iam_policy_json }}
 """
 
 
+def test_a_lost_create_response_ends_in_an_imported_table(
+    infra_copy: Path, tmp_path: Path, tf_aws: LocalAWS, aws: AwsConfig
+) -> None:
+    """The provider's SDK resends a CreateTable whose response was lost; the resend finds
+    the table. Importing it into the module's address converges: the next plan has
+    nothing to do and the table is the one the module describes."""
+    root = tmp_path / "root"
+    root.mkdir()
+    module = infra_copy / "modules" / "s3ddb-table"
+    (root / "main.tf").write_text(
+        PROVISIONED_ROOT.format(module=module.as_posix()) + provider_block(tf_aws.endpoint_url)
+    )
+    name = f"tfl-{uuid.uuid4().hex[:10]}"
+    tf = Terraform(root, tmp_path)
+    tf.init()
+    lost = tf_aws.inject_fault("dynamodb", "CreateTable", "apply_then_drop")
+    try:
+        apply_creating_table(
+            tf, tf_aws, name, "module.table.aws_dynamodb_table.this", f"-var=table_name={name}"
+        )
+    finally:
+        tf_aws.clear_faults()
+    assert lost.triggered == 1
+    plan = tf.run("plan", "-detailed-exitcode", "-no-color", f"-var=table_name={name}")
+    assert "No changes." in plan
+    summary = table_summary(name, aws, tf_aws)
+    assert summary["BillingMode"] == "PROVISIONED" and summary["Capacity"] == (5, 3)
+    DynamoDBManifestStore(name, aws).validate()
+
+
 def test_provisioned_variant_matches_create_table(
     infra_copy: Path, tmp_path: Path, tf_aws: LocalAWS, aws: AwsConfig
 ) -> None:
@@ -301,7 +359,9 @@ def test_provisioned_variant_matches_create_table(
                     check=False)  # fmt: skip
     assert "needs read_capacity and write_capacity" in failed
 
-    tf.run("apply", "-auto-approve", "-input=false", "-no-color", f"-var=table_name={name}")
+    apply_creating_table(
+        tf, tf_aws, name, "module.table.aws_dynamodb_table.this", f"-var=table_name={name}"
+    )
     out = tf.outputs()
     assert out.get("iam_policy_arn") is None  # create_iam_policy = false (null: not output)
 
