@@ -159,8 +159,23 @@ def local_aws_env(tmp_path: Path) -> Iterator[dict[str, str]]:
     try:
         yield _exported_environment(proc, tmp_path)
     finally:
-        proc.terminate()
-        proc.communicate(timeout=30)
+        _stop(proc)
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    """SIGTERM ``proc`` and wait for it to exit (not for its pipes: anything it started
+    may hold them); one that ignores SIGTERM for a minute is killed and fails the test."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=30)
+        pytest.fail("s3ddb local-aws did not stop within 60 s of SIGTERM")
+    finally:
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
 
 
 def _exported_environment(proc: subprocess.Popen[str], home: Path) -> dict[str, str]:
