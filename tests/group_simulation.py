@@ -30,6 +30,7 @@ from s3ddb.groups.atomic_group import AtomicGroup
 from s3ddb.groups.snapshots import snapshot_of
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.versions.opening import load_latest, placeholder_manifest
+from s3ddb.versions.pinned import commit_planned
 from tests.simulation import (
     NO_BACKOFF,
     Actor,
@@ -96,7 +97,8 @@ def run_group_schedule(
                 )
                 ds = s3ddb.Dataset(urls[n], seed_handler, placeholder_manifest())
                 fragments = tuple(s3ddb.fragment.write_fragments(_rows(0, 1, val="seed"), urls[n]))
-                ds._commit(s3ddb.Overwrite(fragments, s3ddb.DatasetSchema.assign(SCHEMA)), None)
+                seed = s3ddb.Overwrite(fragments, s3ddb.DatasetSchema.assign(SCHEMA))
+                commit_planned(ds, seed, None)
         sim.run()
     except Stuck as exc:
         violations.append(str(exc))

@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
 
     df: Any = spark.range(0, args.rows, numPartitions=2).selectExpr("id", "CAST(id AS STRING) AS s")
     df = df.mapInArrow(task_1_hangs if marker else first_attempts_fail, df.schema)
-    committed = s3ddb.spark_ext.write(df, args.uri, mode="append", max_records_per_file=50)
+    committed = s3ddb.spark_ext.write(df, args.uri, mode="append", max_rows_per_file=50)
     spark.stop()
     print(json.dumps({"version": committed.version if committed else None}), flush=True)
     return 0

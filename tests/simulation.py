@@ -50,6 +50,7 @@ from s3ddb.external_store.memory import InMemoryManifestStore
 from s3ddb.format.manifest import referenced_paths
 from s3ddb.io.object_store import MemoryObjectStore, ObjectStore
 from s3ddb.versions.opening import load_latest, placeholder_manifest
+from s3ddb.versions.pinned import commit_planned
 from tests.torture import SCHEMA, allowed_states, apply, perform, plan
 
 NO_BACKOFF = s3ddb.CommitConfig(backoff_base=0.0, backoff_max=0.0, timeout=30.0)
@@ -391,7 +392,7 @@ def _seed_versions(url: str, name: str, base_uri: str, stale: s3ddb.Dataset) -> 
     fragments = tuple(s3ddb.fragment.write_fragments(first, url))
     with _backdated(days=2):
         ds = s3ddb.Dataset(url, seed_handler, placeholder_manifest())
-        ds._commit(s3ddb.Overwrite(fragments, s3ddb.DatasetSchema.assign(SCHEMA)), None)
+        commit_planned(ds, s3ddb.Overwrite(fragments, s3ddb.DatasetSchema.assign(SCHEMA)), None)
         stale._manifest = ds.manifest
         stale._seen_newest_at = None  # it saw version 1 as the newest two days ago
         for n in range(3):

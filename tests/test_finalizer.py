@@ -16,6 +16,7 @@ from s3ddb.commit import finalizer
 from s3ddb.commit.finalizer import BackgroundFinalizer, FinalizeTicket
 from s3ddb.io import ObjectStore, parse_uri
 from s3ddb.io.object_store import MemoryObjectStore
+from s3ddb.versions.pinned import commit_planned
 from tests.conftest import TEST_BUCKET
 from tests.workers import rows_for
 
@@ -188,7 +189,7 @@ def test_finalizing_waits_for_a_store_that_rewrites_objects_in_place(memory_uri:
     fragments = tuple(s3ddb.fragment.write_fragments(table, memory_uri, schema=schema))
     final = layout.manifest_path(1, ds.manifest.naming_scheme)
     store.settling[final] = 3  # missing twice, then part-written once
-    ds._commit(s3ddb.Overwrite(fragments, schema), None)
+    commit_planned(ds, s3ddb.Overwrite(fragments, schema), None)
     (row,) = handler.external.list_versions("s3://b/settling")
     assert not row.is_staged and row.path == final_path_of(row.path) == final
     assert store.settling[final] == 0
@@ -225,7 +226,7 @@ def test_a_final_manifest_read_while_another_writer_rewrites_it_is_read_again(
     schema = s3ddb.DatasetSchema.assign(table.schema)
     fragments = tuple(s3ddb.fragment.write_fragments(table, memory_uri, schema=schema))
     ds = s3ddb.Dataset(memory_uri, writer, placeholder_manifest())
-    ds._commit(s3ddb.Overwrite(fragments, schema), None)
+    commit_planned(ds, s3ddb.Overwrite(fragments, schema), None)
     manifest_cache.MANIFESTS.clear()
     store = _TornReadStore(memory_uri)
     final = layout.manifest_path(1, ds.manifest.naming_scheme)

@@ -1,7 +1,7 @@
 """Arguments of the native Spark read and write of the wrong kind are refused with
 InvalidInputError saying what was expected, before anything is read or written (found
 in review: ``columns="id,kind"`` was read as the columns "i", "d", ",", ...;
-``max_records_per_file=-1`` was taken as no limit; a view name that is not a string
+``max_rows_per_file=-1`` was taken as no limit; a view name that is not a string
 was Py4J's error). On real local Spark with a dataset on a local path."""
 
 from __future__ import annotations
@@ -60,12 +60,12 @@ def test_a_view_name_must_be_a_string(spark: Any, local_uri: str) -> None:
 
 
 @pytest.mark.parametrize("bad", [0, -1, "100", 2.5])
-def test_write_refuses_a_bad_max_records_per_file(spark: Any, local_uri: str, bad: Any) -> None:
+def test_write_refuses_a_bad_max_rows_per_file(spark: Any, local_uri: str, bad: Any) -> None:
     import s3ddb.spark_ext
 
     uri = _dataset(local_uri)
     df = spark.createDataFrame([(3, "c")], "id long, kind string")
-    with pytest.raises(InvalidInputError, match="max_records_per_file must be an int >= 1"):
-        s3ddb.spark_ext.write(df, uri, max_records_per_file=bad)
+    with pytest.raises(InvalidInputError, match="max_rows_per_file must be an int >= 1"):
+        s3ddb.spark_ext.write(df, uri, max_rows_per_file=bad)
     assert s3ddb.dataset(uri).version == 1
-    assert s3ddb.spark_ext.write(df, uri, max_records_per_file=1).version == 2
+    assert s3ddb.spark_ext.write(df, uri, max_rows_per_file=1).version == 2

@@ -269,6 +269,14 @@ def test_python_source_projection_is_checked(spark: Any, tmp_path: Path) -> None
     with pytest.raises(Exception, match="no column"):
         spark.read.format("s3ddb").option("columns", "id,nope").load(uri).collect()
     assert issubclass(SchemaMismatchError, s3ddb.S3DDBError)
+    # A given schema and a 'columns' option that name other columns are refused,
+    # never settled silently; the same columns in the same order are fine.
+    reader = spark.read.format("s3ddb").schema("id long")
+    with pytest.raises(Exception, match=r"names columns \['id'\] but the 'columns' option"):
+        reader.option("columns", "k").load(uri).collect()
+    both = spark.read.format("s3ddb").schema("id long, k int").option("columns", "id, k")
+    assert both.load(uri).columns == ["id", "k"]
+    assert sorted(r.id for r in both.load(uri).collect()) == list(range(5))
 
 
 def test_wide_read_benchmark_answers_agree(spark: Any) -> None:

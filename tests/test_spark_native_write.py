@@ -52,7 +52,7 @@ def test_native_writes_create_append_and_overwrite(spark: Any, local_uri: str) -
     first = _df(spark, 0, 1000)
     s3ddb.spark_ext.write(first, local_uri, mode="append")
     second = _df(spark, 1000, 500)
-    committed = s3ddb.spark_ext.write(second, local_uri, mode="append", max_records_per_file=100)
+    committed = s3ddb.spark_ext.write(second, local_uri, mode="append", max_rows_per_file=100)
     assert committed is not None and committed.version == 2
     ds = s3ddb.dataset(local_uri)
     assert [v.operation for v in ds.versions()] == ["Overwrite", "Append"], "one commit each"
@@ -179,11 +179,15 @@ def test_a_store_the_jvm_cannot_reach_falls_back_to_the_python_writer(
     native_write._fallback_said = False
     with caplog.at_level(logging.WARNING, logger="s3ddb.spark_ext.native_write"):
         s3ddb.spark_ext.write(_df(spark, 0, 20), uri, storage_options=opts)
-        s3ddb.spark_ext.write(_df(spark, 20, 20), uri, storage_options=opts)
+        first = {f.id for f in s3ddb.dataset(uri, storage_options=opts).get_fragments()}
+        s3ddb.spark_ext.write(_df(spark, 20, 20), uri, storage_options=opts, max_rows_per_file=5)
     said = [r for r in caplog.records if "writing through the Python data source" in r.message]
     assert len(said) == 1, "said once"
     ds = s3ddb.dataset(uri, storage_options=opts)
     assert sorted(ds.to_table().column("id").to_pylist()) == list(range(40))
+    # The fallback keeps the cap on rows per file.
+    second = [f.physical_rows for f in ds.get_fragments() if f.id not in first]
+    assert sum(second) == 20 and max(second) <= 5, second
 
 
 def test_nested_columns_and_pruning_by_footer_bounds(spark: Any, local_uri: str) -> None:

@@ -37,7 +37,7 @@ from s3ddb.io.uri import parse_uri
 from s3ddb.io.written_files import delete_written_files
 from s3ddb.operations import Operation, Restore, Transaction
 from s3ddb.versions.opening import load_latest, open_validated
-from s3ddb.versions.pinned import PinnedVersion
+from s3ddb.versions.pinned import PinnedVersion, commit_planned
 
 __all__ = ["Atomic", "AtomicGroup", "atomic", "check_transactions"]
 
@@ -184,7 +184,7 @@ class AtomicGroup:
                 f"...), got {type(operation).__name__} {operation!r:.200}"
             )
         ds = self.dataset(uri)
-        ds._commit(operation, ds.manifest, properties=transaction_properties)
+        commit_planned(ds, operation, ds.manifest, properties=transaction_properties)
         return ds
 
     def checked_out(self, ds: PinnedVersion, other: PinnedVersion) -> _CheckedOut:

@@ -23,7 +23,8 @@ _READ = {
     "version", "tag", "timestamp", "columns", "maxpartitionbytes", "maxpartitionrows",
     "pushfilters",
 }  # fmt: skip
-_WRITE = {"maxrowsperfile", "streamid"}
+# maxRecordsPerFile is Spark's own name for the same cap (its file sources take it).
+_WRITE = {"maxrowsperfile", "maxrecordsperfile", "streamid"}
 # Streaming reads' own options, parsed by s3ddb.spark_ext.stream_source.
 STREAM_READ = {
     "startingversion",
@@ -97,6 +98,12 @@ class SourceOptions:
         push = lowered.get("pushfilters", "true").lower()
         if push not in ("true", "false"):
             raise InvalidInputError(f"option pushFilters must be true or false, got {push!r}")
+        caps = {k: lowered[k] for k in ("maxrowsperfile", "maxrecordsperfile") if k in lowered}
+        if len(set(caps.values())) > 1:
+            raise InvalidInputError(
+                "options maxRowsPerFile and maxRecordsPerFile (Spark's name for the same "
+                f"cap) differ: {caps['maxrowsperfile']!r} and {caps['maxrecordsperfile']!r}"
+            )
         columns = None
         if "columns" in lowered:
             columns = tuple(c.strip() for c in lowered["columns"].split(","))
@@ -122,7 +129,7 @@ class SourceOptions:
                 lowered.get("maxpartitionrows", str(DEFAULT_MAX_PARTITION_ROWS)),
             ),
             max_rows_per_file=positive_int(
-                "maxRowsPerFile", lowered.get("maxrowsperfile", str(DEFAULT_MAX_ROWS_PER_FILE))
+                "maxRowsPerFile", next(iter(caps.values()), str(DEFAULT_MAX_ROWS_PER_FILE))
             ),
             stream_id=stream_id,
         )

@@ -237,7 +237,7 @@ def write(
     *,
     storage_options: Mapping[str, str] | None = None,
     jvm_scheme: str | None = None,
-    max_records_per_file: int | None = None,
+    max_rows_per_file: int | None = None,
 ) -> s3ddb.Dataset | None:
     """Write ``df`` to the dataset at ``uri`` with Spark's Parquet writer and commit
     one transaction (see the module docstring); an append to a missing dataset
@@ -249,7 +249,7 @@ def write(
     after the write, which a concurrent writer may have passed.
 
     Raises:
-        InvalidInputError: a bad ``mode``, or ``max_records_per_file`` not None or
+        InvalidInputError: a bad ``mode``, or ``max_rows_per_file`` not None or
             an int >= 1.
         SchemaMismatchError: an append whose columns or types do not match.
         CommitConflictError: definitely not committed (its files are deleted).
@@ -258,9 +258,9 @@ def write(
     global _fallback_said
     if mode not in ("append", "overwrite"):
         raise InvalidInputError(f"mode must be 'append' or 'overwrite', got {mode!r}")
-    if max_records_per_file is not None:
+    if max_rows_per_file is not None:
         # Spark takes 0 or less as "no limit" and fails late on text: say so now.
-        check_int("max_records_per_file", max_records_per_file, minimum=1)
+        check_int("max_rows_per_file", max_rows_per_file, minimum=1)
     options = dict(storage_options or {})
     root = jvm_root_of(uri, jvm_scheme)
     if root is None:
@@ -271,7 +271,10 @@ def write(
                 "cluster has an S3 connector); writing through the Python data source",
                 parse_uri(uri).object_url,
             )
-        df.write.format("s3ddb").mode(mode).options(**options).save(uri)
+        writer = df.write.format("s3ddb").mode(mode).options(**options)
+        if max_rows_per_file is not None:
+            writer = writer.option("maxRowsPerFile", max_rows_per_file)
+        writer.save(uri)
         return s3ddb.dataset(uri, storage_options=options)
     plan = _write.WritePlan.make(
         SourceOptions.parse({"path": uri, **options}), df.schema, mode == "overwrite"
@@ -289,8 +292,8 @@ def write(
             spark.conf.set(key, value)
         writer = _with_field_ids(df, plan.schema).write.mode("overwrite")
         writer = writer.options(**WRITER_OPTIONS)
-        if max_records_per_file:
-            writer = writer.option("maxRecordsPerFile", max_records_per_file)
+        if max_rows_per_file:
+            writer = writer.option("maxRecordsPerFile", max_rows_per_file)
         writer.parquet(f"{root.rstrip('/')}/{staging}")
         for src, fragment in _collect(store, staging, fields):
             _move(store, src, layout.data_file_path(fragment.files[0].path))

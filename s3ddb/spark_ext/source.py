@@ -31,7 +31,7 @@ from pyspark.sql.datasource import (
 )
 
 from s3ddb.dataset import Dataset, dataset
-from s3ddb.errors import S3DDBError
+from s3ddb.errors import InvalidInputError, S3DDBError
 from s3ddb.format.bases import FileResolver
 from s3ddb.format.fragment import FragmentMetadata
 from s3ddb.format.schema import DatasetSchema
@@ -159,6 +159,16 @@ class S3DDBReader(DataSourceReader):
         self._columns = [f.name for f in schema.fields]
         # A user-given schema (a projection) must name real columns, with their types.
         resolve_columns(ds, self._columns)
+        if options.columns is not None:
+            # Spark passes the schema() derived from ``columns`` unless the user gave
+            # one; a given schema naming other columns than ``columns`` is ambiguous.
+            chosen = resolve_columns(ds, list(options.columns))
+            if chosen != self._columns:
+                raise InvalidInputError(
+                    f"reading {options.uri}: the given schema names columns "
+                    f"{self._columns} but the 'columns' option names {chosen}; give one "
+                    "of them, or the same columns in the same order"
+                )
         check_projection(schema, ds.schema, options.uri)
         self._target = arrow_schema_of(schema)
         self._filters = PushedFilters()

@@ -42,7 +42,9 @@ __all__ = [
     "FRESH_BASE_SECONDS",
     "DeferredCommits",
     "PinnedVersion",
+    "commit_planned",
     "plan_and_commit",
+    "rows_landed_since",
 ]
 
 T = TypeVar("T")
@@ -299,6 +301,37 @@ class PinnedVersion:
         if not isinstance(operation, kind):
             return 0
         return sum(len(rows) for rows in operation.affected_rows.values())
+
+
+def commit_planned(
+    ds: P,
+    operation: Operation,
+    base: Manifest | None,
+    on_existing: OnExisting = "rebase",
+    naming: NamingScheme = DEFAULT_NAMING,
+    pending: PendingWrites | None = None,
+    properties: dict[str, str] | None = None,
+) -> P:
+    """Commit ``operation``, already planned on ``base`` (``None``: on no version), as
+    the next version of ``ds``'s dataset, with transaction ``properties``; ``ds``
+    moves to the new version and is returned. Inside an atomic group the commit is
+    deferred to the group's end. For operations planned once; writes that must plan
+    again after a conflict use :func:`plan_and_commit`.
+
+    Raises:
+        CommitConflictError and subclasses, CommitStateUnknownError: see
+            :func:`s3ddb.commit.committer.commit_transaction`.
+    """
+    return ds._commit(operation, base, on_existing, naming, pending, properties)
+
+
+def rows_landed_since(
+    ds: PinnedVersion, prior: CommitResult | None, kind: type[Delete] | type[Update]
+) -> int:
+    """Rows that ``ds``'s last commit, if it is a ``kind`` operation made after
+    ``prior``, deleted or changed (0 otherwise). Counted from the transaction that
+    landed, not the plan (a rebase may have merged concurrent changes)."""
+    return ds._rows_landed_since(prior, kind)
 
 
 def plan_and_commit(

@@ -28,7 +28,7 @@ from s3ddb.io.arguments import is_int
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.operations import Clone
 from s3ddb.versions.opening import open_validated, placeholder_manifest
-from s3ddb.versions.pinned import PinnedVersion
+from s3ddb.versions.pinned import PinnedVersion, commit_planned
 
 if TYPE_CHECKING:
     from s3ddb.commit.handlers import CommitHandler
@@ -108,7 +108,7 @@ def _commit_clone(
         storage_options=options,
         commit_config=ds.commit_config,
     )
-    return clone._commit(op, None, on_existing="error", naming=ds.manifest.naming_scheme)
+    return commit_planned(clone, op, None, on_existing="error", naming=ds.manifest.naming_scheme)
 
 
 def shallow_clone(

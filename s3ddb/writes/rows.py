@@ -1,6 +1,7 @@
 """Writes of rows and versions: ``write_dataset``, ``insert``, ``delete``, ``update``,
 ``update_config``, ``restore`` and ``Dataset.commit``, each planned on a pinned
-version and committed through :func:`~s3ddb.versions.pinned.plan_and_commit` or ``_commit``."""
+version and committed through :func:`~s3ddb.versions.pinned.plan_and_commit` or
+:func:`~s3ddb.versions.pinned.commit_planned`."""
 
 from __future__ import annotations
 
@@ -41,7 +42,12 @@ from s3ddb.operations import (
 from s3ddb.versions.connect import open_handler
 from s3ddb.versions.opening import load_latest, load_newest, load_version, open_validated
 from s3ddb.versions.opening import placeholder_manifest as placeholder
-from s3ddb.versions.pinned import PinnedVersion, plan_and_commit
+from s3ddb.versions.pinned import (
+    PinnedVersion,
+    commit_planned,
+    plan_and_commit,
+    rows_landed_since,
+)
 from s3ddb.writes.row_changes import plan_delete, plan_update
 from s3ddb.writes.user_data import to_arrow_table
 
@@ -105,7 +111,7 @@ def delete(
 
     prior = ds.last_commit
     plan_and_commit(ds, "delete", plan, conflict_retries, retry_timeout)
-    return {"num_deleted_rows": ds._rows_landed_since(prior, Delete)}
+    return {"num_deleted_rows": rows_landed_since(ds, prior, Delete)}
 
 
 def update(
@@ -124,7 +130,7 @@ def update(
 
     prior = ds.last_commit
     plan_and_commit(ds, "update", plan, conflict_retries, retry_timeout)
-    return {"num_rows_updated": ds._rows_landed_since(prior, Update)}
+    return {"num_rows_updated": rows_landed_since(ds, prior, Update)}
 
 
 def update_config(
@@ -175,7 +181,7 @@ def migrate_commits(ds: PinnedVersion) -> bool:
         _refuse_if_rows_remain(ds, latest)
     handler.adopt_dataset()
     label = f"{mechanism}:{table}" if table else mechanism
-    ds._commit(UpdateConfig(metadata_upsert={MIGRATED_TO_KEY: label}), latest)
+    commit_planned(ds, UpdateConfig(metadata_upsert={MIGRATED_TO_KEY: label}), latest)
     return True
 
 
@@ -204,7 +210,7 @@ def _refuse_if_rows_remain(ds: PinnedVersion, latest: Manifest) -> None:
 def restore(ds: PinnedVersion) -> None:
     """See :meth:`s3ddb.Dataset.restore`."""
     latest = load_latest(ds.handler, ds.uri, finalize=False)
-    ds._commit(Restore(ds.version), latest)
+    commit_planned(ds, Restore(ds.version), latest)
 
 
 def commit_operation(
@@ -236,7 +242,7 @@ def commit_operation(
         commit_config=commit_config,
     )
     ds._seen_newest_at = None  # the caller's read version may be long past
-    return ds._commit(operation, base, on_existing, properties=transaction_properties)
+    return commit_planned(ds, operation, base, on_existing, properties=transaction_properties)
 
 
 def write_dataset(
@@ -323,4 +329,4 @@ def _write_version(
         storage_options=storage_options,
         commit_config=commit_config,
     )
-    return ds._commit(operation, base, on_existing, naming, pending)
+    return commit_planned(ds, operation, base, on_existing, naming, pending)
