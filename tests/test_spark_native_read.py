@@ -7,10 +7,8 @@ from __future__ import annotations
 import datetime as dt
 import importlib.util
 import os
-import sys
 import uuid
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +19,7 @@ import s3ddb
 from s3ddb.errors import SchemaMismatchError, UnsupportedOperationError
 from s3ddb.format import layout
 from s3ddb.spark_ext.native_plan import plan_native_read
+from tests import test_spark as shared
 from tests.conftest import TEST_BUCKET, TEST_TABLE
 
 pytest.importorskip("pyspark")
@@ -29,24 +28,8 @@ import s3ddb.spark_ext
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.xdist_group("spark")]
 
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    """One local session for the module, set up as tests/test_spark.py's."""
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
-    builder = (
-        SparkSession.builder.master("local[2]")
-        .appName("s3ddb-native-read-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-    )
-    session = s3ddb.spark_ext.configure(builder).getOrCreate()
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
+# The Spark integration's fixture: one SparkSession per module.
+spark = shared.spark
 
 
 def _table(start: int, n: int) -> pa.Table:
