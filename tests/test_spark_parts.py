@@ -67,6 +67,13 @@ def test_options_split_into_s3ddb_settings_and_storage_options() -> None:
     ), "a restarted query finds its stream id again"
 
 
+def test_sparks_name_for_the_file_cap_is_taken_too() -> None:
+    assert SourceOptions.parse({"path": "/x", "maxRecordsPerFile": "7"}).max_rows_per_file == 7
+    both = {"path": "/x", "maxRecordsPerFile": "7", "maxRowsPerFile": "7"}
+    assert SourceOptions.parse(both).max_rows_per_file == 7
+    assert SourceOptions.parse({"path": "/x"}).storage_options == {}
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [
@@ -80,13 +87,6 @@ def test_options_split_into_s3ddb_settings_and_storage_options() -> None:
         ({"path": "/x", "pushFilters": "maybe"}, "pushFilters must be true or false"),
     ],
 )
-def test_sparks_name_for_the_file_cap_is_taken_too() -> None:
-    assert SourceOptions.parse({"path": "/x", "maxRecordsPerFile": "7"}).max_rows_per_file == 7
-    both = {"path": "/x", "maxRecordsPerFile": "7", "maxRowsPerFile": "7"}
-    assert SourceOptions.parse(both).max_rows_per_file == 7
-    assert SourceOptions.parse({"path": "/x"}).storage_options == {}
-
-
 def test_bad_options_are_refused_with_what_is_wrong(options: dict, message: str) -> None:
     with pytest.raises(InvalidInputError, match=message):
         SourceOptions.parse(options)
