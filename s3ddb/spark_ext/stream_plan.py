@@ -246,6 +246,8 @@ class StreamPlanner:
         self._dataset: s3ddb.Dataset | None = None
         self._manifests: dict[int, Manifest] = {}
         self._segments: dict[tuple[int, bool], Segment] = {}
+        # columns_in's answers, by (query's resolved version, its field ids, version).
+        self._names: dict[tuple[int, tuple[int, ...], int], tuple[str | None, ...]] = {}
 
     @property
     def uri(self) -> str:
@@ -330,6 +332,8 @@ class StreamPlanner:
             del self._manifests[v]
         for key in [k for k in self._segments if k[0] < version]:
             del self._segments[key]
+        for names in [k for k in self._names if k[2] < version]:
+            del self._names[names]
 
     def segment(self, version: int, snapshot: bool) -> Segment:
         """What ``version`` contributes (its snapshot if ``snapshot``).
@@ -397,6 +401,16 @@ class StreamPlanner:
                 from which version on the stream can read, and how to go on.
             VersionNotFoundError, InvalidInputError: as :meth:`manifest`.
         """
+        key = (query.version, query.ids, version)
+        known = self._names.get(key)
+        if known is None:
+            known = self._columns_in(query, version)
+            if len(self._names) >= MANIFEST_CACHE_SIZE:
+                self._names.pop(min(self._names, key=lambda k: k[2]))
+            self._names[key] = known
+        return known
+
+    def _columns_in(self, query: QueryColumns, version: int) -> tuple[str | None, ...]:
         schema = self.manifest(version).schema
         names = {i: p[0] for p, i in schema.ids if len(p) == 1}
         found: list[str | None] = []

@@ -266,14 +266,9 @@ class S3DDBStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         Raises:
             VersionNotFoundError: ``version`` itself is gone (naming the oldest kept).
         """
-        if version == 1 or version > latest:
+        if version > latest:
             return StreamOffset(version)
         planner = self._plan()
-        try:
-            planner.manifest(version - 1)
-            return StreamOffset(version)
-        except VersionNotFoundError:
-            pass
         try:
             planner.manifest(version)
         except VersionNotFoundError:
@@ -283,7 +278,13 @@ class S3DDBStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 f"removed it; the oldest version kept is {kept}. Start at "
                 f"startingVersion {kept} or later"
             ) from None
-        return StreamOffset(version, snapshot=True)
+        if version == 1:
+            return StreamOffset(version)
+        try:
+            planner.manifest(version - 1)
+        except VersionNotFoundError:
+            return StreamOffset(version, snapshot=True)
+        return StreamOffset(version)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self._options.max_files is None and self._options.max_bytes is not None:
@@ -305,6 +306,7 @@ class S3DDBStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """
         planner = self._plan()
         position = self._offset(start, "start")
+        self._query_columns()
         latest = planner.latest_version()
         if position.version > latest + 1:
             raise InvalidInputError(
@@ -350,6 +352,7 @@ class S3DDBStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """
         planner = self._plan()
         first, last = self._offset(start, "start"), self._offset(end, "end")
+        self._query_columns()
         source = self._options.source
         groups: list[StreamPartition] = []
         current: list[_Item] = []
