@@ -12,8 +12,10 @@ what). Options: ``startingVersion`` (a number or ``latest``) or ``startingTimest
 (default: the whole newest version first, then what later versions append),
 ``maxFilesPerTrigger`` (default 1000 when ``maxBytesPerTrigger`` is not set) and
 ``maxBytesPerTrigger``, ``skipChangeCommits``; ``Trigger.AvailableNow`` reads up to
-the newest version when the query starts, in batches of the admitted size. The query's
-progress reports the offset after the newest version as ``latestOffset``.
+the newest version when the query starts (at least the version its first batch
+starts with), in batches of the admitted size. The query's progress reports the offset
+after the newest version as ``latestOffset``. Columns are read by field id (see
+:class:`~s3ddb.spark_ext.stream_plan.QueryColumns`).
 """
 
 from __future__ import annotations
