@@ -264,8 +264,36 @@ def test_a_version_removed_by_cleanup_is_a_clear_error(
         older_than=dt.timedelta(0), claim_window=dt.timedelta(0), delete_unverified=True
     )
     assert stats.versions_removed == [1, 2]
-    with pytest.raises(Exception, match=r"needs version 1 of .*cleanup"):
-        _stream(spark, uri, opts, tmp_path, startingVersion=1)
+    with pytest.raises(Exception, match=r"cannot start at version 1 of .*oldest version kept is 3"):
+        _stream(spark, uri, opts, tmp_path / "one", startingVersion=1)
+    # The oldest kept version works: its appended rows cannot be told without version
+    # 2, so the query starts with its snapshot, then follows later appends.
+    _append(uri, opts, 30)
+    _stream(spark, uri, opts, tmp_path / "three", startingVersion=3)
+    assert _all_ids(tmp_path / "three") == list(range(40))
+
+
+def test_a_query_restarted_after_add_columns_goes_on_from_its_checkpoint(
+    spark: Any, uri: str, opts: dict, tmp_path: Path
+) -> None:
+    """The checkpoint is at version 2 when add_columns commits: the restarted query
+    (its schema now has the column) reads versions 2 and 3 with nulls in it, the
+    version after add_columns with its values."""
+    _append(uri, opts, 0)
+    _stream(spark, uri, opts, tmp_path, startingVersion=1)
+    _append(uri, opts, 10)
+    _append(uri, opts, 20)
+    s3ddb.dataset(uri, storage_options=opts).add_columns({"x": "id * 2"})
+    more = _table(30, 10).append_column("x", pa.array(range(60, 80, 2), pa.int64()))
+    s3ddb.write_dataset(more, uri, mode="append", storage_options=opts)
+    _stream(spark, uri, opts, tmp_path, startingVersion=1)
+    out = tmp_path / "out"
+    rows = sorted(
+        (r["id"], r.get("x"))
+        for f in out.glob("batch=*/*.parquet")
+        for r in pq.read_table(f).to_pylist()
+    )
+    assert rows == [(i, None) for i in range(30)] + [(i, 2 * i) for i in range(30, 40)]
 
 
 def test_bronze_to_silver_through_the_s3ddb_sink_is_exactly_once(

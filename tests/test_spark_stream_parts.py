@@ -219,21 +219,103 @@ def test_the_reader_plans_offsets_as_spark_asks(local_uri: str, tmp_path: Path) 
     assert only_bytes.getDefaultReadLimit() == ReadMaxBytes(1024)
 
 
-def test_a_version_without_a_column_the_stream_reads_fails_planning(local_uri: str) -> None:
+def _rows(reader: S3DDBStreamReader, start: Any, end: Any) -> list[dict[str, Any]]:
+    parts = reader.partitions(start, end)
+    return sorted(
+        (r for p in parts for b in reader.read(p) for r in b.to_pylist()), key=lambda r: r["id"]
+    )
+
+
+def test_a_query_restarted_after_add_columns_reads_older_versions_with_nulls(
+    local_uri: str,
+) -> None:
+    """The reviewer's case: a checkpoint at version 2, add_columns, restart with the
+    new schema: the restarted query must go on (it failed forever), reading the
+    versions from before the column with nulls in it, and later ones with values."""
+    _appends(local_uri, 3)
+    first = S3DDBStreamReader({"path": local_uri, "startingVersion": "1"}, SCHEMA)
+    start = first.initialOffset()
+    checkpoint = first.latestOffset(start, ReadMaxFiles(1))
+    assert _at(checkpoint) == StreamOffset(2)
+    s3ddb.dataset(local_uri).add_columns({"x": "id * 2"})  # version 4
+    more = _table(30).append_column("x", pa.array([2 * i for i in range(30, 40)], pa.int64()))
+    s3ddb.write_dataset(more, local_uri, mode="append")  # version 5
+    schema = StructType([*SCHEMA.fields, StructField("x", LongType())])
+    restarted = S3DDBStreamReader({"path": local_uri, "startingVersion": "1"}, schema)
+    end = restarted.latestOffset(checkpoint, ReadAllAvailable())
+    assert _at(end) == StreamOffset(6)
+    rows = _rows(restarted, checkpoint, end)
+    assert [r["id"] for r in rows] == list(range(10, 40))
+    assert [r["x"] for r in rows] == [None] * 20 + [2 * i for i in range(30, 40)]
+    assert rows[0]["v"] == "r10"
+
+
+def test_a_renamed_column_is_the_same_column_before_and_after_a_restart(
+    local_uri: str,
+) -> None:
+    _appends(local_uri, 2)
+    running = S3DDBStreamReader({"path": local_uri, "startingVersion": "1"}, SCHEMA)
+    start = running.initialOffset()
+    s3ddb.dataset(local_uri).alter_columns({"path": "v", "name": "w"})  # version 3
+    s3ddb.write_dataset(_table(20).rename_columns(["id", "w"]), local_uri, mode="append")
+    # The running query reads the renamed column under the name it started with.
+    end = running.latestOffset(start, ReadAllAvailable())
+    assert _at(end) == StreamOffset(5)
+    assert [r["v"] for r in _rows(running, start, end)] == [f"r{i}" for i in range(30)]
+    # Restarted with the new name, it reads the older versions' column under it.
+    renamed = StructType([SCHEMA.fields[0], StructField("w", StringType())])
+    restarted = S3DDBStreamReader({"path": local_uri, "startingVersion": "1"}, renamed)
+    assert [r["w"] for r in _rows(restarted, start, end)] == [f"r{i}" for i in range(30)]
+
+
+def test_a_column_dropped_while_the_query_runs_stops_it_before_the_version(
+    local_uri: str,
+) -> None:
     _appends(local_uri, 2)
     reader = S3DDBStreamReader({"path": local_uri, "startingVersion": "1"}, SCHEMA)
-    ds = s3ddb.dataset(local_uri)
-    ds.drop_columns(["v"])
-    s3ddb.write_dataset(_table(20).drop_columns(["v"]), local_uri, mode="append")
-    start, end = StreamOffset(1).to_json(), StreamOffset(5).to_json()
-    assert _at(reader.latestOffset(start, ReadAllAvailable())) == StreamOffset(5), (
-        "drop_columns adds no rows"
-    )
-    with pytest.raises(SchemaMismatchError, match=r"version 4 of .* no column\(s\) \['v'\]"):
-        reader.partitions(start, end)
-    # Up to the version before, the stream reads on.
-    parts = reader.partitions(start, StreamOffset(3).to_json())
-    assert sum(b.num_rows for p in parts for b in reader.read(p)) == 20
+    start = reader.initialOffset()  # the query's columns: id, v (as of version 2)
+    s3ddb.dataset(local_uri).drop_columns(["v"])  # version 3
+    s3ddb.write_dataset(_table(20).drop_columns(["v"]), local_uri, mode="append")  # 4
+    end = reader.latestOffset(start, ReadAllAvailable())
+    assert _at(end) == StreamOffset(4), "stops before the first version it cannot read"
+    assert len(_rows(reader, start, end)) == 20, "every row before it is read"
+    with pytest.raises(SchemaMismatchError, match=r"'v' .* was dropped at version 3") as caught:
+        reader.latestOffset(end, ReadAllAvailable())
+    assert "Restart the query (from the same checkpoint)" in str(caught.value)
+    with pytest.raises(SchemaMismatchError, match="was dropped"):
+        reader.partitions(start, StreamOffset(5).to_json())
+    # As the message says: restarted from the checkpoint, with the new schema, it goes on.
+    only_id = StructType([SCHEMA.fields[0]])
+    restarted = S3DDBStreamReader({"path": local_uri, "startingVersion": "1"}, only_id)
+    after = restarted.latestOffset(end, ReadAllAvailable())
+    assert [r["id"] for r in _rows(restarted, end, after)] == list(range(20, 30))
+
+
+def test_a_type_change_is_refused_with_what_to_do(local_uri: str) -> None:
+    _appends(local_uri, 2)
+    running = S3DDBStreamReader({"path": local_uri, "startingVersion": "1"}, SCHEMA)
+    start = running.initialOffset()
+    s3ddb.dataset(local_uri).alter_columns({"path": "v", "data_type": pa.large_string()})  # 3
+    s3ddb.write_dataset(_table(20), local_uri, mode="append")  # 4
+    end = running.latestOffset(start, ReadAllAvailable())
+    assert _at(end) == StreamOffset(4) and len(_rows(running, start, end)) == 20
+    with pytest.raises(SchemaMismatchError, match=r"got a new type \(alter_columns\) at version 3"):
+        running.latestOffset(end, ReadAllAvailable())
+    # Restarted from a checkpoint before the change: versions 1-2 hold the old type.
+    restarted = S3DDBStreamReader({"path": local_uri, "startingVersion": "1"}, SCHEMA)
+    with pytest.raises(SchemaMismatchError, match="new type at version 3") as caught:
+        restarted.latestOffset(start, ReadAllAvailable())
+    assert "startingVersion 3" in str(caught.value)
+    # From the checkpoint after the change (every row before it was emitted): on.
+    after = restarted.latestOffset(end, ReadAllAvailable())
+    assert [r["id"] for r in _rows(restarted, end, after)] == list(range(20, 30))
+
+
+def test_a_column_the_dataset_lacks_fails_the_first_planning(local_uri: str) -> None:
+    _appends(local_uri, 1)
+    schema = StructType([*SCHEMA.fields, StructField("nope", LongType())])
+    with pytest.raises(SchemaMismatchError, match=r"column\(s\) \['nope'\] that version 1"):
+        S3DDBStreamReader({"path": local_uri}, schema).initialOffset()
 
 
 def test_a_starting_version_beyond_the_next_one_is_refused(local_uri: str) -> None:
@@ -296,3 +378,76 @@ def test_a_checkpoint_copied_to_another_datasets_query_is_refused(tmp_path: Path
         other.latestOffset(end, ReadAllAvailable())
     with pytest.raises(InvalidInputError, match="checkpoint was written for dataset"):
         other.partitions(start, end)
+
+
+def test_a_dataset_re_created_with_as_many_versions_while_the_query_runs_is_refused(
+    local_uri: str,
+) -> None:
+    """The re-created dataset reaches exactly the version the query had read up to:
+    its offsets look in range, so only its identity tells (it stalled silently)."""
+    import shutil
+
+    _appends(local_uri, 3)
+    reader = S3DDBStreamReader({"path": local_uri, "startingVersion": "1"}, SCHEMA)
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadAllAvailable())
+    assert len(_rows(reader, start, end)) == 30
+    reader.commit(end)
+    shutil.rmtree(local_uri)
+    _appends(local_uri, 3)  # versions 1-3 of another dataset
+    with pytest.raises(InvalidInputError, match="dropped and re-created while the query ran"):
+        reader.latestOffset(end, ReadAllAvailable())
+    assert reader.reportLatestOffset() is None, "no progress figure from another dataset"
+
+
+def _clean(uri: str) -> list[int]:
+    import datetime as dt
+
+    stats = s3ddb.dataset(uri).cleanup_old_versions(
+        older_than=dt.timedelta(0), claim_window=dt.timedelta(0), delete_unverified=True
+    )
+    return list(stats.versions_removed)
+
+
+@pytest.mark.parametrize(
+    "option", [{"startingVersion": "3"}, {"startingTimestamp": "2000-01-01T00:00:00"}]
+)
+def test_a_start_at_the_oldest_kept_version_reads_its_snapshot(
+    local_uri: str, option: dict[str, str]
+) -> None:
+    _appends(local_uri, 3)
+    assert _clean(local_uri) == [1, 2]
+    reader = S3DDBStreamReader({"path": local_uri, **option}, SCHEMA)
+    start = reader.initialOffset()
+    assert _at(start) == StreamOffset(3, snapshot=True), "version 2 is gone: its snapshot"
+    end = reader.latestOffset(start, ReadAllAvailable())
+    assert [r["id"] for r in _rows(reader, start, end)] == list(range(30))
+    s3ddb.write_dataset(_table(30), local_uri, mode="append")
+    after = reader.latestOffset(end, ReadAllAvailable())
+    assert [r["id"] for r in _rows(reader, end, after)] == list(range(30, 40))
+
+
+def test_a_start_before_the_oldest_kept_version_names_it(local_uri: str) -> None:
+    _appends(local_uri, 3)
+    _clean(local_uri)
+    reader = S3DDBStreamReader({"path": local_uri, "startingVersion": "2"}, SCHEMA)
+    with pytest.raises(VersionNotFoundError, match="the oldest version kept is 3"):
+        reader.initialOffset()
+
+
+def test_available_now_reads_the_snapshot_chosen_after_it_fixed_its_bound(
+    local_uri: str,
+) -> None:
+    """Spark calls prepareForTriggerAvailableNow before initialOffset: a version
+    committed in between is the snapshot the query starts with, and must be read."""
+    _appends(local_uri, 2)
+    reader = S3DDBStreamReader({"path": local_uri}, SCHEMA)
+    reader.prepareForTriggerAvailableNow()  # bound: version 2
+    s3ddb.write_dataset(_table(20), local_uri, mode="append")  # version 3
+    start = reader.initialOffset()
+    assert _at(start) == StreamOffset(3, snapshot=True)
+    end = reader.latestOffset(start, ReadAllAvailable())
+    assert _at(end) == StreamOffset(4)
+    assert [r["id"] for r in _rows(reader, start, end)] == list(range(30))
+    s3ddb.write_dataset(_table(30), local_uri, mode="append")  # after: not this run's
+    assert _at(reader.latestOffset(end, ReadAllAvailable())) == StreamOffset(4)

@@ -21,23 +21,38 @@ A version's segment comes from comparing its manifest with the previous version'
   the stream stops there with :class:`~s3ddb.errors.StreamChangeCommitError`, after
   emitting everything before them, unless ``skipChangeCommits`` is set, in which case
   they emit nothing (not even the rows they added, as Delta Lake does).
+
+A query reads its columns by field id (:class:`QueryColumns`), as the batch reader
+does: a renamed column is the same column; a version from before a column was added
+reads it as nulls. A version the query's columns cannot be read from (a column whose
+type changed, one dropped while the query ran) stops the stream before it, with
+:class:`~s3ddb.errors.SchemaMismatchError` saying what to do.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
+
 import s3ddb
-from s3ddb.errors import InvalidInputError, StreamChangeCommitError, VersionNotFoundError
+from s3ddb.errors import (
+    DatasetNotFoundError,
+    InvalidInputError,
+    SchemaMismatchError,
+    StreamChangeCommitError,
+    VersionNotFoundError,
+)
 from s3ddb.format.fragment import FragmentMetadata
 from s3ddb.format.manifest import Manifest
 
 __all__ = [
     "NO_ROW_KINDS",
     "OFFSET_FORMAT",
+    "QueryColumns",
     "Segment",
     "StreamOffset",
     "StreamPlanner",
@@ -146,6 +161,51 @@ class Segment:
     change: str = ""
 
 
+@dataclass(frozen=True)
+class QueryColumns:
+    """The columns a query reads, by field id, resolved once per query (its first
+    planning) on the newest version then, ``version``.
+
+    Attributes:
+        names: the query's column names, in order.
+        ids: their field ids (the same column whatever it is named in a version).
+        types: their Arrow types as of ``version``.
+        nullable: whether the query's schema lets each hold nulls.
+        version: the version they were resolved on.
+    """
+
+    names: tuple[str, ...]
+    ids: tuple[int, ...]
+    types: tuple[pa.DataType, ...]
+    nullable: tuple[bool, ...]
+    version: int
+
+    @classmethod
+    def resolve(
+        cls, names: Sequence[str], nullable: Sequence[bool], manifest: Manifest, uri: str
+    ) -> QueryColumns:
+        """The query's columns ``names`` found by name in ``manifest``'s schema.
+
+        Raises:
+            SchemaMismatchError: a name is not a column of that version.
+        """
+        arrow = manifest.schema.arrow
+        missing = [n for n in names if n not in arrow.names]
+        if missing:
+            raise SchemaMismatchError(
+                f"the stream reads column(s) {missing} that version {manifest.version} of "
+                f"{uri} does not have (its columns are {arrow.names}): restart the query "
+                "to read with the dataset's schema, or give a schema naming its columns"
+            )
+        return cls(
+            tuple(names),
+            tuple(manifest.schema.top_level_ids(list(names))),
+            tuple(arrow.field(n).type for n in names),
+            tuple(nullable),
+            manifest.version,
+        )
+
+
 def fragment_bytes(fragment: FragmentMetadata) -> int:
     """The bytes of ``fragment``'s data files, as admission control counts them."""
     return sum(f.file_size_bytes for f in fragment.files)
@@ -186,6 +246,8 @@ class StreamPlanner:
         self._dataset: s3ddb.Dataset | None = None
         self._manifests: dict[int, Manifest] = {}
         self._segments: dict[tuple[int, bool], Segment] = {}
+        # columns_in's answers, by (query's resolved version, its field ids, version).
+        self._names: dict[tuple[int, tuple[int, ...], int], tuple[str | None, ...]] = {}
 
     @property
     def uri(self) -> str:
@@ -197,12 +259,47 @@ class StreamPlanner:
         return self._dataset
 
     def latest_version(self) -> int:
-        """The newest committed version (asks the store).
+        """The newest committed version (asks the store), checked to be of the dataset
+        the planner opened: every call reads the newest version's identity (from the
+        external store's row, or else its manifest), so a dataset dropped and
+        re-created at the URI is noticed whatever its versions' numbers.
 
         Raises:
             DatasetNotFoundError: nothing is committed at the URI (any more).
+            InvalidInputError: the newest version is of another dataset (dropped and
+                re-created while the query ran).
         """
-        return self._open().latest_version
+        opened = self._open()
+        location = opened.handler.latest_location()
+        if location is None:
+            raise DatasetNotFoundError(
+                f"nothing is committed at {self._uri} any more (was the dataset dropped?)"
+            )
+        identity = location.dataset_id
+        if not identity:
+            # Not recorded in a row (a store without one, or a listed version): the
+            # manifest says, read afresh (the cache is by version number, which a
+            # re-created dataset reuses).
+            identity = opened.checkout_version(location.version).manifest.dataset_id
+        self._check_identity(identity, location.version)
+        return location.version
+
+    def oldest_version(self) -> int:
+        """The oldest version still kept (cleanup removes older ones)."""
+        return min(v.version for v in self._open().versions())
+
+    def _check_identity(self, identity: str, version: int) -> None:
+        # Version numbers restart in a re-created dataset: compared with the old
+        # dataset's versions (cached, or in the checkpoint), its versions would emit
+        # rows at positions that mean nothing. Versions from before dataset
+        # identities were recorded have none.
+        opened = self.dataset_id()
+        if identity and opened and identity != opened:
+            raise InvalidInputError(
+                f"version {version} of {self._uri} belongs to dataset {identity}, not to "
+                f"dataset {opened} that the stream reads (dropped and re-created while the "
+                "query ran?): start the query with a new checkpoint"
+            )
 
     def manifest(self, version: int) -> Manifest:
         """The manifest of ``version``.
@@ -223,17 +320,7 @@ class StreamPlanner:
                     " Start a new query (a new checkpoint) with a startingVersion that"
                     " still exists."
                 ) from None
-            # Version numbers restart in a re-created dataset: compared with the old
-            # dataset's versions (cached, or in the checkpoint), its versions would
-            # emit rows at positions that mean nothing. Versions from before dataset
-            # identities were recorded have none.
-            opened = self.dataset_id()
-            if found.dataset_id and opened and found.dataset_id != opened:
-                raise InvalidInputError(
-                    f"version {version} of {self._uri} belongs to dataset {found.dataset_id}, "
-                    f"not to dataset {opened} that the stream reads (dropped and re-created "
-                    "while the query ran?): start the query with a new checkpoint"
-                )
+            self._check_identity(found.dataset_id, version)
             if len(self._manifests) >= MANIFEST_CACHE_SIZE:
                 self._manifests.pop(min(self._manifests))
             self._manifests[version] = found
@@ -245,6 +332,8 @@ class StreamPlanner:
             del self._manifests[v]
         for key in [k for k in self._segments if k[0] < version]:
             del self._segments[key]
+        for names in [k for k in self._names if k[2] < version]:
+            del self._names[names]
 
     def segment(self, version: int, snapshot: bool) -> Segment:
         """What ``version`` contributes (its snapshot if ``snapshot``).
@@ -299,6 +388,126 @@ class StreamPlanner:
                 f"startingVersion {segment.version + 1} or later."
             )
 
+    def columns_in(self, query: QueryColumns, version: int) -> tuple[str | None, ...]:
+        """The names ``query``'s columns have in ``version`` (matched by field id, so a
+        renamed column is found under its name then), None for a column added after
+        ``version`` (read as nulls).
+
+        Raises:
+            SchemaMismatchError: ``version`` cannot be read with the query's columns: a
+                column's type differs (changed by ``alter_columns``), a column the
+                query reads was dropped after the query resolved its columns, or a
+                column added after ``version`` cannot hold nulls. The message says
+                from which version on the stream can read, and how to go on.
+            VersionNotFoundError, InvalidInputError: as :meth:`manifest`.
+        """
+        key = (query.version, query.ids, version)
+        known = self._names.get(key)
+        if known is None:
+            known = self._columns_in(query, version)
+            if len(self._names) >= MANIFEST_CACHE_SIZE:
+                self._names.pop(min(self._names, key=lambda k: k[2]))
+            self._names[key] = known
+        return known
+
+    def _columns_in(self, query: QueryColumns, version: int) -> tuple[str | None, ...]:
+        schema = self.manifest(version).schema
+        names = {i: p[0] for p, i in schema.ids if len(p) == 1}
+        found: list[str | None] = []
+        for name, fid, kind, nullable in zip(
+            query.names, query.ids, query.types, query.nullable, strict=True
+        ):
+            here = names.get(fid)
+            if here is not None:
+                have = schema.arrow.field(here).type
+                if not have.equals(kind):
+                    raise SchemaMismatchError(
+                        f"column {name!r} of {self._uri} is {have} in version {version} but "
+                        f"{kind} in version {query.version}, whose schema the stream reads: "
+                        f"{self._retyped_advice(version, query.version)}"
+                    )
+                found.append(here)
+            elif version < query.version:
+                self._check_added_since(name, fid, nullable, version, query.version)
+                found.append(None)
+            else:
+                self._raise_gone(name, fid, query.version, version)
+        return tuple(found)
+
+    def _flip(self, field_id: int, low: int, high: int) -> int:
+        """The first version after ``low``, up to ``high``, that has field ``field_id``
+        as ``high`` has it (present or not); ``low`` has it the other way. A field id,
+        once added, stays until dropped, and is not given to another column while data
+        files hold it, so its presence flips once between them."""
+
+        def has(v: int) -> bool:
+            return any(i == field_id for p, i in self.manifest(v).schema.ids if len(p) == 1)
+
+        want = has(high)
+        while high - low > 1:
+            middle = (low + high) // 2
+            if has(middle) == want:
+                high = middle
+            else:
+                low = middle
+        return high
+
+    def _top_ids(self, version: int) -> set[int]:
+        return {i for p, i in self.manifest(version).schema.ids if len(p) == 1}
+
+    def _retyped_advice(self, version: int, resolved: int) -> str:
+        if version < resolved:
+            return (
+                f"versions up to {version} hold the column with its old type. Read them "
+                "with a batch read (option version), and stream the rest from a new query "
+                "(a new checkpoint) with startingVersion after the type change"
+            )
+        return (
+            "the stream stopped before that version, with every row before it emitted. "
+            "Restart the query (from the same checkpoint): it then reads with the new type"
+        )
+
+    def _check_added_since(
+        self, name: str, field_id: int, nullable: bool, version: int, resolved: int
+    ) -> None:
+        """Check that column ``name``, which ``version`` lacks and ``resolved`` has,
+        was added since and may hold nulls (``version`` then reads it as nulls).
+
+        Raises:
+            SchemaMismatchError: it replaced a column (a type change) or is NOT NULL.
+        """
+        added_at = self._flip(field_id, version, resolved)
+        replaced = self._top_ids(added_at - 1) - self._top_ids(added_at)
+        if not replaced and nullable:
+            return
+        why = (
+            f"got a new type at version {added_at} (alter_columns rewrote it as a new column)"
+            if replaced
+            else f"was added NOT NULL at version {added_at}"
+        )
+        raise SchemaMismatchError(
+            f"column {name!r} of {self._uri}, which the stream reads, {why}: version {version} "
+            f"has no values of it the stream can emit. Read the versions before {added_at} "
+            "with a batch read (option version), and stream the rest from a new query (a "
+            f"new checkpoint) with startingVersion {added_at}"
+        )
+
+    def _raise_gone(self, name: str, field_id: int, resolved: int, version: int) -> None:
+        """Raise for column ``name``, which ``resolved`` had and ``version`` lacks.
+
+        Raises:
+            SchemaMismatchError: always, saying when it went and what to do.
+        """
+        gone_at = self._flip(field_id, resolved, version)
+        retyped = self._top_ids(gone_at) - self._top_ids(gone_at - 1)
+        how = "got a new type (alter_columns)" if retyped else "was dropped"
+        raise SchemaMismatchError(
+            f"column {name!r} of {self._uri}, which the stream reads, {how} at version "
+            f"{gone_at}: the stream stopped before the first version after it that adds "
+            f"rows ({version}), with every row before it emitted. Restart the query (from "
+            "the same checkpoint): it then reads with the dataset's schema as of the restart"
+        )
+
     def dataset_id(self) -> str:
         """The dataset's identity, as offsets record it."""
         return self._open().manifest.dataset_id
@@ -317,14 +526,17 @@ class StreamPlanner:
         last_version: int,
         max_files: int | None = None,
         max_bytes: int | None = None,
+        readable: Callable[[Segment], object] | None = None,
     ) -> StreamOffset:
         """The end offset of the next micro-batch from ``start``: as far as
         ``last_version`` goes, within ``max_files`` fragments and (softly: at least one
-        fragment) ``max_bytes`` bytes. It stops before a change commit; when ``start``
-        is at one, it raises.
+        fragment) ``max_bytes`` bytes. It stops before a change commit, and before a
+        segment with rows for which ``readable`` raises SchemaMismatchError; when
+        ``start`` is at one, it raises.
 
         Raises:
             StreamChangeCommitError: ``start`` is at a change commit.
+            SchemaMismatchError: ``readable`` refuses ``start``'s segment.
         """
         position = start
         files = size = 0
@@ -334,6 +546,13 @@ class StreamPlanner:
                 if position == start:
                     self.check_not_change(segment)
                 return position
+            if readable is not None and segment.fragments:
+                try:
+                    readable(segment)
+                except SchemaMismatchError:
+                    if position == start:
+                        raise
+                    return position
             self._check_index(position, segment)
             for i in range(position.index, len(segment.fragments)):
                 cost = fragment_bytes(segment.fragments[i])

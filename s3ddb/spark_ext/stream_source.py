@@ -12,8 +12,10 @@ what). Options: ``startingVersion`` (a number or ``latest``) or ``startingTimest
 (default: the whole newest version first, then what later versions append),
 ``maxFilesPerTrigger`` (default 1000 when ``maxBytesPerTrigger`` is not set) and
 ``maxBytesPerTrigger``, ``skipChangeCommits``; ``Trigger.AvailableNow`` reads up to
-the newest version when the query starts, in batches of the admitted size. The query's
-progress reports the offset after the newest version as ``latestOffset``.
+the newest version when the query starts (at least the version its first batch
+starts with), in batches of the admitted size. The query's progress reports the offset
+after the newest version as ``latestOffset``. Columns are read by field id (see
+:class:`~s3ddb.spark_ext.stream_plan.QueryColumns`).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from s3ddb.errors import InvalidInputError, S3DDBError, SchemaMismatchError
+from s3ddb.errors import InvalidInputError, S3DDBError, VersionNotFoundError
 from s3ddb.format.bases import BasePath, FileResolver
 from s3ddb.format.fragment import FragmentMetadata
 from s3ddb.format.schema import DatasetSchema
@@ -43,6 +45,8 @@ from s3ddb.scan import read_visible_rows
 from s3ddb.spark_ext._options import SourceOptions, positive_int
 from s3ddb.spark_ext._types import arrow_schema_of, cast_for_spark
 from s3ddb.spark_ext.stream_plan import (
+    QueryColumns,
+    Segment,
     StreamOffset,
     StreamPlanner,
     fragment_bytes,
@@ -129,12 +133,14 @@ class StreamOptions:
 
 @dataclass(frozen=True)
 class _Item:
-    """One fragment to read, with what reading it needs from its version."""
+    """One fragment to read, with what reading it needs from its version: the names
+    the query's columns have in it (None: a column added later, read as nulls)."""
 
     version: int
     fragment: FragmentMetadata
     schema: DatasetSchema
     base_paths: tuple[BasePath, ...]
+    names: tuple[str | None, ...]
 
 
 class StreamPartition(InputPartition):
@@ -153,8 +159,11 @@ class S3DDBStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: Mapping[str, Any], schema: Any) -> None:
         self._options = StreamOptions.parse(options)
         self._columns = [f.name for f in schema.fields]
+        self._nullable = [bool(f.nullable) for f in schema.fields]
         self._target = arrow_schema_of(schema)
         self._planner: StreamPlanner | None = None
+        # The query's columns by field id, resolved at its first planning.
+        self._query: QueryColumns | None = None
         self._available_now: int | None = None  # the last version AvailableNow reads
 
     def __getstate__(self) -> dict[str, Any]:
@@ -174,6 +183,28 @@ class S3DDBStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._planner
 
     # --- offsets, on the driver ------------------------------------------------------
+
+    def _query_columns(self) -> QueryColumns:
+        """The query's columns by field id, resolved once, on the newest version when
+        the query first plans (its schema is the dataset's as of its start): every
+        version is then read by field id.
+
+        Raises:
+            SchemaMismatchError: the query's schema names a column the dataset lacks.
+        """
+        if self._query is None:
+            planner = self._plan()
+            newest = planner.manifest(planner.latest_version())
+            self._query = QueryColumns.resolve(self._columns, self._nullable, newest, planner.uri)
+        return self._query
+
+    def _readable(self, segment: Segment) -> tuple[str | None, ...]:
+        """The names of the query's columns in ``segment``'s version.
+
+        Raises:
+            SchemaMismatchError: the version cannot be read with the query's columns.
+        """
+        return self._plan().columns_in(self._query_columns(), segment.version)
 
     def _offset(self, data: Any, what: str) -> StreamOffset:
         """An offset Spark hands back, checked to be of this dataset.
@@ -199,13 +230,20 @@ class S3DDBStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> dict[str, Any]:
         """Where a new query starts (a restarted one starts from its checkpoint).
 
+        A start at a version whose predecessor cleanup removed (the oldest retained
+        version, or a ``startingTimestamp`` before it) cannot tell which of its rows
+        that version appended: it starts with the version's snapshot (every visible
+        row), as a query without a starting option does.
+
         Raises:
             InvalidInputError: ``startingVersion`` is beyond the next version, or
                 ``startingTimestamp`` is not ISO 8601.
             DatasetNotFoundError: nothing is committed at the URI.
+            VersionNotFoundError: the starting version was removed by cleanup.
         """
         options = self._options
         source = options.source
+        self._query_columns()
         if options.starting_version is not None:
             latest = self._plan().latest_version()
             if options.starting_version > latest + 1:
@@ -213,16 +251,42 @@ class S3DDBStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     f"startingVersion {options.starting_version} is beyond the newest "
                     f"version of {source.uri}, {latest} (the next is {latest + 1})"
                 )
-            return self._out(StreamOffset(options.starting_version))
+            return self._out(self._start_at(options.starting_version, latest))
         if options.starting_timestamp is not None:
             when = options.starting_timestamp
-            return self._out(
-                StreamOffset(starting_version_at(source.uri, source.storage_options, when))
-            )
+            first = starting_version_at(source.uri, source.storage_options, when)
+            return self._out(self._start_at(first, self._plan().latest_version()))
         latest = self._plan().latest_version()
         if options.starting_latest:
             return self._out(StreamOffset(latest + 1))
         return self._out(StreamOffset(latest, snapshot=True))
+
+    def _start_at(self, version: int, latest: int) -> StreamOffset:
+        """The offset of a start at ``version``: its appended rows, or its snapshot if
+        the version before it is gone (so what it appended cannot be told).
+
+        Raises:
+            VersionNotFoundError: ``version`` itself is gone (naming the oldest kept).
+        """
+        if version > latest:
+            return StreamOffset(version)
+        planner = self._plan()
+        try:
+            planner.manifest(version)
+        except VersionNotFoundError:
+            kept = planner.oldest_version()
+            raise VersionNotFoundError(
+                f"the stream cannot start at version {version} of {planner.uri}: cleanup "
+                f"removed it; the oldest version kept is {kept}. Start at "
+                f"startingVersion {kept} or later"
+            ) from None
+        if version == 1:
+            return StreamOffset(version)
+        try:
+            planner.manifest(version - 1)
+        except VersionNotFoundError:
+            return StreamOffset(version, snapshot=True)
+        return StreamOffset(version)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self._options.max_files is None and self._options.max_bytes is not None:
@@ -244,6 +308,7 @@ class S3DDBStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """
         planner = self._plan()
         position = self._offset(start, "start")
+        self._query_columns()
         latest = planner.latest_version()
         if position.version > latest + 1:
             raise InvalidInputError(
@@ -251,7 +316,12 @@ class S3DDBStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 f"whose newest version is {latest}: was the dataset dropped and re-created? "
                 "Start the query with a new checkpoint"
             )
-        last = latest if self._available_now is None else min(latest, self._available_now)
+        last = latest
+        if self._available_now is not None:
+            # A snapshot start (its version chosen by initialOffset, maybe after
+            # prepareForTriggerAvailableNow fixed the bound) is read whole.
+            bound = max(self._available_now, position.version if position.snapshot else 0)
+            last = min(latest, bound)
         max_files = max_bytes = None
         if not isinstance(limit, ReadAllAvailable):
             max_files, max_bytes = self._options.max_files, self._options.max_bytes
@@ -259,7 +329,7 @@ class S3DDBStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 max_files = limit.max_files
             elif isinstance(limit, ReadMaxBytes):
                 max_bytes = limit.max_bytes
-        return self._out(planner.advance(position, last, max_files, max_bytes))
+        return self._out(planner.advance(position, last, max_files, max_bytes, self._readable))
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         """The offset after the newest version: what the query has yet to read shows
@@ -277,25 +347,21 @@ class S3DDBStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         fragments, grouped the same way, whenever Spark asks (a replayed batch).
 
         Raises:
-            SchemaMismatchError: a version lacks a column the stream reads.
+            SchemaMismatchError: a version cannot be read with the query's columns
+                (see :meth:`StreamPlanner.columns_in`).
             StreamChangeCommitError: a change commit lies in between (the option was
                 turned off since the batch was planned).
         """
         planner = self._plan()
         first, last = self._offset(start, "start"), self._offset(end, "end")
+        self._query_columns()
         source = self._options.source
         groups: list[StreamPartition] = []
         current: list[_Item] = []
         size = rows = 0
         for segment, fragment in planner.between(first, last):
             manifest = segment.manifest
-            missing = [c for c in self._columns if c not in manifest.schema.arrow.names]
-            if missing:
-                raise SchemaMismatchError(
-                    f"version {segment.version} of {planner.uri} has no column(s) {missing} "
-                    "that the stream reads (its schema changed): restart the query to read "
-                    "with the dataset's new schema"
-                )
+            names = self._readable(segment)
             cost = fragment_bytes(fragment)
             if current and (
                 size + cost > source.max_partition_bytes
@@ -303,7 +369,9 @@ class S3DDBStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             ):
                 groups.append(StreamPartition(len(groups), current))
                 current, size, rows = [], 0, 0
-            current.append(_Item(segment.version, fragment, manifest.schema, manifest.base_paths))
+            current.append(
+                _Item(segment.version, fragment, manifest.schema, manifest.base_paths, names)
+            )
             size += cost
             rows += fragment.physical_rows
         if current:
@@ -327,6 +395,15 @@ class S3DDBStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         store = ObjectStore(source.uri, source.storage_options)
         for item in partition.items:
             files = FileResolver(store, item.base_paths)
-            table = read_visible_rows(files, item.fragment, item.schema, self._columns)
-            if table.num_rows:
-                yield from cast_for_spark(table, self._target).to_batches(BATCH_ROWS)
+            present = [n for n in item.names if n is not None]
+            table = read_visible_rows(files, item.fragment, item.schema, present)
+            if not table.num_rows:
+                continue
+            # By field id: each column under the query's name, nulls for one added
+            # after the item's version.
+            columns = [
+                table.column(n) if n is not None else pa.nulls(table.num_rows, f.type)
+                for n, f in zip(item.names, self._target, strict=True)
+            ]
+            named = pa.Table.from_arrays(columns, names=self._target.names)
+            yield from cast_for_spark(named, self._target).to_batches(BATCH_ROWS)
