@@ -23,7 +23,7 @@ from types import TracebackType
 from typing import Any, ParamSpec, TypeVar
 
 from s3ddb.commit.build import build_manifest
-from s3ddb.commit.committer import CommitConfig
+from s3ddb.commit.committer import CommitConfig, CommitResult
 from s3ddb.commit.external import ExternalStoreCommitHandler
 from s3ddb.commit.group import GROUP_PROPERTY, GroupPart, commit_group, group_kind
 from s3ddb.commit.handlers import CommitHandler
@@ -81,7 +81,13 @@ class AtomicGroup:
         self._commit_config = commit_config
         self._datasets: dict[str, Dataset] = {}
         self._held: list[_Held] = []
-        self._checked_out: list[PinnedVersion] = []
+        # Every handle the group gave out (its datasets' handles and the versions
+        # checked out from them), with the manifest it was pinned at then: a handle
+        # whose change the group holds sits on a manifest nobody committed, and must
+        # end on the committed version or back there (see _release).
+        self._handles: list[tuple[PinnedVersion, Manifest]] = []
+        # Handle (by id) -> index in _held of the last change made through it.
+        self._changed: dict[int, int] = {}
         self._open = True
 
     def __repr__(self) -> str:
@@ -190,12 +196,13 @@ class AtomicGroup:
     def checked_out(self, ds: PinnedVersion, other: PinnedVersion) -> _CheckedOut:
         """Where the commits of ``other``, a version of the group's handle ``ds``
         checked out in the block, go (see :class:`_CheckedOut`)."""
-        self._checked_out.append(other)
+        self._handles.append((other, other.manifest))
         return _CheckedOut(self, ds)
 
     def _add(self, ds: Dataset) -> Dataset:
         ds._deferred = self
         self._datasets[member_key(ds.handler)] = ds
+        self._handles.append((ds, ds.manifest))
         return ds
 
     def _check_open(self) -> None:
@@ -292,6 +299,7 @@ class AtomicGroup:
         )
         self._check_limits([*[h.part for h in self._held], part], ds.uri)
         self._held.append(_Held(ds, part, planned))  # type: ignore[arg-type]
+        self._changed[id(ds)] = len(self._held) - 1
         return planned
 
     def _check_limits(self, parts: list[GroupPart], uri: str) -> None:
@@ -321,19 +329,14 @@ class AtomicGroup:
         """
         self._check_open()
         self._open = False
-        held = self._held
         try:
             results = commit_group(
-                [h.part for h in held], group_id=self.group_id, config=self._commit_config
+                [h.part for h in self._held], group_id=self.group_id, config=self._commit_config
             )
         except BaseException:
-            self._release(rollback=True)
+            self._release(None)
             raise
-        for h, result in zip(held, results):
-            h.ds._manifest = result.manifest
-            h.ds._last_commit = result
-            h.ds._seen_newest_at = time.monotonic()
-        self._release(rollback=False)
+        self._release(results)
 
     def abort(self) -> None:
         """Drop every held change and delete its files; nothing is committed."""
@@ -342,15 +345,44 @@ class AtomicGroup:
         self._open = False
         for h in self._held:
             _delete_files(h.ds.handler, h.part.txn.operation, h.part.pending, h.part.base)
-        self._release(rollback=True)
+        self._release(None)
 
-    def _release(self, *, rollback: bool) -> None:
-        for ds in [*self._datasets.values(), *self._checked_out]:
+    def _release(self, results: list[CommitResult] | None) -> None:
+        """End the group for every handle it gave out. With ``results`` (the group
+        committed; one per held change) a handle pinned at a manifest the group
+        planned moves to the version that change committed as (renumbered if the
+        group was rebased); without, it goes back to where it was pinned when the
+        group gave it out (for a handle given out at a planned manifest, to the
+        committed version that dataset's changes started from). Either way no
+        handle stays on a version that was never committed: a later change on one
+        would be built on rows that are not there and undo other writers' commits.
+        """
+        planned = {id(h.planned): i for i, h in enumerate(self._held)}
+        last = {id(h.ds): i for i, h in enumerate(self._held)}  # each dataset's newest
+        now = time.monotonic()
+        for ds, origin in self._handles:
             ds._deferred = None
-        if rollback:
-            for h in reversed(self._held):
-                h.ds._manifest = h.part.base
-                h.ds._seen_newest_at = None
+            at = planned.get(id(ds._manifest))
+            if results is not None:
+                if at is not None:
+                    ds._manifest = results[at].manifest
+                    newest = last[id(self._held[at].ds)] == at
+                    ds._seen_newest_at = now if newest else None
+                changed = self._changed.get(id(ds))
+                if changed is not None:
+                    ds._last_commit = results[changed]
+            elif at is not None or id(ds) in self._changed:
+                start = planned.get(id(origin))
+                ds._manifest = origin if start is None else self._root(start)
+                ds._seen_newest_at = None
+
+    def _root(self, index: int) -> Manifest:
+        """The committed version the chain of held changes ending at ``index``
+        started from."""
+        part = self._held[index].part
+        while part.follows is not None:
+            part = self._held[part.follows].part
+        return part.base
 
 
 class _CheckedOut:
@@ -399,6 +431,9 @@ class _CheckedOut:
         handle = self._handle
         planned = self._group.defer(handle, operation, handle.manifest, pending, properties, plain)
         handle._manifest = planned
+        # ds moves to ``planned`` too (its _commit sets it): the group must move it to
+        # the committed version, or back, when it ends.
+        self._group._changed[id(ds)] = self._group._changed[id(handle)]
         return planned
 
 

@@ -1,0 +1,118 @@
+"""Defects of groups (``s3ddb.atomic``) found in review, each pinned by a test:
+where handles end after a group, application transactions of several changes to one
+dataset (and from Spark's ``atomic_batches`` logic), the size bound of a group's
+transaction, ``verify`` of rows naming a member table that is gone, and the files of
+an operation a group refuses. On ``memory://`` and on ``s3+ddb://`` through the local
+AWS endpoint (moto over HTTP) where the store matters.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+import s3ddb
+from s3ddb.errors import AtomicGroupError, TransactionAlreadyCommittedError
+from tests.conftest import TEST_BUCKET, TEST_TABLE
+
+APP = "s3ddb.app_txn.job"
+
+
+def _table(*ids: int) -> pa.Table:
+    return pa.table({"id": pa.array(list(ids), pa.int64())})
+
+
+def _ids(ds: s3ddb.Dataset) -> list[int]:
+    return sorted(ds.to_table()["id"].to_pylist())
+
+
+@pytest.fixture(params=["memory", "ddb"])
+def where(request: pytest.FixtureRequest) -> Iterator[tuple[list[str], dict[str, Any] | None]]:
+    """Two fresh dataset URIs of one kind and their storage options."""
+    if request.param == "memory":
+        root = f"memory://group-fixes-{uuid.uuid4().hex}"
+        yield [f"{root}/a", f"{root}/b"], None
+        import fsspec
+
+        fs = fsspec.filesystem("memory")
+        if fs.exists("/" + root.split("://", 1)[1]):
+            fs.rm("/" + root.split("://", 1)[1], recursive=True)
+        return
+    aws = request.getfixturevalue("aws")
+    prefix = f"group-fixes-{uuid.uuid4().hex[:10]}"
+    yield (
+        [f"s3+ddb://{TEST_BUCKET}/{prefix}/{n}?ddbTableName={TEST_TABLE}" for n in "ab"],
+        aws.storage_options(),
+    )
+
+
+def _two_versions(uri: str, so: dict[str, Any] | None) -> None:
+    """Version 1 holds [1], version 2 holds [1, 2]."""
+    s3ddb.write_dataset(_table(1), uri, storage_options=so)
+    s3ddb.dataset(uri, storage_options=so).insert(_table(2))
+
+
+# --- 1. every handle ends on a committed version ----------------------------------
+
+
+def test_a_checked_out_handle_goes_back_when_the_group_fails(where: Any) -> None:
+    """The restore through a checked-out handle moved it onto the group's planned
+    version 3; the group fails. If the handle stayed there, its next insert would be
+    built on rows that were never committed and erase another writer's version 3."""
+    (a, _), so = where
+    _two_versions(a, so)
+    with pytest.raises(RuntimeError, match="block fails"), s3ddb.atomic(storage_options=so) as tx:
+        handle = tx.dataset(a)
+        old = handle.checkout_version(1)
+        old.restore()
+        assert old.version == 3 and handle.version == 3
+        raise RuntimeError("block fails")
+    assert (handle.version, old.version) == (2, 1)  # where each was pinned before
+    s3ddb.dataset(a, storage_options=so).insert(_table(3))  # another writer's v3
+    old.insert(_table(9))
+    latest = s3ddb.dataset(a, storage_options=so)
+    assert latest.version == 4
+    assert _ids(latest) == [1, 2, 3, 9]
+
+
+def test_a_handle_checked_out_at_a_planned_version_goes_back_to_a_committed_one(
+    where: Any,
+) -> None:
+    (a, _), so = where
+    _two_versions(a, so)
+    with pytest.raises(RuntimeError), s3ddb.atomic(storage_options=so) as tx:
+        handle = tx.dataset(a)
+        handle.insert(_table(5))
+        planned = handle.at(handle.manifest)  # pinned at the planned version 3
+        assert planned.version == 3
+        raise RuntimeError("block fails")
+    assert planned.version == 2 and _ids(planned) == [1, 2]
+    planned.insert(_table(7))
+    assert _ids(s3ddb.dataset(a, storage_options=so)) == [1, 2, 7]
+
+
+def test_every_handle_moves_to_the_version_the_group_committed(where: Any) -> None:
+    """Another writer takes version 3 while the group holds a restore: the group is
+    rebased and commits version 4; both handles that moved with the restore end there,
+    not on the planned version 3 (which is someone else's)."""
+    (a, b), so = where
+    _two_versions(a, so)
+    s3ddb.write_dataset(_table(1), b, storage_options=so)
+    with s3ddb.atomic(storage_options=so) as tx:
+        handle = tx.dataset(a)
+        old = handle.checkout_version(1)
+        old.restore()
+        planned = handle.at(handle.manifest)
+        tx.dataset(b).insert(_table(4))
+        s3ddb.dataset(a, storage_options=so).insert(_table(3))
+    latest = s3ddb.dataset(a, storage_options=so)
+    assert latest.version == 4 and latest.versions()[-1].operation == "Restore"
+    for ds in (handle, old, planned):
+        assert ds.version == 4 and _ids(ds) == [1]
+    assert old.last_commit is not None and old.last_commit.manifest.version == 4
+    old.insert(_table(8))
+    assert _ids(s3ddb.dataset(a, storage_options=so)) == [1, 8]
