@@ -116,3 +116,61 @@ def test_every_handle_moves_to_the_version_the_group_committed(where: Any) -> No
     assert old.last_commit is not None and old.last_commit.manifest.version == 4
     old.insert(_table(8))
     assert _ids(s3ddb.dataset(a, storage_options=so)) == [1, 8]
+
+
+# --- 2. application transactions of several changes to one dataset ----------------
+
+
+def _respell(uri: str) -> str:
+    """Another spelling of ``uri`` (a trailing slash on its path)."""
+    path, sep, query = uri.partition("?")
+    return f"{path}/{sep}{query}"
+
+
+def _append_all(group: s3ddb.AtomicGroup, frames: dict[str, pa.Table], number: str) -> None:
+    """What write_atomic does on the driver: one Append per URI, each recording
+    ``number`` for the application."""
+    for uri, table in frames.items():
+        ds = group.dataset(uri)
+        fragments = s3ddb.fragment.write_fragments(
+            table, uri, ds.manifest.schema, storage_options=ds.storage_options
+        )
+        group.add_operation(uri, s3ddb.Append(fragments), {APP: number})
+
+
+def test_two_changes_to_one_dataset_may_carry_the_same_batch_id(where: Any) -> None:
+    """Two spellings of one dataset in a batch's route are one handle with two
+    changes: the second must not be refused because the first (not committed) records
+    the batch id, which made atomic_batches skip the whole batch as "committed"."""
+    (a, b), so = where
+    for uri in (a, b):
+        s3ddb.write_dataset(_table(0), uri, storage_options=so)
+    group = s3ddb.AtomicGroup(so)
+    _append_all(group, {a: _table(1), _respell(a): _table(2), b: _table(3)}, "7")
+    assert len(group.datasets) == 2  # one handle for both spellings
+    group.commit()
+    da, db = (s3ddb.dataset(u, storage_options=so) for u in (a, b))
+    assert (da.version, _ids(da)) == (3, [0, 1, 2])
+    assert (db.version, _ids(db)) == (2, [0, 3])
+    assert [d.manifest.table_metadata.get(APP) for d in (da, db)] == ["7", "7"]
+    # A replay of the batch is refused on its first change, and writes nothing.
+    replay = s3ddb.AtomicGroup(so)
+    with pytest.raises(TransactionAlreadyCommittedError, match="version 3 records 7"):
+        _append_all(replay, {a: _table(1), b: _table(3)}, "7")
+    replay.abort()
+    assert [s3ddb.dataset(u, storage_options=so).version for u in (a, b)] == [3, 2]
+
+
+def test_a_further_change_is_checked_against_the_committed_versions() -> None:
+    a = f"memory://group-fixes-{uuid.uuid4().hex}/a"
+    s3ddb.write_dataset(_table(0), a)
+    with s3ddb.atomic() as tx:
+        _append_all(tx, {a: _table(9)}, "5")
+    with s3ddb.atomic() as tx:
+        _append_all(tx, {a: _table(1)}, "6")
+        with pytest.raises(TransactionAlreadyCommittedError, match="version 2 records 5"):
+            _append_all(tx, {a: _table(2)}, "5")  # committed already, whatever the plan
+        _append_all(tx, {a: _table(3)}, "8")  # a newer number is recorded
+    ds = s3ddb.dataset(a)
+    assert (ds.version, _ids(ds)) == (4, [0, 1, 3, 9])
+    assert ds.manifest.table_metadata.get(APP) == "8"

@@ -22,13 +22,18 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, ParamSpec, TypeVar
 
-from s3ddb.commit.build import build_manifest
+from s3ddb.commit.build import APP_TRANSACTION_PREFIX, build_manifest
 from s3ddb.commit.committer import CommitConfig, CommitResult
 from s3ddb.commit.external import ExternalStoreCommitHandler
 from s3ddb.commit.group import GROUP_PROPERTY, GroupPart, commit_group, group_kind
 from s3ddb.commit.handlers import CommitHandler
 from s3ddb.dataset import Dataset
-from s3ddb.errors import AtomicGroupError, InvalidInputError, RetryableCommitConflictError
+from s3ddb.errors import (
+    AtomicGroupError,
+    InvalidInputError,
+    RetryableCommitConflictError,
+    TransactionAlreadyCommittedError,
+)
 from s3ddb.external_store.group import MAX_GROUP_ACTIONS, MAX_GROUP_BYTES
 from s3ddb.format.manifest import Manifest, referenced_paths
 from s3ddb.io.arguments import check_int
@@ -276,6 +281,8 @@ class AtomicGroup:
                 f"{ds.uri}: a change in a group must build on the group's previous "
                 "change to the same dataset"
             )
+        if prior is not None:
+            properties = _unrecorded(properties, self._root(mine[0]), base, ds.uri)
         txn = Transaction(
             base.version, operation, properties={**properties, GROUP_PROPERTY: self.group_id}
         )
@@ -435,6 +442,53 @@ class _CheckedOut:
         # the committed version, or back, when it ends.
         self._group._changed[id(ds)] = self._group._changed[id(handle)]
         return planned
+
+
+def _unrecorded(
+    properties: dict[str, str], committed: Manifest, planned: Manifest, uri: str
+) -> dict[str, str]:
+    """``properties`` of a further change to a dataset in a group, without the
+    application transactions (``s3ddb.app_txn.*``) that an earlier change of the group
+    to it records already (``planned``, its newest planned manifest): the group commits
+    them all or none, so recording the number once is enough, and checking it against
+    the group's own plan would refuse the change as "already committed". Whether a
+    number is committed is decided by the versions committed (``committed``, where the
+    group's changes to the dataset start), never by the group's plan.
+
+    Raises:
+        TransactionAlreadyCommittedError: ``committed`` records an equal or newer
+            number for one of the applications.
+    """
+    kept = dict(properties)
+    for key, value in properties.items():
+        if not key.startswith(APP_TRANSACTION_PREFIX):
+            continue
+        mine, done, held = (
+            _number(value),
+            _number(committed.table_metadata.get(key)),
+            _number(planned.table_metadata.get(key)),
+        )
+        if mine is None or done is None or held is None:
+            continue  # build_manifest says what is wrong with a number that is not one
+        if mine <= done:
+            raise TransactionAlreadyCommittedError(
+                f"{uri}: application transaction {key[len(APP_TRANSACTION_PREFIX) :]!r} "
+                f"{value} is already committed (version {committed.version} records "
+                f"{committed.table_metadata.get(key)})"
+            )
+        if mine <= held:
+            del kept[key]  # the group's earlier change records it (or a newer one)
+    return kept
+
+
+def _number(value: str | None) -> int | None:
+    """An application transaction's number (-1: none recorded; None: not a number)."""
+    if value is None:
+        return -1
+    try:
+        return int(value)
+    except ValueError:
+        return None
 
 
 def check_transactions(handler: ExternalStoreCommitHandler, uri: str, what: str) -> None:
