@@ -174,3 +174,98 @@ def test_a_further_change_is_checked_against_the_committed_versions() -> None:
     ds = s3ddb.dataset(a)
     assert (ds.version, _ids(ds)) == (4, [0, 1, 3, 9])
     assert ds.manifest.table_metadata.get(APP) == "8"
+
+
+# --- 3. the size of a group's transaction is bounded from above -------------------
+
+
+def _value_bytes(value: dict[str, Any]) -> int:
+    """DynamoDB's size of an attribute value (a number counted as its digits, more
+    than DynamoDB counts)."""
+    ((_, text),) = value.items()
+    return len(str(text).encode())
+
+
+def _item_bytes(item: dict[str, Any]) -> int:
+    return sum(len(name.encode()) + _value_bytes(v) for name, v in item.items())
+
+
+def _long_table(aws: Any) -> str:
+    """A DynamoDB table with the longest name DynamoDB allows (255 characters)."""
+    from s3ddb.external_store import create_table
+    from s3ddb.io import AwsConfig
+
+    name = ("t" + uuid.uuid4().hex) * 8
+    name = name[:255]
+    create_table(name, AwsConfig.from_storage_options(aws.storage_options()))
+    return name
+
+
+def _long_uris(table: str, count: int) -> list[str]:
+    prefix = "p" * 300 + uuid.uuid4().hex[:10]
+    return [f"s3+ddb://{TEST_BUCKET}/{prefix}/{n}?ddbTableName={table}" for n in "abcd"[:count]]
+
+
+def test_the_size_bound_covers_every_item_the_claim_sends(
+    aws: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from s3ddb.external_store.dynamodb import DynamoDBManifestStore
+    from s3ddb.groups.atomic_group import claim_bytes_bound
+
+    so = aws.storage_options()
+    uris = _long_uris(_long_table(aws), 3)
+    for uri in uris:
+        s3ddb.write_dataset(_table(1), uri, storage_options=so)
+    sent: list[int] = []
+    real_client = DynamoDBManifestStore._client
+
+    class Measure:
+        def __init__(self, client: Any) -> None:
+            self._client = client
+
+        def transact_write_items(self, **request: Any) -> Any:
+            items = [
+                a["Put"]["Item"] if "Put" in a else a["ConditionCheck"]["Key"]
+                for a in request["TransactItems"]
+            ]
+            sent.append(sum(_item_bytes(i) for i in items))
+            return self._client.transact_write_items(**request)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._client, name)
+
+    monkeypatch.setattr(DynamoDBManifestStore, "_client", lambda self: Measure(real_client(self)))
+    with s3ddb.atomic(storage_options=so) as tx:
+        for uri in uris:
+            tx.dataset(uri).insert(_table(2))
+        tx.dataset(uris[0]).update_config({"k": "v"})
+        bound = claim_bytes_bound([h.part for h in tx._held])
+    versions = [s3ddb.dataset(u, storage_options=so).version for u in uris]
+    assert len(sent) == 1 and versions == [3, 2, 2]
+    assert bound >= sent[0]
+
+
+def test_a_group_too_large_for_one_transaction_is_refused_before_anything_is_written(
+    aws: Any,
+) -> None:
+    """99 changes to one dataset are 100 actions, within DynamoDB's limit; but each row
+    carries every member with its table name (255 characters here), over 4 MB in all.
+    The estimate left the table names out: the group passed the check and failed
+    only when DynamoDB refused the request."""
+    so = aws.storage_options()
+    (uri,) = _long_uris(_long_table(aws), 1)
+    s3ddb.write_dataset(_table(1), uri, storage_options=so)
+    before = {m.path for m in s3ddb.dataset(uri, storage_options=so).handler.store.list("")}
+    held = 0
+    with (
+        pytest.raises(AtomicGroupError, match="Split the group"),
+        s3ddb.atomic(storage_options=so) as tx,
+    ):
+        handle = tx.dataset(uri)
+        for i in range(99):
+            handle.update_config({"k": str(i)})
+            held += 1
+    assert 0 < held < 99  # refused while planning, not by DynamoDB
+    ds = s3ddb.dataset(uri, storage_options=so)
+    assert ds.version == 1
+    assert {m.path for m in ds.handler.store.list("")} == before

@@ -11,7 +11,6 @@ commits nothing and deletes the held changes' files.
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import os
 import random
@@ -24,7 +23,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from s3ddb.commit.build import APP_TRANSACTION_PREFIX, build_manifest
 from s3ddb.commit.committer import CommitConfig, CommitResult
-from s3ddb.commit.external import ExternalStoreCommitHandler
+from s3ddb.commit.external import ExternalStoreCommitHandler, committer_name
 from s3ddb.commit.group import GROUP_PROPERTY, GroupPart, commit_group, group_kind
 from s3ddb.commit.handlers import CommitHandler
 from s3ddb.dataset import Dataset
@@ -34,8 +33,9 @@ from s3ddb.errors import (
     RetryableCommitConflictError,
     TransactionAlreadyCommittedError,
 )
-from s3ddb.external_store.group import MAX_GROUP_ACTIONS, MAX_GROUP_BYTES
+from s3ddb.external_store.group import MAX_GROUP_ACTIONS, MAX_GROUP_BYTES, encode_members
 from s3ddb.format.manifest import Manifest, referenced_paths
+from s3ddb.format.naming import MAX_VERSION
 from s3ddb.io.arguments import check_int
 from s3ddb.io.parallel import PendingWrites
 from s3ddb.io.uri import parse_uri
@@ -44,14 +44,18 @@ from s3ddb.operations import Operation, Restore, Transaction
 from s3ddb.versions.opening import load_latest, open_validated
 from s3ddb.versions.pinned import PinnedVersion, commit_planned
 
-__all__ = ["Atomic", "AtomicGroup", "atomic", "check_transactions"]
+__all__ = ["Atomic", "AtomicGroup", "atomic", "check_transactions", "claim_bytes_bound"]
 
 log = logging.getLogger(__name__)
 P = ParamSpec("P")
 T = TypeVar("T")
 
-#: Bytes of a group row besides its paths, URIs and members (numbers, names, ids).
-_ROW_OVERHEAD = 400
+#: Bytes of a group's claim (its row, and the check of its predecessor's key) besides
+#: what is counted from each part (its base URI twice, the committer, the members):
+#: attribute names (about 110), numbers (4 at most 21 bytes each), the staged
+#: manifest's path twice (at most 200 each), the operation's name, the dataset id, the
+#: group id (64 each at most) and the check's condition (about 100). An upper bound.
+_ROW_OVERHEAD = 2048
 
 
 @dataclass(eq=False)
@@ -311,12 +315,11 @@ class AtomicGroup:
 
     def _check_limits(self, parts: list[GroupPart], uri: str) -> None:
         """Raises AtomicGroupError if ``parts`` exceed one transaction (100 actions,
-        4 MB), counted as DynamoDB counts them (a fenced claim is two actions)."""
+        4 MB), counted as DynamoDB counts them (a fenced claim is two actions), the
+        size from above (:func:`claim_bytes_bound`)."""
         external = isinstance(parts[0].handler, ExternalStoreCommitHandler)
         actions = sum(2 if external and p.follows is None else 1 for p in parts)
-        members = [[member_key(p.handler), p.base.version + 1] for p in parts]
-        members_bytes = len(json.dumps(members))
-        size = sum(_ROW_OVERHEAD + 3 * len(member_key(p.handler)) + members_bytes for p in parts)
+        size = claim_bytes_bound(parts)
         if actions > MAX_GROUP_ACTIONS or size > MAX_GROUP_BYTES:
             raise AtomicGroupError(
                 f"{uri}: group {self.group_id} would need {actions} actions and about "
@@ -442,6 +445,22 @@ class _CheckedOut:
         # the committed version, or back, when it ends.
         self._group._changed[id(ds)] = self._group._changed[id(handle)]
         return planned
+
+
+def claim_bytes_bound(parts: list[GroupPart]) -> int:
+    """At least the bytes of the items of the one transaction claiming ``parts``
+    (DynamoDB's 4 MB limit): each part's row carries the whole group's members
+    (base URI, version and table of every part), its own base URI and the committer;
+    versions are counted at their longest, as a rebase may renumber them."""
+    members = encode_members([(member_key(p.handler), MAX_VERSION, _table_of(p)) for p in parts])
+    each = _ROW_OVERHEAD + len(members.encode()) + len(committer_name().encode())
+    return sum(each + 2 * len(member_key(p.handler).encode()) for p in parts)
+
+
+def _table_of(part: GroupPart) -> str:
+    """The longest DynamoDB table name ``part``'s row may record for its dataset."""
+    _, table = part.handler.mechanism_record()
+    return max(table, part.base.commit_table, key=len)
 
 
 def _unrecorded(
