@@ -269,3 +269,52 @@ def test_a_group_too_large_for_one_transaction_is_refused_before_anything_is_wri
     ds = s3ddb.dataset(uri, storage_options=so)
     assert ds.version == 1
     assert {m.path for m in ds.handler.store.list("")} == before
+
+
+# --- 4. verify of a member whose table is gone ----------------------------------------
+
+
+@pytest.mark.parametrize("how", ["dropped", "planted"])
+def test_verify_reports_a_member_whose_table_is_gone(
+    aws: Any, capsys: pytest.CaptureFixture[str], how: str
+) -> None:
+    """The other member's table was deleted (with its dataset), or a row names a
+    table nobody created: verify reports missing_group_member (exit 1), it does not
+    fail on the table (ExternalStoreTableError, exit 2)."""
+    from s3ddb.external_store.ddb_items import item_key
+    from s3ddb.io.uri import parse_uri
+    from s3ddb.maintenance.health import verify
+    from tests import storage
+    from tests.cli_runner import run_cli
+
+    so = aws.storage_options()
+    other = _long_table(aws)
+    prefix = f"group-fixes-{uuid.uuid4().hex[:10]}"
+    a = f"s3+ddb://{TEST_BUCKET}/{prefix}/a?ddbTableName={TEST_TABLE}"
+    b = f"s3+ddb://{TEST_BUCKET}/{prefix}/b?ddbTableName={other}"
+    for uri in (a, b):
+        s3ddb.write_dataset(_table(1), uri, storage_options=so)
+    with s3ddb.atomic(storage_options=so) as tx:
+        tx.dataset(a).insert(_table(2))
+        tx.dataset(b).insert(_table(3))
+    storage.objects(a, so)  # the group's versions are final
+    assert [p.kind for p in verify(a, so).problems] == []
+    client = aws.boto3_client("dynamodb")
+    if how == "dropped":
+        client.update_table(TableName=other, DeletionProtectionEnabled=False)
+        client.delete_table(TableName=other)
+    else:
+        base_a, base_b = parse_uri(a).base_uri, parse_uri(b).base_uri
+        members = f'[["{base_a}", 2, "{TEST_TABLE}"], ["{base_b}", 2, "no_such_table_x"]]'
+        client.update_item(
+            TableName=TEST_TABLE,
+            Key=item_key(base_a, 2),
+            UpdateExpression="SET group_members = :m",
+            ExpressionAttributeValues={":m": {"S": members}},
+        )
+    problems = [p for p in verify(a, so).problems if p.kind == "missing_group_member"]
+    assert len(problems) == 1 and "does not exist" in problems[0].meaning
+    flags = [f"--storage-option={k}={v}" for k, v in so.items()]
+    code, out, err = run_cli(capsys, "verify", a, *flags)
+    assert code == 1, err
+    assert "missing_group_member" in out
