@@ -318,3 +318,57 @@ def test_verify_reports_a_member_whose_table_is_gone(
     code, out, err = run_cli(capsys, "verify", a, *flags)
     assert code == 1, err
     assert "missing_group_member" in out
+
+
+# --- 5. the files of an operation a group refuses ---------------------------------
+
+
+def _data_files(uri: str) -> set[str]:
+    from s3ddb.io import ObjectStore
+
+    return {m.path for m in ObjectStore(uri).list("") if m.path.startswith("data/")}
+
+
+def test_an_operation_for_a_uri_that_cannot_join_has_its_files_deleted(tmp_path: Any) -> None:
+    member = f"memory://group-fixes-{uuid.uuid4().hex}/a"
+    local = str(tmp_path / "local")
+    s3ddb.write_dataset(_table(1), member)
+    s3ddb.write_dataset(_table(1), local)
+    committed = _data_files(local)
+    fragments = s3ddb.fragment.write_fragments(
+        _table(5), local, s3ddb.dataset(local).manifest.schema
+    )
+    assert _data_files(local) > committed
+    with s3ddb.atomic() as tx:
+        tx.dataset(member).insert(_table(2))
+        with pytest.raises(AtomicGroupError, match="cannot join"):
+            tx.add_operation(local, s3ddb.Append(fragments))
+        # An operation naming the dataset's committed files by mistake: refused, and
+        # the committed files stay.
+        with pytest.raises(AtomicGroupError, match="cannot join"):
+            tx.add_operation(local, s3ddb.Append(s3ddb.dataset(local).get_fragments()))
+    assert _data_files(local) == committed
+    assert _ids(s3ddb.dataset(local)) == [1]
+    assert _ids(s3ddb.dataset(member)) == [1, 2]
+
+
+def test_an_operation_for_no_dataset_or_an_ended_group_has_its_files_deleted() -> None:
+    root = f"memory://group-fixes-{uuid.uuid4().hex}"
+    a, missing = f"{root}/a", f"{root}/missing"
+    s3ddb.write_dataset(_table(1), a)
+    schema = s3ddb.dataset(a).manifest.schema
+    tx = s3ddb.AtomicGroup()
+    tx.dataset(a)
+    orphans = s3ddb.fragment.write_fragments(_table(5), missing, schema)
+    assert _data_files(missing)
+    with pytest.raises(s3ddb.DatasetNotFoundError):
+        tx.add_operation(missing, s3ddb.Append(orphans))
+    assert _data_files(missing) == set()
+    tx.commit()
+    late = s3ddb.fragment.write_fragments(_table(6), a, schema)
+    before = _data_files(a)
+    with pytest.raises(AtomicGroupError, match="is over"):
+        tx.add_operation(a, s3ddb.Append(late))
+    gone = {p for p in before if any(p.endswith(f.files[0].path) for f in late)}
+    assert gone and _data_files(a) == before - gone
+    assert _ids(s3ddb.dataset(a)) == [1]

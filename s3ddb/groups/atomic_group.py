@@ -29,6 +29,7 @@ from s3ddb.commit.handlers import CommitHandler
 from s3ddb.dataset import Dataset
 from s3ddb.errors import (
     AtomicGroupError,
+    DatasetNotFoundError,
     InvalidInputError,
     RetryableCommitConflictError,
     TransactionAlreadyCommittedError,
@@ -127,10 +128,22 @@ class AtomicGroup:
                 existing datasets; create them first).
         """
         self._check_open()
+        text, handler, options = self._open_handler(uri, storage_options)
+        return self._member(text, handler, options)
+
+    def _open_handler(
+        self, uri: str | os.PathLike[str], storage_options: dict[str, Any] | None
+    ) -> tuple[str, CommitHandler, dict[str, Any] | None]:
+        """``uri`` as text, its commit handler and storage options (as :meth:`dataset`)."""
         parse_uri(uri)  # InvalidURIError for anything but a URI or path, before fspath
         text = os.fspath(uri)
         options = storage_options if storage_options is not None else self._storage_options
-        handler = open_validated(text, options)
+        return text, open_validated(text, options), options
+
+    def _member(
+        self, text: str, handler: CommitHandler, options: dict[str, Any] | None
+    ) -> Dataset:
+        """The group's handle on ``handler``'s dataset (as :meth:`dataset`)."""
         known = self._datasets.get(member_key(handler))
         if known is not None:
             return known
@@ -190,15 +203,26 @@ class AtomicGroup:
         Raises:
             InvalidInputError: ``operation`` is not an s3ddb operation (nothing is
                 held or deleted).
-            AtomicGroupError, TransactionAlreadyCommittedError, CommitConflictError:
-                the group cannot hold it; its files are deleted.
+            InvalidURIError, or an error opening ``uri``'s store or DynamoDB table:
+                nothing is held, and the files are kept (where they are is unknown).
+            AtomicGroupError, DatasetNotFoundError, TransactionAlreadyCommittedError,
+                CommitConflictError: the group cannot hold it (it is over, ``uri``
+                cannot join it or has no dataset...); its files are deleted, but
+                never one the newest version of ``uri`` refers to.
         """
         if not isinstance(operation, Operation):
             raise InvalidInputError(
                 f"add_operation takes an s3ddb operation (s3ddb.Append, s3ddb.Overwrite, "
                 f"...), got {type(operation).__name__} {operation!r:.200}"
             )
-        ds = self.dataset(uri)
+        text, handler, options = self._open_handler(uri, None)
+        try:
+            self._check_open()
+            ds = self._member(text, handler, options)
+        except (AtomicGroupError, DatasetNotFoundError):
+            # Refused before it was held: nothing will commit these files.
+            _delete_refused(handler, text, operation)
+            raise
         commit_planned(ds, operation, ds.manifest, properties=transaction_properties)
         return ds
 
@@ -519,6 +543,20 @@ def check_transactions(handler: ExternalStoreCommitHandler, uri: str, what: str)
             "(dynamodb_transactions=false), and a group is decided by one "
             "TransactWriteItems (a snapshot checked by one TransactGetItems)"
         )
+
+
+def _delete_refused(handler: CommitHandler, uri: str, operation: Operation) -> None:
+    """Delete the files of ``operation``, refused before the group held it, except
+    those the newest version of ``uri`` refers to (an operation may name committed
+    files by mistake). If that version cannot be read, keep every file."""
+    try:
+        base: Manifest | None = load_latest(handler, uri)
+    except DatasetNotFoundError:
+        base = None
+    except Exception as exc:
+        log.warning("keeping the files of a change refused for %s: %s", uri, exc)
+        return
+    _delete_files(handler, operation, None, base)
 
 
 def _delete_files(
