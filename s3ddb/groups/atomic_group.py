@@ -140,9 +140,7 @@ class AtomicGroup:
         options = storage_options if storage_options is not None else self._storage_options
         return text, open_validated(text, options), options
 
-    def _member(
-        self, text: str, handler: CommitHandler, options: dict[str, Any] | None
-    ) -> Dataset:
+    def _member(self, text: str, handler: CommitHandler, options: dict[str, Any] | None) -> Dataset:
         """The group's handle on ``handler``'s dataset (as :meth:`dataset`)."""
         known = self._datasets.get(member_key(handler))
         if known is not None:
