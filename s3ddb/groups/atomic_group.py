@@ -353,8 +353,10 @@ class AtomicGroup:
     # --- the end of the block -------------------------------------------------------
 
     def commit(self) -> None:
-        """Commit every held change, or none; each handle moves to its dataset's new
-        version (or, if the group fails, back to where it was pinned).
+        """Commit every held change, or none. Every handle the group gave out that
+        sits on a version the group planned (its datasets' handles, versions checked
+        out from them) moves to the version committed for it, or, if the group
+        fails, back to where it was pinned (see :meth:`_release`).
 
         Raises:
             As :func:`s3ddb.commit.group.commit_group`.
