@@ -135,6 +135,47 @@ def test_a_stream_commits_each_batch_to_every_sink_exactly_once(
     assert _ids(b) == [0, 1001, 1002, 1003, 1004, 1005]
 
 
+def test_a_batch_commits_once_whatever_the_route_spells_or_leaves_empty(
+    spark: Any, aws: Any
+) -> None:
+    """Two spellings of one dataset in a route are two changes to it in the group,
+    both recording the batch id: the batch commits (it was skipped as "committed
+    already"). A member whose DataFrame is empty records nothing, yet a replay that
+    routes the batch's rows to it commits nothing: another member records the batch."""
+    import s3ddb.spark_ext
+
+    a, b = _pair()
+    respelt = a.replace("/a?", "/a/?")
+    rows = spark.range(1, 4).selectExpr("id", "'order' AS kind")
+    rows.persist()
+    to_b = {"b": False}
+
+    def route(batch: Any) -> dict[str, Any]:
+        if to_b["b"]:
+            return {a: batch.where("false"), b: batch}
+        return {
+            a: batch,
+            respelt: batch.selectExpr("id + 10 AS id", "kind"),
+            b: batch.where("false"),
+        }
+
+    each = s3ddb.spark_ext.atomic_batches(
+        route, f"job-{uuid.uuid4().hex[:8]}", storage_options=aws.storage_options()
+    )
+    each(rows, 0)
+    assert _ids(a) == [0, 1, 2, 3, 11, 12, 13]
+    assert _ids(b) == [0]  # empty in this batch: no version
+    versions = [s3ddb.dataset(u).version for u in (a, b)]
+    assert versions == [3, 1]
+    to_b["b"] = True  # the replay routes the rows to b this time
+    each(rows, 0)
+    assert [s3ddb.dataset(u).version for u in (a, b)] == versions
+    assert _ids(b) == [0]
+    each(rows, 1)  # the next batch commits
+    assert _ids(b) == [0, 1, 2, 3]
+    rows.unpersist()
+
+
 def _files(uri: str) -> set[str]:
     """The data and transaction files (a version's manifest moves to its final name in
     the background, so manifests are left out)."""

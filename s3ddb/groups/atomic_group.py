@@ -11,7 +11,6 @@ commits nothing and deletes the held changes' files.
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import os
 import random
@@ -22,15 +21,22 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, ParamSpec, TypeVar
 
-from s3ddb.commit.build import build_manifest
-from s3ddb.commit.committer import CommitConfig
-from s3ddb.commit.external import ExternalStoreCommitHandler
+from s3ddb.commit.build import APP_TRANSACTION_PREFIX, build_manifest
+from s3ddb.commit.committer import CommitConfig, CommitResult
+from s3ddb.commit.external import ExternalStoreCommitHandler, committer_name
 from s3ddb.commit.group import GROUP_PROPERTY, GroupPart, commit_group, group_kind
 from s3ddb.commit.handlers import CommitHandler
 from s3ddb.dataset import Dataset
-from s3ddb.errors import AtomicGroupError, InvalidInputError, RetryableCommitConflictError
-from s3ddb.external_store.group import MAX_GROUP_ACTIONS, MAX_GROUP_BYTES
+from s3ddb.errors import (
+    AtomicGroupError,
+    DatasetNotFoundError,
+    InvalidInputError,
+    RetryableCommitConflictError,
+    TransactionAlreadyCommittedError,
+)
+from s3ddb.external_store.group import MAX_GROUP_ACTIONS, MAX_GROUP_BYTES, encode_members
 from s3ddb.format.manifest import Manifest, referenced_paths
+from s3ddb.format.naming import MAX_VERSION
 from s3ddb.io.arguments import check_int
 from s3ddb.io.parallel import PendingWrites
 from s3ddb.io.uri import parse_uri
@@ -39,14 +45,18 @@ from s3ddb.operations import Operation, Restore, Transaction
 from s3ddb.versions.opening import load_latest, open_validated
 from s3ddb.versions.pinned import PinnedVersion, commit_planned
 
-__all__ = ["Atomic", "AtomicGroup", "atomic", "check_transactions"]
+__all__ = ["Atomic", "AtomicGroup", "atomic", "check_transactions", "claim_bytes_bound"]
 
 log = logging.getLogger(__name__)
 P = ParamSpec("P")
 T = TypeVar("T")
 
-#: Bytes of a group row besides its paths, URIs and members (numbers, names, ids).
-_ROW_OVERHEAD = 400
+#: Bytes of a group's claim (its row, and the check of its predecessor's key) besides
+#: what is counted from each part (its base URI twice, the committer, the members):
+#: attribute names (about 110), numbers (4 at most 21 bytes each), the staged
+#: manifest's path twice (at most 200 each), the operation's name, the dataset id, the
+#: group id (64 each at most) and the check's condition (about 100). An upper bound.
+_ROW_OVERHEAD = 2048
 
 
 @dataclass(eq=False)
@@ -81,7 +91,13 @@ class AtomicGroup:
         self._commit_config = commit_config
         self._datasets: dict[str, Dataset] = {}
         self._held: list[_Held] = []
-        self._checked_out: list[PinnedVersion] = []
+        # Every handle the group gave out (its datasets' handles and the versions
+        # checked out from them), with the manifest it was pinned at then: a handle
+        # whose change the group holds sits on a manifest nobody committed, and must
+        # end on the committed version or back there (see _release).
+        self._handles: list[tuple[PinnedVersion, Manifest]] = []
+        # Handle (by id) -> index in _held of the last change made through it.
+        self._changed: dict[int, int] = {}
         self._open = True
 
     def __repr__(self) -> str:
@@ -112,10 +128,20 @@ class AtomicGroup:
                 existing datasets; create them first).
         """
         self._check_open()
+        text, handler, options = self._open_handler(uri, storage_options)
+        return self._member(text, handler, options)
+
+    def _open_handler(
+        self, uri: str | os.PathLike[str], storage_options: dict[str, Any] | None
+    ) -> tuple[str, CommitHandler, dict[str, Any] | None]:
+        """``uri`` as text, its commit handler and storage options (as :meth:`dataset`)."""
         parse_uri(uri)  # InvalidURIError for anything but a URI or path, before fspath
         text = os.fspath(uri)
         options = storage_options if storage_options is not None else self._storage_options
-        handler = open_validated(text, options)
+        return text, open_validated(text, options), options
+
+    def _member(self, text: str, handler: CommitHandler, options: dict[str, Any] | None) -> Dataset:
+        """The group's handle on ``handler``'s dataset (as :meth:`dataset`)."""
         known = self._datasets.get(member_key(handler))
         if known is not None:
             return known
@@ -175,27 +201,39 @@ class AtomicGroup:
         Raises:
             InvalidInputError: ``operation`` is not an s3ddb operation (nothing is
                 held or deleted).
-            AtomicGroupError, TransactionAlreadyCommittedError, CommitConflictError:
-                the group cannot hold it; its files are deleted.
+            InvalidURIError, or an error opening ``uri``'s store or DynamoDB table:
+                nothing is held, and the files are kept (where they are is unknown).
+            AtomicGroupError, DatasetNotFoundError, TransactionAlreadyCommittedError,
+                CommitConflictError: the group cannot hold it (it is over, ``uri``
+                cannot join it or has no dataset...); its files are deleted, but
+                never one the newest version of ``uri`` refers to.
         """
         if not isinstance(operation, Operation):
             raise InvalidInputError(
                 f"add_operation takes an s3ddb operation (s3ddb.Append, s3ddb.Overwrite, "
                 f"...), got {type(operation).__name__} {operation!r:.200}"
             )
-        ds = self.dataset(uri)
+        text, handler, options = self._open_handler(uri, None)
+        try:
+            self._check_open()
+            ds = self._member(text, handler, options)
+        except (AtomicGroupError, DatasetNotFoundError):
+            # Refused before it was held: nothing will commit these files.
+            _delete_refused(handler, text, operation)
+            raise
         commit_planned(ds, operation, ds.manifest, properties=transaction_properties)
         return ds
 
     def checked_out(self, ds: PinnedVersion, other: PinnedVersion) -> _CheckedOut:
         """Where the commits of ``other``, a version of the group's handle ``ds``
         checked out in the block, go (see :class:`_CheckedOut`)."""
-        self._checked_out.append(other)
+        self._handles.append((other, other.manifest))
         return _CheckedOut(self, ds)
 
     def _add(self, ds: Dataset) -> Dataset:
         ds._deferred = self
         self._datasets[member_key(ds.handler)] = ds
+        self._handles.append((ds, ds.manifest))
         return ds
 
     def _check_open(self) -> None:
@@ -269,6 +307,8 @@ class AtomicGroup:
                 f"{ds.uri}: a change in a group must build on the group's previous "
                 "change to the same dataset"
             )
+        if prior is not None:
+            properties = _unrecorded(properties, self._root(mine[0]), base, ds.uri)
         txn = Transaction(
             base.version, operation, properties={**properties, GROUP_PROPERTY: self.group_id}
         )
@@ -292,16 +332,16 @@ class AtomicGroup:
         )
         self._check_limits([*[h.part for h in self._held], part], ds.uri)
         self._held.append(_Held(ds, part, planned))  # type: ignore[arg-type]
+        self._changed[id(ds)] = len(self._held) - 1
         return planned
 
     def _check_limits(self, parts: list[GroupPart], uri: str) -> None:
         """Raises AtomicGroupError if ``parts`` exceed one transaction (100 actions,
-        4 MB), counted as DynamoDB counts them (a fenced claim is two actions)."""
+        4 MB), counted as DynamoDB counts them (a fenced claim is two actions), the
+        size from above (:func:`claim_bytes_bound`)."""
         external = isinstance(parts[0].handler, ExternalStoreCommitHandler)
         actions = sum(2 if external and p.follows is None else 1 for p in parts)
-        members = [[member_key(p.handler), p.base.version + 1] for p in parts]
-        members_bytes = len(json.dumps(members))
-        size = sum(_ROW_OVERHEAD + 3 * len(member_key(p.handler)) + members_bytes for p in parts)
+        size = claim_bytes_bound(parts)
         if actions > MAX_GROUP_ACTIONS or size > MAX_GROUP_BYTES:
             raise AtomicGroupError(
                 f"{uri}: group {self.group_id} would need {actions} actions and about "
@@ -313,27 +353,24 @@ class AtomicGroup:
     # --- the end of the block -------------------------------------------------------
 
     def commit(self) -> None:
-        """Commit every held change, or none; each handle moves to its dataset's new
-        version (or, if the group fails, back to where it was pinned).
+        """Commit every held change, or none. Every handle the group gave out that
+        sits on a version the group planned (its datasets' handles, versions checked
+        out from them) moves to the version committed for it, or, if the group
+        fails, back to where it was pinned (see :meth:`_release`).
 
         Raises:
             As :func:`s3ddb.commit.group.commit_group`.
         """
         self._check_open()
         self._open = False
-        held = self._held
         try:
             results = commit_group(
-                [h.part for h in held], group_id=self.group_id, config=self._commit_config
+                [h.part for h in self._held], group_id=self.group_id, config=self._commit_config
             )
         except BaseException:
-            self._release(rollback=True)
+            self._release(None)
             raise
-        for h, result in zip(held, results):
-            h.ds._manifest = result.manifest
-            h.ds._last_commit = result
-            h.ds._seen_newest_at = time.monotonic()
-        self._release(rollback=False)
+        self._release(results)
 
     def abort(self) -> None:
         """Drop every held change and delete its files; nothing is committed."""
@@ -342,15 +379,44 @@ class AtomicGroup:
         self._open = False
         for h in self._held:
             _delete_files(h.ds.handler, h.part.txn.operation, h.part.pending, h.part.base)
-        self._release(rollback=True)
+        self._release(None)
 
-    def _release(self, *, rollback: bool) -> None:
-        for ds in [*self._datasets.values(), *self._checked_out]:
+    def _release(self, results: list[CommitResult] | None) -> None:
+        """End the group for every handle it gave out. With ``results`` (the group
+        committed; one per held change) a handle pinned at a manifest the group
+        planned moves to the version that change committed as (renumbered if the
+        group was rebased); without, it goes back to where it was pinned when the
+        group gave it out (for a handle given out at a planned manifest, to the
+        committed version that dataset's changes started from). Either way no
+        handle stays on a version that was never committed: a later change on one
+        would be built on rows that are not there and undo other writers' commits.
+        """
+        planned = {id(h.planned): i for i, h in enumerate(self._held)}
+        last = {id(h.ds): i for i, h in enumerate(self._held)}  # each dataset's newest
+        now = time.monotonic()
+        for ds, origin in self._handles:
             ds._deferred = None
-        if rollback:
-            for h in reversed(self._held):
-                h.ds._manifest = h.part.base
-                h.ds._seen_newest_at = None
+            at = planned.get(id(ds._manifest))
+            if results is not None:
+                if at is not None:
+                    ds._manifest = results[at].manifest
+                    newest = last[id(self._held[at].ds)] == at
+                    ds._seen_newest_at = now if newest else None
+                changed = self._changed.get(id(ds))
+                if changed is not None:
+                    ds._last_commit = results[changed]
+            elif at is not None or id(ds) in self._changed:
+                start = planned.get(id(origin))
+                ds._manifest = origin if start is None else self._root(start)
+                ds._seen_newest_at = None
+
+    def _root(self, index: int) -> Manifest:
+        """The committed version the chain of held changes ending at ``index``
+        started from."""
+        part = self._held[index].part
+        while part.follows is not None:
+            part = self._held[part.follows].part
+        return part.base
 
 
 class _CheckedOut:
@@ -399,7 +465,73 @@ class _CheckedOut:
         handle = self._handle
         planned = self._group.defer(handle, operation, handle.manifest, pending, properties, plain)
         handle._manifest = planned
+        # ds moves to ``planned`` too (its _commit sets it): the group must move it to
+        # the committed version, or back, when it ends.
+        self._group._changed[id(ds)] = self._group._changed[id(handle)]
         return planned
+
+
+def claim_bytes_bound(parts: list[GroupPart]) -> int:
+    """At least the bytes of the items of the one transaction claiming ``parts``
+    (DynamoDB's 4 MB limit): each part's row carries the whole group's members
+    (base URI, version and table of every part), its own base URI and the committer;
+    versions are counted at their longest, as a rebase may renumber them."""
+    members = encode_members([(member_key(p.handler), MAX_VERSION, _table_of(p)) for p in parts])
+    each = _ROW_OVERHEAD + len(members.encode()) + len(committer_name().encode())
+    return sum(each + 2 * len(member_key(p.handler).encode()) for p in parts)
+
+
+def _table_of(part: GroupPart) -> str:
+    """The longest DynamoDB table name ``part``'s row may record for its dataset."""
+    _, table = part.handler.mechanism_record()
+    return max(table, part.base.commit_table, key=len)
+
+
+def _unrecorded(
+    properties: dict[str, str], committed: Manifest, planned: Manifest, uri: str
+) -> dict[str, str]:
+    """``properties`` of a further change to a dataset in a group, without the
+    application transactions (``s3ddb.app_txn.*``) that an earlier change of the group
+    to it records already (``planned``, its newest planned manifest): the group commits
+    them all or none, so recording the number once is enough, and checking it against
+    the group's own plan would refuse the change as "already committed". Whether a
+    number is committed is decided by the versions committed (``committed``, where the
+    group's changes to the dataset start), never by the group's plan.
+
+    Raises:
+        TransactionAlreadyCommittedError: ``committed`` records an equal or newer
+            number for one of the applications.
+    """
+    kept = dict(properties)
+    for key, value in properties.items():
+        if not key.startswith(APP_TRANSACTION_PREFIX):
+            continue
+        mine, done, held = (
+            _number(value),
+            _number(committed.table_metadata.get(key)),
+            _number(planned.table_metadata.get(key)),
+        )
+        if mine is None or done is None or held is None:
+            continue  # build_manifest says what is wrong with a number that is not one
+        if mine <= done:
+            raise TransactionAlreadyCommittedError(
+                f"{uri}: application transaction {key[len(APP_TRANSACTION_PREFIX) :]!r} "
+                f"{value} is already committed (version {committed.version} records "
+                f"{committed.table_metadata.get(key)})"
+            )
+        if mine <= held:
+            del kept[key]  # the group's earlier change records it (or a newer one)
+    return kept
+
+
+def _number(value: str | None) -> int | None:
+    """An application transaction's number (-1: none recorded; None: not a number)."""
+    if value is None:
+        return -1
+    try:
+        return int(value)
+    except ValueError:
+        return None
 
 
 def check_transactions(handler: ExternalStoreCommitHandler, uri: str, what: str) -> None:
@@ -411,6 +543,20 @@ def check_transactions(handler: ExternalStoreCommitHandler, uri: str, what: str)
             "(dynamodb_transactions=false), and a group is decided by one "
             "TransactWriteItems (a snapshot checked by one TransactGetItems)"
         )
+
+
+def _delete_refused(handler: CommitHandler, uri: str, operation: Operation) -> None:
+    """Delete the files of ``operation``, refused before the group held it, except
+    those the newest version of ``uri`` refers to (an operation may name committed
+    files by mistake). If that version cannot be read, keep every file."""
+    try:
+        base: Manifest | None = load_latest(handler, uri)
+    except DatasetNotFoundError:
+        base = None
+    except Exception as exc:
+        log.warning("keeping the files of a change refused for %s: %s", uri, exc)
+        return
+    _delete_files(handler, operation, None, base)
 
 
 def _delete_files(

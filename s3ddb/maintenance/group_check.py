@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from s3ddb.commit.external import ExternalStoreCommitHandler
-from s3ddb.errors import StoredMetadataError
+from s3ddb.errors import ExternalStoreTableError, StoredMetadataError
 from s3ddb.external_store.base import ExternalManifestStore, ManifestRow
 from s3ddb.external_store.group import GROUP_ID_ATTRIBUTE, group_members
 
@@ -25,14 +25,16 @@ def check_groups(
     handler: ExternalStoreCommitHandler, rows: list[ManifestRow], problem: Problem
 ) -> None:
     """Report, through ``problem``, every group member of ``rows`` (the dataset's
-    rows) that is malformed, missing, or of another group. Costs one GetItem per
-    member of another dataset (each looked up once).
+    rows) that is malformed, missing, of another group, or in a table that does not
+    exist or is no s3ddb table (rows are input: a table named by a row is never
+    trusted to be there). Costs one GetItem per member of another dataset (each
+    looked up once).
 
     Raises:
         S3DDBError: a member's table cannot be read (access, throttling).
     """
     stores: dict[str, ExternalManifestStore] = {}
-    found: dict[tuple[str, str, int], ManifestRow | None] = {}
+    found: dict[tuple[str, str, int, str], str | None] = {}
     own_table = str(getattr(handler.external, "table_name", ""))
     for row in rows:
         try:
@@ -50,26 +52,45 @@ def check_groups(
         for base_uri, version, table in members:
             if base_uri == row.base_uri and version == row.version:
                 continue
-            key = (table, base_uri, version)
+            key = (table, base_uri, version, group)
             if key not in found:
                 store = _store_for(handler, table, own_table, stores)
-                found[key] = store.get(base_uri, version)
-            other = found[key]
-            if other is not None and other.extra.get(GROUP_ID_ATTRIBUTE) == group:
+                found[key] = _member_state(store, base_uri, version, group)
+            state = found[key]
+            if state is None:
                 continue
-            if other is None and _cleaned_up(
-                _store_for(handler, table, own_table, stores), base_uri, version
-            ):
-                continue
-            state = "has no row" if other is None else "belongs to another commit"
             problem(
                 "missing_group_member", str(row.version),
                 f"version {row.version} was committed in group {group} with version "
                 f"{version} of {base_uri} (table {table}), which {state}: readers of both "
                 "datasets may see part of that group",
-                "restore the member's row from a backup (DynamoDB point-in-time recovery)",
+                "restore the member's row (or its table) from a backup (DynamoDB "
+                "point-in-time recovery)",
                 row.version,
             )  # fmt: skip
+
+
+def _member_state(
+    store: ExternalManifestStore, base_uri: str, version: int, group: str
+) -> str | None:
+    """What is wrong with the member ``version`` of ``base_uri`` of ``group`` in
+    ``store`` (None: nothing; its row is there, or cleanup removed it and the dataset
+    has newer versions). A table that does not exist, or is no s3ddb table, is
+    reported, not raised: the row naming it is input.
+
+    Raises:
+        S3DDBError: the table cannot be read (access, throttling).
+    """
+    try:
+        other = store.get(base_uri, version)
+        if other is None:
+            return None if _cleaned_up(store, base_uri, version) else "has no row"
+    except ExternalStoreTableError as exc:
+        first_line = str(exc).split("\n", 1)[0]  # names the table (at most 255 long)
+        return f"is in a table that cannot be read as an s3ddb table ({first_line})"
+    if other.extra.get(GROUP_ID_ATTRIBUTE) == group:
+        return None
+    return "belongs to another commit"
 
 
 def _store_for(
@@ -79,8 +100,9 @@ def _store_for(
     stores: dict[str, ExternalManifestStore],
 ) -> ExternalManifestStore:
     """The store of ``table``, reached like the dataset's own (same endpoint, region
-    and credentials: a group never spans others)."""
-    if table == own_table or not own_table:
+    and credentials: a group never spans others). No table named (``""``): the
+    dataset's own."""
+    if not table or table == own_table or not own_table:
         return handler.external
     if table not in stores:
         from s3ddb.external_store.dynamodb import DynamoDBManifestStore

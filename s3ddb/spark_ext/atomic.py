@@ -4,9 +4,10 @@
 task per partition, through :func:`s3ddb.fragment.write_fragments`), then commits one
 ``Append`` per dataset from the driver, all in one group: every dataset gets its rows,
 or none does. :func:`atomic_batches` makes a ``foreachBatch`` function that does the
-same for each micro-batch of a stream and records the batch id in every member (an
-application transaction), so a batch replayed after a restart commits nothing: exactly
-once across all the sinks. Only the public API is used, with the Spark type
+same for each micro-batch of a stream and records the batch id (an application
+transaction) in every member that gets rows; a batch that any member records, or a
+later batch of the same stream, commits nothing: exactly once across all the sinks,
+however a replayed batch is routed. Only the public API is used, with the Spark type
 conversions the data source shares (``_types``).
 """
 
@@ -88,7 +89,10 @@ def write_atomic(
             any Spark job runs).
         CommitConflictError, CommitStateUnknownError: as ``s3ddb.atomic`` raises.
         TransactionAlreadyCommittedError: ``transaction_properties`` hold an
-            application transaction a member already committed; nothing is committed.
+            application transaction (``s3ddb.app_txn.<application>``) whose number,
+            or a newer one, some member records already: checked on every member
+            before any Spark job runs (a member whose DataFrame is empty records
+            nothing of this write), so nothing is written or committed.
     """
     del spark  # the DataFrames carry their session
     if not isinstance(frames, Mapping):
@@ -107,6 +111,7 @@ def write_atomic(
             ds = handles[uri] = group.dataset(uri)
             arrow = arrow_schema_of(df.schema)
             conform_to_dataset(arrow.empty_table(), ds.manifest.schema.arrow, where=uri)
+        _refuse_committed(handles, transaction_properties or {})
         for uri, df in frames.items():
             ds = handles[uri]
             fragments = _write_fragments(df, uri, ds.manifest.schema, storage_options)
@@ -117,6 +122,31 @@ def write_atomic(
         raise
     group.commit()
     return handles
+
+
+def _refuse_committed(handles: Mapping[str, s3ddb.Dataset], properties: Mapping[str, str]) -> None:
+    """Raises TransactionAlreadyCommittedError if a member of ``handles`` records an
+    application transaction of ``properties`` with an equal or newer number. A group
+    commits all or nothing, so one member recording it means the whole write
+    committed; members that got no rows in it record nothing, hence every member is
+    asked."""
+    for key, value in properties.items():
+        if not key.startswith(APP_TRANSACTION_PREFIX):
+            continue
+        for uri, ds in handles.items():
+            recorded = ds.manifest.table_metadata.get(key)
+            if recorded is None:
+                continue
+            try:
+                done = int(value) <= int(recorded)
+            except ValueError:
+                continue  # the commit says what is wrong with a number that is not one
+            if done:
+                raise TransactionAlreadyCommittedError(
+                    f"application transaction {key[len(APP_TRANSACTION_PREFIX) :]!r} "
+                    f"{value} is already committed ({uri} version {ds.version} records "
+                    f"{recorded})"
+                )
 
 
 def atomic_batches(
@@ -132,11 +162,13 @@ def atomic_batches(
                                audit_uri: batch.select("id", "kind")}
         stream.writeStream.foreachBatch(atomic_batches(route, "orders-job")).start()
 
-    ``route(batch_df)`` maps the batch to ``{uri: DataFrame}``. Every member records
-    ``application`` = the batch id (an application transaction), so a batch that a
-    restarted query replays (its checkpoint did not record it, but the group
-    committed) commits nothing. ``application`` names the stream; keep it across
-    restarts.
+    ``route(batch_df)`` maps the batch to ``{uri: DataFrame}``. Every member that
+    gets rows records ``application`` = the batch id (an application transaction; a
+    member whose DataFrame is empty in a batch gets no version). A batch whose id, or
+    a later one, any member records is skipped, so a batch that a restarted query
+    replays (its checkpoint did not record it, but the group committed) commits
+    nothing, even if it routes its rows to other members this time. ``application``
+    names the stream; keep it across restarts.
 
     Raises:
         InvalidInputError: ``application`` is empty, or ``route`` is not callable.
