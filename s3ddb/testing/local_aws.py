@@ -217,7 +217,7 @@ class _Gateway:
                 )
             )
 
-        fault = owner._claim_fault(service, operation)
+        fault = owner._claim_fault(service, operation, path)
         if fault is not None and fault.kind not in APPLYING_KINDS:
             if fault.kind in DROPPING_KINDS:
                 record(0, fault, applied=False)
@@ -474,6 +474,7 @@ class LocalAWS(EndpointClientMixin):
         times: int = 1,
         *,
         after: Fault | None = None,
+        path: str = "",
     ) -> Fault:
         """Arm a fault for the next ``times`` requests to ``service``/``operation``.
 
@@ -489,6 +490,8 @@ class LocalAWS(EndpointClientMixin):
             after: another armed fault; this one affects only requests made after
                 that one has fired (e.g. lose a PutItem's response, then fail the
                 reads that would learn its outcome).
+            path: affect only requests whose path contains this text, e.g. one S3
+                key (for ``CopyObject``, the destination's); default: any.
 
         Returns:
             The armed :class:`Fault`; its ``triggered`` counts affected requests.
@@ -499,7 +502,9 @@ class LocalAWS(EndpointClientMixin):
                 for S3.
         """
         validate_fault(service, kind, times)
-        fault = Fault(service=service, operation=operation, kind=kind, times=times, after=after)
+        fault = Fault(
+            service=service, operation=operation, kind=kind, times=times, after=after, path=path
+        )
         with self._state_lock:
             self._faults.append(fault)
         return fault
@@ -515,10 +520,10 @@ class LocalAWS(EndpointClientMixin):
         with self._state_lock:
             return [f for f in self._faults if f.remaining > 0]
 
-    def _claim_fault(self, service: str, operation: str) -> Fault | None:
+    def _claim_fault(self, service: str, operation: str, path: str) -> Fault | None:
         with self._state_lock:
             for fault in self._faults:
-                if fault.matches(service, operation) and fault.take():
+                if fault.matches(service, operation, path) and fault.take():
                     if fault.remaining == 0:
                         self._faults.remove(fault)
                     return fault
