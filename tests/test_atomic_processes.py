@@ -130,7 +130,8 @@ def test_a_reader_finishes_a_killed_groups_versions_oldest_first(aws: Any) -> No
     after the decision; the copy of version 2 to its final name keeps failing. The
     reader that finishes version 3 must finish 2 first, and since 2 cannot be, leave
     3 staged: a reader listing ``_versions/`` (no DynamoDB) sees a prefix of history,
-    never 1 and 3 without 2. The next reader finishes both, in order."""
+    never 1 and 3 without 2. Readers (and snapshots) read 3 from its staged manifest
+    meanwhile; the next reader finishes both, in order."""
     from s3ddb.external_store.dynamodb import DynamoDBManifestStore
     from s3ddb.external_store.identity import final_path_of
     from s3ddb.format.naming import parse_manifest_name
@@ -157,12 +158,14 @@ def test_a_reader_finishes_a_killed_groups_versions_oldest_first(aws: Any) -> No
     assert staged() == [2, 3]
     second = rows.get(base, 2)
     assert second is not None
-    failing = aws.inject_fault(
-        "s3", "CopyObject", "server_error", times=100, path=final_path_of(second.path)
-    )
+    # The CopyObject request's path is the destination: bucket, dataset, final name.
+    key = f"{base.split('://', 1)[1]}/{final_path_of(second.path)}"
+    failing = aws.inject_fault("s3", "CopyObject", "server_error", times=100, path=key)
     try:
         ds = s3ddb.dataset(a, storage_options=so)
         assert ds.version == 3 and _ids(ds) == [0, 7, 8]  # read from its staged manifest
+        snap = s3ddb.snapshot([a, b], so)  # which finishes what it reads, as readers do
+        assert [snap[a].version, _ids(snap[a])] == [3, [0, 7, 8]]
         finals = final_versions()
     finally:
         aws.clear_faults()

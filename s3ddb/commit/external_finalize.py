@@ -184,9 +184,16 @@ class StagedVersionsHandler(CommitHandler):
             return None
         return self.finalizer.ticket((self.base_uri, row.version), row.path)
 
-    def _finalized(self, row: ManifestRow) -> ManifestRow:
-        """``row`` made final: this process's finalizer is waited for if it holds the
-        row (no race with it), anything else is finalized here."""
+    def finished(self, row: ManifestRow) -> ManifestRow:
+        """``row`` as a reader uses it: made final (this process's finalizer is waited
+        for if it holds the row, no race with it; anything else is finalized here),
+        or still staged, whose manifest reads the same, when it cannot be finished
+        now (this principal may not, or an earlier version of its group cannot be).
+
+        Raises:
+            ManifestFinalizationError, and what reading or copying raised: as
+            :meth:`finalize`.
+        """
         if not row.is_staged:
             return row
         ticket = self._ticket(row)
