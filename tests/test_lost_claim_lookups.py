@@ -5,8 +5,9 @@ whose it is, and that read fails. The first attempt may have landed, so the comm
 must end committed (its rows read back) or as an unknown outcome with every file
 kept; never as a failure that deletes the files of a committed version.
 
-Each runs against the local AWS endpoint over HTTP (moto), with faults injected
-into real exchanges.
+The commits run against the local AWS endpoint over HTTP (moto), with faults
+injected into real exchanges; the retry policy's rule itself is checked on
+botocore's own exceptions.
 """
 
 from __future__ import annotations
@@ -119,3 +120,97 @@ def test_a_commit_whose_resend_cannot_look_up_its_own_row_stays_committed(
     assert (lost.triggered, lookups.triggered) == (1, LOOKUP_ATTEMPTS)
     finalizer.drain()
     assert _ids(uri, so) == (2, [1, 2])
+
+
+def _cancelled() -> Exception:
+    from botocore.exceptions import ClientError
+
+    return ClientError(
+        {"Error": {"Code": "TransactionCanceledException", "Message": "cancelled"}},
+        "TransactWriteItems",
+    )
+
+
+@pytest.mark.parametrize(
+    "second",
+    [
+        "lookup throttled",  # an ExternalStoreError of interpret
+        "lookup broke",  # any other error of interpret
+        "send broke",  # an error of send that is not botocore's
+    ],
+)
+@pytest.mark.parametrize("first_maybe_applied", [True, False])
+def test_once_an_attempt_may_have_applied_every_later_error_is_an_unknown_outcome(
+    second: str, first_maybe_applied: bool
+) -> None:
+    """The retry policy of every claim (one version's or a group's), on botocore's
+    own exceptions: after an attempt that may have applied, a later error of any
+    type becomes ``unknown``; before any, it is reported as it is (nothing applied)."""
+    from botocore.exceptions import ConnectionClosedError, EndpointConnectionError
+
+    from s3ddb.errors import ExternalStoreThrottledError
+    from s3ddb.external_store.base import ExternalStoreOutcomeUnknownError
+
+    store = DynamoDBManifestStore("t", sleep=lambda _seconds: None)
+    first: Exception = (
+        ConnectionClosedError(endpoint_url="http://127.0.0.1:1")  # the response was lost
+        if first_maybe_applied
+        else EndpointConnectionError(endpoint_url="http://127.0.0.1:1")  # never sent
+    )
+    errors = {
+        "lookup throttled": ExternalStoreThrottledError("GetItem throttled"),
+        "lookup broke": KeyError("Item"),
+        "send broke": RuntimeError("send broke"),
+    }
+    attempts = iter([first, errors[second] if second == "send broke" else _cancelled()])
+
+    def send() -> None:
+        raise next(attempts)
+
+    def interpret(exc: BaseException, failure: Any) -> Any:
+        if exc is first:
+            return failure
+        raise errors[second]
+
+    def unknown(attempts: int, last: BaseException) -> Exception:
+        return ExternalStoreOutcomeUnknownError(f"unknown after {attempts}: {last!r}")
+
+    expected = ExternalStoreOutcomeUnknownError if first_maybe_applied else type(errors[second])
+    with pytest.raises(expected) as raised:
+        store.claim_retrying("TransactWriteItems", send, interpret, unknown)
+    assert raised.type is expected
+
+
+@pytest.mark.parametrize("first_maybe_applied", [True, False])
+def test_a_refusal_read_from_the_rows_decides_a_claim_after_a_lost_response(
+    first_maybe_applied: bool,
+) -> None:
+    """A refusal (the version read back is another commit's) is a decided outcome
+    whether or not an earlier attempt may have applied: it is raised as it is."""
+    from botocore.exceptions import ConnectionClosedError, EndpointConnectionError
+
+    from s3ddb.external_store.base import ExternalStoreOutcomeUnknownError, VersionTakenError
+
+    store = DynamoDBManifestStore("t", sleep=lambda _seconds: None)
+    first: Exception = (
+        ConnectionClosedError(endpoint_url="http://127.0.0.1:1")
+        if first_maybe_applied
+        else EndpointConnectionError(endpoint_url="http://127.0.0.1:1")
+    )
+    attempts = iter([first, _cancelled()])
+
+    def send() -> None:
+        raise next(attempts)
+
+    def interpret(exc: BaseException, failure: Any) -> Any:
+        if exc is first:
+            return failure
+        raise VersionTakenError("version 2 of s3://b/d is already taken by another commit")
+
+    with pytest.raises(VersionTakenError):
+        store.claim_retrying(
+            "TransactWriteItems",
+            send,
+            interpret,
+            lambda n, last: ExternalStoreOutcomeUnknownError(f"unknown after {n}"),
+        )
