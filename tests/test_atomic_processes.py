@@ -125,6 +125,58 @@ def test_a_group_of_several_versions_of_one_dataset_killed_is_finished_by_reader
         assert not [p for p in report.problems if p.kind not in leftovers], report.to_json()
 
 
+def test_a_reader_finishes_a_killed_groups_versions_oldest_first(aws: Any) -> None:
+    """Versions 2 and 3 of one dataset claimed together, their writer killed right
+    after the decision; the copy of version 2 to its final name keeps failing. The
+    reader that finishes version 3 must finish 2 first, and since 2 cannot be, leave
+    3 staged: a reader listing ``_versions/`` (no DynamoDB) sees a prefix of history,
+    never 1 and 3 without 2. Readers (and snapshots) read 3 from its staged manifest
+    meanwhile; the next reader finishes both, in order."""
+    from s3ddb.external_store.dynamodb import DynamoDBManifestStore
+    from s3ddb.external_store.identity import final_path_of
+    from s3ddb.format.naming import parse_manifest_name
+    from s3ddb.io import AwsConfig
+    from s3ddb.io.uri import parse_uri
+
+    a, b, so = _pair(aws)
+    proc = _start(
+        "chain", a, b, "7", env={**aws.env(), "S3DDB_FAILPOINTS": "commit.after_external_put=exit"}
+    )
+    code, _acked, err = _finish(proc)
+    assert code == EXIT_CODE, err[-2000:]
+    rows = DynamoDBManifestStore(TEST_TABLE, AwsConfig.from_storage_options(so))
+    base = parse_uri(a).base_uri
+
+    def staged() -> list[int]:
+        return [r.version for r in rows.list_versions(base) if r.is_staged]
+
+    def final_versions() -> list[int]:
+        store = s3ddb.dataset(a, version=1, storage_options=so).handler.store
+        names = [m.path.split("/", 1)[1] for m in store.list("_versions/")]
+        return sorted(p[0] for p in map(parse_manifest_name, names) if p is not None)
+
+    assert staged() == [2, 3]
+    second = rows.get(base, 2)
+    assert second is not None
+    # The CopyObject request's path is the destination: bucket, dataset, final name.
+    key = f"{base.split('://', 1)[1]}/{final_path_of(second.path)}"
+    failing = aws.inject_fault("s3", "CopyObject", "server_error", times=100, path=key)
+    try:
+        ds = s3ddb.dataset(a, storage_options=so)
+        assert ds.version == 3 and _ids(ds) == [0, 7, 8]  # read from its staged manifest
+        snap = s3ddb.snapshot([a, b], so)  # which finishes what it reads, as readers do
+        assert [snap[a].version, _ids(snap[a])] == [3, [0, 7, 8]]
+        finals = final_versions()
+    finally:
+        aws.clear_faults()
+    assert failing.triggered >= 1
+    assert finals == [1], f"a version became final before the one before it: {finals}"
+    assert staged() == [2, 3]
+    assert _ids(s3ddb.dataset(a, storage_options=so)) == [0, 7, 8]
+    assert final_versions() == [1, 2, 3]
+    assert staged() == []
+
+
 def test_concurrent_groups_and_single_writers_lose_nothing(aws: Any) -> None:
     a, b, so = _pair(aws)
     env = aws.env()

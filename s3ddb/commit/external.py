@@ -216,12 +216,12 @@ class ExternalStoreCommitHandler(StagedVersionsHandler):
         row = self._get_latest()
         if row is None:
             return self._listing.latest_location()
-        return self.location_of_row(self._finalized(row) if finalize else row)
+        return self.location_of_row(self.finished(row) if finalize else row)
 
     def location_of(self, version: int) -> ManifestLocation:
         row = self._get(version)
         if row is not None:
-            return self.location_of_row(self._finalized(row))
+            return self.location_of_row(self.finished(row))
         try:
             return self._listing.location_of(version)
         except VersionNotFoundError:
@@ -253,7 +253,7 @@ class ExternalStoreCommitHandler(StagedVersionsHandler):
             else [self.location_of_row(row) for row in rows]
         )
         if finalize:
-            out[-1] = self.location_of_row(self._finalized(rows[-1]))
+            out[-1] = self.location_of_row(self.finished(rows[-1]))
         return out
 
     def load_manifest(self, location: ManifestLocation) -> Manifest:
@@ -278,7 +278,7 @@ class ExternalStoreCommitHandler(StagedVersionsHandler):
             row = self._get(location.version)
             if row is None:
                 raise
-            manifest = self._load_settled(self.location_of_row(self._finalized(row)))
+            manifest = self._load_settled(self.location_of_row(self.finished(row)))
         self._check_identity(manifest, location)
         if key is not None:
             MANIFESTS.put(key, manifest)

@@ -25,14 +25,12 @@ from s3ddb.errors import (
     ManifestCorruptError,
     ManifestFinalizationError,
     PathOutsideDatasetError,
-    StoredMetadataError,
     VersionNotFoundError,
 )
 from s3ddb.external_store.base import DATASET_ID_ATTRIBUTE, ExternalManifestStore, ManifestRow
 from s3ddb.external_store.group import (
     GROUP_ID_ATTRIBUTE,
     GROUP_MEMBERS_ATTRIBUTE,
-    parse_members,
 )
 from s3ddb.external_store.identity import final_path_of
 from s3ddb.format import layout
@@ -58,6 +56,10 @@ def _naming_of(path: str) -> NamingScheme:
     name = path.rsplit("/", 1)[-1]
     parsed = parse_manifest_name(name) or parse_staged_name(name)
     return parsed[1] if parsed else NamingScheme.V2
+
+
+class _EarlierVersionStaged(ManifestFinalizationError):
+    """A version of a group stays staged because one before it could not be finished."""
 
 
 class StagedVersionsHandler(CommitHandler):
@@ -182,9 +184,16 @@ class StagedVersionsHandler(CommitHandler):
             return None
         return self.finalizer.ticket((self.base_uri, row.version), row.path)
 
-    def _finalized(self, row: ManifestRow) -> ManifestRow:
-        """``row`` made final: this process's finalizer is waited for if it holds the
-        row (no race with it), anything else is finalized here."""
+    def finished(self, row: ManifestRow) -> ManifestRow:
+        """``row`` as a reader uses it: made final (this process's finalizer is waited
+        for if it holds the row, no race with it; anything else is finalized here),
+        or still staged, whose manifest reads the same, when it cannot be finished
+        now (this principal may not, or an earlier version of its group cannot be).
+
+        Raises:
+            ManifestFinalizationError, and what reading or copying raised: as
+            :meth:`finalize`.
+        """
         if not row.is_staged:
             return row
         ticket = self._ticket(row)
@@ -192,6 +201,11 @@ class StagedVersionsHandler(CommitHandler):
             return self._note(replace(row, path=ticket.result))
         try:
             return self._note(self.finalize(row))
+        except _EarlierVersionStaged as exc:
+            # Its staged manifest reads the same; it is finished once the versions
+            # before it are (by the next reader, writer or sync).
+            log.warning("%s", exc)
+            return row
         except PermissionError as exc:
             # A read-only principal cannot finish the commit; the staged manifest is
             # byte-identical to the final one, so it reads that.
@@ -205,55 +219,60 @@ class StagedVersionsHandler(CommitHandler):
             return row
 
     def _finalize_group_predecessors(self, row: ManifestRow) -> None:
-        """After finishing ``row``: a group (``s3ddb.atomic``) that made several
+        """Before finishing ``row``: a group (``s3ddb.atomic``) that made several
         versions of this dataset claimed them in one request, so the versions before
-        ``row`` may be staged too, and their writer gone. Finish them as well (best
-        effort: a failure leaves them to ``sync``; their staged manifests read the
-        same meanwhile)."""
+        ``row`` may be staged too, and their writer gone. Finish them first, oldest
+        first: a version becomes final only after the one before it, so a reader
+        listing ``_versions/`` sees a prefix of history. They are found from the
+        rows themselves (each staged row before ``row`` of the same group, walking
+        back), not from the group's member list, which is only as good as its
+        spelling of the dataset.
+
+        Raises:
+            ManifestFinalizationError: an earlier version could not be finished (or
+                its row read); ``row`` must then stay staged for the next reader,
+                writer or ``sync``.
+        """
         group = row.extra.get(GROUP_ID_ATTRIBUTE)
+        version = row.version - 1
         try:
-            members = parse_members(
-                group, row.extra.get(GROUP_MEMBERS_ATTRIBUTE), f"row of version {row.version}"
-            )
-        except StoredMetadataError as exc:
-            log.warning("version %d of %s: %s", row.version, self.base_uri, exc)
-            return
-        for base_uri, version, _table in members or ():
-            if base_uri != self.base_uri or version >= row.version:
-                continue
-            try:
-                earlier = self._get(version)
+            staged: list[ManifestRow] = []
+            while version >= 1:
+                known = self._rows.get(version)
+                earlier = known if known is not None and not known.is_staged else self._get(version)
                 if (
-                    earlier is not None
-                    and earlier.is_staged
-                    and earlier.extra.get(GROUP_ID_ATTRIBUTE) == group
+                    earlier is None
+                    or not earlier.is_staged
+                    or earlier.extra.get(GROUP_ID_ATTRIBUTE) != group
                 ):
-                    self._note(self.finalize(earlier))
-            except Exception as exc:  # a repair must not fail the read
-                log.warning(
-                    "version %d of %s (group %s) is still staged: %s",
-                    version,
-                    self.base_uri,
-                    group,
-                    exc,
-                )
+                    break
+                staged.append(earlier)
+                version -= 1
+            for earlier in reversed(staged):
+                version = earlier.version
+                self._note(self._finalize_one(earlier))
+        except Exception as exc:
+            raise _EarlierVersionStaged(
+                f"version {row.version} of {self.base_uri} stays staged: version {version} "
+                f"of the same group (s3ddb.atomic) could not be finalized first ({exc})"
+            ) from exc
 
     def finalize(self, row: ManifestRow) -> ManifestRow:
         """Finish steps 3-4 for ``row`` if it is still staged; return the final row.
-        The versions of this dataset that ``row``'s group claimed with it are finished
-        too (best effort).
+        The versions of this dataset that ``row``'s group claimed with it are
+        finished first, oldest first.
 
         Raises:
             ManifestFinalizationError: the staged manifest is missing (and no final
-                copy of the right size exists) or has the wrong size. Nothing is
+                copy of the right size exists) or has the wrong size; or an earlier
+                version of its group could not be finished. Nothing of ``row`` is
                 marked complete.
         """
         if not row.is_staged:
             return row
-        done = self._finalize_one(row)
         if GROUP_ID_ATTRIBUTE in row.extra:
             self._finalize_group_predecessors(row)
-        return done
+        return self._finalize_one(row)
 
     def _finalize_one(self, row: ManifestRow) -> ManifestRow:
         """:meth:`finalize` of ``row`` alone."""

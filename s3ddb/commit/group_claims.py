@@ -184,7 +184,8 @@ def _send(claims: list[GroupClaim], token: str) -> bool:
 
     Raises:
         GroupRefusedError: refused (see :func:`claim_group`).
-        ExternalStoreError: the first request was refused and nothing applied.
+        ExternalStoreError and others: the first request was refused and nothing
+            applied (once one may have applied, every failure is unknown).
         CommitStateUnknownError: the outcome stays unknown. That includes a resend
             refused before DynamoDB processed it: the first request, whose response
             was lost, may still apply.
@@ -198,14 +199,15 @@ def _send(claims: list[GroupClaim], token: str) -> bool:
             unknown = exc
         except GroupRefusedError:
             raise  # cancelled on its conditions: nothing of this token applied
-        except ExternalStoreError as exc:
+        except Exception as exc:
             if unknown is None:
                 raise  # the only request sent was refused: nothing applied
+            # Whatever its type, it does not tell whether the first request landed.
             unknown = exc
             break
         try:
             current = read_rows([(c.store, c.row.base_uri, c.row.version) for c in claims])
-        except ExternalStoreError as exc:
+        except Exception as exc:  # unread (or unreadable: a malformed row), still unknown
             unknown = exc
             break
         if any(r is not None and same_commit(c.row, r) for c, r in zip(claims, current)):

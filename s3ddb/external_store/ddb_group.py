@@ -41,9 +41,11 @@ from s3ddb.io.service_errors import Failure, describe_error, error_code
 if TYPE_CHECKING:
     from s3ddb.external_store.dynamodb import DynamoDBManifestStore
 
-__all__ = ["get_group", "group_request", "put_group"]
+__all__ = ["CANCEL_RETRY_CODES", "get_group", "group_request", "put_group"]
 
-_CANCEL_RETRY_CODES = frozenset(
+#: Cancellation reason codes of a TransactWriteItems that applied nothing and may be
+#: sent again: another transaction held an item, or capacity ran out.
+CANCEL_RETRY_CODES = frozenset(
     {
         "TransactionConflict",
         "ThrottlingError",
@@ -191,7 +193,7 @@ def _cancelled(
         return True
     if any(r is not None for r in refusals):
         raise GroupRefusedError(f"group {token} refused", refusals)
-    if all(code in _CANCEL_RETRY_CODES or code == "None" for code in codes):
+    if all(code in CANCEL_RETRY_CODES or code == "None" for code in codes):
         return False
     raise ExternalStoreError(
         f"TransactWriteItems of group {token} was cancelled: {', '.join(codes)} "

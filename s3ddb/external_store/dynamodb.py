@@ -15,7 +15,7 @@ import os
 import random
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from s3ddb.errors import (
     ExternalStoreError,
@@ -42,19 +42,12 @@ from s3ddb.external_store.ddb_items import (
     row_to_item,
 )
 from s3ddb.external_store.ddb_table import create_table
-from s3ddb.external_store.identity import (
-    check_fence,
-    check_row,
-    fence_failure_text,
-    same_commit,
-)
+from s3ddb.external_store.group import GroupClaim, GroupRefusedError
+from s3ddb.external_store.identity import check_fence, check_row, fence_failure_text, same_commit
 from s3ddb.io.aws import AwsConfig
 from s3ddb.io.per_process import PerProcess
 from s3ddb.io.redact import redact_url
 from s3ddb.io.service_errors import Failure, classify, describe_error, error_code
-
-if TYPE_CHECKING:
-    from s3ddb.external_store.group import GroupClaim
 
 __all__ = ["DynamoDBManifestStore", "create_table", "item_to_row", "row_to_item"]
 
@@ -62,16 +55,6 @@ _BATCH_LIMIT = 25  # BatchWriteItem accepts at most 25 requests
 #: Environment variable that turns fenced claims off, for DynamoDB implementations
 #: without TransactWriteItems (see :class:`DynamoDBManifestStore`).
 UNFENCED_ENV = "S3DDB_DYNAMODB_TRANSACTIONS"
-# Cancellation reason codes of a TransactWriteItems that applied nothing and may be
-# sent again: another transaction held an item, or capacity ran out.
-_CANCEL_RETRY_CODES = frozenset(
-    {
-        "TransactionConflict",
-        "ThrottlingError",
-        "ProvisionedThroughputExceeded",
-        "RequestLimitExceeded",
-    }
-)
 
 # (endpoint, region, table) of tables whose schema was checked in this process.
 _VALIDATED: PerProcess[tuple[str | None, str | None, str], bool] = PerProcess(
@@ -372,12 +355,15 @@ class DynamoDBManifestStore(ExternalManifestStore):
         applied nothing (throttled, not sent) or may have applied (MAYBE_APPLIED) is
         sent again, up to :attr:`max_retries` times; once an attempt may have
         applied, a later failure is ``unknown(attempts, error)``, never a definite
-        one, since that error hides whether the earlier attempt landed.
+        one, since that error hides whether the earlier attempt landed: whatever its
+        type, also one of ``interpret`` (say its read of the row a cancellation did
+        not carry failed). Only a refusal, raised from rows read, decides it.
 
         Raises:
-            Whatever ``interpret`` raises (a refused claim); ``unknown(...)``;
-            ExternalStoreError and its kinds: applied nothing (:meth:`_fail`,
-            :meth:`_exhausted`).
+            VersionTakenError, FenceFailedError, GroupRefusedError: refused (from
+            ``interpret``); ``unknown(...)``; anything else ``interpret`` or ``send``
+            raises, ExternalStoreError and its kinds (:meth:`_fail`,
+            :meth:`_exhausted`): only while no attempt may have applied.
         """
         started = time.monotonic()
         maybe_applied = False
@@ -388,10 +374,17 @@ class DynamoDBManifestStore(ExternalManifestStore):
                 send()
                 return
             except Exception as exc:
-                failure = classify(exc)
-                if failure is None:
+                try:
+                    failure = classify(exc)
+                    if failure is None:
+                        raise
+                    failure = interpret(exc, failure)
+                except _REFUSALS:
+                    raise  # decided by the rows read: no attempt of ours landed
+                except Exception as err:
+                    if maybe_applied:  # silent on the attempt that may have landed
+                        raise unknown(attempt, err) from err
                     raise
-                failure = interpret(exc, failure)
                 if failure is None:
                     return  # an earlier attempt landed: the claim is this caller's
                 if failure is Failure.MAYBE_APPLIED:
@@ -480,7 +473,7 @@ class DynamoDBManifestStore(ExternalManifestStore):
                 # Stores that return no item: read it back (consistently).
                 predecessor = self.get(row.base_uri, fence.version)
             raise FenceFailedError(fence_failure_text(row, fence, predecessor), predecessor)
-        if all(code in _CANCEL_RETRY_CODES or code == "None" for code in codes):
+        if all(code in ddb_group.CANCEL_RETRY_CODES or code == "None" for code in codes):
             return False
         raise ExternalStoreError(
             f"TransactWriteItems claiming version {row.version} of {row.base_uri} was "
@@ -693,6 +686,10 @@ class DynamoDBManifestStore(ExternalManifestStore):
             if not last:
                 return
             kwargs["ExclusiveStartKey"] = last
+
+
+#: What a claim's ``interpret`` raises from rows it read: no attempt of the claim landed.
+_REFUSALS = (VersionTakenError, FenceFailedError, GroupRefusedError)
 
 
 def _method_name(operation: str) -> str:

@@ -186,7 +186,7 @@ def _open_all(
             # The row read is the version's: no need to ask for it again. A staged
             # one is finished first, as any reader does.
             assert isinstance(handler, ExternalStoreCommitHandler)
-            row = handler.finalize(found) if found.is_staged else found
+            row = handler.finished(found)
             manifest = handler.load_manifest(handler.location_of_row(row))
         ds = Dataset(texts[i], handlers[i], manifest, storage_options=storage_options)
         ds._seen_newest_at = None  # the newest at the snapshot's instant, maybe not now

@@ -58,6 +58,8 @@ class Fault:
         kind: what happens to a matching request (see :data:`FaultKind`).
         times: how many matching requests to affect in total.
         triggered: how many it has affected so far.
+        after: another fault; this one matches only once that one has fired.
+        path: text the request path must contain (an S3 key...); "" matches any.
     """
 
     service: str
@@ -66,6 +68,7 @@ class Fault:
     times: int = 1
     triggered: int = 0
     after: Fault | None = None
+    path: str = ""
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     @property
@@ -73,12 +76,16 @@ class Fault:
         """Matching requests still to be affected."""
         return self.times - self.triggered
 
-    def matches(self, service: str, operation: str) -> bool:
-        """Whether a request to ``service``/``operation`` is one this fault targets
-        (and the fault it waits for, if any, has fired)."""
+    def matches(self, service: str, operation: str, path: str = "") -> bool:
+        """Whether a request to ``service``/``operation`` on ``path`` is one this
+        fault targets (and the fault it waits for, if any, has fired)."""
         if self.after is not None and self.after.triggered == 0:
             return False
-        return self.service in ("*", service) and self.operation in ("*", operation)
+        return (
+            self.service in ("*", service)
+            and self.operation in ("*", operation)
+            and self.path in path
+        )
 
     def take(self) -> bool:
         """Consume one use; ``False`` if the fault is used up (thread-safe)."""

@@ -13,6 +13,10 @@ AWS. On top of moto it adds what commit-protocol tests need:
   ``If-None-Match`` / ``If-Match`` from S3 write requests before moto sees them, so a
   put with ``If-None-Match: *`` silently overwrites, as on S3-compatible stores that
   lack the feature. DynamoDB is unaffected.
+- **DynamoDB-compatible stores that return no old item.** ``condition_items=False``
+  strips ``ReturnValuesOnConditionCheckFailure`` from DynamoDB requests before moto
+  sees them, so a failed condition (``PutItem``, a cancelled ``TransactWriteItems``)
+  comes back without the item that failed it, as on endpoints that lack the option.
 - **A request log** (:attr:`LocalAWS.requests`, :meth:`LocalAWS.count`) naming every
   request by service and AWS operation, to assert round-trip counts.
 - **Fault injection** (:meth:`LocalAWS.inject_fault`) at the HTTP level: throttling,
@@ -48,6 +52,7 @@ from __future__ import annotations
 
 import http
 import io
+import json
 import logging
 import os
 import secrets
@@ -138,6 +143,29 @@ def _read_body(environ: dict[str, Any]) -> bytes:
     return body
 
 
+_OLD_ITEM_OPTION = "ReturnValuesOnConditionCheckFailure"
+
+
+def _without_old_items(body: bytes) -> bytes:
+    """A DynamoDB request body without ``ReturnValuesOnConditionCheckFailure``
+    anywhere in it (``body`` as it was if it has none or is not JSON)."""
+    if _OLD_ITEM_OPTION.encode() not in body:
+        return body
+    try:
+        request = json.loads(body)
+    except ValueError:
+        return body
+
+    def strip(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if k != _OLD_ITEM_OPTION}
+        if isinstance(value, list):
+            return [strip(v) for v in value]
+        return value
+
+    return json.dumps(strip(request)).encode()
+
+
 def _status_line(status: int) -> str:
     try:
         return f"{status} {http.HTTPStatus(status).phrase}"
@@ -166,6 +194,10 @@ class _Gateway:
         if service == "s3" and not owner.conditional_writes and method in _WRITE_METHODS:
             environ.pop("HTTP_IF_NONE_MATCH", None)
             environ.pop("HTTP_IF_MATCH", None)
+        if service == "dynamodb" and not owner.condition_items:
+            body = _without_old_items(body)
+            environ["wsgi.input"] = io.BytesIO(body)
+            environ["CONTENT_LENGTH"] = str(len(body))
         # Route moto to this instance's account (isolation; see the module docstring).
         environ["HTTP_X_MOTO_ACCOUNT_ID"] = owner.account_id
 
@@ -185,7 +217,7 @@ class _Gateway:
                 )
             )
 
-        fault = owner._claim_fault(service, operation)
+        fault = owner._claim_fault(service, operation, path)
         if fault is not None and fault.kind not in APPLYING_KINDS:
             if fault.kind in DROPPING_KINDS:
                 record(0, fault, applied=False)
@@ -246,6 +278,10 @@ class LocalAWS(EndpointClientMixin):
         conditional_writes: when false, S3 write requests lose their ``If-None-Match``
             and ``If-Match`` headers before moto sees them, modelling a store without
             conditional writes. Can also be changed while running.
+        condition_items: when false, DynamoDB requests lose
+            ``ReturnValuesOnConditionCheckFailure`` before moto sees them, modelling a
+            DynamoDB-compatible store whose failed conditions return no old item. Can
+            also be changed while running.
         region: the region clients are configured for.
         host: address to bind; keep the default ``127.0.0.1`` unless other machines
             (containers) must connect.
@@ -258,12 +294,14 @@ class LocalAWS(EndpointClientMixin):
         self,
         *,
         conditional_writes: bool = True,
+        condition_items: bool = True,
         region: str = DEFAULT_REGION,
         host: str = "127.0.0.1",
         port: int = 0,
         account_id: str | None = None,
     ) -> None:
         self.conditional_writes = conditional_writes
+        self.condition_items = condition_items
         self._region = region
         self._host = host
         self._requested_port = port
@@ -436,6 +474,7 @@ class LocalAWS(EndpointClientMixin):
         times: int = 1,
         *,
         after: Fault | None = None,
+        path: str = "",
     ) -> Fault:
         """Arm a fault for the next ``times`` requests to ``service``/``operation``.
 
@@ -451,6 +490,8 @@ class LocalAWS(EndpointClientMixin):
             after: another armed fault; this one affects only requests made after
                 that one has fired (e.g. lose a PutItem's response, then fail the
                 reads that would learn its outcome).
+            path: affect only requests whose path contains this text, e.g. one S3
+                key (for ``CopyObject``, the destination's); default: any.
 
         Returns:
             The armed :class:`Fault`; its ``triggered`` counts affected requests.
@@ -461,7 +502,9 @@ class LocalAWS(EndpointClientMixin):
                 for S3.
         """
         validate_fault(service, kind, times)
-        fault = Fault(service=service, operation=operation, kind=kind, times=times, after=after)
+        fault = Fault(
+            service=service, operation=operation, kind=kind, times=times, after=after, path=path
+        )
         with self._state_lock:
             self._faults.append(fault)
         return fault
@@ -477,10 +520,10 @@ class LocalAWS(EndpointClientMixin):
         with self._state_lock:
             return [f for f in self._faults if f.remaining > 0]
 
-    def _claim_fault(self, service: str, operation: str) -> Fault | None:
+    def _claim_fault(self, service: str, operation: str, path: str) -> Fault | None:
         with self._state_lock:
             for fault in self._faults:
-                if fault.matches(service, operation) and fault.take():
+                if fault.matches(service, operation, path) and fault.take():
                     if fault.remaining == 0:
                         self._faults.remove(fault)
                     return fault
