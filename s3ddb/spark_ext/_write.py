@@ -243,8 +243,13 @@ def commit_write(
     except CommitStateUnknownError:
         record_outcome(plan.write_id, "unknown")
         raise
-    except BaseException:
+    except Exception:
         record_outcome(plan.write_id, "failed")
+        raise
+    except BaseException:
+        # An interrupt (KeyboardInterrupt, SystemExit...) may have come mid-claim:
+        # the version may have landed, so the files are kept, as the committer does.
+        record_outcome(plan.write_id, "unknown")
         raise
     forget_outcome(plan.write_id)  # no abort follows a commit that returned
     # The worker may exit without running exit handlers: finish steps 3-4 now.

@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 import pyarrow as pa
@@ -34,7 +34,12 @@ import pyarrow.parquet as pq
 
 import s3ddb
 from s3ddb.commit.failpoints import failpoint
-from s3ddb.errors import CommitStateUnknownError, DataFileError, InvalidInputError
+from s3ddb.errors import (
+    CommitStateUnknownError,
+    DataFileError,
+    InvalidInputError,
+    SchemaMismatchError,
+)
 from s3ddb.format import layout
 from s3ddb.format.fragment import DataFile, FragmentMetadata
 from s3ddb.format.parquet_source import file_columns_by_id, read_footer
@@ -51,6 +56,7 @@ from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.uri import parse_uri
 from s3ddb.spark_ext import _write
 from s3ddb.spark_ext._options import SourceOptions
+from s3ddb.spark_ext._types import arrow_schema_of
 
 __all__ = ["STAGING_DIR", "WRITER_OPTIONS", "footer_statistics", "jvm_root_of", "write"]
 
@@ -77,6 +83,16 @@ WRITER_OPTIONS = {
 
 _fallback_said = False
 
+#: A column's check: a condition on the column true for a value that may not be
+#: appended, and what the error says then.
+_Check = tuple[Callable[[Any], Any], str]
+
+#: How many microseconds one unit of a timestamp coarser than Spark's holds.
+_UNIT_MICROS = {"s": 1_000_000, "ms": 1_000}
+
+#: Starts the message of a Spark job failed by a check (found in Spark's error).
+_CHECK_MARK = "s3ddb-value-check: "
+
 
 def jvm_root_of(uri: str, jvm_scheme: str | None = None) -> str | None:
     """The dataset root as the JVM names it, or None if the JVM cannot reach it.
@@ -92,14 +108,94 @@ def jvm_root_of(uri: str, jvm_scheme: str | None = None) -> str | None:
     return None
 
 
-def _with_field_ids(df: Any, schema: DatasetSchema) -> Any:
+def _quoted(name: str) -> str:
+    """``name`` as a Spark column reference takes it literally (dots, backticks)."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _with_field_ids(df: Any, schema: DatasetSchema, checks: Mapping[str, list[_Check]]) -> Any:
+    """``df``'s columns tagged with their field ids, each failing the job at the first
+    value that breaks one of its ``checks``."""
     from pyspark.sql import functions as F
 
-    columns = [
-        F.col(f"`{name}`").alias(name, metadata={"parquet.field.id": schema.field_id(name)})
-        for name in df.columns
-    ]
+    columns = []
+    for name in df.columns:
+        column = F.col(_quoted(name))
+        checked: Any = None
+        for condition, message in checks.get(name, []):
+            fail = F.raise_error(F.lit(_CHECK_MARK + message))
+            when = F.when if checked is None else checked.when
+            checked = when(condition(column), fail)
+        if checked is not None:
+            column = checked.otherwise(column)
+        metadata = {"parquet.field.id": schema.field_id(name)}
+        columns.append(column.alias(name, metadata=metadata))
     return df.select(*columns)
+
+
+def _value_checks(
+    spark_schema: Any, target: pa.Schema, where: str
+) -> dict[str, list[_Check]] | None:
+    """What each column's values must pass, in Spark, to be appended to a dataset of
+    ``target`` as the Python data source would accept them (its
+    :func:`~s3ddb.spark_ext._types.conform_to_dataset`, already checked for the
+    types): no nulls in a non-nullable column, and timestamps that fit a coarser (or
+    narrower) unit. Columns Spark stores as the dataset has them need nothing, so the
+    usual append costs nothing more. None: a column needs a check this cannot express
+    in Spark (a nested type that differs from the dataset's).
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import TimestampNTZType
+
+    checks: dict[str, list[_Check]] = {}
+    for field, arrow in zip(spark_schema.fields, arrow_schema_of(spark_schema), strict=True):
+        want = target.field(field.name)
+        found: list[_Check] = []
+        if field.nullable and not want.nullable:
+            found.append(
+                (lambda c: c.isNull(), f"column {field.name!r} of {where} has nulls but is not nullable")
+            )
+        have = arrow.type
+        if pa.types.is_timestamp(have) and pa.types.is_timestamp(want.type):
+            unit = want.type.unit
+            if unit in _UNIT_MICROS:
+                step = _UNIT_MICROS[unit]
+                found.append(
+                    (
+                        lambda c, step=step: F.unix_micros(c) % step != 0,
+                        f"column {field.name!r} of {where} is {want.type}: a value has a "
+                        f"finer part than a {unit}",
+                    )
+                )
+            elif unit == "ns":
+                if isinstance(field.dataType, TimestampNTZType):
+                    return None
+                low, high = -(2**63) // 1000 + 1, (2**63 - 1) // 1000
+                found.append(
+                    (
+                        lambda c: (F.unix_micros(c) < low) | (F.unix_micros(c) > high),
+                        f"column {field.name!r} of {where} is {want.type}: a value is out "
+                        "of its range (years 1677 to 2262)",
+                    )
+                )
+        elif not _stored_alike(have, want.type):
+            return None
+        if found:
+            checks[field.name] = found
+    return checks
+
+
+def _stored_alike(have: pa.DataType, want: pa.DataType) -> bool:
+    """Whether every value Spark writes as ``have`` reads back as ``want`` (the
+    reader casts: string to large_string, date32 to date64...)."""
+    if have.equals(want):
+        return True
+    pairs = (
+        (pa.types.is_string, pa.types.is_large_string),
+        (pa.types.is_binary, pa.types.is_large_binary),
+        (pa.types.is_date32, pa.types.is_date64),
+    )
+    return any(a(have) and b(want) for a, b in pairs)
 
 
 def footer_statistics(metadata: pq.FileMetaData, data_file: DataFile) -> FileStatistics:
@@ -115,9 +211,7 @@ def footer_statistics(metadata: pq.FileMetaData, data_file: DataFile) -> FileSta
     """
     arrow = metadata.schema.to_arrow_schema()
     by_id = file_columns_by_id(arrow)
-    # Row groups index leaf columns: a top-level column is the leaf whose path is its
-    # name (nested columns before it shift the positions).
-    leaves = {metadata.schema.column(i).path: i for i in range(metadata.num_columns)}
+    leaves = _top_level_leaves(metadata, arrow)
     columns = []
     for field_id in data_file.fields:
         name = by_id[field_id]
@@ -128,6 +222,41 @@ def footer_statistics(metadata: pq.FileMetaData, data_file: DataFile) -> FileSta
             if column is not None:
                 columns.append(column)
     return FileStatistics(file_key(data_file.path), tuple(columns))
+
+
+def _leaf_count(t: pa.DataType) -> int:
+    """How many Parquet leaf columns a column of Arrow type ``t`` is stored as."""
+    if pa.types.is_struct(t):
+        return sum(_leaf_count(t.field(i).type) for i in range(t.num_fields))
+    if pa.types.is_map(t):
+        return _leaf_count(t.key_type) + _leaf_count(t.item_type)
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return _leaf_count(t.value_type)
+    return 1
+
+
+def _top_level_leaves(metadata: pq.FileMetaData, arrow: pa.Schema) -> dict[str, int]:
+    """Top-level primitive column name -> its leaf column index in the row groups.
+
+    Leaves are counted in schema order, never matched by their dotted path: a
+    top-level column ``"a.b"`` and the child ``b`` of a struct ``a`` have the same
+    one. Empty when the count disagrees with the file (no statistics: only costs
+    reads).
+    """
+    out: dict[str, int] = {}
+    index = 0
+    for field in arrow:
+        count = _leaf_count(field.type)
+        if count == 1 and not pa.types.is_nested(field.type):
+            out[field.name] = index
+        index += count
+    if index != metadata.num_columns:
+        return {}
+    for name, i in out.items():
+        column = metadata.schema.column(i)
+        if column.name != name or column.max_repetition_level != 0:
+            return {}
+    return out
 
 
 def _column_statistics(
@@ -217,17 +346,49 @@ def _remove_staging(store: ObjectStore, staging: str) -> None:
 
     from s3ddb.io.written_files import delete_written_files
 
+    failpoint("native_write.remove_staging")
     paths = [m.path for m in store.list(staging + "/")]
     delete_written_files(store, paths, on_failure=warn)
     if store.is_local:
-        # Empty directories stay behind on a local file system; the shared parent
-        # goes too once no other write uses it (rmdir refuses a non-empty one).
-        folders = [f for f, _, _ in os.walk(store.full_path(staging), topdown=False)]
-        for folder in [*folders, store.full_path(STAGING_DIR)]:
+        # Empty directories stay behind on a local file system. The shared parent
+        # stays: a write starting now may be creating its own folder in it.
+        for folder, _, _ in os.walk(store.full_path(staging), topdown=False):
             try:
                 os.rmdir(folder)
             except OSError:
                 pass
+
+
+def _python_write(
+    df: Any,
+    uri: str,
+    mode: str,
+    options: dict[str, str],
+    max_rows_per_file: int | None,
+) -> s3ddb.Dataset:
+    """Write through the ``s3ddb`` Python data source; the newest version after it."""
+    writer = df.write.format("s3ddb").mode(mode).options(**options)
+    if max_rows_per_file is not None:
+        writer = writer.option("maxRowsPerFile", max_rows_per_file)
+    writer.save(uri)
+    return s3ddb.dataset(uri, storage_options=options)
+
+
+def _run(writer: Any, path: str) -> None:
+    """Run Spark's Parquet write of ``writer`` into ``path``.
+
+    Raises:
+        SchemaMismatchError: a value failed a check of :func:`_value_checks` (Spark
+            aborted the job: no task's files reached ``path``).
+    """
+    try:
+        writer.parquet(path)
+    except Exception as exc:
+        text = str(exc)
+        if _CHECK_MARK not in text:
+            raise
+        message = text.split(_CHECK_MARK, 1)[1].splitlines()[0].split(" SQLSTATE:")[0]
+        raise SchemaMismatchError(f"data does not match the schema: {message}") from None
 
 
 def write(
@@ -251,7 +412,10 @@ def write(
     Raises:
         InvalidInputError: a bad ``mode``, or ``max_rows_per_file`` not None or
             an int >= 1.
-        SchemaMismatchError: an append whose columns or types do not match.
+        SchemaMismatchError: an append whose columns or types do not match, or
+            whose values do not fit the dataset's columns (nulls in a non-nullable
+            column, a timestamp finer than the column's unit): nothing is committed,
+            and no file is left.
         CommitConflictError: definitely not committed (its files are deleted).
         CommitStateUnknownError: the outcome is unknown (its files are kept).
     """
@@ -271,14 +435,20 @@ def write(
                 "cluster has an S3 connector); writing through the Python data source",
                 parse_uri(uri).object_url,
             )
-        writer = df.write.format("s3ddb").mode(mode).options(**options)
-        if max_rows_per_file is not None:
-            writer = writer.option("maxRowsPerFile", max_rows_per_file)
-        writer.save(uri)
-        return s3ddb.dataset(uri, storage_options=options)
+        return _python_write(df, uri, mode, options, max_rows_per_file)
     plan = _write.WritePlan.make(
         SourceOptions.parse({"path": uri, **options}), df.schema, mode == "overwrite"
     )
+    checks: dict[str, list[_Check]] | None = {}
+    if plan.read_version and not plan.overwrite:
+        checks = _value_checks(df.schema, plan.schema.arrow, uri)
+        if checks is None:
+            log.warning(
+                "s3ddb: a nested column of the DataFrame differs from %s's; writing "
+                "through the Python data source, which checks each value",
+                parse_uri(uri).object_url,
+            )
+            return _python_write(df, uri, mode, options, max_rows_per_file)
     store = plan.store()
     staging = f"{STAGING_DIR}/{plan.write_id}"
     fields = tuple(plan.schema.top_level_ids(df.columns))
@@ -290,11 +460,11 @@ def write(
     try:
         for key, value in conf.items():
             spark.conf.set(key, value)
-        writer = _with_field_ids(df, plan.schema).write.mode("overwrite")
+        writer = _with_field_ids(df, plan.schema, checks).write.mode("overwrite")
         writer = writer.options(**WRITER_OPTIONS)
         if max_rows_per_file:
             writer = writer.option("maxRecordsPerFile", max_rows_per_file)
-        writer.parquet(f"{root.rstrip('/')}/{staging}")
+        _run(writer, f"{root.rstrip('/')}/{staging}")
         for src, fragment in _collect(store, staging, fields):
             _move(store, src, layout.data_file_path(fragment.files[0].path))
             moved.append(fragment)
@@ -308,7 +478,12 @@ def write(
                 spark.conf.unset(key)
             else:
                 spark.conf.set(key, old)
-        _remove_staging(store, staging)
+        try:
+            _remove_staging(store, staging)
+        except Exception as exc:
+            # Left behind, the folder costs storage only (cleanup and verify find it);
+            # failing here would orphan the moved files of a write about to commit.
+            log.warning("s3ddb: could not remove %s/%s: %s", store.url, staging, exc)
     try:
         return _write.commit_write(plan, [_write.FragmentsWritten(tuple(moved))])
     except CommitStateUnknownError:
