@@ -396,9 +396,7 @@ def test_data_files_spark_skips_by_name_read_through_python(
     ds = s3ddb.write_dataset(_table(0, 2), uri)
     (fragment,) = s3ddb.fragment.write_fragments(_table(2, 2), uri, schema=ds.manifest.schema)
     data_file = fragment.files[0]
-    name = (
-        data_file.path + "._COPYING_" if hidden == "copy-" else hidden + data_file.path
-    )
+    name = data_file.path + "._COPYING_" if hidden == "copy-" else hidden + data_file.path
     os.rename(Path(uri) / layout.data_file_path(data_file.path), Path(uri) / "data" / name)
     renamed = dataclasses.replace(fragment, files=(dataclasses.replace(data_file, path=name),))
     s3ddb.Dataset.commit(uri, s3ddb.Append([renamed]), read_version=ds.version)

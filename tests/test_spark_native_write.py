@@ -51,7 +51,9 @@ def _staging_left(uri: str) -> list[str]:
     """What is left under the shared ``_spark_staging/`` folder (which stays: a write
     starting meanwhile may be creating its own folder in it)."""
     staging = Path(uri) / "_spark_staging"
-    return sorted(str(p.relative_to(staging)) for p in staging.rglob("*")) if staging.exists() else []
+    return (
+        sorted(str(p.relative_to(staging)) for p in staging.rglob("*")) if staging.exists() else []
+    )
 
 
 def test_native_writes_create_append_and_overwrite(spark: Any, local_uri: str) -> None:
@@ -309,7 +311,10 @@ def _timestamp_dataset(uri: str) -> None:
     [
         # Half a second more than a timestamp[s] column holds: committed, it made every
         # read of the dataset fail.
-        ((2, dt.datetime(2024, 1, 2, 0, 0, 0, 500000, tzinfo=dt.timezone.utc)), "finer part|do not fit"),
+        (
+            (2, dt.datetime(2024, 1, 2, 0, 0, 0, 500000, tzinfo=dt.timezone.utc)),
+            "finer part|do not fit",
+        ),
         ((None, dt.datetime(2024, 1, 2, tzinfo=dt.timezone.utc)), "has nulls but is not nullable"),
     ],
 )
@@ -354,19 +359,25 @@ def test_a_nested_column_finer_than_the_dataset_goes_through_the_python_source(
     first = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
     s3ddb.write_dataset(pa.table({"s": pa.array([{"t": first}], child)}), local_uri)
     finer = dt.datetime(2024, 1, 2, 0, 0, 0, 500000, tzinfo=dt.timezone.utc)
-    with caplog.at_level(logging.WARNING, logger="s3ddb.spark_ext.native_write"):
-        with pytest.raises(Exception, match="do not fit"):
-            s3ddb.spark_ext.write(spark.createDataFrame([((finer,),)], "s struct<t: timestamp>"), local_uri)
+    finer_df = spark.createDataFrame([((finer,),)], "s struct<t: timestamp>")
+    with (
+        caplog.at_level(logging.WARNING, logger="s3ddb.spark_ext.native_write"),
+        pytest.raises(Exception, match="do not fit"),
+    ):
+        s3ddb.spark_ext.write(finer_df, local_uri)
     assert any("Python data source" in r.message for r in caplog.records)
     assert s3ddb.dataset(local_uri).to_table().column("s").to_pylist() == [{"t": first}]
     second = dt.datetime(2024, 1, 3, tzinfo=dt.timezone.utc)
-    s3ddb.spark_ext.write(spark.createDataFrame([((second,),)], "s struct<t: timestamp>"), local_uri)
-    assert s3ddb.dataset(local_uri).to_table().column("s").to_pylist() == [{"t": first}, {"t": second}]
+    s3ddb.spark_ext.write(
+        spark.createDataFrame([((second,),)], "s struct<t: timestamp>"), local_uri
+    )
+    assert s3ddb.dataset(local_uri).to_table().column("s").to_pylist() == [
+        {"t": first},
+        {"t": second},
+    ]
 
 
-def test_a_dotted_column_beside_a_struct_keeps_its_own_bounds(
-    spark: Any, local_uri: str
-) -> None:
+def test_a_dotted_column_beside_a_struct_keeps_its_own_bounds(spark: Any, local_uri: str) -> None:
     """A top-level column "a.b" and the child b of a struct a have the same dotted
     leaf path: the footer bounds of one were taken for the other, and a filter on
     "a.b" then skipped the file holding its rows."""

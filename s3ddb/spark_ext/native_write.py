@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import math
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Literal
 
 import pyarrow as pa
@@ -83,9 +83,12 @@ WRITER_OPTIONS = {
 
 _fallback_said = False
 
-#: A column's check: a condition on the column true for a value that may not be
-#: appended, and what the error says then.
-_Check = tuple[Callable[[Any], Any], str]
+#: A column's check: a Spark condition true for a value that may not be appended,
+#: and what the error says then.
+_Check = tuple[Any, str]
+
+#: The instants a timestamp[ns] holds, in microseconds since the epoch.
+_NS_RANGE_MICROS = (-(2**63) // 1000 + 1, (2**63 - 1) // 1000)
 
 #: How many microseconds one unit of a timestamp coarser than Spark's holds.
 _UNIT_MICROS = {"s": 1_000_000, "ms": 1_000}
@@ -125,7 +128,7 @@ def _with_field_ids(df: Any, schema: DatasetSchema, checks: Mapping[str, list[_C
         for condition, message in checks.get(name, []):
             fail = F.raise_error(F.lit(_CHECK_MARK + message))
             when = F.when if checked is None else checked.when
-            checked = when(condition(column), fail)
+            checked = when(condition, fail)
         if checked is not None:
             column = checked.otherwise(column)
         metadata = {"parquet.field.id": schema.field_id(name)}
@@ -150,32 +153,30 @@ def _value_checks(
     checks: dict[str, list[_Check]] = {}
     for field, arrow in zip(spark_schema.fields, arrow_schema_of(spark_schema), strict=True):
         want = target.field(field.name)
+        column = F.col(_quoted(field.name))
+        said = f"column {field.name!r} of {where}"
         found: list[_Check] = []
         if field.nullable and not want.nullable:
-            found.append(
-                (lambda c: c.isNull(), f"column {field.name!r} of {where} has nulls but is not nullable")
-            )
+            found.append((column.isNull(), f"{said} has nulls but is not nullable"))
         have = arrow.type
         if pa.types.is_timestamp(have) and pa.types.is_timestamp(want.type):
             unit = want.type.unit
+            micros = F.unix_micros(column)
             if unit in _UNIT_MICROS:
-                step = _UNIT_MICROS[unit]
                 found.append(
                     (
-                        lambda c, step=step: F.unix_micros(c) % step != 0,
-                        f"column {field.name!r} of {where} is {want.type}: a value has a "
-                        f"finer part than a {unit}",
+                        micros % _UNIT_MICROS[unit] != 0,
+                        f"{said} is {want.type}: a value has a finer part than a {unit}",
                     )
                 )
             elif unit == "ns":
                 if isinstance(field.dataType, TimestampNTZType):
-                    return None
-                low, high = -(2**63) // 1000 + 1, (2**63 - 1) // 1000
+                    return None  # its instant depends on the session's time zone
+                low, high = _NS_RANGE_MICROS
                 found.append(
                     (
-                        lambda c: (F.unix_micros(c) < low) | (F.unix_micros(c) > high),
-                        f"column {field.name!r} of {where} is {want.type}: a value is out "
-                        "of its range (years 1677 to 2262)",
+                        (micros < low) | (micros > high),
+                        f"{said} is {want.type}: a value is out of its range (years 1677 to 2262)",
                     )
                 )
         elif not _stored_alike(have, want.type):
@@ -439,16 +440,17 @@ def write(
     plan = _write.WritePlan.make(
         SourceOptions.parse({"path": uri, **options}), df.schema, mode == "overwrite"
     )
-    checks: dict[str, list[_Check]] | None = {}
+    checks: dict[str, list[_Check]] = {}
     if plan.read_version and not plan.overwrite:
-        checks = _value_checks(df.schema, plan.schema.arrow, uri)
-        if checks is None:
+        found = _value_checks(df.schema, plan.schema.arrow, uri)
+        if found is None:
             log.warning(
                 "s3ddb: a nested column of the DataFrame differs from %s's; writing "
                 "through the Python data source, which checks each value",
                 parse_uri(uri).object_url,
             )
             return _python_write(df, uri, mode, options, max_rows_per_file)
+        checks = found
     store = plan.store()
     staging = f"{STAGING_DIR}/{plan.write_id}"
     fields = tuple(plan.schema.top_level_ids(df.columns))
