@@ -3,7 +3,10 @@
     s3ddb.spark_ext.write(df, uri, mode="append")
 
 1. The driver pins the version the write reads and the schema (with field ids) the
-   files will carry, as ``df.write.format("s3ddb")`` does.
+   files will carry, as ``df.write.format("s3ddb")`` does. An append checks, in Spark
+   while it writes, each value the dataset's column is stricter about than Spark
+   (nulls in a NOT NULL column, timestamps finer than the column's unit): the job
+   fails with SchemaMismatchError at the first, before anything is committed.
 2. Spark writes the rows with its JVM Parquet writer, columns tagged with their field
    ids (``parquet.field.id``), into a staging folder of the dataset,
    ``_spark_staging/<write id>/``, under Spark's own commit protocol: task attempts
@@ -12,13 +15,16 @@
 3. The driver reads the footers of the folder's files (row counts, field ids, column
    statistics), moves each file to ``data/<uuid>.parquet`` and commits one Append or
    Overwrite through the usual commit loop (rebasing over concurrent writers).
-4. The staging folder is deleted, whatever happened. The moved files are deleted
-   only if the commit definitely failed; after an unknown outcome they are kept.
+4. The write's staging folder is deleted, whatever happened (a failure there is
+   logged: it must not stop the commit of the moved files); the shared
+   ``_spark_staging/`` stays. The moved files are deleted only if the commit
+   definitely failed; after an unknown outcome they are kept.
 
-The JVM must reach the dataset's files: local paths always; S3 datasets through the
-cluster's own S3 connector, named by ``jvm_scheme`` (``s3a`` maps
-``s3+ddb://bucket/prefix?...`` to ``s3a://bucket/prefix``). Otherwise the write goes
-through the Python data source, and says so once.
+The JVM must reach the dataset's files, and the driver must list what the executors
+wrote: local paths in local mode, or a file system shared by the driver and every
+executor; S3 datasets through the cluster's own S3 connector, named by
+``jvm_scheme`` (``s3a`` maps ``s3+ddb://bucket/prefix?...`` to ``s3a://bucket/prefix``).
+Otherwise the write goes through the Python data source, and says so once.
 """
 
 from __future__ import annotations
