@@ -417,3 +417,34 @@ def test_a_failure_removing_the_staging_folder_does_not_stop_the_commit(
     assert any("could not remove" in r.message for r in caplog.records)
     left = storage.orphans(local_uri)
     assert left and all(p.startswith("_spark_staging/") for p in left), left
+
+
+def test_an_overwrite_whose_files_the_driver_does_not_all_see_is_refused(
+    spark: Any, local_uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a cluster whose executors write a file:// path to their own disks, the
+    driver's listing of the staging folder misses files: committed, an overwrite would
+    replace the dataset with part of the rows. One file goes from the driver's view
+    (deleted before it lists the folder, as a disk it cannot see); Spark's own count
+    of the rows it wrote tells, and nothing is committed."""
+    import s3ddb.spark_ext
+    from s3ddb.spark_ext import native_write
+
+    s3ddb.spark_ext.write(spark.range(10).selectExpr("id"), local_uri)
+    before = storage.objects(local_uri)
+    listed = native_write._collect
+
+    def on_another_disk(store: Any, staging: str, fields: Any) -> Any:
+        (Path(local_uri) / staging / sorted(
+            p.name for p in (Path(local_uri) / staging).glob("part-*.parquet")
+        )[0]).unlink()  # fmt: skip
+        return listed(store, staging, fields)
+
+    monkeypatch.setattr(native_write, "_collect", on_another_disk)
+    df = spark.range(100, 200, numPartitions=2).selectExpr("id")
+    with pytest.raises(s3ddb.DataFileError, match=r"Spark wrote 100 row.*finds 50"):
+        s3ddb.spark_ext.write(df, local_uri, mode="overwrite")
+    assert storage.objects(local_uri) == before
+    assert sorted(s3ddb.dataset(local_uri).to_table().column("id").to_pylist()) == list(range(10))
+    monkeypatch.setattr(native_write, "_collect", listed)
+    assert s3ddb.spark_ext.write(df, local_uri, mode="overwrite").count_rows() == 100

@@ -32,6 +32,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import time
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -64,7 +65,14 @@ from s3ddb.spark_ext import _write
 from s3ddb.spark_ext._options import SourceOptions
 from s3ddb.spark_ext._types import arrow_schema_of
 
-__all__ = ["STAGING_DIR", "WRITER_OPTIONS", "footer_statistics", "jvm_root_of", "write"]
+__all__ = [
+    "OBSERVED_WAIT",
+    "STAGING_DIR",
+    "WRITER_OPTIONS",
+    "footer_statistics",
+    "jvm_root_of",
+    "write",
+]
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +103,10 @@ _Check = tuple[Any, str]
 
 #: The instants a timestamp[ns] holds, in microseconds since the epoch.
 _NS_RANGE_MICROS = (-(2**63) // 1000 + 1, (2**63 - 1) // 1000)
+
+#: Seconds the driver waits, after Spark's job, for the count of rows Spark wrote
+#: (it is there when the job returns; the wait only bounds a Spark that never says).
+OBSERVED_WAIT = 5.0
 
 #: How many microseconds one unit of a timestamp coarser than Spark's holds.
 _UNIT_MICROS = {"s": 1_000_000, "ms": 1_000}
@@ -381,6 +393,52 @@ def _python_write(
     return s3ddb.dataset(uri, storage_options=options)
 
 
+def _counted(df: Any, write_id: str) -> tuple[Any, Any]:
+    """(observation, ``df`` observed by it): Spark counts the rows it writes, in the
+    JVM, as they pass (no extra job)."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    observation = Observation(f"s3ddb_write_{write_id}")
+    return observation, df.observe(observation, F.count(F.lit(1)).alias("rows"))
+
+
+def _observed_rows(observation: Any) -> int | None:
+    """The rows Spark counted, or None if it has not reported them within
+    :data:`OBSERVED_WAIT` seconds of the job's end (then nothing is checked: Spark
+    reports them as the job ends, but a wait without bound could hang the write)."""
+    try:
+        future = observation._jo.future()  # PySpark's blocking get has no time limit
+        deadline = time.monotonic() + OBSERVED_WAIT
+        while not future.isCompleted():
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(0.02)
+        return int(observation.get["rows"])
+    except Exception as exc:  # Spark Connect, or a version without this API
+        log.debug("s3ddb: no row count from Spark: %s", exc)
+        return None
+
+
+def _check_row_count(
+    observation: Any, collected: list[tuple[str, FragmentMetadata]], where: str
+) -> None:
+    """Check that the staging folder's files hold every row Spark wrote.
+
+    Raises:
+        DataFileError: they hold fewer (or more): the driver does not see the files
+            the executors wrote.
+    """
+    written = _observed_rows(observation)
+    found = sum(fragment.physical_rows for _, fragment in collected)
+    if written is not None and written != found:
+        raise DataFileError(
+            f"Spark wrote {written} row(s) into {where}, the driver finds {found} there; "
+            "nothing is committed. On a cluster, a local path must be one file system "
+            "shared by the driver and every executor"
+        )
+
+
 def _run(writer: Any, path: str) -> None:
     """Run Spark's Parquet write of ``writer`` into ``path``.
 
@@ -419,6 +477,8 @@ def write(
     Raises:
         InvalidInputError: a bad ``mode``, or ``max_rows_per_file`` not None or
             an int >= 1.
+        DataFileError: the staging folder does not hold the rows Spark wrote (the
+            driver does not see the executors' files); nothing is committed.
         SchemaMismatchError: an append whose columns or types do not match, or
             whose values do not fit the dataset's columns (nulls in a non-nullable
             column, a timestamp finer than the column's unit): nothing is committed,
@@ -468,12 +528,14 @@ def write(
     try:
         for key, value in conf.items():
             spark.conf.set(key, value)
-        writer = _with_field_ids(df, plan.schema, checks).write.mode("overwrite")
-        writer = writer.options(**WRITER_OPTIONS)
+        observation, counted = _counted(_with_field_ids(df, plan.schema, checks), plan.write_id)
+        writer = counted.write.mode("overwrite").options(**WRITER_OPTIONS)
         if max_rows_per_file:
             writer = writer.option("maxRecordsPerFile", max_rows_per_file)
         _run(writer, f"{root.rstrip('/')}/{staging}")
-        for src, fragment in _collect(store, staging, fields):
+        collected = _collect(store, staging, fields)
+        _check_row_count(observation, collected, f"{store.url}/{staging}")
+        for src, fragment in collected:
             _move(store, src, layout.data_file_path(fragment.files[0].path))
             moved.append(fragment)
         failpoint("native_write.after_move")
