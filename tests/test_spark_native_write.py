@@ -448,3 +448,27 @@ def test_an_overwrite_whose_files_the_driver_does_not_all_see_is_refused(
     assert sorted(s3ddb.dataset(local_uri).to_table().column("id").to_pylist()) == list(range(10))
     monkeypatch.setattr(native_write, "_collect", listed)
     assert s3ddb.spark_ext.write(df, local_uri, mode="overwrite").count_rows() == 100
+
+
+@pytest.mark.parametrize(
+    ("unit", "bad", "message"),
+    [
+        ("ms", dt.datetime(2024, 1, 2, 0, 0, 0, 1500, tzinfo=dt.timezone.utc), "finer part"),
+        ("ns", dt.datetime(2300, 1, 1, tzinfo=dt.timezone.utc), "out of its range"),
+    ],
+)
+def test_timestamps_a_coarser_or_narrower_column_cannot_hold_are_refused(
+    spark: Any, local_uri: str, unit: str, bad: dt.datetime, message: str
+) -> None:
+    import s3ddb.spark_ext
+
+    t = pa.timestamp(unit, tz="UTC")
+    first = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
+    s3ddb.write_dataset(pa.table({"ts": pa.array([first], t)}), local_uri)
+    before = storage.objects(local_uri)
+    with pytest.raises(s3ddb.SchemaMismatchError, match=message):
+        s3ddb.spark_ext.write(spark.createDataFrame([(bad,)], "ts timestamp"), local_uri)
+    assert storage.objects(local_uri) == before
+    fits = dt.datetime(2024, 1, 2, 0, 0, 0, 2000, tzinfo=dt.timezone.utc)
+    s3ddb.spark_ext.write(spark.createDataFrame([(fits,)], "ts timestamp"), local_uri)
+    assert s3ddb.dataset(local_uri).to_table().column("ts").to_pylist() == [first, fits]

@@ -162,8 +162,9 @@ def _value_checks(
     :func:`~s3ddb.spark_ext._types.conform_to_dataset`, already checked for the
     types): no nulls in a non-nullable column, and timestamps that fit a coarser (or
     narrower) unit. Columns Spark stores as the dataset has them need nothing, so the
-    usual append costs nothing more. None: a column needs a check this cannot express
-    in Spark (a nested type that differs from the dataset's).
+    usual append costs nothing more. None: a column needs a check this does not
+    express in Spark (a nested type that differs from the dataset's, a timestamp_ntz
+    for a nanosecond column).
     """
     from pyspark.sql import functions as F
     from pyspark.sql.types import TimestampNTZType
@@ -511,8 +512,9 @@ def write(
         found = _value_checks(df.schema, plan.schema.arrow, uri)
         if found is None:
             log.warning(
-                "s3ddb: a nested column of the DataFrame differs from %s's; writing "
-                "through the Python data source, which checks each value",
+                "s3ddb: a column of the DataFrame differs from %s's in a way the native "
+                "write does not check (a nested type, or nanoseconds from timestamp_ntz); "
+                "writing through the Python data source, which checks each value",
                 parse_uri(uri).object_url,
             )
             return _python_write(df, uri, mode, options, max_rows_per_file)
