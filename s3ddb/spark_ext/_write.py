@@ -10,7 +10,8 @@ Spark runs ``commit()`` and ``abort()`` in Python workers on the driver, not
 necessarily the same one, and calls ``abort()`` when ``commit()`` raises. The commit
 records its outcome in a small file on the driver's local disk, keyed by the write's
 id, so that ``abort()`` deletes the written files only if the commit definitely
-failed (or never ran): never after an unknown outcome, or a commit that died midway.
+failed (or never ran): never after an unknown outcome, a commit that died midway, or
+one interrupted (KeyboardInterrupt...), which may have come after the claim.
 """
 
 from __future__ import annotations

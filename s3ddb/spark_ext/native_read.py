@@ -138,8 +138,8 @@ def read(
     Raises:
         InvalidInputError: more than one of version, tag, timestamp; ``columns`` not
             a list of names (a comma-separated string is the data source option's
-            form, not this one's) or empty, ``native`` not None or a bool, ``scheme_map`` not a
-            mapping of scheme names.
+            form, not this one's) or empty, ``native`` not None or a bool,
+            ``scheme_map`` not a mapping of scheme names.
         ColumnNotFoundError: an unknown column.
         UnsupportedOperationError: ``native=True`` and the JVM cannot read the files.
         DataFileError, ManifestCorruptError: a data or deletion file is missing or
