@@ -49,6 +49,19 @@ def test_read_refuses_arguments_of_the_wrong_kind(
     assert s3ddb.spark_ext.read(spark, uri, columns=["kind"]).columns == ["kind"]
 
 
+@pytest.mark.parametrize("native", [None, True, False])
+def test_read_refuses_an_empty_column_list_on_every_path(
+    spark: Any, local_uri: str, native: bool | None
+) -> None:
+    """``columns=[]`` read a frame of no column natively while the Python data source
+    failed on it: both refuse it, before reading."""
+    import s3ddb.spark_ext
+
+    uri = _dataset(local_uri)
+    with pytest.raises(InvalidInputError, match="at least one column"):
+        s3ddb.spark_ext.read(spark, uri, columns=[], native=native)
+
+
 def test_a_view_name_must_be_a_string(spark: Any, local_uri: str) -> None:
     import s3ddb.spark_ext
 

@@ -381,3 +381,35 @@ def test_the_native_scan_with_deletions_stays_vectorized_pruned_and_filtered(
     assert all("ReadSchema: struct<id:bigint,x:double" in line for line in scans), physical
     assert "LeftAnti" in physical
     assert [r.x for r in df.collect()] == [18 / 4]  # 17 is deleted
+
+
+@pytest.mark.parametrize("hidden", ["_", ".", "copy-"])
+def test_data_files_spark_skips_by_name_read_through_python(
+    spark: Any, tmp_path: Path, hidden: str
+) -> None:
+    """Spark's file listing leaves out names starting with "_" or "." (and ending with
+    "._COPYING_"), even given one by one: read natively, such a fragment's rows were
+    silently missing. The read falls back, once, and returns every row."""
+    import dataclasses
+
+    uri = str(tmp_path / f"ds{hidden}")
+    ds = s3ddb.write_dataset(_table(0, 2), uri)
+    (fragment,) = s3ddb.fragment.write_fragments(_table(2, 2), uri, schema=ds.manifest.schema)
+    data_file = fragment.files[0]
+    name = data_file.path + "._COPYING_" if hidden == "copy-" else hidden + data_file.path
+    os.rename(Path(uri) / layout.data_file_path(data_file.path), Path(uri) / "data" / name)
+    renamed = dataclasses.replace(fragment, files=(dataclasses.replace(data_file, path=name),))
+    s3ddb.Dataset.commit(uri, s3ddb.Append([renamed]), read_version=ds.version)
+    assert s3ddb.dataset(uri).count_rows() == 4  # s3ddb itself reads it
+    assert plan_native_read(s3ddb.dataset(uri)).refused == (
+        f"data file name {name!r} is one Spark skips"
+    )
+    with pytest.warns(RuntimeWarning, match="is one Spark skips"):
+        df = s3ddb.spark_ext.read(spark, uri)
+    assert not _is_native(df)
+    assert _spark_rows(df) == _expected(uri, 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once per dataset and reason
+        s3ddb.spark_ext.read(spark, uri)
+    with pytest.raises(UnsupportedOperationError, match="is one Spark skips"):
+        s3ddb.spark_ext.read(spark, uri, native=True)

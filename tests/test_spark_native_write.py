@@ -4,6 +4,7 @@ local endpoint for the fallback)."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import logging
 import os
@@ -46,6 +47,15 @@ def _rows(table: pa.Table) -> list[dict[str, Any]]:
     return sorted(table.to_pylist(), key=lambda r: r["id"])
 
 
+def _staging_left(uri: str) -> list[str]:
+    """What is left under the shared ``_spark_staging/`` folder (which stays: a write
+    starting meanwhile may be creating its own folder in it)."""
+    staging = Path(uri) / "_spark_staging"
+    return (
+        sorted(str(p.relative_to(staging)) for p in staging.rglob("*")) if staging.exists() else []
+    )
+
+
 def test_native_writes_create_append_and_overwrite(spark: Any, local_uri: str) -> None:
     import s3ddb.spark_ext
 
@@ -70,7 +80,8 @@ def test_native_writes_create_append_and_overwrite(spark: Any, local_uri: str) -
     written = pq.read_schema(Path(local_uri) / "data" / data_file.path)
     assert written.field("id").metadata[b"PARQUET:field_id"] == b"0"
     assert b"org.apache.spark.version" in (written.metadata or {})
-    assert not (Path(local_uri) / "_spark_staging").exists()
+    assert (Path(local_uri) / "_spark_staging").is_dir(), "the shared parent stays"
+    assert _staging_left(local_uri) == [], "the write's own folder is gone"
     assert storage.orphans(local_uri) == set()
     # Timestamps went as microseconds, the session's own setting is back.
     assert written.field("t").type == pa.timestamp("us", tz="UTC")
@@ -135,7 +146,7 @@ def test_retried_task_attempts_commit_each_row_once(local_uri: str) -> None:
     ids = sorted(ds.to_table().column("id").to_pylist())
     assert ids == list(range(1000)), "no row missing or repeated"
     assert storage.orphans(local_uri) == set()
-    assert not (Path(local_uri) / "_spark_staging").exists()
+    assert _staging_left(local_uri) == []
 
 
 def test_a_writer_in_another_process_commits_meanwhile(spark: Any, local_uri: str) -> None:
@@ -281,6 +292,183 @@ def test_a_commit_that_definitely_failed_leaves_no_file(
     ds = s3ddb.dataset(local_uri)
     assert ds.version == 2 and ds.to_table().to_pylist() == [{"other": "o"}]
     assert storage.orphans(local_uri) == set(), "the moved files are gone"
-    assert not (Path(local_uri) / "_spark_staging").exists()
+    assert _staging_left(local_uri) == []
     outcome = Path(tempfile.gettempdir()) / "s3ddb-spark-writes" / write_id.read_text()
     assert not outcome.exists(), "the driver's record of the commit's outcome is gone"
+
+
+def _timestamp_dataset(uri: str) -> None:
+    """id NOT NULL int64, ts timestamp[s, UTC]: types finer in Spark than here."""
+    schema = pa.schema(
+        [pa.field("id", pa.int64(), nullable=False), pa.field("ts", pa.timestamp("s", tz="UTC"))]
+    )
+    ts = pa.array([dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)], pa.timestamp("s", tz="UTC"))
+    s3ddb.write_dataset(pa.table({"id": [1], "ts": ts}, schema=schema), uri)
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        # Half a second more than a timestamp[s] column holds: committed, it made every
+        # read of the dataset fail.
+        (
+            (2, dt.datetime(2024, 1, 2, 0, 0, 0, 500000, tzinfo=dt.timezone.utc)),
+            "finer part|do not fit",
+        ),
+        ((None, dt.datetime(2024, 1, 2, tzinfo=dt.timezone.utc)), "has nulls but is not nullable"),
+    ],
+)
+def test_values_that_do_not_fit_the_dataset_are_refused_before_the_commit(
+    spark: Any, tmp_path: Path, row: tuple[Any, ...], message: str
+) -> None:
+    """The native append refuses what the Python data source refuses, with the same
+    error, committing nothing and leaving no file; values that fit still go."""
+    import s3ddb.spark_ext
+
+    schema = "id long, ts timestamp"  # both nullable in Spark
+    bad = spark.createDataFrame([row], schema)
+    for name, append in (
+        ("native", lambda df, uri: s3ddb.spark_ext.write(df, uri, mode="append")),
+        ("python", lambda df, uri: df.write.format("s3ddb").mode("append").save(uri)),
+    ):
+        uri = str(tmp_path / name)
+        _timestamp_dataset(uri)
+        before = storage.objects(uri)
+        with pytest.raises(Exception, match=message) as caught:
+            append(bad, uri)
+        if name == "native":
+            assert isinstance(caught.value, s3ddb.SchemaMismatchError)
+        assert storage.objects(uri) == before, "nothing committed, no file left"
+        assert s3ddb.dataset(uri).to_table().num_rows == 1
+    uri = str(tmp_path / "native")
+    good = dt.datetime(2024, 1, 3, 4, 5, 6, tzinfo=dt.timezone.utc)
+    committed = s3ddb.spark_ext.write(spark.createDataFrame([(3, good)], schema), uri)
+    assert committed is not None and committed.version == 2
+    assert s3ddb.dataset(uri).to_table().column("ts").to_pylist()[1] == good
+    assert _staging_left(uri) == []
+
+
+def test_a_nested_column_finer_than_the_dataset_goes_through_the_python_source(
+    spark: Any, local_uri: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A struct with a timestamp[s] child (Spark's has microseconds): a check the
+    native write does not express in Spark; the Python data source checks each value."""
+    import s3ddb.spark_ext
+
+    child = pa.struct([pa.field("t", pa.timestamp("s", tz="UTC"))])
+    first = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
+    s3ddb.write_dataset(pa.table({"s": pa.array([{"t": first}], child)}), local_uri)
+    finer = dt.datetime(2024, 1, 2, 0, 0, 0, 500000, tzinfo=dt.timezone.utc)
+    finer_df = spark.createDataFrame([((finer,),)], "s struct<t: timestamp>")
+    with (
+        caplog.at_level(logging.WARNING, logger="s3ddb.spark_ext.native_write"),
+        pytest.raises(Exception, match="do not fit"),
+    ):
+        s3ddb.spark_ext.write(finer_df, local_uri)
+    assert any("Python data source" in r.message for r in caplog.records)
+    assert s3ddb.dataset(local_uri).to_table().column("s").to_pylist() == [{"t": first}]
+    second = dt.datetime(2024, 1, 3, tzinfo=dt.timezone.utc)
+    s3ddb.spark_ext.write(
+        spark.createDataFrame([((second,),)], "s struct<t: timestamp>"), local_uri
+    )
+    assert s3ddb.dataset(local_uri).to_table().column("s").to_pylist() == [
+        {"t": first},
+        {"t": second},
+    ]
+
+
+def test_a_dotted_column_beside_a_struct_keeps_its_own_bounds(spark: Any, local_uri: str) -> None:
+    """A top-level column "a.b" and the child b of a struct a have the same dotted
+    leaf path: the footer bounds of one were taken for the other, and a filter on
+    "a.b" then skipped the file holding its rows."""
+    import pyarrow.compute as pc
+
+    import s3ddb.spark_ext
+
+    schema = "`a.b` long, a struct<b: long>"
+    df = spark.createDataFrame([(1, (100,)), (2, (200,)), (3, (300,))], schema).coalesce(1)
+    s3ddb.spark_ext.write(df, local_uri)
+    ds = s3ddb.dataset(local_uri)
+    (column,) = ds.get_fragments()[0].stats[0].columns
+    assert (column.min, column.max) == (1, 3)
+    assert ds.to_table(filter=pc.field("a.b") == 2).column("a.b").to_pylist() == [2]
+
+
+def test_a_backtick_in_a_column_name(spark: Any, local_uri: str) -> None:
+    import s3ddb.spark_ext
+
+    df = spark.createDataFrame([(1, 2)], "`we``ird` long, id long")
+    s3ddb.spark_ext.write(df, local_uri)
+    assert s3ddb.dataset(local_uri).to_table().to_pylist() == [{"we`ird": 1, "id": 2}]
+
+
+def test_a_failure_removing_the_staging_folder_does_not_stop_the_commit(
+    spark: Any, local_uri: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The files are moved into data/ before the folder is removed: an error there
+    must not leave them unreferenced; the write commits and says what is left."""
+    import s3ddb.spark_ext
+
+    monkeypatch.setenv("S3DDB_FAILPOINTS", "native_write.remove_staging=raise")
+    with caplog.at_level(logging.WARNING, logger="s3ddb.spark_ext.native_write"):
+        committed = s3ddb.spark_ext.write(spark.range(5).selectExpr("id"), local_uri)
+    assert committed is not None and committed.version == 1
+    assert sorted(s3ddb.dataset(local_uri).to_table().column("id").to_pylist()) == list(range(5))
+    assert any("could not remove" in r.message for r in caplog.records)
+    left = storage.orphans(local_uri)
+    assert left and all(p.startswith("_spark_staging/") for p in left), left
+
+
+def test_an_overwrite_whose_files_the_driver_does_not_all_see_is_refused(
+    spark: Any, local_uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a cluster whose executors write a file:// path to their own disks, the
+    driver's listing of the staging folder misses files: committed, an overwrite would
+    replace the dataset with part of the rows. One file goes from the driver's view
+    (deleted before it lists the folder, as a disk it cannot see); Spark's own count
+    of the rows it wrote tells, and nothing is committed."""
+    import s3ddb.spark_ext
+    from s3ddb.spark_ext import native_write
+
+    s3ddb.spark_ext.write(spark.range(10).selectExpr("id"), local_uri)
+    before = storage.objects(local_uri)
+    listed = native_write._collect
+
+    def on_another_disk(store: Any, staging: str, fields: Any) -> Any:
+        (Path(local_uri) / staging / sorted(
+            p.name for p in (Path(local_uri) / staging).glob("part-*.parquet")
+        )[0]).unlink()  # fmt: skip
+        return listed(store, staging, fields)
+
+    monkeypatch.setattr(native_write, "_collect", on_another_disk)
+    df = spark.range(100, 200, numPartitions=2).selectExpr("id")
+    with pytest.raises(s3ddb.DataFileError, match=r"Spark wrote 100 row.*finds 50"):
+        s3ddb.spark_ext.write(df, local_uri, mode="overwrite")
+    assert storage.objects(local_uri) == before
+    assert sorted(s3ddb.dataset(local_uri).to_table().column("id").to_pylist()) == list(range(10))
+    monkeypatch.setattr(native_write, "_collect", listed)
+    assert s3ddb.spark_ext.write(df, local_uri, mode="overwrite").count_rows() == 100
+
+
+@pytest.mark.parametrize(
+    ("unit", "bad", "message"),
+    [
+        ("ms", dt.datetime(2024, 1, 2, 0, 0, 0, 1500, tzinfo=dt.timezone.utc), "finer part"),
+        ("ns", dt.datetime(2300, 1, 1, tzinfo=dt.timezone.utc), "out of its range"),
+    ],
+)
+def test_timestamps_a_coarser_or_narrower_column_cannot_hold_are_refused(
+    spark: Any, local_uri: str, unit: str, bad: dt.datetime, message: str
+) -> None:
+    import s3ddb.spark_ext
+
+    t = pa.timestamp(unit, tz="UTC")
+    first = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
+    s3ddb.write_dataset(pa.table({"ts": pa.array([first], t)}), local_uri)
+    before = storage.objects(local_uri)
+    with pytest.raises(s3ddb.SchemaMismatchError, match=message):
+        s3ddb.spark_ext.write(spark.createDataFrame([(bad,)], "ts timestamp"), local_uri)
+    assert storage.objects(local_uri) == before
+    fits = dt.datetime(2024, 1, 2, 0, 0, 0, 2000, tzinfo=dt.timezone.utc)
+    s3ddb.spark_ext.write(spark.createDataFrame([(fits,)], "ts timestamp"), local_uri)
+    assert s3ddb.dataset(local_uri).to_table().column("ts").to_pylist() == [first, fits]

@@ -289,6 +289,41 @@ def test_abort_keeps_files_when_the_commit_worker_died_midway(
     assert sorted(ds.to_table().column("id").to_pylist()) == [0, 1, 2]
 
 
+def test_abort_keeps_files_when_the_commit_was_interrupted_after_the_claim(
+    aws: Any, uri: str, tmp_path: Path
+) -> None:
+    """A KeyboardInterrupt in the commit worker right after the claim landed: the
+    commit was recorded as failed, and abort deleted the files of a landed version."""
+    opts = aws.storage_options()
+    plan, messages = _planned(uri, opts)
+    written = _data_files(uri, opts)
+    state = tmp_path / "plan.pickle"
+    state.write_bytes(pickle.dumps((plan, messages)))
+    code = "\n".join(
+        [
+            "import pickle, sys",
+            "from s3ddb.commit import external",
+            "from s3ddb.spark_ext import _write",
+            "def interrupt(name):",
+            "    if name == 'commit.after_external_put':",
+            "        raise KeyboardInterrupt",
+            "external.failpoint = interrupt",
+            "plan, messages = pickle.load(open(sys.argv[1], 'rb'))",
+            "_write.commit_write(plan, messages)",
+        ]
+    )
+    child = subprocess.run(
+        [sys.executable, "-c", code, str(state)],
+        env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert child.returncode != 0 and "KeyboardInterrupt" in child.stderr, child.stderr[-2000:]
+    assert _write.read_outcome(plan.write_id) == "unknown"
+    _write.abort_write(plan, messages)
+    assert _data_files(uri, opts) == written, "abort kept every file"
+    ds = s3ddb.dataset(uri, storage_options=opts)  # the reader finishes the commit
+    assert sorted(ds.to_table().column("id").to_pylist()) == [0, 1, 2]
+
+
 def test_a_value_spark_cannot_hold_is_a_typed_error_naming_the_column() -> None:
     from s3ddb.errors import SchemaMismatchError
     from s3ddb.spark_ext._types import cast_for_spark

@@ -27,6 +27,8 @@ NAMES = frozenset(
         "commit.after_external_finalize",
         # s3ddb.spark_ext.write: its files are in data/, nothing is committed yet.
         "native_write.after_move",
+        # s3ddb.spark_ext.write, removing its staging folder: files moved, not committed.
+        "native_write.remove_staging",
     }
 )
 

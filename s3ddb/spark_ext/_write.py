@@ -10,7 +10,8 @@ Spark runs ``commit()`` and ``abort()`` in Python workers on the driver, not
 necessarily the same one, and calls ``abort()`` when ``commit()`` raises. The commit
 records its outcome in a small file on the driver's local disk, keyed by the write's
 id, so that ``abort()`` deletes the written files only if the commit definitely
-failed (or never ran): never after an unknown outcome, or a commit that died midway.
+failed (or never ran): never after an unknown outcome, a commit that died midway, or
+one interrupted (KeyboardInterrupt...), which may have come after the claim.
 """
 
 from __future__ import annotations
@@ -243,8 +244,13 @@ def commit_write(
     except CommitStateUnknownError:
         record_outcome(plan.write_id, "unknown")
         raise
-    except BaseException:
+    except Exception:
         record_outcome(plan.write_id, "failed")
+        raise
+    except BaseException:
+        # An interrupt (KeyboardInterrupt, SystemExit...) may have come mid-claim:
+        # the version may have landed, so the files are kept, as the committer does.
+        record_outcome(plan.write_id, "unknown")
         raise
     forget_outcome(plan.write_id)  # no abort follows a commit that returned
     # The worker may exit without running exit handlers: finish steps 3-4 now.

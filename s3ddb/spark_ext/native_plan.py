@@ -65,6 +65,13 @@ _GLOB = re.compile(r"([\\{}\[\]*?])")
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9._-]+")
 
 
+def _hidden_by_spark(name: str) -> bool:
+    """Whether Spark's file listing leaves out a file of this name (it takes names
+    starting with ``_`` or ``.``, and ones ending with ``._COPYING_``, for metadata or
+    files being copied), even when the path is given explicitly."""
+    return name.startswith(("_", ".")) or name.endswith("._COPYING_")
+
+
 @dataclass(frozen=True)
 class Column:
     """One requested column inside one data file: the dataset's name for it, the
@@ -268,6 +275,11 @@ def plan_native_read(
                 return plan
             if not _PLAIN_NAME.fullmatch(data_file.path):
                 plan.refused = f"data file name {data_file.path!r} has characters Spark may encode"
+                return plan
+            if _hidden_by_spark(data_file.path):
+                # Spark's file listing skips such names even when given one by one:
+                # read natively, the fragment's rows would be silently missing.
+                plan.refused = f"data file name {data_file.path!r} is one Spark skips"
                 return plan
             if data_file.path in seen:
                 # Spark tells rows of files apart by name only.

@@ -138,8 +138,8 @@ def read(
     Raises:
         InvalidInputError: more than one of version, tag, timestamp; ``columns`` not
             a list of names (a comma-separated string is the data source option's
-            form, not this one's), ``native`` not None or a bool, ``scheme_map`` not a
-            mapping of scheme names.
+            form, not this one's) or empty, ``native`` not None or a bool,
+            ``scheme_map`` not a mapping of scheme names.
         ColumnNotFoundError: an unknown column.
         UnsupportedOperationError: ``native=True`` and the JVM cannot read the files.
         DataFileError, ManifestCorruptError: a data or deletion file is missing or
@@ -184,6 +184,9 @@ def _check_read_arguments(columns: Any, native: Any, scheme_map: Any) -> None:
             f"columns must be a list of column names, got {columns!r:.200}"
             + (f" (write {columns.split(',')!r:.200})" if isinstance(columns, str) else "")
         )
+    if columns is not None and len(columns) == 0:
+        # The Python data source has no form for "no column": refused on both paths.
+        raise InvalidInputError("columns must name at least one column (None reads all)")
     if native is not None and not isinstance(native, bool):
         raise InvalidInputError(f"native must be None, True or False, got {native!r:.100}")
     if scheme_map is not None and not (

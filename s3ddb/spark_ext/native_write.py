@@ -3,7 +3,10 @@
     s3ddb.spark_ext.write(df, uri, mode="append")
 
 1. The driver pins the version the write reads and the schema (with field ids) the
-   files will carry, as ``df.write.format("s3ddb")`` does.
+   files will carry, as ``df.write.format("s3ddb")`` does. An append checks, in Spark
+   while it writes, each value the dataset's column is stricter about than Spark
+   (nulls in a NOT NULL column, timestamps finer than the column's unit): the job
+   fails with SchemaMismatchError at the first, before anything is committed.
 2. Spark writes the rows with its JVM Parquet writer, columns tagged with their field
    ids (``parquet.field.id``), into a staging folder of the dataset,
    ``_spark_staging/<write id>/``, under Spark's own commit protocol: task attempts
@@ -12,13 +15,16 @@
 3. The driver reads the footers of the folder's files (row counts, field ids, column
    statistics), moves each file to ``data/<uuid>.parquet`` and commits one Append or
    Overwrite through the usual commit loop (rebasing over concurrent writers).
-4. The staging folder is deleted, whatever happened. The moved files are deleted
-   only if the commit definitely failed; after an unknown outcome they are kept.
+4. The write's staging folder is deleted, whatever happened (a failure there is
+   logged: it must not stop the commit of the moved files); the shared
+   ``_spark_staging/`` stays. The moved files are deleted only if the commit
+   definitely failed; after an unknown outcome they are kept.
 
-The JVM must reach the dataset's files: local paths always; S3 datasets through the
-cluster's own S3 connector, named by ``jvm_scheme`` (``s3a`` maps
-``s3+ddb://bucket/prefix?...`` to ``s3a://bucket/prefix``). Otherwise the write goes
-through the Python data source, and says so once.
+The JVM must reach the dataset's files, and the driver must list what the executors
+wrote: local paths in local mode, or a file system shared by the driver and every
+executor; S3 datasets through the cluster's own S3 connector, named by
+``jvm_scheme`` (``s3a`` maps ``s3+ddb://bucket/prefix?...`` to ``s3a://bucket/prefix``).
+Otherwise the write goes through the Python data source, and says so once.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import time
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -34,7 +41,12 @@ import pyarrow.parquet as pq
 
 import s3ddb
 from s3ddb.commit.failpoints import failpoint
-from s3ddb.errors import CommitStateUnknownError, DataFileError, InvalidInputError
+from s3ddb.errors import (
+    CommitStateUnknownError,
+    DataFileError,
+    InvalidInputError,
+    SchemaMismatchError,
+)
 from s3ddb.format import layout
 from s3ddb.format.fragment import DataFile, FragmentMetadata
 from s3ddb.format.parquet_source import file_columns_by_id, read_footer
@@ -51,8 +63,16 @@ from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.uri import parse_uri
 from s3ddb.spark_ext import _write
 from s3ddb.spark_ext._options import SourceOptions
+from s3ddb.spark_ext._types import arrow_schema_of
 
-__all__ = ["STAGING_DIR", "WRITER_OPTIONS", "footer_statistics", "jvm_root_of", "write"]
+__all__ = [
+    "OBSERVED_WAIT",
+    "STAGING_DIR",
+    "WRITER_OPTIONS",
+    "footer_statistics",
+    "jvm_root_of",
+    "write",
+]
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +97,23 @@ WRITER_OPTIONS = {
 
 _fallback_said = False
 
+#: A column's check: a Spark condition true for a value that may not be appended,
+#: and what the error says then.
+_Check = tuple[Any, str]
+
+#: The instants a timestamp[ns] holds, in microseconds since the epoch.
+_NS_RANGE_MICROS = (-(2**63) // 1000 + 1, (2**63 - 1) // 1000)
+
+#: Seconds the driver waits, after Spark's job, for the count of rows Spark wrote
+#: (it is there when the job returns; the wait only bounds a Spark that never says).
+OBSERVED_WAIT = 5.0
+
+#: How many microseconds one unit of a timestamp coarser than Spark's holds.
+_UNIT_MICROS = {"s": 1_000_000, "ms": 1_000}
+
+#: Starts the message of a Spark job failed by a check (found in Spark's error).
+_CHECK_MARK = "s3ddb-value-check: "
+
 
 def jvm_root_of(uri: str, jvm_scheme: str | None = None) -> str | None:
     """The dataset root as the JVM names it, or None if the JVM cannot reach it.
@@ -92,14 +129,93 @@ def jvm_root_of(uri: str, jvm_scheme: str | None = None) -> str | None:
     return None
 
 
-def _with_field_ids(df: Any, schema: DatasetSchema) -> Any:
+def _quoted(name: str) -> str:
+    """``name`` as a Spark column reference takes it literally (dots, backticks)."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _with_field_ids(df: Any, schema: DatasetSchema, checks: Mapping[str, list[_Check]]) -> Any:
+    """``df``'s columns tagged with their field ids, each failing the job at the first
+    value that breaks one of its ``checks``."""
     from pyspark.sql import functions as F
 
-    columns = [
-        F.col(f"`{name}`").alias(name, metadata={"parquet.field.id": schema.field_id(name)})
-        for name in df.columns
-    ]
+    columns = []
+    for name in df.columns:
+        column = F.col(_quoted(name))
+        checked: Any = None
+        for condition, message in checks.get(name, []):
+            fail = F.raise_error(F.lit(_CHECK_MARK + message))
+            when = F.when if checked is None else checked.when
+            checked = when(condition, fail)
+        if checked is not None:
+            column = checked.otherwise(column)
+        metadata = {"parquet.field.id": schema.field_id(name)}
+        columns.append(column.alias(name, metadata=metadata))
     return df.select(*columns)
+
+
+def _value_checks(
+    spark_schema: Any, target: pa.Schema, where: str
+) -> dict[str, list[_Check]] | None:
+    """What each column's values must pass, in Spark, to be appended to a dataset of
+    ``target`` as the Python data source would accept them (its
+    :func:`~s3ddb.spark_ext._types.conform_to_dataset`, already checked for the
+    types): no nulls in a non-nullable column, and timestamps that fit a coarser (or
+    narrower) unit. Columns Spark stores as the dataset has them need nothing, so the
+    usual append costs nothing more. None: a column needs a check this does not
+    express in Spark (a nested type that differs from the dataset's, a timestamp_ntz
+    for a nanosecond column).
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import TimestampNTZType
+
+    checks: dict[str, list[_Check]] = {}
+    for field, arrow in zip(spark_schema.fields, arrow_schema_of(spark_schema), strict=True):
+        want = target.field(field.name)
+        column = F.col(_quoted(field.name))
+        said = f"column {field.name!r} of {where}"
+        found: list[_Check] = []
+        if field.nullable and not want.nullable:
+            found.append((column.isNull(), f"{said} has nulls but is not nullable"))
+        have = arrow.type
+        if pa.types.is_timestamp(have) and pa.types.is_timestamp(want.type):
+            unit = want.type.unit
+            micros = F.unix_micros(column)
+            if unit in _UNIT_MICROS:
+                found.append(
+                    (
+                        micros % _UNIT_MICROS[unit] != 0,
+                        f"{said} is {want.type}: a value has a finer part than a {unit}",
+                    )
+                )
+            elif unit == "ns":
+                if isinstance(field.dataType, TimestampNTZType):
+                    return None  # its instant depends on the session's time zone
+                low, high = _NS_RANGE_MICROS
+                found.append(
+                    (
+                        (micros < low) | (micros > high),
+                        f"{said} is {want.type}: a value is out of its range (years 1677 to 2262)",
+                    )
+                )
+        elif not _stored_alike(have, want.type):
+            return None
+        if found:
+            checks[field.name] = found
+    return checks
+
+
+def _stored_alike(have: pa.DataType, want: pa.DataType) -> bool:
+    """Whether every value Spark writes as ``have`` reads back as ``want`` (the
+    reader casts: string to large_string, date32 to date64...)."""
+    if have.equals(want):
+        return True
+    pairs = (
+        (pa.types.is_string, pa.types.is_large_string),
+        (pa.types.is_binary, pa.types.is_large_binary),
+        (pa.types.is_date32, pa.types.is_date64),
+    )
+    return any(a(have) and b(want) for a, b in pairs)
 
 
 def footer_statistics(metadata: pq.FileMetaData, data_file: DataFile) -> FileStatistics:
@@ -115,9 +231,7 @@ def footer_statistics(metadata: pq.FileMetaData, data_file: DataFile) -> FileSta
     """
     arrow = metadata.schema.to_arrow_schema()
     by_id = file_columns_by_id(arrow)
-    # Row groups index leaf columns: a top-level column is the leaf whose path is its
-    # name (nested columns before it shift the positions).
-    leaves = {metadata.schema.column(i).path: i for i in range(metadata.num_columns)}
+    leaves = _top_level_leaves(metadata, arrow)
     columns = []
     for field_id in data_file.fields:
         name = by_id[field_id]
@@ -128,6 +242,41 @@ def footer_statistics(metadata: pq.FileMetaData, data_file: DataFile) -> FileSta
             if column is not None:
                 columns.append(column)
     return FileStatistics(file_key(data_file.path), tuple(columns))
+
+
+def _leaf_count(t: pa.DataType) -> int:
+    """How many Parquet leaf columns a column of Arrow type ``t`` is stored as."""
+    if pa.types.is_struct(t):
+        return sum(_leaf_count(t.field(i).type) for i in range(t.num_fields))
+    if pa.types.is_map(t):
+        return _leaf_count(t.key_type) + _leaf_count(t.item_type)
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return _leaf_count(t.value_type)
+    return 1
+
+
+def _top_level_leaves(metadata: pq.FileMetaData, arrow: pa.Schema) -> dict[str, int]:
+    """Top-level primitive column name -> its leaf column index in the row groups.
+
+    Leaves are counted in schema order, never matched by their dotted path: a
+    top-level column ``"a.b"`` and the child ``b`` of a struct ``a`` have the same
+    one. Empty when the count disagrees with the file (no statistics: only costs
+    reads).
+    """
+    out: dict[str, int] = {}
+    index = 0
+    for field in arrow:
+        count = _leaf_count(field.type)
+        if count == 1 and not pa.types.is_nested(field.type):
+            out[field.name] = index
+        index += count
+    if index != metadata.num_columns:
+        return {}
+    for name, i in out.items():
+        column = metadata.schema.column(i)
+        if column.name != name or column.max_repetition_level != 0:
+            return {}
+    return out
 
 
 def _column_statistics(
@@ -217,17 +366,95 @@ def _remove_staging(store: ObjectStore, staging: str) -> None:
 
     from s3ddb.io.written_files import delete_written_files
 
+    failpoint("native_write.remove_staging")
     paths = [m.path for m in store.list(staging + "/")]
     delete_written_files(store, paths, on_failure=warn)
     if store.is_local:
-        # Empty directories stay behind on a local file system; the shared parent
-        # goes too once no other write uses it (rmdir refuses a non-empty one).
-        folders = [f for f, _, _ in os.walk(store.full_path(staging), topdown=False)]
-        for folder in [*folders, store.full_path(STAGING_DIR)]:
+        # Empty directories stay behind on a local file system. The shared parent
+        # stays: a write starting now may be creating its own folder in it.
+        for folder, _, _ in os.walk(store.full_path(staging), topdown=False):
             try:
                 os.rmdir(folder)
             except OSError:
                 pass
+
+
+def _python_write(
+    df: Any,
+    uri: str,
+    mode: str,
+    options: dict[str, str],
+    max_rows_per_file: int | None,
+) -> s3ddb.Dataset:
+    """Write through the ``s3ddb`` Python data source; the newest version after it."""
+    writer = df.write.format("s3ddb").mode(mode).options(**options)
+    if max_rows_per_file is not None:
+        writer = writer.option("maxRowsPerFile", max_rows_per_file)
+    writer.save(uri)
+    return s3ddb.dataset(uri, storage_options=options)
+
+
+def _counted(df: Any, write_id: str) -> tuple[Any, Any]:
+    """(observation, ``df`` observed by it): Spark counts the rows it writes, in the
+    JVM, as they pass (no extra job)."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    observation = Observation(f"s3ddb_write_{write_id}")
+    return observation, df.observe(observation, F.count(F.lit(1)).alias("rows"))
+
+
+def _observed_rows(observation: Any) -> int | None:
+    """The rows Spark counted, or None if it has not reported them within
+    :data:`OBSERVED_WAIT` seconds of the job's end (then nothing is checked: Spark
+    reports them as the job ends, but a wait without bound could hang the write)."""
+    try:
+        future = observation._jo.future()  # PySpark's blocking get has no time limit
+        deadline = time.monotonic() + OBSERVED_WAIT
+        while not future.isCompleted():
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(0.02)
+        return int(observation.get["rows"])
+    except Exception as exc:  # Spark Connect, or a version without this API
+        log.debug("s3ddb: no row count from Spark: %s", exc)
+        return None
+
+
+def _check_row_count(
+    observation: Any, collected: list[tuple[str, FragmentMetadata]], where: str
+) -> None:
+    """Check that the staging folder's files hold every row Spark wrote.
+
+    Raises:
+        DataFileError: they hold fewer (or more): the driver does not see the files
+            the executors wrote.
+    """
+    written = _observed_rows(observation)
+    found = sum(fragment.physical_rows for _, fragment in collected)
+    if written is not None and written != found:
+        raise DataFileError(
+            f"Spark wrote {written} row(s) into {where}, the driver finds {found} there; "
+            "nothing is committed. On a cluster, a local path must be one file system "
+            "shared by the driver and every executor"
+        )
+
+
+def _run(writer: Any, path: str) -> None:
+    """Run Spark's Parquet write of ``writer`` into ``path``.
+
+    Raises:
+        SchemaMismatchError: a value failed a check of :func:`_value_checks` (Spark
+            aborted the job: no task's files reached ``path``).
+    """
+    try:
+        writer.parquet(path)
+    except Exception as exc:
+        text = str(exc)
+        if _CHECK_MARK not in text:
+            raise
+        message = text.split(_CHECK_MARK, 1)[1].splitlines()[0].split(" SQLSTATE:")[0]
+        raise SchemaMismatchError(f"data does not match the schema: {message}") from None
 
 
 def write(
@@ -251,7 +478,12 @@ def write(
     Raises:
         InvalidInputError: a bad ``mode``, or ``max_rows_per_file`` not None or
             an int >= 1.
-        SchemaMismatchError: an append whose columns or types do not match.
+        DataFileError: the staging folder does not hold the rows Spark wrote (the
+            driver does not see the executors' files); nothing is committed.
+        SchemaMismatchError: an append whose columns or types do not match, or
+            whose values do not fit the dataset's columns (nulls in a non-nullable
+            column, a timestamp finer than the column's unit): nothing is committed,
+            and no file is left.
         CommitConflictError: definitely not committed (its files are deleted).
         CommitStateUnknownError: the outcome is unknown (its files are kept).
     """
@@ -271,14 +503,22 @@ def write(
                 "cluster has an S3 connector); writing through the Python data source",
                 parse_uri(uri).object_url,
             )
-        writer = df.write.format("s3ddb").mode(mode).options(**options)
-        if max_rows_per_file is not None:
-            writer = writer.option("maxRowsPerFile", max_rows_per_file)
-        writer.save(uri)
-        return s3ddb.dataset(uri, storage_options=options)
+        return _python_write(df, uri, mode, options, max_rows_per_file)
     plan = _write.WritePlan.make(
         SourceOptions.parse({"path": uri, **options}), df.schema, mode == "overwrite"
     )
+    checks: dict[str, list[_Check]] = {}
+    if plan.read_version and not plan.overwrite:
+        found = _value_checks(df.schema, plan.schema.arrow, uri)
+        if found is None:
+            log.warning(
+                "s3ddb: a column of the DataFrame differs from %s's in a way the native "
+                "write does not check (a nested type, or nanoseconds from timestamp_ntz); "
+                "writing through the Python data source, which checks each value",
+                parse_uri(uri).object_url,
+            )
+            return _python_write(df, uri, mode, options, max_rows_per_file)
+        checks = found
     store = plan.store()
     staging = f"{STAGING_DIR}/{plan.write_id}"
     fields = tuple(plan.schema.top_level_ids(df.columns))
@@ -290,12 +530,14 @@ def write(
     try:
         for key, value in conf.items():
             spark.conf.set(key, value)
-        writer = _with_field_ids(df, plan.schema).write.mode("overwrite")
-        writer = writer.options(**WRITER_OPTIONS)
+        observation, counted = _counted(_with_field_ids(df, plan.schema, checks), plan.write_id)
+        writer = counted.write.mode("overwrite").options(**WRITER_OPTIONS)
         if max_rows_per_file:
             writer = writer.option("maxRecordsPerFile", max_rows_per_file)
-        writer.parquet(f"{root.rstrip('/')}/{staging}")
-        for src, fragment in _collect(store, staging, fields):
+        _run(writer, f"{root.rstrip('/')}/{staging}")
+        collected = _collect(store, staging, fields)
+        _check_row_count(observation, collected, f"{store.url}/{staging}")
+        for src, fragment in collected:
             _move(store, src, layout.data_file_path(fragment.files[0].path))
             moved.append(fragment)
         failpoint("native_write.after_move")
@@ -308,7 +550,12 @@ def write(
                 spark.conf.unset(key)
             else:
                 spark.conf.set(key, old)
-        _remove_staging(store, staging)
+        try:
+            _remove_staging(store, staging)
+        except Exception as exc:
+            # Left behind, the folder costs storage only (cleanup and verify find it);
+            # failing here would orphan the moved files of a write about to commit.
+            log.warning("s3ddb: could not remove %s/%s: %s", store.url, staging, exc)
     try:
         return _write.commit_write(plan, [_write.FragmentsWritten(tuple(moved))])
     except CommitStateUnknownError:
