@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from s3ddb.errors import InvalidInputError
+from s3ddb.external_store.base import ManifestRow, VersionTakenError
 from s3ddb.format import layout
 from s3ddb.format.manifest import referenced_paths
 from s3ddb.format.naming import parse_manifest_name, parse_staged_name
@@ -39,7 +40,8 @@ from s3ddb.io.arguments import check_int
 from s3ddb.maintenance.staging import remove_empty_folders, staging_folders
 
 if TYPE_CHECKING:
-    from s3ddb.io.object_store import ObjectMeta, ObjectStore
+    from s3ddb.commit.handlers import CommitHandler
+    from s3ddb.io.object_store import ObjectMeta
     from s3ddb.versions.opening import VersionInfo
     from s3ddb.versions.pinned import PinnedVersion
 
@@ -176,25 +178,60 @@ def cleanup_old_versions(
         return CleanupStats()
     kept = _kept_versions(ds, history, now, (older_than, claim_window), retain_versions)
     removed = [v.version for v in history if v.version not in kept]
-    stats = CleanupStats(versions_removed=removed, versions_kept=list(kept.values()))
+    grace = 0.0 if delete_unverified else UNVERIFIED_GRACE.total_seconds()
+    listed = list(handler.store.iter_list(""))
+    finals = _final_manifests(listed)
+    rows = _rows_of(handler)
+    orphans = _orphaned_manifests(finals, [v.version for v in history], grace)
     keep = _referenced_by(ds, sorted(kept))
-    gone = _referenced_by(ds, removed)
+    # An orphaned final manifest too young to go is still openable by number (the
+    # listing fallback): whatever it reads stays.
+    keep.update(_referenced_by(ds, sorted(v for v, old in orphans.items() if not old)))
+    refs = {v: _referenced_by(ds, [v]) for v in removed}
+    saved = {v: (finals[v].path, handler.store.get(finals[v].path)) for v in removed if v in finals}
 
-    # Rows first: a version without its row is invisible, whatever is left of it.
+    # 1. Make the removed versions invisible: their rows, then their final manifests
+    #    (each saved first). Nothing else of theirs is touched yet: a reader either
+    #    finds a whole version or none.
     manifest_store = handler.manifest_store()
     if removed and manifest_store is not None:
         external, base_uri = manifest_store
-        stats.rows_removed = external.delete_versions(base_uri, removed)
-    grace = 0.0 if delete_unverified else UNVERIFIED_GRACE.total_seconds()
-    doomed = _doomed_objects(
-        handler.store, set(removed), keep, gone, _staged_row_paths(handler), grace
+        external.delete_versions(base_uri, removed)
+    handler.store.delete_many([path for path, _ in saved.values()])
+    # 2. A tag names a removed version: its writer saw the version whole after writing
+    #    the tag (Tags.create checks again), so before step 1. Put the version back
+    #    exactly as it was, manifest then row, and keep its files.
+    late = sorted(set(removed) & set(ds.tags.list().values()))
+    for version in late:
+        _put_back(handler, saved.get(version), rows.get(version))
+        keep.update(refs[version])
+        kept[version] = KeptVersion(version, "tagged")
+    removed = [v for v in removed if v not in late]
+    stats = CleanupStats(
+        versions_removed=removed,
+        rows_removed=len([v for v in removed if v in rows]),
+        versions_kept=[kept[v] for v in sorted(kept)],
     )
+    for version in removed:
+        if version in saved:
+            stats.add("manifests", len(saved[version][1]))
+    gone = _Referenced(set(), set())
+    for version in removed:
+        gone.update(refs[version])
+
+    # 3. Orphaned final manifests (old enough) before any file they may read, then
+    #    every file no visible version references.
+    live_staged = {row.path for v, row in rows.items() if row.is_staged and v not in removed}
+    stale = {finals[v].path: ("manifests", finals[v].size) for v, old in orphans.items() if old}
+    doomed = _doomed_objects(listed, set(removed), keep, gone, live_staged, grace)
 
     def count(batch: list[str]) -> None:
         for path in batch:
             stats.add(*doomed[path])
 
-    handler.store.delete_many(list(doomed), deleted=count)
+    doomed = {**stale, **doomed}  # the manifests first
+    handler.store.delete_many(list(stale), deleted=count)
+    handler.store.delete_many([p for p in doomed if p not in stale], deleted=count)
     remove_empty_folders(handler.store, [p for p, (k, _) in doomed.items() if k == STAGING_KIND])
     return stats
 
@@ -251,9 +288,17 @@ class _Referenced:
     files: set[str]
     index_dirs: set[str]
 
+    def update(self, other: _Referenced) -> None:
+        self.files.update(other.files)
+        self.index_dirs.update(other.index_dirs)
+
 
 def _referenced_by(ds: PinnedVersion, versions: Iterable[int]) -> _Referenced:
-    """What the manifests of ``versions`` refer to (each read in the order given)."""
+    """What the manifests of ``versions`` refer to (each read in the order given).
+
+    Raises:
+        VersionNotFoundError: a version is gone (another cleanup removed it).
+    """
     referenced = _Referenced(set(), set())
     for version in versions:
         manifest = ds.checkout_version(version).manifest
@@ -262,37 +307,94 @@ def _referenced_by(ds: PinnedVersion, versions: Iterable[int]) -> _Referenced:
     return referenced
 
 
+def _final_manifests(listed: Iterable[ObjectMeta]) -> dict[int, ObjectMeta]:
+    """The final manifest of each version among the objects ``listed``."""
+    out = {}
+    for meta in listed:
+        directory, _, name = meta.path.partition("/")
+        parsed = parse_manifest_name(name) if directory == layout.VERSIONS_DIR else None
+        if parsed is not None:
+            out[parsed[0]] = meta
+    return out
+
+
+def _rows_of(handler: CommitHandler) -> dict[int, ManifestRow]:
+    """The external store's row of each version; empty when the object store decides
+    versions."""
+    manifest_store = handler.manifest_store()
+    if manifest_store is None:
+        return {}
+    external, base_uri = manifest_store
+    return {row.version: row for row in external.list_versions(base_uri)}
+
+
+def _orphaned_manifests(
+    finals: dict[int, ObjectMeta], history: list[int], grace: float
+) -> dict[int, bool]:
+    """The final manifests no version of ``history`` (oldest first) owns though their
+    number lies between two that it has, each with whether it is older than ``grace``
+    seconds.
+
+    Only an external store's dataset has them: an interrupted cleanup deleted their
+    rows (and readers look up a version without a row in the listing, so they can be
+    opened by number). Manifests below the oldest row are in ``history`` (the listing
+    fallback shows versions from before the store), and a commit in flight claims its
+    row, above the newest, before its final manifest exists: neither is one of these.
+    """
+    wall = time.time()
+    have = set(history)
+    return {
+        version: meta.modified is None or wall - meta.modified >= grace
+        for version, meta in finals.items()
+        if history[0] < version < history[-1] and version not in have
+    }
+
+
+def _put_back(
+    handler: CommitHandler, manifest: tuple[str, bytes] | None, row: ManifestRow | None
+) -> None:
+    """Restore a version step 1 of cleanup removed: its final manifest, byte for byte,
+    then its row as it was (a row only ever points at a manifest that exists)."""
+    if manifest is not None:
+        handler.store.put(*manifest)
+    manifest_store = handler.manifest_store()
+    if row is not None and manifest_store is not None:
+        try:
+            manifest_store[0].put_if_not_exists(row)
+        except VersionTakenError:
+            pass  # its row is back already (a reader cannot write one; kept as it is)
+
+
 def _doomed_objects(
-    store: ObjectStore,
+    listed: Iterable[ObjectMeta],
     removed: set[int],
     keep: _Referenced,
     gone: _Referenced,
     live_rows: set[str],
     grace: float,
 ) -> dict[str, tuple[str, int]]:
-    """The objects cleanup deletes, each with its kind and size, in listing order.
+    """The objects among ``listed`` that cleanup deletes once the removed versions'
+    final manifests are gone, each with its kind and size, in listing order.
 
-    Manifests of ``removed`` versions; staged manifests no row in ``live_rows`` points
-    at, of a removed version or older than ``grace`` seconds; files (data, deletion,
-    transaction, index) nothing in ``keep`` refers to that a removed version referred
-    to (``gone``) or that are older than ``grace``; and the files of native Spark
-    writes' staging folders whose newest file is older than ``grace``.
+    Staged manifests no row in ``live_rows`` points at, of a ``removed`` version or
+    older than ``grace`` seconds; files (data, deletion, transaction, index) nothing in
+    ``keep`` refers to that a removed version referred to (``gone``) or that are older
+    than ``grace``; and the files of native Spark writes' staging folders whose newest
+    file is older than ``grace``. Final manifests are never among them (see
+    :func:`cleanup_old_versions`).
     """
     wall = time.time()
     doomed: dict[str, tuple[str, int]] = {}
     staging: list[ObjectMeta] = []
-    for meta in store.iter_list(""):
+    for meta in listed:
         if meta.path.startswith(layout.SPARK_STAGING_DIR + "/"):
             staging.append(meta)  # judged per folder, below
             continue
         path, old = meta.path, meta.modified is None or wall - meta.modified >= grace
         directory, _, name = path.partition("/")
         if directory == layout.VERSIONS_DIR:
-            final = parse_manifest_name(name)
             staged = parse_staged_name(name)
-            if final is not None and final[0] in removed:
-                doomed[path] = ("manifests", meta.size)
-            elif staged is not None and path not in live_rows and (staged[0] in removed or old):
+            if staged is not None and path not in live_rows and (staged[0] in removed or old):
                 doomed[path] = ("staged_manifests", meta.size)
             continue
         kind = _kind(path)
@@ -310,13 +412,3 @@ def _doomed_objects(
         if folder.idle_for(grace, wall):
             doomed.update((m.path, (STAGING_KIND, m.size)) for m in folder.files)
     return doomed
-
-
-def _staged_row_paths(handler: Any) -> set[str]:
-    """Staged manifest paths that rows (of kept versions: the others are gone) point at."""
-    manifest_store = handler.manifest_store()
-    if manifest_store is None:
-        return set()
-    external, base_uri = manifest_store
-    rows = external.list_versions(base_uri)
-    return {row.path for row in rows if row.is_staged}
