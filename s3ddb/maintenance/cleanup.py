@@ -37,6 +37,7 @@ from s3ddb.format import layout
 from s3ddb.format.manifest import referenced_paths
 from s3ddb.format.naming import parse_manifest_name, parse_staged_name
 from s3ddb.io.arguments import check_int
+from s3ddb.maintenance.cleanup_journal import read_journals, write_journal
 from s3ddb.maintenance.staging import remove_empty_folders, staging_folders
 
 if TYPE_CHECKING:
@@ -189,6 +190,17 @@ def cleanup_old_versions(
     keep.update(_referenced_by(ds, sorted(v for v, old in orphans.items() if not old)))
     refs = {v: _referenced_by(ds, [v]) for v in removed}
     saved = {v: (finals[v].path, handler.store.get(finals[v].path)) for v in removed if v in finals}
+    # Notes of interrupted cleanups: files removed versions referenced (see
+    # cleanup_journal); and this cleanup's own, written before it deletes anything.
+    earlier = read_journals(handler.store, listed, claim_window.total_seconds(), time.time())
+    gone = _Referenced(earlier.files, earlier.index_dirs)
+    for version in removed:
+        gone.update(refs[version])
+    note = (
+        write_journal(handler.store, gone.files - keep.files, gone.index_dirs - keep.index_dirs)
+        if removed or earlier.notes
+        else None
+    )
 
     # 1. Make the removed versions invisible: their rows, then their final manifests
     #    (each saved first). Nothing else of theirs is touched yet: a reader either
@@ -215,9 +227,6 @@ def cleanup_old_versions(
     for version in removed:
         if version in saved:
             stats.add("manifests", len(saved[version][1]))
-    gone = _Referenced(set(), set())
-    for version in removed:
-        gone.update(refs[version])
 
     # 3. Orphaned final manifests (old enough) before any file they may read, then
     #    every file no visible version references.
@@ -233,6 +242,7 @@ def cleanup_old_versions(
     handler.store.delete_many(list(stale), deleted=count)
     handler.store.delete_many([p for p in doomed if p not in stale], deleted=count)
     remove_empty_folders(handler.store, [p for p, (k, _) in doomed.items() if k == STAGING_KIND])
+    handler.store.delete_many([*earlier.notes, *([note] if note else [])])
     return stats
 
 
