@@ -15,8 +15,32 @@ commit only ever builds on the newest version (and its files are new), and files
 commit in progress has written are younger than the grace period. A version also stays
 until the version after it is older than the claim window (:data:`CLAIM_WINDOW`, 10
 minutes): a writer that saw it as the newest may still be claiming the next number, and
-must find that number taken. DynamoDB rows go first, so an interrupted cleanup leaves
-only files that no version references, which the next cleanup removes.
+must find that number taken.
+
+The order of the work, and what holds if cleanup stops anywhere (crash, kill, error):
+
+1. It writes a note of the files only removed versions reference
+   (:mod:`s3ddb.maintenance.cleanup_journal`).
+2. It makes the removed versions invisible: their DynamoDB rows, then their final
+   manifests (whose bytes it keeps in memory). No other file of theirs is touched
+   yet, so a reader finds each removed version whole or not at all; a version whose
+   row is gone but whose manifest is still there is whole, and the next cleanup
+   removes it again.
+3. It reads the tags again. A tag now naming a removed version was written before
+   step 2 (a tag writer checks again, after writing, that its version is there, and
+   otherwise deletes its tag and raises ``VersionNotFoundError``), so that version is
+   put back exactly (manifest, then row) and kept with all its files.
+4. It deletes final manifests an interrupted cleanup left without a row between two
+   versions that have one (older than the grace period; younger ones stay, with every
+   file they read), then staged manifests and files, then the notes.
+
+So a tagged version is always kept, whenever the tag was created. An interrupted
+cleanup leaves whole versions and files no version references; the next cleanup
+removes both: the files at once when a note names them and the note is older than the
+claim window, else once older than the grace period. Final manifests of versions from
+before the dataset used the external store (older than its oldest row) are versions
+like any other, and an in-flight commit's final manifest has its row: neither is ever
+taken for a leftover.
 
 The result says what went and, for every version kept, why
 (:class:`KeptVersion`) and when a time-bound reason ends.
