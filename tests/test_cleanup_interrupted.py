@@ -285,3 +285,52 @@ def test_manifests_an_interrupted_cleanup_left_between_kept_rows_are_removed_lat
     assert s3ddb.dataset(ddb_uri, "keep", storage_options=so).to_table().column(
         "a"
     ).to_pylist() == [0]
+
+
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        (b"{not json", s3ddb.StoredMetadataError),
+        (b'["data/x.parquet"]', s3ddb.StoredMetadataError),
+        (b'{"files": "data/x.parquet"}', s3ddb.StoredMetadataError),
+        (b'{"files": ["../other/data/x.parquet"]}', s3ddb.PathOutsideDatasetError),
+    ],
+)
+def test_a_damaged_cleanup_note_stops_cleanup_before_it_deletes_anything(
+    tmp_path: Path, body: bytes, error: type[Exception]
+) -> None:
+    uri = str(tmp_path / "ds")
+    expected = _three_versions(uri, None)
+    before = storage.objects(uri)
+    ObjectStore(uri).put("_cleanup/planted.json", body)
+    with pytest.raises(error, match=r"planted\.json|outside|\.\."):
+        s3ddb.dataset(uri).cleanup_old_versions(older_than=NOW)
+    assert storage.objects(uri) == before | {"_cleanup/planted.json"}
+    for version, rows in expected.items():
+        assert s3ddb.dataset(uri, version).to_table().column("a").to_pylist() == rows
+
+
+def test_a_tag_moved_to_a_version_cleanup_removes_meanwhile_points_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    uri = str(tmp_path / "ds")
+    _three_versions(uri, None)
+    ds = s3ddb.dataset(uri)
+    ds.tags.create("t", 3)
+    put = ds.handler.store.put
+    ran: list[str] = []
+
+    def cleanup_then_put(path: str, data: bytes) -> None:
+        if path.startswith(layout.TAGS_DIR) and not ran:
+            result = _child(_CLEANUP, uri)
+            assert result.returncode == 0, result.stderr[-2000:]
+            ran.append(result.stdout)
+        put(path, data)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(ds.handler.store, "put", cleanup_then_put)
+        with pytest.raises(s3ddb.VersionNotFoundError, match="still names version 3"):
+            ds.tags.update("t", 1)
+    assert ran == ["[1, 2]\n"]
+    assert s3ddb.dataset(uri).tags.list() == {"t": 3}
+    assert _manifest_versions(uri, None) == {3}
