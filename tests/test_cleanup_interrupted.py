@@ -266,25 +266,49 @@ def test_manifests_an_interrupted_cleanup_left_between_kept_rows_are_removed_lat
         for p in health.verify(ddb_uri, so, grace_seconds=0).problems
         if p.kind == "manifest_without_row"
     ]
-    assert sorted(p.version for p in problems) == [2, 3, 4]
+    assert sorted(p.version for p in problems if p.version is not None) == [2, 3, 4]
     assert all("interrupted cleanup" in p.meaning and "cleanup" in p.fix for p in problems)
-    # Within the grace period they stay, and so does what they read (version 3 is
-    # still found by number, through the listing).
+    store = ObjectStore(ddb_uri, so)
+    (note,) = [m.path for m in store.iter_list("_cleanup/")]
+    body = store.get(note)
+    store.delete(note)
+    # Without the interrupted cleanup's note, they stay within the grace period, and
+    # so does what they read (version 3 is still found by its number).
     again = s3ddb.dataset(ddb_uri, storage_options=so)
     stats = again.cleanup_old_versions(older_than=NOW, retain_versions=1)
     assert stats.files.get("manifests", 0) == 0
     table = s3ddb.dataset(ddb_uri, 3, storage_options=so).to_table()
     assert sorted(table.column("a").to_pylist()) == [0, 1, 2]
-    # Once past it (here: delete_unverified), they go, and nothing of 2..4 is left.
-    stats = again.cleanup_old_versions(older_than=NOW, retain_versions=1, delete_unverified=True)
+    # With the note, the next cleanup removes them at once, with what only they read.
+    store.put(note, body)
+    stats = again.cleanup_old_versions(older_than=NOW, retain_versions=1)
     assert stats.files["manifests"] == 3
     assert _manifest_versions(ddb_uri, so) == {1, 5}
     assert not {p for p in storage.orphans(ddb_uri, so) if not p.startswith("_refs")}
     report = health.verify(ddb_uri, so, grace_seconds=0)
     assert report.healthy, report.problems
-    assert s3ddb.dataset(ddb_uri, "keep", storage_options=so).to_table().column(
-        "a"
-    ).to_pylist() == [0]
+    kept = s3ddb.dataset(ddb_uri, "keep", storage_options=so).to_table()
+    assert kept.column("a").to_pylist() == [0]
+
+
+def test_without_a_note_they_go_once_past_the_grace_period_unless_a_tag_names_one(
+    ddb_uri: str, aws: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    so = aws.storage_options()
+    ds = _five_appends_v1_tagged(ddb_uri, so)
+    with monkeypatch.context() as patch, pytest.raises(_Cut):
+        _cut_after(patch, ds.handler.store, 0)
+        ds.cleanup_old_versions(older_than=NOW, retain_versions=1)
+    store = ObjectStore(ddb_uri, so)
+    store.delete_many([m.path for m in store.iter_list("_cleanup/")])
+    # As a put-back interrupted between manifest and row would leave it: a tag names
+    # version 3, which has a manifest and no row.
+    ds.tags.create("three", 3)
+    stats = ds.cleanup_old_versions(older_than=NOW, retain_versions=1, delete_unverified=True)
+    assert stats.files["manifests"] == 2
+    assert _manifest_versions(ddb_uri, so) == {1, 3, 5}
+    table = s3ddb.dataset(ddb_uri, "three", storage_options=so).to_table()
+    assert sorted(table.column("a").to_pylist()) == [0, 1, 2]
 
 
 @pytest.mark.parametrize(

@@ -31,8 +31,9 @@ The order of the work, and what holds if cleanup stops anywhere (crash, kill, er
    otherwise deletes its tag and raises ``VersionNotFoundError``), so that version is
    put back exactly (manifest, then row) and kept with all its files.
 4. It deletes final manifests an interrupted cleanup left without a row between two
-   versions that have one (older than the grace period; younger ones stay, with every
-   file they read), then staged manifests and files, then the notes.
+   versions that have one (those a note names, or older than the grace period; the
+   others stay, with every file they read, and so does any a tag names), then staged
+   manifests and files, then the notes.
 
 So a tagged version is always kept, whenever the tag was created. An interrupted
 cleanup leaves whole versions and files no version references; the next cleanup
@@ -61,7 +62,7 @@ from s3ddb.format import layout
 from s3ddb.format.manifest import referenced_paths
 from s3ddb.format.naming import parse_manifest_name, parse_staged_name
 from s3ddb.io.arguments import check_int
-from s3ddb.maintenance.cleanup_journal import read_journals, write_journal
+from s3ddb.maintenance.cleanup_journal import Journal, read_journals, write_journal
 from s3ddb.maintenance.staging import remove_empty_folders, staging_folders
 
 if TYPE_CHECKING:
@@ -207,24 +208,32 @@ def cleanup_old_versions(
     listed = list(handler.store.iter_list(""))
     finals = _final_manifests(listed)
     rows = _rows_of(handler)
+    # Notes of interrupted cleanups (see cleanup_journal): what their removed versions
+    # referenced, and their final manifests.
+    earlier = read_journals(handler.store, listed, claim_window.total_seconds(), time.time())
     orphans = _orphaned_manifests(finals, [v.version for v in history], grace)
+    for version in orphans:
+        orphans[version] |= finals[version].path in earlier.manifests
+    # A tag may name one (a put-back interrupted between manifest and row): kept.
+    for version in set(orphans) & set(ds.tags.list().values()):
+        orphans[version] = False
     keep = _referenced_by(ds, sorted(kept))
-    # An orphaned final manifest too young to go is still openable by number (the
-    # listing fallback): whatever it reads stays.
+    # An orphaned final manifest that stays is still openable by number (the listing
+    # fallback): whatever it reads stays.
     keep.update(_referenced_by(ds, sorted(v for v, old in orphans.items() if not old)))
     refs = {v: _referenced_by(ds, [v]) for v in removed}
     saved = {v: (finals[v].path, handler.store.get(finals[v].path)) for v in removed if v in finals}
-    # Notes of interrupted cleanups: files removed versions referenced (see
-    # cleanup_journal); and this cleanup's own, written before it deletes anything.
-    earlier = read_journals(handler.store, listed, claim_window.total_seconds(), time.time())
     gone = _Referenced(earlier.files, earlier.index_dirs)
     for version in removed:
         gone.update(refs[version])
-    note = (
-        write_journal(handler.store, gone.files - keep.files, gone.index_dirs - keep.index_dirs)
-        if removed or earlier.notes
-        else None
-    )
+    # This cleanup's own note, before it deletes anything.
+    note = None
+    if removed or earlier.notes:
+        mine = Journal(gone.files - keep.files, gone.index_dirs - keep.index_dirs)
+        mine.manifests = {path for path, _ in saved.values()} | {
+            finals[v].path for v, old in orphans.items() if old
+        }
+        note = write_journal(handler.store, mine)
 
     # 1. Make the removed versions invisible: their rows, then their final manifests
     #    (each saved first). Nothing else of theirs is touched yet: a reader either

@@ -9,8 +9,12 @@ referenced, and deletes the note once done. The next cleanup takes the notes old
 than the claim window as files a removed version referenced, and deletes each that no
 version it keeps references, however young.
 
+It names their final manifests too: one an interrupted cleanup left without its row
+(see :func:`s3ddb.maintenance.cleanup.cleanup_old_versions`) goes at once as well.
+
 A note is read as untrusted input: a JSON object ``{"files": [...], "index_dirs":
-[...]}`` of relative paths, each checked to stay inside the dataset.
+[...], "manifests": [...]}`` of relative paths, each checked to stay inside the
+dataset.
 """
 
 from __future__ import annotations
@@ -32,21 +36,24 @@ JOURNAL_DIR = "_cleanup"
 #: The largest note read; a larger one is refused unread.
 MAX_JOURNAL_BYTES = 256 * 1024 * 1024
 
+_KEYS = ("files", "index_dirs", "manifests")
+
 
 @dataclass
 class Journal:
-    """Files and index directories that versions a cleanup removed referenced, and
-    the notes that said so (``notes``: their paths)."""
+    """Files and index directories that versions a cleanup removed referenced, those
+    versions' final manifests, and the notes that said so (``notes``: their paths)."""
 
     files: set[str] = field(default_factory=set)
     index_dirs: set[str] = field(default_factory=set)
+    manifests: set[str] = field(default_factory=set)
     notes: list[str] = field(default_factory=list)
 
 
-def write_journal(store: ObjectStore, files: Iterable[str], index_dirs: Iterable[str]) -> str:
-    """Write a note of ``files`` and ``index_dirs``; returns its path."""
+def write_journal(store: ObjectStore, removed: Journal) -> str:
+    """Write a note of ``removed`` (its ``notes`` aside); returns its path."""
     path = f"{JOURNAL_DIR}/{uuid.uuid4().hex}.json"
-    body = {"files": sorted(files), "index_dirs": sorted(index_dirs)}
+    body = {key: sorted(getattr(removed, key)) for key in _KEYS}
     store.put(path, json.dumps(body).encode())
     return path
 
@@ -78,7 +85,8 @@ def read_journals(
             raise StoredMetadataError(f"{where} is not JSON: {str(exc)[:120]}") from None
         if not isinstance(body, dict):
             raise StoredMetadataError(f"{where} is not a JSON object")
-        for key, into in (("files", out.files), ("index_dirs", out.index_dirs)):
+        for key in _KEYS:
+            into: set[str] = getattr(out, key)
             paths = body.get(key, [])
             if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
                 raise StoredMetadataError(f"{where}: {key} is not a list of paths")

@@ -405,8 +405,9 @@ def _manifest_without_row(
             "row was deleted by hand); s3+ddb readers find it only by its number"
         )
         fix = (
-            "s3ddb cleanup deletes it, and the files only it reads, once it is older "
-            "than the grace period (7 days; at once with delete_unverified)"
+            "s3ddb cleanup deletes it and the files only it reads, unless a tag names "
+            "it: at once while that cleanup's note (_cleanup/) is left, else once 7 days "
+            "old (at any age with delete_unverified)"
         )
     else:
         meaning = (
