@@ -102,14 +102,26 @@ class Tags:
                 f"invalid tag name {name!r}: letters, digits, '.', '_', '-' (max 128)"
             )
 
-    def _exists(self, version: int) -> bool:
-        """Whether ``version`` can be opened now: its location (row or listing) and
-        the manifest object there, looked up afresh (no cache)."""
+    def _still_there(self, version: int, undo: Callable[[], None]) -> bool:
+        """Whether ``version`` can be opened now that a tag names it: its location
+        (row or listing) and the manifest object there, looked up afresh (no cache).
+        If not, or if looking fails, ``undo`` takes the tag's change back first (a
+        tag must never name a version cleanup may have removed).
+
+        Raises:
+            Whatever looking raised other than VersionNotFoundError, once undone.
+        """
         try:
             location = self._ds.handler.location_of(version)
+            there = self._store.exists(location.path)
         except VersionNotFoundError:
-            return False
-        return self._store.exists(location.path)
+            there = False
+        except BaseException:
+            undo()
+            raise
+        if not there:
+            undo()
+        return there
 
     def create(self, name: str, version: int) -> None:
         """Name ``version`` ``name``.
@@ -135,8 +147,7 @@ class Tags:
             self._store.put_if_not_exists(layout.tag_path(name), body)
         except FileExistsError:
             raise InvalidInputError(f"tag {name!r} already exists in {self._ds.uri}") from None
-        if not self._exists(version):
-            self._store.delete(layout.tag_path(name))
+        if not self._still_there(version, lambda: self._store.delete(layout.tag_path(name))):
             raise VersionNotFoundError(
                 f"version {version} of {self._ds.uri} was removed by cleanup while tag "
                 f"{name!r} was being created; the tag was not created"
@@ -157,8 +168,8 @@ class Tags:
         previous = self.get(name)
         self._ds.handler.location_of(version)
         self._store.put(layout.tag_path(name), json.dumps({"version": version}).encode())
-        if not self._exists(version):
-            self._store.put(layout.tag_path(name), json.dumps({"version": previous}).encode())
+        back = json.dumps({"version": previous}).encode()
+        if not self._still_there(version, lambda: self._store.put(layout.tag_path(name), back)):
             raise VersionNotFoundError(
                 f"version {version} of {self._ds.uri} was removed by cleanup while tag "
                 f"{name!r} was being moved to it; the tag still names version {previous}"
