@@ -97,6 +97,7 @@ def test_a_tag_created_after_cleanup_read_the_tags_keeps_its_version(
 
     with monkeypatch.context() as patch:
         patch.setattr(cleanup_module, "_referenced_by", tag_meanwhile)
+        patch.setattr(cleanup_module, "_VERSIONS_A_BATCH", 1)  # tags read after each
         stats = s3ddb.dataset(uri, storage_options=so).cleanup_old_versions(older_than=NOW)
     assert created == ["done\n"]
     assert stats.versions_removed == [2]

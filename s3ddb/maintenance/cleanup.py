@@ -19,29 +19,31 @@ must find that number taken.
 
 The order of the work, and what holds if cleanup stops anywhere (crash, kill, error):
 
-1. It writes a note of the files only removed versions reference
-   (:mod:`s3ddb.maintenance.cleanup_journal`).
-2. It makes the removed versions invisible: their DynamoDB rows, then their final
-   manifests (whose bytes it keeps in memory). No other file of theirs is touched
-   yet, so a reader finds each removed version whole or not at all; a version whose
-   row is gone but whose manifest is still there is whole, and the next cleanup
-   removes it again.
-3. It reads the tags again. A tag now naming a removed version was written before
-   step 2 (a tag writer checks again, after writing, that its version is there, and
-   otherwise deletes its tag and raises ``VersionNotFoundError``), so that version is
-   put back exactly (manifest, then row) and kept with all its files.
-4. It deletes final manifests an interrupted cleanup left without a row between two
-   versions that have one (those a note names, or older than the grace period; the
-   others stay, with every file they read, and so does any a tag names), then staged
-   manifests and files, then the notes.
+1. It writes a note of the files and final manifests of the removed versions that no
+   kept version needs (:mod:`s3ddb.maintenance.cleanup_journal`).
+2. It makes the removed versions invisible, a batch at a time: their DynamoDB rows,
+   then their final manifests (whose bytes it holds in memory). No other file of
+   theirs is touched yet, so a reader finds each removed version whole or not at all;
+   a version whose row is gone but whose manifest is left is whole, and the next
+   cleanup removes it again.
+3. After each batch it reads the tags again. A tag now naming a removed version was
+   written before step 2 (a tag writer checks again, after writing, that its version
+   is there, and otherwise takes the tag back and raises ``VersionNotFoundError``),
+   so that version is put back exactly (manifest, then row) and kept with its files.
+4. It deletes the final manifests an interrupted cleanup left without a row between
+   two versions that have one (those an earlier note names, or older than the grace
+   period; the others stay with every file they read, and so does any a tag names),
+   then staged manifests and files, then the notes.
 
 So a tagged version is always kept, whenever the tag was created. An interrupted
-cleanup leaves whole versions and files no version references; the next cleanup
-removes both: the files at once when a note names them and the note is older than the
-claim window, else once older than the grace period. Final manifests of versions from
-before the dataset used the external store (older than its oldest row) are versions
-like any other, and an in-flight commit's final manifest has its row: neither is ever
-taken for a leftover.
+cleanup leaves whole versions and files no version references, and the next cleanup
+removes both: the files (and leftover manifests) at once when a note older than the
+claim window names them, else once older than the grace period. Final manifests of
+versions from before the dataset used the external store (older than its oldest row)
+are versions like any other, and a commit in flight claims its row before its final
+manifest exists: neither is ever taken for a leftover. Run one cleanup of a dataset at
+a time: a second one, during the first's step 2, does not see the versions the first
+may put back.
 
 The result says what went and, for every version kept, why
 (:class:`KeptVersion`) and when a time-bound reason ends.
@@ -92,6 +94,10 @@ CLAIM_WINDOW = dt.timedelta(minutes=10)
 UNVERIFIED_GRACE = dt.timedelta(days=7)
 #: The kind (in :attr:`CleanupStats.files`) of native Spark writes' staging files.
 STAGING_KIND = "spark_staging_files"
+
+#: How many versions cleanup makes invisible at a time (their manifests are held in
+#: memory until the tags are read again).
+_VERSIONS_A_BATCH = 100
 
 #: Versions younger than this are kept by default (as Lance does).
 DEFAULT_OLDER_THAN = dt.timedelta(days=14)
@@ -222,7 +228,6 @@ def cleanup_old_versions(
     # fallback): whatever it reads stays.
     keep.update(_referenced_by(ds, sorted(v for v, old in orphans.items() if not old)))
     refs = {v: _referenced_by(ds, [v]) for v in removed}
-    saved = {v: (finals[v].path, handler.store.get(finals[v].path)) for v in removed if v in finals}
     gone = _Referenced(earlier.files, earlier.index_dirs)
     for version in removed:
         gone.update(refs[version])
@@ -230,25 +235,17 @@ def cleanup_old_versions(
     note = None
     if removed or earlier.notes:
         mine = Journal(gone.files - keep.files, gone.index_dirs - keep.index_dirs)
-        mine.manifests = {path for path, _ in saved.values()} | {
+        mine.manifests = {finals[v].path for v in removed if v in finals} | {
             finals[v].path for v, old in orphans.items() if old
         }
         note = write_journal(handler.store, mine)
 
-    # 1. Make the removed versions invisible: their rows, then their final manifests
-    #    (each saved first). Nothing else of theirs is touched yet: a reader either
-    #    finds a whole version or none.
-    manifest_store = handler.manifest_store()
-    if removed and manifest_store is not None:
-        external, base_uri = manifest_store
-        external.delete_versions(base_uri, removed)
-    handler.store.delete_many([path for path, _ in saved.values()])
-    # 2. A tag names a removed version: its writer saw the version whole after writing
-    #    the tag (Tags.create checks again), so before step 1. Put the version back
-    #    exactly as it was, manifest then row, and keep its files.
-    late = sorted(set(removed) & set(ds.tags.list().values()))
+    # Steps 2 and 3, a batch of versions at a time (their manifests are held in memory).
+    late: list[int] = []
+    for start in range(0, len(removed), _VERSIONS_A_BATCH):
+        batch = removed[start : start + _VERSIONS_A_BATCH]
+        late += _remove_or_put_back(ds, batch, finals, rows)
     for version in late:
-        _put_back(handler, saved.get(version), rows.get(version))
         keep.update(refs[version])
         kept[version] = KeptVersion(version, "tagged")
     removed = [v for v in removed if v not in late]
@@ -258,17 +255,17 @@ def cleanup_old_versions(
         versions_kept=[kept[v] for v in sorted(kept)],
     )
     for version in removed:
-        if version in saved:
-            stats.add("manifests", len(saved[version][1]))
+        if version in finals:
+            stats.add("manifests", finals[version].size)
 
-    # 3. Orphaned final manifests (old enough) before any file they may read, then
+    # 4. Orphaned final manifests (old enough) before any file they may read, then
     #    every file no visible version references.
     live_staged = {row.path for v, row in rows.items() if row.is_staged and v not in removed}
     stale = {finals[v].path: ("manifests", finals[v].size) for v, old in orphans.items() if old}
     doomed = _doomed_objects(listed, set(removed), keep, gone, live_staged, grace)
 
-    def count(batch: list[str]) -> None:
-        for path in batch:
+    def count(paths: list[str]) -> None:
+        for path in paths:
             stats.add(*doomed[path])
 
     doomed = {**stale, **doomed}  # the manifests first
@@ -277,6 +274,37 @@ def cleanup_old_versions(
     remove_empty_folders(handler.store, [p for p, (k, _) in doomed.items() if k == STAGING_KIND])
     handler.store.delete_many([*earlier.notes, *([note] if note else [])])
     return stats
+
+
+def _remove_or_put_back(
+    ds: PinnedVersion,
+    versions: list[int],
+    finals: dict[int, ObjectMeta],
+    rows: dict[int, ManifestRow],
+) -> list[int]:
+    """Steps 2 and 3 of :func:`cleanup_old_versions` for ``versions``; returns those
+    put back because a tag names them.
+
+    2. Make them invisible: their rows, then their final manifests (each read first).
+       Nothing else of theirs is touched yet: a reader finds each whole or not at all.
+    3. Read the tags again. A tag now naming one of them was written before step 1 (a
+       tag writer checks again, after writing, that its version is there; if not, it
+       takes the tag back): put that version back exactly as it was, manifest then row.
+       Ensures: a reader finds each of ``versions`` whole or not at all, throughout.
+    """
+    handler = ds.handler
+    saved = {
+        v: (finals[v].path, handler.store.get(finals[v].path)) for v in versions if v in finals
+    }
+    manifest_store = handler.manifest_store()
+    if manifest_store is not None:
+        external, base_uri = manifest_store
+        external.delete_versions(base_uri, versions)
+    handler.store.delete_many([path for path, _ in saved.values()])
+    late = sorted(set(versions) & set(ds.tags.list().values()))
+    for version in late:
+        _put_back(handler, saved.get(version), rows.get(version))
+    return late
 
 
 def _check_age(name: str, value: object) -> None:
