@@ -19,7 +19,7 @@ import pytest
 import s3ddb
 import s3ddb.maintenance.cleanup as cleanup_module
 from s3ddb.format import layout
-from s3ddb.format.naming import parse_manifest_name
+from s3ddb.format.naming import NamingScheme, parse_manifest_name
 from s3ddb.io import ObjectStore
 from s3ddb.maintenance import health
 from tests import storage
@@ -359,3 +359,19 @@ def test_a_tag_moved_to_a_version_cleanup_removes_meanwhile_points_back(
     assert ran == ["[1, 2]\n"]
     assert s3ddb.dataset(uri).tags.list() == {"t": 3}
     assert _manifest_versions(uri, None) == {3}
+
+
+def test_a_removed_version_whose_manifest_is_gone_loses_its_row_too(ddb_uri: str, aws: Any) -> None:
+    # A row whose final manifest is gone: readers get VersionNotFoundError for it;
+    # cleanup removes the row rather than stopping.
+    so = aws.storage_options()
+    _three_versions(ddb_uri, so)
+    store = ObjectStore(ddb_uri, so)
+    store.delete(layout.manifest_path(1, NamingScheme.V2))
+    storage.MANIFESTS.clear()
+    with pytest.raises(s3ddb.VersionNotFoundError):
+        s3ddb.dataset(ddb_uri, 1, storage_options=so)
+    stats = s3ddb.dataset(ddb_uri, storage_options=so).cleanup_old_versions(older_than=NOW)
+    assert stats.versions_removed == [1, 2]
+    assert [v.version for v in s3ddb.dataset(ddb_uri, storage_options=so).versions()] == [3]
+    assert _manifest_versions(ddb_uri, so) == {3}

@@ -58,7 +58,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from s3ddb.errors import InvalidInputError
+from s3ddb.errors import InvalidInputError, VersionNotFoundError
 from s3ddb.external_store.base import ManifestRow, VersionTakenError
 from s3ddb.format import layout
 from s3ddb.format.manifest import referenced_paths
@@ -227,7 +227,7 @@ def cleanup_old_versions(
     # An orphaned final manifest that stays is still openable by number (the listing
     # fallback): whatever it reads stays.
     keep.update(_referenced_by(ds, sorted(v for v, old in orphans.items() if not old)))
-    refs = {v: _referenced_by(ds, [v]) for v in removed}
+    refs = {v: _references_of_removed(ds, v) for v in removed}
     gone = _Referenced(earlier.files, earlier.index_dirs)
     for version in removed:
         gone.update(refs[version])
@@ -376,6 +376,16 @@ def _referenced_by(ds: PinnedVersion, versions: Iterable[int]) -> _Referenced:
         referenced.files.update(referenced_paths(manifest))
         referenced.index_dirs.update(i.directory for i in manifest.indices)
     return referenced
+
+
+def _references_of_removed(ds: PinnedVersion, version: int) -> _Referenced:
+    """What removed ``version`` refers to; nothing if its manifest is gone (its row
+    outlived it: deleted by hand, or by a cleanup of an older s3ddb). The row still
+    goes; the files only it read are left to the grace period."""
+    try:
+        return _referenced_by(ds, [version])
+    except VersionNotFoundError:
+        return _Referenced(set(), set())
 
 
 def _final_manifests(listed: Iterable[ObjectMeta]) -> dict[int, ObjectMeta]:
