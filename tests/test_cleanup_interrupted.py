@@ -20,7 +20,7 @@ import s3ddb
 import s3ddb.maintenance.cleanup as cleanup_module
 from s3ddb.format import layout
 from s3ddb.format.naming import NamingScheme, parse_manifest_name
-from s3ddb.io import ObjectStore
+from s3ddb.io import ObjectStore, parse_uri
 from s3ddb.maintenance import health
 from tests import storage
 from tests.conftest import TEST_BUCKET, TEST_TABLE
@@ -375,3 +375,34 @@ def test_a_removed_version_whose_manifest_is_gone_loses_its_row_too(ddb_uri: str
     assert stats.versions_removed == [1, 2]
     assert [v.version for v in s3ddb.dataset(ddb_uri, storage_options=so).versions()] == [3]
     assert _manifest_versions(ddb_uri, so) == {3}
+
+
+def test_versions_from_before_the_store_are_never_taken_for_leftovers(
+    ddb_uri: str, aws: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    so = aws.storage_options()
+    plain = parse_uri(ddb_uri).object_url
+    s3ddb.write_dataset(pa.table({"a": [1]}), plain, storage_options=so)  # 1, no row
+    s3ddb.write_dataset(pa.table({"a": [2]}), plain, mode="append", storage_options=so)  # 2
+    s3ddb.migrate_commits(ddb_uri, storage_options=so)  # 3, the first row
+    ds = s3ddb.dataset(ddb_uri, storage_options=so)
+    ds.insert(pa.table({"a": [4]}))  # 4
+    ds.insert(pa.table({"a": [5]}))  # 5
+    storage.objects(ddb_uri, so)
+    ds.tags.create("old", 1)
+    with monkeypatch.context() as patch, pytest.raises(_Cut):
+        _cut_after(patch, ds.handler.store, 0)  # rows of 3 and 4 deleted, nothing else
+        ds.cleanup_old_versions(older_than=NOW, retain_versions=1)
+    # Rows now start at 5: versions 1 to 4 are read through the listing, whole.
+    reopened = s3ddb.dataset(ddb_uri, storage_options=so)
+    assert [v.version for v in reopened.versions()] == [1, 2, 3, 4, 5]
+    expected = {1: [1], 2: [1, 2], 3: [1, 2], 4: [1, 2, 4]}
+    for version, rows in expected.items():
+        table = s3ddb.dataset(ddb_uri, version, storage_options=so).to_table()
+        assert sorted(table.column("a").to_pylist()) == rows
+    stats = reopened.cleanup_old_versions(older_than=NOW, retain_versions=1, delete_unverified=True)
+    assert stats.versions_removed == [2, 3, 4]
+    assert _manifest_versions(ddb_uri, so) == {1, 5}
+    assert s3ddb.dataset(ddb_uri, "old", storage_options=so).to_table().column("a").to_pylist() == [
+        1
+    ]
