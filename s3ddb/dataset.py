@@ -255,8 +255,12 @@ class Dataset(pylance_compat.PylanceMembers):
         when each version becomes removable. A shorter ``claim_window`` is safe only
         when no writer can be committing (like ``delete_unverified``).
 
-        Safe while writers commit (see :mod:`s3ddb.maintenance.cleanup`). This Dataset
-        stays pinned where it is; if its version was removed, reading files may fail.
+        Safe while writers commit (see :mod:`s3ddb.maintenance.cleanup`). A version a
+        tag names is kept even if the tag was created while this runs. If this stops
+        midway (crash, kill, error), every version readers can find is whole, and the
+        next cleanup removes what is left. Run one cleanup of a dataset at a time.
+        This Dataset stays pinned where it is; if its version was removed, reading
+        files may fail.
 
         Returns:
             :class:`s3ddb.maintenance.cleanup.CleanupStats`: versions and rows removed,

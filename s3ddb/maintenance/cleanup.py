@@ -15,8 +15,35 @@ commit only ever builds on the newest version (and its files are new), and files
 commit in progress has written are younger than the grace period. A version also stays
 until the version after it is older than the claim window (:data:`CLAIM_WINDOW`, 10
 minutes): a writer that saw it as the newest may still be claiming the next number, and
-must find that number taken. DynamoDB rows go first, so an interrupted cleanup leaves
-only files that no version references, which the next cleanup removes.
+must find that number taken.
+
+The order of the work, and what holds if cleanup stops anywhere (crash, kill, error):
+
+1. It writes a note of the files and final manifests of the removed versions that no
+   kept version needs (:mod:`s3ddb.maintenance.cleanup_journal`).
+2. It makes the removed versions invisible, a batch at a time: their DynamoDB rows,
+   then their final manifests (whose bytes it holds in memory). No other file of
+   theirs is touched yet, so a reader finds each removed version whole or not at all;
+   a version whose row is gone but whose manifest is left is whole, and the next
+   cleanup removes it again.
+3. After each batch it reads the tags again. A tag now naming a removed version was
+   written before step 2 (a tag writer checks again, after writing, that its version
+   is there, and otherwise takes the tag back and raises ``VersionNotFoundError``),
+   so that version is put back exactly (manifest, then row) and kept with its files.
+4. It deletes the final manifests an interrupted cleanup left without a row between
+   two versions that have one (those an earlier note names, or older than the grace
+   period; the others stay with every file they read, and so does any a tag names),
+   then staged manifests and files, then the notes.
+
+So a tagged version is always kept, whenever the tag was created. An interrupted
+cleanup leaves whole versions and files no version references, and the next cleanup
+removes both: the files (and leftover manifests) at once when a note older than the
+claim window names them, else once older than the grace period. Final manifests of
+versions from before the dataset used the external store (older than its oldest row)
+are versions like any other, and a commit in flight claims its row before its final
+manifest exists: neither is ever taken for a leftover. Run one cleanup of a dataset at
+a time: a second one, during the first's step 2, does not see the versions the first
+may put back.
 
 The result says what went and, for every version kept, why
 (:class:`KeptVersion`) and when a time-bound reason ends.
@@ -31,15 +58,18 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from s3ddb.errors import InvalidInputError
+from s3ddb.errors import InvalidInputError, VersionNotFoundError
+from s3ddb.external_store.base import ManifestRow, VersionTakenError
 from s3ddb.format import layout
 from s3ddb.format.manifest import referenced_paths
 from s3ddb.format.naming import parse_manifest_name, parse_staged_name
 from s3ddb.io.arguments import check_int
+from s3ddb.maintenance.cleanup_journal import Journal, read_journals, write_journal
 from s3ddb.maintenance.staging import remove_empty_folders, staging_folders
 
 if TYPE_CHECKING:
-    from s3ddb.io.object_store import ObjectMeta, ObjectStore
+    from s3ddb.commit.handlers import CommitHandler
+    from s3ddb.io.object_store import ObjectMeta
     from s3ddb.versions.opening import VersionInfo
     from s3ddb.versions.pinned import PinnedVersion
 
@@ -64,6 +94,10 @@ CLAIM_WINDOW = dt.timedelta(minutes=10)
 UNVERIFIED_GRACE = dt.timedelta(days=7)
 #: The kind (in :attr:`CleanupStats.files`) of native Spark writes' staging files.
 STAGING_KIND = "spark_staging_files"
+
+#: How many versions cleanup makes invisible at a time (their manifests are held in
+#: memory until the tags are read again).
+_VERSIONS_A_BATCH = 100
 
 #: Versions younger than this are kept by default (as Lance does).
 DEFAULT_OLDER_THAN = dt.timedelta(days=14)
@@ -176,27 +210,101 @@ def cleanup_old_versions(
         return CleanupStats()
     kept = _kept_versions(ds, history, now, (older_than, claim_window), retain_versions)
     removed = [v.version for v in history if v.version not in kept]
-    stats = CleanupStats(versions_removed=removed, versions_kept=list(kept.values()))
-    keep = _referenced_by(ds, sorted(kept))
-    gone = _referenced_by(ds, removed)
-
-    # Rows first: a version without its row is invisible, whatever is left of it.
-    manifest_store = handler.manifest_store()
-    if removed and manifest_store is not None:
-        external, base_uri = manifest_store
-        stats.rows_removed = external.delete_versions(base_uri, removed)
     grace = 0.0 if delete_unverified else UNVERIFIED_GRACE.total_seconds()
-    doomed = _doomed_objects(
-        handler.store, set(removed), keep, gone, _staged_row_paths(handler), grace
-    )
+    listed = list(handler.store.iter_list(""))
+    finals = _final_manifests(listed)
+    rows = _rows_of(handler)
+    # Notes of interrupted cleanups (see cleanup_journal): what their removed versions
+    # referenced, and their final manifests.
+    earlier = read_journals(handler.store, listed, claim_window.total_seconds(), time.time())
+    orphans = _orphaned_manifests(finals, [v.version for v in history], grace)
+    for version in orphans:
+        orphans[version] |= finals[version].path in earlier.manifests
+    # A tag may name one (a put-back interrupted between manifest and row): kept.
+    for version in set(orphans) & set(ds.tags.list().values()):
+        orphans[version] = False
+    keep = _referenced_by(ds, sorted(kept))
+    # An orphaned final manifest that stays is still openable by number (the listing
+    # fallback): whatever it reads stays.
+    keep.update(_referenced_by(ds, sorted(v for v, old in orphans.items() if not old)))
+    refs = {v: _references_of_removed(ds, v) for v in removed}
+    gone = _Referenced(earlier.files, earlier.index_dirs)
+    for version in removed:
+        gone.update(refs[version])
+    # This cleanup's own note, before it deletes anything.
+    note = None
+    if removed or earlier.notes:
+        mine = Journal(gone.files - keep.files, gone.index_dirs - keep.index_dirs)
+        mine.manifests = {finals[v].path for v in removed if v in finals} | {
+            finals[v].path for v, old in orphans.items() if old
+        }
+        note = write_journal(handler.store, mine)
 
-    def count(batch: list[str]) -> None:
-        for path in batch:
+    # Steps 2 and 3, a batch of versions at a time (their manifests are held in memory).
+    late: list[int] = []
+    for start in range(0, len(removed), _VERSIONS_A_BATCH):
+        batch = removed[start : start + _VERSIONS_A_BATCH]
+        late += _remove_or_put_back(ds, batch, finals, rows)
+    for version in late:
+        keep.update(refs[version])
+        kept[version] = KeptVersion(version, "tagged")
+    removed = [v for v in removed if v not in late]
+    stats = CleanupStats(
+        versions_removed=removed,
+        rows_removed=len([v for v in removed if v in rows]),
+        versions_kept=[kept[v] for v in sorted(kept)],
+    )
+    for version in removed:
+        if version in finals:
+            stats.add("manifests", finals[version].size)
+
+    # 4. Orphaned final manifests (old enough) before any file they may read, then
+    #    every file no visible version references.
+    live_staged = {row.path for v, row in rows.items() if row.is_staged and v not in removed}
+    stale = {finals[v].path: ("manifests", finals[v].size) for v, old in orphans.items() if old}
+    doomed = _doomed_objects(listed, set(removed), keep, gone, live_staged, grace)
+
+    def count(paths: list[str]) -> None:
+        for path in paths:
             stats.add(*doomed[path])
 
-    handler.store.delete_many(list(doomed), deleted=count)
+    doomed = {**stale, **doomed}  # the manifests first
+    handler.store.delete_many(list(stale), deleted=count)
+    handler.store.delete_many([p for p in doomed if p not in stale], deleted=count)
     remove_empty_folders(handler.store, [p for p, (k, _) in doomed.items() if k == STAGING_KIND])
+    handler.store.delete_many([*earlier.notes, *([note] if note else [])])
     return stats
+
+
+def _remove_or_put_back(
+    ds: PinnedVersion,
+    versions: list[int],
+    finals: dict[int, ObjectMeta],
+    rows: dict[int, ManifestRow],
+) -> list[int]:
+    """Steps 2 and 3 of :func:`cleanup_old_versions` for ``versions``; returns those
+    put back because a tag names them.
+
+    2. Make them invisible: their rows, then their final manifests (each read first).
+       Nothing else of theirs is touched yet: a reader finds each whole or not at all.
+    3. Read the tags again. A tag now naming one of them was written before step 1 (a
+       tag writer checks again, after writing, that its version is there; if not, it
+       takes the tag back): put that version back exactly as it was, manifest then row.
+       Ensures: a reader finds each of ``versions`` whole or not at all, throughout.
+    """
+    handler = ds.handler
+    saved = {
+        v: (finals[v].path, handler.store.get(finals[v].path)) for v in versions if v in finals
+    }
+    manifest_store = handler.manifest_store()
+    if manifest_store is not None:
+        external, base_uri = manifest_store
+        external.delete_versions(base_uri, versions)
+    handler.store.delete_many([path for path, _ in saved.values()])
+    late = sorted(set(versions) & set(ds.tags.list().values()))
+    for version in late:
+        _put_back(handler, saved.get(version), rows.get(version))
+    return late
 
 
 def _check_age(name: str, value: object) -> None:
@@ -251,9 +359,17 @@ class _Referenced:
     files: set[str]
     index_dirs: set[str]
 
+    def update(self, other: _Referenced) -> None:
+        self.files.update(other.files)
+        self.index_dirs.update(other.index_dirs)
+
 
 def _referenced_by(ds: PinnedVersion, versions: Iterable[int]) -> _Referenced:
-    """What the manifests of ``versions`` refer to (each read in the order given)."""
+    """What the manifests of ``versions`` refer to (each read in the order given).
+
+    Raises:
+        VersionNotFoundError: a version is gone (another cleanup removed it).
+    """
     referenced = _Referenced(set(), set())
     for version in versions:
         manifest = ds.checkout_version(version).manifest
@@ -262,37 +378,104 @@ def _referenced_by(ds: PinnedVersion, versions: Iterable[int]) -> _Referenced:
     return referenced
 
 
+def _references_of_removed(ds: PinnedVersion, version: int) -> _Referenced:
+    """What removed ``version`` refers to; nothing if its manifest is gone (its row
+    outlived it: deleted by hand, or by a cleanup of an older s3ddb). The row still
+    goes; the files only it read are left to the grace period."""
+    try:
+        return _referenced_by(ds, [version])
+    except VersionNotFoundError:
+        return _Referenced(set(), set())
+
+
+def _final_manifests(listed: Iterable[ObjectMeta]) -> dict[int, ObjectMeta]:
+    """The final manifest of each version among the objects ``listed``."""
+    out = {}
+    for meta in listed:
+        directory, _, name = meta.path.partition("/")
+        parsed = parse_manifest_name(name) if directory == layout.VERSIONS_DIR else None
+        if parsed is not None:
+            out[parsed[0]] = meta
+    return out
+
+
+def _rows_of(handler: CommitHandler) -> dict[int, ManifestRow]:
+    """The external store's row of each version; empty when the object store decides
+    versions."""
+    manifest_store = handler.manifest_store()
+    if manifest_store is None:
+        return {}
+    external, base_uri = manifest_store
+    return {row.version: row for row in external.list_versions(base_uri)}
+
+
+def _orphaned_manifests(
+    finals: dict[int, ObjectMeta], history: list[int], grace: float
+) -> dict[int, bool]:
+    """The final manifests no version of ``history`` (oldest first) owns though their
+    number lies between two that it has, each with whether it is older than ``grace``
+    seconds.
+
+    Only an external store's dataset has them: an interrupted cleanup deleted their
+    rows (and readers look up a version without a row in the listing, so they can be
+    opened by number). Manifests below the oldest row are in ``history`` (the listing
+    fallback shows versions from before the store), and a commit in flight claims its
+    row, above the newest, before its final manifest exists: neither is one of these.
+    """
+    wall = time.time()
+    have = set(history)
+    return {
+        version: meta.modified is None or wall - meta.modified >= grace
+        for version, meta in finals.items()
+        if history[0] < version < history[-1] and version not in have
+    }
+
+
+def _put_back(
+    handler: CommitHandler, manifest: tuple[str, bytes] | None, row: ManifestRow | None
+) -> None:
+    """Restore a version step 1 of cleanup removed: its final manifest, byte for byte,
+    then its row as it was (a row only ever points at a manifest that exists)."""
+    if manifest is not None:
+        handler.store.put(*manifest)
+    manifest_store = handler.manifest_store()
+    if row is not None and manifest_store is not None:
+        try:
+            manifest_store[0].put_if_not_exists(row)
+        except VersionTakenError:
+            pass  # its row is back already (a reader cannot write one; kept as it is)
+
+
 def _doomed_objects(
-    store: ObjectStore,
+    listed: Iterable[ObjectMeta],
     removed: set[int],
     keep: _Referenced,
     gone: _Referenced,
     live_rows: set[str],
     grace: float,
 ) -> dict[str, tuple[str, int]]:
-    """The objects cleanup deletes, each with its kind and size, in listing order.
+    """The objects among ``listed`` that cleanup deletes once the removed versions'
+    final manifests are gone, each with its kind and size, in listing order.
 
-    Manifests of ``removed`` versions; staged manifests no row in ``live_rows`` points
-    at, of a removed version or older than ``grace`` seconds; files (data, deletion,
-    transaction, index) nothing in ``keep`` refers to that a removed version referred
-    to (``gone``) or that are older than ``grace``; and the files of native Spark
-    writes' staging folders whose newest file is older than ``grace``.
+    Staged manifests no row in ``live_rows`` points at, of a ``removed`` version or
+    older than ``grace`` seconds; files (data, deletion, transaction, index) nothing in
+    ``keep`` refers to that a removed version referred to (``gone``) or that are older
+    than ``grace``; and the files of native Spark writes' staging folders whose newest
+    file is older than ``grace``. Final manifests are never among them (see
+    :func:`cleanup_old_versions`).
     """
     wall = time.time()
     doomed: dict[str, tuple[str, int]] = {}
     staging: list[ObjectMeta] = []
-    for meta in store.iter_list(""):
+    for meta in listed:
         if meta.path.startswith(layout.SPARK_STAGING_DIR + "/"):
             staging.append(meta)  # judged per folder, below
             continue
         path, old = meta.path, meta.modified is None or wall - meta.modified >= grace
         directory, _, name = path.partition("/")
         if directory == layout.VERSIONS_DIR:
-            final = parse_manifest_name(name)
             staged = parse_staged_name(name)
-            if final is not None and final[0] in removed:
-                doomed[path] = ("manifests", meta.size)
-            elif staged is not None and path not in live_rows and (staged[0] in removed or old):
+            if staged is not None and path not in live_rows and (staged[0] in removed or old):
                 doomed[path] = ("staged_manifests", meta.size)
             continue
         kind = _kind(path)
@@ -310,13 +493,3 @@ def _doomed_objects(
         if folder.idle_for(grace, wall):
             doomed.update((m.path, (STAGING_KIND, m.size)) for m in folder.files)
     return doomed
-
-
-def _staged_row_paths(handler: Any) -> set[str]:
-    """Staged manifest paths that rows (of kept versions: the others are gone) point at."""
-    manifest_store = handler.manifest_store()
-    if manifest_store is None:
-        return set()
-    external, base_uri = manifest_store
-    rows = external.list_versions(base_uri)
-    return {row.path for row in rows if row.is_staged}

@@ -373,14 +373,7 @@ def _check_rows(
         directory, _, name = path.partition("/")
         parsed = parse_manifest_name(name) if directory == layout.VERSIONS_DIR else None
         if parsed is not None and parsed[0] not in by_version:
-            problem(
-                "manifest_without_row", path,
-                f"a manifest of version {parsed[0]} exists but DynamoDB has no row for "
-                "it: a writer committed through s3:// instead of s3+ddb://, or the row "
-                "was deleted; s3+ddb readers do not see it",
-                "find the writer that bypassed DynamoDB; if the version is wanted, "
-                "recreate its row, otherwise delete the manifest", parsed[0],
-            )  # fmt: skip
+            _manifest_without_row(path, parsed[0], sorted(by_version), problem)
     for path, meta in _staged_objects(objects.values()).items():
         if path not in referenced_staged and _old_enough(meta, grace_seconds, now):
             problem(
@@ -391,6 +384,42 @@ def _check_rows(
                 "s3ddb sync URI (or cleanup) deletes it",
             )  # fmt: skip
     return locations
+
+
+def _manifest_without_row(
+    path: str, version: int, rows: list[int], problem: Callable[..., None]
+) -> None:
+    """Report the final manifest at ``path`` of ``version``, which has no row, by
+    where it lies among the versions that have one (``rows``, sorted)."""
+    if rows and version < rows[0]:
+        meaning = (
+            f"a manifest of version {version}, older than every DynamoDB row: a version "
+            "from before the dataset used DynamoDB, or one an interrupted cleanup left "
+            "whole; s3+ddb readers see it through the listing"
+        )
+        fix = "nothing, if it is wanted; s3ddb cleanup removes it as any old version"
+    elif rows and version < rows[-1]:
+        meaning = (
+            f"a manifest of version {version}, which has no DynamoDB row though versions "
+            "before and after it have one: left whole by an interrupted cleanup (or its "
+            "row was deleted by hand); s3+ddb readers find it only by its number"
+        )
+        fix = (
+            "s3ddb cleanup deletes it and the files only it reads, unless a tag names "
+            "it: at once while that cleanup's note (_cleanup/) is left, else once 7 days "
+            "old (at any age with delete_unverified)"
+        )
+    else:
+        meaning = (
+            f"a manifest of version {version} exists but DynamoDB has no row for it: a "
+            "writer committed through s3:// instead of s3+ddb://, or the row was "
+            "deleted; s3+ddb readers do not see it"
+        )
+        fix = (
+            "find the writer that bypassed DynamoDB; if the version is wanted, recreate "
+            "its row, otherwise delete the manifest"
+        )
+    problem("manifest_without_row", path, meaning, fix, version)
 
 
 def _check_identities(identities: dict[int, str], problem: Callable[..., None]) -> None:

@@ -102,8 +102,36 @@ class Tags:
                 f"invalid tag name {name!r}: letters, digits, '.', '_', '-' (max 128)"
             )
 
+    def _still_there(self, version: int, undo: Callable[[], None]) -> bool:
+        """Whether ``version`` can be opened now that a tag names it: its location
+        (row or listing) and the manifest object there, looked up afresh (no cache).
+        If not, or if looking fails, ``undo`` takes the tag's change back first (a
+        tag must never name a version cleanup may have removed).
+
+        Raises:
+            Whatever looking raised other than VersionNotFoundError, once undone.
+        """
+        try:
+            location = self._ds.handler.location_of(version)
+            there = self._store.exists(location.path)
+        except VersionNotFoundError:
+            there = False
+        except BaseException:
+            undo()
+            raise
+        if not there:
+            undo()
+        return there
+
     def create(self, name: str, version: int) -> None:
         """Name ``version`` ``name``.
+
+        A tag protects its version from cleanup from the moment this returns: after
+        writing the tag it checks again that the version is still there, and if a
+        cleanup removed it meanwhile, it deletes the tag and raises. (Cleanup makes
+        the versions it removes unreadable first, then reads the tags again and puts
+        back any version a tag now names; see
+        :func:`s3ddb.maintenance.cleanup.cleanup_old_versions`.)
 
         Raises:
             InvalidInputError: bad name, or the tag already exists.
@@ -119,9 +147,16 @@ class Tags:
             self._store.put_if_not_exists(layout.tag_path(name), body)
         except FileExistsError:
             raise InvalidInputError(f"tag {name!r} already exists in {self._ds.uri}") from None
+        if not self._still_there(version, lambda: self._store.delete(layout.tag_path(name))):
+            raise VersionNotFoundError(
+                f"version {version} of {self._ds.uri} was removed by cleanup while tag "
+                f"{name!r} was being created; the tag was not created"
+            )
 
     def update(self, name: str, version: int) -> None:
-        """Point the existing tag ``name`` at ``version``.
+        """Point the existing tag ``name`` at ``version``. As :meth:`create`, it checks
+        again after writing; if cleanup removed ``version`` meanwhile, the tag points
+        back at its previous version and this raises.
 
         Raises:
             InvalidInputError: bad name.
@@ -130,9 +165,15 @@ class Tags:
         """
         self._writing("update")
         self._check_name(name)
-        self.get(name)
+        previous = self.get(name)
         self._ds.handler.location_of(version)
         self._store.put(layout.tag_path(name), json.dumps({"version": version}).encode())
+        back = json.dumps({"version": previous}).encode()
+        if not self._still_there(version, lambda: self._store.put(layout.tag_path(name), back)):
+            raise VersionNotFoundError(
+                f"version {version} of {self._ds.uri} was removed by cleanup while tag "
+                f"{name!r} was being moved to it; the tag still names version {previous}"
+            )
 
     def delete(self, name: str) -> None:
         """Remove tag ``name``.
