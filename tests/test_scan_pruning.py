@@ -485,3 +485,23 @@ def _data_reads_all(aws: Any, uri: str) -> list[str]:
         for r in aws.requests
         if r.operation == "GetObject" and r.path.startswith(_prefix(uri))
     ]
+
+
+def test_a_dotted_column_beside_a_struct_is_pruned_by_its_own_row_group_bounds(
+    tmp_path: Path,
+) -> None:
+    """A top-level column named "a.b" and the child b of a struct a share the dotted
+    path "a.b" in a Parquet footer; row groups are pruned by each column's own bounds
+    (found by position, not by that path), so no matching row is skipped."""
+    table = pa.table(
+        {
+            "a.b": pa.array([1, 2, 3], pa.int64()),
+            "a": pa.array([{"b": 100}, {"b": 200}, {"b": 300}]),
+        }
+    )
+    ds = s3ddb.write_dataset(table, str(tmp_path / "ds"))
+    row = {"a.b": 2, "a": {"b": 200}}
+    for text in ['"a.b" = 2', "`a.b` = 2", "a.b = 200"]:
+        assert ds.to_table(filter=text).to_pylist() == [row], text
+        assert ds.count_rows(filter=text) == 1, text
+    assert ds.to_table(filter="a.b = 2").num_rows == 0  # unquoted: the struct's child

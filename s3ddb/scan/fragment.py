@@ -23,7 +23,7 @@ from s3ddb.format.datafile import assemble_columns, read_fragment
 from s3ddb.format.deletion import read_deleted_rows
 from s3ddb.format.fragment import FragmentMetadata
 from s3ddb.format.parquet_source import ParquetSource
-from s3ddb.format.rowgroups import RowGroupPredicate, row_group_stats
+from s3ddb.format.rowgroups import RowGroupPredicate, row_group_stats, top_level_leaves
 from s3ddb.format.rows import EVALUATION_ERRORS, evaluation_error, filter_rows
 from s3ddb.format.schema import DatasetSchema
 from s3ddb.format.stats import fragment_column_stats
@@ -118,10 +118,13 @@ def plan_fragment(
     if may_match is not None:
         by_id = {i: n for n, i in _ids(schema)}
         file_names = {f: by_id[i] for i, f in source.columns(by_id).items()}
+        leaves = top_level_leaves(source.metadata)
         groups = [
             g
             for g in groups
-            if may_match(row_group_stats(source.metadata, g, file_names), source.group_rows[g])
+            if may_match(
+                row_group_stats(source.metadata, g, file_names, leaves), source.group_rows[g]
+            )
         ]
     if keep is not None:
         # Row groups whose rows are all deleted are not read either.

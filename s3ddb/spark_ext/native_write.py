@@ -50,6 +50,7 @@ from s3ddb.errors import (
 from s3ddb.format import layout
 from s3ddb.format.fragment import DataFile, FragmentMetadata
 from s3ddb.format.parquet_source import file_columns_by_id, read_footer
+from s3ddb.format.rowgroups import top_level_leaves
 from s3ddb.format.schema import DatasetSchema
 from s3ddb.format.stats import (
     ColumnStatistics,
@@ -231,7 +232,7 @@ def footer_statistics(metadata: pq.FileMetaData, data_file: DataFile) -> FileSta
     """
     arrow = metadata.schema.to_arrow_schema()
     by_id = file_columns_by_id(arrow)
-    leaves = _top_level_leaves(metadata, arrow)
+    leaves = top_level_leaves(metadata, arrow)
     columns = []
     for field_id in data_file.fields:
         name = by_id[field_id]
@@ -242,41 +243,6 @@ def footer_statistics(metadata: pq.FileMetaData, data_file: DataFile) -> FileSta
             if column is not None:
                 columns.append(column)
     return FileStatistics(file_key(data_file.path), tuple(columns))
-
-
-def _leaf_count(t: pa.DataType) -> int:
-    """How many Parquet leaf columns a column of Arrow type ``t`` is stored as."""
-    if pa.types.is_struct(t):
-        return sum(_leaf_count(t.field(i).type) for i in range(t.num_fields))
-    if pa.types.is_map(t):
-        return _leaf_count(t.key_type) + _leaf_count(t.item_type)
-    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
-        return _leaf_count(t.value_type)
-    return 1
-
-
-def _top_level_leaves(metadata: pq.FileMetaData, arrow: pa.Schema) -> dict[str, int]:
-    """Top-level primitive column name -> its leaf column index in the row groups.
-
-    Leaves are counted in schema order, never matched by their dotted path: a
-    top-level column ``"a.b"`` and the child ``b`` of a struct ``a`` have the same
-    one. Empty when the count disagrees with the file (no statistics: only costs
-    reads).
-    """
-    out: dict[str, int] = {}
-    index = 0
-    for field in arrow:
-        count = _leaf_count(field.type)
-        if count == 1 and not pa.types.is_nested(field.type):
-            out[field.name] = index
-        index += count
-    if index != metadata.num_columns:
-        return {}
-    for name, i in out.items():
-        column = metadata.schema.column(i)
-        if column.name != name or column.max_repetition_level != 0:
-            return {}
-    return out
 
 
 def _column_statistics(
