@@ -438,6 +438,21 @@ def test_merge_insert_conditional_update(any_uri: str) -> None:
     assert [(r["id"], r["v"]) for r in by_id(ds)] == [(0, 5), (1, 10), (2, 25), (3, 30), (4, 5)]
 
 
+@pytest.mark.parametrize("insert", [False, True], ids=["update-only", "with-insert"])
+def test_merge_insert_whose_condition_passes_no_pair_commits_nothing(
+    any_uri: str, insert: bool
+) -> None:
+    ds = make(any_uri, 4)  # v = 0, 10, 20, 30
+    before = state(ds)
+    builder = ds.merge_insert("id").when_matched_update_all("source.v > target.v")
+    if insert:
+        builder = builder.when_not_matched_insert_all()
+    # Every source key matches, and no pair passes the condition: nothing changes.
+    assert builder.execute(source([1, 3], [5, 25])) == counts(0, 0, 0)
+    assert state(ds) == before
+    assert by_id(ds) == rows(0, 4).to_pylist()
+
+
 def test_merge_insert_delete_by_source(any_uri: str) -> None:
     ds = make(any_uri, 6, per_file=4)
     src = source([1, 4, 8], [-1, -4, -8])

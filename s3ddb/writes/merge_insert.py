@@ -340,8 +340,11 @@ def _merge_outcome(
         if clauses.update_expr is not None:
             pairs = _filter_pairs(matched, source, clauses.update_expr, clauses.names)
         n_updated = pairs.num_rows
-        _add_rows(removed, pairs)
-        written_rows.append(source.take(pairs.column(_SRC)))
+        if pairs.num_rows:
+            # No pair passing the condition writes nothing: an empty table here would
+            # make a merge that changes nothing look like an update of no rows.
+            _add_rows(removed, pairs)
+            written_rows.append(source.take(pairs.column(_SRC)))
     if builder.insert_unmatched:
         was_matched = pc.is_in(
             numbered.column(_SRC), value_set=matched.column(_SRC).combine_chunks()
