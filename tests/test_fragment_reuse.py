@@ -193,3 +193,96 @@ def test_a_delete_racing_a_restore_is_still_refused_after_a_compaction(local_uri
     with pytest.raises(IncompatibleTransactionError):
         deleter.delete("k = 5")
     assert _ks(s3ddb.dataset(local_uri)) == list(range(18))
+
+
+# --- a row change pinned before a compaction and a later commit (serial order) ---------
+
+
+def _kv(ids: list[int], vs: list[int]) -> pa.Table:
+    return pa.table({"id": pa.array(ids, pa.int64()), "v": pa.array(vs, pa.int64())})
+
+
+def _pairs(ds: s3ddb.Dataset) -> list[tuple[int, int]]:
+    table = ds.to_table()
+    return sorted(zip(table.column("id").to_pylist(), table.column("v").to_pylist()))
+
+
+# My change; each gets ``conflict_retries`` (0: refuse instead of re-executing).
+MINE: dict[str, Any] = {
+    # Skips the existing key 1 (matched, unchanged) and inserts 50.
+    "insert-only-merge": lambda ds, r: (
+        ds.merge_insert("id")
+        .when_not_matched_insert_all()
+        .conflict_retries(r)
+        .execute(_kv([1, 50], [-1, -50]))
+    ),
+    # Updates key 4 (fragment 1), matches key 1 (fragment 0) without changing it.
+    "conditional-upsert": lambda ds, r: (
+        ds.merge_insert("id")
+        .when_matched_update_all("source.v > target.v")
+        .when_not_matched_insert_all()
+        .conflict_retries(r)
+        .execute(_kv([1, 4, 50], [-1, 400, -50]))
+    ),
+    "update-columns": lambda ds, r: ds.update(
+        {"v": "v + 1"}, "id >= 1 and id <= 7", rewrite="columns", conflict_retries=r
+    ),
+    "delete": lambda ds, r: ds.delete("v >= 60", conflict_retries=r),
+}
+# Commits that land between my read version and my commit.
+THEIRS: dict[str, Any] = {
+    "compact": lambda ds: ds.optimize.compact_files(target_rows_per_fragment=100),
+    "delete-1": lambda ds: ds.delete("id = 1"),
+    "upsert-50": lambda ds: (
+        ds.merge_insert("id")
+        .when_matched_update_all()
+        .when_not_matched_insert_all()
+        .execute(_kv([50], [500]))
+    ),
+    "update-rows": lambda ds: ds.update({"v": "v - 100"}, "id = 8", rewrite="rows"),
+}
+CHAINS = [(a, b) for a in THEIRS for b in THEIRS if a != b]
+
+
+@pytest.mark.parametrize("chain", CHAINS, ids=["-then-".join(c) for c in CHAINS])
+@pytest.mark.parametrize("mine", list(MINE))
+def test_a_change_landing_after_two_commits_equals_the_serial_order(
+    tmp_path: Any, mine: str, chain: tuple[str, str]
+) -> None:
+    """Ids 0..8 (v = 10 * id) in fragments of three rows; my change reads version 1,
+    ``chain`` commits, then mine lands, rebased, or is refused (then re-executed). Either
+    way the rows equal running the chain and then mine: a merge rebased over a
+    compaction keeps the addresses of the rows it matched, so a later delete of one is
+    seen (an insert-only merge once lost key 1 over compact-then-delete-1)."""
+    uri, reference = str(tmp_path / "race"), str(tmp_path / "serial")
+    for u in (uri, reference):
+        s3ddb.write_dataset(_kv(list(range(9)), [10 * i for i in range(9)]), u, max_rows_per_file=3)
+    pinned = s3ddb.dataset(uri, version=1)
+    for name in chain:
+        THEIRS[name](s3ddb.dataset(uri))
+        THEIRS[name](s3ddb.dataset(reference))
+    MINE[mine](s3ddb.dataset(reference), 0)
+    want = _pairs(s3ddb.dataset(reference))
+    try:
+        MINE[mine](pinned, 0)
+    except RetryableCommitConflictError:
+        # A delete always rebases (deletes merge, the mapping moves them).
+        assert mine != "delete"
+        assert s3ddb.dataset(uri).version == 1 + len(chain) + ("compact" in chain)
+        MINE[mine](s3ddb.dataset(uri, version=1), None)  # re-executed on the newest
+    assert _pairs(s3ddb.dataset(uri)) == want
+    assert orphans(uri, None) == set()
+
+
+@pytest.mark.parametrize("mine", ["insert-only-merge", "conditional-upsert"])
+def test_a_merge_matching_a_row_compacted_then_deleted_is_retried(tmp_path: Any, mine: str) -> None:
+    """Without the compaction the delete of a matched row is a clash; with it in between
+    too (the rows the merge matched moved with the compaction)."""
+    uri = str(tmp_path / "ds")
+    s3ddb.write_dataset(_kv(list(range(9)), [10 * i for i in range(9)]), uri, max_rows_per_file=3)
+    pinned = s3ddb.dataset(uri, version=1)
+    THEIRS["compact"](s3ddb.dataset(uri))
+    THEIRS["delete-1"](s3ddb.dataset(uri))
+    with pytest.raises(RetryableCommitConflictError, match="deleted or changed concurrently"):
+        MINE[mine](pinned, 0)
+    assert s3ddb.dataset(uri).version == 4

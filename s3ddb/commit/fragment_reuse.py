@@ -99,8 +99,9 @@ def mappings(op: Rewrite) -> dict[int, GroupMapping] | None:
 def carry_over_rewrite(
     mine: Transaction, theirs: Rewrite, ctx: ConflictContext, overlap: set[int]
 ) -> Verdict:
-    """My Delete or Update (rewriting rows) changed rows of fragments ``overlap`` that
-    ``theirs`` compacted: move my changes to the rows' new addresses.
+    """My Delete or Update (rewriting rows) changed rows of fragments ``overlap`` (or,
+    a merge, matched rows there) that ``theirs`` compacted: move my changes, and the
+    rows my merge matched, to the rows' new addresses.
 
     Retryable when theirs records no mapping, or my update rewrote columns in place
     (column files cannot follow rows into other fragments)."""
@@ -145,8 +146,14 @@ def carry_over_rewrite(
         changes["deleted_fragment_ids"] = tuple(sorted(removed))
     else:
         changes["removed_fragment_ids"] = tuple(sorted(removed))
-        matched = moved(dict(op.plan.matched_rows), strict=False)
-        changes["plan"] = replace(op.plan, matched_rows=matched or {})
+        # The rows my merge matched (changed or not) move too: a later commit that
+        # deletes or changes one of them must still be seen as touching my merge's
+        # read. A matched row the compaction did not copy was deleted after my read
+        # version, so my merge read a row that no longer exists: re-run it.
+        matched = moved(dict(op.plan.matched_rows), strict=True)
+        if matched is None:
+            return Verdict(_R, "rows this merge matched were deleted before the compaction")
+        changes["plan"] = replace(op.plan, matched_rows=matched)
     rebased = replace(op, **changes)  # type: ignore[arg-type]
     return Verdict(_C, "carried over to the compacted fragments", replace(mine, operation=rebased))
 

@@ -325,8 +325,13 @@ def _rewritten_fragments(their_op: Any) -> set[int] | None:
 
 
 def _touched_by(op: Delete | Update) -> set[int]:
+    """Fragments whose rows ``op`` changed or (a merge) matched. A matched row that the
+    merge left unchanged still decides its outcome (it was not inserted): a compaction
+    must carry its address along, or a later delete of the row goes unnoticed."""
     ids = set(op.affected_rows) | {f.id for f in op.updated_fragments}
     ids |= set(op.deleted_fragment_ids if isinstance(op, Delete) else op.removed_fragment_ids)
+    if isinstance(op, Update):
+        ids |= {fid for fid, rows in op.plan.matched_rows.items() if rows}
     return ids
 
 
@@ -334,8 +339,9 @@ def rebase_over_compaction(
     mine: Transaction, theirs: Transaction, ctx: ConflictContext | None
 ) -> Verdict:
     """Rewrite (compaction) moves rows to new fragments without changing them: only a
-    fragment this transaction changed is affected, and its changes follow the rows to
-    their new addresses (see :mod:`s3ddb.commit.fragment_reuse`)."""
+    fragment this transaction changed (or, a merge, matched rows of) is affected, and
+    its changes and matched rows follow the rows to their new addresses (see
+    :mod:`s3ddb.commit.fragment_reuse`)."""
     op = mine.operation
     assert isinstance(op, (Delete, Update))
     rewritten = _rewritten_fragments(theirs.operation)
@@ -343,7 +349,7 @@ def rebase_over_compaction(
         return Verdict(_R, f"{theirs.kind} is not understood by this version")
     overlap = _touched_by(op) & rewritten
     if not overlap:
-        return Verdict(_C, "theirs rewrote no fragment this transaction changed")
+        return Verdict(_C, "theirs rewrote no fragment this transaction changed or matched")
     if ctx is None or not isinstance(theirs.operation, Rewrite):
         return Verdict(_R, f"fragments {sorted(overlap)} were rewritten concurrently")
     return carry_over_rewrite(mine, theirs.operation, ctx, overlap)
