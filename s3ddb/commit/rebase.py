@@ -205,9 +205,14 @@ def rebase_update(mine: Transaction, theirs: Transaction, ctx: ConflictContext |
     read = {fid: BitMap(rows) for fid, rows in op.affected_rows.items()}
     for fid, rows in op.plan.matched_rows.items():
         read[fid] = read.get(fid, BitMap()) | rows
+    before = ctx.before_fragments
     for fid, rows in read.items():
         if fid in changes.removed_fragments:
             return Verdict(_R, f"fragment {fid}, whose rows this {what} read, was removed")
+        if fid not in before:
+            # An address an earlier rebase failed to move: the rows' changes since
+            # cannot be checked, so running this again is the only safe answer.
+            return Verdict(_R, f"fragment {fid}, whose rows this {what} read, no longer exists")
         clash = rows & (
             changes.removed_rows.get(fid, BitMap()) | changes.changed_rows.get(fid, BitMap())
         )
