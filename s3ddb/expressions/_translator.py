@@ -32,10 +32,12 @@ from s3ddb.expressions._typed import (
     _cast_scalar,
     _coerce,
     _first_line,
+    _int_range,
     _is_numeric,
     _is_stringlike,
     _lit,
     _Typed,
+    _widened,
 )
 
 _MAX_LISTED_COLUMNS = 40
@@ -127,7 +129,9 @@ class _Translator:
         return handler(self, node)
 
     def pair(self, left: _Typed, right: _Typed, numbers: bool = True) -> tuple[_Typed, _Typed]:
-        """Re-type a literal operand to the type of the other, non-literal operand."""
+        """Re-type a literal operand to the type of the other, non-literal operand
+        (float16 operands are widened to float32 first)."""
+        left, right = _widened(left), _widened(right)
         if numbers or not (_is_numeric(left.type) and _is_numeric(right.type)):
             if left.value is not None and right.value is None:
                 left = _coerce(left, right.type)
@@ -232,7 +236,43 @@ class _Translator:
 
     def compare(self, node: exp.Expr) -> _Typed:
         left, right = self.pair(self.translate(node.this), self.translate(node.expression))
-        return self.binary(_COMPARISONS[type(node)], left, right, node)
+        return self.comparison(_COMPARISONS[type(node)], left, right, node)
+
+    def comparison(
+        self, op: Callable[[Any, Any], Any], left: _Typed, right: _Typed, node: exp.Expr
+    ) -> _Typed:
+        """``left op right`` for a comparison operator ``op``, operands already paired.
+
+        An integer column compared with an integer literal outside its type's range
+        (``id < 9223372036854775809`` on int64, ``u > -1`` on uint64) compares as
+        numbers do: the same way for every value of the type, so TRUE or FALSE for
+        each non-NULL row and NULL for a NULL one. (Arrow would cast the literal to
+        the column's type and fail.)
+        """
+        for column, constant, flipped in ((left, right, False), (right, left, True)):
+            value = constant.value
+            if (
+                column.value is None
+                and value is not None
+                and value.is_valid
+                and pa.types.is_integer(column.type)
+                and pa.types.is_integer(value.type)
+            ):
+                number = int(value.as_py())
+                low, high = _int_range(column.type)
+                if not low <= number <= high:
+                    # Every value of the type lies on the same side of the literal
+                    # as 0 does (0 is in every integer type's range).
+                    outcome = bool(op(number, 0) if flipped else op(0, number))
+                    expr = pc.if_else(column.expr.is_valid(), pa.scalar(outcome), _NULL_BOOL)
+                    return self.checked(expr, node)
+        if {_kind(left.type), _kind(right.type)} == {"int", "float"}:
+            # An integer against a float compares as float64, the integer rounded to
+            # the nearest (Arrow's own promotion, made explicit: left implicit, Arrow
+            # picks float32 for some literals and its checked cast then fails on
+            # any integer beyond 2**24).
+            left, right = _as_float64(left), _as_float64(right)
+        return self.binary(op, left, right, node)
 
     def arithmetic(self, node: exp.Expr) -> _Typed:
         # Numeric literals keep their own type here: x / 2.0 must not become x / 2.
@@ -290,7 +330,7 @@ class _Translator:
 
     def null_safe(self, node: exp.Expr) -> _Typed:
         left, right = self.pair(self.translate(node.this), self.translate(node.expression))
-        eq = self.checked(left.expr == right.expr, node).expr
+        eq = self.comparison(operator.eq, left, right, node).expr
         l_null, r_null = left.expr.is_null(), right.expr.is_null()
         expr = pc.if_else(l_null | r_null, l_null & r_null, eq)
         return _Typed(~expr if isinstance(node, exp.NullSafeNEQ) else expr, pa.bool_())
@@ -298,7 +338,7 @@ class _Translator:
     def in_(self, node: exp.In) -> _Typed:
         if any(node.args.get(k) for k in ("query", "unnest", "field")):
             raise self.error("subqueries are not supported in IN", node)
-        subject = self.translate(node.this)
+        subject = _widened(self.translate(node.this))
         items = [_coerce(self.translate(v), subject.type) for v in node.expressions]
         if not items:
             raise self.error("empty IN list", node)
@@ -318,7 +358,7 @@ class _Translator:
             result: pc.Expression | None = None
             for value_node, item in zip(node.expressions, items):
                 left, right = self.pair(subject, item)
-                eq = self.checked(left.expr == right.expr, value_node).expr
+                eq = self.comparison(operator.eq, left, right, value_node).expr
                 result = eq if result is None else result | eq
             return _Typed(result, pa.bool_())
         # is_in yields FALSE for a NULL subject and ignores NULL list members; SQL says
@@ -335,8 +375,8 @@ class _Translator:
         low, sub_l = self.pair(self.translate(node.args["low"]), subject)
         sub_h, high = self.pair(subject, self.translate(node.args["high"]))
         expr = (
-            self.checked(sub_l.expr >= low.expr, node).expr
-            & self.checked(sub_h.expr <= high.expr, node).expr
+            self.comparison(operator.le, low, sub_l, node).expr
+            & self.comparison(operator.le, sub_h, high, node).expr
         )
         return _Typed(expr, pa.bool_())
 
@@ -513,6 +553,22 @@ class _Translator:
             *args, pc.scalar(""), null_handling="emit_null" if pipe else "skip"
         )
         return self.checked(expr, node)
+
+
+def _kind(t: pa.DataType) -> str:
+    if pa.types.is_integer(t):
+        return "int"
+    return "float" if pa.types.is_floating(t) else "other"
+
+
+def _as_float64(item: _Typed) -> _Typed:
+    """``item`` as float64: integers rounded to the nearest float64 (so an unsafe
+    cast: beyond 2**53 not every integer has one of its own), floats widened."""
+    if pa.types.is_float64(item.type):
+        return item
+    if item.value is not None:
+        return _lit(item.value.cast(pa.float64(), safe=False))
+    return _Typed(item.expr.cast(pa.float64(), safe=False), pa.float64())
 
 
 def _like(subject: pc.Expression, pattern: str, ignore_case: bool) -> pc.Expression:

@@ -10,6 +10,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 _NULL_BOOL = pa.scalar(None, pa.bool_())
+#: Every integer of smaller magnitude is a float64 of its own; 2**53 + 1 is not.
+_FLOAT_EXACT_INTS = 2**53
 
 
 @dataclass(frozen=True)
@@ -39,7 +41,8 @@ def _is_numeric(t: pa.DataType) -> bool:
 
 
 def _cast_scalar(value: pa.Scalar, target: pa.DataType) -> pa.Scalar:
-    """Cast a constant, raising pyarrow's error if the value would change."""
+    """Cast a constant, raising pyarrow's error if the value would change, or if a
+    float of magnitude 2**53 or more would become an integer (it cannot say which)."""
     if (
         _is_stringlike(value.type)
         and value.is_valid
@@ -50,6 +53,20 @@ def _cast_scalar(value: pa.Scalar, target: pa.DataType) -> pa.Scalar:
         # A zone-less timestamp text compared to a zoned column is taken as UTC,
         # as it would be in Spark or DataFusion; Arrow refuses to guess.
         value = value.cast(pa.timestamp(target.unit))
+    if (
+        pa.types.is_floating(value.type)
+        and pa.types.is_integer(target)
+        and value.is_valid
+        and abs(value.as_py()) >= _FLOAT_EXACT_INTS
+    ):
+        # From 2**53 on a float64 stands for several integers (9007199254740993.0
+        # parses as 2**53): narrowing it would pick one of them, where Arrow compares
+        # the integer column as float64 and matches them all. (Beyond 2**53 the
+        # round trip below refuses too; this message says why.)
+        raise pa.ArrowInvalid(
+            f"{value} is at or beyond 2**53, where a float does not name one integer "
+            f"(write it as an integer literal to get {target})"
+        )
     if pa.types.is_decimal(target) and _is_numeric(value.type) and value.is_valid:
         # Arrow sizes int -> decimal casts for the whole int64 range and refuses
         # decimal(10, 2); going through Python's Decimal checks the actual value.
@@ -64,6 +81,23 @@ def _cast_scalar(value: pa.Scalar, target: pa.DataType) -> pa.Scalar:
         # Float -> decimal casts round silently (0.125 -> 0.12); refuse instead.
         raise pa.ArrowInvalid(f"{value} does not fit {target} exactly")
     return result
+
+
+def _int_range(t: pa.DataType) -> tuple[int, int]:
+    """The smallest and largest value of integer type ``t``."""
+    bits = t.bit_width
+    if pa.types.is_signed_integer(t):
+        return -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+    return 0, 2**bits - 1
+
+
+def _widened(item: _Typed) -> _Typed:
+    """``item`` as float32 if it is a float16 column or expression (Arrow has no
+    comparison or arithmetic kernels for float16; float32 holds every float16
+    exactly, NaN included); else ``item`` unchanged."""
+    if item.value is None and pa.types.is_float16(item.type):
+        return _Typed(item.expr.cast(pa.float32()), pa.float32())
+    return item
 
 
 def _coerce(item: _Typed, target: pa.DataType) -> _Typed:

@@ -148,7 +148,8 @@ def stored_bounds(t: pa.DataType, low: Any, high: Any) -> tuple[Bound, Bound]:
     """The bounds recorded for a column of type ``t`` whose values (nulls and NaN
     left out) lie between ``low`` and ``high`` (Python values, as Arrow gives them):
     dates as days since 1970-01-01, strings shortened to :data:`STRING_PREFIX`
-    characters (the maximum rounded up), integers beyond int64 and NaN dropped.
+    characters (the maximum rounded up), NaN and integer bounds beyond int64 (the
+    stored type) dropped.
     Writers other than the Python one (Spark's, from Parquet footers) go through
     this too, so every fragment's statistics mean the same."""
     if low is None or high is None:
@@ -162,9 +163,11 @@ def stored_bounds(t: pa.DataType, low: Any, high: Any) -> tuple[Bound, Bound]:
     if isinstance(low, float) and isinstance(high, float):
         return (low, high) if not (math.isnan(low) or math.isnan(high)) else (None, None)
     if isinstance(low, int) and isinstance(high, int):  # and bool
+        # The manifest stores sint64: a uint64 bound at or over 2**63 (either end,
+        # e.g. a fragment whose values all are) is unknown, never a failed write.
         return (
-            int(low) if low >= _INT_MIN else None,
-            int(high) if high <= _INT_MAX else None,
+            int(low) if _INT_MIN <= low <= _INT_MAX else None,
+            int(high) if _INT_MIN <= high <= _INT_MAX else None,
         )
     return None, None
 
@@ -182,9 +185,10 @@ def exact_bound_type(t: pa.DataType) -> bool:
 
 
 def recorded_type(t: pa.DataType) -> bool:
-    """Whether columns of type ``t`` get statistics (floats too: NaN is left out of
-    their bounds)."""
-    return exact_bound_type(t) or pa.types.is_floating(t)
+    """Whether columns of type ``t`` get statistics (float32 and float64 too: NaN is
+    left out of their bounds). float16 gets none: Arrow has no min/max or NaN kernel
+    for it, and pruning reads float64 bounds only."""
+    return exact_bound_type(t) or pa.types.is_float32(t) or pa.types.is_float64(t)
 
 
 def compute_file_statistics(
