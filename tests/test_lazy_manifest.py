@@ -133,7 +133,8 @@ def test_many_appends_keep_few_segments() -> None:
     for i in range(1, 100):
         # `+` keeps the stored fragments encoded; unpacking would decode them.
         manifest = manifest.evolve(
-            fragments=manifest.fragments + (_fragment(i, 3),), max_fragment_id=i  # noqa: RUF005
+            fragments=manifest.fragments + (_fragment(i, 3),),  # noqa: RUF005
+            max_fragment_id=i,
         )
     assert len(manifest.fragments.segments) <= MAX_SEGMENTS
     assert [f.id for f in manifest.fragments] == list(range(100))

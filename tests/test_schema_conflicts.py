@@ -252,8 +252,6 @@ def test_an_index_on_several_fields_goes_when_one_of_them_is_dropped() -> None:
                           dataset_version=1, fragment_ids=frozenset()),
         ),
     )  # fmt: skip
-    kept = DatasetSchema(
-        schema.arrow.remove(2), tuple((p, i) for p, i in schema.ids if i != 2)
-    )
+    kept = DatasetSchema(schema.arrow.remove(2), tuple((p, i) for p, i in schema.ids if i != 2))
     built = build_project(base, Project(kept), 2, lambda v: base)
     assert [(i.name, i.fields) for i in built.indices] == [("one", (1,)), ("", ())]

@@ -550,9 +550,7 @@ def _discard_superseded(
     # Rewrite keeps each remaining group's new files as they were and only drops whole
     # groups, so a data file it wrote that the committed Rewrite no longer lists was
     # this commit's own and is in no version.
-    drops_groups = isinstance(original.operation, Rewrite) and isinstance(
-        final.operation, Rewrite
-    )
+    drops_groups = isinstance(original.operation, Rewrite) and isinstance(final.operation, Rewrite)
     superseded = [
         p for p in sorted(stale) if drops_groups or not p.startswith(f"{layout.DATA_DIR}/")
     ]
