@@ -119,6 +119,27 @@ def test_a_writer_of_a_dropped_and_recreated_dataset_is_refused(
     assert health.verify(uri, so, grace_seconds=0).healthy
 
 
+def test_restore_through_a_handle_of_a_dropped_and_recreated_dataset_is_refused(
+    where: tuple[str, Any],
+) -> None:
+    """The handle pins version 2 of the first dataset; after a drop and re-creation the
+    location's version 2 is the new dataset's, which restore() must not bring back."""
+    uri, so = where
+    s3ddb.write_dataset(make_table(0, 1), uri, storage_options=so)
+    s3ddb.write_dataset(make_table(1, 1), uri, mode="append", storage_options=so)
+    old = s3ddb.dataset(uri, version=2, storage_options=so)
+    _drop(uri, so)
+    for start in (100, 200, 300):
+        s3ddb.write_dataset(make_table(start, 1), uri, mode="append", storage_options=so)
+    with pytest.raises(DatasetRecreatedError, match="re-created"):
+        old.restore()
+    finalizer.drain()
+    fresh = s3ddb.dataset(uri, storage_options=so)
+    assert fresh.version == 3
+    assert _ids(fresh) == [100, 200, 300]
+    assert health.verify(uri, so, grace_seconds=0).healthy
+
+
 def test_drop_through_the_cli_fences_a_local_writer(tmp_path: Path) -> None:
     uri = str(tmp_path / "ds")
     for i in range(3):

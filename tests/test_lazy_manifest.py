@@ -83,7 +83,9 @@ def test_random_changes_match_a_plain_list(ops: list[tuple[str, int]]) -> None:
             new = [_fragment(next_id + i, rng.randint(1, 50)) for i in range(rng.randint(1, 4))]
             next_id += len(new)
             model.extend(new)
-            manifest = manifest.evolve(fragments=manifest.fragments + tuple(new))
+            manifest = manifest.evolve(
+                fragments=manifest.fragments + tuple(new), max_fragment_id=next_id - 1
+            )
         elif kind == "change" and model:
             picked = {f.id for f in rng.sample(model, rng.randint(1, min(3, len(model))))}
             removed = {fid for fid in picked if rng.random() < 0.3}
@@ -130,7 +132,10 @@ def test_many_appends_keep_few_segments() -> None:
     manifest = Manifest.from_bytes(_manifest([_fragment(0, 3)]).to_bytes(), "first")
     for i in range(1, 100):
         # `+` keeps the stored fragments encoded; unpacking would decode them.
-        manifest = manifest.evolve(fragments=manifest.fragments + (_fragment(i, 3),))  # noqa: RUF005
+        manifest = manifest.evolve(
+            fragments=manifest.fragments + (_fragment(i, 3),),  # noqa: RUF005
+            max_fragment_id=i,
+        )
     assert len(manifest.fragments.segments) <= MAX_SEGMENTS
     assert [f.id for f in manifest.fragments] == list(range(100))
     _assert_same(manifest)

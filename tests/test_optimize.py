@@ -637,3 +637,22 @@ def test_compaction_and_a_delete_race_on_s3_ddb(
     assert sorted_rows(latest) == serial_result("delete-middle")
     assert shape(latest) == [(5, 0, 1), (4, 1, 1), (5, 0, 1)]
     assert orphans(ddb_uri, so) == set()
+
+
+# --- a compaction rebased over a delete of a whole group ------------------------------------
+
+
+def test_a_group_dropped_by_a_rebase_leaves_no_data_file(any_uri: str) -> None:
+    """The compaction read version 1; a delete then removed every row of its first
+    group. The rebased Rewrite drops that group: the file the group was copied to is in
+    no version and must not stay behind; the other group's file is committed."""
+    rows = pa.table({"id": pa.array(range(12), pa.int64())})
+    s3ddb.write_dataset(rows, any_uri, max_rows_per_file=3)  # fragments 0..3
+    pinned = s3ddb.dataset(any_uri, version=1)
+    s3ddb.dataset(any_uri).delete("id < 6")  # fragments 0 and 1 gone
+    pinned.optimize.compact_files(target_rows_per_fragment=6, conflict_retries=0)
+    ds = s3ddb.dataset(any_uri)
+    assert ds.manifest.operation == "Rewrite"
+    assert [f.physical_rows for f in ds.manifest.fragments] == [6]
+    assert sorted(ds.to_table().column("id").to_pylist()) == list(range(6, 12))
+    assert orphans(any_uri) == set()

@@ -122,6 +122,48 @@ def test_a_fragment_id_above_max_fragment_id_is_refused(tmp_path: Path) -> None:
         assert path.name in str(info.value)
 
 
+def test_an_append_over_a_too_low_max_fragment_id_commits_nothing(tmp_path: Path) -> None:
+    """An append numbers its fragments from max_fragment_id without reading the listed
+    ones; it must check them first, not land a version that lists an id twice."""
+    uri = str(tmp_path / "ds")
+    _make(uri, delete=False)
+
+    def low_max(m: pb.Manifest) -> None:
+        m.max_fragment_id = 0  # fragment 1 exists
+
+    _edit_newest(uri, low_max)
+    with pytest.raises(StoredMetadataError, match=r"fragment 1.*max_fragment_id 0"):
+        s3ddb.dataset(uri).insert(_rows(10, 1))
+    assert [p.name for p in (Path(uri) / layout.VERSIONS_DIR).glob("*.manifest")] == [
+        _newest(uri).name
+    ]  # still the one version
+
+
+@pytest.mark.parametrize("indexed", [False, True])
+def test_without_max_fragment_id_new_fragments_take_ids_above_those_in_use(
+    tmp_path: Path, indexed: bool
+) -> None:
+    """max_fragment_id is optional in the format (older Lance writers omit it): the next
+    id is then above the highest listed, or covered by an index, never a reused one."""
+    uri = str(tmp_path / "ds")
+    _make(uri, delete=False)  # fragments 0 and 1
+    if indexed:
+        s3ddb.dataset(uri).create_scalar_index("id", "BTREE")
+
+    def covered_by_index_only(m: pb.Manifest) -> None:
+        m.ClearField("max_fragment_id")
+        if indexed:  # the index covers an id no longer listed (5)
+            m.indices[0].fragment_bitmap = BitMap([0, 5]).serialize()
+
+    _edit_newest(uri, covered_by_index_only, summary=True)
+    s3ddb.dataset(uri).insert(_rows(10, 2))
+    ds = s3ddb.dataset(uri)
+    ids = ds.manifest.fragments.ids()
+    assert len(set(ids)) == len(ids)
+    assert ids == [0, 1, 6] if indexed else [0, 1, 2]
+    assert sorted(ds.to_table().column("id").to_pylist()) == [*range(10), 10, 11]
+
+
 # --- 2. schema ------------------------------------------------------------------------
 
 

@@ -311,7 +311,13 @@ def build_project(
         raise RetryableCommitConflictError(
             f"Project: field ids {sorted(unknown)} are not in the schema of version {base.version}"
         )
-    return base.evolve(schema=op.schema)
+    # An index on a dropped field indexes a column no longer there (and a column added
+    # later under the same name gets a new id the index does not cover): drop it, one
+    # on several fields as soon as one of them goes. Applied to the newest base, this
+    # also drops an index created concurrently on a column this Project drops.
+    kept = {i for _p, i in op.schema.ids}
+    indices = tuple(x for x in base.indices if all(f in kept for f in x.fields))
+    return base.evolve(schema=op.schema, indices=indices)
 
 
 def build_data_replacement(

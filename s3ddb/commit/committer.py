@@ -42,7 +42,7 @@ from s3ddb.format.manifest import Manifest, referenced_paths
 from s3ddb.format.naming import DEFAULT_NAMING, NamingScheme
 from s3ddb.io.parallel import PendingWrites
 from s3ddb.io.written_files import delete_written_files
-from s3ddb.operations import Append, Overwrite, Transaction
+from s3ddb.operations import Append, Overwrite, Rewrite, Transaction
 
 __all__ = ["CommitConfig", "CommitResult", "OnExisting", "commit_transaction", "load_transaction"]
 
@@ -531,7 +531,9 @@ def _discard_superseded(
     handler: CommitHandler, original: Transaction, final: Transaction, written: list[str]
 ) -> None:
     """After a successful commit, delete files that a rebase replaced (e.g. a deletion
-    file merged with a concurrent one): no manifest references them."""
+    file merged with a concurrent one), and the data files of compaction groups a
+    rebase dropped (every row they copied was deleted meanwhile): no manifest
+    references them."""
     if original is final:
         return
     try:
@@ -544,8 +546,14 @@ def _discard_superseded(
     def warn(path: str, exc: Exception) -> None:
         log.warning("could not delete superseded file %s: %s", path, exc)
 
-    # Data files are never superseded by a rebase; they are kept to be safe.
-    superseded = [p for p in sorted(stale) if not p.startswith(f"{layout.DATA_DIR}/")]
+    # Other rebases never replace a data file: theirs are kept, to be safe. A rebased
+    # Rewrite keeps each remaining group's new files as they were and only drops whole
+    # groups, so a data file it wrote that the committed Rewrite no longer lists was
+    # this commit's own and is in no version.
+    drops_groups = isinstance(original.operation, Rewrite) and isinstance(final.operation, Rewrite)
+    superseded = [
+        p for p in sorted(stale) if drops_groups or not p.startswith(f"{layout.DATA_DIR}/")
+    ]
     delete_written_files(handler.store, superseded, on_failure=warn)
 
 

@@ -69,7 +69,9 @@ class Manifest:
         fragments: the fragments, in order: any iterable of :class:`FragmentMetadata`
             is accepted and held as a :class:`FragmentList`, which decodes stored
             fragments only when they are used.
-        max_fragment_id: highest fragment id ever assigned, None before the first.
+        max_fragment_id: highest fragment id ever assigned, None before the first. Read
+            from a manifest that omits it (optional in the format), the highest id it
+            lists or an index of it covers.
         config: dataset configuration (string map).
         table_metadata: free-form table metadata.
         timestamp_nanos: commit time, nanoseconds since the epoch.
@@ -124,7 +126,25 @@ class Manifest:
         return self.fragments.visible_rows()
 
     def next_fragment_id(self) -> int:
-        return 0 if self.max_fragment_id is None else self.max_fragment_id + 1
+        """The id of the next new fragment: above every id ever assigned, so a commit
+        never gives a new fragment the id of a listed (or once-listed) one. Without a
+        recorded ``max_fragment_id``, above the highest listed id (as Lance does).
+
+        Raises:
+            StoredMetadataError: a listed fragment's id is above ``max_fragment_id``
+                (checked here, before any commit numbers from it).
+        """
+        # ids() parses stored fragments, which checks them against the stored maximum;
+        # fragments built in memory are checked here.
+        highest = max(self.fragments.ids(), default=-1)
+        if self.max_fragment_id is None:
+            return highest + 1
+        if highest > self.max_fragment_id:
+            raise StoredMetadataError(
+                f"manifest of version {self.version}: fragment {highest} is above its "
+                f"max_fragment_id {self.max_fragment_id} (a new fragment would reuse an id)"
+            )
+        return self.max_fragment_id + 1
 
     def evolve(self, **changes: Any) -> Manifest:
         return replace(self, **changes)
@@ -234,6 +254,11 @@ class Manifest:
             )
         except StoredMetadataError as exc:
             raise StoredMetadataError(f"manifest {where} (version {m.version}): {exc}") from None
+        if max_id is None and (len(encoded) or indices):
+            # Optional in the format (older Lance writers omit it). Like Lance, take the
+            # highest id in use, an index's too, so no new fragment reuses one.
+            in_use = [*encoded.ids(), *(i for x in indices for i in x.fragment_ids)]
+            max_id = max(in_use) if in_use else None
         return cls(
             version=m.version,
             schema=schema,

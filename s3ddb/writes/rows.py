@@ -208,8 +208,24 @@ def _refuse_if_rows_remain(ds: PinnedVersion, latest: Manifest) -> None:
 
 
 def restore(ds: PinnedVersion) -> None:
-    """See :meth:`s3ddb.Dataset.restore`."""
+    """See :meth:`s3ddb.Dataset.restore`.
+
+    Raises:
+        DatasetRecreatedError: the dataset at ``ds``'s location is no longer the one
+            ``ds`` pinned (dropped and re-created since): its version number would name
+            the new dataset's version. Nothing is committed.
+    """
     latest = load_latest(ds.handler, ds.uri, finalize=False)
+    pinned = ds.manifest.dataset_id
+    # The committer fences on ``latest``'s identity (a re-creation after this read is
+    # refused there); a re-creation before it is only visible against the pin.
+    if pinned and latest.dataset_id != pinned:
+        raise DatasetRecreatedError(
+            f"refusing to restore {ds.handler.store.url} to version {ds.version}: that "
+            f"version was read from dataset identity {pinned}, but the latest version "
+            f"{latest.version} belongs to identity {latest.dataset_id or 'none'} (the "
+            "dataset was dropped and re-created meanwhile). Nothing was committed."
+        )
     commit_planned(ds, Restore(ds.version), latest)
 
 
