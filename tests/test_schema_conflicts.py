@@ -214,18 +214,12 @@ def test_an_index_built_over_a_concurrent_drop_of_its_column_is_not_committed(
     s3ddb.write_dataset(_rows([1, 2, 3]), uri)
     stale = s3ddb.dataset(uri)
     s3ddb.dataset(uri).drop_columns(["extra"])
-    # KeyError: the re-planned build does not check the column again (see the xfail below).
-    with pytest.raises((s3ddb.S3DDBError, KeyError)):
+    with pytest.raises(s3ddb.ColumnNotFoundError):
         stale.create_scalar_index("extra", "BTREE")
     assert s3ddb.dataset(uri).version == 2
     assert _index_fields(uri) == []
 
 
-@pytest.mark.xfail(
-    strict=True, raises=KeyError,
-    reason="index.api checks the column only before the first plan: a re-plan after a "
-    "concurrent drop fails in the BTREE build with a bare KeyError",
-)  # fmt: skip
 def test_an_index_re_planned_over_a_drop_of_its_column_says_which_column(
     tmp_path: Path,
 ) -> None:

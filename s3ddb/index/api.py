@@ -59,6 +59,13 @@ def create_scalar_index(
     store = ds.handler.store
 
     def plan(manifest: Manifest) -> tuple[CreateIndex, None]:
+        # Checked again on every plan: a re-plan on a newer version may find the
+        # column dropped by a concurrent commit.
+        if column not in manifest.schema.arrow.names:
+            raise ColumnNotFoundError(
+                f"cannot index column {column!r}: version {manifest.version} of {ds.uri} "
+                f"has no such column (dropped since); columns are {manifest.schema.arrow.names}"
+            )
         existing = index_by_name(manifest.indices, index_name)
         if existing is not None and not replace:
             raise IndexExistsError(
