@@ -495,3 +495,22 @@ def test_an_index_on_a_column_named_like_the_index_files_columns_works(
     assert ds.to_table(filter="v < 0").sort_by(column).to_pylist() == [
         {column: 105, "v": -1}, {column: 500, "v": -2}
     ]  # fmt: skip
+
+
+def test_an_indexed_column_in_the_longest_accepted_and_chain(tmp_path: Path) -> None:
+    # Taking the filter's AND apart for the index recursed once per term, and the
+    # indexed terms were re-joined with parentheses, past the parser's node limit.
+    from s3ddb.expressions import MAX_EXPRESSION_NODES, parse_sql_tree
+
+    terms = MAX_EXPRESSION_NODES // 5  # "id >= n" and its AND: five nodes
+    text = " AND ".join(f"id >= {i % 1990}" for i in range(terms))
+    parse_sql_tree(text)  # within the limits
+    uri = str(tmp_path / "ds")
+    ds = s3ddb.write_dataset(_table(0, 2000), uri, max_rows_per_file=500)
+    ds.create_scalar_index("id")
+    ds = s3ddb.dataset(uri)
+    assert _uses_index(ds, text)
+    expected = _scan(ds, text)
+    assert expected["id"].to_pylist() == list(range(1989, 2000))
+    assert ds.to_table(filter=text).equals(expected)
+    assert ds.count_rows(text) == 11
