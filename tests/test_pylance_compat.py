@@ -6,10 +6,12 @@ The docs' pylance S3 + DynamoDB example runs with only its import changed."""
 from __future__ import annotations
 
 import datetime as dt
+import re
 import uuid
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -81,6 +83,73 @@ def test_bad_scans_are_refused(tmp_path: Path) -> None:
     with pytest.raises(UnsupportedOperationError, match="error_if_tagged"):
         ds.cleanup_old_versions(error_if_tagged_old_versions=True)
     assert ds.version == 1 and ds.latest_version == 1
+
+
+@pytest.mark.parametrize(
+    "indices, shown",
+    [
+        ([1.7], "float 1.7"),
+        (["3"], "str '3'"),
+        ([True], "bool True"),
+        ([np.int64(1), np.bool_(True)], "bool"),
+        ([None], "NoneType None"),
+        (np.array([2.0**63]), "numpy array of float64"),
+        (np.array([True]), "numpy array of bool"),
+        (np.array([[0, 1]]), "2-dimensional"),
+        (pa.array([1, None]), "1 null"),
+        (pa.array([1.0]), "pyarrow array of double"),
+        (pa.array(["1"]), "pyarrow array of string"),
+        ("01", "got str '01'"),
+        (3, "got int 3"),
+        ([2**70], "position 1180591620717411303424 is out of range"),
+        (np.array([2**64 - 1], np.uint64), "position 18446744073709551615 is out of range"),
+        (pa.array([-1], pa.int8()), "position -1 is out of range"),
+    ],
+)
+def test_take_accepts_only_integer_positions(
+    tmp_path: Path, indices: Any, shown: str
+) -> None:
+    # numpy / Python would turn 1.7, "3" or True into a row position without a word.
+    ds = s3ddb.write_dataset(_rows(list(range(10))), str(tmp_path / "ds"))
+    with pytest.raises(InvalidInputError, match=re.escape(shown)):
+        ds.take(indices)
+    with pytest.raises(InvalidInputError, match=re.escape(shown)):
+        ds.scanner().take(indices)
+
+
+def test_take_accepts_what_pylance_take_accepts(tmp_path: Path) -> None:
+    uri = str(tmp_path / "ds")
+    s3ddb.write_dataset(_rows(list(range(5))), uri)
+    s3ddb.write_dataset(_rows(list(range(5, 10))), uri, mode="append")
+    ds = s3ddb.dataset(uri)
+    for indices in (
+        [7, 2, 2],
+        (7, 2, 2),
+        [np.int32(7), np.uint8(2), 2],
+        np.array([7, 2, 2], np.uint16),
+        pa.array([7, 2, 2], pa.uint64()),
+        pa.chunked_array([[7], [2, 2]], pa.int8()),
+    ):
+        assert ds.take(indices)["id"].to_pylist() == [7, 2, 2], indices
+        assert ds.scanner(filter="id > 0").take(indices)["id"].to_pylist() == [8, 3, 3]
+    for empty in ([], np.array([]), pa.array([])):
+        assert ds.take(empty).num_rows == 0 and ds.take(empty).schema == ds.schema
+
+
+def test_take_without_columns_keeps_the_row_count(tmp_path: Path) -> None:
+    uri = str(tmp_path / "ds")
+    s3ddb.write_dataset(_rows(list(range(10))), uri, max_rows_per_group=3)
+    s3ddb.write_dataset(_rows(list(range(10, 15))), uri, mode="append")
+    ds = s3ddb.dataset(uri)
+    ds.delete("id = 2")
+    assert ds.to_table(columns=[]).num_rows == 14
+    got = ds.take([0, 1, 13, 1], columns=[])
+    assert (got.num_rows, got.num_columns) == (4, 0)
+    got = ds.scanner(columns=[], filter="id > 4").take([0, 9])
+    assert (got.num_rows, got.num_columns) == (2, 0)
+    with pytest.raises(InvalidInputError, match="out of range"):
+        ds.take([14], columns=[])
+    assert ds.get_fragment(1).take([4], columns=[]).num_rows == 1
 
 
 def test_versions_read_as_dicts_and_tags(target: tuple[str, Any]) -> None:
