@@ -452,3 +452,23 @@ def test_dataset_takes_pylance_open_arguments(tmp_path: Path) -> None:
         s3ddb.dataset(uri, session=object())
     with pytest.raises(TypeError, match="no_such_argument"):
         s3ddb.dataset(uri, no_such_argument=1)
+
+
+def test_a_column_named_twice_is_refused_by_scans_and_read_once_by_take(
+    tmp_path: Path,
+) -> None:
+    # As pylance: its scans refuse a duplicate name ("Duplicate column name"), its
+    # take returns the column once.
+    ds = s3ddb.write_dataset(_rows(list(range(5))), str(tmp_path / "ds"))
+    for columns in (["id", "id"], ["kind", "id", "kind"]):
+        twice = re.escape(repr(sorted({c for c in columns if columns.count(c) > 1})))
+        with pytest.raises(InvalidInputError, match=f"{twice} given more than once"):
+            ds.to_table(columns=columns)
+        with pytest.raises(InvalidInputError, match=twice):
+            ds.scanner(columns=columns)
+        with pytest.raises(InvalidInputError, match=twice):
+            list(ds.to_batches(columns=columns))
+        with pytest.raises(InvalidInputError, match=twice):
+            ds.get_fragment(0).to_table(columns=columns)
+    got = ds.take([3, 1], columns=["kind", "id", "kind"])
+    assert got.to_pylist() == [{"kind": "k0", "id": 3}, {"kind": "k1", "id": 1}]

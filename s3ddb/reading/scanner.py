@@ -302,13 +302,17 @@ def _shown(value: object) -> str:
 
 def take(ds: PinnedVersion, indices: Any, columns: list[str] | None = None) -> pa.Table:
     """The visible rows at positions ``indices`` (0-based over the pinned version's rows
-    in scan order), in the order given; only fragments holding them are read.
+    in scan order), in the order given; only fragments holding them are read. A
+    column named twice in ``columns`` is returned once, as pylance's take does
+    (scans refuse it).
 
     Raises:
         InvalidInputError: a negative or out-of-range position, or ``indices`` not
             integers (see :func:`positions`).
         ColumnNotFoundError: an unknown column.
     """
+    if isinstance(columns, list | tuple) and all(isinstance(c, str) for c in columns):
+        columns = list(dict.fromkeys(columns))
     reader = VersionReader(ds, columns, None)
     schema = pa.schema([ds.schema.field(n) for n in reader.columns])
     fragments = list(ds.manifest.fragments)
