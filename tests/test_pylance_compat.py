@@ -472,3 +472,20 @@ def test_a_column_named_twice_is_refused_by_scans_and_read_once_by_take(
             ds.get_fragment(0).to_table(columns=columns)
     got = ds.take([3, 1], columns=["kind", "id", "kind"])
     assert got.to_pylist() == [{"kind": "k0", "id": 3}, {"kind": "k1", "id": 1}]
+
+
+def test_the_docs_scanner_row_says_what_the_scanner_has_and_refuses(tmp_path: Path) -> None:
+    # The overview table once listed `take` on a scanner as No while the scanner had it.
+    [row] = [line for line in DOC.read_text().splitlines() if line.startswith("| `ds.scanner(")]
+    has, refused = row.split("the scanner has", 1)[1].split(";", 1)
+    has_names = re.findall(r"`(\w+)`", re.sub(r"\([^)]*\)", "", has))  # notes left out
+    refused_names = re.findall(r"`(\w+)`", refused.split(": No", 1)[0])
+    assert "take" in has_names and "take" not in refused_names
+    assert refused_names == ["explain_plan", "analyze_plan"]
+    scanner = s3ddb.write_dataset(_rows([1, 2]), str(tmp_path / "ds")).scanner()
+    for name in has_names:
+        assert hasattr(scanner, name), name
+    assert scanner.take([1])["id"].to_pylist() == [2]
+    for name in refused_names:
+        with pytest.raises(UnsupportedOperationError):
+            getattr(scanner, name)()
