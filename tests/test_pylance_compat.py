@@ -106,9 +106,7 @@ def test_bad_scans_are_refused(tmp_path: Path) -> None:
         (pa.array([-1], pa.int8()), "position -1 is out of range"),
     ],
 )
-def test_take_accepts_only_integer_positions(
-    tmp_path: Path, indices: Any, shown: str
-) -> None:
+def test_take_accepts_only_integer_positions(tmp_path: Path, indices: Any, shown: str) -> None:
     # numpy / Python would turn 1.7, "3" or True into a row position without a word.
     ds = s3ddb.write_dataset(_rows(list(range(10))), str(tmp_path / "ds"))
     with pytest.raises(InvalidInputError, match=re.escape(shown)):

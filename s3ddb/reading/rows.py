@@ -58,9 +58,7 @@ def resolve_columns(ds: PinnedVersion, columns: list[str] | None) -> list[str]:
         )
     twice = sorted(c for c, n in Counter(columns).items() if n > 1)
     if twice:
-        raise InvalidInputError(
-            f"column(s) {twice} given more than once in columns={columns!r}"
-        )
+        raise InvalidInputError(f"column(s) {twice} given more than once in columns={columns!r}")
     return list(columns)
 
 

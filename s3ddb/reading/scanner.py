@@ -278,8 +278,7 @@ def positions(indices: Any, total: int, of: str) -> np.ndarray:
         for item in items:
             if isinstance(item, bool | np.bool_) or not isinstance(item, int | np.integer):
                 raise InvalidInputError(
-                    f"take: positions must be integers, got {type(item).__name__} "
-                    f"{_shown(item)}"
+                    f"take: positions must be integers, got {type(item).__name__} {_shown(item)}"
                 )
         bad_items = [p for p in items if not 0 <= p < total]
         if bad_items:
