@@ -6,10 +6,12 @@ The docs' pylance S3 + DynamoDB example runs with only its import changed."""
 from __future__ import annotations
 
 import datetime as dt
+import re
 import uuid
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -81,6 +83,71 @@ def test_bad_scans_are_refused(tmp_path: Path) -> None:
     with pytest.raises(UnsupportedOperationError, match="error_if_tagged"):
         ds.cleanup_old_versions(error_if_tagged_old_versions=True)
     assert ds.version == 1 and ds.latest_version == 1
+
+
+@pytest.mark.parametrize(
+    "indices, shown",
+    [
+        ([1.7], "float 1.7"),
+        (["3"], "str '3'"),
+        ([True], "bool True"),
+        ([np.int64(1), np.bool_(True)], "bool"),
+        ([None], "NoneType None"),
+        (np.array([2.0**63]), "numpy array of float64"),
+        (np.array([True]), "numpy array of bool"),
+        (np.array([[0, 1]]), "2-dimensional"),
+        (pa.array([1, None]), "1 null"),
+        (pa.array([1.0]), "pyarrow array of double"),
+        (pa.array(["1"]), "pyarrow array of string"),
+        ("01", "got str '01'"),
+        (3, "got int 3"),
+        ([2**70], "position 1180591620717411303424 is out of range"),
+        (np.array([2**64 - 1], np.uint64), "position 18446744073709551615 is out of range"),
+        (pa.array([-1], pa.int8()), "position -1 is out of range"),
+    ],
+)
+def test_take_accepts_only_integer_positions(tmp_path: Path, indices: Any, shown: str) -> None:
+    # numpy / Python would turn 1.7, "3" or True into a row position without a word.
+    ds = s3ddb.write_dataset(_rows(list(range(10))), str(tmp_path / "ds"))
+    with pytest.raises(InvalidInputError, match=re.escape(shown)):
+        ds.take(indices)
+    with pytest.raises(InvalidInputError, match=re.escape(shown)):
+        ds.scanner().take(indices)
+
+
+def test_take_accepts_what_pylance_take_accepts(tmp_path: Path) -> None:
+    uri = str(tmp_path / "ds")
+    s3ddb.write_dataset(_rows(list(range(5))), uri)
+    s3ddb.write_dataset(_rows(list(range(5, 10))), uri, mode="append")
+    ds = s3ddb.dataset(uri)
+    for indices in (
+        [7, 2, 2],
+        (7, 2, 2),
+        [np.int32(7), np.uint8(2), 2],
+        np.array([7, 2, 2], np.uint16),
+        pa.array([7, 2, 2], pa.uint64()),
+        pa.chunked_array([[7], [2, 2]], pa.int8()),
+    ):
+        assert ds.take(indices)["id"].to_pylist() == [7, 2, 2], indices
+        assert ds.scanner(filter="id > 0").take(indices)["id"].to_pylist() == [8, 3, 3]
+    for empty in ([], np.array([]), pa.array([])):
+        assert ds.take(empty).num_rows == 0 and ds.take(empty).schema == ds.schema
+
+
+def test_take_without_columns_keeps_the_row_count(tmp_path: Path) -> None:
+    uri = str(tmp_path / "ds")
+    s3ddb.write_dataset(_rows(list(range(10))), uri, max_rows_per_group=3)
+    s3ddb.write_dataset(_rows(list(range(10, 15))), uri, mode="append")
+    ds = s3ddb.dataset(uri)
+    ds.delete("id = 2")
+    assert ds.to_table(columns=[]).num_rows == 14
+    got = ds.take([0, 1, 13, 1], columns=[])
+    assert (got.num_rows, got.num_columns) == (4, 0)
+    got = ds.scanner(columns=[], filter="id > 4").take([0, 9])
+    assert (got.num_rows, got.num_columns) == (2, 0)
+    with pytest.raises(InvalidInputError, match="out of range"):
+        ds.take([14], columns=[])
+    assert ds.get_fragment(1).take([4], columns=[]).num_rows == 1
 
 
 def test_versions_read_as_dicts_and_tags(target: tuple[str, Any]) -> None:
@@ -383,3 +450,40 @@ def test_dataset_takes_pylance_open_arguments(tmp_path: Path) -> None:
         s3ddb.dataset(uri, session=object())
     with pytest.raises(TypeError, match="no_such_argument"):
         s3ddb.dataset(uri, no_such_argument=1)
+
+
+def test_a_column_named_twice_is_refused_by_scans_and_read_once_by_take(
+    tmp_path: Path,
+) -> None:
+    # As pylance: its scans refuse a duplicate name ("Duplicate column name"), its
+    # take returns the column once.
+    ds = s3ddb.write_dataset(_rows(list(range(5))), str(tmp_path / "ds"))
+    for columns in (["id", "id"], ["kind", "id", "kind"]):
+        twice = re.escape(repr(sorted({c for c in columns if columns.count(c) > 1})))
+        with pytest.raises(InvalidInputError, match=f"{twice} given more than once"):
+            ds.to_table(columns=columns)
+        with pytest.raises(InvalidInputError, match=twice):
+            ds.scanner(columns=columns)
+        with pytest.raises(InvalidInputError, match=twice):
+            list(ds.to_batches(columns=columns))
+        with pytest.raises(InvalidInputError, match=twice):
+            ds.get_fragment(0).to_table(columns=columns)
+    got = ds.take([3, 1], columns=["kind", "id", "kind"])
+    assert got.to_pylist() == [{"kind": "k0", "id": 3}, {"kind": "k1", "id": 1}]
+
+
+def test_the_docs_scanner_row_says_what_the_scanner_has_and_refuses(tmp_path: Path) -> None:
+    # The overview table once listed `take` on a scanner as No while the scanner had it.
+    [row] = [line for line in DOC.read_text().splitlines() if line.startswith("| `ds.scanner(")]
+    has, refused = row.split("the scanner has", 1)[1].split(";", 1)
+    has_names = re.findall(r"`(\w+)`", re.sub(r"\([^)]*\)", "", has))  # notes left out
+    refused_names = re.findall(r"`(\w+)`", refused.split(": No", 1)[0])
+    assert "take" in has_names and "take" not in refused_names
+    assert refused_names == ["explain_plan", "analyze_plan"]
+    scanner = s3ddb.write_dataset(_rows([1, 2]), str(tmp_path / "ds")).scanner()
+    for name in has_names:
+        assert hasattr(scanner, name), name
+    assert scanner.take([1])["id"].to_pylist() == [2]
+    for name in refused_names:
+        with pytest.raises(UnsupportedOperationError):
+            getattr(scanner, name)()

@@ -466,3 +466,51 @@ def test_other_writers_indices_decode_and_new_ones_are_checked() -> None:
         s3ddb.CreateIndex((system,))
     with pytest.raises(InvalidInputError):
         s3ddb.CreateIndex(())
+
+
+@pytest.mark.parametrize("column", ["fragment_id", "row_offset", "key", "position"])
+def test_an_index_on_a_column_named_like_the_index_files_columns_works(
+    tmp_path: Path, column: str
+) -> None:
+    # The index file stores (key, fragment_id, row_offset): an indexed column of one
+    # of those names (or of the lookup's own scratch name) must not collide with them.
+    uri = str(tmp_path / column)
+    table = pa.table({column: pa.array(range(100, 130), pa.int64()), "v": pa.array(range(30))})
+    ds = s3ddb.write_dataset(table, uri, max_rows_per_file=10)
+    ds.create_scalar_index(column)
+    ds = s3ddb.dataset(uri)
+    for text in (f"{column} = 105", f"{column} IN (101, 125, 999)", f"{column} >= 127"):
+        assert _uses_index(ds, text), text
+        expected = _scan(ds, text)
+        assert expected.num_rows > 0
+        assert ds.to_table(filter=text).equals(expected), text
+        assert ds.count_rows(text) == expected.num_rows, text
+    source = pa.table({column: pa.array([105, 500], pa.int64()), "v": pa.array([-1, -2])})
+    counts = ds.merge_insert(column).when_matched_update_all().when_not_matched_insert_all()
+    assert counts.execute(source) == {
+        "num_inserted_rows": 1, "num_updated_rows": 1, "num_deleted_rows": 0
+    }  # fmt: skip
+    ds = s3ddb.dataset(uri)
+    assert ds.count_rows() == 31
+    assert ds.to_table(filter="v < 0").sort_by(column).to_pylist() == [
+        {column: 105, "v": -1}, {column: 500, "v": -2}
+    ]  # fmt: skip
+
+
+def test_an_indexed_column_in_the_longest_accepted_and_chain(tmp_path: Path) -> None:
+    # Taking the filter's AND apart for the index recursed once per term, and the
+    # indexed terms were re-joined with parentheses, past the parser's node limit.
+    from s3ddb.expressions import MAX_EXPRESSION_NODES, parse_sql_tree
+
+    terms = MAX_EXPRESSION_NODES // 5  # "id >= n" and its AND: five nodes
+    text = " AND ".join(f"id >= {i % 1990}" for i in range(terms))
+    parse_sql_tree(text)  # within the limits
+    uri = str(tmp_path / "ds")
+    ds = s3ddb.write_dataset(_table(0, 2000), uri, max_rows_per_file=500)
+    ds.create_scalar_index("id")
+    ds = s3ddb.dataset(uri)
+    assert _uses_index(ds, text)
+    expected = _scan(ds, text)
+    assert expected["id"].to_pylist() == list(range(1989, 2000))
+    assert ds.to_table(filter=text).equals(expected)
+    assert ds.count_rows(text) == 11

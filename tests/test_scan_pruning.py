@@ -505,3 +505,52 @@ def test_a_dotted_column_beside_a_struct_is_pruned_by_its_own_row_group_bounds(
         assert ds.to_table(filter=text).to_pylist() == [row], text
         assert ds.count_rows(filter=text) == 1, text
     assert ds.to_table(filter="a.b = 2").num_rows == 0  # unquoted: the struct's child
+
+
+def _longest_or_chain() -> int:
+    """The most ``id = <n>`` terms an OR chain may have (the parser's node limit)."""
+    from s3ddb.expressions import MAX_EXPRESSION_NODES, parse_sql_tree
+
+    terms = MAX_EXPRESSION_NODES // 5 + 2  # about five nodes per term
+    while True:
+        try:
+            parse_sql_tree(" OR ".join(f"id = {i}" for i in range(terms)))
+        except InvalidInputError:
+            terms -= 1
+            continue
+        return terms
+
+
+def test_the_longest_accepted_or_and_and_chains_prune_scan_count_and_delete(
+    tmp_path: Path,
+) -> None:
+    # Pruning once recursed per term of an OR / AND chain: a few hundred terms raised
+    # RecursionError from scans, counts and deletes of a filter that had compiled.
+    terms = _longest_or_chain()
+    assert terms > 3000
+    ds = s3ddb.write_dataset(
+        pa.table({"id": pa.array(range(100), pa.int64())}), str(tmp_path / "ds"),
+        max_rows_per_file=10,
+    )  # fmt: skip
+    wanted = [25, 27, 91]
+    values = wanted + list(range(1000, 1000 + terms - len(wanted)))
+    or_chain = " OR ".join(f"id = {v}" for v in values)
+    pruner = row_group_pruner(or_chain, ds.schema)
+    assert pruner is not None  # pruning understands the chain; it does not give up
+    fragments, schema = ds.manifest.fragments, ds.manifest.schema
+    opened = [f.id for f in fragments if fragment_may_match(f, schema, pruner)]
+    assert len(opened) == 2  # the fragments of 20..29 and 90..99 only
+    assert ds.to_table(filter=or_chain)["id"].to_pylist() == wanted
+    assert ds.count_rows(or_chain) == 3
+
+    and_chain = " AND ".join(f"id <> {v}" for v in values)
+    assert ds.count_rows(and_chain) == 97
+    assert row_group_pruner(and_chain, ds.schema) is None  # <> prunes nothing
+    ranges = " AND ".join(f"id >= {v % 50}" for v in range(terms))
+    pruner = row_group_pruner(ranges, ds.schema)
+    assert pruner is not None
+    assert len([f for f in fragments if fragment_may_match(f, schema, pruner)]) == 6
+    assert ds.count_rows(ranges) == 51
+
+    assert ds.delete(or_chain) == {"num_deleted_rows": 3}
+    assert ds.count_rows() == 97 and ds.count_rows(or_chain) == 0

@@ -645,3 +645,16 @@ def test_a_rebase_onto_a_fragment_with_fewer_rows_is_a_typed_error(tmp_path: Pat
     with pytest.raises(S3DDBError, match="fragment 1 cannot delete 1 rows"):
         stale.delete("id = 6", conflict_retries=0)
     assert s3ddb.dataset(uri).version == 2
+
+
+def test_a_btree_key_of_another_type_than_its_column_is_a_typed_error(tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    uri = str(tmp_path / "ds")
+    _make(uri).create_scalar_index("id")
+    path = _btree_path(uri)
+    table = pq.read_table(path)
+    table = table.set_column(0, "key", pa.array([f"k{i}" for i in range(table.num_rows)]))
+    pq.write_table(table, path)
+    with pytest.raises(StoredMetadataError, match=r"btree\.parquet.* is corrupt"):
+        s3ddb.dataset(uri).to_table(filter="id = 9")

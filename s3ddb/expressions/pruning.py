@@ -99,10 +99,8 @@ def _column(node: exp.Expr, schema: pa.Schema) -> tuple[str, pa.DataType] | None
 
 
 def _conditions(node: exp.Expr, schema: pa.Schema) -> list[Condition]:
-    if isinstance(node, exp.Paren):
-        return _conditions(node.this, schema)
-    if isinstance(node, exp.And):
-        return _conditions(node.this, schema) + _conditions(node.expression, schema)
+    """The conditions one term (not an AND, OR or parenthesis: :func:`_pruner` takes
+    those apart) implies."""
     ops = _OPS.get(type(node))
     if ops is not None:
         for col_node, lit_node, op in (
@@ -167,20 +165,46 @@ class AnyOf:
 Pruner = PushedFilters | AllOf | AnyOf
 
 
-def _pruner(node: exp.Expr, schema: pa.Schema) -> Pruner | None:
-    """What ``node`` implies about statistics (None: nothing). An AND keeps the terms
-    it can read (each is implied); an OR only if every branch says something."""
-    if isinstance(node, exp.Paren):
-        return _pruner(node.this, schema)
-    if isinstance(node, (exp.And, exp.Or)):
-        left, right = _pruner(node.this, schema), _pruner(node.expression, schema)
-        if isinstance(node, exp.Or):
-            return AnyOf((left, right)) if left is not None and right is not None else None
-        if left is None or right is None:
-            return left or right
-        return AllOf((left, right))
-    conditions = _conditions(node, schema)
-    return PushedFilters(tuple(conditions)) if conditions else None
+def _unparen(node: exp.Expr) -> exp.Expr:
+    while isinstance(node, exp.Paren):
+        node = node.this
+    return node
+
+
+def _combine(node: exp.Expr, parts: list[Pruner | None]) -> Pruner | None:
+    """An AND keeps the terms it can read (each is implied); an OR says something only
+    if every branch does."""
+    if isinstance(node, exp.Or):
+        if any(p is None for p in parts):
+            return None
+        return AnyOf(tuple(p for p in parts if p is not None))
+    known = [p for p in parts if p is not None]
+    if len(known) <= 1:
+        return known[0] if known else None
+    return AllOf(tuple(known))
+
+
+def _pruner(root: exp.Expr, schema: pa.Schema) -> Pruner | None:
+    """What ``root`` implies about statistics (None: nothing).
+
+    Walked with an explicit stack, and each chain of ANDs or ORs taken as one node of
+    many terms: the parser accepts chains of thousands of terms (and hundreds of
+    nesting levels), far beyond Python's recursion limit.
+    """
+    done: dict[int, Pruner | None] = {}  # id(node) -> its pruner, for nodes walked
+    stack: list[tuple[exp.Expr, bool]] = [(_unparen(root), False)]
+    while stack:
+        node, terms_done = stack.pop()
+        if not isinstance(node, (exp.And, exp.Or)):
+            conditions = _conditions(node, schema)
+            done[id(node)] = PushedFilters(tuple(conditions)) if conditions else None
+        elif terms_done:
+            terms = [_unparen(t) for t in node.flatten()]
+            done[id(node)] = _combine(node, [done.pop(id(t)) for t in terms])
+        else:
+            stack.append((node, True))
+            stack.extend((_unparen(t), False) for t in node.flatten())
+    return done[id(_unparen(root))]
 
 
 def row_group_pruner(filter: object, schema: pa.Schema) -> RowGroupPredicate | None:
@@ -192,6 +216,8 @@ def row_group_pruner(filter: object, schema: pa.Schema) -> RowGroupPredicate | N
         return None
     try:
         pruner = _pruner(parse_sql_tree(filter), schema)
-    except S3DDBError:
+    except (S3DDBError, RecursionError):
+        # RecursionError: sqlglot's parser recurses once per nesting level, and this
+        # may run on a deeper stack than the compilation of the same filter did.
         return None
     return pruner.may_match if pruner is not None else None

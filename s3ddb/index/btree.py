@@ -195,7 +195,7 @@ def lookup(
         if table is None:
             return {}
         if exact is not None:
-            table = table.rename_columns([column, FRAGMENT, OFFSET]).filter(exact)
+            table = _matching(table, exact, column)
     except (pa.ArrowException, OSError, ValueError, MemoryError) as exc:
         if isinstance(exc, FileNotFoundError | StoredMetadataError):
             raise
@@ -219,6 +219,21 @@ def lookup(
                 )
             out[int(fid)] = found
     return out
+
+
+def _matching(table: pa.Table, exact: pc.Expression, column: str) -> pa.Table:
+    """The index rows whose key satisfies ``exact`` (a predicate over ``column``).
+
+    The predicate is evaluated over the key alone, named ``column``, beside a row
+    position whose name differs from it: renaming the stored (key, fragment_id,
+    row_offset) table would give two columns one name when the indexed column is
+    itself called ``fragment_id`` or ``row_offset``.
+    """
+    position = "position" if column != "position" else "position_"
+    keys = pa.table(
+        {column: table.column(0), position: pa.array(np.arange(table.num_rows, dtype=np.int64))}
+    )
+    return table.take(keys.filter(exact).column(position))
 
 
 def _read_groups(

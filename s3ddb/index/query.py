@@ -49,11 +49,19 @@ _FLIP = {exp.GT: exp.LT, exp.GTE: exp.LTE, exp.LT: exp.GT, exp.LTE: exp.GTE, exp
 
 
 def _conjuncts(node: exp.Expr) -> list[exp.Expr]:
-    while isinstance(node, exp.Paren):
-        node = node.this
-    if isinstance(node, exp.And):
-        return _conjuncts(node.left) + _conjuncts(node.right)
-    return [node]
+    """The terms of the top-level AND (the node itself if it is none), without
+    recursion: a filter may AND thousands of terms."""
+    out: list[exp.Expr] = []
+    stack = [node]
+    while stack:
+        node = stack.pop()
+        while isinstance(node, exp.Paren):
+            node = node.this
+        if isinstance(node, exp.And):
+            stack.extend(reversed(list(node.flatten())))
+        else:
+            out.append(node)
+    return out
 
 
 def _column_name(node: exp.Expr, names: list[str]) -> str | None:
@@ -186,8 +194,13 @@ def usable_index(
         if parsed is not None and parsed[0] in indexed:
             found.setdefault(parsed[0], []).append((node, parsed[1]))
     for column, pairs in found.items():
-        sql = " AND ".join(f"({n.sql(dialect=S3DDBDialect)})" for n, _c in pairs)
-        exact = parse_predicate(sql, manifest.schema.arrow)
+        # No parentheses: the terms are comparisons, IN and BETWEEN, which bind
+        # tighter than AND, and the text stays within the limits the whole filter met.
+        sql = " AND ".join(n.sql(dialect=S3DDBDialect) for n, _c in pairs)
+        try:
+            exact = parse_predicate(sql, manifest.schema.arrow)
+        except InvalidInputError:
+            return None  # the filter itself compiled: scanning gives its answer
         return indexed[column], column, [c for _n, c in pairs], exact
     return None
 

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from itertools import islice
@@ -42,18 +42,23 @@ def resolve_columns(ds: PinnedVersion, columns: list[str] | None) -> list[str]:
     """``columns`` checked against the schema (all columns if None).
 
     Raises:
-        InvalidInputError: a string instead of a list.
+        InvalidInputError: a string instead of a list, or a name given twice (a table
+            cannot hold two columns of one name; pylance refuses them too).
         ColumnNotFoundError: an unknown column.
     """
     if columns is None:
         return list(ds.schema.names)
     if isinstance(columns, str):
         raise InvalidInputError("columns must be a list of names, not a string")
+    columns = list(columns)
     missing = [c for c in columns if c not in ds.schema.names]
     if missing:
         raise ColumnNotFoundError(
             f"no column(s) {missing} in {ds.uri}; columns are {ds.schema.names}"
         )
+    twice = sorted(c for c, n in Counter(columns).items() if n > 1)
+    if twice:
+        raise InvalidInputError(f"column(s) {twice} given more than once in columns={columns!r}")
     return list(columns)
 
 

@@ -13,9 +13,10 @@ stream interface (``__arrow_c_stream__``): DuckDB, polars and
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 
 from s3ddb.errors import InvalidInputError, UnsupportedOperationError
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
 __all__ = [
     "TUNING_OPTIONS",
     "Scanner",
+    "positions",
     "take",
 ]
 
@@ -183,16 +185,14 @@ class Scanner:
         the order given (reads the whole result).
 
         Raises:
-            InvalidInputError: a position out of range.
+            InvalidInputError: a position out of range, or ``indices`` not integers
+                (see :func:`positions`).
         """
         table = self.to_table()
-        positions = indices.to_pylist() if isinstance(indices, pa.Array) else list(indices)
-        bad = [p for p in positions if not isinstance(p, int) or not 0 <= p < table.num_rows]
-        if bad:
-            raise InvalidInputError(
-                f"take: position {bad[0]!r} is out of range for {table.num_rows} rows"
-            )
-        return table.take(pa.array(positions, pa.int64()))
+        wanted = positions(indices, table.num_rows, "this scan's result")
+        if not table.num_columns:  # Arrow's take would lose the row count
+            return _rows_without_columns(len(wanted))
+        return table.take(pa.array(wanted))
 
     # pylance scanner members s3ddb does not implement (docs/pylance.md).
 
@@ -230,40 +230,113 @@ def _unsupported(member: str, reason: str) -> UnsupportedOperationError:
     )
 
 
-def take(ds: PinnedVersion, indices: Any, columns: list[str] | None = None) -> pa.Table:
-    """The visible rows at positions ``indices`` (0-based over the pinned version's rows
-    in scan order), in the order given; only fragments holding them are read.
+def positions(indices: Any, total: int, of: str) -> np.ndarray:
+    """``indices`` as int64 positions, each in ``0 <= p < total``.
+
+    Integers only, as pylance's ``take`` (whose positions are unsigned 64-bit
+    integers): a list or other iterable of ints (numpy integer scalars too), a numpy
+    integer array, or a pyarrow integer array without nulls. Python would otherwise
+    turn ``1.7``, ``"3"`` or ``True`` into a position without a word.
 
     Raises:
-        InvalidInputError: a negative or out-of-range position.
+        InvalidInputError: anything else (a float, string, bool, None, a null, a
+            string or scalar instead of a sequence), or a position out of range; the
+            message shows what was given and ``of`` (what the positions index).
+    """
+    if isinstance(indices, pa.ChunkedArray):
+        indices = indices.combine_chunks()
+    empty_array = (isinstance(indices, np.ndarray) and indices.size == 0) or (
+        isinstance(indices, pa.Array) and len(indices) == 0
+    )
+    if empty_array:
+        return np.empty(0, np.int64)  # pa.array([]) is of type null, np.array([]) float
+    if isinstance(indices, pa.Array):
+        if not pa.types.is_integer(indices.type):
+            raise InvalidInputError(
+                f"take: positions must be integers, got a pyarrow array of {indices.type}"
+            )
+        if indices.null_count:
+            raise InvalidInputError(
+                f"take: positions must be integers, got a pyarrow array holding "
+                f"{indices.null_count} null(s)"
+            )
+        values = indices.to_numpy()
+    elif isinstance(indices, np.ndarray):
+        if indices.dtype.kind not in "iu" or indices.ndim != 1:
+            raise InvalidInputError(
+                f"take: positions must be integers, got a {indices.ndim}-dimensional numpy "
+                f"array of {indices.dtype}"
+            )
+        values = indices
+    else:
+        if isinstance(indices, str | bytes | dict) or not isinstance(indices, Iterable):
+            raise InvalidInputError(
+                f"take: positions must be a list of integers, got {type(indices).__name__} "
+                f"{_shown(indices)}"
+            )
+        items = list(indices)
+        for item in items:
+            if isinstance(item, bool | np.bool_) or not isinstance(item, int | np.integer):
+                raise InvalidInputError(
+                    f"take: positions must be integers, got {type(item).__name__} {_shown(item)}"
+                )
+        bad_items = [p for p in items if not 0 <= p < total]
+        if bad_items:
+            raise InvalidInputError(
+                f"take: position {int(bad_items[0])} is out of range for {total} rows of {of}"
+            )
+        return np.asarray(items, dtype=np.int64).reshape(-1)
+    bad = values[(values < 0) | (values >= total)]
+    if len(bad):
+        raise InvalidInputError(
+            f"take: position {int(bad[0])} is out of range for {total} rows of {of}"
+        )
+    return values.astype(np.int64)
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:80] + "..."
+
+
+def take(ds: PinnedVersion, indices: Any, columns: list[str] | None = None) -> pa.Table:
+    """The visible rows at positions ``indices`` (0-based over the pinned version's rows
+    in scan order), in the order given; only fragments holding them are read. A
+    column named twice in ``columns`` is returned once, as pylance's take does
+    (scans refuse it).
+
+    Raises:
+        InvalidInputError: a negative or out-of-range position, or ``indices`` not
+            integers (see :func:`positions`).
         ColumnNotFoundError: an unknown column.
     """
-    import numpy as np
-
-    positions = np.asarray(
-        indices.to_pylist() if isinstance(indices, pa.Array) else list(indices), dtype=np.int64
-    )
+    if isinstance(columns, list | tuple) and all(isinstance(c, str) for c in columns):
+        columns = list(dict.fromkeys(columns))
     reader = VersionReader(ds, columns, None)
     schema = pa.schema([ds.schema.field(n) for n in reader.columns])
     fragments = list(ds.manifest.fragments)
     starts = np.cumsum([0] + [f.num_rows for f in fragments])
-    total = int(starts[-1])
-    bad = positions[(positions < 0) | (positions >= total)]
-    if len(bad):
-        raise InvalidInputError(
-            f"take: position {int(bad[0])} is out of range for {total} rows of {ds.uri}"
-        )
-    owner = np.searchsorted(starts, positions, side="right") - 1
+    wanted_positions = positions(indices, int(starts[-1]), ds.uri)
+    if not reader.columns:
+        # No column to read: every position is a visible row, and Arrow's take and
+        # concat would lose the row count of tables without columns.
+        return _rows_without_columns(len(wanted_positions))
+    owner = np.searchsorted(starts, wanted_positions, side="right") - 1
     pieces, order = [], []
     for index in sorted(set(owner.tolist())):
         wanted = np.nonzero(owner == index)[0]
         table = reader.fragment(fragments[index])
-        pieces.append(table.take(pa.array(positions[wanted] - starts[index])))
+        pieces.append(table.take(pa.array(wanted_positions[wanted] - starts[index])))
         order.append(wanted)
     if not pieces:
         return schema.empty_table()
     combined = pa.concat_tables(pieces)
     # Rows came out grouped by fragment: put them back in the order asked for.
-    inverse = np.empty(len(positions), dtype=np.int64)
-    inverse[np.concatenate(order)] = np.arange(len(positions))
+    inverse = np.empty(len(wanted_positions), dtype=np.int64)
+    inverse[np.concatenate(order)] = np.arange(len(wanted_positions))
     return combined.take(pa.array(inverse))
+
+
+def _rows_without_columns(rows: int) -> pa.Table:
+    """A table of ``rows`` rows and no columns (as ``to_table(columns=[])`` gives)."""
+    return pa.table({"_": pa.nulls(rows)}).drop_columns(["_"])
