@@ -448,7 +448,8 @@ class Dataset(pylance_compat.PylanceMembers):
         """Rows at 0-based positions over the visible rows, in the order given.
 
         Raises:
-            InvalidInputError: a position out of range.
+            InvalidInputError: a position out of range, or one that is not an integer
+                (floats, strings, booleans, None, nulls are refused).
         """
         return take(self, indices, columns)
 

@@ -458,7 +458,8 @@ class LanceFragment:
         """Rows at 0-based positions over this fragment's visible rows.
 
         Raises:
-            InvalidInputError: a position out of range.
+            InvalidInputError: a position out of range, or one that is not an integer
+                (floats, strings, booleans, None, nulls are refused).
         """
         return take(self._version, indices, columns)
 
