@@ -124,7 +124,11 @@ def test_streaming_memory_is_bounded_by_fragments_not_the_dataset(tmp_path: Path
     baseline, peak = pa.total_allocated_bytes(), 0
     for _batch in ds.scanner(fragment_readahead=0).to_batches():
         peak = max(peak, pa.total_allocated_bytes() - baseline)
-    assert peak < 3 * fragment_bytes
+    # One fragment's batch and its decode buffers (about 2 fragments), with room for
+    # what other threads of a busy test process allocate meanwhile (Arrow's count is
+    # process-wide; a loaded CI run measured 3.05): still far from the 24 of the
+    # dataset, which a stream that materialized it would reach.
+    assert peak < 5 * fragment_bytes, (peak, fragment_bytes * fragments)
     del _batch
     gc.collect()
     baseline = pa.total_allocated_bytes()
