@@ -310,21 +310,28 @@ output "iam_policy_json" {{ value = module.table.iam_policy_json }}
 """
 
 
-def test_a_lost_create_response_ends_in_an_imported_table(
-    infra_copy: Path, tmp_path: Path, tf_aws: LocalAWS, aws: AwsConfig
-) -> None:
-    """The provider's SDK resends a CreateTable whose response was lost; the resend finds
-    the table. Importing it into the module's address converges: the next plan has
-    nothing to do and the table is the one the module describes."""
+def provisioned_root(infra_copy: Path, tmp_path: Path, tf_aws: LocalAWS) -> tuple[Terraform, Path]:
+    """A root module of ``PROVISIONED_ROOT`` aimed at ``tf_aws``, initialized: its
+    Terraform runner and folder."""
     root = tmp_path / "root"
     root.mkdir()
     module = infra_copy / "modules" / "s3ddb-table"
     (root / "main.tf").write_text(
         PROVISIONED_ROOT.format(module=module.as_posix()) + provider_block(tf_aws.endpoint_url)
     )
-    name = f"tfl-{uuid.uuid4().hex[:10]}"
     tf = Terraform(root, tmp_path)
     tf.init()
+    return tf, root
+
+
+def test_a_lost_create_response_ends_in_an_imported_table(
+    infra_copy: Path, tmp_path: Path, tf_aws: LocalAWS, aws: AwsConfig
+) -> None:
+    """The provider's SDK resends a CreateTable whose response was lost; the resend finds
+    the table. Importing it into the module's address converges: the next plan has
+    nothing to do and the table is the one the module describes."""
+    tf, _ = provisioned_root(infra_copy, tmp_path, tf_aws)
+    name = f"tfl-{uuid.uuid4().hex[:10]}"
     lost = tf_aws.inject_fault("dynamodb", "CreateTable", "apply_then_drop")
     try:
         apply_creating_table(
@@ -343,15 +350,8 @@ def test_a_lost_create_response_ends_in_an_imported_table(
 def test_provisioned_variant_matches_create_table(
     infra_copy: Path, tmp_path: Path, tf_aws: LocalAWS, aws: AwsConfig
 ) -> None:
-    root = tmp_path / "root"
-    root.mkdir()
-    module = infra_copy / "modules" / "s3ddb-table"
-    (root / "main.tf").write_text(
-        PROVISIONED_ROOT.format(module=module.as_posix()) + provider_block(tf_aws.endpoint_url)
-    )
+    tf, root = provisioned_root(infra_copy, tmp_path, tf_aws)
     name = f"tfp-{uuid.uuid4().hex[:10]}"
-    tf = Terraform(root, tmp_path)
-    tf.init()
 
     # Provisioned billing without capacity is refused at plan time, before any change.
     (root / "bad.tfvars").write_text("read_capacity = null\n")
