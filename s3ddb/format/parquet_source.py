@@ -6,6 +6,10 @@ Local files are read natively. From an object store, a file up to
 fetched with one ranged GET, and each read fetches exactly the byte ranges of the
 column chunks it needs, merging ranges less than :data:`HOLE_BYTES` apart into one
 request and sending the requests in parallel.
+
+Arrow's thread pool decodes only from Arrow's own files (see :func:`arrow_input`):
+a pool thread that drops the last reference to a Python object needs the GIL, and
+one that asks for it while the interpreter is exiting aborts the process.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ __all__ = [
     "WHOLE_READ_MAX_BYTES",
     "ParquetSource",
     "RangeFile",
+    "arrow_input",
     "check_data_file",
     "coalesce",
     "data_file_errors",
@@ -55,6 +60,46 @@ def _executor() -> ThreadPoolExecutor:
     # Per process (rebuilt after fork); separate from the write pool so a read never
     # waits behind uploads.
     return process_pool("read")
+
+
+#: Where the system shows a process's open descriptors as files to open again.
+_DESCRIPTOR_FOLDERS = ("/proc/self/fd", "/dev/fd")
+
+
+def arrow_input(store: ObjectStore, path: str) -> tuple[Any, bool]:
+    """``path`` opened for pyarrow's Parquet reader, and whether that reader may
+    decode on Arrow's thread pool (its ``use_threads``).
+
+    Threads only with Arrow's own file: a Python file (or bytes) wrapped for Arrow is
+    released by whichever thread drops its last reference, and an Arrow pool thread
+    that takes the GIL while the interpreter is exiting aborts the process
+    ("terminate called without an active exception", now and then, after all the work
+    is done). A local file is opened and checked as :meth:`ObjectStore.open_input`
+    does (a regular file, no symlink), then opened again as Arrow's file through that
+    descriptor (the same file, whatever happens to the path meanwhile); elsewhere,
+    or where the system cannot reopen a descriptor, the file is Python's and decoding
+    stays in the calling thread. The caller closes the file.
+
+    Raises:
+        FileNotFoundError, PathOutsideDatasetError: as ``store.open_input``.
+    """
+    checked = store.open_input(path)
+    if not store.is_local:
+        return checked, False
+    native = _reopened(checked.fileno())
+    if native is None:
+        return checked, False
+    checked.close()
+    return native, True
+
+
+def _reopened(fd: int) -> pa.NativeFile | None:
+    for folder in _DESCRIPTOR_FOLDERS:
+        try:
+            return pa.OSFile(f"{folder}/{fd}")
+        except (OSError, pa.ArrowException):
+            continue
+    return None
 
 
 def coalesce(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -327,8 +372,9 @@ class ParquetSource:
     ) -> pa.Table:
         whole = len(groups) == self.metadata.num_row_groups
         source: Any
+        threads = False  # Python's memory: decoded in this thread (see arrow_input)
         if self._local:
-            source = self._store.open_input(self._path)
+            source, threads = arrow_input(self._store, self._path)
         elif self._whole is not None:
             source = pa.BufferReader(self._whole)
         else:
@@ -339,8 +385,8 @@ class ParquetSource:
         try:
             parquet = pq.ParquetFile(source, metadata=self.metadata)
             if whole:
-                return parquet.read(columns=names)
-            return parquet.read_row_groups(groups, columns=names)
+                return parquet.read(columns=names, use_threads=threads)
+            return parquet.read_row_groups(groups, columns=names, use_threads=threads)
         finally:
             if isinstance(source, RangeFile):
                 source.release()

@@ -29,6 +29,7 @@ from s3ddb.format.fragment import FragmentMetadata
 from s3ddb.format.index import FILES_KEY, FORMAT_KEY, IndexMetadata
 from s3ddb.format.layout import index_file_path
 from s3ddb.format.manifest import Manifest
+from s3ddb.format.parquet_source import arrow_input
 from s3ddb.io.fragment_map import parallel_map
 from s3ddb.io.object_store import ObjectStore
 
@@ -246,7 +247,8 @@ def _read_groups(
         StoredMetadataError: the file holds other columns than (key, fragment_id,
             row_offset) with uint32 ids and offsets.
     """
-    with store.open_input(path) as f:
+    source, threads = arrow_input(store, path)
+    with source as f:
         parquet = pq.ParquetFile(f)
         schema = parquet.schema_arrow
         if schema.names != [KEY, FRAGMENT, OFFSET] or any(
@@ -265,4 +267,4 @@ def _read_groups(
                 keep.append(group)
         if not keep:
             return None
-        return parquet.read_row_groups(keep)
+        return parquet.read_row_groups(keep, use_threads=threads)

@@ -157,7 +157,7 @@ class MergeInsertBuilder:
 def _check_unique_keys(source: pa.Table, keys: tuple[str, ...]) -> None:
     hashes = key_hashes(source, list(keys))
     if len(hashes) != len(set(hashes)):
-        counts = source.group_by(list(keys)).aggregate([([], "count_all")])
+        counts = source.group_by(list(keys), use_threads=False).aggregate([([], "count_all")])
         dup = counts.filter(pc.greater(counts.column("count_all"), 1)).slice(0, 1).to_pylist()
         raise InvalidInputError(
             f"merge_insert source has more than one row for key {dup[0] if dup else '?'} "
