@@ -9,6 +9,13 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from hypothesis import HealthCheck, settings
+
+# Property tests: no per-example deadline and no "too slow" health check, whatever
+# the environment (Hypothesis relaxes them itself only where it detects a CI service):
+# on a loaded machine both fail correct code.
+settings.register_profile("s3ddb", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("s3ddb")
 
 
 @pytest.fixture

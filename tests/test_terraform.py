@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import uuid
@@ -174,32 +175,73 @@ def statements(policy_json: str) -> list[dict[str, Any]]:
     return out
 
 
+#: Creates the provider's AWS SDK may send twice when a response is lost: the service
+#: and operation, the error the resend meets (naming what exists), and its import id.
+RESENT_CREATES = (
+    ("dynamodb", "CreateTable", r"Table already exists: ([\w.-]+)", "{name}"),
+    (
+        "iam",
+        "CreatePolicy",
+        r"A policy called ([\w+=,.@-]+) already exists",
+        "arn:aws:iam::{account}:policy/{name}",
+    ),
+)
+
+
 def apply_creating_table(
     tf: Terraform, server: LocalAWS, name: str, address: str, *var_args: str
 ) -> None:
     """``terraform apply`` of a root that creates the DynamoDB table ``name`` at
-    ``address``.
+    ``address`` (and maybe its IAM policies).
 
     One outcome is resolved rather than failed: the provider's AWS SDK resends a
-    CreateTable whose response it lost (a connection cut on a busy machine), and the
-    resend finds the table the first attempt made ("ResourceInUseException: Table
+    create whose response it lost (a connection cut on a busy machine), and the resend
+    finds what the first attempt made ("Table already exists", "A policy called ...
     already exists"). Every Terraform user can meet that at-least-once create; the
     answer is ``terraform import``, and the test does exactly that, only when the
-    endpoint's own log shows the resend. Any other failure fails the test, with the
-    endpoint's DynamoDB requests in the message.
+    endpoint's own log shows the resend, into the address Terraform's error names.
+    Any other failure fails the test, with the endpoint's requests in the message.
     """
-    sent_before = server.count("dynamodb", "CreateTable")
     apply = ("apply", "-auto-approve", "-input=false", "-no-color", *var_args)
-    try:
-        tf.run(*apply)
-        return
-    except AssertionError as exc:
-        resent = server.count("dynamodb", "CreateTable") - sent_before >= 2
-        if not (resent and f"Table already exists: {name}" in str(exc)):
-            requests = [r for r in server.requests if r.service == "dynamodb"]
-            raise AssertionError(f"{exc}\nDynamoDB requests seen: {requests}") from None
-    tf.run("import", "-input=false", "-no-color", *var_args, address, name)
-    tf.run(*apply)
+    for _ in range(len(RESENT_CREATES) + 2):
+        sent_before = {op: server.count(svc, op) for svc, op, _, _ in RESENT_CREATES}
+        try:
+            tf.run(*apply)
+            return
+        except AssertionError as exc:
+            imports = _resent_creates(server, sent_before, str(exc))
+            if not imports:
+                requests = [r for r in server.requests if r.service in ("dynamodb", "iam")]
+                raise AssertionError(f"{exc}\nRequests seen: {requests}") from None
+        for found_address, import_id in imports:
+            if found_address is None and import_id == name:
+                found_address = address  # the table, whose address the caller knows
+            assert found_address is not None, (import_id, imports)
+            tf.run("import", "-input=false", "-no-color", *var_args, found_address, import_id)
+    raise AssertionError(f"apply of {name} still meets resent creates after imports")
+
+
+def _resent_creates(
+    server: LocalAWS, sent_before: dict[str, int], error: str
+) -> list[tuple[str | None, str]]:
+    """(Terraform address or None, import id) of each create the error says already
+    existed and the endpoint saw sent at least twice; empty if any error is another."""
+    out: list[tuple[str | None, str]] = []
+    # Terraform prints each error as a block: "Error: ..." then "with <address>,".
+    blocks = [b for b in re.split(r"(?m)^\s*(?:\u2502\s*)?Error: ", error)[1:]]
+    for block in blocks:
+        for service, operation, pattern, import_id in RESENT_CREATES:
+            match = re.search(pattern, block)
+            if match and server.count(service, operation) - sent_before[operation] >= 2:
+                where = re.search(r"with ([\w.\[\]\"-]+),", block)
+                out.append((
+                    where.group(1) if where else None,
+                    import_id.format(name=match.group(1), account=server.account_id),
+                ))  # fmt: skip
+                break
+        else:
+            return []
+    return out
 
 
 def apply_example(infra_copy: Path, tmp_path: Path, tf_aws: LocalAWS) -> tuple[str, dict[str, Any]]:
@@ -345,6 +387,30 @@ def test_a_lost_create_response_ends_in_an_imported_table(
     summary = table_summary(name, aws, tf_aws)
     assert summary["BillingMode"] == "PROVISIONED" and summary["Capacity"] == (5, 3)
     DynamoDBManifestStore(name, aws).validate()
+
+
+def test_a_lost_policy_create_response_ends_in_an_imported_policy(
+    infra_copy: Path, tmp_path: Path, tf_aws: LocalAWS
+) -> None:
+    """The same for the example's IAM policies: the resend of a CreatePolicy whose
+    response was lost meets "already exists"; importing the policy into the address
+    Terraform's error names converges, and the policy is the module's."""
+    lost = tf_aws.inject_fault("iam", "CreatePolicy", "apply_then_drop")
+    try:
+        name, out = apply_example(infra_copy, tmp_path, tf_aws)
+    finally:
+        tf_aws.clear_faults()
+    assert lost.triggered == 1
+    assert tf_aws.count("iam", "CreatePolicy") >= 3  # resent once, and the other policy
+    tf = Terraform(infra_copy / "examples" / "basic", tmp_path)
+    plan = tf.run(
+        "plan", "-detailed-exitcode", "-no-color", f"-var=table_name={name}",
+        "-var=bucket=lake", "-var=prefix=warehouse/sales",
+    )  # fmt: skip
+    assert "No changes." in plan
+    iam = tf_aws.boto3_client("iam")
+    created = iam.get_policy(PolicyArn=out["iam_policy_arn"])["Policy"]
+    assert created["PolicyName"] == f"{name}-s3ddb", created
 
 
 def test_provisioned_variant_matches_create_table(
