@@ -173,3 +173,68 @@ def test_update_refuses_a_float_literal_that_stands_for_several_integers() -> No
     value = pads.dataset(pa.table({"id": [0]})).to_table(columns={"v": expr})
     assert value.column("v").to_pylist() == [_P53 - 1]
     assert value.schema.field("v").type == pa.int64()
+
+
+# --- arithmetic ------------------------------------------------------------------------
+
+_BIG_U = 2**63 + 5
+
+
+def _arith_table() -> pa.Table:
+    return pa.table(
+        {
+            "id": pa.array([2**25 + 1, 4, None], pa.int64()),
+            "f": pa.array([1.5, 2.0, 3.0], pa.float32()),
+            "u": pa.array([_BIG_U, 3, None], pa.uint64()),
+            "b": pa.array([255, 1, 7], pa.uint8()),
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("predicate", "matches"),
+    [
+        # An integer beside a float is computed in float64 (Arrow alone: float32, and
+        # ids above 2**24 failed).
+        ("id + 0.5 > 33554432", [0]),
+        ("id + 2.5 = 6.5", [1]),
+        ("f + id > 33554433", [0]),
+        ("f * id = 8", [1]),
+        # uint64 values at or above 2**63 with +, * and / of a literal (Arrow alone:
+        # int64, and they failed).
+        (f"u + 1 = {_BIG_U + 1}", [0]),
+        (f"1 + u = {_BIG_U + 1}", [0]),
+        (f"u * 1 = {_BIG_U}", [0]),
+        (f"u / 1 = {_BIG_U}", [0]),
+        ("u + 1 > 0", [0, 1]),
+        # Small integer types still widen (255 + 1 is 256, not an overflow).
+        ("b + 1 = 256", [0]),
+    ],
+)
+def test_arithmetic_holds_both_operands(tmp_path: Path, predicate: str, matches: list[int]) -> None:
+    table = _arith_table().append_column("k", pa.array(range(3)))
+    ds = s3ddb.write_dataset(table, str(tmp_path / "ds"))
+    got = ds.to_table(filter=predicate).column("k").to_pylist()
+    assert got == matches, predicate
+
+
+def test_uint64_subtraction_is_computed_in_int64(tmp_path: Path) -> None:
+    """Small values go below zero without an error; values at or above 2**63 fail
+    typed (the documented limit)."""
+    small = s3ddb.write_dataset(
+        pa.table({"u": pa.array([3, 9], pa.uint64())}), str(tmp_path / "small")
+    )
+    assert small.to_table(filter="u - 5 < 0").column("u").to_pylist() == [3]
+    ds = s3ddb.write_dataset(_arith_table(), str(tmp_path / "ds"))
+    with pytest.raises(InvalidExpressionError):
+        ds.to_table(filter="u - 1 > 0")
+
+
+def test_update_computes_large_values_in_types_that_hold_them(tmp_path: Path) -> None:
+    ds = s3ddb.write_dataset(_arith_table(), str(tmp_path / "ds"))
+    ds.update({"u": "u + 1", "f": "f + id"})
+    out = s3ddb.dataset(str(tmp_path / "ds")).to_table()
+    assert out.column("u").to_pylist() == [_BIG_U + 1, 4, None]
+    assert out.column("u").type == pa.uint64()
+    # Computed in float64 (33554434.5), stored in the float32 column (rounded).
+    assert out.column("f").to_pylist() == [pa.scalar(33554434.5, pa.float32()).as_py(), 6.0, None]

@@ -279,6 +279,7 @@ class _Translator:
         left, right = self.pair(
             self.translate(node.this), self.translate(node.expression), numbers=False
         )
+        left, right = _arithmetic_operands(left, right, isinstance(node, exp.Sub))
         return self.binary(_ARITHMETIC[type(node)], left, right, node)
 
     def binary(
@@ -630,3 +631,34 @@ def _translate(text: str, schema: pa.Schema) -> tuple[_Translator, _Typed]:
         return translator, translator.translate(parse_sql_tree(text))
     except RecursionError as e:
         raise InvalidExpressionError(f"expression is nested too deeply: {text[:80]!r}...") from e
+
+
+def _arithmetic_operands(
+    left: _Typed, right: _Typed, subtract: bool
+) -> tuple[_Typed, _Typed]:
+    """Operands of + - * / in types that hold both, where Arrow's own choice does not:
+    Arrow adds an integer to a float in float32 when the float is float32, and adds
+    a uint64 to an integer literal in int64: both fail on ordinary values (ids above
+    2^24, uint64 values at or above 2^63). So an integer beside a float is computed in
+    float64 (beyond 2^53 rounded, as in SQL engines), and a non-negative integer
+    literal added to, multiplying or dividing a uint64 operand is a uint64. Not in a
+    subtraction: there uint64 would fail on every value below the literal, Arrow's
+    int64 only on values at or above 2^63 (docs/expressions.md)."""
+    if pa.types.is_integer(left.type) and pa.types.is_floating(right.type):
+        return _as_float64(left), _as_float64(right)
+    if pa.types.is_floating(left.type) and pa.types.is_integer(right.type):
+        return _as_float64(left), _as_float64(right)
+    unsigned = pa.uint64()
+    if subtract:
+        return left, right
+    if left.type == unsigned and _non_negative_int(right):
+        return left, _lit(pa.scalar(right.value.as_py(), unsigned))  # type: ignore[union-attr]
+    if right.type == unsigned and _non_negative_int(left):
+        return _lit(pa.scalar(left.value.as_py(), unsigned)), right  # type: ignore[union-attr]
+    return left, right
+
+
+def _non_negative_int(item: _Typed) -> bool:
+    value = item.value.as_py() if item.value is not None else None
+    return isinstance(value, int) and 0 <= value < 2**64
+
