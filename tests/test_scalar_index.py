@@ -21,6 +21,7 @@ from s3ddb.errors import (
     InvalidInputError,
     RetryableCommitConflictError,
     UnsupportedIndexError,
+    UnsupportedOperationError,
 )
 from s3ddb.expressions import parse_predicate
 from s3ddb.format import datafile
@@ -514,3 +515,94 @@ def test_an_indexed_column_in_the_longest_accepted_and_chain(tmp_path: Path) -> 
     assert expected["id"].to_pylist() == list(range(1989, 2000))
     assert ds.to_table(filter=text).equals(expected)
     assert ds.count_rows(text) == 11
+
+
+# --- optimize_indices -------------------------------------------------------------------
+
+
+def test_optimize_indices_covers_every_fragment_again_in_one_commit(target: Target) -> None:
+    uri, so = target
+    ds = s3ddb.dataset(uri, storage_options=so)
+    ds.create_scalar_index("id")
+    ds.create_scalar_index("cat")
+    ds.delete("id % 97 = 0")
+    ds.insert(_table(10_000, 500))  # a fragment neither index covers
+    ds.optimize.compact_files(target_rows_per_fragment=2 * ROWS_PER_FRAGMENT)
+    assert _covered(ds) == set()  # compaction took every covered fragment out
+    fragments = {f.id for f in ds.get_fragments()}
+    before = ds.version
+
+    assert ds.optimize.optimize_indices() is None  # pylance returns None
+    assert ds.version == before + 1  # both indices, one commit
+    for index in ds.list_indices():
+        assert index["fragment_ids"] == fragments, index
+    assert sorted(i["name"] for i in ds.list_indices()) == ["cat_idx", "id_idx"]
+    assert _uses_index(ds, "id = 10042") and _uses_index(ds, "cat = 'c3'")
+    _assert_same_as_scan(ds)
+    assert s3ddb.dataset(uri, storage_options=so).count_rows("id = 10042") == 1
+
+    ds.optimize.optimize_indices()  # every index covers every fragment: nothing to do
+    assert ds.version == before + 1
+
+
+def test_optimize_indices_rebuilds_only_the_named_ones(target: Target) -> None:
+    uri, so = target
+    ds = s3ddb.dataset(uri, storage_options=so)
+    ds.create_scalar_index("id")
+    ds.create_scalar_index("cat")
+    ds.insert(_table(10_000, 100))
+    new = max(f.id for f in ds.get_fragments())
+    ds.optimize.optimize_indices(index_names=["cat_idx"], num_indices_to_merge=2, retrain=True)
+    by_name = {i["name"]: i["fragment_ids"] for i in ds.list_indices()}
+    assert new in by_name["cat_idx"] and new not in by_name["id_idx"]
+    _assert_same_as_scan(ds)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"index_names": ["nope"]},
+        {"index_names": "id_idx"},  # a string is not a list of names
+        {"index_names": [1]},
+        {"num_indices_to_merge": -1},
+        {"retrain": "yes"},
+    ],
+)
+def test_optimize_indices_refuses_bad_arguments_before_anything_is_written(
+    target: Target, kwargs: dict[str, Any]
+) -> None:
+    uri, so = target
+    ds = s3ddb.dataset(uri, storage_options=so)
+    ds.create_scalar_index("id")
+    ds.insert(_table(10_000, 100))
+    before = ds.version
+    with pytest.raises(InvalidInputError):
+        ds.optimize.optimize_indices(**kwargs)
+    assert s3ddb.dataset(uri, storage_options=so).version == before
+
+
+def test_optimize_indices_over_a_concurrent_append_keeps_it_correct(target: Target) -> None:
+    """Planned on the pinned version, committed over a writer's append: the rebuilt
+    index covers the fragments it read, and the appended one is scanned."""
+    uri, so = target
+    ds = s3ddb.dataset(uri, storage_options=so)
+    ds.create_scalar_index("id")
+    ds.insert(_table(10_000, 100))
+    stale = s3ddb.dataset(uri, storage_options=so)
+    planned = {f.id for f in stale.get_fragments()}
+    s3ddb.write_dataset(_table(20_000, 100), uri, mode="append", storage_options=so)
+    stale.optimize.optimize_indices()
+    latest = s3ddb.dataset(uri, storage_options=so)
+    [index] = latest.list_indices()
+    assert index["fragment_ids"] == planned
+    assert latest.count_rows("id = 20005") == 1 and latest.count_rows("id = 10005") == 1
+    _assert_same_as_scan(latest)
+
+
+def test_auto_cleanup_is_refused_typed(target: Target) -> None:
+    uri, so = target
+    ds = s3ddb.dataset(uri, storage_options=so)
+    with pytest.raises(UnsupportedOperationError, match="cleanup_old_versions"):
+        ds.optimize.enable_auto_cleanup(None)
+    with pytest.raises(UnsupportedOperationError, match="cleanup_old_versions"):
+        ds.optimize.disable_auto_cleanup()

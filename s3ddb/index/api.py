@@ -1,9 +1,11 @@
-"""The Dataset methods of indices: ``create_scalar_index``, and ``list_indices``,
-``describe_indices`` and ``index_statistics`` as pylance reports them."""
+"""The Dataset methods of indices: ``create_scalar_index``, ``optimize_indices``, and
+``list_indices``, ``describe_indices`` and ``index_statistics`` as pylance reports
+them."""
 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +17,7 @@ from s3ddb.errors import (
 )
 from s3ddb.format.index import index_by_name
 from s3ddb.format.manifest import Manifest
-from s3ddb.index.btree import build_btree
+from s3ddb.index.btree import build_btree, is_btree
 from s3ddb.operations import CreateIndex
 from s3ddb.versions.pinned import plan_and_commit
 
@@ -31,6 +33,7 @@ __all__ = [
     "describe_indices",
     "index_statistics",
     "list_indices",
+    "optimize_indices",
 ]
 
 SUPPORTED_INDEX_TYPES = ("BTREE",)
@@ -77,6 +80,58 @@ def create_scalar_index(
         return CreateIndex((index,), removed), None
 
     plan_and_commit(ds, "create_scalar_index", plan, None, None)
+
+
+def optimize_indices(ds: PinnedVersion, index_names: Sequence[str] | None) -> None:
+    """Rebuild every index (or those named) that does not cover every fragment of the
+    version, in one ``CreateIndex`` commit; nothing is committed when all cover every
+    fragment. See :meth:`s3ddb.maintenance.compaction.DatasetOptimizer.optimize_indices`.
+
+    Raises:
+        InvalidInputError: ``index_names`` is not a list of names, or names an index
+            the pinned version does not have.
+    """
+    names = None if index_names is None else _index_names(index_names)
+    if names is not None:
+        missing = sorted(set(names) - {i.name for i in ds._manifest.indices})
+        if missing:
+            raise InvalidInputError(
+                f"optimize_indices: no index named {missing} on {ds.uri} (version "
+                f"{ds.version}); indices are {[i.name for i in ds._manifest.indices]}"
+            )
+    store = ds.handler.store
+
+    def plan(manifest: Manifest) -> tuple[CreateIndex | None, None]:
+        fragments = {f.id for f in manifest.fragments}
+        top_level = set(manifest.schema.arrow.names)
+        stale, rebuilt = [], []
+        for index in manifest.indices:
+            if names is not None and index.name not in names:
+                continue
+            if set(index.fragment_ids) == fragments:
+                continue
+            # Only what s3ddb builds: a BTREE of one top-level column (another writer's
+            # index types, and Lance's system indices, are left as they are).
+            column = manifest.schema.names_for_ids(list(index.fields[:1]))
+            if not (is_btree(index) and len(index.fields) == 1 and column[:1]):
+                continue
+            if column[0] not in top_level:
+                continue
+            stale.append(index)
+            rebuilt.append(build_btree(store, manifest, column[0], index.name))
+        if not rebuilt:
+            return None, None
+        return CreateIndex(tuple(rebuilt), tuple(stale)), None
+
+    plan_and_commit(ds, "optimize_indices", plan, None, None)
+
+
+def _index_names(value: Any) -> list[str]:
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        raise InvalidInputError(f"index_names must be a list of names, got {value!r}")
+    if not all(isinstance(n, str) for n in value):
+        raise InvalidInputError(f"index_names must be a list of names, got {value!r}")
+    return list(value)
 
 
 def list_indices(manifest: Manifest) -> list[dict[str, Any]]:

@@ -23,13 +23,14 @@ from pyroaring import BitMap
 
 from s3ddb.commit.committer import CommitConfig, commit_transaction
 from s3ddb.commit.handlers import CommitHandler
-from s3ddb.errors import InvalidInputError
+from s3ddb.errors import InvalidInputError, UnsupportedOperationError
 from s3ddb.format.bases import FileResolver
 from s3ddb.format.datafile import read_fragment, write_fragments_from_table
 from s3ddb.format.deletion import read_deleted_rows
 from s3ddb.format.fragment import FragmentMetadata, data_file_paths
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.rows import all_rows, take_rows
+from s3ddb.index.api import optimize_indices
 from s3ddb.io.arguments import check_int
 from s3ddb.io.fragment_map import distributed, parallel_map
 from s3ddb.io.object_store import ObjectStore
@@ -287,3 +288,46 @@ class DatasetOptimizer:
         op = committed.transaction.operation
         assert isinstance(op, Rewrite)
         return _metrics(op.groups)
+
+    def optimize_indices(
+        self,
+        *,
+        index_names: Sequence[str] | None = None,
+        num_indices_to_merge: int = 1,
+        retrain: bool = False,
+    ) -> None:
+        """Cover every fragment again: each index (or those in ``index_names``) that
+        misses fragments (appended, compacted or rewritten since it was built) is
+        rebuilt over the pinned version, all in one commit; the Dataset moves to the
+        version committed. Nothing is committed when every index covers every fragment.
+
+        pylance merges new data into an index's segments; an s3ddb index is one
+        segment and is rebuilt whole, so ``num_indices_to_merge`` and ``retrain`` are
+        accepted (pylance's arguments) and change nothing.
+
+        Raises:
+            InvalidInputError: bad arguments, or ``index_names`` names no index of the
+                version.
+            RetryableCommitConflictError, TooMuchWriteContentionError: see
+                :meth:`s3ddb.Dataset.update`.
+        """
+        check_int("num_indices_to_merge", num_indices_to_merge, minimum=0)
+        if not isinstance(retrain, bool):
+            raise InvalidInputError(f"retrain must be True or False, got {retrain!r}")
+        optimize_indices(self._dataset, index_names)
+
+    def enable_auto_cleanup(self, config: object = None) -> None:
+        """Raises UnsupportedOperationError: s3ddb never removes versions on its own."""
+        raise _no_auto_cleanup("enable_auto_cleanup()")
+
+    def disable_auto_cleanup(self) -> None:
+        """Raises UnsupportedOperationError: s3ddb never removes versions on its own."""
+        raise _no_auto_cleanup("disable_auto_cleanup()")
+
+
+def _no_auto_cleanup(call: str) -> UnsupportedOperationError:
+    return UnsupportedOperationError(
+        f"optimize.{call} is not supported by s3ddb: it never removes versions on its own; "
+        "run ds.cleanup_old_versions(...) or `s3ddb cleanup` when you choose "
+        "(docs/operations.md)"
+    )
