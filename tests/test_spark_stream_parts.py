@@ -291,7 +291,9 @@ def test_a_column_dropped_while_the_query_runs_stops_it_before_the_version(
     assert [r["id"] for r in _rows(restarted, end, after)] == list(range(20, 30))
 
 
-def test_a_type_change_is_refused_with_what_to_do(local_uri: str) -> None:
+def test_a_type_change_stops_the_running_query_and_a_restart_reads_old_values_cast(
+    local_uri: str,
+) -> None:
     _appends(local_uri, 2)
     running = S3DDBStreamReader({"path": local_uri, "startingVersion": "1"}, SCHEMA)
     start = running.initialOffset()
@@ -301,14 +303,34 @@ def test_a_type_change_is_refused_with_what_to_do(local_uri: str) -> None:
     assert _at(end) == StreamOffset(4) and len(_rows(running, start, end)) == 20
     with pytest.raises(SchemaMismatchError, match=r"got a new type \(alter_columns\) at version 3"):
         running.latestOffset(end, ReadAllAvailable())
-    # Restarted from a checkpoint before the change: versions 1-2 hold the old type.
+    # Restarted from a checkpoint before the change: versions 1-2 hold the old type,
+    # whose every value converts to the new one exactly: read, and cast.
     restarted = S3DDBStreamReader({"path": local_uri, "startingVersion": "1"}, SCHEMA)
-    with pytest.raises(SchemaMismatchError, match="new type at version 3") as caught:
-        restarted.latestOffset(start, ReadAllAvailable())
-    assert "startingVersion 3" in str(caught.value)
+    every = restarted.latestOffset(start, ReadAllAvailable())
+    assert _at(every) == StreamOffset(5)
+    rows = _rows(restarted, start, every)
+    assert [(r["id"], r["v"]) for r in rows] == [(i, f"r{i}") for i in range(30)]
     # From the checkpoint after the change (every row before it was emitted): on.
     after = restarted.latestOffset(end, ReadAllAvailable())
     assert [r["id"] for r in _rows(restarted, end, after)] == list(range(20, 30))
+
+
+def test_a_restart_after_a_numeric_widening_reads_old_values_cast(local_uri: str) -> None:
+    table = pa.table({"id": pa.array([1, 2], pa.int64()), "n": pa.array([7, None], pa.int32())})
+    s3ddb.write_dataset(table, local_uri)
+    s3ddb.dataset(local_uri).alter_columns({"path": "n", "name": "m", "data_type": pa.int64()})
+    s3ddb.write_dataset(
+        pa.table({"id": pa.array([3], pa.int64()), "m": pa.array([2**40], pa.int64())}),
+        local_uri,
+        mode="append",
+    )
+    schema = StructType([StructField("id", LongType(), False), StructField("m", LongType())])
+    reader = S3DDBStreamReader({"path": local_uri, "startingVersion": "1"}, schema)
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadAllAvailable())
+    assert [(r["id"], r["m"]) for r in _rows(reader, start, end)] == [
+        (1, 7), (2, None), (3, 2**40)
+    ]  # fmt: skip
 
 
 def test_a_column_the_dataset_lacks_fails_the_first_planning(local_uri: str) -> None:

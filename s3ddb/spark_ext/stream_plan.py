@@ -48,6 +48,7 @@ from s3ddb.errors import (
 )
 from s3ddb.format.fragment import FragmentMetadata
 from s3ddb.format.manifest import Manifest
+from s3ddb.writes.schema_evolution import is_safe_cast
 
 __all__ = [
     "NO_ROW_KINDS",
@@ -428,8 +429,9 @@ class StreamPlanner:
                     )
                 found.append(here)
             elif version < query.version:
-                self._check_added_since(name, fid, nullable, version, query.version)
-                found.append(None)
+                found.append(
+                    self._added_since(name, fid, kind, nullable, version, query.version, names)
+                )
             else:
                 self._raise_gone(name, fid, query.version, version)
         return tuple(found)
@@ -467,21 +469,41 @@ class StreamPlanner:
             "Restart the query (from the same checkpoint): it then reads with the new type"
         )
 
-    def _check_added_since(
-        self, name: str, field_id: int, nullable: bool, version: int, resolved: int
-    ) -> None:
-        """Check that column ``name``, which ``version`` lacks and ``resolved`` has,
-        was added since and may hold nulls (``version`` then reads it as nulls).
+    def _added_since(
+        self,
+        name: str,
+        field_id: int,
+        kind: pa.DataType,
+        nullable: bool,
+        version: int,
+        resolved: int,
+        names: dict[int, str],
+    ) -> str | None:
+        """What ``version`` holds of column ``name``, which it lacks and ``resolved``
+        has: None (read as nulls) when the column was added since and may hold nulls;
+        the name of the column it replaced, when ``alter_columns`` gave that one a
+        type every old value converts to exactly (int32 to int64, float32 to float64,
+        string to large_string...), its values then cast to the new type.
+
+        ``names`` maps ``version``'s top-level field ids to their names.
 
         Raises:
-            SchemaMismatchError: it replaced a column (a type change) or is NOT NULL.
+            SchemaMismatchError: it replaced a column whose values do not all convert,
+                or is NOT NULL.
         """
         added_at = self._flip(field_id, version, resolved)
         replaced = self._top_ids(added_at - 1) - self._top_ids(added_at)
         if not replaced and nullable:
-            return
+            return None
+        old_id = self._replaced_by(field_id, replaced, added_at)
+        if old_id is not None and old_id in names:
+            old_name = names[old_id]
+            old_type = self.manifest(version).schema.arrow.field(old_name).type
+            if is_safe_cast(old_type, kind):
+                return old_name
         why = (
-            f"got a new type at version {added_at} (alter_columns rewrote it as a new column)"
+            f"got a new type at version {added_at} (alter_columns rewrote it as a new "
+            "column, and not every old value converts to the new type exactly)"
             if replaced
             else f"was added NOT NULL at version {added_at}"
         )
@@ -491,6 +513,17 @@ class StreamPlanner:
             "with a batch read (option version), and stream the rest from a new query (a "
             f"new checkpoint) with startingVersion {added_at}"
         )
+
+    def _replaced_by(self, field_id: int, replaced: set[int], added_at: int) -> int | None:
+        """Which of the ``replaced`` field ids (gone at ``added_at``) column
+        ``field_id`` (new at ``added_at``) took the place of: the one of its name
+        before, else the only one; None if that cannot be told."""
+        after = {i: p[0] for p, i in self.manifest(added_at).schema.ids if len(p) == 1}
+        before = {p[0]: i for p, i in self.manifest(added_at - 1).schema.ids if len(p) == 1}
+        same_name = before.get(after.get(field_id, ""))
+        if same_name in replaced:
+            return same_name
+        return next(iter(replaced)) if len(replaced) == 1 else None
 
     def _raise_gone(self, name: str, field_id: int, resolved: int, version: int) -> None:
         """Raise for column ``name``, which ``resolved`` had and ``version`` lacks.
