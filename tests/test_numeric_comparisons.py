@@ -187,6 +187,7 @@ def _arith_table() -> pa.Table:
             "f": pa.array([1.5, 2.0, 3.0], pa.float32()),
             "u": pa.array([_BIG_U, 3, None], pa.uint64()),
             "b": pa.array([255, 1, 7], pa.uint8()),
+            "g": pa.array([0.1, 2.5, -1.0], pa.float32()),
         }
     )
 
@@ -200,6 +201,10 @@ def _arith_table() -> pa.Table:
         ("id + 2.5 = 6.5", [1]),
         ("f + id > 33554433", [0]),
         ("f * id = 8", [1]),
+        # An integer literal the float32 holds exactly stays float32 (0.1f * 10 is
+        # exactly 1.0f; in float64 it is not); a larger one makes both float64.
+        ("g * 10 = 1.0", [0]),
+        ("g + 33554433 > 33554433", [0, 1]),
         # uint64 values at or above 2**63 with +, * and / of a literal (Arrow alone:
         # int64, and they failed).
         (f"u + 1 = {_BIG_U + 1}", [0]),

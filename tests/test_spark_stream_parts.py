@@ -473,3 +473,48 @@ def test_available_now_reads_the_snapshot_chosen_after_it_fixed_its_bound(
     assert [r["id"] for r in _rows(reader, start, end)] == list(range(30))
     s3ddb.write_dataset(_table(30), local_uri, mode="append")  # after: not this run's
     assert _at(reader.latestOffset(end, ReadAllAvailable())) == StreamOffset(4)
+
+
+def _restarted_rows(uri: str, schema: StructType) -> list[dict[str, Any]]:
+    reader = S3DDBStreamReader(
+        {"path": uri, "startingVersion": "1", "skipChangeCommits": "true"}, schema
+    )
+    start = reader.initialOffset()
+    return _rows(reader, start, reader.latestOffset(start, ReadAllAvailable()))
+
+
+def test_an_overwrite_adding_a_column_of_a_wider_type_is_not_taken_for_a_type_change(
+    local_uri: str,
+) -> None:
+    """An overwrite that drops ``a`` (int32) and adds ``b`` (int64): ``a``'s old values
+    are not ``b``'s, whatever the types."""
+    int64 = pa.int64()
+    s3ddb.write_dataset(
+        pa.table({"id": pa.array([1, 2], int64), "a": pa.array([7, 8], pa.int32())}), local_uri
+    )
+    s3ddb.write_dataset(
+        pa.table({"id": pa.array([3], int64), "b": pa.array([100], int64)}),
+        local_uri,
+        mode="overwrite",
+    )
+    schema = StructType([StructField("id", LongType(), False), StructField("b", LongType())])
+    with pytest.raises(SchemaMismatchError, match="replaced another column at version 2"):
+        _restarted_rows(local_uri, schema)
+
+
+def test_a_type_change_to_not_null_does_not_emit_the_old_nulls(local_uri: str) -> None:
+    """Rows with nulls deleted, then the column made int64 NOT NULL: the versions
+    before hold nulls, which the NOT NULL column cannot emit."""
+    s3ddb.write_dataset(
+        pa.table({"id": pa.array([1, 2], pa.int64()), "a": pa.array([7, None], pa.int32())}),
+        local_uri,
+    )
+    s3ddb.dataset(local_uri).delete("a IS NULL")
+    s3ddb.dataset(local_uri).alter_columns(
+        {"path": "a", "data_type": pa.int64(), "nullable": False}
+    )
+    schema = StructType(
+        [StructField("id", LongType(), False), StructField("a", LongType(), False)]
+    )
+    with pytest.raises(SchemaMismatchError, match="replaced another column at version 3"):
+        _restarted_rows(local_uri, schema)

@@ -639,15 +639,17 @@ def _arithmetic_operands(
     """Operands of + - * / in types that hold both, where Arrow's own choice does not:
     Arrow adds an integer to a float in float32 when the float is float32, and adds
     a uint64 to an integer literal in int64: both fail on ordinary values (ids above
-    2^24, uint64 values at or above 2^63). So an integer beside a float is computed in
-    float64 (beyond 2^53 rounded, as in SQL engines), and a non-negative integer
+    2^24, uint64 values at or above 2^63). So an integer column beside a float is
+    computed in float64 (beyond 2^53 rounded, as in SQL engines), an integer literal
+    in the float's type when it holds it exactly, and a non-negative integer
     literal added to, multiplying or dividing a uint64 operand is a uint64. Not in a
     subtraction: there uint64 would fail on every value below the literal, Arrow's
     int64 only on values at or above 2^63 (docs/expressions.md)."""
     if pa.types.is_integer(left.type) and pa.types.is_floating(right.type):
-        return _as_float64(left), _as_float64(right)
+        return _int_beside_float(left, right)
     if pa.types.is_floating(left.type) and pa.types.is_integer(right.type):
-        return _as_float64(left), _as_float64(right)
+        right, left = _int_beside_float(right, left)
+        return left, right
     unsigned = pa.uint64()
     if subtract:
         return left, right
@@ -656,6 +658,21 @@ def _arithmetic_operands(
     if right.type == unsigned and _non_negative_int(left):
         return _lit(pa.scalar(left.value.as_py(), unsigned)), right  # type: ignore[union-attr]
     return left, right
+
+
+#: Integers a float type holds exactly: up to 2**(its significand bits).
+_EXACT_INT_BITS = {16: 11, 32: 24, 64: 53}
+
+
+def _int_beside_float(integer: _Typed, floating: _Typed) -> tuple[_Typed, _Typed]:
+    """(integer, floating) in one float type: an integer literal the float's type
+    holds exactly takes that type (``f32 * 10`` stays float32, as in SQL engines);
+    otherwise both are float64."""
+    value = integer.value.as_py() if integer.value is not None else None
+    limit = 2 ** _EXACT_INT_BITS[floating.type.bit_width]
+    if integer.value is not None and (value is None or abs(value) <= limit):
+        return _lit(pa.scalar(None if value is None else float(value), floating.type)), floating
+    return _as_float64(integer), _as_float64(floating)
 
 
 def _non_negative_int(item: _Typed) -> bool:

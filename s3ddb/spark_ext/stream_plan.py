@@ -497,13 +497,15 @@ class StreamPlanner:
             return None
         old_id = self._replaced_by(field_id, replaced, added_at)
         if old_id is not None and old_id in names:
-            old_name = names[old_id]
-            old_type = self.manifest(version).schema.arrow.field(old_name).type
-            if is_safe_cast(old_type, kind):
-                return old_name
+            old = self.manifest(version).schema.arrow.field(names[old_id])
+            # NOT NULL now: only from a column that could not hold nulls then either
+            # (rows with nulls may have been deleted before the change).
+            if is_safe_cast(old.type, kind) and (nullable or not old.nullable):
+                return old.name
         why = (
-            f"got a new type at version {added_at} (alter_columns rewrote it as a new "
-            "column, and not every old value converts to the new type exactly)"
+            f"replaced another column at version {added_at} (a type change by "
+            "alter_columns, or an overwrite), and the stream cannot tell that every value "
+            "of the column it replaced converts to its type exactly"
             if replaced
             else f"was added NOT NULL at version {added_at}"
         )
@@ -516,14 +518,18 @@ class StreamPlanner:
 
     def _replaced_by(self, field_id: int, replaced: set[int], added_at: int) -> int | None:
         """Which of the ``replaced`` field ids (gone at ``added_at``) column
-        ``field_id`` (new at ``added_at``) took the place of: the one of its name
-        before, else the only one; None if that cannot be told."""
-        after = {i: p[0] for p, i in self.manifest(added_at).schema.ids if len(p) == 1}
-        before = {p[0]: i for p, i in self.manifest(added_at - 1).schema.ids if len(p) == 1}
-        same_name = before.get(after.get(field_id, ""))
-        if same_name in replaced:
-            return same_name
-        return next(iter(replaced)) if len(replaced) == 1 else None
+        ``field_id`` (new at ``added_at``) is the same column as, retyped in place
+        by ``alter_columns``: the same fragments before and after (a type change
+        rewrites each fragment's column, an overwrite replaces the fragments), and the
+        id at the same position of the schema before. None if not proven so."""
+        before, after = self.manifest(added_at - 1), self.manifest(added_at)
+        if [f.id for f in before.fragments] != [f.id for f in after.fragments]:
+            return None
+        position = _top_level_ids(after).index(field_id)
+        old_ids = _top_level_ids(before)
+        if position >= len(old_ids) or old_ids[position] not in replaced:
+            return None
+        return old_ids[position]
 
     def _raise_gone(self, name: str, field_id: int, resolved: int, version: int) -> None:
         """Raise for column ``name``, which ``resolved`` had and ``version`` lacks.
@@ -647,3 +653,9 @@ def starting_version_at(uri: str, storage_options: Mapping[str, str], when: str)
     if later:
         return min(later)
     return max((v.version for v in history), default=0) + 1
+
+
+def _top_level_ids(manifest: Manifest) -> list[int]:
+    """The field ids of ``manifest``'s top-level columns, in the schema's order."""
+    by_name = {p[0]: i for p, i in manifest.schema.ids if len(p) == 1}
+    return [by_name[name] for name in manifest.schema.arrow.names]
