@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -140,3 +140,26 @@ def location(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, dict[
     aws = request.getfixturevalue("aws")
     uri = f"s3+ddb://{TEST_BUCKET}/t-{uuid.uuid4().hex[:12]}?ddbTableName={TEST_TABLE}"
     return uri, aws.storage_options()
+
+
+def before_each_transact_write(
+    monkeypatch: pytest.MonkeyPatch, hook: Callable[[dict[str, Any]], None]
+) -> None:
+    """Call ``hook(request)`` before every TransactWriteItems s3ddb's DynamoDB store
+    sends (it may record the request, or raise to stand for a refusal), then send it."""
+    from s3ddb.external_store.dynamodb import DynamoDBManifestStore
+
+    real_client = DynamoDBManifestStore._client
+
+    class Hooked:
+        def __init__(self, client: Any) -> None:
+            self._client = client
+
+        def transact_write_items(self, **request: Any) -> Any:
+            hook(request)
+            return self._client.transact_write_items(**request)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._client, name)
+
+    monkeypatch.setattr(DynamoDBManifestStore, "_client", lambda self: Hooked(real_client(self)))

@@ -20,7 +20,7 @@ from s3ddb.errors import (
     DatasetRecreatedError,
     RetryableCommitConflictError,
 )
-from tests.conftest import TEST_BUCKET, TEST_TABLE
+from tests.conftest import TEST_BUCKET, TEST_TABLE, before_each_transact_write
 
 Where = tuple[list[str], dict[str, Any] | None, Any]
 
@@ -599,38 +599,24 @@ def test_a_cancelled_claim_is_sent_again_under_a_new_token(
     reused token with the cancellation it remembers), and lands once."""
     from botocore.exceptions import ClientError
 
-    from s3ddb.external_store.dynamodb import DynamoDBManifestStore
-
     so = aws.storage_options()
     prefix = f"atomic-{uuid.uuid4().hex[:10]}"
     a, b = (f"s3+ddb://{TEST_BUCKET}/{prefix}/{n}?ddbTableName={TEST_TABLE}" for n in "ab")
     _create([a, b], so)
     tokens: list[str] = []
-    real_client = DynamoDBManifestStore._client
+    def conflict_once(request: dict[str, Any]) -> None:
+        tokens.append(request["ClientRequestToken"])
+        if len(tokens) == 1:
+            reasons = [{"Code": "TransactionConflict"} for _ in request["TransactItems"]]
+            raise ClientError(
+                {
+                    "Error": {"Code": "TransactionCanceledException", "Message": "conflict"},
+                    "CancellationReasons": reasons,
+                },
+                "TransactWriteItems",
+            )
 
-    class ConflictOnce:
-        def __init__(self, client: Any) -> None:
-            self._client = client
-
-        def transact_write_items(self, **request: Any) -> Any:
-            tokens.append(request["ClientRequestToken"])
-            if len(tokens) == 1:
-                reasons = [{"Code": "TransactionConflict"} for _ in request["TransactItems"]]
-                raise ClientError(
-                    {
-                        "Error": {"Code": "TransactionCanceledException", "Message": "conflict"},
-                        "CancellationReasons": reasons,
-                    },
-                    "TransactWriteItems",
-                )
-            return self._client.transact_write_items(**request)
-
-        def __getattr__(self, name: str) -> Any:
-            return getattr(self._client, name)
-
-    monkeypatch.setattr(
-        DynamoDBManifestStore, "_client", lambda self: ConflictOnce(real_client(self))
-    )
+    before_each_transact_write(monkeypatch, conflict_once)
     with s3ddb.atomic(storage_options=so) as tx:
         tx.dataset(a).insert(_table(60))
         tx.dataset(b).insert(_table(61))

@@ -17,7 +17,7 @@ import pytest
 
 import s3ddb
 from s3ddb.errors import AtomicGroupError, TransactionAlreadyCommittedError
-from tests.conftest import TEST_BUCKET, TEST_TABLE
+from tests.conftest import TEST_BUCKET, TEST_TABLE, before_each_transact_write
 
 APP = "s3ddb.app_txn.job"
 
@@ -209,7 +209,6 @@ def _long_uris(table: str, count: int) -> list[str]:
 def test_the_size_bound_covers_every_item_the_claim_sends(
     aws: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from s3ddb.external_store.dynamodb import DynamoDBManifestStore
     from s3ddb.groups.atomic_group import claim_bytes_bound
 
     so = aws.storage_options()
@@ -217,24 +216,14 @@ def test_the_size_bound_covers_every_item_the_claim_sends(
     for uri in uris:
         s3ddb.write_dataset(_table(1), uri, storage_options=so)
     sent: list[int] = []
-    real_client = DynamoDBManifestStore._client
+    def measure(request: dict[str, Any]) -> None:
+        items = [
+            a["Put"]["Item"] if "Put" in a else a["ConditionCheck"]["Key"]
+            for a in request["TransactItems"]
+        ]
+        sent.append(sum(_item_bytes(i) for i in items))
 
-    class Measure:
-        def __init__(self, client: Any) -> None:
-            self._client = client
-
-        def transact_write_items(self, **request: Any) -> Any:
-            items = [
-                a["Put"]["Item"] if "Put" in a else a["ConditionCheck"]["Key"]
-                for a in request["TransactItems"]
-            ]
-            sent.append(sum(_item_bytes(i) for i in items))
-            return self._client.transact_write_items(**request)
-
-        def __getattr__(self, name: str) -> Any:
-            return getattr(self._client, name)
-
-    monkeypatch.setattr(DynamoDBManifestStore, "_client", lambda self: Measure(real_client(self)))
+    before_each_transact_write(monkeypatch, measure)
     with s3ddb.atomic(storage_options=so) as tx:
         for uri in uris:
             tx.dataset(uri).insert(_table(2))
