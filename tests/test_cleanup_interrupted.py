@@ -251,14 +251,23 @@ def _five_appends_v1_tagged(uri: str, so: dict[str, Any]) -> s3ddb.Dataset:
     return ds
 
 
+def _cleanup_cut_after_its_row_deletes(
+    uri: str, so: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> s3ddb.Dataset:
+    """Five appends, version 1 tagged, then a cleanup cut once it deleted the rows of
+    versions 2..4 and nothing else; the Dataset that ran it."""
+    ds = _five_appends_v1_tagged(uri, so)
+    with monkeypatch.context() as patch, pytest.raises(_Cut):
+        _cut_after(patch, ds.handler.store, 0)
+        ds.cleanup_old_versions(older_than=NOW, retain_versions=1)
+    return ds
+
+
 def test_manifests_an_interrupted_cleanup_left_between_kept_rows_are_removed_later(
     ddb_uri: str, aws: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     so = aws.storage_options()
-    ds = _five_appends_v1_tagged(ddb_uri, so)
-    with monkeypatch.context() as patch, pytest.raises(_Cut):
-        _cut_after(patch, ds.handler.store, 0)  # rows of 2..4 deleted, nothing else
-        ds.cleanup_old_versions(older_than=NOW, retain_versions=1)
+    _cleanup_cut_after_its_row_deletes(ddb_uri, so, monkeypatch)
     assert [v.version for v in s3ddb.dataset(ddb_uri, storage_options=so).versions()] == [1, 5]
     assert _manifest_versions(ddb_uri, so) == {1, 2, 3, 4, 5}
     # verify names them and says cleanup deletes them.
@@ -296,10 +305,7 @@ def test_without_a_note_they_go_once_past_the_grace_period_unless_a_tag_names_on
     ddb_uri: str, aws: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     so = aws.storage_options()
-    ds = _five_appends_v1_tagged(ddb_uri, so)
-    with monkeypatch.context() as patch, pytest.raises(_Cut):
-        _cut_after(patch, ds.handler.store, 0)
-        ds.cleanup_old_versions(older_than=NOW, retain_versions=1)
+    ds = _cleanup_cut_after_its_row_deletes(ddb_uri, so, monkeypatch)
     store = ObjectStore(ddb_uri, so)
     store.delete_many([m.path for m in store.iter_list("_cleanup/")])
     # As a put-back interrupted between manifest and row would leave it: a tag names
