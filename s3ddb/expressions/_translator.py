@@ -653,29 +653,19 @@ def _arithmetic_operands(
     unsigned = pa.uint64()
     if subtract:
         return left, right
-    if left.type == unsigned and _non_negative_int(right):
-        return left, _lit(pa.scalar(right.value.as_py(), unsigned))  # type: ignore[union-attr]
-    if right.type == unsigned and _non_negative_int(left):
-        return _lit(pa.scalar(left.value.as_py(), unsigned)), right  # type: ignore[union-attr]
+    # _coerce re-types a literal only where its value is kept (not a negative one).
+    if left.type == unsigned:
+        return left, _coerce(right, unsigned)
+    if right.type == unsigned:
+        return _coerce(left, unsigned), right
     return left, right
-
-
-#: Integers a float type holds exactly: up to 2**(its significand bits).
-_EXACT_INT_BITS = {16: 11, 32: 24, 64: 53}
 
 
 def _int_beside_float(integer: _Typed, floating: _Typed) -> tuple[_Typed, _Typed]:
     """(integer, floating) in one float type: an integer literal the float's type
     holds exactly takes that type (``f32 * 10`` stays float32, as in SQL engines);
     otherwise both are float64."""
-    value = integer.value.as_py() if integer.value is not None else None
-    limit = 2 ** _EXACT_INT_BITS[floating.type.bit_width]
-    if integer.value is not None and (value is None or abs(value) <= limit):
-        return _lit(pa.scalar(None if value is None else float(value), floating.type)), floating
+    retyped = _coerce(integer, floating.type)
+    if retyped.type == floating.type:
+        return retyped, floating
     return _as_float64(integer), _as_float64(floating)
-
-
-def _non_negative_int(item: _Typed) -> bool:
-    value = item.value.as_py() if item.value is not None else None
-    return isinstance(value, int) and 0 <= value < 2**64
-
