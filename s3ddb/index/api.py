@@ -17,7 +17,7 @@ from s3ddb.errors import (
 )
 from s3ddb.format.index import index_by_name
 from s3ddb.format.manifest import Manifest
-from s3ddb.index.btree import build_btree, is_btree
+from s3ddb.index.btree import build_btree, indexed_column
 from s3ddb.operations import CreateIndex
 from s3ddb.versions.pinned import plan_and_commit
 
@@ -103,22 +103,18 @@ def optimize_indices(ds: PinnedVersion, index_names: Sequence[str] | None) -> No
 
     def plan(manifest: Manifest) -> tuple[CreateIndex | None, None]:
         fragments = {f.id for f in manifest.fragments}
-        top_level = set(manifest.schema.arrow.names)
         stale, rebuilt = [], []
         for index in manifest.indices:
             if names is not None and index.name not in names:
                 continue
             if set(index.fragment_ids) == fragments:
                 continue
-            # Only what s3ddb builds: a BTREE of one top-level column (another writer's
-            # index types, and Lance's system indices, are left as they are).
-            column = manifest.schema.names_for_ids(list(index.fields[:1]))
-            if not (is_btree(index) and len(index.fields) == 1 and column[:1]):
-                continue
-            if column[0] not in top_level:
+            # Only what s3ddb builds (other index types are left as they are).
+            column = indexed_column(manifest, index)
+            if column is None:
                 continue
             stale.append(index)
-            rebuilt.append(build_btree(store, manifest, column[0], index.name))
+            rebuilt.append(build_btree(store, manifest, column, index.name))
         if not rebuilt:
             return None, None
         return CreateIndex(tuple(rebuilt), tuple(stale)), None
@@ -127,9 +123,11 @@ def optimize_indices(ds: PinnedVersion, index_names: Sequence[str] | None) -> No
 
 
 def _index_names(value: Any) -> list[str]:
-    if isinstance(value, str) or not isinstance(value, Sequence):
-        raise InvalidInputError(f"index_names must be a list of names, got {value!r}")
-    if not all(isinstance(n, str) for n in value):
+    if (
+        isinstance(value, str)
+        or not isinstance(value, Sequence)
+        or not all(isinstance(n, str) for n in value)
+    ):
         raise InvalidInputError(f"index_names must be a list of names, got {value!r}")
     return list(value)
 

@@ -41,6 +41,7 @@ __all__ = [
     "KeyRange",
     "KeySet",
     "build_btree",
+    "indexed_column",
     "is_btree",
     "lookup",
     "supports_type",
@@ -125,6 +126,17 @@ def build_btree(store: ObjectStore, manifest: Manifest, column: str, name: str) 
 def is_btree(index: IndexMetadata) -> bool:
     """Whether s3ddb can read ``index`` (an index of its own BTREE layout)."""
     return index.index_type == "BTREE" and index.details.get(FORMAT_KEY) == BTREE_FORMAT
+
+
+def indexed_column(manifest: Manifest, index: IndexMetadata) -> str | None:
+    """The top-level column of ``manifest`` that ``index`` indexes, if it is one s3ddb
+    reads and builds: its own BTREE of one field that is a top-level column there.
+    None for anything else (another writer's index type, Lance's system indices, a
+    field nested or gone)."""
+    if not (is_btree(index) and len(index.fields) == 1):
+        return None
+    found = manifest.schema.names_for_ids([index.fields[0]])
+    return found[0] if found and found[0] in manifest.schema.arrow.names else None
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from s3ddb.format.fragment import FragmentMetadata
 from s3ddb.format.index import IndexMetadata
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.rows import evaluate, filter_rows
-from s3ddb.index.btree import Condition, KeyRange, KeySet, is_btree, lookup
+from s3ddb.index.btree import Condition, KeyRange, KeySet, indexed_column, is_btree, lookup
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.scan import read_rows_at
 
@@ -176,12 +176,10 @@ def usable_index(
     """The first index a filter text can use, its column, the key conditions and their
     predicate (over that column alone); None if none can be used."""
     indexed: dict[str, IndexMetadata] = {}
-    names = list(manifest.schema.arrow.names)
     for index in manifest.indices:
-        if is_btree(index) and len(index.fields) == 1 and index.fragment_ids:
-            found_names = manifest.schema.names_for_ids([index.fields[0]])
-            if found_names and found_names[0] in names:
-                indexed.setdefault(found_names[0], index)
+        column = indexed_column(manifest, index) if index.fragment_ids else None
+        if column is not None:
+            indexed.setdefault(column, index)
     if not indexed:
         return None
     try:
