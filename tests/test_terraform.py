@@ -228,7 +228,7 @@ def _resent_creates(
     existed and the endpoint saw sent at least twice; empty if any error is another."""
     out: list[tuple[str | None, str]] = []
     # Terraform prints each error as a block: "Error: ..." then "with <address>,".
-    blocks = [b for b in re.split(r"(?m)^\s*(?:\u2502\s*)?Error: ", error)[1:]]
+    blocks = re.split(r"(?m)^\s*(?:\u2502\s*)?Error: ", error)[1:]
     for block in blocks:
         for service, operation, pattern, import_id in RESENT_CREATES:
             match = re.search(pattern, block)
