@@ -29,6 +29,7 @@ __all__ = [
     "DatasetLocationError",
     "DatasetNotFoundError",
     "DatasetRecreatedError",
+    "DuplicateKeyError",
     "EndpointUnreachableError",
     "ExternalStoreError",
     "ExternalStoreTableError",
@@ -42,6 +43,7 @@ __all__ = [
     "InvalidURIError",
     "ManifestCorruptError",
     "ManifestFinalizationError",
+    "MatchedRowError",
     "PathOutsideDatasetError",
     "RetryableCommitConflictError",
     "S3DDBError",
@@ -116,6 +118,17 @@ class ColumnNotFoundError(InvalidInputError):
 
 class InvalidExpressionError(InvalidInputError):
     """A predicate or value expression is malformed or uses something unsupported."""
+
+
+class DuplicateKeyError(InvalidInputError):
+    """A merge's source holds one key twice (or two source rows match one target row):
+    which row should win is ambiguous. The message names the key; nothing is
+    committed."""
+
+
+class MatchedRowError(InvalidInputError):
+    """A merge with ``when_matched_fail()`` found a source row whose key the target
+    holds. The message names the key; nothing is committed."""
 
 
 class IndexExistsError(InvalidInputError):

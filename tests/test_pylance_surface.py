@@ -1,7 +1,7 @@
 """pylance 14's surface beside s3ddb's (``import s3ddb as lance``).
 
-Every public member of pylance's ``LanceDataset``, ``LanceScanner`` and
-``LanceFragment``, and every argument of ``write_dataset`` and
+Every public member of pylance's ``LanceDataset``, ``LanceScanner``,
+``LanceFragment`` and ``MergeInsertBuilder``, and every argument of ``write_dataset`` and
 ``fragment.write_fragments``, is listed in docs/pylance.md's "Every pylance member"
 with its status; s3ddb has each one listed as Yes or Differs, and refuses each one
 listed as No with UnsupportedOperationError (never AttributeError or TypeError).
@@ -9,6 +9,7 @@ listed as No with UnsupportedOperationError (never AttributeError or TypeError).
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import re
 from pathlib import Path
@@ -40,6 +41,9 @@ SURFACES = {
     "LanceDataset": lambda: _public(lance.LanceDataset),
     "LanceScanner": lambda: _public(lance.LanceScanner),
     "LanceFragment": lambda: _public(lance.fragment.LanceFragment),
+    "MergeInsertBuilder": lambda: _public(
+        importlib.import_module("lance.dataset").MergeInsertBuilder
+    ),
     "write_dataset": lambda: _arguments(lance.write_dataset),
     "fragment.write_fragments": lambda: _arguments(lance.fragment.write_fragments),
 }
@@ -98,10 +102,13 @@ def _objects(ds: Any) -> dict[str, Any]:
         "LanceDataset": ds,
         "LanceScanner": ds.scanner(),
         "LanceFragment": ds.get_fragment(0),
+        "MergeInsertBuilder": ds.merge_insert("id"),
     }
 
 
-@pytest.mark.parametrize("surface", ["LanceDataset", "LanceScanner", "LanceFragment"])
+@pytest.mark.parametrize(
+    "surface", ["LanceDataset", "LanceScanner", "LanceFragment", "MergeInsertBuilder"]
+)
 def test_members_are_implemented_or_refused(lance_dataset: Any, surface: str) -> None:
     obj = _objects(lance_dataset)[surface]
     for name, status in _documented()[surface].items():

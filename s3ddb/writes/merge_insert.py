@@ -7,8 +7,10 @@
 
 A target row *matches* a source row when every key column is equal (SQL equality:
 a NULL key never matches, so a source row with a NULL key is always "not matched").
-Matched target rows are replaced by their source row (REWRITE_ROWS: deleted where they
-are and written, with the inserted rows, into new fragments). The commit carries a
+What each clause does with matched and unmatched rows is in
+:mod:`s3ddb.writes.merge_clauses`. Updated target rows are replaced by their source
+row (REWRITE_ROWS: deleted where they are and written, with the inserted rows, into
+new fragments). The commit carries a
 key-existence filter of every key written, and the conflict resolver refuses to let
 two merges that wrote one key both land: the second is retried, so that it updates the
 row the first inserted rather than inserting a duplicate.
@@ -17,7 +19,8 @@ row the first inserted rather than inserting a duplicate.
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -25,26 +28,34 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyroaring import BitMap
 
-from s3ddb.errors import ColumnNotFoundError, InvalidInputError
-from s3ddb.expressions import parse_predicate, referenced_columns
-from s3ddb.expressions.conditions import Condition, PushedFilters
+from s3ddb.errors import ColumnNotFoundError, InvalidInputError, UnsupportedOperationError
+from s3ddb.expressions.conditions import Condition as PushedCondition
+from s3ddb.expressions.conditions import PushedFilters
 from s3ddb.format.bases import FileResolver
 from s3ddb.format.datafile import write_fragments_from_table
 from s3ddb.format.deletion import read_deleted_rows
 from s3ddb.format.fragment import FragmentMetadata, data_file_paths
 from s3ddb.format.keys import key_hashes
 from s3ddb.format.manifest import Manifest
-from s3ddb.format.rows import matching_rows, take_rows
 from s3ddb.format.schema import conform
 from s3ddb.format.stats import exact_bound_type
 from s3ddb.index.query import lookup_keys
 from s3ddb.io.fragment_map import parallel_map
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.written_files import FileTracker
-from s3ddb.operations import KeyExistenceFilter, RowChangePlan, Update
+from s3ddb.operations import KeyExistenceFilter, RowChangePlan, Transaction, Update
 from s3ddb.scan import RowGroupPredicate, plan_fragment, read_rows_at
 from s3ddb.scan.fragment import read_with_positions
 from s3ddb.versions.pinned import plan_and_commit
+from s3ddb.writes.merge_clauses import (
+    DELETE,
+    UPDATE,
+    CompiledClauses,
+    Condition,
+    MergeClauses,
+    check_clauses,
+    check_unique_keys,
+)
 from s3ddb.writes.row_changes import DeletionPlan, write_deletions
 from s3ddb.writes.user_data import to_arrow_table
 
@@ -63,13 +74,14 @@ class MergeInsertBuilder:
     """Configure a merge, then :meth:`execute` it. Each method returns the builder.
 
     Without any ``when_*`` clause a merge does nothing but check its input; the usual
-    upsert is ``when_matched_update_all().when_not_matched_insert_all()``.
+    upsert is ``when_matched_update_all().when_not_matched_insert_all()``. What each
+    clause does, and in which order a matched row's clauses apply (fail, then delete,
+    then update), is in :mod:`s3ddb.writes.merge_clauses`.
     """
 
     def __init__(self, dataset: PinnedVersion, on: str | list[str]) -> None:
         keys = [on] if isinstance(on, str) else list(on)
-        if not keys or not all(isinstance(k, str) for k in keys):
-            raise InvalidInputError("merge_insert(on=...) needs one or more key column names")
+        check_clauses(MergeClauses(tuple(keys)))
         missing = [k for k in keys if k not in dataset.schema.names]
         if missing:
             raise ColumnNotFoundError(
@@ -77,38 +89,60 @@ class MergeInsertBuilder:
                 f"{dataset.schema.names}"
             )
         self._dataset = dataset
-        self.on = tuple(keys)
-        self.update_matched = False
-        self.update_condition: str | pc.Expression | None = None
-        self.insert_unmatched = False
-        self.delete_unmatched_by_source = False
-        self.delete_condition: str | pc.Expression | None = None
+        self.clauses = MergeClauses(tuple(keys))
         self.retries: int | None = None
         self.timeout: float | None = None
+        self.use_indices = True
 
-    def when_matched_update_all(
-        self, condition: str | pc.Expression | None = None
-    ) -> MergeInsertBuilder:
+    @property
+    def on(self) -> tuple[str, ...]:
+        """The key columns."""
+        return self.clauses.on
+
+    def _set(self, **changes: Any) -> MergeInsertBuilder:
+        self.clauses = replace(self.clauses, **changes)
+        return self
+
+    def when_matched_update_all(self, condition: Condition = None) -> MergeInsertBuilder:
         """Replace matched target rows by their source row. ``condition`` (SQL over
         ``target.<col>`` and ``source.<col>``, e.g. ``"source.ts > target.ts"``)
         limits which matched rows are replaced."""
-        self.update_matched = True
-        self.update_condition = condition
-        return self
+        return self._set(update=True, update_condition=condition)
 
-    def when_not_matched_insert_all(self) -> MergeInsertBuilder:
-        """Insert source rows that match no target row."""
-        self.insert_unmatched = True
-        return self
+    def when_matched_delete(self, condition: Condition = None) -> MergeInsertBuilder:
+        """Delete matched target rows (those where ``condition``, SQL over
+        ``target.<col>`` and ``source.<col>``, holds, if given). A row both clauses
+        take is deleted."""
+        return self._set(delete=True, delete_condition=condition)
+
+    def when_matched_fail(self) -> MergeInsertBuilder:
+        """Refuse the whole merge (:class:`~s3ddb.errors.MatchedRowError`, nothing
+        committed) if any source row's key is in the target: an insert-only load
+        that must never overwrite."""
+        return self._set(fail=True)
+
+    def when_not_matched_insert_all(self, condition: Condition = None) -> MergeInsertBuilder:
+        """Insert source rows that match no target row (those where ``condition``,
+        SQL over ``source.<col>``, holds, if given)."""
+        return self._set(insert=True, insert_condition=condition)
 
     def when_not_matched_by_source_delete(
-        self, expr: str | pc.Expression | None = None
+        self, expr: Condition = None, *, condition: Condition = None
     ) -> MergeInsertBuilder:
         """Delete target rows that match no source row (only those matching ``expr``,
-        a predicate over the target's columns, if given)."""
-        self.delete_unmatched_by_source = True
-        self.delete_condition = expr
-        return self
+        a predicate over the target's columns, bare as in pylance or as
+        ``target.<col>``, if given; ``condition=`` is the same argument).
+
+        Raises:
+            InvalidInputError: both ``expr`` and ``condition`` given.
+        """
+        if expr is not None and condition is not None:
+            raise InvalidInputError(
+                "when_not_matched_by_source_delete takes expr or condition, not both"
+            )
+        return self._set(
+            delete_by_source=True, by_source_condition=expr if expr is not None else condition
+        )
 
     def conflict_retries(self, retries: int) -> MergeInsertBuilder:
         """How often to re-execute the merge on the newest version after a retryable
@@ -123,6 +157,53 @@ class MergeInsertBuilder:
         self.timeout = seconds
         return self
 
+    def use_index(self, use_index: bool) -> MergeInsertBuilder:
+        """Whether a BTREE index on the key (one key column) may find the target rows
+        (default True); without, statistics prune and the key column is scanned."""
+        self.use_indices = bool(use_index)
+        return self
+
+    def write_mode(self, mode: str) -> MergeInsertBuilder:
+        """``"auto"`` or ``"rewrite_rows"`` (the same here: matched rows are deleted
+        where they are and written into new fragments).
+
+        Raises:
+            UnsupportedOperationError: ``"rewrite_columns"`` (s3ddb's merge always
+                rewrites rows).
+            InvalidInputError: any other value.
+        """
+        if mode == "rewrite_columns":
+            raise UnsupportedOperationError(
+                "merge_insert rewrites matched rows whole; write_mode('rewrite_columns') "
+                "is not supported (use ds.update for column rewrites)"
+            )
+        if mode not in ("auto", "rewrite_rows"):
+            raise InvalidInputError(f"write_mode must be 'auto' or 'rewrite_rows', got {mode!r}")
+        return self
+
+    def explain_plan(self, schema: pa.Schema | None = None, verbose: bool = False) -> str:
+        """What the merge will do, as text: the keys, the clauses and how the target
+        rows are found. Reads nothing."""
+        ds = self._dataset
+        finder = (
+            f"the BTREE index on {self.on[0]}, then statistics"
+            if self.use_indices and len(self.on) == 1 and ds.manifest.indices
+            else "fragment and row-group statistics of the key columns"
+        )
+        lines = [
+            self.clauses.describe(),
+            f"target: {ds.uri} version {ds.version}, {len(ds.manifest.fragments)} fragment(s)",
+            "target rows found by: "
+            + ("a scan of every fragment" if self.clauses.delete_by_source else finder),
+        ]
+        if verbose:
+            lines.append(f"target schema: {ds.schema}")
+        return "\n".join(lines)
+
+    def execute_batches(self, new_data: Any) -> dict[str, int]:
+        """:meth:`execute` (pylance's form for materialized batches)."""
+        return self.execute(new_data)
+
     def execute(self, data: Any, *, schema: pa.Schema | None = None) -> dict[str, int]:
         """Run the merge with ``data`` as the source and commit it.
 
@@ -130,47 +211,101 @@ class MergeInsertBuilder:
         dataset moves to the version committed (unchanged if the merge changed nothing).
 
         Raises:
-            SchemaMismatchError: ``data`` does not have the dataset's columns and types.
-            InvalidInputError: the source holds one key twice.
+            SchemaMismatchError: ``data`` lacks a column of the dataset, has another
+                type, or has a column the dataset lacks that no condition reads.
+            DuplicateKeyError: the source holds one key twice (nothing committed).
+            MatchedRowError: ``when_matched_fail()`` and a source key is in the target.
+            ColumnNotFoundError, InvalidExpressionError: a condition does not compile.
             RetryableCommitConflictError: ``conflict_retries(0)`` and a concurrent
                 commit changed what this merge would do.
             TooMuchWriteContentionError: the retries ran out.
         """
         ds = self._dataset
-        source = conform(to_arrow_table(data, schema), ds.schema, where=ds.uri)
-        _check_unique_keys(source, self.on)
-        planned = ds.manifest.schema
-
-        def plan(manifest: Manifest) -> Any:
-            # Re-executed after a concurrent schema change, the source must fit the new
-            # schema (as a merge run after that change would).
-            rows = (
-                source
-                if manifest.schema == planned
-                else conform(source, manifest.schema.arrow, where=ds.uri)
-            )
-            return plan_merge(ds.handler.store, manifest, self, rows, ds.uri)
-
-        return plan_and_commit(ds, "merge_insert", plan, self.retries, self.timeout)
-
-
-def _check_unique_keys(source: pa.Table, keys: tuple[str, ...]) -> None:
-    hashes = key_hashes(source, list(keys))
-    if len(hashes) != len(set(hashes)):
-        counts = source.group_by(list(keys), use_threads=False).aggregate([([], "count_all")])
-        dup = counts.filter(pc.greater(counts.column("count_all"), 1)).slice(0, 1).to_pylist()
-        raise InvalidInputError(
-            f"merge_insert source has more than one row for key {dup[0] if dup else '?'} "
-            f"of ({', '.join(keys)}): which one should win is ambiguous"
+        return plan_and_commit(
+            ds, "merge_insert", self._planner(data, schema), self.retries, self.timeout
         )
 
+    def execute_uncommitted(
+        self, data: Any, *, schema: pa.Schema | None = None
+    ) -> tuple[Transaction | None, dict[str, int]]:
+        """Plan the merge and write its files, without committing: returns the
+        transaction (None if the merge changes nothing) for
+        :meth:`s3ddb.Dataset.commit`, and the counts. Files of a transaction that is
+        never committed stay until ``cleanup_old_versions`` removes unreferenced files.
 
-def _condition(expr: str | pc.Expression, target: pa.Schema) -> pc.Expression:
-    """A predicate over ``target.<col>`` and ``source.<col>`` (both of the dataset's
-    schema), compiled against a schema of two struct columns."""
-    struct = pa.struct(list(target))
-    schema = pa.schema([pa.field("target", struct), pa.field("source", struct)])
-    return parse_predicate(expr, schema)
+        Raises:
+            What :meth:`execute` raises before committing.
+        """
+        ds = self._dataset
+        operation, counts = self._planner(data, schema)(ds.manifest)
+        if operation is None:
+            return None, counts
+        return Transaction(ds.version, operation), counts
+
+    def _planner(
+        self, data: Any, schema: pa.Schema | None
+    ) -> Callable[[Manifest], tuple[Update | None, dict[str, int]]]:
+        ds = self._dataset
+        raw = to_arrow_table(data, schema)
+        clauses = self.clauses
+        use_indices = self.use_indices
+
+        def split(target: pa.Schema) -> tuple[pa.Table, pa.Table]:
+            names = set(target.names)
+            extras = [n for n in raw.column_names if n not in names]
+            rows = conform(raw.drop_columns(extras), target, where=ds.uri)
+            return rows, raw.select(extras)
+
+        rows, extras = split(ds.schema)
+        check_unique_keys(rows, clauses.on)
+        planned = ds.manifest.schema
+
+        def plan(manifest: Manifest) -> tuple[Update | None, dict[str, int]]:
+            # Re-executed after a concurrent schema change, the source must fit the new
+            # schema (as a merge run after that change would).
+            source, extra = (
+                (rows, extras) if manifest.schema == planned else split(manifest.schema.arrow)
+            )
+            return plan_merge(
+                ds.handler.store, manifest, clauses, source, extra, use_indices=use_indices
+            )
+
+        return plan
+
+    # pylance members with no s3ddb counterpart: each refuses, saying why.
+
+    def analyze_plan(self, data_obj: Any = None, *, schema: pa.Schema | None = None) -> str:
+        """Raises UnsupportedOperationError: s3ddb runs no DataFusion plan to profile
+        (:meth:`explain_plan` says what the merge does)."""
+        raise _unsupported("analyze_plan", "s3ddb runs no DataFusion plan; use explain_plan()")
+
+    def analyze_plan_batches(self, new_data: Any = None) -> str:
+        """Raises UnsupportedOperationError (see :meth:`analyze_plan`)."""
+        raise _unsupported("analyze_plan_batches", "s3ddb runs no DataFusion plan")
+
+    def execute_uncommitted_batches(self, new_data: Any = None) -> Any:
+        """Raises UnsupportedOperationError: use :meth:`execute_uncommitted`."""
+        raise _unsupported("execute_uncommitted_batches", "use execute_uncommitted(data)")
+
+    def data_storage_version(self, version: str = "") -> MergeInsertBuilder:
+        """Raises UnsupportedOperationError: data files are Parquet, not Lance files."""
+        raise _unsupported("data_storage_version", "s3ddb writes Parquet data files")
+
+    def target_bases(self, bases: Any = None) -> MergeInsertBuilder:
+        """Raises UnsupportedOperationError: fragments go under the dataset's root."""
+        raise _unsupported("target_bases", "new fragments are written under the dataset's root")
+
+    def target_all_bases(self, include_primary: bool = True) -> MergeInsertBuilder:
+        """Raises UnsupportedOperationError: fragments go under the dataset's root."""
+        raise _unsupported("target_all_bases", "new fragments are written under the dataset's root")
+
+    def mark_sstables_as_compacted(self, sstables: Any = None) -> MergeInsertBuilder:
+        """Raises UnsupportedOperationError: s3ddb has no MemWAL."""
+        raise _unsupported("mark_sstables_as_compacted", "s3ddb has no MemWAL")
+
+
+def _unsupported(name: str, why: str) -> UnsupportedOperationError:
+    return UnsupportedOperationError(f"merge_insert builder: {name}() is not supported: {why}")
 
 
 def _key_pruner(source_keys: pa.Table, schema: pa.Schema) -> RowGroupPredicate | None:
@@ -184,75 +319,50 @@ def _key_pruner(source_keys: pa.Table, schema: pa.Schema) -> RowGroupPredicate |
         bounds = pc.min_max(column)
         low, high = bounds["min"].as_py(), bounds["max"].as_py()
         if low is not None and high is not None:
-            conditions += [Condition("ge", name, low), Condition("le", name, high)]
+            conditions += [PushedCondition("ge", name, low), PushedCondition("le", name, high)]
     return PushedFilters(tuple(conditions)).may_match if conditions else None
 
 
 def plan_merge(
     store: ObjectStore,
     manifest: Manifest,
-    builder: MergeInsertBuilder,
+    clauses: MergeClauses,
     source: pa.Table,
-    uri: str,
+    extras: pa.Table | None = None,
+    *,
+    use_indices: bool = True,
 ) -> tuple[Update | None, dict[str, int]]:
-    """The Update that merges ``source`` into ``manifest``'s version, and its counts."""
-    keys = list(builder.on)
-    clauses = _MergeClauses.compile(builder, manifest.schema.arrow)
+    """The Update that merges ``source`` (the dataset's columns) into ``manifest``'s
+    version, and its counts. ``extras`` holds the source's columns the dataset lacks,
+    aligned with ``source``'s rows (read by conditions only).
+
+    Raises:
+        MatchedRowError, InvalidExpressionError, SchemaMismatchError: see
+            :meth:`MergeClauses.compile` and :meth:`CompiledClauses.matched`.
+    """
+    keys = list(clauses.on)
+    full = source
+    if extras is not None:
+        for name in extras.column_names:
+            full = full.append_column(extras.schema.field(name), extras.column(name))
+    compiled = clauses.compile(manifest.schema.arrow, full.schema)
     # Only target rows whose key the source holds can match; unless the merge deletes
     # what the source lacks, the others never leave the worker that scans them.
-    source_keys = None if builder.delete_unmatched_by_source else source.select(keys)
+    source_keys = None if clauses.delete_by_source else source.select(keys)
     deleted_before, target = _scan_target(
-        store, manifest, keys, clauses.columns, source, source_keys
+        store, manifest, keys, compiled.target_columns, source, source_keys, use_indices
     )
     numbered = source.append_column(_SRC, pa.array(np.arange(source.num_rows, dtype=np.int64)))
     matched = target.join(
         numbered.select([*keys, _SRC]), keys=keys, join_type="inner", use_threads=False
     )
-    removed, written_rows, counts = _merge_outcome(
-        builder, clauses, source, numbered, target, matched
-    )
+    removed, written_rows, counts = _merge_outcome(compiled, source, full, target, matched)
     if not removed and not written_rows:
         return None, counts
     op = _write_update(
-        store, manifest, builder, source, matched, deleted_before, removed, written_rows
+        store, manifest, clauses, source, matched, deleted_before, removed, written_rows
     )
     return op, counts
-
-
-@dataclass(frozen=True)
-class _MergeClauses:
-    """The builder's conditions compiled against the target's schema, and the target
-    columns a scan must read for them: the keys, what the delete condition reads, and
-    every column when an update condition may read any target column."""
-
-    delete_expr: pc.Expression | None
-    update_expr: pc.Expression | None
-    #: The target columns to read, in schema order.
-    columns: list[str]
-    #: Every column of the target's schema.
-    names: list[str]
-
-    @classmethod
-    def compile(cls, builder: MergeInsertBuilder, schema: pa.Schema) -> _MergeClauses:
-        """Raises what :func:`parse_predicate` raises for a condition that does not
-        compile against ``schema``."""
-        names = list(schema.names)
-        delete_expr = (
-            parse_predicate(builder.delete_condition, schema)
-            if builder.delete_condition is not None
-            else None
-        )
-        update_expr = (
-            _condition(builder.update_condition, schema)
-            if builder.update_condition is not None
-            else None
-        )
-        wanted = set(builder.on)
-        if delete_expr is not None:
-            wanted |= referenced_columns(delete_expr, schema)
-        if update_expr is not None:
-            wanted = set(names)  # the condition may read any target column
-        return cls(delete_expr, update_expr, [n for n in names if n in wanted], names)
 
 
 def _scan_target(
@@ -262,6 +372,7 @@ def _scan_target(
     columns: list[str],
     source: pa.Table,
     source_keys: pa.Table | None,
+    use_indices: bool = True,
 ) -> tuple[dict[int, BitMap], pa.Table]:
     """Read the target rows a merge may touch: ``columns`` plus each row's fragment id
     and offset, limited to rows whose key ``source_keys`` holds (all live rows when it
@@ -272,7 +383,7 @@ def _scan_target(
     # that can match: those are read instead of the whole key column.
     indexed = (
         lookup_keys(store, manifest, keys[0], source.column(keys[0]))
-        if source_keys is not None and len(keys) == 1 and manifest.indices
+        if use_indices and source_keys is not None and len(keys) == 1 and manifest.indices
         else None
     )
 
@@ -321,44 +432,46 @@ def _scan_target(
 
 
 def _merge_outcome(
-    builder: MergeInsertBuilder,
-    clauses: _MergeClauses,
+    compiled: CompiledClauses,
     source: pa.Table,
-    numbered: pa.Table,
+    full: pa.Table,
     target: pa.Table,
     matched: pa.Table,
 ) -> tuple[dict[int, BitMap], list[pa.Table], dict[str, int]]:
     """What the merge's clauses do: the target rows removed (by fragment id), the rows
     written (updated and inserted source rows) and the counts the merge returns.
-    ``numbered`` is ``source`` with each row's index, ``matched`` the target rows
-    joined to the index of the source row they match."""
+    ``full`` is ``source`` with the columns the target lacks; ``matched`` the target
+    rows joined to the index (``_SRC``) of the source row they match."""
+    clauses = compiled.clauses
     removed: dict[int, BitMap] = {}
     written_rows: list[pa.Table] = []
     n_updated = n_inserted = n_deleted = 0
-    if builder.update_matched and matched.num_rows:
-        pairs = matched
-        if clauses.update_expr is not None:
-            pairs = _filter_pairs(matched, source, clauses.update_expr, clauses.names)
-        n_updated = pairs.num_rows
-        if pairs.num_rows:
-            # No pair passing the condition writes nothing: an empty table here would
-            # make a merge that changes nothing look like an update of no rows.
-            _add_rows(removed, pairs)
-            written_rows.append(source.take(pairs.column(_SRC)))
-    if builder.insert_unmatched:
-        was_matched = pc.is_in(
-            numbered.column(_SRC), value_set=matched.column(_SRC).combine_chunks()
+    if clauses.reads_matched and matched.num_rows:
+        outcome = compiled.matched(
+            full.take(matched.column(_SRC)), matched.select(compiled.target_columns)
         )
-        unmatched = source.filter(pc.invert(was_matched))
-        if unmatched.num_rows:
-            n_inserted = unmatched.num_rows
-            written_rows.append(unmatched)
-    if builder.delete_unmatched_by_source and target.num_rows:
-        delete_expr = clauses.delete_expr
-        candidates = target if delete_expr is None else target.filter(delete_expr)
-        was_matched = pc.is_in(_addresses(candidates), value_set=_addresses(matched))
-        gone = candidates.filter(pc.invert(was_matched))
-        n_deleted = gone.num_rows
+        updated = matched.filter(pa.array(outcome == UPDATE))
+        deleted = matched.filter(pa.array(outcome == DELETE))
+        n_updated, n_deleted = updated.num_rows, deleted.num_rows
+        # No pair taken writes nothing: an empty table here would make a merge that
+        # changes nothing look like an update of no rows.
+        if updated.num_rows:
+            _add_rows(removed, updated)
+            written_rows.append(source.take(updated.column(_SRC)))
+        _add_rows(removed, deleted)
+    if clauses.insert:
+        was_matched = np.zeros(source.num_rows, dtype=bool)
+        was_matched[matched.column(_SRC).to_numpy()] = True
+        unmatched = np.flatnonzero(~was_matched)
+        take = unmatched[compiled.inserted(full.take(pa.array(unmatched)))]
+        if len(take):
+            n_inserted = len(take)
+            written_rows.append(source.take(pa.array(take)))
+    if clauses.delete_by_source and target.num_rows:
+        was_matched = pc.is_in(_addresses(target), value_set=_addresses(matched))
+        candidates = target.filter(pc.invert(was_matched))
+        gone = candidates.filter(pa.array(compiled.deleted_by_source(candidates)))
+        n_deleted += gone.num_rows
         _add_rows(removed, gone)
     counts = {
         "num_inserted_rows": n_inserted,
@@ -371,7 +484,7 @@ def _merge_outcome(
 def _write_update(
     store: ObjectStore,
     manifest: Manifest,
-    builder: MergeInsertBuilder,
+    clauses: MergeClauses,
     source: pa.Table,
     matched: pa.Table,
     deleted_before: dict[int, BitMap],
@@ -381,7 +494,7 @@ def _write_update(
     """Write the new fragments and deletion files of a merge and describe them as the
     Update to commit; the files written are deleted (best effort) if this fails."""
     schema = manifest.schema
-    keys = list(builder.on)
+    keys = list(clauses.on)
     files = FileTracker(store)
     with files.cleanup_on_error():
         new: list[FragmentMetadata] = []
@@ -399,34 +512,15 @@ def _write_update(
                 tuple(schema.top_level_ids(keys)),
                 frozenset(key_hashes(written, keys)) if written is not None else frozenset(),
             ),
-            predicate=_describe(builder),
+            predicate=clauses.describe(),
             affected_rows=removed,
             plan=RowChangePlan(
-                merge_keys=builder.on,
+                merge_keys=clauses.on,
                 source_key_hashes=frozenset(key_hashes(source, keys)),
-                deletes_unmatched=builder.delete_unmatched_by_source,
+                deletes_unmatched=clauses.delete_by_source,
                 matched_rows=_rows_of(matched),
             ),
         )
-
-
-def _filter_pairs(
-    matched: pa.Table, source: pa.Table, condition: pc.Expression, names: list[str]
-) -> pa.Table:
-    target_rows = matched.select(names)
-    source_rows = source.take(matched.column(_SRC))
-    both = pa.table(
-        {
-            "target": pa.StructArray.from_arrays(
-                [c.combine_chunks() for c in target_rows.columns], fields=list(target_rows.schema)
-            ),
-            "source": pa.StructArray.from_arrays(
-                [c.combine_chunks() for c in source_rows.columns], fields=list(source_rows.schema)
-            ),
-        }
-    )
-    keep = matching_rows(both, condition)
-    return take_rows(matched, keep)
 
 
 def _rows_of(pairs: pa.Table) -> dict[int, BitMap]:
@@ -448,14 +542,3 @@ def _add_rows(removed: dict[int, BitMap], rows: pa.Table) -> None:
     for fid in np.unique(frags):
         bitmap = removed.setdefault(int(fid), BitMap())
         bitmap.update(offsets[frags == fid])
-
-
-def _describe(builder: MergeInsertBuilder) -> str:
-    parts = [f"merge_insert on ({', '.join(builder.on)})"]
-    if builder.update_matched:
-        parts.append("when matched update all")
-    if builder.insert_unmatched:
-        parts.append("when not matched insert all")
-    if builder.delete_unmatched_by_source:
-        parts.append("when not matched by source delete")
-    return ": ".join([parts[0], ", ".join(parts[1:])]) if len(parts) > 1 else parts[0]
