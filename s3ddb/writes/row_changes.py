@@ -5,11 +5,17 @@ files, data files) and returns the operation to commit. It commits nothing: the
 caller commits with the manifest's version as the read version, and on a retryable
 conflict plans again on the newest version. Files of a plan that fails are deleted
 before the error propagates, so nothing half-written is left behind.
+
+Each file is written by the per-fragment task that computed its content (deletion
+files, rewritten rows or columns), wherever the tasks run (:mod:`s3ddb.io.fragment_map`):
+on Spark executors, only metadata and the affected rows' bitmaps come back to the
+driver. Tasks report every path they write, so a plan's files are deleted whichever
+task failed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -34,7 +40,7 @@ from s3ddb.format.fragment import FragmentMetadata, data_file_paths
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.rows import all_rows, apply_values, evaluate, take_rows
 from s3ddb.format.stats import compute_file_statistics, live_statistics
-from s3ddb.io.fragment_map import distributed, parallel_map
+from s3ddb.io.fragment_map import distributed, map_writing, parallel_map
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.written_files import FileTracker
 from s3ddb.operations import TOMBSTONE_FIELD_ID, Delete, RowChangePlan, Update, UpdateMode
@@ -44,8 +50,10 @@ from s3ddb.scan.fragment import fragment_may_match, read_with_positions
 __all__ = [
     "DeletionPlan",
     "RewriteMode",
+    "RowDeletions",
     "choose_mode",
     "compile_values",
+    "delete_rows",
     "find_rows",
     "plan_delete",
     "plan_update",
@@ -68,6 +76,52 @@ class DeletionPlan:
         return sum(len(r) for r in self.rows.values())
 
 
+@dataclass(frozen=True)
+class RowDeletions:
+    """Rows deleted, with the deletion files already written for them: the matched
+    rows per fragment (only fragments with some), the fragments with their new
+    deletion file, and the ids of fragments now wholly deleted (both in the
+    manifest's order)."""
+
+    rows: dict[int, BitMap]
+    updated: tuple[FragmentMetadata, ...]
+    removed: tuple[int, ...]
+
+
+def _row_finder(
+    store: ObjectStore,
+    manifest: Manifest,
+    predicate: pc.Expression | None,
+    may_match: RowGroupPredicate | None,
+) -> Callable[[FragmentMetadata], tuple[BitMap, BitMap]]:
+    """A per-fragment search: (rows deleted before, visible rows matching ``predicate``).
+    It captures no manifest, so it ships to executors small."""
+    schema = manifest.schema
+    sources = FileResolver.for_manifest(store, manifest)
+
+    def scan(fragment: FragmentMetadata) -> tuple[BitMap, BitMap]:
+        if predicate is None:
+            deleted = read_deleted_rows(sources, fragment)
+            return deleted, all_rows(fragment.physical_rows) - deleted
+        plan = plan_fragment(sources, fragment, schema, may_match)
+        if plan is None:
+            # No row can match: its deletions are never needed (nothing is added).
+            return BitMap(), BitMap()
+        _rows, positions = read_with_positions(plan, schema, [], predicate)
+        deleted = (
+            BitMap() if plan.keep is None else BitMap(np.flatnonzero(~plan.keep).astype(np.uint32))
+        )
+        return deleted, BitMap(positions.astype(np.uint32))
+
+    return scan
+
+
+def _candidates(manifest: Manifest, may_match: RowGroupPredicate | None) -> list[FragmentMetadata]:
+    # Fragments whose statistics rule the filter out cost no task (a point lookup in
+    # 10,000 fragments starts one or two).
+    return [f for f in manifest.fragments if fragment_may_match(f, manifest.schema, may_match)]
+
+
 def find_rows(
     store: ObjectStore,
     manifest: Manifest,
@@ -79,52 +133,82 @@ def find_rows(
     ``may_match`` (implied by ``predicate``, see :mod:`s3ddb.expressions.pruning`) skips fragments
     and row groups whose statistics rule it out; only the filter's columns are read.
     """
-    schema = manifest.schema
-    sources = FileResolver.for_manifest(store, manifest)
-
-    def scan(fragment: FragmentMetadata) -> tuple[int, BitMap, BitMap]:
-        if predicate is None:
-            deleted = read_deleted_rows(sources, fragment)
-            return fragment.id, deleted, all_rows(fragment.physical_rows) - deleted
-        plan = plan_fragment(sources, fragment, schema, may_match)
-        if plan is None:
-            # No row can match: its deletions are never needed (nothing is added).
-            return fragment.id, BitMap(), BitMap()
-        _rows, positions = read_with_positions(plan, schema, [], predicate)
-        deleted = (
-            BitMap() if plan.keep is None else BitMap(np.flatnonzero(~plan.keep).astype(np.uint32))
-        )
-        return fragment.id, deleted, BitMap(positions.astype(np.uint32))
-
-    # Fragments whose statistics rule the filter out cost no task (a point lookup in
-    # 10,000 fragments starts one or two).
-    fragments = list(manifest.fragments)
-    candidates = [f for f in fragments if fragment_may_match(f, schema, may_match)]
-    before: dict[int, BitMap] = {f.id: BitMap() for f in fragments}
+    scan = _row_finder(store, manifest, predicate, may_match)
+    candidates = _candidates(manifest, may_match)
+    before: dict[int, BitMap] = {f.id: BitMap() for f in manifest.fragments}
     rows: dict[int, BitMap] = {}
-    for fid, deleted, matched in parallel_map(scan, candidates):
-        before[fid] = deleted
+    for fragment, (deleted, matched) in zip(candidates, parallel_map(scan, candidates)):
+        before[fragment.id] = deleted
         if matched:
-            rows[fid] = matched
+            rows[fragment.id] = matched
     return DeletionPlan(before, rows)
+
+
+def _with_deletions(
+    store: ObjectStore, read_version: int, fragment: FragmentMetadata, total: BitMap
+) -> FragmentMetadata | None:
+    """``fragment`` with a new deletion file of the offsets ``total`` (named after
+    ``read_version``), or None, writing nothing, where ``total`` deletes every row."""
+    if len(total) >= fragment.physical_rows:
+        return None
+    return fragment.with_deletion_file(write_deletion_file(store, fragment.id, read_version, total))
+
+
+def delete_rows(
+    store: ObjectStore,
+    manifest: Manifest,
+    predicate: pc.Expression,
+    may_match: RowGroupPredicate | None,
+    files: FileTracker,
+) -> RowDeletions:
+    """:func:`find_rows` and the deletion files of what it finds, in one task per
+    fragment: each task writes its fragment's deletion file, so where tasks run on
+    executors only metadata and bitmaps come back. Every file written is in
+    ``files``, also when this raises."""
+    scan = _row_finder(store, manifest, predicate, may_match)
+    version = manifest.version
+
+    def delete_in(
+        fragment: FragmentMetadata, written: list[str]
+    ) -> tuple[BitMap, FragmentMetadata | None]:
+        deleted, matched = scan(fragment)
+        if not matched:
+            return matched, None
+        new = _with_deletions(store, version, fragment, deleted | matched)
+        if new is not None:
+            written.append(deletion_path(new))
+        return matched, new
+
+    candidates = _candidates(manifest, may_match)
+    rows: dict[int, BitMap] = {}
+    updated, removed = [], []
+    for fragment, (matched, new) in zip(candidates, map_writing(delete_in, candidates, files)):
+        if not matched:
+            continue
+        rows[fragment.id] = matched
+        if new is None:
+            removed.append(fragment.id)
+        else:
+            updated.append(new)
+    return RowDeletions(rows, tuple(updated), tuple(removed))
 
 
 def write_deletions(
     store: ObjectStore, manifest: Manifest, plan: DeletionPlan, files: FileTracker
 ) -> tuple[list[FragmentMetadata], list[int]]:
-    """Deletion files for ``plan``: (fragments with a new deletion file, ids of
-    fragments now wholly deleted)."""
+    """Deletion files for ``plan``, written here: (fragments with a new deletion file,
+    ids of fragments now wholly deleted)."""
     updated, removed = [], []
     for fragment in manifest.fragments:
         rows = plan.rows.get(fragment.id)
         if not rows:
             continue
-        total = plan.deleted_before[fragment.id] | rows
-        if len(total) >= fragment.physical_rows:
+        new = _with_deletions(
+            store, manifest.version, fragment, plan.deleted_before[fragment.id] | rows
+        )
+        if new is None:
             removed.append(fragment.id)
             continue
-        deletion = write_deletion_file(store, fragment.id, manifest.version, total)
-        new = fragment.with_deletion_file(deletion)
         files.add(deletion_path(new))
         updated.append(new)
     return updated, removed
@@ -145,17 +229,17 @@ def plan_delete(
     if isinstance(predicate, str) and not predicate.strip():
         raise InvalidExpressionError("delete needs a predicate; to delete every row use 'true'")
     expr = parse_predicate(predicate, manifest.schema.arrow)
-    plan = find_rows(store, manifest, expr, row_group_pruner(predicate, manifest.schema.arrow))
-    if not plan.rows:
-        return None
+    pruner = row_group_pruner(predicate, manifest.schema.arrow)
     files = FileTracker(store)
     with files.cleanup_on_error():
-        updated, removed = write_deletions(store, manifest, plan, files)
+        found = delete_rows(store, manifest, expr, pruner, files)
+        if not found.rows:
+            return None
         op = Delete(
-            tuple(updated),
-            tuple(removed),
+            found.updated,
+            found.removed,
             predicate_text(predicate),
-            plan.rows,
+            found.rows,
             plan=RowChangePlan(predicate_expr=expr),
         )
     return op
@@ -271,8 +355,7 @@ def plan_update(
                 ),
             )
         else:
-            new = _rewrite_rows(store, manifest, plan, exprs, files, uri)
-            changed, removed = write_deletions(store, manifest, plan, files)
+            new, changed, removed = _rewrite_rows(store, manifest, plan, exprs, files, uri)
             op = Update(
                 removed_fragment_ids=tuple(removed),
                 updated_fragments=tuple(changed),
@@ -295,30 +378,49 @@ def _rewrite_rows(
     values: dict[str, pc.Expression],
     files: FileTracker,
     uri: str,
-) -> list[FragmentMetadata]:
+) -> tuple[list[FragmentMetadata], list[FragmentMetadata], list[int]]:
+    """The changed rows of ``plan`` written as new fragments, and the old rows deleted:
+    (new fragments, fragments with a new deletion file, ids of fragments now wholly
+    deleted)."""
     schema = manifest.schema
     names = list(schema.arrow.names)
     touched = [f for f in manifest.fragments if f.id in plan.rows]
-
-    rows = {f.id: plan.rows[f.id] for f in touched}
     sources = FileResolver.for_manifest(store, manifest)
 
-    def changed_rows(fragment: FragmentMetadata) -> pa.Table:
+    def changed_rows(fragment: FragmentMetadata, rows: BitMap) -> pa.Table:
         table = read_fragment(sources, fragment, schema, names)
-        return apply_values(take_rows(table, rows[fragment.id]), values, schema.arrow, uri)
+        return apply_values(take_rows(table, rows), values, schema.arrow, uri)
 
-    if distributed():
-        # Each worker writes the rows it changed: no data travels back.
-        def write_changed(fragment: FragmentMetadata) -> list[FragmentMetadata]:
-            return write_fragments_from_table(store, changed_rows(fragment), schema)
-
-        new = [f for written in parallel_map(write_changed, touched) for f in written]
-    else:
-        pieces = parallel_map(changed_rows, touched)
+    if not distributed():
+        # One table of every changed row, written here: fewer, fuller files.
+        pieces = parallel_map(lambda f: changed_rows(f, plan.rows[f.id]), touched)
         table = pa.concat_tables(pieces) if pieces else schema.arrow.empty_table()
         new = write_fragments_from_table(store, table, schema)
-    files.add(*data_file_paths(new))
-    return new
+        files.add(*data_file_paths(new))
+        changed, removed = write_deletions(store, manifest, plan, files)
+        return new, changed, removed
+
+    version = manifest.version
+
+    # Each task writes the rows it changed and its fragment's deletion file: only
+    # metadata travels back. Each carries its own bitmaps, not every fragment's.
+    def write_changed(
+        item: tuple[FragmentMetadata, BitMap, BitMap], written: list[str]
+    ) -> tuple[list[FragmentMetadata], FragmentMetadata | None]:
+        fragment, rows, before = item
+        new = write_fragments_from_table(store, changed_rows(fragment, rows), schema)
+        written.extend(data_file_paths(new))
+        kept = _with_deletions(store, version, fragment, before | rows)
+        if kept is not None:
+            written.append(deletion_path(kept))
+        return new, kept
+
+    items = [(f, plan.rows[f.id], plan.deleted_before[f.id]) for f in touched]
+    done = map_writing(write_changed, items, files)
+    new = [f for written_new, _kept in done for f in written_new]
+    changed = [kept for _new, kept in done if kept is not None]
+    removed = [f.id for f, (_new, kept) in zip(touched, done) if kept is None]
+    return new, changed, removed
 
 
 def _rewrite_columns(
@@ -336,13 +438,11 @@ def _rewrite_columns(
         needed |= referenced_columns(expr, schema.arrow)
     needed_names = [n for n in schema.arrow.names if n in needed]
     modified = set(schema.top_level_ids(updated_names))
-    touched = [f for f in manifest.fragments if f.id in plan.rows]
-    touched_rows = {f.id: plan.rows[f.id] for f in touched}
     sources = FileResolver.for_manifest(store, manifest)
 
-    def rewrite(fragment: FragmentMetadata) -> FragmentMetadata:
+    def rewrite(item: tuple[FragmentMetadata, BitMap], written: list[str]) -> FragmentMetadata:
+        fragment, rows = item
         table = read_fragment(sources, fragment, schema, needed_names)
-        rows = touched_rows[fragment.id]
         # Values are computed for the matched rows only (an expression may fail, or
         # yield NULL for a NOT NULL column, on rows the update does not touch).
         new_values = apply_values(take_rows(table, rows), values, schema.arrow, uri)
@@ -360,7 +460,7 @@ def _rewrite_columns(
         target = pa.schema([schema.arrow.field(n) for n in updated_names])
         rewritten = pa.Table.from_arrays(columns, schema=target)
         data_file = write_data_file(store, rewritten, schema)
-        files.add(layout.data_file_path(data_file.path))
+        written.append(layout.data_file_path(data_file.path))
         kept = tuple(
             replace(d, fields=tuple(TOMBSTONE_FIELD_ID if i in modified else i for i in d.fields))
             for d in fragment.files
@@ -376,9 +476,6 @@ def _rewrite_columns(
             stats=live_statistics((*kept, data_file), (*fragment.stats, stats)),
         )
 
-    updated = tuple(parallel_map(rewrite, touched))
-    # ``rewrite`` may have run in another process, whose additions did not reach here.
-    known = set(files.paths)
-    added = (layout.data_file_path(f.files[-1].path) for f in updated)
-    files.add(*(path for path in added if path not in known))
-    return updated
+    # Each task carries its own fragment's rows, not every fragment's.
+    items = [(f, plan.rows[f.id]) for f in manifest.fragments if f.id in plan.rows]
+    return tuple(map_writing(rewrite, items, files))
