@@ -302,6 +302,12 @@ def _stale_merge(
     plan = op.plan
     if plan.deletes_unmatched:
         return "rows were added concurrently; this merge would have deleted those its source lacks"
+    stale = (
+        "a key of this merge ({}) was written concurrently; re-run the merge so that it "
+        "updates that row instead of duplicating it"
+    ).format(", ".join(plan.merge_keys))
+    if plan.merge_keys and plan.source_key_bounds and not plan.source_key_hashes:
+        return stale if _keys_within(ctx, plan, recheck) else None
     if not plan.merge_keys or not plan.source_key_hashes:
         return "rows were added concurrently and this merge's keys are not known here"
     key_ids = tuple(ctx.after.schema.top_level_ids(list(plan.merge_keys)))
@@ -313,12 +319,27 @@ def _stale_merge(
         hit = hit or bool(_keys_written(ctx, plan.merge_keys, rest) & plan.source_key_hashes)
     else:
         hit = bool(_keys_written(ctx, plan.merge_keys, recheck) & plan.source_key_hashes)
-    if hit:
-        return (
-            f"a key of this merge ({', '.join(plan.merge_keys)}) was written concurrently; "
-            "re-run the merge so that it updates that row instead of duplicating it"
-        )
-    return None
+    return stale if hit else None
+
+
+def _keys_within(ctx: ConflictContext, plan: Any, rows: dict[int, BitMap]) -> bool:
+    """Whether a row of ``rows`` (of ``ctx.after``) has a key within every one of
+    ``plan.source_key_bounds``: it may be a key of the source."""
+    after = ctx.after_fragments
+    names = [name for name, _low, _high in plan.source_key_bounds]
+    for fid, wanted in rows.items():
+        table = take_rows(read_fragment(ctx.files, after[fid], ctx.after.schema, names), wanted)
+        inside = None
+        for name, low, high in plan.source_key_bounds:
+            column = table.column(name)
+            part = pc.and_(
+                pc.greater_equal(column, pa.scalar(low, column.type)),
+                pc.less_equal(column, pa.scalar(high, column.type)),
+            )
+            inside = part if inside is None else pc.and_(inside, part)
+        if inside is not None and pc.any(pc.fill_null(inside, False)).as_py():
+            return True
+    return False
 
 
 def _rewritten_fragments(their_op: Any) -> set[int] | None:

@@ -131,6 +131,10 @@ class RowChangePlan:
         merge_keys: key column names (merge_insert only).
         source_key_hashes: hashes of every source key (merge_insert only): a
             concurrent write of any of them changes what the merge should do.
+        source_key_bounds: instead of the hashes, where the source's keys were
+            never gathered in one process (Spark's merge): ``(column, min, max)`` of
+            each key column; a concurrent write of a key within every bound may be
+            one of them.
         deletes_unmatched: the merge deletes target rows the source lacks.
         matched_rows: target rows the merge matched, updated or not: a concurrent
             delete or change of one makes its decision stale.
@@ -140,12 +144,14 @@ class RowChangePlan:
     value_exprs: Mapping[str, Any] = field(default_factory=dict)
     merge_keys: tuple[str, ...] = ()
     source_key_hashes: frozenset[int] = frozenset()
+    source_key_bounds: tuple[tuple[str, Any, Any], ...] = ()
     deletes_unmatched: bool = False
     matched_rows: Mapping[int, BitMap] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "merge_keys", tuple(self.merge_keys))
         object.__setattr__(self, "source_key_hashes", frozenset(self.source_key_hashes))
+        object.__setattr__(self, "source_key_bounds", tuple(map(tuple, self.source_key_bounds)))
         object.__setattr__(self, "matched_rows", _frozen_rows(self.matched_rows))
 
 

@@ -6,6 +6,7 @@
     spark.read.format("s3ddb").option("version", 3).load(uri)
     spark.sql("SELECT * FROM s3ddb_versions('<uri>')")
     s3ddb.spark_ext.delete(spark, uri, "id < 10")
+    s3ddb.spark_ext.merge_insert(spark, uri, changes_df, "id")   # upsert on executors
     s3ddb.spark_ext.write(df, uri, mode="append")   # Spark's own Parquet writer
     s3ddb.spark_ext.read(spark, uri, version=3)      # Spark's own Parquet reader
 
@@ -23,7 +24,8 @@ from s3ddb.errors import S3DDBError
 
 if TYPE_CHECKING:
     from s3ddb.spark_ext.atomic import atomic_batches, write_atomic
-    from s3ddb.spark_ext.distributed import compact, delete, merge_insert, update
+    from s3ddb.spark_ext.distributed import compact, delete, update
+    from s3ddb.spark_ext.merge import merge_batches, merge_insert
     from s3ddb.spark_ext.native_read import create_temp_view, read
     from s3ddb.spark_ext.native_write import write
 
@@ -33,6 +35,7 @@ __all__ = [
     "configure",
     "create_temp_view",
     "delete",
+    "merge_batches",
     "merge_insert",
     "read",
     "register",
@@ -116,7 +119,12 @@ def configure(builder: Any) -> Any:
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("delete", "update", "merge_insert", "compact"):
+    if name in ("merge_insert", "merge_batches"):
+        _require_pyspark()
+        from s3ddb.spark_ext import merge
+
+        return getattr(merge, name)
+    if name in ("delete", "update", "compact"):
         _require_pyspark()
         from s3ddb.spark_ext import distributed
 

@@ -1,15 +1,13 @@
 """Row changes and maintenance with the per-fragment work on Spark executors.
 
 Each function plans exactly as its single-process counterpart (``Dataset.delete``,
-``update``, ``merge_insert``, ``optimize.compact_files``) and commits one transaction
+``update``, ``optimize.compact_files``) and commits one transaction
 from the driver, with the same conflict rules, key checks and retry contract
 (docs/conflicts.md): only the work per fragment (finding rows, rewriting rows or
 columns, compacting a group) runs as Spark tasks, which read and write the dataset's
 files themselves and send back metadata.
 
-merge_insert's source DataFrame is collected to the driver as Arrow (the key checks
-and the join with the scanned target rows run there); the target is scanned on the
-executors, and only its rows whose key the source holds come back.
+merge_insert keeps its source on the executors: :mod:`s3ddb.spark_ext.merge`.
 """
 
 from __future__ import annotations
@@ -17,7 +15,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar
 
-import pyarrow as pa
 import pyarrow.compute as pc
 
 import s3ddb
@@ -29,7 +26,6 @@ __all__ = [
     "SparkMapper",
     "compact",
     "delete",
-    "merge_insert",
     "update",
 ]
 
@@ -97,62 +93,6 @@ def update(
             conflict_retries=conflict_retries,
             retry_timeout=retry_timeout,
         )
-
-
-def merge_insert(
-    spark: Any,
-    uri: str,
-    source: Any,
-    on: str | list[str],
-    *,
-    when_matched_update_all: bool | str = True,
-    when_not_matched_insert_all: bool = True,
-    when_not_matched_by_source_delete: bool | str = False,
-    storage_options: dict[str, Any] | None = None,
-    conflict_retries: int | None = None,
-    retry_timeout: float | None = None,
-) -> dict[str, int]:
-    """Upsert ``source`` (a Spark DataFrame, or anything ``merge_insert`` takes) into
-    the dataset by the key columns ``on``.
-
-    ``when_matched_update_all`` / ``when_not_matched_by_source_delete`` take True or
-    a condition (SQL text), as the builder methods of the same names do.
-
-    Returns ``{"num_inserted_rows", "num_updated_rows", "num_deleted_rows"}``; raises
-    as :meth:`s3ddb.writes.merge_insert.MergeInsertBuilder.execute` does.
-    """
-    ds = _open(uri, storage_options)
-    data = _arrow_of(source, ds.schema)
-    builder = ds.merge_insert(on)
-    if when_matched_update_all:
-        condition = when_matched_update_all if isinstance(when_matched_update_all, str) else None
-        builder = builder.when_matched_update_all(condition)
-    if when_not_matched_insert_all:
-        builder = builder.when_not_matched_insert_all()
-    if when_not_matched_by_source_delete:
-        flag = when_not_matched_by_source_delete
-        builder = builder.when_not_matched_by_source_delete(flag if isinstance(flag, str) else None)
-    if conflict_retries is not None:
-        builder = builder.conflict_retries(conflict_retries)
-    if retry_timeout is not None:
-        builder = builder.retry_timeout(retry_timeout)
-    with mapped_by(SparkMapper(spark)):
-        return builder.execute(data)
-
-
-def _arrow_of(source: Any, schema: pa.Schema) -> Any:
-    """A Spark DataFrame as an Arrow table with the dataset's types where Spark's
-    types stand for them (e.g. timestamps); anything else is passed through."""
-    to_arrow = getattr(source, "toArrow", None)
-    if to_arrow is None:
-        return source
-    from s3ddb.spark_ext._types import conform_to_dataset
-
-    table = to_arrow()
-    try:
-        return conform_to_dataset(table, schema, where="merge_insert source")
-    except s3ddb.SchemaMismatchError:
-        return table  # execute() reports the mismatch with the dataset's URI
 
 
 def compact(

@@ -342,6 +342,7 @@ def plan_and_commit(
     retry_timeout: float | dt.timedelta | None,
     *,
     uploads: bool = False,
+    properties: dict[str, str] | None = None,
 ) -> T:
     """Plan an operation on ``ds``'s pinned version and commit it; on a retryable
     conflict plan again on the newest version (never re-commit the stale plan). How
@@ -350,7 +351,8 @@ def plan_and_commit(
 
     With ``uploads``, ``plan(manifest, pending)`` also gets a
     :class:`PendingWrites` for the files it writes: they upload beside the
-    commit's own (otherwise ``plan(manifest)``).
+    commit's own (otherwise ``plan(manifest)``). ``properties`` are the
+    transaction's (e.g. an application transaction number, committed at most once).
 
     The Dataset moves to the version committed, or, if the last plan changed
     nothing, to the version it planned on. If this raises, the Dataset stays where
@@ -361,6 +363,8 @@ def plan_and_commit(
             commit invalidated the plan.
         TooMuchWriteContentionError: retries exhausted (by count or time).
         IncompatibleTransactionError: the operation can no longer be done.
+        TransactionAlreadyCommittedError: an application transaction number in
+            ``properties`` is already committed.
     """
     retries = ds._retries if conflict_retries is None else conflict_retries
     timeout = ds._retry_timeout if retry_timeout is None else retry_timeout
@@ -382,7 +386,7 @@ def plan_and_commit(
             ds._manifest = base
             return result
         try:
-            ds._commit(operation, base, pending=pending)
+            ds._commit(operation, base, pending=pending, properties=properties)
             return result
         except RetryableCommitConflictError as exc:
             if retries == 0:

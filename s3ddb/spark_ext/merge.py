@@ -1,0 +1,491 @@
+"""Upserts and change feeds on Spark, with the source and the matched rows kept on the
+executors: the driver plans and commits with metadata only.
+
+    s3ddb.spark_ext.merge_insert(spark, uri, changes_df, "id",
+                                 when_matched_delete="source.op = 'D'")
+    stream.writeStream.foreachBatch(merge_batches(uri, "id", "orders-cdc")).start()
+
+One merge is two Spark stages and one commit:
+
+1. *The driver plans* on the pinned version: Spark aggregates the source's row count
+   and each key column's range (one row reaches the driver, never the keys), and the
+   fragments whose statistics rule that range out are left alone.
+2. *Stage one* joins the source with the target's keys: Python tasks read the
+   candidate fragments' key columns (and what the conditions read) with each row's
+   fragment id and offset; the join's output is repartitioned by key, so each task
+   sees every row of its keys. A task checks that no key is in the source twice,
+   applies the clauses (:mod:`s3ddb.writes.merge_clauses`, the same rules as
+   ``Dataset.merge_insert``), writes the updated and inserted rows as new fragments,
+   and sends on, per target fragment, a Roaring bitmap of the rows removed and of
+   the rows matched.
+3. *Stage two*, partitioned by fragment id, merges those bitmaps and writes one new
+   deletion file per touched fragment.
+4. *The driver* collects fragment metadata, deletion-file descriptors, bitmaps and
+   counts (nothing per row) and commits one Update through the commit loop: rebased
+   over concurrent commits, or planned again on the newest version. A refused
+   merge (a duplicate key, ``when_matched_fail``) deletes every file it wrote and
+   commits nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import pickle
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyroaring import BitMap
+
+import s3ddb
+from s3ddb.errors import (
+    DuplicateKeyError,
+    InvalidInputError,
+    MatchedRowError,
+    S3DDBError,
+    SchemaMismatchError,
+    TransactionAlreadyCommittedError,
+)
+from s3ddb.expressions.conditions import Condition as PushedCondition
+from s3ddb.expressions.conditions import PushedFilters
+from s3ddb.format.deletion import deletion_path
+from s3ddb.format.fragment import FragmentMetadata, data_file_paths
+from s3ddb.format.manifest import Manifest
+from s3ddb.io.object_store import ObjectStore
+from s3ddb.io.written_files import delete_written_files
+from s3ddb.operations import RowChangePlan, Update
+from s3ddb.scan.fragment import fragment_may_match
+from s3ddb.spark_ext._types import arrow_schema_of, conform_to_dataset
+from s3ddb.spark_ext._types import spark_schema_of as _spark_schema_of
+from s3ddb.spark_ext.atomic import APP_TRANSACTION_PREFIX
+from s3ddb.spark_ext.merge_tasks import (
+    FRAGMENT,
+    IN_SOURCE,
+    RESULT_DDL,
+    ROW,
+    ROWS_PER_TASK,
+    TARGET_PREFIX,
+    DeletionTask,
+    MergeTask,
+    TargetReader,
+    source_schema,
+)
+from s3ddb.versions.pinned import plan_and_commit
+from s3ddb.writes.merge_clauses import (
+    Condition,
+    MergeClauses,
+    check_clauses,
+)
+
+__all__ = ["merge_batches", "merge_insert"]
+
+log = logging.getLogger(__name__)
+
+
+def _quoted(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _clause(value: bool | Condition, name: str) -> tuple[bool, Condition]:
+    if value is True or value is False:
+        return bool(value), None
+    if value is None:
+        return False, None
+    if isinstance(value, (str, pc.Expression)):
+        return True, value
+    raise InvalidInputError(f"{name} takes True, False or a condition (SQL text); got {value!r}")
+
+
+def merge_insert(
+    spark: Any,
+    uri: str,
+    source: Any,
+    on: str | list[str],
+    *,
+    when_matched_update_all: bool | Condition = True,
+    when_matched_delete: bool | Condition = False,
+    when_matched_fail: bool = False,
+    when_not_matched_insert_all: bool | Condition = True,
+    when_not_matched_by_source_delete: bool | Condition = False,
+    storage_options: dict[str, Any] | None = None,
+    conflict_retries: int | None = None,
+    retry_timeout: float | None = None,
+    transaction_properties: dict[str, str] | None = None,
+) -> dict[str, int]:
+    """Merge ``source`` (a Spark DataFrame) into the dataset at ``uri`` by the key
+    columns ``on``, as ``Dataset.merge_insert`` with the same clauses would, without
+    bringing the source or the matched rows to the driver (see the module doc).
+
+    Each clause takes True, False or a condition (SQL over ``source.<col>`` and
+    ``target.<col>``; the by-source delete's over the target's columns). Source
+    columns the dataset lacks may be read by conditions; they are never written.
+    ``source`` may also be anything ``Dataset.merge_insert`` takes (a pyarrow
+    Table...): it is then merged by the driver, the target scanned on the executors.
+    ``transaction_properties`` are stored with the commit (an application
+    transaction number commits at most once: :func:`merge_batches`).
+
+    Returns ``{"num_inserted_rows", "num_updated_rows", "num_deleted_rows"}``.
+
+    Raises:
+        SchemaMismatchError: the source lacks a dataset column or has another type,
+            or has a column the dataset lacks that no condition reads.
+        DuplicateKeyError: a key is in the source twice (nothing committed, no file
+            left).
+        MatchedRowError: ``when_matched_fail`` and a source key is in the target.
+        ColumnNotFoundError, InvalidExpressionError: a condition does not compile.
+        TransactionAlreadyCommittedError: an application transaction number in
+            ``transaction_properties`` is committed already.
+        RetryableCommitConflictError, TooMuchWriteContentionError: as
+            ``Dataset.merge_insert``.
+    """
+    keys = [on] if isinstance(on, str) else list(on)
+    update, update_if = _clause(when_matched_update_all, "when_matched_update_all")
+    delete, delete_if = _clause(when_matched_delete, "when_matched_delete")
+    insert, insert_if = _clause(when_not_matched_insert_all, "when_not_matched_insert_all")
+    by_source, by_source_if = _clause(
+        when_not_matched_by_source_delete, "when_not_matched_by_source_delete"
+    )
+    clauses = MergeClauses(
+        tuple(keys),
+        update=update,
+        update_condition=update_if,
+        delete=delete,
+        delete_condition=delete_if,
+        fail=bool(when_matched_fail),
+        insert=insert,
+        insert_condition=insert_if,
+        delete_by_source=by_source,
+        by_source_condition=by_source_if,
+    )
+    check_clauses(clauses)
+    ds = s3ddb.dataset(uri, storage_options=storage_options)
+    if getattr(source, "sparkSession", None) is None:
+        return _merge_on_driver(spark, ds, source, clauses, conflict_retries, retry_timeout)
+    merge = _DistributedMerge.prepare(spark, ds, source, clauses)
+    return plan_and_commit(
+        ds,
+        "merge_insert",
+        merge.plan,
+        conflict_retries,
+        retry_timeout,
+        properties=dict(transaction_properties or {}),
+    )
+
+
+def _merge_on_driver(
+    spark: Any,
+    ds: s3ddb.Dataset,
+    data: Any,
+    clauses: MergeClauses,
+    retries: int | None,
+    timeout: float | None,
+) -> dict[str, int]:
+    """A source already in the driver's memory: the builder, target scanned in tasks."""
+    from s3ddb.io.fragment_map import mapped_by
+    from s3ddb.spark_ext.distributed import SparkMapper
+
+    builder = ds.merge_insert(list(clauses.on))
+    builder.clauses = clauses
+    if retries is not None:
+        builder.conflict_retries(retries)
+    if timeout is not None:
+        builder.retry_timeout(timeout)
+    with mapped_by(SparkMapper(spark)):
+        return builder.execute(data)
+
+
+def merge_batches(
+    uri: str,
+    on: str | list[str],
+    application: str,
+    *,
+    storage_options: dict[str, Any] | None = None,
+    **clauses: Any,
+) -> Callable[[Any, int], None]:
+    """A ``foreachBatch`` function merging each micro-batch into ``uri`` exactly once::
+
+        query = (changes.writeStream
+                 .foreachBatch(merge_batches(uri, "id", "orders-cdc",
+                                             when_matched_delete="source.op = 'D'"))
+                 .option("checkpointLocation", checkpoint).start())
+
+    ``clauses`` are :func:`merge_insert`'s (``when_matched_update_all=`` ...). Each
+    merge records ``application`` = the batch id with its commit; a batch whose id (or
+    a later one) is recorded already, as when a restarted query replays the batch its
+    checkpoint missed, commits nothing. ``application`` names the stream: keep it
+    across restarts.
+
+    Raises:
+        InvalidInputError: ``application`` is empty, or a clause is unknown.
+    """
+    if not application:
+        raise InvalidInputError("merge_batches needs an application name")
+    known = {
+        "when_matched_update_all",
+        "when_matched_delete",
+        "when_matched_fail",
+        "when_not_matched_insert_all",
+        "when_not_matched_by_source_delete",
+        "conflict_retries",
+        "retry_timeout",
+    }
+    unknown = sorted(set(clauses) - known)
+    if unknown:
+        raise InvalidInputError(
+            f"merge_batches: unknown arguments {unknown}; known: {sorted(known)}"
+        )
+    key = f"{APP_TRANSACTION_PREFIX}{application}"
+
+    def each(batch_df: Any, batch_id: int) -> None:
+        recorded = s3ddb.dataset(uri, storage_options=storage_options).manifest.table_metadata
+        done = recorded.get(key)
+        if done is not None and done.isdigit() and int(done) >= batch_id:
+            log.info("s3ddb: batch %d of %s is merged already (%s)", batch_id, application, done)
+            return
+        batch_df.persist()  # read twice: the key ranges, then the merge
+        try:
+            merge_insert(
+                batch_df.sparkSession,
+                uri,
+                batch_df,
+                on,
+                storage_options=storage_options,
+                transaction_properties={key: str(batch_id)},
+                **clauses,
+            )
+        except TransactionAlreadyCommittedError as exc:
+            log.info("s3ddb: batch %d of %s is merged already: %s", batch_id, application, exc)
+        finally:
+            batch_df.unpersist()
+
+    return each
+
+
+# --- planning on the driver ------------------------------------------------------------
+
+
+#: Key types whose range Spark's min/max gives as a value s3ddb's statistics compare
+#: exactly (other key types are not used to prune).
+def _bounded(t: pa.DataType) -> bool:
+    return (
+        pa.types.is_integer(t)
+        or pa.types.is_string(t)
+        or pa.types.is_large_string(t)
+        or pa.types.is_date32(t)
+    )
+
+
+@dataclass(frozen=True)
+class _DistributedMerge:
+    """A merge of one Spark DataFrame, prepared on the driver; :meth:`plan` runs it
+    on a version (again after a conflict)."""
+
+    spark: Any
+    uri: str
+    store: ObjectStore
+    source: Any
+    clauses: MergeClauses
+    #: (key column, min, max) of the source's keys, for key types :func:`_bounded`.
+    bounds: tuple[tuple[str, Any, Any], ...]
+    source_rows: int
+    #: The source's columns the dataset lacks, with their Arrow types.
+    extras: pa.Schema = field(default_factory=lambda: pa.schema([]))
+
+    @classmethod
+    def prepare(
+        cls, spark: Any, ds: s3ddb.Dataset, source: Any, clauses: MergeClauses
+    ) -> _DistributedMerge:
+        """Check the source's schema and the clauses; one Spark aggregate gives the
+        source's row count and key ranges.
+
+        Raises:
+            SchemaMismatchError, ColumnNotFoundError, InvalidExpressionError: see
+                :func:`merge_insert`.
+        """
+        arrow = arrow_schema_of(source.schema)
+        target = ds.schema
+        names = set(target.names)
+        missing = [n for n in target.names if n not in arrow.names]
+        if missing:
+            raise SchemaMismatchError(
+                f"merge_insert source lacks the dataset's columns {missing} ({ds.uri})"
+            )
+        extras = pa.schema([f for f in arrow if f.name not in names])
+        own = pa.schema([arrow.field(n) for n in target.names])
+        conform_to_dataset(own.empty_table(), target, where=f"merge_insert source ({ds.uri})")
+        clauses.compile(target, source_schema(target, extras))
+        aggregates = [_count_all()]
+        bounded = [k for k in clauses.on if _bounded(target.field(k).type)]
+        for k in bounded:
+            aggregates += [_min(k), _max(k)]
+        row = source.agg(*aggregates).collect()[0]
+        bounds = []
+        for i, k in enumerate(bounded):
+            low, high = row[1 + 2 * i], row[2 + 2 * i]
+            if low is not None and high is not None:
+                bounds.append((k, low, high))
+        return cls(
+            spark,
+            ds.uri,
+            ds.handler.store,
+            source,
+            clauses,
+            tuple(bounds),
+            int(row[0]),
+            extras,
+        )
+
+    def plan(self, manifest: Manifest) -> tuple[Update | None, dict[str, int]]:
+        """Run the merge's two stages on ``manifest``'s version: the Update to commit
+        (None if it changes nothing) and the counts.
+
+        Raises:
+            DuplicateKeyError, MatchedRowError, S3DDBError: a task refused the merge;
+                every file the merge wrote is deleted first.
+        """
+        from pyspark.sql import functions as F
+
+        schema = manifest.schema
+        clauses = self.clauses
+        compiled = clauses.compile(schema.arrow, source_schema(schema.arrow, self.extras))
+        pruner = (
+            None
+            if clauses.delete_by_source or not self.bounds
+            else PushedFilters(
+                tuple(
+                    c
+                    for name, low, high in self.bounds
+                    for c in (PushedCondition("ge", name, low), PushedCondition("le", name, high))
+                )
+            ).may_match
+        )
+        candidates = [f for f in manifest.fragments if fragment_may_match(f, schema, pruner)]
+        target_fields = [schema.arrow.field(c) for c in compiled.target_columns]
+        target_spark = _spark_schema_of(
+            pa.schema([f.with_name(TARGET_PREFIX + f.name) for f in target_fields]), self.uri
+        )
+        from pyspark.sql.types import LongType, StructField, StructType
+
+        read_schema = StructType(
+            [*target_spark.fields, StructField(FRAGMENT, LongType()), StructField(ROW, LongType())]
+        )
+        # Deleting by source, every target row is needed; otherwise only those whose
+        # keys lie within the source's ranges can match.
+        reader = TargetReader(
+            self.store,
+            manifest,
+            compiled.target_columns,
+            pruner,
+            () if clauses.delete_by_source else self.bounds,
+            read_schema,
+        )
+        sc = self.spark.sparkContext
+        ids = [f.id for f in candidates]
+        parallelism = sc.defaultParallelism
+        target_df = (
+            self.spark.createDataFrame([(i,) for i in ids], "fid long")
+            .repartition(max(1, min(len(ids), parallelism * 4)))
+            .mapInArrow(reader, read_schema)
+        )
+        src = self.source.withColumn(IN_SOURCE, F.lit(True))
+        condition = None
+        for k in clauses.on:
+            eq = src[_quoted(k)] == target_df[_quoted(TARGET_PREFIX + k)]
+            condition = eq if condition is None else condition & eq
+        how = "full_outer" if clauses.delete_by_source else "left_outer"
+        joined = src.join(target_df, on=condition, how=how)
+        rows = self.source_rows
+        if clauses.delete_by_source:
+            rows = max(rows, sum(f.physical_rows for f in candidates))
+        tasks = max(parallelism, math.ceil(rows / ROWS_PER_TASK))
+        spread = [
+            F.coalesce(
+                F.col(_quoted(k)), F.col(_quoted(TARGET_PREFIX + k)).cast(src.schema[k].dataType)
+            )
+            for k in clauses.on
+        ]
+        worker = MergeTask(self.store, manifest, clauses, self.extras, self.bounds)
+        decided = joined.repartition(tasks, *spread).mapInArrow(worker, RESULT_DDL)
+        fragments = {f.id: f for f in candidates}
+        deleter = DeletionTask(self.store, manifest, fragments)
+        touched = max(1, min(len(candidates), parallelism * 4))
+        results = decided.repartition(touched, "fid").mapInArrow(deleter, RESULT_DDL).collect()
+        return _outcome(self.store, clauses, self.bounds, results)
+
+
+def _count_all() -> Any:
+    from pyspark.sql import functions as F
+
+    return F.count(F.lit(1))
+
+
+def _min(name: str) -> Any:
+    from pyspark.sql import functions as F
+
+    return F.min(F.col(_quoted(name)))
+
+
+def _max(name: str) -> Any:
+    from pyspark.sql import functions as F
+
+    return F.max(F.col(_quoted(name)))
+
+
+def _outcome(
+    store: ObjectStore,
+    clauses: MergeClauses,
+    bounds: tuple[tuple[str, Any, Any], ...],
+    results: list[Any],
+) -> tuple[Update | None, dict[str, int]]:
+    """The Update the tasks' results describe, or the error a task reported (after
+    deleting every file the merge wrote)."""
+    new: list[FragmentMetadata] = []
+    updated: list[FragmentMetadata] = []
+    gone: list[int] = []
+    affected: dict[int, BitMap] = {}
+    matched: dict[int, BitMap] = {}
+    counts = {"num_inserted_rows": 0, "num_updated_rows": 0, "num_deleted_rows": 0}
+    errors: list[dict[str, str]] = []
+    for kind, fid, data in results:
+        if kind == "fragments":
+            new.extend(pickle.loads(data))
+        elif kind == "deletion":
+            updated.append(pickle.loads(data))
+        elif kind == "gone":
+            gone.append(fid)
+        elif kind == "affected":
+            affected[fid] = BitMap.deserialize(data)
+        elif kind == "matched":
+            matched[fid] = BitMap.deserialize(data)
+        elif kind == "counts":
+            for name, value in json.loads(data).items():
+                counts[name] += int(value)
+        elif kind == "error":
+            errors.append(json.loads(data))
+    written = [*data_file_paths(new), *(deletion_path(f) for f in updated)]
+    if errors:
+        # Nothing was committed: the files are of a definitely failed merge.
+        delete_written_files(store, written)
+        first = errors[0]
+        kinds = {"duplicate": DuplicateKeyError, "matched": MatchedRowError}
+        raise kinds.get(first["type"], S3DDBError)(first["message"])
+    if not (new or updated or gone):
+        return None, counts
+    op = Update(
+        removed_fragment_ids=tuple(sorted(gone)),
+        updated_fragments=tuple(sorted(updated, key=lambda f: f.id)),
+        new_fragments=tuple(new),
+        predicate=clauses.describe(),
+        affected_rows=affected,
+        plan=RowChangePlan(
+            merge_keys=clauses.on,
+            source_key_bounds=bounds,
+            deletes_unmatched=clauses.delete_by_source,
+            matched_rows=matched,
+        ),
+    )
+    return op, counts

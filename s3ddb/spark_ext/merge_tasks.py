@@ -1,0 +1,346 @@
+"""The executor side of Spark's merge (:mod:`s3ddb.spark_ext.merge`): reading the
+target's candidate rows, applying the clauses to joined rows, writing deletion files.
+
+Each task is a picklable callable for ``mapInArrow``. Tasks send on rows of
+:data:`RESULT_DDL` (kind, fragment id, payload): never a row of the source or target,
+only fragment metadata, Roaring bitmaps of row offsets, counts, or an error.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyroaring import BitMap
+
+from s3ddb.errors import DuplicateKeyError, MatchedRowError, S3DDBError
+from s3ddb.format.bases import FileResolver
+from s3ddb.format.datafile import write_fragments_from_table
+from s3ddb.format.deletion import deletion_path, read_deleted_rows, write_deletion_file
+from s3ddb.format.fragment import FragmentMetadata, data_file_paths
+from s3ddb.format.manifest import Manifest
+from s3ddb.io.object_store import ObjectStore
+from s3ddb.io.written_files import delete_written_files
+from s3ddb.scan import plan_fragment
+from s3ddb.scan.fragment import read_with_positions
+from s3ddb.spark_ext._types import arrow_schema_of, cast_for_spark, conform_to_dataset
+from s3ddb.writes.merge_clauses import (
+    DELETE,
+    UPDATE,
+    CompiledClauses,
+    MergeClauses,
+    check_unique_keys,
+)
+
+__all__ = [
+    "FRAGMENT",
+    "IN_SOURCE",
+    "RESULT_DDL",
+    "ROW",
+    "ROWS_PER_TASK",
+    "TARGET_PREFIX",
+    "DeletionTask",
+    "MergeTask",
+    "TargetReader",
+    "source_schema",
+]
+
+#: About this many source (or, deleting by source, target) rows per merge task: each
+#: task writes its updated and inserted rows as fragments of up to this size.
+ROWS_PER_TASK = 1_000_000
+
+#: Columns the merge adds: the target row's fragment id and offset, and a marker of
+#: the source's side of a joined row.
+FRAGMENT, ROW, IN_SOURCE = "__s3ddb_fragment", "__s3ddb_row", "__s3ddb_in_source"
+#: Target columns are renamed with this prefix for the join.
+TARGET_PREFIX = "__s3ddb_target_"
+#: What tasks send on: (kind, fragment id, payload).
+RESULT_DDL = "kind string, fid long, data binary"
+_RESULT = pa.schema(
+    [pa.field("kind", pa.string()), pa.field("fid", pa.int64()), pa.field("data", pa.binary())]
+)
+
+
+def source_schema(target: pa.Schema, extras: pa.Schema) -> pa.Schema:
+    """The schema conditions see as ``source``: the target's columns, then the
+    source's columns the target lacks."""
+    return pa.schema([*target, *extras])
+
+
+@dataclass(frozen=True)
+class TargetReader:
+    """Reads the candidate fragments' rows: the columns the merge needs (renamed with
+    :data:`TARGET_PREFIX`), each row's fragment id and offset. Pickles to executors."""
+
+    store: ObjectStore
+    manifest: Manifest
+    columns: list[str]
+    pruner: Any
+    bounds: tuple[tuple[str, Any, Any], ...]
+    spark_schema: Any
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        schema = self.manifest.schema
+        files = FileResolver.for_manifest(self.store, self.manifest)
+        fragments = {f.id: f for f in self.manifest.fragments}
+        out_schema = arrow_schema_of(self.spark_schema)
+        for batch in batches:
+            for fid in batch.column(0).to_pylist():
+                fragment = fragments[fid]
+                plan = plan_fragment(files, fragment, schema, self.pruner)
+                if plan is None:
+                    continue
+                table, positions = read_with_positions(plan, schema, self.columns)
+                table = table.rename_columns([TARGET_PREFIX + c for c in self.columns])
+                table = table.append_column(
+                    FRAGMENT, pa.array(np.full(len(positions), fid, dtype=np.int64))
+                )
+                table = table.append_column(ROW, pa.array(positions.astype(np.int64)))
+                inside = _within(table, self.bounds, prefix=TARGET_PREFIX)
+                if inside is not None:
+                    table = table.filter(inside)
+                if table.num_rows:
+                    yield from cast_for_spark(table, out_schema).to_batches()
+
+
+def _within(
+    table: pa.Table, bounds: tuple[tuple[str, Any, Any], ...], prefix: str = ""
+) -> pa.ChunkedArray | None:
+    """Where every key lies within its bound (None: no bounds)."""
+    inside = None
+    for name, low, high in bounds:
+        column = table.column(prefix + name)
+        part = pc.and_(
+            pc.greater_equal(column, pa.scalar(low).cast(column.type)),
+            pc.less_equal(column, pa.scalar(high).cast(column.type)),
+        )
+        inside = part if inside is None else pc.and_(inside, part)
+    return None if inside is None else pc.fill_null(inside, False)
+
+
+@dataclass
+class _TaskState:
+    """What one merge task gathers besides the rows it writes."""
+
+    removed: dict[int, BitMap] = field(default_factory=dict)
+    matched: dict[int, BitMap] = field(default_factory=dict)
+    keys: list[pa.Table] = field(default_factory=list)
+    counts: dict[str, int] = field(
+        default_factory=lambda: {
+            "num_inserted_rows": 0,
+            "num_updated_rows": 0,
+            "num_deleted_rows": 0,
+        }
+    )
+    buffered: list[pa.Table] = field(default_factory=list)
+    buffered_rows: int = 0
+    written: list[FragmentMetadata] = field(default_factory=list)
+
+
+def _add(bitmaps: dict[int, BitMap], fids: np.ndarray, rows: np.ndarray) -> None:
+    for fid in np.unique(fids):
+        bitmaps.setdefault(int(fid), BitMap()).update(rows[fids == fid].astype(np.uint32))
+
+
+@dataclass(frozen=True)
+class MergeTask:
+    """Stage one: applies the clauses to one partition of the joined rows (all rows of
+    its keys), writes the rows to insert or update, and sends on bitmaps, fragment
+    metadata, counts, or the error that refuses the merge. Pickles to executors."""
+
+    store: ObjectStore
+    manifest: Manifest
+    clauses: MergeClauses
+    extras: pa.Schema
+    bounds: tuple[tuple[str, Any, Any], ...]
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        state = _TaskState()
+        schema = self.manifest.schema.arrow
+        compiled = self.clauses.compile(schema, source_schema(schema, self.extras))
+        try:
+            for batch in batches:
+                if batch.num_rows:
+                    self._apply(pa.Table.from_batches([batch]), compiled, state)
+            self._flush(state, final=True)
+            keys = pa.concat_tables(state.keys) if state.keys else None
+            if keys is not None:
+                check_unique_keys(keys, self.clauses.on)
+        except (DuplicateKeyError, MatchedRowError, _SourceChangedError) as exc:
+            yield from self._error(exc, state)
+            return
+        except BaseException:
+            delete_written_files(self.store, data_file_paths(state.written))
+            raise
+        rows = [("counts", -1, json.dumps(state.counts).encode())]
+        if state.written:
+            rows.append(("fragments", -1, pickle.dumps(tuple(state.written))))
+        rows += [("removed", fid, b.serialize()) for fid, b in state.removed.items()]
+        rows += [("matched", fid, b.serialize()) for fid, b in state.matched.items()]
+        yield _result_batch(rows)
+
+    def _error(self, exc: Exception, state: _TaskState) -> Iterator[pa.RecordBatch]:
+        delete_written_files(self.store, data_file_paths(state.written))
+        kind = (
+            "duplicate"
+            if isinstance(exc, DuplicateKeyError)
+            else "matched"
+            if isinstance(exc, MatchedRowError)
+            else "other"
+        )
+        message = json.dumps({"type": kind, "message": str(exc)}).encode()
+        yield _result_batch([("error", -1, message)])
+
+    def _apply(self, table: pa.Table, compiled: CompiledClauses, state: _TaskState) -> None:
+        schema = self.manifest.schema.arrow
+        clauses = self.clauses
+        in_source = pc.fill_null(table.column(IN_SOURCE), False)
+        in_target = pc.is_valid(table.column(FRAGMENT))
+        where = f"merge_insert source ({self.store.url})"
+        own = [f.name for f in schema]
+        source_part = table.filter(in_source)
+        if source_part.num_rows:
+            inside = _within(source_part, self.bounds)
+            keys = source_part.select(list(clauses.on))
+            if inside is not None and not pc.all(pc.or_(inside, _has_null(keys))).as_py():
+                raise _SourceChangedError(
+                    "the merge source gave other keys than when its key range was computed "
+                    "(a nondeterministic DataFrame): persist() it before merging; nothing "
+                    "was committed"
+                )
+            state.keys.append(keys)
+        both = table.filter(pc.and_(in_source, in_target))
+        if both.num_rows and clauses.reads_matched:
+            source_rows = _source_rows(both, own, self.extras, schema, where)
+            target_rows = _target_rows(both, compiled, schema, where)
+            outcome = compiled.matched(source_rows, target_rows)
+            fids = both.column(FRAGMENT).to_numpy()
+            offsets = both.column(ROW).to_numpy()
+            _add(state.matched, fids, offsets)
+            taken = (outcome == UPDATE) | (outcome == DELETE)
+            _add(state.removed, fids[taken], offsets[taken])
+            state.counts["num_updated_rows"] += int((outcome == UPDATE).sum())
+            state.counts["num_deleted_rows"] += int((outcome == DELETE).sum())
+            self._write(source_rows.select(own).filter(pa.array(outcome == UPDATE)), state)
+        elif both.num_rows:
+            _add(state.matched, both.column(FRAGMENT).to_numpy(), both.column(ROW).to_numpy())
+        only_source = table.filter(pc.and_(in_source, pc.invert(in_target)))
+        if only_source.num_rows and clauses.insert:
+            source_rows = _source_rows(only_source, own, self.extras, schema, where)
+            keep = compiled.inserted(source_rows)
+            state.counts["num_inserted_rows"] += int(keep.sum())
+            self._write(source_rows.select(own).filter(pa.array(keep)), state)
+        only_target = table.filter(pc.and_(pc.invert(in_source), in_target))
+        if only_target.num_rows and clauses.delete_by_source:
+            target_rows = _target_rows(only_target, compiled, schema, where)
+            gone = compiled.deleted_by_source(target_rows)
+            state.counts["num_deleted_rows"] += int(gone.sum())
+            _add(
+                state.removed,
+                only_target.column(FRAGMENT).to_numpy()[gone],
+                only_target.column(ROW).to_numpy()[gone],
+            )
+
+    def _write(self, rows: pa.Table, state: _TaskState) -> None:
+        if rows.num_rows:
+            state.buffered.append(rows)
+            state.buffered_rows += rows.num_rows
+            self._flush(state, final=False)
+
+    def _flush(self, state: _TaskState, *, final: bool) -> None:
+        if state.buffered_rows and (final or state.buffered_rows >= ROWS_PER_TASK):
+            table = pa.concat_tables(state.buffered)
+            state.buffered, state.buffered_rows = [], 0
+            state.written += write_fragments_from_table(self.store, table, self.manifest.schema)
+
+
+class _SourceChangedError(S3DDBError):
+    """The source's keys changed between the driver's aggregate and the merge."""
+
+
+def _has_null(keys: pa.Table) -> pa.ChunkedArray:
+    out = None
+    for column in keys.columns:
+        part = pc.is_null(column)
+        out = part if out is None else pc.or_(out, part)
+    assert out is not None
+    return out
+
+
+def _target_rows(
+    table: pa.Table, compiled: CompiledClauses, schema: pa.Schema, where: str
+) -> pa.Table:
+    """The target's side of joined rows: the columns the clauses read, in the
+    dataset's types and names."""
+    names = compiled.target_columns
+    rows = table.select([TARGET_PREFIX + c for c in names]).rename_columns(names)
+    return conform_to_dataset(rows, pa.schema([schema.field(c) for c in names]), where=where)
+
+
+def _source_rows(
+    table: pa.Table, own: list[str], extras: pa.Schema, schema: pa.Schema, where: str
+) -> pa.Table:
+    """The source's side of joined rows: the dataset's columns in its types, then the
+    columns the dataset lacks as Spark gave them."""
+    rows = conform_to_dataset(table.select(own), schema, where=where)
+    for f in extras:
+        rows = rows.append_column(f, table.column(f.name))
+    return rows
+
+
+def _result_batch(rows: list[tuple[str, int, bytes]]) -> pa.RecordBatch:
+    kinds, fids, data = zip(*rows) if rows else ((), (), ())
+    return pa.RecordBatch.from_arrays(
+        [pa.array(kinds, pa.string()), pa.array(fids, pa.int64()), pa.array(data, pa.binary())],
+        schema=_RESULT,
+    )
+
+
+@dataclass(frozen=True)
+class DeletionTask:
+    """Stage two (partitioned by fragment id): one deletion file per fragment whose
+    rows the merge removed; every other result passes through. Pickles to executors."""
+
+    store: ObjectStore
+    manifest: Manifest
+    fragments: dict[int, FragmentMetadata]
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        removed: dict[int, BitMap] = {}
+        matched: dict[int, BitMap] = {}
+        passed: list[tuple[str, int, bytes]] = []
+        for batch in batches:
+            for kind, fid, data in zip(*(c.to_pylist() for c in batch.columns)):
+                if kind == "removed":
+                    removed.setdefault(fid, BitMap()).update(BitMap.deserialize(data))
+                elif kind == "matched":
+                    matched.setdefault(fid, BitMap()).update(BitMap.deserialize(data))
+                else:
+                    passed.append((kind, fid, data))
+        files = FileResolver.for_manifest(self.store, self.manifest)
+        written: list[str] = []
+        out = list(passed)
+        try:
+            for fid, rows in removed.items():
+                fragment = self.fragments[fid]
+                total = read_deleted_rows(files, fragment) | rows
+                out.append(("affected", fid, rows.serialize()))
+                if len(total) >= fragment.physical_rows:
+                    out.append(("gone", fid, b""))
+                    continue
+                deletion = write_deletion_file(self.store, fid, self.manifest.version, total)
+                new = fragment.with_deletion_file(deletion)
+                written.append(deletion_path(new))
+                out.append(("deletion", fid, pickle.dumps(new)))
+        except BaseException:
+            delete_written_files(self.store, written)
+            raise
+        out += [("matched", fid, b.serialize()) for fid, b in matched.items()]
+        if out:
+            yield _result_batch(out)
