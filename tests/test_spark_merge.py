@@ -204,6 +204,23 @@ def test_a_refused_merge_commits_nothing_and_leaves_no_file(
     assert _files(uri) == files
 
 
+def test_a_value_that_does_not_fit_is_a_typed_error_leaving_no_file(
+    spark: Any, tmp_path: Path
+) -> None:
+    import s3ddb.spark_ext
+
+    uri = str(tmp_path / "strict")
+    schema = pa.schema([pa.field("id", pa.int64()), pa.field("v", pa.string(), nullable=False)])
+    s3ddb.write_dataset(pa.table({"id": [1, 2], "v": ["a", "b"]}, schema=schema), uri)
+    files = _files(uri)
+    rows = [(i, f"s{i}") for i in range(3, 300)] + [(300, None)]
+    df = spark.createDataFrame(rows, "id long, v string").repartition(4)
+    with pytest.raises(s3ddb.SchemaMismatchError, match="v"):
+        s3ddb.spark_ext.merge_insert(spark, uri, df, "id")
+    assert s3ddb.dataset(uri).version == 1
+    assert _files(uri) == files
+
+
 def test_a_source_column_no_condition_reads_is_refused(spark: Any, tmp_path: Path) -> None:
     import s3ddb.spark_ext
 

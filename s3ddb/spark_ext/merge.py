@@ -43,9 +43,7 @@ from pyroaring import BitMap
 
 import s3ddb
 from s3ddb.errors import (
-    DuplicateKeyError,
     InvalidInputError,
-    MatchedRowError,
     S3DDBError,
     SchemaMismatchError,
     TransactionAlreadyCommittedError,
@@ -435,6 +433,12 @@ def _max(name: str) -> Any:
     return F.max(F.col(_quoted(name)))
 
 
+def _error_class(name: str) -> type[S3DDBError]:
+    """The public error class a task reported by name (S3DDBError if unknown)."""
+    cls = getattr(s3ddb.errors, name, None) if name in s3ddb.errors.__all__ else None
+    return cls if isinstance(cls, type) and issubclass(cls, S3DDBError) else S3DDBError
+
+
 def _outcome(
     store: ObjectStore,
     clauses: MergeClauses,
@@ -471,8 +475,7 @@ def _outcome(
         # Nothing was committed: the files are of a definitely failed merge.
         delete_written_files(store, written)
         first = errors[0]
-        kinds = {"duplicate": DuplicateKeyError, "matched": MatchedRowError}
-        raise kinds.get(first["type"], S3DDBError)(first["message"])
+        raise _error_class(first["type"])(first["message"])
     if not (new or updated or gone):
         return None, counts
     op = Update(

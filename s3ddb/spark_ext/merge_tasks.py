@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyroaring import BitMap
 
-from s3ddb.errors import DuplicateKeyError, MatchedRowError, S3DDBError
+from s3ddb.errors import InvalidInputError, S3DDBError
 from s3ddb.format.bases import FileResolver
 from s3ddb.format.datafile import write_fragments_from_table
 from s3ddb.format.deletion import deletion_path, read_deleted_rows, write_deletion_file
@@ -172,7 +172,10 @@ class MergeTask:
             keys = pa.concat_tables(state.keys) if state.keys else None
             if keys is not None:
                 check_unique_keys(keys, self.clauses.on)
-        except (DuplicateKeyError, MatchedRowError, _SourceChangedError) as exc:
+        except S3DDBError as exc:
+            # A refusal (a duplicate key, a matched row, a value that does not fit...):
+            # reported as a result, so that the driver deletes every task's files and
+            # raises the same error.
             yield from self._error(exc, state)
             return
         except BaseException:
@@ -187,14 +190,7 @@ class MergeTask:
 
     def _error(self, exc: Exception, state: _TaskState) -> Iterator[pa.RecordBatch]:
         delete_written_files(self.store, data_file_paths(state.written))
-        kind = (
-            "duplicate"
-            if isinstance(exc, DuplicateKeyError)
-            else "matched"
-            if isinstance(exc, MatchedRowError)
-            else "other"
-        )
-        message = json.dumps({"type": kind, "message": str(exc)}).encode()
+        message = json.dumps({"type": type(exc).__name__, "message": str(exc)}).encode()
         yield _result_batch([("error", -1, message)])
 
     def _apply(self, table: pa.Table, compiled: CompiledClauses, state: _TaskState) -> None:
@@ -209,7 +205,7 @@ class MergeTask:
             inside = _within(source_part, self.bounds)
             keys = source_part.select(list(clauses.on))
             if inside is not None and not pc.all(pc.or_(inside, _has_null(keys))).as_py():
-                raise _SourceChangedError(
+                raise InvalidInputError(
                     "the merge source gave other keys than when its key range was computed "
                     "(a nondeterministic DataFrame): persist() it before merging; nothing "
                     "was committed"
@@ -258,10 +254,6 @@ class MergeTask:
             table = pa.concat_tables(state.buffered)
             state.buffered, state.buffered_rows = [], 0
             state.written += write_fragments_from_table(self.store, table, self.manifest.schema)
-
-
-class _SourceChangedError(S3DDBError):
-    """The source's keys changed between the driver's aggregate and the merge."""
 
 
 def _has_null(keys: pa.Table) -> pa.ChunkedArray:
