@@ -131,6 +131,20 @@ def test_an_upsert_equals_the_python_reference(spark: Any, tmp_path: Path) -> No
     assert _rows(uri) == expected
 
 
+def test_a_pyarrow_source_merges_on_the_executors_too(spark: Any, tmp_path: Path) -> None:
+    import s3ddb.spark_ext
+
+    uri = _target(tmp_path)
+    before = _rows(uri)
+    source = [{"id": i, "v": f"p{i}", "n": -i} for i in (1, 39, 40)]
+    got = s3ddb.spark_ext.merge_insert(
+        spark, uri, pa.Table.from_pylist(source), "id", transaction_properties={"who": "test"}
+    )
+    expected, counts = _reference(before, source)
+    assert got == counts == {"num_inserted_rows": 1, "num_updated_rows": 2, "num_deleted_rows": 0}
+    assert _rows(uri) == expected
+
+
 def test_a_change_feed_with_a_source_only_op_column(spark: Any, tmp_path: Path) -> None:
     import s3ddb.spark_ext
 

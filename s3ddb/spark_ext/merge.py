@@ -78,6 +78,7 @@ from s3ddb.writes.merge_clauses import (
     MergeClauses,
     check_clauses,
 )
+from s3ddb.writes.user_data import to_arrow_table
 
 __all__ = ["merge_batches", "merge_insert"]
 
@@ -122,7 +123,7 @@ def merge_insert(
     ``target.<col>``; the by-source delete's over the target's columns). Source
     columns the dataset lacks may be read by conditions; they are never written.
     ``source`` may also be anything ``Dataset.merge_insert`` takes (a pyarrow
-    Table...): it is then merged by the driver, the target scanned on the executors.
+    Table...): it becomes a DataFrame and merges the same way.
     ``transaction_properties`` are stored with the commit (an application
     transaction number commits at most once: :func:`merge_batches`).
 
@@ -162,7 +163,9 @@ def merge_insert(
     check_clauses(clauses)
     ds = s3ddb.dataset(uri, storage_options=storage_options)
     if getattr(source, "sparkSession", None) is None:
-        return _merge_on_driver(spark, ds, source, clauses, conflict_retries, retry_timeout)
+        # Rows already in the driver's memory still merge on the executors: the
+        # matched target rows never come back.
+        source = spark.createDataFrame(to_arrow_table(source))
     merge = _DistributedMerge.prepare(spark, ds, source, clauses)
     return plan_and_commit(
         ds,
@@ -172,28 +175,6 @@ def merge_insert(
         retry_timeout,
         properties=dict(transaction_properties or {}),
     )
-
-
-def _merge_on_driver(
-    spark: Any,
-    ds: s3ddb.Dataset,
-    data: Any,
-    clauses: MergeClauses,
-    retries: int | None,
-    timeout: float | None,
-) -> dict[str, int]:
-    """A source already in the driver's memory: the builder, target scanned in tasks."""
-    from s3ddb.io.fragment_map import mapped_by
-    from s3ddb.spark_ext.distributed import SparkMapper
-
-    builder = ds.merge_insert(list(clauses.on))
-    builder.clauses = clauses
-    if retries is not None:
-        builder.conflict_retries(retries)
-    if timeout is not None:
-        builder.retry_timeout(timeout)
-    with mapped_by(SparkMapper(spark)):
-        return builder.execute(data)
 
 
 def merge_batches(
