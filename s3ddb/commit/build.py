@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import time
 
-from s3ddb.commit import builders
-from s3ddb.commit.builders import Builder, LoadManifest
+from s3ddb.commit.builders import BUILDERS, LoadManifest
 from s3ddb.commit.index_coverage import drop_stale_coverage
 from s3ddb.errors import (
     InvalidInputError,
@@ -14,24 +13,7 @@ from s3ddb.errors import (
 )
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.naming import NamingScheme
-from s3ddb.operations import (
-    Append,
-    Clone,
-    CreateIndex,
-    DataReplacement,
-    Delete,
-    Merge,
-    Operation,
-    Overwrite,
-    Project,
-    ReserveFragments,
-    Restore,
-    Rewrite,
-    Transaction,
-    Update,
-    UpdateBases,
-    UpdateConfig,
-)
+from s3ddb.operations import Overwrite, Restore, Transaction
 
 __all__ = ["APP_TRANSACTION_PREFIX", "BUILDERS", "LoadManifest", "build_manifest"]
 
@@ -40,25 +22,6 @@ __all__ = ["APP_TRANSACTION_PREFIX", "BUILDERS", "LoadManifest", "build_manifest
 #: Every later manifest remembers the highest number committed per application, so a
 #: replayed batch is refused in the same conditional write that would commit it.
 APP_TRANSACTION_PREFIX = "s3ddb.app_txn."
-
-#: How each operation s3ddb commits builds the next manifest (see
-#: :mod:`s3ddb.commit.builders`). An operation type not listed cannot be committed.
-BUILDERS: dict[type[Operation], Builder] = {
-    Append: builders.build_append,
-    Overwrite: builders.build_overwrite,
-    Restore: builders.build_restore,
-    UpdateConfig: builders.build_update_config,
-    Delete: builders.build_delete,
-    Update: builders.build_update,
-    Rewrite: builders.build_rewrite,
-    ReserveFragments: builders.build_reserve_fragments,
-    Merge: builders.build_merge,
-    Project: builders.build_project,
-    DataReplacement: builders.build_data_replacement,
-    CreateIndex: builders.build_create_index,
-    Clone: builders.build_clone,
-    UpdateBases: builders.build_update_bases,
-}
 
 
 def build_manifest(

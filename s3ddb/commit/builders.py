@@ -1,7 +1,7 @@
 """How each operation turns the manifest of the version it commits on (the *base*)
-into the next one. :data:`s3ddb.commit.build.BUILDERS` maps each operation type to
-its builder; :func:`s3ddb.commit.build.build_manifest` adds what every commit
-records (version, time, transaction file...).
+into the next one. :data:`BUILDERS` (at the end) maps each operation type to its
+builder; :func:`s3ddb.commit.build.build_manifest` adds what every commit records
+(version, time, transaction file...).
 
 A builder gets ``(base, operation, version, load)``: ``base`` is None when the
 dataset does not exist yet, ``load(v)`` reads the manifest of version ``v`` (Restore).
@@ -46,6 +46,7 @@ from s3ddb.operations import (
 )
 
 __all__ = [
+    "BUILDERS",
     "Builder",
     "LoadManifest",
     "build_append",
@@ -413,3 +414,24 @@ def build_update_bases(
         if new.name and new.name in names:
             raise PathOutsideDatasetError(f"base path name {new.name!r} is already used")
     return base.evolve(base_paths=base.base_paths + op.new_bases)
+
+
+#: How each operation s3ddb commits builds the next manifest: one entry per committable
+#: class of :data:`s3ddb.operations.kinds.OPERATIONS` (tests/test_operations_tables.py
+#: checks). An operation type not listed cannot be committed.
+BUILDERS: dict[type[Operation], Builder] = {
+    Append: build_append,
+    Overwrite: build_overwrite,
+    Restore: build_restore,
+    UpdateConfig: build_update_config,
+    Delete: build_delete,
+    Update: build_update,
+    Rewrite: build_rewrite,
+    ReserveFragments: build_reserve_fragments,
+    Merge: build_merge,
+    Project: build_project,
+    DataReplacement: build_data_replacement,
+    CreateIndex: build_create_index,
+    Clone: build_clone,
+    UpdateBases: build_update_bases,
+}

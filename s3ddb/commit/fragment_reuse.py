@@ -204,7 +204,7 @@ def carry_deletes_into_rewrite(
     if not changed:
         return Verdict(_C, "theirs changed none of the fragments this compaction rewrites")
     by_old = mappings(op)
-    if by_old is None or theirs.kind not in ("Delete", "Update"):
+    if by_old is None or not isinstance(theirs.operation, (Delete, Update)):
         return Verdict(
             _R,
             f"fragments {sorted(changed)} that this compaction rewrites were changed concurrently",

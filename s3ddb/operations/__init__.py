@@ -6,7 +6,7 @@ resolving conflicts are in :mod:`s3ddb.commit`. Its names are importable from he
 """
 
 from s3ddb.operations.base import (
-    OPERATION_KINDS,
+    Changes,
     OpaqueOperation,
     Operation,
     UpdateMemWalState,
@@ -17,6 +17,7 @@ from s3ddb.operations.compaction import ReserveFragments, Rewrite, RewriteGroup
 from s3ddb.operations.config import MapUpdate, UpdateConfig
 from s3ddb.operations.data import Append, Overwrite, Restore
 from s3ddb.operations.index import CreateIndex
+from s3ddb.operations.kinds import OPERATION_KINDS, OPERATIONS
 from s3ddb.operations.replacement import (
     DataReplacement,
     DataReplacementGroup,
@@ -35,10 +36,12 @@ from s3ddb.operations.schema import Merge, Project, next_field_id
 from s3ddb.operations.transaction import TRANSACTION_MAGIC, Transaction
 
 __all__ = [
+    "OPERATIONS",
     "OPERATION_KINDS",
     "TOMBSTONE_FIELD_ID",
     "TRANSACTION_MAGIC",
     "Append",
+    "Changes",
     "Clone",
     "CreateIndex",
     "DataReplacement",

@@ -14,7 +14,7 @@ from s3ddb.errors import InvalidInputError
 from s3ddb.format._proto import transaction_pb2 as tpb
 from s3ddb.format.bases import BasePath, check_base_paths
 from s3ddb.format.manifest import Manifest
-from s3ddb.operations.base import Operation
+from s3ddb.operations.base import Changes, Operation
 
 __all__ = ["Clone", "UpdateBases"]
 
@@ -50,6 +50,9 @@ class Clone(Operation):
     copied: tuple[str, ...] = field(default=(), compare=False, repr=False)
     kind: ClassVar[str] = "Clone"
     pb_field: ClassVar[str] = "clone"
+    changes: ClassVar[Changes] = Changes.ROWS
+    committable: ClassVar[bool] = True
+    in_lance_operation: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.ref_version, int) or self.ref_version < 1:
@@ -87,6 +90,9 @@ class UpdateBases(Operation):
     new_bases: tuple[BasePath, ...]
     kind: ClassVar[str] = "UpdateBases"
     pb_field: ClassVar[str] = "update_bases"
+    changes: ClassVar[Changes] = Changes.NOTHING
+    committable: ClassVar[bool] = True
+    in_lance_operation: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         if isinstance(self.new_bases, BasePath):

@@ -13,7 +13,7 @@ from s3ddb.errors import InvalidInputError
 from s3ddb.format._proto import transaction_pb2 as tpb
 from s3ddb.format.deletion import deletion_path
 from s3ddb.format.fragment import FragmentMetadata, data_file_paths
-from s3ddb.operations.base import Operation
+from s3ddb.operations.base import Changes, Operation
 from s3ddb.operations.rows import check_fragments_listed_once
 
 __all__ = ["ReserveFragments", "Rewrite", "RewriteGroup"]
@@ -86,6 +86,9 @@ class Rewrite(Operation):
     groups: tuple[RewriteGroup, ...]
     kind: ClassVar[str] = "Rewrite"
     pb_field: ClassVar[str] = "rewrite"
+    changes: ClassVar[Changes] = Changes.NOTHING
+    committable: ClassVar[bool] = True
+    in_lance_operation: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "groups", tuple(self.groups))
@@ -139,6 +142,9 @@ class ReserveFragments(Operation):
     num_fragments: int
     kind: ClassVar[str] = "ReserveFragments"
     pb_field: ClassVar[str] = "reserve_fragments"
+    changes: ClassVar[Changes] = Changes.NOTHING
+    committable: ClassVar[bool] = True
+    in_lance_operation: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         n = self.num_fragments

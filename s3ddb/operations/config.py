@@ -7,7 +7,7 @@ from typing import ClassVar
 
 from s3ddb.errors import InvalidInputError
 from s3ddb.format._proto import transaction_pb2 as tpb
-from s3ddb.operations.base import Operation
+from s3ddb.operations.base import Changes, Operation
 
 __all__ = ["MapUpdate", "UpdateConfig"]
 
@@ -56,6 +56,9 @@ class UpdateConfig(Operation):
     field_metadata: dict[int, MapUpdate] = field(default_factory=dict)
     kind: ClassVar[str] = "UpdateConfig"
     pb_field: ClassVar[str] = "update_config"
+    changes: ClassVar[Changes] = Changes.NOTHING
+    committable: ClassVar[bool] = True
+    in_lance_operation: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         for mapping in (self.config_upsert, self.metadata_upsert):

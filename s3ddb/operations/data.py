@@ -13,7 +13,7 @@ from s3ddb.format._proto import transaction_pb2 as tpb
 from s3ddb.format.fragment import FragmentMetadata, data_file_paths
 from s3ddb.format.limits import MAX_VERSION, check_range
 from s3ddb.format.schema import DatasetSchema
-from s3ddb.operations.base import Operation
+from s3ddb.operations.base import Changes, Operation
 
 __all__ = ["Append", "Overwrite", "Restore"]
 
@@ -25,6 +25,9 @@ class Append(Operation):
     fragments: tuple[FragmentMetadata, ...]
     kind: ClassVar[str] = "Append"
     pb_field: ClassVar[str] = "append"
+    changes: ClassVar[Changes] = Changes.APPENDS
+    committable: ClassVar[bool] = True
+    in_lance_operation: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "fragments", tuple(self.fragments))
@@ -51,6 +54,9 @@ class Overwrite(Operation):
     config_upsert_values: dict[str, str]
     kind: ClassVar[str] = "Overwrite"
     pb_field: ClassVar[str] = "overwrite"
+    changes: ClassVar[Changes] = Changes.APPENDS
+    committable: ClassVar[bool] = True
+    in_lance_operation: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -133,6 +139,9 @@ class Restore(Operation):
     version: int
     kind: ClassVar[str] = "Restore"
     pb_field: ClassVar[str] = "restore"
+    changes: ClassVar[Changes] = Changes.ROWS
+    committable: ClassVar[bool] = True
+    in_lance_operation: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         if self.version < 1:

@@ -16,7 +16,7 @@ from typing import ClassVar
 from s3ddb.errors import InvalidInputError
 from s3ddb.format._proto import transaction_pb2 as tpb
 from s3ddb.format.index import IndexMetadata
-from s3ddb.operations.base import Operation
+from s3ddb.operations.base import Changes, Operation
 
 __all__ = ["CreateIndex"]
 
@@ -35,6 +35,9 @@ class CreateIndex(Operation):
     removed_indices: tuple[IndexMetadata, ...] = ()
     kind: ClassVar[str] = "CreateIndex"
     pb_field: ClassVar[str] = "create_index"
+    changes: ClassVar[Changes] = Changes.NOTHING
+    committable: ClassVar[bool] = True
+    in_lance_operation: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "new_indices", tuple(self.new_indices))

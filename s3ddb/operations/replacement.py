@@ -22,7 +22,7 @@ from s3ddb.format.datafile import open_data_file
 from s3ddb.format.fragment import DataFile, FragmentMetadata
 from s3ddb.format.manifest import Manifest
 from s3ddb.io.object_store import ObjectStore
-from s3ddb.operations.base import Operation
+from s3ddb.operations.base import Changes, Operation
 
 __all__ = ["DataReplacement", "DataReplacementGroup", "check_replacement", "replaced_fragment"]
 
@@ -59,6 +59,9 @@ class DataReplacement(Operation):
     replacements: tuple[DataReplacementGroup, ...]
     kind: ClassVar[str] = "DataReplacement"
     pb_field: ClassVar[str] = "data_replacement"
+    changes: ClassVar[Changes] = Changes.NOTHING
+    committable: ClassVar[bool] = True
+    in_lance_operation: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         groups = tuple(

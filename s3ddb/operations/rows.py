@@ -28,7 +28,7 @@ from s3ddb.format import layout
 from s3ddb.format._proto import transaction_pb2 as tpb
 from s3ddb.format.deletion import deletion_path
 from s3ddb.format.fragment import FragmentMetadata, data_file_paths
-from s3ddb.operations.base import Operation
+from s3ddb.operations.base import Changes, Operation
 
 __all__ = [
     "TOMBSTONE_FIELD_ID",
@@ -178,6 +178,9 @@ class Delete(Operation):
     plan: RowChangePlan = field(default_factory=RowChangePlan, compare=False, repr=False)
     kind: ClassVar[str] = "Delete"
     pb_field: ClassVar[str] = "delete"
+    changes: ClassVar[Changes] = Changes.ROWS
+    committable: ClassVar[bool] = True
+    in_lance_operation: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "updated_fragments", tuple(self.updated_fragments))
@@ -266,6 +269,9 @@ class Update(Operation):
     plan: RowChangePlan = field(default_factory=RowChangePlan, compare=False, repr=False)
     kind: ClassVar[str] = "Update"
     pb_field: ClassVar[str] = "update"
+    changes: ClassVar[Changes] = Changes.APPENDS
+    committable: ClassVar[bool] = True
+    in_lance_operation: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         for name in ("removed_fragment_ids", "updated_fragments", "new_fragments"):

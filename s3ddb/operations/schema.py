@@ -22,7 +22,7 @@ from s3ddb.format._proto import transaction_pb2 as tpb
 from s3ddb.format.fragment import FragmentMetadata
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.schema import DatasetSchema
-from s3ddb.operations.base import Operation
+from s3ddb.operations.base import Changes, Operation
 
 __all__ = ["Merge", "Project", "next_field_id"]
 
@@ -55,6 +55,9 @@ class Merge(Operation):
     added_files: tuple[str, ...] = field(default=(), compare=False)
     kind: ClassVar[str] = "Merge"
     pb_field: ClassVar[str] = "merge"
+    changes: ClassVar[Changes] = Changes.SCHEMA
+    committable: ClassVar[bool] = True
+    in_lance_operation: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "fragments", tuple(self.fragments))
@@ -89,6 +92,9 @@ class Project(Operation):
     schema: DatasetSchema
     kind: ClassVar[str] = "Project"
     pb_field: ClassVar[str] = "project"
+    changes: ClassVar[Changes] = Changes.SCHEMA
+    committable: ClassVar[bool] = True
+    in_lance_operation: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.schema, DatasetSchema):

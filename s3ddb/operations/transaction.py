@@ -3,8 +3,9 @@ their protobuf codec.
 
 A transaction is stored, framed, as ``_transactions/<read_version>-<uuid>.txn``
 before its manifest is committed, so that concurrent writers can check what it did.
-Reading one decodes its operation through :data:`DECODERS`, one entry per kind s3ddb
-builds; the other kinds are read as :class:`OpaqueOperation`.
+Reading one decodes its operation through :data:`DECODERS` (derived from
+:data:`s3ddb.operations.kinds.OPERATIONS`), one entry per kind s3ddb builds; the other
+kinds are read as :class:`OpaqueOperation`.
 """
 
 from __future__ import annotations
@@ -26,15 +27,8 @@ from s3ddb.format._proto import transaction_pb2 as tpb
 from s3ddb.format.framing import frame, unframe
 from s3ddb.format.limits import MAX_VERSION, check_range
 from s3ddb.io.paths import check_name
-from s3ddb.operations.base import PB_FIELD_TO_KIND, OpaqueOperation, Operation, operation_kind
-from s3ddb.operations.bases import Clone, UpdateBases
-from s3ddb.operations.compaction import ReserveFragments, Rewrite
-from s3ddb.operations.config import UpdateConfig
-from s3ddb.operations.data import Append, Overwrite, Restore
-from s3ddb.operations.index import CreateIndex
-from s3ddb.operations.replacement import DataReplacement
-from s3ddb.operations.rows import Delete, Update
-from s3ddb.operations.schema import Merge, Project
+from s3ddb.operations.base import OpaqueOperation, Operation, operation_kind
+from s3ddb.operations.kinds import BY_KIND, BY_PB_FIELD, COMMITTABLE
 
 __all__ = ["DECODERS", "TRANSACTION_MAGIC", "Transaction", "operation_from_pb"]
 
@@ -42,22 +36,10 @@ TRANSACTION_MAGIC = b"S3DDBTX1"
 
 #: How each operation s3ddb builds is read back, by its field of the transaction
 #: message's ``operation`` oneof (the whole message is passed: Delete and Update also
-#: read the affected rows stored beside their body).
+#: read the affected rows stored beside their body). Derived from
+#: :data:`s3ddb.operations.kinds.OPERATIONS`: one entry per committable kind.
 DECODERS: dict[str, Callable[[tpb.Transaction], Operation]] = {
-    "append": Append.from_transaction_pb,
-    "overwrite": Overwrite.from_transaction_pb,
-    "restore": Restore.from_transaction_pb,
-    "update_config": UpdateConfig.from_transaction_pb,
-    "delete": Delete.from_transaction_pb,
-    "update": Update.from_transaction_pb,
-    "rewrite": Rewrite.from_transaction_pb,
-    "reserve_fragments": ReserveFragments.from_transaction_pb,
-    "merge": Merge.from_transaction_pb,
-    "project": Project.from_transaction_pb,
-    "data_replacement": DataReplacement.from_transaction_pb,
-    "create_index": CreateIndex.from_transaction_pb,
-    "clone": Clone.from_transaction_pb,
-    "update_bases": UpdateBases.from_transaction_pb,
+    op.pb_field: op.from_transaction_pb for op in COMMITTABLE
 }
 
 
@@ -75,7 +57,7 @@ def operation_from_pb(message: tpb.Transaction) -> Operation:
     decoder = DECODERS.get(which)
     if decoder is not None:
         return decoder(message)
-    return OpaqueOperation(PB_FIELD_TO_KIND[which], getattr(message, which))
+    return OpaqueOperation(BY_PB_FIELD[which].kind, getattr(message, which))
 
 
 @dataclass(frozen=True)
@@ -114,9 +96,7 @@ class Transaction:
             read_version=self.read_version, uuid=self.uuid, properties=self.properties
         )
         if isinstance(self.operation, OpaqueOperation):
-            field_name = next(
-                k for k, v in PB_FIELD_TO_KIND.items() if v == self.operation.kind_name
-            )
+            field_name = BY_KIND[self.operation.kind_name].pb_field
         else:
             field_name = self.operation.pb_field
         getattr(message, field_name).CopyFrom(self.operation.to_pb())

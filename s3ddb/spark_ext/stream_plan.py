@@ -48,9 +48,12 @@ from s3ddb.errors import (
 )
 from s3ddb.format.fragment import FragmentMetadata
 from s3ddb.format.manifest import Manifest
+from s3ddb.operations import Changes, Overwrite
+from s3ddb.operations.kinds import kinds_that_change
 from s3ddb.writes.schema_evolution import is_safe_cast
 
 __all__ = [
+    "APPENDING_KINDS",
     "NO_ROW_KINDS",
     "OFFSET_FORMAT",
     "QueryColumns",
@@ -64,20 +67,13 @@ __all__ = [
 #: The ``format`` field of offsets this code writes and reads.
 OFFSET_FORMAT = 1
 
-#: Operation kinds that never add, delete or change rows: their versions emit nothing.
-NO_ROW_KINDS = frozenset(
-    {
-        "Rewrite",
-        "DataReplacement",
-        "CreateIndex",
-        "UpdateConfig",
-        "ReserveFragments",
-        "UpdateBases",
-        "UpdateMemWalState",
-        "Merge",
-        "Project",
-    }
-)
+#: Operation kinds that never add, delete or change rows: their versions emit nothing
+#: (derived from each operation class's ``changes``).
+NO_ROW_KINDS = kinds_that_change(Changes.NOTHING, Changes.SCHEMA)
+
+#: Operation kinds that add rows: their versions emit the fragments they added when
+#: they deleted and changed no row; any other kind's version is a change commit.
+APPENDING_KINDS = kinds_that_change(Changes.APPENDS)
 
 #: Manifests kept by one planner (a long-running query walks forward, so a small
 #: window suffices; each version is compared with its predecessor once).
@@ -364,10 +360,10 @@ class StreamPlanner:
         first_new = previous.next_fragment_id()
         added = tuple(f for f in current.fragments if f.id >= first_new and f.physical_rows > 0)
         changed = _changed_rows(previous, current)
-        if kind == "Overwrite" and previous.num_rows == 0:
+        if kind == Overwrite.kind and previous.num_rows == 0:
             changed = ""  # replacing an empty version deletes no row
             added = tuple(f for f in current.fragments if f.physical_rows > 0)
-        elif kind not in ("Append", "Update", "Overwrite"):
+        elif kind not in APPENDING_KINDS:
             changed = changed or f"{kind} is not an append"
         if not changed:
             return Segment(version, False, added, current)
