@@ -276,7 +276,7 @@ class Dataset(pylance_compat.PylanceMembers):
             UnsupportedOperationError: ``error_if_tagged_old_versions=True`` or
                 ``versions=[...]`` (pylance options s3ddb does not implement).
         """
-        self._refuse_in_group("cleanup_old_versions()")
+        self.refuse_in_group("cleanup_old_versions()")
         pylance_compat.check_cleanup_options(error_if_tagged_old_versions, tuning)
         return cleanup_old_versions(
             self, older_than, retain_versions, delete_unverified, claim_window
@@ -372,7 +372,7 @@ class Dataset(pylance_compat.PylanceMembers):
             VersionNotFoundError: no such version or tag.
             AtomicGroupError: this Dataset is a handle of an atomic group.
         """
-        self._refuse_in_group(
+        self.refuse_in_group(
             "shallow_clone()",
             "Clone after the group commits: the versions it holds are not committed yet.",
         )
@@ -393,7 +393,7 @@ class Dataset(pylance_compat.PylanceMembers):
             VersionNotFoundError: no such version or tag.
             AtomicGroupError: this Dataset is a handle of an atomic group.
         """
-        self._refuse_in_group(
+        self.refuse_in_group(
             "deep_clone()",
             "Clone after the group commits: the versions it holds are not committed yet.",
         )
@@ -496,7 +496,7 @@ class Dataset(pylance_compat.PylanceMembers):
                 ``add_operation``).
         """
         if isinstance(uri, PinnedVersion):
-            uri._refuse_in_group(
+            uri.refuse_in_group(
                 "Dataset.commit()",
                 "Hold the operation in the group with tx.add_operation(uri, operation).",
             )
@@ -581,7 +581,7 @@ def dataset(
         text, handler, manifest, storage_options=storage_options, commit_config=commit_config
     )
     if version is not None:
-        ds._seen_newest_at = None  # pinned at a chosen version, maybe not the newest
+        ds.forget_newest_seen()  # pinned at a chosen version, maybe not the newest
     return ds
 
 
@@ -646,7 +646,7 @@ def write_dataset(
     if isinstance(uri, PinnedVersion):
         # write_dataset commits at once, by the URI: on a group's handle that would
         # put the write outside the group, committed whatever the group decides.
-        uri._refuse_in_group(
+        uri.refuse_in_group(
             "write_dataset",
             "Use the handle's insert(data) or insert(data, mode='overwrite'), which the "
             "group holds.",

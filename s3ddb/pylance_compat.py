@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import time
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -504,9 +503,8 @@ class PylanceMembers(PinnedVersion):
     def checkout_latest(self) -> None:
         """Move this Dataset to the newest version, in place (as pylance). Raises
         AtomicGroupError for a handle of an atomic group (it stays where it planned)."""
-        self._refuse_in_group("checkout_latest()", "Read the newest with s3ddb.dataset(uri).")
-        self._manifest = load_latest(self._handler, self._uri)
-        self._seen_newest_at = time.monotonic()
+        self.refuse_in_group("checkout_latest()", "Read the newest with s3ddb.dataset(uri).")
+        self.move_to(load_latest(self.handler, self.uri), seen_newest=True)
 
     def get_version(self) -> dict[str, Any]:
         """The pinned version as pylance describes it: ``version``, ``timestamp`` (UTC)

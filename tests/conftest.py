@@ -149,7 +149,7 @@ def before_each_transact_write(
     sends (it may record the request, or raise to stand for a refusal), then send it."""
     from s3ddb.external_store.dynamodb import DynamoDBManifestStore
 
-    real_client = DynamoDBManifestStore._client
+    real_client = DynamoDBManifestStore.client
 
     class Hooked:
         def __init__(self, client: Any) -> None:
@@ -162,4 +162,4 @@ def before_each_transact_write(
         def __getattr__(self, name: str) -> Any:
             return getattr(self._client, name)
 
-    monkeypatch.setattr(DynamoDBManifestStore, "_client", lambda self: Hooked(real_client(self)))
+    monkeypatch.setattr(DynamoDBManifestStore, "client", lambda self: Hooked(real_client(self)))

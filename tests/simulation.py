@@ -393,8 +393,7 @@ def _seed_versions(url: str, name: str, base_uri: str, stale: s3ddb.Dataset) -> 
     with _backdated(days=2):
         ds = s3ddb.Dataset(url, seed_handler, placeholder_manifest())
         commit_planned(ds, s3ddb.Overwrite(fragments, s3ddb.DatasetSchema.assign(SCHEMA)), None)
-        stale._manifest = ds.manifest
-        stale._seen_newest_at = None  # it saw version 1 as the newest two days ago
+        stale.move_to(ds.manifest, seen_newest=False)  # seen as the newest two days ago
         for n in range(3):
             ds.update_config({"seeded": str(n)})
 

@@ -117,7 +117,7 @@ def test_a_snapshot_of_one_dataset_under_two_spellings_reads_its_row_once(aws: A
     a, _, so = _pair(aws)
     other = a.replace("/a?", "/a/?")
     s3ddb.dataset(a, storage_options=so).insert(_table(4))
-    client = s3ddb.dataset(a, storage_options=so).handler.external._client()
+    client = s3ddb.dataset(a, storage_options=so).handler.external.client()
     sent: list[list[Any]] = []
 
     def record(params: dict[str, Any], **_: Any) -> None:

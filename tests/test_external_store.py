@@ -745,10 +745,14 @@ class TestDynamoDBRetries:
         assert store.get_latest("s3://b/x") is None
 
     def test_full_jitter_backoff_is_bounded(self) -> None:
-        store = DynamoDBManifestStore("t", base_delay=0.05, max_delay=2.0)
+        slept: list[float] = []
+        store = DynamoDBManifestStore("t", base_delay=0.05, max_delay=2.0, sleep=slept.append)
         for attempt in range(1, 12):
             cap = min(2.0, 0.05 * 2 ** (attempt - 1))
-            assert all(0 <= store._backoff(attempt) <= cap for _ in range(50))
+            slept.clear()
+            for _ in range(50):
+                store.back_off(attempt)
+            assert len(slept) == 50 and all(0 <= delay <= cap for delay in slept)
 
 
 class TestCredentials:
@@ -810,7 +814,7 @@ class TestCredentials:
                 response: Any = {"Error": {"Code": code, "Message": "denied"}}
                 raise ClientError(response, "PutItem")
 
-        monkeypatch.setattr(store, "_client", Refusing)
+        monkeypatch.setattr(store, "client", Refusing)
         with pytest.raises(CredentialsError, match=f"refused the credentials.*{code}") as info:
             store.put_if_not_exists(make_row("s3://b/x", 1))
         assert "dynamodb:PutItem" in str(info.value)

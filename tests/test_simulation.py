@@ -81,10 +81,10 @@ def test_a_planted_bug_is_found_and_shrunk(monkeypatch: pytest.MonkeyPatch) -> N
     # claims the next number at once, which cleanup may have freed below the newest.
     # Fenced claims close it too (the freed number's predecessor is gone), so the fence
     # is planted away with it.
-    monkeypatch.setattr(PinnedVersion, "_base_is_fresh", lambda self, base: True)
+    monkeypatch.setattr(PinnedVersion, "base_is_fresh", lambda self, base: True)
     with monkeypatch.context() as unfenced:
         unfenced.setattr(ExternalStoreCommitHandler, "_fence", lambda self, *a: None)
-        unfenced.setattr(ConditionalPutCommitHandler, "_check_predecessor", lambda *a: None)
+        unfenced.setattr(ConditionalPutCommitHandler, "check_predecessor", lambda *a: None)
         failing = next(
             (seed for seed in range(400) if run_schedule(seed, **shape(seed)).violations), None
         )

@@ -339,21 +339,22 @@ class ExternalStoreCommitHandler(StagedVersionsHandler):
         staged = layout.staged_manifest_path(manifest.version, manifest.naming_scheme)
         writes = pending if pending is not None else PendingWrites()
         staged_put = writes.put(self.store, staged, data)
-        fence = self._stage(manifest.version, previous, writes, staged)
-        row = self._claim_row(manifest, staged, len(data))
+        fence = self.stage(manifest.version, previous, writes, staged)
+        row = self.claim_row(manifest, staged, len(data))
         self._claim_staged(row, fence)
         # Decided. From here on nothing may turn this into a reported failure.
-        return self._decided(manifest, row, staged_put)
+        return self.finish_won(manifest, row, staged_put)
 
-    def _stage(
+    def stage(
         self, version: int, previous: Manifest | None, writes: PendingWrites, staged: str
     ) -> Fence | None:
-        """Step 1: wait for the staged manifest (and the commit's other writes) while
-        making sure version ``version - 1`` is final; returns the claim's fence.
+        """Step 1 of claiming ``version`` on ``previous``: wait for ``writes`` (the
+        staged manifest ``staged`` among them) while making sure version ``version - 1``
+        is final; returns the claim's fence (None: nothing to check).
 
         Raises:
-            Whatever a write, the predecessor check or :meth:`_fence` raised, after
-            deleting the staged manifest.
+            Whatever a write, the predecessor check or :meth:`_fence` raised (e.g.
+            CommitMechanismError), after deleting the staged manifest.
         """
         previous_final: Future[ManifestRow | None] = run_beside(
             self.store, lambda: self._ensure_previous_final(version)
@@ -370,8 +371,9 @@ class ExternalStoreCommitHandler(StagedVersionsHandler):
             raise
         return fence
 
-    def _claim_row(self, manifest: Manifest, staged: str, size: int) -> ManifestRow:
-        """The row claiming ``manifest``'s version, pointing at its staged manifest."""
+    def claim_row(self, manifest: Manifest, staged: str, size: int) -> ManifestRow:
+        """The row claiming ``manifest``'s version, pointing at its staged manifest
+        ``staged`` of ``size`` bytes; built here, nothing is sent. Never raises."""
         extra = {"operation": manifest.operation, CLAIM_ATTRIBUTE: staged}
         if manifest.dataset_id:
             extra[DATASET_ID_ATTRIBUTE] = manifest.dataset_id
@@ -408,11 +410,12 @@ class ExternalStoreCommitHandler(StagedVersionsHandler):
             self.store.delete(row.path)
             raise
 
-    def _decided(
+    def finish_won(
         self, manifest: Manifest, row: ManifestRow, staged_put: Future[str | None]
     ) -> ManifestLocation:
-        """After the claim of ``row`` won: remember it, then run steps 3-4 on the
-        finalizer (or here, without one). Returns the version's location.
+        """After the claim of ``row`` (``manifest``'s version; ``staged_put``: the put
+        of its staged manifest) won: remember it, then run steps 3-4 on the finalizer
+        (or here, without one). Returns the version's location.
 
         Never raises: the commit is decided, so a failure of steps 3-4 is logged and
         left to the next reader or writer.
@@ -477,12 +480,18 @@ class ExternalStoreCommitHandler(StagedVersionsHandler):
             "are kept; re-open the dataset to see whether this version is the commit."
         ) from unknown
 
-    def _fenced_off(
+    def fence_error(
         self, row: ManifestRow, fence: Fence | None, exc: FenceFailedError
     ) -> Exception:
-        """The error for a claim its fence refused: cleanup removed the versions after
-        this commit's base (newer versions of the same identity exist), or the dataset
-        was dropped or re-created."""
+        """The error to raise for the claim of ``row`` that ``fence`` refused (``exc``):
+        RetryableCommitConflictError if cleanup removed the versions after this
+        commit's base (newer versions of the same identity exist), otherwise
+        DatasetRecreatedError (the dataset was dropped or re-created). This process
+        stops presuming its own commits are the newest.
+
+        Raises:
+            ExternalStoreError and its kinds: reading the newest row failed.
+        """
         OWN_COMMITS.lost(self.base_uri)  # what this process committed may be gone
         if exc.predecessor is None and fence is not None and not fence.absent:
             latest = self._get_latest()
@@ -515,7 +524,7 @@ class ExternalStoreCommitHandler(StagedVersionsHandler):
         Raises:
             VersionConflict: another writer owns the version.
             DatasetRecreatedError, RetryableCommitConflictError: the fence failed (see
-                :meth:`_fenced_off`).
+                :meth:`fence_error`).
         """
         try:
             self.external.put_if_not_exists(row, fence)
@@ -524,7 +533,7 @@ class ExternalStoreCommitHandler(StagedVersionsHandler):
                 return None
             raise self._conflict(row.version, exc.winner) from None
         except FenceFailedError as exc:
-            raise self._fenced_off(row, fence, exc) from None
+            raise self.fence_error(row, fence, exc) from None
         except ExternalStoreOutcomeUnknownError as exc:
             return exc
         return None

@@ -120,7 +120,7 @@ def claim_external(claim: ClaimRound) -> ClaimOutcome:
         _delete_staged(staged)
         return ClaimOutcome(moved=tuple(i for i, r in enumerate(_current(claims)) if r))
     # Decided, for every part. From here on nothing may turn this into a failure.
-    return ClaimOutcome(locations=[s.handler._decided(s.manifest, s.row, s.put) for s in staged])
+    return ClaimOutcome(locations=[s.handler.finish_won(s.manifest, s.row, s.put) for s in staged])
 
 
 def _stage_all(claim: ClaimRound) -> list[_Staged]:
@@ -150,12 +150,12 @@ def _stage_all(claim: ClaimRound) -> list[_Staged]:
             data, put = puts[i]
             writes = claim.commits[i].writes
             if claim.follows[i] is None:
-                fence = handler._stage(manifest.version, claim.bases[i], writes, path)
+                fence = handler.stage(manifest.version, claim.bases[i], writes, path)
             else:
                 # Its predecessor is claimed in the same request, fenced itself.
                 writes.wait()
                 fence = None
-            row = handler._claim_row(manifest, path, len(data))
+            row = handler.claim_row(manifest, path, len(data))
             extra = dict(row.extra)
             extra[GROUP_ID_ATTRIBUTE] = claim.group_id
             extra[GROUP_MEMBERS_ATTRIBUTE] = members
@@ -239,7 +239,7 @@ def _moved(staged: list[_Staged], refused: GroupRefusedError) -> tuple[int, ...]
     for i, refusal in enumerate(refused.refusals):
         s = staged[i]
         if isinstance(refusal, FenceFailedError):
-            raise s.handler._fenced_off(s.row, s.fence, refusal) from None
+            raise s.handler.fence_error(s.row, s.fence, refusal) from None
         if isinstance(refusal, VersionTakenError):
             OWN_COMMITS.lost(s.handler.base_uri)
             moved.append(i)
@@ -276,7 +276,7 @@ def claim_memory(claim: ClaimRound) -> ClaimOutcome:
         path = layout.manifest_path(manifest.version, manifest.naming_scheme)
         if base is not None and claim.follows[i] is None:
             try:
-                handler._check_predecessor(manifest, base, path)
+                handler.check_predecessor(manifest, base, path)
             except VersionConflict:
                 moved.append(i)
         items.append((handler.store, path, manifest.to_bytes()))
@@ -291,7 +291,7 @@ def claim_memory(claim: ClaimRound) -> ClaimOutcome:
         log.warning("group %s committed; %s", claim.group_id, exc)
     return ClaimOutcome(
         locations=[
-            h._location(m, path, data)
+            h.location_written(m, path, data)
             for h, m, (_, path, data) in zip(claim.handlers, claim.manifests, items)
             if isinstance(h, ConditionalPutCommitHandler)
         ]

@@ -358,7 +358,7 @@ class ConditionalPutCommitHandler(ListingCommitHandler):
         # The fence: checked just before the put, so a dataset dropped and re-created
         # between the check and the put still slips through (docs/protocol.md).
         if previous is not None:
-            self._check_predecessor(manifest, previous, path)
+            self.check_predecessor(manifest, previous, path)
         elif manifest.version == 1:
             self._check_no_external_claims()
         try:
@@ -367,7 +367,7 @@ class ConditionalPutCommitHandler(ListingCommitHandler):
             # On S3 a PUT whose response was lost is retried by the client and then
             # fails its own precondition: the object may be ours.
             if self.store.is_remote and self._holds(path, data):
-                return self._location(manifest, path, data)
+                return self.location_written(manifest, path, data)
             raise VersionConflict(manifest.version) from exc
         except (CredentialsError, PermissionError):
             raise
@@ -375,21 +375,26 @@ class ConditionalPutCommitHandler(ListingCommitHandler):
             if not self.store.is_remote:
                 raise
             if self._holds(path, data):
-                return self._location(manifest, path, data)
+                return self.location_written(manifest, path, data)
             raise CommitStateUnknownError(
                 f"conditional PUT of {self.store.url}/{path} failed ({exc}); it may still "
                 "land, so the commit's files are kept. Re-open the dataset to see whether "
                 f"version {manifest.version} is this commit."
             ) from exc
-        return self._location(manifest, path, data)
+        return self.location_written(manifest, path, data)
 
-    def _check_predecessor(self, manifest: Manifest, previous: Manifest, path: str) -> None:
-        """Version ``previous.version`` must still exist with ``previous``'s identity.
+    def check_predecessor(self, manifest: Manifest, previous: Manifest, path: str) -> None:
+        """The fence of ``manifest``, to be put at ``path`` on ``previous``: version
+        ``previous.version`` must still exist with ``previous``'s identity. Returns if
+        it does.
 
         Raises:
-            VersionConflict: it is gone because newer versions exist (cleanup removed
-                it after others committed): the normal rebase applies.
+            VersionConflict: it is gone and ``path`` is taken: another writer
+                committed that version (the normal rebase applies).
+            RetryableCommitConflictError: it is gone and newer versions of the same
+                identity exist (cleanup removed it after others committed).
             DatasetRecreatedError: it is gone, or of another identity.
+            ManifestCorruptError, and the store's errors: its header is unreadable.
         """
         before = layout.manifest_path(previous.version, previous.naming_scheme)
         where = f"{self.store.url}/{before}"
@@ -444,7 +449,8 @@ class ConditionalPutCommitHandler(ListingCommitHandler):
         except FileNotFoundError:
             return False
 
-    def _location(self, manifest: Manifest, path: str, data: bytes) -> ManifestLocation:
+    def location_written(self, manifest: Manifest, path: str, data: bytes) -> ManifestLocation:
+        """The location of ``manifest``, put at ``path`` as ``data``. Never raises."""
         return ManifestLocation(
             manifest.version,
             path,

@@ -100,7 +100,7 @@ def put_group(store: DynamoDBManifestStore, claims: Sequence[GroupClaim], token:
             "transaction"
         )
     request, roles = group_request(claims, token)
-    client = store._client()
+    client = store.client()
 
     def interpret(exc: BaseException, failure: Failure) -> Failure | None:
         code = error_code(exc)
@@ -223,7 +223,7 @@ def get_group(
             for table, uri, version in unique
         ]
     }
-    client = store._client()
+    client = store.client()
 
     def send() -> Any:
         try:
@@ -238,12 +238,12 @@ def get_group(
     while True:
         attempt += 1
         try:
-            response = store._retrying("TransactGetItems", send)
+            response = store.retrying("TransactGetItems", send)
             break
         except _RetryableRead:
             if attempt > store.max_retries:
                 raise
-            store._sleep(store._backoff(attempt))
+            store.back_off(attempt)
     responses = response.get("Responses") or []
     if len(responses) != len(unique):
         raise ExternalStoreError(

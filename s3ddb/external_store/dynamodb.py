@@ -135,8 +135,9 @@ class DynamoDBManifestStore(ExternalManifestStore):
 
     # --- plumbing -----------------------------------------------------------------
 
-    def _client(self) -> Any:
-        """The process's boto3 client, with botocore retries off (ours are the policy)."""
+    def client(self) -> Any:
+        """The process's boto3 client, botocore's retries off (the store's policy is
+        :meth:`retrying`). Raises CredentialsError, ExternalStoreError: no client."""
         try:
             return self.aws.client("dynamodb", max_attempts=1)
         except Exception as exc:
@@ -180,10 +181,11 @@ class DynamoDBManifestStore(ExternalManifestStore):
             "region": self.region,
         }
 
-    def _backoff(self, attempt: int) -> float:
-        """Full-jitter delay before retry number ``attempt`` (1-based)."""
+    def back_off(self, attempt: int) -> None:
+        """Sleep a full-jitter delay before retry number ``attempt`` (1-based): uniform
+        in [0, min(max_delay, base_delay * 2**(attempt-1))]. Never raises."""
         cap = min(self.max_delay, self.base_delay * (2 ** (attempt - 1)))
-        return random.uniform(0.0, cap)
+        self._sleep(random.uniform(0.0, cap))
 
     def _fail(self, exc: BaseException, failure: Failure, operation: str) -> Exception:
         if failure is Failure.TABLE_MISSING:
@@ -223,19 +225,20 @@ class DynamoDBManifestStore(ExternalManifestStore):
             ExternalStoreThrottledError: still throttled/failing after the retries.
             ExternalStoreTableError, CredentialsError, ExternalStoreError: not retried.
         """
-        method = getattr(self._client(), _method_name(operation))
-        return self._retrying(operation, lambda: method(TableName=self.table_name, **kwargs))
+        method = getattr(self.client(), _method_name(operation))
+        return self.retrying(operation, lambda: method(TableName=self.table_name, **kwargs))
 
     def _call_batch(self, request_items: dict[str, Any]) -> dict[str, Any]:
         """BatchWriteItem, which takes ``RequestItems`` instead of ``TableName``,
         retried like :meth:`_call` (its unprocessed items are :meth:`_batch_delete`'s).
         """
-        method = self._client().batch_write_item
-        return self._retrying("BatchWriteItem", lambda: method(RequestItems=request_items))
+        method = self.client().batch_write_item
+        return self.retrying("BatchWriteItem", lambda: method(RequestItems=request_items))
 
-    def _retrying(self, operation: str, send: Callable[[], Any]) -> dict[str, Any]:
+    def retrying(self, operation: str, send: Callable[[], Any]) -> dict[str, Any]:
         """``send()`` (request ``operation``, safe to repeat) until it succeeds or a
-        failure is not transient; the retry policy of every request but a claim.
+        failure is not transient (the retry policy of every request but a claim);
+        returns its response.
 
         Raises:
             _ConditionFailed, ExternalStoreThrottledError, ExternalStoreTableError,
@@ -259,7 +262,7 @@ class DynamoDBManifestStore(ExternalManifestStore):
                     Failure.MAYBE_APPLIED,
                 ):
                     if attempt <= self.max_retries:
-                        self._sleep(self._backoff(attempt))
+                        self.back_off(attempt)
                         continue
                     raise self._exhausted(operation, attempt, started, exc) from exc
                 raise self._fail(exc, failure, operation) from exc
@@ -394,7 +397,7 @@ class DynamoDBManifestStore(ExternalManifestStore):
                         raise unknown(attempt, exc) from exc
                     raise self._fail(exc, failure, operation) from exc
                 if attempt <= self.max_retries:
-                    self._sleep(self._backoff(attempt))
+                    self.back_off(attempt)
                     continue
                 if maybe_applied:
                     raise unknown(attempt, exc) from exc
@@ -403,7 +406,7 @@ class DynamoDBManifestStore(ExternalManifestStore):
     def _claim_sender(self, row: ManifestRow, fence: Fence | None) -> Callable[[], object]:
         """One attempt to claim ``row``: a conditional PutItem, or with ``fence`` a
         TransactWriteItems that also checks the predecessor row."""
-        client = self._client()
+        client = self.client()
         item = row_to_item(row)
         if fence is None:
             return lambda: client.put_item(**claim_request(self.table_name, item))
@@ -612,7 +615,7 @@ class DynamoDBManifestStore(ExternalManifestStore):
                     f"{len(requests)} deletes unprocessed after {attempt} attempts over "
                     f"{time.monotonic() - started:.2f}s"
                 )
-            self._sleep(self._backoff(attempt))
+            self.back_off(attempt)
 
     # --- reads -----------------------------------------------------------------------
 

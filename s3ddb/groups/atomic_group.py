@@ -173,12 +173,12 @@ class AtomicGroup:
                 f"join takes an open s3ddb.Dataset, got {type(ds).__name__} {ds!r:.200}; "
                 "for a URI use tx.dataset(uri)"
             )
-        if ds._deferred is not None:
+        if ds.group_id is not None:
             # Its version may be one another group planned and has not committed (or
             # will commit rebased): building on it could lose what that group's
             # rebase merged in.
             raise AtomicGroupError(
-                f"{ds.uri} is a handle of group {ds._deferred.group_id}, pinned where "
+                f"{ds.uri} is a handle of group {ds.group_id}, pinned where "
                 "that group planned it; join a dataset opened outside any group"
             )
         if member_key(ds.handler) in self._datasets:
@@ -231,7 +231,7 @@ class AtomicGroup:
         return _CheckedOut(self, ds)
 
     def _add(self, ds: Dataset) -> Dataset:
-        ds._deferred = self
+        ds.enter_group(self)
         self._datasets[member_key(ds.handler)] = ds
         self._handles.append((ds, ds.manifest))
         return ds
@@ -327,7 +327,7 @@ class AtomicGroup:
             txn,
             base,
             pending,
-            fresh_base=prior is None and ds._base_is_fresh(base),
+            fresh_base=prior is None and ds.base_is_fresh(base),
             follows=mine[-1] if mine else None,
         )
         self._check_limits([*[h.part for h in self._held], part], ds.uri)
@@ -393,22 +393,19 @@ class AtomicGroup:
         """
         planned = {id(h.planned): i for i, h in enumerate(self._held)}
         last = {id(h.ds): i for i, h in enumerate(self._held)}  # each dataset's newest
-        now = time.monotonic()
         for ds, origin in self._handles:
-            ds._deferred = None
-            at = planned.get(id(ds._manifest))
+            ds.leave_group()
+            at = planned.get(id(ds.manifest))
             if results is not None:
                 if at is not None:
-                    ds._manifest = results[at].manifest
                     newest = last[id(self._held[at].ds)] == at
-                    ds._seen_newest_at = now if newest else None
+                    ds.move_to(results[at].manifest, seen_newest=newest)
                 changed = self._changed.get(id(ds))
                 if changed is not None:
-                    ds._last_commit = results[changed]
+                    ds.record_commit(results[changed])
             elif at is not None or id(ds) in self._changed:
                 start = planned.get(id(origin))
-                ds._manifest = origin if start is None else self._root(start)
-                ds._seen_newest_at = None
+                ds.move_to(origin if start is None else self._root(start), seen_newest=False)
 
     def _root(self, index: int) -> Manifest:
         """The committed version the chain of held changes ending at ``index``
@@ -464,7 +461,7 @@ class _CheckedOut:
             )
         handle = self._handle
         planned = self._group.defer(handle, operation, handle.manifest, pending, properties, plain)
-        handle._manifest = planned
+        handle.move_to(planned)
         # ds moves to ``planned`` too (its _commit sets it): the group must move it to
         # the committed version, or back, when it ends.
         self._group._changed[id(ds)] = self._group._changed[id(handle)]

@@ -189,7 +189,7 @@ def _open_all(
             row = handler.finished(found)
             manifest = handler.load_manifest(handler.location_of_row(row))
         ds = Dataset(texts[i], handlers[i], manifest, storage_options=storage_options)
-        ds._seen_newest_at = None  # the newest at the snapshot's instant, maybe not now
+        ds.forget_newest_seen()  # the newest at the snapshot's instant, maybe not now
         return ds
 
     pool = process_pool("snapshot")

@@ -93,11 +93,11 @@ def optimize_indices(ds: PinnedVersion, index_names: Sequence[str] | None) -> No
     """
     names = None if index_names is None else _index_names(index_names)
     if names is not None:
-        missing = sorted(set(names) - {i.name for i in ds._manifest.indices})
+        missing = sorted(set(names) - {i.name for i in ds.manifest.indices})
         if missing:
             raise InvalidInputError(
                 f"optimize_indices: no index named {missing} on {ds.uri} (version "
-                f"{ds.version}); indices are {[i.name for i in ds._manifest.indices]}"
+                f"{ds.version}); indices are {[i.name for i in ds.manifest.indices]}"
             )
     store = ds.handler.store
 

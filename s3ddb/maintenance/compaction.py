@@ -259,7 +259,7 @@ class DatasetOptimizer:
         ds = self._dataset
         # Compaction reserves its new fragments' ids with a commit of its own
         # (ReserveFragments), which cannot wait for a group's decision.
-        ds._refuse_in_group(
+        ds.refuse_in_group(
             "optimize.compact_files()",
             "Compaction reserves fragment ids with a commit of its own: compact before "
             "or after the group, on s3ddb.dataset(uri).",

@@ -6,6 +6,14 @@ manifest, the commit handler, and the loop that plans an operation on the pinned
 version, commits it and, after a retryable conflict, plans it again on the newest
 version. :class:`s3ddb.Dataset` is its public face. Dependencies point one way:
 ``opening`` <- ``pinned`` <- operation modules <- ``dataset``.
+
+Other packages change a handle only through its public methods: where it is pinned
+and whether that was seen as the newest version (:meth:`PinnedVersion.move_to`,
+:meth:`~PinnedVersion.forget_newest_seen`), its group and the commits its group made
+for it (:meth:`~PinnedVersion.enter_group`, :meth:`~PinnedVersion.leave_group`,
+:meth:`~PinnedVersion.record_commit`, :meth:`~PinnedVersion.refuse_in_group`).
+:func:`commit_planned` and :func:`plan_and_commit`, the class's commit loop, share
+this module and its private state.
 """
 
 from __future__ import annotations
@@ -176,12 +184,46 @@ class PinnedVersion:
 
     @property
     def tags(self) -> Tags:
-        return Tags(self, before_write=self._refuse_in_group)
+        return Tags(self, before_write=self.refuse_in_group)
 
-    def _refuse_in_group(self, what: str, instead: str = "") -> None:
-        """Raises AtomicGroupError if this handle belongs to a group
-        (``s3ddb.atomic``): ``what`` acts at once, and a group holds only the changes
-        it can commit in its one decision. ``instead``: what to do."""
+    # --- groups (s3ddb.atomic) --------------------------------------------------------
+
+    @property
+    def group_id(self) -> str | None:
+        """The id of the group (``s3ddb.atomic``) whose handle this is, or None."""
+        return self._deferred.group_id if self._deferred is not None else None
+
+    def enter_group(self, commits: DeferredCommits) -> None:
+        """Make this a group's handle: from now on its commits go to ``commits``, which
+        holds them until the group commits and moves the handle to the version each
+        would make, and what would act at once is refused (:meth:`refuse_in_group`).
+        For ``s3ddb.atomic``, on a handle it made.
+
+        Raises:
+            AtomicGroupError: the handle belongs to a group already (nothing changes).
+        """
+        if self._deferred is not None:
+            raise AtomicGroupError(
+                f"{self._uri} is a handle of group {self._deferred.group_id} already"
+            )
+        self._deferred = commits
+
+    def leave_group(self) -> None:
+        """End this handle's membership of its group: its commits go to the store at
+        once again. For the group when it ends (it first moves the handle to a committed
+        version, :meth:`move_to`). Does nothing outside a group. Never raises."""
+        self._deferred = None
+
+    def refuse_in_group(self, what: str, instead: str = "") -> None:
+        """Check that ``what``, which acts at once (outside any group's decision), may
+        run on this handle; returns if the handle belongs to no group.
+
+        Raises:
+            AtomicGroupError: the handle belongs to a group (``s3ddb.atomic``), which
+                holds only the changes it commits in its one decision; the message
+                says ``instead``, what to do (by default: do it before or after the
+                group, on a handle of its own).
+        """
         if self._deferred is not None:
             raise AtomicGroupError(
                 f"{self._uri}: {what} cannot be part of group {self._deferred.group_id}: "
@@ -189,6 +231,39 @@ class PinnedVersion:
                 "changes it commits all or nothing. "
                 + (instead or f"Do it before or after the group, on s3ddb.dataset({self._uri!r}).")
             )
+
+    # --- where the handle is pinned ----------------------------------------------------
+
+    def move_to(self, manifest: Manifest, *, seen_newest: bool | None = None) -> None:
+        """Pin this handle at ``manifest``, a version of its dataset (committed, or
+        planned by its group), committing nothing. ``seen_newest``: True if
+        ``manifest`` was seen as the newest version just now (a commit on it soon
+        claims at once), False if it may not be the newest (the next commit first
+        looks for versions committed since), None to keep what the handle noted (a
+        move onto a version planned on top of the pinned one). Never raises."""
+        self._manifest = manifest
+        if seen_newest is not None:
+            self._seen_newest_at = time.monotonic() if seen_newest else None
+
+    def forget_newest_seen(self) -> None:
+        """Note that the pinned version may not be the newest (it was chosen, or seen
+        as the newest long ago): the next commit first looks for versions committed
+        since instead of claiming the next number at once. Never raises."""
+        self._seen_newest_at = None
+
+    def base_is_fresh(self, base: Manifest | None) -> bool:
+        """Whether ``base`` (the pinned manifest, or the base the write in progress
+        planned on) was seen as the newest version moments ago
+        (:data:`FRESH_BASE_SECONDS`): then a commit on it claims at once; otherwise it
+        first looks for versions committed since. Never raises."""
+        seen = self._seen_newest_at if base is self._manifest else self._base_seen_at
+        return seen is not None and time.monotonic() - seen < FRESH_BASE_SECONDS
+
+    def record_commit(self, result: CommitResult) -> None:
+        """Record ``result`` as this handle's last commit (:attr:`last_commit`, what
+        :func:`rows_landed_since` counts), for a commit made on its behalf (by its
+        group). It does not move the handle (:meth:`move_to`). Never raises."""
+        self._last_commit = result
 
     def files(self) -> FileResolver:
         """Where the pinned version's files are (its root and its base paths)."""
@@ -230,12 +305,12 @@ class PinnedVersion:
             commit_config=self._commit_config,
         )
         if manifest.version != self.version or self._seen_newest_at is None:
-            other._seen_newest_at = None
+            other.forget_newest_seen()
         if self._deferred is not None:
             # A version checked out from a group's handle reads as usual; its
             # restore() is held with the group's changes and any other change is
             # refused: never committed at once, outside the group.
-            other._deferred = self._deferred.checked_out(self, other)
+            other.enter_group(self._deferred.checked_out(self, other))
         return other
 
     # --- writes -------------------------------------------------------------------
@@ -271,36 +346,12 @@ class PinnedVersion:
             on_existing=on_existing,
             naming=naming,
             pending=pending,
-            fresh_base=self._base_is_fresh(base),
+            fresh_base=self.base_is_fresh(base),
         )
         self._manifest = result.manifest
         self._last_commit = result
         self._seen_newest_at = time.monotonic()
         return self
-
-    def _base_is_fresh(self, base: Manifest | None) -> bool:
-        """Whether ``base`` was seen as the newest version moments ago (then a commit
-        claims at once; otherwise it first looks for versions committed since)."""
-        seen = self._seen_newest_at if base is self._manifest else self._base_seen_at
-        return seen is not None and time.monotonic() - seen < FRESH_BASE_SECONDS
-
-    def _rows_landed_since(
-        self, prior: CommitResult | None, kind: type[Delete] | type[Update]
-    ) -> int:
-        """Rows that the ``kind`` operation committed after ``prior`` deleted or changed
-        (0 if it committed nothing).
-
-        Counted from the transaction that landed, not the plan: a rebase may have
-        merged rows deleted concurrently, or applied an update to rows appended
-        concurrently.
-        """
-        landed = self._last_commit
-        if landed is None or landed is prior:
-            return 0
-        operation = landed.transaction.operation
-        if not isinstance(operation, kind):
-            return 0
-        return sum(len(rows) for rows in operation.affected_rows.values())
 
 
 def commit_planned(
@@ -330,8 +381,15 @@ def rows_landed_since(
 ) -> int:
     """Rows that ``ds``'s last commit, if it is a ``kind`` operation made after
     ``prior``, deleted or changed (0 otherwise). Counted from the transaction that
-    landed, not the plan (a rebase may have merged concurrent changes)."""
-    return ds._rows_landed_since(prior, kind)
+    landed, not the plan: a rebase may have merged rows deleted concurrently, or
+    applied an update to rows appended concurrently. Never raises."""
+    landed = ds.last_commit
+    if landed is None or landed is prior:
+        return 0
+    operation = landed.transaction.operation
+    if not isinstance(operation, kind):
+        return 0
+    return sum(len(rows) for rows in operation.affected_rows.values())
 
 
 def plan_and_commit(
@@ -374,14 +432,14 @@ def plan_and_commit(
     if timeout <= 0:
         raise InvalidInputError(f"retry_timeout must be > 0, got {timeout!r}")
     deadline = time.monotonic() + timeout
-    base = ds._manifest
+    base = ds.manifest
     ds._base_seen_at = ds._seen_newest_at
     attempt = ds._last_conflict_retries = 0
     while True:
         pending = PendingWrites() if uploads else None
         operation, result = plan(base, pending) if uploads else plan(base)
         if operation is None:
-            if base is not ds._manifest:
+            if base is not ds.manifest:
                 ds._seen_newest_at = ds._base_seen_at
             ds._manifest = base
             return result
@@ -394,10 +452,10 @@ def plan_and_commit(
             if attempt >= retries or time.monotonic() > deadline:
                 attempt += 1
                 raise TooMuchWriteContentionError(
-                    f"{what} on {ds._uri} gave up after {attempt} conflicting "
+                    f"{what} on {ds.uri} gave up after {attempt} conflicting "
                     f"attempts ({retries} retries / {timeout:g} s); last conflict: {exc}"
                 ) from exc
             attempt = ds._last_conflict_retries = attempt + 1
             log.info("%s: %s; re-executing on the newest version", what, exc)
-            base = load_latest(ds._handler, ds._uri, finalize=False)
+            base = load_latest(ds.handler, ds.uri, finalize=False)
             ds._base_seen_at = time.monotonic()

@@ -257,7 +257,7 @@ def commit_operation(
         storage_options=storage_options,
         commit_config=commit_config,
     )
-    ds._seen_newest_at = None  # the caller's read version may be long past
+    ds.forget_newest_seen()  # the caller's read version may be long past
     return commit_planned(ds, operation, base, on_existing, properties=transaction_properties)
 
 
