@@ -9,6 +9,10 @@ Checks (each failure is listed with where it is; exit status 1 if any):
 * at most :data:`MAX_TOP_LEVEL_MODULES` modules directly under ``s3ddb/``;
 * no private name imported across packages: neither a ``_name`` nor anything from a
   ``_module`` of another package (``s3ddb.<package>`` is the unit);
+* no private attribute used across packages: ``x._name`` (``x`` not ``self`` or
+  ``cls``) where only classes of other packages define ``_name``
+  (:func:`_private_attributes`), so a package changes another's objects only through
+  their public methods;
 * no module over :data:`MAX_MODULE_LINES` lines (generated protobuf code aside);
 * every public exception class defined in the package is in ``s3ddb.__all__``;
 * every public module (no ``_`` in its path, entry points aside) declares ``__all__``.
@@ -176,6 +180,63 @@ def _cycles(modules: dict[str, Module]) -> list[list[str]]:
     return found
 
 
+def _private_attributes(tree: ast.Module) -> set[str]:
+    """The private attribute and method names the classes of ``tree`` define: ``def _x``
+    and ``_x = ...`` (or ``_x: T``) in a class, ``self._x = ...`` (or ``cls._x``) in
+    its methods. Dunder names are not private."""
+    names: set[str] = set()
+    for cls in ast.walk(tree):
+        if not isinstance(cls, ast.ClassDef):
+            continue
+        for node in cls.body:
+            targets: list[ast.expr] = []
+            if isinstance(node, ast.Assign):
+                targets = node.targets
+            elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
+                targets = [node.target]
+            names.update(t.id for t in targets if isinstance(t, ast.Name) and _is_private(t.id))
+        for node in ast.walk(cls):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _is_private(node.name):
+                names.add(node.name)
+            elif (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.ctx, ast.Store)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in ("self", "cls")
+                and _is_private(node.attr)
+            ):
+                names.add(node.attr)
+    return names
+
+
+def _private_attribute_uses(modules: dict[str, Module]) -> list[str]:
+    """Every ``x._name`` (read, written or deleted; ``x`` not ``self`` or ``cls``) in a
+    module of package P where ``_name`` is defined by classes of other packages and by
+    none of P's. Attributes of other libraries' objects (pyarrow's, ``os._exit``,
+    namedtuple's ``_replace``) are names no s3ddb class defines: never counted."""
+    defined: dict[str, set[str]] = {}
+    for name, module in modules.items():
+        defined.setdefault(_unit(name), set()).update(_private_attributes(module.tree))
+    problems = []
+    for name, module in modules.items():
+        mine = defined[_unit(name)]
+        for node in ast.walk(module.tree):
+            if (
+                not isinstance(node, ast.Attribute)
+                or not _is_private(node.attr)
+                or node.attr in mine
+                or (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))
+            ):
+                continue
+            owners = sorted(u for u, names in defined.items() if node.attr in names)
+            if owners:
+                problems.append(
+                    f"{module.path}:{node.lineno}: private attribute across packages: "
+                    f"{ast.unparse(node)} (defined in {', '.join(owners)})"
+                )
+    return problems
+
+
 def _layer_of(unit: str) -> int | None:
     for rank, layer in enumerate(LAYERS):
         if unit in layer:
@@ -230,6 +291,8 @@ def check(root: Path) -> list[str]:
             ):
                 what = f"{target}.{imported}" if imported else target
                 problems.append(f"{module.path}:{line}: private name across packages: {what}")
+
+    problems.extend(_private_attribute_uses(modules))
 
     top_level = [n for n, m in modules.items() if n.count(".") == 1 and not m.is_package]
     top_level.append(top)  # __init__.py

@@ -1,5 +1,5 @@
-"""scripts/structure.py (run by ``make lint``) finds each kind of structure problem in a
-planted package, passes the real one, and docs/architecture.md states its layers."""
+"""scripts/structure.py (run by ``make lint``) finds each kind of structure problem in
+planted packages, passes the real one, and docs/architecture.md states its layers."""
 
 from __future__ import annotations
 
@@ -98,6 +98,62 @@ def test_a_planted_package_shows_every_kind_of_problem(tmp_path: Path) -> None:
     assert "stray.py: s3ddb.stray is in no layer of LAYERS" in out
     assert "s3ddb.errors.Forgotten: a public exception missing from s3ddb.__all__" in out
     assert "Exported: a public exception" not in out
+
+
+def test_a_private_attribute_used_across_packages_is_a_problem(tmp_path: Path) -> None:
+    root = tmp_path / "s3ddb"
+    ok = "__all__: list[str] = []\n"
+    files = {
+        "__init__.py": ok,
+        "io/__init__.py": ok,
+        "commit/__init__.py": ok,
+        # a class of s3ddb.io with a private class attribute, method and field
+        "io/state.py": (
+            "__all__ = ['Handle']\n"
+            "class Handle:\n"
+            "    _limit = 3\n"
+            "    def __init__(self) -> None:\n"
+            "        self._pinned = 1\n"
+            "    def _move(self) -> None:\n"
+            "        self._pinned += self._limit\n"
+        ),
+        # its own package may use them
+        "io/friend.py": ok + "from s3ddb.io.state import Handle\nHandle()._move()\n",
+        # another package's own private names, and names no s3ddb class defines
+        "commit/clean.py": ok
+        + "from collections import namedtuple\n"
+        + "class Own:\n"
+        + "    def __init__(self) -> None:\n"
+        + "        self._mine = 0\n"
+        + "def use(o: Own) -> None:\n"
+        + "    o._mine += 1\n"
+        + "    namedtuple('P', 'a')(1)._replace(a=2)\n",
+    }
+    _write(root, files)
+    clean = _run(root)
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    assert "structure: 0 problem(s)" in clean.stdout
+
+    _write(
+        root,
+        {
+            "commit/user.py": ok
+            + "from s3ddb.io.state import Handle\n"
+            + "def use(h: Handle) -> None:\n"
+            + "    h._pinned = 2\n"
+            + "    h._move()\n"
+            + "    print(h._limit)\n"
+        },
+    )
+    result = _run(root)
+    out = result.stdout
+    assert result.returncode == 1, out + result.stderr
+    for line, expr in ((4, "h._pinned"), (5, "h._move"), (6, "h._limit")):
+        assert (
+            f"user.py:{line}: private attribute across packages: {expr} (defined in s3ddb.io)"
+            in out
+        ), out
+    assert "structure: 3 problem(s)" in out, out
 
 
 def test_the_architecture_page_lists_the_layers_in_order() -> None:
