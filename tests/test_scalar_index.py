@@ -24,10 +24,11 @@ from s3ddb.errors import (
     UnsupportedOperationError,
 )
 from s3ddb.expressions import parse_predicate
+from s3ddb.expressions.compiled import compile_filter
 from s3ddb.format import datafile
 from s3ddb.format.datafile import read_fragment, write_data_file
 from s3ddb.index.query import plan_indexed_scan
-from s3ddb.maintenance import health
+from s3ddb.maintenance.verify import verify
 from s3ddb.operations import Transaction
 
 ROWS_PER_FRAGMENT = 2000
@@ -74,8 +75,9 @@ def target(location: tuple[str, dict[str, Any] | None]) -> Target:
 
 
 def _scan(ds: s3ddb.Dataset, text: str) -> pa.Table:
-    """The filter's result by a plain scan (a pyarrow Expression never uses an index)."""
-    return ds.to_table(filter=parse_predicate(text, ds.schema))
+    """The filter's result without any index: every row read, the filter applied after
+    (a pyarrow Expression filter may use an index too)."""
+    return ds.to_table().filter(parse_predicate(text, ds.schema))
 
 
 def _assert_same_as_scan(ds: s3ddb.Dataset) -> None:
@@ -92,7 +94,7 @@ def _assert_same_as_scan(ds: s3ddb.Dataset) -> None:
 
 def _uses_index(ds: s3ddb.Dataset, text: str) -> bool:
     store = ds.handler.store
-    return plan_indexed_scan(store, ds.manifest, text, parse_predicate(text, ds.schema)) is not None
+    return plan_indexed_scan(store, ds.manifest, compile_filter(text, ds.schema)) is not None
 
 
 def _covered(ds: s3ddb.Dataset, name: str = "id_idx") -> set[int]:
@@ -223,14 +225,14 @@ def test_an_indexed_lookup_reads_only_the_row_groups_it_needs(target: Target) ->
     assert groups == ROWS_PER_FRAGMENT // 250
 
     text = "id = 2345"
-    scan = plan_indexed_scan(store, ds.manifest, text, parse_predicate(text, ds.schema))
+    scan = plan_indexed_scan(store, ds.manifest, compile_filter(text, ds.schema))
     assert scan is not None and set(scan.offsets) == {1}  # one fragment holds the key
     tables = [scan.read(f, ["id", "v"]) for f in ds.get_fragments()]
     assert [t.num_rows for t in tables if t is not None] == [0, 1, 0]
     assert scan.row_groups_read == 1  # of 3 fragments x 8 row groups
 
     text = "id BETWEEN 2100 AND 2600"  # two row groups of one fragment, three of another
-    scan = plan_indexed_scan(store, ds.manifest, text, parse_predicate(text, ds.schema))
+    scan = plan_indexed_scan(store, ds.manifest, compile_filter(text, ds.schema))
     assert scan is not None
     rows = sum(t.num_rows for f in ds.get_fragments() if (t := scan.read(f, ["id"])) is not None)
     assert rows == 501 and scan.row_groups_read == 3
@@ -332,7 +334,7 @@ def test_cleanup_removes_unreferenced_index_files_and_verify_checks_them(target:
     new_uuid = ds.list_indices()[0]["uuid"]
     store = ds.handler.store
     # (on S3 + DynamoDB, staged manifests not yet deleted are reported too)
-    report = health.verify(uri, so, grace_seconds=0)
+    report = verify(uri, so, grace_seconds=0)
     assert not [p for p in report.problems if p.path.startswith("_indices")]
     stats = ds.cleanup_old_versions(older_than=dt.timedelta(0))
     assert stats.files.get("index_files") == 1
@@ -340,7 +342,7 @@ def test_cleanup_removes_unreferenced_index_files_and_verify_checks_them(target:
     assert store.exists(f"_indices/{new_uuid}/btree.parquet")
     assert s3ddb.dataset(uri, storage_options=so).count_rows("id = 5") == 1
     store.delete(f"_indices/{new_uuid}/btree.parquet")
-    problems = health.verify(uri, so, grace_seconds=0).problems
+    problems = verify(uri, so, grace_seconds=0).problems
     index_problems = [(p.kind, p.path) for p in problems if p.path.startswith("_indices")]
     assert index_problems == [("missing_index_file", f"_indices/{new_uuid}/btree.parquet")]
 

@@ -8,9 +8,15 @@ import weakref
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pads
+from sqlglot import exp
 
 from s3ddb.errors import ColumnNotFoundError, InvalidExpressionError, InvalidInputError
-from s3ddb.expressions._translator import _MAX_LISTED_COLUMNS, _translate, _Translator
+from s3ddb.expressions._translator import (
+    _MAX_LISTED_COLUMNS,
+    _parse_and_translate,
+    _translate,
+    _Translator,
+)
 from s3ddb.expressions._typed import _cast_scalar, _first_line, _lit, _Typed
 
 # Top-level columns referenced by expressions this module returned, keyed by id():
@@ -70,13 +76,17 @@ def parse_predicate(predicate: str | pc.Expression, schema: pa.Schema) -> pc.Exp
                 f"a predicate must be boolean, but {predicate} is {out_type}"
             )
         return _register(predicate, schema)
-    translator, result = _translate(predicate, schema)
+    return _sql_predicate(predicate, schema)[2]
+
+
+def _sql_predicate(text: str, schema: pa.Schema) -> tuple[_Translator, exp.Expr, pc.Expression]:
+    """:func:`parse_predicate` of SQL text, with the translator that compiled it and
+    the syntax tree it parsed."""
+    translator, tree, result = _parse_and_translate(text, schema)
     if not pa.types.is_boolean(result.type) and not pa.types.is_null(result.type):
-        raise InvalidExpressionError(
-            f"a predicate must be boolean, but {predicate!r} is {result.type}"
-        )
+        raise InvalidExpressionError(f"a predicate must be boolean, but {text!r} is {result.type}")
     result = translator.boolean(result, None)
-    return _register(result.expr, frozenset(translator.columns))
+    return translator, tree, _register(result.expr, frozenset(translator.columns))
 
 
 def parse_value_expression(

@@ -622,13 +622,20 @@ _HANDLERS: dict[type[exp.Expr], Callable[[_Translator, Any], _Typed]] = {
 
 
 def _translate(text: str, schema: pa.Schema) -> tuple[_Translator, _Typed]:
+    translator, _tree, result = _parse_and_translate(text, schema)
+    return translator, result
+
+
+def _parse_and_translate(text: str, schema: pa.Schema) -> tuple[_Translator, exp.Expr, _Typed]:
+    """The translator, the syntax tree of ``text`` and its translation."""
     if not isinstance(text, str):
         raise InvalidExpressionError(
             f"expected a SQL string or a pyarrow.compute.Expression, got {type(text).__name__}"
         )
     translator = _Translator(text, schema)
     try:
-        return translator, translator.translate(parse_sql_tree(text))
+        tree = parse_sql_tree(text)
+        return translator, tree, translator.translate(tree)
     except RecursionError as e:
         raise InvalidExpressionError(f"expression is nested too deeply: {text[:80]!r}...") from e
 

@@ -1,4 +1,5 @@
-"""Pruning by statistics for SQL-text filters.
+"""Pruning by statistics: what a filter implies about the values of a fragment or a
+row group.
 
 From a filter such as ``"id >= 1000 AND (name = 'x' OR name = 'y')"`` this derives a
 :data:`s3ddb.format.rowgroups.RowGroupPredicate`, used for fragments (their statistics in the
@@ -6,22 +7,27 @@ manifest) and Parquet row groups alike. It reads terms ``column <op> literal``
 (``=``, ``<``, ``<=``, ``>``, ``>=``, ``BETWEEN``, ``IN``, ``IS [NOT] NULL``) on
 integer, float64, string, boolean and date columns, combined by AND (each term read is
 implied by the filter) and OR (only when every branch says something); anything else
-(NOT, functions, other types, pyarrow Expressions) prunes nothing. Statistics that
-rule the filter out mean no matching row; the exact filter still runs on every row
-read, so pruning never changes a result.
+(NOT, functions, other types) prunes nothing. A pyarrow Expression is read the same way
+from its tree (:mod:`s3ddb.expressions._arrow_tree`): comparisons of a column with a
+literal, ``is_in``, ``is_null`` / ``is_valid`` (and their ``invert``), ``starts_with``,
+under ``and``/``and_kleene`` (``and_not``: its left side) and ``or``/``or_kleene``.
+Statistics that rule the filter out mean no matching row; the exact filter still runs
+on every row read, so pruning never changes a result.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from sqlglot import exp
 
 from s3ddb.errors import S3DDBError
+from s3ddb.expressions._arrow_tree import Call, Field, Literal, Node, expression_tree
 from s3ddb.expressions._sql import parse_sql_tree
 from s3ddb.expressions.conditions import Condition, PushedFilters
 from s3ddb.format.rowgroups import ColumnStats, RowGroupPredicate
@@ -31,7 +37,9 @@ __all__ = [
     "AllOf",
     "AnyOf",
     "Pruner",
+    "arrow_pruner",
     "row_group_pruner",
+    "sql_pruner",
 ]
 
 _OPS: dict[type[exp.Expr], tuple[str, str]] = {
@@ -86,10 +94,8 @@ def _literal(node: exp.Expr, t: pa.DataType) -> Any:
     return -value if negate else value
 
 
-def _column(node: exp.Expr, schema: pa.Schema) -> tuple[str, pa.DataType] | None:
-    if not isinstance(node, exp.Column) or node.table:
-        return None
-    name = node.name
+def _prunable(name: str, schema: pa.Schema) -> tuple[str, pa.DataType] | None:
+    """(name, type) of a top-level column whose statistics can prune, else None."""
     if name not in schema.names:
         return None
     t = schema.field(name).type
@@ -98,8 +104,14 @@ def _column(node: exp.Expr, schema: pa.Schema) -> tuple[str, pa.DataType] | None
     return (name, t) if exact_bound_type(t) or pa.types.is_float64(t) else None
 
 
+def _column(node: exp.Expr, schema: pa.Schema) -> tuple[str, pa.DataType] | None:
+    if not isinstance(node, exp.Column) or node.table:
+        return None
+    return _prunable(node.name, schema)
+
+
 def _conditions(node: exp.Expr, schema: pa.Schema) -> list[Condition]:
-    """The conditions one term (not an AND, OR or parenthesis: :func:`_pruner` takes
+    """The conditions one term (not an AND, OR or parenthesis: :func:`sql_pruner` takes
     those apart) implies."""
     ops = _OPS.get(type(node))
     if ops is not None:
@@ -171,10 +183,10 @@ def _unparen(node: exp.Expr) -> exp.Expr:
     return node
 
 
-def _combine(node: exp.Expr, parts: list[Pruner | None]) -> Pruner | None:
+def _combine(is_or: bool, parts: list[Pruner | None]) -> Pruner | None:
     """An AND keeps the terms it can read (each is implied); an OR says something only
     if every branch does."""
-    if isinstance(node, exp.Or):
+    if is_or:
         if any(p is None for p in parts):
             return None
         return AnyOf(tuple(p for p in parts if p is not None))
@@ -184,38 +196,248 @@ def _combine(node: exp.Expr, parts: list[Pruner | None]) -> Pruner | None:
     return AllOf(tuple(known))
 
 
-def _pruner(root: exp.Expr, schema: pa.Schema) -> Pruner | None:
-    """What ``root`` implies about statistics (None: nothing).
+_N = TypeVar("_N")
+
+
+def _walk(
+    root: _N,
+    chain: Callable[[_N], tuple[bool, list[_N]] | None],
+    leaf: Callable[[_N], list[Condition]],
+) -> Pruner | None:
+    """What ``root`` implies about statistics (None: nothing). ``chain`` gives an AND
+    (False) or OR (True) node's terms, None for any other node, read by ``leaf``.
 
     Walked with an explicit stack, and each chain of ANDs or ORs taken as one node of
-    many terms: the parser accepts chains of thousands of terms (and hundreds of
-    nesting levels), far beyond Python's recursion limit.
+    many terms: filters hold chains of thousands of terms (and hundreds of nesting
+    levels), far beyond Python's recursion limit.
     """
     done: dict[int, Pruner | None] = {}  # id(node) -> its pruner, for nodes walked
-    stack: list[tuple[exp.Expr, bool]] = [(_unparen(root), False)]
+    stack: list[tuple[_N, bool]] = [(root, False)]
     while stack:
         node, terms_done = stack.pop()
-        if not isinstance(node, (exp.And, exp.Or)):
-            conditions = _conditions(node, schema)
+        terms = chain(node)
+        if terms is None:
+            conditions = leaf(node)
             done[id(node)] = PushedFilters(tuple(conditions)) if conditions else None
         elif terms_done:
-            terms = [_unparen(t) for t in node.flatten()]
-            done[id(node)] = _combine(node, [done.pop(id(t)) for t in terms])
+            done[id(node)] = _combine(terms[0], [done.pop(id(t)) for t in terms[1]])
         else:
             stack.append((node, True))
-            stack.extend((_unparen(t), False) for t in node.flatten())
-    return done[id(_unparen(root))]
+            stack.extend((t, False) for t in terms[1])
+    return done[id(root)]
+
+
+def _sql_chain(node: exp.Expr) -> tuple[bool, list[exp.Expr]] | None:
+    if not isinstance(node, (exp.And, exp.Or)):
+        return None
+    return isinstance(node, exp.Or), [_unparen(t) for t in node.flatten()]
+
+
+def sql_pruner(tree: exp.Expr, schema: pa.Schema) -> Pruner | None:
+    """What a parsed SQL filter implies about statistics (None: nothing)."""
+    return _walk(_unparen(tree), _sql_chain, lambda node: _conditions(node, schema))
+
+
+# --- pyarrow Expressions -------------------------------------------------------------
+
+#: function -> (op with the column on the left, op with the column on the right)
+ARROW_COMPARISONS = {
+    "equal": ("eq", "eq"),
+    "less": ("lt", "gt"),
+    "less_equal": ("le", "ge"),
+    "greater": ("gt", "lt"),
+    "greater_equal": ("ge", "le"),
+}
+#: Calls TRUE only where all their terms are (``a and_not b``: a is such a term).
+ARROW_AND = frozenset({"and", "and_kleene", "and_not", "and_not_kleene"})
+#: Calls TRUE only where some term is.
+ARROW_OR = frozenset({"or", "or_kleene"})
+_NULL_MATCHES_NULL = 0  # SetLookupOptions.null_matching_behavior MATCH
+
+
+def arrow_terms(node: Node, functions: frozenset[str]) -> list[Node]:
+    """The terms of the chain of ``functions`` calls at ``node`` (``[node]`` if it is no
+    such call), in order and without recursion; ``a and_not b`` gives ``a`` alone."""
+    out: list[Node] = []
+    stack = [node]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, Call) and item.function in functions and item.args:
+            args = item.args[:1] if item.function.startswith("and_not") else item.args
+            stack.extend(reversed(args))
+        else:
+            out.append(item)
+    return out
+
+
+def _arrow_chain(node: Node) -> tuple[bool, list[Node]] | None:
+    if isinstance(node, Call) and node.function in ARROW_AND:
+        return False, arrow_terms(node, ARROW_AND)
+    if isinstance(node, Call) and node.function in ARROW_OR:
+        return True, arrow_terms(node, ARROW_OR)
+    return None
+
+
+def _column_of(node: Node) -> str | None:
+    return node.names[0] if isinstance(node, Field) and len(node.names) == 1 else None
+
+
+def arrow_comparison(call: Call) -> tuple[str, str, pa.Scalar] | None:
+    """(op, column, literal) of a comparison of a top-level column with a literal."""
+    ops = ARROW_COMPARISONS.get(call.function)
+    if ops is None or len(call.args) != 2:
+        return None
+    left, right = call.args
+    if isinstance(right, Literal) and (column := _column_of(left)) is not None:
+        return ops[0], column, right.value
+    if isinstance(left, Literal) and (column := _column_of(right)) is not None:
+        return ops[1], column, left.value
+    return None
+
+
+def _is_text(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t)
+
+
+def _to_python(literal: pa.DataType, column: pa.DataType) -> Callable[[Any], Any] | None:
+    """How a (Python) value of a literal of type ``literal`` compares with a column of
+    type ``column`` as Arrow compares them, or None where that is not plain: integers
+    with integers (Arrow compares them exactly, or fails), floats with float64 (NaN
+    refused: statistics leave it out), integers up to 2**53 with float64 (Arrow casts
+    them exactly), strings with strings; booleans, dates, timestamps (not ns) and
+    decimals of the column's very type."""
+    if pa.types.is_integer(column):
+        return int if pa.types.is_integer(literal) else None
+    if pa.types.is_floating(column):
+        if literal == column or (pa.types.is_float64(column) and pa.types.is_float32(literal)):
+            return _finite
+        if pa.types.is_float64(column) and pa.types.is_integer(literal):
+            return _exact_float
+        return None
+    if _is_text(column):
+        return str if _is_text(literal) else None
+    if literal != column:
+        return None
+    plain = pa.types.is_boolean(column) or pa.types.is_date(column) or pa.types.is_decimal(column)
+    if plain or (pa.types.is_timestamp(column) and column.unit != "ns"):
+        return lambda v: v
+    return None
+
+
+def _finite(value: Any) -> Any:
+    number = float(value)
+    return number if number == number else _NOT_A_VALUE
+
+
+def _exact_float(value: Any) -> Any:
+    return float(value) if abs(value) <= 2**53 else _NOT_A_VALUE
+
+
+def arrow_value(literal: pa.Scalar, column: pa.DataType) -> Any:
+    """The Python value of ``literal`` as a column of type ``column`` compares with it
+    (see :func:`_to_python`), or ``_NOT_A_VALUE``."""
+    convert = _to_python(literal.type, column)
+    if convert is None or not literal.is_valid:
+        return _NOT_A_VALUE
+    try:
+        return convert(literal.as_py())
+    except (ValueError, TypeError, OverflowError, pa.ArrowException):
+        return _NOT_A_VALUE  # e.g. a time zone Python does not know
+
+
+def arrow_value_set(call: Call, column: pa.DataType) -> tuple[Any, ...] | None:
+    """The values an ``is_in`` call on a column of type ``column`` can be TRUE for, or
+    None if it can also be TRUE for NULL (a NULL in the set, matched) or a value
+    is not plain (:func:`_to_python`)."""
+    try:
+        values = call.option("value_set")
+        try:
+            behaviour = call.option("null_matching_behavior")
+        except KeyError:  # pyarrow before 13
+            behaviour = 1 if call.option("skip_nulls") else _NULL_MATCHES_NULL
+    except KeyError:
+        return None
+    if not isinstance(values, pa.Array):
+        return None
+    if values.null_count and behaviour == _NULL_MATCHES_NULL:
+        return None
+    convert = _to_python(values.type, column)
+    if convert is None:
+        return None
+    try:
+        out = tuple(convert(v) for v in values.to_pylist() if v is not None)
+    except (ValueError, TypeError, OverflowError, pa.ArrowException):
+        return None
+    return None if any(v is _NOT_A_VALUE for v in out) else out
+
+
+def _arrow_conditions(node: Node, schema: pa.Schema) -> list[Condition]:
+    """The conditions one term (not an AND or OR) of an Expression implies."""
+    if not isinstance(node, Call):
+        return []
+    compared = arrow_comparison(node)
+    if compared is not None:
+        op, name, literal = compared
+        column = _prunable(name, schema)
+        value = arrow_value(literal, column[1]) if column else _NOT_A_VALUE
+        return [] if value is _NOT_A_VALUE else [Condition(op, name, value)]
+    if node.function == "invert" and len(node.args) == 1 and isinstance(node.args[0], Call):
+        return _null_test(node.args[0], schema, negated=True)
+    if node.function in ("is_null", "is_valid"):
+        return _null_test(node, schema, negated=False)
+    subject = _column_of(node.args[0]) if len(node.args) == 1 else None
+    column = _prunable(subject, schema) if subject is not None else None
+    if column is None:
+        return []
+    if node.function == "is_in":
+        values = arrow_value_set(node, column[1])
+        return [] if values is None else [Condition("in", column[0], values=values)]
+    if node.function == "starts_with" and _is_text(column[1]):
+        try:
+            pattern, ignore_case = node.option("pattern"), node.option("ignore_case")
+        except KeyError:
+            return []
+        if isinstance(pattern, str) and ignore_case is False:
+            return [Condition("starts_with", column[0], pattern)]
+    return []
+
+
+def _null_test(call: Call, schema: pa.Schema, negated: bool) -> list[Condition]:
+    """``is_null(x)`` / ``is_valid(x)``, or with ``negated`` their ``invert``."""
+    if call.function not in ("is_null", "is_valid") or len(call.args) != 1:
+        return []
+    name = _column_of(call.args[0])
+    column = _prunable(name, schema) if name is not None else None
+    if column is None:
+        return []
+    null = (call.function == "is_null") != negated
+    if null and not negated and pa.types.is_floating(column[1]):
+        try:
+            if call.option("nan_is_null") is not False:
+                return []  # NaN counts as NULL here, and statistics count no NaN
+        except KeyError:
+            return []
+    return [Condition("is_null" if null else "not_null", column[0])]
+
+
+def arrow_pruner(tree: Node, schema: pa.Schema) -> Pruner | None:
+    """What an Expression filter (read as a tree) implies about statistics."""
+    return _walk(tree, _arrow_chain, lambda node: _arrow_conditions(node, schema))
 
 
 def row_group_pruner(filter: object, schema: pa.Schema) -> RowGroupPredicate | None:
-    """The statistics test implied by SQL-text ``filter``, for fragments and row groups
-    (None: prunes nothing, e.g. a pyarrow Expression or no simple term). Never raises:
-    a filter this cannot read is compiled, and its errors reported, by the exact
-    filter."""
-    if not isinstance(filter, str):
-        return None
+    """The statistics test implied by ``filter`` (SQL text or a pyarrow Expression),
+    for fragments and row groups (None: prunes nothing, e.g. no simple term). Never
+    raises: a filter this cannot read is compiled, and its errors reported, by the
+    exact filter. (A read compiles its filter once with
+    :func:`s3ddb.expressions.compiled.compile_filter`, which gives this too.)"""
+    pruner: Pruner | None = None
     try:
-        pruner = _pruner(parse_sql_tree(filter), schema)
+        if isinstance(filter, str):
+            pruner = sql_pruner(parse_sql_tree(filter), schema)
+        elif isinstance(filter, pc.Expression):
+            tree = expression_tree(filter)
+            pruner = arrow_pruner(tree, schema) if tree is not None else None
     except (S3DDBError, RecursionError):
         # RecursionError: sqlglot's parser recurses once per nesting level, and this
         # may run on a deeper stack than the compilation of the same filter did.

@@ -1,39 +1,35 @@
 """Using a scalar index for a filter.
 
-A filter can use a BTREE index when it is SQL text whose top-level AND holds, on the
-indexed column, an equality, an ``IN`` list, a comparison or a ``BETWEEN`` with
-literals. The index then gives, per covered fragment, the row offsets whose key
-satisfies those conjuncts; only the data row groups holding them are read, deletion
-files are applied and the *whole* filter is evaluated again on the rows read, so the
-result is exactly that of a scan. Fragments the index does not cover (appended,
-compacted or rewritten since it was built) are scanned as usual.
+A filter can use a BTREE index when its top-level AND holds, on the indexed column, an
+equality, an ``IN`` list, a comparison or a ``BETWEEN`` with literals (SQL text), or
+the same as a pyarrow Expression (``equal``, ``less``... of the column and a literal,
+``is_in``): the compiled filter's index terms
+(:meth:`s3ddb.expressions.compiled.CompiledFilter.index_terms`). The index then gives,
+per covered fragment, the row offsets whose key satisfies those terms; only the data
+row groups holding them are read, deletion files are applied and the *whole* filter
+is evaluated again on the rows read, so the result is exactly that of a scan.
+Fragments the index does not cover (appended, compacted or rewritten since it was
+built) are scanned as usual.
 """
 
 from __future__ import annotations
 
 import functools
+import operator
 import threading
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from sqlglot import exp
 
-from s3ddb.errors import InvalidInputError
-from s3ddb.expressions import (
-    S3DDBDialect,
-    parse_predicate,
-    parse_sql_tree,
-    parse_value_expression,
-)
+from s3ddb.expressions.compiled import CompiledFilter, IndexTerm
 from s3ddb.format.bases import FileResolver
 from s3ddb.format.deletion import read_deleted_rows
 from s3ddb.format.fragment import FragmentMetadata
 from s3ddb.format.index import IndexMetadata
 from s3ddb.format.manifest import Manifest
-from s3ddb.format.rows import evaluate, filter_rows
+from s3ddb.format.rows import filter_rows
 from s3ddb.index.btree import Condition, KeyRange, KeySet, indexed_column, is_btree, lookup
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.scan import read_rows_at
@@ -44,79 +40,6 @@ __all__ = [
     "plan_indexed_scan",
     "usable_index",
 ]
-
-_FLIP = {exp.GT: exp.LT, exp.GTE: exp.LTE, exp.LT: exp.GT, exp.LTE: exp.GTE, exp.EQ: exp.EQ}
-
-
-def _conjuncts(node: exp.Expr) -> list[exp.Expr]:
-    """The terms of the top-level AND (the node itself if it is none), without
-    recursion: a filter may AND thousands of terms."""
-    out: list[exp.Expr] = []
-    stack = [node]
-    while stack:
-        node = stack.pop()
-        while isinstance(node, exp.Paren):
-            node = node.this
-        if isinstance(node, exp.And):
-            stack.extend(reversed(list(node.flatten())))
-        else:
-            out.append(node)
-    return out
-
-
-def _column_name(node: exp.Expr, names: list[str]) -> str | None:
-    if isinstance(node, exp.Column) and not node.table and node.name in names:
-        return str(node.name)
-    return None
-
-
-def _literal(node: exp.Expr, schema: pa.Schema, column: str) -> Any:
-    """The value of a constant node as the column's type (raises if it is not one)."""
-    if not isinstance(node, (exp.Literal, exp.Neg, exp.Cast, exp.Boolean)):
-        raise InvalidInputError("not a literal")
-    data_type = schema.field(column).type
-    expr = parse_value_expression(node.sql(dialect=S3DDBDialect), schema, target_type=data_type)
-    value = evaluate(pa.table({"_": [0]}), {"v": expr}).column(0)[0]
-    if not value.is_valid:
-        raise InvalidInputError("NULL literal")
-    return value.as_py()
-
-
-def _condition(node: exp.Expr, schema: pa.Schema) -> tuple[str, Condition] | None:
-    """(column, condition) if ``node`` is a usable comparison of a column and literals."""
-    names = list(schema.names)
-    try:
-        if isinstance(node, exp.In) and not node.args.get("query"):
-            column = _column_name(node.this, names)
-            if column is None:
-                return None
-            values = sorted({_literal(v, schema, column) for v in node.expressions})
-            return column, KeySet(tuple(values))
-        if isinstance(node, exp.Between):
-            column = _column_name(node.this, names)
-            if column is None:
-                return None
-            lo = _literal(node.args["low"], schema, column)
-            hi = _literal(node.args["high"], schema, column)
-            return column, KeyRange(lo, hi)
-        kind = type(node)
-        if kind not in _FLIP:
-            return None
-        assert isinstance(node, exp.Binary)
-        left, right = node.left, node.right
-        column = _column_name(left, names)
-        if column is None:
-            column, left, right, kind = _column_name(right, names), right, left, _FLIP[kind]
-        if column is None:
-            return None
-        value = _literal(right, schema, column)
-    except (InvalidInputError, KeyError, TypeError, pa.ArrowException):
-        return None
-    if kind is exp.EQ:
-        return column, KeySet((value,))
-    if kind in (exp.GT, exp.GTE):
-        return column, KeyRange(lo=value, lo_inclusive=kind is exp.GTE)
-    return column, KeyRange(hi=value, hi_inclusive=kind is exp.LTE)
 
 
 @dataclass
@@ -170,11 +93,17 @@ class IndexedScan:
         return filter_rows(table, self.predicate).select(columns)
 
 
+def _key_condition(term: IndexTerm) -> Condition:
+    if term.keys is not None:
+        return KeySet(term.keys)
+    return KeyRange(term.lo, term.hi, term.lo_inclusive, term.hi_inclusive)
+
+
 def usable_index(
-    manifest: Manifest, text: str
+    manifest: Manifest, compiled: CompiledFilter
 ) -> tuple[IndexMetadata, str, list[Condition], pc.Expression] | None:
-    """The first index a filter text can use, its column, the key conditions and their
-    predicate (over that column alone); None if none can be used."""
+    """The first index a compiled filter can use, its column, the key conditions and
+    their predicate (over that column alone); None if none can be used."""
     indexed: dict[str, IndexMetadata] = {}
     for index in manifest.indices:
         column = indexed_column(manifest, index) if index.fragment_ids else None
@@ -182,48 +111,32 @@ def usable_index(
             indexed.setdefault(column, index)
     if not indexed:
         return None
-    try:
-        tree = parse_sql_tree(text)
-    except InvalidInputError:
+    terms = compiled.index_terms(indexed.keys())
+    if not terms:
         return None
-    found: dict[str, list[tuple[exp.Expr, Condition]]] = {}
-    for node in _conjuncts(tree):
-        parsed = _condition(node, manifest.schema.arrow)
-        if parsed is not None and parsed[0] in indexed:
-            found.setdefault(parsed[0], []).append((node, parsed[1]))
-    for column, pairs in found.items():
-        # No parentheses: the terms are comparisons, IN and BETWEEN, which bind
-        # tighter than AND, and the text stays within the limits the whole filter met.
-        sql = " AND ".join(n.sql(dialect=S3DDBDialect) for n, _c in pairs)
-        try:
-            exact = parse_predicate(sql, manifest.schema.arrow)
-        except InvalidInputError:
-            return None  # the filter itself compiled: scanning gives its answer
-        return indexed[column], column, [c for _n, c in pairs], exact
-    return None
+    column = terms[0].column  # the indexed column the filter names first
+    chosen = [t for t in terms if t.column == column]
+    exact = functools.reduce(operator.and_, [t.expression for t in chosen])
+    return indexed[column], column, [_key_condition(t) for t in chosen], exact
 
 
 def plan_indexed_scan(
-    store: ObjectStore,
-    manifest: Manifest,
-    text: Any,
-    predicate: pc.Expression | None,
+    store: ObjectStore, manifest: Manifest, compiled: CompiledFilter | None
 ) -> IndexedScan | None:
     """Look the filter's keys up in an index of ``manifest``, if one applies.
 
-    ``text`` is the filter as given (only SQL text is analysed); ``predicate`` is
-    the compiled filter, re-applied to every row read.
+    ``compiled.predicate``, the whole filter, is re-applied to every row read.
     """
-    if not isinstance(text, str) or predicate is None or not manifest.indices:
+    if compiled is None or not manifest.indices:
         return None
-    usable = usable_index(manifest, text)
+    usable = usable_index(manifest, compiled)
     if usable is None:
         return None
     index, column, conditions, exact = usable
     present = {f.id: f.physical_rows for f in manifest.fragments}
     covered = frozenset(index.fragment_ids & present.keys())
     offsets = lookup(store, index, conditions, exact, column, {i: present[i] for i in covered})
-    return IndexedScan(index, offsets, predicate, store, manifest, _covered=covered)
+    return IndexedScan(index, offsets, compiled.predicate, store, manifest, _covered=covered)
 
 
 def lookup_keys(

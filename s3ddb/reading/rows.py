@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from s3ddb.errors import ColumnNotFoundError, InvalidInputError
-from s3ddb.expressions.pruning import row_group_pruner
+from s3ddb.expressions.compiled import compile_filter
 from s3ddb.format.fragment import FragmentMetadata
 from s3ddb.scan import read_visible_rows
 from s3ddb.scan.stream import stream_tables
@@ -68,24 +68,19 @@ class VersionReader:
     def __init__(self, ds: PinnedVersion, columns: list[str] | None, filter: Filter) -> None:
         self._ds = ds
         self.columns = resolve_columns(ds, columns)
-        self.predicate = self._compile(filter)
+        # One parse gives the exact predicate, the pruning and the index terms.
+        self.filter = compile_filter(filter, ds.schema) if filter is not None else None
+        self.predicate = self.filter.predicate if self.filter is not None else None
         # Row groups the filter's simple AND terms rule out are never read.
-        self.may_match = row_group_pruner(filter, ds.schema)
-        self._indexed = self._plan_index(filter)
+        self.may_match = self.filter.may_match if self.filter is not None else None
+        self._indexed = self._plan_index()
 
-    def _compile(self, filter: Filter) -> pc.Expression | None:
-        if filter is None:
-            return None
-        from s3ddb.expressions import parse_predicate
-
-        return parse_predicate(filter, self._ds.schema)
-
-    def _plan_index(self, filter: Filter) -> IndexedScan | None:
-        if not self._ds.manifest.indices:
+    def _plan_index(self) -> IndexedScan | None:
+        if self.filter is None or not self._ds.manifest.indices:
             return None
         from s3ddb.index.query import plan_indexed_scan
 
-        return plan_indexed_scan(self._ds.handler.store, self._ds.manifest, filter, self.predicate)
+        return plan_indexed_scan(self._ds.handler.store, self._ds.manifest, self.filter)
 
     def fragment(self, fragment: FragmentMetadata, columns: list[str] | None = None) -> pa.Table:
         """The visible rows of ``fragment`` that match the filter."""

@@ -30,8 +30,8 @@ from s3ddb.errors import (
     InvalidInputError,
     SchemaMismatchError,
 )
-from s3ddb.expressions import parse_predicate, parse_value_expression, referenced_columns
-from s3ddb.expressions.pruning import row_group_pruner
+from s3ddb.expressions import parse_value_expression, referenced_columns
+from s3ddb.expressions.compiled import compile_filter
 from s3ddb.format import layout
 from s3ddb.format.bases import FileResolver
 from s3ddb.format.datafile import read_fragment, write_data_file, write_fragments_from_table
@@ -228,11 +228,11 @@ def plan_delete(
     """
     if isinstance(predicate, str) and not predicate.strip():
         raise InvalidExpressionError("delete needs a predicate; to delete every row use 'true'")
-    expr = parse_predicate(predicate, manifest.schema.arrow)
-    pruner = row_group_pruner(predicate, manifest.schema.arrow)
+    compiled = compile_filter(predicate, manifest.schema.arrow)
+    expr = compiled.predicate
     files = FileTracker(store)
     with files.cleanup_on_error():
-        found = delete_rows(store, manifest, expr, pruner, files)
+        found = delete_rows(store, manifest, expr, compiled.may_match, files)
         if not found.rows:
             return None
         op = Delete(
@@ -333,9 +333,9 @@ def plan_update(
     """
     schema = manifest.schema
     exprs = compile_values(values, schema.arrow)
-    predicate = parse_predicate(where, schema.arrow) if where is not None else None
-    pruner = row_group_pruner(where, schema.arrow) if where is not None else None
-    plan = find_rows(store, manifest, predicate, pruner)
+    compiled = compile_filter(where, schema.arrow) if where is not None else None
+    predicate = compiled.predicate if compiled is not None else None
+    plan = find_rows(store, manifest, predicate, compiled.may_match if compiled else None)
     if not plan.rows:
         return None
     mode = choose_mode(rewrite, plan, manifest, len(exprs))
