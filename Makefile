@@ -13,8 +13,9 @@ PYTEST_ARGS ?=
 PEERS_ARGS ?=
 SCALE_ARGS ?=
 READ_ARGS ?=
+SPARK_MERGE_ARGS ?=
 
-.PHONY: demo test test-fast lint typecheck protos bench bench-groups bench-index bench-stream bench-peers bench-scale bench-read clean
+.PHONY: demo test test-fast lint typecheck protos bench bench-groups bench-index bench-stream bench-peers bench-scale bench-read bench-spark-merge clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -88,6 +89,13 @@ bench-scale: $(BENCH_STAMP)
 # READ_ARGS="--quick" for a smoke run, or sizes: READ_ARGS="--endpoint-rows 2000000".
 bench-read: $(BENCH_STAMP)
 	$(PY) benchmarks/read_path.py $(READ_ARGS)
+
+# Spark's distributed upsert (s3ddb.spark_ext.merge_insert) beside Spark's own rewrite of
+# the same Parquet files, local[2]: 20M target rows, sources of 1%, 10% and 100%, keys
+# spread or clustered; SPARK_MERGE_ARGS=--quick for a smoke run, or
+# SPARK_MERGE_ARGS="--target-rows 2000000".
+bench-spark-merge: $(STAMP)
+	$(PY) benchmarks/spark_merge.py $(SPARK_MERGE_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
