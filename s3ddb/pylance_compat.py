@@ -23,7 +23,7 @@ from s3ddb.format.manifest import Manifest
 from s3ddb.format.schema import DatasetSchema
 from s3ddb.index.api import IndexDescription, describe_indices, index_statistics
 from s3ddb.io.arguments import check_int
-from s3ddb.maintenance.health import drop
+from s3ddb.maintenance.drop import drop
 from s3ddb.maintenance.inspection import DatasetStatistics, check_files
 from s3ddb.operations import (
     Append,

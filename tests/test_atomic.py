@@ -221,7 +221,7 @@ def test_a_dropped_and_recreated_member_fails_the_group(where: Where) -> None:
     with pytest.raises(DatasetRecreatedError), s3ddb.atomic(storage_options=so) as tx:
         tx.dataset(a).insert(_table(20))
         tx.dataset(b).insert(_table(21))
-        from s3ddb.maintenance.health import drop
+        from s3ddb.maintenance.drop import drop
 
         drop(b, so)
         s3ddb.write_dataset(_table(7), b, storage_options=so)
@@ -413,7 +413,7 @@ def test_verify_checks_every_member_of_every_group(aws: Any) -> None:
     from s3ddb.commit import finalizer
     from s3ddb.external_store.ddb_items import item_key
     from s3ddb.io.uri import parse_uri
-    from s3ddb.maintenance.health import verify
+    from s3ddb.maintenance.verify import verify
 
     so = aws.storage_options()
     prefix = f"atomic-{uuid.uuid4().hex[:10]}"

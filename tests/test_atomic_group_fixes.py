@@ -272,7 +272,7 @@ def test_verify_reports_a_member_whose_table_is_gone(
     fail on the table (ExternalStoreTableError, exit 2)."""
     from s3ddb.external_store.ddb_items import item_key
     from s3ddb.io.uri import parse_uri
-    from s3ddb.maintenance.health import verify
+    from s3ddb.maintenance.verify import verify
     from tests import storage
     from tests.cli_runner import run_cli
 

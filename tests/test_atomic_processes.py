@@ -20,7 +20,7 @@ import pytest
 
 import s3ddb
 from s3ddb.commit.failpoints import EXIT_CODE
-from s3ddb.maintenance import health
+from s3ddb.maintenance.verify import verify
 from tests.conftest import TEST_BUCKET, TEST_TABLE
 from tests.proc import ROOT
 
@@ -86,7 +86,7 @@ def test_a_group_killed_at_any_failpoint_is_all_or_nothing(aws: Any, point: str)
         ds = s3ddb.dataset(uri, storage_options=so)
         assert ds.version == (2 if decided else 1)
         assert _ids(ds) == _ids(snap[uri])
-        report = health.verify(uri, so, grace_seconds=0)
+        report = verify(uri, so, grace_seconds=0)
         # What a killed writer leaves behind is harmless to readers, nothing else.
         leftovers = {"unreferenced_file", "orphaned_staged_manifest"}
         assert not [p for p in report.problems if p.kind not in leftovers], report.to_json()
@@ -120,7 +120,7 @@ def test_a_group_of_several_versions_of_one_dataset_killed_is_finished_by_reader
     assert not rows.get(parse_uri(a).base_uri, 2).is_staged  # type: ignore[union-attr]
     assert _ids(s3ddb.dataset(a, version=2, storage_options=so)) == [0, 7]
     for uri in (a, b):
-        report = health.verify(uri, so, grace_seconds=0)
+        report = verify(uri, so, grace_seconds=0)
         leftovers = {"unreferenced_file", "orphaned_staged_manifest"}
         assert not [p for p in report.problems if p.kind not in leftovers], report.to_json()
 
@@ -208,7 +208,7 @@ def test_concurrent_groups_and_single_writers_lose_nothing(aws: Any) -> None:
     assert len(history[a]) == 12
     assert history[a] == history[b]
     for uri in (a, b):
-        report = health.verify(uri, so, grace_seconds=0)
+        report = verify(uri, so, grace_seconds=0)
         assert report.healthy, report.to_json()
 
 

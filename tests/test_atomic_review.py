@@ -95,7 +95,7 @@ def test_verify_reports_a_planted_member_table_instead_of_failing(aws: Any) -> N
     reports, not a request it sends to DynamoDB (which would fail verify)."""
     from s3ddb.external_store.ddb_items import item_key
     from s3ddb.io.uri import parse_uri
-    from s3ddb.maintenance.health import verify
+    from s3ddb.maintenance.verify import verify
 
     a, b, so = _pair(aws)
     with s3ddb.atomic(storage_options=so) as tx:

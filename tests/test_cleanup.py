@@ -22,7 +22,7 @@ import s3ddb.maintenance.cleanup
 import s3ddb.versions.pinned
 from s3ddb.format import layout
 from s3ddb.io import ObjectStore
-from s3ddb.maintenance import health
+from s3ddb.maintenance.verify import verify
 from tests import storage
 from tests.conftest import TEST_BUCKET, TEST_TABLE
 
@@ -92,13 +92,13 @@ def test_cleanup_keeps_exactly_what_it_must(target: tuple[str, Any]) -> None:
     if so is not None:
         assert stats.rows_removed == 4
     # verify: healthy but for the young leftover, which is within its grace period.
-    report = health.verify(uri, so)
+    report = verify(uri, so)
     assert report.healthy, report.problems
 
     stats = ds.cleanup_old_versions(older_than=NOW, retain_versions=2, delete_unverified=True)
     assert stats.versions_removed == [] and stats.files == {"data_files": 1}
     assert _orphans(uri, so) == set()
-    assert health.verify(uri, so, grace_seconds=0).healthy
+    assert verify(uri, so, grace_seconds=0).healthy
 
 
 def test_recent_versions_are_kept_by_default(target: tuple[str, Any]) -> None:
@@ -176,7 +176,7 @@ def test_writers_committing_during_cleanup_lose_nothing(
     time.sleep(window.total_seconds())
     ds.cleanup_old_versions(older_than=NOW, retain_versions=1)
     assert len(ds.versions()) == 1
-    assert health.verify(uri, so).healthy
+    assert verify(uri, so).healthy
 
 
 def test_a_writer_on_an_old_base_never_claims_a_number_cleanup_freed(

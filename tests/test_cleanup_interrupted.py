@@ -21,7 +21,7 @@ import s3ddb.maintenance.cleanup as cleanup_module
 from s3ddb.format import layout
 from s3ddb.format.naming import NamingScheme, parse_manifest_name
 from s3ddb.io import ObjectStore, parse_uri
-from s3ddb.maintenance import health
+from s3ddb.maintenance.verify import verify
 from tests import storage
 from tests.conftest import TEST_BUCKET, TEST_TABLE
 
@@ -108,7 +108,7 @@ def test_a_tag_created_after_cleanup_read_the_tags_keeps_its_version(
         s3ddb.dataset(clone, storage_options=so).to_table().column("a").to_pylist() == (expected[1])
     )
     assert [v.version for v in s3ddb.dataset(uri, storage_options=so).versions()] == [1, 3]
-    assert health.verify(uri, so).healthy
+    assert verify(uri, so).healthy
 
 
 _CLEANUP = """
@@ -199,7 +199,7 @@ def test_an_interrupted_cleanup_leaves_every_visible_version_whole(
         assert [v.version for v in s3ddb.dataset(where, storage_options=so).versions()] == [3]
         assert _manifest_versions(where, so) == {3}
         assert not {p for p in storage.orphans(where, so) if not p.startswith("_refs")}
-        assert health.verify(where, so).healthy
+        assert verify(where, so).healthy
         if finished:
             break
         cut += 1
@@ -238,7 +238,7 @@ def test_a_cleanup_killed_after_one_deletion_leaves_whole_versions_the_next_remo
     s3ddb.dataset(ddb_uri, storage_options=so).cleanup_old_versions(older_than=NOW)
     assert _manifest_versions(ddb_uri, so) == {3}
     assert not {p for p in storage.orphans(ddb_uri, so) if not p.startswith("_refs")}
-    assert health.verify(ddb_uri, so).healthy
+    assert verify(ddb_uri, so).healthy
 
 
 def _five_appends_v1_tagged(uri: str, so: dict[str, Any]) -> s3ddb.Dataset:
@@ -273,7 +273,7 @@ def test_manifests_an_interrupted_cleanup_left_between_kept_rows_are_removed_lat
     # verify names them and says cleanup deletes them.
     problems = [
         p
-        for p in health.verify(ddb_uri, so, grace_seconds=0).problems
+        for p in verify(ddb_uri, so, grace_seconds=0).problems
         if p.kind == "manifest_without_row"
     ]
     assert sorted(p.version for p in problems if p.version is not None) == [2, 3, 4]
@@ -295,7 +295,7 @@ def test_manifests_an_interrupted_cleanup_left_between_kept_rows_are_removed_lat
     assert stats.files["manifests"] == 3
     assert _manifest_versions(ddb_uri, so) == {1, 5}
     assert not {p for p in storage.orphans(ddb_uri, so) if not p.startswith("_refs")}
-    report = health.verify(ddb_uri, so, grace_seconds=0)
+    report = verify(ddb_uri, so, grace_seconds=0)
     assert report.healthy, report.problems
     kept = s3ddb.dataset(ddb_uri, "keep", storage_options=so).to_table()
     assert kept.column("a").to_pylist() == [0]

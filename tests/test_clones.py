@@ -17,7 +17,8 @@ from s3ddb.commit import finalizer
 from s3ddb.format.bases import BasePath
 from s3ddb.format.manifest import MANIFEST_MAGIC, Manifest
 from s3ddb.io.object_store import ObjectStore
-from s3ddb.maintenance.health import drop, verify
+from s3ddb.maintenance.drop import drop
+from s3ddb.maintenance.verify import verify
 from s3ddb.operations import Clone, UpdateBases
 from tests.conftest import TEST_BUCKET, TEST_TABLE
 

@@ -36,7 +36,8 @@ from s3ddb.external_store.dynamodb import item_to_row, row_to_item
 from s3ddb.format import layout
 from s3ddb.format.naming import NamingScheme
 from s3ddb.io import parse_uri
-from s3ddb.maintenance import health
+from s3ddb.maintenance.drop import drop
+from s3ddb.maintenance.verify import verify
 from tests.conftest import TEST_BUCKET, TEST_TABLE, make_table
 
 CONDITIONAL_BUCKET = "s3ddb-test-conditional"
@@ -69,7 +70,7 @@ def where(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, dict[str
 
 def _drop(uri: str, so: dict[str, Any] | None) -> None:
     finalizer.drain()
-    health.drop(uri, so)
+    drop(uri, so)
 
 
 def _ids(ds: s3ddb.Dataset) -> list[int]:
@@ -116,7 +117,7 @@ def test_a_writer_of_a_dropped_and_recreated_dataset_is_refused(
     assert fresh.version == recreated_versions
     assert [v.version for v in fresh.versions()] == list(range(1, recreated_versions + 1))
     assert _ids(fresh) == [1000 + i for i in range(recreated_versions)]
-    assert health.verify(uri, so, grace_seconds=0).healthy
+    assert verify(uri, so, grace_seconds=0).healthy
 
 
 def test_restore_through_a_handle_of_a_dropped_and_recreated_dataset_is_refused(
@@ -137,7 +138,7 @@ def test_restore_through_a_handle_of_a_dropped_and_recreated_dataset_is_refused(
     fresh = s3ddb.dataset(uri, storage_options=so)
     assert fresh.version == 3
     assert _ids(fresh) == [100, 200, 300]
-    assert health.verify(uri, so, grace_seconds=0).healthy
+    assert verify(uri, so, grace_seconds=0).healthy
 
 
 def test_drop_through_the_cli_fences_a_local_writer(tmp_path: Path) -> None:
@@ -176,7 +177,7 @@ def test_a_plain_s3_writer_cannot_commit_to_a_dynamodb_dataset(aws: Any) -> None
     ds = s3ddb.write_dataset(make_table(4, 1), ddb_uri, mode="append", storage_options=so)
     assert ds.version == 3 and _ids(ds) == [0, 1, 2, 3, 4]
     finalizer.drain()
-    report = health.verify(ddb_uri, so, grace_seconds=0)
+    report = verify(ddb_uri, so, grace_seconds=0)
     assert report.healthy, report.to_json()["problems"]
 
 
@@ -353,7 +354,7 @@ def test_after_a_crash_the_next_writer_leaves_verify_healthy(
     env = {**aws.env(), "S3DDB_FAILPOINTS": f"{point}=exit"}
     [crashed] = run_workers([("append", uri, "1", "1", "1")], env=env)
     assert crashed.returncode == EXIT_CODE, crashed.stderr[-2000:]
-    report = health.verify(uri, so, grace_seconds=0)
+    report = verify(uri, so, grace_seconds=0)
     assert not report.healthy  # version 2 is decided but still staged
     # A writer that builds on the crashed version (without reading through it first)
     # finishes it completely: copy and repoint. (Writers leave a row younger than two
@@ -362,7 +363,7 @@ def test_after_a_crash_the_next_writer_leaves_verify_healthy(
     stale = s3ddb.dataset(uri, version=1, storage_options=so)
     stale.insert(rows_for(0, 1, 1))
     finalizer.drain()
-    report = health.verify(uri, so, grace_seconds=0)
+    report = verify(uri, so, grace_seconds=0)
     assert report.healthy, report.to_json()["problems"]
     assert s3ddb.dataset(uri, storage_options=so).version == 3
 
@@ -388,9 +389,9 @@ def test_verify_reports_versions_of_another_identity(tmp_path: Path) -> None:
         s3ddb.write_dataset(make_table(i, 1), str(a), mode="append")
     for i in range(3):
         s3ddb.write_dataset(make_table(10 + i, 1), str(b), mode="append")
-    assert health.verify(str(a), None, grace_seconds=0).healthy
+    assert verify(str(a), None, grace_seconds=0).healthy
     name = layout.manifest_path(3, NamingScheme.V2)
     shutil.copy(b / name, a / name)  # planted, or left by a dataset re-created here
-    report = health.verify(str(a), None, grace_seconds=0)
+    report = verify(str(a), None, grace_seconds=0)
     foreign = [p for p in report.problems if p.kind == "foreign_version"]
     assert sorted(p.version for p in foreign) == [1, 2], report.problems

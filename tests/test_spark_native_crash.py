@@ -18,8 +18,8 @@ import pytest
 import s3ddb
 from s3ddb.commit.failpoints import EXIT_CODE
 from s3ddb.maintenance.cleanup import STAGING_KIND
-from s3ddb.maintenance.health import verify
 from s3ddb.maintenance.staging import LEFTOVER_KIND
+from s3ddb.maintenance.verify import verify
 from tests import storage
 
 pytest.importorskip("pyspark")

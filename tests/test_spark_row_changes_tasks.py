@@ -18,7 +18,7 @@ import s3ddb
 from s3ddb.errors import InvalidExpressionError
 from s3ddb.format import layout
 from s3ddb.io.object_store import LocalObjectStore
-from s3ddb.maintenance import health
+from s3ddb.maintenance.verify import verify
 from tests.storage import objects, orphans
 
 pytest.importorskip("pyspark")
@@ -111,7 +111,7 @@ def _written_by_driver(puts: list[str]) -> list[str]:
 
 
 def _assert_clean(uri: str) -> None:
-    report = health.verify(uri, None, grace_seconds=0)
+    report = verify(uri, None, grace_seconds=0)
     assert report.healthy, report.problems
     assert orphans(uri) == set()
 

@@ -14,8 +14,8 @@ import pyarrow as pa
 import s3ddb
 from s3ddb.io import ObjectStore
 from s3ddb.maintenance.cleanup import STAGING_KIND
-from s3ddb.maintenance.health import verify
 from s3ddb.maintenance.staging import LEFTOVER_KIND
+from s3ddb.maintenance.verify import verify
 from tests import storage
 
 DAY = 24 * 3600.0

@@ -555,10 +555,10 @@ def test_a_bad_tag_file_is_refused_naming_it(tmp_path: Path, body: bytes, words:
     assert ds.tags.get("good") == 1
 
 
-def test_health_reads_tags_with_the_same_parser(
+def test_verify_reads_tags_with_the_same_parser(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from s3ddb.maintenance import health
+    from s3ddb.maintenance import verify
     from s3ddb.versions import tags
 
     uri = str(tmp_path / "ds")
@@ -572,8 +572,8 @@ def test_health_reads_tags_with_the_same_parser(
         seen.append(path)
         return real(store, path)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(health, "read_tag_version", spy)
-    report = health.verify(uri)  # a bad tag protects nothing, and breaks nothing
+    monkeypatch.setattr(verify, "read_tag_version", spy)
+    report = verify.verify(uri)  # a bad tag protects nothing, and breaks nothing
     assert sorted(seen) == [layout.tag_path("bad"), layout.tag_path("good")]
     assert report is not None
 

@@ -37,7 +37,9 @@ import pytest
 import s3ddb
 from s3ddb.commit import finalizer
 from s3ddb.io import ObjectStore, parse_uri
-from s3ddb.maintenance import health
+from s3ddb.maintenance.drop import drop
+from s3ddb.maintenance.repair import sync
+from s3ddb.maintenance.verify import verify
 from s3ddb.versions.connect import external_store_for
 from tests.conftest import TEST_BUCKET, TEST_TABLE
 from tests.proc import ROOT
@@ -153,8 +155,8 @@ def test_writers_killed_at_random_moments_lose_nothing(aws: Any, ddb_uri: str) -
     assert plain >= rows[-1].version - 1, f"{where}: plain reader at {plain}, table at {rows[-1]}"
 
     # Repair, then check.
-    assert health.sync(ddb_uri, so).ok, where
-    report = health.verify(ddb_uri, so)
+    assert sync(ddb_uri, so).ok, where
+    report = verify(ddb_uri, so)
     assert report.healthy, f"{where}: {report.problems}"
     ds = s3ddb.dataset(ddb_uri, storage_options=so)
     assert [v.version for v in ds.versions()] == list(range(1, ds.version + 1)), where
@@ -248,7 +250,7 @@ def test_drop_recreate_and_a_plain_writer_lose_nothing(moto_aws: Any) -> None:
             generations.append(gen)
         if not recreated and time.monotonic() >= recreate_at:
             finalizer.drain()
-            health.drop(ddb_uri, so)
+            drop(ddb_uri, so)
             new = s3ddb.write_dataset(seed_rows, ddb_uri, mode="create", storage_options=so)
             new_identity = new.manifest.dataset_id
             recreated = True
@@ -263,8 +265,8 @@ def test_drop_recreate_and_a_plain_writer_lose_nothing(moto_aws: Any) -> None:
     assert not [line for line in plain_log if "ack" in line], f"{where}: {plain_log}"
     assert any("refused" in line for line in plain_log), f"{where}: {plain_log[-5:]}"
 
-    assert health.sync(ddb_uri, so).ok, where
-    report = health.verify(ddb_uri, so)
+    assert sync(ddb_uri, so).ok, where
+    report = verify(ddb_uri, so)
     assert report.healthy, f"{where}: {report.problems}"
     ds = s3ddb.dataset(ddb_uri, storage_options=so)
     identity = ds.manifest.dataset_id

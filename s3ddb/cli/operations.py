@@ -19,8 +19,11 @@ from s3ddb.cli.commands import _verb, emit_json, storage_options
 from s3ddb.cli.output import raw_stream
 from s3ddb.dataset import dataset
 from s3ddb.errors import InvalidInputError
-from s3ddb.maintenance import cleanup, health
+from s3ddb.maintenance import cleanup
 from s3ddb.maintenance.cleanup import KeptVersion
+from s3ddb.maintenance.drop import drop
+from s3ddb.maintenance.repair import sync, table_datasets
+from s3ddb.maintenance.verify import DEFAULT_GRACE_SECONDS, verify
 from s3ddb.writes import rows as writes
 
 __all__ = [
@@ -45,20 +48,20 @@ def _grace(text: str) -> float:
 
 _GRACE_HELP = (
     "ignore objects younger than this many seconds: a writer may be committing them "
-    f"(default {health.DEFAULT_GRACE_SECONDS:g})"
+    f"(default {DEFAULT_GRACE_SECONDS:g})"
 )
 
 
 def register(subparsers: Any) -> None:
     p = _verb(subparsers, "verify", run_verify)
-    p.add_argument("--grace", type=_grace, default=health.DEFAULT_GRACE_SECONDS,
+    p.add_argument("--grace", type=_grace, default=DEFAULT_GRACE_SECONDS,
                    metavar="SECONDS", help=_GRACE_HELP)  # fmt: skip
 
     # With --all there is no URI: s3ddb sync --all --table NAME.
     p = _verb(subparsers, "sync", run_sync, uri_optional=True)
     p.add_argument("--table", metavar="NAME", help="with --all: the DynamoDB table")
     p.add_argument("--all", action="store_true", help="every dataset with rows in --table")
-    p.add_argument("--grace", type=_grace, default=health.DEFAULT_GRACE_SECONDS,
+    p.add_argument("--grace", type=_grace, default=DEFAULT_GRACE_SECONDS,
                    metavar="SECONDS", help=_GRACE_HELP)  # fmt: skip
 
     p = _verb(subparsers, "cleanup", run_cleanup)
@@ -125,7 +128,7 @@ def run_verify(args: argparse.Namespace) -> int:
     1: problems found; 2: usage or access error.
     """
     with _progress(args) as progress:
-        report = health.verify(
+        report = verify(
             args.uri, storage_options(args), grace_seconds=args.grace, progress=progress
         )
     if args.json:
@@ -161,7 +164,7 @@ def run_sync(args: argparse.Namespace) -> int:
     if args.all:
         if not args.table or args.uri:
             raise InvalidInputError("sync --all takes --table NAME and no URI")
-        uris = list(health.table_datasets(args.table, options))
+        uris = list(table_datasets(args.table, options))
     else:
         if not args.uri or args.table:
             raise InvalidInputError("sync takes a dataset URI (or --all --table NAME)")
@@ -169,7 +172,7 @@ def run_sync(args: argparse.Namespace) -> int:
     reports = []
     with _progress(args) as progress:
         for done, uri in enumerate(uris, 1):
-            reports.append(health.sync(uri, options, grace_seconds=args.grace))
+            reports.append(sync(uri, options, grace_seconds=args.grace))
             progress("syncing datasets", done, len(uris))
     ok = all(r.ok for r in reports)
     if args.json:
@@ -336,7 +339,7 @@ def run_drop(args: argparse.Namespace) -> int:
             print("not confirmed; nothing deleted", file=sys.stderr)
             return 1
     with _progress(args) as progress:
-        report = health.drop(
+        report = drop(
             args.uri, storage_options(args), progress=progress, missing_ok=args.missing_ok
         )
     if args.json:

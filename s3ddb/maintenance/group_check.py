@@ -9,20 +9,17 @@ does not decide groups atomically).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from s3ddb.commit.external import ExternalStoreCommitHandler
 from s3ddb.errors import ExternalStoreTableError, StoredMetadataError
 from s3ddb.external_store.base import ExternalManifestStore, ManifestRow
 from s3ddb.external_store.group import GROUP_ID_ATTRIBUTE, group_members
+from s3ddb.maintenance.problems import ReportProblem
 
 __all__ = ["check_groups"]
 
-Problem = Callable[..., None]
-
 
 def check_groups(
-    handler: ExternalStoreCommitHandler, rows: list[ManifestRow], problem: Problem
+    handler: ExternalStoreCommitHandler, rows: list[ManifestRow], problem: ReportProblem
 ) -> None:
     """Report, through ``problem``, every group member of ``rows`` (the dataset's
     rows) that is malformed, missing, of another group, or in a table that does not
@@ -41,10 +38,12 @@ def check_groups(
             members = group_members(row)
         except StoredMetadataError as exc:
             problem(
-                "malformed_group", str(row.version), str(exc),
+                "malformed_group",
+                str(row.version),
+                str(exc),
                 "the row was written by hand or by another tool; restore it from a backup",
                 row.version,
-            )  # fmt: skip
+            )
             continue
         if members is None:
             continue
@@ -60,14 +59,15 @@ def check_groups(
             if state is None:
                 continue
             problem(
-                "missing_group_member", str(row.version),
+                "missing_group_member",
+                str(row.version),
                 f"version {row.version} was committed in group {group} with version "
                 f"{version} of {base_uri} (table {table}), which {state}: readers of both "
                 "datasets may see part of that group",
                 "restore the member's row (or its table) from a backup (DynamoDB "
                 "point-in-time recovery)",
                 row.version,
-            )  # fmt: skip
+            )
 
 
 def _member_state(

@@ -10,17 +10,18 @@ A folder is judged whole, by its newest file: a write in progress keeps adding f
 than a grace period belongs to a write that is over. :func:`cleanup_old_versions
 <s3ddb.maintenance.cleanup.cleanup_old_versions>` deletes such folders once their
 newest file is 7 days old (or at any age with ``delete_unverified``: no write may be
-running then), and :func:`verify <s3ddb.maintenance.health.verify>` reports them.
+running then), and :func:`verify <s3ddb.maintenance.verify.verify>` reports them.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from s3ddb.format import layout
 from s3ddb.io.object_store import ObjectMeta, ObjectStore
+from s3ddb.maintenance.problems import ReportProblem
 
 __all__ = [
     "LEFTOVER_KIND",
@@ -71,7 +72,7 @@ def staging_folders(objects: Iterable[ObjectMeta]) -> dict[str, StagingFolder]:
 
 def check_staging(
     objects: Iterable[ObjectMeta],
-    problem: Callable[..., None],
+    problem: ReportProblem,
     grace_seconds: float,
     now: float,
 ) -> None:
@@ -80,13 +81,14 @@ def check_staging(
     for folder in staging_folders(objects).values():
         if folder.idle_for(grace_seconds, now):
             problem(
-                LEFTOVER_KIND, folder.path + "/",
+                LEFTOVER_KIND,
+                folder.path + "/",
                 f"{len(folder.files)} file(s), {folder.size} bytes, of a native Spark write "
                 "(s3ddb.spark_ext.write) whose driver stopped before the end; no version "
                 "refers to them",
                 "harmless to readers; s3ddb cleanup deletes the folder once its newest file "
                 "is 7 days old (at any age with --delete-unverified, when no write runs)",
-            )  # fmt: skip
+            )
 
 
 def remove_empty_folders(store: ObjectStore, deleted: Iterable[str]) -> None:

@@ -40,12 +40,12 @@ class S3DDBVerify:
     def eval(
         self, uri: str, options: dict[str, str] | None = None, grace: float | None = None
     ) -> Iterator[tuple[Any, ...]]:
-        from s3ddb.maintenance import health
+        from s3ddb.maintenance.verify import DEFAULT_GRACE_SECONDS, verify
 
-        report = health.verify(
+        report = verify(
             uri,
             dict(options) if options else None,
-            grace_seconds=health.DEFAULT_GRACE_SECONDS if grace is None else float(grace),
+            grace_seconds=DEFAULT_GRACE_SECONDS if grace is None else float(grace),
         )
         for p in report.problems:
             yield p.kind, p.version, p.path, p.meaning, p.fix

@@ -1,22 +1,21 @@
-"""Checking and repairing a dataset: what ``s3ddb verify``, ``sync`` and ``drop`` do.
+"""Checking a dataset: what ``s3ddb verify`` does.
 
 :func:`verify` compares what the commit mechanism records (DynamoDB rows for
 ``s3+ddb://``, manifests otherwise) with the objects under the dataset root, and
-reports every problem with what it means and how to fix it. :func:`sync` repairs what
-can be repaired without judgement: it finishes staged commits, puts back final
-manifests whose staged copy survived, and deletes staged manifests nothing refers to.
-Both are safe while writers commit; objects younger than a grace period (a writer may
-be between writing them and committing) are never reported or touched.
+reports every problem with what it means and how to fix it (the kinds are
+:data:`~s3ddb.maintenance.problems.PROBLEM_KINDS`). It never changes anything:
+:mod:`.repair` repairs what needs no judgement. Safe while writers commit; objects
+younger than a grace period (a writer may be between writing them and committing)
+are never reported.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from s3ddb.commit import finalizer as finalizers
 from s3ddb.commit.external import ExternalStoreCommitHandler
 from s3ddb.commit.handlers import CommitHandler, ManifestLocation
 from s3ddb.errors import (
@@ -35,6 +34,7 @@ from s3ddb.format.naming import parse_manifest_name, parse_staged_name
 from s3ddb.format.parquet_source import check_data_file
 from s3ddb.io.object_store import ObjectMeta, ObjectStore
 from s3ddb.maintenance.group_check import check_groups
+from s3ddb.maintenance.problems import Problem, ReportProblem
 from s3ddb.maintenance.staging import check_staging
 from s3ddb.versions.connect import open_handler
 from s3ddb.versions.opening import dataset_not_found
@@ -42,15 +42,12 @@ from s3ddb.versions.tags import read_tag_version, tag_name_of
 
 __all__ = [
     "DEFAULT_GRACE_SECONDS",
-    "DROP_PASSES",
-    "DropReport",
-    "Problem",
     "Progress",
-    "SyncReport",
     "VerifyReport",
-    "drop",
-    "sync",
-    "table_datasets",
+    "external_rows",
+    "no_progress",
+    "old_enough",
+    "staged_objects",
     "verify",
 ]
 
@@ -61,23 +58,15 @@ DEFAULT_GRACE_SECONDS = 3600.0
 Progress = Callable[[str, int, "int | None"], None]
 
 
-def _no_progress(what: str, done: int, total: int | None) -> None:
-    pass
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One thing wrong with a dataset."""
-
-    kind: str
-    path: str
-    meaning: str
-    fix: str
-    version: int | None = None
+def no_progress(what: str, done: int, total: int | None) -> None:
+    """A :data:`Progress` that reports nothing (the default)."""
 
 
 @dataclass
 class VerifyReport:
+    """What :func:`verify` found: the dataset's versions and objects, and every
+    problem (none: healthy)."""
+
     uri: str
     mechanism: str
     versions: int = 0
@@ -92,7 +81,8 @@ class VerifyReport:
     def add_problem(
         self, kind: str, path: str, meaning: str, fix: str, version: int | None = None
     ) -> None:
-        """Record one :class:`Problem`."""
+        """Record one :class:`~s3ddb.maintenance.problems.Problem` (a
+        :data:`~s3ddb.maintenance.problems.ReportProblem`)."""
         self.problems.append(Problem(kind, path, meaning, fix, version))
 
     def to_json(self) -> dict[str, Any]:
@@ -101,25 +91,7 @@ class VerifyReport:
         return out
 
 
-@dataclass
-class SyncReport:
-    uri: str
-    finalized: list[int] = field(default_factory=list)
-    restored: list[int] = field(default_factory=list)
-    deleted_staged: list[str] = field(default_factory=list)
-    failed: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not self.failed
-
-    def to_json(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["ok"] = self.ok
-        return out
-
-
-def _external_rows(
+def external_rows(
     handler: CommitHandler,
 ) -> tuple[ExternalStoreCommitHandler, list[ManifestRow]] | None:
     """The handler and every row of the dataset when an external manifest store
@@ -130,11 +102,14 @@ def _external_rows(
     return handler, list(external.list_versions(base_uri))
 
 
-def _old_enough(meta: ObjectMeta, grace: float, now: float) -> bool:
+def old_enough(meta: ObjectMeta, grace: float, now: float) -> bool:
+    """Whether ``meta`` is at least ``grace`` seconds old at ``now`` (an object without
+    a modification time counts as old): a younger one may be a commit in progress."""
     return meta.modified is None or now - meta.modified >= grace
 
 
-def _staged_objects(objects: Iterable[ObjectMeta]) -> dict[str, ObjectMeta]:
+def staged_objects(objects: Iterable[ObjectMeta]) -> dict[str, ObjectMeta]:
+    """The staged manifests (``_versions/<final>-<uuid>``) among ``objects``, by path."""
     out = {}
     for meta in objects:
         directory, _, name = meta.path.partition("/")
@@ -148,7 +123,7 @@ def verify(
     storage_options: dict[str, Any] | None = None,
     *,
     grace_seconds: float = DEFAULT_GRACE_SECONDS,
-    progress: Progress = _no_progress,
+    progress: Progress = no_progress,
 ) -> VerifyReport:
     """Check the dataset at ``uri``; see the module docstring.
 
@@ -163,7 +138,7 @@ def verify(
     objects = {m.path: m for m in handler.store.iter_list("")}
     report.objects = len(objects)
 
-    external = _external_rows(handler)
+    external = external_rows(handler)
     if external is not None:
         external_handler, rows = external
         locations = _check_rows(
@@ -203,9 +178,7 @@ class _Referenced:
     identities: dict[int, str] = field(default_factory=dict)
 
 
-def _check_history_gaps(
-    versions: list[int], tagged: set[int], problem: Callable[..., None]
-) -> None:
+def _check_history_gaps(versions: list[int], tagged: set[int], problem: ReportProblem) -> None:
     """Report each version missing from the history ``versions`` (sorted).
 
     Cleanup keeps tagged versions and removes those around them: history is contiguous
@@ -214,12 +187,13 @@ def _check_history_gaps(
     floor = min((v for v in versions if v not in tagged), default=versions[-1])
     for missing in sorted(set(range(floor, versions[-1] + 1)) - set(versions)):
         problem(
-            "version_gap", str(missing),
+            "version_gap",
+            str(missing),
             f"version {missing} is missing between {versions[0]} and {versions[-1]}: "
             "history has a hole (a row or manifest was deleted by hand)",
-            "restore the row or manifest from a backup; readers of later versions are "
-            "not affected", missing,
-        )  # fmt: skip
+            "restore the row or manifest from a backup; readers of later versions are not affected",
+            missing,
+        )
 
 
 def _check_version(
@@ -240,15 +214,22 @@ def _check_version(
     except (ManifestCorruptError, PathOutsideDatasetError, FileNotFoundError) as exc:
         if not any(p.version == version for p in report.problems):
             problem(
-                "unreadable_manifest", str(version),
+                "unreadable_manifest",
+                str(version),
                 f"version {version} cannot be read: {exc}",
-                "restore its manifest from a backup", version,
-            )  # fmt: skip
+                "restore its manifest from a backup",
+                version,
+            )
         return
     except S3DDBError as exc:
         if not any(p.version == version for p in report.problems):
-            problem("unreadable_manifest", str(version), f"version {version}: {exc}",
-                    "s3ddb sync URI, then verify again", version)  # fmt: skip
+            problem(
+                "unreadable_manifest",
+                str(version),
+                f"version {version}: {exc}",
+                "s3ddb sync URI, then verify again",
+                version,
+            )
         return
     seen.identities[version] = manifest.dataset_id
     if manifest.transaction_file:
@@ -259,29 +240,34 @@ def _check_version(
         paths = referenced_paths(manifest, transaction=False)
     except (ManifestCorruptError, PathOutsideDatasetError) as exc:
         problem(
-            "unreadable_manifest", str(version),
+            "unreadable_manifest",
+            str(version),
             f"the fragments of version {version} cannot be read: {exc}",
-            "restore its manifest from a backup, or s3ddb restore URI to an "
-            "earlier version", version,
-        )  # fmt: skip
+            "restore its manifest from a backup, or s3ddb restore URI to an earlier version",
+            version,
+        )
         return
     for path in paths:
         if path not in seen.paths and path not in objects and _is_index(path):
             problem(
-                "missing_index_file", path,
+                "missing_index_file",
+                path,
                 f"version {version} has an index file {path} that does not exist: "
                 "filters using that index fail",
                 "rebuild the index (create_scalar_index(..., replace=True)) or "
-                "restore the object from a backup", version,
-            )  # fmt: skip
+                "restore the object from a backup",
+                version,
+            )
         elif path not in seen.paths and path not in objects:
             problem(
-                "missing_data_file", path,
+                "missing_data_file",
+                path,
                 f"version {version} refers to {path}, which does not exist: "
                 "reading that version fails",
                 "restore the object from a backup; or s3ddb restore URI to a "
-                "version that does not use it", version,
-            )  # fmt: skip
+                "version that does not use it",
+                version,
+            )
         seen.paths.add(path)
     _check_base_files(handler.store, manifest, seen.bases, problem)
 
@@ -289,7 +275,7 @@ def _check_version(
 def _check_unreferenced(
     objects: dict[str, ObjectMeta],
     seen: _Referenced,
-    problem: Callable[..., None],
+    problem: ReportProblem,
     grace_seconds: float,
     now: float,
 ) -> None:
@@ -301,21 +287,22 @@ def _check_unreferenced(
             path.split("/", 1)[0] in data_dirs
             and path not in seen.paths
             and not (_is_index(path) and "/".join(path.split("/", 2)[:2]) in seen.index_dirs)
-            and _old_enough(meta, grace_seconds, now)
+            and old_enough(meta, grace_seconds, now)
         ):
             problem(
-                "unreferenced_file", path,
+                "unreferenced_file",
+                path,
                 f"no version refers to this file ({meta.size} bytes): left by a writer "
                 "that crashed, or whose commit was refused and not cleaned up",
                 "harmless to readers; s3ddb cleanup deletes it once 7 days old",
-            )  # fmt: skip
+            )
 
 
 def _check_rows(
     handler: ExternalStoreCommitHandler,
     rows: list[ManifestRow],
     objects: dict[str, ObjectMeta],
-    problem: Callable[..., None],
+    problem: ReportProblem,
     grace_seconds: float,
     now: float,
 ) -> dict[int, ManifestLocation]:
@@ -328,44 +315,51 @@ def _check_rows(
             good.append(handler.checked_row(row))
         except PathOutsideDatasetError as exc:
             problem(
-                "row_outside_dataset", row.path,
+                "row_outside_dataset",
+                row.path,
                 f"the DynamoDB row of version {row.version} points outside the dataset "
                 f"and is refused: {exc}",
-                "delete the row (someone wrote it by hand or by mistake), then run "
-                "verify again", row.version,
-            )  # fmt: skip
+                "delete the row (someone wrote it by hand or by mistake), then run verify again",
+                row.version,
+            )
     referenced_staged = set()
     for row in good:
         if row.is_staged:
             referenced_staged.add(row.path)
             where = objects.get(row.path) or objects.get(final_path_of(row.path))
             problem(
-                "staged_row", row.path,
+                "staged_row",
+                row.path,
                 f"version {row.version} is committed but not finalized (steps 3-4 of "
                 "its commit did not run: a writer crashed, or is finishing right now); "
                 "readers through s3+ddb finish it, readers of s3:// do not see it yet"
                 + ("" if where is not None else "; its staged manifest is MISSING"),
-                "s3ddb sync URI" if where is not None else
-                "the version cannot be finalized: restore its manifest from a backup",
+                "s3ddb sync URI"
+                if where is not None
+                else "the version cannot be finalized: restore its manifest from a backup",
                 row.version,
-            )  # fmt: skip
+            )
             continue
         meta = objects.get(row.path)
         if meta is None:
             problem(
-                "missing_final_manifest", row.path,
+                "missing_final_manifest",
+                row.path,
                 f"the final manifest of version {row.version} is missing: the version "
                 "cannot be read",
                 "s3ddb sync URI puts it back if a staged copy is left; otherwise restore "
-                "the object from a backup or bucket versioning", row.version,
-            )  # fmt: skip
+                "the object from a backup or bucket versioning",
+                row.version,
+            )
         elif meta.size != row.size:
             problem(
-                "manifest_size_mismatch", row.path,
+                "manifest_size_mismatch",
+                row.path,
                 f"the final manifest of version {row.version} has {meta.size} bytes, "
                 f"DynamoDB recorded {row.size}: it was overwritten or truncated",
-                "restore the object from a backup or bucket versioning", row.version,
-            )  # fmt: skip
+                "restore the object from a backup or bucket versioning",
+                row.version,
+            )
     # Reading never finalizes here: verify reports, sync repairs.
     locations = {r.version: handler.location_of_row(r) for r in good}
     by_version = set(locations)
@@ -374,21 +368,20 @@ def _check_rows(
         parsed = parse_manifest_name(name) if directory == layout.VERSIONS_DIR else None
         if parsed is not None and parsed[0] not in by_version:
             _manifest_without_row(path, parsed[0], sorted(by_version), problem)
-    for path, meta in _staged_objects(objects.values()).items():
-        if path not in referenced_staged and _old_enough(meta, grace_seconds, now):
+    for path, meta in staged_objects(objects.values()).items():
+        if path not in referenced_staged and old_enough(meta, grace_seconds, now):
             problem(
-                "orphaned_staged_manifest", path,
+                "orphaned_staged_manifest",
+                path,
                 "a staged manifest no DynamoDB row refers to: left by a writer that "
                 "lost the race for its version or crashed before claiming it, or not "
                 "deleted after its version was finalized",
                 "s3ddb sync URI (or cleanup) deletes it",
-            )  # fmt: skip
+            )
     return locations
 
 
-def _manifest_without_row(
-    path: str, version: int, rows: list[int], problem: Callable[..., None]
-) -> None:
+def _manifest_without_row(path: str, version: int, rows: list[int], problem: ReportProblem) -> None:
     """Report the final manifest at ``path`` of ``version``, which has no row, by
     where it lies among the versions that have one (``rows``, sorted)."""
     if rows and version < rows[0]:
@@ -422,7 +415,7 @@ def _manifest_without_row(
     problem("manifest_without_row", path, meaning, fix, version)
 
 
-def _check_identities(identities: dict[int, str], problem: Callable[..., None]) -> None:
+def _check_identities(identities: dict[int, str], problem: ReportProblem) -> None:
     """Report versions of another dataset identity than the newest version's: left
     by a dataset dropped and re-created under the same name, or planted. Versions
     written before identities were recorded (empty) are not reported."""
@@ -432,13 +425,15 @@ def _check_identities(identities: dict[int, str], problem: Callable[..., None]) 
     for version, identity in sorted(identities.items()):
         if identity and current and identity != current:
             problem(
-                "foreign_version", str(version),
+                "foreign_version",
+                str(version),
                 f"version {version} belongs to dataset identity {identity}, the newest "
                 f"version to {current}: it is left from a dataset that was dropped and "
                 "re-created here, or was written by a writer of another dataset",
                 "if the newest version is the dataset you want, delete the foreign "
-                "version's row and manifest (or drop and re-create the dataset)", version,
-            )  # fmt: skip
+                "version's row and manifest (or drop and re-create the dataset)",
+                version,
+            )
 
 
 def _check_data_files(
@@ -446,7 +441,7 @@ def _check_data_files(
     manifest: Manifest,
     objects: dict[str, ObjectMeta],
     checked: set[str],
-    problem: Callable[..., None],
+    problem: ReportProblem,
 ) -> None:
     """Report each data file of ``manifest`` in the dataset's own root that is
     missing, or whose footer shows it is not the file its fragment describes (not
@@ -470,29 +465,33 @@ def _check_data_files(
             meta = objects.get(path)
             if meta is None:
                 problem(
-                    "missing_data_file", path,
+                    "missing_data_file",
+                    path,
                     f"version {manifest.version} reads fragment {fragment.id} from {path}, "
                     "which does not exist: reading that version fails",
                     "restore the object from a backup; or s3ddb restore URI to a "
-                    "version that does not use it", manifest.version,
-                )  # fmt: skip
+                    "version that does not use it",
+                    manifest.version,
+                )
                 continue
             try:
                 check_data_file(files, data_file, fragment, meta.size, field_ids)
             except DataFileError as exc:
                 problem(
-                    "corrupt_data_file", path,
+                    "corrupt_data_file",
+                    path,
                     f"{exc}; reading version {manifest.version} fails",
                     "restore the object from a backup; or s3ddb restore URI to a "
-                    "version that does not use it", manifest.version,
-                )  # fmt: skip
+                    "version that does not use it",
+                    manifest.version,
+                )
 
 
 def _check_base_files(
     store: ObjectStore,
     manifest: Manifest,
     checked: set[tuple[str, str]],
-    problem: Callable[..., None],
+    problem: ReportProblem,
 ) -> None:
     """Report each file ``manifest`` reads from a base path (another dataset's root)
     that does not exist there; ``checked`` spares files already looked at."""
@@ -508,25 +507,29 @@ def _check_base_files(
                 continue  # one problem per base and version, not one per file
             checked.add(refused)
             problem(
-                "refused_base_path", path,
+                "refused_base_path",
+                path,
                 f"version {manifest.version} reads {path} through a base path that is "
                 f"refused: {exc}",
                 "restore the dataset to a version without it; or, if you trust the "
-                "base, read with the storage option it names", manifest.version,
-            )  # fmt: skip
+                "base, read with the storage option it names",
+                manifest.version,
+            )
             continue
         if (base_store.url, path) in checked:
             continue
         checked.add((base_store.url, path))
         if not base_store.exists(path):
             problem(
-                "missing_base_file", f"{base_store.url}/{path}",
+                "missing_base_file",
+                f"{base_store.url}/{path}",
                 f"version {manifest.version} reads {path} from {files.describe(base_id)}, "
                 "which does not have it (the source dataset removed it, e.g. by cleanup "
                 "of an untagged version): reading that version fails",
                 "restore the file in the source dataset; or restore this dataset to a "
-                "version that does not use it", manifest.version,
-            )  # fmt: skip
+                "version that does not use it",
+                manifest.version,
+            )
 
 
 def _is_index(path: str) -> bool:
@@ -542,155 +545,3 @@ def _tagged_versions(store: Any, objects: dict[str, ObjectMeta]) -> set[int]:
             except (FileNotFoundError, StoredMetadataError):
                 continue  # a tag that names no valid version protects none
     return out
-
-
-def sync(
-    uri: str,
-    storage_options: dict[str, Any] | None = None,
-    *,
-    grace_seconds: float = DEFAULT_GRACE_SECONDS,
-) -> SyncReport:
-    """Finish every staged commit of ``uri`` (steps 3-4), put back final manifests
-    whose staged copy is left, and delete staged manifests no row refers to that are
-    older than ``grace_seconds``. Idempotent; safe while writers commit.
-
-    Other datasets' commit mechanisms have nothing to finish: the report is empty.
-
-    Raises:
-        DatasetNotFoundError: nothing of a dataset is there (no row, no manifest).
-        BucketNotFoundError: the URI's bucket does not exist.
-        S3DDBError: the store or table cannot be read.
-    """
-    handler = open_handler(uri, storage_options)
-    handler.validate()
-    report = SyncReport(uri)
-    external = _external_rows(handler)
-    if external is None:
-        if next(iter(handler.store.iter_list(f"{layout.VERSIONS_DIR}/")), None) is None:
-            raise dataset_not_found(uri)
-        return report
-    handler, rows = external
-    store = handler.store
-    objects = {m.path: m for m in store.iter_list(f"{layout.VERSIONS_DIR}/")}
-    if not rows and not objects:
-        raise dataset_not_found(uri)
-    staged = _staged_objects(objects.values())
-    referenced = set()
-    for row in rows:
-        try:
-            row = handler.checked_row(row)
-        except PathOutsideDatasetError as exc:
-            report.failed.append(f"version {row.version}: {exc}")
-            continue
-        if row.is_staged:
-            referenced.add(row.path)
-            try:
-                handler.finalize(row)
-                report.finalized.append(row.version)
-            except S3DDBError as exc:
-                report.failed.append(f"version {row.version}: {exc}")
-        elif row.path not in objects:
-            copy = _staged_copy(staged, row)
-            if copy is None:
-                report.failed.append(
-                    f"version {row.version}: final manifest {row.path} is missing and no "
-                    "staged copy is left; restore it from a backup"
-                )
-                continue
-            store.copy(copy, row.path)
-            referenced.add(copy)
-            report.restored.append(row.version)
-    now = time.time()
-    for path, meta in staged.items():
-        if path not in referenced and _old_enough(meta, grace_seconds, now):
-            store.delete(path)
-            report.deleted_staged.append(path)
-    # Finalizing queued the staged manifests' deletes: they are done when sync returns.
-    finalizers.drain()
-    return report
-
-
-def _staged_copy(staged: dict[str, ObjectMeta], row: ManifestRow) -> str | None:
-    """A staged manifest of ``row``'s version with the size the row recorded."""
-    for path, meta in staged.items():
-        if final_path_of(path) == row.path and meta.size == row.size:
-            return path
-    return None
-
-
-def table_datasets(table: str, storage_options: dict[str, Any] | None = None) -> Iterator[str]:
-    """The ``s3+ddb://`` URI of every dataset with rows in DynamoDB table ``table``."""
-    from s3ddb.io.object_store import ObjectStore
-    from s3ddb.io.uri import parse_uri
-    from s3ddb.versions.connect import external_store_for
-
-    probe = parse_uri(f"s3+ddb://bucket/x?ddbTableName={table}")
-    external = external_store_for(probe, ObjectStore(probe, storage_options))
-    for base_uri in external.list_datasets():
-        if base_uri.startswith("s3://"):
-            yield f"s3+ddb://{base_uri[len('s3://') :]}?ddbTableName={table}"
-
-
-@dataclass
-class DropReport:
-    uri: str
-    objects: int = 0
-    bytes: int = 0
-    rows: int = 0
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-#: How many times :func:`drop` looks again for what writers racing it left.
-DROP_PASSES = 10
-
-
-def drop(
-    uri: str,
-    storage_options: dict[str, Any] | None = None,
-    *,
-    progress: Progress = _no_progress,
-    missing_ok: bool = False,
-) -> DropReport:
-    """Delete every object under the dataset root and every DynamoDB row of it.
-
-    Objects go first, so an interrupted drop leaves rows that ``verify`` reports and a
-    second drop finishes. Rows go newest first: a writer still committing needs the
-    newest row to claim the next version (its claim is fenced on it), so once that is
-    gone no claim lands. A writer that claimed or wrote just before is caught by the
-    next pass: passes repeat until a pass finds nothing (at most
-    :data:`DROP_PASSES`).
-
-    Raises:
-        DatasetNotFoundError: the first pass found no object and no row, unless
-            ``missing_ok``.
-        BucketNotFoundError: the URI's bucket does not exist.
-    """
-    handler = open_handler(uri, storage_options)
-    handler.validate()
-    store = handler.store
-    report = DropReport(uri)
-    external, base_uri = handler.manifest_store() or (None, "")
-    for _ in range(DROP_PASSES):
-        listed = store.list("")
-        sizes = {m.path: m.size for m in listed}
-
-        def count(batch: list[str], sizes: dict[str, int] = sizes) -> None:
-            report.objects += len(batch)
-            report.bytes += sum(sizes[path] for path in batch)
-            progress("deleting objects", report.objects, len(sizes))
-
-        store.delete_many(list(sizes), deleted=count)
-        rows = 0
-        if external is not None:
-            newest = external.get_latest(base_uri)
-            if newest is not None:
-                external.delete_versions(base_uri, [newest.version])
-                rows = 1 + external.delete_dataset(base_uri)
-            report.rows += rows
-        if not listed and not rows:
-            if report.objects == report.rows == 0 and not missing_ok:
-                raise dataset_not_found(uri)
-            break
-    return report

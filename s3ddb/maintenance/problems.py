@@ -1,0 +1,172 @@
+"""What ``s3ddb verify`` reports: the kinds of problem, in one literal table.
+
+:data:`PROBLEM_KINDS` maps each kind to what it means and how to fix it, as
+docs/operations.md's table "What it checks, by problem kind" states them (the text is
+that table's cells; tests/test_problem_kinds_docs.py checks both have the same rows,
+in the same order). A :class:`Problem` is one problem found: its kind, where, and the
+meaning and fix of that case (which version, which object). Its kind must be in the
+table, so a check that reports a new kind cannot leave the table and the
+documentation behind.
+
+The checks report problems through a callable with :class:`Problem`'s fields
+(:data:`ReportProblem`): :mod:`.verify` for rows, manifests and files,
+:mod:`.group_check` for group members, :mod:`.staging` for native Spark writes'
+leftovers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+__all__ = ["PROBLEM_KINDS", "Problem", "ProblemKind", "ReportProblem"]
+
+
+@dataclass(frozen=True)
+class ProblemKind:
+    """What a kind of problem means and how to fix it, in general (Markdown, as
+    docs/operations.md shows it)."""
+
+    meaning: str
+    fix: str
+
+
+#: Every kind of problem verify reports, in docs/operations.md's order.
+PROBLEM_KINDS: dict[str, ProblemKind] = {
+    "staged_row": ProblemKind(
+        meaning="committed, not finalized (a crashed writer, or one finishing now)",
+        fix="`s3ddb sync`",
+    ),
+    "missing_final_manifest": ProblemKind(
+        meaning="a finalized version's manifest is gone: that version cannot be read",
+        fix="`s3ddb sync` if a staged copy is left, else restore from backup / bucket versioning",
+    ),
+    "manifest_size_mismatch": ProblemKind(
+        meaning="the final manifest was overwritten or truncated",
+        fix="restore from backup",
+    ),
+    "version_gap": ProblemKind(
+        meaning="a version is missing between the first and the last",
+        fix="restore the row or manifest",
+    ),
+    "manifest_without_row": ProblemKind(
+        meaning=(
+            "a manifest DynamoDB has no row for. Older than every row: a version from before the "
+            "dataset used DynamoDB (readers see it). Between two rows: left whole by an "
+            "interrupted cleanup (readable by number only). Newer than every row: a writer used "
+            "`s3://`"
+        ),
+        fix=(
+            "older or between: nothing, `s3ddb cleanup` removes it (between: at once while the "
+            "interrupted cleanup's note is left, else once 7 days old; never while a tag names "
+            "it); newer: find that writer"
+        ),
+    ),
+    "row_outside_dataset": ProblemKind(
+        meaning="a row's path points outside the dataset; it is refused",
+        fix="delete the row",
+    ),
+    "orphaned_staged_manifest": ProblemKind(
+        meaning="a staged manifest no row refers to (a writer lost or crashed before claiming)",
+        fix="`s3ddb sync`",
+    ),
+    "missing_data_file": ProblemKind(
+        meaning="a version refers to a data or deletion file that does not exist",
+        fix="restore the file, or `s3ddb restore` an earlier version",
+    ),
+    "corrupt_data_file": ProblemKind(
+        meaning=(
+            "a data file's footer shows it is not the file its fragment describes (not Parquet, "
+            "truncated, another row count, a declared column missing)"
+        ),
+        fix="restore the file, or `s3ddb restore` an earlier version",
+    ),
+    "missing_base_file": ProblemKind(
+        meaning=(
+            "a version of a shallow clone reads a file from its source (a base path) that the "
+            "source no longer has, e.g. after cleanup of an untagged version"
+        ),
+        fix=(
+            "restore the file in the source, or `s3ddb restore` a version that does not use it; "
+            "tag cloned versions in the source (`docs/clones.md`)"
+        ),
+    ),
+    "refused_base_path": ProblemKind(
+        meaning=(
+            "a version reads files through a base path that is refused: one its manifest does not "
+            "declare, or on another kind of store than the dataset's (a bucket's clone reading a "
+            "local disk)"
+        ),
+        fix=(
+            "`s3ddb restore` a version that does not use it; or, if you trust the base, read with "
+            "the storage option `allow_cross_store_base_paths=true` (`docs/clones.md`)"
+        ),
+    ),
+    "missing_index_file": ProblemKind(
+        meaning=(
+            "a version's index (under `_indices/<uuid>/`) lost a file: filters that use it fail"
+        ),
+        fix="`create_scalar_index(..., replace=True)`, or restore the file",
+    ),
+    "unreadable_manifest": ProblemKind(
+        meaning="a version's manifest cannot be decoded",
+        fix="restore from backup",
+    ),
+    "foreign_version": ProblemKind(
+        meaning=(
+            "a version of another dataset identity than the newest (left from a dataset dropped "
+            "and re-created here, or planted)"
+        ),
+        fix="delete its row and manifest, or drop and re-create",
+    ),
+    "unreferenced_file": ProblemKind(
+        meaning=(
+            "a data, deletion, transaction or index file no version refers to (a crashed writer)"
+        ),
+        fix="harmless; `s3ddb cleanup` deletes it after 7 days",
+    ),
+    "spark_staging_leftover": ProblemKind(
+        meaning=(
+            "a `_spark_staging/<write id>/` folder whose newest file is older than `--grace`: a "
+            "native Spark write (`s3ddb.spark_ext.write`) whose driver crashed or was killed "
+            "before the end; no version refers to its files"
+        ),
+        fix="harmless; `s3ddb cleanup` deletes the folder once its newest file is 7 days old",
+    ),
+    "missing_group_member": ProblemKind(
+        meaning=(
+            "a version was committed in a group (`s3ddb.atomic`, `docs/atomic.md`) with a version "
+            "of another dataset that has no row, or another commit's"
+        ),
+        fix="restore the member's row from a backup",
+    ),
+    "malformed_group": ProblemKind(
+        meaning="a row's group attributes (`group_id`, `group_members`) cannot be read",
+        fix="restore the row from a backup",
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a dataset: a kind of :data:`PROBLEM_KINDS`, where it is
+    (an object's path, or a version), and what it means and how to fix it here.
+
+    Raises:
+        ValueError: ``kind`` is not in :data:`PROBLEM_KINDS`.
+    """
+
+    kind: str
+    path: str
+    meaning: str
+    fix: str
+    version: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in PROBLEM_KINDS:
+            raise ValueError(f"problem kind {self.kind!r} is not in PROBLEM_KINDS")
+
+
+#: How a check reports a problem: called with :class:`Problem`'s fields
+#: (kind, path, meaning, fix, version=None).
+ReportProblem = Callable[..., None]
