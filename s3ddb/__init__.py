@@ -10,11 +10,19 @@ append, overwrite); their help lists the URI forms (a local path, ``memory://``,
 ``s3://``, ``s3+ddb://...?ddbTableName=``), the ``storage_options`` and the data
 accepted. Errors are :class:`S3DDBError` subclasses. ``import s3ddb as lance`` runs
 pylance code (docs/pylance.md).
+
+``__all__`` (what ``from s3ddb import *`` gives) lists what users call and catch: the
+entry points, the types they take or return, and the errors of :mod:`s3ddb.errors`
+(whose ``__all__`` lists every error users may meet). The operation classes
+(``Append``, ``Overwrite``...) live in :mod:`s3ddb.operations`; internal signals
+(``VersionConflict``, ``FenceFailedError``...) in their own modules. The names
+exported before and not in ``__all__`` stay attributes (``s3ddb.Append`` is
+``s3ddb.operations.Append``): the ``X as X`` imports below.
 """
 
 from s3ddb import fragment
 from s3ddb.commit.committer import CommitConfig
-from s3ddb.commit.handlers import VersionConflict
+from s3ddb.commit.handlers import VersionConflict as VersionConflict
 from s3ddb.dataset import Dataset, VersionInfo, dataset, migrate_commits, write_dataset
 from s3ddb.errors import (
     AtomicGroupError,
@@ -41,7 +49,6 @@ from s3ddb.errors import (
     ExternalStoreUnreachableError,
     IncompatibleTransactionError,
     IndexExistsError,
-    InjectedFault,
     InvalidExpressionError,
     InvalidInputError,
     InvalidURIError,
@@ -62,57 +69,55 @@ from s3ddb.errors import (
     UnsupportedOperationError,
     VersionNotFoundError,
 )
+from s3ddb.errors import InjectedFault as InjectedFault
 from s3ddb.external_store.base import (
-    ExternalStoreOutcomeUnknownError,
-    FenceFailedError,
-    VersionTakenError,
+    ExternalStoreOutcomeUnknownError as ExternalStoreOutcomeUnknownError,
 )
-from s3ddb.external_store.group import GroupRefusedError
-from s3ddb.format.bases import BasePath
-from s3ddb.format.fragment import DataFile, FragmentMetadata
-from s3ddb.format.index import IndexMetadata
-from s3ddb.format.schema import DatasetSchema
-from s3ddb.groups import Atomic, AtomicGroup, atomic, snapshot
+from s3ddb.external_store.base import FenceFailedError as FenceFailedError
+from s3ddb.external_store.base import VersionTakenError as VersionTakenError
+from s3ddb.external_store.group import GroupRefusedError as GroupRefusedError
+from s3ddb.format.bases import BasePath as BasePath
+from s3ddb.format.fragment import DataFile as DataFile
+from s3ddb.format.fragment import FragmentMetadata
+from s3ddb.format.index import IndexMetadata as IndexMetadata
+from s3ddb.format.schema import DatasetSchema as DatasetSchema
+from s3ddb.groups import Atomic as Atomic
+from s3ddb.groups import AtomicGroup as AtomicGroup
+from s3ddb.groups import atomic, snapshot
 from s3ddb.lance_dataset import LanceDataset
-from s3ddb.maintenance.cleanup import CleanupStats, KeptVersion
-from s3ddb.operations import (
-    Append,
-    Clone,
-    CreateIndex,
-    DataReplacement,
-    DataReplacementGroup,
-    Delete,
-    MapUpdate,
-    Merge,
-    Overwrite,
-    Project,
-    ReserveFragments,
-    Restore,
-    Rewrite,
-    RewriteGroup,
-    Transaction,
-    Update,
-    UpdateBases,
-    UpdateConfig,
-    UpdateMemWalState,
-    UpdateMode,
-)
+from s3ddb.maintenance.cleanup import CleanupStats
+from s3ddb.maintenance.cleanup import KeptVersion as KeptVersion
+from s3ddb.operations import Append as Append
+from s3ddb.operations import Clone as Clone
+from s3ddb.operations import CreateIndex as CreateIndex
+from s3ddb.operations import DataReplacement as DataReplacement
+from s3ddb.operations import DataReplacementGroup as DataReplacementGroup
+from s3ddb.operations import Delete as Delete
+from s3ddb.operations import MapUpdate as MapUpdate
+from s3ddb.operations import Merge as Merge
+from s3ddb.operations import Overwrite as Overwrite
+from s3ddb.operations import Project as Project
+from s3ddb.operations import ReserveFragments as ReserveFragments
+from s3ddb.operations import Restore as Restore
+from s3ddb.operations import Rewrite as Rewrite
+from s3ddb.operations import RewriteGroup as RewriteGroup
+from s3ddb.operations import Transaction
+from s3ddb.operations import Update as Update
+from s3ddb.operations import UpdateBases as UpdateBases
+from s3ddb.operations import UpdateConfig as UpdateConfig
+from s3ddb.operations import UpdateMemWalState as UpdateMemWalState
+from s3ddb.operations import UpdateMode as UpdateMode
 from s3ddb.pylance_compat import LanceOperation
-from s3ddb.reading.scanner import Scanner
+from s3ddb.reading.scanner import Scanner as Scanner
 from s3ddb.version import __version__
 from s3ddb.versions.tags import Tags
 from s3ddb.writes.merge_insert import MergeInsertBuilder
 
 __all__ = [
-    "Append",
-    "Atomic",
-    "AtomicGroup",
     "AtomicGroupError",
-    "BasePath",
     "BaseTooOldError",
     "BucketNotFoundError",
     "CleanupStats",
-    "Clone",
     "ColumnExistsError",
     "ColumnNotFoundError",
     "CommitConfig",
@@ -120,57 +125,36 @@ __all__ = [
     "CommitError",
     "CommitMechanismError",
     "CommitStateUnknownError",
-    "CreateIndex",
     "CredentialsError",
-    "DataFile",
     "DataFileError",
     "DataFileMissingError",
-    "DataReplacement",
-    "DataReplacementGroup",
     "Dataset",
     "DatasetAlreadyExistsError",
     "DatasetLocationError",
     "DatasetNotFoundError",
     "DatasetRecreatedError",
-    "DatasetSchema",
-    "Delete",
     "DuplicateKeyError",
     "EndpointUnreachableError",
     "ExternalStoreError",
-    "ExternalStoreOutcomeUnknownError",
     "ExternalStoreTableError",
     "ExternalStoreThrottledError",
     "ExternalStoreUnreachableError",
-    "FenceFailedError",
     "FragmentMetadata",
-    "GroupRefusedError",
     "IncompatibleTransactionError",
     "IndexExistsError",
-    "IndexMetadata",
-    "InjectedFault",
     "InvalidExpressionError",
     "InvalidInputError",
     "InvalidURIError",
-    "KeptVersion",
     "LanceDataset",
     "LanceOperation",
     "ManifestCorruptError",
     "ManifestFinalizationError",
-    "MapUpdate",
     "MatchedRowError",
-    "Merge",
     "MergeInsertBuilder",
     "ObjectStoreError",
-    "Overwrite",
     "PathOutsideDatasetError",
-    "Project",
-    "ReserveFragments",
-    "Restore",
     "RetryableCommitConflictError",
-    "Rewrite",
-    "RewriteGroup",
     "S3DDBError",
-    "Scanner",
     "SchemaMismatchError",
     "StoredMetadataError",
     "StreamChangeCommitError",
@@ -181,15 +165,8 @@ __all__ = [
     "UnsafeCastError",
     "UnsupportedIndexError",
     "UnsupportedOperationError",
-    "Update",
-    "UpdateBases",
-    "UpdateConfig",
-    "UpdateMemWalState",
-    "UpdateMode",
-    "VersionConflict",
     "VersionInfo",
     "VersionNotFoundError",
-    "VersionTakenError",
     "__version__",
     "atomic",
     "dataset",

@@ -8,6 +8,9 @@ Commit outcomes are kept apart on purpose (as pyiceberg does): a
 :class:`CommitConflictError` means the commit definitely did not land, so its files
 may be cleaned up; a :class:`CommitStateUnknownError` means it may have landed, so
 nothing it wrote may be deleted.
+
+``__all__`` lists every error users may meet; :class:`InjectedFault` (failpoints, for
+tests) is left out on purpose.
 """
 
 from __future__ import annotations
@@ -37,13 +40,13 @@ __all__ = [
     "ExternalStoreUnreachableError",
     "IncompatibleTransactionError",
     "IndexExistsError",
-    "InjectedFault",
     "InvalidExpressionError",
     "InvalidInputError",
     "InvalidURIError",
     "ManifestCorruptError",
     "ManifestFinalizationError",
     "MatchedRowError",
+    "ObjectStoreError",
     "PathOutsideDatasetError",
     "RetryableCommitConflictError",
     "S3DDBError",

@@ -14,7 +14,11 @@ Checks (each failure is listed with where it is; exit status 1 if any):
   (:func:`_private_attributes`), so a package changes another's objects only through
   their public methods;
 * no module over :data:`MAX_MODULE_LINES` lines (generated protobuf code aside);
-* every public exception class defined in the package is in ``s3ddb.__all__``;
+* the public surface: at most :data:`MAX_EXPORTS` names in ``s3ddb.__all__``; every
+  exception there or in ``s3ddb.errors.__all__`` is an ``S3DDBError``; every public
+  exception class defined in the package is either in ``s3ddb.errors.__all__`` (users
+  may meet it) or an internal signal of :data:`INTERNAL_EXCEPTIONS`, which neither
+  ``__all__`` exports;
 * every public module (no ``_`` in its path, entry points aside) declares ``__all__``.
 
 Usage: ``python scripts/structure.py [--root s3ddb] [--quiet]``.
@@ -32,6 +36,21 @@ from pathlib import Path
 
 MAX_TOP_LEVEL_MODULES = 8
 MAX_MODULE_LINES = 700
+#: At most this many names in ``s3ddb.__all__``: what users call and catch.
+MAX_EXPORTS = 60
+
+#: Exceptions the library raises and handles itself (or, for ``InjectedFault``, that
+#: only failpoints raise in tests): users never meet them, so neither ``s3ddb.__all__``
+#: nor ``s3ddb.errors.__all__`` lists them. Every other public exception class is an
+#: ``S3DDBError`` in ``s3ddb.errors.__all__``.
+INTERNAL_EXCEPTIONS = {
+    "s3ddb.commit.handlers.VersionConflict",
+    "s3ddb.errors.InjectedFault",
+    "s3ddb.external_store.base.ExternalStoreOutcomeUnknownError",
+    "s3ddb.external_store.base.FenceFailedError",
+    "s3ddb.external_store.base.VersionTakenError",
+    "s3ddb.external_store.group.GroupRefusedError",
+}
 
 #: The layers, lowest first. A module may import from its own layer and any layer
 #: before it; names are ``s3ddb.<first component>`` (a package, or a top-level module).
@@ -320,10 +339,41 @@ def check(root: Path) -> list[str]:
         if not declares:
             problems.append(f"{module.path}: a public module without __all__")
 
-    exported = set(getattr(importlib.import_module(top), "__all__", []))
+    problems.extend(_public_surface(top, modules))
+    return problems
+
+
+def _public_surface(top: str, modules: dict[str, Module]) -> list[str]:
+    """The rules of the exports: see the module's docstring."""
+    problems = []
+    package = importlib.import_module(top)
+    errors = importlib.import_module(f"{top}.errors")
+    base = getattr(errors, "S3DDBError", None)
+    exported = list(getattr(package, "__all__", []))
+    if len(exported) > MAX_EXPORTS:
+        problems.append(f"{top}.__all__ has {len(exported)} names (at most {MAX_EXPORTS})")
+    for where, listed in ((top, exported), (f"{top}.errors", getattr(errors, "__all__", []))):
+        source = importlib.import_module(where)
+        for name in listed:
+            value = getattr(source, name, None)
+            if not (isinstance(value, type) and issubclass(value, BaseException)):
+                continue
+            if base is None or not issubclass(value, base):
+                problems.append(f"{where}.__all__: {name} is not an {top}.errors.S3DDBError")
+            if f"{value.__module__}.{value.__qualname__}" in INTERNAL_EXCEPTIONS:
+                problems.append(f"{where}.__all__: {name} is an internal signal")
+    users_meet = set(getattr(errors, "__all__", []))
+    defined = set()
     for where, cls in _exception_classes(modules):
-        if cls not in exported:
-            problems.append(f"{where}.{cls}: a public exception missing from {top}.__all__")
+        defined.add(f"{where}.{cls}")
+        if f"{where}.{cls}" not in INTERNAL_EXCEPTIONS and cls not in users_meet:
+            problems.append(
+                f"{where}.{cls}: a public exception neither in {top}.errors.__all__ "
+                "nor in INTERNAL_EXCEPTIONS"
+            )
+    for name in sorted(INTERNAL_EXCEPTIONS - defined):
+        if name.rsplit(".", 1)[0] in modules:
+            problems.append(f"INTERNAL_EXCEPTIONS names {name}, which is not defined")
     return problems
 
 

@@ -53,12 +53,23 @@ def test_a_planted_package_shows_every_kind_of_problem(tmp_path: Path) -> None:
     _write(
         root,
         {
-            "__init__.py": "from s3ddb.errors import Exported\n__all__ = ['Exported']\n",
-            "errors.py": (
-                "__all__ = ['Exported', 'Forgotten']\n"
-                "class Exported(Exception): ...\n"
-                "class Forgotten(Exception): ...\n"
+            # the exports: 61 names, an exception that is no S3DDBError, an internal signal
+            "__init__.py": (
+                "from s3ddb.commit.handlers import VersionConflict\n"
+                "from s3ddb.errors import Exported, Plain\n"
+                + "".join(f"x{i} = {i}\n" for i in range(58))
+                + "__all__ = ['Exported', 'Plain', 'VersionConflict'] + "
+                "[f'x{i}' for i in range(58)]\n"
             ),
+            "errors.py": (
+                "__all__ = ['Exported', 'Plain', 'S3DDBError']\n"
+                "class S3DDBError(Exception): ...\n"
+                "class Exported(S3DDBError): ...\n"
+                "class Plain(Exception): ...\n"
+                "class Forgotten(S3DDBError): ...\n"
+            ),
+            # an internal signal (structure.INTERNAL_EXCEPTIONS) that no __all__ lists
+            "commit/handlers.py": ok + "class VersionConflict(Exception): ...\n",
             "io/__init__.py": ok,
             # a cycle through a lazy import; a TYPE_CHECKING import does not count
             "io/a.py": ok + "import s3ddb.io.b\ndef _helper() -> None: ...\n",
@@ -96,8 +107,22 @@ def test_a_planted_package_shows_every_kind_of_problem(tmp_path: Path) -> None:
     assert re.search(r"format/long\.py: 70[0-9] lines \(at most 700\)", out)
     assert re.search(r"1[01] modules directly under s3ddb/", out)
     assert "stray.py: s3ddb.stray is in no layer of LAYERS" in out
-    assert "s3ddb.errors.Forgotten: a public exception missing from s3ddb.__all__" in out
-    assert "Exported: a public exception" not in out
+    assert "s3ddb.__all__ has 61 names (at most 60)" in out
+    assert "s3ddb.__all__: Plain is not an s3ddb.errors.S3DDBError" in out
+    assert "s3ddb.errors.__all__: Plain is not an s3ddb.errors.S3DDBError" in out
+    assert "s3ddb.__all__: VersionConflict is not an s3ddb.errors.S3DDBError" in out
+    assert "s3ddb.__all__: VersionConflict is an internal signal" in out
+    assert (
+        "s3ddb.errors.Forgotten: a public exception neither in s3ddb.errors.__all__ "
+        "nor in INTERNAL_EXCEPTIONS"
+    ) in out
+    assert "Exported" not in out
+    assert "commit.handlers.VersionConflict: a public exception" not in out
+    assert "INTERNAL_EXCEPTIONS names s3ddb.commit.handlers.VersionConflict" not in out
+    # errors.py defines no InjectedFault: the list names a class that is gone; the
+    # modules the planted package lacks are not reported
+    assert "INTERNAL_EXCEPTIONS names s3ddb.errors.InjectedFault, which is not defined" in out
+    assert "INTERNAL_EXCEPTIONS names s3ddb.external_store" not in out
 
 
 def test_a_private_attribute_used_across_packages_is_a_problem(tmp_path: Path) -> None:
