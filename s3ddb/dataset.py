@@ -17,7 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 from collections.abc import Iterator
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -30,11 +30,21 @@ from s3ddb.format.datafile import (
     FileLayout,
     WriteProgress,
 )
+from s3ddb.format.manifest import Manifest
 from s3ddb.format.naming import NamingScheme
-from s3ddb.index.api import create_scalar_index, list_indices
+from s3ddb.index.api import (
+    IndexDescription,
+    create_scalar_index,
+    describe_indices,
+    index_statistics,
+    list_indices,
+)
+from s3ddb.io.arguments import check_int
 from s3ddb.io.uri import parse_uri
 from s3ddb.maintenance.cleanup import CleanupStats, cleanup_old_versions
 from s3ddb.maintenance.compaction import DatasetOptimizer
+from s3ddb.maintenance.drop import drop as drop_dataset
+from s3ddb.maintenance.inspection import DatasetStatistics, check_files
 from s3ddb.operations import Operation, Transaction
 from s3ddb.reading.scanner import Scanner, take
 from s3ddb.versions.opening import (
@@ -45,7 +55,12 @@ from s3ddb.versions.opening import (
     open_validated,
     version_as_of,
 )
-from s3ddb.versions.pinned import DEFAULT_CONFLICT_RETRIES, DEFAULT_RETRY_TIMEOUT, PinnedVersion
+from s3ddb.versions.pinned import (
+    DEFAULT_CONFLICT_RETRIES,
+    DEFAULT_RETRY_TIMEOUT,
+    PinnedVersion,
+    plan_and_commit,
+)
 from s3ddb.writes import rows as writes
 from s3ddb.writes import schema_evolution as se
 from s3ddb.writes.clones import deep_clone, shallow_clone
@@ -65,15 +80,23 @@ __all__ = [
 ]
 
 
-class Dataset(pylance_compat.PylanceMembers):
+class Dataset(PinnedVersion):
     """A dataset pinned at one version. Open with :func:`dataset` or :func:`write_dataset`.
 
     Identity and history (``uri``, ``version``, ``latest_version``, ``schema``,
     ``manifest``, ``versions()``, ``checkout_version()``, ``tags``, ``last_commit``)
-    come from :class:`~s3ddb.versions.pinned.PinnedVersion`; the other members of
-    pylance's ``LanceDataset`` (``checkout_latest``, ``describe_indices``, ``stats``,
-    ``validate``...) from :class:`~s3ddb.pylance_compat.PylanceMembers`.
+    come from :class:`~s3ddb.versions.pinned.PinnedVersion`. Every other member is
+    here, pylance's ``LanceDataset`` members among them (``checkout_latest``,
+    ``describe_indices``, ``stats``, ``validate``...); the pylance members s3ddb does
+    not have raise UnsupportedOperationError with the reason
+    (:data:`~s3ddb.pylance_compat.UNSUPPORTED_MEMBERS`; docs/pylance.md lists each,
+    and tests/test_pylance_surface.py checks both against pylance's own classes).
     """
+
+    if not TYPE_CHECKING:  # (mypy keeps reporting unknown attributes)
+
+        def __getattr__(self, name: str) -> Any:
+            return pylance_compat.refusal(self, name, pylance_compat.UNSUPPORTED_MEMBERS)
 
     @property
     def optimize(self) -> DatasetOptimizer:
@@ -139,6 +162,16 @@ class Dataset(pylance_compat.PylanceMembers):
 
     def to_pandas(self, columns: list[str] | None = None, filter: Any = None, **kw: Any) -> Any:
         return self.to_table(columns, filter, **kw).to_pandas()
+
+    def slice(self, start: int, end: int, columns: list[str] | None = None) -> pa.Table:
+        """The visible rows at positions ``start`` up to ``end`` (excluded), in scan order.
+
+        Raises:
+            InvalidInputError: a negative ``start``, or ``end`` before ``start``.
+        """
+        check_int("start", start, minimum=0)
+        check_int("end", end, minimum=start)
+        return Scanner(self, columns, None, end - start, start).to_table()
 
     # --- row writes ---------------------------------------------------------------
 
@@ -228,6 +261,10 @@ class Dataset(pylance_compat.PylanceMembers):
         """
         return MergeInsertBuilder(self, on)
 
+    def truncate_table(self) -> None:
+        """Remove every row, keeping the schema, as one new version (an Overwrite)."""
+        writes.insert(self, self.schema.empty_table(), "overwrite", None, None)
+
     # --- versions, configuration, maintenance ---------------------------------------
 
     def cleanup_old_versions(
@@ -310,7 +347,77 @@ class Dataset(pylance_compat.PylanceMembers):
         writes.restore(self)
         return self
 
-    # --- schema evolution (logic and full contracts in s3ddb/schema_evolution.py) ---
+    def checkout_latest(self) -> None:
+        """Move this Dataset to the newest version, in place (as pylance). Raises
+        AtomicGroupError for a handle of an atomic group (it stays where it planned)."""
+        self.refuse_in_group("checkout_latest()", "Read the newest with s3ddb.dataset(uri).")
+        self.move_to(load_latest(self.handler, self.uri), seen_newest=True)
+
+    def get_version(self) -> dict[str, Any]:
+        """The pinned version as pylance describes it: ``version``, ``timestamp`` (UTC)
+        and ``metadata``, a summary of the manifest (counts as text)."""
+        fragments = list(self._manifest.fragments)
+        summary = {
+            "total_fragments": len(fragments),
+            "total_data_files": sum(len(f.files) for f in fragments),
+            "total_files_size": sum(d.file_size_bytes for f in fragments for d in f.files),
+            "total_deletion_files": sum(1 for f in fragments if f.deletion_file is not None),
+            "total_data_file_rows": sum(f.physical_rows for f in fragments),
+            "total_deletion_file_rows": sum(f.physical_rows - f.num_rows for f in fragments),
+            "total_rows": sum(f.num_rows for f in fragments),
+        }
+        when = dt.datetime.fromtimestamp(self._manifest.timestamp_nanos / 1e9, dt.timezone.utc)
+        metadata = {k: str(v) for k, v in summary.items()}
+        return {"version": self.version, "timestamp": when, "metadata": metadata}
+
+    def version_refs(self) -> list[dict[str, int]]:
+        """``{"version": n}`` for every version, oldest first."""
+        return [{"version": v.version} for v in self.versions()]
+
+    @property
+    def initial_storage_options(self) -> dict[str, Any]:
+        """The storage options this Dataset was opened with."""
+        return self.storage_options
+
+    def latest_storage_options(self) -> dict[str, Any]:
+        """The storage options (s3ddb's never change after opening)."""
+        return self.storage_options
+
+    @staticmethod
+    def drop(
+        base_uri: str | os.PathLike[str],
+        storage_options: dict[str, Any] | None = None,
+        ignore_not_found: bool | None = None,
+    ) -> None:
+        """Delete the dataset at ``base_uri``: its objects and DynamoDB rows (as
+        ``s3ddb drop``).
+
+        Raises:
+            DatasetNotFoundError: nothing is committed there, unless ``ignore_not_found``.
+        """
+        uri = os.fspath(base_uri)
+        if not ignore_not_found:
+            load_latest(open_validated(uri, storage_options), uri)
+        drop_dataset(uri, storage_options, missing_ok=True)
+
+    def update_metadata(
+        self, values: dict[str, str | None], *, replace: bool = False
+    ) -> dict[str, str]:
+        """Set (text) or delete (None) table metadata keys, or with ``replace`` make
+        ``values`` the whole table metadata, as one new version; returns the table
+        metadata after it. Keys another writer changed meanwhile are kept.
+
+        Raises:
+            InvalidInputError: keys or values that are not text (or None), nothing to
+                change, or a reserved key.
+        """
+        upsert, delete = pylance_compat.metadata_changes(
+            self._manifest.table_metadata, values, replace
+        )
+        writes.update_config(self, None, (), upsert, delete)
+        return dict(self._manifest.table_metadata)
+
+    # --- schema and its evolution (logic and contracts in s3ddb/writes/schema_evolution.py) ---
 
     def add_columns(
         self,
@@ -326,18 +433,23 @@ class Dataset(pylance_compat.PylanceMembers):
         return self
 
     def drop_columns(
-        self, columns: list[str], *, conflict_retries: int | None = None,
+        self,
+        columns: list[str],
+        *,
+        conflict_retries: int | None = None,
         retry_timeout: float | None = None,
-    ) -> Dataset:  # fmt: skip
+    ) -> Dataset:
         """Remove columns from the schema only (a ``Project``); see
         :func:`s3ddb.writes.schema_evolution.drop_columns`."""
         se.drop_columns(self, columns, conflict_retries, retry_timeout)
         return self
 
     def alter_columns(
-        self, *alterations: dict[str, Any], conflict_retries: int | None = None,
+        self,
+        *alterations: dict[str, Any],
+        conflict_retries: int | None = None,
         retry_timeout: float | None = None,
-    ) -> Dataset:  # fmt: skip
+    ) -> Dataset:
         """Rename, change nullability or safely widen columns (``{"path": "x", "name":
         "y", "nullable": True, "data_type": pa.int64()}``); see
         :func:`s3ddb.writes.schema_evolution.alter_columns`."""
@@ -353,6 +465,71 @@ class Dataset(pylance_compat.PylanceMembers):
         """Replace the metadata of top-level column ``field`` (an ``UpdateConfig``)."""
         se.replace_field_metadata(self, field, metadata)
         return self
+
+    @property
+    def schema_metadata(self) -> dict[str, str]:
+        """The schema's metadata, as text."""
+        return pylance_compat.decoded_metadata(self.schema.metadata)
+
+    @property
+    def max_field_id(self) -> int:
+        """The highest field id the schema has used."""
+        return self._manifest.schema.max_field_id
+
+    @property
+    def has_stable_row_ids(self) -> bool:
+        """Always False: s3ddb has no stable row ids."""
+        return False
+
+    @property
+    def data_storage_version(self) -> str:
+        """``"parquet"``: s3ddb writes Parquet data files (pylance answers the Lance
+        file version, such as "2.0")."""
+        return pylance_compat.DATA_STORAGE_VERSION
+
+    def update_schema_metadata(
+        self, values: dict[str, str | None], *, replace: bool = False
+    ) -> dict[str, str]:
+        """As :meth:`update_metadata`, for the schema's metadata; planned again on the
+        newest version if another writer changed the schema meanwhile. Returns the
+        schema metadata after it.
+
+        Raises:
+            InvalidInputError: keys or values that are not text (or None).
+        """
+
+        def plan(manifest: Manifest) -> tuple[Operation, None]:
+            current = pylance_compat.decoded_metadata(manifest.schema.arrow.metadata)
+            upsert, delete = pylance_compat.metadata_changes(current, values, replace)
+            kept = {k: v for k, v in current.items() if k not in delete}
+            return se.plan_schema_metadata({**kept, **upsert}), None
+
+        plan_and_commit(self, "update_schema_metadata", plan, None, None)
+        return self.schema_metadata
+
+    def update_field_metadata(
+        self, field_updates: dict[str, dict[str, str | None]], *, replace: bool = False
+    ) -> None:
+        """As :meth:`update_metadata`, for one top-level column's metadata
+        (``{"column": {"key": "text" or None}}``), as one new version.
+
+        Raises:
+            UnsupportedOperationError: several columns at once (call once per column).
+            ColumnNotFoundError: no such column.
+            InvalidInputError: keys or values that are not text (or None).
+        """
+        if not isinstance(field_updates, dict) or len(field_updates) != 1:
+            raise pylance_compat.unsupported(
+                "update_field_metadata() of several columns", "call it per column"
+            )
+        [(name, values)] = field_updates.items()
+        index = self.schema.get_field_index(name) if isinstance(name, str) else -1
+        current = (
+            pylance_compat.decoded_metadata(self.schema.field(index).metadata) if index >= 0 else {}
+        )
+        upsert, delete = pylance_compat.metadata_changes(current, values, replace)
+        kept = {k: v for k, v in current.items() if k not in delete}
+        se.replace_field_metadata(self, name, {**kept, **upsert})
 
     # --- clones ---
     def shallow_clone(
@@ -399,7 +576,29 @@ class Dataset(pylance_compat.PylanceMembers):
         )
         return deep_clone(self, target, version, storage_options)
 
-    # --- indices ---
+    # --- fragments and files ---
+    def validate(self) -> None:
+        """Check that every file the pinned version references exists, data files
+        with their recorded size (``s3ddb verify`` checks the whole dataset).
+
+        Raises:
+            DataFileMissingError: a data, deletion or index file is missing.
+            DataFileError: a data file's size differs from the one recorded.
+        """
+        check_files(self.files(), self._manifest, self._uri)
+
+    def fragment_ids(self) -> list[int]:
+        """The pinned version's fragment ids, ascending (pylance: a Bitmap)."""
+        return sorted(f.id for f in self._manifest.fragments)
+
+    def get_fragment(self, fragment_id: int) -> pylance_compat.LanceFragment | None:
+        """The fragment with this id in the pinned version, or None."""
+        for fragment in self._manifest.fragments:
+            if fragment.id == fragment_id:
+                return pylance_compat.LanceFragment(self, fragment)
+        return None
+
+    # --- indices and statistics ---
     def create_scalar_index(
         self,
         column: str,
@@ -426,11 +625,38 @@ class Dataset(pylance_compat.PylanceMembers):
         """The pinned version's indices: name, type, uuid, fields, version, fragment_ids."""
         return list_indices(self._manifest)
 
-    # --- pylance-compatible reads and Arrow streams (s3ddb/scanner.py) ---
+    @property
+    def has_index(self) -> bool:
+        """Whether the pinned version has an index."""
+        return bool(self._manifest.indices)
+
+    def describe_indices(self) -> list[IndexDescription]:
+        """The pinned version's indices, as pylance's ``describe_indices``."""
+        return describe_indices(self._manifest)
+
+    def index_statistics(self, index_name: str) -> dict[str, Any]:
+        """pylance's statistics of one index: its type, and the fragments and rows it
+        covers and does not.
+
+        Raises:
+            InvalidInputError: no index of that name.
+        """
+        return index_statistics(self._manifest, index_name, self._uri)
+
+    @property
+    def stats(self) -> DatasetStatistics:
+        """pylance's ``ds.stats``: ``dataset_stats()`` and ``index_stats(name)``."""
+        return DatasetStatistics(self._manifest, self._uri)
+
+    # --- pylance-compatible reads and Arrow streams (s3ddb/reading/scanner.py) ---
     def scanner(
-        self, columns: list[str] | None = None, filter: str | pc.Expression | None = None,
-        limit: int | None = None, offset: int | None = None, **options: Any,
-    ) -> Scanner:  # fmt: skip
+        self,
+        columns: list[str] | None = None,
+        filter: str | pc.Expression | None = None,
+        limit: int | None = None,
+        offset: int | None = None,
+        **options: Any,
+    ) -> Scanner:
         """A :class:`s3ddb.reading.scanner.Scanner` of the pinned version (``to_table``,
         ``to_batches``, ``to_reader``, ``count_rows``, ``head``, Arrow stream).
 
@@ -508,9 +734,15 @@ class Dataset(pylance_compat.PylanceMembers):
             operation = operation.operation
         text = os.fspath(uri)
         return writes.commit_operation(
-            Dataset, text, operation, read_version, storage_options, commit_config,
-            transaction_properties, on_existing,
-        )  # fmt: skip
+            Dataset,
+            text,
+            operation,
+            read_version,
+            storage_options,
+            commit_config,
+            transaction_properties,
+            on_existing,
+        )
 
 
 def dataset(

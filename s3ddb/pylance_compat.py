@@ -7,8 +7,6 @@ pylance call and whether s3ddb supports it, differs (and why), or not.
 
 from __future__ import annotations
 
-import datetime as dt
-import os
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -19,12 +17,8 @@ import pyarrow.compute as pc
 from s3ddb.errors import InvalidInputError, UnsupportedOperationError
 from s3ddb.format.fragment import DataFile, FragmentMetadata
 from s3ddb.format.fragment_list import FragmentList
-from s3ddb.format.manifest import Manifest
 from s3ddb.format.schema import DatasetSchema
-from s3ddb.index.api import IndexDescription, describe_indices, index_statistics
-from s3ddb.io.arguments import check_int
-from s3ddb.maintenance.drop import drop
-from s3ddb.maintenance.inspection import DatasetStatistics, check_files
+from s3ddb.maintenance.inspection import check_files
 from s3ddb.operations import (
     Append,
     Clone,
@@ -43,10 +37,7 @@ from s3ddb.operations import (
     UpdateConfig,
 )
 from s3ddb.reading.scanner import Scanner, take
-from s3ddb.versions.opening import load_latest, open_validated
-from s3ddb.versions.pinned import PinnedVersion, plan_and_commit
-from s3ddb.writes import rows as writes
-from s3ddb.writes.schema_evolution import plan_schema_metadata, replace_field_metadata
+from s3ddb.versions.pinned import PinnedVersion
 
 __all__ = [
     "CLEANUP_TUNING",
@@ -59,12 +50,13 @@ __all__ = [
     "CallableDict",
     "LanceFragment",
     "LanceOperation",
-    "PylanceMembers",
     "check_cleanup_options",
     "check_open_options",
     "check_write_options",
+    "decoded_metadata",
     "metadata_changes",
     "pylance_overwrite",
+    "refusal",
     "refuse_options",
     "unsupported",
 ]
@@ -263,9 +255,14 @@ REFUSED_OPEN_OPTIONS: dict[str, tuple[Any, str]] = {
 
 #: pylance's open arguments that size its caches: accepted and ignored.
 IGNORED_OPEN_OPTIONS = frozenset(
-    {"block_size", "index_cache_size", "metadata_cache_size", "metadata_cache_size_bytes",
-     "index_cache_size_bytes"}
-)  # fmt: skip
+    {
+        "block_size",
+        "index_cache_size",
+        "metadata_cache_size",
+        "metadata_cache_size_bytes",
+        "index_cache_size_bytes",
+    }
+)
 
 
 def check_open_options(call: str, options: dict[str, Any]) -> None:
@@ -441,9 +438,13 @@ class LanceFragment:
         return self._version.files().deletion_file(self._fragment)[1]
 
     def scanner(
-        self, columns: list[str] | None = None, filter: str | pc.Expression | None = None,
-        limit: int | None = None, offset: int | None = None, **options: Any,
-    ) -> Scanner:  # fmt: skip
+        self,
+        columns: list[str] | None = None,
+        filter: str | pc.Expression | None = None,
+        limit: int | None = None,
+        offset: int | None = None,
+        **options: Any,
+    ) -> Scanner:
         """A scanner of this fragment's visible rows, as ``Dataset.scanner``."""
         return Scanner(self._version, columns, filter, limit, offset, **options)
 
@@ -463,232 +464,29 @@ class LanceFragment:
         return take(self._version, indices, columns)
 
     def to_batches(
-        self, columns: list[str] | None = None, filter: str | pc.Expression | None = None,
+        self,
+        columns: list[str] | None = None,
+        filter: str | pc.Expression | None = None,
         **options: Any,
-    ) -> Iterator[pa.RecordBatch]:  # fmt: skip
+    ) -> Iterator[pa.RecordBatch]:
         return self.scanner(columns, filter, **options).to_batches()
 
     def to_table(
-        self, columns: list[str] | None = None, filter: str | pc.Expression | None = None,
+        self,
+        columns: list[str] | None = None,
+        filter: str | pc.Expression | None = None,
         **options: Any,
-    ) -> pa.Table:  # fmt: skip
+    ) -> pa.Table:
         return self.scanner(columns, filter, **options).to_table()
 
     def to_pandas(
-        self, columns: list[str] | None = None, filter: str | pc.Expression | None = None,
+        self,
+        columns: list[str] | None = None,
+        filter: str | pc.Expression | None = None,
         **options: Any,
-    ) -> Any:  # fmt: skip
+    ) -> Any:
         return self.to_table(columns, filter, **options).to_pandas()
 
     def validate(self) -> None:
-        """Check this fragment's files, as :meth:`PylanceMembers.validate`."""
+        """Check this fragment's files, as :meth:`s3ddb.Dataset.validate`."""
         check_files(self._version.files(), self._version.manifest, self._version.uri)
-
-
-class PylanceMembers(PinnedVersion):
-    """The pylance ``LanceDataset`` members a Dataset has beside s3ddb's own API.
-
-    Every other pylance member refuses with UnsupportedOperationError
-    (:data:`UNSUPPORTED_MEMBERS`); docs/pylance.md lists each, and
-    tests/test_pylance_surface.py checks both against pylance's own classes.
-    """
-
-    if not TYPE_CHECKING:  # (mypy keeps reporting unknown attributes)
-
-        def __getattr__(self, name: str) -> Any:
-            return refusal(self, name, UNSUPPORTED_MEMBERS)
-
-    # --- versions and storage ---
-
-    def checkout_latest(self) -> None:
-        """Move this Dataset to the newest version, in place (as pylance). Raises
-        AtomicGroupError for a handle of an atomic group (it stays where it planned)."""
-        self.refuse_in_group("checkout_latest()", "Read the newest with s3ddb.dataset(uri).")
-        self.move_to(load_latest(self.handler, self.uri), seen_newest=True)
-
-    def get_version(self) -> dict[str, Any]:
-        """The pinned version as pylance describes it: ``version``, ``timestamp`` (UTC)
-        and ``metadata``, a summary of the manifest (counts as text)."""
-        fragments = list(self._manifest.fragments)
-        summary = {
-            "total_fragments": len(fragments),
-            "total_data_files": sum(len(f.files) for f in fragments),
-            "total_files_size": sum(d.file_size_bytes for f in fragments for d in f.files),
-            "total_deletion_files": sum(1 for f in fragments if f.deletion_file is not None),
-            "total_data_file_rows": sum(f.physical_rows for f in fragments),
-            "total_deletion_file_rows": sum(f.physical_rows - f.num_rows for f in fragments),
-            "total_rows": sum(f.num_rows for f in fragments),
-        }
-        when = dt.datetime.fromtimestamp(self._manifest.timestamp_nanos / 1e9, dt.timezone.utc)
-        metadata = {k: str(v) for k, v in summary.items()}
-        return {"version": self.version, "timestamp": when, "metadata": metadata}
-
-    def version_refs(self) -> list[dict[str, int]]:
-        """``{"version": n}`` for every version, oldest first."""
-        return [{"version": v.version} for v in self.versions()]
-
-    @property
-    def initial_storage_options(self) -> dict[str, Any]:
-        """The storage options this Dataset was opened with."""
-        return self.storage_options
-
-    def latest_storage_options(self) -> dict[str, Any]:
-        """The storage options (s3ddb's never change after opening)."""
-        return self.storage_options
-
-    @staticmethod
-    def drop(
-        base_uri: str | os.PathLike[str],
-        storage_options: dict[str, Any] | None = None,
-        ignore_not_found: bool | None = None,
-    ) -> None:
-        """Delete the dataset at ``base_uri``: its objects and DynamoDB rows (as
-        ``s3ddb drop``).
-
-        Raises:
-            DatasetNotFoundError: nothing is committed there, unless ``ignore_not_found``.
-        """
-        uri = os.fspath(base_uri)
-        if not ignore_not_found:
-            load_latest(open_validated(uri, storage_options), uri)
-        drop(uri, storage_options, missing_ok=True)
-
-    # --- schema ---
-
-    @property
-    def schema_metadata(self) -> dict[str, str]:
-        """The schema's metadata, as text."""
-        return decoded_metadata(self.schema.metadata)
-
-    @property
-    def max_field_id(self) -> int:
-        """The highest field id the schema has used."""
-        return self._manifest.schema.max_field_id
-
-    @property
-    def has_stable_row_ids(self) -> bool:
-        """Always False: s3ddb has no stable row ids."""
-        return False
-
-    @property
-    def data_storage_version(self) -> str:
-        """``"parquet"``: s3ddb writes Parquet data files (pylance answers the Lance
-        file version, such as "2.0")."""
-        return DATA_STORAGE_VERSION
-
-    def update_metadata(
-        self, values: dict[str, str | None], *, replace: bool = False
-    ) -> dict[str, str]:
-        """Set (text) or delete (None) table metadata keys, or with ``replace`` make
-        ``values`` the whole table metadata, as one new version; returns the table
-        metadata after it. Keys another writer changed meanwhile are kept.
-
-        Raises:
-            InvalidInputError: keys or values that are not text (or None), nothing to
-                change, or a reserved key.
-        """
-        upsert, delete = metadata_changes(self._manifest.table_metadata, values, replace)
-        writes.update_config(self, None, (), upsert, delete)
-        return dict(self._manifest.table_metadata)
-
-    def update_schema_metadata(
-        self, values: dict[str, str | None], *, replace: bool = False
-    ) -> dict[str, str]:
-        """As :meth:`update_metadata`, for the schema's metadata; planned again on the
-        newest version if another writer changed the schema meanwhile. Returns the
-        schema metadata after it.
-
-        Raises:
-            InvalidInputError: keys or values that are not text (or None).
-        """
-
-        def plan(manifest: Manifest) -> tuple[Operation, None]:
-            current = decoded_metadata(manifest.schema.arrow.metadata)
-            upsert, delete = metadata_changes(current, values, replace)
-            kept = {k: v for k, v in current.items() if k not in delete}
-            return plan_schema_metadata({**kept, **upsert}), None
-
-        plan_and_commit(self, "update_schema_metadata", plan, None, None)
-        return self.schema_metadata
-
-    def update_field_metadata(
-        self, field_updates: dict[str, dict[str, str | None]], *, replace: bool = False
-    ) -> None:
-        """As :meth:`update_metadata`, for one top-level column's metadata
-        (``{"column": {"key": "text" or None}}``), as one new version.
-
-        Raises:
-            UnsupportedOperationError: several columns at once (call once per column).
-            ColumnNotFoundError: no such column.
-            InvalidInputError: keys or values that are not text (or None).
-        """
-        if not isinstance(field_updates, dict) or len(field_updates) != 1:
-            raise unsupported("update_field_metadata() of several columns", "call it per column")
-        [(name, values)] = field_updates.items()
-        index = self.schema.get_field_index(name) if isinstance(name, str) else -1
-        current = decoded_metadata(self.schema.field(index).metadata) if index >= 0 else {}
-        upsert, delete = metadata_changes(current, values, replace)
-        kept = {k: v for k, v in current.items() if k not in delete}
-        replace_field_metadata(self, name, {**kept, **upsert})
-
-    # --- rows and files ---
-
-    def truncate_table(self) -> None:
-        """Remove every row, keeping the schema, as one new version (an Overwrite)."""
-        writes.insert(self, self.schema.empty_table(), "overwrite", None, None)
-
-    def slice(self, start: int, end: int, columns: list[str] | None = None) -> pa.Table:
-        """The visible rows at positions ``start`` up to ``end`` (excluded), in scan order.
-
-        Raises:
-            InvalidInputError: a negative ``start``, or ``end`` before ``start``.
-        """
-        check_int("start", start, minimum=0)
-        check_int("end", end, minimum=start)
-        return Scanner(self, columns, None, end - start, start).to_table()
-
-    def validate(self) -> None:
-        """Check that every file the pinned version references exists, data files
-        with their recorded size (``s3ddb verify`` checks the whole dataset).
-
-        Raises:
-            DataFileMissingError: a data, deletion or index file is missing.
-            DataFileError: a data file's size differs from the one recorded.
-        """
-        check_files(self.files(), self._manifest, self._uri)
-
-    def fragment_ids(self) -> list[int]:
-        """The pinned version's fragment ids, ascending (pylance: a Bitmap)."""
-        return sorted(f.id for f in self._manifest.fragments)
-
-    def get_fragment(self, fragment_id: int) -> LanceFragment | None:
-        """The fragment with this id in the pinned version, or None."""
-        for fragment in self._manifest.fragments:
-            if fragment.id == fragment_id:
-                return LanceFragment(self, fragment)
-        return None
-
-    # --- indices and statistics ---
-
-    @property
-    def has_index(self) -> bool:
-        """Whether the pinned version has an index."""
-        return bool(self._manifest.indices)
-
-    def describe_indices(self) -> list[IndexDescription]:
-        """The pinned version's indices, as pylance's ``describe_indices``."""
-        return describe_indices(self._manifest)
-
-    def index_statistics(self, index_name: str) -> dict[str, Any]:
-        """pylance's statistics of one index: its type, and the fragments and rows it
-        covers and does not.
-
-        Raises:
-            InvalidInputError: no index of that name.
-        """
-        return index_statistics(self._manifest, index_name, self._uri)
-
-    @property
-    def stats(self) -> DatasetStatistics:
-        """pylance's ``ds.stats``: ``dataset_stats()`` and ``index_stats(name)``."""
-        return DatasetStatistics(self._manifest, self._uri)

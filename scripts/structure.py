@@ -35,7 +35,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 MAX_TOP_LEVEL_MODULES = 8
-MAX_MODULE_LINES = 700
+#: Size follows the concept: a module may be long if it is one concept (``Dataset``
+#: with all its members, the external-store commit protocol), and a module is split
+#: where concepts part, never to fit a line count. This cap only catches a module
+#: that has grown into several concepts (issue 34).
+MAX_MODULE_LINES = 1200
 #: At most this many names in ``s3ddb.__all__``: what users call and catch.
 MAX_EXPORTS = 60
 
