@@ -131,6 +131,53 @@ def test_an_upsert_equals_the_python_reference(spark: Any, tmp_path: Path) -> No
     assert _rows(uri) == expected
 
 
+def test_native_target_read_after_deletes_renames_and_added_columns(
+    spark: Any, tmp_path: Path, caplog: Any
+) -> None:
+    """Spark's Parquet reader reads the target's keys (by field id after a rename,
+    without the deleted rows); fragments spread over several files after
+    add_columns are read by Python tasks; the result equals the library's merge."""
+    import logging
+    import shutil
+
+    import s3ddb.spark_ext
+
+    uri = _target(tmp_path, n=80, fragments=4)
+    ds = s3ddb.dataset(uri)
+    ds.delete("id % 5 = 0")
+    ds.alter_columns({"path": "n", "name": "m"})
+    ds.add_columns({"z": "id * 2"})  # a second data file in each fragment
+    ds.insert(pa.table({"id": [100, 101], "v": ["x", "y"], "m": [1, 2], "z": [7, 8]}))
+    ds = s3ddb.dataset(uri)
+    twin = str(tmp_path / "twin")
+    shutil.copytree(uri, twin)
+    rows = [(i, f"s{i}", i * 3, -i) for i in range(0, 110, 3)]
+    df = spark.createDataFrame(rows, "id long, v string, m long, z long")
+    source = pa.Table.from_pylist([dict(zip(("id", "v", "m", "z"), r)) for r in rows])
+    # The second condition reads z, in its own file in the four older fragments.
+    for condition, spread in (("source.m > target.m", 0), ("target.z > source.m", 4)):
+        fragments = len(s3ddb.dataset(uri).get_fragments())
+        expected = (
+            s3ddb.dataset(twin)
+            .merge_insert("id")
+            .when_matched_update_all(condition)
+            .when_not_matched_insert_all()
+            .execute(source)
+        )
+        caplog.clear()
+        with caplog.at_level(logging.DEBUG, logger="s3ddb.spark_ext.merge_target"):
+            got = s3ddb.spark_ext.merge_insert(
+                spark, uri, df, "id", when_matched_update_all=condition
+            )
+        native = fragments - spread
+        assert f"reads {native} target fragment(s) natively" in caplog.text, caplog.text
+        assert got == expected
+    assert got == expected
+    assert s3ddb.dataset(uri).to_table().sort_by("id") == s3ddb.dataset(twin).to_table().sort_by(
+        "id"
+    )
+
+
 def test_a_pyarrow_source_merges_on_the_executors_too(spark: Any, tmp_path: Path) -> None:
     import s3ddb.spark_ext
 

@@ -34,7 +34,7 @@ import logging
 import math
 import pickle
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -60,6 +60,7 @@ from s3ddb.scan.fragment import fragment_may_match
 from s3ddb.spark_ext._types import arrow_schema_of, conform_to_dataset
 from s3ddb.spark_ext._types import spark_schema_of as _spark_schema_of
 from s3ddb.spark_ext.atomic import APP_TRANSACTION_PREFIX
+from s3ddb.spark_ext.merge_target import target_frame
 from s3ddb.spark_ext.merge_tasks import (
     FRAGMENT,
     IN_SOURCE,
@@ -69,7 +70,6 @@ from s3ddb.spark_ext.merge_tasks import (
     TARGET_PREFIX,
     DeletionTask,
     MergeTask,
-    TargetReader,
     source_schema,
 )
 from s3ddb.versions.pinned import plan_and_commit
@@ -114,6 +114,7 @@ def merge_insert(
     conflict_retries: int | None = None,
     retry_timeout: float | None = None,
     transaction_properties: dict[str, str] | None = None,
+    jvm_scheme: str | None = None,
 ) -> dict[str, int]:
     """Merge ``source`` (a Spark DataFrame) into the dataset at ``uri`` by the key
     columns ``on``, as ``Dataset.merge_insert`` with the same clauses would, without
@@ -126,6 +127,10 @@ def merge_insert(
     Table...): it becomes a DataFrame and merges the same way.
     ``transaction_properties`` are stored with the commit (an application
     transaction number commits at most once: :func:`merge_batches`).
+    ``jvm_scheme`` is the scheme Spark's JVM reads the dataset's ``s3://`` objects by
+    (``"s3a"`` with hadoop-aws, ``"s3"`` on EMR): then Spark's own Parquet reader
+    reads the target's keys, as it always does for a local path; without it, Python
+    tasks read them.
 
     Returns ``{"num_inserted_rows", "num_updated_rows", "num_deleted_rows"}``.
 
@@ -166,7 +171,7 @@ def merge_insert(
         # Rows already in the driver's memory still merge on the executors: the
         # matched target rows never come back.
         source = spark.createDataFrame(to_arrow_table(source))
-    merge = _DistributedMerge.prepare(spark, ds, source, clauses)
+    merge = _DistributedMerge.prepare(spark, ds, source, clauses, jvm_scheme)
     return plan_and_commit(
         ds,
         "merge_insert",
@@ -264,19 +269,33 @@ class _DistributedMerge:
     on a version (again after a conflict)."""
 
     spark: Any
-    uri: str
-    store: ObjectStore
+    dataset: s3ddb.Dataset
     source: Any
     clauses: MergeClauses
     #: (key column, min, max) of the source's keys, for key types :func:`_bounded`.
     bounds: tuple[tuple[str, Any, Any], ...]
     source_rows: int
     #: The source's columns the dataset lacks, with their Arrow types.
-    extras: pa.Schema = field(default_factory=lambda: pa.schema([]))
+    extras: pa.Schema
+    #: How the JVM reads the dataset's files (None: Python tasks read the target).
+    scheme_map: dict[str, str] | None
+
+    @property
+    def uri(self) -> str:
+        return self.dataset.uri
+
+    @property
+    def store(self) -> ObjectStore:
+        return self.dataset.handler.store
 
     @classmethod
     def prepare(
-        cls, spark: Any, ds: s3ddb.Dataset, source: Any, clauses: MergeClauses
+        cls,
+        spark: Any,
+        ds: s3ddb.Dataset,
+        source: Any,
+        clauses: MergeClauses,
+        jvm_scheme: str | None = None,
     ) -> _DistributedMerge:
         """Check the source's schema and the clauses; one Spark aggregate gives the
         source's row count and key ranges.
@@ -307,16 +326,9 @@ class _DistributedMerge:
             low, high = row[1 + 2 * i], row[2 + 2 * i]
             if low is not None and high is not None:
                 bounds.append((k, low, high))
-        return cls(
-            spark,
-            ds.uri,
-            ds.handler.store,
-            source,
-            clauses,
-            tuple(bounds),
-            int(row[0]),
-            extras,
-        )
+        local = ds.handler.store.protocol == "file"
+        scheme_map = {"s3": jvm_scheme} if jvm_scheme else ({} if local else None)
+        return cls(spark, ds, source, clauses, tuple(bounds), int(row[0]), extras, scheme_map)
 
     def plan(self, manifest: Manifest) -> tuple[Update | None, dict[str, int]]:
         """Run the merge's two stages on ``manifest``'s version: the Update to commit
@@ -354,22 +366,19 @@ class _DistributedMerge:
         )
         # Deleting by source, every target row is needed; otherwise only those whose
         # keys lie within the source's ranges can match.
-        reader = TargetReader(
+        target_df = target_frame(
+            self.spark,
+            self.dataset.checkout_version(manifest.version),
             self.store,
             manifest,
+            candidates,
             compiled.target_columns,
             pruner,
             () if clauses.delete_by_source else self.bounds,
             read_schema,
+            self.scheme_map,
         )
-        sc = self.spark.sparkContext
-        ids = [f.id for f in candidates]
-        parallelism = sc.defaultParallelism
-        target_df = (
-            self.spark.createDataFrame([(i,) for i in ids], "fid long")
-            .repartition(max(1, min(len(ids), parallelism * 4)))
-            .mapInArrow(reader, read_schema)
-        )
+        parallelism = self.spark.sparkContext.defaultParallelism
         src = self.source.withColumn(IN_SOURCE, F.lit(True))
         condition = None
         for k in clauses.on:

@@ -229,8 +229,15 @@ def plan_native_read(
     ds: Any,
     columns: list[str] | None = None,
     scheme_map: Mapping[str, str] = DEFAULT_SCHEME_MAP,
+    *,
+    fragments: list[FragmentMetadata] | None = None,
+    deleted_positions: bool = True,
 ) -> NativePlan:
-    """Plan a native read of the pinned version of ``ds`` (an :class:`s3ddb.Dataset`).
+    """Plan a native read of the pinned version of ``ds`` (an :class:`s3ddb.Dataset`):
+    of ``fragments`` only, if given (fragments of that version). Without
+    ``deleted_positions`` the shapes' ``deleted`` stay empty (the caller removes
+    deleted rows itself, e.g. on the executors): fragments with a deletion file are
+    still in shapes of their own.
 
     Raises:
         ColumnNotFoundError: an unknown column in ``columns``.
@@ -257,7 +264,8 @@ def plan_native_read(
         return plan
     ids = dict(zip(schema.top_level_ids(names), names))
     files: FileResolver = ds.files()
-    fragments = ds.get_fragments()
+    if fragments is None:
+        fragments = ds.get_fragments()
     seen: set[str] = set()
     jobs: list[tuple[FragmentMetadata, list[int], list[str]]] = []
     for fragment in fragments:
@@ -315,6 +323,8 @@ def plan_native_read(
         shape.fragments.append(parts)
         if fragment.deletion_file is not None:
             with_deletions.append((shape, parts[0].name, fragment))
+    if not deleted_positions:
+        with_deletions = []
     positions = _side_by_side(
         files, [fr for _, _, fr in with_deletions], lambda fr: _deleted(files, fr)
     )

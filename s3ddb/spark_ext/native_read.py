@@ -46,6 +46,7 @@ __all__ = [
     "KEY_COLUMNS",
     "create_temp_view",
     "read",
+    "scan_layout",
     "to_dataframe",
 ]
 
@@ -260,10 +261,10 @@ def _quoted(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-def _scan(spark: Any, layout: Layout, paths: list[str], keys: bool) -> Any:
+def scan_layout(spark: Any, layout: Layout, paths: list[str], keys: bool) -> Any:
     """One Spark Parquet scan of ``paths``, projected to the dataset's names and
     types for the columns of ``layout``, with the file name and row index if
-    ``keys``."""
+    ``keys`` (columns :data:`KEY_COLUMNS` ``[0]`` and ``[1]``)."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StructField, StructType
 
@@ -311,7 +312,7 @@ def _shape_frame(spark: Any, shape: Shape) -> Any:
     deletions = bool(shape.deleted)
     if len(shape.slots) == 1:
         paths = [parts[0].path for parts in shape.fragments]
-        df = _scan(spark, shape.slots[0], paths, keys=deletions)
+        df = scan_layout(spark, shape.slots[0], paths, keys=deletions)
         if deletions:
             df = _without_deleted(spark, df, shape).drop(_FILE, _POS)
         return df
@@ -329,7 +330,7 @@ def _shape_frame(spark: Any, shape: Shape) -> Any:
     )
     joined: Any = None
     for slot, layout in enumerate(shape.slots):
-        df = _scan(spark, layout, [parts[slot].path for parts in shape.fragments], keys=True)
+        df = scan_layout(spark, layout, [parts[slot].path for parts in shape.fragments], keys=True)
         if slot == 0 and deletions:
             df = _without_deleted(spark, df, shape)
         df = df.join(F.broadcast(mapping), _FILE).drop(_FILE)
