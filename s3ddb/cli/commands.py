@@ -11,26 +11,30 @@ column, bad SQL...) propagate as :class:`~s3ddb.errors.S3DDBError`, which
 from __future__ import annotations
 
 import argparse
-import base64
 import csv
 import dataclasses
 import datetime as dt
-import json
 import os
 import sys
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
 
 import s3ddb
-from s3ddb.cli.output import json_text, safe_text
+from s3ddb.cli.output import (
+    emit_json,
+    json_default,
+    json_text,
+    print_table,
+    safe_text,
+    value_text,
+)
 from s3ddb.commit.committer import load_transaction
 from s3ddb.errors import InvalidInputError
 from s3ddb.maintenance.compaction import DEFAULT_TARGET_ROWS_PER_FRAGMENT
 
 __all__ = [
-    "emit_json",
     "register",
     "run_compact",
     "run_delete",
@@ -157,11 +161,6 @@ def storage_options(args: argparse.Namespace) -> dict[str, Any] | None:
     return options or None
 
 
-def emit_json(data: Any) -> None:
-    """One JSON document on stdout (``--json``), control characters escaped."""
-    print(json_text(data, default=_json_default, indent=2))
-
-
 def _verb(
     subparsers: Any,
     name: str,
@@ -183,8 +182,9 @@ def _verb(
         description=" ".join(doc.split()),
     )
     if not action:
-        parser.add_argument("uri", metavar="URI", nargs="?" if uri_optional else None,
-                            help=_URI_HELP)  # fmt: skip
+        parser.add_argument(
+            "uri", metavar="URI", nargs="?" if uri_optional else None, help=_URI_HELP
+        )
     # An action's copies must not reset the options given before it (tags --region R URI list).
     _aws_options(parser, default=argparse.SUPPRESS if action else None)
     if reports:
@@ -285,39 +285,10 @@ def _iso(timestamp: dt.datetime) -> str:
     return timestamp.astimezone(dt.timezone.utc).isoformat(timespec="milliseconds")[:-6] + "Z"
 
 
-def _print_table(header: list[str], rows: list[list[str]], right: Collection[int] = ()) -> None:
-    """Aligned columns; every cell is stored text, so escaped (output.safe_text)."""
-    header = [safe_text(h) for h in header]
-    rows = [[safe_text(c) for c in r] for r in rows]
-    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(header)]
-    for cells in [header, ["-" * w for w in widths], *rows]:
-        padded = [
-            (c.rjust if i in right else c.ljust)(w) for i, (c, w) in enumerate(zip(cells, widths))
-        ]
-        print("  ".join(padded).rstrip())
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, (dt.datetime, dt.date, dt.time)):
-        return value.isoformat()
-    if isinstance(value, bytes):
-        return base64.b64encode(value).decode()
-    return str(value)  # Decimal (exactly), timedelta, anything else
-
-
-def _text(value: Any) -> str:
-    """A non-null value as one line of text (csv fields and table cells)."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, (bool, list, dict)):  # true/false, nested values as JSON
-        return json.dumps(value, default=_json_default, ensure_ascii=False)
-    return str(_json_default(value))
-
-
 def _cell(value: Any) -> str:
     if value is None:
         return "null"
-    text = safe_text(_text(value))
+    text = safe_text(value_text(value))
     return text if len(text) <= _MAX_CELL else text[: _MAX_CELL - 1] + "…"
 
 
@@ -412,19 +383,26 @@ def run_history(args: argparse.Namespace) -> int:
     header += ["tags"] if tags else []
     grouped = any(e["group"] for e in entries)
     rows = [
-        [str(e["version"]), _iso(e["timestamp"]), e["operation"],
-         "-" if e["rows_added"] is None else str(e["rows_added"]),
-         "-" if e["rows_removed"] is None else str(e["rows_removed"]),
-         e["committer"], ", ".join(e["tags"])][: len(header)]
+        [
+            str(e["version"]),
+            _iso(e["timestamp"]),
+            e["operation"],
+            "-" if e["rows_added"] is None else str(e["rows_added"]),
+            "-" if e["rows_removed"] is None else str(e["rows_removed"]),
+            e["committer"],
+            ", ".join(e["tags"]),
+        ][: len(header)]
         + ([_group_text(e["group"])] if grouped else [])
         for e in entries
-    ]  # fmt: skip
+    ]
     header += ["group"] if grouped else []
-    _print_table(header, rows, right={0, 3, 4})
+    print_table(header, rows, right={0, 3, 4})
     after_gap = [str(e["version"]) for e in entries if e["rows_added"] is None]
     if after_gap:
-        print("-: rows added and removed are not known where cleanup removed the version "
-              f"before (version {', '.join(after_gap)})")  # fmt: skip
+        print(
+            "-: rows added and removed are not known where cleanup removed the version "
+            f"before (version {', '.join(after_gap)})"
+        )
     return 0
 
 
@@ -521,16 +499,18 @@ def _write_rows(table: pa.Table, fmt: str) -> None:
     rows = table.to_pylist()
     if fmt == "json":
         for row in rows:
-            print(json_text(row, default=_json_default))
+            print(json_text(row, default=json_default))
     elif fmt == "csv":
         # CSV quoting keeps a field's newlines and tabs apart; any other control
         # character (a carriage return too) is escaped.
         writer = csv.writer(sys.stdout, lineterminator="\n")
         writer.writerow([safe_text(n, keep="\n\t") for n in names])
         writer.writerows(
-            [["" if v is None else safe_text(_text(v), keep="\n\t") for v in r.values()]
-             for r in rows]
-        )  # fmt: skip
+            [
+                ["" if v is None else safe_text(value_text(v), keep="\n\t") for v in r.values()]
+                for r in rows
+            ]
+        )
     else:
         numeric = {
             i
@@ -539,7 +519,7 @@ def _write_rows(table: pa.Table, fmt: str) -> None:
             or pa.types.is_floating(f.type)
             or pa.types.is_decimal(f.type)
         }
-        _print_table(names, [[_cell(v) for v in r.values()] for r in rows], right=numeric)
+        print_table(names, [[_cell(v) for v in r.values()] for r in rows], right=numeric)
 
 
 def run_delete(args: argparse.Namespace) -> int:
@@ -647,7 +627,7 @@ def run_tag_list(args: argparse.Namespace) -> int:
         return 0
     rows = [[name, str(v)] for name, v in sorted(tags.items(), key=lambda t: (t[1], t[0]))]
     if rows:
-        _print_table(["tag", "version"], rows, right={1})
+        print_table(["tag", "version"], rows, right={1})
     else:
         print("no tags")
     return 0

@@ -110,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
         wait=args.wait,
     )
     if args.json:
-        from s3ddb.cli.commands import emit_json
+        from s3ddb.cli.output import emit_json
 
         table = describe_table(args.table, aws)
         emit_json(

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from s3ddb.cli.commands import _verb, emit_json, storage_options
+from s3ddb.cli.commands import _verb, storage_options
+from s3ddb.cli.output import emit_json
 
 __all__ = [
     "register",

@@ -41,7 +41,7 @@ __all__ = [
 # Modules under s3ddb.cli that register verbs, in help order.
 _VERB_MODULES = (
     "commands",
-    "operations",
+    "operator_verbs",
     "doctor_cmd",
     "create_table",
     "local_aws",

@@ -1,10 +1,17 @@
-"""Terminal-safe output: nothing read from a dataset can control the terminal.
+"""How the ``s3ddb`` command prints: JSON documents, aligned tables, values as text,
+progress bars, and all of it terminal-safe.
 
-Stored text (operation names, committers, tag names, schema field names, metadata,
-data values, messages quoting them) is written by someone else, maybe hostile. A
-terminal obeys escape sequences in what it prints: ``ESC ] 0 ;`` retitles the window,
-``ESC [ 2 J`` clears it, a carriage return overwrites the line, a bidi override
-reverses what follows. So every verb prints stored text through this module:
+The verbs share these helpers: :func:`emit_json` (``--json``: one document, values
+JSON has no type for as :func:`json_default` writes them), :func:`print_table`
+(aligned columns), :func:`value_text` (a value as one line of text) and
+:func:`progress_bar` (a bar on a terminal, nothing in a pipe or with ``--json``).
+
+Nothing read from a dataset can control the terminal. Stored text (operation names,
+committers, tag names, schema field names, metadata, data values, messages quoting
+them) is written by someone else, maybe hostile. A terminal obeys escape sequences in
+what it prints: ``ESC ] 0 ;`` retitles the window, ``ESC [ 2 J`` clears it, a carriage
+return overwrites the line, a bidi override reverses what follows. So every verb
+prints stored text through this module:
 
 * :func:`safe_text` escapes control characters visibly (``\\x1b`` becomes the four
   characters ``\\x1b``) and keeps printable Unicode;
@@ -18,19 +25,27 @@ reverses what follows. So every verb prints stored text through this module:
 
 from __future__ import annotations
 
+import base64
+import datetime as dt
 import json
 import re
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO
 
 __all__ = [
     "UNSAFE",
+    "Progress",
+    "emit_json",
     "guarded_output",
+    "json_default",
     "json_text",
+    "print_table",
+    "progress_bar",
     "raw_stream",
     "safe_text",
+    "value_text",
 ]
 
 #: Characters never written raw: C0 controls, DEL, C1 controls (U+0080-U+009F, among
@@ -102,3 +117,67 @@ def raw_stream(stream: TextIO) -> TextIO:
     sequences of our own (the progress bar of rich), never stored text."""
     inner = getattr(stream, "raw", None) if isinstance(stream, _SafeStream) else None
     return inner if inner is not None else stream
+
+
+def json_default(value: Any) -> Any:
+    """A value JSON has no type for: dates and times in ISO 8601, bytes in base64,
+    anything else (Decimal exactly, timedelta...) as ``str``."""
+    if isinstance(value, (dt.datetime, dt.date, dt.time)):
+        return value.isoformat()
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    return str(value)  # Decimal (exactly), timedelta, anything else
+
+
+def emit_json(data: Any) -> None:
+    """One JSON document on stdout (``--json``), control characters escaped."""
+    print(json_text(data, default=json_default, indent=2))
+
+
+def value_text(value: Any) -> str:
+    """A non-null value as one line of text (csv fields and table cells)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (bool, list, dict)):  # true/false, nested values as JSON
+        return json.dumps(value, default=json_default, ensure_ascii=False)
+    return str(json_default(value))
+
+
+def print_table(header: list[str], rows: list[list[str]], right: Collection[int] = ()) -> None:
+    """Aligned columns (those in ``right`` aligned right); every cell is stored text,
+    so escaped (:func:`safe_text`)."""
+    header = [safe_text(h) for h in header]
+    rows = [[safe_text(c) for c in r] for r in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(header)]
+    for cells in [header, ["-" * w for w in widths], *rows]:
+        padded = [
+            (c.rjust if i in right else c.ljust)(w) for i, (c, w) in enumerate(zip(cells, widths))
+        ]
+        print("  ".join(padded).rstrip())
+
+
+#: A progress callback: (what, done, total or None).
+Progress = Callable[[str, int, "int | None"], None]
+
+
+@contextmanager
+def progress_bar(shown: bool = True) -> Iterator[Progress]:
+    """A progress callback: a rich bar on a terminal (stderr) when ``shown``, nothing
+    otherwise (pipes, ``--json``)."""
+    if not shown or not sys.stderr.isatty():
+        yield lambda what, done, total: None
+        return
+    from rich.console import Console
+    from rich.progress import Progress as Bar
+
+    # The bar's own escape sequences go to the terminal itself, not through the guard.
+    console = Console(file=raw_stream(sys.stderr))
+    with Bar(console=console, transient=True) as bar:
+        tasks: dict[str, Any] = {}
+
+        def update(what: str, done: int, total: int | None) -> None:
+            if what not in tasks:
+                tasks[what] = bar.add_task(what, total=total)
+            bar.update(tasks[what], completed=done, total=total)
+
+        yield update

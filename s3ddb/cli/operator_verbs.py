@@ -1,4 +1,5 @@
-"""Operator verbs of the ``s3ddb`` command: verify, sync, cleanup and drop.
+"""Operator verbs of the ``s3ddb`` command: verify, sync, cleanup, drop and
+migrate-commits.
 
 ``verify`` exits 0 when the dataset is healthy and 1 when it found problems (each with
 what it means and how to fix it); ``sync`` repairs what needs no judgement; ``drop``
@@ -11,12 +12,10 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from typing import Any
 
-from s3ddb.cli.commands import _verb, emit_json, storage_options
-from s3ddb.cli.output import raw_stream
+from s3ddb.cli.commands import _verb, storage_options
+from s3ddb.cli.output import emit_json, progress_bar
 from s3ddb.dataset import dataset
 from s3ddb.errors import InvalidInputError
 from s3ddb.maintenance import cleanup
@@ -54,15 +53,17 @@ _GRACE_HELP = (
 
 def register(subparsers: Any) -> None:
     p = _verb(subparsers, "verify", run_verify)
-    p.add_argument("--grace", type=_grace, default=DEFAULT_GRACE_SECONDS,
-                   metavar="SECONDS", help=_GRACE_HELP)  # fmt: skip
+    p.add_argument(
+        "--grace", type=_grace, default=DEFAULT_GRACE_SECONDS, metavar="SECONDS", help=_GRACE_HELP
+    )
 
     # With --all there is no URI: s3ddb sync --all --table NAME.
     p = _verb(subparsers, "sync", run_sync, uri_optional=True)
     p.add_argument("--table", metavar="NAME", help="with --all: the DynamoDB table")
     p.add_argument("--all", action="store_true", help="every dataset with rows in --table")
-    p.add_argument("--grace", type=_grace, default=DEFAULT_GRACE_SECONDS,
-                   metavar="SECONDS", help=_GRACE_HELP)  # fmt: skip
+    p.add_argument(
+        "--grace", type=_grace, default=DEFAULT_GRACE_SECONDS, metavar="SECONDS", help=_GRACE_HELP
+    )
 
     p = _verb(subparsers, "cleanup", run_cleanup)
     p.add_argument(
@@ -77,13 +78,20 @@ def register(subparsers: Any) -> None:
         metavar="N",
         help="keep the N newest versions whatever their age",
     )
-    p.add_argument("--delete-unverified", action="store_true",
-                   help="also delete unreferenced files younger than 7 days (only when "
-                   "no writer can be committing)")  # fmt: skip
-    p.add_argument("--claim-window", type=_age, metavar="AGE",
-                   help="keep a version until the version after it is this old (default "
-                   "10m): a writer may still be claiming the next number; lower it only "
-                   "when no writer can be committing")  # fmt: skip
+    p.add_argument(
+        "--delete-unverified",
+        action="store_true",
+        help="also delete unreferenced files younger than 7 days (only when "
+        "no writer can be committing)",
+    )
+    p.add_argument(
+        "--claim-window",
+        type=_age,
+        metavar="AGE",
+        help="keep a version until the version after it is this old (default "
+        "10m): a writer may still be claiming the next number; lower it only "
+        "when no writer can be committing",
+    )
 
     p = _verb(subparsers, "drop", run_drop)
     p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
@@ -96,28 +104,6 @@ def register(subparsers: Any) -> None:
     _verb(subparsers, "migrate-commits", run_migrate_commits)
 
 
-@contextmanager
-def _progress(args: argparse.Namespace) -> Iterator[Callable[[str, int, int | None], None]]:
-    """A progress callback: a rich bar on a terminal, nothing otherwise."""
-    if getattr(args, "json", False) or not sys.stderr.isatty():
-        yield lambda what, done, total: None
-        return
-    from rich.console import Console
-    from rich.progress import Progress
-
-    # The bar's own escape sequences go to the terminal itself, not through the guard.
-    console = Console(file=raw_stream(sys.stderr))
-    with Progress(console=console, transient=True) as bar:
-        tasks: dict[str, Any] = {}
-
-        def update(what: str, done: int, total: int | None) -> None:
-            if what not in tasks:
-                tasks[what] = bar.add_task(what, total=total)
-            bar.update(tasks[what], completed=done, total=total)
-
-        yield update
-
-
 def run_verify(args: argparse.Namespace) -> int:
     """Check a dataset and report every problem, with what it means and how to fix it.
 
@@ -127,7 +113,7 @@ def run_verify(args: argparse.Namespace) -> int:
     missing data files and files no version references. Exit status 0: healthy;
     1: problems found; 2: usage or access error.
     """
-    with _progress(args) as progress:
+    with progress_bar(not getattr(args, "json", False)) as progress:
         report = verify(
             args.uri, storage_options(args), grace_seconds=args.grace, progress=progress
         )
@@ -170,7 +156,7 @@ def run_sync(args: argparse.Namespace) -> int:
             raise InvalidInputError("sync takes a dataset URI (or --all --table NAME)")
         uris = [args.uri]
     reports = []
-    with _progress(args) as progress:
+    with progress_bar(not getattr(args, "json", False)) as progress:
         for done, uri in enumerate(uris, 1):
             reports.append(sync(uri, options, grace_seconds=args.grace))
             progress("syncing datasets", done, len(uris))
@@ -189,8 +175,10 @@ def run_sync(args: argparse.Namespace) -> int:
             print(f"  FAILED {failure}")
     if args.all:
         total = sum(len(r.finalized) for r in reports)
-        print(f"{len(reports)} dataset(s), {total} version(s) finalized, "
-              f"{sum(not r.ok for r in reports)} with failures")  # fmt: skip
+        print(
+            f"{len(reports)} dataset(s), {total} version(s) finalized, "
+            f"{sum(not r.ok for r in reports)} with failures"
+        )
     return 0 if ok else 1
 
 
@@ -227,16 +215,20 @@ def run_cleanup(args: argparse.Namespace) -> int:
 
     ds = s3ddb.dataset(args.uri, storage_options=storage_options(args))
     stats = ds.cleanup_old_versions(
-        args.older_than, args.retain_versions, args.delete_unverified,
+        args.older_than,
+        args.retain_versions,
+        args.delete_unverified,
         claim_window=args.claim_window,
-    )  # fmt: skip
+    )
     if args.json:
         emit_json(stats.to_json())
         return 0
     versions = stats.versions_removed
-    print(f"removed {len(versions)} version(s)"
-          + (f" ({_ranges(versions)})" if versions else "")
-          + f", {stats.rows_removed} DynamoDB row(s), {stats.bytes_removed} bytes")  # fmt: skip
+    print(
+        f"removed {len(versions)} version(s)"
+        + (f" ({_ranges(versions)})" if versions else "")
+        + f", {stats.rows_removed} DynamoDB row(s), {stats.bytes_removed} bytes"
+    )
     for kind in sorted(stats.files):
         label = kind.replace("_", " ") + ":"
         print(f"  {label:20}{stats.files[kind]} ({stats.bytes[kind]} bytes)")
@@ -316,8 +308,10 @@ def run_migrate_commits(args: argparse.Namespace) -> int:
     if args.json:
         emit_json({"uri": args.uri, "migrated": moved, "version": ds.version, "mechanism": how})
     elif moved:
-        print(f"{args.uri}: commits now go through {how}, from version {ds.version} "
-              f"(was version {before})")  # fmt: skip
+        print(
+            f"{args.uri}: commits now go through {how}, from version {ds.version} "
+            f"(was version {before})"
+        )
     else:
         print(f"{args.uri}: already commits through {how}; nothing to do")
     return 0
@@ -333,18 +327,22 @@ def run_drop(args: argparse.Namespace) -> int:
     if not args.yes:
         if not sys.stdin.isatty():
             raise InvalidInputError(f"refusing to drop {args.uri} without confirmation: pass --yes")
-        answer = input(f"This deletes every object and DynamoDB row of\n  {args.uri}\n"
-                       "Type the URI to confirm: ")  # fmt: skip
+        answer = input(
+            f"This deletes every object and DynamoDB row of\n  {args.uri}\n"
+            "Type the URI to confirm: "
+        )
         if answer.strip() != args.uri:
             print("not confirmed; nothing deleted", file=sys.stderr)
             return 1
-    with _progress(args) as progress:
+    with progress_bar(not getattr(args, "json", False)) as progress:
         report = drop(
             args.uri, storage_options(args), progress=progress, missing_ok=args.missing_ok
         )
     if args.json:
         emit_json(report.to_json())
     else:
-        print(f"dropped {args.uri}: {report.objects} objects ({report.bytes} bytes), "
-              f"{report.rows} DynamoDB rows")  # fmt: skip
+        print(
+            f"dropped {args.uri}: {report.objects} objects ({report.bytes} bytes), "
+            f"{report.rows} DynamoDB rows"
+        )
     return 0
