@@ -90,7 +90,7 @@ class Dataset(PinnedVersion):
     ``describe_indices``, ``stats``, ``validate``...); the pylance members s3ddb does
     not have raise UnsupportedOperationError with the reason
     (:data:`~s3ddb.pylance_compat.UNSUPPORTED_MEMBERS`; docs/pylance.md lists each,
-    and tests/test_pylance_surface.py checks both against pylance's own classes).
+    and tests/project/test_pylance_surface.py checks both against pylance's own classes).
     """
 
     if not TYPE_CHECKING:  # (mypy keeps reporting unknown attributes)

@@ -3,7 +3,7 @@
 Usage: python scripts/gen_protos.py [--out DIR]
 
 Uses grpcio-tools' bundled protoc and mypy-protobuf for the .pyi stubs (both pinned in
-the ``dev`` extra so that output is reproducible; tests/test_protos.py fails when the
+the ``dev`` extra so that output is reproducible; tests/format/test_protos.py fails when the
 checked-in code is stale).
 """
 

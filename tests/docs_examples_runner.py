@@ -7,7 +7,7 @@ run in ``bash -e``; a console block is a list of ``$ command`` lines, each run i
 ``bash`` with its output and exit status recorded. The first failing python or shell
 block ends the run: later blocks build on it.
 
-Run by tests/test_docs_examples.py in a child process whose environment points at a
+Run by tests/project/test_docs_examples.py in a child process whose environment points at a
 fresh ``s3ddb local-aws``, in an empty working directory.
 """
 

@@ -1,4 +1,4 @@
-"""Child-process entry points for the group commit tests (tests/test_atomic_processes.py).
+"""Child-process entry points for the group commit tests (tests/groups/test_group_processes.py).
 
     python -m tests.group_workers group URI_A URI_B START COUNT
     python -m tests.group_workers single URI START COUNT

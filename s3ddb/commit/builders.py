@@ -417,7 +417,7 @@ def build_update_bases(
 
 
 #: How each operation s3ddb commits builds the next manifest: one entry per committable
-#: class of :data:`s3ddb.operations.kinds.OPERATIONS` (tests/test_operations_tables.py
+#: class of :data:`s3ddb.operations.kinds.OPERATIONS` (tests/commit/test_operations_tables.py
 #: checks). An operation type not listed cannot be committed.
 BUILDERS: dict[type[Operation], Builder] = {
     Append: build_append,

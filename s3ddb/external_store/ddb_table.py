@@ -4,7 +4,7 @@
 ``infra/terraform/modules/s3ddb-table`` with its default variables: key schema
 (``base_uri`` S HASH, ``version`` N RANGE), on-demand billing, point-in-time
 recovery and deletion protection on, and the tag ``s3ddb:role =
-external-manifest-store``. ``tests/test_terraform.py`` checks that the two agree.
+external-manifest-store``. ``tests/stores/test_terraform.py`` checks that the two agree.
 """
 
 from __future__ import annotations

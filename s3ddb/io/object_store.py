@@ -4,7 +4,7 @@ Backends: local files (:class:`LocalObjectStore`), ``memory://``
 (:class:`MemoryObjectStore`) and S3 (:class:`S3ObjectStore`). ``ObjectStore(url,
 storage_options)`` constructs the one that serves the URL's scheme (the table
 ``_BACKENDS`` below). Paths given to an ObjectStore are relative to its root and
-'/'-separated. The contract every backend keeps (and tests/test_object_store.py checks
+'/'-separated. The contract every backend keeps (and tests/stores/test_object_store.py checks
 for each):
 
   * ``get`` of a missing object raises FileNotFoundError;

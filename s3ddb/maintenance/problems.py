@@ -2,7 +2,7 @@
 
 :data:`PROBLEM_KINDS` maps each kind to what it means and how to fix it, as
 docs/operations.md's table "What it checks, by problem kind" states them (the text is
-that table's cells; tests/test_problem_kinds_docs.py checks both have the same rows,
+that table's cells; tests/maintenance/test_problem_kinds_docs.py checks both have the same rows,
 in the same order). A :class:`Problem` is one problem found: its kind, where, and the
 meaning and fix of that case (which version, which object). Its kind must be in the
 table, so a check that reports a new kind cannot leave the table and the

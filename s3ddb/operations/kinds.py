@@ -4,7 +4,7 @@ Each class states the facts of its kind (:class:`s3ddb.operations.base.Operation
 class attributes: ``kind``, ``pb_field``, ``changes``, ``committable``,
 ``in_lance_operation``). The tables that need something this layer cannot hold (how
 to build the next manifest, the conflict rules, pylance's names) are literals in
-their own layer, and ``tests/test_operations_tables.py`` checks each of them against
+their own layer, and ``tests/commit/test_operations_tables.py`` checks each of them against
 this tuple.
 """
 

@@ -6,7 +6,7 @@
 # takes attribute definitions for key attributes.
 #
 # s3ddb's `s3ddb create-table` and `s3ddb.external_store.create_table()` create the same
-# table as this module with its default variables; tests/test_terraform.py checks it.
+# table as this module with its default variables; tests/stores/test_terraform.py checks it.
 
 locals {
   tags        = merge({ "s3ddb:role" = "external-manifest-store" }, var.tags)

@@ -1,0 +1,47 @@
+"""Fixtures of the Spark tests: one local SparkSession (one JVM) for the whole folder,
+which runs in one pytest worker (the ``spark`` xdist group), and the local endpoint's
+storage options and a fresh ``s3+ddb://`` URI per test."""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.conftest import TEST_BUCKET, TEST_TABLE
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    # Spark's Python workers run the interpreter PYSPARK_PYTHON names (else python3).
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    pytest.importorskip("pyspark")
+    from pyspark.sql import SparkSession
+
+    import s3ddb.spark_ext
+
+    builder = (
+        SparkSession.builder.master("local[2]")
+        .appName("s3ddb-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+    )
+    session = s3ddb.spark_ext.configure(builder).getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def opts(aws: Any) -> dict[str, str]:
+    return dict(aws.storage_options())
+
+
+@pytest.fixture
+def uri(aws: Any) -> str:
+    return f"s3+ddb://{TEST_BUCKET}/spark-{uuid.uuid4().hex[:12]}?ddbTableName={TEST_TABLE}"
