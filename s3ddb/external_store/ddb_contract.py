@@ -20,6 +20,10 @@ from s3ddb.errors import (
 )
 from s3ddb.io.service_errors import Failure, describe_error
 
+#: Environment variable that turns fenced claims off, for DynamoDB implementations
+#: without TransactWriteItems (see :class:`~s3ddb.external_store.dynamodb.DynamoDBManifestStore`).
+UNFENCED_ENV = "S3DDB_DYNAMODB_TRANSACTIONS"
+
 __all__ = [
     "ATTRIBUTE_DEFINITIONS",
     "CREDENTIAL_SOURCES",
@@ -28,6 +32,7 @@ __all__ = [
     "KEY_SCHEMA",
     "RANGE_KEY",
     "TERRAFORM_MODULE",
+    "UNFENCED_ENV",
     "create_commands",
     "credentials_error",
     "expected_schema_text",

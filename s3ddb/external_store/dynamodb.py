@@ -52,9 +52,7 @@ from s3ddb.io.service_errors import Failure, classify, describe_error, error_cod
 __all__ = ["DynamoDBManifestStore", "create_table", "item_to_row", "row_to_item"]
 
 _BATCH_LIMIT = 25  # BatchWriteItem accepts at most 25 requests
-#: Environment variable that turns fenced claims off, for DynamoDB implementations
-#: without TransactWriteItems (see :class:`DynamoDBManifestStore`).
-UNFENCED_ENV = "S3DDB_DYNAMODB_TRANSACTIONS"
+UNFENCED_ENV = c.UNFENCED_ENV
 
 # (endpoint, region, table) of tables whose schema was checked in this process.
 _VALIDATED: PerProcess[tuple[str | None, str | None, str], bool] = PerProcess(

@@ -14,6 +14,7 @@ from s3ddb.commit import finalizer as finalizers
 from s3ddb.commit.external import ExternalStoreCommitHandler
 from s3ddb.commit.handlers import CommitHandler, ConditionalPutCommitHandler
 from s3ddb.external_store.base import ExternalManifestStore
+from s3ddb.external_store.ddb_contract import UNFENCED_ENV
 from s3ddb.io.aws import AwsConfig
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.per_process import PerProcess
@@ -21,7 +22,7 @@ from s3ddb.io.uri import DatasetURI, parse_uri
 
 __all__ = ["external_store_for", "open_handler"]
 
-_EXTERNAL_STORES: PerProcess[tuple[str, AwsConfig], ExternalManifestStore] = PerProcess(
+_EXTERNAL_STORES: PerProcess[tuple[str, AwsConfig, str | None], ExternalManifestStore] = PerProcess(
     "external manifest stores"
 )
 
@@ -36,7 +37,9 @@ def external_store_for(uri: DatasetURI, store: ObjectStore) -> ExternalManifestS
 
         return DynamoDBManifestStore(table, store.aws)
 
-    return _EXTERNAL_STORES.get((table, store.aws), create)
+    # The environment may turn transactions off where the storage options say nothing
+    # (UNFENCED_ENV): a store made under one setting must not serve the other.
+    return _EXTERNAL_STORES.get((table, store.aws, os.environ.get(UNFENCED_ENV)), create)
 
 
 def open_handler(

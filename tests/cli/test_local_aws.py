@@ -740,7 +740,7 @@ def test_cli_local_aws_help_documents_every_flag() -> None:
     flags = ["--host", "--port", "--region", "--conditional-writes", "--bucket", "--table"]
     for flag in [*flags, "--no-conditional-writes", "--empty"]:
         assert flag in done.stdout
-    with open(os.path.join(os.path.dirname(__file__), "..", "docs", "deployments.md")) as f:
+    with open(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "deployments.md")) as f:
         deployments = f.read()
     for flag in [*flags, "--empty"]:
         assert f"`{flag}" in deployments, f"{flag} is not documented in docs/deployments.md"

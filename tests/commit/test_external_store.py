@@ -979,3 +979,20 @@ def test_dynamodb_module_does_not_import_boto3() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_the_environment_turning_transactions_off_is_never_served_stale(
+    aws: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process's DynamoDB stores are shared per table and settings; the environment
+    variable that turns transactions off is one of the settings (a store made while
+    it was set must not serve the same table once it is unset)."""
+    from s3ddb.versions.connect import open_handler
+    from tests.conftest import TEST_BUCKET, TEST_TABLE
+
+    uri = f"s3+ddb://{TEST_BUCKET}/env-{uuid.uuid4().hex[:10]}?ddbTableName={TEST_TABLE}"
+    options = dict(aws.storage_options())
+    monkeypatch.setenv("S3DDB_DYNAMODB_TRANSACTIONS", "false")
+    assert open_handler(uri, options).external.transactions is False
+    monkeypatch.delenv("S3DDB_DYNAMODB_TRANSACTIONS")
+    assert open_handler(uri, options).external.transactions is True

@@ -443,6 +443,9 @@ def test_history_on_the_command_line_shows_groups(
 
     for key, value in aws.env().items():
         monkeypatch.setenv(key, value)
+    # This endpoint's DynamoDB has transactions: nothing left from another endpoint's
+    # settings turns them off.
+    monkeypatch.delenv("S3DDB_DYNAMODB_TRANSACTIONS", raising=False)
     prefix = f"atomic-{uuid.uuid4().hex[:10]}"
     a, b = (f"s3+ddb://{TEST_BUCKET}/{prefix}/{n}?ddbTableName={TEST_TABLE}" for n in "ab")
     _create([a, b], None)
