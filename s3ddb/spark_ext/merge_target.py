@@ -28,11 +28,10 @@ from s3ddb.spark_ext.merge_tasks import (
     FRAGMENT,
     ROW,
     TARGET_PREFIX,
-    DeletedRows,
     TargetReader,
 )
 from s3ddb.spark_ext.native_plan import plan_native_read
-from s3ddb.spark_ext.native_read import KEY_COLUMNS, scan_layout
+from s3ddb.spark_ext.native_read import KEY_COLUMNS, DeletedRows, scan_layout
 
 __all__ = ["target_frame"]
 
@@ -150,7 +149,7 @@ def _native(
         deleted = (
             spark.createDataFrame([(i,) for i in with_deletions], "fid long")
             .repartition(tasks)
-            .mapInArrow(DeletedRows(store, manifest), f"{FRAGMENT} long, {ROW} long")
+            .mapInArrow(DeletedRows(store, manifest, FRAGMENT, ROW), f"{FRAGMENT} long, {ROW} long")
         )
         frame = frame.join(deleted, [FRAGMENT, ROW], "left_anti")
     return frame, native_ids

@@ -45,7 +45,6 @@ __all__ = [
     "ROW",
     "ROWS_PER_TASK",
     "TARGET_PREFIX",
-    "DeletedRows",
     "DeletionTask",
     "MergeTask",
     "TargetReader",
@@ -108,27 +107,6 @@ class TargetReader:
                     table = table.filter(inside)
                 if table.num_rows:
                     yield from cast_for_spark(table, out_schema).to_batches()
-
-
-@dataclass(frozen=True)
-class DeletedRows:
-    """The deleted rows of fragments (given by id, one column) as (fragment id, row
-    offset) pairs, read from their deletion files. Pickles to executors."""
-
-    store: ObjectStore
-    manifest: Manifest
-
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        files = FileResolver.for_manifest(self.store, self.manifest)
-        fragments = {f.id: f for f in self.manifest.fragments}
-        schema = pa.schema([pa.field(FRAGMENT, pa.int64()), pa.field(ROW, pa.int64())])
-        for batch in batches:
-            for fid in batch.column(0).to_pylist():
-                deleted = read_deleted_rows(files, fragments[fid])
-                rows = np.fromiter(deleted, np.int64, len(deleted))
-                yield pa.RecordBatch.from_arrays(
-                    [pa.array(np.full(len(rows), fid, np.int64)), pa.array(rows)], schema=schema
-                )
 
 
 def _within(

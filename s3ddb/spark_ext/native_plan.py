@@ -106,6 +106,8 @@ class Shape:
     slots: tuple[Layout, ...]
     fragments: list[tuple[FilePart, ...]] = field(default_factory=list)
     deleted: dict[str, np.ndarray] = field(default_factory=dict)
+    #: Whether its fragments have deletion files (planned with or without positions).
+    with_deletions: bool = False
 
     @property
     def num_deleted(self) -> int:
@@ -316,7 +318,7 @@ def plan_native_read(
                 plan.refused = problem
                 return plan
         key = (tuple(layouts), fragment.deletion_file is not None)
-        shape = shapes.setdefault(key, Shape(tuple(layouts)))
+        shape = shapes.setdefault(key, Shape(tuple(layouts), with_deletions=key[1]))
         parts = tuple(
             FilePart(url, fragment.files[i].path, fragment.id) for i, url in zip(slots, paths)
         )

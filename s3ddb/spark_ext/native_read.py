@@ -7,8 +7,9 @@ The driver pins a version and plans it (:mod:`s3ddb.spark_ext.native_plan`); Spa
 then reads the data files itself, so it prunes columns, pushes filters into row
 groups and vectorizes, and no row passes through Python. Deleted rows are removed by
 position: the rows of files with deletions are anti-joined (broadcast) with their
-deleted ``(_metadata.file_name, _metadata.row_index)`` pairs; files without
-deletions are read plain. Fragments stored in several data files are joined back on
+deleted ``(_metadata.file_name, _metadata.row_index)`` pairs, which tasks read from
+the deletion files (the driver holds none of them); files without deletions are read
+plain. Fragments stored in several data files are joined back on
 (fragment, row index); columns are renamed from each file's own names (found by
 field id) and cast where a column was widened.
 
@@ -24,13 +25,19 @@ import functools
 import logging
 import threading
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from s3ddb.dataset import Dataset, dataset
 from s3ddb.errors import InvalidInputError, UnsupportedOperationError
+from s3ddb.format.bases import FileResolver
+from s3ddb.format.deletion import read_deleted_rows
+from s3ddb.format.manifest import Manifest
+from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.redact import redact_url
 from s3ddb.spark_ext._types import spark_schema_of
 from s3ddb.spark_ext.native_plan import (
@@ -42,8 +49,8 @@ from s3ddb.spark_ext.native_plan import (
 )
 
 __all__ = [
-    "BROADCAST_MAX_DELETED",
     "KEY_COLUMNS",
+    "DeletedRows",
     "create_temp_view",
     "read",
     "scan_layout",
@@ -56,10 +63,39 @@ logger = logging.getLogger(__name__)
 KEY_COLUMNS = ("__s3ddb_file", "__s3ddb_pos", "__s3ddb_fragment")
 _FILE, _POS, _FRAGMENT = KEY_COLUMNS
 
-#: Up to this many deleted positions in one shape are broadcast to the tasks; more
-#: are left to Spark's own choice of join (a broadcast that large could exhaust the
-#: driver's memory).
-BROADCAST_MAX_DELETED = 4_000_000
+
+@dataclass(frozen=True)
+class DeletedRows:
+    """The deleted rows of fragments (given by id, one column) as (fragment id, row
+    offset) pairs named ``fragment`` and ``row``, read from their deletion files on
+    the executors. Pickles to executors.
+
+    Raises (in the task):
+        ManifestCorruptError, StoredMetadataError: a deletion file is missing or bad.
+    """
+
+    store: ObjectStore
+    manifest: Manifest
+    fragment: str = "fragment"
+    row: str = "row"
+
+    @property
+    def ddl(self) -> str:
+        """The Spark schema of what it yields."""
+        return f"`{self.fragment}` long, `{self.row}` long"
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        files = FileResolver.for_manifest(self.store, self.manifest)
+        fragments = {f.id: f for f in self.manifest.fragments}
+        schema = pa.schema([pa.field(self.fragment, pa.int64()), pa.field(self.row, pa.int64())])
+        for batch in batches:
+            for fid in batch.column(0).to_pylist():
+                deleted = read_deleted_rows(files, fragments[fid])
+                rows = np.fromiter(deleted, np.int64, len(deleted))
+                yield pa.RecordBatch.from_arrays(
+                    [pa.array(np.full(len(rows), fid, np.int64)), pa.array(rows)], schema=schema
+                )
+
 
 #: Per-read Parquet options: never skip a file silently, whatever the session says,
 #: and take the given files as they are (no partition columns from directory names).
@@ -151,7 +187,8 @@ def read(
     mapping = dict(DEFAULT_SCHEME_MAP if scheme_map is None else scheme_map)
     if native is False:
         return _python_read(spark, uri, ds, storage_options, columns)
-    plan = plan_native_read(ds, columns, mapping)
+    # Deleted positions are read by the tasks, never gathered on the driver.
+    plan = plan_native_read(ds, columns, mapping, deleted_positions=False)
     if plan.refused is None:
         plan.refused = _reserved_name(plan)
     if plan.refused is not None:
@@ -165,7 +202,7 @@ def read(
     from pyspark.errors import PySparkException
 
     try:
-        return to_dataframe(spark, plan)
+        return to_dataframe(spark, plan, DeletedRows(ds.handler.store, ds.manifest))
     except (PySparkException, Py4JJavaError) as exc:  # the JVM cannot list or open the files
         reason = "Spark cannot open its data files"
         if native:
@@ -284,37 +321,43 @@ def scan_layout(spark: Any, layout: Layout, paths: list[str], keys: bool) -> Any
     return df.select(*projected) if projected else df
 
 
-def _without_deleted(spark: Any, df: Any, shape: Shape) -> Any:
-    """``df`` (with file and position keys) without the deleted rows of ``shape``."""
+def _without_deleted(spark: Any, df: Any, shape: Shape, deleted_rows: DeletedRows) -> Any:
+    """``df`` (with file and position keys) without the deleted rows of ``shape``'s
+    fragments: tasks read their positions from the deletion files, and Spark
+    anti-joins them (no position reaches the driver)."""
     from pyspark.sql import functions as F
 
-    names, positions = [], []
-    for file_name, deleted in shape.deleted.items():
-        names.append(pa.array([file_name] * len(deleted), pa.string()))
-        positions.append(pa.array(deleted, pa.int64()))
-    table = pa.table(
-        {
-            _FILE: pa.concat_arrays(names) if names else pa.array([], pa.string()),
-            _POS: pa.concat_arrays(positions) if positions else pa.array([], pa.int64()),
-        }
+    parts = [p[0] for p in shape.fragments]
+    mapping = spark.createDataFrame(
+        pa.table(
+            {
+                _FILE: pa.array([p.name for p in parts], pa.string()),
+                deleted_rows.fragment: pa.array([p.fragment_id for p in parts], pa.int64()),
+            }
+        )
     )
-    deleted_df = spark.createDataFrame(table)
-    if shape.num_deleted <= BROADCAST_MAX_DELETED:
-        deleted_df = F.broadcast(deleted_df)
-    return df.join(deleted_df, [_FILE, _POS], "left_anti")
+    tasks = max(1, min(len(parts), spark.sparkContext.defaultParallelism * 4))
+    deleted = (
+        spark.createDataFrame([(p.fragment_id,) for p in parts], "fid long")
+        .repartition(tasks)
+        .mapInArrow(deleted_rows, deleted_rows.ddl)
+        .join(F.broadcast(mapping), deleted_rows.fragment)
+        .select(_FILE, F.col(deleted_rows.row).alias(_POS))
+    )
+    return df.join(deleted, [_FILE, _POS], "left_anti")
 
 
-def _shape_frame(spark: Any, shape: Shape) -> Any:
+def _shape_frame(spark: Any, shape: Shape, deleted_rows: DeletedRows) -> Any:
     """The visible rows of the fragments of ``shape``, with the dataset's names for
     the columns its files serve."""
     from pyspark.sql import functions as F
 
-    deletions = bool(shape.deleted)
+    deletions = shape.with_deletions
     if len(shape.slots) == 1:
         paths = [parts[0].path for parts in shape.fragments]
         df = scan_layout(spark, shape.slots[0], paths, keys=deletions)
         if deletions:
-            df = _without_deleted(spark, df, shape).drop(_FILE, _POS)
+            df = _without_deleted(spark, df, shape, deleted_rows).drop(_FILE, _POS)
         return df
     # Fragments in several files: each slot's rows get their fragment id (from the
     # file name), then the slots are joined on (fragment, row index).
@@ -332,16 +375,17 @@ def _shape_frame(spark: Any, shape: Shape) -> Any:
     for slot, layout in enumerate(shape.slots):
         df = scan_layout(spark, layout, [parts[slot].path for parts in shape.fragments], keys=True)
         if slot == 0 and deletions:
-            df = _without_deleted(spark, df, shape)
+            df = _without_deleted(spark, df, shape, deleted_rows)
         df = df.join(F.broadcast(mapping), _FILE).drop(_FILE)
         joined = df if joined is None else joined.join(df, [_FRAGMENT, _POS], "inner")
     return joined.drop(_FRAGMENT, _POS)
 
 
-def to_dataframe(spark: Any, plan: NativePlan) -> Any:
+def to_dataframe(spark: Any, plan: NativePlan, deleted_rows: DeletedRows) -> Any:
     """The DataFrame of a plan :func:`~s3ddb.spark_ext.native_plan.plan_native_read`
     made (and did not refuse): the plan's columns, in order, with the Spark types the
-    ``s3ddb`` data source gives them.
+    ``s3ddb`` data source gives them; ``deleted_rows`` reads the deleted positions of
+    the plan's version in the tasks.
 
     Raises:
         pyspark's errors where Spark cannot list or open the files.
@@ -354,7 +398,7 @@ def to_dataframe(spark: Any, plan: NativePlan) -> Any:
         return spark.createDataFrame([], target)
     frames = []
     for shape in plan.shapes:
-        df = _shape_frame(spark, shape)
+        df = _shape_frame(spark, shape, deleted_rows)
         served = {c.name: c for layout in shape.slots for c in layout}
         if list(served) == target.names and all(
             _spark_type(c.physical_type, c.name) == f.dataType

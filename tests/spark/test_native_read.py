@@ -134,6 +134,32 @@ def test_deleted_rows_stay_deleted_when_spark_skips_row_groups(spark: Any, tmp_p
     assert df.count() == 996
 
 
+def test_the_driver_reads_no_deleted_position(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Deleted positions are read by the tasks: the driver process opens no deletion
+    file (Spark's Python workers are other processes, which the patch does not
+    reach)."""
+    import s3ddb.format.deletion as deletion
+    import s3ddb.spark_ext.native_plan as native_plan
+
+    uri = str(tmp_path / "ds")
+    ds = s3ddb.write_dataset(_table(0, 600), uri, max_rows_per_file=200)
+    ds.delete("id % 7 = 0")
+    read_on_driver: list[int] = []
+    original = deletion.read_deleted_rows
+
+    def recorded(files: Any, fragment: Any) -> Any:
+        read_on_driver.append(fragment.id)
+        return original(files, fragment)
+
+    monkeypatch.setattr(native_plan, "read_deleted_rows", recorded)
+    df = s3ddb.spark_ext.read(spark, uri, native=True)
+    assert df.count() == 600 - len(range(0, 600, 7))
+    assert df.filter("id % 7 = 0").count() == 0
+    assert read_on_driver == []
+
+
 def test_queries_on_the_native_frame(spark: Any, tmp_path: Path) -> None:
     uri = str(tmp_path / "ds")
     ds = s3ddb.write_dataset(_table(0, 500), uri, max_rows_per_file=128)
