@@ -49,6 +49,7 @@ from s3ddb.spark_ext.native_plan import (
 )
 
 __all__ = [
+    "BROADCAST_MAX_DELETED",
     "KEY_COLUMNS",
     "DeletedRows",
     "create_temp_view",
@@ -62,6 +63,11 @@ logger = logging.getLogger(__name__)
 #: Columns the plan adds while joining (never in the result).
 KEY_COLUMNS = ("__s3ddb_file", "__s3ddb_pos", "__s3ddb_fragment")
 _FILE, _POS, _FRAGMENT = KEY_COLUMNS
+
+#: Up to this many deleted positions (counted from the manifest) in one group of
+#: fragments read alike are broadcast to the scanning tasks, as Spark does with a
+#: small table: the scan is not shuffled. More are left to Spark's choice of join.
+BROADCAST_MAX_DELETED = 4_000_000
 
 
 @dataclass(frozen=True)
@@ -344,6 +350,13 @@ def _without_deleted(spark: Any, df: Any, shape: Shape, deleted_rows: DeletedRow
         .join(F.broadcast(mapping), deleted_rows.fragment)
         .select(_FILE, F.col(deleted_rows.row).alias(_POS))
     )
+    manifest = {f.id: f for f in deleted_rows.manifest.fragments}
+    count = 0
+    for p in parts:
+        deletion_file = manifest[p.fragment_id].deletion_file
+        count += deletion_file.num_deleted_rows if deletion_file is not None else 0
+    if count <= BROADCAST_MAX_DELETED:
+        deleted = F.broadcast(deleted)
     return df.join(deleted, [_FILE, _POS], "left_anti")
 
 
