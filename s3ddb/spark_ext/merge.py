@@ -10,9 +10,11 @@ One merge is two Spark stages and one commit:
 1. *The driver plans* on the pinned version: Spark aggregates the source's row count
    and each key column's range (one row reaches the driver, never the keys), and the
    fragments whose statistics rule that range out are left alone.
-2. *Stage one* joins the source with the target's keys: Python tasks read the
-   candidate fragments' key columns (and what the conditions read) with each row's
-   fragment id and offset; the join's output is repartitioned by key, so each task
+2. *Stage one* joins the source with the target's keys: the candidate fragments' key
+   columns (and what the conditions read), with each row's fragment id and offset,
+   read by Spark's own Parquet reader where the JVM reaches the files and by Python
+   tasks otherwise (:mod:`s3ddb.spark_ext.merge_target`); the join's output is
+   repartitioned by key, so each task
    sees every row of its keys. A task checks that no key is in the source twice,
    applies the clauses (:mod:`s3ddb.writes.merge_clauses`, the same rules as
    ``Dataset.merge_insert``), writes the updated and inserted rows as new fragments,
