@@ -41,7 +41,13 @@ from s3ddb.format.datafile import read_fragment, write_fragments_from_table
 from s3ddb.format.deletion import read_deleted_rows
 from s3ddb.format.fragment import FragmentMetadata, data_file_paths
 from s3ddb.format.keys import key_hashes
-from s3ddb.format.rows import all_rows, apply_values, matching_rows, take_rows
+from s3ddb.format.rows import (
+    all_rows,
+    apply_values,
+    matching_rows,
+    take_rows,
+    within_key_bounds,
+)
 from s3ddb.operations import (
     Delete,
     KeyExistenceFilter,
@@ -329,15 +335,8 @@ def _keys_within(ctx: ConflictContext, plan: Any, rows: dict[int, BitMap]) -> bo
     names = [name for name, _low, _high in plan.source_key_bounds]
     for fid, wanted in rows.items():
         table = take_rows(read_fragment(ctx.files, after[fid], ctx.after.schema, names), wanted)
-        inside = None
-        for name, low, high in plan.source_key_bounds:
-            column = table.column(name)
-            part = pc.and_(
-                pc.greater_equal(column, pa.scalar(low, column.type)),
-                pc.less_equal(column, pa.scalar(high, column.type)),
-            )
-            inside = part if inside is None else pc.and_(inside, part)
-        if inside is not None and pc.any(pc.fill_null(inside, False)).as_py():
+        inside = within_key_bounds(table, plan.source_key_bounds)
+        if inside is not None and pc.any(inside).as_py():
             return True
     return False
 

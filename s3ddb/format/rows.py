@@ -7,6 +7,9 @@ deletion files and of a transaction's affected rows.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -25,6 +28,7 @@ __all__ = [
     "filter_rows",
     "matching_rows",
     "take_rows",
+    "within_key_bounds",
 ]
 
 #: What pyarrow raises when evaluating an expression over rows fails (division by
@@ -105,3 +109,20 @@ def apply_values(
     }
     table = pa.table(columns)
     return conform(table, pa.schema([target.field(n) for n in rows.column_names]), where=where)
+
+
+def within_key_bounds(
+    table: pa.Table, bounds: Iterable[tuple[str, Any, Any]], prefix: str = ""
+) -> pa.ChunkedArray | None:
+    """Where each row's key lies within every ``(column, low, high)`` bound (a row
+    with a NULL key part does not), reading column ``prefix + column``; None when
+    there is no bound."""
+    inside = None
+    for name, low, high in bounds:
+        column = table.column(prefix + name)
+        part = pc.and_(
+            pc.greater_equal(column, pa.scalar(low).cast(column.type)),
+            pc.less_equal(column, pa.scalar(high).cast(column.type)),
+        )
+        inside = part if inside is None else pc.and_(inside, part)
+    return None if inside is None else pc.fill_null(inside, False)

@@ -13,6 +13,12 @@ from s3ddb.format.schema import conform
 SPARK_TIME_ZONE = "UTC"
 
 
+def quoted_name(name: str) -> str:
+    """``name`` as a Spark SQL identifier (backquoted, backquotes doubled), so that
+    any column name (dots, spaces...) refers to that column."""
+    return "`" + name.replace("`", "``") + "`"
+
+
 def spark_schema_of(arrow: pa.Schema, where: str) -> Any:
     """The Spark StructType a dataset with ``arrow`` reads as.
 

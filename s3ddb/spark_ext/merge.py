@@ -50,8 +50,6 @@ from s3ddb.errors import (
     SchemaMismatchError,
     TransactionAlreadyCommittedError,
 )
-from s3ddb.expressions.conditions import Condition as PushedCondition
-from s3ddb.expressions.conditions import PushedFilters
 from s3ddb.format.deletion import deletion_path
 from s3ddb.format.fragment import FragmentMetadata, data_file_paths
 from s3ddb.format.manifest import Manifest
@@ -59,7 +57,7 @@ from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.written_files import delete_written_files
 from s3ddb.operations import RowChangePlan, Update
 from s3ddb.scan.fragment import fragment_may_match
-from s3ddb.spark_ext._types import arrow_schema_of, conform_to_dataset
+from s3ddb.spark_ext._types import arrow_schema_of, conform_to_dataset, quoted_name
 from s3ddb.spark_ext._types import spark_schema_of as _spark_schema_of
 from s3ddb.spark_ext.atomic import APP_TRANSACTION_PREFIX
 from s3ddb.spark_ext.merge_target import target_frame
@@ -79,16 +77,13 @@ from s3ddb.writes.merge_clauses import (
     Condition,
     MergeClauses,
     check_clauses,
+    key_range_pruner,
 )
 from s3ddb.writes.user_data import to_arrow_table
 
 __all__ = ["merge_batches", "merge_insert"]
 
 log = logging.getLogger(__name__)
-
-
-def _quoted(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
 
 
 def _clause(value: bool | Condition, name: str) -> tuple[bool, Condition]:
@@ -318,10 +313,12 @@ class _DistributedMerge:
         own = pa.schema([arrow.field(n) for n in target.names])
         conform_to_dataset(own.empty_table(), target, where=f"merge_insert source ({ds.uri})")
         clauses.compile(target, source_schema(target, extras))
-        aggregates = [_count_all()]
+        from pyspark.sql import functions as F
+
+        aggregates = [F.count(F.lit(1))]
         bounded = [k for k in clauses.on if _bounded(target.field(k).type)]
         for k in bounded:
-            aggregates += [_min(k), _max(k)]
+            aggregates += [F.min(F.col(quoted_name(k))), F.max(F.col(quoted_name(k)))]
         row = source.agg(*aggregates).collect()[0]
         bounds = []
         for i, k in enumerate(bounded):
@@ -345,17 +342,7 @@ class _DistributedMerge:
         schema = manifest.schema
         clauses = self.clauses
         compiled = clauses.compile(schema.arrow, source_schema(schema.arrow, self.extras))
-        pruner = (
-            None
-            if clauses.delete_by_source or not self.bounds
-            else PushedFilters(
-                tuple(
-                    c
-                    for name, low, high in self.bounds
-                    for c in (PushedCondition("ge", name, low), PushedCondition("le", name, high))
-                )
-            ).may_match
-        )
+        pruner = None if clauses.delete_by_source else key_range_pruner(self.bounds)
         candidates = [f for f in manifest.fragments if fragment_may_match(f, schema, pruner)]
         target_fields = [schema.arrow.field(c) for c in compiled.target_columns]
         target_spark = _spark_schema_of(
@@ -384,7 +371,7 @@ class _DistributedMerge:
         src = self.source.withColumn(IN_SOURCE, F.lit(True))
         condition = None
         for k in clauses.on:
-            eq = src[_quoted(k)] == target_df[_quoted(TARGET_PREFIX + k)]
+            eq = src[quoted_name(k)] == target_df[quoted_name(TARGET_PREFIX + k)]
             condition = eq if condition is None else condition & eq
         how = "full_outer" if clauses.delete_by_source else "left_outer"
         joined = src.join(target_df, on=condition, how=how)
@@ -394,7 +381,8 @@ class _DistributedMerge:
         tasks = max(parallelism, math.ceil(rows / ROWS_PER_TASK))
         spread = [
             F.coalesce(
-                F.col(_quoted(k)), F.col(_quoted(TARGET_PREFIX + k)).cast(src.schema[k].dataType)
+                F.col(quoted_name(k)),
+                F.col(quoted_name(TARGET_PREFIX + k)).cast(src.schema[k].dataType),
             )
             for k in clauses.on
         ]
@@ -405,24 +393,6 @@ class _DistributedMerge:
         touched = max(1, min(len(candidates), parallelism * 4))
         results = decided.repartition(touched, "fid").mapInArrow(deleter, RESULT_DDL).collect()
         return _outcome(self.store, clauses, self.bounds, results)
-
-
-def _count_all() -> Any:
-    from pyspark.sql import functions as F
-
-    return F.count(F.lit(1))
-
-
-def _min(name: str) -> Any:
-    from pyspark.sql import functions as F
-
-    return F.min(F.col(_quoted(name)))
-
-
-def _max(name: str) -> Any:
-    from pyspark.sql import functions as F
-
-    return F.max(F.col(_quoted(name)))
 
 
 def _error_class(name: str) -> type[S3DDBError]:

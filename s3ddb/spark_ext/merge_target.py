@@ -24,6 +24,7 @@ import pyarrow as pa
 from s3ddb.format.fragment import FragmentMetadata
 from s3ddb.format.manifest import Manifest
 from s3ddb.io.object_store import ObjectStore
+from s3ddb.spark_ext._types import quoted_name
 from s3ddb.spark_ext.merge_tasks import (
     FRAGMENT,
     ROW,
@@ -38,10 +39,6 @@ __all__ = ["target_frame"]
 log = logging.getLogger(__name__)
 
 _FILE, _POS = KEY_COLUMNS[0], KEY_COLUMNS[1]
-
-
-def _quoted(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
 
 
 def target_frame(
@@ -127,13 +124,13 @@ def _native(
             for field in read_schema.fields[:-2]:
                 name = field.name[len(TARGET_PREFIX) :]
                 column = (
-                    F.col(_quoted(name)) if name in served else F.lit(None)  # no file holds it
+                    F.col(quoted_name(name)) if name in served else F.lit(None)  # no file holds it
                 )
                 out.append(column.cast(field.dataType).alias(field.name))
             df = df.select(*out, F.col(FRAGMENT), F.col(_POS).alias(ROW))
             for name, low, high in bounds:
                 # Pushed into the Parquet reader: row groups outside the range are skipped.
-                df = df.where(F.col(_quoted(TARGET_PREFIX + name)).between(low, high))
+                df = df.where(F.col(quoted_name(TARGET_PREFIX + name)).between(low, high))
             frames.append(df)
             native_ids.update(p.fragment_id for p in parts)
     except (PySparkException, Py4JJavaError) as exc:  # the JVM cannot list or open them

@@ -25,6 +25,7 @@ from s3ddb.format.datafile import write_fragments_from_table
 from s3ddb.format.deletion import deletion_path, read_deleted_rows, write_deletion_file
 from s3ddb.format.fragment import FragmentMetadata, data_file_paths
 from s3ddb.format.manifest import Manifest
+from s3ddb.format.rows import within_key_bounds
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.written_files import delete_written_files
 from s3ddb.scan import plan_fragment
@@ -102,26 +103,11 @@ class TargetReader:
                     FRAGMENT, pa.array(np.full(len(positions), fid, dtype=np.int64))
                 )
                 table = table.append_column(ROW, pa.array(positions.astype(np.int64)))
-                inside = _within(table, self.bounds, prefix=TARGET_PREFIX)
+                inside = within_key_bounds(table, self.bounds, prefix=TARGET_PREFIX)
                 if inside is not None:
                     table = table.filter(inside)
                 if table.num_rows:
                     yield from cast_for_spark(table, out_schema).to_batches()
-
-
-def _within(
-    table: pa.Table, bounds: tuple[tuple[str, Any, Any], ...], prefix: str = ""
-) -> pa.ChunkedArray | None:
-    """Where every key lies within its bound (None: no bounds)."""
-    inside = None
-    for name, low, high in bounds:
-        column = table.column(prefix + name)
-        part = pc.and_(
-            pc.greater_equal(column, pa.scalar(low).cast(column.type)),
-            pc.less_equal(column, pa.scalar(high).cast(column.type)),
-        )
-        inside = part if inside is None else pc.and_(inside, part)
-    return None if inside is None else pc.fill_null(inside, False)
 
 
 @dataclass
@@ -202,7 +188,7 @@ class MergeTask:
         own = [f.name for f in schema]
         source_part = table.filter(in_source)
         if source_part.num_rows:
-            inside = _within(source_part, self.bounds)
+            inside = within_key_bounds(source_part, self.bounds)
             keys = source_part.select(list(clauses.on))
             if inside is not None and not pc.all(pc.or_(inside, _has_null(keys))).as_py():
                 raise InvalidInputError(

@@ -39,7 +39,7 @@ from s3ddb.format.deletion import read_deleted_rows
 from s3ddb.format.manifest import Manifest
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.redact import redact_url
-from s3ddb.spark_ext._types import spark_schema_of
+from s3ddb.spark_ext._types import quoted_name, spark_schema_of
 from s3ddb.spark_ext.native_plan import (
     DEFAULT_SCHEME_MAP,
     Layout,
@@ -300,10 +300,6 @@ def _spark_type(t: pa.DataType, name: str) -> Any:
     return spark_schema_of(pa.schema([pa.field(name, t)]), name).fields[0].dataType
 
 
-def _quoted(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
-
-
 def scan_layout(spark: Any, layout: Layout, paths: list[str], keys: bool) -> Any:
     """One Spark Parquet scan of ``paths``, projected to the dataset's names and
     types for the columns of ``layout``, with the file name and row index if
@@ -319,7 +315,7 @@ def scan_layout(spark: Any, layout: Layout, paths: list[str], keys: bool) -> Any
         return df  # the file's names are the dataset's: nothing to rename
     projected = []
     for c in layout:
-        column = F.col(_quoted(c.physical))
+        column = F.col(quoted_name(c.physical))
         projected.append(column.alias(c.name))
     if keys:
         projected.append(F.col("_metadata.file_name").alias(_FILE))
@@ -425,7 +421,7 @@ def to_dataframe(spark: Any, plan: NativePlan, deleted_rows: DeletedRows) -> Any
             if column is None:  # no file of these fragments holds it: nulls
                 out.append(F.lit(None).cast(field.dataType).alias(field.name))
                 continue
-            expr = F.col(_quoted(field.name))
+            expr = F.col(quoted_name(field.name))
             if _spark_type(column.physical_type, field.name) != field.dataType:
                 expr = expr.cast(field.dataType)  # a column widened after the file
             out.append(expr.alias(field.name))

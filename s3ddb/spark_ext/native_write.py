@@ -64,7 +64,7 @@ from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.uri import parse_uri
 from s3ddb.spark_ext import _write
 from s3ddb.spark_ext._options import SourceOptions
-from s3ddb.spark_ext._types import arrow_schema_of
+from s3ddb.spark_ext._types import arrow_schema_of, quoted_name
 
 __all__ = [
     "OBSERVED_WAIT",
@@ -130,11 +130,6 @@ def jvm_root_of(uri: str, jvm_scheme: str | None = None) -> str | None:
     return None
 
 
-def _quoted(name: str) -> str:
-    """``name`` as a Spark column reference takes it literally (dots, backticks)."""
-    return "`" + name.replace("`", "``") + "`"
-
-
 def _with_field_ids(df: Any, schema: DatasetSchema, checks: Mapping[str, list[_Check]]) -> Any:
     """``df``'s columns tagged with their field ids, each failing the job at the first
     value that breaks one of its ``checks``."""
@@ -142,7 +137,7 @@ def _with_field_ids(df: Any, schema: DatasetSchema, checks: Mapping[str, list[_C
 
     columns = []
     for name in df.columns:
-        column = F.col(_quoted(name))
+        column = F.col(quoted_name(name))
         checked: Any = None
         for condition, message in checks.get(name, []):
             fail = F.raise_error(F.lit(_CHECK_MARK + message))
@@ -173,7 +168,7 @@ def _value_checks(
     checks: dict[str, list[_Check]] = {}
     for field, arrow in zip(spark_schema.fields, arrow_schema_of(spark_schema), strict=True):
         want = target.field(field.name)
-        column = F.col(_quoted(field.name))
+        column = F.col(quoted_name(field.name))
         said = f"column {field.name!r} of {where}"
         found: list[_Check] = []
         if field.nullable and not want.nullable:

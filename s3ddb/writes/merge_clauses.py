@@ -25,9 +25,9 @@ The same compiled clauses decide the outcome in a single process
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -43,7 +43,10 @@ from s3ddb.errors import (
     SchemaMismatchError,
 )
 from s3ddb.expressions import parse_predicate
+from s3ddb.expressions.conditions import Condition as PushedCondition
+from s3ddb.expressions.conditions import PushedFilters
 from s3ddb.format.keys import key_hashes
+from s3ddb.format.rowgroups import RowGroupPredicate
 from s3ddb.format.rows import evaluate
 
 __all__ = [
@@ -56,6 +59,7 @@ __all__ = [
     "check_clauses",
     "check_unique_keys",
     "describe_key",
+    "key_range_pruner",
 ]
 
 #: Outcomes of a matched pair.
@@ -243,6 +247,18 @@ def check_unique_keys(source: pa.Table, keys: Sequence[str]) -> None:
         f"{describe_key(dup, keys, 0) if dup.num_rows else '?'}: which one should win "
         "is ambiguous; nothing was committed"
     )
+
+
+def key_range_pruner(bounds: Iterable[tuple[str, Any, Any]]) -> RowGroupPredicate | None:
+    """Statistics test for "may hold a key within every ``(column, low, high)``
+    bound" (fragments and row groups that fail it hold no key of the source); None
+    when there is no bound."""
+    conditions = tuple(
+        c
+        for name, low, high in bounds
+        for c in (PushedCondition("ge", name, low), PushedCondition("le", name, high))
+    )
+    return PushedFilters(conditions).may_match if conditions else None
 
 
 def describe_key(table: pa.Table, keys: Sequence[str], row: int) -> str:

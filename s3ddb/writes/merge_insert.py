@@ -29,8 +29,6 @@ import pyarrow.compute as pc
 from pyroaring import BitMap
 
 from s3ddb.errors import ColumnNotFoundError, InvalidInputError, UnsupportedOperationError
-from s3ddb.expressions.conditions import Condition as PushedCondition
-from s3ddb.expressions.conditions import PushedFilters
 from s3ddb.format.bases import FileResolver
 from s3ddb.format.datafile import write_fragments_from_table
 from s3ddb.format.deletion import read_deleted_rows
@@ -55,6 +53,7 @@ from s3ddb.writes.merge_clauses import (
     MergeClauses,
     check_clauses,
     check_unique_keys,
+    key_range_pruner,
 )
 from s3ddb.writes.row_changes import DeletionPlan, write_deletions
 from s3ddb.writes.user_data import to_arrow_table
@@ -311,16 +310,16 @@ def _unsupported(name: str, why: str) -> UnsupportedOperationError:
 def _key_pruner(source_keys: pa.Table, schema: pa.Schema) -> RowGroupPredicate | None:
     """Statistics test for "may hold one of ``source_keys``": each key column of a
     type statistics order exactly lies within the source's range of that key."""
-    conditions = []
+    bounds = []
     for name in source_keys.column_names:
         column = source_keys.column(name)
         if not exact_bound_type(schema.field(name).type) or column.null_count == len(column):
             continue
-        bounds = pc.min_max(column)
-        low, high = bounds["min"].as_py(), bounds["max"].as_py()
+        ends = pc.min_max(column)
+        low, high = ends["min"].as_py(), ends["max"].as_py()
         if low is not None and high is not None:
-            conditions += [PushedCondition("ge", name, low), PushedCondition("le", name, high)]
-    return PushedFilters(tuple(conditions)).may_match if conditions else None
+            bounds.append((name, low, high))
+    return key_range_pruner(bounds)
 
 
 def plan_merge(
