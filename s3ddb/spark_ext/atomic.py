@@ -24,7 +24,7 @@ import s3ddb
 from s3ddb.errors import InvalidInputError, TransactionAlreadyCommittedError
 from s3ddb.spark_ext._types import arrow_schema_of, conform_to_dataset
 
-__all__ = ["APP_TRANSACTION_PREFIX", "atomic_batches", "write_atomic"]
+__all__ = ["APP_TRANSACTION_PREFIX", "atomic_batches", "commit_batch_once", "write_atomic"]
 
 log = logging.getLogger(__name__)
 
@@ -180,20 +180,35 @@ def atomic_batches(
             f"atomic_batches needs route, a function batch -> {{uri: DataFrame}}; "
             f"got {type(route).__name__}"
         )
-    key = f"{APP_TRANSACTION_PREFIX}{application}"
 
     def each(batch_df: Any, batch_id: int) -> None:
-        batch_df.persist()  # route() may read the batch once per dataset
-        try:
-            write_atomic(
+        # route() may read the batch once per dataset.
+        commit_batch_once(
+            batch_df,
+            batch_id,
+            application,
+            lambda properties: write_atomic(
                 batch_df.sparkSession,
                 route(batch_df),
                 storage_options=storage_options,
-                transaction_properties={key: str(batch_id)},
-            )
-        except TransactionAlreadyCommittedError as exc:
-            log.info("s3ddb: batch %d of %s is committed already: %s", batch_id, application, exc)
-        finally:
-            batch_df.unpersist()
+                transaction_properties=properties,
+            ),
+        )
 
     return each
+
+
+def commit_batch_once(
+    batch_df: Any, batch_id: int, application: str, commit: Callable[[dict[str, str]], Any]
+) -> None:
+    """``commit(properties)`` for one micro-batch, ``properties`` recording
+    ``application`` = ``batch_id`` (an application transaction), with the batch
+    persisted meanwhile (the commit may read it more than once). A batch whose id, or a
+    later one, is committed already commits nothing (logged)."""
+    batch_df.persist()
+    try:
+        commit({f"{APP_TRANSACTION_PREFIX}{application}": str(batch_id)})
+    except TransactionAlreadyCommittedError as exc:
+        log.info("s3ddb: batch %d of %s is committed already: %s", batch_id, application, exc)
+    finally:
+        batch_df.unpersist()

@@ -48,7 +48,6 @@ from s3ddb.errors import (
     InvalidInputError,
     S3DDBError,
     SchemaMismatchError,
-    TransactionAlreadyCommittedError,
 )
 from s3ddb.format.deletion import deletion_path
 from s3ddb.format.fragment import FragmentMetadata, data_file_paths
@@ -59,7 +58,7 @@ from s3ddb.operations import RowChangePlan, Update
 from s3ddb.scan.fragment import fragment_may_match
 from s3ddb.spark_ext._types import arrow_schema_of, conform_to_dataset, quoted_name
 from s3ddb.spark_ext._types import spark_schema_of as _spark_schema_of
-from s3ddb.spark_ext.atomic import APP_TRANSACTION_PREFIX
+from s3ddb.spark_ext.atomic import APP_TRANSACTION_PREFIX, commit_batch_once
 from s3ddb.spark_ext.merge_target import target_frame
 from s3ddb.spark_ext.merge_tasks import (
     FRAGMENT,
@@ -227,21 +226,21 @@ def merge_batches(
         if done is not None and done.isdigit() and int(done) >= batch_id:
             log.info("s3ddb: batch %d of %s is merged already (%s)", batch_id, application, done)
             return
-        batch_df.persist()  # read twice: the key ranges, then the merge
-        try:
-            merge_insert(
+        # The batch is read twice: the key ranges, then the merge.
+        commit_batch_once(
+            batch_df,
+            batch_id,
+            application,
+            lambda properties: merge_insert(
                 batch_df.sparkSession,
                 uri,
                 batch_df,
                 on,
                 storage_options=storage_options,
-                transaction_properties={key: str(batch_id)},
+                transaction_properties=properties,
                 **clauses,
-            )
-        except TransactionAlreadyCommittedError as exc:
-            log.info("s3ddb: batch %d of %s is merged already: %s", batch_id, application, exc)
-        finally:
-            batch_df.unpersist()
+            ),
+        )
 
     return each
 
