@@ -221,12 +221,18 @@ class DatasetSchema:
 def _arrow_field(field: pb.Field) -> pa.Field:
     """The Arrow field of a stored top-level field.
 
+    Its bytes are untrusted: pyarrow refuses garbled IPC bytes with ``ArrowInvalid``
+    or, for a bad flatbuffer or continuation token, a bare ``OSError`` (no file is
+    read here, so an ``OSError`` can only mean bad bytes).
+
     Raises:
-        StoredMetadataError: it is missing, not one Arrow field, or of another name.
+        StoredMetadataError: it is missing, does not decode, is not one Arrow field,
+            or is of another name; the message names the field and its id (the
+            manifest's reader adds the manifest and version).
     """
     try:
         schema = pa.ipc.read_schema(pa.py_buffer(field.arrow_field))
-    except (pa.ArrowException, ValueError, TypeError) as exc:
+    except (pa.ArrowException, OSError, ValueError, TypeError) as exc:
         raise StoredMetadataError(
             f"schema: field {field.name!r} (id {field.id}) has no readable Arrow field: "
             f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"

@@ -194,6 +194,38 @@ def _negative_id(m: pb.Manifest) -> None:
     m.schema.fields[1].id = -5
 
 
+def _garbled_arrow_field(body: bytes) -> Callable[[pb.Manifest], None]:
+    """An edit that replaces the Arrow IPC bytes of field ``s`` (id 1) with ``body``."""
+
+    def edit(m: pb.Manifest) -> None:
+        m.schema.fields[1].arrow_field = body
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"\xff\xff\xff\xff\x10\x00\x00\x00" + b"\x00" * 16,  # OSError: bad flatbuffer
+        b"\xff\xff\xff\xff\xf0\xff\xff\xff" + b"\x00" * 16,  # OSError: negative length
+        b"\xfe\xff\xff\xff" + b"\x00" * 16,  # OSError: negative continuation token
+        b"\xff\xff\xff\xff\x78\x00\x00\x00\x10",  # ArrowInvalid: truncated
+        b"not arrow at all",
+    ],
+    ids=["flatbuffer", "negative-length", "continuation", "truncated", "text"],
+)
+def test_arrow_field_bytes_that_do_not_decode_are_refused_naming_the_field(
+    tmp_path: Path, body: bytes
+) -> None:
+    uri = str(tmp_path / "ds")
+    _make(uri)
+    path = _edit_newest(uri, _garbled_arrow_field(body))
+    with pytest.raises(StoredMetadataError, match=r"field 's' \(id 1\).*Arrow field") as info:
+        s3ddb.dataset(uri)
+    assert path.name in str(info.value) and "version 2" in str(info.value)
+    assert s3ddb.dataset(uri, version=1).count_rows() == 10
+
+
 @pytest.mark.parametrize(
     "edit, words",
     [
