@@ -13,7 +13,12 @@ from typing import Any
 import pyarrow as pa
 
 from s3ddb.commit.handlers import CommitHandler, ManifestLocation
-from s3ddb.errors import DatasetNotFoundError, InvalidInputError, VersionNotFoundError
+from s3ddb.errors import (
+    DatasetNotFoundError,
+    InvalidInputError,
+    StoredMetadataError,
+    VersionNotFoundError,
+)
 from s3ddb.external_store.group import parse_members
 from s3ddb.format.fragment_list import FragmentList
 from s3ddb.format.manifest import Manifest, read_manifest_header
@@ -196,12 +201,38 @@ def _version_info(handler: CommitHandler, location: ManifestLocation) -> Version
 def history(handler: CommitHandler) -> list[VersionInfo]:
     """Every version, oldest first, with its commit time and operation. Each entry
     costs no request where the listing carries them, else one read of the manifest's
-    first bytes (in parallel on remote stores)."""
+    first bytes (in parallel on remote stores).
+
+    Raises:
+        StoredMetadataError: a listed version's manifest is missing (an external
+            store's row ahead of the manifests, or pointing at one never written or
+            since removed); the message names the version, the manifest and the
+            commit mechanism that listed it.
+        ManifestCorruptError: a manifest header read is corrupt.
+    """
     locations = handler.list_locations()
     if handler.store.is_local or len(locations) < 2:
-        return [_version_info(handler, location) for location in locations]
+        return [_listed_version_info(handler, location) for location in locations]
     pool = process_pool("history", HISTORY_READ_THREADS)
-    return list(pool.map(lambda loc: _version_info(handler, loc), locations))
+    return list(pool.map(lambda loc: _listed_version_info(handler, loc), locations))
+
+
+def _listed_version_info(handler: CommitHandler, location: ManifestLocation) -> VersionInfo:
+    """:func:`_version_info` of a version the handler listed: its manifest must exist.
+
+    Raises:
+        StoredMetadataError: the manifest is missing (not a bare FileNotFoundError:
+            the listing and the manifests disagree).
+        ManifestCorruptError: its header is corrupt.
+    """
+    try:
+        return _version_info(handler, location)
+    except FileNotFoundError as exc:
+        raise StoredMetadataError(
+            f"version {location.version} is listed by {handler.describe()}, but its "
+            f"manifest {handler.store.url}/{location.path} is missing (never written, or "
+            "removed meanwhile)"
+        ) from exc
 
 
 class _Gap(Exception):

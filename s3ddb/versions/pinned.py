@@ -278,7 +278,14 @@ class PinnedVersion:
     # --- history ------------------------------------------------------------------
 
     def versions(self) -> list[VersionInfo]:
-        """Every version, oldest first, with its commit time and operation."""
+        """Every version, oldest first, with its commit time and operation.
+
+        Raises:
+            StoredMetadataError: a listed version's manifest is missing (e.g. an
+                external store's row ahead of the manifests); the message names the
+                version and the manifest.
+            ManifestCorruptError: a manifest header read is corrupt.
+        """
         return history(self._handler)
 
     def checkout_version(self: P, version: int | str) -> P:

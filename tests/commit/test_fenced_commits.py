@@ -27,6 +27,7 @@ from s3ddb.errors import (
     DatasetRecreatedError,
     ManifestFinalizationError,
     StoredMetadataError,
+    VersionNotFoundError,
 )
 from s3ddb.external_store.base import (
     DATASET_ID_ATTRIBUTE,
@@ -35,9 +36,10 @@ from s3ddb.external_store.base import (
 from s3ddb.external_store.dynamodb import item_to_row, row_to_item
 from s3ddb.format import layout
 from s3ddb.format.naming import NamingScheme
-from s3ddb.io import parse_uri
+from s3ddb.io import ObjectStore, parse_uri
 from s3ddb.maintenance.drop import drop
 from s3ddb.maintenance.verify import verify
+from s3ddb.versions.connect import external_store_for
 from tests.conftest import TEST_BUCKET, TEST_TABLE, make_table
 
 CONDITIONAL_BUCKET = "s3ddb-test-conditional"
@@ -334,6 +336,50 @@ def test_a_staged_object_holding_another_versions_manifest_is_never_finalized(aw
     listed = s3.list_objects_v2(Bucket=TEST_BUCKET, Prefix=final).get("Contents", [])
     assert final not in [o["Key"] for o in listed]
     assert s3ddb.dataset(f"s3://{TEST_BUCKET}/{name}", storage_options=so).version == 2
+
+
+@pytest.mark.parametrize("staged", [True, False], ids=["staged-path", "final-path"])
+def test_a_row_far_ahead_of_the_manifests_is_a_typed_error_for_history(
+    aws: Any, staged: bool
+) -> None:
+    """Someone plants row latest+50 (no operation recorded, so history reads its
+    manifest's header) pointing at a manifest that does not exist: ``versions()``
+    names the version and the missing manifest instead of raising a bare
+    FileNotFoundError; opening the newest version refuses as finishing decides (a
+    staged row cannot be finalized, a final one has no manifest), nothing is marked
+    complete, and the real versions still read."""
+    so = aws.storage_options()
+    uri = f"s3+ddb://{TEST_BUCKET}/t-{uuid.uuid4().hex[:12]}?ddbTableName={TEST_TABLE}"
+    s3ddb.write_dataset(make_table(0, 2), uri, storage_options=so)
+    ds = s3ddb.write_dataset(make_table(2, 2), uri, mode="append", storage_options=so)
+    finalizer.drain()
+    far = ds.version + 50
+    path = (layout.staged_manifest_path if staged else layout.manifest_path)(far, NamingScheme.V2)
+    planted = ManifestRow(
+        parse_uri(uri).base_uri,
+        far,
+        path,
+        1234,
+        "mallory",
+        1,
+        {DATASET_ID_ATTRIBUTE: ds.manifest.dataset_id},
+    )
+    aws.boto3_client("dynamodb").put_item(TableName=TEST_TABLE, Item=row_to_item(planted))
+
+    with pytest.raises(StoredMetadataError, match=f"version {far} ") as info:
+        ds.versions()
+    assert path in str(info.value) and "missing" in str(info.value)
+    assert not isinstance(info.value, FileNotFoundError)
+
+    refused = ManifestFinalizationError if staged else VersionNotFoundError
+    with pytest.raises(refused, match=f"version {far} ") as opened:
+        s3ddb.dataset(uri, storage_options=so)
+    assert path in str(opened.value)
+    parsed = parse_uri(uri)
+    store = external_store_for(parsed, ObjectStore(parsed, so))
+    assert store.get(parsed.base_uri, far) == planted, "nothing is marked complete"
+    assert s3ddb.dataset(uri, version=ds.version, storage_options=so).count_rows() == 4
+    assert ds.checkout_version(ds.version).count_rows() == 4
 
 
 # --- writers finalize N-1 completely ---------------------------------------------------
