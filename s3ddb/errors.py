@@ -56,6 +56,7 @@ __all__ = [
     "TooMuchWriteContentionError",
     "TransactionAlreadyCommittedError",
     "UnsafeCastError",
+    "UnsupportedFormatError",
     "UnsupportedIndexError",
     "UnsupportedOperationError",
     "VersionNotFoundError",
@@ -157,6 +158,12 @@ class UnsafeCastError(SchemaMismatchError):
 
 class ManifestCorruptError(S3DDBError):
     """A manifest or transaction file is truncated, corrupt or unreadable."""
+
+
+class UnsupportedFormatError(ManifestCorruptError):
+    """A manifest was written in a format newer than this s3ddb reads (its magic or its
+    ``format_version`` names it): upgrade s3ddb to read the dataset. Nothing is read
+    past the refusal, so an old reader never misses what a newer format stores."""
 
 
 class PathOutsideDatasetError(S3DDBError, ValueError):

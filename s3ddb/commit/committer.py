@@ -38,6 +38,8 @@ from s3ddb.errors import (
     VersionNotFoundError,
 )
 from s3ddb.format import layout
+from s3ddb.format.chunk_writer import write_chunks
+from s3ddb.format.chunks import ChunkSource
 from s3ddb.format.manifest import Manifest, referenced_paths
 from s3ddb.format.naming import DEFAULT_NAMING, NamingScheme
 from s3ddb.io.parallel import PendingWrites
@@ -194,6 +196,8 @@ class _CommitInProgress:
     written: list[str] = field(default_factory=list)
     # Manifests build_manifest asked for, by version (it may ask again after a rebase).
     loaded: dict[int, Manifest] = field(default_factory=dict)
+    # Fragment-list chunks written for each attempt's manifest (also in ``written``).
+    chunks: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.txn = self.original
@@ -204,6 +208,34 @@ class _CommitInProgress:
         path = layout.transaction_path(txn.file_name)
         self.written.append(path)
         self.writes.put(self.handler.store, path, txn.to_bytes())
+
+    def lay_out_chunks(self, manifest: Manifest) -> Manifest:
+        """``manifest`` with its fragments in chunks by the dataset's policy: the
+        chunks it needs written beside the other pending writes, and listed in
+        ``written`` (a definite failure deletes them)."""
+        store = self.handler.store
+
+        def put(path: str, data: bytes) -> None:
+            self.written.append(path)
+            self.chunks.append(path)
+            self.writes.put(store, path, data)
+
+        laid_out, _paths = write_chunks(manifest, ChunkSource(store), put)
+        return laid_out
+
+    def discard_lost_chunks(self, committed: Manifest) -> None:
+        """After the commit of ``committed``: delete the chunks written for attempts
+        that lost their version (no version lists them), and forget them, so the
+        files ``committed`` lists are never deleted as superseded."""
+        listed = {ref.path for ref in committed.fragments.chunk_refs()}
+        lost = [p for p in self.chunks if p not in listed]
+        self.written[:] = [p for p in self.written if p not in set(self.chunks)]
+        self.chunks.clear()
+
+        def warn(path: str, exc: Exception) -> None:
+            log.warning("could not delete the unused chunk %s: %s", path, exc)
+
+        delete_written_files(self.handler.store, lost, on_failure=warn)
 
     def load_version(self, version: int) -> Manifest:
         """The manifest of ``version``, loaded once per commit."""
@@ -305,6 +337,7 @@ def _claim_next_version(
     handler = commit.handler
     while True:
         current, manifest = _build_next(commit, current, naming)
+        manifest = commit.lay_out_chunks(manifest)
         try:
             location = handler.commit_manifest(
                 manifest, manifest.to_bytes(), commit.writes, previous=current
@@ -312,6 +345,7 @@ def _claim_next_version(
         except VersionConflict:
             budget.lose_version(f"{commit.txn.kind} to {handler.store.url}")
         else:
+            commit.discard_lost_chunks(manifest)
             _discard_superseded(handler, commit.original, commit.txn, commit.written)
             return CommitResult(manifest, location, commit.txn, budget.lost + 1)
         # Back off first, then catch up: attempting right after reading the newest

@@ -78,6 +78,7 @@ from s3ddb.external_store.group import (
 )
 from s3ddb.external_store.identity import CLAIM_ATTRIBUTE, final_path_of, same_commit
 from s3ddb.format import layout
+from s3ddb.format.chunks import ChunkSource, missing_chunk
 from s3ddb.format.manifest import DYNAMODB, Manifest
 from s3ddb.format.naming import NamingScheme, parse_manifest_name, parse_staged_name
 from s3ddb.io.object_store import ObjectStore
@@ -826,7 +827,10 @@ class ExternalStoreCommitHandler(CommitHandler):
             problem = f"it has {len(data)} bytes, the row records {row.size}"
         else:
             try:
-                manifest = Manifest.from_bytes(data, f"{self.store.url}/{path}")
+                manifest = Manifest.from_bytes(
+                    data, f"{self.store.url}/{path}", ChunkSource(self.store)
+                )
+                problem = missing_chunk(self.store, manifest)
             except (ManifestCorruptError, PathOutsideDatasetError) as exc:
                 problem = f"it does not decode ({exc})"
         if manifest is not None:

@@ -161,7 +161,8 @@ def commit_group(
         for commit, part in zip(group.commits, parts):
             commit.abandon(exc, _committed_base(parts, part))
         raise
-    for commit in group.commits:
+    for commit, result in zip(group.commits, results):
+        commit.discard_lost_chunks(result.manifest)
         _discard_superseded(commit.handler, commit.original, commit.txn, commit.written)
     return results
 
@@ -201,7 +202,7 @@ def _claim_until_won(group: _Group, kind: str, budget: _RetryBudget) -> list[Com
                     )
                 _, manifest = _build_next(commit, before, before.naming_scheme)
                 bases.append(before)
-            manifests.append(manifest)
+            manifests.append(commit.lay_out_chunks(manifest))
         claim = ClaimRound(
             handlers=[p.handler for p in parts],
             commits=commits,

@@ -27,6 +27,7 @@ from s3ddb.errors import (
     VersionNotFoundError,
 )
 from s3ddb.format import layout
+from s3ddb.format.chunks import ChunkSource
 from s3ddb.format.manifest import (
     CONDITIONAL_PUT,
     DYNAMODB,
@@ -262,7 +263,7 @@ class CommitHandler(abc.ABC):
                 f"version {location.version} of {self.store.url}: manifest {location.path} "
                 "is missing"
             ) from exc
-        manifest = Manifest.from_bytes(data, where)
+        manifest = Manifest.from_bytes(data, where, ChunkSource(self.store))
         if manifest.version != location.version:
             raise ManifestCorruptError(
                 f"manifest {where} holds version {manifest.version}, expected {location.version}"

@@ -31,8 +31,17 @@ from s3ddb.errors import ManifestCorruptError, PathOutsideDatasetError, StoredMe
 from s3ddb.format._proto import manifest_pb2 as pb
 from s3ddb.format.bases import file_base_ids
 from s3ddb.format.fragment import FragmentMetadata
+from s3ddb.format.stats import ColumnStatistics, summarize_bounds, union_bounds
+from s3ddb.io.parallel import process_pool
 
-__all__ = ["MAX_SEGMENTS", "EncodedFragments", "FragmentList", "FragmentsById", "Segment"]
+__all__ = [
+    "MAX_SEGMENTS",
+    "EncodedFragments",
+    "FragmentList",
+    "FragmentsById",
+    "Segment",
+    "fetch_encoded",
+]
 
 #: Above this many segments, adjacent ones are merged (a writer that appends again
 #: and again to the manifest it committed last must not build an ever longer chain).
@@ -65,8 +74,8 @@ class EncodedFragments:
     """
 
     __slots__ = (
-        "_count", "_data", "_decoded", "_ids", "_message", "_rows", "bases", "max_id",
-        "version", "where",
+        "_count", "_data", "_decoded", "_ids", "_message", "_rows", "bases", "bounds_hint",
+        "max_id", "version", "where",
     )  # fmt: skip
 
     def __init__(
@@ -80,9 +89,13 @@ class EncodedFragments:
         where: str = "",
         version: int = 0,
         max_id: int | None = None,
+        bounds_hint: tuple[ColumnStatistics, ...] | None = None,
     ) -> None:
         assert data is not None or message is not None
         self._data = data
+        # Column bounds known to hold every fragment of the run (from the chunk it was
+        # changed from), so writing it as a chunk needs no fragment decoded.
+        self.bounds_hint = bounds_hint
         self._message: pb.Manifest | None = None
         self._ids: list[int] | None = None
         self._decoded: tuple[FragmentMetadata, ...] | None = None
@@ -94,6 +107,20 @@ class EncodedFragments:
         self.max_id = max_id
         if message is not None:
             self._checked(message)
+
+    def stored_ref(self) -> Any:
+        """The reference of the chunk file holding this run unchanged (a
+        :class:`~s3ddb.format.chunks.ChunkRef`), None for fragments not in one."""
+        return None
+
+    def fetch_remotely(self) -> bool:
+        """Whether the run's bytes are still to be fetched from a remote store (a
+        chunk); :func:`fetch_encoded` fetches such runs side by side."""
+        return False
+
+    def max_listed_id(self) -> int:
+        """An upper bound of the run's fragment ids (-1: none)."""
+        return max(self.ids(), default=-1)
 
     def _name(self) -> str:
         """The manifest, for error messages."""
@@ -230,6 +257,14 @@ class EncodedFragments:
 Segment = EncodedFragments | tuple[FragmentMetadata, ...]
 
 
+def fetch_encoded(runs: Iterable[EncodedFragments]) -> None:
+    """Make the bytes of every run of ``runs`` available: those still to be fetched
+    from a remote store are fetched side by side (one round trip for all)."""
+    remote = [r for r in runs if r.fetch_remotely()]
+    if len(remote) > 1:
+        list(process_pool("chunks").map(lambda r: r.data(), remote))
+
+
 def _segment_bytes(segment: Segment) -> bytes | memoryview:
     """A segment as the bytes of a ``Manifest`` message holding only its fragments."""
     if isinstance(segment, EncodedFragments):
@@ -266,9 +301,73 @@ class FragmentList(Sequence[FragmentMetadata]):
         out._segments = _merged(tuple(s for s in segments if len(s)))
         return out
 
+    @classmethod
+    def of_segments(cls, segments: Iterable[Segment]) -> FragmentList:
+        """The list of ``segments`` in order (adjacent runs joined as usual; chunks are
+        never joined with anything)."""
+        return cls._of(segments)
+
     @property
     def segments(self) -> tuple[Segment, ...]:
         return self._segments
+
+    def chunk_refs(self) -> list[Any]:
+        """The references of the chunk files holding the stored runs, in order."""
+        refs = (s.stored_ref() for s in self._segments if isinstance(s, EncodedFragments))
+        return [r for r in refs if r is not None]
+
+    def max_listed_id(self) -> int:
+        """The highest fragment id listed (-1: none); a chunk's counts from its
+        reference's id range, without fetching it."""
+        return max(
+            (
+                s.max_listed_id() if isinstance(s, EncodedFragments) else max(f.id for f in s)
+                for s in self._segments
+            ),
+            default=-1,
+        )
+
+    def _fetch(self, segments: Iterable[Segment]) -> None:
+        """Fetch the chunks among ``segments`` side by side before they are decoded."""
+        fetch_encoded(s for s in segments if isinstance(s, EncodedFragments))
+
+    def matching(self, chunk_may_match: Callable[[Any], bool] | None) -> list[FragmentMetadata]:
+        """The fragments, in order, but those of chunks whose reference
+        ``chunk_may_match`` says hold no match (their files are never fetched)."""
+        if chunk_may_match is None:
+            return list(self)
+        kept = []
+        for s in self._segments:
+            ref = s.stored_ref() if isinstance(s, EncodedFragments) else None
+            if ref is None or chunk_may_match(ref):
+                kept.append(s)
+        self._fetch(kept)
+        out: list[FragmentMetadata] = []
+        for s in kept:
+            out.extend(s.decoded() if isinstance(s, EncodedFragments) else s)
+        return out
+
+    def select(self, ids: Collection[int]) -> dict[int, FragmentMetadata]:
+        """The fragments whose id is in ``ids`` (absent ones left out), fetching only
+        the chunks whose id range may hold one."""
+        wanted = set(ids)
+        candidates = []
+        for s in self._segments:
+            ref = s.stored_ref() if isinstance(s, EncodedFragments) else None
+            if ref is None or ref.may_hold(wanted):
+                candidates.append(s)
+        self._fetch(candidates)
+        out: dict[int, FragmentMetadata] = {}
+        for s in candidates:
+            if isinstance(s, EncodedFragments):
+                positions = [i for i, fid in enumerate(s.ids()) if fid in wanted]
+                decoded = s.decoded() if len(positions) > 64 else None
+                for i in positions:
+                    f = decoded[i] if decoded is not None else s._decode(s.message().fragments[i])
+                    out[f.id] = f
+            else:
+                out.update((f.id, f) for f in s if f.id in wanted)
+        return out
 
     # --- what needs no decoding ---------------------------------------------------------
 
@@ -327,6 +426,7 @@ class FragmentList(Sequence[FragmentMetadata]):
 
     def _all(self) -> tuple[FragmentMetadata, ...]:
         if self._flat is None:
+            self._fetch(self._segments)
             out: list[FragmentMetadata] = []
             for s in self._segments:
                 out.extend(s.decoded() if isinstance(s, EncodedFragments) else s)
@@ -383,6 +483,7 @@ class FragmentList(Sequence[FragmentMetadata]):
 
     def _entries(self) -> dict[int, tuple[EncodedFragments | None, Any]]:
         """id -> (its encoded segment and protobuf message, or (None, the object))."""
+        self._fetch(self._segments)
         out: dict[int, tuple[EncodedFragments | None, Any]] = {}
         for s in self._segments:
             if isinstance(s, EncodedFragments):
@@ -430,7 +531,8 @@ class FragmentList(Sequence[FragmentMetadata]):
         found: set[int] = set()
         out: list[Segment] = []
         for s in self._segments:
-            if not wanted:
+            ref = s.stored_ref() if isinstance(s, EncodedFragments) else None
+            if not wanted or (ref is not None and not ref.may_hold(wanted)):
                 out.append(s)
             elif isinstance(s, EncodedFragments):
                 out.append(self._change_encoded(s, wanted, found, change))
@@ -460,10 +562,15 @@ class FragmentList(Sequence[FragmentMetadata]):
         message = pb.Manifest()
         message.CopyFrom(s.message())
         rows = s._rows
+        ref = s.stored_ref()
+        hint = ref.bounds if ref is not None else s.bounds_hint
         for i in reversed(positions):
             old = s._decode(s.message().fragments[i])
             found.add(old.id)
             new = change(old)
+            if hint is not None and new is not None:
+                # A changed fragment may hold new values (an update): widen the bounds.
+                hint = union_bounds(hint, summarize_bounds([new]))
             if rows is not None:
                 rows += (new.num_rows if new is not None else 0) - old.num_rows
             if new is None:
@@ -475,7 +582,7 @@ class FragmentList(Sequence[FragmentMetadata]):
         # changed fragments' rows) for when they are.
         return EncodedFragments(
             message=message, visible_rows=rows, bases=s.bases, where=s.where,
-            version=s.version, max_id=s.max_id,
+            version=s.version, max_id=s.max_id, bounds_hint=hint,
         )  # fmt: skip
 
 
@@ -534,6 +641,22 @@ def _merged(segments: tuple[Segment, ...]) -> tuple[Segment, ...]:
             out.append(s)
     if len(out) <= MAX_SEGMENTS:
         return tuple(out)
+    runs: list[list[Segment]] = [[]]
+    for s in out:
+        if isinstance(s, EncodedFragments) and s.stored_ref() is not None:
+            runs.extend([[s], []])  # a chunk stays a segment of its own
+        else:
+            runs[-1].append(s)
+    if len(runs) > 1:
+        joined: list[Segment] = []
+        for run in runs:
+            joined.extend(_joined(tuple(run)) if len(run) > 1 else run)
+        return tuple(joined)
+    return _joined(tuple(out))
+
+
+def _joined(out: tuple[Segment, ...]) -> tuple[Segment, ...]:
+    """``out`` as one encoded segment (the bytes concatenate)."""
     bases = frozenset().union(*(s.bases for s in out if isinstance(s, EncodedFragments)))
     data = b"".join(_segment_bytes(s) for s in out)
     count = sum(len(s) for s in out)

@@ -5,16 +5,23 @@ from __future__ import annotations
 import re
 import struct
 import uuid
+from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 from typing import Any
 from zlib import crc32
 
 from google.protobuf.message import DecodeError
 
-from s3ddb.errors import ManifestCorruptError, PathOutsideDatasetError, StoredMetadataError
+from s3ddb.errors import (
+    ManifestCorruptError,
+    PathOutsideDatasetError,
+    StoredMetadataError,
+    UnsupportedFormatError,
+)
 from s3ddb.format import layout
 from s3ddb.format._proto import manifest_pb2 as pb
 from s3ddb.format.bases import BasePath, check_base_paths, fragment_files
+from s3ddb.format.chunks import MAX_CHUNKS, ChunkRef, ChunkSource, StoredChunk
 from s3ddb.format.fragment_list import EncodedFragments, FragmentList
 from s3ddb.format.framing import frame_parts, unframe, unframe_view
 from s3ddb.format.index import IndexMetadata
@@ -26,8 +33,10 @@ from s3ddb.io.paths import check_name
 from s3ddb.version import __version__
 
 __all__ = [
+    "CHUNKED_MANIFEST_MAGIC",
     "CONDITIONAL_PUT",
     "DYNAMODB",
+    "FORMAT_VERSION",
     "HEADER_READ_BYTES",
     "MANIFEST_MAGIC",
     "WRITER_LIBRARY",
@@ -40,6 +49,11 @@ __all__ = [
 ]
 
 MANIFEST_MAGIC = b"S3DDBMF1"
+#: The magic of a manifest with fragment-list chunks (format 2): a format-1 reader
+#: refuses it rather than read its inline tail as every fragment.
+CHUNKED_MANIFEST_MAGIC = b"S3DDBMF2"
+#: The newest manifest format this s3ddb reads and writes.
+FORMAT_VERSION = 2
 #: Commit mechanisms a manifest records (see :attr:`Manifest.commit_mechanism`).
 CONDITIONAL_PUT = "conditional-put"
 DYNAMODB = "dynamodb"
@@ -134,9 +148,10 @@ class Manifest:
             StoredMetadataError: a listed fragment's id is above ``max_fragment_id``
                 (checked here, before any commit numbers from it).
         """
-        # ids() parses stored fragments, which checks them against the stored maximum;
-        # fragments built in memory are checked here.
-        highest = max(self.fragments.ids(), default=-1)
+        # Parsing stored fragments checks them against the stored maximum (a chunk's
+        # id range against it when its root is read); those built in memory are
+        # checked here.
+        highest = self.fragments.max_listed_id()
         if self.max_fragment_id is None:
             return highest + 1
         if highest > self.max_fragment_id:
@@ -184,9 +199,24 @@ class Manifest:
         return m
 
     def _payload_parts(self) -> list[bytes | memoryview]:
-        header = self._header_pb().SerializeToString(deterministic=True)
+        header_pb = self._header_pb()
+        refs = self.fragments.chunk_refs()
+        inline = self.fragments.segments[len(refs) :]
+        if refs:
+            head = self.fragments.segments[: len(refs)]
+            if any(not isinstance(s, StoredChunk) for s in head):
+                raise ValueError("a manifest's chunks come before its inline fragments")
+            header_pb.chunks.extend(r.to_pb() for r in refs)
+            header_pb.format_version = FORMAT_VERSION
+        header = header_pb.SerializeToString(deterministic=True)
         prefix = _PREFIX.pack(_OFFSET_TAG, _PREFIX_SIZE + len(header), _CRC_TAG, crc32(header))
-        return [prefix, header, *self.fragments.encoded_parts()]
+        return [prefix, header, *FragmentList.of_segments(inline).encoded_parts()]
+
+    @property
+    def format_version(self) -> int:
+        """The format this manifest is stored in: 1 (every fragment inline) or 2
+        (fragment-list chunks)."""
+        return FORMAT_VERSION if self.fragments.chunk_refs() else 1
 
     def payload(self) -> bytes:
         """The serialized ``Manifest`` message: its ``fragments_offset`` and
@@ -199,18 +229,27 @@ class Manifest:
         return pb.Manifest.FromString(self.payload())
 
     def to_bytes(self) -> bytes:
-        """The framed, serialized manifest (what is stored on object storage)."""
-        return frame_parts(self._payload_parts(), MANIFEST_MAGIC)
+        """The framed, serialized manifest (what is stored on object storage): format
+        1, or format 2 when its fragments are in chunks (written beforehand, see
+        :mod:`s3ddb.format.chunk_writer`).
+
+        Raises:
+            ValueError: fragments not in a chunk come before one that is.
+        """
+        magic = CHUNKED_MANIFEST_MAGIC if self.fragments.chunk_refs() else MANIFEST_MAGIC
+        return frame_parts(self._payload_parts(), magic)
 
     @classmethod
-    def from_pb(cls, m: pb.Manifest, where: str = "") -> Manifest:
+    def from_pb(
+        cls, m: pb.Manifest, where: str = "", chunks: ChunkSource | None = None
+    ) -> Manifest:
         """The manifest of a parsed message (its fragments stay encoded until used)."""
         fragments = pb.Manifest()
         fragments.CopyFrom(m)
-        return cls._from_parsed(fragments, where)
+        return cls._from_parsed(fragments, where, chunks)
 
     @classmethod
-    def _from_parsed(cls, m: pb.Manifest, where: str) -> Manifest:
+    def _from_parsed(cls, m: pb.Manifest, where: str, chunks: ChunkSource | None) -> Manifest:
         """The manifest of ``m``, which it takes over: its fields other than the
         fragments are cleared once read."""
         header = pb.Manifest()
@@ -219,7 +258,7 @@ class Manifest:
         for descriptor, _value in m.ListFields():
             if descriptor.name != "fragments":
                 m.ClearField(descriptor.name)  # type: ignore[arg-type]
-        return cls._from_header(header, fragments=None, message=m, where=where)
+        return cls._from_header(header, fragments=None, message=m, where=where, chunks=chunks)
 
     @classmethod
     def _from_header(
@@ -229,23 +268,36 @@ class Manifest:
         fragments: bytes | memoryview | None,
         message: pb.Manifest | None,
         where: str,
+        chunks: ChunkSource | None = None,
     ) -> Manifest:
         _check_header(m, where)
         max_id = m.max_fragment_id if m.HasField("max_fragment_id") else None
         bases = tuple(BasePath.from_pb(b) for b in m.base_paths)
+        base_ids = frozenset(b.id for b in bases)
+        stored = _stored_chunks(m, where, chunks, base_ids, max_id)
+        in_chunks = sum(len(c) for c in stored)
+        count = m.fragment_count - in_chunks if m.HasField("fragment_count") else None
+        rows = m.visible_rows if m.HasField("visible_rows") else None
+        if rows is not None:
+            rows -= sum(c.ref.visible_rows for c in stored)
+        if (count is not None and count < 0) or (rows is not None and rows < 0):
+            raise ManifestCorruptError(
+                f"manifest {where}: its chunks hold more fragments or rows than its summary"
+            )
         encoded = EncodedFragments(
             fragments,
             message=message,
-            count=m.fragment_count if m.HasField("fragment_count") else None,
-            visible_rows=m.visible_rows if m.HasField("visible_rows") else None,
-            bases=frozenset(b.id for b in bases),
+            count=count,
+            visible_rows=rows,
+            bases=base_ids,
             where=where,
             version=m.version,
             max_id=max_id,
         )
+        listed = FragmentList.of_segments([*stored, encoded])
         # An index covers only fragments of this version (see index.maintenance): at
         # most as many as it holds, none above max_fragment_id.
-        covered = len(encoded) if m.indices else None  # parses fragments only without a count
+        covered = len(listed) if m.indices else None  # parses fragments only without a count
         try:
             schema = DatasetSchema.from_pb(m.schema)
             indices = tuple(
@@ -254,15 +306,15 @@ class Manifest:
             )
         except StoredMetadataError as exc:
             raise StoredMetadataError(f"manifest {where} (version {m.version}): {exc}") from None
-        if max_id is None and (len(encoded) or indices):
+        if max_id is None and (len(listed) or indices):
             # Optional in the format (older Lance writers omit it). Like Lance, take the
             # highest id in use, an index's too, so no new fragment reuses one.
-            in_use = [*encoded.ids(), *(i for x in indices for i in x.fragment_ids)]
-            max_id = max(in_use) if in_use else None
+            in_use = [listed.max_listed_id(), *(i for x in indices for i in x.fragment_ids)]
+            max_id = max(in_use) if max(in_use) >= 0 else None
         return cls(
             version=m.version,
             schema=schema,
-            fragments=FragmentList(encoded),
+            fragments=listed,
             max_fragment_id=max_id,
             config=dict(m.config),
             table_metadata=dict(m.table_metadata),
@@ -283,31 +335,106 @@ class Manifest:
         )
 
     @classmethod
-    def from_bytes(cls, data: bytes, where: str) -> Manifest:
-        """Parse a stored manifest. Its fragments are parsed when first used: their
-        decoding errors are raised then, with the same types and ``where``.
+    def from_bytes(cls, data: bytes, where: str, chunks: ChunkSource | None = None) -> Manifest:
+        """Parse a stored manifest. Its fragments are parsed when first used, and its
+        chunks (format 2) fetched from ``chunks`` when first used: their errors are
+        raised then, with the same types and ``where`` (or the chunk's location).
 
         Raises:
+            UnsupportedFormatError: a format newer than this s3ddb reads.
             ManifestCorruptError: framing, checksum or protobuf decoding failed; the
-                message names ``where`` (the manifest's location).
+                message names ``where`` (the manifest's location); or it has chunks and
+                no ``chunks`` to read them from was given.
             PathOutsideDatasetError: a path in the manifest would leave the dataset.
         """
-        payload = unframe_view(data, MANIFEST_MAGIC, f"manifest {where}")
+        magic = _magic_of(data, where)
+        payload = unframe_view(data, magic, f"manifest {where}")
         try:
             offset = _fragments_offset(payload, len(payload), where)
             if offset is not None:
                 header = _parse_header(payload, offset, where)
+                _check_format(header, magic, where)
                 return cls._from_header(
-                    header, fragments=payload[offset:], message=None, where=where
-                )
+                    header, fragments=payload[offset:], message=None, where=where,
+                    chunks=chunks,
+                )  # fmt: skip
             # Written before fragments were stored last: every field parsed at once.
-            return cls._from_parsed(pb.Manifest.FromString(bytes(payload)), where)
+            parsed = pb.Manifest.FromString(bytes(payload))
+            _check_format(parsed, magic, where)
+            return cls._from_parsed(parsed, where, chunks)
         except PathOutsideDatasetError as exc:
             raise PathOutsideDatasetError(f"{exc} [manifest {where}]") from None
         except ManifestCorruptError:
             raise
         except (DecodeError, ValueError, KeyError, IndexError, TypeError, OverflowError) as exc:
             raise ManifestCorruptError(f"manifest {where}: cannot decode: {exc}") from exc
+
+
+def _magic_of(data: bytes | memoryview, where: str) -> bytes:
+    """The magic ``data`` starts with, if this s3ddb reads it.
+
+    Raises:
+        UnsupportedFormatError: the magic of a newer manifest format.
+    """
+    head = bytes(data[:8])
+    if head == CHUNKED_MANIFEST_MAGIC:
+        return CHUNKED_MANIFEST_MAGIC
+    if head[:7] == MANIFEST_MAGIC[:7] and head[7:8].isdigit() and head != MANIFEST_MAGIC:
+        raise UnsupportedFormatError(
+            f"manifest {where} is in format {head[7:8].decode()}, newer than this s3ddb "
+            f"reads (formats 1 to {FORMAT_VERSION}): upgrade s3ddb to read it"
+        )
+    return MANIFEST_MAGIC
+
+
+def _check_format(m: pb.Manifest, magic: bytes, where: str) -> None:
+    """Refuse a ``format_version`` newer than this s3ddb reads, and chunks in a
+    manifest framed as format 1.
+
+    Raises:
+        UnsupportedFormatError, ManifestCorruptError.
+    """
+    if m.format_version > FORMAT_VERSION:
+        raise UnsupportedFormatError(
+            f"manifest {where} is in format {m.format_version}, newer than this s3ddb "
+            f"reads (formats 1 to {FORMAT_VERSION}): upgrade s3ddb to read it"
+        )
+    if len(m.chunks) and magic != CHUNKED_MANIFEST_MAGIC:
+        raise ManifestCorruptError(f"manifest {where}: chunks listed in a format-1 manifest")
+
+
+def _stored_chunks(
+    m: pb.Manifest,
+    where: str,
+    source: ChunkSource | None,
+    bases: frozenset[int],
+    max_id: int | None,
+) -> list[StoredChunk]:
+    """The chunks ``m`` lists, checked (nothing fetched).
+
+    Raises:
+        StoredMetadataError: too many chunks, a chunk listed twice, a malformed
+            reference, or an id above the manifest's ``max_fragment_id``.
+        ManifestCorruptError: chunks, but no ``source`` to read them from.
+    """
+    if not len(m.chunks):
+        return []
+    named = f"manifest {where} (version {m.version})"
+    check_range(len(m.chunks), 0, MAX_CHUNKS, "number of chunks", named)
+    if source is None:
+        raise ManifestCorruptError(f"{named}: has fragment-list chunks and no store to read them")
+    refs = [ChunkRef.from_pb(c, named) for c in m.chunks]
+    if len({r.name for r in refs}) != len(refs):
+        raise StoredMetadataError(f"{named}: a chunk is listed twice")
+    for ref in refs:
+        if max_id is not None and ref.max_fragment_id > max_id:
+            raise StoredMetadataError(
+                f"{named}: chunk {ref.name} holds ids up to {ref.max_fragment_id}, above "
+                f"max_fragment_id {max_id}"
+            )
+    return [
+        StoredChunk(ref, source, bases=bases, version=m.version, max_id=max_id) for ref in refs
+    ]
 
 
 def _check_header(m: pb.Manifest, where: str) -> None:
@@ -431,13 +558,14 @@ def read_manifest_header(store: ObjectStore, path: str, where: str) -> ManifestH
     """
     data = store.get_prefix(path, HEADER_READ_BYTES)
     if len(data) < HEADER_READ_BYTES:
-        return ManifestHeader.of(Manifest.from_bytes(data, where))
-    if data[:8] != MANIFEST_MAGIC:
+        return ManifestHeader.of(Manifest.from_bytes(data, where, ChunkSource(store)))
+    magic = _magic_of(data, where)
+    if data[:8] != magic:
         raise ManifestCorruptError(f"manifest {where}: not an s3ddb file (bad header magic)")
     try:
         offset = _fragments_offset(data[8:], 2**32, where)
         if offset is None:
-            full = unframe(store.get(path), MANIFEST_MAGIC, f"manifest {where}")
+            full = unframe(store.get(path), magic, f"manifest {where}")
             return ManifestHeader.of(pb.Manifest.FromString(full), where)
         if 8 + offset > len(data):
             data = store.get_prefix(path, 8 + offset)
@@ -448,23 +576,39 @@ def read_manifest_header(store: ObjectStore, path: str, where: str) -> ManifestH
         raise ManifestCorruptError(f"manifest {where}: cannot decode: {exc}") from exc
 
 
-def referenced_paths(manifest: Manifest, *, transaction: bool = True) -> list[str]:
+def referenced_paths(
+    manifest: Manifest, *, transaction: bool = True, skip_chunks: Collection[str] = ()
+) -> list[str]:
     """Every file under the dataset's own root that ``manifest`` references, relative
     to that root, in manifest order: its transaction file (unless
-    ``transaction=False``), then each fragment's data files and deletion file, then
-    each index's files. Files of base paths (another dataset's) are not listed: see
-    :func:`referenced_files`."""
+    ``transaction=False``), its fragment-list chunks, then each fragment's data files
+    and deletion file, then each index's files. Files of base paths (another
+    dataset's) are not listed: see :func:`referenced_files`. The fragments of the
+    chunks named in ``skip_chunks`` are not read (their files were listed already)."""
     out = []
     if transaction and manifest.transaction_file:
         out.append(layout.transaction_path(manifest.transaction_file))
-    out.extend(path for base_id, path in referenced_files(manifest) if base_id is None)
+    out.extend(ref.path for ref in manifest.fragments.chunk_refs())
+    out.extend(
+        path for base_id, path in referenced_files(manifest, skip_chunks) if base_id is None
+    )
     for index in manifest.indices:
         out.extend(index.file_paths)
     return list(dict.fromkeys(out))
 
 
-def referenced_files(manifest: Manifest) -> list[tuple[int | None, str]]:
+def referenced_files(
+    manifest: Manifest, skip_chunks: Collection[str] = ()
+) -> list[tuple[int | None, str]]:
     """(base id, path under that root) of every data and deletion file of
-    ``manifest``, in manifest order (base id None: the dataset's own root)."""
-    out = (pair for fragment in manifest.fragments for pair in fragment_files(fragment))
+    ``manifest``, in manifest order (base id None: the dataset's own root), but
+    those of the fragments of chunks named in ``skip_chunks``."""
+    fragments = manifest.fragments
+    if skip_chunks:
+        kept = [
+            s for s in fragments.segments
+            if not (isinstance(s, StoredChunk) and s.ref.name in skip_chunks)
+        ]  # fmt: skip
+        fragments = FragmentList.of_segments(kept)
+    out = (pair for fragment in fragments for pair in fragment_files(fragment))
     return list(dict.fromkeys(out))

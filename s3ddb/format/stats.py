@@ -15,6 +15,7 @@ import datetime as dt
 import functools
 import hashlib
 import math
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from s3ddb.format.schema import DatasetSchema
 
 __all__ = [
+    "MAX_SUMMARY_COLUMNS",
     "STRING_PREFIX",
     "Bound",
     "ColumnStatistics",
@@ -40,6 +42,10 @@ __all__ = [
     "live_statistics",
     "recorded_type",
     "stored_bounds",
+    "summarize_bounds",
+    "summary_column_stats",
+    "trusted_columns",
+    "union_bounds",
 ]
 
 #: Characters kept of a string bound (a manifest at 10,000 fragments stays small).
@@ -228,13 +234,9 @@ def _decoded(value: Bound, t: pa.DataType) -> Any:
     return None
 
 
-def fragment_column_stats(
-    fragment: FragmentMetadata, schema: DatasetSchema
-) -> dict[str, ColumnStats]:
-    """The trusted statistics of ``fragment``'s columns, by the column's current name
-    (columns without trusted statistics are absent: they may hold anything)."""
-    from s3ddb.format.rowgroups import ColumnStats
-
+def trusted_columns(fragment: FragmentMetadata) -> dict[int, ColumnStatistics]:
+    """The statistics of ``fragment``'s columns that are trusted (recorded for the file
+    that holds the field now), by field id."""
     if not fragment.stats:
         return {}
     holder: dict[int, str] = {}  # field id -> path of the file holding it (the last one)
@@ -243,21 +245,99 @@ def fragment_column_stats(
             if field_id >= 0:
                 holder[field_id] = d.path
     paths = {file_key(d.path): d.path for d in fragment.files}
-    names = {i: p[0] for p, i in schema.ids if len(p) == 1}
-    out = {}
+    out: dict[int, ColumnStatistics] = {}
     for file_stats in fragment.stats:
         path = paths.get(file_stats.file_key)
         if path is None:
             continue
         for c in file_stats.columns:
-            name = names.get(c.field_id)
-            if name is None or holder.get(c.field_id) != path:
-                continue
-            t = schema.arrow.field(name).type
-            out[name] = ColumnStats(
-                _decoded(c.min, t), _decoded(c.max, t), c.null_count, fragment.physical_rows
-            )
+            if holder.get(c.field_id) == path:
+                out[c.field_id] = c
     return out
+
+
+def fragment_column_stats(
+    fragment: FragmentMetadata, schema: DatasetSchema
+) -> dict[str, ColumnStats]:
+    """The trusted statistics of ``fragment``'s columns, by the column's current name
+    (columns without trusted statistics are absent: they may hold anything)."""
+    trusted = trusted_columns(fragment)
+    if not trusted:
+        return {}
+    return _by_name(trusted.values(), fragment.physical_rows, schema)
+
+
+def _by_name(
+    columns: Iterable[ColumnStatistics], rows: int, schema: DatasetSchema
+) -> dict[str, ColumnStats]:
+    from s3ddb.format.rowgroups import ColumnStats
+
+    names = {i: p[0] for p, i in schema.ids if len(p) == 1}
+    out = {}
+    for c in columns:
+        name = names.get(c.field_id)
+        if name is None:
+            continue
+        t = schema.arrow.field(name).type
+        out[name] = ColumnStats(_decoded(c.min, t), _decoded(c.max, t), c.null_count, rows)
+    return out
+
+
+#: Columns a summary of many fragments keeps bounds for (the first by field id): a
+#: chunk reference stays small whatever the width of the table.
+MAX_SUMMARY_COLUMNS = 16
+
+
+def _lower(a: Bound, b: Bound, pick: Callable[[Any, Any], Any]) -> Bound:
+    """``pick`` (min or max) of two bounds of one column; None (unknown) when either
+    is unknown or they cannot be compared (a column whose type was widened)."""
+    if a is None or b is None or isinstance(a, str) != isinstance(b, str):
+        return None
+    return pick(a, b)  # type: ignore[no-any-return]
+
+
+def union_bounds(
+    a: tuple[ColumnStatistics, ...], b: tuple[ColumnStatistics, ...]
+) -> tuple[ColumnStatistics, ...]:
+    """Bounds holding both summaries' rows: only columns bounded in both, each with
+    the lower minimum, the higher maximum and the sum of null counts."""
+    theirs = {c.field_id: c for c in b}
+    out = []
+    for c in a:
+        other = theirs.get(c.field_id)
+        if other is None:
+            continue
+        out.append(
+            ColumnStatistics(
+                c.field_id,
+                c.null_count + other.null_count,
+                _lower(c.min, other.min, min),
+                _lower(c.max, other.max, max),
+            )
+        )
+    return tuple(out)
+
+
+def summarize_bounds(fragments: Iterable[FragmentMetadata]) -> tuple[ColumnStatistics, ...]:
+    """Bounds over every physical row of ``fragments``: a column is kept only when
+    every fragment has trusted statistics for it (at most
+    :data:`MAX_SUMMARY_COLUMNS`, the first by field id). Empty for no fragment."""
+    summary: tuple[ColumnStatistics, ...] | None = None
+    for fragment in fragments:
+        trusted = trusted_columns(fragment)
+        mine = tuple(trusted[i] for i in sorted(trusted)[:MAX_SUMMARY_COLUMNS])
+        summary = mine if summary is None else union_bounds(summary, mine)
+        if not summary:
+            return ()
+    return summary or ()
+
+
+def summary_column_stats(
+    bounds: tuple[ColumnStatistics, ...], physical_rows: int, schema: DatasetSchema
+) -> dict[str, ColumnStats]:
+    """A summary's bounds as the statistics a filter tests (as for one fragment of
+    ``physical_rows`` rows), by the column's current name."""
+    return _by_name(bounds, physical_rows, schema)
 
 
 def live_statistics(

@@ -61,6 +61,7 @@ from typing import TYPE_CHECKING, Any
 from s3ddb.errors import InvalidInputError, VersionNotFoundError
 from s3ddb.external_store.base import ManifestRow, VersionTakenError
 from s3ddb.format import layout
+from s3ddb.format.chunks import CHUNKS_DIR
 from s3ddb.format.manifest import referenced_paths
 from s3ddb.format.naming import parse_manifest_name, parse_staged_name
 from s3ddb.io.arguments import check_int
@@ -175,6 +176,7 @@ def _kind(path: str) -> str | None:
         layout.DELETIONS_DIR: "deletion_files",
         layout.TRANSACTIONS_DIR: "transaction_files",
         layout.INDICES_DIR: "index_files",
+        CHUNKS_DIR: "chunk_files",
     }.get(directory)
 
 
@@ -371,9 +373,11 @@ def _referenced_by(ds: PinnedVersion, versions: Iterable[int]) -> _Referenced:
         VersionNotFoundError: a version is gone (another cleanup removed it).
     """
     referenced = _Referenced(set(), set())
+    chunks: set[str] = set()  # the files of a chunk kept by many versions, listed once
     for version in versions:
         manifest = ds.checkout_version(version).manifest
-        referenced.files.update(referenced_paths(manifest))
+        referenced.files.update(referenced_paths(manifest, skip_chunks=chunks))
+        chunks.update(ref.name for ref in manifest.fragments.chunk_refs())
         referenced.index_dirs.update(i.directory for i in manifest.indices)
     return referenced
 

@@ -74,6 +74,13 @@ PROBLEM_KINDS: dict[str, ProblemKind] = {
         meaning="a version refers to a data or deletion file that does not exist",
         fix="restore the file, or `s3ddb restore` an earlier version",
     ),
+    "bad_chunk_file": ProblemKind(
+        meaning=(
+            "a fragment-list chunk (`_fragments/*.chunk`) a version lists is missing or not the "
+            "size its manifest records: that version cannot be read"
+        ),
+        fix="restore the file from a backup, or `s3ddb restore` an earlier version",
+    ),
     "corrupt_data_file": ProblemKind(
         meaning=(
             "a data file's footer shows it is not the file its fragment describes (not Parquet, "
@@ -121,7 +128,8 @@ PROBLEM_KINDS: dict[str, ProblemKind] = {
     ),
     "unreferenced_file": ProblemKind(
         meaning=(
-            "a data, deletion, transaction or index file no version refers to (a crashed writer)"
+            "a data, deletion, transaction, index or chunk file no version refers to (a crashed "
+            "writer)"
         ),
         fix="harmless; `s3ddb cleanup` deletes it after 7 days",
     ),

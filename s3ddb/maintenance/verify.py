@@ -29,6 +29,7 @@ from s3ddb.external_store.base import ManifestRow
 from s3ddb.external_store.identity import final_path_of
 from s3ddb.format import layout
 from s3ddb.format.bases import FileResolver
+from s3ddb.format.chunks import CHUNKS_DIR
 from s3ddb.format.manifest import Manifest, referenced_files, referenced_paths
 from s3ddb.format.naming import parse_manifest_name, parse_staged_name
 from s3ddb.format.parquet_source import check_data_file
@@ -235,6 +236,8 @@ def _check_version(
     if manifest.transaction_file:
         seen.paths.add(layout.transaction_path(manifest.transaction_file))
     seen.index_dirs.update(i.directory for i in manifest.indices)
+    if _bad_chunks(manifest, objects, seen.paths, problem):
+        return
     try:
         _check_data_files(handler.store, manifest, objects, seen.paths, problem)
         paths = referenced_paths(manifest, transaction=False)
@@ -272,6 +275,34 @@ def _check_version(
     _check_base_files(handler.store, manifest, seen.bases, problem)
 
 
+def _bad_chunks(
+    manifest: Manifest, objects: dict[str, ObjectMeta], seen: set[str], problem: ReportProblem
+) -> bool:
+    """Report each chunk ``manifest`` lists that is missing or not of the size it
+    records (from the listing: nothing is read); whether there was one. A chunk
+    whose bytes differ at the same size fails its checksum when the fragments are
+    read next (reported as ``unreadable_manifest``)."""
+    bad = False
+    for ref in manifest.fragments.chunk_refs():
+        if ref.path in seen:
+            continue
+        meta = objects.get(ref.path)
+        if meta is not None and meta.size == ref.size:
+            continue
+        bad = True
+        what = "does not exist" if meta is None else f"has {meta.size} bytes, not {ref.size}"
+        problem(
+            "bad_chunk_file",
+            ref.path,
+            f"version {manifest.version} lists the fragment-list chunk {ref.path}, which "
+            f"{what}: reading that version fails",
+            "restore the file from a backup; or s3ddb restore URI to a version that does "
+            "not use it",
+            manifest.version,
+        )
+    return bad
+
+
 def _check_unreferenced(
     objects: dict[str, ObjectMeta],
     seen: _Referenced,
@@ -281,7 +312,10 @@ def _check_unreferenced(
 ) -> None:
     """Report each file under the data directories that no version refers to and that
     is older than ``grace_seconds`` (younger ones may be a commit in progress)."""
-    data_dirs = (layout.DATA_DIR, layout.DELETIONS_DIR, layout.TRANSACTIONS_DIR, layout.INDICES_DIR)
+    data_dirs = (
+        layout.DATA_DIR, layout.DELETIONS_DIR, layout.TRANSACTIONS_DIR, layout.INDICES_DIR,
+        CHUNKS_DIR,
+    )  # fmt: skip
     for path, meta in objects.items():
         if (
             path.split("/", 1)[0] in data_dirs

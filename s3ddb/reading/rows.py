@@ -16,6 +16,7 @@ from s3ddb.errors import ColumnNotFoundError, InvalidInputError
 from s3ddb.expressions.compiled import compile_filter
 from s3ddb.format.fragment import FragmentMetadata
 from s3ddb.scan import read_visible_rows
+from s3ddb.scan.fragment import candidate_fragments
 from s3ddb.scan.stream import stream_tables
 
 if TYPE_CHECKING:
@@ -111,10 +112,11 @@ class VersionReader:
         if self._indexed is not None:
             yield from self._fragment_tables(readahead, names)
             return
+        manifest = self._ds.manifest
         yield from stream_tables(
             self._ds.files(),
-            self._ds.manifest.fragments,
-            self._ds.manifest.schema,
+            candidate_fragments(manifest.fragments, manifest.schema, self.may_match),
+            manifest.schema,
             names,
             self.predicate,
             self.may_match,

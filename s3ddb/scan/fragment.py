@@ -12,6 +12,7 @@ whose row groups need not line up) are read whole, their rows filtered after.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -22,11 +23,12 @@ from s3ddb.format.bases import Files
 from s3ddb.format.datafile import assemble_columns, read_fragment
 from s3ddb.format.deletion import read_deleted_rows
 from s3ddb.format.fragment import FragmentMetadata
+from s3ddb.format.fragment_list import FragmentList
 from s3ddb.format.parquet_source import ParquetSource
 from s3ddb.format.rowgroups import RowGroupPredicate, row_group_stats, top_level_leaves
 from s3ddb.format.rows import EVALUATION_ERRORS, evaluation_error, filter_rows
 from s3ddb.format.schema import DatasetSchema
-from s3ddb.format.stats import fragment_column_stats
+from s3ddb.format.stats import fragment_column_stats, summary_column_stats
 
 __all__ = [
     "FragmentPlan",
@@ -64,6 +66,23 @@ def fragment_may_match(
         return True
     stats = fragment_column_stats(fragment, schema)
     return not stats or may_match(stats, fragment.physical_rows)
+
+
+def candidate_fragments(
+    fragments: FragmentList, schema: DatasetSchema, may_match: RowGroupPredicate | None
+) -> list[FragmentMetadata]:
+    """The fragments, in order, but those whose statistics show no row can match,
+    and those of fragment-list chunks whose bounds show it (never fetched)."""
+    if may_match is None:
+        return list(fragments)
+    test = may_match
+
+    def chunk_may_match(ref: Any) -> bool:
+        stats = summary_column_stats(ref.bounds, ref.physical_rows, schema)
+        return not stats or test(stats, ref.physical_rows)
+
+    listed = fragments.matching(chunk_may_match)
+    return [f for f in listed if fragment_may_match(f, schema, may_match)]
 
 
 @dataclass

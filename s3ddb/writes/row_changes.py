@@ -45,7 +45,7 @@ from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.written_files import FileTracker
 from s3ddb.operations import TOMBSTONE_FIELD_ID, Delete, RowChangePlan, Update, UpdateMode
 from s3ddb.scan import RowGroupPredicate, plan_fragment
-from s3ddb.scan.fragment import fragment_may_match, read_with_positions
+from s3ddb.scan.fragment import candidate_fragments, read_with_positions
 
 __all__ = [
     "DeletionPlan",
@@ -119,7 +119,7 @@ def _row_finder(
 def _candidates(manifest: Manifest, may_match: RowGroupPredicate | None) -> list[FragmentMetadata]:
     # Fragments whose statistics rule the filter out cost no task (a point lookup in
     # 10,000 fragments starts one or two).
-    return [f for f in manifest.fragments if fragment_may_match(f, manifest.schema, may_match)]
+    return candidate_fragments(manifest.fragments, manifest.schema, may_match)
 
 
 def find_rows(
@@ -135,7 +135,7 @@ def find_rows(
     """
     scan = _row_finder(store, manifest, predicate, may_match)
     candidates = _candidates(manifest, may_match)
-    before: dict[int, BitMap] = {f.id: BitMap() for f in manifest.fragments}
+    before: dict[int, BitMap] = {f.id: BitMap() for f in candidates}
     rows: dict[int, BitMap] = {}
     for fragment, (deleted, matched) in zip(candidates, parallel_map(scan, candidates)):
         before[fragment.id] = deleted
@@ -199,7 +199,7 @@ def write_deletions(
     """Deletion files for ``plan``, written here: (fragments with a new deletion file,
     ids of fragments now wholly deleted)."""
     updated, removed = [], []
-    for fragment in manifest.fragments:
+    for fragment in manifest.fragments.select(plan.rows).values():
         rows = plan.rows.get(fragment.id)
         if not rows:
             continue
@@ -305,7 +305,7 @@ def choose_mode(
         return UpdateMode.REWRITE_COLUMNS
     if rewrite != "auto":
         raise InvalidInputError(f"rewrite must be 'auto', 'rows' or 'columns', got {rewrite!r}")
-    by_id = {f.id: f for f in manifest.fragments}
+    by_id = manifest.fragments.select(plan.rows)
     visible = sum(by_id[fid].num_rows for fid in plan.rows)
     few_columns = n_values * 2 <= len(manifest.schema.arrow.names)
     return (
@@ -384,7 +384,7 @@ def _rewrite_rows(
     deleted)."""
     schema = manifest.schema
     names = list(schema.arrow.names)
-    touched = [f for f in manifest.fragments if f.id in plan.rows]
+    touched = list(manifest.fragments.select(plan.rows).values())
     sources = FileResolver.for_manifest(store, manifest)
 
     def changed_rows(fragment: FragmentMetadata, rows: BitMap) -> pa.Table:
@@ -477,5 +477,5 @@ def _rewrite_columns(
         )
 
     # Each task carries its own fragment's rows, not every fragment's.
-    items = [(f, plan.rows[f.id]) for f in manifest.fragments if f.id in plan.rows]
+    items = [(f, plan.rows[f.id]) for f in manifest.fragments.select(plan.rows).values()]
     return tuple(map_writing(rewrite, items, files))

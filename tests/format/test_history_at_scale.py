@@ -17,7 +17,7 @@ import pytest
 
 import s3ddb
 from s3ddb.errors import ManifestCorruptError, VersionNotFoundError
-from s3ddb.format.manifest import HEADER_READ_BYTES, Manifest, read_manifest_header
+from s3ddb.format.manifest import HEADER_READ_BYTES, read_manifest_header
 from s3ddb.io.object_store import ObjectStore
 
 
@@ -86,13 +86,14 @@ def test_a_manifest_header_is_read_from_its_first_bytes(tmp_path: Path) -> None:
     s3ddb.write_dataset(pa.table({"id": pa.array(range(n), pa.int64())}), uri,
                         max_rows_per_file=1)  # fmt: skip
     ds = s3ddb.dataset(uri)
-    ds.update_config({"k": "v"})
+    # Every fragment inline (format 1): a manifest larger than the first read.
+    ds.update_config({"k": "v", "s3ddb.inline_fragments": "65536"})
+    store = ObjectStore(uri)
     [path] = [
         p for p in (tmp_path / "ds" / "_versions").iterdir()
-        if Manifest.from_bytes(p.read_bytes(), "").version == 2
+        if read_manifest_header(store, f"_versions/{p.name}", p.name).version == 2
     ]  # fmt: skip
     assert path.stat().st_size > 2 * HEADER_READ_BYTES
-    store = ObjectStore(uri)
     rel = f"_versions/{path.name}"
     header = read_manifest_header(store, rel, rel)
     assert (header.version, header.operation) == (2, "UpdateConfig")
@@ -120,24 +121,30 @@ def test_history_reads_only_headers_on_s3(aws: Any) -> None:
     try:
         s3ddb.write_dataset(pa.table({"id": pa.array(range(2000), pa.int64())}), uri,
                             storage_options=so, max_rows_per_file=1)  # fmt: skip
+        # From version 2 on, every fragment inline (format 1): large manifests.
+        opened = s3ddb.dataset(uri, storage_options=so)
+        opened.update_config({"s3ddb.inline_fragments": "65536"})
         for i in range(3):
             s3ddb.write_dataset(_one(i), uri, mode="append", storage_options=so)
-        # Flip a byte among version 2's fragments, far past the first read: history
-        # never sees it, opening version 2 does.
+        # Flip a byte among version 3's fragments, far past the first read: history
+        # never sees it, opening version 3 does.
         store = ObjectStore(uri, so)
         [meta] = [m for m in store.list("_versions/") if m.size > 2 * HEADER_READ_BYTES
-                  and read_manifest_header(store, m.path, m.path).version == 2]  # fmt: skip
+                  and read_manifest_header(store, m.path, m.path).version == 3]  # fmt: skip
         data = bytearray(store.get(meta.path))
         data[-1000] ^= 0xFF
         store.put(meta.path, bytes(data))
         aws.clear_requests()
         versions = s3ddb.dataset(uri, storage_options=so).versions()
-        assert [v.version for v in versions] == [1, 2, 3, 4]
-        assert [v.operation for v in versions] == ["Overwrite", "Append", "Append", "Append"]
-        # The open reads the newest manifest whole; history, the first bytes of each.
+        assert [v.version for v in versions] == [1, 2, 3, 4, 5]
+        assert [v.operation for v in versions] == [
+            "Overwrite", "UpdateConfig", "Append", "Append", "Append"
+        ]  # fmt: skip
+        # The open reads the newest manifest whole; history, the first bytes of each
+        # (version 1's root, with chunks, is smaller than the first read).
         gets = [r.status for r in aws.requests if r.operation == "GetObject"]
-        assert sorted(gets) == [200, 206, 206, 206, 206]
+        assert sorted(gets) == [200, 206, 206, 206, 206, 206]
         with pytest.raises(ManifestCorruptError, match="checksum"):
-            s3ddb.dataset(uri, 2, storage_options=so)
+            s3ddb.dataset(uri, 3, storage_options=so)
     finally:
         aws.conditional_writes = honoured

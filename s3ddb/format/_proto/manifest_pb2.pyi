@@ -567,6 +567,8 @@ class Manifest(_message.Message):
     DATASET_ID_FIELD_NUMBER: _builtins.int
     COMMIT_MECHANISM_FIELD_NUMBER: _builtins.int
     COMMIT_TABLE_FIELD_NUMBER: _builtins.int
+    CHUNKS_FIELD_NUMBER: _builtins.int
+    FORMAT_VERSION_FIELD_NUMBER: _builtins.int
     version: _builtins.int
     max_fragment_id: _builtins.int
     """Highest fragment id ever assigned (absent until the first fragment)."""
@@ -612,6 +614,10 @@ class Manifest(_message.Message):
     """
     commit_table: _builtins.str
     """For "dynamodb": the table that decides the versions."""
+    format_version: _builtins.int
+    """The manifest format: 0 or 1 (flat, every fragment inline) or 2 (chunks). A reader
+    refuses a format newer than it knows.
+    """
     @_builtins.property
     def schema(self) -> Global___Schema: ...
     @_builtins.property
@@ -626,6 +632,14 @@ class Manifest(_message.Message):
     def base_paths(self) -> _containers.RepeatedCompositeFieldContainer[Global___BasePath]: ...
     @_builtins.property
     def indices(self) -> _containers.RepeatedCompositeFieldContainer[Global___IndexMetadata]: ...
+    @_builtins.property
+    def chunks(self) -> _containers.RepeatedCompositeFieldContainer[Global___FragmentChunk]:
+        """Format 2: the fragments of a large manifest are kept in immutable chunk files
+        (`_fragments/<name>`), listed here in order; the fragments stored in this message
+        (the inline tail) come after every chunk's. A manifest with chunks is framed with
+        magic S3DDBMF2 so that a reader of format 1 refuses it instead of missing them.
+        """
+
     def __init__(
         self,
         *,
@@ -651,10 +665,12 @@ class Manifest(_message.Message):
         dataset_id: _builtins.str = ...,
         commit_mechanism: _builtins.str = ...,
         commit_table: _builtins.str = ...,
+        chunks: _abc.Iterable[Global___FragmentChunk] | None = ...,
+        format_version: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_fragment_count", b"_fragment_count", "_max_fragment_id", b"_max_fragment_id", "_visible_rows", b"_visible_rows", "fragment_count", b"fragment_count", "max_fragment_id", b"max_fragment_id", "schema", b"schema", "visible_rows", b"visible_rows", "writer_version", b"writer_version"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_fragment_count", b"_fragment_count", "_max_fragment_id", b"_max_fragment_id", "_visible_rows", b"_visible_rows", "base_paths", b"base_paths", "cloned_from_version", b"cloned_from_version", "commit_mechanism", b"commit_mechanism", "commit_table", b"commit_table", "config", b"config", "dataset_id", b"dataset_id", "fragment_count", b"fragment_count", "fragments", b"fragments", "fragments_offset", b"fragments_offset", "header_crc", b"header_crc", "indices", b"indices", "max_fragment_id", b"max_fragment_id", "naming_scheme", b"naming_scheme", "next_row_id", b"next_row_id", "operation", b"operation", "schema", b"schema", "table_metadata", b"table_metadata", "timestamp_nanos", b"timestamp_nanos", "transaction_file", b"transaction_file", "version", b"version", "visible_rows", b"visible_rows", "writer_version", b"writer_version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_fragment_count", b"_fragment_count", "_max_fragment_id", b"_max_fragment_id", "_visible_rows", b"_visible_rows", "base_paths", b"base_paths", "chunks", b"chunks", "cloned_from_version", b"cloned_from_version", "commit_mechanism", b"commit_mechanism", "commit_table", b"commit_table", "config", b"config", "dataset_id", b"dataset_id", "format_version", b"format_version", "fragment_count", b"fragment_count", "fragments", b"fragments", "fragments_offset", b"fragments_offset", "header_crc", b"header_crc", "indices", b"indices", "max_fragment_id", b"max_fragment_id", "naming_scheme", b"naming_scheme", "next_row_id", b"next_row_id", "operation", b"operation", "schema", b"schema", "table_metadata", b"table_metadata", "timestamp_nanos", b"timestamp_nanos", "transaction_file", b"transaction_file", "version", b"version", "visible_rows", b"visible_rows", "writer_version", b"writer_version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__fragment_count: _TypeAlias = _typing.Literal["fragment_count"]  # noqa: Y015
     _WhichOneofArgType__fragment_count: _TypeAlias = _typing.Literal["_fragment_count", b"_fragment_count"]  # noqa: Y015
@@ -670,3 +686,58 @@ class Manifest(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__visible_rows) -> _WhichOneofReturnType__visible_rows | None: ...
 
 Global___Manifest: _TypeAlias = Manifest  # noqa: Y015
+
+@_typing.final
+class FragmentChunk(_message.Message):
+    """One chunk of a manifest's fragment list: a file written once and never changed,
+    shared by every version whose fragment list holds the same run of fragments.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    SIZE_FIELD_NUMBER: _builtins.int
+    CRC32_FIELD_NUMBER: _builtins.int
+    FRAGMENT_COUNT_FIELD_NUMBER: _builtins.int
+    VISIBLE_ROWS_FIELD_NUMBER: _builtins.int
+    PHYSICAL_ROWS_FIELD_NUMBER: _builtins.int
+    MIN_FRAGMENT_ID_FIELD_NUMBER: _builtins.int
+    MAX_FRAGMENT_ID_FIELD_NUMBER: _builtins.int
+    BOUNDS_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """File name under _fragments/ (32 hex digits, ".chunk")."""
+    size: _builtins.int
+    """Size of the file and CRC-32 of all its bytes: checked before it is parsed."""
+    crc32: _builtins.int
+    fragment_count: _builtins.int
+    visible_rows: _builtins.int
+    physical_rows: _builtins.int
+    min_fragment_id: _builtins.int
+    max_fragment_id: _builtins.int
+    @_builtins.property
+    def bounds(self) -> _containers.RepeatedCompositeFieldContainer[Global___ColumnStatistics]:
+        """Bounds of columns over every fragment of the chunk (their physical rows): a
+        column is listed only when every fragment has trusted statistics for it, with
+        the sum of their null counts. A filter skips the chunk when they exclude it.
+        """
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        size: _builtins.int = ...,
+        crc32: _builtins.int = ...,
+        fragment_count: _builtins.int = ...,
+        visible_rows: _builtins.int = ...,
+        physical_rows: _builtins.int = ...,
+        min_fragment_id: _builtins.int = ...,
+        max_fragment_id: _builtins.int = ...,
+        bounds: _abc.Iterable[Global___ColumnStatistics] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bounds", b"bounds", "crc32", b"crc32", "fragment_count", b"fragment_count", "max_fragment_id", b"max_fragment_id", "min_fragment_id", b"min_fragment_id", "name", b"name", "physical_rows", b"physical_rows", "size", b"size", "visible_rows", b"visible_rows"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FragmentChunk: _TypeAlias = FragmentChunk  # noqa: Y015
