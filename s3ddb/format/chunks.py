@@ -44,6 +44,7 @@ __all__ = [
     "ChunkSource",
     "StoredChunk",
     "chunk_path",
+    "clear_chunk_cache",
     "is_chunk_name",
     "missing_chunk",
 ]
@@ -158,6 +159,11 @@ class _PayloadCache:
                 self._items.move_to_end(key)
             return found
 
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+            self._size = 0
+
     def put(self, key: tuple[str, str, int], data: bytes) -> None:
         with self._lock:
             if key in self._items or len(data) > self._capacity:
@@ -170,6 +176,12 @@ class _PayloadCache:
 
 
 _CACHE = _PayloadCache(_CACHE_BYTES)
+
+
+def clear_chunk_cache() -> None:
+    """Forget the chunk payloads this process fetched (they are checked again when
+    next fetched: after a chunk file was restored from a backup, say)."""
+    _CACHE.clear()
 
 
 class ChunkSource:
