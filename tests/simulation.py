@@ -395,7 +395,9 @@ def _seed_versions(url: str, name: str, base_uri: str, stale: s3ddb.Dataset) -> 
         commit_planned(ds, s3ddb.Overwrite(fragments, s3ddb.DatasetSchema.assign(SCHEMA)), None)
         stale.move_to(ds.manifest, seen_newest=False)  # seen as the newest two days ago
         for n in range(3):
-            ds.update_config({"seeded": str(n)})
+            # Tiny fragment-list chunks: the actors' commits write, merge and share them.
+            chunked = {"s3ddb.chunk_fragments": "4", "s3ddb.inline_fragments": "1"}
+            ds.update_config({"seeded": str(n), **(chunked if n == 0 else {})})
 
 
 @contextmanager

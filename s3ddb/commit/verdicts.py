@@ -72,8 +72,9 @@ class ConflictContext:
     @functools.cached_property
     def fragment_diff(self) -> tuple[set[int], list[int], set[int]]:
         """(fragment ids theirs removed, ids it added, ids whose fragment it changed):
-        only fragments that differ are decoded."""
-        return self.before_fragments.diff(self.after_fragments)
+        only fragments that differ are decoded, and chunks both versions list are
+        not read."""
+        return self.before.fragments.diff(self.after.fragments)
 
 
 @dataclass(frozen=True)

@@ -257,6 +257,11 @@ class EncodedFragments:
 Segment = EncodedFragments | tuple[FragmentMetadata, ...]
 
 
+def _chunk_name(segment: Segment) -> str | None:
+    ref = segment.stored_ref() if isinstance(segment, EncodedFragments) else None
+    return ref.name if ref is not None else None
+
+
 def fetch_encoded(runs: Iterable[EncodedFragments]) -> None:
     """Make the bytes of every run of ``runs`` available: those still to be fetched
     from a remote store are fetched side by side (one round trip for all)."""
@@ -515,8 +520,20 @@ class FragmentList(Sequence[FragmentMetadata]):
         return FragmentsById(self)
 
     def diff(self, newer: FragmentList) -> tuple[set[int], list[int], set[int]]:
-        """:meth:`FragmentsById.diff` of the two lists' fragments by id."""
-        return FragmentsById(self).diff(FragmentsById(newer))
+        """:meth:`FragmentsById.diff` of the two lists' fragments by id. Chunks both
+        lists share hold the same fragments on both sides: they are left out unread."""
+        mine = {r.name for r in self.chunk_refs()}
+        shared = mine & {r.name for r in newer.chunk_refs()}
+        if not shared:
+            return FragmentsById(self).diff(FragmentsById(newer))
+
+        def unshared(fragments: FragmentList) -> FragmentList:
+            kept = [s for s in fragments._segments if _chunk_name(s) not in shared]
+            out = FragmentList()
+            out._segments = tuple(kept)
+            return out
+
+        return FragmentsById(unshared(self)).diff(FragmentsById(unshared(newer)))
 
     # --- changes -------------------------------------------------------------------------
 

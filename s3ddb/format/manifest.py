@@ -554,6 +554,7 @@ def read_manifest_header(store: ObjectStore, path: str, where: str) -> ManifestH
 
     Raises:
         FileNotFoundError: it does not exist.
+        UnsupportedFormatError: it is in a format newer than this s3ddb reads.
         ManifestCorruptError: its magic, header or (when read whole) checksum is wrong.
     """
     data = store.get_prefix(path, HEADER_READ_BYTES)
@@ -571,7 +572,9 @@ def read_manifest_header(store: ObjectStore, path: str, where: str) -> ManifestH
             data = store.get_prefix(path, 8 + offset)
             if len(data) < 8 + offset:
                 raise ManifestCorruptError(f"manifest {where}: truncated header")
-        return ManifestHeader.of(_parse_header(data[8:], offset, where), where)
+        header = _parse_header(data[8:], offset, where)
+        _check_format(header, magic, where)
+        return ManifestHeader.of(header, where)
     except (DecodeError, ValueError) as exc:
         raise ManifestCorruptError(f"manifest {where}: cannot decode: {exc}") from exc
 

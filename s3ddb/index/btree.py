@@ -13,7 +13,7 @@ from __future__ import annotations
 import bisect
 import io
 import uuid as uuid_mod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -184,12 +184,14 @@ def lookup(
     conditions: Sequence[Condition],
     exact: pc.Expression | None,
     column: str,
-    fragment_rows: Mapping[int, int],
+    rows_of: Callable[[set[int]], Mapping[int, int]],
 ) -> dict[int, np.ndarray]:
-    """Row offsets, per covered fragment among ``fragment_rows`` (fragment id ->
-    physical rows), whose key may satisfy every condition: index row groups no
-    condition can match are never read, and the rows read are filtered with ``exact``
-    (the conditions' predicate over ``column``).
+    """Row offsets, per covered fragment of the version, whose key may satisfy every
+    condition: index row groups no condition can match are never read, and the rows
+    read are filtered with ``exact`` (the conditions' predicate over ``column``).
+    ``rows_of(ids)`` gives the physical rows of the fragments among ``ids`` that the
+    version lists (asked only for the fragments the index names: a version whose
+    fragment list is in chunks fetches only theirs).
 
     Offsets are sorted. Fragments without a match are absent.
 
@@ -198,8 +200,7 @@ def lookup(
             points at a row beyond its fragment's physical rows (the message names the
             file and the fragment).
     """
-    wanted = set(fragment_rows) & index.fragment_ids
-    if not wanted:
+    if not index.fragment_ids:
         return {}
     path = index_file_path(index.uuid, BTREE_FILE)
     where = f"index file {store.url}/{path} of index {index.name!r}"
@@ -215,9 +216,11 @@ def lookup(
         raise StoredMetadataError(f"{where} is corrupt: {str(exc)[:300]}") from None
     fragments = table.column(FRAGMENT).to_numpy()
     offsets = table.column(OFFSET).to_numpy()
+    named = {int(fid) for fid in np.unique(fragments)} & index.fragment_ids
+    fragment_rows = rows_of(named) if named else {}
     out: dict[int, np.ndarray] = {}
     for fid in np.unique(fragments):
-        if int(fid) in wanted:
+        if int(fid) in fragment_rows:
             found = np.sort(offsets[fragments == fid])
             rows = fragment_rows[int(fid)]
             if found.size and int(found[-1]) >= rows:

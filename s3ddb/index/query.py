@@ -17,7 +17,9 @@ from __future__ import annotations
 import functools
 import operator
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -69,6 +71,22 @@ class IndexedScan:
 
     def covers(self, fragment: FragmentMetadata) -> bool:
         return fragment.id in self._covered
+
+    def fragments_to_read(self) -> list[FragmentMetadata]:
+        """The version's fragments, in order, that the scan must read: those the index
+        does not cover, and those it found rows in. The chunks of a fragment list
+        (format 2) whose id range the index covers whole, with no row found in it,
+        are never fetched."""
+        covered, found = self._covered, self.offsets.keys()
+
+        def chunk_needed(ref: Any) -> bool:
+            low, high = ref.min_fragment_id, ref.max_fragment_id
+            if ref.may_hold(found) or high - low + 1 > 4 * ref.fragment_count:
+                return True  # (sparse ids: not worth proving the range is covered)
+            return not all(i in covered for i in range(low, high + 1))
+
+        listed = self.manifest.fragments.matching(chunk_needed)
+        return [f for f in listed if f.id not in covered or f.id in found]
 
     def read(self, fragment: FragmentMetadata, columns: list[str]) -> pa.Table | None:
         """The visible rows of ``fragment`` matching the filter, or None if the index
@@ -133,10 +151,20 @@ def plan_indexed_scan(
     if usable is None:
         return None
     index, column, conditions, exact = usable
-    present = {f.id: f.physical_rows for f in manifest.fragments}
-    covered = frozenset(index.fragment_ids & present.keys())
-    offsets = lookup(store, index, conditions, exact, column, {i: present[i] for i in covered})
-    return IndexedScan(index, offsets, compiled.predicate, store, manifest, _covered=covered)
+    offsets = lookup(store, index, conditions, exact, column, _rows_of(manifest))
+    return IndexedScan(
+        index, offsets, compiled.predicate, store, manifest, _covered=index.fragment_ids
+    )
+
+
+def _rows_of(manifest: Manifest) -> Callable[[set[int]], dict[int, int]]:
+    """Physical rows of the fragments among some ids that ``manifest`` lists (only
+    the chunks that may hold them are fetched)."""
+
+    def rows_of(ids: set[int]) -> dict[int, int]:
+        return {fid: f.physical_rows for fid, f in manifest.fragments.select(ids).items()}
+
+    return rows_of
 
 
 def lookup_keys(
@@ -153,8 +181,7 @@ def lookup_keys(
         return None
     values = pa.chunked_array([keys]) if isinstance(keys, pa.Array) else keys
     values = pc.drop_null(values).combine_chunks()
-    present = {f.id: f.physical_rows for f in manifest.fragments}
-    covered = frozenset(index.fragment_ids & present.keys())
+    covered = frozenset(index.fragment_ids & set(manifest.fragments.ids()))
     wanted = KeySet(tuple(sorted(set(values.to_pylist()))))
     exact = pc.is_in(pc.field(column), value_set=values)
-    return covered, lookup(store, index, [wanted], exact, column, {i: present[i] for i in covered})
+    return covered, lookup(store, index, [wanted], exact, column, _rows_of(manifest))

@@ -125,8 +125,10 @@ class VersionReader:
         )
 
     def _fragment_tables(self, readahead: int, names: list[str]) -> Iterator[pa.Table]:
-        # Through an index: fragment by fragment, ``readahead`` fragments ahead.
-        fragments = iter(self._ds.manifest.fragments)
+        # Through an index: fragment by fragment, ``readahead`` fragments ahead; only
+        # fragments the index does not cover and those it found rows in.
+        assert self._indexed is not None
+        fragments = iter(self._indexed.fragments_to_read())
         first = next(fragments, None)
         if first is None:
             return

@@ -46,6 +46,8 @@ from tests.proc import ROOT
 from tests.torture import allowed_states, table
 
 WRITERS = 3
+#: Fragment-list chunks of at most 4 fragments, 1 inline (manifest format 2).
+CHUNKED = {"s3ddb.chunk_fragments": "4", "s3ddb.inline_fragments": "1"}
 RUN_SECONDS = 20.0
 
 
@@ -117,6 +119,8 @@ def test_writers_killed_at_random_moments_lose_nothing(aws: Any, ddb_uri: str) -
     rng = random.Random(seed)
     so = aws.storage_options()
     s3ddb.write_dataset(table({0: "seed", 1: "seed"}), ddb_uri, storage_options=so)
+    # Tiny fragment-list chunks: the writers' commits write, merge and share chunks.
+    s3ddb.dataset(ddb_uri, storage_options=so).update_config(CHUNKED)
 
     generations: list[Generation] = []
     running: list[Generation] = []
@@ -214,6 +218,7 @@ def test_drop_recreate_and_a_plain_writer_lose_nothing(moto_aws: Any) -> None:
     so = aws.storage_options()
     seed_rows = table({0: "seed", 1: "seed"})
     s3ddb.write_dataset(seed_rows, ddb_uri, storage_options=so)
+    s3ddb.dataset(ddb_uri, storage_options=so).update_config(CHUNKED)
     plain_uri = parse_uri(ddb_uri).object_url
     plain = _torture(aws.env(), "plain", plain_uri)
 

@@ -363,3 +363,65 @@ def test_fragment_lists_of_chunks_pickle_without_fetching(tmp_path: Path) -> Non
     copied = pickle.loads(pickle.dumps(ds.manifest.fragments))
     assert isinstance(copied, FragmentList)
     assert [f.id for f in copied] == [f.id for f in ds.manifest.fragments]
+
+
+def test_an_index_lookup_fetches_only_the_chunks_of_the_fragments_it_names(
+    tmp_path: Path,
+) -> None:
+    import random
+
+    uri = str(tmp_path / "ds")
+    keys = list(range(120))
+    random.Random(7).shuffle(keys)  # bounds of every chunk span nearly every key
+    s3ddb.write_dataset(pa.table({"id": pa.array(keys[:1], pa.int64())}), uri)
+    s3ddb.dataset(uri).update_config(SMALL)
+    rest = pa.table({"id": pa.array(keys[1:], pa.int64())})
+    s3ddb.write_dataset(rest, uri, mode="append", max_rows_per_file=1)
+    s3ddb.dataset(uri).create_scalar_index("id", "BTREE")
+    ds = s3ddb.dataset(uri)
+    assert ds.manifest.format_version == 2
+    assert ds.to_table(filter="id = 77").column("id").to_pylist() == [77]
+    assert _loaded(ds) == 1
+    # The same filter without the index reads every chunk its bounds allow.
+    plain = s3ddb.dataset(uri)
+    assert plain.to_table(filter="id + 0 = 77").column("id").to_pylist() == [77]
+    assert _loaded(plain) > 5
+
+
+def test_clones_and_drop_of_a_chunked_dataset(tmp_path: Path) -> None:
+    uri = str(tmp_path / "ds")
+    ds = _chunked(uri, 40)
+    expected = sorted(ds.to_table().column("id").to_pylist())
+    shallow = ds.shallow_clone(str(tmp_path / "shallow"))
+    deep = ds.deep_clone(str(tmp_path / "deep"))
+    for clone in (shallow, deep):
+        reopened = s3ddb.dataset(clone.uri)
+        assert reopened.manifest.format_version == 2
+        assert sorted(reopened.to_table().column("id").to_pylist()) == expected
+        # The clone's chunks are its own, under its own root.
+        refs = reopened.manifest.fragments.chunk_refs()
+        assert {r.name for r in refs} <= _chunk_files(Path(clone.uri))
+        assert verify(clone.uri, grace_seconds=0).healthy
+    s3ddb.Dataset.drop(uri)
+    assert not (tmp_path / "ds" / "_fragments").exists() or not _chunk_files(tmp_path / "ds")
+    assert sorted(s3ddb.dataset(str(tmp_path / "deep")).to_table().column("id").to_pylist()) == (
+        expected
+    )
+
+
+def test_the_diff_of_two_versions_skips_the_chunks_they_share(tmp_path: Path) -> None:
+    uri = str(tmp_path / "ds")
+    before = _chunked(uri, 60)
+    s3ddb.write_dataset(_ids(range(60, 61)), uri, mode="append")
+    s3ddb.dataset(uri).delete("id = 3")
+    after = s3ddb.dataset(uri)
+    removed, added, changed = before.manifest.fragments.diff(after.manifest.fragments)
+    assert (removed, len(added), changed) == ({3}, 1, set())  # one-row fragment 3 is gone
+    shared = {r.name for r in before.manifest.fragments.chunk_refs()} & {
+        r.name for r in after.manifest.fragments.chunk_refs()
+    }
+    assert shared
+    for ds in (before, after):
+        for s in ds.manifest.fragments.segments:
+            if isinstance(s, StoredChunk) and s.ref.name in shared:
+                assert not s.loaded, s.ref.name

@@ -134,6 +134,21 @@ def test_appends_are_emitted_in_version_order_within_the_limits(local_uri: str) 
     assert emitted == sorted(f.id for f in ds.get_fragments())
 
 
+def test_a_fragment_list_in_chunks_streams_every_appended_fragment_once(local_uri: str) -> None:
+    s3ddb.write_dataset(_table(0, 1), local_uri)
+    small = {"s3ddb.chunk_fragments": "4", "s3ddb.inline_fragments": "1"}
+    s3ddb.dataset(local_uri).update_config(small)
+    for i in range(5):
+        s3ddb.write_dataset(_table(10 + 10 * i), local_uri, mode="append", max_rows_per_file=3)
+    ds = s3ddb.dataset(local_uri)
+    assert ds.manifest.format_version == 2
+    planner = StreamPlanner(local_uri, {}, skip_change_commits=False)
+    end = planner.advance(StreamOffset(1), ds.version)
+    assert end == StreamOffset(ds.version + 1)
+    emitted = [f.id for _, f in planner.between(StreamOffset(1), end)]
+    assert emitted == sorted(f.id for f in ds.get_fragments())
+
+
 def test_a_position_inside_a_version_splits_its_fragments(local_uri: str) -> None:
     s3ddb.write_dataset(_table(0, 100), local_uri, max_rows_per_file=10)
     planner = StreamPlanner(local_uri, {}, skip_change_commits=False)
