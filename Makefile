@@ -80,7 +80,9 @@ $(BENCH_STAMP): pyproject.toml $(STAMP)
 bench-peers: $(BENCH_STAMP)
 	$(PY) benchmarks/peers.py $(PEERS_ARGS)
 
-# Commits and opens as fragments pile up, beside pylance; SCALE_ARGS="--fragments 10,100000".
+# Commits, opens and point queries as fragments pile up, beside pylance; the run in
+# docs/performance.md: SCALE_ARGS="--fragments 1000,10000,100000,1000000 --endpoint
+# 1000,100000,1000000 --series 4224 --versions '' --repeat 5".
 bench-scale: $(BENCH_STAMP)
 	$(PY) benchmarks/metadata_scale.py $(SCALE_ARGS)
 
