@@ -64,6 +64,7 @@ LAYERS: list[set[str]] = [
     {"s3ddb.format"},
     {"s3ddb.expressions"},
     {"s3ddb.operations"},
+    {"s3ddb.observe"},
     {"s3ddb.external_store"},
     {"s3ddb.commit"},
     {"s3ddb.versions"},

@@ -32,6 +32,7 @@ from s3ddb.cli.output import (
 )
 from s3ddb.commit.committer import load_transaction
 from s3ddb.errors import InvalidInputError
+from s3ddb.format.fragment_list import FragmentList
 from s3ddb.maintenance.compaction import DEFAULT_TARGET_ROWS_PER_FRAGMENT
 
 __all__ = [
@@ -348,9 +349,12 @@ def run_history(args: argparse.Namespace) -> int:
     One line per version, newest first: the version, its commit time (UTC, ISO 8601),
     the operation that made it, the rows it added and removed (a compaction rewrites
     rows: it adds and removes as many), who committed it, the tags that name it and
-    the group (``s3ddb.atomic``) it was committed in, with the group's members.
-    Where cleanup removed the version before, an append's rows are still known (from
-    its transaction); other versions' are not (``-``, null in JSON) and a note says so.
+    the group (``s3ddb.atomic``) it was committed in, with the group's members, and
+    how many claim attempts its commit took. Where cleanup removed the version
+    before, an append's rows are still known (from its transaction); other versions'
+    are not (``-``, null in JSON) and a note says so. ``--json`` adds each version's
+    commit metrics (``metrics``: attempts, versions rebased over, durations, rows and
+    files added and removed; empty for versions written before s3ddb recorded them).
     """
     ds = _open(args)
     tags: dict[int, list[str]] = {}
@@ -374,12 +378,14 @@ def run_history(args: argparse.Namespace) -> int:
                 "committer": committers.get(info.version, committer),
                 "tags": tags.get(info.version, []),
                 "group": _group_entry(info),
+                "attempts": info.metrics.get("attempts"),
+                "metrics": info.metrics,
             }
         )
     if getattr(args, "json", False):
         emit_json(entries)
         return 0
-    header = ["version", "timestamp", "operation", "added", "removed", "committer"]
+    header = ["version", "timestamp", "operation", "added", "removed", "attempts", "committer"]
     header += ["tags"] if tags else []
     grouped = any(e["group"] for e in entries)
     rows = [
@@ -389,6 +395,7 @@ def run_history(args: argparse.Namespace) -> int:
             e["operation"],
             "-" if e["rows_added"] is None else str(e["rows_added"]),
             "-" if e["rows_removed"] is None else str(e["rows_removed"]),
+            "-" if e["attempts"] is None else str(e["attempts"]),
             e["committer"],
             ", ".join(e["tags"]),
         ][: len(header)]
@@ -396,7 +403,7 @@ def run_history(args: argparse.Namespace) -> int:
         for e in entries
     ]
     header += ["group"] if grouped else []
-    print_table(header, rows, right={0, 3, 4})
+    print_table(header, rows, right={0, 3, 4, 5})
     after_gap = [str(e["version"]) for e in entries if e["rows_added"] is None]
     if after_gap:
         print(
@@ -453,14 +460,15 @@ def _version_changes(ds: s3ddb.Dataset, version: int) -> tuple[int | None, int |
         if txn is not None and isinstance(txn.operation, s3ddb.Append):
             return sum(f.num_rows for f in txn.operation.fragments), 0, writer
         return None, None, writer
-    previous = {f.id: f for f in before}
-    current = {f.id for f in manifest.fragments}
-    added = sum(f.num_rows for f in manifest.fragments if f.id not in previous)
-    removed = sum(f.num_rows for f in before if f.id not in current)
-    for fragment in manifest.fragments:
-        old = previous.get(fragment.id)
-        if old is not None and old.num_rows > fragment.num_rows:
-            removed += old.num_rows - fragment.num_rows
+    # Only fragments that differ are decoded (chunks both versions list are not read).
+    gone, new, changed = FragmentList(before).diff(manifest.fragments)
+    previous = FragmentList(before).select(gone | changed)
+    current = manifest.fragments.select(set(new) | changed)
+    added = sum(current[i].num_rows for i in new)
+    removed = sum(previous[i].num_rows for i in gone)
+    for i in changed:
+        if previous[i].num_rows > current[i].num_rows:
+            removed += previous[i].num_rows - current[i].num_rows
     return added, removed, writer
 
 

@@ -19,7 +19,7 @@ import logging
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from s3ddb.commit import conflicts
 from s3ddb.commit.build import build_manifest
@@ -44,11 +44,16 @@ from s3ddb.format.manifest import Manifest, referenced_paths
 from s3ddb.format.naming import DEFAULT_NAMING, NamingScheme
 from s3ddb.io.parallel import PendingWrites
 from s3ddb.io.written_files import delete_written_files
+from s3ddb.observe import telemetry
+from s3ddb.observe.commit_metrics import change_metrics, listed_versions
 from s3ddb.operations import Append, Overwrite, Rewrite, Transaction
 
 __all__ = ["CommitConfig", "CommitResult", "OnExisting", "commit_transaction", "load_transaction"]
 
 log = logging.getLogger(__name__)
+#: One INFO record per commit, with its metrics as structured fields (``s3ddb_*``
+#: attributes of the record); DEBUG per lost claim.
+commit_log = logging.getLogger("s3ddb.commit")
 
 OnExisting = Literal["rebase", "error", "append"]
 
@@ -168,19 +173,27 @@ def commit_transaction(
     commit = _CommitInProgress(
         handler, txn, on_existing, pending if pending is not None else PendingWrites()
     )
-    try:
-        _write_first_transaction(commit, base)
-        budget = _RetryBudget(config or CommitConfig())
-        current = base if base is None or fresh_base else commit.catch_up(base)
-        naming = base.naming_scheme if base is not None else naming
-        return _claim_next_version(commit, current, naming, budget)
-    except CommitStateUnknownError:
-        raise
-    except Exception as exc:
-        # Nothing was claimed: every path above that could have claimed a version
-        # returns or raises CommitStateUnknownError, so cleanup is safe.
-        commit.abandon(exc, base)
-        raise
+    attributes = {"s3ddb.dataset": commit.dataset, "s3ddb.operation": txn.kind}
+    with telemetry.timing(commit.clock), telemetry.span("s3ddb.commit", attributes) as span:
+        try:
+            with telemetry.phase("prepare"):
+                _write_first_transaction(commit, base)
+                budget = _RetryBudget(config or CommitConfig())
+                current = base if base is None or fresh_base else commit.catch_up(base)
+            naming = base.naming_scheme if base is not None else naming
+            result = _claim_next_version(commit, current, naming, budget)
+        except CommitStateUnknownError:
+            span.set_attribute("s3ddb.outcome", "unknown")
+            telemetry.add("s3ddb.unknown_outcomes", 1, {"s3ddb.operation": txn.kind})
+            raise
+        except Exception as exc:
+            span.set_attribute("s3ddb.outcome", "failed")
+            # Nothing was claimed: every path above that could have claimed a version
+            # returns or raises CommitStateUnknownError, so cleanup is safe.
+            commit.abandon(exc, base)
+            raise
+        commit.report(result, span)
+        return result
 
 
 @dataclass
@@ -198,6 +211,73 @@ class _CommitInProgress:
     loaded: dict[int, Manifest] = field(default_factory=dict)
     # Fragment-list chunks written for each attempt's manifest (also in ``written``).
     chunks: list[str] = field(default_factory=list)
+    # Where the commit's time goes, phase by phase (see s3ddb.observe.telemetry).
+    clock: telemetry.PhaseClock = field(default_factory=telemetry.PhaseClock)
+
+    @property
+    def dataset(self) -> str:
+        """The dataset, as traces and logs name it (credentials redacted)."""
+        handler = self.handler
+        return telemetry.dataset_attribute(getattr(handler, "base_uri", handler.store.url))
+
+    def with_metrics(self, manifest: Manifest, base: Manifest | None, attempts: int) -> Manifest:
+        """``manifest`` with the metrics of this commit as of its claim number
+        ``attempts`` (see :mod:`s3ddb.observe.commit_metrics`)."""
+        read = self.original.read_version
+        newest = base.version if base is not None else 0
+        rebased = list(range(read + 1, newest + 1)) if read and newest > read else []
+        metrics = {
+            "attempts": attempts,
+            "rebased_over": listed_versions(rebased),
+            "rebased_over_count": len(rebased),
+            "duration_ms": self.clock.elapsed_ms(),
+            "phases_ms": self.clock.milliseconds(),
+            **change_metrics(base, manifest, self.txn.operation),
+        }
+        return manifest.evolve(metrics=metrics)
+
+    def lost_claim(self, version: int) -> None:
+        """Count a claim of ``version`` another writer won."""
+        commit_log.debug(
+            "lost version %d of %s to another writer (%s)", version, self.dataset, self.txn.kind
+        )
+        telemetry.add("s3ddb.conflicts", 1, {"s3ddb.operation": self.txn.kind})
+
+    def report(self, result: CommitResult, span: Any) -> None:
+        """Tell logs, traces and metric instruments about the committed ``result``."""
+        manifest = result.manifest
+        metrics = dict(manifest.metrics)
+        claim_ms = self.clock.milliseconds().get("claim", 0)
+        metrics["total_ms"] = self.clock.elapsed_ms()
+        span.set_attributes(
+            {
+                "s3ddb.version": manifest.version,
+                "s3ddb.attempts": result.attempts,
+                "s3ddb.outcome": "committed",
+            }
+        )
+        labels = {"s3ddb.operation": self.txn.kind}
+        telemetry.add("s3ddb.commits", 1, labels)
+        telemetry.add("s3ddb.retries", result.attempts - 1, labels)
+        telemetry.record_claim(claim_ms, labels)
+        commit_log.info(
+            "committed version %d of %s: %s in %d attempt(s), %d rows added, %d deleted, "
+            "%d updated",
+            manifest.version,
+            self.dataset,
+            self.txn.kind,
+            result.attempts,
+            metrics.get("num_added_rows", 0),
+            metrics.get("num_deleted_rows", 0),
+            metrics.get("num_updated_rows", 0),
+            extra={
+                "s3ddb_dataset": self.dataset,
+                "s3ddb_version": manifest.version,
+                "s3ddb_operation": self.txn.kind,
+                "s3ddb_attempts": result.attempts,
+                "s3ddb_metrics": metrics,
+            },
+        )
 
     def __post_init__(self) -> None:
         self.txn = self.original
@@ -337,12 +417,18 @@ def _claim_next_version(
     handler = commit.handler
     while True:
         current, manifest = _build_next(commit, current, naming)
-        manifest = commit.lay_out_chunks(manifest)
+        manifest = commit.with_metrics(commit.lay_out_chunks(manifest), current, budget.lost + 1)
+        commit_log.debug(
+            "claiming version %d of %s (%s, attempt %d)",
+            manifest.version, commit.dataset, commit.txn.kind, budget.lost + 1,
+        )  # fmt: skip
         try:
-            location = handler.commit_manifest(
-                manifest, manifest.to_bytes(), commit.writes, previous=current
-            )
+            with telemetry.phase("claim", {"s3ddb.version": manifest.version}):
+                location = handler.commit_manifest(
+                    manifest, manifest.to_bytes(), commit.writes, previous=current
+                )
         except VersionConflict:
+            commit.lost_claim(manifest.version)
             budget.lose_version(f"{commit.txn.kind} to {handler.store.url}")
         else:
             commit.discard_lost_chunks(manifest)
@@ -351,7 +437,8 @@ def _claim_next_version(
         # Back off first, then catch up: attempting right after reading the newest
         # version keeps the window in which another writer can win small.
         budget.back_off()
-        current = commit.catch_up(current)
+        with telemetry.phase("rebase"):
+            current = commit.catch_up(current)
 
 
 def _build_next(

@@ -81,9 +81,11 @@ from s3ddb.format import layout
 from s3ddb.format.chunks import ChunkSource, missing_chunk
 from s3ddb.format.manifest import DYNAMODB, Manifest
 from s3ddb.format.naming import NamingScheme, parse_manifest_name, parse_staged_name
+from s3ddb.format.version_metrics import METRICS_ATTRIBUTE, dumps_metrics
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.parallel import PendingWrites, run_beside
 from s3ddb.io.paths import name_problem
+from s3ddb.observe import telemetry
 from s3ddb.version import __version__
 
 __all__ = ["OWN_COMMITS", "ExternalStoreCommitHandler", "committer_name"]
@@ -309,6 +311,7 @@ class ExternalStoreCommitHandler(CommitHandler):
             row.extra.get(DATASET_ID_ATTRIBUTE),
             row.extra.get(GROUP_ID_ATTRIBUTE),
             row.extra.get(GROUP_MEMBERS_ATTRIBUTE),
+            row.extra.get(METRICS_ATTRIBUTE),
         )
 
     def load_manifest(self, location: ManifestLocation) -> Manifest:
@@ -511,6 +514,8 @@ class ExternalStoreCommitHandler(CommitHandler):
         """The row claiming ``manifest``'s version, pointing at its staged manifest
         ``staged`` of ``size`` bytes; built here, nothing is sent. Never raises."""
         extra = {"operation": manifest.operation, CLAIM_ATTRIBUTE: staged}
+        if manifest.metrics:
+            extra[METRICS_ATTRIBUTE] = dumps_metrics(manifest.metrics)
         if manifest.dataset_id:
             extra[DATASET_ID_ATTRIBUTE] = manifest.dataset_id
         return ManifestRow(
@@ -711,7 +716,7 @@ class ExternalStoreCommitHandler(CommitHandler):
         if ticket is not None and ticket.wait_done() and ticket.result is not None:
             return self._note(replace(row, path=ticket.result))
         try:
-            return self._note(self.finalize(row))
+            return self._note(self._repair(row))
         except _EarlierVersionStaged as exc:
             # Its staged manifest reads the same; it is finished once the versions
             # before it are (by the next reader, writer or sync).
@@ -728,6 +733,19 @@ class ExternalStoreCommitHandler(CommitHandler):
                 exc,
             )
             return row
+
+    def _repair(self, row: ManifestRow) -> ManifestRow:
+        """:meth:`finalize` of another writer's staged ``row``, traced as
+        ``s3ddb.repair`` and counted."""
+        attributes = {
+            "s3ddb.dataset": telemetry.dataset_attribute(self.base_uri),
+            "s3ddb.version": row.version,
+        }
+        with telemetry.span("s3ddb.repair", attributes) as span:
+            finished = self.finalize(row)
+            span.set_attribute("s3ddb.outcome", "finished")
+        telemetry.add("s3ddb.repairs", 1)
+        return finished
 
     def _finalize_group_predecessors(self, row: ManifestRow) -> None:
         """Before finishing ``row``: a group (``s3ddb.atomic``) that made several
@@ -922,6 +940,16 @@ class ExternalStoreCommitHandler(CommitHandler):
             Whatever finishing fails with; for a version of a group, also a failure
             to finish the version before it (this one then stays staged).
         """
+        attributes = {
+            "s3ddb.dataset": telemetry.dataset_attribute(self.base_uri),
+            "s3ddb.version": row.version,
+        }
+        with telemetry.span("s3ddb.commit.finish", attributes):
+            return self._finish_own_steps(row, staged_etag, copied)
+
+    def _finish_own_steps(
+        self, row: ManifestRow, staged_etag: str | None, copied: Callable[[], None]
+    ) -> str:
         if GROUP_ID_ATTRIBUTE in row.extra:
             # A group claims consecutive versions of one dataset in one request, so
             # version N-1 may still be staged here (its own finishing failed). Finish

@@ -202,7 +202,8 @@ def _claim_until_won(group: _Group, kind: str, budget: _RetryBudget) -> list[Com
                     )
                 _, manifest = _build_next(commit, before, before.naming_scheme)
                 bases.append(before)
-            manifests.append(commit.lay_out_chunks(manifest))
+            laid_out = commit.lay_out_chunks(manifest)
+            manifests.append(commit.with_metrics(laid_out, bases[-1], budget.lost + 1))
         claim = ClaimRound(
             handlers=[p.handler for p in parts],
             commits=commits,

@@ -72,6 +72,9 @@ class ManifestLocation:
     #: :func:`s3ddb.external_store.group.parse_members`).
     group_id: str | None = None
     group_members: str | None = None
+    #: The commit metrics the external store's row records (JSON, unchecked; see
+    #: :func:`s3ddb.format.version_metrics.parse_metrics`).
+    metrics: str | None = None
 
 
 class VersionConflict(Exception):

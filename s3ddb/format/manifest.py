@@ -28,6 +28,7 @@ from s3ddb.format.index import IndexMetadata
 from s3ddb.format.limits import MAX_FRAGMENT_ID, MAX_PHYSICAL_ROWS, MAX_VERSION, check_range
 from s3ddb.format.naming import NamingScheme
 from s3ddb.format.schema import DatasetSchema
+from s3ddb.format.version_metrics import dumps_metrics, parse_metrics
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.paths import check_name
 from s3ddb.version import __version__
@@ -102,6 +103,8 @@ class Manifest:
         commit_mechanism: how versions are claimed: :data:`CONDITIONAL_PUT` or
             :data:`DYNAMODB` ("" before s3ddb recorded it).
         commit_table: the DynamoDB table deciding versions, for :data:`DYNAMODB`.
+        metrics: what the commit of this version recorded about itself (see
+            :mod:`s3ddb.observe.commit_metrics`; empty for versions written before).
 
     Raises:
         PathOutsideDatasetError: a bad base path, or a file of an undeclared base.
@@ -125,6 +128,7 @@ class Manifest:
     dataset_id: str = ""
     commit_mechanism: str = ""
     commit_table: str = ""
+    metrics: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
         if self.transaction_file:
@@ -191,6 +195,7 @@ class Manifest:
             dataset_id=self.dataset_id,
             commit_mechanism=self.commit_mechanism,
             commit_table=self.commit_table,
+            commit_metrics=dumps_metrics(self.metrics) if self.metrics else "",
         )
         if self.max_fragment_id is not None:
             m.max_fragment_id = self.max_fragment_id
@@ -332,6 +337,7 @@ class Manifest:
             dataset_id=_checked_identity(m.dataset_id, where),
             commit_mechanism=_checked_mechanism(m.commit_mechanism, where),
             commit_table=_checked_table(m.commit_table, where),
+            metrics=parse_metrics(m.commit_metrics, f"manifest {where}"),
         )
 
     @classmethod
@@ -534,18 +540,26 @@ class ManifestHeader:
     operation: str
     table_metadata: dict[str, str]
     dataset_id: str = ""
+    metrics: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def of(cls, m: pb.Manifest | Manifest, where: str = "") -> ManifestHeader:
         """The header of ``m``.
 
         Raises:
-            StoredMetadataError: its version or commit time is out of range.
+            StoredMetadataError: its version or commit time is out of range, or its
+                commit metrics are malformed.
         """
         named = f"manifest {where} (version {m.version})"
         check_range(m.version, 1, MAX_VERSION, "version", named)
         check_range(m.timestamp_nanos, 0, 2**63 - 1, "timestamp_nanos", named)
-        return cls(m.version, m.timestamp_nanos, m.operation, dict(m.table_metadata), m.dataset_id)
+        metrics = (
+            m.metrics if isinstance(m, Manifest) else parse_metrics(m.commit_metrics, named)
+        )
+        return cls(
+            m.version, m.timestamp_nanos, m.operation, dict(m.table_metadata), m.dataset_id,
+            metrics,
+        )  # fmt: skip
 
 
 def read_manifest_header(store: ObjectStore, path: str, where: str) -> ManifestHeader:

@@ -15,6 +15,7 @@ import pyarrow.compute as pc
 from s3ddb.errors import ColumnNotFoundError, InvalidInputError
 from s3ddb.expressions.compiled import compile_filter
 from s3ddb.format.fragment import FragmentMetadata
+from s3ddb.observe import telemetry
 from s3ddb.scan import read_visible_rows
 from s3ddb.scan.fragment import candidate_fragments
 from s3ddb.scan.stream import stream_tables
@@ -113,9 +114,19 @@ class VersionReader:
             yield from self._fragment_tables(readahead, names)
             return
         manifest = self._ds.manifest
+        attributes = {"s3ddb.dataset": telemetry.dataset_attribute(self._ds.uri)}
+        with telemetry.span("s3ddb.scan", attributes) as span:
+            fragments = candidate_fragments(manifest.fragments, manifest.schema, self.may_match)
+            span.set_attributes(
+                {
+                    "s3ddb.version": manifest.version,
+                    "s3ddb.fragments": len(fragments),
+                    "s3ddb.fragments_pruned": len(manifest.fragments) - len(fragments),
+                }
+            )
         yield from stream_tables(
             self._ds.files(),
-            candidate_fragments(manifest.fragments, manifest.schema, self.may_match),
+            fragments,
             manifest.schema,
             names,
             self.predicate,

@@ -54,6 +54,7 @@ from s3ddb.format.fragment import FragmentMetadata, data_file_paths
 from s3ddb.format.manifest import Manifest
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.written_files import delete_written_files
+from s3ddb.observe.commit_metrics import add_operation_metrics
 from s3ddb.operations import RowChangePlan, Update
 from s3ddb.scan.fragment import fragment_may_match
 from s3ddb.spark_ext._types import arrow_schema_of, conform_to_dataset, quoted_name
@@ -391,7 +392,22 @@ class _DistributedMerge:
         deleter = DeletionTask(self.store, manifest, fragments)
         touched = max(1, min(len(candidates), parallelism * 4))
         results = decided.repartition(touched, "fid").mapInArrow(deleter, RESULT_DDL).collect()
-        return _outcome(self.store, clauses, self.bounds, results)
+        op, counts = _outcome(self.store, clauses, self.bounds, results)
+        add_operation_metrics(
+            source_rows=self.source_rows,
+            matched_rows=_matched_rows(results),
+            inserted_rows=counts["num_inserted_rows"],
+            updated_rows=counts["num_updated_rows"],
+            deleted_rows=counts["num_deleted_rows"],
+            fragments_scanned=len(candidates),
+            fragments_skipped=len(manifest.fragments) - len(candidates),
+        )
+        return op, counts
+
+
+def _matched_rows(results: list[Any]) -> int:
+    """How many target rows the tasks reported matched."""
+    return sum(len(BitMap.deserialize(data)) for kind, _fid, data in results if kind == "matched")
 
 
 def _error_class(name: str) -> type[S3DDBError]:

@@ -7,7 +7,7 @@ same way.
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -24,8 +24,10 @@ from s3ddb.format.fragment_list import FragmentList
 from s3ddb.format.manifest import Manifest, read_manifest_header
 from s3ddb.format.naming import MAX_VERSION
 from s3ddb.format.schema import DatasetSchema
+from s3ddb.format.version_metrics import parse_metrics
 from s3ddb.io.arguments import is_int
 from s3ddb.io.parallel import process_pool
+from s3ddb.observe import telemetry
 from s3ddb.versions.connect import open_handler
 
 __all__ = [
@@ -60,6 +62,10 @@ class VersionInfo:
     #: for versions read without the external store).
     group_id: str | None = None
     group_members: tuple[tuple[str, int, str], ...] | None = None
+    #: What the version's commit recorded about itself: attempts, versions it was
+    #: rebased over, durations, rows and files added and removed (see
+    #: :mod:`s3ddb.observe.commit_metrics`); empty for versions written before.
+    metrics: dict[str, Any] = field(default_factory=dict)
 
     def keys(self) -> tuple[str, ...]:
         return ("version", "timestamp", "operation", "metadata")
@@ -91,6 +97,13 @@ def load_version(handler: CommitHandler, version: int | None, uri: str) -> Manif
         DatasetNotFoundError: nothing is committed at ``uri``.
         VersionNotFoundError: no such version.
     """
+    with telemetry.span("s3ddb.open", {"s3ddb.dataset": telemetry.dataset_attribute(uri)}) as span:
+        manifest = _load_version(handler, version, uri)
+        span.set_attribute("s3ddb.version", manifest.version)
+        return manifest
+
+
+def _load_version(handler: CommitHandler, version: int | None, uri: str) -> Manifest:
     if version is None:
         return load_latest(handler, uri)
     if not is_int(version):
@@ -174,14 +187,14 @@ def _version_info(handler: CommitHandler, location: ManifestLocation) -> Version
         FileNotFoundError: the manifest is gone (cleaned up meanwhile).
         ManifestCorruptError: its header is corrupt.
     """
+    where = f"{handler.store.url}/{location.path}"
     if location.committed_at_ms is not None and location.operation is not None:
         ts_ms, op, meta = location.committed_at_ms, location.operation, {}
+        metrics = parse_metrics(location.metrics or "", f"the row of version {location.version}")
     else:
-        header = read_manifest_header(
-            handler.store, location.path, f"{handler.store.url}/{location.path}"
-        )
+        header = read_manifest_header(handler.store, location.path, where)
         ts_ms = header.timestamp_nanos // 1_000_000
-        op, meta = header.operation, header.table_metadata
+        op, meta, metrics = header.operation, header.table_metadata, header.metrics
     timestamp = dt.datetime.fromtimestamp(ts_ms / 1000, tz=dt.timezone.utc)
     members = parse_members(
         location.group_id,
@@ -195,6 +208,7 @@ def _version_info(handler: CommitHandler, location: ManifestLocation) -> Version
         meta,
         location.group_id if members is not None else None,
         tuple(members) if members is not None else None,
+        metrics,
     )
 
 

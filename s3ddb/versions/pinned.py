@@ -40,6 +40,7 @@ from s3ddb.format.manifest import Manifest
 from s3ddb.format.naming import DEFAULT_NAMING, NamingScheme
 from s3ddb.io.arguments import check_int
 from s3ddb.io.parallel import PendingWrites
+from s3ddb.observe.commit_metrics import operation_metrics
 from s3ddb.operations import Delete, Operation, Transaction, Update
 from s3ddb.versions.opening import VersionInfo, history, load_latest, load_version
 from s3ddb.versions.tags import Tags
@@ -438,6 +439,20 @@ def plan_and_commit(
     check_int("conflict_retries", retries, minimum=0)
     if timeout <= 0:
         raise InvalidInputError(f"retry_timeout must be > 0, got {timeout!r}")
+    with operation_metrics():  # what the plans record goes to the commit that follows
+        return _plan_and_commit(ds, what, plan, retries, timeout, uploads, properties)
+
+
+def _plan_and_commit(
+    ds: PinnedVersion,
+    what: str,
+    plan: Callable[..., tuple[Operation | None, T]],
+    retries: int,
+    timeout: float,
+    uploads: bool,
+    properties: dict[str, str] | None,
+) -> T:
+    """:func:`plan_and_commit` once its arguments are checked."""
     deadline = time.monotonic() + timeout
     base = ds.manifest
     ds._base_seen_at = ds._seen_newest_at

@@ -41,6 +41,7 @@ from s3ddb.index.query import lookup_keys
 from s3ddb.io.fragment_map import parallel_map
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.written_files import FileTracker
+from s3ddb.observe.commit_metrics import add_operation_metrics
 from s3ddb.operations import KeyExistenceFilter, RowChangePlan, Transaction, Update
 from s3ddb.scan import RowGroupPredicate, plan_fragment, read_rows_at
 from s3ddb.scan.fragment import read_with_positions
@@ -356,6 +357,15 @@ def plan_merge(
         numbered.select([*keys, _SRC]), keys=keys, join_type="inner", use_threads=False
     )
     removed, written_rows, counts = _merge_outcome(compiled, source, full, target, matched)
+    add_operation_metrics(
+        source_rows=source.num_rows,
+        matched_rows=matched.num_rows,
+        inserted_rows=counts["num_inserted_rows"],
+        updated_rows=counts["num_updated_rows"],
+        deleted_rows=counts["num_deleted_rows"],
+        fragments_scanned=len(deleted_before),
+        fragments_skipped=len(manifest.fragments) - len(deleted_before),
+    )
     if not removed and not written_rows:
         return None, counts
     op = _write_update(

@@ -394,3 +394,21 @@ def test_driver_memory_does_not_grow_with_the_source(spark: Any, tmp_path: Path)
         growth[rows] = memory.growth
     assert s3ddb.dataset(uri).count_rows() == 200_000
     assert growth[200_000] - growth[20_000] < 12 * 2**20, growth
+
+
+def test_spark_writes_and_merges_record_their_metrics(spark: Any, tmp_path: Path) -> None:
+    from s3ddb.spark_ext import merge_insert
+    from s3ddb.spark_ext import write as spark_write
+
+    uri = str(tmp_path / "ds")
+    target = pa.table({"id": pa.array(range(10), pa.int64()), "v": ["t"] * 10})
+    s3ddb.write_dataset(target, uri)
+    source = spark.createDataFrame([(i, "s") for i in range(8, 12)], "id long, v string")
+    spark_write(spark.createDataFrame([(20, "w")], "id long, v string"), uri)
+    written = s3ddb.dataset(uri).versions()[-1].metrics
+    assert written["num_added_rows"] == 1 and written["num_added_files"] >= 1
+    merge_insert(spark, uri, source, "id")
+    metrics = s3ddb.dataset(uri).versions()[-1].metrics
+    assert (metrics["source_rows"], metrics["matched_rows"]) == (4, 2)
+    assert (metrics["num_updated_rows"], metrics["num_added_rows"]) == (2, 2)
+    assert metrics["attempts"] == 1 and metrics["fragments_scanned"] == 1

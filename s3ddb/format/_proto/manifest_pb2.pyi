@@ -569,6 +569,7 @@ class Manifest(_message.Message):
     COMMIT_TABLE_FIELD_NUMBER: _builtins.int
     CHUNKS_FIELD_NUMBER: _builtins.int
     FORMAT_VERSION_FIELD_NUMBER: _builtins.int
+    COMMIT_METRICS_FIELD_NUMBER: _builtins.int
     version: _builtins.int
     max_fragment_id: _builtins.int
     """Highest fragment id ever assigned (absent until the first fragment)."""
@@ -617,6 +618,11 @@ class Manifest(_message.Message):
     format_version: _builtins.int
     """The manifest format: 0 or 1 (flat, every fragment inline) or 2 (chunks). A reader
     refuses a format newer than it knows.
+    """
+    commit_metrics: _builtins.str
+    """What the commit of this version recorded about itself (s3ddb extension): claim
+    attempts, versions it was rebased over, durations, rows and files added and
+    removed. Compact JSON; empty in versions written before s3ddb recorded it.
     """
     @_builtins.property
     def schema(self) -> Global___Schema: ...
@@ -667,10 +673,11 @@ class Manifest(_message.Message):
         commit_table: _builtins.str = ...,
         chunks: _abc.Iterable[Global___FragmentChunk] | None = ...,
         format_version: _builtins.int = ...,
+        commit_metrics: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_fragment_count", b"_fragment_count", "_max_fragment_id", b"_max_fragment_id", "_visible_rows", b"_visible_rows", "fragment_count", b"fragment_count", "max_fragment_id", b"max_fragment_id", "schema", b"schema", "visible_rows", b"visible_rows", "writer_version", b"writer_version"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_fragment_count", b"_fragment_count", "_max_fragment_id", b"_max_fragment_id", "_visible_rows", b"_visible_rows", "base_paths", b"base_paths", "chunks", b"chunks", "cloned_from_version", b"cloned_from_version", "commit_mechanism", b"commit_mechanism", "commit_table", b"commit_table", "config", b"config", "dataset_id", b"dataset_id", "format_version", b"format_version", "fragment_count", b"fragment_count", "fragments", b"fragments", "fragments_offset", b"fragments_offset", "header_crc", b"header_crc", "indices", b"indices", "max_fragment_id", b"max_fragment_id", "naming_scheme", b"naming_scheme", "next_row_id", b"next_row_id", "operation", b"operation", "schema", b"schema", "table_metadata", b"table_metadata", "timestamp_nanos", b"timestamp_nanos", "transaction_file", b"transaction_file", "version", b"version", "visible_rows", b"visible_rows", "writer_version", b"writer_version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_fragment_count", b"_fragment_count", "_max_fragment_id", b"_max_fragment_id", "_visible_rows", b"_visible_rows", "base_paths", b"base_paths", "chunks", b"chunks", "cloned_from_version", b"cloned_from_version", "commit_mechanism", b"commit_mechanism", "commit_metrics", b"commit_metrics", "commit_table", b"commit_table", "config", b"config", "dataset_id", b"dataset_id", "format_version", b"format_version", "fragment_count", b"fragment_count", "fragments", b"fragments", "fragments_offset", b"fragments_offset", "header_crc", b"header_crc", "indices", b"indices", "max_fragment_id", b"max_fragment_id", "naming_scheme", b"naming_scheme", "next_row_id", b"next_row_id", "operation", b"operation", "schema", b"schema", "table_metadata", b"table_metadata", "timestamp_nanos", b"timestamp_nanos", "transaction_file", b"transaction_file", "version", b"version", "visible_rows", b"visible_rows", "writer_version", b"writer_version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__fragment_count: _TypeAlias = _typing.Literal["fragment_count"]  # noqa: Y015
     _WhichOneofArgType__fragment_count: _TypeAlias = _typing.Literal["_fragment_count", b"_fragment_count"]  # noqa: Y015

@@ -1,0 +1,146 @@
+"""The metrics every commit records in its version.
+
+A writer stores them in the version's manifest (its header, read with the rest of a
+version's history) and, on the DynamoDB path, in the version's row: how many claim
+attempts the commit took, which versions it was rebased over, where its time went,
+and what it changed. ``ds.versions()`` entries carry them as ``.metrics`` (a dict;
+empty for versions written before s3ddb recorded them), and ``s3ddb history --json``
+shows them.
+
+Keys (every commit): ``attempts``, ``rebased_over`` (versions committed between the
+version it read and the one it built on, oldest first, at most 64 listed) and
+``rebased_over_count``, ``duration_ms`` (from the start of the commit to the claim
+that won) and ``phases_ms`` (``prepare``: the transaction file and catching up;
+``write_files``: waiting for the commit's files to land; ``stage``: the staged
+manifest, DynamoDB path; ``claim``: the conditional write(s)), ``num_added_rows``,
+``num_deleted_rows``, ``num_updated_rows``, ``num_added_files``,
+``num_removed_files``, ``bytes_added``, ``bytes_removed`` (data files). Per
+operation: a merge adds ``source_rows``, ``matched_rows``, ``inserted_rows``,
+``updated_rows``, ``deleted_rows``, ``fragments_scanned``, ``fragments_skipped``; a
+compaction ``fragments_in`` and ``fragments_out``; a delete ``fragments_touched``.
+Finishing a version (copy and repoint, after the claim) is not in them: it happens
+after the version is stored (traces and the ``s3ddb.commit`` log record show it).
+
+Stored metrics are untrusted input like the rest of a manifest or row: a JSON object
+of at most 16 KiB, keys and values checked
+(:func:`s3ddb.format.version_metrics.parse_metrics`).
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from s3ddb.format.fragment import FragmentMetadata
+    from s3ddb.format.manifest import Manifest
+    from s3ddb.operations.base import Operation
+
+__all__ = [
+    "add_operation_metrics",
+    "change_metrics",
+    "listed_versions",
+    "operation_metrics",
+    "recorded_operation_metrics",
+]
+
+_MAX_LISTED = 64
+
+_OPERATION: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+    "s3ddb_operation_metrics", default=None
+)
+
+
+@contextmanager
+def operation_metrics(**values: int) -> Iterator[dict[str, Any]]:
+    """Inside the block, commits record ``values`` (and whatever is added to the
+    yielded dict) besides their own metrics: what an operation knows of its work
+    that the versions do not show (a merge's matched rows)."""
+    recorded: dict[str, Any] = dict(values)
+    token = _OPERATION.set(recorded)
+    try:
+        yield recorded
+    finally:
+        _OPERATION.reset(token)
+
+
+def add_operation_metrics(**values: int) -> None:
+    """Record ``values`` in the innermost :func:`operation_metrics` block (nothing
+    outside one): a planner's figures, for the commit that follows it."""
+    recorded = _OPERATION.get()
+    if recorded is not None:
+        recorded.update(values)
+
+
+def recorded_operation_metrics() -> dict[str, Any]:
+    """The values the innermost :func:`operation_metrics` block recorded."""
+    return dict(_OPERATION.get() or {})
+
+
+def _files(fragment: FragmentMetadata) -> dict[str, int]:
+    return {d.path: d.file_size_bytes for d in fragment.files}
+
+
+def change_metrics(base: Manifest | None, new: Manifest, operation: Operation) -> dict[str, Any]:
+    """Rows, files and bytes ``new`` added and removed over ``base``, and the
+    operation's own figures. Only the fragments that differ are decoded (with
+    fragment-list chunks, only the chunks that differ are read)."""
+    from s3ddb.format.fragment_list import FragmentList
+
+    before = base.fragments if base is not None else FragmentList()
+    removed, added, changed = before.diff(new.fragments)
+    old = before.select(removed | changed) if removed or changed else {}
+    now = new.fragments.select(set(added) | changed) if added or changed else {}
+    added_rows = sum(now[i].num_rows for i in added)
+    deleted_rows = sum(old[i].num_rows for i in removed)
+    old_files: dict[str, int] = {}
+    new_files: dict[str, int] = {}
+    for i in removed:
+        old_files.update(_files(old[i]))
+    for i in added:
+        new_files.update(_files(now[i]))
+    for i in changed:
+        deleted_rows += max(0, old[i].num_rows - now[i].num_rows)
+        added_rows += max(0, now[i].num_rows - old[i].num_rows)
+        before_files, after_files = _files(old[i]), _files(now[i])
+        old_files.update({p: s for p, s in before_files.items() if p not in after_files})
+        new_files.update({p: s for p, s in after_files.items() if p not in before_files})
+    out: dict[str, Any] = {
+        "num_added_rows": added_rows,
+        "num_deleted_rows": deleted_rows,
+        "num_updated_rows": 0,
+        "num_added_files": len(new_files),
+        "num_removed_files": len(old_files),
+        "bytes_added": sum(new_files.values()),
+        "bytes_removed": sum(old_files.values()),
+    }
+    kind = operation.kind
+    if kind == "Rewrite":
+        # Rows moved, none added or deleted (deleted rows a compaction drops were
+        # deleted before).
+        out["num_added_rows"] = out["num_deleted_rows"] = 0
+        out["fragments_in"] = len(removed) + len(changed)
+        out["fragments_out"] = len(added)
+    elif kind == "Delete":
+        out["fragments_touched"] = len(removed) + len(changed)
+    elif kind == "Update":
+        affected = getattr(operation, "affected_rows", {})
+        updated = sum(len(rows) for rows in affected.values())
+        out["num_updated_rows"] = updated
+        out["num_added_rows"] = max(0, added_rows - updated)
+        out["num_deleted_rows"] = max(0, deleted_rows - updated)
+    recorded = recorded_operation_metrics()
+    if "updated_rows" in recorded:  # a merge knows its inserts, updates and deletes
+        out["num_updated_rows"] = int(recorded["updated_rows"])
+        out["num_added_rows"] = int(recorded.get("inserted_rows", out["num_added_rows"]))
+        out["num_deleted_rows"] = int(recorded.get("deleted_rows", out["num_deleted_rows"]))
+    out.update(recorded)
+    return out
+
+
+def listed_versions(versions: list[int]) -> list[int]:
+    """At most the last 64 of ``versions`` (a commit rebased over hundreds records
+    their count and the newest)."""
+    return versions[-_MAX_LISTED:]
