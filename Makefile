@@ -15,7 +15,7 @@ SCALE_ARGS ?=
 READ_ARGS ?=
 SPARK_MERGE_ARGS ?=
 
-.PHONY: demo test test-fast lint typecheck protos bench bench-groups bench-index bench-stream bench-peers bench-scale bench-read bench-spark-merge clean
+.PHONY: demo test test-fast lint typecheck protos bench bench-groups bench-index bench-stream bench-peers bench-scale bench-telemetry bench-read bench-spark-merge clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -85,6 +85,11 @@ bench-peers: $(BENCH_STAMP)
 # 1000,100000,1000000 --series 4224 --versions '' --repeat 5".
 bench-scale: $(BENCH_STAMP)
 	$(PY) benchmarks/metadata_scale.py $(SCALE_ARGS)
+
+# What OpenTelemetry costs the sequential append: without it, the API alone, and the SDK
+# with an in-memory exporter, paired round by round (docs/performance.md).
+bench-telemetry: $(BENCH_STAMP)
+	$(PY) benchmarks/telemetry_overhead.py
 
 # Scans (full, projection, k < 10, point lookup) beside pyarrow on the same files, pylance
 # and deltalake, local and on one local endpoint, plus streaming memory;

@@ -249,6 +249,7 @@ class _CommitInProgress:
         metrics = dict(manifest.metrics)
         claim_ms = self.clock.milliseconds().get("claim", 0)
         metrics["total_ms"] = self.clock.elapsed_ms()
+        metrics["phases_ms"] = self.clock.milliseconds()  # the winning claim's too
         span.set_attributes(
             {
                 "s3ddb.version": manifest.version,

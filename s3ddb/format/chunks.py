@@ -22,8 +22,8 @@ import threading
 import zlib
 from collections import OrderedDict
 from collections.abc import Collection
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, NoReturn
 
 from s3ddb.errors import ManifestCorruptError, StoredMetadataError
 from s3ddb.format._proto import manifest_pb2 as pb
@@ -84,10 +84,18 @@ class ChunkRef:
     min_fragment_id: int
     max_fragment_id: int
     bounds: tuple[ColumnStatistics, ...] = ()
+    #: The message this reference was read from (written again as it was).
+    message: Any = field(default=None, compare=False, repr=False)
 
     @property
     def path(self) -> str:
         return chunk_path(self.name)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "message": None}  # protobuf messages do not pickle
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
 
     def may_hold(self, ids: Collection[int]) -> bool:
         """Whether a fragment of one of ``ids`` may be in the chunk (by its id range)."""
@@ -95,6 +103,8 @@ class ChunkRef:
         return any(low <= i <= high for i in ids)
 
     def to_pb(self) -> pb.FragmentChunk:
+        if self.message is not None:
+            return self.message  # type: ignore[no-any-return]
         return pb.FragmentChunk(
             name=self.name,
             size=self.size,
@@ -115,21 +125,20 @@ class ChunkRef:
             StoredMetadataError: a malformed name, a number out of range, an empty
                 chunk or an id range that cannot hold its fragments.
         """
-        named = f"{where}: chunk {m.name[:80]!r}"
-        if not is_chunk_name(m.name):
-            raise StoredMetadataError(f"{named}: not a chunk file name (32 hex digits, .chunk)")
-        check_range(m.size, 1, MAX_CHUNK_BYTES, "size", named)
-        check_range(m.fragment_count, 1, MAX_CHUNK_FRAGMENTS, "fragment_count", named)
-        check_range(m.min_fragment_id, 0, MAX_FRAGMENT_ID, "min_fragment_id", named)
-        check_range(m.max_fragment_id, m.min_fragment_id, MAX_FRAGMENT_ID, "max_fragment_id", named)
-        most = m.fragment_count * MAX_PHYSICAL_ROWS
-        check_range(m.physical_rows, 0, most, "physical_rows", named)
-        check_range(m.visible_rows, 0, m.physical_rows, "visible_rows", named)
-        if m.max_fragment_id - m.min_fragment_id + 1 < m.fragment_count:
-            raise StoredMetadataError(
-                f"{named}: {m.fragment_count} fragments cannot have ids in "
-                f"{m.min_fragment_id}..{m.max_fragment_id}"
-            )
+        name, size, count = m.name, m.size, m.fragment_count
+        low, high, physical, visible = (
+            m.min_fragment_id, m.max_fragment_id, m.physical_rows, m.visible_rows
+        )  # fmt: skip
+        # One test for the usual case; the checks below name what is wrong.
+        if not (
+            _NAME_RE.fullmatch(name)
+            and 1 <= size <= MAX_CHUNK_BYTES
+            and 1 <= count <= MAX_CHUNK_FRAGMENTS
+            and 0 <= low <= high <= MAX_FRAGMENT_ID
+            and high - low + 1 >= count
+            and visible <= physical <= count * MAX_PHYSICAL_ROWS
+        ):
+            _refuse(m, where)
         return cls(
             name=m.name,
             size=m.size,
@@ -140,7 +149,31 @@ class ChunkRef:
             min_fragment_id=m.min_fragment_id,
             max_fragment_id=m.max_fragment_id,
             bounds=tuple(ColumnStatistics.from_pb(b) for b in m.bounds),
+            message=m,
         )
+
+
+def _refuse(m: pb.FragmentChunk, where: str) -> NoReturn:
+    """Raise the error naming what is wrong with the reference ``m``.
+
+    Raises:
+        StoredMetadataError: always (a malformed name, a number out of range, an
+            empty chunk or an id range that cannot hold its fragments).
+    """
+    named = f"{where}: chunk {m.name[:80]!r}"
+    if not is_chunk_name(m.name):
+        raise StoredMetadataError(f"{named}: not a chunk file name (32 hex digits, .chunk)")
+    check_range(m.size, 1, MAX_CHUNK_BYTES, "size", named)
+    check_range(m.fragment_count, 1, MAX_CHUNK_FRAGMENTS, "fragment_count", named)
+    check_range(m.min_fragment_id, 0, MAX_FRAGMENT_ID, "min_fragment_id", named)
+    check_range(m.max_fragment_id, m.min_fragment_id, MAX_FRAGMENT_ID, "max_fragment_id", named)
+    most = m.fragment_count * MAX_PHYSICAL_ROWS
+    check_range(m.physical_rows, 0, most, "physical_rows", named)
+    check_range(m.visible_rows, 0, m.physical_rows, "visible_rows", named)
+    raise StoredMetadataError(
+        f"{named}: {m.fragment_count} fragments cannot have ids in "
+        f"{m.min_fragment_id}..{m.max_fragment_id}"
+    )
 
 
 class _PayloadCache:
@@ -248,7 +281,7 @@ class StoredChunk(EncodedFragments):
     ) -> None:
         super().__init__(
             b"", count=ref.fragment_count, visible_rows=ref.visible_rows, bases=bases,
-            where=f"chunk {source.describe(ref)}", version=version, max_id=max_id,
+            where=f"chunk {ref.name}", version=version, max_id=max_id,
         )  # fmt: skip
         self._data = None
         self.ref = ref

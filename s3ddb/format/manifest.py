@@ -573,7 +573,7 @@ def read_manifest_header(store: ObjectStore, path: str, where: str) -> ManifestH
     """
     data = store.get_prefix(path, HEADER_READ_BYTES)
     if len(data) < HEADER_READ_BYTES:
-        return ManifestHeader.of(Manifest.from_bytes(data, where, ChunkSource(store)))
+        return _small_manifest_header(data, where)
     magic = _magic_of(data, where)
     if data[:8] != magic:
         raise ManifestCorruptError(f"manifest {where}: not an s3ddb file (bad header magic)")
@@ -587,6 +587,28 @@ def read_manifest_header(store: ObjectStore, path: str, where: str) -> ManifestH
             if len(data) < 8 + offset:
                 raise ManifestCorruptError(f"manifest {where}: truncated header")
         header = _parse_header(data[8:], offset, where)
+        _check_format(header, magic, where)
+        return ManifestHeader.of(header, where)
+    except (DecodeError, ValueError) as exc:
+        raise ManifestCorruptError(f"manifest {where}: cannot decode: {exc}") from exc
+
+
+def _small_manifest_header(data: bytes, where: str) -> ManifestHeader:
+    """The header of a whole manifest in ``data``: framing and checksum checked, only
+    the header parsed (a root with chunks is small: no fragment is decoded).
+
+    Raises:
+        UnsupportedFormatError, ManifestCorruptError: as :meth:`Manifest.from_bytes`.
+    """
+    magic = _magic_of(data, where)
+    payload = unframe_view(data, magic, f"manifest {where}")
+    try:
+        offset = _fragments_offset(payload, len(payload), where)
+        if offset is None:
+            header = pb.Manifest.FromString(bytes(payload))
+            header.ClearField("fragments")
+        else:
+            header = _parse_header(payload, offset, where)
         _check_format(header, magic, where)
         return ManifestHeader.of(header, where)
     except (DecodeError, ValueError) as exc:

@@ -6,15 +6,16 @@ then receives s3ddb's spans and measurements. Without the API nothing is recorde
 each call here costs a few attribute lookups; with the API and no SDK, the API's own
 no-op objects are used.
 
-Spans: ``s3ddb.commit`` (children ``s3ddb.commit.prepare``, ``s3ddb.commit.attempt``
-per claim attempt, ``s3ddb.commit.write_files``, ``s3ddb.commit.stage``,
-``s3ddb.commit.claim``, and ``s3ddb.commit.finish``), ``s3ddb.open``, ``s3ddb.scan``,
-``s3ddb.repair`` (a reader finishing another writer's commit). Attributes are named
-``s3ddb.*``; ``s3ddb.dataset`` is the URI with credentials redacted.
+Spans: ``s3ddb.commit`` (children ``s3ddb.commit.prepare``, ``s3ddb.commit.claim``
+per claim attempt and ``s3ddb.commit.rebase`` after a lost one),
+``s3ddb.commit.finish`` (steps 3-4 of the DynamoDB path, on the writer's finalizer),
+``s3ddb.open``, ``s3ddb.scan`` (fragments read and pruned), ``s3ddb.repair`` (a reader
+or writer finishing another writer's commit). Attributes are named ``s3ddb.*``;
+``s3ddb.dataset`` is the URI with credentials redacted.
 
 Instruments: counters ``s3ddb.commits``, ``s3ddb.conflicts`` (versions lost to another
-writer), ``s3ddb.retries``, ``s3ddb.repairs``, ``s3ddb.unknown_outcomes``,
-``s3ddb.bytes_read``; histogram ``s3ddb.claim.duration`` (milliseconds).
+writer), ``s3ddb.retries``, ``s3ddb.repairs``, ``s3ddb.unknown_outcomes``; histogram
+``s3ddb.claim.duration`` (milliseconds).
 
 Phases: while a commit runs, :func:`phase` also adds each phase's duration to the
 commit's :class:`PhaseClock` (whatever OpenTelemetry does), so the version records
@@ -57,7 +58,6 @@ COUNTERS = {
     "s3ddb.retries": "claim attempts after the first",
     "s3ddb.repairs": "versions a reader or writer finished for another writer",
     "s3ddb.unknown_outcomes": "commits whose outcome could not be known",
-    "s3ddb.bytes_read": "bytes of data files read by scans",
 }
 
 _instruments: dict[str, Any] = {}

@@ -228,3 +228,51 @@ def test_a_reader_repairing_another_writers_commit_is_a_span(
     assert "SECRET" not in str(repair.attributes)
     # The repaired version's metrics were recorded by the writer that crashed.
     assert s3ddb.dataset(ddb_uri, storage_options=so).versions()[-1].metrics["attempts"] == 1
+
+
+def test_commits_and_conflicts_are_counted_by_the_instruments(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("opentelemetry.sdk.metrics", reason="opentelemetry-sdk is a dev dependency")
+    from opentelemetry import metrics
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    import s3ddb.versions.pinned
+
+    reader = InMemoryMetricReader()
+    metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+
+    def totals() -> dict[str, float]:
+        data = reader.get_metrics_data()
+        out: dict[str, float] = {}
+        for resource in data.resource_metrics if data else []:
+            for scope in resource.scope_metrics:
+                for metric in scope.metrics:
+                    for point in metric.data.data_points:
+                        value = getattr(point, "value", None)
+                        if value is None:
+                            value = point.count  # a histogram: how many recorded
+                        out[metric.name] = out.get(metric.name, 0) + value
+        return out
+
+    before = totals()
+    monkeypatch.setattr(s3ddb.versions.pinned, "FRESH_BASE_SECONDS", 3600.0)
+    uri = str(tmp_path / "ds")
+    s3ddb.write_dataset(_rows(0, 2), uri)
+    stale = s3ddb.dataset(uri)
+    code = (
+        "import sys, s3ddb, pyarrow as pa\n"
+        "s3ddb.write_dataset(pa.table({'id': pa.array([50], pa.int64()), 'v': ['c']}),"
+        " sys.argv[1], mode='append')\n"
+    )
+    subprocess.run([sys.executable, "-c", code, uri], check=True, cwd=ROOT, timeout=120)
+    stale.insert(_rows(2, 2))
+    after = totals()
+
+    def grew(name: str) -> float:
+        return after.get(name, 0) - before.get(name, 0)
+
+    assert grew("s3ddb.commits") == 2
+    assert grew("s3ddb.conflicts") == 1 and grew("s3ddb.retries") == 1
+    assert grew("s3ddb.claim.duration") == 2
