@@ -106,8 +106,11 @@ def test_history(capsys: pytest.CaptureFixture[str], uri: str) -> None:
     code, out, err = cli(capsys, "history", uri)
     assert code == 0 and err == ""
     lines = table_lines(out)
-    assert lines[0] == ["version", "timestamp", "operation", "added", "removed", "committer"]
+    assert lines[0] == [
+        "version", "timestamp", "operation", "added", "removed", "attempts", "committer"
+    ]  # fmt: skip
     body = lines[2:]
+    assert [r[5] for r in body] == ["1", "1", "1"]
     assert [(r[0], r[2]) for r in body] == [("3", "Delete"), ("2", "Append"), ("1", "Overwrite")]
     assert all(ISO_UTC.match(r[1]) for r in body)
     expected = [v.timestamp for v in s3ddb.dataset(uri).versions()][::-1]
@@ -123,7 +126,7 @@ def test_history(capsys: pytest.CaptureFixture[str], uri: str) -> None:
     code, out, _ = cli(capsys, "history", uri)
     lines = table_lines(out)
     assert lines[0] == [
-        "version", "timestamp", "operation", "added", "removed", "committer", "tags"
+        "version", "timestamp", "operation", "added", "removed", "attempts", "committer", "tags"
     ]  # fmt: skip
     assert lines[-1][2:5] == ["Overwrite", "6", "0"]
     assert lines[-1][-2:] == ["also-first,", "first"]
