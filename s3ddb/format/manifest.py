@@ -438,9 +438,7 @@ def _stored_chunks(
                 f"{named}: chunk {ref.name} holds ids up to {ref.max_fragment_id}, above "
                 f"max_fragment_id {max_id}"
             )
-    return [
-        StoredChunk(ref, source, bases=bases, version=m.version, max_id=max_id) for ref in refs
-    ]
+    return [StoredChunk(ref, source, bases=bases, version=m.version, max_id=max_id) for ref in refs]
 
 
 def _check_header(m: pb.Manifest, where: str) -> None:
@@ -553,9 +551,7 @@ class ManifestHeader:
         named = f"manifest {where} (version {m.version})"
         check_range(m.version, 1, MAX_VERSION, "version", named)
         check_range(m.timestamp_nanos, 0, 2**63 - 1, "timestamp_nanos", named)
-        metrics = (
-            m.metrics if isinstance(m, Manifest) else parse_metrics(m.commit_metrics, named)
-        )
+        metrics = m.metrics if isinstance(m, Manifest) else parse_metrics(m.commit_metrics, named)
         return cls(
             m.version, m.timestamp_nanos, m.operation, dict(m.table_metadata), m.dataset_id,
             metrics,
@@ -628,9 +624,7 @@ def referenced_paths(
     if transaction and manifest.transaction_file:
         out.append(layout.transaction_path(manifest.transaction_file))
     out.extend(ref.path for ref in manifest.fragments.chunk_refs())
-    out.extend(
-        path for base_id, path in referenced_files(manifest, skip_chunks) if base_id is None
-    )
+    out.extend(path for base_id, path in referenced_files(manifest, skip_chunks) if base_id is None)
     for index in manifest.indices:
         out.extend(index.file_paths)
     return list(dict.fromkeys(out))
