@@ -89,6 +89,20 @@ def change_metrics(base: Manifest | None, new: Manifest, operation: Operation) -
     fragment-list chunks, only the chunks that differ are read)."""
     from s3ddb.format.fragment_list import FragmentList
 
+    if operation.kind == "Append":
+        # What an append adds is its fragments: no need to compare the versions.
+        fragments = getattr(operation, "fragments", ())
+        added_files = {p: n for f in fragments for p, n in _files(f).items()}
+        return {
+            "num_added_rows": sum(f.num_rows for f in fragments),
+            "num_deleted_rows": 0,
+            "num_updated_rows": 0,
+            "num_added_files": len(added_files),
+            "num_removed_files": 0,
+            "bytes_added": sum(added_files.values()),
+            "bytes_removed": 0,
+            **recorded_operation_metrics(),
+        }
     before = base.fragments if base is not None else FragmentList()
     removed, added, changed = before.diff(new.fragments)
     old = before.select(removed | changed) if removed or changed else {}
