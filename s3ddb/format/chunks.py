@@ -33,6 +33,7 @@ from s3ddb.format.limits import MAX_FRAGMENT_ID, MAX_PHYSICAL_ROWS, check_range
 from s3ddb.format.stats import ColumnStatistics
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.parallel import process_pool
+from s3ddb.io.per_process import PerProcess
 
 __all__ = [
     "CHUNKS_DIR",
@@ -208,13 +209,18 @@ class _PayloadCache:
                 self._size -= len(dropped)
 
 
-_CACHE = _PayloadCache(_CACHE_BYTES)
+# Per process: a child made by fork starts with an empty cache (and a fresh lock).
+_CACHES: PerProcess[None, _PayloadCache] = PerProcess("chunk payloads")
+
+
+def _cache() -> _PayloadCache:
+    return _CACHES.get(None, lambda: _PayloadCache(_CACHE_BYTES))
 
 
 def clear_chunk_cache() -> None:
     """Forget the chunk payloads this process fetched (they are checked again when
     next fetched: after a chunk file was restored from a backup, say)."""
-    _CACHE.clear()
+    _cache().clear()
 
 
 class ChunkSource:
@@ -243,7 +249,7 @@ class ChunkSource:
                 framing is not what ``ref`` and the format say.
         """
         key = (self.store.url, ref.name, ref.crc32)
-        cached = _CACHE.get(key)
+        cached = _cache().get(key)
         if cached is not None:
             return cached
         where = f"chunk {self.describe(ref)}"
@@ -259,7 +265,7 @@ class ChunkSource:
         if zlib.crc32(data) != ref.crc32:
             raise ManifestCorruptError(f"{where}: checksum differs from its manifest's")
         payload = bytes(unframe_view(data, CHUNK_MAGIC, where))
-        _CACHE.put(key, payload)
+        _cache().put(key, payload)
         return payload
 
 
@@ -297,7 +303,7 @@ class StoredChunk(EncodedFragments):
         """Use ``payload``, the chunk's payload as its writer wrote it, instead of
         fetching it (and let other readers of this process use it too)."""
         self._data = payload
-        _CACHE.put((self.source.store.url, self.ref.name, self.ref.crc32), payload)
+        _cache().put((self.source.store.url, self.ref.name, self.ref.crc32), payload)
 
     @property
     def loaded(self) -> bool:
