@@ -12,6 +12,8 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import s3ddb
 from s3ddb.errors import (
@@ -425,3 +427,76 @@ def test_the_diff_of_two_versions_skips_the_chunks_they_share(tmp_path: Path) ->
         for s in ds.manifest.fragments.segments:
             if isinstance(s, StoredChunk) and s.ref.name in shared:
                 assert not s.loaded, s.ref.name
+
+
+# --- the layout under random changes --------------------------------------------------
+
+_STEPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("append"), st.integers(1, 40)),
+        st.tuples(st.just("change"), st.integers(0, 10**6)),
+        st.tuples(st.just("remove"), st.integers(0, 10**6)),
+    ),
+    min_size=1,
+    max_size=40,
+)
+
+
+@settings(max_examples=40)
+@given(steps=_STEPS, chunk=st.integers(2, 24), inline=st.integers(0, 6))
+def test_any_sequence_of_changes_keeps_the_fragments_and_bounds_the_chunks(
+    steps: list[tuple[str, int]], chunk: int, inline: int
+) -> None:
+    import uuid
+    from dataclasses import replace
+
+    from s3ddb.format.fragment import DataFile, FragmentMetadata
+    from s3ddb.format.schema import DatasetSchema
+
+    store = ObjectStore(f"memory://chunks-{uuid.uuid4().hex}")
+    source = ChunkSource(store)
+    policy = ChunkPolicy(chunk_fragments=chunk, inline_fragments=inline)
+    schema = DatasetSchema.assign(pa.schema([pa.field("id", pa.int64())]))
+    manifest = Manifest(1, schema, [], max_fragment_id=None)
+    expected: list[FragmentMetadata] = []
+    next_id = 0
+    for n, (kind, value) in enumerate(steps, start=2):
+        if kind == "append":
+            new = [
+                FragmentMetadata(i, (DataFile(f"{i}.parquet", (0,)),), 3)
+                for i in range(next_id, next_id + value)
+            ]
+            next_id += value
+            expected += new
+            fragments = manifest.fragments + new
+        elif not expected:
+            continue
+        else:
+            target = expected[value % len(expected)].id
+            if kind == "change":
+                expected = [replace(f, physical_rows=f.physical_rows + 1) if f.id == target
+                            else f for f in expected]  # fmt: skip
+                fragments, _ = manifest.fragments.changed(
+                    {target}, lambda f: replace(f, physical_rows=f.physical_rows + 1)
+                )
+            else:
+                expected = [f for f in expected if f.id != target]
+                fragments, _ = manifest.fragments.changed({target}, lambda f: None)
+        grown = manifest.evolve(
+            version=n, fragments=fragments, max_fragment_id=next_id - 1 if next_id else None
+        )
+        manifest, _written = write_chunks(grown, source, store.put, policy)
+        # Read back from its bytes, as a reader would: the same fragments, in order.
+        clear_chunk_cache()
+        reread = Manifest.from_bytes(manifest.to_bytes(), "m", ChunkSource(store))
+        assert [(f.id, f.physical_rows) for f in reread.fragments] == [
+            (f.id, f.physical_rows) for f in expected
+        ]
+        assert reread.num_rows == sum(f.num_rows for f in expected)
+        refs = reread.fragments.chunk_refs()
+        assert all(r.fragment_count <= chunk for r in refs)
+        if len(expected) <= inline:
+            assert not refs  # small enough to be inline again
+        # Few chunks: about 2 per full chunk's worth of fragments, plus the small ones
+        # at the end (a binary counter).
+        assert len(refs) <= 4 * len(expected) // chunk + 2 + len(expected).bit_length()
