@@ -44,7 +44,7 @@ from s3ddb.io.written_files import FileTracker
 from s3ddb.observe.commit_metrics import add_operation_metrics
 from s3ddb.operations import KeyExistenceFilter, RowChangePlan, Transaction, Update
 from s3ddb.scan import RowGroupPredicate, plan_fragment, read_rows_at
-from s3ddb.scan.fragment import read_with_positions
+from s3ddb.scan.fragment import candidate_fragments, read_with_positions
 from s3ddb.versions.pinned import plan_and_commit
 from s3ddb.writes.merge_clauses import (
     DELETE,
@@ -427,7 +427,9 @@ def _scan_target(
             rows = rows.join(source_keys, keys=keys, join_type="left semi", use_threads=False)
         return fragment, deleted, rows
 
-    scanned = parallel_map(scan, list(manifest.fragments))
+    # Fragments (and whole fragment-list chunks) whose key bounds miss every source key
+    # are never listed: a merge of a few keys into a large dataset reads a few chunks.
+    scanned = parallel_map(scan, candidate_fragments(manifest.fragments, schema, pruner))
     deleted_before = {f.id: d for f, d, _t in scanned}
     target = (
         pa.concat_tables([t for _f, _d, t in scanned])
