@@ -325,11 +325,12 @@ def test_cli_cleanup_summary_names_what_it_kept_and_versions_shows_what_it_knows
     assert code == 0 and "?" not in out
     # An append's rows are known from its transaction even where the version before
     # it is gone; a delete's are not.
-    assert [line.split()[:1] + line.split()[3:6] for line in lines[2:6]] == [
-        ["9", "2", "0", writer],
-        ["8", "2", "0", writer],
-        ["7", "-", "-", writer],
-        ["3", "2", "0", writer],
+    # (added, removed, the commit's attempts, the writer)
+    assert [line.split()[:1] + line.split()[3:7] for line in lines[2:6]] == [
+        ["9", "2", "0", "1", writer],
+        ["8", "2", "0", "1", writer],
+        ["7", "-", "-", "1", writer],
+        ["3", "2", "0", "1", writer],
     ]
     assert lines[6] == (
         "-: rows added and removed are not known where cleanup removed the version "
