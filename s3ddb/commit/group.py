@@ -48,6 +48,7 @@ from s3ddb.errors import (
 from s3ddb.format.manifest import Manifest
 from s3ddb.io.object_store import MemoryObjectStore
 from s3ddb.io.parallel import PendingWrites
+from s3ddb.observe import telemetry
 from s3ddb.operations import Transaction
 
 __all__ = ["GROUP_PROPERTY", "GroupPart", "commit_group", "group_kind"]
@@ -151,7 +152,9 @@ def commit_group(
             else (part.base if part.fresh_base else commit.catch_up(part.base))
             for commit, part in zip(group.commits, parts)
         ]
-        results = _claim_until_won(group, kind, _RetryBudget(config or CommitConfig()))
+        with telemetry.span("s3ddb.commit", {"s3ddb.group": group.group_id}) as span:
+            results = _claim_until_won(group, kind, _RetryBudget(config or CommitConfig()))
+            span.set_attribute("s3ddb.outcome", "committed")
     except CommitStateUnknownError:
         raise
     except Exception as exc:
@@ -164,6 +167,7 @@ def commit_group(
     for commit, result in zip(group.commits, results):
         commit.discard_lost_chunks(result.manifest)
         _discard_superseded(commit.handler, commit.original, commit.txn, commit.written)
+        commit.report(result, telemetry.NO_SPAN)  # each part's log record and counts
     return results
 
 

@@ -42,6 +42,7 @@ except ImportError:  # pragma: no cover - depends on the environment
 
 __all__ = [
     "COUNTERS",
+    "NO_SPAN",
     "PhaseClock",
     "add",
     "available",
@@ -101,7 +102,8 @@ class _NoSpan:
         pass
 
 
-_NO_SPAN = _NoSpan()
+#: A span that records nothing (for code that reports to a span it may not have).
+NO_SPAN = _NoSpan()
 
 
 @contextmanager
@@ -110,7 +112,7 @@ def span(name: str, attributes: Mapping[str, Any] | None = None) -> Iterator[Any
     ``attributes``; an exception leaving the block is recorded on it and sets
     ``s3ddb.outcome`` to ``"error"`` unless the block set it."""
     if _otel_trace is None:
-        yield _NO_SPAN
+        yield NO_SPAN
         return
     with _tracer().start_as_current_span(name, attributes=dict(attributes or {})) as current:
         yield current

@@ -276,3 +276,18 @@ def test_commits_and_conflicts_are_counted_by_the_instruments(
     assert grew("s3ddb.commits") == 2
     assert grew("s3ddb.conflicts") == 1 and grew("s3ddb.retries") == 1
     assert grew("s3ddb.claim.duration") == 2
+
+
+def test_a_group_commit_records_and_logs_each_part(caplog: pytest.LogCaptureFixture) -> None:
+    import uuid
+
+    a, b = (f"memory://metrics-group-{uuid.uuid4().hex}/{n}" for n in "ab")
+    s3ddb.write_dataset(_rows(0, 3), a)
+    s3ddb.write_dataset(_rows(0, 3), b)
+    with caplog.at_level(logging.INFO, logger="s3ddb.commit"), s3ddb.atomic() as tx:
+        tx.dataset(a).delete("id = 1")
+        tx.dataset(b).insert(_rows(3, 2))
+    assert _metrics(a)["num_deleted_rows"] == 1
+    assert _metrics(b)["num_added_rows"] == 2
+    logged = [r for r in caplog.records if r.name == "s3ddb.commit" and r.levelno == logging.INFO]
+    assert sorted(r.s3ddb_operation for r in logged) == ["Append", "Delete"]  # type: ignore[attr-defined]
