@@ -108,6 +108,28 @@ def s3rver_split(s3rver: object, moto_aws: object) -> object:
 
 
 @pytest.fixture(scope="session")
+def seaweedfs() -> Iterator[object]:
+    """SeaweedFS, a real S3-compatible store (If-None-Match honoured), with the test
+    bucket: started once per test process (skipped, with the reason, only where its
+    binary cannot run on the platform; the dev extra installs it)."""
+    from tests.seaweedfs import SeaweedFS, cannot_run
+
+    reason = cannot_run()
+    if reason:
+        pytest.skip(reason)
+    with SeaweedFS(buckets=[TEST_BUCKET]) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def seaweedfs_split(seaweedfs: object, moto_aws: object) -> object:
+    """S3 on SeaweedFS, DynamoDB on the moto endpoint (see tests/endpoints.py)."""
+    from tests.endpoints import SplitEndpoints
+
+    return SplitEndpoints(seaweedfs, moto_aws, name="seaweedfs")
+
+
+@pytest.fixture(scope="session")
 def split_aws(moto_aws: object, dynalite: object) -> object:
     """S3 on the moto endpoint, DynamoDB on dynalite (see tests/endpoints.py)."""
     from tests.endpoints import SplitEndpoints

@@ -2,12 +2,14 @@
 
 * ``dynalite``: moto's S3, dynalite's DynamoDB (a second DynamoDB implementation);
 * ``s3rver``: s3rver's S3 (a second S3 implementation, without conditional writes),
-  moto's DynamoDB on its own endpoint.
+  moto's DynamoDB on its own endpoint;
+* ``seaweedfs``: SeaweedFS's S3 (a real S3-compatible store, with conditional writes;
+  tests/seaweedfs.py), moto's DynamoDB on its own endpoint.
 
 Tests of the four-step protocol run against these as well as against moto alone, so
 that the protocol is proved on independent implementations. Request logs exist on
-moto and s3rver; fault injection only on moto. A test that needs either from a server
-that lacks it is skipped, with the reason.
+moto and s3rver (not SeaweedFS); fault injection only on moto. A test that needs
+either from a server that lacks it is skipped, with the reason.
 """
 
 from __future__ import annotations
@@ -17,6 +19,19 @@ from typing import Any
 import pytest
 
 from s3ddb.testing._requests import RequestRecord
+
+#: The session fixture of each endpoint name tests are parametrized with (conftest.py).
+ENDPOINT_FIXTURES = {
+    "moto": "moto_aws",
+    "dynalite": "split_aws",
+    "s3rver": "s3rver_split",
+    "seaweedfs": "seaweedfs_split",
+}
+
+
+def endpoint(request: pytest.FixtureRequest, name: str) -> Any:
+    """The endpoint (``LocalAWS`` or :class:`SplitEndpoints`) named ``name``."""
+    return request.getfixturevalue(ENDPOINT_FIXTURES[name])
 
 
 def _why_not(server: Any, what: str) -> str:

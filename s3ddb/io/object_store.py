@@ -223,7 +223,8 @@ class ObjectStore:
     def copy(self, src: str, dst: str) -> str | None:
         """Copy ``src`` to ``dst`` (server-side on S3), replacing ``dst``.
 
-        Returns the new object's ETag on S3, else None.
+        Returns the new object's ETag on S3 (in the quoted form ``put_with_etag``
+        returns, whichever form the store answers in), else None.
 
         Raises:
             FileNotFoundError: ``src`` does not exist.
@@ -266,7 +267,8 @@ class ObjectStore:
         return self.get_range(path, 0, length)
 
     def put_with_etag(self, path: str, data: bytes) -> str | None:
-        """``put`` that returns the object's ETag where the backend has one (S3)."""
+        """``put`` that returns the object's ETag where the backend has one (S3),
+        quoted as S3 sends it."""
         self.put(path, data)
         return None
 
@@ -526,8 +528,7 @@ class S3ObjectStore(ObjectStore):
             response = self._s3().put_object(Bucket=bucket, Key=key, Body=data)
         except Exception as exc:
             raise as_storage_error(exc, full) from exc
-        etag = response.get("ETag")
-        return str(etag) if etag else None
+        return _quoted_etag(response.get("ETag"))
 
     def copy(self, src: str, dst: str) -> str | None:
         full_src, full_dst = self.full_path(src), self.full_path(dst)
@@ -539,8 +540,7 @@ class S3ObjectStore(ObjectStore):
             )
         except Exception as exc:
             raise as_storage_error(exc, full_src) from exc
-        etag = response.get("CopyObjectResult", {}).get("ETag")
-        return str(etag) if etag else None
+        return _quoted_etag(response.get("CopyObjectResult", {}).get("ETag"))
 
     def copy_to(self, target: ObjectStore, src: str, dst: str) -> None:
         if not isinstance(target, S3ObjectStore):
@@ -662,6 +662,14 @@ DELETE_BATCH = 1000
 def _batches(paths: list[str]) -> Iterator[list[str]]:
     for start in range(0, len(paths), DELETE_BATCH):
         yield paths[start : start + DELETE_BATCH]
+
+
+def _quoted_etag(etag: object) -> str | None:
+    """An ETag in S3's quoted form: SeaweedFS quotes a PutObject's ETag but not a
+    CopyObject's, and the two must compare equal (a copy is verified by its ETag)."""
+    if not etag:
+        return None
+    return '"' + str(etag).strip('"') + '"'
 
 
 def _split_s3(full: str) -> tuple[str, str]:

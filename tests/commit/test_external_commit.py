@@ -26,19 +26,27 @@ from s3ddb.external_store.base import ManifestRow
 from s3ddb.io import ObjectStore, parse_uri
 from s3ddb.versions.connect import external_store_for
 from tests.conftest import TEST_BUCKET, TEST_TABLE
+from tests.endpoints import endpoint
 from tests.proc import run_workers
 from tests.storage import orphans
 from tests.workers import rows_for
 
 
 @pytest.fixture(params=["moto", "dynalite", "s3rver"])
-def aws(request: pytest.FixtureRequest, moto_aws: Any) -> Any:
+def aws(request: pytest.FixtureRequest) -> Any:
     """Every test here runs against moto (S3 and DynamoDB on one endpoint), against
     moto's S3 with dynalite's DynamoDB, and against s3rver's S3 with moto's DynamoDB on
-    another endpoint (second, independent implementations of each service)."""
-    if request.param == "moto":
-        return moto_aws
-    return request.getfixturevalue("split_aws" if request.param == "dynalite" else "s3rver_split")
+    another endpoint (second, independent implementations of each service); those
+    marked ``also_seaweedfs`` against SeaweedFS's S3 with moto's DynamoDB too."""
+    return endpoint(request, request.param)
+
+
+#: A representative subset runs on SeaweedFS too (a real S3-compatible store; all of
+#: it would cost the suite minutes): the protocol end to end, crashes at every step, a
+#: plain writer refused, a stale guess; and many writers (below).
+also_seaweedfs = pytest.mark.parametrize(
+    "aws", ["moto", "dynalite", "s3rver", "seaweedfs"], indirect=True
+)
 
 
 def _rows(aws: Any, uri: str) -> list[ManifestRow]:
@@ -65,6 +73,7 @@ def _keys(aws: Any, prefix: str) -> list[str]:
     return [o["Key"] for page in pages for o in page.get("Contents", [])]
 
 
+@also_seaweedfs
 def test_create_append_read_and_history(aws: Any, ddb_uri: str) -> None:
     so = aws.storage_options()
     s3ddb.write_dataset(rows_for(0, 0, 2), ddb_uri, storage_options=so)
@@ -79,6 +88,7 @@ def test_create_append_read_and_history(aws: Any, ddb_uri: str) -> None:
     assert s3ddb.dataset(_plain(ddb_uri), storage_options=so).version == 2
 
 
+@also_seaweedfs
 def test_configuration_from_the_environment(
     aws: Any, ddb_uri: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -185,6 +195,7 @@ def test_one_lost_round_costs_fixed_requests(
     ]
 
 
+@also_seaweedfs
 def test_two_buckets_with_the_same_prefix_never_collide(aws: Any) -> None:
     so = aws.storage_options()
     other = aws.create_bucket(f"s3ddb-other-{uuid.uuid4().hex[:8]}")
@@ -278,6 +289,7 @@ def test_lost_putitem_response(aws: Any, ddb_uri: str, kind: str) -> None:
     assert sorted(latest.to_table(columns=["id"]).column("id").to_pylist()) == [0, 1000]
 
 
+@also_seaweedfs
 def test_plain_dataset_moves_to_dynamodb_only_explicitly(aws: Any, ddb_uri: str) -> None:
     so = aws.storage_options()
     plain = _plain(ddb_uri)
@@ -325,6 +337,7 @@ def _copy_prefix(aws: Any, src: str, dst: str) -> None:
 
 
 @pytest.mark.slow
+@also_seaweedfs
 @pytest.mark.parametrize("point", BEFORE_DECISION + AFTER_DECISION)
 def test_crash_at_each_step(aws: Any, ddb_uri: str, point: str) -> None:
     so = aws.storage_options()
@@ -363,6 +376,7 @@ def test_crash_at_each_step(aws: Any, ddb_uri: str, point: str) -> None:
 
 
 @pytest.mark.slow
+@also_seaweedfs
 def test_missing_staged_manifest_refuses_to_load(aws: Any, ddb_uri: str) -> None:
     so = aws.storage_options()
     s3ddb.write_dataset(rows_for(0, 0, 1), ddb_uri, storage_options=so)
@@ -383,27 +397,44 @@ def test_missing_staged_manifest_refuses_to_load(aws: Any, ddb_uri: str) -> None
 
 
 @pytest.mark.slow
-def test_16_writers_x_10_appends(aws: Any, ddb_uri: str) -> None:
+@pytest.mark.parametrize(
+    ("aws", "writers"),
+    # Six on SeaweedFS: 16 writer processes and a whole S3 store (master, volume
+    # server, filer, gateway) crowd a small machine's cores for over a minute.
+    [("moto", 16), ("dynalite", 16), ("s3rver", 16), ("seaweedfs", 6)],
+    indirect=["aws"],
+)
+def test_writers_x_10_appends(aws: Any, ddb_uri: str, writers: int) -> None:
     so = aws.storage_options()
     s3ddb.write_dataset(rows_for(999, 0, 1), ddb_uri, storage_options=so)
     results = run_workers(
-        [("append", ddb_uri, str(w), "10", "2") for w in range(16)], env=aws.env(), timeout=500
+        [("append", ddb_uri, str(w), "10", "2") for w in range(writers)],
+        env=aws.env(),
+        timeout=500,
     )
     failures = [r.stderr[-2000:] for r in results if r.returncode != 0]
     assert not failures, failures[0]
-    assert sum(r.stdout.count("ok ") for r in results) == 160
+    commits = writers * 10
+    assert sum(r.stdout.count("ok ") for r in results) == commits
     attempts = sorted(int(line.split()[4]) for r in results for line in r.stdout.splitlines())
-    print("commit attempts: median", attempts[80], "p95", attempts[152], "max", attempts[-1])
+    print(
+        "commit attempts: median",
+        attempts[commits // 2],
+        "p95",
+        attempts[commits * 95 // 100],
+        "max",
+        attempts[-1],
+    )
     ds = s3ddb.dataset(ddb_uri, storage_options=so)
-    assert ds.version == 161
-    assert [v.version for v in ds.versions()] == list(range(1, 162))
+    assert ds.version == commits + 1
+    assert [v.version for v in ds.versions()] == list(range(1, commits + 2))
     ids = Counter(ds.to_table(columns=["id"]).column("id").to_pylist())
     assert all(c == 1 for c in ids.values())
-    assert len(ids) == 1 + 16 * 10 * 2
+    assert len(ids) == 1 + commits * 2
     rows = _rows(aws, ddb_uri)
-    assert [r.version for r in rows] == list(range(1, 162))
+    assert [r.version for r in rows] == list(range(1, commits + 2))
     assert not any(r.is_staged for r in rows), "every row is finalized"
-    assert len({r.path for r in rows}) == 161
+    assert len({r.path for r in rows}) == commits + 1
 
 
 def _other_process(aws: Any, code: str) -> None:
@@ -450,6 +481,7 @@ def test_a_writer_that_was_alone_builds_on_its_own_commit_and_recovers_when_not(
     assert ids == [0, 1000, 2000, 1_000_000, 1_001_000]
 
 
+@also_seaweedfs
 def test_a_stale_guess_is_planned_again_on_the_newest_version(
     aws: Any, ddb_uri: str, batching_finalizer: finalizer.BackgroundFinalizer
 ) -> None:

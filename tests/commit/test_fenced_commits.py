@@ -55,9 +55,11 @@ def conditional_aws() -> Iterator[Any]:
         yield server
 
 
-@pytest.fixture(params=["local", "memory", "s3", "ddb"])
+@pytest.fixture(params=["local", "memory", "s3", "ddb", "seaweedfs", "seaweedfs+ddb"])
 def where(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, dict[str, Any] | None]:
-    """A fresh dataset URI of each kind, with its storage options."""
+    """A fresh dataset URI of each kind, with its storage options; the last two on
+    SeaweedFS (a real S3-compatible store with conditional puts), the second of them
+    with DynamoDB on moto."""
     name = f"t-{uuid.uuid4().hex[:12]}"
     if request.param == "local":
         return str(tmp_path / name), None
@@ -66,7 +68,10 @@ def where(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, dict[str
     if request.param == "s3":
         aws = request.getfixturevalue("conditional_aws")
         return f"s3://{CONDITIONAL_BUCKET}/{name}", aws.storage_options()
-    aws = request.getfixturevalue("aws")
+    if request.param == "seaweedfs":
+        server = request.getfixturevalue("seaweedfs")
+        return f"s3://{TEST_BUCKET}/{name}", server.storage_options()
+    aws = request.getfixturevalue("aws" if request.param == "ddb" else "seaweedfs_split")
     return f"s3+ddb://{TEST_BUCKET}/{name}?ddbTableName={TEST_TABLE}", aws.storage_options()
 
 

@@ -42,6 +42,7 @@ from s3ddb.maintenance.repair import sync
 from s3ddb.maintenance.verify import verify
 from s3ddb.versions.connect import external_store_for
 from tests.conftest import TEST_BUCKET, TEST_TABLE
+from tests.endpoints import endpoint
 from tests.proc import ROOT
 from tests.torture import allowed_states, table
 
@@ -103,13 +104,12 @@ def _finish(gen: Generation, where: str) -> None:
             break  # the last line may be cut by the kill
 
 
-@pytest.fixture(params=["moto", "dynalite", "s3rver"])
-def aws(request: pytest.FixtureRequest, moto_aws: Any) -> Any:
+@pytest.fixture(params=["moto", "dynalite", "s3rver", "seaweedfs"])
+def aws(request: pytest.FixtureRequest) -> Any:
     """DynamoDB on moto, and on dynalite (a second implementation); objects on s3rver
-    (a second S3) with moto's DynamoDB on another endpoint."""
-    if request.param == "moto":
-        return moto_aws
-    return request.getfixturevalue("split_aws" if request.param == "dynalite" else "s3rver_split")
+    (a second S3) and on SeaweedFS (a real S3-compatible store), each with moto's
+    DynamoDB on another endpoint."""
+    return endpoint(request, request.param)
 
 
 @pytest.mark.slow
@@ -202,15 +202,20 @@ def _allowed_in(gen: Generation, identity: str) -> list[dict[int, str]]:
 
 
 @pytest.mark.slow
-def test_drop_recreate_and_a_plain_writer_lose_nothing(moto_aws: Any) -> None:
+@pytest.mark.parametrize("kind", ["moto", "seaweedfs"])
+def test_drop_recreate_and_a_plain_writer_lose_nothing(
+    kind: str, request: pytest.FixtureRequest
+) -> None:
     """K DynamoDB writers killed at random moments, a writer configured with the plain
     ``s3://`` URI appending all along, and the dataset dropped and re-created halfway:
     the plain writer is always refused, the re-created dataset's versions are
     contiguous and all of its identity, and every operation acknowledged in it is
-    there exactly once. On moto only: dynalite has no TransactWriteItems, which fenced
-    claims need, and s3rver once stopped accepting connections under this load (the
-    four-step protocol's torture above runs on both)."""
-    aws, kind = moto_aws, "moto"
+    there exactly once. On moto, and on SeaweedFS's S3 (whose conditional puts the
+    plain writer could win, were it not fenced) with moto's DynamoDB; not on dynalite,
+    which has no TransactWriteItems, which fenced claims need, nor on s3rver, which
+    once stopped accepting connections under this load (the four-step protocol's
+    torture above runs on both)."""
+    aws = endpoint(request, kind)
     ddb_uri = f"s3+ddb://{TEST_BUCKET}/t-{uuid.uuid4().hex[:12]}?ddbTableName={TEST_TABLE}"
     seed = int(os.environ.get("S3DDB_TORTURE_SEED", random.randrange(2**31)))
     where = f"S3DDB_TORTURE_SEED={seed} ({kind})"

@@ -25,6 +25,7 @@ from s3ddb.io import ObjectStore
 from s3ddb.maintenance.verify import verify
 from tests import storage
 from tests.conftest import TEST_BUCKET, TEST_TABLE
+from tests.endpoints import endpoint
 
 # Cleanup here runs right after commits, with no writer racing it.
 pytestmark = pytest.mark.usefixtures("instant_cleanup")
@@ -37,9 +38,18 @@ def _rows(start: int, n: int) -> pa.Table:
     return pa.table({"id": pa.array(range(start, start + n), pa.int64()), "v": [start] * n})
 
 
-@pytest.fixture
-def target(location: tuple[str, dict[str, Any] | None]) -> tuple[str, dict[str, Any] | None]:
-    return location
+@pytest.fixture(params=["local", "ddb", "seaweedfs+ddb", "seaweedfs"])
+def target(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, dict[str, Any] | None]:
+    """A fresh dataset and its storage options: a local path; s3+ddb:// on the local
+    endpoint; on SeaweedFS (a real S3-compatible store, whose listings cleanup relies
+    on) with DynamoDB on moto, and as a plain s3:// dataset (conditional puts)."""
+    if request.param == "local":
+        return str(tmp_path / "ds"), None
+    name = f"t-{uuid.uuid4().hex[:12]}"
+    if request.param == "seaweedfs":
+        return f"s3://{TEST_BUCKET}/{name}", request.getfixturevalue("seaweedfs").storage_options()
+    aws = endpoint(request, "moto" if request.param == "ddb" else "seaweedfs")
+    return f"s3+ddb://{TEST_BUCKET}/{name}?ddbTableName={TEST_TABLE}", aws.storage_options()
 
 
 def _orphans(uri: str, so: dict[str, Any] | None) -> set[str]:
@@ -89,7 +99,7 @@ def test_cleanup_keeps_exactly_what_it_must(target: tuple[str, Any]) -> None:
     assert after < before | {leftover}
     assert _orphans(uri, so) == {leftover}
     assert stats.files["manifests"] == 4 and stats.bytes_removed > 0
-    if so is not None:
+    if "ddbTableName=" in uri:
         assert stats.rows_removed == 4
     # verify: healthy but for the young leftover, which is within its grace period.
     report = verify(uri, so)
@@ -122,9 +132,12 @@ def test_bad_arguments_change_nothing(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("s3", ["moto", "seaweedfs"])
 def test_writers_committing_during_cleanup_lose_nothing(
-    aws: Any, monkeypatch: pytest.MonkeyPatch
+    s3: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """On moto, and on SeaweedFS's S3 with moto's DynamoDB."""
+    aws = endpoint(request, s3)
     # Writers race the cleanup here: versions go only once their successor is a few
     # seconds old (the claim window), as they would in production after ten minutes.
     window = dt.timedelta(seconds=5)

@@ -37,6 +37,7 @@ from s3ddb.fragment import write_fragments
 from s3ddb.operations import Append
 from s3ddb.scan import fragment_may_match
 from tests.conftest import TEST_BUCKET, TEST_TABLE
+from tests.endpoints import endpoint
 
 _WORDS = ["a", "b", "zz", "é", "中文", "\U0001f600", "x'y", "prefix_shared_by_long_values_"]
 _EPOCH = dt.date(2020, 1, 1)
@@ -226,13 +227,16 @@ def test_pruning_never_drops_a_matching_row(
         _check(ds, _filter(rng, table))
 
 
-@pytest.mark.parametrize("seed", [100, 101])
+@pytest.mark.parametrize(("seed", "s3"), [(100, "moto"), (101, "moto"), (102, "seaweedfs")])
 def test_pruning_never_drops_a_matching_row_on_the_endpoint(
-    seed: int, aws: Any, monkeypatch: pytest.MonkeyPatch
+    seed: int, s3: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The same on S3 + DynamoDB, every data file read by ranges (footer, then the
-    coalesced column chunks), as large files are."""
+    coalesced column chunks), as large files are; on moto, and on SeaweedFS's S3 (a
+    real store's ranged GETs) with moto's DynamoDB."""
     import s3ddb.format.parquet_source as source
+
+    aws = endpoint(request, s3)
 
     monkeypatch.setattr(s3ddb.format.datafile, "DEFAULT_ROW_GROUP_SIZE", 64)
     monkeypatch.setattr(source, "WHOLE_READ_MAX_BYTES", 0)

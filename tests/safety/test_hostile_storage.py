@@ -40,16 +40,17 @@ from tests.conftest import TEST_BUCKET, TEST_TABLE, make_table
 # --- neighbours: a dataset whose name extends another's ------------------------------
 
 
-@pytest.fixture(params=["local", "memory", "s3+ddb"])
+@pytest.fixture(params=["local", "memory", "s3+ddb", "seaweedfs"])
 def neighbours(
     request: pytest.FixtureRequest, tmp_path: Path, memory_uri: str
 ) -> tuple[str, str, dict[str, str] | None]:
-    """(``.../ds``, its neighbour ``.../ds2`` written by this process, options)."""
+    """(``.../ds``, its neighbour ``.../ds2`` written by this process, options); the
+    last on SeaweedFS's S3 (a real store's listings) with moto's DynamoDB."""
     if request.param == "local":
         return str(tmp_path / "ds"), str(tmp_path / "ds2"), None
     if request.param == "memory":
         return f"{memory_uri}/ds", f"{memory_uri}/ds2", None
-    aws = request.getfixturevalue("moto_aws")
+    aws = request.getfixturevalue("moto_aws" if request.param == "s3+ddb" else "seaweedfs_split")
     prefix = f"{TEST_BUCKET}/n-{uuid.uuid4().hex[:10]}"
     uri = f"s3+ddb://{prefix}/ds?ddbTableName={TEST_TABLE}"
     neighbour = f"s3+ddb://{prefix}/ds2?ddbTableName={TEST_TABLE}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pickle
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,10 @@ import s3ddb
 from s3ddb.errors import CredentialsError
 from s3ddb.io import ObjectStore
 from s3ddb.io.object_store import DELETE_BATCH
+from s3ddb.maintenance.verify import verify
 from tests.conftest import TEST_BUCKET, make_table
+from tests.proc import run_workers
+from tests.workers import rows_for
 
 
 @pytest.fixture(scope="module")
@@ -36,12 +40,20 @@ S3RVER_LACKS = {
 }
 
 
-@pytest.fixture(params=["file", "memory", "s3", "s3rver"])
+@pytest.fixture(params=["file", "memory", "s3", "s3rver", "seaweedfs"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> ObjectStore:
     if request.param == "file":
         return ObjectStore(str(tmp_path / "root"))
     if request.param == "memory":
         return ObjectStore(f"memory://objstore-{uuid.uuid4().hex}")
+    if request.param == "seaweedfs":
+        # A real S3-compatible store, addressed like s3rver (per-service endpoint).
+        server = request.getfixturevalue("seaweedfs")
+        options = {**server.storage_options(), "endpoint_url": "http://127.0.0.1:9"}
+        return ObjectStore(
+            f"s3://{TEST_BUCKET}/objstore-{uuid.uuid4().hex}",
+            {**options, "s3_endpoint": server.endpoint_url},
+        )
     if request.param == "s3rver":
         lacks = S3RVER_LACKS.get(request.node.originalname)
         if lacks:
@@ -110,6 +122,32 @@ def test_copy(store: ObjectStore) -> None:
         store.copy("x/none", "x/dst2")
 
 
+def test_copy_returns_the_etag_its_source_was_put_with(store: ObjectStore) -> None:
+    """A commit verifies its copied manifest by comparing these (no HEAD when equal):
+    SeaweedFS answers CopyObject with an unquoted ETag, which must still compare equal."""
+    etag = store.put_with_etag("e/src", b"manifest bytes")
+    assert store.copy("e/src", "e/dst") == etag
+    if store.is_remote:
+        assert etag is not None and etag.startswith('"') and etag.endswith('"')
+
+
+def test_ranged_reads(store: ObjectStore) -> None:
+    data = bytes(range(256)) * 400  # 100 KiB
+    store.put("r/blob", data)
+    assert store.get_range("r/blob", 0, 10) == data[:10]
+    assert store.get_range("r/blob", 50_000, 60_000) == data[50_000:60_000]
+    assert store.get_range("r/blob", len(data) - 5, len(data)) == data[-5:]
+    assert store.get_range("r/blob", 7, 7) == b""
+    assert store.get_prefix("r/blob", 3) == data[:3]
+    with store.open_input("r/blob", len(data)) as f:
+        f.seek(90_000)
+        assert f.read(100) == data[90_000:90_100]
+        f.seek(10)
+        assert f.read(5) == data[10:15]
+    with pytest.raises(FileNotFoundError):
+        store.get_range("r/missing", 0, 1)
+
+
 def test_list_is_complete_and_in_key_order(store: ObjectStore) -> None:
     names = [f"d/{n}" for n in ("b", "a", "c10", "c2", "0")]
     for name in names:
@@ -123,6 +161,25 @@ def test_list_is_complete_and_in_key_order(store: ObjectStore) -> None:
     assert first is not None and first.path == "d/0"
 
 
+def test_names_sorting_around_a_slash_are_all_listed(store: ObjectStore) -> None:
+    """Key order puts d/a/b after d/a-c and d/a.b ("-" and "." come before "/"). Every
+    backend lists each object once, and the names of one level in key order; stores
+    that keep keys as a directory tree (SeaweedFS, s3rver, a local directory) list a
+    directory's objects apart from its neighbours (a known difference,
+    docs/deployments.md: s3ddb relies on the order only within ``_versions/``, which
+    holds no directories). ``list`` sorts on every backend."""
+    names = ["d/a/b", "d/a-c", "d/a.b", "d/a0", "d/a/c/d"]
+    for name in names:
+        store.put(name, b"x")
+    assert [m.path for m in store.list("d/")] == sorted(names)
+    listed = [m.path for m in store.iter_list("d/")]
+    assert sorted(listed) == sorted(names)
+    level = [p for p in listed if p.count("/") == 1]
+    assert level == ["d/a-c", "d/a.b", "d/a0"]
+    first = store.first_listed("d/")
+    assert first is not None and first.path in names
+
+
 def test_pickles_and_reuses_its_client(store: ObjectStore) -> None:
     store.put("p/q", b"1")
     fs = store.fs
@@ -131,10 +188,20 @@ def test_pickles_and_reuses_its_client(store: ObjectStore) -> None:
     assert again.get("p/q") == b"1"
 
 
+@pytest.fixture(params=["moto", "seaweedfs"])
+def conditional_s3(request: pytest.FixtureRequest) -> tuple[Any, str]:
+    """An S3 that honours If-None-Match, and a bucket on it: moto's with conditional
+    writes on, and SeaweedFS (a real S3-compatible store)."""
+    if request.param == "moto":
+        return request.getfixturevalue("conditional_aws"), "objstore"
+    return request.getfixturevalue("seaweedfs"), TEST_BUCKET
+
+
 @pytest.mark.slow
-def test_s3_conditional_put_commits_datasets(conditional_aws: Any) -> None:
-    so = conditional_aws.storage_options()
-    uri = f"s3://objstore/ds-{uuid.uuid4().hex}"
+def test_s3_conditional_put_commits_datasets(conditional_s3: tuple[Any, str]) -> None:
+    server, bucket = conditional_s3
+    so = server.storage_options()
+    uri = f"s3://{bucket}/ds-{uuid.uuid4().hex}"
     s3ddb.write_dataset(make_table(0, 3), uri, storage_options=so)
     a = s3ddb.dataset(uri, storage_options=so)
     b = s3ddb.dataset(uri, storage_options=so)
@@ -143,6 +210,38 @@ def test_s3_conditional_put_commits_datasets(conditional_aws: Any) -> None:
     assert b.version == 3
     ids = s3ddb.dataset(uri, storage_options=so).to_table().column("id").to_pylist()
     assert sorted(ids) == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.slow
+def test_plain_s3_writer_processes_commit_through_conditional_puts(
+    conditional_s3: tuple[Any, str],
+) -> None:
+    """Writer processes append to one s3:// dataset at once; only the store's
+    If-None-Match decides who gets each version: every append lands exactly once, in
+    contiguous versions, and verify finds nothing wrong."""
+    server, bucket = conditional_s3
+    so = server.storage_options()
+    uri = f"s3://{bucket}/race-{uuid.uuid4().hex}"
+    s3ddb.write_dataset(rows_for(999, 0, 1), uri, storage_options=so)
+    writers, appends = 4, 6
+    results = run_workers(
+        [("append", uri, str(w), str(appends), "2") for w in range(writers)],
+        env=server.env(),
+        timeout=500,
+    )
+    failures = [r.stderr[-2000:] for r in results if r.returncode != 0]
+    assert not failures, failures[0]
+    commits = writers * appends
+    lines = [line.split() for r in results for line in r.stdout.splitlines()]
+    assert len(lines) == commits
+    assert sorted(int(line[3]) for line in lines) == list(range(2, commits + 2))
+    print("lost rounds:", sum(int(line[4]) - 1 for line in lines))
+    ds = s3ddb.dataset(uri, storage_options=so)
+    assert [v.version for v in ds.versions()] == list(range(1, commits + 2))
+    ids = Counter(ds.to_table(columns=["id"]).column("id").to_pylist())
+    assert set(ids.values()) == {1} and len(ids) == 1 + commits * 2
+    report = verify(uri, so, grace_seconds=0)
+    assert report.healthy, report.problems
 
 
 def test_s3rver_listens_on_its_own_port_and_logs_who_signed(s3rver: Any) -> None:
