@@ -396,7 +396,7 @@ def _seed_versions(url: str, name: str, base_uri: str, stale: s3ddb.Dataset) -> 
         stale.move_to(ds.manifest, seen_newest=False)  # seen as the newest two days ago
         for n in range(3):
             # Tiny fragment-list chunks: the actors' commits write, merge and share them.
-            chunked = {"s3ddb.chunk_fragments": "4", "s3ddb.inline_fragments": "1"}
+            chunked = {"s3ddb.chunk_fragments": "16", "s3ddb.inline_fragments": "4"}
             ds.update_config({"seeded": str(n), **(chunked if n == 0 else {})})
 
 

@@ -226,13 +226,19 @@ class _CommitInProgress:
         read = self.original.read_version
         newest = base.version if base is not None else 0
         rebased = list(range(read + 1, newest + 1)) if read and newest > read else []
+        try:
+            changes = change_metrics(base, manifest, self.txn.operation)
+        except Exception as exc:  # the figures never decide a commit's outcome
+            # (a base whose fragments do not decode, say, which a restore leaves behind)
+            log.debug("could not count what version %d changed: %s", manifest.version, exc)
+            changes = {"changes_unknown": type(exc).__name__}
         metrics = {
             "attempts": attempts,
             "rebased_over": listed_versions(rebased),
             "rebased_over_count": len(rebased),
             "duration_ms": self.clock.elapsed_ms(),
             "phases_ms": self.clock.milliseconds(),
-            **change_metrics(base, manifest, self.txn.operation),
+            **changes,
         }
         return manifest.evolve(metrics=metrics)
 
