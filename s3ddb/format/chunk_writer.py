@@ -35,7 +35,13 @@ from s3ddb.format.chunks import (
     ChunkSource,
     StoredChunk,
 )
-from s3ddb.format.fragment_list import EncodedFragments, FragmentList, Segment, fetch_encoded
+from s3ddb.format.fragment_list import (
+    EncodedFragments,
+    FragmentList,
+    Segment,
+    fetch_encoded,
+    segment_bytes,
+)
 from s3ddb.format.framing import frame
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.stats import ColumnStatistics, summarize_bounds, union_bounds
@@ -197,12 +203,6 @@ def _ids(s: Segment) -> list[int]:
     return s.ids() if isinstance(s, EncodedFragments) else [f.id for f in s]
 
 
-def _encoded(s: Segment) -> bytes | memoryview:
-    if isinstance(s, EncodedFragments):
-        return s.data()
-    return pb.Manifest(fragments=[f.to_pb() for f in s]).SerializeToString(deterministic=True)
-
-
 def _write(
     unit: _Unit,
     manifest: Manifest,
@@ -211,7 +211,7 @@ def _write(
 ) -> StoredChunk:
     """Write ``unit`` as a new chunk file; the chunk, its payload already in memory."""
     fetch_encoded(s for s in unit.segments if isinstance(s, EncodedFragments))
-    payload = b"".join(_encoded(s) for s in unit.segments)
+    payload = b"".join(segment_bytes(s) for s in unit.segments)
     data = frame(payload, CHUNK_MAGIC)
     ids = [i for s in unit.segments for i in _ids(s)]
     bounds = _segment_bounds(unit.segments[0])

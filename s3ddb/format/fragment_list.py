@@ -41,6 +41,7 @@ __all__ = [
     "FragmentsById",
     "Segment",
     "fetch_encoded",
+    "segment_bytes",
 ]
 
 #: Above this many segments, adjacent ones are merged (a writer that appends again
@@ -270,7 +271,7 @@ def fetch_encoded(runs: Iterable[EncodedFragments]) -> None:
         list(process_pool("chunks").map(lambda r: r.data(), remote))
 
 
-def _segment_bytes(segment: Segment) -> bytes | memoryview:
+def segment_bytes(segment: Segment) -> bytes | memoryview:
     """A segment as the bytes of a ``Manifest`` message holding only its fragments."""
     if isinstance(segment, EncodedFragments):
         return segment.data()
@@ -403,7 +404,7 @@ class FragmentList(Sequence[FragmentMetadata]):
 
     def encoded_parts(self) -> list[bytes | memoryview]:
         """:meth:`encoded`, segment by segment (nothing concatenated)."""
-        return [_segment_bytes(s) for s in self._segments]
+        return [segment_bytes(s) for s in self._segments]
 
     def check_bases(self, declared: Collection[int]) -> None:
         """Check that no fragment uses a base path outside ``declared``; encoded
@@ -675,7 +676,7 @@ def _merged(segments: tuple[Segment, ...]) -> tuple[Segment, ...]:
 def _joined(out: tuple[Segment, ...]) -> tuple[Segment, ...]:
     """``out`` as one encoded segment (the bytes concatenate)."""
     bases = frozenset().union(*(s.bases for s in out if isinstance(s, EncodedFragments)))
-    data = b"".join(_segment_bytes(s) for s in out)
+    data = b"".join(segment_bytes(s) for s in out)
     count = sum(len(s) for s in out)
     known = [s._rows if isinstance(s, EncodedFragments) else _visible_rows(s) for s in out]
     rows = None if None in known else sum(r for r in known if r is not None)
