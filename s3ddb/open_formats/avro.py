@@ -1,0 +1,470 @@
+"""A small, deterministic Avro object container file encoder and decoder.
+
+Iceberg's manifests and manifest lists are Avro container files. s3ddb writes them
+without a dependency: :func:`encode_container` turns an Avro schema (a Python dict, as
+its JSON) and records (Python values) into the bytes of a file, :func:`decode_container`
+reads such a file back.
+
+Supported schemas: records, ``null``, ``boolean``, ``int``, ``long`` (zigzag varints),
+``float``, ``double``, ``bytes``, ``string``, ``fixed``, arrays, maps, unions (``null``
+included) and references to named types (records and fixed) defined earlier in the
+schema. Extra attributes (``field-id``, ``logicalType``...) are kept in the written
+schema and otherwise ignored. Enums are not supported.
+
+Python values: a record is a dict keyed by field name; a union's value is the value of
+its branch (the encoder picks the first branch that accepts it, so ``None`` selects
+``null``); arrays are lists, maps dicts with ``str`` keys, ``bytes``/``fixed`` are
+``bytes``.
+
+Files are deterministic: no compression (codec ``null``), at most one data block (none
+when there are no records), the file metadata in a fixed order (``avro.schema``,
+``avro.codec``, then the caller's entries in the caller's order) and a sync marker
+derived from the content (the first 16 bytes of the SHA-256 of the schema and the
+encoded records), so the same input always gives the same bytes.
+
+The decoder treats its input as untrusted: every count and length is checked against
+the bytes left, the total number of decoded items and the nesting depth are capped,
+and anything truncated or malformed raises
+:class:`~s3ddb.errors.StoredMetadataError` naming the file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from s3ddb.errors import StoredMetadataError
+
+__all__ = ["MAGIC", "AvroFile", "decode_container", "encode_container"]
+
+#: The first four bytes of every Avro object container file.
+MAGIC = b"Obj\x01"
+
+_PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
+_INT_RANGE = (-(2**31), 2**31 - 1)
+_LONG_RANGE = (-(2**63), 2**63 - 1)
+# Nested values deeper than this are refused (a recursive schema could otherwise
+# recurse as deep as the input is long and overflow Python's stack).
+_MAX_DEPTH = 64
+# Bound on the decoded schema JSON (it is parsed before anything is checked).
+_MAX_SCHEMA_BYTES = 1 << 20
+_SYNC_SIZE = 16
+
+
+@dataclass(frozen=True)
+class AvroFile:
+    """A decoded container file.
+
+    Attributes:
+        schema: the writer's schema (parsed ``avro.schema``).
+        metadata: every file metadata entry, ``avro.*`` ones included.
+        records: the records, in file order.
+    """
+
+    schema: Any
+    metadata: dict[str, bytes]
+    records: list[Any]
+
+
+# --- schemas -------------------------------------------------------------------------
+
+
+class _SchemaError(Exception):
+    """A schema is malformed (turned into ValueError or StoredMetadataError)."""
+
+
+def _collect_names(schema: Any, names: dict[str, Any], depth: int = 0) -> None:
+    """Record every named type (record, fixed) of ``schema`` in ``names``, checking
+    the schema's shape on the way."""
+    if depth > _MAX_DEPTH:
+        raise _SchemaError("schema nests too deeply")
+    if isinstance(schema, str):
+        if schema not in _PRIMITIVES and schema not in names:
+            raise _SchemaError(f"unknown type {schema!r}")
+        return
+    if isinstance(schema, list):
+        if not schema:
+            raise _SchemaError("empty union")
+        for branch in schema:
+            if isinstance(branch, list):
+                raise _SchemaError("a union directly inside a union")
+            _collect_names(branch, names, depth + 1)
+        return
+    if not isinstance(schema, dict):
+        raise _SchemaError(f"a schema is a name, a list or an object, not {type(schema).__name__}")
+    kind = schema.get("type")
+    if kind in ("record", "error", "fixed"):
+        name = schema.get("name")
+        if not isinstance(name, str) or not name:
+            raise _SchemaError(f"a {kind} without a name")
+        if name in names or name in _PRIMITIVES:
+            raise _SchemaError(f"type name {name!r} defined twice")
+        names[name] = schema
+        if kind == "fixed":
+            size = schema.get("size")
+            if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+                raise _SchemaError(f"fixed {name!r} has no valid size")
+            return
+        fields = schema.get("fields")
+        if not isinstance(fields, list):
+            raise _SchemaError(f"record {name!r} has no field list")
+        seen: set[str] = set()
+        for f in fields:
+            if not isinstance(f, dict) or not isinstance(f.get("name"), str):
+                raise _SchemaError(f"record {name!r} has a field without a name")
+            if f["name"] in seen:
+                raise _SchemaError(f"record {name!r} has field {f['name']!r} twice")
+            seen.add(f["name"])
+            if "type" not in f:
+                raise _SchemaError(f"field {f['name']!r} of {name!r} has no type")
+            _collect_names(f["type"], names, depth + 1)
+        return
+    if kind == "array":
+        if "items" not in schema:
+            raise _SchemaError("an array without items")
+        _collect_names(schema["items"], names, depth + 1)
+        return
+    if kind == "map":
+        if "values" not in schema:
+            raise _SchemaError("a map without values")
+        _collect_names(schema["values"], names, depth + 1)
+        return
+    if isinstance(kind, str) and kind in _PRIMITIVES:
+        return
+    if isinstance(kind, (dict, list)):
+        _collect_names(kind, names, depth + 1)
+        return
+    raise _SchemaError(f"unsupported type {kind!r}")
+
+
+def _resolve(schema: Any, names: Mapping[str, Any]) -> Any:
+    """``schema`` with a top-level name reference or ``{"type": <primitive>}``
+    replaced by what it stands for."""
+    while True:
+        if isinstance(schema, str):
+            if schema in _PRIMITIVES:
+                return schema
+            schema = names[schema]
+            continue
+        if isinstance(schema, dict) and not isinstance(schema.get("type"), str):
+            schema = schema["type"]
+            continue
+        if isinstance(schema, dict) and schema["type"] in _PRIMITIVES:
+            return schema["type"]
+        return schema
+
+
+# --- encoding ------------------------------------------------------------------------
+
+
+def _varint(n: int, out: bytearray) -> None:
+    z = ((n << 1) ^ (n >> 63)) & 0xFFFFFFFFFFFFFFFF  # zigzag, as 64 bits
+    while z > 0x7F:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
+
+
+def _encode_bytes(data: bytes, out: bytearray) -> None:
+    _varint(len(data), out)
+    out += data
+
+
+def _accepts(schema: Any, value: Any, names: Mapping[str, Any]) -> bool:
+    """Whether ``value`` can be written as ``schema`` (to pick a union's branch)."""
+    schema = _resolve(schema, names)
+    if isinstance(schema, str):
+        if schema == "null":
+            return value is None
+        if schema == "boolean":
+            return isinstance(value, bool)
+        if schema in ("int", "long"):
+            return isinstance(value, int) and not isinstance(value, bool)
+        if schema in ("float", "double"):
+            return isinstance(value, (int, float)) and not isinstance(value, bool)
+        if schema == "string":
+            return isinstance(value, str)
+        return isinstance(value, (bytes, bytearray))  # bytes
+    kind = schema["type"]
+    if kind == "fixed":
+        return isinstance(value, (bytes, bytearray)) and len(value) == schema["size"]
+    if kind == "array":
+        return isinstance(value, (list, tuple))
+    if kind == "map":
+        return isinstance(value, Mapping)
+    return isinstance(value, Mapping)  # record
+
+
+def _encode(schema: Any, value: Any, names: Mapping[str, Any], out: bytearray, where: str) -> None:
+    schema = _resolve(schema, names)
+    if isinstance(schema, list):
+        for index, branch in enumerate(schema):
+            if _accepts(branch, value, names):
+                _varint(index, out)
+                _encode(branch, value, names, out, where)
+                return
+        raise ValueError(f"{where}: no branch of union {schema!r} accepts {value!r}")
+    if not _accepts(schema, value, names):
+        raise ValueError(f"{where}: {value!r} is not a valid {schema!r}")
+    if isinstance(schema, str):
+        if schema == "null":
+            return
+        if schema == "boolean":
+            out.append(1 if value else 0)
+        elif schema in ("int", "long"):
+            low, high = _INT_RANGE if schema == "int" else _LONG_RANGE
+            if not low <= value <= high:
+                raise ValueError(f"{where}: {value} is out of range for {schema}")
+            _varint(value, out)
+        elif schema == "float":
+            out += struct.pack("<f", value)
+        elif schema == "double":
+            out += struct.pack("<d", value)
+        elif schema == "string":
+            _encode_bytes(value.encode("utf-8"), out)
+        else:
+            _encode_bytes(bytes(value), out)
+        return
+    kind = schema["type"]
+    if kind == "fixed":
+        out += value
+    elif kind == "array":
+        if value:
+            _varint(len(value), out)
+            for i, item in enumerate(value):
+                _encode(schema["items"], item, names, out, f"{where}[{i}]")
+        out.append(0)
+    elif kind == "map":
+        if value:
+            _varint(len(value), out)
+            for key, item in value.items():
+                if not isinstance(key, str):
+                    raise ValueError(f"{where}: map key {key!r} is not a string")
+                _encode_bytes(key.encode("utf-8"), out)
+                _encode(schema["values"], item, names, out, f"{where}[{key!r}]")
+        out.append(0)
+    else:
+        for f in schema["fields"]:
+            name = f["name"]
+            if name not in value:
+                raise ValueError(f"{where}: record {schema['name']!r} lacks field {name!r}")
+            _encode(f["type"], value[name], names, out, f"{where}.{name}")
+
+
+def encode_container(
+    schema: Any, records: Sequence[Any], metadata: Sequence[tuple[str, bytes]] = ()
+) -> bytes:
+    """The bytes of an Avro container file holding ``records`` written as ``schema``.
+
+    ``metadata`` entries follow ``avro.schema`` and ``avro.codec`` in the given order.
+    The schema JSON keeps the dicts' key order, so a caller that builds its schema the
+    same way gets the same bytes.
+
+    Raises:
+        ValueError: the schema is malformed or unsupported, a record does not match it
+            (a missing field, a value of the wrong type, an int out of range), or
+            ``metadata`` names an ``avro.`` key or a key twice.
+    """
+    names: dict[str, Any] = {}
+    try:
+        _collect_names(schema, names)
+    except _SchemaError as exc:
+        raise ValueError(f"Avro schema: {exc}") from None
+    keys = [key for key, _v in metadata]
+    if len(set(keys)) != len(keys) or any(k.startswith("avro.") for k in keys):
+        raise ValueError(f"Avro metadata keys must be distinct and not avro.*: {keys!r}")
+    schema_json = json.dumps(schema, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    body = bytearray()
+    for i, record in enumerate(records):
+        _encode(schema, record, names, body, f"record {i}")
+    sync = hashlib.sha256(schema_json + b"\x00" + bytes(body)).digest()[:_SYNC_SIZE]
+    out = bytearray(MAGIC)
+    entries = [("avro.schema", schema_json), ("avro.codec", b"null"), *metadata]
+    _varint(len(entries), out)
+    for key, value in entries:
+        _encode_bytes(key.encode("utf-8"), out)
+        _encode_bytes(bytes(value), out)
+    out.append(0)
+    out += sync
+    if records:
+        _varint(len(records), out)
+        _varint(len(body), out)
+        out += body
+        out += sync
+    return bytes(out)
+
+
+# --- decoding ------------------------------------------------------------------------
+
+
+class _Reader:
+    """A cursor over untrusted bytes; every failure raises StoredMetadataError."""
+
+    def __init__(self, data: bytes, what: str) -> None:
+        self.data = data
+        self.pos = 0
+        self.what = what
+        # Items (array and map entries, records) decoded so far may not exceed this:
+        # a zero-size item (null, an empty record) would otherwise let a short file
+        # claim billions of them.
+        self.budget = 4 * len(data) + 1024
+
+    def fail(self, message: str) -> StoredMetadataError:
+        return StoredMetadataError(f"{self.what}: {message} (at byte {self.pos})")
+
+    @property
+    def left(self) -> int:
+        return len(self.data) - self.pos
+
+    def take(self, n: int) -> bytes:
+        if n < 0 or n > self.left:
+            raise self.fail(f"needs {n} bytes, {self.left} left (truncated or corrupt)")
+        chunk = self.data[self.pos : self.pos + n]
+        self.pos += n
+        return chunk
+
+    def long(self) -> int:
+        z = 0
+        for shift in range(0, 70, 7):
+            if self.pos >= len(self.data):
+                raise self.fail("truncated varint")
+            b = self.data[self.pos]
+            self.pos += 1
+            z |= (b & 0x7F) << shift
+            if not b & 0x80:
+                if z >> 64:
+                    raise self.fail("varint longer than 64 bits")
+                return (z >> 1) ^ -(z & 1)
+        raise self.fail("varint longer than 10 bytes")
+
+    def count(self, what: str) -> int:
+        n = self.long()
+        if n < 0:
+            # A negative block count is followed by the block's size in bytes.
+            n = -n
+            if self.long() < 0:
+                raise self.fail(f"negative {what} block size")
+        if n > self.budget:
+            raise self.fail(f"{what} block of {n} items is more than the file can hold")
+        self.budget -= n
+        return n
+
+    def blob(self) -> bytes:
+        n = self.long()
+        if n < 0:
+            raise self.fail(f"negative length {n}")
+        return self.take(n)
+
+    def text(self) -> str:
+        raw = self.blob()
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise self.fail("a string is not UTF-8") from None
+
+
+def _decode(schema: Any, names: Mapping[str, Any], r: _Reader, depth: int) -> Any:
+    if depth > _MAX_DEPTH:
+        raise r.fail("values nest too deeply")
+    schema = _resolve(schema, names)
+    if isinstance(schema, list):
+        index = r.long()
+        if not 0 <= index < len(schema):
+            raise r.fail(f"union branch {index} of {len(schema)}")
+        return _decode(schema[index], names, r, depth + 1)
+    if isinstance(schema, str):
+        if schema == "null":
+            return None
+        if schema == "boolean":
+            b = r.take(1)[0]
+            if b > 1:
+                raise r.fail(f"boolean byte {b}")
+            return b == 1
+        if schema in ("int", "long"):
+            n = r.long()
+            if schema == "int" and not _INT_RANGE[0] <= n <= _INT_RANGE[1]:
+                raise r.fail(f"int {n} out of range")
+            return n
+        if schema == "float":
+            return struct.unpack("<f", r.take(4))[0]
+        if schema == "double":
+            return struct.unpack("<d", r.take(8))[0]
+        if schema == "string":
+            return r.text()
+        return r.blob()
+    kind = schema["type"]
+    if kind == "fixed":
+        return r.take(schema["size"])
+    if kind == "array":
+        items: list[Any] = []
+        while n := r.count("array"):
+            for _ in range(n):
+                items.append(_decode(schema["items"], names, r, depth + 1))
+        return items
+    if kind == "map":
+        entries: dict[str, Any] = {}
+        while n := r.count("map"):
+            for _ in range(n):
+                key = r.text()
+                entries[key] = _decode(schema["values"], names, r, depth + 1)
+        return entries
+    if r.budget <= 0:
+        raise r.fail("more records than the file can hold")
+    r.budget -= 1
+    return {f["name"]: _decode(f["type"], names, r, depth + 1) for f in schema["fields"]}
+
+
+def decode_container(data: bytes, what: str) -> AvroFile:
+    """Decode an Avro container file (codec ``null``), any number of blocks.
+
+    ``what`` names the file in error messages.
+
+    Raises:
+        StoredMetadataError: ``data`` is not such a file: wrong magic, truncated,
+            a malformed or unsupported schema, another codec, a sync marker that does
+            not match, a block whose size disagrees with its records, a count or
+            length larger than the bytes left, values nested too deeply.
+    """
+    r = _Reader(data, what)
+    if r.take(len(MAGIC)) != MAGIC:
+        raise StoredMetadataError(f"{what}: not an Avro container file (bad magic)")
+    metadata: dict[str, bytes] = {}
+    while n := r.count("metadata"):
+        for _ in range(n):
+            key = r.text()
+            metadata[key] = r.blob()
+    sync = r.take(_SYNC_SIZE)
+    codec = metadata.get("avro.codec", b"null")
+    if codec != b"null":
+        raise StoredMetadataError(f"{what}: Avro codec {codec!r} is not supported (only null)")
+    raw_schema = metadata.get("avro.schema")
+    if raw_schema is None:
+        raise StoredMetadataError(f"{what}: no avro.schema in the file metadata")
+    if len(raw_schema) > _MAX_SCHEMA_BYTES:
+        raise StoredMetadataError(f"{what}: avro.schema of {len(raw_schema)} bytes is too large")
+    try:
+        schema = json.loads(raw_schema)
+        names: dict[str, Any] = {}
+        _collect_names(schema, names)
+    except (ValueError, RecursionError, _SchemaError) as exc:
+        raise StoredMetadataError(f"{what}: unusable avro.schema: {exc}") from None
+    records: list[Any] = []
+    while r.left:
+        count = r.count("data")
+        size = r.long()
+        if size < 0 or size > r.left:
+            raise r.fail(f"data block of {size} bytes, {r.left} left")
+        end = r.pos + size
+        for _ in range(count):
+            records.append(_decode(schema, names, r, 0))
+            if r.pos > end:
+                raise r.fail("a data block's records run past its size")
+        if r.pos != end:
+            raise r.fail("a data block's size disagrees with its records")
+        if r.take(_SYNC_SIZE) != sync:
+            raise r.fail("sync marker does not match the header's")
+    return AvroFile(schema, metadata, records)
