@@ -575,7 +575,8 @@ def test_drop_and_readd_under_the_same_name_turns_column_mapping_on(tmp_path: Pa
     s.publish(2, readded, [f1])
     assert s.states[2].column_mapping
     fields = json.loads(s.states[2].metadata.schema_string)["fields"]
-    # Physical names stay unique: the new v cannot take the name old files give id 2.
+    # Mode id: readers that follow the protocol match id 4, which old files lack, so
+    # they read nulls there (name-resolving readers would read id 2's values).
     assert fields[1]["metadata"] == {
         "delta.columnMapping.id": 4,
         "delta.columnMapping.physicalName": "v",
