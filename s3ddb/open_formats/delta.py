@@ -27,28 +27,16 @@ checkpoint is written by pyarrow without its Arrow schema, and is byte-identical
 one pyarrow version (its footer names the pyarrow version that wrote it).
 
 Protocol: (1, 2) while the table needs nothing more. Deletion vectors (and
-``timestampNtz``) need reader 3 / writer 7 with those table features; column mapping
-alone needs (2, 5), with table features ``columnMapping`` once at 3 / 7. The
-protocol is part of the state and never lowered.
+``timestampNtz``) need reader 3 / writer 7 with those table features. The protocol is
+part of the state and never lowered.
 
-Column mapping. Data files carry Parquet field ids and keep the column names they were
-written with, so after an s3ddb rename a name no longer finds every file's column: only
-mode ``id`` resolves such a table. Tested: deltalake 1.6 and DuckDB's delta extension
-1.5.5 accept mode ``id`` but resolve columns by ``delta.columnMapping.physicalName``,
-not by field id (a file with column ``a`` id 1 read through schema ``b`` id 1 with any
-other physical name gives nulls). So mapping is not turned on by default (it would
-only raise the protocol for those readers), but from the first published version
-whose schema gives a field id another name path than the version before did, or a
-name path another field id (a rename, or a drop and re-add under the same name); it
-then stays on. Its physical names are the names the columns had in the version before
-(the names the files written until then carry), a new column's name when it is added
-(``col-<id>`` if a sibling already has that physical name). Spec-following readers
-(Spark, the Delta kernels' default engines) read every file by field id; deltalake
-1.6 and DuckDB 1.5.5 read correctly the files written before the rename, and give
-nulls for a renamed column in files written after it. A publication that *starts*
-after a rename cannot see it (only one schema is known) and publishes without mapping.
-Until mapping is on, each field's s3ddb id is kept in its Delta metadata as
-``s3ddb.fieldId`` (readers ignore unknown keys) so that the next version can compare.
+No column mapping: the schema written is the current Arrow schema, by name. s3ddb
+rewrites every data file of a Delta-publishing dataset when a column is renamed (and
+whole files on add-column and type widening), so the column names in data files are
+always the current schema's. Mapping would not help the readers tested anyway:
+deltalake 1.6 and DuckDB's delta extension 1.5.5 resolve columns by
+``delta.columnMapping.physicalName``, not by Parquet field id, so files written under a
+renamed column's new name would read as nulls.
 
 ``dataChange`` is true on every action: always correct (false only lets streaming
 readers skip rearrangements, and which s3ddb operations only rearrange is not this
@@ -113,13 +101,7 @@ MAX_LOG_FILE_BYTES = 1 << 30
 MAX_REPLAY = 1000
 #: The commitInfo key naming the s3ddb version a commit publishes.
 VERSION_KEY = "s3ddb.version"
-#: The Delta field metadata key keeping a field's s3ddb id while mapping is off.
-FIELD_ID_KEY = "s3ddb.fieldId"
 
-_CM_ID = "delta.columnMapping.id"
-_CM_PHYSICAL = "delta.columnMapping.physicalName"
-_CM_MODE = "delta.columnMapping.mode"
-_CM_MAX_ID = "delta.columnMapping.maxColumnId"
 _ENABLE_DV = "delta.enableDeletionVectors"
 _COMMIT_RE = re.compile(r"^(\d{20})\.json$")
 _CHECKPOINT_RE = re.compile(r"^(\d{20})\.checkpoint\.parquet$")
@@ -332,208 +314,44 @@ def delta_type_problem(schema: pa.Schema) -> str | None:
     return _fields_problem(list(schema), "")
 
 
-@dataclass(frozen=True)
-class _Mapping:
-    """What the Delta schema of a version needs from the state before it."""
-
-    on: bool
-    physical: Mapping[int, str]
-
-
-def _delta_type(t: pa.DataType, mapping: _Mapping) -> Any:
+def _delta_type(t: pa.DataType) -> Any:
     primitive = _primitive_type(t)
     if primitive is not None:
         return primitive
     if pa.types.is_timestamp(t) and t.unit == "s":
         return "timestamp" if t.tz is not None else "timestamp_ntz"
     if pa.types.is_struct(t):
-        return {"type": "struct", "fields": _delta_fields(list(t), mapping)}
+        return {"type": "struct", "fields": _delta_fields(list(t))}
     if pa.types.is_list(t) or pa.types.is_large_list(t):
         return {
             "type": "array",
-            "elementType": _delta_type(t.value_type, mapping),
+            "elementType": _delta_type(t.value_type),
             "containsNull": t.value_field.nullable,
         }
     if pa.types.is_map(t):
         return {
             "type": "map",
-            "keyType": _delta_type(t.key_type, mapping),
-            "valueType": _delta_type(t.item_type, mapping),
+            "keyType": _delta_type(t.key_type),
+            "valueType": _delta_type(t.item_type),
             "valueContainsNull": t.item_field.nullable,
         }
     raise InvalidInputError(f"Arrow type {t} has no exact Delta type")
 
 
-def _delta_fields(fields: Iterable[pa.Field], mapping: _Mapping) -> list[dict[str, Any]]:
-    out = []
-    for f in fields:
-        field_id = _field_id(f)
-        if field_id is None:
-            raise InvalidInputError(f"column {f.name!r} has no PARQUET:field_id")
-        metadata: dict[str, Any]
-        if mapping.on:
-            metadata = {_CM_ID: field_id, _CM_PHYSICAL: mapping.physical[field_id]}
-        else:
-            metadata = {FIELD_ID_KEY: field_id}
-        out.append(
-            {
-                "name": f.name,
-                "type": _delta_type(f.type, mapping),
-                "nullable": f.nullable,
-                "metadata": metadata,
-            }
-        )
-    return out
+def _delta_fields(fields: Iterable[pa.Field]) -> list[dict[str, Any]]:
+    return [
+        {"name": f.name, "type": _delta_type(f.type), "nullable": f.nullable, "metadata": {}}
+        for f in fields
+    ]
 
 
-def delta_schema(schema: pa.Schema, physical_names: Mapping[int, str] | None = None) -> str:
-    """The Delta ``schemaString`` of an Arrow schema whose fields carry
-    ``PARQUET:field_id``; with ``physical_names`` (field id to physical name, every
-    struct field's id), the schema of column mapping mode ``id``.
+def delta_schema(schema: pa.Schema) -> str:
+    """The Delta ``schemaString`` of an Arrow schema: its fields by name.
 
     Raises:
-        InvalidInputError: a type :func:`delta_type_problem` refuses or a field
-            without an id.
+        InvalidInputError: a type :func:`delta_type_problem` refuses.
     """
-    mapping = _Mapping(physical_names is not None, physical_names or {})
-    return _dumps({"type": "struct", "fields": _delta_fields(list(schema), mapping)})
-
-
-# Arrow field ids by path of names (list elements and map keys/values as "element",
-# "key", "value"): the fields whose names Delta records.
-def _arrow_paths(
-    fields: Iterable[pa.Field],
-    prefix: tuple[str, ...],
-    out: dict[int, tuple[str, ...]],
-    all_ids: list[int],
-) -> None:
-    for f in fields:
-        field_id = _field_id(f)
-        path = (*prefix, f.name)
-        if field_id is not None:
-            out[field_id] = path
-            all_ids.append(field_id)
-        _arrow_children(f.type, path, out, all_ids)
-
-
-def _arrow_children(
-    t: pa.DataType, path: tuple[str, ...], out: dict[int, tuple[str, ...]], all_ids: list[int]
-) -> None:
-    if pa.types.is_struct(t):
-        _arrow_paths(list(t), path, out, all_ids)
-    elif pa.types.is_list(t) or pa.types.is_large_list(t):
-        _container_ids([t.value_field], all_ids)
-        _arrow_children(t.value_type, (*path, "element"), out, all_ids)
-    elif pa.types.is_map(t):
-        _container_ids([t.key_field, t.item_field], all_ids)
-        _arrow_children(t.key_type, (*path, "key"), out, all_ids)
-        _arrow_children(t.item_type, (*path, "value"), out, all_ids)
-
-
-def _container_ids(fields: Iterable[pa.Field], all_ids: list[int]) -> None:
-    for f in fields:
-        field_id = _field_id(f)
-        if field_id is not None:
-            all_ids.append(field_id)
-
-
-@dataclass(frozen=True)
-class _SchemaFields:
-    """The struct fields of a stored Delta schema: path, physical name (mapping on)."""
-
-    paths: dict[int, tuple[str, ...]]
-    physical: dict[int, str]
-
-
-def _stored_fields(schema_string: str, where: str) -> _SchemaFields:
-    try:
-        schema = json.loads(schema_string)
-    except ValueError as e:
-        raise StoredMetadataError(f"{where}: schemaString is not JSON") from e
-    paths: dict[int, tuple[str, ...]] = {}
-    physical: dict[int, str] = {}
-
-    def walk_type(t: Any, path: tuple[str, ...], depth: int) -> None:
-        if depth > 100:
-            raise StoredMetadataError(f"{where}: schemaString is nested too deeply")
-        if not isinstance(t, dict):
-            return
-        kind = t.get("type")
-        if kind == "struct":
-            fields = t.get("fields")
-            if not isinstance(fields, list):
-                raise StoredMetadataError(f"{where}: a struct without fields in schemaString")
-            for f in fields:
-                if not isinstance(f, dict) or not isinstance(f.get("name"), str):
-                    raise StoredMetadataError(f"{where}: a malformed field in schemaString")
-                meta = f.get("metadata", {})
-                if not isinstance(meta, dict):
-                    raise StoredMetadataError(f"{where}: field metadata is not an object")
-                field_id = meta.get(_CM_ID, meta.get(FIELD_ID_KEY))
-                fpath = (*path, f["name"])
-                if isinstance(field_id, int) and not isinstance(field_id, bool):
-                    paths[field_id] = fpath
-                    name = meta.get(_CM_PHYSICAL)
-                    if isinstance(name, str):
-                        physical[field_id] = name
-                walk_type(f.get("type"), fpath, depth + 1)
-        elif kind == "array":
-            walk_type(t.get("elementType"), (*path, "element"), depth + 1)
-        elif kind == "map":
-            walk_type(t.get("keyType"), (*path, "key"), depth + 1)
-            walk_type(t.get("valueType"), (*path, "value"), depth + 1)
-
-    walk_type(schema, (), 0)
-    return _SchemaFields(paths, physical)
-
-
-def _physical_names(
-    schema: pa.Schema, before: _SchemaFields, mapping_was_on: bool
-) -> dict[int, str]:
-    # Each struct field's physical name: kept once given; when mapping turns on, the
-    # name the field had in the version before (the name its files carry); a new
-    # field's own name, or col-<id> when a sibling already uses that physical name.
-    out: dict[int, str] = {}
-
-    def assign(fields: Iterable[pa.Field]) -> None:
-        fields = list(fields)
-        taken: set[str] = set()
-        pending: list[pa.Field] = []
-        for f in fields:
-            field_id = _field_id(f)
-            assert field_id is not None  # checked by delta_type_problem
-            name: str | None = None
-            if mapping_was_on:
-                name = before.physical.get(field_id)
-            elif field_id in before.paths:
-                name = before.paths[field_id][-1]
-            if name is None or name in taken:
-                pending.append(f)
-            else:
-                out[field_id] = name
-                taken.add(name)
-        for f in pending:
-            field_id = _field_id(f)
-            assert field_id is not None
-            name = f.name if f.name not in taken else f"col-{field_id}"
-            while name in taken:
-                name = f"_{name}"
-            out[field_id] = name
-            taken.add(name)
-        for f in fields:
-            descend(f.type)
-
-    def descend(t: pa.DataType) -> None:
-        if pa.types.is_struct(t):
-            assign(list(t))
-        elif pa.types.is_list(t) or pa.types.is_large_list(t):
-            descend(t.value_type)
-        elif pa.types.is_map(t):
-            descend(t.key_type)
-            descend(t.item_type)
-
-    assign(list(schema))
-    return out
+    return _dumps({"type": "struct", "fields": _delta_fields(list(schema))})
 
 
 # --- state ----------------------------------------------------------------------------
@@ -614,10 +432,6 @@ class DeltaState:
     protocol: Protocol
     metadata: _Metadata
     adds: dict[str, _Add]
-
-    @property
-    def column_mapping(self) -> bool:
-        return dict(self.metadata.configuration).get(_CM_MODE) == "id"
 
 
 # --- paths ------------------------------------------------------------------------------
@@ -1017,11 +831,9 @@ def _needed_protocol(previous: Protocol | None, features: set[str]) -> Protocol:
     legacy_reader = previous.min_reader if previous else 1
     legacy_writer = previous.min_writer if previous else 2
     if "deletionVectors" in features or "timestampNtz" in features or legacy_reader >= 3:
-        # Table features: list every one in use (columnMapping included).
+        # Table features: list every one in use.
         ordered = tuple(sorted(features))
         return Protocol(3, 7, ordered, ordered)
-    if "columnMapping" in features:
-        return Protocol(max(2, legacy_reader), max(5, legacy_writer))
     return Protocol(max(1, legacy_reader), max(2, legacy_writer))
 
 
@@ -1134,37 +946,10 @@ class DeltaWriter:
             add_actions.append({"add": add.to_json()})
         publication.content.extend(sorted(dv_files.items()))
 
-        # Schema, column mapping, configuration and protocol.
-        before = (
-            _stored_fields(state.metadata.schema_string, commit_path(version - 1))
-            if state
-            else None
-        )
-        mapping_on = state is not None and state.column_mapping
-        paths: dict[int, tuple[str, ...]] = {}
-        all_ids: list[int] = []
-        _arrow_paths(list(table.schema), (), paths, all_ids)
-        if before is not None and not mapping_on:
-            by_path = {p: i for i, p in before.paths.items()}
-            mapping_on = any(
-                (i in before.paths and before.paths[i] != p) or by_path.get(p, i) != i
-                for i, p in paths.items()
-            )
+        # Schema, configuration and protocol.
+        schema_string = delta_schema(table.schema)
         config = dict(state.metadata.configuration) if state else {}
         features: set[str] = set()
-        if mapping_on:
-            physical = _physical_names(
-                table.schema,
-                before or _SchemaFields({}, {}),
-                state is not None and state.column_mapping,
-            )
-            schema_string = delta_schema(table.schema, physical)
-            max_id = max([int(config.get(_CM_MAX_ID, "0")), *all_ids, 0])
-            config[_CM_MODE] = "id"
-            config[_CM_MAX_ID] = str(max_id)
-            features.add("columnMapping")
-        else:
-            schema_string = delta_schema(table.schema)
         if any(a.deletion_vector is not None for a in adds.values()):
             config[_ENABLE_DV] = "true"
         if config.get(_ENABLE_DV) == "true":

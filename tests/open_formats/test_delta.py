@@ -98,6 +98,18 @@ def write_file(
     return DataFile(published, columns)
 
 
+def rewrite(f: DataFile, directory: Path, name: str, schema: pa.Schema) -> DataFile:
+    """``f``'s live rows rewritten under ``schema``'s names (as s3ddb rewrites every
+    file of a Delta-publishing dataset when a column is renamed): columns by field id,
+    null where ``f`` lacks one, deleted rows dropped."""
+    live = [i for i in range(f.published.physical_rows) if i not in f.deleted]
+    data = {}
+    for c in schema:
+        values = f.columns.get(int(c.metadata[b"PARQUET:field_id"]))
+        data[c.name] = [values[i] if values is not None else None for i in live]
+    return write_file(directory, name, schema, data)
+
+
 def deleted_positions(files: Iterable[DataFile]) -> DeletedPositions:
     """The ``deleted`` callback of a version listing ``files``."""
     by_key = {f.published.deletion_key: f.deleted for f in files if f.published.deletion_key}
@@ -235,7 +247,8 @@ def rows(start: int, count: int, *, with_c: bool = False) -> dict[str, list[Any]
 
 def build_scenario(root: Path) -> Scenario:
     """13 versions: appends, a file gaining deleted rows then more, a removed file, a
-    column added, a rename (column mapping), a checkpoint at 1 and at 10."""
+    column added, a rename with every file rewritten under the new name, a checkpoint
+    at 1 and at 10."""
     s = Scenario(root)
     data = root / "data"
     f1 = write_file(data, "f1.parquet", SCHEMA_1, rows(0, 10))
@@ -257,10 +270,14 @@ def build_scenario(root: Path) -> Scenario:
     s.publish(9, SCHEMA_2, [f1b, f3a, f4, f5])
     f6 = write_file(data, "f6.parquet", SCHEMA_2, rows(60, 3, with_c=True))
     s.publish(10, SCHEMA_2, [f1b, f3a, f4, f5, f6])
-    s.publish(11, SCHEMA_3, [f1b, f3a, f4, f5, f6])
-    f4a = f4.with_deleted([2], "4-12-a")
-    s.publish(12, SCHEMA_3, [f1b, f3a, f4a, f5, f6])
-    s.publish(13, SCHEMA_3, [f1b, f4a, f5, f6])
+    g1, g3, g4, g5, g6 = (
+        rewrite(f, data, f"g{i}.parquet", SCHEMA_3)
+        for i, f in ((1, f1b), (3, f3a), (4, f4), (5, f5), (6, f6))
+    )
+    s.publish(11, SCHEMA_3, [g1, g3, g4, g5, g6])
+    g4a = g4.with_deleted([2], "4-12-a")
+    s.publish(12, SCHEMA_3, [g1, g3, g4a, g5, g6])
+    s.publish(13, SCHEMA_3, [g1, g4a, g5, g6])
     return s
 
 
@@ -295,13 +312,11 @@ def test_log_files_and_protocol(scenario: Scenario) -> None:
         LAST_CHECKPOINT,
     ]
     assert [p for p, _ in scenario.publications[9].then] == version_files(9)
-    # (1, 2) until deleted rows; then deletion vectors; column mapping from the rename.
+    # (1, 2) until deleted rows; then deletion vectors, and nothing more (the rename
+    # included).
     assert scenario.states[3].protocol == Protocol(1, 2)
-    assert scenario.states[4].protocol == Protocol(3, 7, ("deletionVectors",), ("deletionVectors",))
-    both = ("columnMapping", "deletionVectors")
-    assert scenario.states[11].protocol == Protocol(3, 7, both, both)
-    assert all(scenario.states[v].protocol.min_reader == 3 for v in range(4, 14))
-    assert not scenario.states[10].column_mapping and scenario.states[11].column_mapping
+    dv = Protocol(3, 7, ("deletionVectors",), ("deletionVectors",))
+    assert all(scenario.states[v].protocol == dv for v in range(4, 14))
 
     commit4 = commit_actions(store, 4)
     assert commit4[0]["commitInfo"]["s3ddb.version"] == 4
@@ -319,19 +334,15 @@ def test_log_files_and_protocol(scenario: Scenario) -> None:
     assert commit5[2]["add"]["deletionVector"]["cardinality"] == 4
     # URL-encoded relative paths.
     assert commit_actions(store, 2)[1]["add"]["path"] == "data/f2%20with%20space.parquet"
-    # The rename's metaData: mode id, physical names the files carry, maxColumnId.
-    metadata = commit_actions(store, 11)[2]["metaData"]
-    assert metadata["configuration"] == {
-        "delta.columnMapping.maxColumnId": "3",
-        "delta.columnMapping.mode": "id",
-        "delta.enableDeletionVectors": "true",
-    }
+    # The rename's metaData: the schema by name, no column mapping.
+    commit11 = commit_actions(store, 11)
+    assert [next(iter(a)) for a in commit11] == ["commitInfo", "metaData"] + ["remove"] * 5 + [
+        "add"
+    ] * 5
+    metadata = commit11[1]["metaData"]
+    assert metadata["configuration"] == {"delta.enableDeletionVectors": "true"}
     fields = json.loads(metadata["schemaString"])["fields"]
-    assert [(f["name"], f["metadata"]) for f in fields] == [
-        ("id", {"delta.columnMapping.id": 1, "delta.columnMapping.physicalName": "id"}),
-        ("w", {"delta.columnMapping.id": 2, "delta.columnMapping.physicalName": "v"}),
-        ("c", {"delta.columnMapping.id": 3, "delta.columnMapping.physicalName": "c"}),
-    ]
+    assert [(f["name"], f["metadata"]) for f in fields] == [("id", {}), ("w", {}), ("c", {})]
 
 
 def test_deletion_vector_files_hold_the_deleted_positions(scenario: Scenario) -> None:
@@ -567,42 +578,57 @@ def test_publish_refuses_a_missing_state(tmp_path: Path) -> None:
         WRITER.publish(replace(table, schema=bad, previous=None), None, lambda f: [])
 
 
-def test_drop_and_readd_under_the_same_name_turns_column_mapping_on(tmp_path: Path) -> None:
+def test_a_rename_with_every_file_rewritten_reads_at_both_versions(tmp_path: Path) -> None:
     s = Scenario(tmp_path / "ds")
-    f1 = write_file(s.root / "data", "f1.parquet", SCHEMA_1, rows(0, 3))
-    s.publish(1, SCHEMA_1, [f1])
-    readded = pa.schema([SCHEMA_1.field(0), fid("v", pa.string(), 4)])
-    s.publish(2, readded, [f1])
-    assert s.states[2].column_mapping
-    fields = json.loads(s.states[2].metadata.schema_string)["fields"]
-    # Mode id: readers that follow the protocol match id 4, which old files lack, so
-    # they read nulls there (name-resolving readers would read id 2's values).
-    assert fields[1]["metadata"] == {
-        "delta.columnMapping.id": 4,
-        "delta.columnMapping.physicalName": "v",
-    }
-    assert s.states[2].protocol == Protocol(2, 5)
-    assert s.states[2].metadata.configuration == (
-        ("delta.columnMapping.maxColumnId", "4"),
-        ("delta.columnMapping.mode", "id"),
-    )
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="deltalake 1.6 and DuckDB delta 1.5.5 resolve columns by physicalName in "
-    "column mapping mode id, not by Parquet field id: a file written after a rename "
-    "(column w, id 2) reads as nulls",
-)
-def test_a_file_written_after_a_rename_reads_by_field_id(tmp_path: Path) -> None:
-    s = Scenario(tmp_path / "ds")
-    f1 = write_file(s.root / "data", "f1.parquet", SCHEMA_1, rows(0, 3))
-    s.publish(1, SCHEMA_1, [f1])
+    data = s.root / "data"
+    f1 = write_file(data, "f1.parquet", SCHEMA_1, rows(0, 4)).with_deleted([1], "1-1-a")
+    f2 = write_file(data, "f2.parquet", SCHEMA_1, rows(10, 3))
+    s.publish(1, SCHEMA_1, [f1, f2])
     renamed = pa.schema([SCHEMA_1.field(0), fid("w", pa.string(), 2)])
-    data = rows(10, 2)
-    f2 = write_file(s.root / "data", "f2.parquet", renamed, {"id": data["id"], "w": data["v"]})
-    s.publish(2, renamed, [f1, f2])
-    assert_readers_see(s, 2, latest=True)
+    g1 = rewrite(f1, data, "g1.parquet", renamed)
+    g2 = rewrite(f2, data, "g2.parquet", renamed)
+    assert pq.read_schema(s.root / g1.published.path).names == ["id", "w"]
+    s.publish(2, renamed, [g1, g2])
+    kinds = [next(iter(a)) for a in commit_actions(s.store, 2)]
+    assert kinds == ["commitInfo", "metaData", "remove", "remove", "add", "add"]
+    assert s.states[2].protocol == s.states[1].protocol
+    assert s.states[2].metadata.schema_string == (
+        '{"type":"struct","fields":[{"name":"id","type":"long","nullable":true,"metadata":{}},'
+        '{"name":"w","type":"string","nullable":true,"metadata":{}}]}'
+    )
+    assert [r["w"] for r in s.expected(2)] == ["v0", "v2", "v3", "v10", "v11", "v12"]
+    assert_readers_see(s, 1)  # old files, old name
+    assert_readers_see(s, 2, latest=True)  # rewritten files, new name
+    assert WRITER.load_state(s.store, 2) == s.states[2]
+    # A file appended after the rename, under the new name.
+    g3 = write_file(data, "g3.parquet", renamed, {"id": [20], "w": ["v20"]})
+    s.publish(3, renamed, [g1, g2, g3])
+    for version in (1, 2):
+        assert_readers_see(s, version)
+    assert_readers_see(s, 3, latest=True)
+
+
+def test_load_state_ignores_unknown_metadata(tmp_path: Path) -> None:
+    s = Scenario(tmp_path / "ds")
+    f1 = write_file(s.root / "data", "f1.parquet", SCHEMA_1, rows(0, 3))
+    s.publish(1, SCHEMA_1, [f1])
+    # A log with keys s3ddb does not write (column mapping, as an earlier s3ddb did).
+    actions = commit_actions(s.store, 1)
+    actions[2]["metaData"]["configuration"]["delta.columnMapping.mode"] = "id"
+    actions[2]["metaData"]["unknown"] = {"x": 1}
+    schema = json.loads(actions[2]["metaData"]["schemaString"])
+    schema["fields"][1]["metadata"] = {"delta.columnMapping.id": 2, "s3ddb.fieldId": 2}
+    actions[2]["metaData"]["schemaString"] = json.dumps(schema)
+    s.store.put(commit_path(1), "".join(json.dumps(a) + "\n" for a in actions).encode())
+    s.store.delete(checkpoint_files(1)[0])
+    s.store.delete(LAST_CHECKPOINT)
+    state = WRITER.load_state(s.store, 1)
+    assert state is not None
+    assert dict(state.metadata.configuration)["delta.columnMapping.mode"] == "id"
+    f2 = write_file(s.root / "data", "f2.parquet", SCHEMA_1, rows(10, 2))
+    table = s.table_version(2, SCHEMA_1, [f1, f2], 1)
+    _, after = WRITER.publish(table, state, deleted_positions([f1, f2]))
+    assert json.loads(after.metadata.schema_string)["fields"][1]["metadata"] == {}
 
 
 # --- deletion vectors and Z85 ---------------------------------------------------------
