@@ -15,7 +15,7 @@ SCALE_ARGS ?=
 READ_ARGS ?=
 SPARK_MERGE_ARGS ?=
 
-.PHONY: demo test test-fast lint typecheck protos bench bench-groups bench-index bench-stream bench-peers bench-scale bench-telemetry bench-read bench-spark-merge clean
+.PHONY: demo test test-fast lint typecheck protos bench bench-groups bench-index bench-stream bench-peers bench-scale bench-telemetry bench-open-formats bench-read bench-spark-merge clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -90,6 +90,11 @@ bench-scale: $(BENCH_STAMP)
 # with an in-memory exporter, paired round by round (docs/performance.md).
 bench-telemetry: $(BENCH_STAMP)
 	$(PY) benchmarks/telemetry_overhead.py
+
+# What publishing Iceberg and Delta metadata costs the sequential append, and how many
+# requests it adds per commit, on the local endpoint and a local path (docs/performance.md).
+bench-open-formats: $(STAMP)
+	$(PY) benchmarks/open_formats.py
 
 # Scans (full, projection, k < 10, point lookup) beside pyarrow on the same files, pylance
 # and deltalake, local and on one local endpoint, plus streaming memory;

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
@@ -45,6 +45,7 @@ from s3ddb.maintenance.cleanup import CleanupStats, cleanup_old_versions
 from s3ddb.maintenance.compaction import DatasetOptimizer
 from s3ddb.maintenance.drop import drop as drop_dataset
 from s3ddb.maintenance.inspection import DatasetStatistics, check_files
+from s3ddb.open_formats.publisher import enabled_formats
 from s3ddb.operations import Operation, Transaction
 from s3ddb.reading.scanner import Scanner, take
 from s3ddb.versions.opening import (
@@ -61,6 +62,7 @@ from s3ddb.versions.pinned import (
     PinnedVersion,
     plan_and_commit,
 )
+from s3ddb.writes import publication
 from s3ddb.writes import rows as writes
 from s3ddb.writes import schema_evolution as se
 from s3ddb.writes.clones import deep_clone, shallow_clone
@@ -341,6 +343,45 @@ class Dataset(PinnedVersion):
     def delete_config_keys(self, keys: list[str] | tuple[str, ...]) -> Dataset:
         """Delete configuration keys, as :meth:`update_config` does."""
         return self.update_config(delete=tuple(keys))
+
+    # --- open formats ----------------------------------------------------------------
+
+    @property
+    def open_formats(self) -> tuple[str, ...]:
+        """The open formats the pinned version publishes (``("iceberg", "delta")``,
+        or fewer); see docs/open-formats.md."""
+        return enabled_formats(self._manifest)
+
+    def enable_open_formats(self, formats: Iterable[str] | str = ("iceberg", "delta")) -> Dataset:
+        """Publish every version from now on also as an Iceberg table (under
+        ``metadata/``) and a Delta table (``_delta_log/``) over the same Parquet
+        files, as one new version (a config change) that is the first published.
+        Returns self, at that version.
+
+        Raises:
+            OpenFormatError: an unknown format, a column type with no exact
+                counterpart in a format (the message names it), or a fragment of
+                several data files (compact first); nothing was committed.
+        """
+        self.refuse_in_group("enable_open_formats()")
+        publication.enable_open_formats(self, formats)
+        return self
+
+    def disable_open_formats(self) -> Dataset:
+        """Stop publishing open formats, as a new version (what was published stays,
+        for the versions it stands for, until cleanup removes them). Returns self."""
+        self.refuse_in_group("disable_open_formats()")
+        publication.disable_open_formats(self)
+        return self
+
+    def publish_open_formats(self) -> tuple[str, ...]:
+        """Publish the newest version again in the formats it enables, and any
+        version before it whose publication is missing (it never is unless a store
+        write failed: failures are logged, and the next commit catches up too).
+        Moves to the newest version. Returns the formats published."""
+        self.refuse_in_group("publish_open_formats()")
+        self.checkout_latest()
+        return publication.publish_open_formats(self)
 
     def restore(self) -> Dataset:
         """Make the pinned version the latest, as a new version; returns self moved there."""
@@ -830,6 +871,7 @@ def write_dataset(
     data_storage_version: str | None = None,
     commit_config: CommitConfig | None = None,
     enable_v2_manifest_paths: bool = True,
+    open_formats: Iterable[str] | str | None = None,
     **pylance_options: Any,
 ) -> Dataset:
     """Write ``data`` to the dataset at ``uri`` and return it at the new version.
@@ -857,9 +899,17 @@ def write_dataset(
     ``data_cache_bytes`` and ``max_page_bytes`` are accepted and ignored; the other
     pylance arguments are refused unless given their default (docs/pylance.md).
 
+    ``open_formats`` (``["iceberg", "delta"]``, or one of them) makes a new or
+    overwritten dataset publish every version also as an Iceberg and a Delta table
+    over the same files (docs/open-formats.md); an existing dataset turns it on with
+    :meth:`Dataset.enable_open_formats`.
+
     Raises:
         DatasetAlreadyExistsError: ``mode="create"`` and a dataset exists (nothing is
             written).
+        OpenFormatError: ``open_formats`` names an unknown format, or a column type a
+            format cannot hold (nothing is written); or ``mode="append"`` to an
+            existing dataset that publishes other formats.
         SchemaMismatchError: appended data does not match the dataset's schema.
         InvalidInputError: bad mode, data or URI.
         AtomicGroupError: ``uri`` is a handle of an ``s3ddb.atomic`` group (this
@@ -889,9 +939,11 @@ def write_dataset(
     text = os.fspath(uri)
     table = to_arrow_table(data, schema)
     naming = NamingScheme.V2 if enable_v2_manifest_paths else NamingScheme.V1
+    config = publication.open_formats_config(open_formats)
+    publication.check_schema(table.schema, open_formats)
 
     return writes.write_dataset(
-        Dataset, table, text, mode, storage_options, layout, commit_config, naming
+        Dataset, table, text, mode, storage_options, layout, commit_config, naming, config
     )
 
 

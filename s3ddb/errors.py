@@ -47,6 +47,7 @@ __all__ = [
     "ManifestFinalizationError",
     "MatchedRowError",
     "ObjectStoreError",
+    "OpenFormatError",
     "PathOutsideDatasetError",
     "RetryableCommitConflictError",
     "S3DDBError",
@@ -145,6 +146,13 @@ class UnsupportedIndexError(InvalidInputError):
 
 class UnsupportedOperationError(S3DDBError, NotImplementedError):
     """An operation of the Lance specification that s3ddb reads but does not build."""
+
+
+class OpenFormatError(InvalidInputError):
+    """A change the open formats a dataset publishes (Iceberg, Delta) cannot
+    represent exactly: a column type with no counterpart in a format, a fragment of
+    several data files, an unknown format name. The message names the column or
+    fragment. Raised before the change is committed."""
 
 
 class ColumnExistsError(InvalidInputError):

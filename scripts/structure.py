@@ -65,6 +65,7 @@ LAYERS: list[set[str]] = [
     {"s3ddb.expressions"},
     {"s3ddb.operations"},
     {"s3ddb.observe"},
+    {"s3ddb.open_formats"},
     {"s3ddb.external_store"},
     {"s3ddb.commit"},
     {"s3ddb.versions"},

@@ -1,5 +1,5 @@
-"""Operator verbs of the ``s3ddb`` command: verify, sync, cleanup, drop and
-migrate-commits.
+"""Operator verbs of the ``s3ddb`` command: verify, sync, cleanup, drop,
+migrate-commits and open-formats.
 
 ``verify`` exits 0 when the dataset is healthy and 1 when it found problems (each with
 what it means and how to fix it); ``sync`` repairs what needs no judgement; ``drop``
@@ -30,6 +30,7 @@ __all__ = [
     "run_cleanup",
     "run_drop",
     "run_migrate_commits",
+    "run_open_formats",
     "run_sync",
     "run_verify",
 ]
@@ -102,6 +103,21 @@ def register(subparsers: Any) -> None:
     )
 
     _verb(subparsers, "migrate-commits", run_migrate_commits)
+
+    p = _verb(subparsers, "open-formats", run_open_formats)
+    what = p.add_mutually_exclusive_group()
+    what.add_argument(
+        "--enable",
+        metavar="FORMATS",
+        help="publish every version from now on as these formats too: iceberg, delta "
+        "or iceberg,delta (one new version, the first published)",
+    )
+    what.add_argument("--disable", action="store_true", help="stop publishing (a new version)")
+    what.add_argument(
+        "--publish",
+        action="store_true",
+        help="publish the newest version again, and any version before it that is missing",
+    )
 
 
 def run_verify(args: argparse.Namespace) -> int:
@@ -345,4 +361,44 @@ def run_drop(args: argparse.Namespace) -> int:
             f"dropped {args.uri}: {report.objects} objects ({report.bytes} bytes), "
             f"{report.rows} DynamoDB rows"
         )
+    return 0
+
+
+def run_open_formats(args: argparse.Namespace) -> int:
+    """Show, turn on or off, or redo the publication of Iceberg and Delta metadata.
+
+    Without an option, prints the formats the newest version publishes and where an
+    Iceberg or Delta reader finds it. --enable FORMATS and --disable commit a config
+    change; --publish writes the newest version's metadata again (and any earlier
+    version's that is missing), the same bytes its finisher writes.
+    """
+    ds = dataset(args.uri, storage_options=storage_options(args))
+    if args.enable:
+        ds.enable_open_formats(args.enable)
+    elif args.disable:
+        ds.disable_open_formats()
+    elif args.publish:
+        ds.publish_open_formats()
+    formats = ds.open_formats
+    root = ds.handler.store.url
+    places = {
+        "iceberg": f"{root}/metadata/v{ds.version}.metadata.json",
+        "delta": f"{root} (_delta_log version {ds.version})",
+    }
+    if args.json:
+        emit_json(
+            {
+                "uri": ds.uri,
+                "version": ds.version,
+                "formats": list(formats),
+                "locations": {f: places[f] for f in formats},
+            }
+        )
+        return 0
+    if not formats:
+        print(f"{ds.uri}: version {ds.version} publishes no open formats")
+        return 0
+    print(f"{ds.uri}: version {ds.version} publishes {', '.join(formats)}")
+    for name in formats:
+        print(f"  {name}: {places[name]}")
     return 0

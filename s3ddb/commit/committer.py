@@ -46,6 +46,7 @@ from s3ddb.io.parallel import PendingWrites
 from s3ddb.io.written_files import delete_written_files
 from s3ddb.observe import telemetry
 from s3ddb.observe.commit_metrics import change_metrics, listed_versions
+from s3ddb.open_formats.publisher import check_publishable
 from s3ddb.operations import Append, Overwrite, Rewrite, Transaction
 
 __all__ = ["CommitConfig", "CommitResult", "OnExisting", "commit_transaction", "load_transaction"]
@@ -429,6 +430,7 @@ def _claim_next_version(
             "claiming version %d of %s (%s, attempt %d)",
             manifest.version, commit.dataset, commit.txn.kind, budget.lost + 1,
         )  # fmt: skip
+        check_publishable(manifest, current)
         try:
             with telemetry.phase("claim", {"s3ddb.version": manifest.version}):
                 location = handler.commit_manifest(
@@ -438,6 +440,8 @@ def _claim_next_version(
             commit.lost_claim(manifest.version)
             budget.lose_version(f"{commit.txn.kind} to {handler.store.url}")
         else:
+            if not handler.publishes_on_finish:
+                handler.publish_open_formats(manifest)
             commit.discard_lost_chunks(manifest)
             _discard_superseded(handler, commit.original, commit.txn, commit.written)
             return CommitResult(manifest, location, commit.txn, budget.lost + 1)

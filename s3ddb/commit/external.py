@@ -900,11 +900,37 @@ class ExternalStoreCommitHandler(CommitHandler):
         except FileNotFoundError:
             return None
 
+    publishes_on_finish = True
+
     def _repoint(self, row: ManifestRow, final: str) -> ManifestRow:
+        # Publication comes before the repoint: a crash in between leaves the row
+        # staged, and whoever finishes it next publishes the version (see
+        # s3ddb.open_formats.publisher). It never fails the repoint.
+        manifest = self._manifest_to_publish(row, final)
+        if manifest is not None:
+            self.publish_open_formats(manifest)
         self.external.finalize(self.base_uri, row.version, row.path, final)
         failpoint("commit.after_external_finalize")
         self._discard_staged(row.path)
         return replace(row, path=final)
+
+    def _manifest_to_publish(self, row: ManifestRow, final: str) -> Manifest | None:
+        """``row``'s manifest, whose final copy at ``final`` was verified: from the
+        cache (it almost always is: the writer or the finisher just checked it), else
+        read from ``final``. None if that fails: publication is then caught up later,
+        the repoint goes on."""
+        location = self.location_of_row(row)
+        key = self._cache_key(location)
+        cached = MANIFESTS.get(key) if key is not None else None
+        if cached is not None:
+            return cached
+        try:
+            manifest = CommitHandler.load_manifest(self, replace(location, path=final))
+            self._check_identity(manifest, location)
+        except Exception as exc:  # never fails the repoint
+            log.debug("version %d of %s: not published now (%s)", row.version, self.base_uri, exc)
+            return None
+        return manifest
 
     def _finalize_without_staged(self, row: ManifestRow, final: str) -> ManifestRow:
         fresh = self._get(row.version)

@@ -25,6 +25,8 @@ NAMES = frozenset(
         "commit.after_external_put",
         "commit.after_copy_final",
         "commit.after_external_finalize",
+        # Before a finished version is published as Iceberg and Delta metadata.
+        "commit.before_publication",
         # s3ddb.spark_ext.write: its files are in data/, nothing is committed yet.
         "native_write.after_move",
         # s3ddb.spark_ext.write, removing its staging folder: files moved, not committed.

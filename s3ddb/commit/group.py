@@ -49,6 +49,7 @@ from s3ddb.format.manifest import Manifest
 from s3ddb.io.object_store import MemoryObjectStore
 from s3ddb.io.parallel import PendingWrites
 from s3ddb.observe import telemetry
+from s3ddb.open_formats.publisher import check_publishable
 from s3ddb.operations import Transaction
 
 __all__ = ["GROUP_PROPERTY", "GroupPart", "commit_group", "group_kind"]
@@ -165,6 +166,8 @@ def commit_group(
             commit.abandon(exc, _committed_base(parts, part))
         raise
     for commit, result in zip(group.commits, results):
+        if not commit.handler.publishes_on_finish:
+            commit.handler.publish_open_formats(result.manifest)
         commit.discard_lost_chunks(result.manifest)
         _discard_superseded(commit.handler, commit.original, commit.txn, commit.written)
         commit.report(result, telemetry.NO_SPAN)  # each part's log record and counts
@@ -206,6 +209,7 @@ def _claim_until_won(group: _Group, kind: str, budget: _RetryBudget) -> list[Com
                     )
                 _, manifest = _build_next(commit, before, before.naming_scheme)
                 bases.append(before)
+            check_publishable(manifest, bases[-1])
             laid_out = commit.lay_out_chunks(manifest)
             manifests.append(commit.with_metrics(laid_out, bases[-1], budget.lost + 1))
         claim = ClaimRound(

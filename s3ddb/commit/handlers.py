@@ -17,6 +17,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from s3ddb.commit.failpoints import failpoint
 from s3ddb.errors import (
     CommitMechanismError,
     CommitStateUnknownError,
@@ -38,6 +39,8 @@ from s3ddb.format.manifest import (
 from s3ddb.format.naming import NamingScheme, parse_manifest_name, parse_staged_name
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.parallel import PendingWrites
+from s3ddb.observe import telemetry
+from s3ddb.open_formats.publisher import enabled_formats, publish_version
 
 if TYPE_CHECKING:
     from s3ddb.external_store.base import ExternalManifestStore
@@ -275,6 +278,39 @@ class CommitHandler(abc.ABC):
 
     def describe(self) -> str:
         return f"{self.mechanism} on {self.store.url}"
+
+    #: Whether finishing a version publishes it (the external-store protocol does, in
+    #: steps 3-4); otherwise the committer publishes right after the claim.
+    publishes_on_finish = False
+
+    def manifest_if_kept(self, version: int) -> Manifest | None:
+        """The manifest of ``version``, None if it no longer exists (cleaned up,
+        dropped) or cannot be read."""
+        try:
+            return self.load_manifest(self.location_of(version))
+        except (VersionNotFoundError, ManifestCorruptError, FileNotFoundError):
+            return None
+
+    def publish_open_formats(self, manifest: Manifest) -> None:
+        """Publish ``manifest``'s version as the open formats it enables (see
+        :mod:`s3ddb.open_formats.publisher`), catching up with the versions before it.
+        Never raises: the version is committed whatever publication does; a failure
+        is logged and counted, and the next publication catches up."""
+        if not enabled_formats(manifest):
+            return
+        failpoint("commit.before_publication")
+        try:
+            publish_version(self.store, manifest, self.manifest_if_kept)
+        except Exception as exc:
+            telemetry.add("s3ddb.publication_failures", 1)
+            log.warning(
+                "could not publish version %d of %s as %s (the next publication, or "
+                "Dataset.publish_open_formats, catches up): %s",
+                manifest.version,
+                self.store.url,
+                ",".join(enabled_formats(manifest)),
+                exc,
+            )
 
 
 class ListingCommitHandler(CommitHandler):

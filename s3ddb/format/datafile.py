@@ -37,12 +37,15 @@ DEFAULT_ROW_GROUP_SIZE = 64 * 1024
 
 def _with_field_ids(table: pa.Table, schema: DatasetSchema) -> pa.Table:
     # Parquet keeps field ids natively ("PARQUET:field_id"), so files stay readable by
-    # id even after columns are renamed.
+    # id even after columns are renamed; nested fields carry theirs too (Iceberg
+    # readers resolve struct fields, list elements and map entries by id).
+    with_ids = schema.arrow_with_ids
     fields = []
     for f in table.schema:
-        meta = dict(f.metadata or {})
-        meta[b"PARQUET:field_id"] = str(schema.field_id(f.name)).encode()
-        fields.append(f.with_metadata(meta))
+        target = with_ids.field(f.name)
+        meta = {**(f.metadata or {}), **(target.metadata or {})}
+        kind = target.type if target.type.equals(f.type, check_metadata=False) else f.type
+        fields.append(pa.field(f.name, kind, f.nullable, meta))
     return table.cast(pa.schema(fields, metadata=table.schema.metadata))
 
 

@@ -95,6 +95,33 @@ class DatasetSchema:
         by_id = {i: p for p, i in self.ids if len(p) == 1}
         return [by_id[i][0] for i in ids if i in by_id]
 
+    @functools.cached_property
+    def arrow_with_ids(self) -> pa.Schema:
+        """The Arrow schema with each field's id as ``PARQUET:field_id`` metadata,
+        nested fields included (struct fields, list elements, map keys and values), as
+        data files carry them: readers that resolve columns by id (Iceberg's) need
+        them at every level."""
+        ids = dict(self.ids)
+
+        def with_id(f: pa.Field, path: FieldPath) -> pa.Field:
+            t = f.type
+            children = [with_id(c, (*path, c.name)) for c in _children(f)]
+            if children and pa.types.is_struct(t):
+                t = pa.struct(children)
+            elif children and pa.types.is_map(t):
+                entries = children[0].type
+                t = pa.map_(entries.field(0), entries.field(1), keys_sorted=t.keys_sorted)
+            elif children and pa.types.is_large_list(t):
+                t = pa.large_list(children[0])
+            elif children and pa.types.is_list(t):
+                t = pa.list_(children[0])
+            metadata = dict(f.metadata or {})
+            if path in ids:
+                metadata[b"PARQUET:field_id"] = str(ids[path]).encode()
+            return pa.field(f.name, t, f.nullable, metadata)
+
+        return pa.schema([with_id(f, (f.name,)) for f in self.arrow], metadata=self.arrow.metadata)
+
     # --- protobuf --------------------------------------------------------------------
 
     def to_pb(self) -> pb.Schema:
@@ -106,6 +133,7 @@ class DatasetSchema:
     def __getstate__(self) -> dict[str, object]:
         state = dict(self.__dict__)
         state.pop("_pb", None)  # a cache; protobuf messages do not pickle
+        state.pop("arrow_with_ids", None)  # a cache
         return state
 
     @functools.cached_property

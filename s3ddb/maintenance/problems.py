@@ -133,6 +133,17 @@ PROBLEM_KINDS: dict[str, ProblemKind] = {
         ),
         fix="harmless; `s3ddb cleanup` deletes it after 7 days",
     ),
+    "foreign_open_format_commit": ProblemKind(
+        meaning=(
+            "another engine committed to the Iceberg (`metadata/`) or Delta (`_delta_log/`) "
+            "table s3ddb publishes: s3ddb does not read it, and its next publication may "
+            "overwrite it"
+        ),
+        fix=(
+            "write through s3ddb only; delete the foreign files, then `s3ddb open-formats "
+            "URI --publish`"
+        ),
+    ),
     "spark_staging_leftover": ProblemKind(
         meaning=(
             "a `_spark_staging/<write id>/` folder whose newest file is older than `--grace`: a "

@@ -37,6 +37,7 @@ from s3ddb.io.object_store import ObjectMeta, ObjectStore
 from s3ddb.maintenance.group_check import check_groups
 from s3ddb.maintenance.problems import Problem, ReportProblem
 from s3ddb.maintenance.staging import check_staging
+from s3ddb.open_formats.retention import foreign_commits
 from s3ddb.versions.connect import open_handler
 from s3ddb.versions.opening import dataset_not_found
 from s3ddb.versions.tags import read_tag_version, tag_name_of
@@ -162,6 +163,14 @@ def verify(
     _check_identities(seen.identities, report.add_problem)
     _check_unreferenced(objects, seen, report.add_problem, grace_seconds, now)
     check_staging(objects.values(), report.add_problem, grace_seconds, now)
+    if any(p.startswith(("metadata/", "_delta_log/")) for p in objects):
+        for where in foreign_commits(handler.store, versions[-1]):
+            report.add_problem(
+                "foreign_open_format_commit",
+                where,
+                f"{where}: not written by s3ddb (the published tables have no other writer)",
+                "delete it and run `s3ddb open-formats URI --publish`",
+            )
     return report
 
 

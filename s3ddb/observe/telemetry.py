@@ -10,11 +10,13 @@ Spans: ``s3ddb.commit`` (children ``s3ddb.commit.prepare``, ``s3ddb.commit.claim
 per claim attempt and ``s3ddb.commit.rebase`` after a lost one),
 ``s3ddb.commit.finish`` (steps 3-4 of the DynamoDB path, on the writer's finalizer),
 ``s3ddb.open``, ``s3ddb.scan`` (fragments read and pruned), ``s3ddb.repair`` (a reader
-or writer finishing another writer's commit). Attributes are named ``s3ddb.*``;
+or writer finishing another writer's commit), ``s3ddb.publish`` (writing one version's
+Iceberg or Delta metadata). Attributes are named ``s3ddb.*``;
 ``s3ddb.dataset`` is the URI with credentials redacted.
 
 Instruments: counters ``s3ddb.commits``, ``s3ddb.conflicts`` (versions lost to another
-writer), ``s3ddb.retries``, ``s3ddb.repairs``, ``s3ddb.unknown_outcomes``; histogram
+writer), ``s3ddb.retries``, ``s3ddb.repairs``, ``s3ddb.unknown_outcomes``,
+``s3ddb.publications``, ``s3ddb.publication_failures``; histogram
 ``s3ddb.claim.duration`` (milliseconds).
 
 Phases: while a commit runs, :func:`phase` also adds each phase's duration to the
@@ -59,6 +61,8 @@ COUNTERS = {
     "s3ddb.retries": "claim attempts after the first",
     "s3ddb.repairs": "versions a reader or writer finished for another writer",
     "s3ddb.unknown_outcomes": "commits whose outcome could not be known",
+    "s3ddb.publications": "versions published as an open format (Iceberg, Delta)",
+    "s3ddb.publication_failures": "publications of a version that failed (caught up later)",
 }
 
 _instruments: dict[str, Any] = {}

@@ -29,6 +29,8 @@ import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from s3ddb.errors import StoredMetadataError
+
 __all__ = [
     "DV_FILE_VERSION",
     "DV_NAMESPACE",
@@ -36,7 +38,6 @@ __all__ = [
     "MAX_DV_BYTES",
     "PORTABLE_MAGIC",
     "DeletionVectorDescriptor",
-    "DeletionVectorError",
     "deletion_vector_uuid",
     "deserialize_positions",
     "dv_file_bytes",
@@ -69,11 +70,6 @@ _COOKIE_NO_RUN = 12346
 _COOKIE_RUN = 12347
 # An array container holds at most this many values; beyond it a bitmap is smaller.
 _ARRAY_MAX = 4096
-
-
-class DeletionVectorError(ValueError):
-    """Bytes that are not a valid deletion vector (or DV file) as this module reads
-    them. Callers reading stored files turn it into their own typed error."""
 
 
 @dataclass(frozen=True)
@@ -166,16 +162,16 @@ def parse_u_descriptor(path_or_inline_dv: str) -> tuple[str, uuid.UUID]:
     """The prefix and UUID a ``u`` descriptor's ``pathOrInlineDv`` names.
 
     Raises:
-        DeletionVectorError: shorter than 20 characters, or its last 20 characters are
+        StoredMetadataError: shorter than 20 characters, or its last 20 characters are
             not the Z85 of 16 bytes.
     """
     if not isinstance(path_or_inline_dv, str) or len(path_or_inline_dv) < 20:
-        raise DeletionVectorError(f"not a 'u' deletion vector path: {path_or_inline_dv!r}")
+        raise StoredMetadataError(f"not a 'u' deletion vector path: {path_or_inline_dv!r}")
     prefix, encoded = path_or_inline_dv[:-20], path_or_inline_dv[-20:]
     try:
         return prefix, uuid.UUID(bytes=z85_decode(encoded))
     except ValueError as e:
-        raise DeletionVectorError(f"not a 'u' deletion vector path: {path_or_inline_dv!r}") from e
+        raise StoredMetadataError(f"not a 'u' deletion vector path: {path_or_inline_dv!r}") from e
 
 
 # --- the bitmap ---------------------------------------------------------------------
@@ -242,7 +238,7 @@ class _Reader:
 
     def take(self, n: int) -> bytes:
         if n < 0 or self.pos + n > len(self.data):
-            raise DeletionVectorError("deletion vector bitmap is truncated")
+            raise StoredMetadataError("deletion vector bitmap is truncated")
         chunk = self.data[self.pos : self.pos + n]
         self.pos += n
         return chunk
@@ -261,9 +257,9 @@ def _read_bitmap32(reader: _Reader, high: int, out: list[int]) -> None:
     elif cookie_word == _COOKIE_NO_RUN:
         (count,) = reader.unpack("<I")
     else:
-        raise DeletionVectorError(f"unknown Roaring cookie {cookie_word}")
+        raise StoredMetadataError(f"unknown Roaring cookie {cookie_word}")
     if count > 65536:
-        raise DeletionVectorError(f"{count} Roaring containers (at most 65536)")
+        raise StoredMetadataError(f"{count} Roaring containers (at most 65536)")
     keys = [reader.unpack("<HH") for _ in range(count)]
     # The offset header is present without runs, and with runs from 4 containers on.
     if cookie_word == _COOKIE_NO_RUN or count >= 4:
@@ -277,7 +273,7 @@ def _read_bitmap32(reader: _Reader, high: int, out: list[int]) -> None:
             for _ in range(runs):
                 begin, length = reader.unpack("<HH")
                 if begin + length > 0xFFFF:
-                    raise DeletionVectorError("Roaring run beyond its container")
+                    raise StoredMetadataError("Roaring run beyond its container")
                 out.extend(base | v for v in range(begin, begin + length + 1))
         elif cardinality <= _ARRAY_MAX:
             out.extend(base | v for v in reader.unpack(f"<{cardinality}H"))
@@ -294,25 +290,25 @@ def deserialize_positions(data: bytes) -> list[int]:
     """The sorted row positions of RoaringBitmapArray bytes (portable format).
 
     Raises:
-        DeletionVectorError: another magic number, truncated or malformed bytes,
+        StoredMetadataError: another magic number, truncated or malformed bytes,
             bytes left over, or positions out of order.
     """
     reader = _Reader(data)
     magic, buckets = reader.unpack("<IQ")
     if magic != PORTABLE_MAGIC:
-        raise DeletionVectorError(f"deletion vector magic number {magic}, not {PORTABLE_MAGIC}")
+        raise StoredMetadataError(f"deletion vector magic number {magic}, not {PORTABLE_MAGIC}")
     if buckets > len(data):
-        raise DeletionVectorError(f"{buckets} buckets in {len(data)} bytes")
+        raise StoredMetadataError(f"{buckets} buckets in {len(data)} bytes")
     out: list[int] = []
     for _ in range(buckets):
         (high,) = reader.unpack("<I")
         if high >= 1 << 31:
-            raise DeletionVectorError(f"deletion vector key {high} has its sign bit set")
+            raise StoredMetadataError(f"deletion vector key {high} has its sign bit set")
         _read_bitmap32(reader, high, out)
     if reader.pos != len(data):
-        raise DeletionVectorError("bytes left after the deletion vector bitmap")
+        raise StoredMetadataError("bytes left after the deletion vector bitmap")
     if any(b <= a for a, b in itertools.pairwise(out)):
-        raise DeletionVectorError("deletion vector positions out of order")
+        raise StoredMetadataError("deletion vector positions out of order")
     return out
 
 
@@ -336,23 +332,23 @@ def read_dv_file(data: bytes, offset: int = 1, size: int | None = None) -> list[
     the size the file records there).
 
     Raises:
-        DeletionVectorError: too large, another version byte, a size or checksum that
+        StoredMetadataError: too large, another version byte, a size or checksum that
             does not match, or a malformed bitmap.
     """
     if len(data) > MAX_DV_BYTES:
-        raise DeletionVectorError(f"deletion vector file of {len(data)} bytes is too large")
+        raise StoredMetadataError(f"deletion vector file of {len(data)} bytes is too large")
     if not data or data[0] != DV_FILE_VERSION:
-        raise DeletionVectorError("not a version 1 deletion vector file")
+        raise StoredMetadataError("not a version 1 deletion vector file")
     if offset < 1 or offset + 4 > len(data):
-        raise DeletionVectorError(f"deletion vector offset {offset} is outside the file")
+        raise StoredMetadataError(f"deletion vector offset {offset} is outside the file")
     (stored_size,) = struct.unpack_from(">I", data, offset)
     if size is not None and size != stored_size:
-        raise DeletionVectorError(f"deletion vector size {stored_size}, expected {size}")
+        raise StoredMetadataError(f"deletion vector size {stored_size}, expected {size}")
     end = offset + 4 + stored_size
     if end + 4 > len(data):
-        raise DeletionVectorError("deletion vector file is truncated")
+        raise StoredMetadataError("deletion vector file is truncated")
     bitmap = data[offset + 4 : end]
     (checksum,) = struct.unpack_from(">I", data, end)
     if checksum != zlib.crc32(bitmap):
-        raise DeletionVectorError("deletion vector checksum does not match")
+        raise StoredMetadataError("deletion vector checksum does not match")
     return deserialize_positions(bitmap)

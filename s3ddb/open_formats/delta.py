@@ -63,7 +63,6 @@ from s3ddb.io.object_store import ObjectStore
 from s3ddb.open_formats.deletion_vectors import (
     DV_PREFIX,
     DeletionVectorDescriptor,
-    DeletionVectorError,
     deletion_vector_uuid,
     dv_file_bytes,
     dv_path,
@@ -688,7 +687,7 @@ def _parse_dv(value: Any, where: str) -> DeletionVectorDescriptor | None:
     inline = _str(value.get("pathOrInlineDv"), where, "pathOrInlineDv")
     try:
         parse_u_descriptor(inline)
-    except DeletionVectorError as e:
+    except StoredMetadataError as e:
         raise StoredMetadataError(f"{where}: {e}") from e
     offset = value.get("offset")
     return DeletionVectorDescriptor(

@@ -28,6 +28,7 @@ from s3ddb.errors import (
     ColumnNotFoundError,
     InvalidExpressionError,
     InvalidInputError,
+    OpenFormatError,
     SchemaMismatchError,
 )
 from s3ddb.expressions import parse_value_expression, referenced_columns
@@ -43,6 +44,7 @@ from s3ddb.format.stats import compute_file_statistics, live_statistics
 from s3ddb.io.fragment_map import distributed, map_writing, parallel_map
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.written_files import FileTracker
+from s3ddb.open_formats.publisher import enabled_formats
 from s3ddb.operations import TOMBSTONE_FIELD_ID, Delete, RowChangePlan, Update, UpdateMode
 from s3ddb.scan import RowGroupPredicate, plan_fragment
 from s3ddb.scan.fragment import candidate_fragments, read_with_positions
@@ -298,13 +300,28 @@ def choose_mode(
     rewrite: RewriteMode, plan: DeletionPlan, manifest: Manifest, n_values: int
 ) -> UpdateMode:
     """REWRITE_COLUMNS when most rows of the touched fragments change but few columns
-    do: writing those columns whole is then cheaper than moving the rows."""
+    do: writing those columns whole is then cheaper than moving the rows. Never on a
+    dataset that publishes open formats: a fragment there is one file (Iceberg and
+    Delta list whole files).
+
+    Raises:
+        OpenFormatError: ``rewrite="columns"`` on a dataset publishing open formats.
+    """
     if rewrite == "rows":
         return UpdateMode.REWRITE_ROWS
+    publishing = enabled_formats(manifest)
     if rewrite == "columns":
+        if publishing:
+            raise OpenFormatError(
+                "update(rewrite='columns') writes a second data file per fragment, which "
+                f"the open formats this dataset publishes ({', '.join(publishing)}) cannot "
+                "list; use rewrite='rows' or 'auto'"
+            )
         return UpdateMode.REWRITE_COLUMNS
     if rewrite != "auto":
         raise InvalidInputError(f"rewrite must be 'auto', 'rows' or 'columns', got {rewrite!r}")
+    if publishing:
+        return UpdateMode.REWRITE_ROWS
     by_id = manifest.fragments.select(plan.rows)
     visible = sum(by_id[fid].num_rows for fid in plan.rows)
     few_columns = n_values * 2 <= len(manifest.schema.arrow.names)

@@ -20,6 +20,7 @@ from s3ddb.errors import (
     DatasetAlreadyExistsError,
     DatasetRecreatedError,
     InvalidInputError,
+    OpenFormatError,
     RetryableCommitConflictError,
     SchemaMismatchError,
 )
@@ -270,14 +271,16 @@ def write_dataset(
     layout: FileLayout,
     commit_config: CommitConfig | None,
     naming: NamingScheme,
+    config: dict[str, str] | None = None,
 ) -> P:
-    """See :func:`s3ddb.write_dataset`; the result is a ``cls``."""
+    """See :func:`s3ddb.write_dataset`; the result is a ``cls``. ``config`` is set
+    by the version when it creates or overwrites the dataset (open formats)."""
     handler = open_validated(uri, storage_options)
 
     def write(latest: ManifestLocation | None) -> P:
         return _write_version(
             cls, handler, uri, table, mode, latest, naming, layout,
-            storage_options, commit_config,
+            storage_options, commit_config, config or {},
         )  # fmt: skip
 
     # A process that committed the newest version it knows of builds on it without
@@ -305,6 +308,7 @@ def _write_version(
     layout: FileLayout,
     storage_options: dict[str, Any] | None,
     commit_config: CommitConfig | None,
+    config: dict[str, str],
 ) -> P:
     """write_dataset's plan and commit on top of ``latest``."""
     store = handler.store
@@ -321,6 +325,13 @@ def _write_version(
         base = load_newest(handler, latest)
     operation: Operation
     if base is not None and mode == "append":
+        for key, value in config.items():
+            if base.config.get(key) != value:
+                raise OpenFormatError(
+                    f"{text} already exists and publishes "
+                    f"{base.config.get(key) or 'no open formats'}; an append keeps that: "
+                    "use Dataset.enable_open_formats to publish more"
+                )
         table = conform(table, base.schema.arrow, where=text)
         if table.num_rows == 0:
             return cls(
@@ -335,7 +346,7 @@ def _write_version(
             else DatasetSchema.assign(table.schema)
         )
         fragments = layout.write(store, table, ds_schema, pending)
-        operation = Overwrite(tuple(fragments), ds_schema)
+        operation = Overwrite(tuple(fragments), ds_schema, config_upsert_values=config or None)
         if base is None:
             on_existing = {"create": "error", "append": "append", "overwrite": "rebase"}[mode]  # type: ignore[assignment]
     ds = cls(

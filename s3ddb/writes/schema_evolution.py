@@ -46,6 +46,7 @@ from s3ddb.format.schema import DatasetSchema
 from s3ddb.format.stats import compute_file_statistics
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.written_files import delete_written_files
+from s3ddb.open_formats.publisher import enabled_formats
 from s3ddb.operations import MapUpdate, Merge, Operation, Project, UpdateConfig, next_field_id
 from s3ddb.scan import read_visible_rows
 from s3ddb.versions.pinned import plan_and_commit
@@ -117,16 +118,41 @@ def _extend_fragments(
 ) -> Merge:
     """The Merge giving every fragment one new data file of ``columns_of(fragment)``
     (all its physical rows). Fragments are read, computed and written in parallel
-    (object stores reward it); if any fails, every file written is deleted."""
+    (object stores reward it); if any fails, every file written is deleted.
+
+    A dataset that publishes open formats (Iceberg, Delta list whole files, never a
+    row split over several) instead gets one new file per fragment holding every
+    column of ``schema``: the columns it had, read back (deleted rows too, so its
+    deletion file still applies), and the new ones."""
     written: list[str] = []
     lock = threading.Lock()
+    whole = bool(enabled_formats(manifest))
+    files = FileResolver.for_manifest(store, manifest)
+
+    def whole_file(fragment: FragmentMetadata, new: pa.Table) -> pa.Table:
+        old_names = dict(zip(manifest.schema.top_level_ids(), manifest.schema.arrow.names))
+        kept = [
+            (f, old_names[i])
+            for f, i in zip(schema.arrow, schema.top_level_ids())
+            if f.name not in new.column_names and i in old_names
+        ]
+        old = read_fragment(files, fragment, manifest.schema, [n for _f, n in kept])
+        columns = {f.name: old.column(n).cast(f.type) for f, n in kept}
+        columns.update({n: new.column(n) for n in new.column_names})
+        fields = [f if f.name in new.column_names else f.with_nullable(True) for f in schema.arrow]
+        fields = [new.schema.field(f.name) if f.name in new.column_names else f for f in fields]
+        return pa.Table.from_arrays([columns[f.name] for f in fields], schema=pa.schema(fields))
 
     def extend(fragment: FragmentMetadata) -> FragmentMetadata:
         table = _file_table(columns_of(fragment))
+        if whole:
+            table = whole_file(fragment, table)
         data_file = write_data_file(store, table, schema)
         with lock:
             written.append(layout.data_file_path(data_file.path))
         stats = compute_file_statistics(table, schema, data_file)
+        if whole:
+            return replace(fragment, files=(data_file,), stats=(stats,))
         return replace(fragment, files=(*fragment.files, data_file), stats=(*fragment.stats, stats))
 
     fragments = list(manifest.fragments)
@@ -346,7 +372,8 @@ def plan_alter_columns(
     uri: str,
 ) -> Operation | None:
     """A Project (renames, nullability) or, if a type changes, a Merge rewriting those
-    columns; None if nothing changes.
+    columns; None if nothing changes. A dataset publishing Delta rewrites its files
+    on a rename too (see :func:`_extend_fragments`).
 
     Raises:
         ColumnNotFoundError: a path names no column.
@@ -403,6 +430,12 @@ def plan_alter_columns(
         renamed = (renames.get(p[0], p[0]), *p[1:])
         ids.append((renamed, new_ids.get(p[0], i) if len(p) == 1 else i))
     new_schema = DatasetSchema(arrow, tuple(ids))
+    if not casts and renames and "delta" in enabled_formats(manifest):
+        # Delta readers (deltalake, DuckDB) find a column in a file by the name it was
+        # written with, whatever the field id: a dataset publishing Delta writes its
+        # files again, whole, under the new names.
+        same = {p: schema.arrow.field(p).type for p in renames}
+        return _rewrite_cast_columns(store, manifest, new_schema, same, renames)
     if not casts:
         return Project(new_schema)
     return _rewrite_cast_columns(store, manifest, new_schema, casts, renames)

@@ -24,7 +24,6 @@ from s3ddb.errors import InvalidInputError, StoredMetadataError
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.open_formats.deletion_vectors import (
     PORTABLE_MAGIC,
-    DeletionVectorError,
     deletion_vector_uuid,
     deserialize_positions,
     dv_file_bytes,
@@ -681,14 +680,14 @@ def test_deletion_vector_reader_reads_run_containers_and_refuses_garbage() -> No
     bitmap = pyroaring.BitMap64(range(10, 100_000))  # ranges: run containers
     data = struct.pack("<I", PORTABLE_MAGIC) + bitmap.serialize()
     assert deserialize_positions(data) == list(range(10, 100_000))
-    with pytest.raises(DeletionVectorError, match="magic"):
+    with pytest.raises(StoredMetadataError, match="magic"):
         deserialize_positions(b"\0" * 12)
-    with pytest.raises(DeletionVectorError, match="truncated"):
+    with pytest.raises(StoredMetadataError, match="truncated"):
         deserialize_positions(data[:-3])
     file_bytes, size, _ = dv_file_bytes([1, 2])
-    with pytest.raises(DeletionVectorError, match="checksum"):
+    with pytest.raises(StoredMetadataError, match="checksum"):
         read_dv_file(file_bytes[:-1] + bytes([file_bytes[-1] ^ 1]), 1, size)
-    with pytest.raises(DeletionVectorError, match="size"):
+    with pytest.raises(StoredMetadataError, match="size"):
         read_dv_file(file_bytes, 1, size + 1)
     with pytest.raises(ValueError):
         serialize_positions([-1])

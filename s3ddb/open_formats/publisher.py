@@ -1,0 +1,447 @@
+"""Publishing a finished s3ddb version as Iceberg and Delta metadata.
+
+A dataset publishes the formats its config key :data:`CONFIG_KEY` names (a comma
+separated list, e.g. ``iceberg,delta``), set by ``write_dataset(open_formats=...)``
+or ``Dataset.enable_open_formats``. Publication is part of finishing a version:
+
+* on the external-store path (``s3+ddb://``) it runs between the copy of the final
+  manifest (step 3) and the repoint of the row (step 4), by whoever finishes the
+  version: its writer's background finalizer, or the next reader or writer that
+  repairs it after a crash. A version whose row is final is published;
+* on the other paths (local files, S3 with conditional writes) the writer publishes
+  right after its claim; a writer that crashed in between is repaired by the next
+  publication, which first publishes every version before it that is missing.
+
+What a version publishes is a deterministic function of its manifest and of what the
+version before it published (:mod:`s3ddb.open_formats.model`), so two finishers of
+one version write the same bytes, and a crash leaves nothing a later finisher would
+write differently. Open-format readers see a version only once its s3ddb readers can.
+
+Publication never decides a commit: when it fails (the store refuses a write, say)
+the commit stands, the failure is logged and counted (``s3ddb.publication_failures``),
+and the next version's publication or ``Dataset.publish_open_formats`` catches up.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future, wait
+from typing import Any, cast
+
+import pyarrow as pa
+
+from s3ddb.errors import OpenFormatError
+from s3ddb.format import layout
+from s3ddb.format.bases import FileResolver
+from s3ddb.format.deletion import read_deleted_rows
+from s3ddb.format.fragment import FragmentMetadata
+from s3ddb.format.fragment_list import EncodedFragments, FragmentList
+from s3ddb.format.manifest import Manifest
+from s3ddb.format.schema import DatasetSchema
+from s3ddb.io.object_store import ObjectStore
+from s3ddb.io.parallel import run_beside
+from s3ddb.io.per_process import PerProcess
+from s3ddb.observe import telemetry
+from s3ddb.open_formats.model import (
+    FORMATS,
+    FileGroup,
+    FormatWriter,
+    Publication,
+    PublishedFile,
+    TableVersion,
+)
+
+__all__ = [
+    "CONFIG_KEY",
+    "MAX_CATCH_UP",
+    "check_publishable",
+    "deletion_key",
+    "enabled_formats",
+    "forget_states",
+    "formats_config",
+    "parse_formats",
+    "publish_version",
+    "published_schema",
+    "table_version",
+    "writer_of",
+]
+
+log = logging.getLogger(__name__)
+
+#: The dataset config key naming the formats a dataset publishes.
+CONFIG_KEY = "s3ddb.open_formats"
+
+
+def writer_of(name: str) -> FormatWriter:
+    """The writer of format ``name`` (one of :data:`FORMATS`). The format modules
+    are imported on first use: a dataset that publishes none never loads them."""
+    from s3ddb.open_formats.delta import DeltaWriter
+    from s3ddb.open_formats.iceberg import IcebergWriter
+
+    writers: dict[str, type[Any]] = {"iceberg": IcebergWriter, "delta": DeltaWriter}
+    return cast(FormatWriter, writers[name]())
+
+
+#: How many unpublished versions before the one being published a publication
+#: catches up with (oldest first); a longer gap starts publication afresh.
+MAX_CATCH_UP = 100
+
+LoadVersion = Callable[[int], Manifest | None]
+
+
+def parse_formats(formats: Iterable[str] | str | None) -> tuple[str, ...]:
+    """The formats named by ``formats`` (names or one comma separated string), in
+    :data:`FORMATS` order, each once.
+
+    Raises:
+        OpenFormatError: an unknown format name.
+    """
+    if formats is None:
+        return ()
+    names = formats.split(",") if isinstance(formats, str) else list(formats)
+    wanted = set()
+    for name in names:
+        if not isinstance(name, str):
+            raise OpenFormatError(f"open formats are named by strings, got {name!r}")
+        name = name.strip().lower()
+        if not name:
+            continue
+        if name not in FORMATS:
+            raise OpenFormatError(
+                f"unknown open format {name!r}: s3ddb publishes {', '.join(FORMATS)}"
+            )
+        wanted.add(name)
+    return tuple(f for f in FORMATS if f in wanted)
+
+
+def formats_config(formats: Sequence[str]) -> str:
+    """The config value for ``formats`` (already parsed)."""
+    return ",".join(formats)
+
+
+def enabled_formats(manifest: Manifest | None) -> tuple[str, ...]:
+    """The formats ``manifest``'s version publishes (none for a value s3ddb did not
+    write: a planted key never makes a reader write files)."""
+    if manifest is None:
+        return ()
+    value = manifest.config.get(CONFIG_KEY, "")
+    if not value:
+        return ()
+    try:
+        return parse_formats(value)
+    except OpenFormatError:
+        return ()
+
+
+def published_schema(schema: DatasetSchema) -> pa.Schema:
+    """``schema``'s Arrow schema with each field's s3ddb id as ``PARQUET:field_id``
+    metadata, nested fields included (as its data files carry them)."""
+    return schema.arrow_with_ids
+
+
+def check_publishable(manifest: Manifest, base: Manifest | None) -> None:
+    """Refuse a version its open formats could not represent exactly, before it is
+    committed: a column type with no counterpart in a format, or a fragment this
+    version added or changed with several data files (Iceberg and Delta list whole
+    files; one row is never split across files). Only what changed since ``base``
+    is looked at, so the check follows the change, not the table.
+
+    Raises:
+        OpenFormatError: naming the format and the column, or the fragment.
+    """
+    formats = enabled_formats(manifest)
+    if not formats:
+        return
+    newly = set(formats) - set(enabled_formats(base))
+    if newly or base is None or base.schema != manifest.schema:
+        arrow = published_schema(manifest.schema)
+        for name in formats:
+            problem = writer_of(name).type_problem(arrow)
+            if problem is not None:
+                raise OpenFormatError(f"cannot publish {manifest.version} as {name}: {problem}")
+    if base is None or newly:
+        fragments: Iterable[FragmentMetadata] = manifest.fragments
+    else:
+        _removed, added, changed = base.fragments.diff(manifest.fragments)
+        wanted = set(added) | changed
+        fragments = manifest.fragments.select(wanted).values() if wanted else ()
+    for fragment in fragments:
+        if len(fragment.files) != 1:
+            raise OpenFormatError(
+                f"fragment {fragment.id} has {len(fragment.files)} data files; the open "
+                f"formats this dataset publishes ({', '.join(formats)}) need one file per "
+                "fragment (s3ddb's own schema changes write one when they are enabled)"
+            )
+
+
+# --- from a manifest to a TableVersion ---------------------------------------------------
+
+
+def _root_of(url: str) -> str:
+    return url[len("file://") :] if url.startswith("file://") else url.rstrip("/")
+
+
+def deletion_key(fragment: FragmentMetadata) -> str | None:
+    """The name of ``fragment``'s deleted rows as published (None: it has none): its
+    deletion file's, and its data file's, since a fragment rewritten whole (a schema
+    change of a publishing dataset) keeps its deletion file while an Iceberg delete
+    file names the data file it applies to."""
+    d = fragment.deletion_file
+    if d is None:
+        return None
+    stem = fragment.files[0].path.rsplit(".", 1)[0] if fragment.files else ""
+    return f"{fragment.id}-{d.read_version}-{d.id}-{stem}"
+
+
+def _published_file(fragment: FragmentMetadata, manifest: Manifest) -> PublishedFile:
+    if len(fragment.files) != 1:
+        raise OpenFormatError(
+            f"version {manifest.version}: fragment {fragment.id} has {len(fragment.files)} "
+            "data files; the open formats need one file per fragment"
+        )
+    data_file = fragment.files[0]
+    path = layout.data_file_path(data_file.path)
+    if data_file.base_id is not None:
+        bases = {b.id: b for b in manifest.base_paths}
+        base = bases.get(data_file.base_id)
+        if base is None:
+            raise OpenFormatError(
+                f"version {manifest.version}: fragment {fragment.id} names base "
+                f"{data_file.base_id}, which the manifest does not declare"
+            )
+        path = f"{_root_of(base.path)}/{path}"
+    return PublishedFile(
+        path=path,
+        size=data_file.file_size_bytes,
+        physical_rows=fragment.physical_rows,
+        deletion_key=deletion_key(fragment),
+        deleted_rows=fragment.num_deleted_rows,
+    )
+
+
+def _groups(manifest: Manifest) -> tuple[FileGroup, ...]:
+    """The version's files in groups: one per fragment-list chunk (named by the
+    chunk), and the fragments kept in the manifest itself as one group named by a
+    hash of their content."""
+    groups: list[FileGroup] = []
+    inline: list[Any] = []
+    for segment in manifest.fragments.segments:
+        ref = segment.stored_ref() if isinstance(segment, EncodedFragments) else None
+        if ref is None:
+            inline.append(segment)
+            continue
+        groups.append(_group(ref.name, FragmentList(segment), manifest))
+    if inline:
+        listed = FragmentList.of_segments(inline)
+        digest = hashlib.sha256(listed.encoded()).hexdigest()[:32]
+        groups.append(_group(f"t{digest}", listed, manifest))
+    return tuple(groups)
+
+
+def _group(name: str, fragments: FragmentList, manifest: Manifest) -> FileGroup:
+    def load() -> tuple[PublishedFile, ...]:
+        return tuple(_published_file(f, manifest) for f in fragments)
+
+    return FileGroup(name=name, file_count=len(fragments), load=load)
+
+
+def _table_uuid(manifest: Manifest, root: str) -> str:
+    # Stable across the dataset's versions: its identity when it has one (a dataset
+    # re-created at the same root gets a new table), else its root.
+    seed = manifest.dataset_id or root
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"s3ddb:{seed}"))
+
+
+def table_version(
+    store: ObjectStore, manifest: Manifest, previous: Manifest | None
+) -> TableVersion:
+    """What the open formats publish of ``manifest``; ``previous`` is the manifest of
+    the version before it when that one is published in the same formats (its files
+    then give ``added`` and ``removed``)."""
+    root = _root_of(store.url)
+    added: tuple[PublishedFile, ...] = ()
+    removed: tuple[PublishedFile, ...] = ()
+    if previous is not None:
+        gone, new, changed = previous.fragments.diff(manifest.fragments)
+        before = previous.fragments.select(gone | changed) if gone or changed else {}
+        after = manifest.fragments.select(set(new) | changed) if new or changed else {}
+        removed = tuple(_published_file(before[i], previous) for i in sorted(before))
+        added = tuple(_published_file(after[i], manifest) for i in new) + tuple(
+            _published_file(after[i], manifest) for i in sorted(changed)
+        )
+    return TableVersion(
+        version=manifest.version,
+        timestamp_ms=manifest.timestamp_nanos // 1_000_000,
+        root=root,
+        table_uuid=_table_uuid(manifest, root),
+        schema=published_schema(manifest.schema),
+        groups=_groups(manifest),
+        operation=manifest.operation or "Unknown",
+        previous=previous.version if previous is not None else None,
+        added=added,
+        removed=removed,
+    )
+
+
+def _deleted_positions(
+    store: ObjectStore, manifest: Manifest
+) -> Callable[[PublishedFile], Sequence[int]]:
+    resolver = FileResolver.for_manifest(store, manifest)
+    by_key: dict[str, FragmentMetadata] | None = None
+
+    def deleted(file: PublishedFile) -> Sequence[int]:
+        nonlocal by_key
+        if by_key is None:
+            # Only fragments with deleted rows are wanted; the writers ask for the
+            # new ones (a changed set has a new key), so this is read once per version.
+            by_key = {key: f for f in manifest.fragments if (key := deletion_key(f)) is not None}
+        fragment = by_key.get(file.deletion_key or "")
+        if fragment is None:
+            raise OpenFormatError(
+                f"version {manifest.version} has no deletion file {file.deletion_key!r}"
+            )
+        return list(read_deleted_rows(resolver, fragment))
+
+    return deleted
+
+
+# --- per-process state -------------------------------------------------------------------
+
+
+class _States:
+    """The state each format published last, per dataset root (bounded, LRU)."""
+
+    LIMIT = 64
+
+    def __init__(self) -> None:
+        self._items: OrderedDict[tuple[str, str], tuple[int, str, Any]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[str, str], version: int, dataset_id: str) -> Any | None:
+        with self._lock:
+            item = self._items.get(key)
+            if item is None or item[0] != version or item[1] != dataset_id:
+                return None
+            self._items.move_to_end(key)
+            return item[2]
+
+    def put(self, key: tuple[str, str], version: int, dataset_id: str, state: Any) -> None:
+        with self._lock:
+            self._items[key] = (version, dataset_id, state)
+            self._items.move_to_end(key)
+            while len(self._items) > self.LIMIT:
+                self._items.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+
+
+_STATE_CACHES: PerProcess[None, _States] = PerProcess("open format states")
+
+
+def _states() -> _States:
+    return _STATE_CACHES.get(None, _States)
+
+
+def forget_states() -> None:
+    """Forget what this process published (the next publication reads the formats'
+    own files to know where they stand)."""
+    _states().clear()
+
+
+# --- publishing --------------------------------------------------------------------------
+
+
+def _write(store: ObjectStore, publication: Publication) -> None:
+    futures: list[Future[None]] = []
+    for path, data in publication.content:
+        futures.append(run_beside(store, lambda p=path, d=data: store.put(p, d)))  # type: ignore[misc]
+    wait(futures)
+    for future in futures:
+        exc = future.exception()
+        if exc is not None:
+            raise exc
+    for path, data in publication.then:
+        store.put(path, data)
+
+
+def publish_version(
+    store: ObjectStore,
+    manifest: Manifest,
+    load_version: LoadVersion,
+    *,
+    formats: Sequence[str] | None = None,
+) -> tuple[str, ...]:
+    """Publish ``manifest``'s version in the formats it enables (or ``formats``),
+    first the versions before it that should be published and are not (oldest
+    first, at most :data:`MAX_CATCH_UP`). ``load_version`` gives the manifest of an
+    earlier version (None: gone). Returns the formats published.
+
+    Raises:
+        What writing or reading the store raised; OpenFormatError for a version the
+        formats cannot represent (committed before publication was enabled, or by a
+        release without these checks).
+    """
+    names = tuple(formats) if formats is not None else enabled_formats(manifest)
+    for name in names:
+        _publish(writer_of(name), store, manifest, load_version, 0)
+    return names
+
+
+def _publish(
+    writer: FormatWriter,
+    store: ObjectStore,
+    manifest: Manifest,
+    load_version: LoadVersion,
+    depth: int,
+) -> Any:
+    key = (store.url, writer.name)
+    states = _states()
+    done = states.get(key, manifest.version, manifest.dataset_id)
+    if done is not None:
+        return done
+    previous_manifest: Manifest | None = None
+    previous_state: Any | None = None
+    before = manifest.version - 1
+    if before >= 1:
+        previous_manifest = load_version(before)
+        if (
+            previous_manifest is None
+            or writer.name not in enabled_formats(previous_manifest)
+            or previous_manifest.dataset_id != manifest.dataset_id  # a re-created dataset
+        ):
+            previous_manifest = None
+        else:
+            previous_state = states.get(key, before, manifest.dataset_id)
+            if previous_state is None:
+                previous_state = writer.load_state(store, before)
+        if previous_manifest is not None and previous_state is None:
+            if depth >= MAX_CATCH_UP:
+                log.warning(
+                    "%s: version %d is not published as %s, nor the %d before it; "
+                    "publication starts again at version %d",
+                    store.url, before, writer.name, MAX_CATCH_UP, manifest.version,
+                )  # fmt: skip
+                previous_manifest = None
+            else:
+                previous_state = _publish(writer, store, previous_manifest, load_version, depth + 1)
+    table = table_version(store, manifest, previous_manifest)
+    publication, state = writer.publish(table, previous_state, _deleted_positions(store, manifest))
+    with telemetry.span(
+        "s3ddb.publish",
+        {
+            "s3ddb.dataset": telemetry.dataset_attribute(store.url),
+            "s3ddb.version": manifest.version,
+            "s3ddb.format": writer.name,
+        },
+    ):
+        _write(store, publication)
+    states.put(key, manifest.version, manifest.dataset_id, state)
+    telemetry.add("s3ddb.publications", 1, {"s3ddb.format": writer.name})
+    return state

@@ -1,0 +1,115 @@
+"""Turning the publication of open formats (Iceberg, Delta) on and off, and
+publishing again (see :mod:`s3ddb.open_formats.publisher`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import pyarrow as pa
+
+from s3ddb.errors import InvalidInputError, OpenFormatError
+from s3ddb.format.manifest import Manifest
+from s3ddb.format.schema import DatasetSchema
+from s3ddb.open_formats.publisher import (
+    CONFIG_KEY,
+    enabled_formats,
+    forget_states,
+    formats_config,
+    parse_formats,
+    publish_version,
+    published_schema,
+    writer_of,
+)
+from s3ddb.operations import Operation, UpdateConfig
+from s3ddb.versions.pinned import PinnedVersion, plan_and_commit
+
+__all__ = [
+    "check_schema",
+    "disable_open_formats",
+    "enable_open_formats",
+    "open_formats_config",
+    "publish_open_formats",
+]
+
+
+def open_formats_config(formats: Iterable[str] | str | None) -> dict[str, str]:
+    """The config a new dataset publishing ``formats`` starts with ({} for none).
+
+    Raises:
+        OpenFormatError: an unknown format.
+    """
+    parsed = parse_formats(formats)
+    return {CONFIG_KEY: formats_config(parsed)} if parsed else {}
+
+
+def check_schema(schema: pa.Schema | DatasetSchema, formats: Iterable[str] | str | None) -> None:
+    """Refuse ``schema`` (a dataset's, or new data's, whose fields get ids in order)
+    if a column has no exact counterpart in one of ``formats``: checked before any
+    data file is written.
+
+    Raises:
+        OpenFormatError: naming the format and the column.
+    """
+    names = parse_formats(formats)
+    if not names:
+        return
+    if isinstance(schema, pa.Schema):
+        schema = DatasetSchema.assign(schema)
+    arrow = published_schema(schema)
+    for name in names:
+        problem = writer_of(name).type_problem(arrow)
+        if problem is not None:
+            raise OpenFormatError(f"cannot publish as {name}: {problem}")
+
+
+def enable_open_formats(ds: PinnedVersion, formats: Iterable[str] | str) -> tuple[str, ...]:
+    """Commit a config change adding ``formats`` to what the dataset publishes; the
+    version it makes is the first published in them. Returns every format the
+    dataset now publishes.
+
+    Raises:
+        OpenFormatError: an unknown format, a column type a format cannot hold, or a
+            fragment of several data files (compact the dataset first); nothing was
+            committed.
+        InvalidInputError: no format given.
+    """
+    wanted = parse_formats(formats)
+    if not wanted:
+        raise InvalidInputError("enable_open_formats: name at least one format (iceberg, delta)")
+
+    def plan(manifest: Manifest) -> tuple[Operation | None, tuple[str, ...]]:
+        now = enabled_formats(manifest)
+        together = parse_formats([*now, *wanted])
+        if together == now:
+            return None, now
+        check_schema(manifest.schema, together)
+        value = formats_config(together)
+        return UpdateConfig(config_upsert={CONFIG_KEY: value}), together
+
+    return plan_and_commit(ds, "enable_open_formats", plan, None, None)
+
+
+def disable_open_formats(ds: PinnedVersion) -> None:
+    """Commit a config change that stops publication (what was published stays, for
+    the versions it stands for, until cleanup removes them)."""
+
+    def plan(manifest: Manifest) -> tuple[Operation | None, None]:
+        if CONFIG_KEY not in manifest.config:
+            return None, None
+        return UpdateConfig(config_delete=(CONFIG_KEY,)), None
+
+    plan_and_commit(ds, "disable_open_formats", plan, None, None)
+
+
+def publish_open_formats(ds: PinnedVersion) -> tuple[str, ...]:
+    """Publish ``ds``'s version again in the formats it enables, with the versions
+    before it that are missing (after a failure that was logged, say). Writes the
+    same bytes a finisher would. Returns the formats published (none when the
+    dataset publishes none).
+
+    Raises:
+        What reading the dataset or writing its store raised.
+    """
+    manifest = ds.manifest
+    forget_states()  # read where each format stands from its files
+    return publish_version(ds.handler.store, manifest, ds.handler.manifest_if_kept)
