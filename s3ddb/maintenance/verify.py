@@ -163,15 +163,24 @@ def verify(
     _check_identities(seen.identities, report.add_problem)
     _check_unreferenced(objects, seen, report.add_problem, grace_seconds, now)
     check_staging(objects.values(), report.add_problem, grace_seconds, now)
-    if any(p.startswith(("metadata/", "_delta_log/")) for p in objects):
-        for where in foreign_commits(handler.store, versions[-1]):
-            report.add_problem(
-                "foreign_open_format_commit",
-                where,
-                f"{where}: not written by s3ddb (the published tables have no other writer)",
-                "delete it and run `s3ddb open-formats URI --publish`",
-            )
+    _check_open_formats(handler.store, objects, versions[-1], report.add_problem)
     return report
+
+
+def _check_open_formats(
+    store: ObjectStore, objects: dict[str, ObjectMeta], newest: int, problem: ReportProblem
+) -> None:
+    """Report commits another engine made to the Iceberg and Delta tables s3ddb
+    publishes (it is their only writer)."""
+    if not any(p.startswith(("metadata/", "_delta_log/")) for p in objects):
+        return
+    for found in foreign_commits(store, newest):
+        problem(
+            "foreign_open_format_commit",
+            found,
+            f"{found}: not written by s3ddb; the tables it publishes have no other writer",
+            "delete what another engine wrote, then run `s3ddb open-formats URI --publish`",
+        )
 
 
 @dataclass

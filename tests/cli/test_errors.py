@@ -44,6 +44,7 @@ DATASET_VERBS: dict[str, Callable[[str], list[str]]] = {
     "drop": lambda uri: ["drop", uri, "--yes"],
     "migrate-commits": lambda uri: ["migrate-commits", uri],
     "doctor": lambda uri: ["doctor", uri],
+    "open-formats": lambda uri: ["open-formats", uri],
 }
 # Verbs without a dataset URI, tested on their own below.
 OTHER_VERBS = {"create-table", "local-aws", "demo"}

@@ -66,6 +66,18 @@ def _check_version(
     )
 
 
+def _check_duckdb_version(
+    uri: str, version: int, expected: pa.Table, options: dict[str, str] | None
+) -> None:
+    root = _root(uri)
+    want = rows_of(expected)
+    metadata = f"{root}/metadata/v{version}.metadata.json"
+    got = duckdb_read(f"select * from iceberg_scan('{metadata}')", options)
+    assert same_rows(got, expected) == want, f"DuckDB iceberg_scan, version {version}"
+    got = duckdb_read(f"select * from delta_scan('{root}', version => {version})", options)
+    assert same_rows(got, expected) == want, f"DuckDB delta_scan, version {version}"
+
+
 def _check_newest(uri: str, expected: pa.Table, options: dict[str, str] | None) -> None:
     root = _root(uri)
     want = rows_of(expected)
@@ -121,6 +133,7 @@ def test_every_version_reads_the_same_in_every_reader(tmp_path: Path) -> None:
     assert len(seen) >= 14
     for version, expected in seen.items():
         _check_version(uri, version, expected, None)
+        _check_duckdb_version(uri, version, expected, None)
     _check_newest(uri, seen[max(seen)], None)
     # Every fragment stayed one file: the schema changes wrote whole files.
     for version in seen:
@@ -313,3 +326,65 @@ def test_the_command_line_enables_shows_and_republishes(tmp_path: Path) -> None:
     assert "iceberg" in again.stdout and Path(uri, "metadata", "v2.metadata.json").exists()
     bad = cli("open-formats", uri, "--enable", "hudi")
     assert bad.returncode == 2 and "hudi" in bad.stderr
+
+
+def test_nested_columns_read_the_same_in_every_reader(tmp_path: Path) -> None:
+    uri = str(tmp_path / "ds")
+    table = pa.table(
+        {
+            "id": pa.array([1, 2, 3], pa.int64()),
+            "point": pa.array(
+                [{"x": 1.0, "y": 2.0}, {"x": 3.0, "y": None}, None],
+                pa.struct([("x", pa.float64()), ("y", pa.float64())]),
+            ),
+            "tags": pa.array([["a", "b"], [], None], pa.list_(pa.string())),
+            "attrs": pa.array(
+                [[("k", 1)], [], [("a", 2), ("b", 3)]], pa.map_(pa.string(), pa.int64())
+            ),
+        }
+    )
+    ds = s3ddb.write_dataset(table, uri, open_formats=FORMATS)
+    ds.delete("id = 2")
+    for version in (1, 2):
+        expected = ds.checkout_version(version).to_table()
+        _check_version(uri, version, expected, None)
+        _check_duckdb_version(uri, version, expected, None)
+
+
+def test_clones_publish_their_own_tables(tmp_path: Path) -> None:
+    src = s3ddb.write_dataset(_table(0, 10), str(tmp_path / "src"), open_formats=FORMATS)
+    src.delete("id < 2")
+    shallow = src.shallow_clone(str(tmp_path / "shallow"))
+    shallow.insert(_table(10, 3))
+    deep = src.deep_clone(str(tmp_path / "deep"))
+    for clone in (shallow, deep):
+        assert clone.open_formats == ("iceberg", "delta")
+        for version in range(1, clone.version + 1):
+            expected = clone.checkout_version(version).to_table()
+            _check_version(clone.uri, version, expected, None)
+        _check_newest(clone.uri, clone.to_table(), None)
+    # The shallow clone's tables name the source's files where they are.
+    text = Path(tmp_path, "shallow", "_delta_log", "00000000000000000001.json").read_text()
+    assert str(tmp_path / "src" / "data") in text
+
+
+def test_concurrent_writers_publish_every_version(aws: Any, ddb_uri: str) -> None:
+    from tests.proc import run_workers
+    from tests.workers import rows_for
+
+    so = aws.storage_options()
+    s3ddb.write_dataset(rows_for(0, 0, 2), ddb_uri, open_formats=FORMATS, storage_options=so)
+    results = run_workers([("append", ddb_uri, str(w), "4", "3") for w in (1, 2, 3)], env=aws.env())
+    assert all(r.returncode == 0 for r in results), [r.stderr[-1500:] for r in results]
+    forget_states()
+    ds = s3ddb.dataset(ddb_uri, storage_options=so)
+    assert ds.version == 13
+    store = ObjectStore(ddb_uri, so)
+    for version in range(1, 14):
+        expected = ds.checkout_version(version).to_table()
+        want = rows_of(expected)
+        metadata = f"{_root(ddb_uri)}/metadata/v{version}.metadata.json"
+        assert same_rows(pyiceberg_read(metadata, so), expected) == want, version
+        assert store.exists(f"_delta_log/{version:020d}.json")
+    _check_version(ddb_uri, 13, ds.to_table(), so)
+    _check_newest(ddb_uri, ds.to_table(), so)
