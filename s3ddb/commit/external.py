@@ -914,6 +914,18 @@ class ExternalStoreCommitHandler(CommitHandler):
         self._discard_staged(row.path)
         return replace(row, path=final)
 
+    def manifest_if_kept(self, version: int) -> Manifest | None:
+        """As :meth:`CommitHandler.manifest_if_kept`; a version whose row this handler
+        knows (the one before its own commit, usually) costs no request: its manifest
+        is cached, and a staged one reads the same as its final copy."""
+        known = self._rows.get(version)
+        if known is not None:
+            try:
+                return self.load_manifest(self.location_of_row(known))
+            except (VersionNotFoundError, ManifestCorruptError):
+                pass  # removed by cleanup meanwhile, say: ask the table
+        return super().manifest_if_kept(version)
+
     def _manifest_to_publish(self, row: ManifestRow, final: str) -> Manifest | None:
         """``row``'s manifest, whose final copy at ``final`` was verified: from the
         cache (it almost always is: the writer or the finisher just checked it), else
