@@ -20,7 +20,10 @@ Usage: ``python benchmarks/open_formats.py [--appends 100]``
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections import Counter
@@ -88,7 +91,39 @@ def _endpoint(appends: int) -> list[list[str]]:
         added = statistics.mean(requests["with"]) - statistics.mean(requests["without"])
         ratio = statistics.median(times["with"]) / statistics.median(times["without"])
         rows.append(["publication adds", f"{ratio:.2f}x", f"{added:.2f} requests / commit"])
+        # A cold writer: one process per append (a CLI, a batch job), which reads
+        # where each format stands from its files before publishing.
+        cold: dict[str, list[int]] = {"with": [], "without": []}
+        env = aws.env(inherit=True)
+        for i in range(appends + 1, appends + 1 + _COLD):
+            for variant, uri in uris.items():
+                aws.clear_requests()
+                subprocess.run(
+                    [sys.executable, "-c", _COLD_CHILD, uri, str(i), json.dumps(so)],
+                    env=env, check=True, timeout=300,
+                )  # fmt: skip
+                cold[variant].append(len(aws.requests))
+        added = statistics.mean(cold["with"]) - statistics.mean(cold["without"])
+        rows.append(
+            [
+                "cold writer (a process per append)",
+                "",
+                f"{statistics.mean(cold['without']):.1f} without, "
+                f"{statistics.mean(cold['with']):.1f} with: {added:+.1f} requests",
+            ]
+        )
         return rows
+
+
+_COLD = 10
+_COLD_CHILD = """
+import json, sys
+import pyarrow as pa
+import s3ddb
+i = int(sys.argv[2])
+table = pa.table({"id": pa.array([i], pa.int64()), "name": [f"row-{i}"]})
+s3ddb.write_dataset(table, sys.argv[1], mode="append", storage_options=json.loads(sys.argv[3]))
+"""
 
 
 def _operation(request: Any) -> str:

@@ -144,6 +144,14 @@ PROBLEM_KINDS: dict[str, ProblemKind] = {
             "URI --publish`"
         ),
     ),
+    "unpublished_version": ProblemKind(
+        meaning=(
+            "the newest version enables open formats (Iceberg, Delta) but is not published "
+            "in one of them: a publication failed (it was logged) and no commit caught up "
+            "since; that format's readers see an older version"
+        ),
+        fix="`s3ddb open-formats URI --publish`",
+    ),
     "spark_staging_leftover": ProblemKind(
         meaning=(
             "a `_spark_staging/<write id>/` folder whose newest file is older than `--grace`: a "

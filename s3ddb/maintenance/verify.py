@@ -37,7 +37,8 @@ from s3ddb.io.object_store import ObjectMeta, ObjectStore
 from s3ddb.maintenance.group_check import check_groups
 from s3ddb.maintenance.problems import Problem, ReportProblem
 from s3ddb.maintenance.staging import check_staging
-from s3ddb.open_formats.retention import foreign_commits
+from s3ddb.open_formats.publisher import enabled_formats
+from s3ddb.open_formats.retention import foreign_commits, published_paths
 from s3ddb.versions.connect import open_handler
 from s3ddb.versions.opening import dataset_not_found
 from s3ddb.versions.tags import read_tag_version, tag_name_of
@@ -163,8 +164,42 @@ def verify(
     _check_identities(seen.identities, report.add_problem)
     _check_unreferenced(objects, seen, report.add_problem, grace_seconds, now)
     check_staging(objects.values(), report.add_problem, grace_seconds, now)
+    newest = locations[versions[-1]]
+    _check_published(handler, newest, objects, report.add_problem, grace_seconds, now)
     _check_open_formats(handler.store, objects, versions[-1], report.add_problem)
     return report
+
+
+def _check_published(
+    handler: CommitHandler,
+    newest: ManifestLocation,
+    objects: dict[str, ObjectMeta],
+    problem: ReportProblem,
+    grace_seconds: float,
+    now: float,
+) -> None:
+    """Report the newest version when it enables open formats that have not published
+    it (a publication failed and nothing caught up since). A version younger than the
+    grace period may be being published."""
+    try:
+        manifest = handler.load_manifest(newest)
+    except S3DDBError:
+        return  # reported by the checks of the version
+    meta = objects.get(newest.path)
+    if meta is not None and not old_enough(meta, grace_seconds, now):
+        return
+    for name in enabled_formats(manifest):
+        published = published_paths(name, manifest.version)
+        missing = [p for p in published if p not in objects]
+        if missing:
+            problem(
+                "unpublished_version",
+                missing[0],
+                f"version {manifest.version} publishes {name}, but {missing[0]} is missing: "
+                f"{name} readers see an older version",
+                "`s3ddb open-formats URI --publish`",
+                manifest.version,
+            )
 
 
 def _check_open_formats(

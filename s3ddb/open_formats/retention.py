@@ -25,6 +25,7 @@ __all__ = [
     "doomed_published",
     "foreign_commits",
     "names_of",
+    "published_paths",
     "tail_group_name",
 ]
 
@@ -128,6 +129,16 @@ def doomed_published(
             if version < start:
                 doomed[meta.path] = (PUBLISHED_KIND, meta.size)
     return doomed
+
+
+def published_paths(format_name: str, version: int) -> list[str]:
+    """The files that show ``version`` is published in ``format_name``: its Iceberg
+    metadata file, or its Delta commit."""
+    from s3ddb.open_formats import delta, iceberg
+
+    if format_name == "iceberg":
+        return iceberg.version_files(version)[:1]
+    return delta.version_files(version)
 
 
 def foreign_commits(store: ObjectStore, newest_version: int) -> list[str]:

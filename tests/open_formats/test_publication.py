@@ -388,3 +388,46 @@ def test_concurrent_writers_publish_every_version(aws: Any, ddb_uri: str) -> Non
         assert store.exists(f"_delta_log/{version:020d}.json")
     _check_version(ddb_uri, 13, ds.to_table(), so)
     _check_newest(ddb_uri, ds.to_table(), so)
+
+
+def test_chunked_manifests_publish_one_iceberg_manifest_per_chunk(
+    tmp_path: Path, instant_cleanup: None
+) -> None:
+    uri = str(tmp_path / "ds")
+    ds = s3ddb.write_dataset(_table(0, 2), uri, open_formats=FORMATS)
+    ds.update_config({"s3ddb.chunk_fragments": "4", "s3ddb.inline_fragments": "2"})
+    for i in range(1, 15):
+        ds.insert(_table(i * 2, 2))
+    ds.delete("id = 3 OR id = 20")
+    chunks = {ref.name for ref in ds.manifest.fragments.chunk_refs()}
+    assert len(chunks) >= 3
+    # Each chunk's manifest was written once and is listed again by later versions.
+    manifests = {p.name for p in Path(uri, "metadata").glob("m-*.avro")}
+    assert {f"m-{name}.avro" for name in chunks} <= manifests
+    assert len(manifests) < 2 * ds.version
+    for version in range(1, ds.version + 1):
+        expected = ds.checkout_version(version).to_table()
+        _check_version(uri, version, expected, None)
+    _check_duckdb_version(uri, ds.version, ds.to_table(), None)
+    stats = ds.cleanup_old_versions(older_than=dt.timedelta(0), retain_versions=3)
+    assert stats.files.get("open_format_files", 0) > 0
+    for version in range(ds.version - 2, ds.version + 1):
+        expected = ds.checkout_version(version).to_table()
+        _check_version(uri, version, expected, None)
+        _check_duckdb_version(uri, version, expected, None)
+
+
+def test_verify_reports_a_version_left_unpublished(tmp_path: Path) -> None:
+    from s3ddb.maintenance.verify import verify
+
+    uri = str(tmp_path / "ds")
+    ds = s3ddb.write_dataset(_table(0, 10), uri, open_formats=FORMATS)
+    ds.insert(_table(10, 2))
+    assert verify(uri, grace_seconds=0).healthy
+    Path(uri, "_delta_log", "00000000000000000002.json").unlink()
+    report = verify(uri, grace_seconds=0)
+    assert [(p.kind, p.version) for p in report.problems] == [("unpublished_version", 2)]
+    assert verify(uri).healthy  # a young version may be being published
+    ds.publish_open_formats()
+    assert verify(uri, grace_seconds=0).healthy
+    _check_version(uri, 2, ds.to_table(), None)
