@@ -431,3 +431,28 @@ def test_verify_reports_a_version_left_unpublished(tmp_path: Path) -> None:
     ds.publish_open_formats()
     assert verify(uri, grace_seconds=0).healthy
     _check_version(uri, 2, ds.to_table(), None)
+
+
+def test_a_group_commit_publishes_each_dataset(aws: Any) -> None:
+    import uuid
+
+    from tests.conftest import TEST_BUCKET, TEST_TABLE
+
+    so = aws.storage_options()
+    uris = [
+        f"s3+ddb://{TEST_BUCKET}/g-{uuid.uuid4().hex[:8]}?ddbTableName={TEST_TABLE}"
+        for _ in range(2)
+    ]
+    for uri in uris:
+        s3ddb.write_dataset(_table(0, 4), uri, open_formats=FORMATS, storage_options=so)
+    with s3ddb.atomic(storage_options=so) as tx:
+        tx.dataset(uris[0]).insert(_table(10, 2))
+        tx.dataset(uris[1]).delete("id = 1")
+    finalizer.drain()
+    for uri in uris:
+        ds = s3ddb.dataset(uri, storage_options=so)
+        assert ds.version == 2
+        expected = ds.to_table()
+        metadata = f"{_root(uri)}/metadata/v2.metadata.json"
+        assert same_rows(pyiceberg_read(metadata, so), expected) == rows_of(expected)
+        assert ObjectStore(uri, so).exists("_delta_log/00000000000000000002.json")
