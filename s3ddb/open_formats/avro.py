@@ -22,6 +22,13 @@ when there are no records), the file metadata in a fixed order (``avro.schema``,
 derived from the content (the first 16 bytes of the SHA-256 of the schema and the
 encoded records), so the same input always gives the same bytes.
 
+A schema is checked and compiled once (:class:`AvroSchema`; :func:`encode_container`
+keeps the dicts it was given compiled, by identity, while their JSON stays the same):
+names are resolved and each union's branch tests fixed ahead of time, so encoding a
+value runs only the checks of its own type. Records encode as the concatenation of
+their fields, so a caller may join parts it encoded earlier
+(:meth:`AvroSchema.container`).
+
 The decoder treats its input as untrusted: every count and length is checked against
 the bytes left, the total number of decoded items and the nesting depth are capped,
 and anything truncated or malformed raises
@@ -33,13 +40,14 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from s3ddb.errors import StoredMetadataError
 
-__all__ = ["MAGIC", "AvroFile", "decode_container", "encode_container"]
+__all__ = ["MAGIC", "AvroFile", "AvroSchema", "decode_container", "encode_container"]
 
 #: The first four bytes of every Avro object container file.
 MAGIC = b"Obj\x01"
@@ -160,13 +168,23 @@ def _resolve(schema: Any, names: Mapping[str, Any]) -> Any:
 
 # --- encoding ------------------------------------------------------------------------
 
+_LONG_MASK = 0xFFFFFFFFFFFFFFFF
+_PACK_FLOAT = struct.Struct("<f").pack
+_PACK_DOUBLE = struct.Struct("<d").pack
+
 
 def _varint(n: int, out: bytearray) -> None:
-    z = ((n << 1) ^ (n >> 63)) & 0xFFFFFFFFFFFFFFFF  # zigzag, as 64 bits
+    z = ((n << 1) ^ (n >> 63)) & _LONG_MASK  # zigzag, as 64 bits
     while z > 0x7F:
         out.append((z & 0x7F) | 0x80)
         z >>= 7
     out.append(z)
+
+
+def _varint_bytes(n: int) -> bytes:
+    out = bytearray()
+    _varint(n, out)
+    return bytes(out)
 
 
 def _encode_bytes(data: bytes, out: bytearray) -> None:
@@ -174,85 +192,397 @@ def _encode_bytes(data: bytes, out: bytearray) -> None:
     out += data
 
 
-def _accepts(schema: Any, value: Any, names: Mapping[str, Any]) -> bool:
-    """Whether ``value`` can be written as ``schema`` (to pick a union's branch)."""
-    schema = _resolve(schema, names)
-    if isinstance(schema, str):
-        if schema == "null":
-            return value is None
-        if schema == "boolean":
-            return isinstance(value, bool)
-        if schema in ("int", "long"):
-            return isinstance(value, int) and not isinstance(value, bool)
-        if schema in ("float", "double"):
-            return isinstance(value, (int, float)) and not isinstance(value, bool)
-        if schema == "string":
-            return isinstance(value, str)
-        return isinstance(value, (bytes, bytearray))  # bytes
-    kind = schema["type"]
-    if kind == "fixed":
-        return isinstance(value, (bytes, bytearray)) and len(value) == schema["size"]
-    if kind == "array":
-        return isinstance(value, (list, tuple))
-    if kind == "map":
-        return isinstance(value, Mapping)
-    return isinstance(value, Mapping)  # record
+class _Unfit(Exception):
+    """A value does not fit its schema. ``path`` collects where, innermost segment
+    first, as the error travels up (nothing is formatted while values fit)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.path: list[str] = []
+
+    def error(self, where: str) -> ValueError:
+        return ValueError(f"{where}{''.join(reversed(self.path))}: {self.message}")
 
 
-def _encode(schema: Any, value: Any, names: Mapping[str, Any], out: bytearray, where: str) -> None:
-    schema = _resolve(schema, names)
-    if isinstance(schema, list):
-        for index, branch in enumerate(schema):
-            if _accepts(branch, value, names):
-                _varint(index, out)
-                _encode(branch, value, names, out, where)
-                return
-        raise ValueError(f"{where}: no branch of union {schema!r} accepts {value!r}")
-    if not _accepts(schema, value, names):
-        raise ValueError(f"{where}: {value!r} is not a valid {schema!r}")
-    if isinstance(schema, str):
-        if schema == "null":
+#: Writes one value (checking it fits) to the bytearray; raises _Unfit.
+_Writer = Callable[[Any, bytearray], None]
+#: Whether a value can be written as a union branch (the branch the encoder picks).
+_Accepts = Callable[[Any], bool]
+
+
+def _is_null(value: Any) -> bool:
+    return value is None
+
+
+def _is_boolean(value: Any) -> bool:
+    return isinstance(value, bool)
+
+
+def _is_integer(value: Any) -> bool:
+    return type(value) is int or (isinstance(value, int) and not isinstance(value, bool))
+
+
+def _is_number(value: Any) -> bool:
+    t = type(value)
+    return (
+        t is float or t is int or (isinstance(value, (int, float)) and not isinstance(value, bool))
+    )
+
+
+def _is_string(value: Any) -> bool:
+    return isinstance(value, str)
+
+
+def _is_bytes(value: Any) -> bool:
+    return isinstance(value, (bytes, bytearray))
+
+
+def _is_sequence(value: Any) -> bool:
+    return isinstance(value, (list, tuple))
+
+
+def _is_mapping(value: Any) -> bool:
+    return type(value) is dict or isinstance(value, Mapping)
+
+
+_PRIMITIVE_ACCEPTS: dict[str, _Accepts] = {
+    "null": _is_null,
+    "boolean": _is_boolean,
+    "int": _is_integer,
+    "long": _is_integer,
+    "float": _is_number,
+    "double": _is_number,
+    "bytes": _is_bytes,
+    "string": _is_string,
+}
+
+
+def _unfit(value: Any, schema: Any) -> _Unfit:
+    return _Unfit(f"{value!r} is not a valid {schema!r}")
+
+
+def _write_null(value: Any, out: bytearray) -> None:
+    if value is not None:
+        raise _unfit(value, "null")
+
+
+def _write_boolean(value: Any, out: bytearray) -> None:
+    if not isinstance(value, bool):
+        raise _unfit(value, "boolean")
+    out.append(1 if value else 0)
+
+
+def _integer_writer(kind: str, low: int, high: int) -> _Writer:
+    def write(value: Any, out: bytearray) -> None:
+        if type(value) is not int and (not isinstance(value, int) or isinstance(value, bool)):
+            raise _unfit(value, kind)
+        if not low <= value <= high:
+            raise _Unfit(f"{value} is out of range for {kind}")
+        z = ((value << 1) ^ (value >> 63)) & _LONG_MASK
+        if z <= 0x7F:
+            out.append(z)
             return
-        if schema == "boolean":
-            out.append(1 if value else 0)
-        elif schema in ("int", "long"):
-            low, high = _INT_RANGE if schema == "int" else _LONG_RANGE
-            if not low <= value <= high:
-                raise ValueError(f"{where}: {value} is out of range for {schema}")
-            _varint(value, out)
-        elif schema == "float":
-            out += struct.pack("<f", value)
-        elif schema == "double":
-            out += struct.pack("<d", value)
-        elif schema == "string":
-            _encode_bytes(value.encode("utf-8"), out)
-        else:
+        while z > 0x7F:
+            out.append((z & 0x7F) | 0x80)
+            z >>= 7
+        out.append(z)
+
+    return write
+
+
+def _float_writer(kind: str, pack: Callable[[Any], bytes]) -> _Writer:
+    def write(value: Any, out: bytearray) -> None:
+        if not _is_number(value):
+            raise _unfit(value, kind)
+        out += pack(value)
+
+    return write
+
+
+def _write_string(value: Any, out: bytearray) -> None:
+    if not isinstance(value, str):
+        raise _unfit(value, "string")
+    data = value.encode("utf-8")
+    _varint(len(data), out)
+    out += data
+
+
+def _write_bytes(value: Any, out: bytearray) -> None:
+    if not isinstance(value, (bytes, bytearray)):
+        raise _unfit(value, "bytes")
+    _varint(len(value), out)
+    out += value
+
+
+_PRIMITIVE_WRITERS: dict[str, _Writer] = {
+    "null": _write_null,
+    "boolean": _write_boolean,
+    "int": _integer_writer("int", *_INT_RANGE),
+    "long": _integer_writer("long", *_LONG_RANGE),
+    "float": _float_writer("float", _PACK_FLOAT),
+    "double": _float_writer("double", _PACK_DOUBLE),
+    "bytes": _write_bytes,
+    "string": _write_string,
+}
+
+
+class _Compiler:
+    """Turns a checked schema into writers: every name and ``{"type": ...}`` wrapper
+    resolved once, each union's branch tests fixed, so writing a value only runs the
+    checks its own type needs. A named type is compiled once (references share it,
+    a recursive record reaches itself through its cell)."""
+
+    def __init__(self, names: Mapping[str, Any]) -> None:
+        self.names = names
+        self.named: dict[str, list[_Writer]] = {}
+
+    def accepts(self, schema: Any) -> _Accepts:
+        schema = _resolve(schema, self.names)
+        if isinstance(schema, str):
+            return _PRIMITIVE_ACCEPTS[schema]
+        kind = schema["type"]
+        if kind == "fixed":
+            size = schema["size"]
+            return lambda value: isinstance(value, (bytes, bytearray)) and len(value) == size
+        if kind == "array":
+            return _is_sequence
+        return _is_mapping  # map, record
+
+    def writer(self, schema: Any) -> _Writer:
+        schema = _resolve(schema, self.names)
+        if isinstance(schema, str):
+            return _PRIMITIVE_WRITERS[schema]
+        if isinstance(schema, list):
+            return self._union(schema)
+        kind = schema["type"]
+        if kind in ("record", "error", "fixed"):
+            name = schema["name"]
+            cell = self.named.get(name)
+            if cell is None:
+                cell = self.named[name] = []
+                cell.append(self._fixed(schema) if kind == "fixed" else self._record(schema))
+            if cell:
+                return cell[0]
+            return lambda value, out: cell[0](value, out)  # a record inside itself
+        if kind == "array":
+            return self._array(schema)
+        return self._map(schema)
+
+    def _union(self, schema: list[Any]) -> _Writer:
+        branches = [
+            (self.accepts(branch), _varint_bytes(index), self.writer(branch))
+            for index, branch in enumerate(schema)
+        ]
+
+        def fail(value: Any) -> _Unfit:
+            return _Unfit(f"no branch of union {schema!r} accepts {value!r}")
+
+        if len(branches) == 2 and _resolve(schema[0], self.names) == "null":
+            (_a, _t, _w), (accepts, tag, write_value) = branches
+
+            def write_optional(value: Any, out: bytearray) -> None:
+                if value is None:
+                    out.append(0)
+                elif accepts(value):
+                    out += tag
+                    write_value(value, out)
+                else:
+                    raise fail(value)
+
+            return write_optional
+
+        def write(value: Any, out: bytearray) -> None:
+            for accepts, tag, write_branch in branches:
+                if accepts(value):
+                    out += tag
+                    write_branch(value, out)
+                    return
+            raise fail(value)
+
+        return write
+
+    def _fixed(self, schema: Mapping[str, Any]) -> _Writer:
+        size = schema["size"]
+
+        def write(value: Any, out: bytearray) -> None:
+            if not isinstance(value, (bytes, bytearray)) or len(value) != size:
+                raise _unfit(value, schema)
+            out += value
+
+        return write
+
+    def _array(self, schema: Mapping[str, Any]) -> _Writer:
+        write_item = self.writer(schema["items"])
+
+        def write(value: Any, out: bytearray) -> None:
+            if not isinstance(value, (list, tuple)):
+                raise _unfit(value, schema)
+            if value:
+                _varint(len(value), out)
+                for i, item in enumerate(value):
+                    try:
+                        write_item(item, out)
+                    except _Unfit as exc:
+                        exc.path.append(f"[{i}]")
+                        raise
+            out.append(0)
+
+        return write
+
+    def _map(self, schema: Mapping[str, Any]) -> _Writer:
+        write_value = self.writer(schema["values"])
+
+        def write(value: Any, out: bytearray) -> None:
+            if not _is_mapping(value):
+                raise _unfit(value, schema)
+            if value:
+                _varint(len(value), out)
+                for key, item in value.items():
+                    if not isinstance(key, str):
+                        raise _Unfit(f"map key {key!r} is not a string")
+                    _encode_bytes(key.encode("utf-8"), out)
+                    try:
+                        write_value(item, out)
+                    except _Unfit as exc:
+                        exc.path.append(f"[{key!r}]")
+                        raise
+            out.append(0)
+
+        return write
+
+    def _record(self, schema: Mapping[str, Any]) -> _Writer:
+        record_name = schema["name"]
+        # Compiled after the cell exists but before it is filled: a field that refers
+        # to this record gets the indirect writer.
+        fields: list[tuple[str, _Writer]] = []
+
+        def write(value: Any, out: bytearray) -> None:
+            if type(value) is not dict and not isinstance(value, Mapping):
+                raise _unfit(value, schema)
+            for name, write_field in fields:
+                if name not in value:
+                    raise _Unfit(f"record {record_name!r} lacks field {name!r}")
+                try:
+                    write_field(value[name], out)
+                except _Unfit as exc:
+                    exc.path.append(f".{name}")
+                    raise
+
+        fields.extend((f["name"], self.writer(f["type"])) for f in schema["fields"])
+        return write
+
+
+class AvroSchema:
+    """An Avro schema checked and compiled once, to encode many values and files.
+
+    The schema (a Python dict, as its JSON) must not change afterwards: its JSON and
+    its writers are taken when it is compiled.
+
+    Raises:
+        ValueError: the schema is malformed or unsupported.
+    """
+
+    __slots__ = ("_write", "json", "schema")
+
+    def __init__(self, schema: Any) -> None:
+        self._init(schema, _checked_names(schema))
+
+    @classmethod
+    def _of(cls, schema: Any, names: Mapping[str, Any]) -> AvroSchema:
+        self = cls.__new__(cls)
+        self._init(schema, names)
+        return self
+
+    def _init(self, schema: Any, names: Mapping[str, Any]) -> None:
+        self.schema = schema
+        #: The schema as the file header writes it (``avro.schema``).
+        self.json = json.dumps(schema, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        self._write = _Compiler(names).writer(schema)
+
+    def encode(self, value: Any, where: str = "value") -> bytes:
+        """The Avro binary encoding of ``value`` (records encode as the concatenation
+        of their fields' encodings, so parts can be joined).
+
+        Raises:
+            ValueError: ``value`` does not match the schema (the message starts with
+                ``where`` and the path inside it).
+        """
+        out = bytearray()
+        try:
+            self._write(value, out)
+        except _Unfit as exc:
+            raise exc.error(where) from None
+        return bytes(out)
+
+    def container(
+        self, encoded: Sequence[bytes], metadata: Sequence[tuple[str, bytes]] = ()
+    ) -> bytes:
+        """The container file of records already encoded with this schema
+        (:meth:`encode`), the same bytes :func:`encode_container` writes for them."""
+        _check_metadata(metadata)
+        return self._file(b"".join(encoded), len(encoded), metadata)
+
+    def _file(self, body: bytes, count: int, metadata: Sequence[tuple[str, bytes]]) -> bytes:
+        schema_json = self.json
+        sync = hashlib.sha256(schema_json + b"\x00" + body).digest()[:_SYNC_SIZE]
+        out = bytearray(MAGIC)
+        entries = [("avro.schema", schema_json), ("avro.codec", b"null"), *metadata]
+        _varint(len(entries), out)
+        for key, value in entries:
+            _encode_bytes(key.encode("utf-8"), out)
             _encode_bytes(bytes(value), out)
-        return
-    kind = schema["type"]
-    if kind == "fixed":
-        out += value
-    elif kind == "array":
-        if value:
-            _varint(len(value), out)
-            for i, item in enumerate(value):
-                _encode(schema["items"], item, names, out, f"{where}[{i}]")
         out.append(0)
-    elif kind == "map":
-        if value:
-            _varint(len(value), out)
-            for key, item in value.items():
-                if not isinstance(key, str):
-                    raise ValueError(f"{where}: map key {key!r} is not a string")
-                _encode_bytes(key.encode("utf-8"), out)
-                _encode(schema["values"], item, names, out, f"{where}[{key!r}]")
-        out.append(0)
-    else:
-        for f in schema["fields"]:
-            name = f["name"]
-            if name not in value:
-                raise ValueError(f"{where}: record {schema['name']!r} lacks field {name!r}")
-            _encode(f["type"], value[name], names, out, f"{where}.{name}")
+        out += sync
+        if count:
+            _varint(count, out)
+            _varint(len(body), out)
+            out += body
+            out += sync
+        return bytes(out)
+
+
+def _checked_names(schema: Any) -> dict[str, Any]:
+    names: dict[str, Any] = {}
+    try:
+        _collect_names(schema, names)
+    except _SchemaError as exc:
+        raise ValueError(f"Avro schema: {exc}") from None
+    return names
+
+
+def _check_metadata(metadata: Sequence[tuple[str, bytes]]) -> None:
+    keys = [key for key, _v in metadata]
+    if len(set(keys)) != len(keys) or any(k.startswith("avro.") for k in keys):
+        raise ValueError(f"Avro metadata keys must be distinct and not avro.*: {keys!r}")
+
+
+# Schemas compiled lately, by identity; an entry keeps its schema object alive (so its
+# id is not reused) and its JSON (so a schema changed in place is compiled again).
+_COMPILED: dict[int, AvroSchema] = {}
+_COMPILED_MAX = 64
+_COMPILED_LOCK = threading.Lock()
+
+
+def _cached(schema: Any) -> AvroSchema | None:
+    compiled = _COMPILED.get(id(schema))
+    if compiled is None or compiled.schema is not schema:
+        return None
+    try:
+        same = (
+            json.dumps(schema, separators=(",", ":"), ensure_ascii=False).encode() == compiled.json
+        )
+    except (TypeError, ValueError):
+        same = False
+    return compiled if same else None
+
+
+def _remember(compiled: AvroSchema) -> None:
+    with _COMPILED_LOCK:
+        _COMPILED.pop(id(compiled.schema), None)
+        _COMPILED[id(compiled.schema)] = compiled
+        while len(_COMPILED) > _COMPILED_MAX:
+            del _COMPILED[next(iter(_COMPILED))]
 
 
 def encode_container(
@@ -262,40 +592,33 @@ def encode_container(
 
     ``metadata`` entries follow ``avro.schema`` and ``avro.codec`` in the given order.
     The schema JSON keeps the dicts' key order, so a caller that builds its schema the
-    same way gets the same bytes.
+    same way gets the same bytes. ``schema`` is a dict or an :class:`AvroSchema`; a dict
+    is compiled once and reused while it stays the same object with the same JSON.
 
     Raises:
         ValueError: the schema is malformed or unsupported, a record does not match it
             (a missing field, a value of the wrong type, an int out of range), or
             ``metadata`` names an ``avro.`` key or a key twice.
     """
-    names: dict[str, Any] = {}
-    try:
-        _collect_names(schema, names)
-    except _SchemaError as exc:
-        raise ValueError(f"Avro schema: {exc}") from None
-    keys = [key for key, _v in metadata]
-    if len(set(keys)) != len(keys) or any(k.startswith("avro.") for k in keys):
-        raise ValueError(f"Avro metadata keys must be distinct and not avro.*: {keys!r}")
-    schema_json = json.dumps(schema, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    if isinstance(schema, AvroSchema):
+        compiled: AvroSchema | None = schema
+        names = None
+    else:
+        compiled = _cached(schema)
+        names = _checked_names(schema) if compiled is None else None
+    _check_metadata(metadata)
+    if compiled is None:
+        assert names is not None
+        compiled = AvroSchema._of(schema, names)
+        _remember(compiled)
+    write = compiled._write
     body = bytearray()
     for i, record in enumerate(records):
-        _encode(schema, record, names, body, f"record {i}")
-    sync = hashlib.sha256(schema_json + b"\x00" + bytes(body)).digest()[:_SYNC_SIZE]
-    out = bytearray(MAGIC)
-    entries = [("avro.schema", schema_json), ("avro.codec", b"null"), *metadata]
-    _varint(len(entries), out)
-    for key, value in entries:
-        _encode_bytes(key.encode("utf-8"), out)
-        _encode_bytes(bytes(value), out)
-    out.append(0)
-    out += sync
-    if records:
-        _varint(len(records), out)
-        _varint(len(body), out)
-        out += body
-        out += sync
-    return bytes(out)
+        try:
+            write(record, body)
+        except _Unfit as exc:
+            raise exc.error(f"record {i}") from None
+    return compiled._file(bytes(body), len(records), metadata)
 
 
 # --- decoding ------------------------------------------------------------------------

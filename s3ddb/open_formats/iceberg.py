@@ -48,10 +48,11 @@ fields) for files with nested columns.
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,7 +62,7 @@ import pyarrow.parquet as pq
 
 from s3ddb.errors import InvalidInputError, StoredMetadataError
 from s3ddb.io.object_store import ObjectStore
-from s3ddb.open_formats.avro import decode_container, encode_container
+from s3ddb.open_formats.avro import AvroSchema, decode_container, encode_container
 from s3ddb.open_formats.model import (
     DeletedPositions,
     FileGroup,
@@ -416,7 +417,7 @@ _DATA_FILE = {
     ],
 }
 
-_MANIFEST_ENTRY = {
+_MANIFEST_ENTRY: dict[str, Any] = {
     "type": "record",
     "name": "manifest_entry",
     "fields": [
@@ -462,6 +463,15 @@ _MANIFEST_FILE = {
 }
 
 
+# Compiled once. A manifest entry's encoding is its head (status, snapshot id, sequence
+# numbers) followed by its data file's: entries are assembled from the two parts.
+_ENTRY_AVRO = AvroSchema(_MANIFEST_ENTRY)
+assert [f["name"] for f in _MANIFEST_ENTRY["fields"]][-1] == "data_file"
+_ENTRY_HEAD_AVRO = AvroSchema({**_MANIFEST_ENTRY, "fields": _MANIFEST_ENTRY["fields"][:-1]})
+_DATA_FILE_AVRO = AvroSchema(_DATA_FILE)
+_MANIFEST_FILE_AVRO = AvroSchema(_MANIFEST_FILE)
+
+
 def _data_file(
     content: int, path: str, rows: int, size: int, bound: bytes | None
 ) -> dict[str, Any]:
@@ -485,6 +495,47 @@ def _data_file(
         "split_offsets": None,
         "equality_ids": None,
         "sort_order_id": None,
+    }
+
+
+# typed: 1, True and 1.0 are one key otherwise (and not one encoding).
+@functools.lru_cache(maxsize=8192, typed=True)
+def _data_file_avro(content: int, path: str, rows: int, size: int, bound: bytes | None) -> bytes:
+    """The Avro encoding of a ``data_file`` record: a version lists most files its
+    predecessor listed, in a group written again (the inline one) each time.
+
+    Raises:
+        ValueError: a value does not fit (the caller encodes the entries again to
+            report it as the whole manifest would).
+    """
+    return _DATA_FILE_AVRO.encode(_data_file(content, path, rows, size, bound))
+
+
+def _entries_manifest(
+    version: int,
+    data_files: Sequence[tuple[int, str, int, int, bytes | None]],
+    metadata: Sequence[tuple[str, bytes]],
+) -> bytes:
+    """The manifest of ``data_files`` (``_data_file`` arguments) added by ``version``:
+    the bytes :func:`encode_container` writes for their entries, from cached parts."""
+    try:
+        head = _ENTRY_HEAD_AVRO.encode(_entry_head(version))
+        parts = [head + _data_file_avro(*args) for args in data_files]
+    except ValueError:
+        parts = None
+    if parts is None:  # report what does not fit as encoding the whole would
+        entries = [{**_entry_head(version), "data_file": _data_file(*args)} for args in data_files]
+        return encode_container(_ENTRY_AVRO, entries, metadata)
+    return _ENTRY_AVRO.container(parts, metadata)
+
+
+def _entry_head(version: int) -> dict[str, Any]:
+    # Explicit ids and sequence numbers: nothing is left to inheritance.
+    return {
+        "status": 1,
+        "snapshot_id": version,
+        "sequence_number": version,
+        "file_sequence_number": version,
     }
 
 
@@ -618,7 +669,7 @@ class IcebergWriter:
             schema_id = prev.schema_id
         else:
             schema_id = prev.schema_id + 1 if prev is not None else 0
-        schema_json = {**struct, "schema-id": schema_id}
+        schema = (_schema_text(canonical, schema_id), schema_id)
 
         reused: dict[str, list[ManifestInfo]] = {}
         for info in prev.manifests if prev else ():
@@ -634,7 +685,7 @@ class IcebergWriter:
             if group.name in reused:
                 manifests.extend(reused[group.name])
                 continue
-            written, delete_files = _group_manifests(group, table, schema_json, deleted)
+            written, delete_files = _group_manifests(group, table, schema, deleted)
             for info, data in written:
                 content.append((info.path, data))
                 manifests.append(info)
@@ -698,10 +749,16 @@ def _absolute(root: str, file: PublishedFile) -> str:
     return f"{root}/{file.path}" if file.is_relative else file.path
 
 
-def _manifest_metadata(schema_json: Mapping[str, Any], content: str) -> list[tuple[str, bytes]]:
+@functools.lru_cache(maxsize=64, typed=True)
+def _schema_text(canonical: str, schema_id: int) -> bytes:
+    """The canonical JSON of the schema ``canonical`` (a struct) with its id."""
+    return _canonical({**json.loads(canonical), "schema-id": schema_id}).encode()
+
+
+def _manifest_metadata(schema_text: bytes, schema_id: int, content: str) -> list[tuple[str, bytes]]:
     return [
-        ("schema", _canonical(schema_json).encode()),
-        ("schema-id", str(schema_json["schema-id"]).encode()),
+        ("schema", schema_text),
+        ("schema-id", str(schema_id).encode()),
         ("partition-spec", b"[]"),
         ("partition-spec-id", b"0"),
         ("format-version", b"2"),
@@ -712,37 +769,28 @@ def _manifest_metadata(schema_json: Mapping[str, Any], content: str) -> list[tup
 def _group_manifests(
     group: FileGroup,
     table: TableVersion,
-    schema_json: Mapping[str, Any],
+    schema: tuple[bytes, int],
     deleted: DeletedPositions,
 ) -> tuple[list[tuple[ManifestInfo, bytes]], list[tuple[str, bytes]]]:
     """The data manifest and (when some file has deleted rows) delete manifest of a
-    group this version lists first, and the group's positional delete files."""
+    group this version lists first, and the group's positional delete files.
+    ``schema``: the schema's canonical JSON (with its id) and id."""
     version, root = table.version, table.root
     files = group.files()
     if not files:
         return [], []
-
-    def entry(data_file: dict[str, Any]) -> dict[str, Any]:
-        # Explicit ids and sequence numbers: nothing is left to inheritance.
-        return {
-            "status": 1,
-            "snapshot_id": version,
-            "sequence_number": version,
-            "file_sequence_number": version,
-            "data_file": data_file,
-        }
-
-    data_entries = [
-        entry(_data_file(0, _absolute(root, f), f.physical_rows, f.size, None)) for f in files
-    ]
-    data = encode_container(_MANIFEST_ENTRY, data_entries, _manifest_metadata(schema_json, "data"))
+    data = _entries_manifest(
+        version,
+        [(0, _absolute(root, f), f.physical_rows, f.size, None) for f in files],
+        _manifest_metadata(*schema, "data"),
+    )
     rows = sum(f.physical_rows for f in files)
     data_info = ManifestInfo(
         group_files(group.name)[0], len(data), 0, version, version, len(files), rows
     )
     manifests = [(data_info, data)]
     delete_files: list[tuple[str, bytes]] = []
-    delete_entries = []
+    delete_entries: list[tuple[int, str, int, int, bytes | None]] = []
     for f in files:
         if f.deletion_key is None:
             continue
@@ -752,14 +800,10 @@ def _group_manifests(
         blob = _positional_deletes(data_path, _checked_positions(f, deleted(f)))
         path = deletion_files(f.deletion_key)[0]
         delete_files.append((path, blob))
-        delete_entries.append(
-            entry(_data_file(1, f"{root}/{path}", f.deleted_rows, len(blob), data_path.encode()))
-        )
+        delete_entries.append((1, f"{root}/{path}", f.deleted_rows, len(blob), data_path.encode()))
     if delete_entries:
-        blob = encode_container(
-            _MANIFEST_ENTRY, delete_entries, _manifest_metadata(schema_json, "deletes")
-        )
-        positions = sum(e["data_file"]["record_count"] for e in delete_entries)
+        blob = _entries_manifest(version, delete_entries, _manifest_metadata(*schema, "deletes"))
+        positions = sum(rows for _c, _p, rows, _s, _b in delete_entries)
         info = ManifestInfo(
             group_files(group.name)[1],
             len(blob),
@@ -802,7 +846,7 @@ def _manifest_list(
         ("sequence-number", str(version).encode()),
         ("format-version", b"2"),
     ]
-    return encode_container(_MANIFEST_FILE, records, metadata)
+    return encode_container(_MANIFEST_FILE_AVRO, records, metadata)
 
 
 def _summary(table: TableVersion, manifests: Sequence[ManifestInfo]) -> tuple[tuple[str, str], ...]:
@@ -838,7 +882,7 @@ def _metadata_json(state: IcebergState, table: TableVersion, mapping: Any) -> by
         "last-updated-ms": table.timestamp_ms,
         "last-column-id": state.last_column_id,
         "current-schema-id": state.schema_id,
-        "schemas": [{**json.loads(c), "schema-id": i} for i, c in state.schemas],
+        "schemas": [_schema_document(i, c) for i, c in state.schemas],
         "default-spec-id": 0,
         "partition-specs": [{"spec-id": 0, "fields": []}],
         "last-partition-id": 999,
@@ -847,19 +891,110 @@ def _metadata_json(state: IcebergState, table: TableVersion, mapping: Any) -> by
         "properties": {"schema.name-mapping.default": _canonical(mapping)},
         "current-snapshot-id": state.version,
         "refs": {"main": {"snapshot-id": state.version, "type": "branch"}},
-        "snapshots": [s.to_json() for s in state.snapshots],
-        "snapshot-log": [
-            {"snapshot-id": s.snapshot_id, "timestamp-ms": s.timestamp_ms} for s in state.snapshots
-        ],
+        "snapshots": [_snapshot_document(s) for s in state.snapshots],
+        "snapshot-log": [_snapshot_log(s.snapshot_id, s.timestamp_ms) for s in state.snapshots],
         "metadata-log": [
-            {
-                "metadata-file": f"{root}/{version_files(s.snapshot_id)[0]}",
-                "timestamp-ms": s.timestamp_ms,
-            }
-            for s in state.snapshots[:-1]
+            _metadata_log(root, s.snapshot_id, s.timestamp_ms) for s in state.snapshots[:-1]
         ],
     }
-    return json.dumps(document, sort_keys=True, indent=1, ensure_ascii=False).encode("utf-8")
+    out: list[str] = []
+    _render(document, "\n", out)
+    return "".join(out).encode("utf-8")
+
+
+class _Rendered(str):
+    """JSON text as ``json.dumps(value, sort_keys=True, indent=1, ensure_ascii=False)``
+    writes it, at the outermost level."""
+
+    __slots__ = ()
+
+
+def _dumps_indented(value: Any) -> _Rendered:
+    return _Rendered(json.dumps(value, sort_keys=True, indent=1, ensure_ascii=False))
+
+
+# The schemas and snapshots of the window are the same from one version to the next:
+# each is rendered once.
+@functools.lru_cache(maxsize=256, typed=True)
+def _schema_document(schema_id: int, canonical: str) -> _Rendered:
+    return _dumps_indented({**json.loads(canonical), "schema-id": schema_id})
+
+
+def _snapshot_document(snapshot: SnapshotInfo) -> _Rendered:
+    s = snapshot
+    exact = type(s.snapshot_id) is type(s.timestamp_ms) is type(s.schema_id) is int
+    if exact and (s.parent_id is None or type(s.parent_id) is int):
+        return _cached_snapshot_document(snapshot)
+    return _dumps_indented(snapshot.to_json())  # 1.0 == 1: not one key of the cache
+
+
+@functools.lru_cache(maxsize=1024)
+def _cached_snapshot_document(snapshot: SnapshotInfo) -> _Rendered:
+    return _dumps_indented(snapshot.to_json())
+
+
+@functools.lru_cache(maxsize=1024, typed=True)
+def _snapshot_log(snapshot_id: int, timestamp_ms: int) -> _Rendered:
+    return _dumps_indented({"snapshot-id": snapshot_id, "timestamp-ms": timestamp_ms})
+
+
+@functools.lru_cache(maxsize=1024, typed=True)
+def _metadata_log(root: str, snapshot_id: int, timestamp_ms: int) -> _Rendered:
+    return _dumps_indented(
+        {
+            "metadata-file": f"{root}/{version_files(snapshot_id)[0]}",
+            "timestamp-ms": timestamp_ms,
+        }
+    )
+
+
+def _render(value: Any, newline: str, out: list[str]) -> None:
+    """Append the text ``json.dumps(value, sort_keys=True, indent=1,
+    ensure_ascii=False)`` writes for ``value`` nested ``len(newline) - 1`` levels
+    deep (``newline``: a newline and the indentation of that level) to ``out``.
+
+    The standard encoder renders indented JSON in pure Python; this does the same
+    for the shapes of a metadata JSON and takes parts already rendered
+    (:class:`_Rendered`: the standard encoder's text, whose line breaks only need
+    the deeper indentation, strings holding none).
+    """
+    if isinstance(value, _Rendered):
+        out.append(value.replace("\n", newline) if len(newline) > 1 else value)
+    elif isinstance(value, str):
+        out.append(_json_string(value))
+    elif type(value) is int:
+        out.append(int.__repr__(value))
+    elif isinstance(value, dict) and all(isinstance(key, str) for key in value):
+        if not value:
+            out.append("{}")
+            return
+        inner = newline + " "
+        separator = "{" + inner
+        for key in sorted(value):
+            out.append(separator)
+            out.append(_json_string(key))
+            out.append(": ")
+            _render(value[key], inner, out)
+            separator = "," + inner
+        out.append(newline + "}")
+    elif isinstance(value, list):
+        if not value:
+            out.append("[]")
+            return
+        inner = newline + " "
+        separator = "[" + inner
+        for item in value:
+            out.append(separator)
+            _render(item, inner, out)
+            separator = "," + inner
+        out.append(newline + "]")
+    elif isinstance(value, (dict, tuple)):
+        _render(_dumps_indented(value), newline, out)
+    else:  # int, bool, None, float
+        out.append(json.dumps(value))
+
+
+_json_string: Callable[[str], str] = json.encoder.encode_basestring  # type: ignore[attr-defined]
 
 
 # --- reading published metadata back (untrusted) -------------------------------------

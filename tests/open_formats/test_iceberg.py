@@ -8,6 +8,7 @@ own ``v<N>.metadata.json`` by both readers, and through pyiceberg's time travel.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Sequence
@@ -21,7 +22,8 @@ from pyiceberg.table import StaticTable
 
 from s3ddb.errors import InvalidInputError, StoredMetadataError
 from s3ddb.io.object_store import ObjectStore
-from s3ddb.open_formats.avro import AvroFile, decode_container, encode_container
+from s3ddb.open_formats import iceberg as iceberg_module
+from s3ddb.open_formats.avro import AvroFile, AvroSchema, decode_container, encode_container
 from s3ddb.open_formats.iceberg import (
     SNAPSHOT_WINDOW,
     VERSION_HINT,
@@ -565,3 +567,172 @@ def test_a_renamed_column_keeps_its_earlier_name_in_the_mapping(tmp_path: Path) 
     assert StaticTable.from_metadata(metadata).scan().to_arrow().to_pylist() == expected
     duck = duckdb_connection().execute(f"SELECT * FROM iceberg_scan('{metadata}')")
     assert duck.to_arrow_table().to_pylist() == expected
+
+
+# --- the bytes do not change ---------------------------------------------------------
+
+GOLDEN_ROOT = "s3://bucket/gölden ds"
+
+
+def _golden_versions() -> list[TableVersion]:
+    """Versions over made-up files (the writer reads none): relative, non-ASCII and
+    absolute paths, a group of 130 files rewritten with one more, deleted rows, a
+    column added, a file removed, then config-only versions past the window."""
+    files = [PublishedFile(f"data/{i}-é.parquet", 1000 + i, i % 7) for i in range(130)]
+    files.append(PublishedFile("s3://elsewhere/base/data/x.parquet", 2**40, 2**33))
+    files.append(PublishedFile("data/big.parquet", 2**63 - 1, 0))
+    deleted = PublishedFile(files[5].path, files[5].size, files[5].physical_rows, "7-3-a", 2)
+    common: dict[str, Any] = {"root": GOLDEN_ROOT, "table_uuid": UUID}
+    g1, g2 = _group("g1", files[:130]), _group("g2", files[:131])
+    g3 = _group("g3", [*files[:5], deleted, *files[6:131]])
+    versions = [
+        TableVersion(1, 1_700_000_000_000, schema=SCHEMA_1, groups=(g1,), operation="Append",
+                     **common),
+        TableVersion(2, 1_700_000_000_001, schema=SCHEMA_1, groups=(g2, _group("h", files[131:])),
+                     operation="Append", previous=1, added=(files[130], files[131]), **common),
+        TableVersion(3, 1_700_000_000_002, schema=SCHEMA_1, groups=(g3, _group("h", files[131:])),
+                     operation="Delete", previous=2, added=(deleted,), removed=(files[5],),
+                     **common),
+        TableVersion(4, 1_700_000_000_003, schema=SCHEMA_2, groups=(g3, _group("h", files[131:])),
+                     operation="AddColumns", previous=3, **common),
+        TableVersion(5, 1_700_000_000_004, schema=SCHEMA_2, groups=(g3,), operation="Delete",
+                     previous=4, removed=(files[131],), **common),
+    ]  # fmt: skip
+    for v in range(6, SNAPSHOT_WINDOW + 9):
+        versions.append(
+            TableVersion(v, 1_700_000_000_000 + v, schema=SCHEMA_2, groups=(g3,),
+                         operation="UpdateConfig", previous=v - 1, **common)
+        )  # fmt: skip
+    return versions
+
+
+def _golden_digest(monkeypatch: pytest.MonkeyPatch) -> str:
+    # Delete files are pyarrow's Parquet (its version in their footer): stand-ins keep
+    # the digest to s3ddb's own bytes.
+    monkeypatch.setattr(
+        iceberg_module,
+        "_positional_deletes",
+        lambda path, positions: f"{path}{positions.tolist()}".encode(),
+    )
+    digest = hashlib.sha256()
+    for publication, _state in _publish_all(IcebergWriter(), _golden_versions()):
+        for path, blob in [*publication.content, *publication.then]:
+            digest.update(f"{path}\0{len(blob)}\0".encode() + blob)
+    return digest.hexdigest()
+
+
+# SHA-256 of every file the golden versions publish and of Avro files of the test
+# schema, computed before the encoders were compiled and the metadata JSON rendered by
+# parts: a change of any byte fails here.
+GOLDEN_PUBLICATION = "e00ca5684bfdf2ae20366f89831c6f34774a5ec51f9f8cc09b505ca3a1083c07"
+GOLDEN_AVRO = "27e7e8e70ef4b8048c24ec160ef8f7897b0678e6e77894bd3abdaca292d5ac94"
+
+
+def test_publication_bytes_are_golden(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert _golden_digest(monkeypatch) == GOLDEN_PUBLICATION
+    # Twice in one process: the caches (encoded data files, rendered snapshots) give
+    # the same bytes as the first time.
+    assert _golden_digest(monkeypatch) == GOLDEN_PUBLICATION
+
+
+def test_avro_bytes_are_golden() -> None:
+    digest = hashlib.sha256(encode_container(SCHEMA, RECORDS, [("z", b"1"), ("a", b"2")]))
+    digest.update(encode_container(SCHEMA, []))
+    union = {"type": "array", "items": ["null", "boolean", "int", "double", "string", "bytes"]}
+    digest.update(encode_container(union, [[None, True, 1, 1.5, -(2**31), "é", b"\x00", 2.0]]))
+    assert digest.hexdigest() == GOLDEN_AVRO
+
+
+def test_metadata_json_is_what_the_standard_encoder_writes(published: Any) -> None:
+    _data, _versions, store, _states = published
+    for version in range(1, 6):
+        raw = store.get(version_files(version)[0])
+        expected = json.dumps(json.loads(raw), sort_keys=True, indent=1, ensure_ascii=False)
+        assert raw == expected.encode("utf-8")
+    nested = {"k": [1, {"j": "v"}]}
+    tricky: dict[str, Any] = {
+        "b": [1, True, None, 1.5, float("inf"), -0.0, 'é\n"\\\u2028\x00'],
+        "a": {"z": {}, "y": [], "x": [[{}], [[]]], "w": (1, ("t",)), "\n": {2: "int key"}},
+        "c": nested,
+    }
+    expected = json.dumps(tricky, sort_keys=True, indent=1, ensure_ascii=False)
+    # A part rendered ahead of time renders as the value it stands for.
+    tricky["c"] = iceberg_module._Rendered(
+        json.dumps(nested, sort_keys=True, indent=1, ensure_ascii=False)
+    )
+    out: list[str] = []
+    iceberg_module._render(tricky, "\n", out)
+    assert "".join(out) == expected
+
+
+def test_entries_that_do_not_fit_are_reported_as_before() -> None:
+    ok = PublishedFile("data/a.parquet", 10, 1)
+    for bad, message in [
+        (PublishedFile("data/a.parquet", 10, True), "record_count: True is not a valid 'long'"),
+        (PublishedFile("data/a.parquet", 2**63, 1), "file_size_in_bytes: 9223372036854775808 is"),
+    ]:
+        writer = IcebergWriter()
+        for file in (ok, bad):  # ok first: its cached encoding is not bad's
+            table = TableVersion(1, 1, "/t", UUID, SCHEMA_1, (_group("g", [file]),), "Append")
+            if file is ok:
+                writer.publish(table, None, _deleted({}))
+                continue
+            with pytest.raises(ValueError, match=re.escape(f"record 0.data_file.{message}")):
+                writer.publish(table, None, _deleted({}))
+
+
+def test_avro_schema_compiled_once_encodes_as_the_container() -> None:
+    compiled = AvroSchema(SCHEMA)
+    parts = [compiled.encode(r) for r in RECORDS]
+    assert compiled.container(parts, [("z", b"1")]) == encode_container(
+        SCHEMA, RECORDS, [("z", b"1")]
+    )
+    assert encode_container(compiled, RECORDS) == encode_container(SCHEMA, RECORDS)
+    with pytest.raises(ValueError, match=re.escape("v.arr[1].k: 's' is not a valid 'int'")):
+        compiled.encode({**RECORDS[0], "arr": [{"k": 1}, {"k": "s"}]}, "v")
+    with pytest.raises(ValueError, match="Avro schema"):
+        AvroSchema({"type": "record", "name": "r", "fields": [{"name": "a", "type": "nope"}]})
+
+
+def test_avro_errors_name_where_the_value_is() -> None:
+    cases = [
+        ({**RECORDS[1], "arr": [{"k": 1}, {"k": "s"}]},
+         "record 1.arr[1].k: 's' is not a valid 'int'"),
+        ({**RECORDS[1], "m": {1: 2}}, "record 1.m: map key 1 is not a string"),
+        ({**RECORDS[1], "m": {"q": "s"}},
+         "record 1.m['q']: no branch of union ['null', 'long'] accepts 's'"),
+        ({**RECORDS[1], "l": 2**63}, "record 1.l: 9223372036854775808 is out of range for long"),
+        ({**RECORDS[1], "d": "x"}, "record 1.d: 'x' is not a valid 'double'"),
+        ({**RECORDS[1], "fx2": b"abc"},
+         "record 1.fx2: b'abc' is not a valid {'type': 'fixed', 'name': 'f4', 'size': 4}"),
+        ({k: v for k, v in RECORDS[1].items() if k != "e"}, "record 1: record 'r' lacks field 'e'"),
+    ]  # fmt: skip
+    for record, message in cases:
+        with pytest.raises(ValueError) as info:
+            encode_container(SCHEMA, [RECORDS[0], record])
+        assert str(info.value) == message
+    # The first branch that accepts the value is taken, even when the value is then
+    # out of its range.
+    with pytest.raises(ValueError, match=re.escape("record 0: 1099511627776 is out of range")):
+        encode_container(["int", "long"], [2**40])
+
+
+def test_avro_compiled_schemas_follow_changes_and_recursion() -> None:
+    schema: dict[str, Any] = {
+        "type": "record",
+        "name": "r",
+        "fields": [{"name": "a", "type": "int"}],
+    }
+    first = encode_container(schema, [{"a": 1}])
+    schema["fields"][0]["type"] = "string"  # changed in place: compiled again
+    with pytest.raises(ValueError, match="not a valid 'string'"):
+        encode_container(schema, [{"a": 1}])
+    assert decode_container(encode_container(schema, [{"a": "x"}]), "f").records == [{"a": "x"}]
+    schema["fields"][0]["type"] = "int"
+    assert encode_container(schema, [{"a": 1}]) == first
+    linked = {"type": "record", "name": "node", "fields": [
+        {"name": "v", "type": "long"}, {"name": "next", "type": ["null", "node"]}]}  # fmt: skip
+    chain = {"v": 1, "next": {"v": 2, "next": {"v": 3, "next": None}}}
+    assert decode_container(encode_container(linked, [chain]), "f").records == [chain]
+    with pytest.raises(ValueError, match=re.escape("record 0.next.next.v: 'x' is not")):
+        encode_container(linked, [{"v": 1, "next": {"v": 2, "next": {"v": "x", "next": None}}}])
