@@ -224,28 +224,62 @@ def _published_file(fragment: FragmentMetadata, manifest: Manifest) -> Published
     )
 
 
-def _groups(manifest: Manifest) -> tuple[FileGroup, ...]:
+class _VersionFiles:
+    """The fragments of one version whose files were made into :class:`PublishedFile`
+    (by deletion key), and the deleted rows read for them: both formats ask for the
+    same ones, and each deletion file is read once."""
+
+    def __init__(self, store: ObjectStore, manifest: Manifest) -> None:
+        self.store = store
+        self.manifest = manifest
+        self.by_key: dict[str, FragmentMetadata] = {}
+        self.positions: dict[str, list[int]] = {}
+
+    def file(self, fragment: FragmentMetadata) -> PublishedFile:
+        published = _published_file(fragment, self.manifest)
+        if published.deletion_key is not None:
+            self.by_key[published.deletion_key] = fragment
+        return published
+
+    def deleted(self, file: PublishedFile) -> Sequence[int]:
+        key = file.deletion_key or ""
+        if key not in self.positions:
+            fragment = self.by_key.get(key)
+            if fragment is None:
+                raise OpenFormatError(
+                    f"version {self.manifest.version} published no file with deleted rows {key!r}"
+                )
+            resolver = FileResolver.for_manifest(self.store, self.manifest)
+            self.positions[key] = list(read_deleted_rows(resolver, fragment))
+        return self.positions[key]
+
+
+def _groups(files: _VersionFiles) -> tuple[FileGroup, ...]:
     """The version's files in groups: one per fragment-list chunk (named by the
     chunk), and the fragments kept in the manifest itself as one group named by a
     hash of their content."""
     groups: list[FileGroup] = []
     inline: list[Any] = []
-    for segment in manifest.fragments.segments:
+    for segment in files.manifest.fragments.segments:
         ref = segment.stored_ref() if isinstance(segment, EncodedFragments) else None
         if ref is None:
             inline.append(segment)
             continue
-        groups.append(_group(ref.name, FragmentList(segment), manifest))
+        groups.append(_group(ref.name, FragmentList(segment), files))
     if inline:
         listed = FragmentList.of_segments(inline)
         digest = hashlib.sha256(listed.encoded()).hexdigest()[:32]
-        groups.append(_group(f"t{digest}", listed, manifest))
+        groups.append(_group(f"t{digest}", listed, files))
     return tuple(groups)
 
 
-def _group(name: str, fragments: FragmentList, manifest: Manifest) -> FileGroup:
+def _group(name: str, fragments: FragmentList, files: _VersionFiles) -> FileGroup:
+    loaded: list[tuple[PublishedFile, ...]] = []
+
     def load() -> tuple[PublishedFile, ...]:
-        return tuple(_published_file(f, manifest) for f in fragments)
+        if not loaded:  # once, whichever format asks first
+            loaded.append(tuple(files.file(f) for f in fragments))
+        return loaded[0]
 
     return FileGroup(name=name, file_count=len(fragments), load=load)
 
@@ -263,7 +297,12 @@ def table_version(
     """What the open formats publish of ``manifest``; ``previous`` is the manifest of
     the version before it when that one is published in the same formats (its files
     then give ``added`` and ``removed``)."""
-    root = _root_of(store.url)
+    return _table_version(_VersionFiles(store, manifest), previous)
+
+
+def _table_version(files: _VersionFiles, previous: Manifest | None) -> TableVersion:
+    manifest = files.manifest
+    root = _root_of(files.store.url)
     added: tuple[PublishedFile, ...] = ()
     removed: tuple[PublishedFile, ...] = ()
     if previous is not None:
@@ -271,8 +310,8 @@ def table_version(
         before = previous.fragments.select(gone | changed) if gone or changed else {}
         after = manifest.fragments.select(set(new) | changed) if new or changed else {}
         removed = tuple(_published_file(before[i], previous) for i in sorted(before))
-        added = tuple(_published_file(after[i], manifest) for i in new) + tuple(
-            _published_file(after[i], manifest) for i in sorted(changed)
+        added = tuple(files.file(after[i]) for i in new) + tuple(
+            files.file(after[i]) for i in sorted(changed)
         )
     return TableVersion(
         version=manifest.version,
@@ -280,34 +319,12 @@ def table_version(
         root=root,
         table_uuid=_table_uuid(manifest, root),
         schema=published_schema(manifest.schema),
-        groups=_groups(manifest),
+        groups=_groups(files),
         operation=manifest.operation or "Unknown",
         previous=previous.version if previous is not None else None,
         added=added,
         removed=removed,
     )
-
-
-def _deleted_positions(
-    store: ObjectStore, manifest: Manifest
-) -> Callable[[PublishedFile], Sequence[int]]:
-    resolver = FileResolver.for_manifest(store, manifest)
-    by_key: dict[str, FragmentMetadata] | None = None
-
-    def deleted(file: PublishedFile) -> Sequence[int]:
-        nonlocal by_key
-        if by_key is None:
-            # Only fragments with deleted rows are wanted; the writers ask for the
-            # new ones (a changed set has a new key), so this is read once per version.
-            by_key = {key: f for f in manifest.fragments if (key := deletion_key(f)) is not None}
-        fragment = by_key.get(file.deletion_key or "")
-        if fragment is None:
-            raise OpenFormatError(
-                f"version {manifest.version} has no deletion file {file.deletion_key!r}"
-            )
-        return list(read_deleted_rows(resolver, fragment))
-
-    return deleted
 
 
 # --- per-process state -------------------------------------------------------------------
@@ -389,18 +406,44 @@ def publish_version(
         release without these checks).
     """
     names = tuple(formats) if formats is not None else enabled_formats(manifest)
+    run = _Run(store, load_version)
     for name in names:
-        _publish(writer_of(name), store, manifest, load_version, 0)
+        _publish(writer_of(name), run, manifest, 0)
     return names
 
 
-def _publish(
-    writer: FormatWriter,
-    store: ObjectStore,
-    manifest: Manifest,
-    load_version: LoadVersion,
-    depth: int,
-) -> Any:
+class _Run:
+    """One publication: what its formats share (the manifests read, each version's
+    :class:`TableVersion` and deleted rows), so the second format reads nothing the
+    first one did."""
+
+    def __init__(self, store: ObjectStore, load_version: LoadVersion) -> None:
+        self.store = store
+        self._load_version = load_version
+        self._manifests: dict[int, Manifest | None] = {}
+        self._files: dict[int, _VersionFiles] = {}
+        self._tables: dict[tuple[int, int | None], TableVersion] = {}
+
+    def manifest(self, version: int) -> Manifest | None:
+        if version not in self._manifests:
+            self._manifests[version] = self._load_version(version)
+        return self._manifests[version]
+
+    def files(self, manifest: Manifest) -> _VersionFiles:
+        if manifest.version not in self._files:
+            self._files[manifest.version] = _VersionFiles(self.store, manifest)
+        return self._files[manifest.version]
+
+    def table(self, manifest: Manifest, previous: Manifest | None) -> TableVersion:
+        key = (manifest.version, previous.version if previous is not None else None)
+        if key not in self._tables:
+            self._tables[key] = _table_version(self.files(manifest), previous)
+        return self._tables[key]
+
+
+def _publish(writer: FormatWriter, run: _Run, manifest: Manifest, depth: int) -> Any:
+    store = run.store
+
     key = (store.url, writer.name)
     states = _states()
     done = states.get(key, manifest.version, manifest.dataset_id)
@@ -410,7 +453,7 @@ def _publish(
     previous_state: Any | None = None
     before = manifest.version - 1
     if before >= 1:
-        previous_manifest = load_version(before)
+        previous_manifest = run.manifest(before)
         if (
             previous_manifest is None
             or writer.name not in enabled_formats(previous_manifest)
@@ -430,9 +473,9 @@ def _publish(
                 )  # fmt: skip
                 previous_manifest = None
             else:
-                previous_state = _publish(writer, store, previous_manifest, load_version, depth + 1)
-    table = table_version(store, manifest, previous_manifest)
-    publication, state = writer.publish(table, previous_state, _deleted_positions(store, manifest))
+                previous_state = _publish(writer, run, previous_manifest, depth + 1)
+    table = run.table(manifest, previous_manifest)
+    publication, state = writer.publish(table, previous_state, run.files(manifest).deleted)
     with telemetry.span(
         "s3ddb.publish",
         {

@@ -31,7 +31,7 @@ _EXTENSIONS = ("avro", "httpfs", "iceberg", "delta")
 def extension_file(name: str) -> Path:
     """The ``.duckdb_extension`` file of package ``duckdb-extension-<name>``."""
     package = importlib.import_module(f"duckdb_extension_{name}")
-    return next(Path(package.__file__).parent.rglob(f"{name}.duckdb_extension"))
+    return next(Path(str(package.__file__)).parent.rglob(f"{name}.duckdb_extension"))
 
 
 def duckdb_connection(
