@@ -716,10 +716,8 @@ def _parse_add(a: Any, where: str) -> _Add:
 
 
 def _read_bounded(store: ObjectStore, path: str) -> bytes:
-    size = store.head(path).size
-    if size > MAX_LOG_FILE_BYTES:
-        raise StoredMetadataError(f"{path}: {size} bytes (at most {MAX_LOG_FILE_BYTES} are read)")
-    data = store.get(path)
+    # One ranged GET, one byte past the bound: a larger file is refused unread.
+    data = store.get_prefix(path, MAX_LOG_FILE_BYTES + 1)
     if len(data) > MAX_LOG_FILE_BYTES:
         raise StoredMetadataError(
             f"{path}: {len(data)} bytes (at most {MAX_LOG_FILE_BYTES} are read)"
