@@ -4,8 +4,9 @@
 under ``<root>/metadata``, pointing at s3ddb's own Parquet data files (their
 ``PARQUET:field_id`` are the Iceberg field ids). Files of a version::
 
-    metadata/m-<group>.avro          data manifest of a FileGroup (one entry per file)
-    metadata/d-<group>.avro          its delete manifest (groups with deleted rows)
+    metadata/m-<group>-<V>.avro      data manifest of a FileGroup (one entry per file),
+                                     written by version V
+    metadata/d-<group>-<V>.avro      its delete manifest (groups with deleted rows)
     metadata/deletes/<key>.parquet   positional deletes of one data file
     metadata/snap-<N>.avro           manifest list of snapshot N
     metadata/v<N>.metadata.json      table metadata of version N
@@ -21,9 +22,9 @@ Snapshot ids and sequence numbers are s3ddb versions. Manifest entries carry exp
 snapshot ids and sequence numbers (the version that wrote the manifest): a group's
 data and delete manifests are always written by one version, so each positional
 delete's sequence number equals its data file's and applies to it. A group that
-reappears after a version without it (a restore) has its manifests written again, by
-the new version: the older versions that listed it then read entries with the newer
-sequence numbers, the same rows.
+reappears after a version without it (a restore) gets new manifests, named by the new
+version: a published file never changes, so the lengths older manifest lists record
+stay true.
 
 The table metadata keeps the last :data:`SNAPSHOT_WINDOW` snapshots (and the
 snapshot-log and metadata-log of the same versions) so its size does not grow with
@@ -83,6 +84,7 @@ __all__ = [
     "deletion_files",
     "foreign_problems",
     "group_files",
+    "group_of",
     "iceberg_schema",
     "version_files",
 ]
@@ -103,7 +105,7 @@ _RESERVED_IDS = 2147483000
 _SAFE_NAME = r"[A-Za-z0-9_.\-]+"
 _VERSION_JSON = re.compile(rf"{METADATA_DIR}/v(\d+)\.metadata\.json")
 _SNAP = re.compile(rf"{METADATA_DIR}/snap-(\d+)\.avro")
-_MANIFEST = re.compile(rf"{METADATA_DIR}/([md])-({_SAFE_NAME})\.avro")
+_MANIFEST = re.compile(rf"{METADATA_DIR}/([md])-({_SAFE_NAME})-(\d+)\.avro")
 _DELETES = re.compile(rf"{METADATA_DIR}/deletes/({_SAFE_NAME})\.parquet")
 
 
@@ -116,10 +118,21 @@ def version_files(version: int) -> list[str]:
     return [f"{METADATA_DIR}/v{version}.metadata.json", f"{METADATA_DIR}/snap-{version}.avro"]
 
 
-def group_files(group_name: str) -> list[str]:
-    """The data and delete manifests of group ``group_name`` (the delete manifest
-    exists only for groups with deleted rows)."""
-    return [f"{METADATA_DIR}/m-{group_name}.avro", f"{METADATA_DIR}/d-{group_name}.avro"]
+def group_files(group_name: str, version: int) -> list[str]:
+    """The data and delete manifests of group ``group_name`` written by version
+    ``version`` (the delete manifest exists only for groups with deleted rows). The
+    writing version is in the name: a group listed again after versions without it (a
+    restore) gets new manifests, and the ones older manifest lists name never change."""
+    return [
+        f"{METADATA_DIR}/m-{group_name}-{version}.avro",
+        f"{METADATA_DIR}/d-{group_name}-{version}.avro",
+    ]
+
+
+def group_of(path: str) -> str | None:
+    """The group whose manifest ``path`` is (None: not a group manifest)."""
+    match = _MANIFEST.fullmatch(path)
+    return match.group(2) if match else None
 
 
 def deletion_files(deletion_key: str) -> list[str]:
@@ -786,7 +799,7 @@ def _group_manifests(
     )
     rows = sum(f.physical_rows for f in files)
     data_info = ManifestInfo(
-        group_files(group.name)[0], len(data), 0, version, version, len(files), rows
+        group_files(group.name, version)[0], len(data), 0, version, version, len(files), rows
     )
     manifests = [(data_info, data)]
     delete_files: list[tuple[str, bytes]] = []
@@ -805,7 +818,7 @@ def _group_manifests(
         blob = _entries_manifest(version, delete_entries, _manifest_metadata(*schema, "deletes"))
         positions = sum(rows for _c, _p, rows, _s, _b in delete_entries)
         info = ManifestInfo(
-            group_files(group.name)[1],
+            group_files(group.name, version)[1],
             len(blob),
             1,
             version,

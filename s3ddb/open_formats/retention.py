@@ -63,14 +63,14 @@ class PublishedNames:
         self.deletion_keys |= other.deletion_keys
 
     def paths(self) -> set[str]:
-        """The paths of the published files these names give (both formats)."""
+        """The paths of the published files these names give (both formats), group
+        manifests aside (their names also carry the version that wrote them: see
+        :func:`doomed_published`)."""
         from s3ddb.open_formats import delta, iceberg
 
         out: set[str] = set()
         for version in self.versions:
             out.update(iceberg.version_files(version))
-        for group in self.groups:
-            out.update(iceberg.group_files(group))
         for key in self.deletion_keys:
             out.update(iceberg.deletion_files(key))
             out.update(delta.deletion_files(key))
@@ -113,8 +113,12 @@ def doomed_published(
     doomed: dict[str, tuple[str, int]] = {}
     checkpoints = []
     log: list[tuple[int, ObjectMeta]] = []
+    from s3ddb.open_formats import iceberg
+
+    gone_groups = gone.groups - keep.groups
     for meta in listed:
-        if meta.path in gone_paths:
+        group = iceberg.group_of(meta.path)
+        if meta.path in gone_paths or (group is not None and group in gone_groups):
             doomed[meta.path] = (PUBLISHED_KIND, meta.size)
             continue
         match = _DELTA_LOG.match(meta.path)
