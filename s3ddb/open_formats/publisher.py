@@ -31,6 +31,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, wait
+from dataclasses import replace
 from typing import Any, cast
 
 import pyarrow as pa
@@ -237,6 +238,12 @@ class _VersionFiles:
 
     def file(self, fragment: FragmentMetadata) -> PublishedFile:
         published = _published_file(fragment, self.manifest)
+        if published.size <= 0:
+            # A fragment committed without its file's size (pylance-style callers may
+            # leave it 0): readers of both formats locate the Parquet footer by it.
+            resolver = FileResolver.for_manifest(self.store, self.manifest)
+            store, path = resolver.data_file(fragment.files[0])
+            published = replace(published, size=store.head(path).size)
         if published.deletion_key is not None:
             self.by_key[published.deletion_key] = fragment
         return published

@@ -467,3 +467,22 @@ def test_a_group_commit_publishes_each_dataset(aws: Any) -> None:
         metadata = f"{_root(uri)}/metadata/v2.metadata.json"
         assert same_rows(pyiceberg_read(metadata, so), expected) == rows_of(expected)
         assert ObjectStore(uri, so).exists("_delta_log/00000000000000000002.json")
+
+
+def test_fragments_committed_without_file_sizes_publish_the_real_sizes(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    uri = str(tmp_path / "ds")
+    ds = s3ddb.write_dataset(_table(0, 4), uri, open_formats=FORMATS)
+    fragments = [
+        replace(f, files=tuple(replace(d, file_size_bytes=0) for d in f.files))
+        for f in s3ddb.fragment.write_fragments(_table(4, 3), uri)
+    ]
+    assert all(d.file_size_bytes == 0 for f in fragments for d in f.files)
+    ds = s3ddb.LanceDataset.commit(uri, s3ddb.LanceOperation.Append(fragments), read_version=1)
+    assert ds.version == 2
+    _check_version(uri, 2, ds.to_table(), None)
+    _check_duckdb_version(uri, 2, ds.to_table(), None)
+    log = Path(uri, "_delta_log", "00000000000000000002.json").read_text()
+    sizes = [json.loads(line)["add"]["size"] for line in log.splitlines() if '"add"' in line]
+    assert sizes and all(size > 0 for size in sizes)
