@@ -176,7 +176,8 @@ def check_publishable(manifest: Manifest, base: Manifest | None) -> None:
             raise OpenFormatError(
                 f"fragment {fragment.id} has {len(fragment.files)} data files; the open "
                 f"formats this dataset publishes ({', '.join(formats)}) need one file per "
-                "fragment (s3ddb's own schema changes write one when they are enabled)"
+                "fragment: compact the dataset first (ds.optimize.compact_files() joins "
+                "them; once publication is on, s3ddb's schema changes write one file)"
             )
 
 

@@ -486,3 +486,16 @@ def test_fragments_committed_without_file_sizes_publish_the_real_sizes(tmp_path:
     log = Path(uri, "_delta_log", "00000000000000000002.json").read_text()
     sizes = [json.loads(line)["add"]["size"] for line in log.splitlines() if '"add"' in line]
     assert sizes and all(size > 0 for size in sizes)
+
+
+def test_enabling_on_fragments_of_several_files_asks_for_compaction(tmp_path: Path) -> None:
+    uri = str(tmp_path / "ds")
+    ds = s3ddb.write_dataset(_table(0, 6), uri)
+    ds.add_columns({"doubled": "id * 2"})  # a second file per fragment
+    assert any(len(f.files) == 2 for f in ds.manifest.fragments)
+    with pytest.raises(OpenFormatError, match="compact"):
+        ds.enable_open_formats(FORMATS)
+    assert s3ddb.dataset(uri).version == 2
+    ds.optimize.compact_files()
+    ds = s3ddb.dataset(uri).enable_open_formats(FORMATS)
+    _check_version(uri, ds.version, ds.to_table(), None)
