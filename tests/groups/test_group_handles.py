@@ -64,6 +64,10 @@ REFUSED: dict[str, Call] = {
     "commit": lambda ds, _: s3ddb.Dataset.commit(ds, s3ddb.Append(ds.get_fragments()), ds.version),
     "checkout_latest": lambda ds, _: ds.checkout_latest(),
     "checkout_version.delete": lambda ds, _: ds.checkout_version(1).delete("id = 1"),
+    # Turning publication on or off, and publishing again, act at once.
+    "enable_open_formats": lambda ds, _: ds.enable_open_formats(),
+    "disable_open_formats": lambda ds, _: ds.disable_open_formats(),
+    "publish_open_formats": lambda ds, _: ds.publish_open_formats(),
 }
 
 #: Static: takes a URI, not the handle (``Dataset.drop(uri)``).
@@ -76,7 +80,7 @@ READS = {
     "get_version", "group_id", "handler", "has_index", "has_stable_row_ids", "head",
     "index_statistics", "initial_storage_options", "last_commit", "last_conflict_retries",
     "latest_storage_options", "latest_version", "list_indices", "manifest",
-    "max_field_id", "metadata", "refuse_in_group", "scanner", "schema",
+    "max_field_id", "metadata", "open_formats", "refuse_in_group", "scanner", "schema",
     "schema_metadata", "slice", "stats", "storage_options", "take", "to_batches",
     "to_pandas", "to_table", "uri", "validate", "version", "version_refs", "versions",
 }  # fmt: skip
