@@ -15,6 +15,7 @@ because they may belong to a committed version.
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import time
@@ -215,9 +216,10 @@ class _CommitInProgress:
     # Where the commit's time goes, phase by phase (see s3ddb.observe.telemetry).
     clock: telemetry.PhaseClock = field(default_factory=telemetry.PhaseClock)
 
-    @property
+    @functools.cached_property
     def dataset(self) -> str:
-        """The dataset, as traces and logs name it (credentials redacted)."""
+        """The dataset, as traces and logs name it (credentials redacted; worked out
+        once per commit: logs, spans and counters ask for it several times)."""
         handler = self.handler
         return telemetry.dataset_attribute(getattr(handler, "base_uri", handler.store.url))
 

@@ -499,3 +499,20 @@ def test_enabling_on_fragments_of_several_files_asks_for_compaction(tmp_path: Pa
     ds.optimize.compact_files()
     ds = s3ddb.dataset(uri).enable_open_formats(FORMATS)
     _check_version(uri, ds.version, ds.to_table(), None)
+
+
+def test_a_dropped_and_recreated_dataset_publishes_a_new_table(tmp_path: Path) -> None:
+    from s3ddb.maintenance.drop import drop
+
+    uri = str(tmp_path / "ds")
+    ds = s3ddb.write_dataset(_table(0, 6), uri, open_formats=FORMATS)
+    ds.insert(_table(6, 2))
+    old_uuid = json.loads(Path(uri, "metadata", "v2.metadata.json").read_text())["table-uuid"]
+    drop(uri)
+    assert not any(Path(uri).rglob("*.*"))  # the published tables went with it
+    ds = s3ddb.write_dataset(_table(100, 3), uri, open_formats=FORMATS)
+    assert ds.version == 1
+    new_uuid = json.loads(Path(uri, "metadata", "v1.metadata.json").read_text())["table-uuid"]
+    assert new_uuid != old_uuid
+    _check_version(uri, 1, ds.to_table(), None)
+    _check_newest(uri, ds.to_table(), None)
