@@ -24,6 +24,7 @@ and the next version's publication or ``Dataset.publish_open_formats`` catches u
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import threading
@@ -65,6 +66,7 @@ __all__ = [
     "enabled_formats",
     "forget_states",
     "formats_config",
+    "inline_group_name",
     "parse_formats",
     "publish_version",
     "published_schema",
@@ -237,13 +239,16 @@ class _VersionFiles:
         self.by_key: dict[str, FragmentMetadata] = {}
         self.positions: dict[str, list[int]] = {}
 
+    @functools.cached_property
+    def resolver(self) -> FileResolver:
+        return FileResolver.for_manifest(self.store, self.manifest)
+
     def file(self, fragment: FragmentMetadata) -> PublishedFile:
         published = _published_file(fragment, self.manifest)
         if published.size <= 0:
             # A fragment committed without its file's size (pylance-style callers may
             # leave it 0): readers of both formats locate the Parquet footer by it.
-            resolver = FileResolver.for_manifest(self.store, self.manifest)
-            store, path = resolver.data_file(fragment.files[0])
+            store, path = self.resolver.data_file(fragment.files[0])
             published = replace(published, size=store.head(path).size)
         if published.deletion_key is not None:
             self.by_key[published.deletion_key] = fragment
@@ -257,8 +262,7 @@ class _VersionFiles:
                 raise OpenFormatError(
                     f"version {self.manifest.version} published no file with deleted rows {key!r}"
                 )
-            resolver = FileResolver.for_manifest(self.store, self.manifest)
-            self.positions[key] = list(read_deleted_rows(resolver, fragment))
+            self.positions[key] = list(read_deleted_rows(self.resolver, fragment))
         return self.positions[key]
 
 
@@ -276,9 +280,14 @@ def _groups(files: _VersionFiles) -> tuple[FileGroup, ...]:
         groups.append(_group(ref.name, FragmentList(segment), files))
     if inline:
         listed = FragmentList.of_segments(inline)
-        digest = hashlib.sha256(listed.encoded()).hexdigest()[:32]
-        groups.append(_group(f"t{digest}", listed, files))
+        groups.append(_group(inline_group_name(listed), listed, files))
     return tuple(groups)
+
+
+def inline_group_name(inline: FragmentList) -> str:
+    """The group name of the fragments a manifest keeps inline: ``t`` and a hash of
+    their encoding (cleanup derives the same name to know which manifests to keep)."""
+    return "t" + hashlib.sha256(inline.encoded()).hexdigest()[:32]
 
 
 def _group(name: str, fragments: FragmentList, files: _VersionFiles) -> FileGroup:

@@ -9,7 +9,6 @@ versions needs follow from their manifests alone, as their data files do.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
@@ -17,7 +16,7 @@ from dataclasses import dataclass, field
 from s3ddb.format.fragment_list import EncodedFragments, FragmentList
 from s3ddb.format.manifest import Manifest
 from s3ddb.io.object_store import ObjectMeta, ObjectStore
-from s3ddb.open_formats.publisher import deletion_key
+from s3ddb.open_formats.publisher import deletion_key, inline_group_name
 
 __all__ = [
     "PUBLISHED_KIND",
@@ -45,8 +44,7 @@ def tail_group_name(fragments: FragmentList) -> str | None:
     ]
     if not inline:
         return None
-    listed = FragmentList.of_segments(inline)
-    return "t" + hashlib.sha256(listed.encoded()).hexdigest()[:32]
+    return inline_group_name(FragmentList.of_segments(inline))
 
 
 @dataclass
