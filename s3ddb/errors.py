@@ -52,6 +52,7 @@ __all__ = [
     "RetryableCommitConflictError",
     "S3DDBError",
     "SchemaMismatchError",
+    "PublishedStateError",
     "StoredMetadataError",
     "StreamChangeCommitError",
     "TooMuchWriteContentionError",
@@ -190,6 +191,19 @@ class StoredMetadataError(ManifestCorruptError):
     fragment, a tag file without a valid version, a DynamoDB row attribute of the
     wrong type... The message names the file (or row), the version and what is wrong.
     Checked before use, in bounded time and memory."""
+
+
+class PublishedStateError(StoredMetadataError):
+    """The Iceberg or Delta state s3ddb published for a dataset (under ``metadata/`` or
+    ``_delta_log/``) is damaged: a file that does not decode, exceeds its bounds, names
+    a path outside the dataset, or disagrees with the s3ddb manifests it was published
+    from. ``path`` is the published file (relative to the dataset root). Publication
+    never builds on such a state: it publishes the version afresh from the manifests
+    and says so; ``s3ddb open-formats URI --rebuild`` republishes the kept versions."""
+
+    def __init__(self, message: str, path: str = "") -> None:
+        super().__init__(message)
+        self.path = path
 
 
 class StreamChangeCommitError(S3DDBError):

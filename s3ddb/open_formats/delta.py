@@ -856,7 +856,7 @@ class DeltaWriter:
         """See :func:`delta_type_problem`."""
         return delta_type_problem(schema)
 
-    def load_state(self, store: ObjectStore, version: int) -> DeltaState | None:
+    def load_state(self, store: ObjectStore, expected: TableVersion) -> DeltaState | None:
         """The state after ``version`` rebuilt from ``_delta_log/`` (``store`` rooted at
         the dataset): the newest checkpoint at or before ``version`` (found through
         ``_last_checkpoint``, else one listing) and the commits after it. None when
@@ -867,6 +867,7 @@ class DeltaWriter:
                 types, missing between the checkpoint and ``version``, or a commit s3ddb
                 did not write (naming the file).
         """
+        version = expected.version  # TODO(trust): check the state against expected
         return _load_state(store, version)
 
     def publish(

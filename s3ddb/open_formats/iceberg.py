@@ -533,7 +533,7 @@ class IcebergWriter:
             return str(exc)
         return None
 
-    def load_state(self, store: ObjectStore, version: int) -> IcebergState | None:
+    def load_state(self, store: ObjectStore, expected: TableVersion) -> IcebergState | None:
         """The state after ``version`` (see :func:`load_state`), or None when its
         metadata JSON does not exist.
 
@@ -541,6 +541,7 @@ class IcebergWriter:
             StoredMetadataError: the stored metadata is too large, malformed, not
                 s3ddb's, or inconsistent; the message names the file.
         """
+        version = expected.version  # TODO(trust): check the state against expected
         return load_state(store, version)
 
     def publish(

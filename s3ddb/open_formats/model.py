@@ -141,9 +141,27 @@ class FormatWriter(Protocol):
         """Why ``schema`` cannot be published exactly (naming the column), or None."""
         ...
 
-    def load_state(self, store: ObjectStore, version: int) -> Any | None:
-        """The state after ``version`` from the published files (``store`` is rooted
-        at the dataset), or None when ``version`` is not published."""
+    def load_state(self, store: ObjectStore, expected: TableVersion) -> Any | None:
+        """The state after ``expected.version`` from the published files (``store`` is
+        rooted at the dataset), or None when that version is not published.
+
+        ``expected`` is that version as its manifest gives it: the published state is
+        returned only once checked against it (every file, path, schema and snapshot
+        the state would carry into the next publication is one s3ddb derives from the
+        manifests, by name, size and the version that wrote it), in bounded time and
+        memory.
+
+        Raises:
+            PublishedStateError: the published state is damaged or disagrees with
+                ``expected`` (the error's ``path`` names the file).
+        """
+        ...
+
+    def state_problems(self, store: ObjectStore, expected: TableVersion) -> list[str]:
+        """What is wrong with the published files of ``expected.version`` and of the
+        history they list (for ``verify``): each problem a sentence naming the file
+        (relative to the root) and what is wrong. Empty when the format publishes
+        exactly what the manifests give; bounded like :meth:`load_state`."""
         ...
 
     def publish(

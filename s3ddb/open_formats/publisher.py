@@ -37,7 +37,7 @@ from typing import Any, cast
 
 import pyarrow as pa
 
-from s3ddb.errors import OpenFormatError
+from s3ddb.errors import OpenFormatError, PublishedStateError
 from s3ddb.format import layout
 from s3ddb.format.bases import FileResolver
 from s3ddb.format.deletion import read_deleted_rows
@@ -458,6 +458,44 @@ class _Run:
         return self._tables[key]
 
 
+def _publishing_before(writer: FormatWriter, run: _Run, manifest: Manifest) -> Manifest | None:
+    """The manifest of the version before ``manifest`` when that one publishes
+    ``writer``'s format too, for the same dataset (None: ``manifest`` starts it)."""
+    before = manifest.version - 1
+    if before < 1:
+        return None
+    previous = run.manifest(before)
+    if (
+        previous is None
+        or writer.name not in enabled_formats(previous)
+        or previous.dataset_id != manifest.dataset_id  # a re-created dataset
+    ):
+        return None
+    return previous
+
+
+def _checked_state(writer: FormatWriter, run: _Run, manifest: Manifest) -> Any | None:
+    """``writer``'s published state after ``manifest``'s version, checked against the
+    manifests (None: not published, or damaged: said so, and the next version is
+    published afresh from the manifests)."""
+    expected = run.table(manifest, _publishing_before(writer, run, manifest))
+    try:
+        return writer.load_state(run.store, expected)
+    except PublishedStateError as exc:
+        log.warning(
+            "%s: the %s state published for version %d is damaged (%s): version %d is "
+            "published afresh from the manifests; `s3ddb open-formats URI --rebuild` "
+            "republishes the versions kept",
+            run.store.url, writer.name, manifest.version, exc, manifest.version + 1,
+        )  # fmt: skip
+        telemetry.add("s3ddb.publication_damaged", 1, {"s3ddb.format": writer.name})
+        return _DAMAGED
+
+
+# Marks a previous state found damaged (publication starts afresh without catching up).
+_DAMAGED = object()
+
+
 def _publish(writer: FormatWriter, run: _Run, manifest: Manifest, depth: int) -> Any:
     store = run.store
 
@@ -466,22 +504,16 @@ def _publish(writer: FormatWriter, run: _Run, manifest: Manifest, depth: int) ->
     done = states.get(key, manifest.version, manifest.dataset_id)
     if done is not None:
         return done
-    previous_manifest: Manifest | None = None
     previous_state: Any | None = None
     before = manifest.version - 1
-    if before >= 1:
-        previous_manifest = run.manifest(before)
-        if (
-            previous_manifest is None
-            or writer.name not in enabled_formats(previous_manifest)
-            or previous_manifest.dataset_id != manifest.dataset_id  # a re-created dataset
-        ):
-            previous_manifest = None
-        else:
-            previous_state = states.get(key, before, manifest.dataset_id)
-            if previous_state is None:
-                previous_state = writer.load_state(store, before)
-        if previous_manifest is not None and previous_state is None:
+    previous_manifest = _publishing_before(writer, run, manifest)
+    if previous_manifest is not None:
+        previous_state = states.get(key, before, manifest.dataset_id)
+        if previous_state is None:
+            previous_state = _checked_state(writer, run, previous_manifest)
+        if previous_state is _DAMAGED:
+            previous_manifest, previous_state = None, None
+        elif previous_state is None:
             if depth >= MAX_CATCH_UP:
                 log.warning(
                     "%s: version %d is not published as %s, nor the %d before it; "
