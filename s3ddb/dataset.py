@@ -45,7 +45,7 @@ from s3ddb.maintenance.cleanup import CleanupStats, cleanup_old_versions
 from s3ddb.maintenance.compaction import DatasetOptimizer
 from s3ddb.maintenance.drop import drop as drop_dataset
 from s3ddb.maintenance.inspection import DatasetStatistics, check_files
-from s3ddb.open_formats.publisher import enabled_formats
+from s3ddb.open_formats.publisher import Rebuilt, enabled_formats
 from s3ddb.operations import Operation, Transaction
 from s3ddb.reading.scanner import Scanner, take
 from s3ddb.versions.opening import (
@@ -382,6 +382,21 @@ class Dataset(PinnedVersion):
         self.refuse_in_group("publish_open_formats()")
         self.checkout_latest()
         return publication.publish_open_formats(self)
+
+    def rebuild_open_formats(self) -> Rebuilt:
+        """Republish every kept version in the formats the newest enables, from the
+        manifests alone, whatever the published files hold: the repair for a damaged
+        or tampered Iceberg or Delta state (``verify`` reports it as
+        ``damaged_open_format_state``). Published files no kept version writes are
+        deleted. Moves to the newest version. Returns what was done: the formats, the
+        versions republished and the files deleted.
+
+        Raises:
+            OpenFormatError: a kept version the formats cannot represent.
+        """
+        self.refuse_in_group("rebuild_open_formats()")
+        self.checkout_latest()
+        return publication.rebuild_open_formats(self)
 
     def restore(self) -> Dataset:
         """Make the pinned version the latest, as a new version; returns self moved there."""

@@ -118,6 +118,13 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="publish the newest version again, and any version before it that is missing",
     )
+    what.add_argument(
+        "--rebuild",
+        action="store_true",
+        help="republish every kept version from the manifests alone and delete published "
+        "files no kept version writes (the fix for a damaged or tampered Iceberg or "
+        "Delta state that verify reports)",
+    )
 
 
 def run_verify(args: argparse.Namespace) -> int:
@@ -370,15 +377,20 @@ def run_open_formats(args: argparse.Namespace) -> int:
     Without an option, prints the formats the newest version publishes and where an
     Iceberg or Delta reader finds it. --enable FORMATS and --disable commit a config
     change; --publish writes the newest version's metadata again (and any earlier
-    version's that is missing), the same bytes its finisher writes.
+    version's that is missing), the same bytes its finisher writes; --rebuild
+    republishes every kept version from the manifests alone, replacing a damaged or
+    tampered published state, and deletes published files no kept version writes.
     """
     ds = dataset(args.uri, storage_options=storage_options(args))
+    rebuilt = None
     if args.enable:
         ds.enable_open_formats(args.enable)
     elif args.disable:
         ds.disable_open_formats()
     elif args.publish:
         ds.publish_open_formats()
+    elif args.rebuild:
+        rebuilt = ds.rebuild_open_formats()
     formats = ds.open_formats
     root = ds.handler.store.url
     places = {
@@ -392,6 +404,17 @@ def run_open_formats(args: argparse.Namespace) -> int:
                 "version": ds.version,
                 "formats": list(formats),
                 "locations": {f: places[f] for f in formats},
+                **(
+                    {
+                        "rebuilt": {
+                            "first_version": rebuilt.first_version,
+                            "newest_version": rebuilt.newest_version,
+                            "deleted_files": rebuilt.deleted_files,
+                        }
+                    }
+                    if rebuilt is not None
+                    else {}
+                ),
             }
         )
         return 0
@@ -401,4 +424,10 @@ def run_open_formats(args: argparse.Namespace) -> int:
     print(f"{ds.uri}: version {ds.version} publishes {', '.join(formats)}")
     for name in formats:
         print(f"  {name}: {places[name]}")
+    if rebuilt is not None:
+        print(
+            f"rebuilt from the manifests: versions {rebuilt.first_version} to "
+            f"{rebuilt.newest_version}; deleted {len(rebuilt.deleted_files)} published "
+            "files no kept version writes"
+        )
     return 0

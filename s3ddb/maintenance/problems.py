@@ -144,6 +144,16 @@ PROBLEM_KINDS: dict[str, ProblemKind] = {
             "URI --publish`"
         ),
     ),
+    "damaged_open_format_state": ProblemKind(
+        meaning=(
+            "a published Iceberg or Delta file disagrees with the s3ddb manifests it was "
+            "published from, or cannot be read: a path outside the dataset, a file or "
+            "snapshot s3ddb did not write, a commit that is not JSON, a bomb; s3ddb never "
+            "builds on it (its next publication starts afresh), but that format's readers "
+            "may see wrong rows until it is rebuilt"
+        ),
+        fix="`s3ddb open-formats URI --rebuild`",
+    ),
     "unpublished_version": ProblemKind(
         meaning=(
             "the newest version enables open formats (Iceberg, Delta) but is not published "

@@ -37,7 +37,7 @@ from s3ddb.io.object_store import ObjectMeta, ObjectStore
 from s3ddb.maintenance.group_check import check_groups
 from s3ddb.maintenance.problems import Problem, ReportProblem
 from s3ddb.maintenance.staging import check_staging
-from s3ddb.open_formats.publisher import enabled_formats
+from s3ddb.open_formats.publisher import enabled_formats, expected_table, writer_of
 from s3ddb.open_formats.retention import foreign_commits, published_paths
 from s3ddb.versions.connect import open_handler
 from s3ddb.versions.opening import dataset_not_found
@@ -167,6 +167,7 @@ def verify(
     newest = locations[versions[-1]]
     _check_published(handler, newest, objects, report.add_problem, grace_seconds, now)
     _check_open_formats(handler.store, objects, versions[-1], report.add_problem)
+    _check_published_state(handler, newest, objects, report.add_problem)
     return report
 
 
@@ -216,6 +217,37 @@ def _check_open_formats(
             f"{found}: not written by s3ddb; the tables it publishes have no other writer",
             "delete what another engine wrote, then run `s3ddb open-formats URI --publish`",
         )
+
+
+def _check_published_state(
+    handler: CommitHandler,
+    newest: ManifestLocation,
+    objects: dict[str, ObjectMeta],
+    problem: ReportProblem,
+) -> None:
+    """Report published Iceberg and Delta files that disagree with the manifests or
+    cannot be read (each format's writer checks the newest version's published state
+    and the history it lists against what the manifests give)."""
+    try:
+        manifest = handler.load_manifest(newest)
+    except S3DDBError:
+        return  # reported by the checks of the version
+    for name in enabled_formats(manifest):
+        if not all(p in objects for p in published_paths(name, manifest.version)):
+            continue  # unpublished_version says so
+        try:
+            expected = expected_table(handler.store, manifest, handler.manifest_if_kept, name)
+        except S3DDBError:
+            return  # an unreadable manifest: reported by the checks of the versions
+        for found in writer_of(name).state_problems(handler.store, expected):
+            path = found.split(":", 1)[0]
+            problem(
+                "damaged_open_format_state",
+                path,
+                found,
+                "`s3ddb open-formats URI --rebuild`",
+                manifest.version,
+            )
 
 
 @dataclass

@@ -28,11 +28,12 @@ import functools
 import hashlib
 import logging
 import threading
+import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, wait
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 import pyarrow as pa
@@ -61,15 +62,19 @@ from s3ddb.open_formats.model import (
 __all__ = [
     "CONFIG_KEY",
     "MAX_CATCH_UP",
+    "PUBLISHED_PREFIXES",
+    "Rebuilt",
     "check_publishable",
     "deletion_key",
     "enabled_formats",
+    "expected_table",
     "forget_states",
     "formats_config",
     "inline_group_name",
     "parse_formats",
     "publish_version",
     "published_schema",
+    "rebuild_formats",
     "table_version",
     "writer_of",
 ]
@@ -344,6 +349,18 @@ def _table_version(files: _VersionFiles, previous: Manifest | None) -> TableVers
     )
 
 
+def expected_table(
+    store: ObjectStore, manifest: Manifest, load_version: LoadVersion, format_name: str
+) -> TableVersion:
+    """``manifest``'s version as format ``format_name`` publishes it, derived from the
+    manifests alone (the version before it gives ``added`` and ``removed`` when it
+    publishes the format too): what a check of the published files compares them
+    with."""
+    run = _Run(store, load_version)
+    previous = _publishing_before(writer_of(format_name), run, manifest)
+    return run.table(manifest, previous)
+
+
 # --- per-process state -------------------------------------------------------------------
 
 
@@ -537,3 +554,97 @@ def _publish(writer: FormatWriter, run: _Run, manifest: Manifest, depth: int) ->
     states.put(key, manifest.version, manifest.dataset_id, state)
     telemetry.add("s3ddb.publications", 1, {"s3ddb.format": writer.name})
     return state
+
+
+# --- rebuilding from the manifests ---------------------------------------------------------
+
+#: Where each format's published files live (relative to the dataset root): what a
+#: rebuild replaces.
+PUBLISHED_PREFIXES: dict[str, tuple[str, ...]] = {
+    "iceberg": ("metadata/",),
+    "delta": ("_delta_log/", "dv/"),
+}
+
+
+@dataclass
+class Rebuilt:
+    """What :func:`rebuild_formats` did: the formats republished, for the versions
+    ``first_version`` to ``newest_version``, and the published files it deleted
+    (paths relative to the root: damaged, foreign, or left by versions no longer
+    kept)."""
+
+    formats: tuple[str, ...] = ()
+    first_version: int = 0
+    newest_version: int = 0
+    deleted_files: list[str] = field(default_factory=list)
+
+
+def _kept_run(writer: FormatWriter, run: _Run, manifest: Manifest) -> list[Manifest]:
+    """``manifest`` and the versions before it that publish ``writer``'s format without
+    a gap, oldest first."""
+    chain = [manifest]
+    while True:
+        before = _publishing_before(writer, run, chain[-1])
+        if before is None:
+            return chain[::-1]
+        chain.append(before)
+
+
+def rebuild_formats(
+    store: ObjectStore,
+    manifest: Manifest,
+    load_version: LoadVersion,
+    *,
+    formats: Sequence[str] | None = None,
+) -> Rebuilt:
+    """Republish ``manifest``'s version and every kept version before it that publishes
+    the same formats, from the manifests alone: the oldest of them afresh (as if
+    publication started there), each later one on the state just written. Published
+    files none of these versions wrote (a damaged or planted file, another engine's
+    commit, what versions no longer kept left) are deleted, except those written
+    after the rebuild began (a concurrent writer's publication of a newer version).
+    Nothing is read from the published files: whatever state they were in, the
+    result is what publication derives from the manifests.
+
+    Raises:
+        What reading the manifests or writing the store raised; OpenFormatError for
+        a version the formats cannot represent.
+    """
+    names = tuple(formats) if formats is not None else enabled_formats(manifest)
+    run = _Run(store, load_version)
+    started = time.time() - 1.0  # listings give whole seconds on some stores
+    written: set[str] = set()
+    report = Rebuilt(formats=names, newest_version=manifest.version)
+    report.first_version = manifest.version
+    states = _states()
+    for name in names:
+        writer = writer_of(name)
+        key = (store.url, name)
+        chain = _kept_run(writer, run, manifest)
+        report.first_version = min(report.first_version, chain[0].version)
+        state: Any | None = None
+        previous: Manifest | None = None
+        for version_manifest in chain:
+            table = run.table(version_manifest, previous)
+            publication, state = writer.publish(
+                table, state, run.files(version_manifest).deleted
+            )
+            _write(store, publication)
+            written.update(path for path, _ in (*publication.content, *publication.then))
+            states.put(key, version_manifest.version, version_manifest.dataset_id, state)
+            previous = version_manifest
+        stale = [
+            meta.path
+            for prefix in PUBLISHED_PREFIXES[name]
+            for meta in store.list(prefix)
+            if meta.path not in written
+            and (meta.modified is None or meta.modified < started)
+        ]
+        store.delete_many(stale)
+        report.deleted_files.extend(stale)
+    log.info(
+        "%s: republished %s for versions %d to %d; deleted %d published files",
+        store.url, ", ".join(names), report.first_version, report.newest_version,
+        len(report.deleted_files),
+    )  # fmt: skip
+    return report

@@ -12,12 +12,14 @@ from s3ddb.format.manifest import Manifest
 from s3ddb.format.schema import DatasetSchema
 from s3ddb.open_formats.publisher import (
     CONFIG_KEY,
+    Rebuilt,
     enabled_formats,
     forget_states,
     formats_config,
     parse_formats,
     publish_version,
     published_schema,
+    rebuild_formats,
     writer_of,
 )
 from s3ddb.operations import Operation, UpdateConfig
@@ -29,6 +31,7 @@ __all__ = [
     "enable_open_formats",
     "open_formats_config",
     "publish_open_formats",
+    "rebuild_open_formats",
 ]
 
 
@@ -113,3 +116,15 @@ def publish_open_formats(ds: PinnedVersion) -> tuple[str, ...]:
     manifest = ds.manifest
     forget_states()  # read where each format stands from its files
     return publish_version(ds.handler.store, manifest, ds.handler.manifest_if_kept)
+
+
+def rebuild_open_formats(ds: PinnedVersion) -> Rebuilt:
+    """Republish ``ds``'s version and the kept versions before it that publish the
+    same formats from the manifests alone, replacing whatever the published files
+    hold (damaged, planted, another engine's commits) and deleting the published
+    files no kept version writes (:func:`~s3ddb.open_formats.publisher.rebuild_formats`).
+
+    Raises:
+        What reading the dataset or writing its store raised.
+    """
+    return rebuild_formats(ds.handler.store, ds.manifest, ds.handler.manifest_if_kept)
