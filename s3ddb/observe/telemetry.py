@@ -16,7 +16,8 @@ Iceberg or Delta metadata). Attributes are named ``s3ddb.*``;
 
 Instruments: counters ``s3ddb.commits``, ``s3ddb.conflicts`` (versions lost to another
 writer), ``s3ddb.retries``, ``s3ddb.repairs``, ``s3ddb.unknown_outcomes``,
-``s3ddb.publications``, ``s3ddb.publication_failures``; histogram
+``s3ddb.publications``, ``s3ddb.publication_failures``,
+``s3ddb.damaged_publications``; histogram
 ``s3ddb.claim.duration`` (milliseconds).
 
 Phases: while a commit runs, :func:`phase` also adds each phase's duration to the
@@ -63,6 +64,10 @@ COUNTERS = {
     "s3ddb.unknown_outcomes": "commits whose outcome could not be known",
     "s3ddb.publications": "versions published as an open format (Iceberg, Delta)",
     "s3ddb.publication_failures": "publications of a version that failed (caught up later)",
+    "s3ddb.damaged_publications": (
+        "publications that found the published state of the version before damaged "
+        "and published afresh (s3ddb open-formats URI --rebuild mends it)"
+    ),
 }
 
 _instruments: dict[str, Any] = {}

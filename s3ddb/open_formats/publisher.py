@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
+import math
 import threading
 import time
 import uuid
@@ -38,7 +39,7 @@ from typing import Any, cast
 
 import pyarrow as pa
 
-from s3ddb.errors import OpenFormatError, PublishedStateError
+from s3ddb.errors import OpenFormatError, StoredMetadataError
 from s3ddb.format import layout
 from s3ddb.format.bases import FileResolver
 from s3ddb.format.deletion import read_deleted_rows
@@ -498,14 +499,14 @@ def _checked_state(writer: FormatWriter, run: _Run, manifest: Manifest) -> Any |
     expected = run.table(manifest, _publishing_before(writer, run, manifest))
     try:
         return writer.load_state(run.store, expected)
-    except PublishedStateError as exc:
+    except StoredMetadataError as exc:  # PublishedStateError, or a decoding error
         log.warning(
             "%s: the %s state published for version %d is damaged (%s): version %d is "
             "published afresh from the manifests; `s3ddb open-formats URI --rebuild` "
             "republishes the versions kept",
             run.store.url, writer.name, manifest.version, exc, manifest.version + 1,
         )  # fmt: skip
-        telemetry.add("s3ddb.publication_damaged", 1, {"s3ddb.format": writer.name})
+        telemetry.add("s3ddb.damaged_publications", 1, {"s3ddb.format": writer.name})
         return _DAMAGED
 
 
@@ -566,6 +567,10 @@ PUBLISHED_PREFIXES: dict[str, tuple[str, ...]] = {
 }
 
 
+#: How far the store's clock may lag this one's (see :func:`rebuild_formats`).
+_CLOCK_MARGIN_SECONDS = 2
+
+
 @dataclass
 class Rebuilt:
     """What :func:`rebuild_formats` did: the formats republished, for the versions
@@ -601,8 +606,9 @@ def rebuild_formats(
     the same formats, from the manifests alone: the oldest of them afresh (as if
     publication started there), each later one on the state just written. Published
     files none of these versions wrote (a damaged or planted file, another engine's
-    commit, what versions no longer kept left) are deleted, except those written
-    after the rebuild began (a concurrent writer's publication of a newer version).
+    commit, what versions no longer kept left) are deleted, except those modified
+    less than two seconds before the rebuild began, or since (a concurrent writer's
+    publication of a newer version: running it again removes what is left).
     Nothing is read from the published files: whatever state they were in, the
     result is what publication derives from the manifests.
 
@@ -612,7 +618,10 @@ def rebuild_formats(
     """
     names = tuple(formats) if formats is not None else enabled_formats(manifest)
     run = _Run(store, load_version)
-    started = time.time() - 1.0  # listings give whole seconds on some stores
+    # Files modified since (a concurrent writer's publication of a newer version) are
+    # not deleted: S3 listings give whole seconds, and the store's clock may be a
+    # little behind this one's.
+    started = math.floor(time.time()) - _CLOCK_MARGIN_SECONDS
     written: set[str] = set()
     report = Rebuilt(formats=names, newest_version=manifest.version)
     report.first_version = manifest.version
