@@ -31,7 +31,7 @@ from s3ddb.cli.output import (
     value_text,
 )
 from s3ddb.commit.committer import load_transaction
-from s3ddb.errors import InvalidInputError
+from s3ddb.errors import InvalidInputError, ManifestCorruptError
 from s3ddb.format.fragment_list import FragmentList
 from s3ddb.maintenance.compaction import DEFAULT_TARGET_ROWS_PER_FRAGMENT
 
@@ -355,6 +355,10 @@ def run_history(args: argparse.Namespace) -> int:
     are not (``-``, null in JSON) and a note says so. ``--json`` adds each version's
     commit metrics (``metrics``: attempts, versions rebased over, durations, rows and
     files added and removed; empty for versions written before s3ddb recorded them).
+
+    A version whose stored metadata is damaged (a lost fragment-list chunk, malformed
+    metrics) is listed like the others: what cannot be known is ``?`` (null in JSON)
+    and a line below the table says what is wrong (``problem`` in JSON, else null).
     """
     ds = _open(args)
     tags: dict[int, list[str]] = {}
@@ -363,11 +367,18 @@ def run_history(args: argparse.Namespace) -> int:
     infos = ds.versions()[::-1][: args.limit]
     committers = _committers(ds)
     entries: list[dict[str, Any]] = []
+    unreadable: set[int] = set()  # versions whose changes cannot be read
     for info in infos:
+        problems = [info.metrics_problem] if info.metrics_problem else []
         try:
             added, removed, committer = _version_changes(ds, info.version)
         except s3ddb.VersionNotFoundError:
             continue  # a cleanup removed it since the listing
+        except ManifestCorruptError as exc:
+            # Damage of one version (a lost chunk, say) never hides the others.
+            added, removed, committer = None, None, "?"
+            unreadable.add(info.version)
+            problems.append(f"rows added and removed are unknown: {exc}")
         entries.append(
             {
                 "version": info.version,
@@ -380,6 +391,7 @@ def run_history(args: argparse.Namespace) -> int:
                 "group": _group_entry(info),
                 "attempts": info.metrics.get("attempts"),
                 "metrics": info.metrics,
+                "problem": "; ".join(problems) or None,
             }
         )
     if getattr(args, "json", False):
@@ -388,13 +400,19 @@ def run_history(args: argparse.Namespace) -> int:
     header = ["version", "timestamp", "operation", "added", "removed", "attempts", "committer"]
     header += ["tags"] if tags else []
     grouped = any(e["group"] for e in entries)
+
+    def count(e: dict[str, Any], key: str) -> str:
+        if e[key] is None:
+            return "?" if e["version"] in unreadable else "-"
+        return str(e[key])
+
     rows = [
         [
             str(e["version"]),
             _iso(e["timestamp"]),
             e["operation"],
-            "-" if e["rows_added"] is None else str(e["rows_added"]),
-            "-" if e["rows_removed"] is None else str(e["rows_removed"]),
+            count(e, "rows_added"),
+            count(e, "rows_removed"),
             "-" if e["attempts"] is None else str(e["attempts"]),
             e["committer"],
             ", ".join(e["tags"]),
@@ -404,12 +422,15 @@ def run_history(args: argparse.Namespace) -> int:
     ]
     header += ["group"] if grouped else []
     print_table(header, rows, right={0, 3, 4, 5})
-    after_gap = [str(e["version"]) for e in entries if e["rows_added"] is None]
+    after_gap = [str(e["version"]) for e in entries if count(e, "rows_added") == "-"]
     if after_gap:
         print(
             "-: rows added and removed are not known where cleanup removed the version "
             f"before (version {', '.join(after_gap)})"
         )
+    for e in entries:
+        if e["problem"]:
+            print(safe_text(f"version {e['version']}: {e['problem']}"))
     return 0
 
 

@@ -28,7 +28,7 @@ from s3ddb.format.index import IndexMetadata
 from s3ddb.format.limits import MAX_FRAGMENT_ID, MAX_PHYSICAL_ROWS, MAX_VERSION, check_range
 from s3ddb.format.naming import NamingScheme
 from s3ddb.format.schema import DatasetSchema
-from s3ddb.format.version_metrics import dumps_metrics, parse_metrics
+from s3ddb.format.version_metrics import dumps_metrics, read_metrics
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.paths import check_name
 from s3ddb.version import __version__
@@ -337,7 +337,8 @@ class Manifest:
             dataset_id=_checked_identity(m.dataset_id, where),
             commit_mechanism=_checked_mechanism(m.commit_mechanism, where),
             commit_table=_checked_table(m.commit_table, where),
-            metrics=parse_metrics(m.commit_metrics, f"manifest {where}"),
+            # Malformed metrics do not keep a version from opening (see version_metrics).
+            metrics=read_metrics(m.commit_metrics, f"manifest {where}")[0],
         )
 
     @classmethod
@@ -539,22 +540,26 @@ class ManifestHeader:
     table_metadata: dict[str, str]
     dataset_id: str = ""
     metrics: dict[str, Any] = field(default_factory=dict)
+    #: What is wrong with the stored metrics (then ``metrics`` is empty), or None.
+    metrics_problem: str | None = None
 
     @classmethod
     def of(cls, m: pb.Manifest | Manifest, where: str = "") -> ManifestHeader:
-        """The header of ``m``.
+        """The header of ``m``. Malformed commit metrics are no error: they read as
+        none, ``metrics_problem`` saying what is wrong.
 
         Raises:
-            StoredMetadataError: its version or commit time is out of range, or its
-                commit metrics are malformed.
+            StoredMetadataError: its version or commit time is out of range.
         """
         named = f"manifest {where} (version {m.version})"
         check_range(m.version, 1, MAX_VERSION, "version", named)
         check_range(m.timestamp_nanos, 0, 2**63 - 1, "timestamp_nanos", named)
-        metrics = m.metrics if isinstance(m, Manifest) else parse_metrics(m.commit_metrics, named)
+        metrics, problem = (
+            (m.metrics, None) if isinstance(m, Manifest) else read_metrics(m.commit_metrics, named)
+        )
         return cls(
             m.version, m.timestamp_nanos, m.operation, dict(m.table_metadata), m.dataset_id,
-            metrics,
+            metrics, problem,
         )  # fmt: skip
 
 

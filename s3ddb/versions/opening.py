@@ -24,7 +24,7 @@ from s3ddb.format.fragment_list import FragmentList
 from s3ddb.format.manifest import Manifest, read_manifest_header
 from s3ddb.format.naming import MAX_VERSION
 from s3ddb.format.schema import DatasetSchema
-from s3ddb.format.version_metrics import parse_metrics
+from s3ddb.format.version_metrics import read_metrics
 from s3ddb.io.arguments import is_int
 from s3ddb.io.parallel import process_pool
 from s3ddb.observe import telemetry
@@ -66,6 +66,9 @@ class VersionInfo:
     #: rebased over, durations, rows and files added and removed (see
     #: :mod:`s3ddb.observe.commit_metrics`); empty for versions written before.
     metrics: dict[str, Any] = field(default_factory=dict)
+    #: What is wrong with the version's stored metrics (``metrics`` is then empty),
+    #: or None. Metrics only tell about a commit: such a version still opens.
+    metrics_problem: str | None = None
 
     def keys(self) -> tuple[str, ...]:
         return ("version", "timestamp", "operation", "metadata")
@@ -190,11 +193,14 @@ def _version_info(handler: CommitHandler, location: ManifestLocation) -> Version
     where = f"{handler.store.url}/{location.path}"
     if location.committed_at_ms is not None and location.operation is not None:
         ts_ms, op, meta = location.committed_at_ms, location.operation, {}
-        metrics = parse_metrics(location.metrics or "", f"the row of version {location.version}")
+        metrics, problem = read_metrics(
+            location.metrics or "", f"the row of version {location.version} of {handler.describe()}"
+        )
     else:
         header = read_manifest_header(handler.store, location.path, where)
         ts_ms = header.timestamp_nanos // 1_000_000
         op, meta, metrics = header.operation, header.table_metadata, header.metrics
+        problem = header.metrics_problem
     timestamp = dt.datetime.fromtimestamp(ts_ms / 1000, tz=dt.timezone.utc)
     members = parse_members(
         location.group_id,
@@ -209,6 +215,7 @@ def _version_info(handler: CommitHandler, location: ManifestLocation) -> Version
         location.group_id if members is not None else None,
         tuple(members) if members is not None else None,
         metrics,
+        problem,
     )
 
 
@@ -222,7 +229,10 @@ def history(handler: CommitHandler) -> list[VersionInfo]:
             store's row ahead of the manifests, or pointing at one never written or
             since removed); the message names the version, the manifest and the
             commit mechanism that listed it.
-        ManifestCorruptError: a manifest header read is corrupt.
+        ManifestCorruptError: a manifest header read is corrupt. Malformed commit
+            metrics are not: that entry's ``metrics`` are empty, its
+            ``metrics_problem`` says what is wrong. History reads no fragment list:
+            a version's lost chunk shows only when the version is read.
     """
     locations = handler.list_locations()
     if handler.store.is_local or len(locations) < 2:
