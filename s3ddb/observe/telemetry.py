@@ -12,7 +12,9 @@ per claim attempt and ``s3ddb.commit.rebase`` after a lost one),
 ``s3ddb.open``, ``s3ddb.scan`` (fragments read and pruned), ``s3ddb.repair`` (a reader
 or writer finishing another writer's commit), ``s3ddb.publish`` (writing one version's
 Iceberg or Delta metadata). Attributes are named ``s3ddb.*``;
-``s3ddb.dataset`` is the URI with credentials redacted.
+``s3ddb.dataset`` names the dataset one way on every span: its root, the URL its
+objects are under (``s3://bucket/prefix``, ``file:///path``, ``memory://name``), with
+credentials redacted, whichever URI opened it (see :func:`dataset_attribute`).
 
 Instruments: counters ``s3ddb.commits``, ``s3ddb.conflicts`` (versions lost to another
 writer), ``s3ddb.retries``, ``s3ddb.repairs``, ``s3ddb.unknown_outcomes``,
@@ -33,7 +35,9 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+from s3ddb.errors import S3DDBError
 from s3ddb.io.redact import redact_url
+from s3ddb.io.uri import parse_uri
 from s3ddb.version import __version__
 
 try:  # optional: s3ddb[otel]
@@ -97,8 +101,19 @@ def _instrument(name: str) -> Any:
 
 
 def dataset_attribute(uri: object) -> str:
-    """The ``s3ddb.dataset`` attribute of a dataset URI (credentials redacted)."""
-    return redact_url(uri)
+    """The ``s3ddb.dataset`` attribute of a dataset: its root, the URL its objects are
+    under, with credentials redacted.
+
+    ``uri`` may be any URI of the dataset: ``s3+ddb://bucket/prefix?ddbTableName=T``,
+    ``s3://bucket/prefix``, a relative local path... all give the same root
+    (``s3://bucket/prefix``, ``file:///abs/path``), so the spans of a read (opened
+    with the user's URI) and of a commit (made by the handler, which knows the root)
+    name one dataset alike. Text that is not a dataset URI is only redacted."""
+    try:
+        root: object = parse_uri(str(uri)).object_url
+    except (S3DDBError, ValueError):
+        root = uri
+    return redact_url(root)
 
 
 class _NoSpan:

@@ -207,6 +207,30 @@ def test_a_redacted_dataset_attribute() -> None:
     assert "SECRET" not in shown and "ddbTableName=t" in shown
 
 
+def test_every_span_names_a_dataset_by_its_root(aws: Any, ddb_uri: str, spans: Any) -> None:
+    """Open, scan, commit, finish and publish spans of one s3+ddb:// dataset carry
+    one ``s3ddb.dataset``: its root (the s3:// URL), however the dataset was named."""
+    from s3ddb.commit.finalizer import drain
+    from tests.conftest import make_table
+
+    so = aws.storage_options()
+    spans.clear()
+    s3ddb.write_dataset(make_table(0, 4), ddb_uri, storage_options=so, open_formats="iceberg")
+    ds = s3ddb.dataset(ddb_uri, storage_options=so)
+    ds.delete("id = 1")
+    ds.to_table(filter="id > 0")
+    ds.publish_open_formats()
+    assert drain(60)
+    named = {}
+    for span in spans.get_finished_spans():
+        if span.attributes and "s3ddb.dataset" in span.attributes:
+            named.setdefault(span.name, set()).add(span.attributes["s3ddb.dataset"])
+    expected = {"s3ddb.open", "s3ddb.scan", "s3ddb.commit", "s3ddb.commit.finish"}
+    assert expected | {"s3ddb.publish"} <= set(named), named
+    root = ddb_uri.replace("s3+ddb://", "s3://").split("?")[0]
+    assert set().union(*named.values()) == {root}, named
+
+
 def test_a_reader_repairing_another_writers_commit_is_a_span(
     aws: Any, ddb_uri: str, spans: Any
 ) -> None:
