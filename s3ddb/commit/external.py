@@ -79,6 +79,7 @@ from s3ddb.external_store.group import (
 from s3ddb.external_store.identity import CLAIM_ATTRIBUTE, final_path_of, same_commit
 from s3ddb.format import layout
 from s3ddb.format.chunks import ChunkSource, missing_chunk
+from s3ddb.format.limits import MAX_MANIFEST_BYTES
 from s3ddb.format.manifest import DYNAMODB, Manifest
 from s3ddb.format.naming import NamingScheme, parse_manifest_name, parse_staged_name
 from s3ddb.format.version_metrics import METRICS_ATTRIBUTE, dumps_metrics
@@ -838,11 +839,12 @@ class ExternalStoreCommitHandler(CommitHandler):
             ManifestFinalizationError: it is not the manifest ``row`` committed;
                 nothing was copied or repointed.
         """
-        data = self.store.get(path)
+        # Read no further than the row's size (a file grown to gigabytes is not read).
+        data, size = self.store.get_bounded(path, max(0, min(row.size, MAX_MANIFEST_BYTES)))
         problem = None
         manifest = None
-        if len(data) != row.size:
-            problem = f"it has {len(data)} bytes, the row records {row.size}"
+        if size != row.size:
+            problem = f"it has {size} bytes, the row records {row.size}"
         else:
             try:
                 manifest = Manifest.from_bytes(

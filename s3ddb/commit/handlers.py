@@ -34,6 +34,7 @@ from s3ddb.format.manifest import (
     DYNAMODB,
     Manifest,
     new_dataset_id,
+    read_manifest_bytes,
     read_manifest_header,
 )
 from s3ddb.format.naming import NamingScheme, parse_manifest_name, parse_staged_name
@@ -259,11 +260,12 @@ class CommitHandler(abc.ABC):
         """Read and parse the manifest at ``location``.
 
         Raises:
-            ManifestCorruptError: it is truncated, corrupt or has the wrong version.
+            ManifestCorruptError: it is truncated, corrupt, larger than any manifest
+                (refused unread) or has the wrong version.
         """
         where = f"{self.store.url}/{location.path}"
         try:
-            data = self.store.get(location.path)
+            data = read_manifest_bytes(self.store, location.path, where, location.size)
         except FileNotFoundError as exc:
             raise VersionNotFoundError(
                 f"version {location.version} of {self.store.url}: manifest {location.path} "

@@ -34,6 +34,7 @@ from s3ddb.format.chunks import (
     ChunkRef,
     ChunkSource,
     StoredChunk,
+    id_runs,
 )
 from s3ddb.format.fragment_list import (
     EncodedFragments,
@@ -227,6 +228,9 @@ def _write(
         min_fragment_id=min(ids),
         max_fragment_id=max(ids),
         bounds=bounds,
+        # The ids exactly, when not every id of the range: readers then check that no
+        # two chunks (nor the inline tail) list one id without fetching any chunk.
+        runs=id_runs(ids),
     )
     put(ref.path, data)
     bases = frozenset(b.id for b in manifest.base_paths)

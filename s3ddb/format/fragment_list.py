@@ -145,8 +145,18 @@ class EncodedFragments:
                 f"{self._name()}: fragment {max(ids)} is above the manifest's "
                 f"max_fragment_id {self.max_id} (a new fragment would reuse its id)"
             )
+        self._check_listed(message, ids)
+        # Kept only once every check passed: a failed check fails every later use too.
         self._message, self._ids = message, ids
         return message
+
+    def _check_listed(self, message: pb.Manifest, ids: list[int]) -> None:
+        """Further checks of the parsed fragments (a chunk's against its reference);
+        none here."""
+
+    def _check_decoded(self, fragments: tuple[FragmentMetadata, ...]) -> None:
+        """Further checks of the decoded fragments (a chunk's against its
+        reference's bounds); none here."""
 
     def data(self) -> bytes | memoryview:
         """The encoding (serialized from the parsed message if read that way)."""
@@ -213,6 +223,7 @@ class EncodedFragments:
                     f"{self.where}: its fragments hold {rows} visible rows, its summary "
                     f"says {self._rows}"
                 )
+            self._check_decoded(decoded)
             self._rows = rows
             self._decoded = decoded
         return self._decoded
@@ -256,6 +267,12 @@ class EncodedFragments:
 
 
 Segment = EncodedFragments | tuple[FragmentMetadata, ...]
+
+
+def _holder(segment: Segment) -> str:
+    """Where ``segment``'s fragments are listed, for error messages."""
+    name = _chunk_name(segment)
+    return f"in chunk {name}" if name is not None else "among its inline fragments"
 
 
 def _chunk_name(segment: Segment) -> str | None:
@@ -507,14 +524,39 @@ class FragmentList(Sequence[FragmentMetadata]):
         Raises:
             StoredMetadataError: an id is listed twice.
         """
-        if len(set(ids)) == len(ids):
-            return
-        seen: set[int] = set()
-        twice = next(i for i in ids if i in seen or _add(seen, i))
-        first = next((s for s in self._segments if isinstance(s, EncodedFragments)), None)
-        raise StoredMetadataError(
-            f"{first._name() if first else 'fragment list'}: fragment {twice} is listed twice"
-        )
+        if len(set(ids)) != len(ids):
+            self.check_unique()
+
+    def check_unique(self) -> None:
+        """Check that no fragment id is listed twice across the whole list: every
+        chunk is fetched (side by side) and parsed, no fragment decoded. For a root
+        whose chunk references cannot tell alone (see
+        :class:`~s3ddb.format.chunks.ChunkIds`); otherwise they are checked when it
+        is read, with no chunk fetched.
+
+        Raises:
+            StoredMetadataError: an id listed twice, naming the manifest, the two
+                places it is listed (chunks, inline fragments) and the id.
+            ManifestCorruptError: a chunk cannot be read or parsed.
+        """
+        self._fetch(self._segments)
+        seen: dict[int, Segment] = {}
+        for s in self._segments:
+            for fid in s.ids() if isinstance(s, EncodedFragments) else [f.id for f in s]:
+                first = seen.setdefault(fid, s)
+                if first is not s:
+                    raise StoredMetadataError(
+                        f"{self._manifest_name()}: fragment {fid} is listed twice: "
+                        f"{_holder(first)} and {_holder(s)} (its rows would be read twice)"
+                    )
+
+    def _manifest_name(self) -> str:
+        """The manifest the list was read from, for error messages."""
+        encoded = [s for s in self._segments if isinstance(s, EncodedFragments)]
+        inline = [s for s in encoded if s.stored_ref() is None]
+        if inline:
+            return inline[-1]._name()
+        return f"manifest (version {encoded[0].version})" if encoded else "fragment list"
 
     def by_id(self) -> FragmentsById:
         """The fragments by id, each decoded when first looked up."""

@@ -16,6 +16,7 @@ from s3ddb.format.naming import MAX_VERSION
 __all__ = [
     "MAX_FILE_SIZE",
     "MAX_FRAGMENT_ID",
+    "MAX_MANIFEST_BYTES",
     "MAX_PHYSICAL_ROWS",
     "MAX_VERSION",
     "check_range",
@@ -29,6 +30,11 @@ MAX_PHYSICAL_ROWS = 2**32
 MAX_FRAGMENT_ID = 2**32 - 1
 #: Sizes are signed 64-bit in Arrow and in object store APIs.
 MAX_FILE_SIZE = 2**63 - 1
+#: The largest manifest a reader fetches: a larger one is refused before it is read
+#: (a manifest replaced by a huge file must not exhaust memory). Format 2 keeps roots
+#: small (fragments past the inline tail are in chunks, see ``format.chunks``); a
+#: format-1 manifest holds about 6 million fragments in this much.
+MAX_MANIFEST_BYTES = 512 * 1024 * 1024
 
 
 def check_range(value: int, low: int, high: int, what: str, where: str) -> int:

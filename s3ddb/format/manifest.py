@@ -21,11 +21,17 @@ from s3ddb.errors import (
 from s3ddb.format import layout
 from s3ddb.format._proto import manifest_pb2 as pb
 from s3ddb.format.bases import BasePath, check_base_paths, fragment_files
-from s3ddb.format.chunks import MAX_CHUNKS, ChunkRef, ChunkSource, StoredChunk
+from s3ddb.format.chunks import MAX_CHUNKS, ChunkIds, ChunkRef, ChunkSource, StoredChunk
 from s3ddb.format.fragment_list import EncodedFragments, FragmentList
 from s3ddb.format.framing import frame_parts, unframe, unframe_view
 from s3ddb.format.index import IndexMetadata
-from s3ddb.format.limits import MAX_FRAGMENT_ID, MAX_PHYSICAL_ROWS, MAX_VERSION, check_range
+from s3ddb.format.limits import (
+    MAX_FRAGMENT_ID,
+    MAX_MANIFEST_BYTES,
+    MAX_PHYSICAL_ROWS,
+    MAX_VERSION,
+    check_range,
+)
 from s3ddb.format.naming import NamingScheme
 from s3ddb.format.schema import DatasetSchema
 from s3ddb.format.version_metrics import dumps_metrics, read_metrics
@@ -44,6 +50,7 @@ __all__ = [
     "Manifest",
     "ManifestHeader",
     "new_dataset_id",
+    "read_manifest_bytes",
     "read_manifest_header",
     "referenced_files",
     "referenced_paths",
@@ -279,7 +286,7 @@ class Manifest:
         max_id = m.max_fragment_id if m.HasField("max_fragment_id") else None
         bases = tuple(BasePath.from_pb(b) for b in m.base_paths)
         base_ids = frozenset(b.id for b in bases)
-        stored = _stored_chunks(m, where, chunks, base_ids, max_id)
+        stored, claims = _stored_chunks(m, where, chunks, base_ids, max_id)
         in_chunks = sum(len(c) for c in stored)
         count = m.fragment_count - in_chunks if m.HasField("fragment_count") else None
         rows = m.visible_rows if m.HasField("visible_rows") else None
@@ -300,6 +307,14 @@ class Manifest:
             max_id=max_id,
         )
         listed = FragmentList.of_segments([*stored, encoded])
+        if claims is not None:
+            # Once per opened root, before any path reads a fragment (or counts rows
+            # from the summary): no id in two places. The inline tail is small and
+            # parsed, not decoded; chunks are fetched only if their references
+            # cannot tell alone (written before they recorded their ids exactly).
+            claims.check_inline(encoded.ids(), f"manifest {where} (version {m.version})")
+            if claims.ambiguous:
+                listed.check_unique()
         # An index covers only fragments of this version (see index.maintenance): at
         # most as many as it holds, none above max_fragment_id.
         covered = len(listed) if m.indices else None  # parses fragments only without a count
@@ -416,16 +431,18 @@ def _stored_chunks(
     source: ChunkSource | None,
     bases: frozenset[int],
     max_id: int | None,
-) -> list[StoredChunk]:
-    """The chunks ``m`` lists, checked (nothing fetched).
+) -> tuple[list[StoredChunk], ChunkIds | None]:
+    """The chunks ``m`` lists, checked (nothing fetched), and the ids they claim
+    (None without chunks).
 
     Raises:
         StoredMetadataError: too many chunks, a chunk listed twice, a malformed
-            reference, or an id above the manifest's ``max_fragment_id``.
+            reference, an id above the manifest's ``max_fragment_id``, or an id two
+            chunks claim.
         ManifestCorruptError: chunks, but no ``source`` to read them from.
     """
     if not len(m.chunks):
-        return []
+        return [], None
     named = f"manifest {where} (version {m.version})"
     check_range(len(m.chunks), 0, MAX_CHUNKS, "number of chunks", named)
     if source is None:
@@ -439,7 +456,11 @@ def _stored_chunks(
                 f"{named}: chunk {ref.name} holds ids up to {ref.max_fragment_id}, above "
                 f"max_fragment_id {max_id}"
             )
-    return [StoredChunk(ref, source, bases=bases, version=m.version, max_id=max_id) for ref in refs]
+    claims = ChunkIds(refs, named)
+    chunks = [
+        StoredChunk(ref, source, bases=bases, version=m.version, max_id=max_id) for ref in refs
+    ]
+    return chunks, claims
 
 
 def _check_header(m: pb.Manifest, where: str) -> None:
@@ -563,6 +584,29 @@ class ManifestHeader:
         )  # fmt: skip
 
 
+def read_manifest_bytes(
+    store: ObjectStore, path: str, where: str, listed_size: int | None = None
+) -> bytes:
+    """The stored bytes of the manifest at ``path`` (named ``where``), in bounded
+    memory: one larger than :data:`~s3ddb.format.limits.MAX_MANIFEST_BYTES` is
+    refused unread, by its ``listed_size`` (from a listing or an external store's
+    row) before any request, else by the size its one read finds first.
+
+    Raises:
+        FileNotFoundError: it does not exist.
+        ManifestCorruptError: it is larger than the limit.
+    """
+    size = listed_size or 0
+    if size <= MAX_MANIFEST_BYTES:
+        data, size = store.get_bounded(path, MAX_MANIFEST_BYTES)
+        if size <= MAX_MANIFEST_BYTES:
+            return data
+    raise ManifestCorruptError(
+        f"manifest {where}: {size} bytes, larger than any manifest s3ddb reads "
+        f"({MAX_MANIFEST_BYTES} bytes): refused unread"
+    )
+
+
 def read_manifest_header(store: ObjectStore, path: str, where: str) -> ManifestHeader:
     """The header of the manifest at ``path``, reading only its first bytes (the
     fragments come last). A manifest written without a header CRC is read whole.
@@ -579,9 +623,9 @@ def read_manifest_header(store: ObjectStore, path: str, where: str) -> ManifestH
     if data[:8] != magic:
         raise ManifestCorruptError(f"manifest {where}: not an s3ddb file (bad header magic)")
     try:
-        offset = _fragments_offset(data[8:], 2**32, where)
+        offset = _fragments_offset(data[8:], MAX_MANIFEST_BYTES, where)
         if offset is None:
-            full = unframe(store.get(path), magic, f"manifest {where}")
+            full = unframe(read_manifest_bytes(store, path, where), magic, f"manifest {where}")
             return ManifestHeader.of(pb.Manifest.FromString(full), where)
         if 8 + offset > len(data):
             data = store.get_prefix(path, 8 + offset)

@@ -32,7 +32,7 @@ from s3ddb.errors import InvalidInputError
 from s3ddb.io import local_files
 from s3ddb.io.aws import AwsConfig
 from s3ddb.io.paths import check_relative_path, relative_key
-from s3ddb.io.service_errors import as_storage_error
+from s3ddb.io.service_errors import as_storage_error, error_code
 from s3ddb.io.uri import DatasetURI, parse_uri
 
 __all__ = [
@@ -266,6 +266,21 @@ class ObjectStore:
         """
         return self.get_range(path, 0, length)
 
+    def get_bounded(self, path: str, limit: int) -> tuple[bytes, int]:
+        """The object's bytes and size, when it holds at most ``limit`` bytes; for a
+        larger one, no bytes and its size (at least ``limit + 1``), having read at
+        most ``limit + 1`` bytes of it: locally and on S3 none (the size is known
+        first: an open file's size, or the Content-Range of one ranged GET, whose
+        body is then dropped unread). For objects whose size is stored beside them
+        (a chunk's in its manifest) or bounded (a manifest), so that a file grown to
+        gigabytes is refused in bounded memory.
+
+        Raises:
+            FileNotFoundError: it does not exist.
+        """
+        data = self.get_prefix(path, limit + 1)
+        return (data, len(data)) if len(data) <= limit else (b"", len(data))
+
     def put_with_etag(self, path: str, data: bytes) -> str | None:
         """``put`` that returns the object's ETag where the backend has one (S3),
         quoted as S3 sends it."""
@@ -346,6 +361,15 @@ class LocalObjectStore(ObjectStore):
         self.full_path(path)
         return os.fdopen(local_files.open_regular(self._root, path), "rb")
 
+    def get_bounded(self, path: str, limit: int) -> tuple[bytes, int]:
+        self.full_path(path)
+        with os.fdopen(local_files.open_regular(self._root, path), "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size > limit:
+                return b"", size
+            data = f.read(limit + 1)  # bounded even if the file grows meanwhile
+        return (data, len(data)) if len(data) <= limit else (b"", len(data))
+
     def put(self, path: str, data: bytes) -> None:
         self.full_path(path)
         local_files.write(self._root, path, data)
@@ -404,6 +428,12 @@ class MemoryObjectStore(ObjectStore):
             return bytes(self.fs.cat_file(full, start=start, end=end))
         except Exception as exc:
             raise as_storage_error(exc, full) from exc
+
+    def get_bounded(self, path: str, limit: int) -> tuple[bytes, int]:
+        size = self.head(path).size
+        if size > limit:
+            return b"", size
+        return super().get_bounded(path, limit)
 
     def open_input(self, path: str, size: int | None = None) -> BinaryIO:
         full = self.full_path(path)
@@ -490,7 +520,30 @@ class S3ObjectStore(ObjectStore):
             finally:
                 body.close()
         except Exception as exc:
+            if range_ and error_code(exc) == "InvalidRange":
+                return b""  # a range starting past the end (of an empty object, say)
             raise as_storage_error(exc, full) from exc
+
+    def get_bounded(self, path: str, limit: int) -> tuple[bytes, int]:
+        full = self.full_path(path)
+        bucket, key = _split_s3(full)
+        try:
+            response = self._s3().get_object(Bucket=bucket, Key=key, Range=f"bytes=0-{limit}")
+        except Exception as exc:
+            if error_code(exc) == "InvalidRange":
+                return b"", 0  # an empty object has no byte 0
+            raise as_storage_error(exc, full) from exc
+        body = response["Body"]
+        try:
+            size = _object_size(response)
+            if size > limit:
+                return b"", size  # the body is dropped unread
+            data = bytes(body.read(limit + 1))  # bounded whatever the headers said
+        except Exception as exc:
+            raise as_storage_error(exc, full) from exc
+        finally:
+            body.close()
+        return (data, len(data)) if len(data) <= limit else (b"", len(data))
 
     def get(self, path: str) -> bytes:
         return self._get_object(self.full_path(path))
@@ -662,6 +715,16 @@ DELETE_BATCH = 1000
 def _batches(paths: list[str]) -> Iterator[list[str]]:
     for start in range(0, len(paths), DELETE_BATCH):
         yield paths[start : start + DELETE_BATCH]
+
+
+def _object_size(response: Mapping[str, Any]) -> int:
+    """The whole object's size, from a GetObject response: the total of its
+    Content-Range (``bytes 0-99/1234``), or its Content-Length when the store sent
+    the whole object (no range)."""
+    total = str(response.get("ContentRange") or "").rpartition("/")[2]
+    if total.isdigit():
+        return int(total)
+    return int(response.get("ContentLength") or 0)
 
 
 def _quoted_etag(etag: object) -> str | None:

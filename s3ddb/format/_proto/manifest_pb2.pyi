@@ -711,6 +711,7 @@ class FragmentChunk(_message.Message):
     MIN_FRAGMENT_ID_FIELD_NUMBER: _builtins.int
     MAX_FRAGMENT_ID_FIELD_NUMBER: _builtins.int
     BOUNDS_FIELD_NUMBER: _builtins.int
+    ID_RUNS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """File name under _fragments/ (32 hex digits, ".chunk")."""
     size: _builtins.int
@@ -728,6 +729,17 @@ class FragmentChunk(_message.Message):
         the sum of their null counts. A filter skips the chunk when they exclude it.
         """
 
+    @_builtins.property
+    def id_runs(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """The chunk's fragment ids exactly, when they are not every id from
+        min_fragment_id to max_fragment_id (a compaction put a newer fragment among older
+        ones, or removed some): their sorted runs of consecutive ids, two numbers each,
+        the ids skipped since the previous run (0 for the first, which starts at
+        min_fragment_id) and the run's length. Empty: every id of the range. No two chunks
+        of a manifest may claim one id, nor the inline fragments an id a chunk claims
+        (checked when the root is read), and a chunk holds exactly the ids it claims.
+        """
+
     def __init__(
         self,
         *,
@@ -740,10 +752,11 @@ class FragmentChunk(_message.Message):
         min_fragment_id: _builtins.int = ...,
         max_fragment_id: _builtins.int = ...,
         bounds: _abc.Iterable[Global___ColumnStatistics] | None = ...,
+        id_runs: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bounds", b"bounds", "crc32", b"crc32", "fragment_count", b"fragment_count", "max_fragment_id", b"max_fragment_id", "min_fragment_id", b"min_fragment_id", "name", b"name", "physical_rows", b"physical_rows", "size", b"size", "visible_rows", b"visible_rows"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bounds", b"bounds", "crc32", b"crc32", "fragment_count", b"fragment_count", "id_runs", b"id_runs", "max_fragment_id", b"max_fragment_id", "min_fragment_id", b"min_fragment_id", "name", b"name", "physical_rows", b"physical_rows", "size", b"size", "visible_rows", b"visible_rows"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
