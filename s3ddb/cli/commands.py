@@ -24,6 +24,8 @@ import pyarrow as pa
 import s3ddb
 from s3ddb.cli.output import (
     emit_json,
+    help_summary,
+    help_text,
     json_default,
     json_text,
     print_table,
@@ -172,15 +174,15 @@ def _verb(
     aliases: tuple[str, ...] = (),
     uri_optional: bool = False,
 ) -> argparse.ArgumentParser:
-    """The parser of a verb (or of a ``tags`` action): its help is the first line of
-    ``func``'s docstring, its description the whole docstring."""
+    """The parser of a verb (or of a ``tags`` action): its help is the first sentence
+    of ``func``'s docstring, its description the whole docstring (both without
+    reStructuredText markup: :func:`~s3ddb.cli.output.help_text`)."""
     doc = (func.__doc__ or "").strip()
-    summary = doc.splitlines()[0].rstrip(".")
     parser: argparse.ArgumentParser = subparsers.add_parser(
         name,
         aliases=list(aliases),
-        help=summary[:1].lower() + summary[1:],
-        description=" ".join(doc.split()),
+        help=help_summary(doc),
+        description=" ".join(help_text(doc).split()),
     )
     if not action:
         parser.add_argument(

@@ -24,6 +24,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from s3ddb.cli.output import help_text
+
 if TYPE_CHECKING:
     from s3ddb.dataset import Dataset
     from s3ddb.external_store import ExternalManifestStore
@@ -56,7 +58,7 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "demo",
         help="run concurrent writers, a crash and its repair on an embedded local AWS endpoint",
-        description=__doc__,
+        description=help_text(__doc__ or ""),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--writers", type=int, default=6, help="concurrent writer processes")

@@ -8,6 +8,7 @@ the parsed arguments and returning the exit status.
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import sys
 import textwrap
@@ -100,7 +101,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        # Refused by the verb's own parser: its usage, and the option meant.
+        _verb_parser(parser, args).error(_unrecognized(_verb_parser(parser, args), unknown))
     func = getattr(args, "func", None)
     if func is None:
         parser.print_help()
@@ -127,6 +131,34 @@ def _run(func: Any, args: argparse.Namespace, debug: bool) -> int:
     except Exception as exc:
         _report(exc, "unexpected error", debug)
         return EXIT_FAILED
+
+
+def _verb_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Any:
+    """The innermost parser ``args`` went through: the verb's (``tags``'s action's)."""
+    current = parser
+    while True:
+        verbs = next((a for a in current._actions if isinstance(a, argparse._SubParsersAction)), None)
+        chosen = getattr(args, verbs.dest, None) if verbs is not None else None
+        if verbs is None or chosen not in (verbs.choices or {}):
+            return current
+        current = verbs.choices[chosen]
+
+
+def _unrecognized(parser: argparse.ArgumentParser, unknown: list[str]) -> str:
+    """argparse's "unrecognized arguments" message, with the option of ``parser``
+    each unknown one was likely meant to be."""
+    flags = [flag for action in parser._actions for flag in action.option_strings]
+    meant: dict[str, str] = {}  # unknown flag -> the close one
+    for text in unknown:
+        flag = text.split("=", 1)[0]
+        close = difflib.get_close_matches(flag, flags, n=1) if flag.startswith("-") else []
+        if close:
+            meant[flag] = close[0]
+    if len(meant) == 1:
+        hint = f" (did you mean {next(iter(meant.values()))}?)"
+    else:
+        hint = f" (did you mean {', '.join(f'{v} for {k}' for k, v in meant.items())}?)"
+    return f"unrecognized arguments: {' '.join(unknown)}{hint if meant else ''}"
 
 
 def _report(exc: BaseException, kind: str, debug: bool) -> None:
@@ -175,9 +207,10 @@ def _wrapped(head: str, message: str, hint: str = "") -> str:
 
 
 class _Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose "invalid choice" message for a verb lists only the
-    verbs ``s3ddb --help`` lists (not the hidden ``demo-writer`` and ``demo-change``,
-    which ``s3ddb demo`` runs in child processes)."""
+    """An ArgumentParser whose "invalid choice" message for a verb names the verb
+    likely meant and lists only the verbs ``s3ddb --help`` lists (not the hidden
+    ``demo-writer`` and ``demo-change``, which ``s3ddb demo`` runs in child
+    processes)."""
 
     def _check_value(self, action: argparse.Action, value: Any) -> None:
         if not isinstance(action, argparse._SubParsersAction) or value in (action.choices or {}):
@@ -185,8 +218,10 @@ class _Parser(argparse.ArgumentParser):
             return
         listed = {id(action.choices[a.dest]) for a in action._get_subactions()}
         shown = [name for name, parser in action.choices.items() if id(parser) in listed]
+        close = difflib.get_close_matches(str(value), shown, n=1)
+        meant = f"did you mean {close[0]}? " if close else ""
         raise argparse.ArgumentError(
-            action, f"invalid choice: {value!r} (choose from {', '.join(shown)})"
+            action, f"invalid choice: {value!r} ({meant}choose from {', '.join(shown)})"
         )
 
 

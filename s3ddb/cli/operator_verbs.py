@@ -318,10 +318,12 @@ def _age_text(age: dt.timedelta) -> str:
 
 
 def run_migrate_commits(args: argparse.Namespace) -> int:
-    """Make URI's commit mechanism the dataset's: plain s3:// (conditional writes) to
-    s3+ddb:// (DynamoDB), a local copy of a DynamoDB dataset to its path, one table to
-    another. Writes one version; writers of the old mechanism then refuse. Stop them
-    first. Exit status 0: done (or nothing to do); 2: usage or access error.
+    """Move a dataset's commits to the mechanism its URI names.
+
+    From plain s3:// (conditional writes) to s3+ddb:// (DynamoDB), from a DynamoDB
+    dataset to its local copy's path, or from one DynamoDB table to another. Writes
+    one version; writers of the old mechanism then refuse. Stop them first. Exit
+    status 0: done (or nothing to do); 2: usage or access error.
     """
     ds = dataset(args.uri, storage_options=storage_options(args))
     before = ds.version

@@ -39,6 +39,8 @@ __all__ = [
     "Progress",
     "emit_json",
     "guarded_output",
+    "help_summary",
+    "help_text",
     "json_default",
     "json_text",
     "print_table",
@@ -181,3 +183,38 @@ def progress_bar(shown: bool = True) -> Iterator[Progress]:
             bar.update(tasks[what], completed=done, total=total)
 
         yield update
+
+
+# --- help text ------------------------------------------------------------------------
+
+_RST_ROLE = re.compile(r":[a-z]+:`~?([^`]+)`")
+_RST_LITERAL = re.compile(r"``(.+?)``|`([^`]+)`")
+# The end of a sentence: a full stop before a capital (not "e.g. the").
+_SENTENCE_END = re.compile(r"\.(?=\s+[A-Z])")
+
+
+def _plain_literal(match: re.Match[str]) -> str:
+    text = match.group(1) if match.group(1) is not None else match.group(2)
+    # A word reads as itself; a lone symbol (``-``, ``?``) needs quotes to be seen.
+    return text if any(c.isalnum() for c in text) else f"'{text}'"
+
+
+def help_text(doc: str) -> str:
+    """A docstring as ``--help`` shows it: reStructuredText inline markup made plain
+    (``x`` and `x` become x, a lone symbol is quoted: '-'; :func:`~a.b` becomes b,
+    :class:`a.b` becomes a.b). Lines and paragraphs are kept."""
+
+    def role(match: re.Match[str]) -> str:
+        target = match.group(1)
+        return target.rsplit(".", 1)[-1] if match.group(0).count("~") else target
+
+    return _RST_LITERAL.sub(_plain_literal, _RST_ROLE.sub(role, doc))
+
+
+def help_summary(doc: str) -> str:
+    """The one-sentence summary of a verb in ``s3ddb --help``: the first sentence of
+    the docstring's first paragraph (a sentence may span lines), made plain
+    (:func:`help_text`), lower-cased first letter, no full stop."""
+    paragraph = help_text(doc).strip().split("\n\n", 1)[0]
+    sentence = _SENTENCE_END.split(" ".join(paragraph.split()), 1)[0].rstrip(".")
+    return sentence[:1].lower() + sentence[1:]

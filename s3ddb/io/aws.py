@@ -22,6 +22,7 @@ boto3 imports lazily, so local and in-memory datasets never pay for it.
 
 from __future__ import annotations
 
+import difflib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -216,7 +217,11 @@ class AwsConfig:
             attr = _ALL_ALIASES.get(key.lower())
             if attr is None:
                 known = ", ".join(sorted({k for k in _ALL_ALIASES if k == _ALL_ALIASES[k]}))
-                raise InvalidInputError(f"unknown storage option {key!r}; AWS options are: {known}")
+                close = difflib.get_close_matches(key.lower(), [*_ALL_ALIASES, *_ACCEPTED_FLAGS], 1)
+                meant = f" (did you mean {close[0]!r}?)" if close else ""
+                raise InvalidInputError(
+                    f"unknown storage option {key!r}{meant}; AWS options are: {known}"
+                )
             if value is not None and not isinstance(value, str):
                 # Redacted by name, whatever the type: b"...", an int or an object
                 # whose str() is the secret are as secret as a string.
