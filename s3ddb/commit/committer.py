@@ -34,6 +34,7 @@ from s3ddb.errors import (
     DatasetLocationError,
     DatasetRecreatedError,
     InvalidInputError,
+    ManifestCorruptError,
     RetryableCommitConflictError,
     TooMuchWriteContentionError,
     VersionNotFoundError,
@@ -432,7 +433,7 @@ def _claim_next_version(
             "claiming version %d of %s (%s, attempt %d)",
             manifest.version, commit.dataset, commit.txn.kind, budget.lost + 1,
         )  # fmt: skip
-        check_publishable(manifest, current)
+        check_publishable(manifest, current, handler.store)
         try:
             with telemetry.phase("claim", {"s3ddb.version": manifest.version}):
                 location = handler.commit_manifest(
@@ -704,11 +705,22 @@ def _cleanup(
         # deletion would only fail again with a warning that hides the real error.
         return
     paths = list(written)
-    for t in (original, final):
-        paths.extend(t.operation.written_paths())
+    claimed = [p for t in (original, final) for p in t.operation.written_paths()]
     # Never delete what the read version references, whatever an operation built
     # elsewhere (Dataset.commit) claims to have written.
-    referenced = set(referenced_paths(base, transaction=False)) if base is not None else set()
+    try:
+        referenced = set(referenced_paths(base, transaction=False)) if base is not None else set()
+    except ManifestCorruptError as damage:
+        # The read version's fragment list cannot be read (a lost chunk): a file the
+        # operation claims may be one it lists, so those stay. The commit's own files
+        # (its transaction file, chunks) have new names: they go.
+        if claimed:
+            log.warning(
+                "keeping the %d files %s claims to have written: the version it read "
+                "is damaged (%s)", len(claimed), original.kind, damage,
+            )  # fmt: skip
+        claimed, referenced = [], set()
+    paths.extend(claimed)
 
     def warn(path: str, cleanup_exc: Exception) -> None:
         log.warning("could not delete %s after failed commit: %s", path, cleanup_exc)

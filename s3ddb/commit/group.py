@@ -209,7 +209,7 @@ def _claim_until_won(group: _Group, kind: str, budget: _RetryBudget) -> list[Com
                     )
                 _, manifest = _build_next(commit, before, before.naming_scheme)
                 bases.append(before)
-            check_publishable(manifest, bases[-1])
+            check_publishable(manifest, bases[-1], commit.handler.store)
             laid_out = commit.lay_out_chunks(manifest)
             manifests.append(commit.with_metrics(laid_out, bases[-1], budget.lost + 1))
         claim = ClaimRound(

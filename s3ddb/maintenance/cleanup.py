@@ -53,12 +53,13 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
+import logging
 import time
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from s3ddb.errors import InvalidInputError, VersionNotFoundError
+from s3ddb.errors import InvalidInputError, ManifestCorruptError, VersionNotFoundError
 from s3ddb.external_store.base import ManifestRow, VersionTakenError
 from s3ddb.format import layout
 from s3ddb.format.chunks import CHUNKS_DIR
@@ -86,6 +87,8 @@ __all__ = [
     "KeptVersion",
     "cleanup_old_versions",
 ]
+
+log = logging.getLogger(__name__)
 
 #: A version is removed only once its successor is this old (see cleanup_old_versions).
 #: Writers look for newer versions before claiming on a base older than 10 s
@@ -399,11 +402,17 @@ def _referenced_by(ds: PinnedVersion, versions: Iterable[int]) -> _Referenced:
 
 def _references_of_removed(ds: PinnedVersion, version: int) -> _Referenced:
     """What removed ``version`` refers to; nothing if its manifest is gone (its row
-    outlived it: deleted by hand, or by a cleanup of an older s3ddb). The row still
-    goes; the files only it read are left to the grace period."""
+    outlived it: deleted by hand, or by a cleanup of an older s3ddb) or cannot be
+    read (a lost or damaged fragment-list chunk, a corrupt manifest). The version
+    still goes; the files only it read are not known to be unreferenced, and are
+    left to the grace period like any file no version lists. Never a file a kept
+    version lists: those are read from the kept versions alone."""
     try:
         return _referenced_by(ds, [version])
     except VersionNotFoundError:
+        return _Referenced(set(), set())
+    except ManifestCorruptError as exc:  # StoredMetadataError too
+        log.warning("cleanup removes version %d, which cannot be read: %s", version, exc)
         return _Referenced(set(), set())
 
 

@@ -39,7 +39,7 @@ from typing import Any, cast
 
 import pyarrow as pa
 
-from s3ddb.errors import OpenFormatError, StoredMetadataError
+from s3ddb.errors import ManifestCorruptError, OpenFormatError, StoredMetadataError
 from s3ddb.format import layout
 from s3ddb.format.bases import FileResolver
 from s3ddb.format.deletion import read_deleted_rows
@@ -51,6 +51,7 @@ from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.parallel import run_beside
 from s3ddb.io.per_process import PerProcess
 from s3ddb.observe import telemetry
+from s3ddb.open_formats.column_names import describe_misnamed, misnamed_columns
 from s3ddb.open_formats.model import (
     FORMATS,
     FileGroup,
@@ -153,15 +154,25 @@ def published_schema(schema: DatasetSchema) -> pa.Schema:
     return schema.arrow_with_ids
 
 
-def check_publishable(manifest: Manifest, base: Manifest | None) -> None:
+def check_publishable(manifest: Manifest, base: Manifest | None, store: ObjectStore) -> None:
     """Refuse a version its open formats could not represent exactly, before it is
     committed: a column type with no counterpart in a format, or a fragment this
     version added or changed with several data files (Iceberg and Delta list whole
     files; one row is never split across files). Only what changed since ``base``
-    is looked at, so the check follows the change, not the table.
+    is looked at, so the check follows the change, not the table; when ``base``'s
+    fragment list cannot be read (a lost chunk, which a restore moves away from),
+    every fragment is.
+
+    For Delta, whose readers find a file's columns by name, also refuse data files
+    (in ``store``) that name a column otherwise than the schema (written before a
+    rename, see :mod:`s3ddb.open_formats.column_names`): every file when this
+    version turns Delta on (one footer read each), else the files a rename since
+    ``base`` kept.
 
     Raises:
-        OpenFormatError: naming the format and the column, or the fragment.
+        OpenFormatError: naming the format and the column, or the fragment, and the
+            fix.
+        DataFileError: a data file whose names are checked is missing or unreadable.
     """
     formats = enabled_formats(manifest)
     if not formats:
@@ -173,12 +184,15 @@ def check_publishable(manifest: Manifest, base: Manifest | None) -> None:
             problem = writer_of(name).type_problem(arrow)
             if problem is not None:
                 raise OpenFormatError(f"cannot publish {manifest.version} as {name}: {problem}")
-    if base is None or newly:
-        fragments: Iterable[FragmentMetadata] = manifest.fragments
-    else:
-        _removed, added, changed = base.fragments.diff(manifest.fragments)
-        wanted = set(added) | changed
-        fragments = manifest.fragments.select(wanted).values() if wanted else ()
+    fragments: Iterable[FragmentMetadata] = manifest.fragments
+    if base is not None and not newly:
+        try:
+            _removed, added, changed = base.fragments.diff(manifest.fragments)
+        except ManifestCorruptError:
+            pass  # base unreadable: every fragment is looked at
+        else:
+            wanted = set(added) | changed
+            fragments = manifest.fragments.select(wanted).values() if wanted else ()
     for fragment in fragments:
         if len(fragment.files) != 1:
             raise OpenFormatError(
@@ -187,6 +201,54 @@ def check_publishable(manifest: Manifest, base: Manifest | None) -> None:
                 "fragment: compact the dataset first (ds.optimize.compact_files() joins "
                 "them; once publication is on, s3ddb's schema changes write one file)"
             )
+    if "delta" in formats and base is not None:
+        _check_delta_names(manifest, base, store, turned_on="delta" in newly)
+
+
+def _check_delta_names(
+    manifest: Manifest, base: Manifest, store: ObjectStore, turned_on: bool
+) -> None:
+    """The Delta part of :func:`check_publishable` (``turned_on``: this version
+    starts publishing Delta).
+
+    Raises:
+        OpenFormatError: a data file names a column otherwise than the schema.
+    """
+    schema = manifest.schema
+    if turned_on:
+        candidates = list(manifest.fragments)
+        fix = (
+            "Dataset.enable_open_formats writes such files again under the current "
+            "names before it turns Delta on: run it (again)"
+        )
+    else:
+        old = dict(zip(base.schema.top_level_ids(), base.schema.arrow.names, strict=True))
+        renamed = {
+            i for i, name in zip(schema.top_level_ids(), schema.arrow.names, strict=True)
+            if old.get(i, name) != name
+        }  # fmt: skip
+        if not renamed:
+            return
+        try:
+            kept: set[str] | None = {d.path for f in base.fragments for d in f.files}
+        except ManifestCorruptError:
+            kept = None  # base unreadable: every file holding a renamed column is read
+        candidates = [
+            f for f in manifest.fragments
+            if any(renamed & set(d.fields) and (kept is None or d.path in kept) for d in f.files)
+        ]  # fmt: skip
+        fix = (
+            "the schema change was planned on a version that did not publish Delta, "
+            "and kept the files: run it again (Dataset.alter_columns) on the newest "
+            "version, which writes them under the new names"
+        )
+    misnamed = misnamed_columns(FileResolver.for_manifest(store, manifest), candidates, schema)
+    if misnamed:
+        raise OpenFormatError(
+            f"cannot publish version {manifest.version} as Delta: its data files name "
+            f"columns otherwise than its schema ({describe_misnamed(misnamed)}), and "
+            f"Delta readers find columns by name. Nothing was committed; {fix}"
+        )
 
 
 # --- from a manifest to a TableVersion ---------------------------------------------------

@@ -8,8 +8,10 @@ from collections.abc import Iterable
 import pyarrow as pa
 
 from s3ddb.errors import InvalidInputError, OpenFormatError
+from s3ddb.format.bases import FileResolver
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.schema import DatasetSchema
+from s3ddb.open_formats.column_names import misnamed_columns
 from s3ddb.open_formats.publisher import (
     CONFIG_KEY,
     Rebuilt,
@@ -24,6 +26,7 @@ from s3ddb.open_formats.publisher import (
 )
 from s3ddb.operations import Operation, UpdateConfig
 from s3ddb.versions.pinned import PinnedVersion, plan_and_commit
+from s3ddb.writes.schema_evolution import plan_rewrite_under_current_names
 
 __all__ = [
     "check_schema",
@@ -70,15 +73,22 @@ def enable_open_formats(ds: PinnedVersion, formats: Iterable[str] | str) -> tupl
     version it makes is the first published in them. Returns every format the
     dataset now publishes.
 
+    Turning Delta on first writes again, in a version of their own, the data files
+    that name a column otherwise than the schema (written before a rename, see
+    :mod:`s3ddb.open_formats.column_names`): Delta readers find columns by name.
+
     Raises:
         OpenFormatError: an unknown format, a column type a format cannot hold, or a
             fragment of several data files (compact the dataset first); nothing was
-            committed.
+            committed. Also when a rename was committed meanwhile, after the files
+            were checked: run it again.
         InvalidInputError: no format given.
     """
     wanted = parse_formats(formats)
     if not wanted:
         raise InvalidInputError("enable_open_formats: name at least one format (iceberg, delta)")
+    if "delta" in wanted:
+        _write_files_under_current_names(ds, wanted)
 
     def plan(manifest: Manifest) -> tuple[Operation | None, tuple[str, ...]]:
         now = enabled_formats(manifest)
@@ -90,6 +100,35 @@ def enable_open_formats(ds: PinnedVersion, formats: Iterable[str] | str) -> tupl
         return UpdateConfig(config_upsert={CONFIG_KEY: value}), together
 
     return plan_and_commit(ds, "enable_open_formats", plan, None, None)
+
+
+def _write_files_under_current_names(ds: PinnedVersion, wanted: tuple[str, ...]) -> None:
+    """Before Delta is turned on: commit a Merge writing again the fragments whose
+    data files name a column otherwise than the schema (nothing if there are none,
+    if Delta is on already, or if a fragment has several data files: the enabling
+    commit refuses those, and compaction writes them under the current names).
+
+    Raises:
+        OpenFormatError: a column type a format cannot hold (nothing is written).
+    """
+    store = ds.handler.store
+
+    def plan(manifest: Manifest) -> tuple[Operation | None, None]:
+        now = enabled_formats(manifest)
+        if "delta" in now:
+            return None, None
+        check_schema(manifest.schema, parse_formats([*now, *wanted]))
+        fragments = list(manifest.fragments)
+        if any(len(f.files) != 1 for f in fragments):
+            return None, None
+        files = FileResolver.for_manifest(store, manifest)
+        misnamed = misnamed_columns(files, fragments, manifest.schema)
+        if not misnamed:
+            return None, None
+        ids = {m.fragment_id for m in misnamed}
+        return plan_rewrite_under_current_names(store, manifest, ids), None
+
+    plan_and_commit(ds, "enable_open_formats", plan, None, None)
 
 
 def disable_open_formats(ds: PinnedVersion) -> None:

@@ -19,7 +19,7 @@ Deleted rows get NULLs in the new files: they are never read.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -64,6 +64,7 @@ __all__ = [
     "plan_alter_columns",
     "plan_drop_columns",
     "plan_field_metadata",
+    "plan_rewrite_under_current_names",
     "plan_schema_metadata",
     "replace_field_metadata",
     "replace_schema_metadata",
@@ -470,6 +471,47 @@ def _rewrite_cast_columns(
         return pa.Table.from_arrays(arrays, schema=target)
 
     return _extend_fragments(store, manifest, cast, new_schema)
+
+
+def plan_rewrite_under_current_names(
+    store: ObjectStore, manifest: Manifest, fragment_ids: Collection[int]
+) -> Merge:
+    """The Merge writing each fragment of ``fragment_ids`` again as one data file of
+    every column, named as the schema names it now (all its physical rows, so its
+    deletion file still applies; dropped columns are left out), the other fragments
+    as they are. What enabling Delta does to the files written before a rename:
+    Delta readers find a file's columns by name. If a write fails, every file
+    written is deleted.
+
+    Raises:
+        DataFileError: a fragment's data file is missing or unreadable.
+    """
+    schema = manifest.schema
+    files = FileResolver.for_manifest(store, manifest)
+    wanted = set(fragment_ids)
+    names = list(schema.arrow.names)
+    written: list[str] = []
+    lock = threading.Lock()
+
+    def rewrite(fragment: FragmentMetadata) -> FragmentMetadata:
+        if fragment.id not in wanted:
+            return fragment
+        table = _file_table(read_fragment(files, fragment, schema, names))
+        data_file = write_data_file(store, table, schema)
+        with lock:
+            written.append(layout.data_file_path(data_file.path))
+        stats = compute_file_statistics(table, schema, data_file)
+        return replace(fragment, files=(data_file,), stats=(stats,))
+
+    fragments = list(manifest.fragments)
+    try:
+        # Leaving the pool waits for every started write, so none lands after cleanup.
+        with ThreadPoolExecutor(max_workers=max(1, min(8, len(wanted)))) as pool:
+            rewritten = list(pool.map(rewrite, fragments))
+    except BaseException:
+        delete_written_files(store, written)  # silently: the read error is what matters
+        raise
+    return Merge(tuple(rewritten), schema, tuple(written))
 
 
 # --- metadata ------------------------------------------------------------------------------
