@@ -49,6 +49,13 @@ from s3ddb.external_store.identity import CLAIM_ATTRIBUTE, final_path_of
 from s3ddb.external_store.memory import InMemoryManifestStore
 from s3ddb.format.manifest import referenced_paths
 from s3ddb.io.object_store import MemoryObjectStore, ObjectStore
+from s3ddb.open_formats.publisher import (
+    CONFIG_KEY,
+    expected_table,
+    forget_states,
+    publish_version,
+    writer_of,
+)
 from s3ddb.versions.opening import load_latest, placeholder_manifest
 from s3ddb.versions.pinned import commit_planned
 from tests.torture import SCHEMA, allowed_states, apply, perform, plan
@@ -301,9 +308,16 @@ class Report:
     faults: int = 0
 
 
-def run_schedule(seed: int, writers: int = 3, ops: int = 3, fault_rate: float = 0.03) -> Report:
+def run_schedule(
+    seed: int,
+    writers: int = 3,
+    ops: int = 3,
+    fault_rate: float = 0.03,
+    open_formats: bool = False,
+) -> Report:
     """One seeded schedule: ``writers`` writers of ``ops`` operations each, a reader and
-    a cleaner, then the invariants."""
+    a cleaner, then the invariants. With ``open_formats`` the dataset publishes Iceberg
+    and Delta from its second version on, and the published state is checked too."""
     sim = Scheduler(seed, fault_rate)
     name = f"sim-{seed}-{uuid.uuid4().hex[:8]}"
     url = f"memory://{name}/ds"
@@ -329,13 +343,15 @@ def run_schedule(seed: int, writers: int = 3, ops: int = 3, fault_rate: float = 
     uuid.uuid4 = _uuid4  # per-actor seeded names (other threads keep real ones)
     try:
         with _seeded_uuids(random.Random(seed)):
-            _seed_versions(url, name, base_uri, stale)
+            _seed_versions(url, name, base_uri, stale, open_formats)
         sim.run()
     except Stuck as exc:
         violations.append(str(exc))
     finally:
         uuid.uuid4 = _real_uuid4
-    return finish_report(seed, sim, name, violations, lambda: _check(url, name, base_uri, sim))
+    return finish_report(
+        seed, sim, name, violations, lambda: _check(url, name, base_uri, sim, open_formats)
+    )
 
 
 def finish_report(
@@ -382,9 +398,12 @@ def _writer(open_latest: Callable[[], s3ddb.Dataset], w: int, ops: int) -> Calla
     return body
 
 
-def _seed_versions(url: str, name: str, base_uri: str, stale: s3ddb.Dataset) -> None:
+def _seed_versions(
+    url: str, name: str, base_uri: str, stale: s3ddb.Dataset, open_formats: bool = False
+) -> None:
     """Versions 1-4, two days old (so that cleanup may remove them): the seed rows, then
-    configuration changes; ``stale`` is pinned at version 1, seen as the newest then."""
+    configuration changes (with ``open_formats``, the first turns on Iceberg and Delta);
+    ``stale`` is pinned at version 1, seen as the newest then."""
     seed_handler = ExternalStoreCommitHandler(
         ObjectStore(url), InMemoryManifestStore(name), base_uri
     )
@@ -397,6 +416,8 @@ def _seed_versions(url: str, name: str, base_uri: str, stale: s3ddb.Dataset) -> 
         for n in range(3):
             # Tiny fragment-list chunks: the actors' commits write, merge and share them.
             chunked = {"s3ddb.chunk_fragments": "16", "s3ddb.inline_fragments": "4"}
+            if open_formats:
+                chunked[CONFIG_KEY] = "iceberg,delta"
             ds.update_config({"seeded": str(n), **(chunked if n == 0 else {})})
 
 
@@ -462,7 +483,9 @@ def _cleaner(open_latest: Callable[[], s3ddb.Dataset]) -> Callable[[Actor], None
     return body
 
 
-def _check(url: str, name: str, base_uri: str, sim: Scheduler) -> list[str]:
+def _check(
+    url: str, name: str, base_uri: str, sim: Scheduler, open_formats: bool = False
+) -> list[str]:
     """The invariants, on the stores as the schedule left them (no faults from here)."""
     out: list[str] = []
     external = InMemoryManifestStore(name)
@@ -514,6 +537,47 @@ def _check(url: str, name: str, base_uri: str, sim: Scheduler) -> list[str]:
         allowed = allowed_states(actor.log)
         if actual not in allowed:
             out.append(f"{actor.name} holds {actual}, expected one of {allowed}")
+    if open_formats:
+        out += _check_published(name, store, repaired, ds)
+    return out
+
+
+def _check_published(
+    name: str, store: ObjectStore, handler: ExternalStoreCommitHandler, ds: s3ddb.Dataset
+) -> list[str]:
+    """The newest version's Iceberg and Delta state, once a publication caught up with
+    what the actors left (a crashed finisher's version, say): it agrees with the
+    manifests, and deltalake reads the rows s3ddb reads (from a copy of the objects on
+    local disk: the Delta log's paths are relative)."""
+    import tempfile
+    from pathlib import Path
+
+    from tests.open_formats.readers import deltalake_read
+
+    out: list[str] = []
+    manifest = ds.manifest
+    forget_states()  # where each format stands is read from its files
+    publish_version(store, manifest, handler.manifest_if_kept)
+    for format_name in ("iceberg", "delta"):
+        expected = expected_table(store, manifest, handler.manifest_if_kept, format_name)
+        try:
+            state = writer_of(format_name).load_state(store, expected)
+        except S3DDBError as exc:
+            out.append(f"version {manifest.version} as {format_name}: {exc}")
+            continue
+        if state is None:
+            out.append(f"version {manifest.version} is not published as {format_name}")
+    fs = fsspec.filesystem("memory")
+    with tempfile.TemporaryDirectory() as local:
+        for path in fs.find(f"/{name}/ds"):
+            target = Path(local, path[len(f"/{name}/ds/") :])
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(fs.cat_file(path))
+        got = deltalake_read(local, manifest.version).to_pylist()
+    want = ds.to_table().to_pylist()
+    key = lambda r: r["id"]  # noqa: E731
+    if sorted(got, key=key) != sorted(want, key=key):
+        out.append(f"deltalake reads version {manifest.version} otherwise than s3ddb")
     return out
 
 
@@ -529,6 +593,7 @@ def shrink(seed: int, params: dict[str, Any]) -> Report:
     """The smallest schedule of ``seed`` (fewest writers, then operations; no faults if
     it still fails without them) that still breaks an invariant."""
     best = run_schedule(seed, **params)
+    publishing = bool(params.get("open_formats"))
     for writers in range(1, params["writers"] + 1):
         for ops in range(1, params["ops"] + 1):
             for fault_rate in sorted({0.0, params["fault_rate"]}):
@@ -536,7 +601,9 @@ def shrink(seed: int, params: dict[str, Any]) -> Report:
                     "fault_rate"
                 ]:
                     return best
-                report = run_schedule(seed, writers=writers, ops=ops, fault_rate=fault_rate)
+                report = run_schedule(
+                    seed, writers=writers, ops=ops, fault_rate=fault_rate, open_formats=publishing
+                )
                 if report.violations:
                     return report
     return best
