@@ -25,7 +25,7 @@ from __future__ import annotations
 import uuid
 import zlib
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from s3ddb.format._proto import manifest_pb2 as pb
 from s3ddb.format.chunks import (
@@ -274,13 +274,28 @@ def write_chunks(
     segments: list[Segment] = []
     for unit in _laid_out(units, policy):
         if unit.kept is not None:
-            segments.append(unit.kept)
+            segments.append(_with_exact_ids(unit.kept))
             continue
         chunk = _write(unit, manifest, source, put)
         written.append(chunk.ref.path)
         segments.append(chunk)
     listed = FragmentList.of_segments([*segments, *tail])
     return manifest.evolve(fragments=listed), written
+
+
+def _with_exact_ids(chunk: StoredChunk) -> StoredChunk:
+    """``chunk``, listed again; its reference given the chunk's ids exactly if it
+    lacked them (written before references recorded ``id_runs``) and this process
+    parsed the chunk anyway (the reader of such a root checks every chunk): the file
+    is unchanged, and readers of the new root need fetch no chunk to check its ids."""
+    if chunk.ref.exact or not chunk.loaded:
+        return chunk
+    ref = replace(chunk.ref, runs=id_runs(chunk.ids()), message=None)
+    exact = StoredChunk(
+        ref, chunk.source, bases=chunk.bases, version=chunk.version, max_id=chunk.max_id
+    )
+    exact.prime(bytes(chunk.data()))
+    return exact
 
 
 def _unchunked(s: Segment) -> Segment:

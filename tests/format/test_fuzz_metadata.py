@@ -37,6 +37,17 @@ mutation's seed. Reproduce one with ``S3DDB_FUZZ_SEED=<seed> S3DDB_FUZZ_MUTATION
 
 ``S3DDB_FUZZ_MUTATIONS=<n>`` sets the number of mutations (default 1200, about half a minute
 here); ``S3DDB_FUZZ_SEED`` the first seed (default 0).
+
+A second run does the same to a dataset whose manifests keep their fragments in
+fragment-list chunks (format 2; :func:`build_chunked`, ``S3DDB_FUZZ_CHUNK_MUTATIONS``,
+default 200): chunk files damaged as bytes, or their fragments mutated and framed
+again with the roots' references updated to the new size and CRC (so only the
+semantic checks stand between them and a reader); roots whose chunk references are
+duplicated (under their own name, or as a copy of the file under another), dropped,
+swapped, pointed at another chunk, joined by an older version's reference, given
+other id ranges, id runs, counts or column bounds; inline tails repeating a chunk's
+fragment. The same reads must be correct: never a row twice, never a row no version
+held. Reproduce one with ``S3DDB_FUZZ_SEED=<seed> S3DDB_FUZZ_CHUNK_MUTATIONS=1``.
 """
 
 from __future__ import annotations
@@ -61,6 +72,7 @@ import pyarrow as pa
 import pytest
 
 DEFAULT_MUTATIONS = 1200
+DEFAULT_CHUNK_MUTATIONS = 200
 MEMORY_LIMIT = 3 << 30
 PER_MUTATION_SECONDS = 20
 FILTER = "id >= 3"
@@ -92,6 +104,25 @@ def build(uri: str) -> None:
     s3ddb.dataset(uri).delete("id = 5 OR id = 13")
     s3ddb.dataset(uri).create_scalar_index("id")
     s3ddb.write_dataset(_rows(range(16, 18)), uri, mode="append")
+    s3ddb.dataset(uri).tags.create("t1", 2)
+
+
+def build_chunked(uri: str) -> None:
+    """Like :func:`build`, in chunks of at most 4 fragments with 2 inline: versions
+    1-8 are an overwrite of 2 one-row fragments (format 1), a config change, an
+    append of 5 two-row fragments (chunks from here on), a delete (a deletion file; a
+    fragment removed, so a chunk's ids have a gap), a BTREE index, another append, a
+    compaction (new fragments among older ones: chunks whose id ranges overlap, told
+    apart by their id runs); tag ``t1`` names version 2."""
+    import s3ddb
+
+    s3ddb.write_dataset(_rows(range(2)), uri, max_rows_per_file=1)
+    s3ddb.dataset(uri).update_config({"s3ddb.chunk_fragments": "4", "s3ddb.inline_fragments": "2"})
+    s3ddb.write_dataset(_rows(range(2, 12)), uri, mode="append", max_rows_per_file=2)
+    s3ddb.dataset(uri).delete("id = 5 OR id = 8 OR id = 9")
+    s3ddb.dataset(uri).create_scalar_index("id")
+    s3ddb.write_dataset(_rows(range(12, 18)), uri, mode="append", max_rows_per_file=2)
+    s3ddb.dataset(uri).optimize.compact_files(target_rows_per_fragment=2)
     s3ddb.dataset(uri).tags.create("t1", 2)
 
 
@@ -360,6 +391,154 @@ def _damage_bytes(rng: random.Random, data: bytes) -> bytes:
     return bytes(out)
 
 
+# --- mutations of fragment-list chunks and the roots listing them -----------------------------
+
+
+def _chunk_message(path: Path) -> Any:
+    from s3ddb.format._proto import manifest_pb2 as pb
+    from s3ddb.format.chunks import CHUNK_MAGIC
+
+    return pb.Manifest.FromString(_unframe(path.read_bytes(), CHUNK_MAGIC))
+
+
+def _roots(root: Path) -> list[tuple[Path, Any]]:
+    """Every root of format 2 (path, parsed message), newest first."""
+    from s3ddb.format._proto import manifest_pb2 as pb
+    from s3ddb.format.manifest import CHUNKED_MANIFEST_MAGIC
+
+    out = []
+    for path in sorted((root / "_versions").glob("*.manifest")):
+        data = path.read_bytes()
+        if data[:8] == CHUNKED_MANIFEST_MAGIC:
+            out.append((path, pb.Manifest.FromString(_unframe(data, CHUNKED_MANIFEST_MAGIC))))
+    return out
+
+
+def _root_bytes(m: Any, rng: random.Random) -> bytes:
+    """``m`` framed as a root (the earlier layout: parsed whole); its summary
+    recomputed from its chunk references and tail, or kept as mutated."""
+    from s3ddb.format.framing import frame
+    from s3ddb.format.manifest import CHUNKED_MANIFEST_MAGIC
+
+    m.ClearField("fragments_offset")
+    m.ClearField("header_crc")
+    if rng.random() < 0.7:
+        m.fragment_count = sum(c.fragment_count for c in m.chunks) + len(m.fragments)
+        tail = sum(
+            f.physical_rows
+            - (f.deletion_file.num_deleted_rows if f.HasField("deletion_file") else 0)
+            for f in m.fragments
+        )
+        rows = sum(c.visible_rows for c in m.chunks) + tail
+        m.visible_rows = min(max(0, rows), 2**64 - 1)
+    return frame(m.SerializeToString(), CHUNKED_MANIFEST_MAGIC)
+
+
+def _mutate_chunk_ref(rng: random.Random, ref: Any) -> None:
+    choice = rng.randrange(7)
+    if choice == 0:
+        near = [ref.min_fragment_id + 1, max(0, ref.max_fragment_id - 1)]
+        _set_absurd(rng, ref, rng.choice(["min_fragment_id", "max_fragment_id"]),
+                    [*ABSURD_U64, *near])  # fmt: skip
+    elif choice == 1:
+        ref.ClearField("id_runs")  # as written before references recorded their ids
+    elif choice == 2:
+        ref.ClearField("id_runs")
+        ref.id_runs.extend(rng.choice([0, 1, 2, 3, 2**32]) for _ in range(rng.choice([1, 2, 4, 6])))
+    elif choice == 3:
+        name = rng.choice(["fragment_count", "visible_rows", "physical_rows"])
+        _set_absurd(rng, ref, name, [*ABSURD_U64, getattr(ref, name) + 1, getattr(ref, name) - 1])
+    elif choice == 4 and ref.bounds:
+        bound = ref.bounds[rng.randrange(len(ref.bounds))]
+        which = rng.choice(["min_int", "max_int", "min_float", "max_float", "null_count"])
+        try:
+            setattr(bound, which, rng.choice([0, 3, 7, 100, -1, 2**62]))
+        except (ValueError, TypeError):
+            pass
+    elif choice == 5:
+        _mutate_repeated(rng, ref.bounds)
+    else:
+        _set_absurd(rng, ref, "size", [0, 1, ref.size + 1, ref.size - 1, 2**28, 2**63])
+
+
+def _mutate_root(rng: random.Random, path: Path, m: Any, root: Path) -> None:
+    """One hostile change to the root ``m`` (stored at ``path``): its references and
+    tail (chunk files copied as a writer with valid checksums could)."""
+    names = sorted(p.name for p in (root / "_fragments").glob("*.chunk"))
+    others = [c for _, other in _roots(root) for c in other.chunks]
+    for _ in range(rng.choice([1, 1, 2])):
+        kind = rng.randrange(8)
+        if kind == 0:
+            _mutate_repeated(rng, m.chunks)  # duplicated (same name), swapped, dropped...
+        elif kind == 1 and m.chunks:  # a chunk copied under another name, listed too
+            ref = type(m.chunks[0])()
+            ref.CopyFrom(m.chunks[rng.randrange(len(m.chunks))])
+            copy = f"{rng.getrandbits(128):032x}.chunk"
+            (root / "_fragments" / copy).write_bytes((root / "_fragments" / ref.name).read_bytes())
+            ref.name = copy
+            m.chunks.insert(rng.randrange(len(m.chunks) + 1), ref)
+        elif kind == 2 and m.chunks and names:  # a reference pointing at another chunk
+            m.chunks[rng.randrange(len(m.chunks))].name = rng.choice(names)
+        elif kind == 3 and others:  # an older (or newer) version's chunk listed as well
+            m.chunks.insert(rng.randrange(len(m.chunks) + 1), rng.choice(others))
+        elif kind == 4 and others and m.chunks:  # ... or instead of one of its own
+            m.chunks[rng.randrange(len(m.chunks))].CopyFrom(rng.choice(others))
+        elif kind == 5 and m.chunks:  # the tail repeats a chunk's fragment
+            ref = m.chunks[rng.randrange(len(m.chunks))]
+            fragments = _chunk_message(root / "_fragments" / ref.name).fragments
+            if fragments:
+                m.fragments.append(fragments[rng.randrange(len(fragments))])
+        elif kind == 6 and m.fragments:
+            _mutate_fragment(rng, m.fragments[rng.randrange(len(m.fragments))])
+        elif m.chunks:
+            _mutate_chunk_ref(rng, m.chunks[rng.randrange(len(m.chunks))])
+
+
+def _mutate_chunk_file(rng: random.Random, path: Path, root: Path) -> None:
+    """The fragments of the chunk at ``path`` mutated and framed again; mostly with
+    every root's reference to it updated to its new size and CRC-32."""
+    import zlib
+
+    from s3ddb.format.chunks import CHUNK_MAGIC
+    from s3ddb.format.framing import frame
+
+    m = _chunk_message(path)
+    if rng.random() < 0.4 or not m.fragments:
+        _mutate_repeated(rng, m.fragments)
+    else:
+        _mutate_fragment(rng, m.fragments[rng.randrange(len(m.fragments))])
+    data = frame(m.SerializeToString(), CHUNK_MAGIC)
+    path.write_bytes(data)
+    if rng.random() < 0.8:
+        for root_path, r in _roots(root):
+            for ref in r.chunks:
+                if ref.name == path.name:
+                    ref.size, ref.crc32 = len(data), zlib.crc32(data)
+            root_path.write_bytes(_root_bytes(r, random.Random(0)))
+
+
+def _chunk_mutation(rng: random.Random, root: Path) -> tuple[str, bool]:
+    """Damage the chunked dataset at ``root``: (what was mutated, whether semantically:
+    a mutation with valid checksums)."""
+    roots = _roots(root)
+    chunks = sorted((root / "_fragments").glob("*.chunk"))
+    semantic = rng.random() < 0.75
+    if rng.random() < 0.6:
+        path, m = rng.choice(roots)
+        if semantic:
+            _mutate_root(rng, path, m, root)
+            path.write_bytes(_root_bytes(m, rng))
+        else:
+            path.write_bytes(_damage_bytes(rng, path.read_bytes()))
+        return "root", semantic
+    path = rng.choice(chunks)
+    if semantic:
+        _mutate_chunk_file(rng, path, root)
+    else:
+        path.write_bytes(_damage_bytes(rng, path.read_bytes()))
+    return "chunk", semantic
+
+
 SEMANTIC: dict[str, Callable[[random.Random, bytes], bytes]] = {
     "manifest": _mutate_manifest,
     "transaction": _mutate_transaction,
@@ -569,13 +748,82 @@ def child(workdir: Path, first_seed: int, count: int, log: Path) -> None:
             out.flush()
 
 
+def _snapshot(root: Path) -> dict[Path, bytes]:
+    """The roots and chunks of the dataset at ``root`` (a mutation of chunks may
+    change several, and copy chunks under new names)."""
+    return {p: p.read_bytes() for d in ("_versions", "_fragments") for p in (root / d).glob("*")}
+
+
+def _restore(root: Path, saved: dict[Path, bytes]) -> None:
+    for d in ("_versions", "_fragments"):
+        for p in (root / d).glob("*"):
+            if p not in saved:
+                p.unlink()
+    for p, data in saved.items():
+        if p.read_bytes() != data:
+            p.write_bytes(data)
+
+
+def chunk_child(workdir: Path, first_seed: int, count: int, log: Path) -> None:
+    """:func:`child` for the chunked dataset: each mutation damages roots or chunks
+    (see :func:`_chunk_mutation`), the reads run, everything is put back."""
+    from s3ddb.format.chunks import clear_chunk_cache
+
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+    signal.signal(signal.SIGALRM, _on_alarm)
+    root = workdir / "ds"
+    uri = str(root)
+    reads = _reads(uri)
+    pristine, untyped = _run_reads(reads)
+    assert not untyped and all(v is not None for v in pristine.values()), (untyped, pristine)
+    assert _self_consistent(pristine) is None
+    saved = _snapshot(root)
+    with log.open("a") as out:
+        for seed in range(first_seed, first_seed + count):
+            rng = random.Random(seed)
+            out.write(json.dumps({"seed": seed, "start": "chunks"}) + "\n")
+            out.flush()
+            finding, kind, semantic = None, "", False
+            try:
+                try:
+                    kind, semantic = _chunk_mutation(rng, root)
+                except (ValueError, TypeError, OverflowError):
+                    kind, semantic = "none", True  # a value protobuf cannot hold
+                clear_chunk_cache()  # as a new process: the chunks are read again
+                signal.alarm(PER_MUTATION_SECONDS)
+                todo = dict(reads)
+                if seed % 8 == 0:
+                    todo.update(_writes(uri, workdir / f"w{seed}"))
+                results, untyped = _run_reads(todo)
+                signal.alarm(0)
+                if untyped:
+                    finding = "untyped error: " + untyped[0]
+                elif not semantic:  # every byte is checksummed (a chunk's in its root)
+                    for name, value in results.items():
+                        if value is not None and name in pristine and value != pristine[name]:
+                            finding = f"wrong read: {name} differs from the undamaged read"
+                            break
+                if finding is None and (why := _self_consistent(results)) is not None:
+                    finding = "wrong read: " + why
+            except Timeout:
+                finding = f"hang: over {PER_MUTATION_SECONDS} s"
+            finally:
+                signal.alarm(0)
+                _restore(root, saved)
+                shutil.rmtree(workdir / f"w{seed}", ignore_errors=True)
+            record = {"seed": seed, "file": kind, "kind": kind, "semantic": semantic,
+                      "finding": finding}  # fmt: skip
+            out.write(json.dumps(record) + "\n")
+            out.flush()
+
+
 # --- the test ----------------------------------------------------------------------------------
 
 
-def test_mutated_metadata_reads_correctly_or_fails_typed(tmp_path: Path) -> None:
-    count = int(os.environ.get("S3DDB_FUZZ_MUTATIONS", DEFAULT_MUTATIONS))
+def _fuzz(tmp_path: Path, mode: str, count: int) -> list[dict[str, Any]]:
+    """Run ``count`` mutations of the dataset built at ``tmp_path / "ds"`` in a child
+    (``mode``: "metadata" or "chunks"); assert no finding; the mutations' records."""
     first = int(os.environ.get("S3DDB_FUZZ_SEED", 0))
-    build(str(tmp_path / "ds"))
     log = tmp_path / "log.jsonl"
     log.touch()
     budget = 120 + count * 0.5
@@ -583,7 +831,7 @@ def test_mutated_metadata_reads_correctly_or_fails_typed(tmp_path: Path) -> None
     started = time.monotonic()
     argv = [sys.executable, "-m", "tests.format.test_fuzz_metadata", str(tmp_path)]
     process = subprocess.Popen(
-        [*argv, str(first), str(count), str(log)],
+        [*argv, str(first), str(count), str(log), mode],
         cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )  # fmt: skip
     try:
@@ -609,12 +857,29 @@ def test_mutated_metadata_reads_correctly_or_fails_typed(tmp_path: Path) -> None
         findings[:20]
     )
     assert len(done) == count, f"{len(done)} of {count} mutations ran in {elapsed:.0f} s"
-    kinds = {r["kind"] for r in done.values()}
+    return list(done.values())
+
+
+def test_mutated_metadata_reads_correctly_or_fails_typed(tmp_path: Path) -> None:
+    count = int(os.environ.get("S3DDB_FUZZ_MUTATIONS", DEFAULT_MUTATIONS))
+    build(str(tmp_path / "ds"))
+    done = _fuzz(tmp_path, "metadata", count)
+    kinds = {r["kind"] for r in done}
     assert kinds == set(SEMANTIC) or count < 50, kinds
 
 
+def test_mutated_chunks_read_correctly_or_fail_typed(tmp_path: Path) -> None:
+    count = int(os.environ.get("S3DDB_FUZZ_CHUNK_MUTATIONS", DEFAULT_CHUNK_MUTATIONS))
+    build_chunked(str(tmp_path / "ds"))
+    done = _fuzz(tmp_path, "chunks", count)
+    kinds = {(r["kind"], r["semantic"]) for r in done}
+    expected = {(k, s) for k in ("root", "chunk") for s in (True, False)}
+    assert expected <= kinds or count < 50, kinds
+
+
 if __name__ == "__main__":
-    child(Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), Path(sys.argv[4]))
+    run = chunk_child if sys.argv[5:] == ["chunks"] else child
+    run(Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), Path(sys.argv[4]))
 
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")

@@ -239,3 +239,149 @@ def test_a_chunk_longer_than_recorded_on_s3_is_refused_after_a_bounded_read(
         s3ddb.dataset(uri, storage_options=so).to_table()
     gets = [r for r in moto_aws.requests if r.operation == "GetObject" and ref.name in r.path]
     assert gets and all(r.response_bytes <= ref.size + 1 for r in gets), (ref.size, gets)
+    # An empty object (no byte 0 to range over) is a short chunk like any other.
+    s3.put_object(Bucket=TEST_BUCKET, Key=key, Body=b"")
+    clear_chunk_cache()
+    MANIFESTS.clear()
+    with pytest.raises(ManifestCorruptError, match=f"0 bytes, its manifest says {ref.size}"):
+        s3ddb.dataset(uri, storage_options=so).to_table()
+
+
+# --- what chunk references claim ---------------------------------------------------------
+
+
+def _compacted(uri: str) -> s3ddb.Dataset:
+    """A chunked dataset of two-row fragments in which a compaction put a new fragment
+    (a high id) among old ones: the first chunk's id range spans later chunks'."""
+    s3ddb.write_dataset(_rows(range(2)), uri)
+    s3ddb.dataset(uri).update_config(SMALL)
+    s3ddb.write_dataset(_rows(range(2, 60)), uri, mode="append", max_rows_per_file=2)
+    s3ddb.dataset(uri).delete("id = 20")
+    s3ddb.dataset(uri).optimize.compact_files(target_rows_per_fragment=2)
+    return s3ddb.dataset(uri)
+
+
+def _loaded(ds: s3ddb.Dataset) -> int:
+    from s3ddb.format.chunks import StoredChunk
+
+    return sum(1 for s in ds.manifest.fragments.segments if isinstance(s, StoredChunk) and s.loaded)
+
+
+def test_chunks_whose_id_ranges_overlap_after_a_compaction_are_told_apart_unread(
+    tmp_path: Path,
+) -> None:
+    uri = str(tmp_path / "ds")
+    ds = _compacted(uri)
+    refs = ds.manifest.fragments.chunk_refs()
+    spanning = [r for r in refs if r.runs]
+    assert spanning and any(
+        r.min_fragment_id <= other.min_fragment_id <= r.max_fragment_id
+        for r in spanning
+        for other in refs
+        if other is not r
+    ), refs
+    clear_chunk_cache()
+    fresh = s3ddb.dataset(uri)
+    assert fresh.count_rows() == 59 and _loaded(fresh) == 0
+    assert fresh.to_table(filter="id = 45").column("name").to_pylist() == ["row-45"]
+    assert _loaded(fresh) == 1
+    assert sorted(fresh.to_table().column("id").to_pylist()) == [i for i in range(60) if i != 20]
+
+
+def _strip_runs(root: Path) -> None:
+    """The newest root's references as written before they recorded id runs."""
+    path = _newest_root(root)
+    m = _read_root(path)
+    for ref in m.chunks:
+        ref.ClearField("id_runs")
+    _write_root(path, m)
+
+
+def test_references_without_id_runs_make_the_reader_check_every_chunk(tmp_path: Path) -> None:
+    uri = str(tmp_path / "ds")
+    _compacted(uri)
+    _strip_runs(tmp_path / "ds")
+    clear_chunk_cache()
+    ds = s3ddb.dataset(uri)
+    # Ranges that overlap, and chunks that may hold fewer ids than their ranges: only
+    # the chunks tell, so the open fetched them all (and found each id once).
+    assert _loaded(ds) == len(ds.manifest.fragments.chunk_refs())
+    assert sorted(ds.to_table(filter="id < 30").column("id").to_pylist()) == [
+        i for i in range(30) if i != 20
+    ]
+    # The next commit records the ids its references lacked: its readers fetch nothing.
+    s3ddb.write_dataset(_rows(range(60, 61)), uri, mode="append")
+    clear_chunk_cache()
+    after = s3ddb.dataset(uri)
+    assert all(r.exact for r in after.manifest.fragments.chunk_refs())
+    assert after.count_rows() == 60 and _loaded(after) == 0
+
+
+def test_an_old_chunk_beside_its_successor_without_id_runs_is_refused(tmp_path: Path) -> None:
+    uri = str(tmp_path / "ds")
+    _chunked(uri)
+    _older_chunk_beside(tmp_path / "ds")
+    _strip_runs(tmp_path / "ds")  # the new chunk lost fragment 3: a gap, no runs
+    clear_chunk_cache()
+    with pytest.raises(StoredMetadataError, match=r"fragment \d+ is listed twice"):
+        s3ddb.dataset(uri).to_table(filter="id < 8")
+
+
+def test_a_chunk_that_does_not_hold_the_ids_its_reference_claims_is_refused(
+    tmp_path: Path,
+) -> None:
+    uri = str(tmp_path / "ds")
+    ds = _compacted(uri)
+    [spanning] = [r for r in ds.manifest.fragments.chunk_refs() if r.runs][:1]
+    path = _newest_root(tmp_path / "ds")
+    m = _read_root(path)
+    [ref] = [r for r in m.chunks if r.name == spanning.name]
+    # The same count of ids, its last run (the compaction's new fragment) moved up by
+    # one: an id no fragment has, which no other chunk claims.
+    runs = list(ref.id_runs)
+    runs[-2] += 1
+    ref.ClearField("id_runs")
+    ref.id_runs.extend(runs)
+    ref.max_fragment_id += 1
+    m.max_fragment_id = max(m.max_fragment_id, ref.max_fragment_id)
+    _write_root(path, m)
+    clear_chunk_cache()
+    opened = s3ddb.dataset(uri)  # the claims alone are consistent
+    with pytest.raises(StoredMetadataError, match="not among the ids"):
+        opened.to_table()
+    with pytest.raises(StoredMetadataError, match="not among the ids"):
+        opened.to_table()  # refused again, never read unchecked the second time
+
+
+def test_planted_chunk_bounds_can_only_hide_its_rows_from_filtered_reads(tmp_path: Path) -> None:
+    uri = str(tmp_path / "ds")
+    _chunked(uri)
+    path = _newest_root(tmp_path / "ds")
+    m = _read_root(path)
+    [bound] = [b for b in m.chunks[0].bounds if b.HasField("min_int")][:1]
+    bound.min_int, bound.max_int = 1000, 2000  # chunk 0 holds ids 0..7
+    _write_root(path, m)
+    clear_chunk_cache()
+    ds = s3ddb.dataset(uri)
+    # A filter the planted bounds rule out skips the chunk: its rows are hidden, as
+    # a planted fragment statistic would hide a fragment's; nothing else is returned.
+    assert ds.to_table(filter="id < 8").num_rows == 0
+    assert sorted(ds.to_table(filter="id < 12").column("id").to_pylist()) == list(range(8, 12))
+    # Any read that decodes the chunk refuses it.
+    for read in (lambda: ds.to_table(), lambda: ds.to_table(filter="id >= 1000")):
+        with pytest.raises(StoredMetadataError, match="not within the bounds"):
+            read()
+
+
+def test_a_manifest_listed_larger_than_the_limit_is_refused_without_a_request(
+    tmp_path: Path,
+) -> None:
+    from s3ddb.format.limits import MAX_MANIFEST_BYTES
+    from s3ddb.format.manifest import read_manifest_bytes
+    from s3ddb.io.object_store import ObjectStore
+
+    store = ObjectStore(str(tmp_path))  # no such manifest: any request would say so
+    with pytest.raises(ManifestCorruptError, match="refused unread"):
+        read_manifest_bytes(store, "_versions/1.manifest", "m", MAX_MANIFEST_BYTES + 1)
+    with pytest.raises(FileNotFoundError):
+        read_manifest_bytes(store, "_versions/1.manifest", "m", 100)
