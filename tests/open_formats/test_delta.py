@@ -20,7 +20,7 @@ import pytest
 from deltalake import DeltaTable, QueryBuilder
 from deltalake.exceptions import DeltaError
 
-from s3ddb.errors import InvalidInputError, StoredMetadataError
+from s3ddb.errors import InvalidInputError, PublishedStateError, StoredMetadataError
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.open_formats.deletion_vectors import (
     PORTABLE_MAGIC,
@@ -35,16 +35,18 @@ from s3ddb.open_formats.deletion_vectors import (
 )
 from s3ddb.open_formats.delta import (
     LAST_CHECKPOINT,
+    LOG_DIR,
     DeltaState,
     DeltaWriter,
     Protocol,
     checkpoint_files,
     commit_path,
     deletion_files,
-    expired_log_files,
     foreign_problems,
     version_files,
 )
+from s3ddb.open_formats.delta_log import expire_log, list_log
+from s3ddb.open_formats.delta_state import checkpoint_bytes
 from s3ddb.open_formats.model import (
     DeletedPositions,
     FileGroup,
@@ -364,14 +366,15 @@ def test_deletion_vector_files_hold_the_deleted_positions(scenario: Scenario) ->
 
 def test_load_state_rebuilds_each_version_and_the_next_publication(scenario: Scenario) -> None:
     for version in range(1, 13):
-        loaded = WRITER.load_state(scenario.store, version)
+        loaded = WRITER.load_state(scenario.store, scenario.tables[version])
         assert loaded == scenario.states[version], version
         table = scenario.tables[version + 1]
         deleted = deleted_positions(scenario.live[version + 1].values())
         again, state = WRITER.publish(table, loaded, deleted)
         assert again == scenario.publications[version + 1], version
         assert state == scenario.states[version + 1]
-    assert WRITER.load_state(scenario.store, 14) is None
+    unpublished = replace(scenario.tables[13], version=14, previous=13)
+    assert WRITER.load_state(scenario.store, unpublished) is None
 
 
 def test_publication_is_deterministic(scenario: Scenario) -> None:
@@ -382,17 +385,41 @@ def test_publication_is_deterministic(scenario: Scenario) -> None:
         assert again == scenario.publications[version]  # byte-identical, checkpoint too
 
 
-def test_expired_log_files_keep_what_time_travel_needs(tmp_path: Path) -> None:
+def test_expire_log_checkpoints_the_oldest_kept_version_and_drops_the_rest(
+    tmp_path: Path,
+) -> None:
     s = build_scenario(tmp_path / "ds")
-    expired = expired_log_files(s.store, 12)
-    assert expired == sorted([commit_path(v) for v in range(1, 10)] + [checkpoint_files(1)[0]])
-    assert expired_log_files(s.store, 9) == []  # only the checkpoint at 1 is older
-    for path in expired:
-        s.store.delete(path)
-    for version in (10, 12, 13):
+    listing = list_log(s.store.iter_list(LOG_DIR + "/"))
+    doomed = expire_log(s.store, listing, s.tables[12], 12)
+    assert sorted(m.path for m in doomed) == sorted(
+        [commit_path(v) for v in range(1, 12)] + checkpoint_files(1) + checkpoint_files(10)
+    )
+    # The checkpoint at 12 is the state publication would have written there, and
+    # _last_checkpoint names it (the one at 10 goes).
+    written = s.store.get(checkpoint_files(12)[0])
+    assert written == checkpoint_bytes(s.states[12])[0]
+    assert json.loads(s.store.get(LAST_CHECKPOINT))["version"] == 12
+    for meta in doomed:
+        s.store.delete(meta.path)
+    for version in (12, 13):
         assert_readers_see(s, version, latest=version == 13)
     with pytest.raises(DeltaError):
-        read_deltalake(s.root, 9)
+        read_deltalake(s.root, 11)
+    assert DeltaTable(str(s.root)).history()[-1]["version"] == 12
+    assert WRITER.load_state(s.store, s.tables[13]) == s.states[13]
+    assert WRITER.state_problems(s.store, s.tables[13]) == []
+
+
+def test_expire_log_keeps_a_newer_checkpoint_and_pointer(tmp_path: Path) -> None:
+    s = build_scenario(tmp_path / "ds")
+    pointer = s.store.get(LAST_CHECKPOINT)
+    listing = list_log(s.store.iter_list(LOG_DIR + "/"))
+    doomed = expire_log(s.store, listing, s.tables[7], 7)
+    assert sorted(m.path for m in doomed) == sorted(
+        [commit_path(v) for v in range(1, 7)] + checkpoint_files(1)
+    )
+    assert s.store.get(LAST_CHECKPOINT) == pointer  # still the checkpoint at 10
+    assert s.store.get(checkpoint_files(7)[0]) == checkpoint_bytes(s.states[7])[0]
 
 
 def test_foreign_problems(tmp_path: Path) -> None:
@@ -406,9 +433,6 @@ def test_foreign_problems(tmp_path: Path) -> None:
     assert foreign_problems(s.store, 2) == [
         f"{commit_path(3)}: Delta commit 3 is newer than s3ddb version 2"
     ]
-    # ... and s3ddb's version 3 then exists: that commit is not s3ddb's.
-    problems = foreign_problems(s.store, 3)
-    assert len(problems) == 1 and problems[0].startswith(f"{commit_path(3)}: not a commit s3ddb")
     s.store.put("_delta_log/00000000000000000002.crc", b"{}")
     assert "_delta_log/00000000000000000002.crc: not a file s3ddb writes" in "\n".join(
         foreign_problems(s.store, 3)
@@ -421,26 +445,31 @@ def test_load_state_refuses_garbage(tmp_path: Path) -> None:
     s.publish(1, SCHEMA_1, [f1])
     s.publish(2, SCHEMA_1, [f1])
     good = s.store.get(commit_path(2))
+    add = b'{"add":{"path":"x","partitionValues":{},"size":1,"modificationTime":1700000002000,'
     for garbage, message in [
         (b"not json\n", "not JSON"),
         (b'{"commitInfo":{"s3ddb.version":3}}\n', "not a commit s3ddb wrote"),
         (good + b'{"add":{"path":"x","size":"big"}}\n', "add size is not an integer"),
         (
-            good + b'{"add":{"path":"x","size":1,"modificationTime":1,'
-            b'"deletionVector":{"storageType":"u","pathOrInlineDv":"short"}}}\n',
+            good + add + b'"dataChange":true,"stats":"{}","deletionVector":'
+            b'{"storageType":"u","pathOrInlineDv":"short"}}}\n',
             "short",
         ),
-        (good + b"[1]\n", "not an object"),
-        (b"\xff\n", "not UTF-8"),
+        (good + b"[1]\n", "not one action"),
+        (b"\xff\n", "not JSON"),
+        (good + b'{"txn":{"appId":"a","version":1}}\n', "'txn' action"),
+        (good.replace(b'"engineInfo":"s3ddb"', b'"engineInfo":"spark"'), "not one s3ddb writes"),
+        (good + b"{" * 100 + b"}" * 100 + b"\n", "nested deeper"),
+        (good + b"{\"add\":", "not terminated"),
     ]:
         s.store.put(commit_path(2), garbage)
-        with pytest.raises(StoredMetadataError, match=message) as info:
-            WRITER.load_state(s.store, 2)
-        assert commit_path(2) in str(info.value)
+        with pytest.raises(PublishedStateError, match=message) as info:
+            WRITER.load_state(s.store, s.tables[2])
+        assert info.value.path == commit_path(2) and commit_path(2) in str(info.value)
     s.store.put(commit_path(2), good)
     s.store.put(checkpoint_files(1)[0], b"PAR1 garbage")
-    with pytest.raises(StoredMetadataError, match="checkpoint"):
-        WRITER.load_state(s.store, 2)
+    with pytest.raises(PublishedStateError, match="checkpoint"):
+        WRITER.load_state(s.store, s.tables[2])
 
 
 def test_publication_starting_at_a_later_version(tmp_path: Path) -> None:
@@ -469,7 +498,7 @@ def test_publication_starting_at_a_later_version(tmp_path: Path) -> None:
         read_deltalake(s.root, 6)
     with pytest.raises(duckdb.Error):
         read_duckdb(s.root, 6)
-    assert WRITER.load_state(s.store, 8) == s.states[8]
+    assert WRITER.load_state(s.store, s.tables[8]) == s.states[8]
     # Without deleted rows left, the protocol stays where it rose: never lowered.
     s.publish(9, SCHEMA_1, [f2, f3])
     assert not any(a.deletion_vector for a in s.states[9].adds.values())
@@ -598,7 +627,7 @@ def test_a_rename_with_every_file_rewritten_reads_at_both_versions(tmp_path: Pat
     assert [r["w"] for r in s.expected(2)] == ["v0", "v2", "v3", "v10", "v11", "v12"]
     assert_readers_see(s, 1)  # old files, old name
     assert_readers_see(s, 2, latest=True)  # rewritten files, new name
-    assert WRITER.load_state(s.store, 2) == s.states[2]
+    assert WRITER.load_state(s.store, s.tables[2]) == s.states[2]
     # A file appended after the rename, under the new name.
     g3 = write_file(data, "g3.parquet", renamed, {"id": [20], "w": ["v20"]})
     s.publish(3, renamed, [g1, g2, g3])
@@ -607,27 +636,30 @@ def test_a_rename_with_every_file_rewritten_reads_at_both_versions(tmp_path: Pat
     assert_readers_see(s, 3, latest=True)
 
 
-def test_load_state_ignores_unknown_metadata(tmp_path: Path) -> None:
+def test_load_state_refuses_metadata_s3ddb_does_not_write(tmp_path: Path) -> None:
     s = Scenario(tmp_path / "ds")
     f1 = write_file(s.root / "data", "f1.parquet", SCHEMA_1, rows(0, 3))
     s.publish(1, SCHEMA_1, [f1])
-    # A log with keys s3ddb does not write (column mapping, as an earlier s3ddb did).
-    actions = commit_actions(s.store, 1)
-    actions[2]["metaData"]["configuration"]["delta.columnMapping.mode"] = "id"
-    actions[2]["metaData"]["unknown"] = {"x": 1}
-    schema = json.loads(actions[2]["metaData"]["schemaString"])
-    schema["fields"][1]["metadata"] = {"delta.columnMapping.id": 2, "s3ddb.fieldId": 2}
-    actions[2]["metaData"]["schemaString"] = json.dumps(schema)
-    s.store.put(commit_path(1), "".join(json.dumps(a) + "\n" for a in actions).encode())
     s.store.delete(checkpoint_files(1)[0])
     s.store.delete(LAST_CHECKPOINT)
-    state = WRITER.load_state(s.store, 1)
-    assert state is not None
-    assert dict(state.metadata.configuration)["delta.columnMapping.mode"] == "id"
-    f2 = write_file(s.root / "data", "f2.parquet", SCHEMA_1, rows(10, 2))
-    table = s.table_version(2, SCHEMA_1, [f1, f2], 1)
-    _, after = WRITER.publish(table, state, deleted_positions([f1, f2]))
-    assert json.loads(after.metadata.schema_string)["fields"][1]["metadata"] == {}
+    assert WRITER.load_state(s.store, s.tables[1]) == s.states[1]  # from the commit
+    # Column mapping (as an earlier s3ddb wrote it), a key s3ddb does not write, a
+    # schema that is not the version's: none is carried into the next version.
+    actions = commit_actions(s.store, 1)
+    for change, message in [
+        (lambda m: m["configuration"].update({"delta.columnMapping.mode": "id"}), "configuration"),
+        (lambda m: m.update({"unknown": {"x": 1}}), "metaData action that is not one"),
+        (lambda m: m.update({"schemaString": '{"type":"struct","fields":[]}'}), "schemaString"),
+        (lambda m: m.update({"id": "another-table"}), "metaData id"),
+    ]:
+        tampered = json.loads(json.dumps(actions))
+        change(tampered[2]["metaData"])
+        lines = "".join(
+            json.dumps(a, separators=(",", ":"), ensure_ascii=False) + "\n" for a in tampered
+        )
+        s.store.put(commit_path(1), lines.encode())
+        with pytest.raises(PublishedStateError, match=message):
+            WRITER.load_state(s.store, s.tables[1])
 
 
 # --- deletion vectors and Z85 ---------------------------------------------------------
