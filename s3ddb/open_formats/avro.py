@@ -29,10 +29,15 @@ value runs only the checks of its own type. Records encode as the concatenation 
 their fields, so a caller may join parts it encoded earlier
 (:meth:`AvroSchema.container`).
 
-The decoder treats its input as untrusted: every count and length is checked against
-the bytes left, the total number of decoded items and the nesting depth are capped,
-and anything truncated or malformed raises
-:class:`~s3ddb.errors.StoredMetadataError` naming the file.
+The decoder treats its input as untrusted, in bounded time and memory: every declared
+count (of records, array and map items, metadata entries) is checked against the bytes
+left, at the fewest bytes one item of its type takes, and against a budget of decoded
+values before any item is decoded, so items of no bytes (null, an empty record) cannot
+stand for millions of objects; records are capped too, and so is the nesting depth; a
+caller may require the writer's schema to be its own (:func:`decode_container`'s
+``schema``) or take the records one at a time (:func:`stream_container`). Anything
+truncated, malformed or over a bound raises :class:`~s3ddb.errors.StoredMetadataError`
+naming the file.
 """
 
 from __future__ import annotations
@@ -41,13 +46,22 @@ import hashlib
 import json
 import struct
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from s3ddb.errors import StoredMetadataError
 
-__all__ = ["MAGIC", "AvroFile", "AvroSchema", "decode_container", "encode_container"]
+__all__ = [
+    "DEFAULT_MAX_RECORDS",
+    "DEFAULT_MAX_VALUES",
+    "MAGIC",
+    "AvroFile",
+    "AvroSchema",
+    "decode_container",
+    "encode_container",
+    "stream_container",
+]
 
 #: The first four bytes of every Avro object container file.
 MAGIC = b"Obj\x01"
@@ -623,18 +637,75 @@ def encode_container(
 
 # --- decoding ------------------------------------------------------------------------
 
+#: How many records :func:`decode_container` decodes at most, unless told otherwise.
+DEFAULT_MAX_RECORDS = 1 << 20
+#: How many values :func:`decode_container` decodes at most, unless told otherwise:
+#: every value counts (a record, each of its fields, each item of an array or map,
+#: each metadata entry), so this bounds the Python objects a file turns into (about
+#: 100 bytes each at most, beside the bytes of strings, which the file holds).
+DEFAULT_MAX_VALUES = 1 << 21
+
+# The fewest bytes a value of each primitive type takes.
+_PRIMITIVE_MIN_BYTES = {
+    "null": 0,
+    "boolean": 1,
+    "int": 1,
+    "long": 1,
+    "float": 4,
+    "double": 8,
+    "bytes": 1,
+    "string": 1,
+}
+
+
+class _MinBytes:
+    """The fewest bytes a value of a (checked) schema takes, per schema node: a
+    declared count of items is checked against the bytes left with it before any is
+    decoded. Zero-byte values (null, an empty record) are bounded by the value
+    budget alone."""
+
+    def __init__(self, names: Mapping[str, Any]) -> None:
+        self.names = names
+        self.memo: dict[int, int] = {}
+        self.active: set[int] = set()
+
+    def of(self, schema: Any) -> int:
+        schema = _resolve(schema, self.names)
+        if isinstance(schema, str):
+            return _PRIMITIVE_MIN_BYTES[schema]
+        key = id(schema)
+        if key in self.memo:
+            return self.memo[key]
+        if key in self.active:
+            return 0  # a record inside itself: take no bytes for granted
+        self.active.add(key)
+        try:
+            if isinstance(schema, list):
+                size = 1 + min(self.of(branch) for branch in schema)  # the branch index
+            elif schema["type"] == "fixed":
+                size = int(schema["size"])
+            elif schema["type"] in ("array", "map"):
+                size = 1  # the count that ends it
+            else:
+                size = sum(self.of(f["type"]) for f in schema["fields"])
+        finally:
+            self.active.discard(key)
+        self.memo[key] = size
+        return size
+
 
 class _Reader:
-    """A cursor over untrusted bytes; every failure raises StoredMetadataError."""
+    """A cursor over untrusted bytes; every failure raises StoredMetadataError.
 
-    def __init__(self, data: bytes, what: str) -> None:
+    ``values`` is how many more values may be decoded: each decoded value spends
+    one, and a declared count is checked against it (and against the bytes left)
+    before any of its items is decoded."""
+
+    def __init__(self, data: bytes, what: str, values: int) -> None:
         self.data = data
         self.pos = 0
         self.what = what
-        # Items (array and map entries, records) decoded so far may not exceed this:
-        # a zero-size item (null, an empty record) would otherwise let a short file
-        # claim billions of them.
-        self.budget = 4 * len(data) + 1024
+        self.values = values
 
     def fail(self, message: str) -> StoredMetadataError:
         return StoredMetadataError(f"{self.what}: {message} (at byte {self.pos})")
@@ -642,6 +713,11 @@ class _Reader:
     @property
     def left(self) -> int:
         return len(self.data) - self.pos
+
+    def spend(self) -> None:
+        if self.values <= 0:
+            raise self.fail("more values than s3ddb reads from one file")
+        self.values -= 1
 
     def take(self, n: int) -> bytes:
         if n < 0 or n > self.left:
@@ -664,16 +740,21 @@ class _Reader:
                 return (z >> 1) ^ -(z & 1)
         raise self.fail("varint longer than 10 bytes")
 
-    def count(self, what: str) -> int:
+    def count(self, what: str, min_bytes: int) -> int:
+        """A block's count of items, each at least ``min_bytes`` long, checked before
+        any item is decoded."""
         n = self.long()
         if n < 0:
             # A negative block count is followed by the block's size in bytes.
             n = -n
-            if self.long() < 0:
-                raise self.fail(f"negative {what} block size")
-        if n > self.budget:
-            raise self.fail(f"{what} block of {n} items is more than the file can hold")
-        self.budget -= n
+            size = self.long()
+            if size < 0 or size > self.left:
+                raise self.fail(f"{what} block of {size} bytes, {self.left} left")
+        if n > self.values or n * min_bytes > self.left:
+            raise self.fail(
+                f"{what} block of {n} items is more than the {self.left} bytes left hold "
+                "(or than s3ddb reads from one file)"
+            )
         return n
 
     def blob(self) -> bytes:
@@ -690,15 +771,16 @@ class _Reader:
             raise self.fail("a string is not UTF-8") from None
 
 
-def _decode(schema: Any, names: Mapping[str, Any], r: _Reader, depth: int) -> Any:
+def _decode(schema: Any, sizes: _MinBytes, r: _Reader, depth: int) -> Any:
     if depth > _MAX_DEPTH:
         raise r.fail("values nest too deeply")
-    schema = _resolve(schema, names)
+    r.spend()
+    schema = _resolve(schema, sizes.names)
     if isinstance(schema, list):
         index = r.long()
         if not 0 <= index < len(schema):
             raise r.fail(f"union branch {index} of {len(schema)}")
-        return _decode(schema[index], names, r, depth + 1)
+        return _decode(schema[index], sizes, r, depth + 1)
     if isinstance(schema, str):
         if schema == "null":
             return None
@@ -724,40 +806,42 @@ def _decode(schema: Any, names: Mapping[str, Any], r: _Reader, depth: int) -> An
         return r.take(schema["size"])
     if kind == "array":
         items: list[Any] = []
-        while n := r.count("array"):
+        item_bytes = sizes.of(schema["items"])
+        while n := r.count("array", item_bytes):
             for _ in range(n):
-                items.append(_decode(schema["items"], names, r, depth + 1))
+                items.append(_decode(schema["items"], sizes, r, depth + 1))
         return items
     if kind == "map":
         entries: dict[str, Any] = {}
-        while n := r.count("map"):
+        entry_bytes = 1 + sizes.of(schema["values"])  # the key's length, then the value
+        while n := r.count("map", entry_bytes):
             for _ in range(n):
                 key = r.text()
-                entries[key] = _decode(schema["values"], names, r, depth + 1)
+                entries[key] = _decode(schema["values"], sizes, r, depth + 1)
         return entries
-    if r.budget <= 0:
-        raise r.fail("more records than the file can hold")
-    r.budget -= 1
-    return {f["name"]: _decode(f["type"], names, r, depth + 1) for f in schema["fields"]}
+    return {f["name"]: _decode(f["type"], sizes, r, depth + 1) for f in schema["fields"]}
 
 
-def decode_container(data: bytes, what: str) -> AvroFile:
-    """Decode an Avro container file (codec ``null``), any number of blocks.
+@dataclass(frozen=True)
+class _Opened:
+    """A container file's header, read and checked; ``reader`` stands at its first
+    data block."""
 
-    ``what`` names the file in error messages.
+    reader: _Reader
+    schema: Any
+    sizes: _MinBytes
+    metadata: dict[str, bytes]
+    sync: bytes
 
-    Raises:
-        StoredMetadataError: ``data`` is not such a file: wrong magic, truncated,
-            a malformed or unsupported schema, another codec, a sync marker that does
-            not match, a block whose size disagrees with its records, a count or
-            length larger than the bytes left, values nested too deeply.
-    """
-    r = _Reader(data, what)
+
+def _open(data: bytes, what: str, expected: AvroSchema | None, values: int) -> _Opened:
+    r = _Reader(data, what, values)
     if r.take(len(MAGIC)) != MAGIC:
         raise StoredMetadataError(f"{what}: not an Avro container file (bad magic)")
     metadata: dict[str, bytes] = {}
-    while n := r.count("metadata"):
+    while n := r.count("metadata", 2):
         for _ in range(n):
+            r.spend()
             key = r.text()
             metadata[key] = r.blob()
     sync = r.take(_SYNC_SIZE)
@@ -767,6 +851,8 @@ def decode_container(data: bytes, what: str) -> AvroFile:
     raw_schema = metadata.get("avro.schema")
     if raw_schema is None:
         raise StoredMetadataError(f"{what}: no avro.schema in the file metadata")
+    if expected is not None and raw_schema != expected.json:
+        raise StoredMetadataError(f"{what}: its avro.schema is not the schema s3ddb writes")
     if len(raw_schema) > _MAX_SCHEMA_BYTES:
         raise StoredMetadataError(f"{what}: avro.schema of {len(raw_schema)} bytes is too large")
     try:
@@ -775,19 +861,86 @@ def decode_container(data: bytes, what: str) -> AvroFile:
         _collect_names(schema, names)
     except (ValueError, RecursionError, _SchemaError) as exc:
         raise StoredMetadataError(f"{what}: unusable avro.schema: {exc}") from None
-    records: list[Any] = []
+    return _Opened(r, schema, _MinBytes(names), metadata, sync)
+
+
+def _records(opened: _Opened, max_records: int, values_each: int | None) -> Iterator[Any]:
+    """The records of an opened file, each block's count checked against the bytes
+    it holds and ``max_records`` before any of its records is decoded. With
+    ``values_each``, each record may hold that many values (the caller keeps
+    none); else every record spends the file's budget."""
+    r, schema, sizes, sync = opened.reader, opened.schema, opened.sizes, opened.sync
+    record_bytes = sizes.of(schema)
+    records_left = max_records
     while r.left:
-        count = r.count("data")
+        count = r.long()
         size = r.long()
         if size < 0 or size > r.left:
             raise r.fail(f"data block of {size} bytes, {r.left} left")
+        if count < 0 or count > records_left or count * record_bytes > size:
+            raise r.fail(
+                f"data block of {count} records is more than its {size} bytes hold "
+                f"(or than the {max_records} records s3ddb reads from one file)"
+            )
+        if values_each is None and count > r.values:
+            raise r.fail(f"data block of {count} records is more than s3ddb reads")
+        records_left -= count
         end = r.pos + size
         for _ in range(count):
-            records.append(_decode(schema, names, r, 0))
+            if values_each is not None:
+                r.values = values_each
+            yield _decode(schema, sizes, r, 0)
             if r.pos > end:
                 raise r.fail("a data block's records run past its size")
         if r.pos != end:
             raise r.fail("a data block's size disagrees with its records")
         if r.take(_SYNC_SIZE) != sync:
             raise r.fail("sync marker does not match the header's")
-    return AvroFile(schema, metadata, records)
+
+
+def decode_container(
+    data: bytes,
+    what: str,
+    *,
+    schema: AvroSchema | None = None,
+    max_records: int = DEFAULT_MAX_RECORDS,
+    max_values: int = DEFAULT_MAX_VALUES,
+) -> AvroFile:
+    """Decode an Avro container file (codec ``null``), any number of blocks, in
+    memory bounded by ``max_values`` (see :data:`DEFAULT_MAX_VALUES`).
+
+    ``what`` names the file in error messages. With ``schema``, the file's
+    ``avro.schema`` must be that schema's JSON, byte for byte (a file s3ddb wrote).
+
+    Raises:
+        StoredMetadataError: ``data`` is not such a file: wrong magic, truncated,
+            a malformed or unsupported schema (or not ``schema``), another codec, a
+            sync marker that does not match, a block whose size disagrees with its
+            records, a count larger than the bytes left can hold, more than
+            ``max_records`` records or ``max_values`` values, values nested too
+            deeply.
+    """
+    opened = _open(data, what, schema, max_values)
+    records = list(_records(opened, max_records, None))
+    return AvroFile(opened.schema, opened.metadata, records)
+
+
+def stream_container(
+    data: bytes,
+    what: str,
+    *,
+    schema: AvroSchema | None = None,
+    max_records: int = DEFAULT_MAX_RECORDS,
+    max_record_values: int = DEFAULT_MAX_VALUES,
+) -> tuple[dict[str, bytes], Iterator[Any]]:
+    """The file metadata of an Avro container file and its records one at a time:
+    for files with many records the caller checks and drops. Each record may hold
+    ``max_record_values`` values; the header is read (and checked, as by
+    :func:`decode_container`) before this returns.
+
+    Raises:
+        StoredMetadataError: as :func:`decode_container`, the record errors while
+            iterating.
+    """
+    opened = _open(data, what, schema, DEFAULT_MAX_VALUES)
+    return opened.metadata, _records(opened, max_records, max_record_values)

@@ -54,21 +54,35 @@ exports are importable from here too.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import io
 import json
+import logging
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from s3ddb.errors import InvalidInputError
+from s3ddb.errors import InvalidInputError, PublishedStateError
 from s3ddb.io.object_store import ObjectStore
-from s3ddb.open_formats.avro import AvroSchema, encode_container
+from s3ddb.open_formats.avro import encode_container
+from s3ddb.open_formats.iceberg_checks import (
+    LoadedVersion,
+    listed_snapshots,
+    read_version,
+    state_problems,
+)
+from s3ddb.open_formats.iceberg_schema import field_ids, iceberg_schema, name_mapping
 from s3ddb.open_formats.iceberg_state import (
+    DATA_FILE_AVRO,
+    DELETE_PATH_ID,
+    ENTRY_AVRO,
+    ENTRY_HEAD_AVRO,
+    MANIFEST_FILE_AVRO,
     MAX_METADATA_BYTES,
     METADATA_DIR,
     SAFE_NAME,
@@ -77,12 +91,12 @@ from s3ddb.open_formats.iceberg_state import (
     IcebergState,
     ManifestInfo,
     SnapshotInfo,
+    bounded_get,
     canonical_json,
     deletion_files,
     foreign_problems,
     group_files,
     group_of,
-    load_state,
     version_files,
 )
 from s3ddb.open_formats.model import (
@@ -94,6 +108,7 @@ from s3ddb.open_formats.model import (
 )
 
 __all__ = [
+    "CLEANUP_CLAIM_WINDOW_MS",
     "MAX_METADATA_BYTES",
     "METADATA_DIR",
     "SNAPSHOT_WINDOW",
@@ -103,6 +118,7 @@ __all__ = [
     "ManifestInfo",
     "SnapshotInfo",
     "deletion_files",
+    "expire_snapshots",
     "foreign_problems",
     "group_files",
     "group_of",
@@ -110,276 +126,20 @@ __all__ = [
     "version_files",
 ]
 
-# Reserved field ids of positional delete files (Iceberg spec).
-_DELETE_PATH_ID = 2147483546
+log = logging.getLogger(__name__)
+
+# Reserved field id of positional delete files' positions (Iceberg spec).
 _DELETE_POS_ID = 2147483545
-# Field ids from here up are reserved by the Iceberg spec for metadata columns.
-_RESERVED_IDS = 2147483000
-
-
-# --- schemas -------------------------------------------------------------------------
-
-
-class _TypeProblem(Exception):
-    pass
-
-
-def _field_id(f: pa.Field, path: str) -> int:
-    raw = (f.metadata or {}).get(b"PARQUET:field_id")
-    try:
-        value = int(raw) if raw is not None else -1
-    except ValueError:
-        value = -1
-    if not 0 <= value < _RESERVED_IDS:
-        raise _TypeProblem(f"column {path!r} has no valid PARQUET:field_id ({raw!r})")
-    return value
-
-
-def _primitive(t: pa.DataType) -> str | None:
-    if pa.types.is_boolean(t):
-        return "boolean"
-    if pa.types.is_int8(t) or pa.types.is_int16(t) or pa.types.is_int32(t):
-        return "int"  # int8/int16 widen: every value is an Iceberg int
-    if pa.types.is_int64(t):
-        return "long"
-    if pa.types.is_float32(t):
-        return "float"
-    if pa.types.is_float64(t):
-        return "double"
-    if pa.types.is_string(t) or pa.types.is_large_string(t):
-        return "string"
-    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
-        return "binary"
-    if pa.types.is_fixed_size_binary(t):
-        return f"fixed[{t.byte_width}]"
-    if isinstance(t, pa.Decimal128Type) and t.precision <= 38:
-        return f"decimal({t.precision}, {t.scale})"
-    if pa.types.is_date32(t):
-        return "date"
-    if pa.types.is_time64(t) and t.unit == "us":
-        return "time"
-    if pa.types.is_timestamp(t) and t.unit == "us":
-        return "timestamptz" if t.tz is not None else "timestamp"
-    return None
-
-
-def _type(t: pa.DataType, path: str) -> Any:
-    if pa.types.is_struct(t):
-        return {"type": "struct", "fields": [_field(t.field(i), path) for i in range(t.num_fields)]}
-    if pa.types.is_list(t) or pa.types.is_large_list(t):
-        element = t.value_field
-        return {
-            "type": "list",
-            "element-id": _field_id(element, f"{path}.{element.name}"),
-            "element": _type(element.type, f"{path}.{element.name}"),
-            "element-required": not element.nullable,
-        }
-    if pa.types.is_map(t):
-        key, item = t.key_field, t.item_field
-        return {
-            "type": "map",
-            "key-id": _field_id(key, f"{path}.{key.name}"),
-            "key": _type(key.type, f"{path}.{key.name}"),
-            "value-id": _field_id(item, f"{path}.{item.name}"),
-            "value": _type(item.type, f"{path}.{item.name}"),
-            "value-required": not item.nullable,
-        }
-    name = _primitive(t)
-    if name is None:
-        raise _TypeProblem(f"column {path!r} has type {t}, which Iceberg v2 cannot hold exactly")
-    return name
-
-
-def _field(f: pa.Field, parent: str) -> dict[str, Any]:
-    path = f"{parent}.{f.name}" if parent else f.name
-    # Optional always: files written before a column was added lack it.
-    return {
-        "id": _field_id(f, path),
-        "name": f.name,
-        "required": False,
-        "type": _type(f.type, path),
-    }
-
-
-def iceberg_schema(schema: pa.Schema) -> dict[str, Any]:
-    """The Iceberg schema (a struct, without ``schema-id``) of an Arrow schema whose
-    fields, nested ones included, carry ``PARQUET:field_id``.
-
-    Raises:
-        InvalidInputError: a type has no exact Iceberg counterpart, a field id is
-            missing, or two fields share an id (the message names the column).
-    """
-    try:
-        struct = {"type": "struct", "fields": [_field(f, "") for f in schema]}
-    except _TypeProblem as exc:
-        raise InvalidInputError(str(exc)) from None
-    ids = _ids(struct)
-    if len(set(ids)) != len(ids):
-        twice = sorted({i for i in ids if ids.count(i) > 1})
-        raise InvalidInputError(f"field id(s) {twice} are used by more than one field")
-    return struct
-
-
-def _ids(node: Any) -> list[int]:
-    """Every field id of an Iceberg type."""
-    if not isinstance(node, dict):
-        return []
-    if node["type"] == "struct":
-        return [i for f in node["fields"] for i in (f["id"], *_ids(f["type"]))]
-    if node["type"] == "list":
-        return [node["element-id"], *_ids(node["element"])]
-    return [node["key-id"], *_ids(node["key"]), node["value-id"], *_ids(node["value"])]
-
-
-def _name_mapping(
-    struct: Mapping[str, Any], known: Mapping[int, Sequence[str]]
-) -> tuple[list[dict[str, Any]], dict[int, tuple[str, ...]]]:
-    """The name mapping of ``struct`` and the names it gives each id: a field's
-    current name first, then its earlier names (from ``known``) that no sibling uses
-    now or had too, so files written before a rename still resolve."""
-    names: dict[int, tuple[str, ...]] = {}
-
-    def of_fields(fields: Sequence[tuple[int, str, Any]]) -> list[dict[str, Any]]:
-        current = {name for _i, name, _t in fields}
-        earlier: dict[str, int] = {}
-        for i, name, _t in fields:
-            for old in known.get(i, ()):
-                if old != name:
-                    earlier[old] = earlier.get(old, 0) + 1
-        out = []
-        for i, name, t in fields:
-            extra = [
-                old
-                for old in known.get(i, ())
-                if old != name and old not in current and earlier[old] == 1
-            ]
-            names[i] = (name, *extra)
-            entry: dict[str, Any] = {"field-id": i, "names": list(names[i])}
-            children = of_type(t)
-            if children:
-                entry["fields"] = children
-            out.append(entry)
-        return out
-
-    def of_type(t: Any) -> list[dict[str, Any]]:
-        if not isinstance(t, dict):
-            return []
-        if t["type"] == "struct":
-            return of_fields([(f["id"], f["name"], f["type"]) for f in t["fields"]])
-        if t["type"] == "list":
-            return of_fields([(t["element-id"], "element", t["element"])])
-        return of_fields([(t["key-id"], "key", t["key"]), (t["value-id"], "value", t["value"])])
-
-    return of_type(struct), names
-
-
-# --- Avro schemas of manifests and manifest lists (Iceberg spec, v2) -----------------
-
-
-def _opt(name: str, field_id: int, t: Any) -> dict[str, Any]:
-    return {"name": name, "type": ["null", t], "default": None, "field-id": field_id}
-
-
-def _req(name: str, field_id: int, t: Any) -> dict[str, Any]:
-    return {"name": name, "type": t, "field-id": field_id}
-
-
-def _int_map(name: str, field_id: int, key_id: int, value_id: int, value: str) -> dict[str, Any]:
-    # Iceberg writes maps with int keys as arrays of key/value records.
-    items = {
-        "type": "record",
-        "name": f"k{key_id}_v{value_id}",
-        "fields": [_req("key", key_id, "int"), _req("value", value_id, value)],
-    }
-    return _opt(name, field_id, {"type": "array", "logicalType": "map", "items": items})
-
-
-def _list(name: str, field_id: int, element_id: int, t: str) -> dict[str, Any]:
-    return _opt(name, field_id, {"type": "array", "items": t, "element-id": element_id})
-
-
-_DATA_FILE = {
-    "type": "record",
-    "name": "r2",
-    "fields": [
-        _req("content", 134, "int"),
-        _req("file_path", 100, "string"),
-        _req("file_format", 101, "string"),
-        _req("partition", 102, {"type": "record", "name": "r102", "fields": []}),
-        _req("record_count", 103, "long"),
-        _req("file_size_in_bytes", 104, "long"),
-        _int_map("column_sizes", 108, 117, 118, "long"),
-        _int_map("value_counts", 109, 119, 120, "long"),
-        _int_map("null_value_counts", 110, 121, 122, "long"),
-        _int_map("nan_value_counts", 137, 138, 139, "long"),
-        _int_map("lower_bounds", 125, 126, 127, "bytes"),
-        _int_map("upper_bounds", 128, 129, 130, "bytes"),
-        _opt("key_metadata", 131, "bytes"),
-        _list("split_offsets", 132, 133, "long"),
-        _list("equality_ids", 135, 136, "int"),
-        _opt("sort_order_id", 140, "int"),
-    ],
-}
-
-_MANIFEST_ENTRY: dict[str, Any] = {
-    "type": "record",
-    "name": "manifest_entry",
-    "fields": [
-        _req("status", 0, "int"),
-        _opt("snapshot_id", 1, "long"),
-        _opt("sequence_number", 3, "long"),
-        _opt("file_sequence_number", 4, "long"),
-        _req("data_file", 2, _DATA_FILE),
-    ],
-}
-
-_FIELD_SUMMARY = {
-    "type": "record",
-    "name": "r508",
-    "fields": [
-        _req("contains_null", 509, "boolean"),
-        _opt("contains_nan", 518, "boolean"),
-        _opt("lower_bound", 510, "bytes"),
-        _opt("upper_bound", 511, "bytes"),
-    ],
-}
-
-_MANIFEST_FILE = {
-    "type": "record",
-    "name": "manifest_file",
-    "fields": [
-        _req("manifest_path", 500, "string"),
-        _req("manifest_length", 501, "long"),
-        _req("partition_spec_id", 502, "int"),
-        _req("content", 517, "int"),
-        _req("sequence_number", 515, "long"),
-        _req("min_sequence_number", 516, "long"),
-        _req("added_snapshot_id", 503, "long"),
-        _req("added_files_count", 504, "int"),
-        _req("existing_files_count", 505, "int"),
-        _req("deleted_files_count", 506, "int"),
-        _req("added_rows_count", 512, "long"),
-        _req("existing_rows_count", 513, "long"),
-        _req("deleted_rows_count", 514, "long"),
-        _opt("partitions", 507, {"type": "array", "items": _FIELD_SUMMARY, "element-id": 508}),
-        _opt("key_metadata", 519, "bytes"),
-    ],
-}
-
-
-# Compiled once. A manifest entry's encoding is its head (status, snapshot id, sequence
-# numbers) followed by its data file's: entries are assembled from the two parts.
-_ENTRY_AVRO = AvroSchema(_MANIFEST_ENTRY)
-assert [f["name"] for f in _MANIFEST_ENTRY["fields"]][-1] == "data_file"
-_ENTRY_HEAD_AVRO = AvroSchema({**_MANIFEST_ENTRY, "fields": _MANIFEST_ENTRY["fields"][:-1]})
-_DATA_FILE_AVRO = AvroSchema(_DATA_FILE)
-_MANIFEST_FILE_AVRO = AvroSchema(_MANIFEST_FILE)
+#: Cleanup's default claim window (:data:`s3ddb.maintenance.cleanup.CLAIM_WINDOW`), in
+#: milliseconds: a snapshot younger than that cannot have been expired by a cleanup
+#: (see :meth:`IcebergWriter.refresh_state`).
+CLEANUP_CLAIM_WINDOW_MS = 10 * 60 * 1000
 
 
 def _data_file(
     content: int, path: str, rows: int, size: int, bound: bytes | None
 ) -> dict[str, Any]:
-    bounds = [{"key": _DELETE_PATH_ID, "value": bound}] if bound is not None else None
+    bounds = [{"key": DELETE_PATH_ID, "value": bound}] if bound is not None else None
     return {
         "content": content,
         "file_path": path,
@@ -412,7 +172,7 @@ def _data_file_avro(content: int, path: str, rows: int, size: int, bound: bytes 
         ValueError: a value does not fit (the caller encodes the entries again to
             report it as the whole manifest would).
     """
-    return _DATA_FILE_AVRO.encode(_data_file(content, path, rows, size, bound))
+    return DATA_FILE_AVRO.encode(_data_file(content, path, rows, size, bound))
 
 
 def _entries_manifest(
@@ -423,14 +183,14 @@ def _entries_manifest(
     """The manifest of ``data_files`` (``_data_file`` arguments) added by ``version``:
     the bytes :func:`encode_container` writes for their entries, from cached parts."""
     try:
-        head = _ENTRY_HEAD_AVRO.encode(_entry_head(version))
+        head = ENTRY_HEAD_AVRO.encode(_entry_head(version))
         parts = [head + _data_file_avro(*args) for args in data_files]
     except ValueError:
         parts = None
     if parts is None:  # report what does not fit as encoding the whole would
         entries = [{**_entry_head(version), "data_file": _data_file(*args)} for args in data_files]
-        return encode_container(_ENTRY_AVRO, entries, metadata)
-    return _ENTRY_AVRO.container(parts, metadata)
+        return encode_container(ENTRY_AVRO, entries, metadata)
+    return ENTRY_AVRO.container(parts, metadata)
 
 
 def _entry_head(version: int) -> dict[str, Any]:
@@ -446,7 +206,7 @@ def _entry_head(version: int) -> dict[str, Any]:
 def _positional_deletes(data_path: str, positions: np.ndarray) -> bytes:
     schema = pa.schema(
         [
-            pa.field("file_path", pa.string(), False, {"PARQUET:field_id": str(_DELETE_PATH_ID)}),
+            pa.field("file_path", pa.string(), False, {"PARQUET:field_id": str(DELETE_PATH_ID)}),
             pa.field("pos", pa.int64(), False, {"PARQUET:field_id": str(_DELETE_POS_ID)}),
         ]
     )
@@ -534,15 +294,78 @@ class IcebergWriter:
         return None
 
     def load_state(self, store: ObjectStore, expected: TableVersion) -> IcebergState | None:
-        """The state after ``version`` (see :func:`load_state`), or None when its
-        metadata JSON does not exist.
+        """The state after ``expected.version`` from its published metadata file and
+        manifest list, or None when that metadata file does not exist; returned only
+        once checked against ``expected`` (see
+        :func:`~s3ddb.open_formats.iceberg_checks.read_version`) and found to be, byte
+        for byte, the files s3ddb writes for what they list. One GET of each file and a
+        HEAD of each manifest the current snapshot lists.
 
         Raises:
-            StoredMetadataError: the stored metadata is too large, malformed, not
-                s3ddb's, or inconsistent; the message names the file.
+            PublishedStateError: either file is damaged, over its bounds, or holds
+                anything s3ddb does not derive from the manifests; ``path`` names it.
         """
-        version = expected.version  # TODO(trust): check the state against expected
-        return load_state(store, version)
+        loaded = read_version(store, expected, _current_schema(expected))
+        if loaded is None:
+            return None
+        _check_rendered(loaded, expected)
+        return loaded.state
+
+    def state_problems(self, store: ObjectStore, expected: TableVersion) -> list[str]:
+        """What is wrong with the published Iceberg files of ``expected.version`` and
+        of every snapshot its metadata file lists (see
+        :func:`~s3ddb.open_formats.iceberg_checks.state_problems`), each a sentence
+        starting with the file it is about; empty when all is s3ddb's.
+
+        Raises:
+            OSError: the store cannot be listed or read.
+        """
+        schema = _current_schema(expected)
+        problems = state_problems(store, expected, schema)
+        if problems:
+            return problems
+        loaded = read_version(store, expected, schema)  # checked clean just now
+        try:
+            if loaded is not None:
+                _check_rendered(loaded, expected)
+        except PublishedStateError as exc:
+            return [str(exc)]
+        return []
+
+    def refresh_state(self, store: ObjectStore, state: IcebergState, now_ms: int) -> IcebergState:
+        """``state`` (one this process published or loaded, so trusted) without the
+        snapshots a cleanup has expired since: the publisher's cached state before it
+        publishes the next version from it.
+
+        A cleanup removes a version only once the version after it is older than the
+        claim window (:data:`CLEANUP_CLAIM_WINDOW_MS`, cleanup's default; a shorter one
+        is safe only without writers), and rewrites the metadata files that list it
+        before it deletes anything. So while every snapshot of the window is younger
+        than that (by its own timestamp, which is not later than its successor's),
+        none can have gone, and ``state`` is returned as it is: no request. Else
+        ``state``'s metadata file is read again (one GET) and the snapshots it no
+        longer lists are dropped (only dropped: what it lists beyond ``state`` is not
+        taken). A metadata file that is gone or unreadable leaves the current snapshot
+        alone.
+
+        Why this, and not something else: the next metadata file must list only
+        readable snapshots, whichever finisher writes it. A state read after a cleanup
+        has its window already (cleanup rewrote the file); one read or kept from
+        before it does not, and reading the file again at every publication would
+        cost warm writers a request per commit. A race between that read and a
+        cleanup that starts right after remains, as for any writer that cleanup's
+        claim window covers: ``verify`` reports a snapshot listed but gone, and the
+        next cleanup rewrites the file.
+        """
+        if all(s.timestamp_ms + CLEANUP_CLAIM_WINDOW_MS > now_ms for s in state.snapshots):
+            return state
+        path = version_files(state.version)[0]
+        try:
+            raw = bounded_get(store, path)
+            listed = set(listed_snapshots(raw, path)) if raw is not None else set()
+        except PublishedStateError:
+            listed = set()
+        return _without_snapshots(state, {s.snapshot_id for s in state.snapshots} - listed)
 
     def publish(
         self, table: TableVersion, previous: Any | None, deleted: DeletedPositions
@@ -601,11 +424,14 @@ class IcebergWriter:
             schema_id=schema_id,
             summary=_summary(table, manifests),
         )
-        snapshots = ((*prev.snapshots, snapshot) if prev else (snapshot,))[-SNAPSHOT_WINDOW:]
+        # The window: the snapshots of the versions published among the last
+        # SNAPSHOT_WINDOW (by number, so a window cleanup thinned stays as short).
+        window = (*prev.snapshots, snapshot) if prev else (snapshot,)
+        snapshots = tuple(s for s in window if s.snapshot_id > version - SNAPSHOT_WINDOW)
         used = {s.schema_id for s in snapshots}
         schemas = {**{i: c for i, c in prev_schemas.items() if i in used}, schema_id: canonical}
-        mapping, names = _name_mapping(struct, dict(prev.names) if prev else {})
-        last_column_id = max([*_ids(struct), prev.last_column_id if prev else 0])
+        mapping, names = name_mapping(struct, dict(prev.names) if prev else {})
+        last_column_id = max([*field_ids(struct), prev.last_column_id if prev else 0])
         state = IcebergState(
             version=version,
             location=root,
@@ -622,6 +448,121 @@ class IcebergWriter:
             then=[(version_files(version)[0], metadata), (VERSION_HINT, str(version).encode())],
         )
         return publication, state
+
+
+def _current_schema(table: TableVersion) -> str:
+    """``table``'s Iceberg schema as :func:`canonical_json`.
+
+    Raises:
+        PublishedStateError: it has no Iceberg schema, so nothing published is its.
+    """
+    try:
+        return canonical_json(iceberg_schema(table.schema))
+    except InvalidInputError as exc:
+        path = version_files(table.version)[0]
+        message = f"{path}: version {table.version} cannot be published: {exc}"
+        raise PublishedStateError(message, path) from None
+
+
+def _metadata_of(state: IcebergState, table: TableVersion) -> tuple[bytes, bool]:
+    """The metadata JSON s3ddb writes for ``state`` (of version ``table``), and
+    whether the names its mapping gives are ``state``'s own (the mapping of a state is
+    derived from its current schema and names: a state s3ddb wrote is a fixed point)."""
+    struct = json.loads(dict(state.schemas)[state.schema_id])
+    mapping, names = name_mapping(struct, dict(state.names))
+    return _metadata_json(state, table, mapping), names == dict(state.names)
+
+
+def _check_rendered(loaded: LoadedVersion, table: TableVersion) -> None:
+    """Refuse a checked state whose files are not, byte for byte, what s3ddb writes
+    for it: then something beside the fields :func:`read_version` checks (a key,
+    a log entry, a reference, a manifest list's metadata) was changed or added.
+
+    Raises:
+        PublishedStateError: naming the file.
+    """
+    state = loaded.state
+    metadata, fixed = _metadata_of(state, table)
+    path = version_files(state.version)[0]
+    if not fixed or metadata != loaded.metadata:
+        raise PublishedStateError(
+            f"{path}: not the metadata file s3ddb writes for what it lists (a field was "
+            "changed or added)",
+            path,
+        )
+    parent = state.snapshots[-1].parent_id
+    listed = _manifest_list(state.manifests, state.location, state.version, parent)
+    if listed != loaded.manifest_list:
+        path = version_files(state.version)[1]
+        raise PublishedStateError(
+            f"{path}: not the manifest list s3ddb writes for the manifests it lists", path
+        )
+
+
+def _without_snapshots(state: IcebergState, gone: set[int]) -> IcebergState:
+    """``state`` without the snapshots ``gone`` (never its own) and the schemas only
+    they used. Their ids may stay as parents, as after Iceberg's snapshot expiry."""
+    gone = gone - {state.version}
+    if not gone & {s.snapshot_id for s in state.snapshots}:
+        return state
+    snapshots = tuple(s for s in state.snapshots if s.snapshot_id not in gone)
+    used = {s.schema_id for s in snapshots}
+    schemas = tuple((i, c) for i, c in state.schemas if i in used)
+    return dataclasses.replace(state, snapshots=snapshots, schemas=schemas)
+
+
+def expire_snapshots(
+    store: ObjectStore,
+    published: Iterable[int],
+    kept: Collection[int],
+    expected_of: Callable[[int], TableVersion | None],
+) -> list[str]:
+    """Rewrite the metadata file of every version of ``kept`` (the versions cleanup
+    keeps) that lists a snapshot of a version not kept, without those snapshots (and
+    their metadata-log entries, and the schemas only they used), so that every
+    snapshot a kept metadata file lists stays readable once cleanup deletes the
+    files of the others. ``published`` are the versions whose metadata file exists
+    (from cleanup's listing); ``expected_of`` gives a kept version as its manifest
+    gives it (None: it does not publish Iceberg).
+
+    Each file is read and checked as :meth:`IcebergWriter.load_state` checks it
+    before it is rewritten, and the rewrite is a function of what it lists and of
+    ``kept`` (two cleanups write the same bytes; a publication that reads it after
+    builds on it). A file found damaged is left as it is and said (logged):
+    ``verify`` reports it and ``s3ddb open-formats URI --rebuild`` republishes it.
+    Returns the paths rewritten.
+
+    Raises:
+        What writing the store or ``expected_of`` raises.
+    """
+    kept = set(kept)
+    rewritten = []
+    for version in sorted(kept & set(published)):
+        window = range(max(0, version - SNAPSHOT_WINDOW + 1), version)
+        if all(v in kept for v in window):
+            continue  # the file lists nothing cleanup removes
+        path = version_files(version)[0]
+        try:
+            raw = bounded_get(store, path)
+            if raw is None or set(listed_snapshots(raw, path)) <= kept:
+                continue
+            table = expected_of(version)
+            loaded = read_version(store, table, _current_schema(table)) if table else None
+            if table is None or loaded is None:
+                continue
+            _check_rendered(loaded, table)
+        except PublishedStateError as exc:
+            log.warning(
+                "%s: cleanup leaves %s as it is, damaged (%s): it may list snapshots "
+                "cleanup removes; `s3ddb open-formats URI --rebuild` republishes it",
+                store.url, path, exc,
+            )  # fmt: skip
+            continue
+        gone = {s.snapshot_id for s in loaded.state.snapshots} - kept
+        state = _without_snapshots(loaded.state, gone)
+        store.put(path, _metadata_of(state, table)[0])
+        rewritten.append(path)
+    return rewritten
 
 
 def _checked_previous(table: TableVersion, previous: Any | None) -> IcebergState | None:
@@ -745,7 +686,7 @@ def _manifest_list(
         ("sequence-number", str(version).encode()),
         ("format-version", b"2"),
     ]
-    return encode_container(_MANIFEST_FILE_AVRO, records, metadata)
+    return encode_container(MANIFEST_FILE_AVRO, records, metadata)
 
 
 def _summary(table: TableVersion, manifests: Sequence[ManifestInfo]) -> tuple[tuple[str, str], ...]:

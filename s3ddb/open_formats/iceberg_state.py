@@ -1,14 +1,16 @@
-"""A published Iceberg version: the names of its files, the state
+"""A published Iceberg version: the names and Avro schemas of its files, the state
 :class:`~s3ddb.open_formats.iceberg.IcebergWriter` carries from one version to the next,
-and reading that state back from the store.
+and the primitives that read published files as untrusted input.
 
 Owns the layout's names (:func:`version_files`, :func:`group_files`,
-:func:`deletion_files`, :func:`group_of`, the file-name-safe :data:`SAFE_NAME`), the
-state (:class:`IcebergState` with its :class:`SnapshotInfo` window and
-:class:`ManifestInfo` list; schemas kept as :func:`canonical_json`), :func:`load_state`
-(a version's metadata JSON and manifest list, untrusted: bounded reads, every field
-checked, errors naming the file) and :func:`foreign_problems` (files under
-``metadata/`` s3ddb would not have written). Writing the files is
+:func:`deletion_files`, :func:`group_of`, :func:`manifest_version`, the file-name-safe
+:data:`SAFE_NAME`), the Avro schemas of manifests and manifest lists, the state
+(:class:`IcebergState` with its :class:`SnapshotInfo` window and :class:`ManifestInfo`
+list; schemas kept as :func:`canonical_json`), bounded reads (:func:`bounded_get`,
+:func:`bounded_json`, :class:`Checked`: sizes, JSON depth and values bounded before
+parsing, errors that name the file) and :func:`foreign_problems` (files under
+``metadata/`` s3ddb would not have written). Checking a published state against the
+manifests is :mod:`s3ddb.open_formats.iceberg_checks`'s; writing the files is
 :mod:`s3ddb.open_formats.iceberg`'s, whose docstring describes the layout.
 """
 
@@ -19,36 +21,56 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from s3ddb.errors import StoredMetadataError
+import numpy as np
+
+from s3ddb.errors import PublishedStateError, StoredMetadataError
 from s3ddb.io.object_store import ObjectStore
-from s3ddb.open_formats.avro import decode_container
+from s3ddb.open_formats.avro import AvroSchema
 
 __all__ = [
+    "DATA_FILE_AVRO",
+    "DELETE_PATH_ID",
+    "ENTRY_AVRO",
+    "ENTRY_HEAD_AVRO",
+    "MANIFEST_FILE_AVRO",
+    "MAX_JSON_DEPTH",
+    "MAX_JSON_VALUES",
     "MAX_METADATA_BYTES",
     "METADATA_DIR",
     "SAFE_NAME",
     "SNAPSHOT_WINDOW",
     "VERSION_HINT",
+    "Checked",
     "IcebergState",
     "ManifestInfo",
     "SnapshotInfo",
+    "bounded_get",
+    "bounded_json",
     "canonical_json",
     "deletion_files",
     "foreign_problems",
     "group_files",
     "group_of",
-    "load_state",
+    "manifest_version",
     "version_files",
 ]
 
 METADATA_DIR = "metadata"
 VERSION_HINT = f"{METADATA_DIR}/version-hint.text"
-#: Snapshots (and log entries) one metadata JSON keeps.
+#: A metadata JSON lists the snapshots (and log entries) of the versions published
+#: among the last this many (the version's own included).
 SNAPSHOT_WINDOW = 20
-#: Largest metadata JSON or manifest list :func:`load_state` reads.
+#: Largest metadata JSON or manifest list read back.
 MAX_METADATA_BYTES = 64 << 20
+#: Most values (objects, arrays, strings, numbers...) a JSON read back may hold, counted
+#: before it is parsed: what it turns into in memory stays within about 200 MiB.
+MAX_JSON_VALUES = 1 << 21
+#: Deepest nesting of objects and arrays a JSON read back may have.
+MAX_JSON_DEPTH = 256
 #: A group name or deletion key: what may stand in a file name.
 SAFE_NAME = r"[A-Za-z0-9_.\-]+"
+#: The reserved field id of a positional delete file's ``file_path`` (Iceberg spec).
+DELETE_PATH_ID = 2147483546
 _VERSION_JSON = re.compile(rf"{METADATA_DIR}/v(\d+)\.metadata\.json")
 _SNAP = re.compile(rf"{METADATA_DIR}/snap-(\d+)\.avro")
 _MANIFEST = re.compile(rf"{METADATA_DIR}/([md])-({SAFE_NAME})-(\d+)\.avro")
@@ -79,6 +101,15 @@ def group_of(path: str) -> str | None:
     """The group whose manifest ``path`` is (None: not a group manifest)."""
     match = _MANIFEST.fullmatch(path)
     return match.group(2) if match else None
+
+
+def manifest_version(path: str) -> tuple[int, str, int] | None:
+    """What group manifest ``path`` is named after: its content (0 data, 1 deletes),
+    its group and the version that wrote it (None: not a group manifest's name)."""
+    match = _MANIFEST.fullmatch(path)
+    if match is None or len(match.group(3)) > 19:
+        return None
+    return {"m": 0, "d": 1}[match.group(1)], match.group(2), int(match.group(3))
 
 
 def deletion_files(deletion_key: str) -> list[str]:
@@ -175,49 +206,187 @@ class IcebergState:
     names: tuple[tuple[int, tuple[str, ...]], ...]
 
 
-# --- reading published metadata back (untrusted) -------------------------------------
+# --- Avro schemas of manifests and manifest lists (Iceberg spec, v2) -----------------
 
 
-def load_state(store: ObjectStore, version: int) -> IcebergState | None:
-    """The state after ``version`` from its ``v<version>.metadata.json`` and its
-    manifest list, or None when that metadata file does not exist.
+def _opt(name: str, field_id: int, t: Any) -> dict[str, Any]:
+    return {"name": name, "type": ["null", t], "default": None, "field-id": field_id}
+
+
+def _req(name: str, field_id: int, t: Any) -> dict[str, Any]:
+    return {"name": name, "type": t, "field-id": field_id}
+
+
+def _int_map(name: str, field_id: int, key_id: int, value_id: int, value: str) -> dict[str, Any]:
+    # Iceberg writes maps with int keys as arrays of key/value records.
+    items = {
+        "type": "record",
+        "name": f"k{key_id}_v{value_id}",
+        "fields": [_req("key", key_id, "int"), _req("value", value_id, value)],
+    }
+    return _opt(name, field_id, {"type": "array", "logicalType": "map", "items": items})
+
+
+def _list(name: str, field_id: int, element_id: int, t: str) -> dict[str, Any]:
+    return _opt(name, field_id, {"type": "array", "items": t, "element-id": element_id})
+
+
+_DATA_FILE = {
+    "type": "record",
+    "name": "r2",
+    "fields": [
+        _req("content", 134, "int"),
+        _req("file_path", 100, "string"),
+        _req("file_format", 101, "string"),
+        _req("partition", 102, {"type": "record", "name": "r102", "fields": []}),
+        _req("record_count", 103, "long"),
+        _req("file_size_in_bytes", 104, "long"),
+        _int_map("column_sizes", 108, 117, 118, "long"),
+        _int_map("value_counts", 109, 119, 120, "long"),
+        _int_map("null_value_counts", 110, 121, 122, "long"),
+        _int_map("nan_value_counts", 137, 138, 139, "long"),
+        _int_map("lower_bounds", 125, 126, 127, "bytes"),
+        _int_map("upper_bounds", 128, 129, 130, "bytes"),
+        _opt("key_metadata", 131, "bytes"),
+        _list("split_offsets", 132, 133, "long"),
+        _list("equality_ids", 135, 136, "int"),
+        _opt("sort_order_id", 140, "int"),
+    ],
+}
+
+_MANIFEST_ENTRY: dict[str, Any] = {
+    "type": "record",
+    "name": "manifest_entry",
+    "fields": [
+        _req("status", 0, "int"),
+        _opt("snapshot_id", 1, "long"),
+        _opt("sequence_number", 3, "long"),
+        _opt("file_sequence_number", 4, "long"),
+        _req("data_file", 2, _DATA_FILE),
+    ],
+}
+
+_FIELD_SUMMARY = {
+    "type": "record",
+    "name": "r508",
+    "fields": [
+        _req("contains_null", 509, "boolean"),
+        _opt("contains_nan", 518, "boolean"),
+        _opt("lower_bound", 510, "bytes"),
+        _opt("upper_bound", 511, "bytes"),
+    ],
+}
+
+_MANIFEST_FILE = {
+    "type": "record",
+    "name": "manifest_file",
+    "fields": [
+        _req("manifest_path", 500, "string"),
+        _req("manifest_length", 501, "long"),
+        _req("partition_spec_id", 502, "int"),
+        _req("content", 517, "int"),
+        _req("sequence_number", 515, "long"),
+        _req("min_sequence_number", 516, "long"),
+        _req("added_snapshot_id", 503, "long"),
+        _req("added_files_count", 504, "int"),
+        _req("existing_files_count", 505, "int"),
+        _req("deleted_files_count", 506, "int"),
+        _req("added_rows_count", 512, "long"),
+        _req("existing_rows_count", 513, "long"),
+        _req("deleted_rows_count", 514, "long"),
+        _opt("partitions", 507, {"type": "array", "items": _FIELD_SUMMARY, "element-id": 508}),
+        _opt("key_metadata", 519, "bytes"),
+    ],
+}
+
+
+#: The Avro schemas of manifests (:data:`ENTRY_AVRO`) and manifest lists
+#: (:data:`MANIFEST_FILE_AVRO`), compiled once. A manifest entry's encoding is its head
+#: (status, snapshot id, sequence numbers, :data:`ENTRY_HEAD_AVRO`) followed by its data
+#: file's (:data:`DATA_FILE_AVRO`): the writer assembles entries from the two parts. A
+#: file read back must have exactly these schemas.
+ENTRY_AVRO = AvroSchema(_MANIFEST_ENTRY)
+assert [f["name"] for f in _MANIFEST_ENTRY["fields"]][-1] == "data_file"
+ENTRY_HEAD_AVRO = AvroSchema({**_MANIFEST_ENTRY, "fields": _MANIFEST_ENTRY["fields"][:-1]})
+DATA_FILE_AVRO = AvroSchema(_DATA_FILE)
+MANIFEST_FILE_AVRO = AvroSchema(_MANIFEST_FILE)
+
+
+# --- reading published files (untrusted) --------------------------------------------
+
+
+def bounded_get(store: ObjectStore, path: str, limit: int = MAX_METADATA_BYTES) -> bytes | None:
+    """The object at ``path`` (None if missing), refused when over ``limit`` bytes.
 
     Raises:
-        StoredMetadataError: either file is too large (over
-            :data:`MAX_METADATA_BYTES`), malformed, not s3ddb's (its current
-            snapshot is not ``version`` with ``s3ddb.version`` in its summary), or
-            inconsistent; the message names the file.
-    """
-    path = version_files(version)[0]
-    raw = _bounded_get(store, path)
-    if raw is None:
-        return None
-    return _parse_state(store, path, raw, version)
-
-
-def _bounded_get(store: ObjectStore, path: str) -> bytes | None:
-    """The object at ``path`` (None if missing), refused when over the size bound.
-
-    Raises:
-        StoredMetadataError: it is larger than :data:`MAX_METADATA_BYTES`.
+        PublishedStateError: it is larger than ``limit``.
     """
     try:
-        data = store.get_prefix(path, MAX_METADATA_BYTES + 1)
+        data = store.get_prefix(path, limit + 1)
     except FileNotFoundError:
         return None
-    if len(data) > MAX_METADATA_BYTES:
-        raise StoredMetadataError(f"{path}: larger than {MAX_METADATA_BYTES} bytes")
+    if len(data) > limit:
+        raise PublishedStateError(f"{path}: larger than {limit} bytes", path=path)
     return data
 
 
-class _Checked:
-    """Typed access to an untrusted JSON (or Avro) object; errors name the file."""
+# A JSON string (escapes included): what may hold brackets and commas that are text.
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+# +1 for an opening bracket, -1 for a closing one, 0 for any other byte.
+_NESTING = np.zeros(256, dtype=np.int8)
+_NESTING[[ord("["), ord("{")]] = 1
+_NESTING[[ord("]"), ord("}")]] = -1
+_DEPTH_CHUNK = 1 << 22
 
-    def __init__(self, what: str) -> None:
-        self.what = what
 
-    def fail(self, message: str) -> StoredMetadataError:
-        return StoredMetadataError(f"{self.what}: {message}")
+def bounded_json(raw: bytes | str, path: str, what: str = "") -> Any:
+    """``raw`` parsed as JSON once its size in values (at most
+    :data:`MAX_JSON_VALUES`) and its nesting (at most :data:`MAX_JSON_DEPTH`) are
+    known to be bounded: both are counted on the text, strings left out, before the
+    parser builds anything. ``path`` names the file (``what`` the part of it) in
+    errors.
+
+    Raises:
+        PublishedStateError: not JSON, too many values or nested too deeply.
+    """
+    text = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
+    where = f"{path}: {what}" if what else f"{path}:"
+    bare = _JSON_STRING.sub(b'""', text)
+    values = bare.count(b",") + bare.count(b"[") + bare.count(b"{") + 1
+    if values > MAX_JSON_VALUES:
+        raise PublishedStateError(
+            f"{where} holds about {values} JSON values, more than the {MAX_JSON_VALUES} "
+            "s3ddb reads",
+            path=path,
+        )
+    depth, deepest = 0, 0
+    for start in range(0, len(bare), _DEPTH_CHUNK):
+        steps = _NESTING[np.frombuffer(bare, np.uint8, min(_DEPTH_CHUNK, len(bare) - start), start)]
+        levels = np.cumsum(steps, dtype=np.int64) + depth
+        if len(levels):
+            deepest = max(deepest, int(levels.max()))
+            depth = int(levels[-1])
+        if deepest > MAX_JSON_DEPTH:
+            break
+    if deepest > MAX_JSON_DEPTH:
+        raise PublishedStateError(
+            f"{where} nests deeper than the {MAX_JSON_DEPTH} levels s3ddb reads", path=path
+        )
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise PublishedStateError(f"{where} not JSON: {exc}", path=path) from None
+
+
+class Checked:
+    """Typed access to an untrusted JSON (or Avro) object of the published file
+    ``path``; every failure is a :class:`~s3ddb.errors.PublishedStateError` naming it."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def fail(self, message: str) -> PublishedStateError:
+        return PublishedStateError(f"{self.path}: {message}", path=self.path)
 
     def get(
         self, obj: Any, key: str, kind: type | tuple[type, ...], *, optional: bool = False
@@ -235,132 +404,6 @@ class _Checked:
         if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**63:
             raise self.fail(f"{key!r} is out of range")
         return value
-
-
-def _parse_json(what: str, raw: bytes) -> Any:
-    try:
-        return json.loads(raw)
-    except (ValueError, RecursionError) as exc:
-        raise StoredMetadataError(f"{what}: not JSON: {exc}") from None
-
-
-def _parse_state(store: ObjectStore, path: str, raw: bytes, version: int) -> IcebergState:
-    c = _Checked(path)
-    doc = _parse_json(path, raw)
-    if c.get(doc, "format-version", int) != 2:
-        raise c.fail("format-version is not 2")
-    location = c.get(doc, "location", str)
-    if c.get(doc, "current-snapshot-id", int) != version:
-        raise c.fail(f"current snapshot is not {version}: not written by s3ddb")
-    snapshots = []
-    for s in c.get(doc, "snapshots", list):
-        summary = c.get(s, "summary", dict)
-        if not all(isinstance(k, str) and isinstance(v, str) for k, v in summary.items()):
-            raise c.fail("a snapshot summary holds a value that is not a string")
-        snapshot_id = c.get(s, "snapshot-id", int)
-        if summary.get("s3ddb.version") != str(snapshot_id):
-            raise c.fail(f"snapshot {snapshot_id} is not s3ddb's (no s3ddb.version {snapshot_id})")
-        if c.get(s, "sequence-number", int) != snapshot_id:
-            raise c.fail(f"snapshot {snapshot_id} has another sequence number")
-        snapshots.append(
-            SnapshotInfo(
-                snapshot_id=snapshot_id,
-                parent_id=c.get(s, "parent-snapshot-id", int, optional=True),
-                timestamp_ms=c.get(s, "timestamp-ms", int),
-                manifest_list=c.get(s, "manifest-list", str),
-                schema_id=c.get(s, "schema-id", int),
-                summary=tuple(sorted(summary.items())),
-            )
-        )
-    if len(snapshots) > SNAPSHOT_WINDOW or not snapshots or snapshots[-1].snapshot_id != version:
-        raise c.fail(f"the snapshots are not a window ending with {version}")
-    ids = [s.snapshot_id for s in snapshots]
-    if ids != sorted(set(ids)):
-        raise c.fail("snapshot ids are not increasing")
-    schemas = {}
-    for schema in c.get(doc, "schemas", list):
-        schema_id = c.get(schema, "schema-id", int)
-        c.get(schema, "fields", list)
-        struct = {k: v for k, v in schema.items() if k != "schema-id"}
-        schemas[schema_id] = canonical_json(struct)
-    schema_id = c.get(doc, "current-schema-id", int)
-    if schema_id not in schemas or not {s.schema_id for s in snapshots} <= set(schemas):
-        raise c.fail("a schema id used is not among the schemas")
-    properties = c.get(doc, "properties", dict)
-    mapping = _parse_json(path, c.get(properties, "schema.name-mapping.default", str).encode())
-    names: dict[int, tuple[str, ...]] = {}
-    _mapping_names(c, mapping, names, 0)
-    manifests = _load_manifest_list(store, location, snapshots[-1].manifest_list, version)
-    # A manifest list cut right after its header still decodes (with no manifests):
-    # the summary's totals catch it.
-    summary = dict(snapshots[-1].summary)
-    for content, key in ((0, "total-data-files"), (1, "total-delete-files")):
-        if summary.get(key) != str(sum(m.files for m in manifests if m.content == content)):
-            raise c.fail(f"{key} disagrees with the manifest list {version_files(version)[1]}")
-    return IcebergState(
-        version=version,
-        location=location,
-        schema_id=schema_id,
-        schemas=tuple(sorted(schemas.items())),
-        last_column_id=c.get(doc, "last-column-id", int),
-        snapshots=tuple(snapshots),
-        manifests=manifests,
-        names=tuple(sorted(names.items())),
-    )
-
-
-def _mapping_names(c: _Checked, nodes: Any, names: dict[int, tuple[str, ...]], depth: int) -> None:
-    if depth > 64 or not isinstance(nodes, list):
-        raise c.fail("the name mapping is not a list of fields (or nests too deeply)")
-    for node in nodes:
-        field_id = c.get(node, "field-id", int)
-        listed = c.get(node, "names", list)
-        if not listed or not all(isinstance(n, str) for n in listed) or field_id in names:
-            raise c.fail(f"the name mapping of field {field_id} is malformed or repeated")
-        names[field_id] = tuple(listed)
-        children = c.get(node, "fields", list, optional=True)
-        if children is not None:
-            _mapping_names(c, children, names, depth + 1)
-
-
-def _load_manifest_list(
-    store: ObjectStore, location: str, manifest_list: str, version: int
-) -> tuple[ManifestInfo, ...]:
-    relative = version_files(version)[1]
-    if manifest_list != f"{location}/{relative}":
-        raise StoredMetadataError(
-            f"{version_files(version)[0]}: manifest list {manifest_list!r} is not {relative}"
-        )
-    raw = _bounded_get(store, relative)
-    if raw is None:
-        raise StoredMetadataError(f"{relative}: missing (its metadata JSON names it)")
-    c = _Checked(relative)
-    prefix = f"{location}/"
-    manifests = []
-    for record in decode_container(raw, relative).records:
-        path = c.get(record, "manifest_path", str)
-        relative_path = path[len(prefix) :] if path.startswith(prefix) else ""
-        match = _MANIFEST.fullmatch(relative_path)
-        content = c.get(record, "content", int)
-        if match is None or content != {"m": 0, "d": 1}[match.group(1)]:
-            raise c.fail(f"manifest {path!r} is not one s3ddb writes")
-        sequence_number = c.get(record, "sequence_number", int)
-        if not 0 <= sequence_number <= version:
-            raise c.fail(f"manifest {path!r} has sequence number {sequence_number}")
-        manifests.append(
-            ManifestInfo(
-                path=relative_path,
-                length=c.get(record, "manifest_length", int),
-                content=content,
-                sequence_number=sequence_number,
-                added_snapshot_id=c.get(record, "added_snapshot_id", int),
-                files=c.get(record, "added_files_count", int),
-                rows=c.get(record, "added_rows_count", int),
-            )
-        )
-    if len({m.path for m in manifests}) != len(manifests):
-        raise c.fail("a manifest is listed twice")
-    return tuple(manifests)
 
 
 def foreign_problems(store: ObjectStore, newest_version: int) -> list[str]:
@@ -413,7 +456,7 @@ def foreign_problems(store: ObjectStore, newest_version: int) -> list[str]:
     for n in sorted(to_read):
         path = version_files(n)[0]
         try:
-            _check_own(path, _bounded_get(store, path), n)
+            _check_own(path, bounded_get(store, path), n)
         except StoredMetadataError as exc:
             problems.append(str(exc))
     return problems
@@ -424,8 +467,8 @@ def _check_own(path: str, raw: bytes | None, version: int) -> None:
     ``version``."""
     if raw is None:
         raise StoredMetadataError(f"{path}: vanished while being checked")
-    c = _Checked(path)
-    doc = _parse_json(path, raw)
+    c = Checked(path)
+    doc = bounded_json(raw, path)
     current = c.get(doc, "current-snapshot-id", int, optional=True)
     for snapshot in c.get(doc, "snapshots", list):
         if c.get(snapshot, "snapshot-id", int) == current:

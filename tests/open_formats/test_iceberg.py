@@ -8,6 +8,7 @@ own ``v<N>.metadata.json`` by both readers, and through pyiceberg's time travel.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -20,7 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 from pyiceberg.table import StaticTable
 
-from s3ddb.errors import InvalidInputError, StoredMetadataError
+from s3ddb.errors import InvalidInputError, PublishedStateError, StoredMetadataError
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.open_formats import iceberg as iceberg_module
 from s3ddb.open_formats.avro import AvroFile, AvroSchema, decode_container, encode_container
@@ -238,11 +239,11 @@ def test_publishing_is_deterministic(tmp_path: Path) -> None:
 def test_load_state_round_trips(published: Any) -> None:
     _data, versions, store, states = published
     writer = IcebergWriter()
-    assert writer.load_state(store, 6) is None
+    assert writer.load_state(store, dataclasses.replace(versions[-1], version=6)) is None
     for table, (_pub, state) in zip(versions, states, strict=True):
-        assert writer.load_state(store, table.version) == state
-    for table, (_pub, state) in zip(versions[1:], states[:-1], strict=True):
-        loaded = writer.load_state(store, table.previous or 0)
+        assert writer.load_state(store, table) == state
+    for before, table, (_pub, state) in zip(versions, versions[1:], states[:-1], strict=False):
+        loaded = writer.load_state(store, before)
         again, _ = writer.publish(table, loaded, _deleted(DELETIONS))
         expected, _ = writer.publish(table, state, _deleted(DELETIONS))
         assert again.content == expected.content and again.then == expected.then
@@ -268,7 +269,7 @@ def test_the_window_keeps_the_last_snapshots(tmp_path: Path) -> None:
     assert doc["snapshots"][-1]["summary"]["operation"] == "replace"
     first = StaticTable.from_metadata(str(data.root / version_files(1)[0]))
     assert first.scan().to_arrow().to_pylist() == [{"id": 1, "name": "x"}]
-    assert writer.load_state(store, n) == state
+    assert writer.load_state(store, table) == state
 
 
 NESTED = pa.schema(
@@ -391,7 +392,7 @@ def test_publish_refuses_a_wrong_previous_state_and_bad_positions(published: Any
 
 
 def test_foreign_problems(published: Any) -> None:
-    _data, _versions, store, _states = published
+    _data, versions, store, _states = published
     assert foreign_problems(store, 5) == []
     # A reader of version 4 sees version 5 as not yet known to it.
     assert sorted(p.split(":")[0] for p in foreign_problems(store, 4)) == sorted(version_files(5))
@@ -415,20 +416,20 @@ def test_foreign_problems(published: Any) -> None:
     store.put(VERSION_HINT, b"5")
     assert [p.split(":")[0] for p in foreign_problems(store, 5)] == [version_files(5)[0]]
     with pytest.raises(StoredMetadataError, match=re.escape("v5.metadata.json")):
-        IcebergWriter().load_state(store, 5)
+        IcebergWriter().load_state(store, versions[4])
 
 
 def test_load_state_refuses_garbage(published: Any) -> None:
-    _data, _versions, store, _states = published
+    _data, versions, store, _states = published
     writer = IcebergWriter()
     for garbage in [b"", b"{", b"[]", b'{"format-version": 2}', b'{"format-version": "2"}']:
         store.put(version_files(4)[0], garbage)
-        with pytest.raises(StoredMetadataError, match=re.escape("v4.metadata.json")):
-            writer.load_state(store, 4)
+        with pytest.raises(PublishedStateError, match=re.escape("v4.metadata.json")):
+            writer.load_state(store, versions[3])
     manifest_list = store.get(version_files(5)[1])
     store.put(version_files(5)[1], manifest_list[:-3])
-    with pytest.raises(StoredMetadataError, match=re.escape("snap-5.avro")):
-        writer.load_state(store, 5)
+    with pytest.raises(PublishedStateError, match=re.escape("snap-5.avro")):
+        writer.load_state(store, versions[4])
 
 
 # --- Avro ----------------------------------------------------------------------------
@@ -562,6 +563,7 @@ def test_a_renamed_column_keeps_its_earlier_name_in_the_mapping(tmp_path: Path) 
     doc = json.loads(store.get(version_files(2)[0]))
     mapping = json.loads(doc["properties"]["schema.name-mapping.default"])
     assert mapping[1] == {"field-id": 1, "names": ["label", "name"]}
+    assert writer.load_state(store, table) == state  # the earlier name read back too
     metadata = str(data.root / version_files(2)[0])
     expected = [{"id": 1, "label": "x"}]
     assert StaticTable.from_metadata(metadata).scan().to_arrow().to_pylist() == expected

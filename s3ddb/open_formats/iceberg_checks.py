@@ -1,0 +1,638 @@
+"""Reading a published Iceberg version back, checked against the s3ddb manifests.
+
+The manifests are the source of truth; the published files are output. So a
+published state is used (to publish the next version, or rewritten by cleanup) only
+once everything it would carry into a file s3ddb writes is what s3ddb derives from
+the manifests (:func:`read_version`): every snapshot of the window is an s3ddb
+version whose manifest list has s3ddb's name under the table, its summary has only
+s3ddb's keys and values of their form, every schema has only the shapes and types
+s3ddb writes (the current one is the version's own), the manifests the current
+snapshot lists are s3ddb's of the groups the version has (by name, the version that
+wrote them, their file counts and sizes), the location and table uuid are the
+dataset's. :class:`~s3ddb.open_formats.iceberg.IcebergWriter` then also renders the
+files again from what was read and compares the bytes, so nothing outside those
+fields comes along either.
+
+:func:`state_problems` is ``verify``'s broader look: every path every published file
+of the newest version and of the snapshots it lists names (manifest lists,
+manifests, data and delete files) is inside the table or a base it reads, every
+listed snapshot is readable, and the current snapshot's manifests list exactly the
+version's files.
+
+Everything is read in bounded time and memory (:mod:`s3ddb.open_formats.iceberg_state`,
+:mod:`s3ddb.open_formats.avro`); every problem is a
+:class:`~s3ddb.errors.PublishedStateError` (or a sentence) naming the file.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from concurrent.futures import Future, wait
+from dataclasses import dataclass
+from typing import Any
+
+from s3ddb.errors import PublishedStateError, StoredMetadataError
+from s3ddb.format.chunks import MAX_CHUNK_FRAGMENTS, MAX_CHUNKS
+from s3ddb.io.object_store import ObjectStore
+from s3ddb.io.parallel import run_beside
+from s3ddb.open_formats.avro import decode_container, stream_container
+from s3ddb.open_formats.iceberg_schema import checked_struct, mapping_names
+from s3ddb.open_formats.iceberg_state import (
+    DELETE_PATH_ID,
+    ENTRY_AVRO,
+    MANIFEST_FILE_AVRO,
+    METADATA_DIR,
+    SNAPSHOT_WINDOW,
+    Checked,
+    IcebergState,
+    ManifestInfo,
+    SnapshotInfo,
+    bounded_get,
+    bounded_json,
+    canonical_json,
+    deletion_files,
+    manifest_version,
+    version_files,
+)
+from s3ddb.open_formats.model import PublishedFile, TableVersion
+
+__all__ = [
+    "MAX_MANIFESTS",
+    "MAX_MANIFEST_BYTES",
+    "OPERATIONS",
+    "SUMMARY_KEYS",
+    "LoadedVersion",
+    "listed_snapshots",
+    "read_version",
+    "state_problems",
+]
+
+#: Most manifests a manifest list holds: a data and a delete manifest per group (each
+#: fragment-list chunk, and the inline fragments).
+MAX_MANIFESTS = 2 * (MAX_CHUNKS + 1)
+#: Largest group manifest read back (a chunk of up to 1M fragments, ~100 bytes each).
+MAX_MANIFEST_BYTES = 256 << 20
+# Values of one s3ddb manifest list record: the record, 13 fields, 2 unions of null.
+_MANIFEST_LIST_VALUES = 18 * MAX_MANIFESTS
+# Values of one manifest entry, at most: a delete file's has bounds of one entry each.
+_ENTRY_VALUES = 64
+
+#: The keys of an s3ddb snapshot summary (see ``IcebergWriter``).
+SUMMARY_KEYS = frozenset(
+    {
+        "operation",
+        "s3ddb.version",
+        "s3ddb.operation",
+        "added-data-files",
+        "deleted-data-files",
+        "added-records",
+        "deleted-records",
+        "added-files-size",
+        "removed-files-size",
+        "total-data-files",
+        "total-records",
+        "total-delete-files",
+        "total-position-deletes",
+        "total-equality-deletes",
+    }
+)
+#: The Iceberg operations s3ddb's snapshots name.
+OPERATIONS = frozenset({"append", "delete", "overwrite", "replace"})
+_COUNTS = SUMMARY_KEYS - {"operation", "s3ddb.version", "s3ddb.operation"}
+_COUNT = re.compile(r"0|[1-9][0-9]{0,18}")
+_KIND = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
+_MAPPING_KEY = "schema.name-mapping.default"
+_DELETE_FILE = re.compile(rf"{METADATA_DIR}/deletes/[^/]+\.parquet")
+# Most problems state_problems reports (the first ones, then how many more).
+_MAX_PROBLEMS = 50
+
+
+@dataclass(frozen=True)
+class LoadedVersion:
+    """A published version read back and checked (see :func:`read_version`), with
+    the bytes of its metadata JSON and manifest list as stored, for the caller to
+    compare with what it writes for ``state``."""
+
+    state: IcebergState
+    metadata: bytes
+    manifest_list: bytes
+
+
+def read_version(
+    store: ObjectStore,
+    expected: TableVersion,
+    current_schema: str,
+    sizes: Mapping[str, int] | None = None,
+) -> LoadedVersion | None:
+    """The published state after ``expected.version`` (its ``v<N>.metadata.json`` and
+    manifest list), checked against ``expected`` (the version as its manifest gives
+    it; ``current_schema`` is its Iceberg schema as :func:`canonical_json`), or None
+    when that metadata file does not exist. The sizes of the manifests the current
+    snapshot lists are checked against ``sizes`` (a listing of ``metadata/``) or, when
+    None, one HEAD each.
+
+    Raises:
+        PublishedStateError: either file is over its bounds, malformed, or has
+            anything s3ddb does not derive from the manifests (see the module
+            docstring); the message and ``path`` name the file.
+    """
+    version, root = expected.version, expected.root
+    path = version_files(version)[0]
+    raw = bounded_get(store, path)
+    if raw is None:
+        return None
+    c = Checked(path)
+    doc = bounded_json(raw, path)
+    if c.get(doc, "table-uuid", str) != expected.table_uuid:
+        raise c.fail(f"its table-uuid is not the dataset's ({expected.table_uuid})")
+    parsed = _parse(c, doc, root, version)
+    if parsed.schemas.get(parsed.schema_id) != current_schema:
+        raise c.fail(f"its current schema is not version {version}'s")
+    snapshot = parsed.snapshots[-1]
+    if snapshot.timestamp_ms != expected.timestamp_ms:
+        raise c.fail(f"snapshot {version}'s timestamp is not version {version}'s")
+    if dict(snapshot.summary)["s3ddb.operation"] != expected.operation:
+        raise c.fail(f"snapshot {version}'s operation is not version {version}'s")
+    list_path = version_files(version)[1]
+    listed = bounded_get(store, list_path)
+    if listed is None:
+        raise PublishedStateError(f"{list_path}: missing (its metadata JSON names it)", list_path)
+    manifests = _current_manifests(listed, expected)
+    summary = dict(snapshot.summary)
+    for content, key in ((0, "total-data-files"), (1, "total-delete-files")):
+        if summary[key] != str(sum(m.files for m in manifests if m.content == content)):
+            raise c.fail(f"{key} disagrees with the manifest list {list_path}")
+    _check_sizes(store, list_path, manifests, sizes)
+    state = IcebergState(
+        version=version,
+        location=root,
+        schema_id=parsed.schema_id,
+        schemas=tuple(sorted(parsed.schemas.items())),
+        last_column_id=parsed.last_column_id,
+        snapshots=parsed.snapshots,
+        manifests=manifests,
+        names=tuple(sorted(parsed.names.items())),
+    )
+    return LoadedVersion(state, raw, listed)
+
+
+def listed_snapshots(raw: bytes, path: str) -> list[int]:
+    """The snapshot ids metadata file ``path`` (its bytes ``raw``) lists, read within
+    the bounds of any published JSON but otherwise unchecked: for callers that only
+    ever drop snapshots by it.
+
+    Raises:
+        PublishedStateError: it is over its bounds or has no list of snapshot ids.
+    """
+    c = Checked(path)
+    doc = bounded_json(raw, path)
+    return [c.get(s, "snapshot-id", int) for s in c.get(doc, "snapshots", list)]
+
+
+# --- the metadata JSON ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Parsed:
+    schema_id: int
+    schemas: dict[int, str]
+    last_column_id: int
+    snapshots: tuple[SnapshotInfo, ...]
+    names: dict[int, tuple[str, ...]]
+
+
+def _parse(c: Checked, doc: Any, root: str, version: int) -> _Parsed:
+    """What a metadata JSON of ``version`` at ``root`` holds that the next one
+    carries, each field checked to be of the form s3ddb writes."""
+    if c.get(doc, "format-version", int) != 2:
+        raise c.fail("format-version is not 2")
+    location = c.get(doc, "location", str)
+    if location != root:
+        raise c.fail(f"its location {location[:200]!r} is not the dataset root {root!r}")
+    if c.get(doc, "current-snapshot-id", int) != version:
+        raise c.fail(f"its current snapshot is not {version}: not written by s3ddb")
+    schemas: dict[int, str] = {}
+    highest = -1
+    for schema in c.get(doc, "schemas", list):
+        schema_id = c.get(schema, "schema-id", int)
+        struct = {k: v for k, v in schema.items() if k != "schema-id"}
+        try:
+            ids = checked_struct(struct)
+        except ValueError as exc:
+            raise c.fail(f"schema {schema_id} is not one s3ddb writes: {exc}") from None
+        if schema_id in schemas or len(schemas) >= SNAPSHOT_WINDOW:
+            raise c.fail(f"schema {schema_id} is repeated, or there are too many schemas")
+        schemas[schema_id] = canonical_json(struct)
+        highest = max([highest, *ids])
+    last_column_id = c.get(doc, "last-column-id", int)
+    if not highest <= last_column_id < 2**31:
+        raise c.fail("last-column-id is below a field id used, or out of range")
+    raw_snapshots = c.get(doc, "snapshots", list)
+    if not 1 <= len(raw_snapshots) <= SNAPSHOT_WINDOW:
+        raise c.fail(f"it lists {len(raw_snapshots)} snapshots, not 1 to {SNAPSHOT_WINDOW}")
+    snapshots = tuple(_snapshot(c, s, root, version) for s in raw_snapshots)
+    ids = [s.snapshot_id for s in snapshots]
+    if ids != sorted(set(ids)) or ids[-1] != version:
+        raise c.fail(f"its snapshots are not increasing versions ending with {version}")
+    used = [s.schema_id for s in snapshots]
+    schema_id = c.get(doc, "current-schema-id", int)
+    if used != sorted(used) or used[-1] != schema_id or set(used) != set(schemas):
+        raise c.fail("its schemas are not the ones its snapshots use, in order")
+    properties = c.get(doc, "properties", dict)
+    if set(properties) != {_MAPPING_KEY}:
+        raise c.fail(f"its properties are not {_MAPPING_KEY} alone")
+    mapping = bounded_json(c.get(properties, _MAPPING_KEY, str), c.path, "its name mapping")
+    try:
+        names = mapping_names(mapping)
+    except ValueError as exc:
+        raise c.fail(str(exc)) from None
+    return _Parsed(schema_id, schemas, last_column_id, snapshots, names)
+
+
+def _snapshot(c: Checked, s: Any, root: str, version: int) -> SnapshotInfo:
+    snapshot_id = c.get(s, "snapshot-id", int)
+    if not version - SNAPSHOT_WINDOW < snapshot_id <= version:
+        raise c.fail(f"snapshot {snapshot_id} is not among the last {SNAPSHOT_WINDOW} versions")
+    if c.get(s, "sequence-number", int) != snapshot_id:
+        raise c.fail(f"snapshot {snapshot_id} has another sequence number")
+    parent = c.get(s, "parent-snapshot-id", int, optional=True)
+    if parent not in (None, snapshot_id - 1):
+        raise c.fail(f"snapshot {snapshot_id}'s parent is not the version before it")
+    manifest_list = c.get(s, "manifest-list", str)
+    own = version_files(snapshot_id)[1]
+    if manifest_list != f"{root}/{own}":
+        raise c.fail(
+            f"snapshot {snapshot_id}'s manifest list {manifest_list[:200]!r} is not {own} "
+            "under the table"
+        )
+    timestamp_ms = c.get(s, "timestamp-ms", int)
+    summary = c.get(s, "summary", dict)
+    if set(summary) != SUMMARY_KEYS or not all(isinstance(v, str) for v in summary.values()):
+        raise c.fail(f"snapshot {snapshot_id}'s summary has other keys than s3ddb writes")
+    well_formed = (
+        summary["s3ddb.version"] == str(snapshot_id)
+        and summary["operation"] in OPERATIONS
+        and _KIND.fullmatch(summary["s3ddb.operation"]) is not None
+        and all(_COUNT.fullmatch(summary[key]) for key in _COUNTS)
+    )
+    if not well_formed or timestamp_ms < 0:
+        raise c.fail(f"snapshot {snapshot_id}'s summary or timestamp is not what s3ddb writes")
+    return SnapshotInfo(
+        snapshot_id=snapshot_id,
+        parent_id=parent,
+        timestamp_ms=timestamp_ms,
+        manifest_list=manifest_list,
+        schema_id=c.get(s, "schema-id", int),
+        summary=tuple(sorted(summary.items())),
+    )
+
+
+# --- the current snapshot's manifest list ------------------------------------------------
+
+
+def _decoded_list(raw: bytes, path: str) -> tuple[dict[str, bytes], list[Any]]:
+    try:
+        avro = decode_container(
+            raw,
+            path,
+            schema=MANIFEST_FILE_AVRO,
+            max_records=MAX_MANIFESTS,
+            max_values=_MANIFEST_LIST_VALUES,
+        )
+    except PublishedStateError:
+        raise
+    except StoredMetadataError as exc:
+        raise PublishedStateError(str(exc), path) from None
+    return avro.metadata, avro.records
+
+
+def _current_manifests(raw: bytes, expected: TableVersion) -> tuple[ManifestInfo, ...]:
+    """The manifests of the current snapshot's manifest list ``raw``: s3ddb's of the
+    groups ``expected`` lists, in its order (each group's data manifest, then its
+    delete manifest by the same version), with the file counts of the groups."""
+    version, root = expected.version, expected.root
+    path = version_files(version)[1]
+    c = Checked(path)
+    groups = {g.name: (i, g.file_count) for i, g in enumerate(expected.groups)}
+    _metadata, records = _decoded_list(raw, path)
+    manifests: list[ManifestInfo] = []
+    previous: tuple[int, int, int] = (-1, 1, 0)  # (group index, content, written by)
+    for record in records:
+        listed = c.get(record, "manifest_path", str)
+        relative = _inside(listed, root)
+        named = manifest_version(relative) if relative is not None else None
+        if relative is None or named is None:
+            raise c.fail(f"manifest {listed[:200]!r} is not one s3ddb writes under the table")
+        content, group, written = named
+        if group not in groups:
+            raise c.fail(f"manifest {relative} is of a group version {version} does not have")
+        index, file_count = groups[group]
+        files = c.get(record, "added_files_count", int)
+        numbers = {
+            c.get(record, key, int)
+            for key in ("sequence_number", "min_sequence_number", "added_snapshot_id")
+        }
+        fits = (
+            c.get(record, "content", int) == content
+            and numbers == {written}
+            and 1 <= written <= version
+            and (files == file_count if content == 0 else 1 <= files <= file_count)
+            and c.get(record, "manifest_length", int) >= 0
+            and c.get(record, "added_rows_count", int) >= 0
+        )
+        if not fits:
+            raise c.fail(f"its record of {relative} does not fit version {version}'s group")
+        # Groups in the version's order, each data manifest before the delete manifest
+        # the same version wrote.
+        after = (index, content) > previous[:2] and (
+            content == 0 or (previous[0] == index and previous[2] == written)
+        )
+        if not after:
+            raise c.fail(f"manifest {relative} is out of the order s3ddb writes")
+        previous = (index, content, written)
+        manifests.append(
+            ManifestInfo(
+                path=relative,
+                length=record["manifest_length"],
+                content=content,
+                sequence_number=written,
+                added_snapshot_id=written,
+                files=files,
+                rows=record["added_rows_count"],
+            )
+        )
+    have = {m.group for m in manifests if m.content == 0}
+    missing = [g.name for g in expected.groups if g.file_count and g.name not in have]
+    if missing:
+        raise c.fail(f"it lists no manifest of group {missing[0]}, which version {version} has")
+    return tuple(manifests)
+
+
+def _check_sizes(
+    store: ObjectStore,
+    list_path: str,
+    manifests: Iterable[ManifestInfo],
+    sizes: Mapping[str, int] | None,
+) -> None:
+    """Every manifest exists with the length the manifest list records for it."""
+    c = Checked(list_path)
+    manifests = list(manifests)
+    if sizes is None:
+        heads: list[Future[int]] = [
+            run_beside(store, lambda p=m.path: store.head(p).size)  # type: ignore[misc]
+            for m in manifests
+        ]
+        wait(heads)
+        found: dict[str, int | None] = {}
+        for m, head in zip(manifests, heads, strict=True):
+            error = head.exception()
+            if error is not None and not isinstance(error, FileNotFoundError):
+                raise error
+            found[m.path] = None if error is not None else head.result()
+    else:
+        found = {m.path: sizes.get(m.path) for m in manifests}
+    for m in manifests:
+        if found[m.path] is None:
+            raise c.fail(f"it lists manifest {m.path}, which is missing")
+        if found[m.path] != m.length:
+            raise c.fail(f"it records {m.path} as {m.length} bytes; it has {found[m.path]}")
+
+
+def _inside(path: str, root: str) -> str | None:
+    """``path`` relative to ``root`` when it is a plain path under it (no ``.``,
+    ``..`` or empty segment), else None."""
+    if not path.startswith(root + "/"):
+        return None
+    relative = path[len(root) + 1 :]
+    if any(part in ("", ".", "..") for part in relative.split("/")):
+        return None
+    return relative
+
+
+# --- verify's look -----------------------------------------------------------------------
+
+
+def state_problems(store: ObjectStore, expected: TableVersion, current_schema: str) -> list[str]:
+    """What is wrong with the published Iceberg files of ``expected.version`` and of
+    every snapshot its metadata file lists, each a sentence starting with the file
+    (relative to the root) it is about: what :func:`read_version` refuses, then every
+    manifest list, manifest, data file and delete file path that is not s3ddb's name
+    inside the table (data files may be in a base the version reads, a shallow
+    clone's source), every listed snapshot whose files are missing or do not decode,
+    and the current snapshot's manifests against the version's files. Empty when
+    the version is not published (``verify`` says that otherwise). One listing of
+    ``metadata/``, and one read of each file, bounded as :func:`read_version`.
+
+    Raises:
+        OSError: the store cannot be listed or read.
+    """
+    listing = {m.path: m.size for m in store.iter_list(f"{METADATA_DIR}/")}
+    path = version_files(expected.version)[0]
+    if path not in listing:
+        return []
+    walk = _Walk(store, expected, listing)
+    try:
+        read_version(store, expected, current_schema, listing)
+    except PublishedStateError as exc:
+        walk.problems.append(str(exc))
+    try:
+        raw = bounded_get(store, path)
+        doc = bounded_json(raw or b"", path)
+    except PublishedStateError:
+        return walk.reported()
+    snapshots = doc.get("snapshots") if isinstance(doc, dict) else None
+    for snapshot in snapshots[: 2 * SNAPSHOT_WINDOW] if isinstance(snapshots, list) else ():
+        walk.snapshot(path, snapshot)
+    walk.current_files()
+    return walk.reported()
+
+
+class _Walk:
+    """The files of the snapshots a metadata file lists, each read once."""
+
+    def __init__(self, store: ObjectStore, expected: TableVersion, listing: dict[str, int]):
+        self.store = store
+        self.expected = expected
+        self.root = expected.root
+        self.listing = listing
+        self.problems: list[str] = []
+        # Bases the version reads data files from (a shallow clone's source).
+        self.bases = {
+            f.path.rsplit("/data/", 1)[0] for f in expected.all_files() if not f.is_relative
+        }
+        # Manifests read: relative path -> entries as (path, rows, size, bound), or
+        # None when unreadable.
+        self.entries: dict[str, list[tuple[str, int, int, str | None]] | None] = {}
+        self.current: list[str] = []
+
+    def note(self, path: str, message: str) -> None:
+        self.problems.append(f"{path}: {message}")
+
+    def reported(self) -> list[str]:
+        unique = list(dict.fromkeys(self.problems))
+        if len(unique) > _MAX_PROBLEMS:
+            more = len(unique) - _MAX_PROBLEMS
+            unique = [*unique[:_MAX_PROBLEMS], f"{unique[_MAX_PROBLEMS].split(':')[0]}: "
+                      f"and {more} more problems like these"]  # fmt: skip
+        return unique
+
+    def _data_path(self, path: str) -> bool:
+        relative = _inside(path, self.root)
+        if relative is not None:
+            return relative.startswith("data/")
+        return any(_inside(path, base) is not None for base in self.bases)
+
+    def snapshot(self, metadata: str, snapshot: Any) -> None:
+        """Check the manifest list of ``snapshot`` (as ``metadata`` lists it) and the
+        manifests it names."""
+        snapshot_id = snapshot.get("snapshot-id") if isinstance(snapshot, dict) else None
+        listed = snapshot.get("manifest-list") if isinstance(snapshot, dict) else None
+        if type(snapshot_id) is not int or not isinstance(listed, str):
+            self.note(metadata, "lists a snapshot without an id or a manifest list")
+            return
+        own = version_files(snapshot_id)[1]
+        if listed != f"{self.root}/{own}":
+            self.note(
+                metadata,
+                f"snapshot {snapshot_id}'s manifest list {listed[:200]!r} is not {own} "
+                "under the table",
+            )
+            return
+        if own not in self.listing:
+            self.note(
+                metadata,
+                f"it lists snapshot {snapshot_id}, whose manifest list {own} is missing: "
+                "reading that snapshot fails",
+            )
+            return
+        try:
+            raw = bounded_get(self.store, own)
+            metadata_entries, records = _decoded_list(raw or b"", own)
+        except PublishedStateError as exc:
+            self.note(metadata, f"it lists snapshot {snapshot_id}, which cannot be read: {exc}")
+            return
+        if metadata_entries.get("snapshot-id") != str(snapshot_id).encode():
+            self.note(own, f"it is not the manifest list of snapshot {snapshot_id}")
+        for record in records:
+            manifest = record.get("manifest_path") if isinstance(record, dict) else None
+            self._manifest(own, snapshot_id, record, str(manifest))
+
+    def _manifest(self, owner: str, snapshot_id: int, record: dict[str, Any], listed: str) -> None:
+        relative = _inside(listed, self.root)
+        named = manifest_version(relative) if relative is not None else None
+        if relative is None or named is None:
+            self.note(owner, f"it lists manifest {listed[:200]!r}, not s3ddb's in the table")
+            return
+        content, _group, written = named
+        numbers = {record.get(k) for k in ("sequence_number", "added_snapshot_id")}
+        if record.get("content") != content or numbers != {written} or written > snapshot_id:
+            self.note(owner, f"its record of {relative} is not what s3ddb writes for it")
+        size = self.listing.get(relative)
+        if size is None:
+            self.note(owner, f"it lists manifest {relative}, which is missing")
+            return
+        if size != record.get("manifest_length"):
+            self.note(owner, f"it records {relative} as {record.get('manifest_length')} bytes; "
+                      f"it has {size}")  # fmt: skip
+        if snapshot_id == self.expected.version:
+            self.current.append(relative)
+        if relative not in self.entries:
+            self.entries[relative] = self._read_manifest(relative, content, written)
+
+    def _read_manifest(
+        self, path: str, content: int, written: int
+    ) -> list[tuple[str, int, int, str | None]] | None:
+        """The entries of manifest ``path`` as (path, rows, size, bound), each checked
+        to be s3ddb's and inside the table; None (said) when it cannot be read."""
+        try:
+            raw = bounded_get(self.store, path, MAX_MANIFEST_BYTES)
+            metadata, records = stream_container(
+                raw or b"",
+                path,
+                schema=ENTRY_AVRO,
+                max_records=MAX_CHUNK_FRAGMENTS,
+                max_record_values=_ENTRY_VALUES,
+            )
+            if metadata.get("content") != (b"data" if content == 0 else b"deletes"):
+                self.note(path, "its content is not what its name says")
+            entries = []
+            for entry in records:
+                checked = self._entry(path, entry, content, written)
+                if checked is None:
+                    return None
+                entries.append(checked)
+            return entries
+        except StoredMetadataError as exc:
+            self.note(path, f"it cannot be read: {str(exc).removeprefix(path + ': ')}")
+            return None
+
+    def _entry(
+        self, path: str, entry: dict[str, Any], content: int, written: int
+    ) -> tuple[str, int, int, str | None] | None:
+        data = entry["data_file"]
+        numbers = {entry[k] for k in ("snapshot_id", "sequence_number", "file_sequence_number")}
+        file_path, rows, size = data["file_path"], data["record_count"], data["file_size_in_bytes"]
+        if entry["status"] != 1 or numbers != {written} or data["content"] != content:
+            self.note(path, f"its entry of {file_path[:200]!r} is not what s3ddb writes")
+            return None
+        if content == 0:
+            if not self._data_path(file_path):
+                self.note(path, f"it lists data file {file_path[:200]!r}, outside the table")
+                return None
+            return file_path, rows, size, None
+        relative = _inside(file_path, self.root)
+        if relative is None or not _DELETE_FILE.fullmatch(relative):
+            self.note(path, f"it lists delete file {file_path[:200]!r}, not s3ddb's in the table")
+            return None
+        bounds = [data["lower_bounds"], data["upper_bounds"]]
+        bound = None
+        if bounds[0] == bounds[1] and isinstance(bounds[0], list) and len(bounds[0]) == 1:
+            item = bounds[0][0]
+            if item["key"] == DELETE_PATH_ID:
+                bound = item["value"].decode("utf-8", "replace")
+        if bound is None or not self._data_path(bound):
+            self.note(path, f"delete file {relative} applies to no data file of the table")
+            return None
+        if self.listing.get(relative) != size:
+            self.note(path, f"it lists delete file {relative} of {size} bytes, which is missing "
+                      "or of another size")  # fmt: skip
+            return None
+        return relative, rows, size, bound
+
+    def _of(self, file: PublishedFile) -> str:
+        return f"{self.root}/{file.path}" if file.is_relative else file.path
+
+    def current_files(self) -> None:
+        """The current snapshot's manifests list exactly the version's files."""
+        groups = {g.name: g for g in self.expected.groups}
+        version = self.expected.version
+        for path in self.current:
+            named = manifest_version(path)
+            entries = self.entries.get(path)
+            if named is None or entries is None or named[1] not in groups:
+                continue  # said already
+            content, group, _written = named
+            files = groups[group].files()
+            want: Counter[tuple[str, int, int | None, str | None]]
+            if content == 0:
+                want = Counter((self._of(f), f.physical_rows, f.size, None) for f in files)
+            else:
+                want = Counter(
+                    (deletion_files(f.deletion_key)[0], f.deleted_rows, None, self._of(f))
+                    for f in files
+                    if f.deletion_key is not None
+                )
+            have: Counter[tuple[str, int, int | None, str | None]] = Counter(
+                (p, r, s if content == 0 else None, b) for p, r, s, b in entries
+            )
+            if have != want:
+                odd = sorted(str(e[0]) for e in have - want) or sorted(
+                    str(e[0]) for e in want - have
+                )
+                self.note(
+                    path,
+                    f"it does not list group {group}'s files as version {version} has them "
+                    f"({odd[0][:200]!r} differs)",
+                )
