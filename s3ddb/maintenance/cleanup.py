@@ -69,7 +69,13 @@ from s3ddb.io.arguments import check_int
 from s3ddb.maintenance.cleanup_journal import Journal, read_journals, write_journal
 from s3ddb.maintenance.staging import remove_empty_folders, staging_folders
 from s3ddb.open_formats.publisher import enabled_formats
-from s3ddb.open_formats.retention import PublishedNames, doomed_published, names_of
+from s3ddb.open_formats.retention import (
+    PublishedNames,
+    doomed_published,
+    expire_delta_log,
+    expire_iceberg_snapshots,
+    names_of,
+)
 
 if TYPE_CHECKING:
     from s3ddb.commit.handlers import CommitHandler
@@ -270,11 +276,15 @@ def cleanup_old_versions(
     live_staged = {row.path for v, row in rows.items() if row.is_staged and v not in removed}
     stale = {finals[v].path: ("manifests", finals[v].size) for v, old in orphans.items() if old}
     doomed = _doomed_objects(listed, set(removed), keep, gone, live_staged, grace)
+    doomed.update(doomed_published(listed, keep.published, gone.published))
+    # The Delta log then starts at a kept version, checkpointed (see expire_delta_log).
     doomed.update(
-        doomed_published(
-            listed, keep.published, gone.published, min(kept), "delta" in keep.formats
+        expire_delta_log(
+            handler.store, listed, sorted(kept), lambda v: ds.checkout_version(v).manifest
         )
     )
+    # Kept Iceberg metadata files stop listing the snapshots whose files go below.
+    expire_iceberg_snapshots(handler.store, listed, kept, lambda v: ds.checkout_version(v).manifest)
 
     def count(paths: list[str]) -> None:
         for path in paths:

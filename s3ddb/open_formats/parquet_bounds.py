@@ -257,14 +257,12 @@ def open_bounded(
     body_end = len(data) - 8 - footer
     if footer > bounds.max_footer_bytes or body_end < 4:
         raise refuse(f"a Parquet footer of {footer} bytes in a file of {len(data)}")
+    limits = {
+        "thrift_string_size_limit": footer,
+        "thrift_container_size_limit": max(1024, footer // 2),
+    }
     try:
-        parquet = pq.ParquetFile(
-            pa.BufferReader(data),
-            read_dictionary=read_dictionary,
-            thrift_string_size_limit=footer,
-            thrift_container_size_limit=max(1024, footer // 2),
-        )
-        meta = parquet.metadata
+        meta = pq.ParquetFile(pa.BufferReader(data), **limits).metadata
     except (pa.ArrowException, OSError, ValueError) as e:
         raise refuse(f"not a readable Parquet file ({e})") from e
     if not 0 <= meta.num_rows <= bounds.max_rows:
@@ -309,4 +307,9 @@ def open_bounded(
                 )
     if rows != meta.num_rows:
         raise refuse(f"its row groups hold {rows} rows, its footer says {meta.num_rows}")
-    return parquet
+    try:
+        return pq.ParquetFile(pa.BufferReader(data), read_dictionary=read_dictionary, **limits)
+    except KeyError as e:  # a column to read as a dictionary is not in the file
+        raise refuse(f"has no column {e}") from e
+    except (pa.ArrowException, OSError, ValueError) as e:
+        raise refuse(f"not a readable Parquet file ({e})") from e

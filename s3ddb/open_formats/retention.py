@@ -9,19 +9,27 @@ versions needs follow from their manifests alone, as their data files do.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from s3ddb.format.fragment_list import EncodedFragments, FragmentList
 from s3ddb.format.manifest import Manifest
 from s3ddb.io.object_store import ObjectMeta, ObjectStore
-from s3ddb.open_formats.publisher import deletion_key, inline_group_name
+from s3ddb.open_formats.model import TableVersion
+from s3ddb.open_formats.publisher import (
+    deletion_key,
+    enabled_formats,
+    forget_states,
+    inline_group_name,
+    table_version,
+)
 
 __all__ = [
     "PUBLISHED_KIND",
     "PublishedNames",
     "doomed_published",
+    "expire_delta_log",
+    "expire_iceberg_snapshots",
     "foreign_commits",
     "names_of",
     "published_paths",
@@ -30,8 +38,6 @@ __all__ = [
 
 #: The kind cleanup's statistics count deleted published files under.
 PUBLISHED_KIND = "open_format_files"
-
-_DELTA_LOG = re.compile(r"^_delta_log/(\d{20})\.(json|checkpoint\.parquet)$")
 
 
 def tail_group_name(fragments: FragmentList) -> str | None:
@@ -95,22 +101,14 @@ def names_of(manifest: Manifest, skip_chunks: Collection[str] = ()) -> Published
 
 
 def doomed_published(
-    listed: Iterable[ObjectMeta],
-    keep: PublishedNames,
-    gone: PublishedNames,
-    oldest_kept: int,
-    delta_enabled: bool,
+    listed: Iterable[ObjectMeta], keep: PublishedNames, gone: PublishedNames
 ) -> dict[str, tuple[str, int]]:
     """The published files among ``listed`` cleanup deletes: those only removed
-    versions (``gone``) stood for, and the Delta log entries and checkpoints a reader
-    of the oldest kept version no longer needs (everything before the newest
-    checkpoint at or below it; nothing when there is none). Each with its kind and
-    size."""
+    versions (``gone``) stood for, each with its kind and size. (The Delta log before
+    the oldest kept version is :func:`expire_delta_log`'s.)"""
     kept_paths = keep.paths()
     gone_paths = gone.paths() - kept_paths
     doomed: dict[str, tuple[str, int]] = {}
-    checkpoints = []
-    log: list[tuple[int, ObjectMeta]] = []
     from s3ddb.open_formats import iceberg
 
     gone_groups = gone.groups - keep.groups
@@ -118,19 +116,88 @@ def doomed_published(
         group = iceberg.group_of(meta.path)
         if meta.path in gone_paths or (group is not None and group in gone_groups):
             doomed[meta.path] = (PUBLISHED_KIND, meta.size)
-            continue
-        match = _DELTA_LOG.match(meta.path)
-        if match:
-            version = int(match.group(1))
-            log.append((version, meta))
-            if match.group(2) != "json" and version <= oldest_kept:
-                checkpoints.append(version)
-    if delta_enabled and checkpoints:
-        start = max(checkpoints)
-        for version, meta in log:
-            if version < start:
-                doomed[meta.path] = (PUBLISHED_KIND, meta.size)
     return doomed
+
+
+def expire_delta_log(
+    store: ObjectStore,
+    listed: Iterable[ObjectMeta],
+    kept: Sequence[int],
+    manifest_of: Callable[[int], Manifest],
+) -> dict[str, tuple[str, int]]:
+    """The Delta log files cleanup deletes once the versions it removes are gone, each
+    with its kind and size; ``listed`` is cleanup's listing of the root, ``kept`` the
+    versions it keeps and ``manifest_of`` gives a kept version's manifest.
+
+    A Delta log has no gaps: a reader that reaches a version replays every commit
+    after the checkpoint it starts from. So the log starts at the oldest version of
+    the newest unbroken run of kept versions that publishes Delta (a tagged version
+    kept apart, before a removed one, stays readable in s3ddb and Iceberg only): a
+    checkpoint is written there if there is none, its state checked against the
+    manifests, and ``_last_checkpoint`` keeps naming a checkpoint that stays (see
+    :func:`~s3ddb.open_formats.delta_log.expire_log`). When no version of that run
+    publishes Delta, the log before the run goes.
+
+    Raises:
+        What reading the manifests or the store raises (a damaged log is not an
+        error: it is said, and left for ``s3ddb open-formats URI --rebuild``).
+    """
+    from s3ddb.open_formats.delta_log import expire_log, list_log
+
+    listing = list_log(listed)
+    if not kept or not (listing.commits or listing.checkpoints or listing.last_checkpoint):
+        return {}
+    ordered = sorted(kept)
+    run = len(ordered) - 1
+    while run > 0 and ordered[run - 1] == ordered[run] - 1:
+        run -= 1
+    oldest = None
+    for version in ordered[run:]:
+        if version not in listing.commits:
+            continue  # not published in Delta
+        manifest = manifest_of(version)
+        if "delta" in enabled_formats(manifest):
+            oldest = table_version(store, manifest, None)
+            break
+    doomed = expire_log(store, listing, oldest, ordered[run])
+    return {meta.path: (PUBLISHED_KIND, meta.size) for meta in doomed}
+
+
+def expire_iceberg_snapshots(
+    store: ObjectStore,
+    listed: Iterable[ObjectMeta],
+    kept: Collection[int],
+    manifest_of: Callable[[int], Manifest],
+) -> list[str]:
+    """Rewrite the Iceberg metadata files of the versions cleanup keeps (``kept``) that
+    list snapshots of versions it removes, without them: every snapshot a kept
+    metadata file lists stays readable (see
+    :func:`~s3ddb.open_formats.iceberg.expire_snapshots`). ``listed`` is cleanup's
+    listing of the root, ``manifest_of`` gives a kept version's manifest. Cleanup
+    calls it once the removed versions are invisible and before it deletes their
+    files. It also forgets the states this process published (they may list what
+    was expired; the next publication reads the rewritten files). Returns the paths
+    rewritten.
+
+    Raises:
+        What reading the manifests or writing the store raises (a damaged metadata
+        file is not an error: it is said, and left for ``s3ddb open-formats URI
+        --rebuild``).
+    """
+    from s3ddb.open_formats import iceberg
+
+    paths = {meta.path for meta in listed}
+    published = [v for v in kept if iceberg.version_files(v)[0] in paths]
+
+    def expected_of(version: int) -> TableVersion | None:
+        manifest = manifest_of(version)
+        if "iceberg" not in enabled_formats(manifest):
+            return None
+        return table_version(store, manifest, None)
+
+    rewritten = iceberg.expire_snapshots(store, published, kept, expected_of)
+    forget_states()
+    return rewritten
 
 
 def published_paths(format_name: str, version: int) -> list[str]:

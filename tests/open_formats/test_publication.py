@@ -290,11 +290,12 @@ def test_cleanup_removes_what_only_removed_versions_published(
     assert stats.files.get("open_format_files", 0) > 0
     for version in range(1, newest - 1):
         assert not Path(uri, "metadata", f"v{version}.metadata.json").exists()
-    # Delta keeps the log from the newest checkpoint at or below the oldest kept
-    # version (10), so time travel to it works.
+    # The Delta log starts at the oldest kept version, checkpointed there: Delta
+    # readers reach exactly the kept versions.
     log = sorted(p.name for p in Path(uri, "_delta_log").iterdir())
-    assert "00000000000000000009.json" not in log
-    assert "00000000000000000010.checkpoint.parquet" in log
+    assert "00000000000000000012.json" not in log
+    assert "00000000000000000010.checkpoint.parquet" not in log
+    assert "00000000000000000013.checkpoint.parquet" in log
     for version in (newest - 1, newest):
         _check_version(uri, version, ds.checkout_version(version).to_table(), None)
     _check_newest(uri, ds.to_table(), None)

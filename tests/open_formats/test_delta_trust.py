@@ -1,0 +1,264 @@
+"""The Delta log s3ddb publishes, against an attacker with write access to the dataset
+prefix: the manifests are the source of truth and the log is output. A planted
+``add``, a commit that is not JSON or a file built to exhaust memory is never carried
+into what s3ddb writes next; publication goes on (afresh), verify names the file; and
+after cleanup a Delta reader reaches exactly the versions s3ddb keeps, each readable."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from deltalake import DeltaTable
+from deltalake.exceptions import DeltaError
+
+import s3ddb
+from s3ddb.maintenance.verify import verify
+from s3ddb.open_formats.publisher import forget_states
+from tests.open_formats.readers import deltalake_read, duckdb_read, rows_of, same_rows
+
+REPO = Path(__file__).resolve().parents[2]
+LOG = "_delta_log"
+
+
+def _table(start: int, n: int) -> pa.Table:
+    ids = list(range(start, start + n))
+    return pa.table({"id": pa.array(ids, pa.int64()), "name": [f"row-{i}" for i in ids]})
+
+
+def _commit(version: int) -> str:
+    return f"{LOG}/{version:020d}.json"
+
+
+def _checkpoint(version: int) -> str:
+    return f"{LOG}/{version:020d}.checkpoint.parquet"
+
+
+def _published(uri: str) -> dict[str, bytes]:
+    root = Path(uri)
+    return {
+        p.relative_to(root).as_posix(): p.read_bytes()
+        for folder in (LOG, "dv")
+        if (root / folder).exists()
+        for p in sorted((root / folder).rglob("*"))
+        if p.is_file()
+    }
+
+
+def _text(path: str, data: bytes) -> str:
+    """What a published file says: a checkpoint's rows (its bytes are compressed),
+    else its bytes."""
+    if path.endswith(".parquet"):
+        return json.dumps(pq.read_table(pa.BufferReader(data)).to_pylist(), default=str)
+    return data.decode("utf-8", errors="replace")
+
+
+def _dataset(uri: str, versions: int) -> s3ddb.Dataset:
+    ds = s3ddb.write_dataset(_table(0, 5), uri, open_formats=["delta"])
+    for i in range(1, versions):
+        ds.insert(_table(i * 5, 5))
+    assert ds.version == versions
+    return ds
+
+
+def _damage(uri: str) -> list[tuple[str, str]]:
+    return [(p.kind, p.path) for p in verify(uri).problems]
+
+
+def test_a_planted_add_is_never_carried_into_what_s3ddb_writes_next(tmp_path: Path) -> None:
+    uri = str(tmp_path / "ds")
+    _dataset(uri, 9)
+    other = s3ddb.write_dataset(_table(1000, 3), str(tmp_path / "other"))
+    planted = next(Path(other.uri, "data").glob("*.parquet"))
+    # The attacker splices another dataset's file into s3ddb's commit 9, in the exact
+    # form s3ddb writes an add.
+    commit = Path(uri, _commit(9))
+    info = json.loads(commit.read_text().splitlines()[0])["commitInfo"]
+    add = {
+        "path": str(planted),
+        "partitionValues": {},
+        "size": planted.stat().st_size,
+        "modificationTime": info["timestamp"],
+        "dataChange": True,
+        "stats": json.dumps({"numRecords": 3}, separators=(",", ":")),
+    }
+    with commit.open("a") as out:
+        out.write(json.dumps({"add": add}, separators=(",", ":")) + "\n")
+    assert 1000 in deltalake_read(uri, 9).column("id").to_pylist()  # the damage is real
+    before = _published(uri)
+
+    forget_states()  # a writer that reads where Delta stands from the log
+    ds = s3ddb.dataset(uri)
+    ds.insert(_table(100, 2))  # version 10: a checkpoint version
+    written = {p: d for p, d in _published(uri).items() if before.get(p) != d}
+    assert _commit(10) in written and _checkpoint(10) in written
+    for path, data in written.items():
+        assert planted.name not in _text(path, data), path
+    expected = ds.to_table()
+    assert same_rows(deltalake_read(uri, 10), expected) == rows_of(expected)
+    got = duckdb_read(f"select * from delta_scan('{uri}')")
+    assert same_rows(got, expected) == rows_of(expected)
+    assert ("damaged_open_format_state", _commit(9)) in _damage(uri)
+
+
+def test_a_commit_that_is_not_json_is_named_and_publication_goes_on(tmp_path: Path) -> None:
+    uri = str(tmp_path / "ds")
+    _dataset(uri, 3)
+    Path(uri, _commit(3)).write_text("{not json")
+    assert ("damaged_open_format_state", _commit(3)) in _damage(uri)
+
+    forget_states()
+    ds = s3ddb.dataset(uri)
+    ds.insert(_table(100, 2))
+    # Version 4 is published afresh: a whole commit and a checkpoint readers start from.
+    assert Path(uri, _checkpoint(4)).exists()
+    assert "unpublished_version" not in {p.kind for p in verify(uri, grace_seconds=0).problems}
+    forget_states()
+    assert s3ddb.dataset(uri).publish_open_formats() == ("delta",)
+    expected = ds.to_table()
+    assert same_rows(deltalake_read(uri, 4), expected) == rows_of(expected)
+
+
+def test_verify_names_paths_outside_the_dataset_and_stale_pointers(tmp_path: Path) -> None:
+    uri = str(tmp_path / "ds")
+    _dataset(uri, 4)
+    assert verify(uri).healthy
+    # Commit 2 adds a file outside the root and commit 3 removes it again: the newest
+    # state is right, but a reader travelling to version 2 reads it. And
+    # _last_checkpoint names a checkpoint that is not there.
+    for version, kind in ((2, "add"), (3, "remove")):
+        commit = Path(uri, _commit(version))
+        info = json.loads(commit.read_text().splitlines()[0])["commitInfo"]
+        action: dict[str, object] = {"path": "../other/data/x.parquet"}
+        if kind == "add":
+            action.update(partitionValues={}, size=10, modificationTime=info["timestamp"])
+            action.update(dataChange=True, stats='{"numRecords":1}')
+        else:
+            action.update(deletionTimestamp=info["timestamp"], dataChange=True)
+            action.update(extendedFileMetadata=True, partitionValues={}, size=10)
+        with commit.open("a") as out:
+            out.write(json.dumps({kind: action}, separators=(",", ":")) + "\n")
+    Path(uri, LOG, "_last_checkpoint").write_text('{"version":7,"size":3}')
+    problems = {p.path: p.meaning for p in verify(uri).problems}
+    assert "outside the dataset" in problems[_commit(2)]
+    assert "outside the dataset" in problems[_commit(3)]
+    assert f"{LOG}/_last_checkpoint" in problems
+    assert _commit(4) not in problems and _commit(1) not in problems
+
+
+# --- bombs, in a child process with 2 GiB of address space --------------------------------
+
+_CHILD = """
+import resource, sys
+limit = 2 << 30
+resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+import pyarrow as pa
+import s3ddb
+from s3ddb.io.object_store import ObjectStore
+from s3ddb.maintenance.verify import verify
+from s3ddb.open_formats.delta import DeltaWriter
+from s3ddb.open_formats.publisher import table_version
+uri = sys.argv[1]
+ds = s3ddb.dataset(uri)
+store = ObjectStore(uri)
+try:
+    DeltaWriter().load_state(store, table_version(store, ds.manifest, None))
+    print("loaded")
+except BaseException as exc:
+    print(type(exc).__name__, isinstance(exc, s3ddb.errors.PublishedStateError),
+          getattr(exc, "path", ""), str(exc)[:300].replace(chr(10), " "))
+try:
+    print(sorted({(p.kind, p.path) for p in verify(uri).problems}))
+except BaseException as exc:
+    print("verify:", type(exc).__name__, str(exc)[:300].replace(chr(10), " "))
+try:
+    ds.insert(pa.table({"id": pa.array([999], pa.int64()), "name": ["new"]}))
+    print("published", ds.version)
+except BaseException as exc:
+    print("insert:", type(exc).__name__, str(exc)[:300].replace(chr(10), " "))
+"""
+
+
+def _in_a_small_address_space(uri: str) -> list[str]:
+    """What a child limited to 2 GiB of address space (python, pyarrow and s3ddb take
+    about 1.6 GiB of it before reading anything) prints: loading the Delta state of
+    the newest version, verify's Delta problems, then an insert that publishes."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        [sys.executable, "-c", _CHILD, uri],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout.strip().splitlines()
+
+
+def test_a_checkpoint_declaring_millions_of_rows_is_refused_in_bounded_memory(
+    tmp_path: Path,
+) -> None:
+    uri = str(tmp_path / "ds")
+    _dataset(uri, 3)
+    # 40 million null rows in a few hundred kilobytes: the checkpoint the state after
+    # version 3 starts from (the one at 1).
+    bomb = pa.table({"add": pa.nulls(40_000_000, pa.int32())})
+    pq.write_table(bomb, Path(uri, _checkpoint(1)))
+    assert Path(uri, _checkpoint(1)).stat().st_size < 1 << 20
+    loaded, damage, published = _in_a_small_address_space(uri)
+    assert loaded.startswith(f"PublishedStateError True {_checkpoint(1)} "), loaded
+    assert "40000000 rows" in loaded, loaded
+    assert f"('damaged_open_format_state', '{_checkpoint(1)}')" in damage, damage
+    assert published == "published 4", published
+    assert Path(uri, _checkpoint(4)).exists()  # afresh, from the manifests
+
+
+def test_a_commit_of_a_gibibyte_is_refused_in_bounded_memory(tmp_path: Path) -> None:
+    uri = str(tmp_path / "ds")
+    _dataset(uri, 3)
+    os.truncate(Path(uri, _commit(3)), 1 << 30)  # sparse: its last line is 1 GiB of NULs
+    loaded, damage, published = _in_a_small_address_space(uri)
+    assert loaded.startswith(f"PublishedStateError True {_commit(3)} "), loaded
+    assert "longer than" in loaded, loaded
+    assert f"('damaged_open_format_state', '{_commit(3)}')" in damage, damage
+    assert published == "published 4", published
+
+
+# --- cleanup -------------------------------------------------------------------------------
+
+
+def test_after_cleanup_delta_readers_reach_exactly_the_kept_versions(
+    tmp_path: Path, instant_cleanup: None
+) -> None:
+    uri = str(tmp_path / "ds")
+    ds = _dataset(uri, 11)
+    ds.delete("id % 7 = 0")  # deletion vectors
+    ds.optimize.compact_files()  # every earlier data file is replaced
+    ds.delete("id = 50")
+    ds.insert(_table(200, 3))
+    newest = ds.version
+    assert newest >= 15
+    rows = {v: ds.checkout_version(v).to_table() for v in range(newest - 2, newest + 1)}
+    stats = ds.cleanup_old_versions(older_than=dt.timedelta(0), retain_versions=3)
+    assert stats.files.get("data_files", 0) > 0
+    kept = [v.version for v in s3ddb.dataset(uri).versions()]
+    assert kept == sorted(rows)
+
+    assert sorted(h["version"] for h in DeltaTable(uri).history()) == kept
+    for version in range(1, newest + 1):
+        if version not in kept:
+            with pytest.raises(DeltaError):
+                DeltaTable(uri, version=version)
+            continue
+        expected = rows[version]
+        want = rows_of(expected)
+        assert same_rows(deltalake_read(uri, version), expected) == want, version
+        got = duckdb_read(f"select * from delta_scan('{uri}', version => {version})")
+        assert same_rows(got, expected) == want, version
+    last = json.loads(Path(uri, LOG, "_last_checkpoint").read_text())
+    assert Path(uri, _checkpoint(last["version"])).exists()
+    assert verify(uri).healthy, verify(uri).problems
