@@ -558,7 +558,16 @@ def _checked_state(writer: FormatWriter, run: _Run, manifest: Manifest) -> Any |
     """``writer``'s published state after ``manifest``'s version, checked against the
     manifests (None: not published, or damaged: said so, and the next version is
     published afresh from the manifests)."""
-    expected = run.table(manifest, _publishing_before(writer, run, manifest))
+    try:
+        expected = run.table(manifest, _publishing_before(writer, run, manifest))
+    except ManifestCorruptError as exc:
+        # The version before cannot be read (a lost chunk, say): nothing can be built
+        # on it, whatever was published for it.
+        log.warning(
+            "%s: version %d cannot be read (%s): version %d is published afresh",
+            run.store.url, manifest.version, exc, manifest.version + 1,
+        )  # fmt: skip
+        return _DAMAGED
     try:
         return writer.load_state(run.store, expected)
     except StoredMetadataError as exc:  # PublishedStateError, or a decoding error
@@ -603,7 +612,18 @@ def _publish(writer: FormatWriter, run: _Run, manifest: Manifest, depth: int) ->
                 previous_manifest = None
             else:
                 previous_state = _publish(writer, run, previous_manifest, depth + 1)
-    table = run.table(manifest, previous_manifest)
+    try:
+        table = run.table(manifest, previous_manifest)
+    except ManifestCorruptError as exc:
+        if previous_manifest is None:
+            raise
+        # The version before cannot be read (a lost chunk): publish this one afresh.
+        log.warning(
+            "%s: version %d cannot be read (%s): version %d is published afresh",
+            store.url, previous_manifest.version, exc, manifest.version,
+        )  # fmt: skip
+        previous_manifest, previous_state = None, None
+        table = run.table(manifest, None)
     publication, state = writer.publish(table, previous_state, run.files(manifest).deleted)
     with telemetry.span(
         "s3ddb.publish",
