@@ -36,8 +36,10 @@ from s3ddb.commit.committer import load_transaction
 from s3ddb.errors import InvalidInputError, ManifestCorruptError
 from s3ddb.format.fragment_list import FragmentList
 from s3ddb.maintenance.compaction import DEFAULT_TARGET_ROWS_PER_FRAGMENT
+from s3ddb.observe.commit_metrics import api_operation_of
 
 __all__ = [
+    "published_locations",
     "register",
     "run_compact",
     "run_delete",
@@ -280,6 +282,17 @@ def _open(args: argparse.Namespace, version: int | str | None = None) -> s3ddb.D
     return s3ddb.dataset(args.uri, version=version, storage_options=storage_options(args))
 
 
+def published_locations(ds: s3ddb.Dataset) -> dict[str, str]:
+    """Where an Iceberg or a Delta reader finds ``ds``'s version, for each open format
+    it publishes (none: {})."""
+    root = ds.handler.store.url
+    places = {
+        "iceberg": f"{root}/metadata/v{ds.version}.metadata.json",
+        "delta": f"{root} (_delta_log version {ds.version})",
+    }
+    return {name: places[name] for name in ds.open_formats}
+
+
 def _rows(n: int) -> str:
     return f"{n} row" if n == 1 else f"{n} rows"
 
@@ -301,9 +314,12 @@ def _cell(value: Any) -> str:
 def run_info(args: argparse.Namespace) -> int:
     """Describe a dataset version.
 
-    Prints the version and the latest version, the operation that made it and when,
-    the row, fragment, deletion-file and data-file counts, the commit mechanism, the
-    manifest naming scheme and the schema.
+    Prints the version and the latest version, the operation that made it (the kind
+    its manifest records, e.g. Merge) and when, the call that made it (e.g.
+    add_columns; '-' for versions written before s3ddb recorded it), the row,
+    fragment, deletion-file and data-file counts, the commit mechanism, the manifest
+    naming scheme, the open formats it publishes (Iceberg, Delta) with where their
+    readers find it, and the schema.
     """
     ds = _open(args, args.version)
     manifest = ds.manifest
@@ -311,22 +327,28 @@ def run_info(args: argparse.Namespace) -> int:
     committed = dt.datetime.fromtimestamp(manifest.timestamp_nanos / 1e9, tz=dt.timezone.utc)
     deleted = sum(f.num_deleted_rows for f in fragments)
     deletion_files = sum(f.deletion_file is not None for f in fragments)
+    api_operation = api_operation_of(manifest.metrics)
+    published = published_locations(ds)
     facts = (
         ("dataset", ds.uri),
         ("version", ds.version),
         ("latest version", ds.latest_version),
         ("operation", f"{manifest.operation or '?'} at {_iso(committed)}"),
+        ("call", api_operation or "-"),
         ("rows", manifest.num_rows),
         ("fragments", len(fragments)),
         ("deletion files", f"{deletion_files} ({_rows(deleted)} deleted)"),
         ("data files", sum(len(f.files) for f in fragments)),
         ("commit mechanism", ds.handler.describe()),
         ("naming scheme", manifest.naming_scheme.name),
+        ("open formats", ", ".join(published) or "none (s3ddb open-formats URI --enable)"),
     )
     if getattr(args, "json", False):
-        data: dict[str, Any] = {k.replace(" ", "_"): v for k, v in facts}
+        data: dict[str, Any] = {k.replace(" ", "_"): v for k, v in facts if k != "call"}
         data.update(
             operation=manifest.operation,
+            api_operation=api_operation,
+            open_formats={"formats": list(published), "locations": published},
             committed_at=committed,
             deleted_rows=deleted,
             deletion_files=deletion_files,
@@ -338,6 +360,9 @@ def run_info(args: argparse.Namespace) -> int:
         return 0
     for label, value in facts:
         print(f"{label + ':':18}{safe_text(value)}")
+        if label == "open formats":
+            for name, place in published.items():
+                print(f"  {name}: {safe_text(place)}")
     print("schema:")
     for field in ds.schema:
         nullable = "" if field.nullable else " not null"
@@ -349,12 +374,14 @@ def run_history(args: argparse.Namespace) -> int:
     """List a dataset's versions (``versions`` is the same verb).
 
     One line per version, newest first: the version, its commit time (UTC, ISO 8601),
-    the operation that made it, the rows it added and removed (a compaction rewrites
-    rows: it adds and removes as many), who committed it, the tags that name it and
-    the group (``s3ddb.atomic``) it was committed in, with the group's members, and
-    how many claim attempts its commit took. Where cleanup removed the version
-    before, an append's rows are still known (from its transaction); other versions'
-    are not (``-``, null in JSON) and a note says so. ``--json`` adds each version's
+    the operation that made it (the kind its manifest records, e.g. ``Merge``) and
+    the call that made it (e.g. ``add_columns``; ``-`` for versions written before
+    s3ddb recorded it; ``api_operation`` in JSON), the rows it added and removed (a
+    compaction rewrites rows: it adds and removes as many), who committed it, the
+    tags that name it and the group (``s3ddb.atomic``) it was committed in, with the
+    group's members, and how many claim attempts its commit took. Where cleanup
+    removed the version before, an append's rows are still known (from its
+    transaction); other versions' are not (``-``, null in JSON) and a note says so. ``--json`` adds each version's
     commit metrics (``metrics``: attempts, versions rebased over, durations, rows and
     files added and removed; empty for versions written before s3ddb recorded them).
 
@@ -386,6 +413,7 @@ def run_history(args: argparse.Namespace) -> int:
                 "version": info.version,
                 "timestamp": info.timestamp,
                 "operation": info.operation,
+                "api_operation": info.api_operation,
                 "rows_added": added,
                 "rows_removed": removed,
                 "committer": committers.get(info.version, committer),
@@ -399,7 +427,8 @@ def run_history(args: argparse.Namespace) -> int:
     if getattr(args, "json", False):
         emit_json(entries)
         return 0
-    header = ["version", "timestamp", "operation", "added", "removed", "attempts", "committer"]
+    header = ["version", "timestamp", "operation", "call", "added", "removed", "attempts"]
+    header += ["committer"]
     header += ["tags"] if tags else []
     grouped = any(e["group"] for e in entries)
 
@@ -413,6 +442,7 @@ def run_history(args: argparse.Namespace) -> int:
             str(e["version"]),
             _iso(e["timestamp"]),
             e["operation"],
+            e["api_operation"] or "-",
             count(e, "rows_added"),
             count(e, "rows_removed"),
             "-" if e["attempts"] is None else str(e["attempts"]),
@@ -423,7 +453,7 @@ def run_history(args: argparse.Namespace) -> int:
         for e in entries
     ]
     header += ["group"] if grouped else []
-    print_table(header, rows, right={0, 3, 4, 5})
+    print_table(header, rows, right={0, 4, 5, 6})
     after_gap = [str(e["version"]) for e in entries if count(e, "rows_added") == "-"]
     if after_gap:
         print(

@@ -137,7 +137,9 @@ def _verb_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> A
     """The innermost parser ``args`` went through: the verb's (``tags``'s action's)."""
     current = parser
     while True:
-        verbs = next((a for a in current._actions if isinstance(a, argparse._SubParsersAction)), None)
+        verbs = next(
+            (a for a in current._actions if isinstance(a, argparse._SubParsersAction)), None
+        )
         chosen = getattr(args, verbs.dest, None) if verbs is not None else None
         if verbs is None or chosen not in (verbs.choices or {}):
             return current

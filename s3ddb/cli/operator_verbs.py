@@ -14,7 +14,7 @@ import datetime as dt
 import sys
 from typing import Any
 
-from s3ddb.cli.commands import _verb, storage_options
+from s3ddb.cli.commands import _verb, published_locations, storage_options
 from s3ddb.cli.output import emit_json, progress_bar
 from s3ddb.dataset import dataset
 from s3ddb.errors import InvalidInputError
@@ -379,7 +379,8 @@ def run_open_formats(args: argparse.Namespace) -> int:
     Without an option, prints the formats the newest version publishes and where an
     Iceberg or Delta reader finds it. --enable FORMATS and --disable commit a config
     change; --publish writes the newest version's metadata again (and any earlier
-    version's that is missing), the same bytes its finisher writes; --rebuild
+    version's that is missing), the same bytes its finisher writes (exit status 2,
+    saying how to turn publication on, when the dataset publishes nothing); --rebuild
     republishes every kept version from the manifests alone, replacing a damaged or
     tampered published state, and deletes published files no kept version writes.
     """
@@ -390,15 +391,17 @@ def run_open_formats(args: argparse.Namespace) -> int:
     elif args.disable:
         ds.disable_open_formats()
     elif args.publish:
-        ds.publish_open_formats()
+        if not ds.publish_open_formats():
+            # Publishing what publishes nothing is a usage error: say how to start.
+            raise InvalidInputError(
+                f"{args.uri} publishes no open formats (version {ds.version}): nothing "
+                f"to publish. Turn publication on first: s3ddb open-formats {args.uri} "
+                "--enable iceberg,delta"
+            )
     elif args.rebuild:
         rebuilt = ds.rebuild_open_formats()
     formats = ds.open_formats
-    root = ds.handler.store.url
-    places = {
-        "iceberg": f"{root}/metadata/v{ds.version}.metadata.json",
-        "delta": f"{root} (_delta_log version {ds.version})",
-    }
+    places = published_locations(ds)
     if args.json:
         emit_json(
             {

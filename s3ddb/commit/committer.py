@@ -47,7 +47,11 @@ from s3ddb.format.naming import DEFAULT_NAMING, NamingScheme
 from s3ddb.io.parallel import PendingWrites
 from s3ddb.io.written_files import delete_written_files
 from s3ddb.observe import telemetry
-from s3ddb.observe.commit_metrics import change_metrics, listed_versions
+from s3ddb.observe.commit_metrics import (
+    change_metrics,
+    listed_versions,
+    recorded_operation_metrics,
+)
 from s3ddb.open_formats.publisher import check_publishable
 from s3ddb.operations import Append, Overwrite, Rewrite, Transaction
 
@@ -235,7 +239,7 @@ class _CommitInProgress:
         except Exception as exc:  # the figures never decide a commit's outcome
             # (a base whose fragments do not decode, say, which a restore leaves behind)
             log.debug("could not count what version %d changed: %s", manifest.version, exc)
-            changes = {"changes_unknown": type(exc).__name__}
+            changes = {**recorded_operation_metrics(), "changes_unknown": type(exc).__name__}
         metrics = {
             "attempts": attempts,
             "rebased_over": listed_versions(rebased),

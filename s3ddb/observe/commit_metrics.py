@@ -18,6 +18,12 @@ manifest, DynamoDB path; ``claim``: the conditional write(s)), ``num_added_rows`
 operation: a merge adds ``source_rows``, ``matched_rows``, ``inserted_rows``,
 ``updated_rows``, ``deleted_rows``, ``fragments_scanned``, ``fragments_skipped``; a
 compaction ``fragments_in`` and ``fragments_out``; a delete ``fragments_touched``.
+The call that made the version, where one is known: ``api_operation`` (a string:
+``add_columns``, ``alter_columns``, ``drop_columns``, ``merge_insert``, ``update``,
+``delete``, ``compact_files``, ``create_scalar_index``, ``enable_open_formats``,
+``restore``...), beside the operation kind the manifest records (a Lance kind,
+``Merge`` for ``add_columns``, ``Update`` for ``merge_insert``, which users do not
+recognise as theirs).
 Finishing a version (copy and repoint, after the claim) is not in them: it happens
 after the version is stored (traces and the ``s3ddb.commit`` log record show it).
 
@@ -29,7 +35,8 @@ of at most 16 KiB, keys and values checked
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Iterator
+import re
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -39,7 +46,9 @@ if TYPE_CHECKING:
     from s3ddb.operations.base import Operation
 
 __all__ = [
+    "API_OPERATION",
     "add_operation_metrics",
+    "api_operation_of",
     "change_metrics",
     "listed_versions",
     "operation_metrics",
@@ -48,22 +57,39 @@ __all__ = [
 
 _MAX_LISTED = 64
 
+#: The metrics key naming the call that made a version (see the module docstring).
+API_OPERATION = "api_operation"
+# What a recorded call name may be (stored metrics are untrusted: anything else is
+# not shown as a name).
+_API_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")
+
 _OPERATION: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
     "s3ddb_operation_metrics", default=None
 )
 
 
 @contextmanager
-def operation_metrics(**values: int) -> Iterator[dict[str, Any]]:
+def operation_metrics(api_operation: str | None = None, **values: int) -> Iterator[dict[str, Any]]:
     """Inside the block, commits record ``values`` (and whatever is added to the
     yielded dict) besides their own metrics: what an operation knows of its work
-    that the versions do not show (a merge's matched rows)."""
+    that the versions do not show (a merge's matched rows), and ``api_operation``,
+    the name of the call that commits (``add_columns``), as :data:`API_OPERATION`."""
     recorded: dict[str, Any] = dict(values)
+    if api_operation is not None:
+        recorded[API_OPERATION] = api_operation
     token = _OPERATION.set(recorded)
     try:
         yield recorded
     finally:
         _OPERATION.reset(token)
+
+
+def api_operation_of(metrics: Mapping[str, Any]) -> str | None:
+    """The call that made a version, as its stored ``metrics`` record it
+    (:data:`API_OPERATION`); None when they do not (versions written before s3ddb
+    recorded it, calls it does not name) or hold anything but a lower-case name."""
+    name = metrics.get(API_OPERATION)
+    return name if isinstance(name, str) and _API_NAME.fullmatch(name) else None
 
 
 def add_operation_metrics(**values: int) -> None:

@@ -28,6 +28,7 @@ from s3ddb.format.version_metrics import read_metrics
 from s3ddb.io.arguments import is_int
 from s3ddb.io.parallel import process_pool
 from s3ddb.observe import telemetry
+from s3ddb.observe.commit_metrics import api_operation_of
 from s3ddb.versions.connect import open_handler
 
 __all__ = [
@@ -69,6 +70,15 @@ class VersionInfo:
     #: What is wrong with the version's stored metrics (``metrics`` is then empty),
     #: or None. Metrics only tell about a commit: such a version still opens.
     metrics_problem: str | None = None
+
+    @property
+    def api_operation(self) -> str | None:
+        """The call that made this version (``add_columns``, ``merge_insert``,
+        ``restore``...), beside ``operation``, the kind the manifest records (``Merge``,
+        ``Update``...); None for versions written before s3ddb recorded it and for
+        calls it does not name (``write_dataset``: ``operation`` is ``Overwrite`` or
+        ``Append``)."""
+        return api_operation_of(self.metrics)
 
     def keys(self) -> tuple[str, ...]:
         return ("version", "timestamp", "operation", "metadata")

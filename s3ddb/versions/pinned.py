@@ -439,7 +439,8 @@ def plan_and_commit(
     check_int("conflict_retries", retries, minimum=0)
     if timeout <= 0:
         raise InvalidInputError(f"retry_timeout must be > 0, got {timeout!r}")
-    with operation_metrics():  # what the plans record goes to the commit that follows
+    # What the plans record, and the call's name, go to the commit that follows.
+    with operation_metrics(api_operation=what):
         return _plan_and_commit(ds, what, plan, retries, timeout, uploads, properties)
 
 

@@ -29,6 +29,7 @@ from s3ddb.format.manifest import DYNAMODB, Manifest
 from s3ddb.format.naming import NamingScheme
 from s3ddb.format.schema import DatasetSchema, conform
 from s3ddb.io.parallel import PendingWrites
+from s3ddb.observe.commit_metrics import operation_metrics
 from s3ddb.operations import (
     Append,
     DataReplacement,
@@ -182,7 +183,8 @@ def migrate_commits(ds: PinnedVersion) -> bool:
         _refuse_if_rows_remain(ds, latest)
     handler.adopt_dataset()
     label = f"{mechanism}:{table}" if table else mechanism
-    commit_planned(ds, UpdateConfig(metadata_upsert={MIGRATED_TO_KEY: label}), latest)
+    with operation_metrics(api_operation="migrate_commits"):
+        commit_planned(ds, UpdateConfig(metadata_upsert={MIGRATED_TO_KEY: label}), latest)
     return True
 
 
@@ -227,7 +229,8 @@ def restore(ds: PinnedVersion) -> None:
             f"{latest.version} belongs to identity {latest.dataset_id or 'none'} (the "
             "dataset was dropped and re-created meanwhile). Nothing was committed."
         )
-    commit_planned(ds, Restore(ds.version), latest)
+    with operation_metrics(api_operation="restore"):
+        commit_planned(ds, Restore(ds.version), latest)
 
 
 def commit_operation(

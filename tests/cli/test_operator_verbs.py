@@ -231,7 +231,8 @@ def test_versions_lists_rows_added_and_removed_and_the_committer(
     assert all(e["committer"].startswith("s3ddb/") for e in history)
     code, out, _ = run(capsys, "history", uri, *flags)
     assert code == 0 and out.splitlines()[0].split() == [
-        "version", "timestamp", "operation", "added", "removed", "attempts", "committer",
+        "version", "timestamp", "operation", "call", "added", "removed", "attempts",
+        "committer",
     ]  # fmt: skip
 
 
