@@ -262,3 +262,57 @@ def test_after_cleanup_delta_readers_reach_exactly_the_kept_versions(
     last = json.loads(Path(uri, LOG, "_last_checkpoint").read_text())
     assert Path(uri, _checkpoint(last["version"])).exists()
     assert verify(uri).healthy, verify(uri).problems
+
+
+def test_a_tagged_version_kept_apart_leaves_the_delta_log_at_the_newest_run(
+    tmp_path: Path, instant_cleanup: None
+) -> None:
+    uri = str(tmp_path / "ds")
+    ds = _dataset(uri, 6)
+    ds.tags.create("keep", 2)
+    ds.cleanup_old_versions(older_than=dt.timedelta(0), retain_versions=2)
+    assert [v.version for v in s3ddb.dataset(uri).versions()] == [2, 5, 6]
+    # A Delta log has no gaps: it holds the unbroken run 5, 6; s3ddb still reads 2.
+    assert sorted(h["version"] for h in DeltaTable(uri).history()) == [5, 6]
+    for version in (2, 3, 4):
+        with pytest.raises(DeltaError):
+            DeltaTable(uri, version=version)
+    expected = s3ddb.dataset(uri).checkout_version(5).to_table()
+    assert same_rows(deltalake_read(uri, 5), expected) == rows_of(expected)
+    assert s3ddb.dataset(uri).checkout_version(2).count_rows() == 10
+    assert verify(uri).healthy, verify(uri).problems
+
+
+def test_cleanup_after_delta_was_disabled_removes_the_log_of_removed_versions(
+    tmp_path: Path, instant_cleanup: None
+) -> None:
+    uri = str(tmp_path / "ds")
+    ds = _dataset(uri, 3)
+    ds.disable_open_formats()
+    ds.insert(_table(100, 1))
+    ds.cleanup_old_versions(older_than=dt.timedelta(0), retain_versions=2)
+    assert [v.version for v in s3ddb.dataset(uri).versions()] == [4, 5]
+    assert sorted(p.name for p in Path(uri, LOG).iterdir()) == []
+
+
+def test_a_checkpoint_whose_pages_disagree_with_its_footer_is_refused(tmp_path: Path) -> None:
+    from s3ddb.errors import PublishedStateError
+    from s3ddb.io.object_store import ObjectStore
+    from s3ddb.open_formats.delta import DeltaWriter
+    from s3ddb.open_formats.publisher import table_version
+
+    uri = str(tmp_path / "ds")
+    ds = _dataset(uri, 2)
+    path = Path(uri, _checkpoint(1))
+    data = bytearray(path.read_bytes())
+    chunk = pq.ParquetFile(pa.BufferReader(bytes(data))).metadata.row_group(0).column(0)
+    start = chunk.dictionary_page_offset or chunk.data_page_offset
+    # A page header begins with its type (field 1) and uncompressed size (field 2),
+    # both i32 in the Thrift compact protocol: 0x15, a varint, 0x15, a varint.
+    assert data[start] == 0x15 and data[start + 2] == 0x15 and data[start + 3] < 0x7E
+    data[start + 3] = 0x7E  # 63 bytes more than the footer counts for the column
+    path.write_bytes(bytes(data))
+    store = ObjectStore(uri)
+    with pytest.raises(PublishedStateError, match="decompress to") as caught:
+        DeltaWriter().load_state(store, table_version(store, ds.manifest, None))
+    assert caught.value.path == _checkpoint(1)
