@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import os
 import sys
 from typing import Any
 
+from s3ddb.cli import reader_snippets
 from s3ddb.cli.commands import _verb, published_locations, storage_options
 from s3ddb.cli.output import emit_json, progress_bar
 from s3ddb.dataset import dataset
 from s3ddb.errors import InvalidInputError
+from s3ddb.io.aws import AwsConfig
 from s3ddb.maintenance import cleanup
 from s3ddb.maintenance.cleanup import KeptVersion
 from s3ddb.maintenance.drop import drop
@@ -124,6 +127,13 @@ def register(subparsers: Any) -> None:
         help="republish every kept version from the manifests alone and delete published "
         "files no kept version writes (the fix for a damaged or tampered Iceberg or "
         "Delta state that verify reports)",
+    )
+    p.add_argument(
+        "--reader",
+        choices=reader_snippets.READERS,
+        help="print code that reads the newest version with this engine, with the storage "
+        "settings this dataset's location needs (credentials as environment variable "
+        "names, never their values)",
     )
 
 
@@ -373,6 +383,26 @@ def run_drop(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_reader_snippet(
+    args: argparse.Namespace, version: int, formats: tuple[str, ...], root: str
+) -> int:
+    """--reader: the snippet (docs/open-formats.md, "Reading it elsewhere").
+
+    Raises:
+        InvalidInputError: nothing published, a dataset in memory, or a reader of a
+            format not published.
+    """
+    settings = AwsConfig.from_storage_options(storage_options(args)).settings("s3")
+    access = reader_snippets.s3_access(settings, os.environ)
+    table = reader_snippets.published_table(root, version, formats, access)
+    snippet = reader_snippets.reader_snippet(args.reader, table)
+    if args.json:
+        emit_json({"version": version, "reader": args.reader, "snippet": snippet})
+    else:
+        sys.stdout.write(snippet)
+    return 0
+
+
 def run_open_formats(args: argparse.Namespace) -> int:
     """Show, turn on or off, or redo the publication of Iceberg and Delta metadata.
 
@@ -383,6 +413,8 @@ def run_open_formats(args: argparse.Namespace) -> int:
     saying how to turn publication on, when the dataset publishes nothing); --rebuild
     republishes every kept version from the manifests alone, replacing a damaged or
     tampered published state, and deletes published files no kept version writes.
+    --reader NAME then prints, instead of the summary, code that reads the newest
+    version with that engine (:mod:`s3ddb.cli.reader_snippets`).
     """
     ds = dataset(args.uri, storage_options=storage_options(args))
     rebuilt = None
@@ -401,6 +433,8 @@ def run_open_formats(args: argparse.Namespace) -> int:
     elif args.rebuild:
         rebuilt = ds.rebuild_open_formats()
     formats = ds.open_formats
+    if args.reader:
+        return _print_reader_snippet(args, ds.version, tuple(formats), ds.handler.store.url)
     places = published_locations(ds)
     if args.json:
         emit_json(
