@@ -538,7 +538,7 @@ def expire_snapshots(
     kept = set(kept)
     rewritten = []
     for version in sorted(kept & set(published)):
-        window = range(max(0, version - SNAPSHOT_WINDOW + 1), version)
+        window = range(max(1, version - SNAPSHOT_WINDOW + 1), version)
         if all(v in kept for v in window):
             continue  # the file lists nothing cleanup removes
         path = version_files(version)[0]

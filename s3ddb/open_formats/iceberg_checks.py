@@ -429,7 +429,8 @@ def state_problems(store: ObjectStore, expected: TableVersion, current_schema: s
         OSError: the store cannot be listed or read.
     """
     listing = {m.path: m.size for m in store.iter_list(f"{METADATA_DIR}/")}
-    path = version_files(expected.version)[0]
+    version = expected.version
+    path = version_files(version)[0]
     if path not in listing:
         return []
     walk = _Walk(store, expected, listing)
@@ -443,9 +444,15 @@ def state_problems(store: ObjectStore, expected: TableVersion, current_schema: s
     except PublishedStateError:
         return walk.reported()
     snapshots = doc.get("snapshots") if isinstance(doc, dict) else None
-    for snapshot in snapshots[: 2 * SNAPSHOT_WINDOW] if isinstance(snapshots, list) else ():
-        walk.snapshot(path, snapshot)
-    walk.current_files()
+    listed = snapshots[: 2 * SNAPSHOT_WINDOW] if isinstance(snapshots, list) else []
+    # The current snapshot first: its manifests are compared with the version's files
+    # as they are read.
+    first = sorted(
+        range(len(listed)),
+        key=lambda i: not (isinstance(listed[i], dict) and listed[i].get("snapshot-id") == version),
+    )
+    for i in first:
+        walk.snapshot(path, listed[i])
     return walk.reported()
 
 
@@ -462,10 +469,7 @@ class _Walk:
         self.bases = {
             f.path.rsplit("/data/", 1)[0] for f in expected.all_files() if not f.is_relative
         }
-        # Manifests read: relative path -> entries as (path, rows, size, bound), or
-        # None when unreadable.
-        self.entries: dict[str, list[tuple[str, int, int, str | None]] | None] = {}
-        self.current: list[str] = []
+        self.read: set[str] = set()  # manifests read (or found unreadable)
 
     def note(self, path: str, message: str) -> None:
         self.problems.append(f"{path}: {message}")
@@ -483,6 +487,9 @@ class _Walk:
         if relative is not None:
             return relative.startswith("data/")
         return any(_inside(path, base) is not None for base in self.bases)
+
+    def _of(self, file: PublishedFile) -> str:
+        return f"{self.root}/{file.path}" if file.is_relative else file.path
 
     def snapshot(self, metadata: str, snapshot: Any) -> None:
         """Check the manifest list of ``snapshot`` (as ``metadata`` lists it) and the
@@ -525,7 +532,7 @@ class _Walk:
         if relative is None or named is None:
             self.note(owner, f"it lists manifest {listed[:200]!r}, not s3ddb's in the table")
             return
-        content, _group, written = named
+        content, group, written = named
         numbers = {record.get(k) for k in ("sequence_number", "added_snapshot_id")}
         if record.get("content") != content or numbers != {written} or written > snapshot_id:
             self.note(owner, f"its record of {relative} is not what s3ddb writes for it")
@@ -536,16 +543,19 @@ class _Walk:
         if size != record.get("manifest_length"):
             self.note(owner, f"it records {relative} as {record.get('manifest_length')} bytes; "
                       f"it has {size}")  # fmt: skip
-        if snapshot_id == self.expected.version:
-            self.current.append(relative)
-        if relative not in self.entries:
-            self.entries[relative] = self._read_manifest(relative, content, written)
+        if relative in self.read:
+            return
+        self.read.add(relative)
+        entries = self._read_manifest(relative, content, written)
+        if entries is not None and snapshot_id == self.expected.version:
+            self._compare(relative, content, group, entries)
 
     def _read_manifest(
         self, path: str, content: int, written: int
-    ) -> list[tuple[str, int, int, str | None]] | None:
-        """The entries of manifest ``path`` as (path, rows, size, bound), each checked
-        to be s3ddb's and inside the table; None (said) when it cannot be read."""
+    ) -> Counter[tuple[str, int, int | None, str | None]] | None:
+        """The entries of manifest ``path`` as (path, rows, size, bound) (no size for
+        delete files: the version does not know them), each checked to be s3ddb's and
+        inside the table; None (said) when it cannot be read."""
         try:
             raw = bounded_get(self.store, path, MAX_MANIFEST_BYTES)
             metadata, records = stream_container(
@@ -557,12 +567,12 @@ class _Walk:
             )
             if metadata.get("content") != (b"data" if content == 0 else b"deletes"):
                 self.note(path, "its content is not what its name says")
-            entries = []
+            entries: Counter[tuple[str, int, int | None, str | None]] = Counter()
             for entry in records:
                 checked = self._entry(path, entry, content, written)
                 if checked is None:
                     return None
-                entries.append(checked)
+                entries[checked] += 1
             return entries
         except StoredMetadataError as exc:
             self.note(path, f"it cannot be read: {str(exc).removeprefix(path + ': ')}")
@@ -570,7 +580,7 @@ class _Walk:
 
     def _entry(
         self, path: str, entry: dict[str, Any], content: int, written: int
-    ) -> tuple[str, int, int, str | None] | None:
+    ) -> tuple[str, int, int | None, str | None] | None:
         data = entry["data_file"]
         numbers = {entry[k] for k in ("snapshot_id", "sequence_number", "file_sequence_number")}
         file_path, rows, size = data["file_path"], data["record_count"], data["file_size_in_bytes"]
@@ -599,40 +609,34 @@ class _Walk:
             self.note(path, f"it lists delete file {relative} of {size} bytes, which is missing "
                       "or of another size")  # fmt: skip
             return None
-        return relative, rows, size, bound
+        return relative, rows, None, bound
 
-    def _of(self, file: PublishedFile) -> str:
-        return f"{self.root}/{file.path}" if file.is_relative else file.path
-
-    def current_files(self) -> None:
-        """The current snapshot's manifests list exactly the version's files."""
+    def _compare(
+        self,
+        path: str,
+        content: int,
+        group: str,
+        have: Counter[tuple[str, int, int | None, str | None]],
+    ) -> None:
+        """A manifest of the current snapshot lists exactly its group's files (or
+        their deleted rows) as the version has them."""
         groups = {g.name: g for g in self.expected.groups}
-        version = self.expected.version
-        for path in self.current:
-            named = manifest_version(path)
-            entries = self.entries.get(path)
-            if named is None or entries is None or named[1] not in groups:
-                continue  # said already
-            content, group, _written = named
-            files = groups[group].files()
-            want: Counter[tuple[str, int, int | None, str | None]]
-            if content == 0:
-                want = Counter((self._of(f), f.physical_rows, f.size, None) for f in files)
-            else:
-                want = Counter(
-                    (deletion_files(f.deletion_key)[0], f.deleted_rows, None, self._of(f))
-                    for f in files
-                    if f.deletion_key is not None
-                )
-            have: Counter[tuple[str, int, int | None, str | None]] = Counter(
-                (p, r, s if content == 0 else None, b) for p, r, s, b in entries
+        if group not in groups:
+            return  # read_version says so
+        files = groups[group].files()
+        want: Counter[tuple[str, int, int | None, str | None]]
+        if content == 0:
+            want = Counter((self._of(f), f.physical_rows, f.size, None) for f in files)
+        else:
+            want = Counter(
+                (deletion_files(f.deletion_key)[0], f.deleted_rows, None, self._of(f))
+                for f in files
+                if f.deletion_key is not None
             )
-            if have != want:
-                odd = sorted(str(e[0]) for e in have - want) or sorted(
-                    str(e[0]) for e in want - have
-                )
-                self.note(
-                    path,
-                    f"it does not list group {group}'s files as version {version} has them "
-                    f"({odd[0][:200]!r} differs)",
-                )
+        if have != want:
+            odd = sorted(str(e[0]) for e in have - want) or sorted(str(e[0]) for e in want - have)
+            self.note(
+                path,
+                f"it does not list group {group}'s files as version {self.expected.version} "
+                f"has them ({odd[0][:200]!r} differs)",
+            )

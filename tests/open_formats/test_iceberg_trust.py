@@ -448,3 +448,51 @@ def _expected_after(ds: s3ddb.Dataset, version: int) -> TableVersion:
     store = ObjectStore(ds.uri)
     previous = ds.checkout_version(version - 1).manifest
     return table_version(store, ds.checkout_version(version).manifest, previous)
+
+
+def test_refresh_reads_again_only_a_window_cleanup_could_have_thinned(tmp_path: Path) -> None:
+    from s3ddb.maintenance.cleanup import CLAIM_WINDOW
+    from s3ddb.open_formats.iceberg import CLEANUP_CLAIM_WINDOW_MS
+    from s3ddb.open_formats.iceberg_checks import SUMMARY_KEYS
+
+    assert CLAIM_WINDOW.total_seconds() * 1000 == CLEANUP_CLAIM_WINDOW_MS
+    ds = _dataset(tmp_path)
+    store = ObjectStore(ds.uri)
+    state = IcebergWriter().load_state(store, _expected(ds, 4))
+    assert state is not None and {k for k, _v in state.snapshots[-1].summary} == SUMMARY_KEYS
+    oldest = state.snapshots[0].timestamp_ms
+    assert IcebergWriter().refresh_state(store, state, oldest) is state
+    later = oldest + CLEANUP_CLAIM_WINDOW_MS
+    assert IcebergWriter().refresh_state(store, state, later) == state  # read: all there
+    # Another engine's planted snapshots are never taken from the file, only dropped.
+    _edit(_metadata(ds, 4), lambda doc: doc["snapshots"].pop(1))
+    refreshed = IcebergWriter().refresh_state(store, state, later)
+    assert [s.snapshot_id for s in refreshed.snapshots] == [1, 3, 4]
+    _metadata(ds, 4).write_bytes(b"[" * 1000)
+    refreshed = IcebergWriter().refresh_state(store, state, later)
+    assert [s.snapshot_id for s in refreshed.snapshots] == [4]
+
+
+def test_verify_names_a_listed_snapshot_that_cannot_be_read_and_files_not_the_versions(
+    tmp_path: Path,
+) -> None:
+    from s3ddb.maintenance.verify import verify
+
+    ds = _dataset(tmp_path)
+    Path(ds.uri, version_files(2)[1]).unlink()
+    manifest = _manifest_of_current(ds)
+    avro = decode_container(manifest.read_bytes(), manifest.name)
+    entry = avro.records[0]["data_file"]
+    folder, name = entry["file_path"].rsplit("/", 1)
+    other = "x" * (len(name) - len(".parquet")) + ".parquet"  # the manifest keeps its size
+    entry["file_path"] = f"{folder}/{other}"
+    extra = [(k, v) for k, v in avro.metadata.items() if not k.startswith("avro.")]
+    manifest.write_bytes(encode_container(avro.schema, avro.records, extra))
+    problems = {
+        p.path: p.meaning
+        for p in verify(ds.uri, grace_seconds=0).problems
+        if p.kind == "damaged_open_format_state"
+    }
+    assert "snap-2.avro is missing" in problems[version_files(4)[0]], problems
+    assert other in problems[f"metadata/{manifest.name}"], problems
+    assert set(problems) == {version_files(4)[0], f"metadata/{manifest.name}"}, problems
