@@ -42,7 +42,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import unquote
 
-from s3ddb.errors import PublishedStateError
+from s3ddb.errors import PublishedStateError, S3DDBError
 from s3ddb.io.object_store import ObjectMeta, ObjectStore
 from s3ddb.open_formats.deletion_vectors import DV_PREFIX, dv_path, parse_u_descriptor
 from s3ddb.open_formats.delta_schema import delta_schema
@@ -490,10 +490,13 @@ def log_problems(store: ObjectStore, expected: TableVersion) -> list[str]:
         found.setdefault(error.path, str(error))
 
     try:
+        files = expected.all_files()
+    except S3DDBError:
+        return []  # the version's own files cannot be read: verify's version checks say so
+    try:
         load_checked_state(store, expected)
     except PublishedStateError as e:
         note(e)
-    files = expected.all_files()
     bases = _bases(files)
     limits = _Limits(len(files))
     listing = list_log(store.iter_list(f"{LOG_DIR}/"))
