@@ -68,6 +68,7 @@ REFUSED: dict[str, Call] = {
     "enable_open_formats": lambda ds, _: ds.enable_open_formats(),
     "disable_open_formats": lambda ds, _: ds.disable_open_formats(),
     "publish_open_formats": lambda ds, _: ds.publish_open_formats(),
+    "rebuild_open_formats": lambda ds, _: ds.rebuild_open_formats(),
 }
 
 #: Static: takes a URI, not the handle (``Dataset.drop(uri)``).
