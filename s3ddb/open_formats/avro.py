@@ -669,25 +669,28 @@ class _MinBytes:
         self.memo: dict[int, int] = {}
         self.active: set[int] = set()
 
-    def of(self, schema: Any) -> int:
+    def of(self, schema: Any, depth: int = 0) -> int:
         schema = _resolve(schema, self.names)
         if isinstance(schema, str):
             return _PRIMITIVE_MIN_BYTES[schema]
         key = id(schema)
         if key in self.memo:
             return self.memo[key]
-        if key in self.active:
-            return 0  # a record inside itself: take no bytes for granted
+        if key in self.active or depth > _MAX_DEPTH:
+            # A record inside itself, or types referring to types deeper than values
+            # may nest: take no bytes for granted (the value budget still bounds).
+            return 0
         self.active.add(key)
         try:
             if isinstance(schema, list):
-                size = 1 + min(self.of(branch) for branch in schema)  # the branch index
+                # The branch index, then the smallest branch.
+                size = 1 + min(self.of(branch, depth + 1) for branch in schema)
             elif schema["type"] == "fixed":
                 size = int(schema["size"])
             elif schema["type"] in ("array", "map"):
                 size = 1  # the count that ends it
             else:
-                size = sum(self.of(f["type"]) for f in schema["fields"])
+                size = sum(self.of(f["type"], depth + 1) for f in schema["fields"])
         finally:
             self.active.discard(key)
         self.memo[key] = size
