@@ -284,7 +284,14 @@ def test_avro_bombs_are_typed_errors_under_2_gib(tmp_path: Path) -> None:
         {"type": "record", "name": "r", "fields": [
             {"name": "a", "type": {"type": "array", "items": "null"}}]}
     ).encode()  # fmt: skip
+    chain: list[dict[str, Any]] = [{"type": "record", "name": "r0", "fields": []}]
+    for i in range(1, 5000):  # each type refers to the one before: deeper than Python
+        chain.append({"type": "record", "name": f"r{i}", "fields": [
+            {"name": "x", "type": f"r{i - 1}"}]})  # fmt: skip
+    linked = json.dumps({"type": "record", "name": "top", "fields": [
+        {"name": "u", "type": chain}]}).encode()  # fmt: skip
     bombs = {
+        "linked_types": _container(linked, [(1, _varint(4999))]),
         # 125M records of no bytes, in a 32 MB file.
         "empty_records": _container(empty, [(125_000_000, b"")], pad=32 << 20),
         # One record whose array declares 125M nulls, in 5 bytes.
