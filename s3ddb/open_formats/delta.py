@@ -142,6 +142,11 @@ class DeltaWriter:
         """See :func:`~s3ddb.open_formats.delta_schema.delta_type_problem`."""
         return delta_type_problem(schema)
 
+    def refresh_state(self, store: ObjectStore, state: DeltaState, now_ms: int) -> DeltaState:
+        """``state`` as it is: cleanup changes no Delta commit a later one builds on
+        (it only writes a checkpoint of a kept version and deletes the log before)."""
+        return state
+
     def load_state(self, store: ObjectStore, expected: TableVersion) -> DeltaState | None:
         """The state after ``expected.version`` from ``_delta_log/`` (``store`` rooted at
         the dataset), checked against ``expected``

@@ -157,6 +157,13 @@ class FormatWriter(Protocol):
         """
         ...
 
+    def refresh_state(self, store: ObjectStore, state: Any, now_ms: int) -> Any:
+        """``state`` (one this process published or loaded: trusted), brought up to
+        date with what maintenance changed since in the published files (a cleanup
+        that expired snapshots), before the next version is published from it; as
+        cheap as the format allows (usually no request)."""
+        ...
+
     def state_problems(self, store: ObjectStore, expected: TableVersion) -> list[str]:
         """What is wrong with the published files of ``expected.version`` and of the
         history they list (for ``verify``): each problem a sentence naming the file

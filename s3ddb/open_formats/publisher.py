@@ -581,6 +581,10 @@ def _checked_state(writer: FormatWriter, run: _Run, manifest: Manifest) -> Any |
         return _DAMAGED
 
 
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
 # Marks a previous state found damaged (publication starts afresh without catching up).
 _DAMAGED = object()
 
@@ -598,7 +602,10 @@ def _publish(writer: FormatWriter, run: _Run, manifest: Manifest, depth: int) ->
     previous_manifest = _publishing_before(writer, run, manifest)
     if previous_manifest is not None:
         previous_state = states.get(key, before, manifest.dataset_id)
-        if previous_state is None:
+        if previous_state is not None:
+            # Kept in this process: a cleanup elsewhere may have expired some of it.
+            previous_state = writer.refresh_state(store, previous_state, _now_ms())
+        else:
             previous_state = _checked_state(writer, run, previous_manifest)
         if previous_state is _DAMAGED:
             previous_manifest, previous_state = None, None

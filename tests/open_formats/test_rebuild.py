@@ -206,3 +206,34 @@ def test_a_damaged_state_is_said_and_the_next_version_published_afresh(
     s3ddb.dataset(uri).rebuild_open_formats()
     assert verify(uri).healthy, verify(uri).problems
     _check_every_version(uri, seen)
+
+
+def test_a_state_kept_in_process_drops_what_another_process_cleaned_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from s3ddb.open_formats import publisher
+
+    uri = str(tmp_path / "ds")
+    seen = _history(uri)  # this process keeps the state after version 4
+    cleanup = (
+        "import datetime as dt, sys, s3ddb\n"
+        "s3ddb.dataset(sys.argv[1]).cleanup_old_versions(older_than=dt.timedelta(0), "
+        "retain_versions=2, claim_window=dt.timedelta(0))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", cleanup, uri], capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    # Long after: the kept state's snapshots are older than cleanup's claim window.
+    monkeypatch.setattr(publisher, "_now_ms", lambda: 2**62)
+    ds = s3ddb.write_dataset(_table(60, 2), uri, mode="append")
+    seen[ds.version] = ds.to_table()
+    listed = json.loads(Path(uri, "metadata", "v5.metadata.json").read_text())["snapshots"]
+    assert sorted(s["snapshot-id"] for s in listed) == [3, 4, 5]
+    for snapshot in (3, 4, 5):
+        from pyiceberg.table import StaticTable
+
+        table = StaticTable.from_metadata(f"{uri}/metadata/v5.metadata.json")
+        got = table.scan(snapshot_id=snapshot).to_arrow()
+        assert same_rows(got, seen[snapshot]) == rows_of(seen[snapshot]), snapshot
