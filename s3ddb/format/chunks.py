@@ -477,6 +477,9 @@ class StoredChunk(EncodedFragments):
     def stored_ref(self) -> ChunkRef:
         return self.ref
 
+    def _name(self) -> str:
+        return f"chunk {self.source.describe(self.ref)} (listed by version {self.version})"
+
     def max_listed_id(self) -> int:
         return self.ref.max_fragment_id
 

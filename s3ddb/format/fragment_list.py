@@ -171,6 +171,9 @@ class EncodedFragments:
         Raises:
             ManifestCorruptError: the bytes do not decode, hold anything but fragments,
                 or disagree with the manifest's fragment count.
+            StoredMetadataError: an id listed twice or above ``max_id``, or another
+                check of :meth:`_check_listed` (a chunk's ids not those its reference
+                claims).
         """
         if self._message is None:
             message = pb.Manifest()
@@ -212,6 +215,8 @@ class EncodedFragments:
 
         Raises:
             ManifestCorruptError: see :meth:`message`; or the summary's row count is wrong.
+            StoredMetadataError: a check of :meth:`_check_decoded` (a chunk's
+                fragments outside its reference's bounds).
             PathOutsideDatasetError: a file name leaves the dataset, or names a base
                 path the manifest does not declare.
         """
@@ -527,12 +532,12 @@ class FragmentList(Sequence[FragmentMetadata]):
         if len(set(ids)) != len(ids):
             self.check_unique()
 
-    def check_unique(self) -> None:
+    def check_unique(self, named: str | None = None) -> None:
         """Check that no fragment id is listed twice across the whole list: every
         chunk is fetched (side by side) and parsed, no fragment decoded. For a root
         whose chunk references cannot tell alone (see
         :class:`~s3ddb.format.chunks.ChunkIds`); otherwise they are checked when it
-        is read, with no chunk fetched.
+        is read, with no chunk fetched. ``named``: the manifest, for the message.
 
         Raises:
             StoredMetadataError: an id listed twice, naming the manifest, the two
@@ -546,7 +551,7 @@ class FragmentList(Sequence[FragmentMetadata]):
                 first = seen.setdefault(fid, s)
                 if first is not s:
                     raise StoredMetadataError(
-                        f"{self._manifest_name()}: fragment {fid} is listed twice: "
+                        f"{named or self._manifest_name()}: fragment {fid} is listed twice: "
                         f"{_holder(first)} and {_holder(s)} (its rows would be read twice)"
                     )
 

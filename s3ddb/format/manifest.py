@@ -312,9 +312,10 @@ class Manifest:
             # from the summary): no id in two places. The inline tail is small and
             # parsed, not decoded; chunks are fetched only if their references
             # cannot tell alone (written before they recorded their ids exactly).
-            claims.check_inline(encoded.ids(), f"manifest {where} (version {m.version})")
+            named = f"manifest {where} (version {m.version})"
+            claims.check_inline(encoded.ids(), named)
             if claims.ambiguous:
-                listed.check_unique()
+                listed.check_unique(named)
         # An index covers only fragments of this version (see index.maintenance): at
         # most as many as it holds, none above max_fragment_id.
         covered = len(listed) if m.indices else None  # parses fragments only without a count
