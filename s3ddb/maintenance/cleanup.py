@@ -68,7 +68,6 @@ from s3ddb.format.naming import parse_manifest_name, parse_staged_name
 from s3ddb.io.arguments import check_int
 from s3ddb.maintenance.cleanup_journal import Journal, read_journals, write_journal
 from s3ddb.maintenance.staging import remove_empty_folders, staging_folders
-from s3ddb.open_formats.publisher import enabled_formats
 from s3ddb.open_formats.retention import (
     PublishedNames,
     doomed_published,
@@ -380,16 +379,13 @@ class _Referenced:
 
     files: set[str]
     index_dirs: set[str]
-    # What the versions' Iceberg and Delta files are named after, and the formats
-    # they publish.
+    # What the versions' Iceberg and Delta files are named after.
     published: PublishedNames = field(default_factory=PublishedNames)
-    formats: set[str] = field(default_factory=set)
 
     def update(self, other: _Referenced) -> None:
         self.files.update(other.files)
         self.index_dirs.update(other.index_dirs)
         self.published.update(other.published)
-        self.formats.update(other.formats)
 
 
 def _referenced_by(ds: PinnedVersion, versions: Iterable[int]) -> _Referenced:
@@ -404,7 +400,6 @@ def _referenced_by(ds: PinnedVersion, versions: Iterable[int]) -> _Referenced:
         manifest = ds.checkout_version(version).manifest
         referenced.files.update(referenced_paths(manifest, skip_chunks=chunks))
         referenced.published.update(names_of(manifest, skip_chunks=chunks))
-        referenced.formats.update(enabled_formats(manifest))
         chunks.update(ref.name for ref in manifest.fragments.chunk_refs())
         referenced.index_dirs.update(i.directory for i in manifest.indices)
     return referenced

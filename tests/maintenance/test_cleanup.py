@@ -338,8 +338,8 @@ def test_cli_cleanup_summary_names_what_it_kept_and_versions_shows_what_it_knows
     assert code == 0 and "?" not in out
     # An append's rows are known from its transaction even where the version before
     # it is gone; a delete's are not.
-    # (added, removed, the commit's attempts, the writer)
-    assert [line.split()[:1] + line.split()[3:7] for line in lines[2:6]] == [
+    # (added, removed, the commit's attempts, the writer; after the call column)
+    assert [line.split()[:1] + line.split()[4:8] for line in lines[2:6]] == [
         ["9", "2", "0", "1", writer],
         ["8", "2", "0", "1", writer],
         ["7", "-", "-", "1", writer],
