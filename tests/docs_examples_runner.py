@@ -1,45 +1,144 @@
-"""Run one document's examples in order, as a reader would: ``python THIS BLOCKS RESULTS``.
+"""Run one document's examples, each block alone, as a reader who copies just that
+block would: ``python THIS BLOCKS RESULTS``.
 
-BLOCKS is a JSON list of ``{"line", "kind", "code"}`` (kind ``python``, ``shell`` or
-``console``); RESULTS gets a JSON list with one entry per block. Python blocks share one
-namespace (a document's later blocks use what its earlier ones defined); shell blocks
-run in ``bash -e``; a console block is a list of ``$ command`` lines, each run in
-``bash`` with its output and exit status recorded. The first failing python or shell
-block ends the run: later blocks build on it.
+BLOCKS is a JSON list of ``{"line", "kind", "code"}`` (kind ``python`` or ``shell``) or
+``{"line", "kind": "console", "commands"}``; RESULTS gets a JSON list with one entry per
+block. Every block runs alone:
+
+- in a fresh interpreter: a child forked from this process, which has imported pyarrow,
+  numpy, boto3 and s3ddb and nothing else (so the child skips the import time) and has
+  run nothing of the package; the child runs the block in a new ``__main__``
+  namespace and then what an interpreter runs at exit (threading's exit hooks, where
+  s3ddb waits for its background finalizer, and atexit's handlers);
+- in a new empty working directory;
+- against an empty endpoint: before each block, the ``s3ddb local-aws`` the
+  environment points at is reset (moto's reset API) and given back the bucket and table
+  it starts with, so a block finds only what it creates itself.
+
+Shell blocks run in ``bash -e``; a console block is a list of ``$ command`` lines, each
+run in ``bash`` with its output and exit status recorded (one console block is one
+session: its commands share the directory and the endpoint's state). A failing block
+does not stop the others.
 
 Run by tests/project/test_docs_examples.py in a child process whose environment points at a
-fresh ``s3ddb local-aws``, in an empty working directory.
+fresh ``s3ddb local-aws``.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
+import os
+import signal
 import subprocess
 import sys
+import tempfile
+import threading
+import time
 import traceback
+import urllib.request
+from pathlib import Path
 from typing import Any
 
+# What every child gets already imported: the package and what its import brings.
+# Nothing that starts threads at import (polars) or connects (duckdb) is imported here.
+import boto3
+import numpy  # noqa: F401
+import pyarrow  # noqa: F401
 
-def _run_python(code: str, namespace: dict[str, Any]) -> dict[str, Any]:
+import s3ddb  # noqa: F401
+from s3ddb.cli.local_aws import DEFAULT_BUCKET, DEFAULT_TABLE
+
+_BLOCK_TIMEOUT = 600  # seconds
+
+
+def _fresh_endpoint(clients: dict[str, Any]) -> None:
+    """Empty the local endpoint and create the bucket and table ``s3ddb local-aws``
+    starts with."""
+    endpoint = os.environ["AWS_ENDPOINT_URL"].rstrip("/")
+    request = urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST")
+    with urllib.request.urlopen(request, timeout=60) as answer:
+        assert answer.status == 200, f"moto reset answered {answer.status}"
+    clients["s3"].create_bucket(Bucket=DEFAULT_BUCKET)
+    clients["dynamodb"].create_table(
+        TableName=DEFAULT_TABLE,
+        KeySchema=[
+            {"AttributeName": "base_uri", "KeyType": "HASH"},
+            {"AttributeName": "version", "KeyType": "RANGE"},
+        ],
+        AttributeDefinitions=[
+            {"AttributeName": "base_uri", "AttributeType": "S"},
+            {"AttributeName": "version", "AttributeType": "N"},
+        ],
+        BillingMode="PAY_PER_REQUEST",
+    )
+
+
+def _python_child(code: str, report: str) -> None:
+    """In the forked child: run ``code`` as ``__main__``, leave as the interpreter
+    leaves, and write the outcome to ``report``. Never returns."""
+    outcome: dict[str, Any] = {"ok": True}
     try:
-        exec(compile(code, "<docs example>", "exec"), namespace)
+        exec(compile(code, "<docs example>", "exec"), {"__name__": "__main__"})
+        # What the interpreter runs at exit, in its order: threading's exit hooks (s3ddb
+        # drains its background finalizer there) and the joins of non-daemon threads,
+        # then atexit's handlers. Tearing down the modules (a second or two with pyarrow
+        # and boto3 loaded) has no effect outside the process: os._exit skips it.
+        threading._shutdown()  # type: ignore[attr-defined]
+        atexit._run_exitfuncs()
     except BaseException:  # the report names whatever the example raised
-        return {"ok": False, "error": traceback.format_exc(limit=-3)}
-    return {"ok": True}
+        outcome = {"ok": False, "error": traceback.format_exc(limit=-3)}
+    with open(report, "w", encoding="utf-8") as f:
+        json.dump(outcome, f)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
-def _run_shell(code: str) -> dict[str, Any]:
-    done = subprocess.run(["bash", "-e", "-c", code], capture_output=True, text=True, timeout=600)
+def _run_python(code: str, work: Path) -> dict[str, Any]:
+    report = work.parent / f"{work.name}.result.json"
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        os.chdir(work)
+        _python_child(code, str(report))
+    deadline = time.monotonic() + _BLOCK_TIMEOUT
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return {"ok": False, "error": f"still running after {_BLOCK_TIMEOUT} s: killed"}
+        time.sleep(0.02)
+    if not report.exists():
+        return {"ok": False, "error": f"the interpreter ended without a report ({status=})"}
+    result: dict[str, Any] = json.loads(report.read_text(encoding="utf-8"))
+    if result["ok"] and os.waitstatus_to_exitcode(status) != 0:
+        result = {"ok": False, "error": f"exit status {os.waitstatus_to_exitcode(status)}"}
+    return result
+
+
+def _run_shell(code: str, work: Path) -> dict[str, Any]:
+    done = subprocess.run(
+        ["bash", "-e", "-c", code], cwd=work, capture_output=True, text=True,
+        timeout=_BLOCK_TIMEOUT,
+    )  # fmt: skip
     return {
         "ok": done.returncode == 0,
         "error": f"exit status {done.returncode}\n{done.stdout}{done.stderr}",
     }
 
 
-def _run_console(commands: list[str]) -> dict[str, Any]:
+def _run_console(commands: list[str], work: Path) -> dict[str, Any]:
     runs = []
     for command in commands:
-        done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=600)
+        done = subprocess.run(
+            ["bash", "-c", command], cwd=work, capture_output=True, text=True,
+            timeout=_BLOCK_TIMEOUT,
+        )  # fmt: skip
         runs.append({"output": done.stdout + done.stderr, "status": done.returncode})
     return {"ok": True, "runs": runs}
 
@@ -47,18 +146,20 @@ def _run_console(commands: list[str]) -> dict[str, Any]:
 def main(blocks_path: str, results_path: str) -> int:
     with open(blocks_path, encoding="utf-8") as f:
         blocks = json.load(f)
-    namespace: dict[str, Any] = {"__name__": "__main__"}
+    clients = {service: boto3.client(service) for service in ("s3", "dynamodb")}
+    root = Path(tempfile.mkdtemp(prefix="docs-blocks-", dir=Path.cwd()))
     results: list[dict[str, Any]] = []
     for block in blocks:
+        _fresh_endpoint(clients)
+        work = root / f"block-{block['line']}"
+        work.mkdir()
         if block["kind"] == "python":
-            result = _run_python(block["code"], namespace)
+            result = _run_python(block["code"], work)
         elif block["kind"] == "shell":
-            result = _run_shell(block["code"])
+            result = _run_shell(block["code"], work)
         else:
-            result = _run_console(block["commands"])
+            result = _run_console(block["commands"], work)
         results.append({"line": block["line"], **result})
-        if not result["ok"]:
-            break
     with open(results_path, "w", encoding="utf-8") as f:
         json.dump(results, f)
     return 0

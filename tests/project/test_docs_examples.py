@@ -1,16 +1,24 @@
 """Every example in README.md and docs/*.md runs verbatim against a fresh ``s3ddb local-aws``.
 
-A reader copies the examples in order, in a shell where the ``export`` lines of
-``s3ddb local-aws`` were pasted. So does this test: for each document it starts the
-command (a real child process, with its defaults: no S3 conditional writes, the bucket
-``my-bucket`` and the table ``s3ddb_manifests``), and runs the document's code blocks in
-order in one child process (tests/docs_examples_runner.py) in an empty directory:
+A reader copies an example, any one, into a shell where the ``export`` lines of
+``s3ddb local-aws`` were pasted, or into a Python session started there. So does this
+test: for each document it starts the command (a real child process, with its
+defaults: no S3 conditional writes, the bucket ``my-bucket`` and the table
+``s3ddb_manifests``), and runs each of the document's code blocks alone
+(tests/docs_examples_runner.py): in a fresh interpreter, in an empty directory, against
+the endpoint emptied back to that bucket and table. So every block does its own set-up
+and needs nothing an earlier block defined or wrote;
 
-- ``python`` blocks share one namespace, as in one interpreter session;
+- ``python`` blocks run as a script;
 - ``bash`` and ``sh`` blocks run in ``bash -e`` and must exit 0;
 - ``console`` blocks are transcripts: each ``$ command`` runs, and its exit status and
   output must be what the block shows, up to ports, times, ids and column widths;
 - ``text`` and ``mermaid`` blocks are not code.
+
+Blocks also never share a dataset: a reader who runs the examples of several pages on
+one endpoint must not meet a dataset of the same name with another schema. And shell
+commands quote URIs with a query (``'s3+ddb://...?ddbTableName=...'``): zsh takes an
+unquoted ``?`` for a wildcard.
 
 A block that cannot run here says so where readers see it, in its fence:
 ```` ```python no-run: needs a SparkSession ````. Any other language, or a fence with no
@@ -147,6 +155,77 @@ def test_every_block_runs_or_says_why_not(path: Path) -> None:
                 )
 
 
+def _shell_lines(block: Block) -> list[str]:
+    """The command lines of a shell or console block (no-run ones too: readers copy
+    them); nothing for other blocks."""
+    kind = _KINDS.get(block.language)
+    if kind == "console":
+        return [command.command for command in commands_of(block)]
+    return block.code.splitlines() if kind == "shell" else []
+
+
+def unquoted_at(line: str, position: int) -> bool:
+    """Whether ``line[position]`` is outside shell quotes (bash and zsh alike)."""
+    quote = None
+    escaped = False
+    for char in line[:position]:
+        if escaped:
+            escaped = False
+        elif char == "\\" and quote != "'":
+            escaped = True
+        elif quote is None and char in "'\"":
+            quote = char
+        elif char == quote:
+            quote = None
+    return quote is None
+
+
+_URI_WITH_QUERY = re.compile(r"s3\+ddb://[^\s'\"]*\?")
+
+
+def test_shell_examples_quote_uris_with_a_query() -> None:
+    """zsh (macOS's default shell) takes an unquoted ``?`` for a wildcard and refuses
+    the command ("no matches found"): every URI with a query is quoted."""
+    problems = []
+    for path in DOCUMENTS:
+        for block in blocks_of(path):
+            for line in _shell_lines(block):
+                for match in _URI_WITH_QUERY.finditer(line):
+                    if unquoted_at(line, match.start()):
+                        problems.append(f"{block.where}: {line}")
+    assert not problems, "quote these URIs ('s3+ddb://...?...'):\n" + "\n".join(problems)
+
+
+def test_the_quoting_check_finds_an_unquoted_uri() -> None:
+    line = "s3ddb verify s3+ddb://b/p?ddbTableName=t && echo 's3+ddb://b/q?ddbTableName=t'"
+    found = [m.start() for m in _URI_WITH_QUERY.finditer(line) if unquoted_at(line, m.start())]
+    assert found == [line.index("s3+ddb://b/p")]
+    assert not unquoted_at('python -c "x = \'s3+ddb://b/p?t\'"', 20)
+
+
+#: A dataset on the bucket of ``s3ddb local-aws``, as the docs name them.
+_DATASET = re.compile(r"s3(?:\+ddb)?://my-bucket/([\w.\-/]+)")
+
+
+def test_no_two_examples_share_a_dataset() -> None:
+    """Each block names its own datasets: a reader who runs the examples of several
+    pages on one endpoint never meets one of them with another schema (issue 44: the
+    docs wrote my-bucket/events with different columns). ``s3ddb doctor`` writes only
+    scratch objects it deletes, so its checks of a location do not count."""
+    users: dict[str, set[str]] = {}
+    for path in DOCUMENTS:
+        for block in _runnable(path):
+            kind = _KINDS[block.language]
+            lines = _shell_lines(block) if kind != "python" else block.code.splitlines()
+            for line in lines:
+                if "s3ddb doctor" in line:
+                    continue
+                for name in _DATASET.findall(line):
+                    users.setdefault(name.rstrip("/"), set()).add(block.where)
+    shared = {name: sorted(where) for name, where in users.items() if len(where) > 1}
+    assert not shared, f"datasets used by several examples: {shared}"
+
+
 @pytest.fixture
 def local_aws_env(tmp_path: Path) -> Iterator[dict[str, str]]:
     """A fresh ``s3ddb local-aws`` and the environment its ``export`` lines give."""
@@ -246,5 +325,5 @@ def test_examples_run_verbatim(path: Path, local_aws_env: dict[str, str], tmp_pa
                     f"{shown}: output differs from the doc:\n"
                     + "\n".join(normalized(run["output"].splitlines()))
                 )
-    assert len(results) == len(blocks) or problems, "the runner stopped early"
+    assert len(results) == len(blocks), "the runner did not report every block"
     assert not problems, "\n\n".join(problems)

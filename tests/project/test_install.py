@@ -142,3 +142,17 @@ def test_the_wheel_alone_and_with_each_extra_installs_and_runs(tmp_path: Path) -
     env["PYSPARK_PYTHON"] = str(python)
     out = _run([str(python), "-c", _SPARK_CHECK], cwd=work, env=env, timeout=300)
     assert out.splitlines()[-1] == "1 [1, 2, 3] 3", out
+
+
+def test_readme_says_how_to_reach_the_command_make_installs() -> None:
+    """After ``make demo`` the ``s3ddb`` command is in the Makefile's venv, not on the
+    PATH (issue 44: "s3ddb: command not found"): the README says where."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    venv = re.search(r"^VENV \?= (\S+)$", makefile, re.M)
+    assert venv, "the Makefile names its virtual environment (VENV ?= ...)"
+    pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    assert re.search(r'^s3ddb = "s3ddb\.cli\.main:main"$', pyproject, re.M)
+    two_commands = readme.split("## Two commands", 1)[1].split("\n## ", 1)[0]
+    assert f"{venv.group(1)}/bin/s3ddb" in two_commands
+    assert f"source {venv.group(1)}/bin/activate" in two_commands

@@ -176,3 +176,26 @@ def test_a_reader_of_a_format_not_published_says_what_to_enable(
     s3ddb.write_dataset(pa.table({"id": [1]}), plain)
     code, _, err = run_cli(capsys, "open-formats", plain, "--reader", "duckdb")
     assert code == 2 and "publishes no open formats" in err, err
+
+
+def test_deltalakes_plain_reads_refuse_what_the_snippet_reads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What docs/open-formats.md says: deltalake's to_pyarrow_table() and to_pandas()
+    refuse a table with deletion vectors (any dataset with a delete), which is why the
+    snippet reads through QueryBuilder."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import DeltaProtocolError
+
+    root = tmp_path / "deleted"
+    _published(str(root))
+    table = DeltaTable(str(root))
+    with pytest.raises(DeltaProtocolError, match="deletionVectors"):
+        table.to_pyarrow_table()
+    with pytest.raises(DeltaProtocolError, match="deletionVectors"):
+        table.to_pandas()
+    code, out, _ = run_cli(capsys, "open-formats", str(root), "--reader", "deltalake")
+    assert code == 0
+    namespace: dict[str, Any] = {"__name__": "__main__"}
+    exec(compile(out, "deltalake snippet", "exec"), namespace)
+    assert sorted(namespace["rows"].column("id").to_pylist()) == [1, 3, 5]

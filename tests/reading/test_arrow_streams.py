@@ -25,6 +25,10 @@ from tests.conftest import TEST_BUCKET, TEST_TABLE
 ROOT = Path(__file__).resolve().parents[2]
 
 
+#: A dataset URI of the docs, on the bucket and table of s3ddb local-aws.
+_DOC_URI = re.compile(r'"s3\+ddb://my-bucket/[^"?]+\?ddbTableName=s3ddb_manifests"')
+
+
 def _python_blocks(text: str) -> list[str]:
     return [b.split("```", 1)[0] for b in text.split("```python\n")[1:]]
 
@@ -48,15 +52,13 @@ def test_docs_duckdb_polars_pandas_examples_run(
         for b in _python_blocks((ROOT / "docs" / "pylance.md").read_text())
         if not b.startswith(("import lance\n", "import s3ddb as lance\n"))
     ]
-    assert len(blocks) == 4
-    # The doc's dataset is on s3ddb local-aws (tests/project/test_docs_examples.py runs it there);
-    # here the same code runs on a local path.
-    doc_uri = 'uri = "s3+ddb://my-bucket/events?ddbTableName=s3ddb_manifests"'
-    assert doc_uri in blocks[0]
-    blocks[0] = blocks[0].replace(doc_uri, f"uri = {str(tmp_path / 'ds')!r}")
-    namespace: dict[str, Any] = {}
-    for block in blocks:
-        exec(compile(block, "docs/pylance.md", "exec"), namespace)
+    assert len(blocks) == 3
+    # The docs' datasets are on s3ddb local-aws (tests/project/test_docs_examples.py runs
+    # them there); here the same code runs on local paths, each block alone.
+    for i, block in enumerate(blocks):
+        block, replaced = _DOC_URI.subn(repr(str(tmp_path / f"ds{i}")), block)
+        assert replaced == 1, block
+        exec(compile(block, "docs/pylance.md", "exec"), {})
     out = capsys.readouterr().out
     assert "[('a', 1), ('b', 3)]" in out  # duckdb group by: id 3 is deleted
     assert "[(5,)]" in out
@@ -71,9 +73,9 @@ def test_readme_interop_section_runs(tmp_path: Path, capsys: pytest.CaptureFixtu
     section = readme.split("## Interop", 1)[1].split("\n## ", 1)[0]
     blocks = _python_blocks(section)
     assert blocks
-    namespace: dict[str, Any] = {"uri": str(tmp_path / "events")}
-    for block in blocks:
-        exec(compile(block, "README.md", "exec"), namespace)
+    for i, block in enumerate(blocks):
+        block = _DOC_URI.sub(repr(str(tmp_path / f"events{i}")), block)
+        exec(compile(block, "README.md", "exec"), {})
     out = capsys.readouterr().out.splitlines()
     assert out == ["[('a', 1), ('b', 1)]", "(1, 2)", "[{'id': 2, 'kind': 'b'}]", "2"]
 
