@@ -137,6 +137,7 @@ class DeltaWriter:
     docstring). Stateless: its state is a :class:`DeltaState`."""
 
     name = "delta"
+    publishes_apart = False
 
     def type_problem(self, schema: pa.Schema) -> str | None:
         """See :func:`~s3ddb.open_formats.delta_schema.delta_type_problem`."""

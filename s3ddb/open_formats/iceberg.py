@@ -277,6 +277,7 @@ class IcebergWriter:
     """
 
     name = "iceberg"
+    publishes_apart = True
 
     def type_problem(self, schema: pa.Schema) -> str | None:
         """Why ``schema`` cannot be published exactly, naming the column, or None.

@@ -136,6 +136,10 @@ class FormatWriter(Protocol):
     format's own files when missing."""
 
     name: str
+    #: Whether a version can be published apart from the versions before it (Iceberg:
+    #: each version has its own metadata file; not Delta: a log has no gaps). A
+    #: rebuild republishes such versions kept apart (tagged, across removed ones).
+    publishes_apart: bool
 
     def type_problem(self, schema: pa.Schema) -> str | None:
         """Why ``schema`` cannot be published exactly (naming the column), or None."""

@@ -690,6 +690,7 @@ def rebuild_formats(
     load_version: LoadVersion,
     *,
     formats: Sequence[str] | None = None,
+    apart: Iterable[int] = (),
 ) -> Rebuilt:
     """Republish ``manifest``'s version and every kept version before it that publishes
     the same formats, from the manifests alone: the oldest of them afresh (as if
@@ -699,7 +700,9 @@ def rebuild_formats(
     less than two seconds before the rebuild began, or since (a concurrent writer's
     publication of a newer version: running it again removes what is left).
     Nothing is read from the published files: whatever state they were in, the
-    result is what publication derives from the manifests.
+    result is what publication derives from the manifests. Versions in ``apart``
+    (tagged versions kept across removed ones) older than that run are republished
+    alone in the formats that can publish a version apart (Iceberg).
 
     Raises:
         What reading the manifests or writing the store raised; OpenFormatError for
@@ -731,6 +734,17 @@ def rebuild_formats(
             written.update(path for path, _ in (*publication.content, *publication.then))
             states.put(key, version_manifest.version, version_manifest.dataset_id, state)
             previous = version_manifest
+        for version in sorted(set(apart)) if writer.publishes_apart else ():
+            kept = run.manifest(version) if version < chain[0].version else None
+            if kept is None or name not in enabled_formats(kept):
+                continue
+            if kept.dataset_id != manifest.dataset_id:
+                continue
+            table = run.table(kept, None)
+            publication, alone = writer.publish(table, None, run.files(kept).deleted)
+            _write(store, publication)
+            written.update(path for path, _ in (*publication.content, *publication.then))
+            states.put(key, kept.version, kept.dataset_id, alone)
         stale = [
             meta.path
             for prefix in PUBLISHED_PREFIXES[name]

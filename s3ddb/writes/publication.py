@@ -237,4 +237,7 @@ def rebuild_open_formats(ds: PinnedVersion) -> Rebuilt:
     Raises:
         What reading the dataset or writing its store raised.
     """
-    return rebuild_formats(ds.handler.store, ds.manifest, ds.handler.manifest_if_kept)
+    tagged = set(ds.tags.list().values())
+    return rebuild_formats(
+        ds.handler.store, ds.manifest, ds.handler.manifest_if_kept, apart=tagged
+    )

@@ -237,3 +237,22 @@ def test_a_state_kept_in_process_drops_what_another_process_cleaned_up(
         table = StaticTable.from_metadata(f"{uri}/metadata/v5.metadata.json")
         got = table.scan(snapshot_id=snapshot).to_arrow()
         assert same_rows(got, seen[snapshot]) == rows_of(seen[snapshot]), snapshot
+
+
+def test_rebuild_keeps_a_tagged_version_kept_apart_readable_in_iceberg(
+    tmp_path: Path, instant_cleanup: None
+) -> None:
+    uri = str(tmp_path / "ds")
+    seen = _history(uri)
+    ds = s3ddb.dataset(uri)
+    ds.tags.create("audit", 1)
+    ds.cleanup_old_versions(older_than=dt.timedelta(0), retain_versions=2)
+    assert {v.version for v in ds.versions()} == {1, 3, 4}
+    _age(uri)
+
+    rebuilt = s3ddb.dataset(uri).rebuild_open_formats()
+    assert (rebuilt.first_version, rebuilt.newest_version) == (3, 4)
+    # Iceberg publishes the tagged version alone; a Delta log has no gaps.
+    tagged = f"{uri}/metadata/v1.metadata.json"
+    assert same_rows(pyiceberg_read(tagged), seen[1]) == rows_of(seen[1])
+    _check_every_version(uri, {3: seen[3], 4: seen[4]})
