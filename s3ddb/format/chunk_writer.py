@@ -288,9 +288,11 @@ def _with_exact_ids(chunk: StoredChunk) -> StoredChunk:
     lacked them (written before references recorded ``id_runs``) and this process
     parsed the chunk anyway (the reader of such a root checks every chunk): the file
     is unchanged, and readers of the new root need fetch no chunk to check its ids."""
-    if chunk.ref.exact or not chunk.loaded:
-        return chunk
-    ref = replace(chunk.ref, runs=id_runs(chunk.ids()), message=None)
+    ref = chunk.ref
+    dense = ref.max_fragment_id - ref.min_fragment_id + 1 == ref.fragment_count
+    if ref.runs or dense or not chunk.loaded:
+        return chunk  # exact already (most chunks), or not parsed here
+    ref = replace(ref, runs=id_runs(chunk.ids()), message=None)
     exact = StoredChunk(
         ref, chunk.source, bases=chunk.bases, version=chunk.version, max_id=chunk.max_id
     )

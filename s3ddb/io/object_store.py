@@ -367,7 +367,10 @@ class LocalObjectStore(ObjectStore):
             size = os.fstat(f.fileno()).st_size
             if size > limit:
                 return b"", size
-            data = f.read(limit + 1)  # bounded even if the file grows meanwhile
+            # Not read(limit + 1): a buffer of the limit would be allocated up front.
+            data = f.read(size + 1)
+            if len(data) > size:  # it grew meanwhile: read on, still bounded
+                data += f.read(limit + 1 - len(data))
         return (data, len(data)) if len(data) <= limit else (b"", len(data))
 
     def put(self, path: str, data: bytes) -> None:
@@ -538,7 +541,10 @@ class S3ObjectStore(ObjectStore):
             size = _object_size(response)
             if size > limit:
                 return b"", size  # the body is dropped unread
-            data = bytes(body.read(limit + 1))  # bounded whatever the headers said
+            # Bounded whatever the headers said, without a buffer of the limit.
+            data = bytes(body.read(size + 1))
+            if len(data) > size:
+                data += bytes(body.read(limit + 1 - len(data)))
         except Exception as exc:
             raise as_storage_error(exc, full) from exc
         finally:
