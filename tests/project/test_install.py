@@ -14,6 +14,7 @@ tests/project/test_dependencies.py checks the same lists statically, module by m
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shutil
@@ -49,8 +50,11 @@ def _build_wheel(tmp_path: Path, env: dict[str, str]) -> Path:
         else:
             shutil.copy2(ROOT / name, source / name)
     wheels = tmp_path / "wheels"
+    # With setuptools here (the dev extra's environments have it) pip need not fetch it
+    # into an isolated build environment.
+    isolation = ["--no-build-isolation"] if importlib.util.find_spec("setuptools") else []
     _run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", *isolation,
          "--wheel-dir", str(wheels), str(source)],
         cwd=tmp_path, env=env,
     )  # fmt: skip
