@@ -381,9 +381,10 @@ def run_history(args: argparse.Namespace) -> int:
     tags that name it and the group (``s3ddb.atomic``) it was committed in, with the
     group's members, and how many claim attempts its commit took. Where cleanup
     removed the version before, an append's rows are still known (from its
-    transaction); other versions' are not (``-``, null in JSON) and a note says so. ``--json`` adds each version's
-    commit metrics (``metrics``: attempts, versions rebased over, durations, rows and
-    files added and removed; empty for versions written before s3ddb recorded them).
+    transaction); other versions' are not (``-``, null in JSON) and a note says so.
+    ``--json`` adds each version's commit metrics (``metrics``: attempts, versions
+    rebased over, durations, rows and files added and removed; empty for versions
+    written before s3ddb recorded them).
 
     A version whose stored metadata is damaged (a lost fragment-list chunk, malformed
     metrics) is listed like the others: what cannot be known is ``?`` (null in JSON)
