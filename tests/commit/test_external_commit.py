@@ -403,7 +403,7 @@ def test_missing_staged_manifest_refuses_to_load(aws: Any, ddb_uri: str) -> None
     # suite's time); six on SeaweedFS: 16 writer processes and a whole S3 store
     # (master, volume server, filer, gateway) crowd a small machine's cores for over
     # a minute.
-    [("moto", 16), ("dynalite", 8), ("s3rver", 8), ("seaweedfs", 6)],
+    [("moto", 10), ("dynalite", 6), ("s3rver", 6), ("seaweedfs", 6)],
     indirect=["aws"],
 )
 def test_writers_x_10_appends(aws: Any, ddb_uri: str, writers: int) -> None:

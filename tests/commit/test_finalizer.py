@@ -201,14 +201,23 @@ class _TornReadStore(MemoryObjectStore):
 
     settling: dict[str, int]
 
-    def get(self, path: str) -> bytes:
+    def _settled(self, path: str) -> bytes | None:
+        """None once ``path`` has settled; before, raises (missing) or the torn bytes."""
         left = self.settling.get(path, 0)
-        if left:
-            self.settling[path] = left - 1
-            if left > 1:
-                raise FileNotFoundError(path)
-            return super().get(path)[:10]
-        return super().get(path)
+        if not left:
+            return None
+        self.settling[path] = left - 1
+        if left > 1:
+            raise FileNotFoundError(path)
+        return super().get(path)[:10]
+
+    def get(self, path: str) -> bytes:
+        torn = self._settled(path)
+        return super().get(path) if torn is None else torn
+
+    def get_bounded(self, path: str, limit: int) -> tuple[bytes, int]:
+        torn = self._settled(path)
+        return super().get_bounded(path, limit) if torn is None else (torn, len(torn))
 
 
 def test_a_final_manifest_read_while_another_writer_rewrites_it_is_read_again(

@@ -12,15 +12,16 @@ built once with ten versions. Two reference trees of the published files are tak
 
 Each mutation damages one published file of versions 1 to 9 (bytes: bit flips,
 truncation, a range duplicated or zeroed, garbage appended; or, for JSON, a path
-replaced by a planted one, a value replaced by a planted path, an absurd number, a deep list, a key dropped or a list
-element repeated), forgets what the process knows, and publishes version 10 again. Per
+replaced by a planted one, a value replaced by a planted path, an absurd number, a
+deep list, a key dropped or a list element repeated), forgets what the process knows,
+and publishes version 10 again. Per
 format, every published file but the damaged one must then be byte-identical to one of
 the two reference trees: a mutation publication did not detect changed nothing it
 wrote, and one it detected made it start afresh, never fail or copy what it read. No
 untyped error, and ``verify`` returns a report.
 
 The mutations run in a child process with an address-space limit (RLIMIT_AS, 3 GiB).
-``S3DDB_FUZZ_PUBLISHED_MUTATIONS=<n>`` sets their number (default 150);
+``S3DDB_FUZZ_PUBLISHED_MUTATIONS=<n>`` sets their number (default 100);
 ``S3DDB_FUZZ_SEED`` the first seed.
 """
 
@@ -258,7 +259,7 @@ print(json.dumps(run_mutations(sys.argv[1], int(sys.argv[2]), int(sys.argv[3])))
 def test_mutated_published_state_is_built_on_exactly_or_published_afresh(
     tmp_path: Path,
 ) -> None:
-    count = int(os.environ.get("S3DDB_FUZZ_PUBLISHED_MUTATIONS", "150"))
+    count = int(os.environ.get("S3DDB_FUZZ_PUBLISHED_MUTATIONS", "100"))
     seed = int(os.environ.get("S3DDB_FUZZ_SEED", "0"))
     done = subprocess.run(
         [sys.executable, "-c", _CHILD, str(tmp_path), str(seed), str(count)],
