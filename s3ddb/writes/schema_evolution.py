@@ -125,8 +125,6 @@ def _extend_fragments(
     row split over several) instead gets one new file per fragment holding every
     column of ``schema``: the columns it had, read back (deleted rows too, so its
     deletion file still applies), and the new ones."""
-    written: list[str] = []
-    lock = threading.Lock()
     whole = bool(enabled_formats(manifest))
     files = FileResolver.for_manifest(store, manifest)
 
@@ -144,27 +142,53 @@ def _extend_fragments(
         fields = [new.schema.field(f.name) if f.name in new.column_names else f for f in fields]
         return pa.Table.from_arrays([columns[f.name] for f in fields], schema=pa.schema(fields))
 
-    def extend(fragment: FragmentMetadata) -> FragmentMetadata:
+    def extend(fragment: FragmentMetadata, write: _WriteFile) -> FragmentMetadata:
         table = _file_table(columns_of(fragment))
         if whole:
             table = whole_file(fragment, table)
-        data_file = write_data_file(store, table, schema)
-        with lock:
-            written.append(layout.data_file_path(data_file.path))
-        stats = compute_file_statistics(table, schema, data_file)
+        data_file, stats = write(table)
         if whole:
             return replace(fragment, files=(data_file,), stats=(stats,))
         return replace(fragment, files=(*fragment.files, data_file), stats=(*fragment.stats, stats))
 
     fragments = list(manifest.fragments)
+    return _merge_writing(store, schema, fragments, extend, len(fragments))
+
+
+#: Writes one data file of a table with the schema being planned; gives it and its
+#: statistics (see :func:`_merge_writing`).
+_WriteFile = Callable[[pa.Table], tuple[Any, Any]]
+
+
+def _merge_writing(
+    store: ObjectStore,
+    schema: DatasetSchema,
+    fragments: list[FragmentMetadata],
+    change: Callable[[FragmentMetadata, _WriteFile], FragmentMetadata],
+    parallel: int,
+) -> Merge:
+    """The Merge of ``change(fragment, write)`` for every fragment of ``fragments``,
+    run side by side (at most ``parallel``, and 8, at once); ``write(table)`` writes a
+    data file of ``schema`` and gives it with its statistics. If any change fails,
+    every file written is deleted (silently: that failure is what matters) and it is
+    raised."""
+    written: list[str] = []
+    lock = threading.Lock()
+
+    def write(table: pa.Table) -> tuple[Any, Any]:
+        data_file = write_data_file(store, table, schema)
+        with lock:
+            written.append(layout.data_file_path(data_file.path))
+        return data_file, compute_file_statistics(table, schema, data_file)
+
     try:
         # Leaving the pool waits for every started write, so none lands after cleanup.
-        with ThreadPoolExecutor(max_workers=max(1, min(8, len(fragments)))) as pool:
-            extended = list(pool.map(extend, fragments))
+        with ThreadPoolExecutor(max_workers=max(1, min(8, parallel))) as pool:
+            changed = list(pool.map(lambda f: change(f, write), fragments))
     except BaseException:
-        delete_written_files(store, written)  # silently: the planning error is what matters
+        delete_written_files(store, written)
         raise
-    return Merge(tuple(extended), schema, tuple(written))
+    return Merge(tuple(changed), schema, tuple(written))
 
 
 def _check_new_names(schema: DatasetSchema, names: list[str], what: str) -> None:
@@ -490,28 +514,14 @@ def plan_rewrite_under_current_names(
     files = FileResolver.for_manifest(store, manifest)
     wanted = set(fragment_ids)
     names = list(schema.arrow.names)
-    written: list[str] = []
-    lock = threading.Lock()
 
-    def rewrite(fragment: FragmentMetadata) -> FragmentMetadata:
+    def rewrite(fragment: FragmentMetadata, write: _WriteFile) -> FragmentMetadata:
         if fragment.id not in wanted:
             return fragment
-        table = _file_table(read_fragment(files, fragment, schema, names))
-        data_file = write_data_file(store, table, schema)
-        with lock:
-            written.append(layout.data_file_path(data_file.path))
-        stats = compute_file_statistics(table, schema, data_file)
+        data_file, stats = write(_file_table(read_fragment(files, fragment, schema, names)))
         return replace(fragment, files=(data_file,), stats=(stats,))
 
-    fragments = list(manifest.fragments)
-    try:
-        # Leaving the pool waits for every started write, so none lands after cleanup.
-        with ThreadPoolExecutor(max_workers=max(1, min(8, len(wanted)))) as pool:
-            rewritten = list(pool.map(rewrite, fragments))
-    except BaseException:
-        delete_written_files(store, written)  # silently: the read error is what matters
-        raise
-    return Merge(tuple(rewritten), schema, tuple(written))
+    return _merge_writing(store, schema, list(manifest.fragments), rewrite, len(wanted))
 
 
 # --- metadata ------------------------------------------------------------------------------
