@@ -70,12 +70,12 @@ from s3ddb.errors import (
     VersionNotFoundError,
 )
 from s3ddb.errors import InjectedFault as InjectedFault
-from s3ddb.external_store.base import (
+from s3ddb.external_store.manifest_store import (
     ExternalStoreOutcomeUnknownError as ExternalStoreOutcomeUnknownError,
 )
-from s3ddb.external_store.base import FenceFailedError as FenceFailedError
-from s3ddb.external_store.base import VersionTakenError as VersionTakenError
-from s3ddb.external_store.group import GroupRefusedError as GroupRefusedError
+from s3ddb.external_store.manifest_store import FenceFailedError as FenceFailedError
+from s3ddb.external_store.manifest_store import GroupRefusedError as GroupRefusedError
+from s3ddb.external_store.manifest_store import VersionTakenError as VersionTakenError
 from s3ddb.format.bases import BasePath as BasePath
 from s3ddb.format.fragment import DataFile as DataFile
 from s3ddb.format.fragment import FragmentMetadata

@@ -13,6 +13,10 @@ Checks (each failure is listed with where it is; exit status 1 if any):
   ``cls``) where only classes of other packages define ``_name``
   (:func:`_private_attributes`), so a package changes another's objects only through
   their public methods;
+* no type check of a commit handler or a store outside the package that defines its
+  class: ``isinstance``/``issubclass`` naming one, or ``getattr``/``hasattr`` of an
+  attribute only such classes define (:func:`_handler_type_checks`). The rest asks
+  their interface (which dataset, which group, whether stores share transactions);
 * no module over :data:`MAX_MODULE_LINES` lines (generated protobuf code aside);
 * the public surface: at most :data:`MAX_EXPORTS` names in ``s3ddb.__all__``; every
   exception there or in ``s3ddb.errors.__all__`` is an ``S3DDBError``; every public
@@ -50,10 +54,10 @@ MAX_EXPORTS = 60
 INTERNAL_EXCEPTIONS = {
     "s3ddb.commit.handlers.VersionConflict",
     "s3ddb.errors.InjectedFault",
-    "s3ddb.external_store.base.ExternalStoreOutcomeUnknownError",
-    "s3ddb.external_store.base.FenceFailedError",
-    "s3ddb.external_store.base.VersionTakenError",
-    "s3ddb.external_store.group.GroupRefusedError",
+    "s3ddb.external_store.manifest_store.ExternalStoreOutcomeUnknownError",
+    "s3ddb.external_store.manifest_store.FenceFailedError",
+    "s3ddb.external_store.manifest_store.VersionTakenError",
+    "s3ddb.external_store.manifest_store.GroupRefusedError",
 }
 
 #: The layers, lowest first. A module may import from its own layer and any layer
@@ -262,6 +266,102 @@ def _private_attribute_uses(modules: dict[str, Module]) -> list[str]:
     return problems
 
 
+#: The interfaces whose classes (these and every subclass in the package) no code
+#: outside the class's own package asks an object whether it is, by type or by
+#: attribute: it asks the interface instead (issue 45).
+HANDLER_AND_STORE_ROOTS = ("CommitHandler", "ObjectStore", "ExternalManifestStore")
+
+
+def _handler_type_checks(modules: dict[str, Module]) -> list[str]:
+    """Every ``isinstance``/``issubclass`` naming a commit-handler or store class (see
+    :data:`HANDLER_AND_STORE_ROOTS`) and every ``getattr``/``hasattr`` of a literal
+    attribute that only such classes define (methods, class attributes, ``self.x =``),
+    in a module of a package that defines none of those classes (or attributes)."""
+    bases: dict[str, set[str]] = {}
+    units: dict[str, set[str]] = {}
+    attributes: dict[str, dict[str, set[str]]] = {}  # class -> attribute -> units
+    for name, module in modules.items():
+        for cls in ast.walk(module.tree):
+            if not isinstance(cls, ast.ClassDef):
+                continue
+            bases.setdefault(cls.name, set()).update(
+                b.id if isinstance(b, ast.Name) else b.attr
+                for b in cls.bases
+                if isinstance(b, (ast.Name, ast.Attribute))
+            )
+            units.setdefault(cls.name, set()).add(_unit(name))
+            found = attributes.setdefault(cls.name, {})
+            for node in ast.walk(cls):
+                attr = None
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    attr = node.name
+                elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                    attr = node.id if node in _class_level_targets(cls) else None
+                elif (
+                    isinstance(node, ast.Attribute)
+                    and isinstance(node.ctx, ast.Store)
+                    and isinstance(node.value, ast.Name)
+                    and node.value.id == "self"
+                ):
+                    attr = node.attr
+                if attr is not None and not attr.startswith("__"):
+                    found.setdefault(attr, set()).add(_unit(name))
+    family = set(HANDLER_AND_STORE_ROOTS) & set(bases)
+    while True:
+        grown = family | {c for c, b in bases.items() if b & family}
+        if grown == family:
+            break
+        family = grown
+    owned: dict[str, set[str]] = {}  # attribute -> units of the family defining it
+    elsewhere: set[str] = set()  # attributes other classes define too
+    for cls, found in attributes.items():
+        for attr, where in found.items():
+            if cls in family:
+                owned.setdefault(attr, set()).update(where)
+            else:
+                elsewhere.add(attr)
+    problems = []
+    for name, module in modules.items():
+        unit = _unit(name)
+        for node in ast.walk(module.tree):
+            if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
+                continue
+            what = None
+            if node.func.id in ("isinstance", "issubclass") and len(node.args) == 2:
+                kinds = node.args[1]
+                for kind in kinds.elts if isinstance(kinds, ast.Tuple) else [kinds]:
+                    named = kind.id if isinstance(kind, ast.Name) else getattr(kind, "attr", None)
+                    if named in family and unit not in units[named]:
+                        what = f"{node.func.id}(..., {named})"
+            elif (
+                node.func.id in ("getattr", "hasattr")
+                and len(node.args) >= 2
+                and isinstance(node.args[1], ast.Constant)
+                and isinstance(node.args[1].value, str)
+            ):
+                attr = node.args[1].value
+                public = not attr.startswith("_")  # private names: the check above
+                if public and attr in owned and attr not in elsewhere and unit not in owned[attr]:
+                    what = f"{node.func.id}(..., {attr!r})"
+            if what is not None:
+                problems.append(
+                    f"{module.path}:{node.lineno}: a type check of a commit handler or store "
+                    f"outside its package: {what}; ask its interface instead"
+                )
+    return problems
+
+
+def _class_level_targets(cls: ast.ClassDef) -> set[ast.expr]:
+    """The names a class body assigns (``x = ...``, ``x: T = ...``)."""
+    targets: set[ast.expr] = set()
+    for node in cls.body:
+        if isinstance(node, ast.Assign):
+            targets.update(node.targets)
+        elif isinstance(node, ast.AnnAssign):
+            targets.add(node.target)
+    return targets
+
+
 def _layer_of(unit: str) -> int | None:
     for rank, layer in enumerate(LAYERS):
         if unit in layer:
@@ -318,6 +418,7 @@ def check(root: Path) -> list[str]:
                 problems.append(f"{module.path}:{line}: private name across packages: {what}")
 
     problems.extend(_private_attribute_uses(modules))
+    problems.extend(_handler_type_checks(modules))
 
     top_level = [n for n, m in modules.items() if n.count(".") == 1 and not m.is_package]
     top_level.append(top)  # __init__.py

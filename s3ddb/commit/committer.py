@@ -225,8 +225,7 @@ class _CommitInProgress:
     def dataset(self) -> str:
         """The dataset, as traces and logs name it (credentials redacted; worked out
         once per commit: logs, spans and counters ask for it several times)."""
-        handler = self.handler
-        return telemetry.dataset_attribute(getattr(handler, "base_uri", handler.store.url))
+        return telemetry.dataset_attribute(self.handler.dataset_key())
 
     def with_metrics(self, manifest: Manifest, base: Manifest | None, attempts: int) -> Manifest:
         """``manifest`` with the metrics of this commit as of its claim number

@@ -14,19 +14,16 @@ Steps 3-4 of this process's own commits run on its background finalizer
 (:mod:`s3ddb.commit.finalizer`), off the caller's path; a handler built without one
 runs them inline. Either way they may fail or crash: the commit is decided, so the
 writer still reports success and the next reader or writer finishes them
-(:meth:`ExternalStoreCommitHandler.finalize`). An unknown outcome of step 2 is
-resolved by reading the row back; if that is impossible the writer raises
-:class:`CommitStateUnknownError` and keeps its files. S3 conditional writes are never
-used. See docs/protocol.md.
+(:mod:`s3ddb.commit.external_versions`, which also finds and checks the versions). An
+unknown outcome of step 2 is resolved by reading the row back; if that is impossible
+the writer raises :class:`CommitStateUnknownError` and keeps its files. S3
+conditional writes are never used. See docs/protocol.md.
 
-Rows of the external manifest store are input: each is checked as it comes in
-(:meth:`ExternalStoreCommitHandler.checked_row`) before anything is read, copied or
-deleted through it. A version whose row still points at its staged manifest is made
-final by whoever needs it: the staged manifest is verified (size, checksum, version,
-dataset identity), copied to its final name, the copy checked, the row repointed and
-the staged object deleted. This process's own commits do that on its background
-finalizer; anyone else's staged version is finished by the next reader or writer that
-needs it.
+One handler claims one version (a conditional put of its row) or, for a group
+(``s3ddb.atomic``), one version of each part, of several datasets, in one atomic
+request (one ``TransactWriteItems``): the same steps 1 and 3-4 for every part, and
+one claim whose unknown outcome is settled by reading the rows back and resending
+with the same token.
 """
 
 from __future__ import annotations
@@ -36,98 +33,58 @@ import logging
 import os
 import re
 import socket
-import threading
-import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Sequence
 from concurrent.futures import Future
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
+from s3ddb.commit.external_versions import OWN_COMMITS, ExternalStoreVersions
 from s3ddb.commit.failpoints import failpoint
-from s3ddb.commit.finalizer import BackgroundFinalizer, FinalizeTicket
+from s3ddb.commit.finalizer import BackgroundFinalizer
 from s3ddb.commit.handlers import (
+    ClaimOutcome,
+    ClaimPart,
     CommitHandler,
-    ListingCommitHandler,
     ManifestLocation,
     VersionConflict,
     removed_by_cleanup,
 )
-from s3ddb.commit.manifest_cache import MANIFESTS, CacheKey
+from s3ddb.commit.manifest_cache import MANIFESTS
 from s3ddb.errors import (
     CommitMechanismError,
     CommitStateUnknownError,
     DatasetRecreatedError,
     ExternalStoreError,
-    ManifestCorruptError,
-    ManifestFinalizationError,
-    PathOutsideDatasetError,
-    VersionNotFoundError,
 )
-from s3ddb.external_store.base import (
+from s3ddb.external_store.identity import CLAIM_ATTRIBUTE, same_commit
+from s3ddb.external_store.manifest_store import (
     DATASET_ID_ATTRIBUTE,
+    GROUP_ID_ATTRIBUTE,
+    GROUP_MEMBERS_ATTRIBUTE,
     ExternalManifestStore,
     ExternalStoreOutcomeUnknownError,
     Fence,
     FenceFailedError,
+    GroupClaim,
+    GroupRefusedError,
     ManifestRow,
     VersionTakenError,
+    claim_group,
+    encode_members,
+    read_rows,
 )
-from s3ddb.external_store.group import (
-    GROUP_ID_ATTRIBUTE,
-    GROUP_MEMBERS_ATTRIBUTE,
-)
-from s3ddb.external_store.identity import CLAIM_ATTRIBUTE, final_path_of, same_commit
 from s3ddb.format import layout
-from s3ddb.format.chunks import ChunkSource, missing_chunk
-from s3ddb.format.limits import MAX_MANIFEST_BYTES
 from s3ddb.format.manifest import DYNAMODB, Manifest
-from s3ddb.format.naming import NamingScheme, parse_manifest_name, parse_staged_name
 from s3ddb.format.version_metrics import METRICS_ATTRIBUTE, dumps_metrics
 from s3ddb.io.object_store import ObjectStore
-from s3ddb.io.parallel import PendingWrites, run_beside
-from s3ddb.io.paths import name_problem
-from s3ddb.observe import telemetry
+from s3ddb.io.parallel import PendingWrites, process_pool, run_beside
 from s3ddb.version import __version__
 
-__all__ = ["OWN_COMMITS", "ExternalStoreCommitHandler", "committer_name"]
+__all__ = ["ExternalStoreCommitHandler", "committer_name"]
 
 log = logging.getLogger(__name__)
 
 _WRITER_ID = uuid.uuid4().hex[:12]
-
-
-class _OwnCommits:
-    """The newest version this process committed to each dataset, while it keeps
-    winning: a writer that is alone builds on it without a Query (one round trip
-    less). Losing a version shows other writers, and the writer asks again for
-    :attr:`QUIET_SECONDS`."""
-
-    QUIET_SECONDS = 10.0
-
-    def __init__(self) -> None:
-        self._latest: dict[str, tuple[ManifestLocation, ManifestRow]] = {}
-        self._quiet_until: dict[str, float] = {}
-        self._lock = threading.Lock()
-
-    def won(self, location: ManifestLocation, row: ManifestRow) -> None:
-        with self._lock:
-            known = self._latest.get(row.base_uri)
-            if known is None or known[0].version < location.version:
-                self._latest[row.base_uri] = (location, row)
-
-    def lost(self, base_uri: str) -> None:
-        with self._lock:
-            self._latest.pop(base_uri, None)
-            self._quiet_until[base_uri] = time.monotonic() + self.QUIET_SECONDS
-
-    def presumed(self, base_uri: str) -> tuple[ManifestLocation, ManifestRow] | None:
-        with self._lock:
-            if time.monotonic() < self._quiet_until.get(base_uri, 0.0):
-                return None
-            return self._latest.get(base_uri)
-
-
-OWN_COMMITS = _OwnCommits()
 
 
 @functools.lru_cache(maxsize=4)
@@ -140,46 +97,23 @@ def committer_name() -> str:
     return _committer_for(os.getpid())
 
 
-class _LegacyVersions(ListingCommitHandler):
-    """Read-only view of versions in ``_versions/`` that have no external-store row."""
+@dataclass
+class _Staged:
+    """A part after step 1: its handler, manifest, the row that claims it, the
+    fence of that claim and the put of its staged manifest."""
 
-    mechanism = "listing (read-only)"
-
-    def commit_manifest(
-        self,
-        manifest: Manifest,
-        data: bytes,
-        pending: PendingWrites | None = None,
-        previous: Manifest | None = None,
-    ) -> ManifestLocation:
-        raise TypeError("versions of an external-store dataset are committed through the store")
+    handler: ExternalStoreCommitHandler
+    manifest: Manifest
+    row: ManifestRow
+    fence: Fence | None
+    put: Future[str | None]
 
 
-#: Pauses between reads of a final manifest that reads missing, torn or of the wrong
-#: size (about a second in all): S3-compatible stores that rewrite an object in place
-#: show it so while several writers copy one version to its final name.
-_SETTLE_DELAYS = (0.05, 0.1, 0.2, 0.4)
-#: Rows a handler remembers (the newest versions': only they matter).
-_ROWS_KEPT = 64
-#: A staged row this much older than its commit time is taken for abandoned (its
-#: writer died between copying and repointing): writers repoint it.
-_ABANDONED_AFTER_MS = 2_000
-
-
-def _naming_of(path: str) -> NamingScheme:
-    name = path.rsplit("/", 1)[-1]
-    parsed = parse_manifest_name(name) or parse_staged_name(name)
-    return parsed[1] if parsed else NamingScheme.V2
-
-
-class _EarlierVersionStaged(ManifestFinalizationError):
-    """A version of a group stays staged because one before it could not be finished."""
-
-
-class ExternalStoreCommitHandler(CommitHandler):
-    """Commit handler for ``s3+ddb://`` datasets (see the module docstring): it finds
-    versions through their rows, claims them (steps 1-2) and finishes staged ones
-    (steps 3-4).
+class ExternalStoreCommitHandler(ExternalStoreVersions):
+    """Commit handler for ``s3+ddb://`` datasets (see the module docstring): it claims
+    versions (steps 1-2), one at a time or several of several datasets at once (a
+    group), and finds and finishes them as :class:`~s3ddb.commit.external_versions.
+    ExternalStoreVersions` does.
 
     Args:
         store: the dataset's objects.
@@ -199,28 +133,36 @@ class ExternalStoreCommitHandler(CommitHandler):
         *,
         finalizer: BackgroundFinalizer | None = None,
     ) -> None:
-        super().__init__(store)
-        self.external = external
-        self.base_uri = base_uri
-        self.finalizer = finalizer
-        # Datasets created before they used the external store keep their older
-        # versions only in _versions/.
-        self._listing = _LegacyVersions(store)
-        # The newest state of each row this handler has seen (Query, lost claims, own
-        # commits): it tells whether version N-1 is known final before claiming N.
-        self._rows: dict[int, ManifestRow] = {}
+        super().__init__(store, external, base_uri, finalizer=finalizer)
         self._mechanism: tuple[str, str] | None = None
 
-    def validate(self) -> None:
-        self.external.validate()
+    def group_kind(self) -> str | None:
+        return "s3+ddb://"
 
-    def manifest_store(self) -> tuple[ExternalManifestStore, str]:
-        return self.external, self.base_uri
+    def shares_transactions_with(self, other: CommitHandler) -> bool:
+        """Another dataset whose table is behind the same endpoint, region and
+        credentials (one DynamoDB transaction spans one account and region)."""
+        return isinstance(other, ExternalStoreCommitHandler) and (
+            self.external.shares_transactions_with(other.external)
+        )
+
+    def transactions_unavailable(self) -> str | None:
+        if self.external.transactions:
+            return None
+        return (
+            "its DynamoDB store is used without transactions (dynamodb_transactions=false), "
+            "and a group is decided by one TransactWriteItems (a snapshot checked by one "
+            "TransactGetItems)"
+        )
+
+    def claim_actions(self, follows: bool) -> int:
+        # A fenced claim is two actions: the check of its predecessor and the put.
+        return 1 if follows else 2
 
     def mechanism_record(self) -> tuple[str, str]:
         if self._mechanism is None:
             # The table's name alone: describe() would resolve endpoint and region.
-            table = getattr(self.external, "table_name", None)
+            table = self.external.table_name
             if not table:
                 info = self.external.describe()
                 table = info.get("table") or f"memory-{info.get('name') or 'default'}"
@@ -231,212 +173,6 @@ class ExternalStoreCommitHandler(CommitHandler):
         if mechanism == DYNAMODB:
             return f"s3+ddb://{self.base_uri[len('s3://') :]}?ddbTableName={table}"
         return self.base_uri
-
-    def describe(self) -> str:
-        info = self.external.describe()
-        if "table" in info:
-            where = (
-                f"DynamoDB table {info['table']!r} (endpoint "
-                f"{info.get('endpoint') or 'default AWS'}, region {info.get('region')})"
-            )
-        else:
-            where = ", ".join(f"{k}={v}" for k, v in info.items())
-        return f"{self.mechanism}: {where}, for {self.base_uri}"
-
-    # --- reading ----------------------------------------------------------------------
-
-    def presumed_latest(self) -> ManifestLocation | None:
-        own = OWN_COMMITS.presumed(self.base_uri)
-        if own is None:
-            return None
-        location, row = own
-        key = self._cache_key(location)
-        if key is None or MANIFESTS.get(key) is None:
-            return None  # its manifest is no longer cached: asking costs the same
-        self._note(row)
-        return location
-
-    def latest_location(self, *, finalize: bool = True) -> ManifestLocation | None:
-        row = self._get_latest()
-        if row is None:
-            return self._listing.latest_location()
-        return self.location_of_row(self.finished(row) if finalize else row)
-
-    def location_of(self, version: int) -> ManifestLocation:
-        row = self._get(version)
-        if row is not None:
-            return self.location_of_row(self.finished(row))
-        try:
-            return self._listing.location_of(version)
-        except VersionNotFoundError:
-            raise VersionNotFoundError(
-                f"version {version} of {self.base_uri} does not exist"
-            ) from None
-
-    def list_locations(self, start: int = 1, end: int | None = None) -> list[ManifestLocation]:
-        rows = self._list(start, end)
-        out = []
-        first_row = rows[0].version if rows else None
-        if first_row is None or first_row > start:
-            # Versions from before the dataset used the external store.
-            upper = (first_row - 1) if first_row is not None else end
-            out.extend(self._listing.list_locations(start, upper))
-        # Staged rows are listed as they are (their staged manifest is byte-identical
-        # to the final one); the newest one is finalized by latest_location.
-        out.extend(self.location_of_row(row) for row in rows)
-        return out
-
-    def locations_since(self, start: int, *, finalize: bool = True) -> list[ManifestLocation]:
-        # One Query for the whole range instead of latest + range.
-        rows = self._list(start)
-        if not rows:
-            return self._listing.locations_since(start) if start == 1 else []
-        out = (
-            self.list_locations(start, rows[-1].version)
-            if rows[0].version > start
-            else [self.location_of_row(row) for row in rows]
-        )
-        if finalize:
-            out[-1] = self.location_of_row(self.finished(rows[-1]))
-        return out
-
-    def location_of_row(self, row: ManifestRow) -> ManifestLocation:
-        """Where the version ``row`` records is (``row`` as given: see :meth:`checked_row`)."""
-        return ManifestLocation(
-            row.version,
-            row.path,
-            _naming_of(row.path),
-            row.size,
-            row.committed_at,
-            row.extra.get("operation"),
-            row.extra.get(DATASET_ID_ATTRIBUTE),
-            row.extra.get(GROUP_ID_ATTRIBUTE),
-            row.extra.get(GROUP_MEMBERS_ATTRIBUTE),
-            row.extra.get(METRICS_ATTRIBUTE),
-        )
-
-    def load_manifest(self, location: ManifestLocation) -> Manifest:
-        """The manifest at ``location`` (staged or final; cached per process).
-
-        Raises:
-            VersionNotFoundError: the manifest is missing.
-            ManifestCorruptError: it is truncated, corrupt, of the wrong size or
-                version.
-        """
-        key = self._cache_key(location)
-        cached = MANIFESTS.get(key) if key is not None else None
-        if cached is not None:
-            return cached
-        try:
-            manifest = self._load_settled(location)
-        except VersionNotFoundError:
-            # A staged manifest vanishes once someone finalized it: use the row's
-            # current path.
-            if location.path == layout.manifest_path(location.version, location.naming):
-                raise
-            row = self._get(location.version)
-            if row is None:
-                raise
-            manifest = self._load_settled(self.location_of_row(self.finished(row)))
-        self._check_identity(manifest, location)
-        if key is not None:
-            MANIFESTS.put(key, manifest)
-        return manifest
-
-    def _check_identity(self, manifest: Manifest, location: ManifestLocation) -> None:
-        """The manifest must carry the identity its row records.
-
-        Raises:
-            ManifestCorruptError: it does not (a manifest of another dataset, or of a
-                re-created one, under this version's name).
-        """
-        if location.dataset_id is not None and manifest.dataset_id != location.dataset_id:
-            raise ManifestCorruptError(
-                f"manifest {location.path} of version {location.version} of {self.base_uri} "
-                f"belongs to dataset identity {manifest.dataset_id or 'none'}, but the "
-                f"external store's row records {location.dataset_id}"
-            )
-
-    def _cache_key(self, location: ManifestLocation) -> CacheKey | None:
-        if location.size is None or location.committed_at_ms is None:
-            return None  # a legacy version found by listing: no commit identity
-        return (
-            self.base_uri,
-            location.version,
-            final_path_of(location.path),
-            location.size,
-            location.committed_at_ms,
-        )
-
-    def _load_settled(self, location: ManifestLocation) -> Manifest:
-        """Load ``location``; a *final* manifest that reads missing or torn is read
-        again for about a second. Several writers may copy one version's staged
-        manifest to its final name at once (the same bytes), and S3-compatible stores
-        that rewrite an object in place (s3rver, some appliances) show it missing or
-        part-written meanwhile. On AWS S3 the first answer is final.
-
-        Raises:
-            VersionNotFoundError, ManifestCorruptError: as :meth:`load_manifest`.
-        """
-        final = location.path == layout.manifest_path(location.version, location.naming)
-        for delay in _SETTLE_DELAYS:
-            try:
-                return super().load_manifest(location)
-            except (VersionNotFoundError, ManifestCorruptError):
-                if not final:
-                    raise
-                time.sleep(delay)
-        return super().load_manifest(location)
-
-    # --- rows, checked as they come in ------------------------------------------------
-
-    def checked_row(self, row: ManifestRow) -> ManifestRow:
-        """``row`` if its path is a manifest of its own version under ``_versions/``.
-
-        Rows are input: whoever can write the table can plant one. Nothing is read,
-        copied or deleted through a row before this check.
-
-        Raises:
-            PathOutsideDatasetError: the path is anything else.
-        """
-        directory, _, name = row.path.partition("/")
-        problem = (
-            f"it is not under {layout.VERSIONS_DIR}/"
-            if directory != layout.VERSIONS_DIR
-            else name_problem(name)
-        )
-        if problem is None:
-            parsed = parse_manifest_name(name) or parse_staged_name(name)
-            if parsed is None or parsed[0] != row.version:
-                problem = f"it does not name a manifest of version {row.version}"
-        if problem is not None:
-            raise PathOutsideDatasetError(
-                f"refusing manifest path {row.path!r} (found in the external store's row "
-                f"for version {row.version} of {self.base_uri}): {problem}"
-            )
-        return row
-
-    def _get(self, version: int) -> ManifestRow | None:
-        row = self.external.get(self.base_uri, version)
-        return self._note(self.checked_row(row)) if row is not None else None
-
-    def _get_latest(self) -> ManifestRow | None:
-        row = self.external.get_latest(self.base_uri)
-        return self._note(self.checked_row(row)) if row is not None else None
-
-    def _list(self, start: int, end: int | None = None) -> list[ManifestRow]:
-        rows = self.external.list_versions(self.base_uri, start_version=start, end_version=end)
-        return [self._note(self.checked_row(row)) for row in rows]
-
-    def _note(self, row: ManifestRow) -> ManifestRow:
-        """Remember ``row`` as the newest state of its version (a final row is never
-        replaced by a staged one)."""
-        known = self._rows.get(row.version)
-        if known is None or known.is_staged or not row.is_staged:
-            self._rows[row.version] = row
-            if len(self._rows) > _ROWS_KEPT:  # only the newest versions matter
-                del self._rows[min(self._rows)]
-        return row
 
     # --- committing (steps 1-2) -------------------------------------------------------
 
@@ -475,50 +211,99 @@ class ExternalStoreCommitHandler(CommitHandler):
         pending: PendingWrites | None = None,
         previous: Manifest | None = None,
     ) -> ManifestLocation:
-        self.check_writable(previous)
-        staged = layout.staged_manifest_path(manifest.version, manifest.naming_scheme)
+        # A claim of one part: steps 1-2 for it, with one conditional write.
         writes = pending if pending is not None else PendingWrites()
-        staged_put = writes.put(self.store, staged, data)
-        fence = self.stage(manifest.version, previous, writes, staged)
-        row = self.claim_row(manifest, staged, len(data))
-        self._claim_staged(row, fence)
+        (staged,) = self._stage_parts([(ClaimPart(self, manifest, previous, writes), data)])
+        self._claim_staged(staged.row, staged.fence)
         # Decided. From here on nothing may turn this into a reported failure.
-        return self.finish_won(manifest, row, staged_put)
+        return self._finish_won(manifest, staged.row, staged.put)
 
-    def stage(
-        self, version: int, previous: Manifest | None, writes: PendingWrites, staged: str
+    def _stage_parts(
+        self, parts: Sequence[tuple[ClaimPart, bytes]], group: dict[str, str] | None = None
+    ) -> list[_Staged]:
+        """Step 1 for every part (its framed manifest beside it): each staged manifest
+        put, its predecessor made final, its fence; the row that claims it, with
+        ``group``'s attributes when several parts are claimed together. Every staged
+        manifest is sent before any is waited for: the parts' uploads overlap.
+
+        Raises:
+            CommitMechanismError (a base records another mechanism), whatever a
+            write or the predecessor check raised: after deleting every staged
+            manifest written.
+        """
+        staged: list[_Staged] = []
+        puts: list[tuple[ExternalStoreCommitHandler, str, Future[str | None]]] = []
+        try:
+            for part, data in parts:
+                handler = part.handler
+                assert isinstance(handler, ExternalStoreCommitHandler)
+                handler.check_writable(part.base)
+                manifest = part.manifest
+                path = layout.staged_manifest_path(manifest.version, manifest.naming_scheme)
+                puts.append((handler, path, part.writes.put(handler.store, path, data)))
+            for (part, data), (handler, path, put) in zip(parts, puts):
+                if part.follows is None:
+                    fence = handler._stage(part.manifest.version, part.base, part.writes)
+                else:
+                    # Its predecessor is claimed in the same request, fenced itself.
+                    part.writes.wait()
+                    fence = None
+                row = handler._claim_row(part.manifest, path, len(data), group)
+                staged.append(_Staged(handler, part.manifest, row, fence, put))
+        except BaseException:
+            for handler, path, put in puts:
+                try:
+                    put.result()  # none may land after its deletion
+                except Exception:
+                    pass
+                handler._discard_unclaimed(path)
+            raise
+        return staged
+
+    def _stage(
+        self, version: int, previous: Manifest | None, writes: PendingWrites
     ) -> Fence | None:
         """Step 1 of claiming ``version`` on ``previous``: wait for ``writes`` (the
-        staged manifest ``staged`` among them) while making sure version ``version - 1``
-        is final; returns the claim's fence (None: nothing to check).
+        staged manifest among them) while making sure version ``version - 1`` is
+        final; returns the claim's fence (None: nothing to check).
 
         Raises:
             Whatever a write, the predecessor check or :meth:`_fence` raised (e.g.
-            CommitMechanismError), after deleting the staged manifest.
+            CommitMechanismError); the caller deletes the staged manifest.
         """
         previous_final: Future[ManifestRow | None] = run_beside(
             self.store, lambda: self._ensure_previous_final(version)
         )
         try:
-            try:
-                writes.wait()
-            finally:
-                previous_row = previous_final.result()  # never leave it running
-            fence = self._fence(version, previous, previous_row)
-            failpoint("commit.after_stage_manifest")
-        except BaseException:
-            self.store.delete(staged)
-            raise
+            writes.wait()
+        finally:
+            previous_row = previous_final.result()  # never leave it running
+        fence = self._fence(version, previous, previous_row)
+        failpoint("commit.after_stage_manifest")
         return fence
 
-    def claim_row(self, manifest: Manifest, staged: str, size: int) -> ManifestRow:
+    def _discard_unclaimed(self, staged: str) -> None:
+        """Delete the staged manifest ``staged`` of a claim that definitely did not
+        apply (a failure is logged: the staged object is then an orphan that cleanup
+        removes)."""
+        try:
+            self.store.delete(staged)
+        except Exception as exc:
+            log.warning("could not delete staged manifest %s: %s", staged, exc)
+
+    def _claim_row(
+        self, manifest: Manifest, staged: str, size: int, group: dict[str, str] | None = None
+    ) -> ManifestRow:
         """The row claiming ``manifest``'s version, pointing at its staged manifest
-        ``staged`` of ``size`` bytes; built here, nothing is sent. Never raises."""
+        ``staged`` of ``size`` bytes, with ``group``'s attributes if it is claimed in
+        one; built here, nothing is sent. Never raises."""
         extra = {"operation": manifest.operation, CLAIM_ATTRIBUTE: staged}
         if manifest.metrics:
             extra[METRICS_ATTRIBUTE] = dumps_metrics(manifest.metrics)
         if manifest.dataset_id:
             extra[DATASET_ID_ATTRIBUTE] = manifest.dataset_id
+        if group:
+            extra.update(group)
         return ManifestRow(
             self.base_uri,
             manifest.version,
@@ -552,7 +337,7 @@ class ExternalStoreCommitHandler(CommitHandler):
             self.store.delete(row.path)
             raise
 
-    def finish_won(
+    def _finish_won(
         self, manifest: Manifest, row: ManifestRow, staged_put: Future[str | None]
     ) -> ManifestLocation:
         """After the claim of ``row`` (``manifest``'s version; ``staged_put``: the put
@@ -622,7 +407,7 @@ class ExternalStoreCommitHandler(CommitHandler):
             "are kept; re-open the dataset to see whether this version is the commit."
         ) from unknown
 
-    def fence_error(
+    def _fence_error(
         self, row: ManifestRow, fence: Fence | None, exc: FenceFailedError
     ) -> Exception:
         """The error to raise for the claim of ``row`` that ``fence`` refused (``exc``):
@@ -666,7 +451,7 @@ class ExternalStoreCommitHandler(CommitHandler):
         Raises:
             VersionConflict: another writer owns the version.
             DatasetRecreatedError, RetryableCommitConflictError: the fence failed (see
-                :meth:`fence_error`).
+                :meth:`_fence_error`).
         """
         try:
             self.external.put_if_not_exists(row, fence)
@@ -675,7 +460,7 @@ class ExternalStoreCommitHandler(CommitHandler):
                 return None
             raise self._conflict(row.version, exc.winner) from None
         except FenceFailedError as exc:
-            raise self.fence_error(row, fence, exc) from None
+            raise self._fence_error(row, fence, exc) from None
         except ExternalStoreOutcomeUnknownError as exc:
             return exc
         return None
@@ -694,390 +479,169 @@ class ExternalStoreCommitHandler(CommitHandler):
                 f"after retrying ({unknown}); the commit's files are kept"
             ) from unknown
 
-    # --- finalizing (steps 3-4) -------------------------------------------------------
+    # --- claiming several parts at once (groups) ---------------------------------------
 
-    def _ticket(self, row: ManifestRow) -> FinalizeTicket | None:
-        if self.finalizer is None or not row.is_staged:
-            return None
-        return self.finalizer.ticket((self.base_uri, row.version), row.path)
-
-    def finished(self, row: ManifestRow) -> ManifestRow:
-        """``row`` as a reader uses it: made final (this process's finalizer is waited
-        for if it holds the row, no race with it; anything else is finalized here),
-        or still staged, whose manifest reads the same, when it cannot be finished
-        now (this principal may not, or an earlier version of its group cannot be).
+    def claim_parts(self, parts: Sequence[ClaimPart], group_id: str) -> ClaimOutcome:
+        """Stage every part (step 1, as a single commit stages), then claim all of them
+        in one atomic request (:func:`~s3ddb.external_store.manifest_store.
+        claim_group`: one ``TransactWriteItems`` on DynamoDB), each row naming the
+        group; a won group finishes each version as a single commit does.
 
         Raises:
-            ManifestFinalizationError, and what reading or copying raised: as
-            :meth:`finalize`.
+            As :meth:`CommitHandler.claim_parts`; ExternalStoreError and others:
+            nothing claimed (staged manifests deleted).
         """
-        if not row.is_staged:
-            return row
-        ticket = self._ticket(row)
-        if ticket is not None and ticket.wait_done() and ticket.result is not None:
-            return self._note(replace(row, path=ticket.result))
+        members = encode_members(
+            [(p.handler.dataset_key(), p.manifest.version, p.manifest.commit_table) for p in parts]
+        )
+        group = {GROUP_ID_ATTRIBUTE: group_id, GROUP_MEMBERS_ATTRIBUTE: members}
+        staged = self._stage_parts([(p, p.manifest.to_bytes()) for p in parts], group)
+        claims = [GroupClaim(s.handler.external, s.row, s.fence) for s in staged]
         try:
-            return self._note(self._repair(row))
-        except _EarlierVersionStaged as exc:
-            # Its staged manifest reads the same; it is finished once the versions
-            # before it are (by the next reader, writer or sync).
-            log.warning("%s", exc)
-            return row
-        except PermissionError as exc:
-            # A read-only principal cannot finish the commit; the staged manifest is
-            # byte-identical to the final one, so it reads that.
-            log.warning(
-                "version %d of %s is staged and this principal may not finalize it (%s); "
-                "reading its staged manifest",
-                row.version,
-                self.base_uri,
-                exc,
-            )
-            return row
-
-    def _repair(self, row: ManifestRow) -> ManifestRow:
-        """:meth:`finalize` of another writer's staged ``row``, traced as
-        ``s3ddb.repair`` and counted."""
-        attributes = {
-            "s3ddb.dataset": telemetry.dataset_attribute(self.base_uri),
-            "s3ddb.version": row.version,
-        }
-        with telemetry.span("s3ddb.repair", attributes) as span:
-            finished = self.finalize(row)
-            span.set_attribute("s3ddb.outcome", "finished")
-        telemetry.add("s3ddb.repairs", 1)
-        return finished
-
-    def _finalize_group_predecessors(self, row: ManifestRow) -> None:
-        """Before finishing ``row``: a group (``s3ddb.atomic``) that made several
-        versions of this dataset claimed them in one request, so the versions before
-        ``row`` may be staged too, and their writer gone. Finish them first, oldest
-        first: a version becomes final only after the one before it, so a reader
-        listing ``_versions/`` sees a prefix of history. They are found from the
-        rows themselves (each staged row before ``row`` of the same group, walking
-        back), not from the group's member list, which is only as good as its
-        spelling of the dataset.
-
-        Raises:
-            ManifestFinalizationError: an earlier version could not be finished (or
-                its row read); ``row`` must then stay staged for the next reader,
-                writer or ``sync``.
-        """
-        group = row.extra.get(GROUP_ID_ATTRIBUTE)
-        version = row.version - 1
-        try:
-            staged: list[ManifestRow] = []
-            while version >= 1:
-                known = self._rows.get(version)
-                earlier = known if known is not None and not known.is_staged else self._get(version)
-                if (
-                    earlier is None
-                    or not earlier.is_staged
-                    or earlier.extra.get(GROUP_ID_ATTRIBUTE) != group
-                ):
-                    break
-                staged.append(earlier)
-                version -= 1
-            for earlier in reversed(staged):
-                version = earlier.version
-                self._note(self._finalize_one(earlier))
-        except Exception as exc:
-            raise _EarlierVersionStaged(
-                f"version {row.version} of {self.base_uri} stays staged: version {version} "
-                f"of the same group (s3ddb.atomic) could not be finalized first ({exc})"
-            ) from exc
-
-    def finalize(self, row: ManifestRow) -> ManifestRow:
-        """Finish steps 3-4 for ``row`` if it is still staged; return the final row.
-        The versions of this dataset that ``row``'s group claimed with it are
-        finished first, oldest first.
-
-        Raises:
-            ManifestFinalizationError: the staged manifest is missing (and no final
-                copy of the right size exists) or has the wrong size; or an earlier
-                version of its group could not be finished. Nothing of ``row`` is
-                marked complete.
-        """
-        if not row.is_staged:
-            return row
-        if GROUP_ID_ATTRIBUTE in row.extra:
-            self._finalize_group_predecessors(row)
-        return self._finalize_one(row)
-
-    def _finalize_one(self, row: ManifestRow) -> ManifestRow:
-        """:meth:`finalize` of ``row`` alone."""
-        final = final_path_of(row.path)
-        try:
-            staged = self.store.head(row.path)
-        except FileNotFoundError:
-            return self._finalize_without_staged(row, final)
-        if staged.size != row.size:
-            raise ManifestFinalizationError(
-                f"cannot finalize version {row.version} of {self.base_uri}: staged manifest "
-                f"{row.path} has {staged.size} bytes, the external store recorded {row.size}"
-            )
-        try:
-            self._verify_manifest(row, row.path)
-        except FileNotFoundError:
-            return self._finalize_without_staged(row, final)
-        try:
-            self.store.copy(row.path, final)
-        except FileNotFoundError:
-            return self._finalize_without_staged(row, final)
-        self._verify_final(row, final)
-        return self._repoint(row, final)
-
-    def _verify_manifest(self, row: ManifestRow, path: str) -> None:
-        """Read the manifest at ``path`` and check it is the one ``row`` committed: its
-        size, checksum, version and dataset identity. Done before a manifest someone
-        else staged is copied to its final name or its row repointed, so a planted
-        row or object never reaches the name that plain ``s3://`` readers use. The
-        checked manifest is cached for the reads that follow.
-
-        Raises:
-            FileNotFoundError: it is missing.
-            ManifestFinalizationError: it is not the manifest ``row`` committed;
-                nothing was copied or repointed.
-        """
-        # Read no further than the row's size (a file grown to gigabytes is not read).
-        data, size = self.store.get_bounded(path, max(0, min(row.size, MAX_MANIFEST_BYTES)))
-        problem = None
-        manifest = None
-        if size != row.size:
-            problem = f"it has {size} bytes, the row records {row.size}"
-        else:
-            try:
-                manifest = Manifest.from_bytes(
-                    data, f"{self.store.url}/{path}", ChunkSource(self.store)
-                )
-                problem = missing_chunk(self.store, manifest)
-            except (ManifestCorruptError, PathOutsideDatasetError) as exc:
-                problem = f"it does not decode ({exc})"
-        if manifest is not None:
-            recorded = row.extra.get(DATASET_ID_ATTRIBUTE)
-            if manifest.version != row.version:
-                problem = f"it holds version {manifest.version}"
-            elif recorded is not None and manifest.dataset_id != recorded:
-                problem = (
-                    f"it belongs to dataset identity {manifest.dataset_id or 'none'}, the row "
-                    f"records {recorded}"
-                )
-        if problem is not None:
-            raise ManifestFinalizationError(
-                f"cannot finalize version {row.version} of {self.base_uri}: manifest {path} "
-                f"is not the one its row committed: {problem}. Nothing was copied or "
-                "repointed."
-            )
-        assert manifest is not None
-        key = self._cache_key(self.location_of_row(row))
-        if key is not None:
-            MANIFESTS.put(key, manifest)
-
-    def _verify_final(self, row: ManifestRow, final: str, etag_ok: bool = False) -> None:
-        if etag_ok:
-            return
-        size = self._settled_size(final, row.size)
-        if size != row.size:
-            raise ManifestFinalizationError(
-                f"cannot finalize version {row.version} of {self.base_uri}: final manifest "
-                f"{final} has {size} bytes after copying {row.path}, expected {row.size}"
-            )
-
-    def _settled_size(self, path: str, expected: int) -> int | None:
-        """The size of ``path`` (None if missing), asked again for about a second while
-        it is missing or not ``expected``: several writers may finalize one version at
-        once, and S3-compatible stores that replace an object by rewriting it in place
-        (s3rver, some appliances) briefly show it missing or part-written. On AWS S3 the
-        first answer is final."""
-        for delay in _SETTLE_DELAYS:
-            size = self._size_of(path)
-            if size == expected:
-                return size
-            time.sleep(delay)
-        return self._size_of(path)
-
-    def _size_of(self, path: str) -> int | None:
-        try:
-            return self.store.head(path).size
-        except FileNotFoundError:
-            return None
-
-    publishes_on_finish = True
-
-    def _repoint(self, row: ManifestRow, final: str) -> ManifestRow:
-        # Publication comes before the repoint: a crash in between leaves the row
-        # staged, and whoever finishes it next publishes the version (see
-        # s3ddb.open_formats.publisher). It never fails the repoint.
-        manifest = self._manifest_to_publish(row, final)
-        if manifest is not None:
-            self.publish_open_formats(manifest)
-        self.external.finalize(self.base_uri, row.version, row.path, final)
-        failpoint("commit.after_external_finalize")
-        self._discard_staged(row.path)
-        return replace(row, path=final)
-
-    def manifest_if_kept(self, version: int) -> Manifest | None:
-        """As :meth:`CommitHandler.manifest_if_kept`; a version whose row this handler
-        knows (the one before its own commit, usually) costs no request: its manifest
-        is cached, and a staged one reads the same as its final copy."""
-        known = self._rows.get(version)
-        if known is not None:
-            try:
-                return self.load_manifest(self.location_of_row(known))
-            except (VersionNotFoundError, ManifestCorruptError):
-                pass  # removed by cleanup meanwhile, say: ask the table
-        return super().manifest_if_kept(version)
-
-    def _manifest_to_publish(self, row: ManifestRow, final: str) -> Manifest | None:
-        """``row``'s manifest, whose final copy at ``final`` was verified: from the
-        cache (it almost always is: the writer or the finisher just checked it), else
-        read from ``final``. None if that fails: publication is then caught up later,
-        the repoint goes on."""
-        location = self.location_of_row(row)
-        key = self._cache_key(location)
-        cached = MANIFESTS.get(key) if key is not None else None
-        if cached is not None:
-            return cached
-        try:
-            manifest = CommitHandler.load_manifest(self, replace(location, path=final))
-            self._check_identity(manifest, location)
-        except Exception as exc:  # never fails the repoint
-            log.debug("version %d of %s: not published now (%s)", row.version, self.base_uri, exc)
-            return None
-        return manifest
-
-    def _finalize_without_staged(self, row: ManifestRow, final: str) -> ManifestRow:
-        fresh = self._get(row.version)
-        if fresh is not None and not fresh.is_staged:
-            return fresh  # another reader or writer finished it meanwhile
-        size = self._settled_size(final, row.size)
-        if size == row.size:
-            # Copied but not repointed by someone who then lost the staged object.
-            try:
-                self._verify_manifest(row, final)
-            except FileNotFoundError:
-                pass
-            else:
-                return self._repoint(row, final)
-        raise ManifestFinalizationError(
-            f"cannot finalize version {row.version} of {self.base_uri}: the external store "
-            f"points at staged manifest {row.path}, which is missing, and the final "
-            f"manifest {final} is "
-            + ("missing" if size is None else f"{size} bytes, expected {row.size}")
+            won = _send_group(claims, str(uuid.uuid4()))
+        except CommitStateUnknownError:
+            raise
+        except GroupRefusedError as exc:
+            _discard_all(staged)
+            return ClaimOutcome(moved=_moved(staged, exc))
+        except Exception:
+            # Definitely not applied (throttled out, refused...). An interrupt, which may
+            # stop the claim in flight, is no Exception: its staged manifests stay.
+            _discard_all(staged)
+            raise
+        if not won:
+            _discard_all(staged)
+            held = _held_by_others(claims)
+            return ClaimOutcome(moved=tuple(i for i, r in enumerate(held) if r))
+        # Decided, for every part. From here on nothing may turn this into a failure.
+        return ClaimOutcome(
+            locations=[s.handler._finish_won(s.manifest, s.row, s.put) for s in staged]
         )
 
-    def _finish_own(
-        self,
-        row: ManifestRow,
-        staged_etag: str | None,
-        copied: Callable[[], None] = lambda: None,
-    ) -> str:
-        """Steps 3-4 of this handler's own commit (on the background finalizer, or
-        inline without one); ``copied`` is called once the final manifest exists.
-        Returns the final path.
-
-        Raises:
-            Whatever finishing fails with; for a version of a group, also a failure
-            to finish the version before it (this one then stays staged).
+    def latest_together(
+        self, handlers: Sequence[CommitHandler]
+    ) -> list[ManifestLocation | None] | None:
+        """Read the newest row of every dataset (in parallel: one round trip), then
+        check in one consistent read (``TransactGetItems``) that none has a next
+        version: the versions read were then the newest at that read's instant, which
+        is serializable with every group's claim. A staged newest version is finished
+        first, as any reader does. Versions from before a dataset used the store are
+        found by listing.
         """
-        attributes = {
-            "s3ddb.dataset": telemetry.dataset_attribute(self.base_uri),
-            "s3ddb.version": row.version,
-        }
-        with telemetry.span("s3ddb.commit.finish", attributes):
-            return self._finish_own_steps(row, staged_etag, copied)
+        externals: list[ExternalStoreCommitHandler] = []
+        for handler in handlers:
+            assert isinstance(handler, ExternalStoreCommitHandler)
+            externals.append(handler)
+        pool = process_pool("snapshot")
 
-    def _finish_own_steps(
-        self, row: ManifestRow, staged_etag: str | None, copied: Callable[[], None]
-    ) -> str:
-        if GROUP_ID_ATTRIBUTE in row.extra:
-            # A group claims consecutive versions of one dataset in one request, so
-            # version N-1 may still be staged here (its own finishing failed). Finish
-            # it first: a reader listing _versions/ must see a prefix of history,
-            # never N without N-1. Free when N-1 is known final.
-            self._ensure_previous_final(row.version)
-        final = final_path_of(row.path)
-        try:
-            copy_etag = self.store.copy(row.path, final)
-        except FileNotFoundError:
-            # A reader finished it (and deleted the staged object) first.
-            done = self._finalize_without_staged(row, final)
-            copied()
-            return done.path
-        failpoint("commit.after_copy_final")
-        self._verify_final(row, final, etag_ok=bool(staged_etag) and staged_etag == copy_etag)
-        copied()
-        return self._repoint(row, final).path
+        def newest(handler: ExternalStoreCommitHandler) -> ManifestRow | ManifestLocation | None:
+            row = handler.external.get_latest(handler.base_uri)
+            if row is not None:
+                return handler.checked_row(row)
+            return handler.latest_location(finalize=False)
 
-    def _ensure_previous_final(self, version: int) -> ManifestRow | None:
-        """Make sure version ``version - 1`` is completely final (manifest copied and
-        row repointed) before claiming ``version``, so that a reader listing
-        ``_versions/`` is at most one behind and ``verify`` finds nothing left over
-        after a crash. Returns its row (None: no row, or ``version`` is 1).
-
-        Usually free: this process's own previous commit is left to its finalizer
-        once copied, and a row seen final needs nothing. A staged row of another
-        writer (who is most likely finishing it right now) costs one HEAD of its final
-        manifest; if that exists the row is repointed here, else the writer may be
-        gone and the version is finalized here. Both are idempotent and race safely
-        with that writer.
-        """
-        previous = version - 1
-        if previous < 1:
+        found = list(pool.map(newest, externals))
+        keys = [
+            (h.external, h.base_uri, (f.version if f is not None else 0) + 1)
+            for h, f in zip(externals, found)
+        ]
+        if any(f is None for f in found):
+            return [None if f is None else _location(h, f) for h, f in zip(externals, found)]
+        if any(row is not None for row in read_rows(keys)):
             return None
-        row = self._rows.get(previous)
-        if row is None:
-            row = self._get(previous)
-            if row is None:
-                return None  # a legacy version found by listing, or a dropped dataset
-        if not row.is_staged:
-            return row
-        ticket = self._ticket(row)
-        if ticket is not None and ticket.wait_copied():
-            return row  # this process's finalizer repoints it next
-        final = final_path_of(row.path)
+
+        def finished(i: int) -> ManifestLocation | None:
+            return _location(externals[i], found[i], finish=True)
+
+        return list(pool.map(finished, range(len(externals))))
+
+
+def _location(
+    handler: ExternalStoreCommitHandler,
+    found: ManifestRow | ManifestLocation | None,
+    finish: bool = False,
+) -> ManifestLocation | None:
+    """The location of the version ``found`` (a row, made final first if ``finish``;
+    or a version found by listing)."""
+    if found is None or isinstance(found, ManifestLocation):
+        return found
+    return handler.location_of_row(handler.finished(found) if finish else found)
+
+
+def _send_group(claims: list[GroupClaim], token: str) -> bool:
+    """Send the group claim; after an unknown outcome read the rows back and, if
+    none is there, send it once more with the same token (DynamoDB applies a token
+    once in ten minutes, so the resend settles the first request). True: the group
+    is ours; False: another writer holds some of its versions (nothing of ours
+    applied, nor can apply: our rows are put only where none is).
+
+    Raises:
+        GroupRefusedError: refused (see :func:`~s3ddb.external_store.manifest_store.
+            claim_group`).
+        ExternalStoreError and others: the first request was refused and nothing
+            applied (once one may have applied, every failure is unknown).
+        CommitStateUnknownError: the outcome stays unknown. That includes a resend
+            refused before DynamoDB processed it: the first request, whose response
+            was lost, may still apply.
+    """
+    unknown: Exception | None = None
+    for _send_number in (1, 2):
         try:
-            size: int | None = self.store.head(final).size
-        except FileNotFoundError:
-            size = None
-        if size == row.size:
-            # Copied: its writer repoints it next, unless it died after the copy. A row
-            # still staged well after its commit is repointed here (off the caller's
-            # path when there is a finalizer), so verify is healthy again once a writer
-            # passes; a young one is left to its writer, which is almost always alive.
-            if time.time() * 1000 - row.committed_at >= _ABANDONED_AFTER_MS:
-                self._repoint_abandoned(row, final)
-            return row
-        return self._note(self.finalize(row))
+            claim_group(claims, token)
+            return True
+        except ExternalStoreOutcomeUnknownError as exc:
+            unknown = exc
+        except GroupRefusedError:
+            raise  # cancelled on its conditions: nothing of this token applied
+        except Exception as exc:
+            if unknown is None:
+                raise  # the only request sent was refused: nothing applied
+            # Whatever its type, it does not tell whether the first request landed.
+            unknown = exc
+            break
+        try:
+            current = read_rows([(c.store, c.row.base_uri, c.row.version) for c in claims])
+        except Exception as exc:  # unread (or unreadable: a malformed row), still unknown
+            unknown = exc
+            break
+        if any(r is not None and same_commit(c.row, r) for c, r in zip(claims, current)):
+            return True  # all or nothing: one of ours is there, so all are
+        if any(r is not None for r in current):
+            return False
+        # No row yet: send again, with the same token, to settle it.
+    raise CommitStateUnknownError(
+        f"committing a group of {len(claims)} versions ({token}): the external store "
+        f"did not confirm whether it recorded them ({unknown}). The group's files are "
+        "kept; re-open the datasets to see whether its versions are there."
+    ) from unknown
 
-    def _repoint_abandoned(self, row: ManifestRow, final: str) -> None:
-        """Step 4 for another writer's row whose final manifest exists (its size was
-        checked). Repointing changes no manifest a reader sees, only which name the
-        row gives; both are byte-identical."""
 
-        def repoint() -> str:
-            try:
-                return self._note(self._repoint(row, final)).path
-            except ExternalStoreError:
-                # Repointed by its own writer meanwhile (or the row moved on).
-                fresh = self._get(row.version)
-                if fresh is None or fresh.is_staged:
-                    raise
-                return fresh.path
+def _held_by_others(claims: list[GroupClaim]) -> list[bool]:
+    """Which claims' versions another writer holds (read back after a lost response)."""
+    rows = read_rows([(c.store, c.row.base_uri, c.row.version) for c in claims])
+    return [r is not None and not same_commit(c.row, r) for c, r in zip(claims, rows)]
 
-        if self.finalizer is None:
-            try:
-                repoint()
-            except Exception as exc:  # the claim must not fail for a repair
-                log.warning(
-                    "could not repoint version %d of %s: %s", row.version, self.base_uri, exc
-                )
-            return
-        if self.finalizer.ticket((self.base_uri, row.version), row.path) is None:
-            self.finalizer.submit((self.base_uri, row.version), row.path, lambda _ticket: repoint())
 
-    def _discard_staged(self, staged: str) -> None:
-        if self.finalizer is not None:
-            self.finalizer.defer_delete(self.store, staged)
-        else:
-            self.store.delete(staged)
+def _moved(staged: list[_Staged], refused: GroupRefusedError) -> tuple[int, ...]:
+    """The parts whose version another writer holds.
+
+    Raises:
+        DatasetRecreatedError, RetryableCommitConflictError: a fence failed.
+        ExternalStoreError: refused without a reason for any part.
+    """
+    moved = []
+    for i, refusal in enumerate(refused.refusals):
+        s = staged[i]
+        if isinstance(refusal, FenceFailedError):
+            raise s.handler._fence_error(s.row, s.fence, refusal) from None
+        if isinstance(refusal, VersionTakenError):
+            OWN_COMMITS.lost(s.handler.base_uri)
+            moved.append(i)
+    if not moved:
+        raise ExternalStoreError(f"group claim refused without a reason: {refused}")
+    return tuple(moved)
+
+
+def _discard_all(staged: list[_Staged]) -> None:
+    for s in staged:
+        s.handler._discard_unclaimed(s.row.path)

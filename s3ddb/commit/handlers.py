@@ -8,17 +8,26 @@ A commit handler owns the ``_versions/`` side of a dataset:
   * :class:`s3ddb.commit.external.ExternalStoreCommitHandler` claims version N with
     one conditional write to an external manifest store (DynamoDB) and never relies
     on S3 conditional writes.
+
+A handler claims a set of parts (:meth:`CommitHandler.claim_parts`): a single commit
+claims one (:meth:`CommitHandler.commit_manifest`), a group (``s3ddb.atomic``, see
+:mod:`s3ddb.commit.group_commit`) several versions of several datasets at once, each
+part through its own dataset's handler. Which datasets can be claimed together is
+asked of the handlers (:meth:`CommitHandler.group_kind`,
+:meth:`CommitHandler.shares_transactions_with`), never of their types.
 """
 
 from __future__ import annotations
 
 import abc
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from s3ddb.commit.failpoints import failpoint
 from s3ddb.errors import (
+    AtomicGroupError,
     CommitMechanismError,
     CommitStateUnknownError,
     CredentialsError,
@@ -44,9 +53,12 @@ from s3ddb.observe import telemetry
 from s3ddb.open_formats.publisher import enabled_formats, publish_version
 
 if TYPE_CHECKING:
-    from s3ddb.external_store.base import ExternalManifestStore
+    from s3ddb.commit.external_versions import ExternalStoreVersions
+    from s3ddb.external_store.manifest_store import ExternalManifestStore
 
 __all__ = [
+    "ClaimOutcome",
+    "ClaimPart",
     "CommitHandler",
     "ConditionalPutCommitHandler",
     "ListingCommitHandler",
@@ -73,7 +85,7 @@ class ManifestLocation:
     dataset_id: str | None = None
     #: The group (``s3ddb.atomic``) the version was committed in, as the external
     #: store's row records it: its id and members (JSON, unchecked; see
-    #: :func:`s3ddb.external_store.group.parse_members`).
+    #: :func:`s3ddb.external_store.manifest_store.parse_members`).
     group_id: str | None = None
     group_members: str | None = None
     #: The commit metrics the external store's row records (JSON, unchecked; see
@@ -88,6 +100,37 @@ class VersionConflict(Exception):
         super().__init__(f"version {version} is already committed")
         self.version = version
         self.winner = winner
+
+
+@dataclass
+class ClaimPart:
+    """One version a claim of several decides: ``manifest``, built on ``base``, through
+    ``handler`` (its dataset's).
+
+    Attributes:
+        handler: the commit handler of the part's dataset.
+        manifest: the version to claim (its number is ``manifest.version``).
+        base: the manifest of the version before (None: creating the dataset).
+        writes: the part's uploads still in flight; they land before the claim.
+        follows: the index of the part, in the same claim, whose version this one
+            builds on (the same dataset): that part fences the chain.
+    """
+
+    handler: CommitHandler
+    manifest: Manifest
+    base: Manifest | None
+    writes: PendingWrites
+    follows: int | None = None
+
+
+@dataclass
+class ClaimOutcome:
+    """What a claim of several parts decided. ``locations``: every part won, one
+    location per part, in order. Otherwise ``moved``: the parts whose datasets moved
+    (another writer holds their version); nothing was claimed."""
+
+    locations: list[ManifestLocation] | None = None
+    moved: tuple[int, ...] = ()
 
 
 class CommitHandler(abc.ABC):
@@ -251,6 +294,68 @@ class CommitHandler(abc.ABC):
         then nothing to list, repair or delete)."""
         return None
 
+    def external_versions(self) -> ExternalStoreVersions | None:
+        """This handler as the versions an external manifest store's rows decide (for
+        ``verify`` and ``sync``, which check and repair those rows); None when the
+        object store decides them."""
+        return None
+
+    def dataset_key(self) -> str:
+        """What identifies this handler's dataset, however its URI is spelt: the
+        object store's URL, or the external store's key (its base URI)."""
+        return self.store.url
+
+    # --- claims of several parts (groups: s3ddb.atomic, s3ddb.snapshot) --------------
+
+    def group_kind(self) -> str | None:
+        """The kind of group this handler's dataset can join, named as users write
+        its members' URIs (``"s3+ddb://"``, ``"memory://"``); None: none (local paths
+        and ``s3://`` have no atomic step over several datasets). A group holds one
+        kind, and handlers that :meth:`share transactions <shares_transactions_with>`."""
+        return None
+
+    def shares_transactions_with(self, other: CommitHandler) -> bool:
+        """Whether one atomic request can claim (or read) versions of both this
+        handler's dataset and ``other``'s."""
+        return False
+
+    def transactions_unavailable(self) -> str | None:
+        """Why this handler cannot take part in a group's one atomic request although
+        its kind can (e.g. a DynamoDB store used without transactions); None: it can."""
+        return None
+
+    def claim_actions(self, follows: bool) -> int:
+        """How many actions of the one atomic request of a group this handler's claim
+        of a part takes (a part that ``follows`` another is fenced by it)."""
+        return 1
+
+    def claim_parts(self, parts: Sequence[ClaimPart], group_id: str) -> ClaimOutcome:
+        """Claim every part's version in one atomic step, all or none, recording the
+        group ``group_id``; each ``parts[i].handler`` shares transactions with this
+        one. Then each won version is finished as a single commit's is.
+
+        Raises:
+            AtomicGroupError: this handler cannot claim several versions at once.
+            CommitMechanismError: a base records another commit mechanism.
+            DatasetRecreatedError, RetryableCommitConflictError: a fence failed (a
+                dataset was dropped or re-created, or cleanup removed a base);
+                nothing was claimed.
+            CommitStateUnknownError: the outcome is unknown; the files are kept.
+        """
+        raise AtomicGroupError(f"{self.describe()} cannot claim several versions at once")
+
+    def latest_together(
+        self, handlers: Sequence[CommitHandler]
+    ) -> list[ManifestLocation | None] | None:
+        """The newest version of each of ``handlers`` (this one's kind, sharing
+        transactions with it) as of one instant (None: that dataset has none); None
+        when something was committed meanwhile: ask again.
+
+        Raises:
+            AtomicGroupError: this handler cannot read several datasets at one instant.
+        """
+        raise AtomicGroupError(f"{self.describe()} cannot read several datasets at one instant")
+
     def naming_scheme(self) -> NamingScheme | None:
         """The dataset's naming scheme, or None if it has no versions yet."""
         latest = self.latest_location()
@@ -400,7 +505,7 @@ class ConditionalPutCommitHandler(ListingCommitHandler):
         # The fence: checked just before the put, so a dataset dropped and re-created
         # between the check and the put still slips through (docs/protocol.md).
         if previous is not None:
-            self.check_predecessor(manifest, previous, path)
+            self._check_predecessor(manifest, previous, path)
         elif manifest.version == 1:
             self._check_no_external_claims()
         try:
@@ -409,7 +514,7 @@ class ConditionalPutCommitHandler(ListingCommitHandler):
             # On S3 a PUT whose response was lost is retried by the client and then
             # fails its own precondition: the object may be ours.
             if self.store.is_remote and self._holds(path, data):
-                return self.location_written(manifest, path, data)
+                return self._location_written(manifest, path, data)
             raise VersionConflict(manifest.version) from exc
         except (CredentialsError, PermissionError):
             raise
@@ -417,15 +522,15 @@ class ConditionalPutCommitHandler(ListingCommitHandler):
             if not self.store.is_remote:
                 raise
             if self._holds(path, data):
-                return self.location_written(manifest, path, data)
+                return self._location_written(manifest, path, data)
             raise CommitStateUnknownError(
                 f"conditional PUT of {self.store.url}/{path} failed ({exc}); it may still "
                 "land, so the commit's files are kept. Re-open the dataset to see whether "
                 f"version {manifest.version} is this commit."
             ) from exc
-        return self.location_written(manifest, path, data)
+        return self._location_written(manifest, path, data)
 
-    def check_predecessor(self, manifest: Manifest, previous: Manifest, path: str) -> None:
+    def _check_predecessor(self, manifest: Manifest, previous: Manifest, path: str) -> None:
         """The fence of ``manifest``, to be put at ``path`` on ``previous``: version
         ``previous.version`` must still exist with ``previous``'s identity. Returns if
         it does.
@@ -491,7 +596,7 @@ class ConditionalPutCommitHandler(ListingCommitHandler):
         except FileNotFoundError:
             return False
 
-    def location_written(self, manifest: Manifest, path: str, data: bytes) -> ManifestLocation:
+    def _location_written(self, manifest: Manifest, path: str, data: bytes) -> ManifestLocation:
         """The location of ``manifest``, put at ``path`` as ``data``. Never raises."""
         return ManifestLocation(
             manifest.version,
@@ -501,3 +606,61 @@ class ConditionalPutCommitHandler(ListingCommitHandler):
             manifest.timestamp_nanos // 1_000_000,
             manifest.operation,
         )
+
+    # --- claims of several parts (memory:// only) --------------------------------------
+
+    def group_kind(self) -> str | None:
+        # A store that shares transactions with itself has an atomic step over several
+        # objects (memory://); local files and S3 have none.
+        return "memory://" if self.store.shares_transactions_with(self.store) else None
+
+    def shares_transactions_with(self, other: CommitHandler) -> bool:
+        return isinstance(other, ConditionalPutCommitHandler) and (
+            self.store.shares_transactions_with(other.store)
+        )
+
+    def claim_parts(self, parts: Sequence[ClaimPart], group_id: str) -> ClaimOutcome:
+        """Put every part's manifest in one atomic step of the stores, unless one of
+        their names is taken; each part's fence is checked before (as a single
+        commit's is, just before its put).
+
+        Raises:
+            As :meth:`CommitHandler.claim_parts`; TypeError: a part's store has no
+            atomic step over several objects.
+        """
+        items: list[tuple[ObjectStore, str, bytes]] = []
+        moved = []
+        for i, part in enumerate(parts):
+            handler = part.handler
+            assert isinstance(handler, ConditionalPutCommitHandler)
+            handler.check_writable(part.base)
+            part.writes.wait()
+            path = layout.manifest_path(part.manifest.version, part.manifest.naming_scheme)
+            if part.base is not None and part.follows is None:
+                try:
+                    handler._check_predecessor(part.manifest, part.base, path)
+                except VersionConflict:
+                    moved.append(i)
+            items.append((handler.store, path, part.manifest.to_bytes()))
+        if moved:
+            return ClaimOutcome(moved=tuple(moved))
+        taken = self.store.put_all_if_absent(items)
+        if any(taken):
+            return ClaimOutcome(moved=tuple(i for i, held in enumerate(taken) if held))
+        try:
+            failpoint("commit.after_external_put")
+        except Exception as exc:  # decided: never a reported failure
+            log.warning("group %s committed; %s", group_id, exc)
+        return ClaimOutcome(
+            locations=[
+                self._location_written(part.manifest, path, data)
+                for part, (_, path, data) in zip(parts, items)
+            ]
+        )
+
+    def latest_together(
+        self, handlers: Sequence[CommitHandler]
+    ) -> list[ManifestLocation | None] | None:
+        """The newest versions, listed while the stores accept no conditional put."""
+        with self.store.instant():
+            return [h.latest_location(finalize=False) for h in handlers]

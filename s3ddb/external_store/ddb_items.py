@@ -9,11 +9,12 @@ reserved words (SIZE, PATH...) never matter.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from s3ddb.errors import StoredMetadataError
-from s3ddb.external_store.base import DATASET_ID_ATTRIBUTE, Fence, ManifestRow
 from s3ddb.external_store.identity import CORE_ATTRIBUTES
+from s3ddb.external_store.manifest_store import DATASET_ID_ATTRIBUTE, Fence, GroupClaim, ManifestRow
 
 __all__ = [
     "MAX_COMMITTED_AT",
@@ -22,6 +23,7 @@ __all__ = [
     "claim_request",
     "condition_item",
     "fenced_claim_request",
+    "group_request",
     "item_key",
     "item_to_row",
     "query_request",
@@ -97,6 +99,28 @@ def fenced_claim_request(
             {"Put": claim_request(table, item)},
         ],
     }
+
+
+def group_request(
+    claims: Sequence[GroupClaim], token: str
+) -> tuple[dict[str, Any], list[tuple[str, int]]]:
+    """The TransactWriteItems arguments of ``claims`` and, per action, what it is
+    (``"check"`` or ``"put"``) and the index of its claim."""
+    actions: list[dict[str, Any]] = []
+    roles: list[tuple[str, int]] = []
+    for i, claim in enumerate(claims):
+        table = claim.store.table_name
+        item = row_to_item(claim.row)
+        if claim.fence is not None:
+            fenced = fenced_claim_request(table, claim.row, item, claim.fence)
+            check, put = fenced["TransactItems"]
+            actions.append(check)
+            roles.append(("check", i))
+            actions.append(put)
+        else:
+            actions.append({"Put": claim_request(table, item)})
+        roles.append(("put", i))
+    return {"TransactItems": actions, "ClientRequestToken": token}, roles
 
 
 def query_request(

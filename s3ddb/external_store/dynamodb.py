@@ -6,6 +6,11 @@ read is strongly consistent. Every request goes through one retry policy (bounde
 exponential backoff with full jitter); botocore's own retries are disabled so that
 the attempt counts and the unknown-outcome logic below are exact.
 
+Groups (``s3ddb.atomic``, ``s3ddb.snapshot``): a group claim is one
+``TransactWriteItems`` of every member's fenced claim (:meth:`DynamoDBManifestStore.
+put_group`), a consistent read of several rows one ``TransactGetItems``
+(:meth:`DynamoDBManifestStore.get_group`).
+
 boto3 is imported lazily (through :class:`~s3ddb.io.aws.AwsConfig`).
 """
 
@@ -14,6 +19,7 @@ from __future__ import annotations
 import os
 import random
 import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -23,33 +29,45 @@ from s3ddb.errors import (
     ExternalStoreUnreachableError,
 )
 from s3ddb.external_store import ddb_contract as c
-from s3ddb.external_store import ddb_group
-from s3ddb.external_store.base import (
-    ExternalManifestStore,
-    ExternalStoreOutcomeUnknownError,
-    Fence,
-    FenceFailedError,
-    ManifestRow,
-    VersionTakenError,
-)
 from s3ddb.external_store.ddb_items import (
     claim_request,
     condition_item,
     fenced_claim_request,
+    group_request,
     item_key,
     item_to_row,
     query_request,
     row_to_item,
 )
 from s3ddb.external_store.ddb_table import create_table
-from s3ddb.external_store.group import GroupClaim, GroupRefusedError
 from s3ddb.external_store.identity import check_fence, check_row, fence_failure_text, same_commit
+from s3ddb.external_store.manifest_store import (
+    ExternalManifestStore,
+    ExternalStoreOutcomeUnknownError,
+    Fence,
+    FenceFailedError,
+    GroupClaim,
+    GroupRefusedError,
+    ManifestRow,
+    VersionTakenError,
+)
 from s3ddb.io.aws import AwsConfig
 from s3ddb.io.per_process import PerProcess
 from s3ddb.io.redact import redact_url
 from s3ddb.io.service_errors import Failure, classify, describe_error, error_code
 
 __all__ = ["DynamoDBManifestStore", "create_table", "item_to_row", "row_to_item"]
+
+#: Cancellation reason codes of a TransactWriteItems that applied nothing and may be
+#: sent again: another transaction held an item, or capacity ran out.
+CANCEL_RETRY_CODES = frozenset(
+    {
+        "TransactionConflict",
+        "ThrottlingError",
+        "ProvisionedThroughputExceeded",
+        "RequestLimitExceeded",
+    }
+)
 
 _BATCH_LIMIT = 25  # BatchWriteItem accepts at most 25 requests
 UNFENCED_ENV = c.UNFENCED_ENV
@@ -161,15 +179,11 @@ class DynamoDBManifestStore(ExternalManifestStore):
         """Another table (or this one) behind the same endpoint, region, credentials."""
         return isinstance(other, DynamoDBManifestStore) and other.aws == self.aws
 
-    def put_group(self, claims: Sequence[GroupClaim], token: str) -> None:
-        """One TransactWriteItems of every claim (see :mod:`.ddb_group`)."""
-        ddb_group.put_group(self, claims, token)
-
-    def get_group(
-        self, keys: Sequence[tuple[ExternalManifestStore, str, int]]
-    ) -> list[ManifestRow | None]:
-        """One TransactGetItems of every key (see :mod:`.ddb_group`)."""
-        return ddb_group.get_group(self, keys)
+    def store_for_table(self, table: str) -> ExternalManifestStore:
+        """The store of ``table`` behind this one's endpoint, region and credentials."""
+        if not table or table == self.table_name:
+            return self
+        return DynamoDBManifestStore(table, self.aws)
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -401,6 +415,190 @@ class DynamoDBManifestStore(ExternalManifestStore):
                     raise unknown(attempt, exc) from exc
                 raise self._exhausted(operation, attempt, started, exc) from exc
 
+    # --- groups -----------------------------------------------------------------------
+
+    def put_group(self, claims: Sequence[GroupClaim], token: str) -> None:
+        """One TransactWriteItems of every claim (see
+        :func:`~s3ddb.external_store.manifest_store.claim_group`): per claim, a
+        ``ConditionCheck`` on its fence and the conditional ``Put`` of its row, with
+        ``token`` as ``ClientRequestToken`` (a new one after a cancellation that
+        applied nothing). Resending the same request with the same token within ten
+        minutes is idempotent, so a lost response is answered by sending again.
+
+        Raises:
+            GroupRefusedError, ExternalStoreOutcomeUnknownError, ExternalStoreError,
+            ExternalStoreThrottledError: as ``claim_group`` says.
+        """
+        for claim in claims:
+            check_row(claim.row)
+            check_fence(claim.row, claim.fence)
+        self.validate()
+        where = c.where(self.table_name, self.endpoint, self.region)
+        if not self.transactions:
+            raise ExternalStoreError(
+                f"{where} is used without TransactWriteItems (dynamodb_transactions=false), "
+                "which a group commit (s3ddb.atomic) needs: it decides every member in one "
+                "transaction"
+            )
+        request, roles = group_request(claims, token)
+        client = self.client()
+
+        def interpret(exc: BaseException, failure: Failure) -> Failure | None:
+            code = error_code(exc)
+            if code == "TransactionCanceledException":
+                if self._group_cancelled(claims, roles, exc, request["ClientRequestToken"]):
+                    return None
+                # Applied nothing: send again, under a new token. Whether DynamoDB answers
+                # a token whose request was cancelled with that cancellation again is not
+                # documented; the rows' own conditions, not the token, keep a resend from
+                # applying twice (an earlier attempt that landed makes this one fail on
+                # rows that _cancelled recognises as ours).
+                request["ClientRequestToken"] = str(uuid.uuid4())
+                return Failure.THROTTLED
+            if code == "TransactionInProgressException":
+                return Failure.MAYBE_APPLIED  # the same token is still being applied
+            if code in ("UnknownOperationException", "UnknownOperation"):
+                raise ExternalStoreError(
+                    f"{where} does not implement TransactWriteItems, which a group "
+                    "commit (s3ddb.atomic) needs"
+                ) from exc
+            return failure
+
+        self.claim_retrying(
+            "TransactWriteItems",
+            lambda: client.transact_write_items(**request),
+            interpret,
+            lambda attempts, exc: self._group_unknown(
+                claims, request["ClientRequestToken"], attempts, exc
+            ),
+        )
+
+    def _group_unknown(
+        self, claims: Sequence[GroupClaim], token: str, attempts: int, last: BaseException
+    ) -> ExternalStoreOutcomeUnknownError:
+        return ExternalStoreOutcomeUnknownError(
+            f"TransactWriteItems of group {token} ({len(claims)} versions): outcome unknown "
+            f"after {attempts} attempts (a response was lost; last: {describe_error(last)})"
+        )
+
+    def _group_cancelled(
+        self,
+        claims: Sequence[GroupClaim],
+        roles: list[tuple[str, int]],
+        exc: BaseException,
+        token: str,
+    ) -> bool:
+        """Read a cancelled group claim: True if the group is already this one's (an
+        earlier attempt landed); False if nothing applied and it may be sent again.
+
+        Raises:
+            GroupRefusedError: some claim was refused (version taken, fence failed).
+            ExternalStoreError: cancelled for another reason, or without its reasons.
+        """
+        response = getattr(exc, "response", None)
+        reasons = response.get("CancellationReasons") if isinstance(response, dict) else None
+        if not isinstance(reasons, list) or len(reasons) != len(roles):
+            raise ExternalStoreError(
+                f"TransactWriteItems of group {token} was cancelled without its "
+                f"{len(roles)} reasons ({describe_error(exc)})"
+            ) from exc
+        codes = [str(r.get("Code", "None")) if isinstance(r, dict) else "None" for r in reasons]
+        refusals: list[Exception | None] = [None] * len(claims)
+        ours = 0
+        for (role, i), code, reason in zip(roles, codes, reasons):
+            if code != "ConditionalCheckFailed":
+                continue
+            item = reason.get("Item") if isinstance(reason, dict) else None
+            claim = claims[i]
+            if role == "put":
+                winner = (
+                    item_to_row(item) if item else self.get(claim.row.base_uri, claim.row.version)
+                )
+                if winner is not None and same_commit(claim.row, winner):
+                    ours += 1
+                    continue
+                holder = f"by {winner.path!r}" if winner else "(row since deleted)"
+                refusals[i] = VersionTakenError(
+                    f"version {claim.row.version} of {claim.row.base_uri} is already "
+                    f"taken {holder}",
+                    winner=winner,
+                )
+            elif refusals[i] is None:
+                fence = claim.fence
+                assert fence is not None
+                predecessor = item_to_row(item) if item else None
+                if predecessor is None and not fence.absent:
+                    predecessor = self.get(claim.row.base_uri, fence.version)
+                refusals[i] = FenceFailedError(
+                    fence_failure_text(claim.row, fence, predecessor), predecessor
+                )
+        if ours:
+            # All or nothing: one of our rows is there, so the whole group landed.
+            return True
+        if any(r is not None for r in refusals):
+            raise GroupRefusedError(f"group {token} refused", refusals)
+        if all(code in CANCEL_RETRY_CODES or code == "None" for code in codes):
+            return False
+        raise ExternalStoreError(
+            f"TransactWriteItems of group {token} was cancelled: {', '.join(codes)} "
+            f"({describe_error(exc)})"
+        ) from exc
+
+    def get_group(
+        self, keys: Sequence[tuple[ExternalManifestStore, str, int]]
+    ) -> list[ManifestRow | None]:
+        """The rows of ``keys`` in one ``TransactGetItems`` (retried while it conflicts
+        with a transaction in flight), which DynamoDB serializes with every
+        ``TransactWriteItems`` touching the same items.
+
+        Raises:
+            ExternalStoreThrottledError: retries exhausted.
+            StoredMetadataError: a row is malformed.
+        """
+        self.validate()
+        # DynamoDB refuses a transaction with two operations on one item (a ValidationException),
+        # and one dataset may be asked for twice (two spellings of its URI): each item once.
+        unique: dict[tuple[str, str, int], int] = {}
+        for s, uri, version in keys:
+            unique.setdefault((s.table_name, uri, version), len(unique))
+        request = {
+            "TransactItems": [
+                {"Get": {"TableName": table, "Key": item_key(uri, version)}}
+                for table, uri, version in unique
+            ]
+        }
+        client = self.client()
+
+        def send() -> Any:
+            try:
+                return client.transact_get_items(**request)
+            except Exception as exc:
+                if error_code(exc) == "TransactionCanceledException":
+                    # Conflicts with a transaction being applied: read again.
+                    raise _RetryableRead(exc) from exc
+                raise
+
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                response = self.retrying("TransactGetItems", send)
+                break
+            except _RetryableRead:
+                if attempt > self.max_retries:
+                    raise
+                self.back_off(attempt)
+        responses = response.get("Responses") or []
+        if len(responses) != len(unique):
+            raise ExternalStoreError(
+                f"TransactGetItems returned {len(responses)} answers for {len(unique)} keys"
+            )
+        rows: list[ManifestRow | None] = []
+        for answer in responses:
+            item = answer.get("Item") if isinstance(answer, dict) else None
+            rows.append(item_to_row(item) if item else None)
+        return [rows[unique[(s.table_name, uri, version)]] for s, uri, version in keys]
+
     def _claim_sender(self, row: ManifestRow, fence: Fence | None) -> Callable[[], object]:
         """One attempt to claim ``row``: a conditional PutItem, or with ``fence`` a
         TransactWriteItems that also checks the predecessor row."""
@@ -474,7 +672,7 @@ class DynamoDBManifestStore(ExternalManifestStore):
                 # Stores that return no item: read it back (consistently).
                 predecessor = self.get(row.base_uri, fence.version)
             raise FenceFailedError(fence_failure_text(row, fence, predecessor), predecessor)
-        if all(code in ddb_group.CANCEL_RETRY_CODES or code == "None" for code in codes):
+        if all(code in CANCEL_RETRY_CODES or code == "None" for code in codes):
             return False
         raise ExternalStoreError(
             f"TransactWriteItems claiming version {row.version} of {row.base_uri} was "
@@ -696,3 +894,7 @@ _REFUSALS = (VersionTakenError, FenceFailedError, GroupRefusedError)
 def _method_name(operation: str) -> str:
     """The boto3 method of a DynamoDB API name (``GetItem`` -> ``get_item``)."""
     return "".join("_" + ch.lower() if ch.isupper() else ch for ch in operation).lstrip("_")
+
+
+class _RetryableRead(ExternalStoreError):
+    """A TransactGetItems cancelled by a concurrent transaction (nothing read)."""

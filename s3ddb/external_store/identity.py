@@ -11,7 +11,7 @@ path together with the same committer, commit time and size.
 from __future__ import annotations
 
 from s3ddb.errors import InvalidInputError
-from s3ddb.external_store.base import (
+from s3ddb.external_store.manifest_store import (
     DATASET_ID_ATTRIBUTE,
     Fence,
     ManifestRow,

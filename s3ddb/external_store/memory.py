@@ -18,17 +18,9 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from s3ddb.errors import ExternalStoreError, ExternalStoreThrottledError
-from s3ddb.external_store.base import (
-    ExternalManifestStore,
-    ExternalStoreOutcomeUnknownError,
-    Fence,
-    FenceFailedError,
-    ManifestRow,
-    VersionTakenError,
-)
 from s3ddb.external_store.identity import (
     check_fence,
     check_row,
@@ -36,9 +28,16 @@ from s3ddb.external_store.identity import (
     fence_holds,
     same_commit,
 )
-
-if TYPE_CHECKING:
-    from s3ddb.external_store.group import GroupClaim
+from s3ddb.external_store.manifest_store import (
+    ExternalManifestStore,
+    ExternalStoreOutcomeUnknownError,
+    Fence,
+    FenceFailedError,
+    GroupClaim,
+    GroupRefusedError,
+    ManifestRow,
+    VersionTakenError,
+)
 
 __all__ = ["FaultKind", "InMemoryManifestStore"]
 
@@ -330,14 +329,12 @@ class InMemoryManifestStore(ExternalManifestStore):
 
     def put_group(self, claims: Sequence[GroupClaim], token: str) -> None:
         """Claim every row of ``claims`` under the table's lock: all or none (see
-        :func:`s3ddb.external_store.group.claim_group`).
+        :func:`~s3ddb.external_store.manifest_store.claim_group`).
 
         Raises:
             GroupRefusedError: some claim was refused; nothing applied.
             ExternalStoreOutcomeUnknownError, ExternalStoreThrottledError: injected.
         """
-        from s3ddb.external_store.group import GroupRefusedError
-
         for claim in claims:
             check_row(claim.row)
             check_fence(claim.row, claim.fence)

@@ -4,7 +4,7 @@ Inside ``with s3ddb.atomic() as tx:`` every change made through ``tx.dataset(uri
 is planned at once (its data and deletion files are written) and held; the handle
 moves to the version the change would make, so later changes and reads in the block
 see it. On leaving the block every held change commits in one group
-(:func:`s3ddb.commit.group.commit_group`), or none does. An exception in the block
+(:func:`s3ddb.commit.group_commit.commit_group`), or none does. An exception in the block
 commits nothing and deletes the held changes' files.
 """
 
@@ -23,8 +23,8 @@ from typing import Any, ParamSpec, TypeVar
 
 from s3ddb.commit.build import APP_TRANSACTION_PREFIX, build_manifest
 from s3ddb.commit.committer import CommitConfig, CommitResult
-from s3ddb.commit.external import ExternalStoreCommitHandler, committer_name
-from s3ddb.commit.group import GROUP_PROPERTY, GroupPart, commit_group, group_kind
+from s3ddb.commit.external import committer_name
+from s3ddb.commit.group_commit import GROUP_PROPERTY, GroupPart, check_together, commit_group
 from s3ddb.commit.handlers import CommitHandler
 from s3ddb.dataset import Dataset
 from s3ddb.errors import (
@@ -34,7 +34,7 @@ from s3ddb.errors import (
     RetryableCommitConflictError,
     TransactionAlreadyCommittedError,
 )
-from s3ddb.external_store.group import MAX_GROUP_ACTIONS, MAX_GROUP_BYTES, encode_members
+from s3ddb.external_store.manifest_store import MAX_GROUP_ACTIONS, MAX_GROUP_BYTES, encode_members
 from s3ddb.format.manifest import Manifest, referenced_paths
 from s3ddb.format.naming import MAX_VERSION
 from s3ddb.io.arguments import check_int
@@ -64,13 +64,6 @@ class _Held:
     ds: Dataset
     part: GroupPart
     planned: Manifest
-
-
-def member_key(handler: CommitHandler) -> str:
-    """What identifies a dataset in a group, however its URI is spelt."""
-    if isinstance(handler, ExternalStoreCommitHandler):
-        return handler.base_uri
-    return handler.store.url
 
 
 class AtomicGroup:
@@ -142,7 +135,7 @@ class AtomicGroup:
 
     def _member(self, text: str, handler: CommitHandler, options: dict[str, Any] | None) -> Dataset:
         """The group's handle on ``handler``'s dataset (as :meth:`dataset`)."""
-        known = self._datasets.get(member_key(handler))
+        known = self._datasets.get(handler.dataset_key())
         if known is not None:
             return known
         self._check_joins(handler, text)
@@ -181,7 +174,7 @@ class AtomicGroup:
                 f"{ds.uri} is a handle of group {ds.group_id}, pinned where "
                 "that group planned it; join a dataset opened outside any group"
             )
-        if member_key(ds.handler) in self._datasets:
+        if ds.handler.dataset_key() in self._datasets:
             raise AtomicGroupError(f"{ds.uri} is in group {self.group_id} already")
         self._check_joins(ds.handler, ds.uri)
         return self._add(ds.at(ds.manifest))
@@ -232,7 +225,7 @@ class AtomicGroup:
 
     def _add(self, ds: Dataset) -> Dataset:
         ds.enter_group(self)
-        self._datasets[member_key(ds.handler)] = ds
+        self._datasets[ds.handler.dataset_key()] = ds
         self._handles.append((ds, ds.manifest))
         return ds
 
@@ -245,21 +238,18 @@ class AtomicGroup:
         the members so far."""
         members = [ds.handler for ds in self._datasets.values()]
         try:
-            group_kind([*members, handler])
+            check_together([*members, handler])
         except AtomicGroupError as exc:
             raise AtomicGroupError(f"{uri} cannot join group {self.group_id}: {exc}") from None
-        if isinstance(handler, ExternalStoreCommitHandler):
-            check_transactions(handler, uri, f"join group {self.group_id}")
-        if isinstance(handler, ExternalStoreCommitHandler) and members:
+        check_transactions(handler, uri, f"join group {self.group_id}")
+        if members and not members[0].shares_transactions_with(handler):
             first = members[0]
-            assert isinstance(first, ExternalStoreCommitHandler)
-            if not first.external.shares_transactions_with(handler.external):
-                raise AtomicGroupError(
-                    f"{uri} cannot join group {self.group_id}: its DynamoDB table "
-                    f"({handler.describe()}) and {first.base_uri}'s ({first.describe()}) "
-                    "are not behind one endpoint, region and set of credentials, and "
-                    "one DynamoDB transaction spans only one account and region"
-                )
+            raise AtomicGroupError(
+                f"{uri} cannot join group {self.group_id}: its DynamoDB table "
+                f"({handler.describe()}) and {first.dataset_key()}'s ({first.describe()}) "
+                "are not behind one endpoint, region and set of credentials, and "
+                "one DynamoDB transaction spans only one account and region"
+            )
 
     # --- held changes -------------------------------------------------------------
 
@@ -339,8 +329,7 @@ class AtomicGroup:
         """Raises AtomicGroupError if ``parts`` exceed one transaction (100 actions,
         4 MB), counted as DynamoDB counts them (a fenced claim is two actions), the
         size from above (:func:`claim_bytes_bound`)."""
-        external = isinstance(parts[0].handler, ExternalStoreCommitHandler)
-        actions = sum(2 if external and p.follows is None else 1 for p in parts)
+        actions = sum(p.handler.claim_actions(p.follows is not None) for p in parts)
         size = claim_bytes_bound(parts)
         if actions > MAX_GROUP_ACTIONS or size > MAX_GROUP_BYTES:
             raise AtomicGroupError(
@@ -359,7 +348,7 @@ class AtomicGroup:
         fails, back to where it was pinned (see :meth:`_release`).
 
         Raises:
-            As :func:`s3ddb.commit.group.commit_group`.
+            As :func:`s3ddb.commit.group_commit.commit_group`.
         """
         self._check_open()
         self._open = False
@@ -473,9 +462,9 @@ def claim_bytes_bound(parts: list[GroupPart]) -> int:
     (DynamoDB's 4 MB limit): each part's row carries the whole group's members
     (base URI, version and table of every part), its own base URI and the committer;
     versions are counted at their longest, as a rebase may renumber them."""
-    members = encode_members([(member_key(p.handler), MAX_VERSION, _table_of(p)) for p in parts])
+    members = encode_members([(p.handler.dataset_key(), MAX_VERSION, _table_of(p)) for p in parts])
     each = _ROW_OVERHEAD + len(members.encode()) + len(committer_name().encode())
-    return sum(each + 2 * len(member_key(p.handler).encode()) for p in parts)
+    return sum(each + 2 * len(p.handler.dataset_key().encode()) for p in parts)
 
 
 def _table_of(part: GroupPart) -> str:
@@ -531,15 +520,13 @@ def _number(value: str | None) -> int | None:
         return None
 
 
-def check_transactions(handler: ExternalStoreCommitHandler, uri: str, what: str) -> None:
-    """Raises AtomicGroupError if ``handler``'s DynamoDB store is used without
-    transactions (``dynamodb_transactions=false``, e.g. for dynalite)."""
-    if getattr(handler.external, "transactions", True) is False:
-        raise AtomicGroupError(
-            f"{uri} cannot {what}: its DynamoDB store is used without transactions "
-            "(dynamodb_transactions=false), and a group is decided by one "
-            "TransactWriteItems (a snapshot checked by one TransactGetItems)"
-        )
+def check_transactions(handler: CommitHandler, uri: str, what: str) -> None:
+    """Raises AtomicGroupError if ``handler`` cannot take part in a group's one atomic
+    request although its kind can (a DynamoDB store used without transactions,
+    ``dynamodb_transactions=false``, e.g. for dynalite)."""
+    why = handler.transactions_unavailable()
+    if why is not None:
+        raise AtomicGroupError(f"{uri} cannot {what}: {why}")
 
 
 def _delete_refused(handler: CommitHandler, uri: str, operation: Operation) -> None:

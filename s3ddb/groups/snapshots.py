@@ -1,13 +1,15 @@
 """``s3ddb.snapshot``: several datasets pinned at one instant, never half of a group.
 
-On ``s3+ddb://``: read the newest row of every dataset (in parallel: one round
-trip), then check in one ``TransactGetItems`` that no dataset has a next version. If
-none has, the versions read were the newest at the instant of that read, which is
-serializable with every group's ``TransactWriteItems``: a group is either wholly
-before it or wholly after. If one has, something committed meanwhile: read again.
-Then each version is opened (its manifest read; a staged newest version is
-finished first, as any reader does). On ``memory://`` the newest versions are listed
-while memory stores accept no conditional put.
+The datasets' commit handlers find their newest versions as of one instant
+(:meth:`~s3ddb.commit.handlers.CommitHandler.latest_together`). On ``s3+ddb://``:
+read the newest row of every dataset (in parallel: one round trip), then check in one
+``TransactGetItems`` that no dataset has a next version. If none has, the versions
+read were the newest at the instant of that read, which is serializable with every
+group's ``TransactWriteItems``: a group is either wholly before it or wholly after.
+If one has, something committed meanwhile: read again. A staged newest version is
+finished first, as any reader does. On ``memory://`` the newest versions are listed
+while memory stores accept no conditional put. Then each version is opened (its
+manifest read).
 """
 
 from __future__ import annotations
@@ -18,18 +20,15 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from s3ddb.commit.external import ExternalStoreCommitHandler
-from s3ddb.commit.group import group_kind
-from s3ddb.commit.handlers import CommitHandler
+from s3ddb.commit.group_commit import check_together
+from s3ddb.commit.handlers import CommitHandler, ManifestLocation
 from s3ddb.dataset import Dataset
 from s3ddb.errors import AtomicGroupError, InvalidInputError, TooMuchWriteContentionError
-from s3ddb.external_store.base import ManifestRow
-from s3ddb.external_store.group import MAX_GROUP_READS, read_rows
+from s3ddb.external_store.manifest_store import MAX_GROUP_READS
 from s3ddb.groups.atomic_group import check_transactions
 from s3ddb.io.arguments import check_int
-from s3ddb.io.memory_transactions import memory_instant
 from s3ddb.io.parallel import process_pool
-from s3ddb.versions.opening import dataset_not_found, load_version, open_validated
+from s3ddb.versions.opening import dataset_not_found, open_validated
 
 __all__ = ["DEFAULT_SNAPSHOT_ATTEMPTS", "snapshot", "snapshot_of"]
 
@@ -99,17 +98,12 @@ def snapshot_of(
     Raises:
         As :func:`snapshot`.
     """
-    kind = group_kind(handlers)
-    if kind == "external":
-        _check_one_endpoint(handlers, texts)
+    check_together(handlers)
+    _check_one_instant(handlers, texts)
     for attempt in range(1, max_attempts + 1):
-        versions = (
-            _memory_versions(handlers, texts)
-            if kind == "memory"
-            else _ddb_versions(handlers, texts)
-        )
-        if versions is not None:
-            return _open_all(handlers, texts, versions, storage_options)
+        locations = handlers[0].latest_together(handlers)
+        if locations is not None:
+            return _open_all(handlers, texts, _found(locations, texts), storage_options)
         time.sleep(random.uniform(0, min(0.2, 0.002 * 2**attempt)))
     raise TooMuchWriteContentionError(
         f"no consistent snapshot of {len(texts)} datasets after {max_attempts} attempts: "
@@ -117,77 +111,39 @@ def snapshot_of(
     )
 
 
-def _check_one_endpoint(handlers: list[CommitHandler], texts: list[str]) -> None:
+def _check_one_instant(handlers: list[CommitHandler], texts: list[str]) -> None:
     first = handlers[0]
-    assert isinstance(first, ExternalStoreCommitHandler)
     for text, handler in zip(texts, handlers):
-        assert isinstance(handler, ExternalStoreCommitHandler)
         check_transactions(handler, text, "be read in a snapshot")
-        if not first.external.shares_transactions_with(handler.external):
+        if not first.shares_transactions_with(handler):
             raise AtomicGroupError(
                 f"{text} cannot be read in one snapshot with {texts[0]}: their DynamoDB "
                 "tables are not behind one endpoint, region and set of credentials"
             )
 
 
-def _memory_versions(handlers: list[CommitHandler], texts: list[str]) -> list[int]:
-    with memory_instant():
-        locations = [h.latest_location(finalize=False) for h in handlers]
+def _found(locations: list[ManifestLocation | None], texts: list[str]) -> list[ManifestLocation]:
+    """Every dataset's newest version.
+
+    Raises:
+        DatasetNotFoundError: a dataset has none.
+    """
     out = []
     for text, location in zip(texts, locations):
         if location is None:
             raise dataset_not_found(text)
-        out.append(location.version)
+        out.append(location)
     return out
-
-
-def _ddb_versions(
-    handlers: list[CommitHandler], texts: list[str]
-) -> list[int | ManifestRow] | None:
-    """The newest version of each dataset (its row, or its number for a dataset
-    whose versions predate the store), if they were all the newest at one instant;
-    None if something committed meanwhile."""
-    pool = process_pool("snapshot")
-
-    def newest(i: int) -> int | ManifestRow:
-        handler = handlers[i]
-        assert isinstance(handler, ExternalStoreCommitHandler)
-        row = handler.external.get_latest(handler.base_uri)
-        if row is not None:
-            return handler.checked_row(row)
-        # Versions from before the dataset used the store (listed, not in rows).
-        location = handler.latest_location(finalize=False)
-        if location is None:
-            raise dataset_not_found(texts[i])
-        return location.version
-
-    newest_found = list(pool.map(newest, range(len(handlers))))
-    keys = []
-    for handler, found in zip(handlers, newest_found):
-        assert isinstance(handler, ExternalStoreCommitHandler)
-        version = found if isinstance(found, int) else found.version
-        keys.append((handler.external, handler.base_uri, version + 1))
-    if any(row is not None for row in read_rows(keys)):
-        return None
-    return newest_found
 
 
 def _open_all(
     handlers: list[CommitHandler],
     texts: list[str],
-    versions: list[int] | list[int | ManifestRow],
+    locations: list[ManifestLocation],
     storage_options: dict[str, Any] | None,
 ) -> dict[str, Dataset]:
     def open_one(i: int) -> Dataset:
-        handler, found = handlers[i], versions[i]
-        if isinstance(found, int):
-            manifest = load_version(handler, found, texts[i])
-        else:
-            # The row read is the version's: no need to ask for it again. A staged
-            # one is finished first, as any reader does.
-            assert isinstance(handler, ExternalStoreCommitHandler)
-            row = handler.finished(found)
-            manifest = handler.load_manifest(handler.location_of_row(row))
+        manifest = handlers[i].load_manifest(locations[i])
         ds = Dataset(texts[i], handlers[i], manifest, storage_options=storage_options)
         ds.forget_newest_seen()  # the newest at the snapshot's instant, maybe not now
         return ds

@@ -24,7 +24,8 @@ from __future__ import annotations
 import errno
 import os
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, ClassVar, TypeVar, cast
 
@@ -323,6 +324,36 @@ class ObjectStore:
             if deleted is not None:
                 deleted(batch)
 
+    # --- several stores at one instant (groups: s3ddb.atomic, s3ddb.snapshot) --------
+
+    def shares_transactions_with(self, other: ObjectStore) -> bool:
+        """Whether one atomic step of this store (:meth:`put_all_if_absent`,
+        :meth:`instant`) can also hold ``other``'s objects. Only memory stores can:
+        local files and S3 have no transaction over several objects."""
+        return False
+
+    def put_all_if_absent(self, items: Sequence[tuple[ObjectStore, str, bytes]]) -> list[bool]:
+        """Put every ``(store, path, data)`` unless some path exists: all or none, in
+        one atomic step (every store sharing transactions with this one).
+
+        Returns:
+            Per item, whether its path exists; every entry False means all were put.
+
+        Raises:
+            TypeError: this store, or one of ``items``, has no such step.
+        """
+        raise TypeError(f"{self.url} cannot put several objects atomically")
+
+    def instant(self) -> AbstractContextManager[None]:
+        """Hold back every conditional put of the stores sharing transactions with this
+        one: reads inside see one instant. Not reentrant: never put conditionally
+        inside.
+
+        Raises:
+            TypeError: this store has no such instant.
+        """
+        raise TypeError(f"{self.url} cannot hold several objects at one instant")
+
     def list(self, prefix: str = "") -> list[ObjectMeta]:
         """Every object whose relative path starts with ``prefix``, sorted by path."""
         return sorted(self.iter_list(prefix), key=lambda m: m.path)
@@ -458,6 +489,29 @@ class MemoryObjectStore(ObjectStore):
             if self.fs.exists(full):
                 raise FileExistsError(errno.EEXIST, "object exists", full)
             self.fs.pipe_file(full, data)
+
+    def shares_transactions_with(self, other: ObjectStore) -> bool:
+        """Every memory store: their conditional puts take one process-wide lock."""
+        return isinstance(other, MemoryObjectStore)
+
+    def put_all_if_absent(self, items: Sequence[tuple[ObjectStore, str, bytes]]) -> list[bool]:
+        stores: list[MemoryObjectStore] = []
+        for store, _, _ in items:
+            if not isinstance(store, MemoryObjectStore):
+                raise TypeError(f"{store.url} is not a memory store")
+            stores.append(store)
+        with _memory_lock:
+            taken = [s.fs.exists(s.full_path(path)) for s, (_, path, _) in zip(stores, items)]
+            if any(taken):
+                return taken
+            for s, (_, path, data) in zip(stores, items):
+                s.fs.pipe_file(s.full_path(path), data)
+        return taken
+
+    @contextmanager
+    def instant(self) -> Iterator[None]:
+        with _memory_lock:
+            yield
 
     def copy(self, src: str, dst: str) -> str | None:
         self.full_path(src)

@@ -60,7 +60,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from s3ddb.errors import InvalidInputError, ManifestCorruptError, VersionNotFoundError
-from s3ddb.external_store.base import ManifestRow, VersionTakenError
+from s3ddb.external_store.manifest_store import ManifestRow, VersionTakenError
 from s3ddb.format import layout
 from s3ddb.format.chunks import CHUNKS_DIR
 from s3ddb.format.manifest import referenced_paths

@@ -9,17 +9,21 @@ does not decide groups atomically).
 
 from __future__ import annotations
 
-from s3ddb.commit.external import ExternalStoreCommitHandler
+from s3ddb.commit.external_versions import ExternalStoreVersions
 from s3ddb.errors import ExternalStoreTableError, StoredMetadataError
-from s3ddb.external_store.base import ExternalManifestStore, ManifestRow
-from s3ddb.external_store.group import GROUP_ID_ATTRIBUTE, group_members
+from s3ddb.external_store.manifest_store import (
+    GROUP_ID_ATTRIBUTE,
+    ExternalManifestStore,
+    ManifestRow,
+    group_members,
+)
 from s3ddb.maintenance.problems import ReportProblem
 
 __all__ = ["check_groups"]
 
 
 def check_groups(
-    handler: ExternalStoreCommitHandler, rows: list[ManifestRow], problem: ReportProblem
+    handler: ExternalStoreVersions, rows: list[ManifestRow], problem: ReportProblem
 ) -> None:
     """Report, through ``problem``, every group member of ``rows`` (the dataset's
     rows) that is malformed, missing, of another group, or in a table that does not
@@ -32,7 +36,7 @@ def check_groups(
     """
     stores: dict[str, ExternalManifestStore] = {}
     found: dict[tuple[str, str, int, str], str | None] = {}
-    own_table = str(getattr(handler.external, "table_name", ""))
+    own_table = handler.external.table_name
     for row in rows:
         try:
             members = group_members(row)
@@ -94,7 +98,7 @@ def _member_state(
 
 
 def _store_for(
-    handler: ExternalStoreCommitHandler,
+    handler: ExternalStoreVersions,
     table: str,
     own_table: str,
     stores: dict[str, ExternalManifestStore],
@@ -105,10 +109,7 @@ def _store_for(
     if not table or table == own_table or not own_table:
         return handler.external
     if table not in stores:
-        from s3ddb.external_store.dynamodb import DynamoDBManifestStore
-
-        aws = getattr(handler.external, "aws", None)
-        stores[table] = DynamoDBManifestStore(table, aws)
+        stores[table] = handler.external.store_for_table(table)
     return stores[table]
 
 

@@ -18,8 +18,8 @@ from typing import Any
 
 from s3ddb.commit import finalizer as finalizers
 from s3ddb.errors import PathOutsideDatasetError, S3DDBError
-from s3ddb.external_store.base import ManifestRow
 from s3ddb.external_store.identity import final_path_of
+from s3ddb.external_store.manifest_store import ManifestRow
 from s3ddb.format import layout
 from s3ddb.io.object_store import ObjectMeta
 from s3ddb.maintenance.verify import (

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from s3ddb.commit.external import ExternalStoreCommitHandler
+from s3ddb.commit.external_versions import ExternalStoreVersions
 from s3ddb.commit.handlers import CommitHandler, ManifestLocation
 from s3ddb.errors import (
     DataFileError,
@@ -25,8 +25,8 @@ from s3ddb.errors import (
     S3DDBError,
     StoredMetadataError,
 )
-from s3ddb.external_store.base import ManifestRow
 from s3ddb.external_store.identity import final_path_of
+from s3ddb.external_store.manifest_store import ManifestRow
 from s3ddb.format import layout
 from s3ddb.format.bases import FileResolver
 from s3ddb.format.chunks import CHUNKS_DIR
@@ -96,13 +96,13 @@ class VerifyReport:
 
 def external_rows(
     handler: CommitHandler,
-) -> tuple[ExternalStoreCommitHandler, list[ManifestRow]] | None:
+) -> tuple[ExternalStoreVersions, list[ManifestRow]] | None:
     """The handler and every row of the dataset when an external manifest store
     (DynamoDB) decides its versions; None when the object store decides them."""
-    if not isinstance(handler, ExternalStoreCommitHandler):
+    versions = handler.external_versions()
+    if versions is None:
         return None
-    external, base_uri = handler.manifest_store()
-    return handler, list(external.list_versions(base_uri))
+    return versions, list(versions.external.list_versions(versions.base_uri))
 
 
 def old_enough(meta: ObjectMeta, grace: float, now: float) -> bool:
@@ -418,7 +418,7 @@ def _check_unreferenced(
 
 
 def _check_rows(
-    handler: ExternalStoreCommitHandler,
+    handler: ExternalStoreVersions,
     rows: list[ManifestRow],
     objects: dict[str, ObjectMeta],
     problem: ReportProblem,

@@ -13,8 +13,8 @@ from typing import Any
 from s3ddb.commit import finalizer as finalizers
 from s3ddb.commit.external import ExternalStoreCommitHandler
 from s3ddb.commit.handlers import CommitHandler, ConditionalPutCommitHandler
-from s3ddb.external_store.base import ExternalManifestStore
 from s3ddb.external_store.ddb_contract import UNFENCED_ENV
+from s3ddb.external_store.manifest_store import ExternalManifestStore
 from s3ddb.io.aws import AwsConfig
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.per_process import PerProcess

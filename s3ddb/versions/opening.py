@@ -19,7 +19,7 @@ from s3ddb.errors import (
     StoredMetadataError,
     VersionNotFoundError,
 )
-from s3ddb.external_store.group import parse_members
+from s3ddb.external_store.manifest_store import parse_members
 from s3ddb.format.fragment_list import FragmentList
 from s3ddb.format.manifest import Manifest, read_manifest_header
 from s3ddb.format.naming import MAX_VERSION

@@ -9,11 +9,12 @@ from collections import Counter
 from typing import Any
 
 import pytest
+from s3ddb.external_store.base import ManifestRow
 
 import s3ddb
 import s3ddb.versions.pinned
 from s3ddb.commit import finalizer
-from s3ddb.commit.external import OWN_COMMITS
+from s3ddb.commit.external_versions import OWN_COMMITS
 from s3ddb.commit.failpoints import EXIT_CODE
 from s3ddb.errors import (
     CommitMechanismError,
@@ -22,7 +23,6 @@ from s3ddb.errors import (
     ExternalStoreThrottledError,
     ManifestFinalizationError,
 )
-from s3ddb.external_store.base import ManifestRow
 from s3ddb.io import ObjectStore, parse_uri
 from s3ddb.versions.connect import external_store_for
 from tests.conftest import TEST_BUCKET, TEST_TABLE

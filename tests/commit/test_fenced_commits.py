@@ -29,11 +29,11 @@ from s3ddb.errors import (
     StoredMetadataError,
     VersionNotFoundError,
 )
-from s3ddb.external_store.base import (
+from s3ddb.external_store.dynamodb import item_to_row, row_to_item
+from s3ddb.external_store.manifest_store import (
     DATASET_ID_ATTRIBUTE,
     ManifestRow,
 )
-from s3ddb.external_store.dynamodb import item_to_row, row_to_item
 from s3ddb.format import layout
 from s3ddb.format.naming import NamingScheme
 from s3ddb.io import ObjectStore, parse_uri

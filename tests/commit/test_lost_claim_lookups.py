@@ -149,7 +149,7 @@ def test_once_an_attempt_may_have_applied_every_later_error_is_an_unknown_outcom
     from botocore.exceptions import ConnectionClosedError, EndpointConnectionError
 
     from s3ddb.errors import ExternalStoreThrottledError
-    from s3ddb.external_store.base import ExternalStoreOutcomeUnknownError
+    from s3ddb.external_store.manifest_store import ExternalStoreOutcomeUnknownError
 
     store = DynamoDBManifestStore("t", sleep=lambda _seconds: None)
     first: Exception = (
@@ -189,7 +189,10 @@ def test_a_refusal_read_from_the_rows_decides_a_claim_after_a_lost_response(
     whether or not an earlier attempt may have applied: it is raised as it is."""
     from botocore.exceptions import ConnectionClosedError, EndpointConnectionError
 
-    from s3ddb.external_store.base import ExternalStoreOutcomeUnknownError, VersionTakenError
+    from s3ddb.external_store.manifest_store import (
+        ExternalStoreOutcomeUnknownError,
+        VersionTakenError,
+    )
 
     store = DynamoDBManifestStore("t", sleep=lambda _seconds: None)
     first: Exception = (

@@ -107,7 +107,7 @@ def test_a_planted_bug_is_found_and_shrunk(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setattr(PinnedVersion, "base_is_fresh", lambda self, base: True)
     with monkeypatch.context() as unfenced:
         unfenced.setattr(ExternalStoreCommitHandler, "_fence", lambda self, *a: None)
-        unfenced.setattr(ConditionalPutCommitHandler, "check_predecessor", lambda *a: None)
+        unfenced.setattr(ConditionalPutCommitHandler, "_check_predecessor", lambda *a: None)
         failing = next(
             (seed for seed in range(400) if run_schedule(seed, **shape(seed)).violations), None
         )

@@ -14,7 +14,7 @@ import pytest
 
 import s3ddb
 from s3ddb.errors import CommitStateUnknownError, StoredMetadataError
-from s3ddb.external_store.group import parse_members
+from s3ddb.external_store.manifest_store import parse_members
 from tests.conftest import TEST_BUCKET, TEST_TABLE
 
 

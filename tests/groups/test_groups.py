@@ -323,9 +323,10 @@ def test_a_snapshot_that_raced_a_group_reads_again(
     if so is None:
         pytest.skip("memory:// snapshots read every dataset under one lock: no race")
     _create([a, b], so)
-    import s3ddb.groups.snapshots as snapshot_module
+    # The consistent read of the s3+ddb:// handlers' latest_together.
+    import s3ddb.commit.external as claims_module
 
-    real = snapshot_module.read_rows
+    real = claims_module.read_rows
     checks = []
 
     def group_commits_first(keys: Any) -> Any:
@@ -337,7 +338,7 @@ def test_a_snapshot_that_raced_a_group_reads_again(
         checks.append([r is not None for r in rows])
         return rows
 
-    monkeypatch.setattr(snapshot_module, "read_rows", group_commits_first)
+    monkeypatch.setattr(claims_module, "read_rows", group_commits_first)
     snap = s3ddb.snapshot([a, b], so)
     assert checks == [[True, True], [False, False]]
     assert [snap[u].version for u in (a, b)] == [2, 2]
@@ -542,14 +543,17 @@ def test_a_group_over_four_megabytes_is_a_typed_error() -> None:
 
 
 def test_the_in_memory_store_claims_groups_all_or_nothing() -> None:
-    from s3ddb.external_store.base import (
+    from s3ddb.external_store.manifest_store import (
         ExternalStoreOutcomeUnknownError,
         Fence,
         FenceFailedError,
+        GroupClaim,
+        GroupRefusedError,
         ManifestRow,
         VersionTakenError,
+        claim_group,
+        read_rows,
     )
-    from s3ddb.external_store.group import GroupClaim, GroupRefusedError, claim_group, read_rows
     from s3ddb.external_store.memory import InMemoryManifestStore
 
     name = f"group-{uuid.uuid4().hex}"

@@ -59,10 +59,10 @@ REMOVED = {
     # internal signals: users never meet them
     "VersionConflict": "s3ddb.commit.handlers",
     "InjectedFault": "s3ddb.errors",
-    "FenceFailedError": "s3ddb.external_store.base",
-    "VersionTakenError": "s3ddb.external_store.base",
-    "ExternalStoreOutcomeUnknownError": "s3ddb.external_store.base",
-    "GroupRefusedError": "s3ddb.external_store.group",
+    "FenceFailedError": "s3ddb.external_store.manifest_store",
+    "VersionTakenError": "s3ddb.external_store.manifest_store",
+    "ExternalStoreOutcomeUnknownError": "s3ddb.external_store.manifest_store",
+    "GroupRefusedError": "s3ddb.external_store.manifest_store",
 }
 INTERNAL_SIGNALS = [
     "VersionConflict",

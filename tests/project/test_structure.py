@@ -191,3 +191,75 @@ def test_the_architecture_page_lists_the_layers_in_order() -> None:
         named = set(re.findall(r"`([a-z_]+)(?:/|\.py)`", cell)) - {"__init__"}
         expected = {unit.removeprefix("s3ddb.") for unit in layer} - {"s3ddb"}
         assert named == expected, f"layer {rank}: the page names {named}, LAYERS {expected}"
+
+
+def test_a_type_check_of_a_handler_or_store_outside_its_package_is_a_problem(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "s3ddb"
+    ok = "__all__: list[str] = []\n"
+    files = {
+        "__init__.py": ok,
+        "io/__init__.py": ok,
+        "commit/__init__.py": ok,
+        "groups/__init__.py": ok,
+        # a store interface and a backend of s3ddb.io, which may ask its own types
+        "io/stores.py": (
+            "__all__ = ['MemoryStore', 'ObjectStore']\n"
+            "class ObjectStore:\n"
+            "    def shares_transactions_with(self, other: 'ObjectStore') -> bool:\n"
+            "        return False\n"
+            "class MemoryStore(ObjectStore):\n"
+            "    def __init__(self) -> None:\n"
+            "        self.fs: dict[str, bytes] = {}\n"
+            "    def shares_transactions_with(self, other: ObjectStore) -> bool:\n"
+            "        return isinstance(other, MemoryStore)\n"
+        ),
+        # a handler of s3ddb.commit, a subclass of a subclass of the interface
+        "commit/handler_kinds.py": (
+            "__all__ = ['CommitHandler', 'ListingHandler', 'TableHandler']\n"
+            "class CommitHandler:\n"
+            "    pass\n"
+            "class ListingHandler(CommitHandler):\n"
+            "    pass\n"
+            "class TableHandler(ListingHandler):\n"
+            "    table_name = 't'\n"
+        ),
+        # another package asking the interface, and getattr of names no handler defines
+        "groups/clean.py": ok
+        + "from s3ddb.io.stores import ObjectStore\n"
+        + "def together(a: ObjectStore, b: ObjectStore) -> bool:\n"
+        + "    return a.shares_transactions_with(b) and getattr(a, 'color', 1) == 1\n",
+    }
+    _write(root, files)
+    clean = _run(root)
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    assert "structure: 0 problem(s)" in clean.stdout
+
+    _write(
+        root,
+        {
+            "groups/user.py": ok
+            + "from s3ddb.commit.handler_kinds import TableHandler\n"
+            + "from s3ddb.io import stores\n"
+            + "def kind(h: object, s: object) -> bool:\n"
+            + "    a = isinstance(s, stores.MemoryStore)\n"
+            + "    b = isinstance(h, (int, TableHandler))\n"
+            + "    c = getattr(s, 'fs', None)\n"
+            + "    return a and b and c and hasattr(h, 'table_name')\n"
+        },
+    )
+    result = _run(root)
+    out = result.stdout
+    assert result.returncode == 1, out + result.stderr
+    for line, what in (
+        (5, "isinstance(..., MemoryStore)"),
+        (6, "isinstance(..., TableHandler)"),
+        (7, "getattr(..., 'fs')"),
+        (8, "hasattr(..., 'table_name')"),
+    ):
+        assert (
+            f"user.py:{line}: a type check of a commit handler or store outside its "
+            f"package: {what}" in out
+        ), out
+    assert "structure: 4 problem(s)" in out, out

@@ -18,7 +18,7 @@ import s3ddb
 from s3ddb.commit import finalizer
 from s3ddb.commit.manifest_cache import MANIFESTS
 from s3ddb.errors import PathOutsideDatasetError
-from s3ddb.external_store.base import ManifestRow
+from s3ddb.external_store.manifest_store import ManifestRow
 from s3ddb.format._proto import manifest_pb2 as pb
 from s3ddb.format.fragment import FragmentMetadata
 from s3ddb.format.framing import frame

@@ -1,7 +1,9 @@
 """Group commits: several transactions, on several datasets, committed all or nothing.
 
 The loop is the single commit loop (:mod:`s3ddb.commit.committer`) run side by side
-for every part, with one claim for all of them (:mod:`s3ddb.commit.group_claims`):
+for every part, with one claim for all of them, which the parts' commit handlers make
+(:meth:`~s3ddb.commit.handlers.CommitHandler.claim_parts`: a single commit is the
+claim of one part):
 
 1. Write every part's transaction file (failpoint ``commit.after_transaction_file``)
    and catch up with the versions committed since its base.
@@ -37,22 +39,19 @@ from s3ddb.commit.committer import (
     _RetryBudget,
     _write_first_transaction,
 )
-from s3ddb.commit.external import ExternalStoreCommitHandler
-from s3ddb.commit.group_claims import ClaimRound, claim_external, claim_memory
-from s3ddb.commit.handlers import CommitHandler, ConditionalPutCommitHandler
+from s3ddb.commit.handlers import ClaimPart, CommitHandler
 from s3ddb.errors import (
     AtomicGroupError,
     CommitStateUnknownError,
     RetryableCommitConflictError,
 )
 from s3ddb.format.manifest import Manifest
-from s3ddb.io.object_store import MemoryObjectStore
 from s3ddb.io.parallel import PendingWrites
 from s3ddb.observe import telemetry
 from s3ddb.open_formats.publisher import check_publishable
 from s3ddb.operations import Transaction
 
-__all__ = ["GROUP_PROPERTY", "GroupPart", "commit_group", "group_kind"]
+__all__ = ["GROUP_PROPERTY", "GroupPart", "check_together", "commit_group"]
 
 log = logging.getLogger(__name__)
 
@@ -90,32 +89,24 @@ class _Group:
     currents: list[Manifest | None] = field(default_factory=list)
 
 
-def group_kind(handlers: Sequence[CommitHandler]) -> str:
-    """``"external"`` if every handler claims through an external manifest store,
-    ``"memory"`` if every one is a conditional-put handler on ``memory://``.
+def check_together(handlers: Sequence[CommitHandler]) -> None:
+    """Returns if ``handlers``' datasets can be claimed (and read) together: all of one
+    kind of group (:meth:`~s3ddb.commit.handlers.CommitHandler.group_kind`).
 
     Raises:
         AtomicGroupError: anything else (local paths, ``s3://``, a mix).
     """
-    if all(isinstance(h, ExternalStoreCommitHandler) for h in handlers):
-        return "external"
-    if all(
-        isinstance(h, ConditionalPutCommitHandler) and isinstance(h.store, MemoryObjectStore)
-        for h in handlers
-    ):
-        return "memory"
-    kinds = sorted({_kind_name(h) for h in handlers})
+    kinds = {h.group_kind() for h in handlers}
+    if len(kinds) == 1 and None not in kinds:
+        return
+    names = sorted({h.group_kind() or _no_group(h) for h in handlers})
     raise AtomicGroupError(
         "an atomic group takes only s3+ddb:// datasets (tables in one account and "
-        f"region) or only memory:// datasets; got {', '.join(kinds)}"
+        f"region) or only memory:// datasets; got {', '.join(names)}"
     )
 
 
-def _kind_name(handler: CommitHandler) -> str:
-    if isinstance(handler, ExternalStoreCommitHandler):
-        return "s3+ddb://"
-    if isinstance(handler.store, MemoryObjectStore):
-        return "memory://"
+def _no_group(handler: CommitHandler) -> str:
     return f"{handler.store.url.split('://', 1)[0]}:// or a local path"
 
 
@@ -139,7 +130,7 @@ def commit_group(
     """
     if not parts:
         return []
-    kind = group_kind([p.handler for p in parts])
+    check_together([p.handler for p in parts])
     group = _Group(parts, group_id or str(uuid.uuid4()))
     group.commits = [
         _CommitInProgress(p.handler, p.txn, "rebase", p.pending or PendingWrites()) for p in parts
@@ -154,7 +145,7 @@ def commit_group(
             for commit, part in zip(group.commits, parts)
         ]
         with telemetry.span("s3ddb.commit", {"s3ddb.group": group.group_id}) as span:
-            results = _claim_until_won(group, kind, _RetryBudget(config or CommitConfig()))
+            results = _claim_until_won(group, _RetryBudget(config or CommitConfig()))
             span.set_attribute("s3ddb.outcome", "committed")
     except CommitStateUnknownError:
         raise
@@ -182,7 +173,7 @@ def _committed_base(parts: Sequence[GroupPart], part: GroupPart) -> Manifest:
     return part.base
 
 
-def _claim_until_won(group: _Group, kind: str, budget: _RetryBudget) -> list[CommitResult]:
+def _claim_until_won(group: _Group, budget: _RetryBudget) -> list[CommitResult]:
     """Build and claim every part until one claim wins; after each refusal, rebase
     the parts whose datasets moved.
 
@@ -212,15 +203,11 @@ def _claim_until_won(group: _Group, kind: str, budget: _RetryBudget) -> list[Com
             check_publishable(manifest, bases[-1], commit.handler.store)
             laid_out = commit.lay_out_chunks(manifest)
             manifests.append(commit.with_metrics(laid_out, bases[-1], budget.lost + 1))
-        claim = ClaimRound(
-            handlers=[p.handler for p in parts],
-            commits=commits,
-            bases=bases,
-            manifests=manifests,
-            follows=[p.follows for p in parts],
-            group_id=group.group_id,
-        )
-        outcome = claim_external(claim) if kind == "external" else claim_memory(claim)
+        claims = [
+            ClaimPart(p.handler, m, b, c.writes, p.follows)
+            for p, m, b, c in zip(parts, manifests, bases, commits)
+        ]
+        outcome = parts[0].handler.claim_parts(claims, group.group_id)
         if outcome.locations is not None:
             return [
                 CommitResult(m, loc, c.txn, budget.lost + 1)
