@@ -45,7 +45,7 @@ from s3ddb.maintenance.cleanup import CleanupStats, cleanup_old_versions
 from s3ddb.maintenance.compaction import DatasetOptimizer
 from s3ddb.maintenance.drop import drop as drop_dataset
 from s3ddb.maintenance.inspection import DatasetStatistics, check_files
-from s3ddb.open_formats.publisher import Rebuilt, enabled_formats
+from s3ddb.open_formats.publisher import Rebuilt, enabled_formats, format_names
 from s3ddb.operations import Operation, Transaction
 from s3ddb.reading.scanner import Scanner, take
 from s3ddb.versions.opening import (
@@ -352,11 +352,12 @@ class Dataset(PinnedVersion):
         or fewer); see docs/open-formats.md."""
         return enabled_formats(self._manifest)
 
-    def enable_open_formats(self, formats: Iterable[str] | str = ("iceberg", "delta")) -> Dataset:
+    def enable_open_formats(self, formats: Iterable[str] | str | None = None) -> Dataset:
         """Publish every version from now on also as an Iceberg table (under
         ``metadata/``) and a Delta table (``_delta_log/``) over the same Parquet
         files, as one new version (a config change) that is the first published.
-        Returns self, at that version.
+        ``formats`` names them (default: every format s3ddb publishes). Returns self,
+        at that version.
 
         Raises:
             OpenFormatError: an unknown format, a column type with no exact
@@ -364,7 +365,7 @@ class Dataset(PinnedVersion):
                 several data files (compact first); nothing was committed.
         """
         self.refuse_in_group("enable_open_formats()")
-        publication.enable_open_formats(self, formats)
+        publication.enable_open_formats(self, format_names() if formats is None else formats)
         return self
 
     def disable_open_formats(self) -> Dataset:

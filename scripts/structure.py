@@ -23,7 +23,9 @@ Checks (each failure is listed with where it is; exit status 1 if any):
   exception class defined in the package is either in ``s3ddb.errors.__all__`` (users
   may meet it) or an internal signal of :data:`INTERNAL_EXCEPTIONS`, which neither
   ``__all__`` exports;
-* every public module (no ``_`` in its path, entry points aside) declares ``__all__``.
+* every public module (no ``_`` in its path, entry points aside) declares ``__all__``;
+* no open format named by a string literal outside ``open_formats/``: the rest asks
+  the format's plug-in (:func:`_format_names_outside_open_formats`).
 
 Usage: ``python scripts/structure.py [--root s3ddb] [--quiet]``.
 """
@@ -446,7 +448,80 @@ def check(root: Path) -> list[str]:
         if not declares:
             problems.append(f"{module.path}: a public module without __all__")
 
+    problems.extend(_format_names_outside_open_formats(top, modules))
     problems.extend(_public_surface(top, modules))
+    return problems
+
+
+#: Modules outside ``open_formats/`` that may spell a format's name, and why: the
+#: names there are not s3ddb's choice of a format.
+FORMAT_NAME_EXCEPTIONS = {
+    # Code for other engines' readers of each format (pyiceberg reads Iceberg,
+    # deltalake Delta; DuckDB's iceberg and delta extensions; Spark's data sources):
+    # a new format's readers need snippets of their own, not a plug-in's answer.
+    "cli/reader_snippets.py",
+    # pylance's ``LanceDataset.delta``, a method s3ddb refuses: not a format.
+    "pylance_compat.py",
+}
+
+
+def _format_names_outside_open_formats(top: str, modules: dict[str, Module]) -> list[str]:
+    """A string literal equal (case aside) to an open format's name outside
+    ``<top>/open_formats/``: everything else asks the format's plug-in. The names are
+    those of the plug-ins in ``<top>.open_formats.plugins.FORMATS`` (a literal tuple of
+    ``SomeClass()``): each class's ``name = "..."``. Docstrings and messages that
+    mention a format in a sentence are not names; :data:`FORMAT_NAME_EXCEPTIONS`
+    lists the modules allowed to name one."""
+    package = f"{top}.open_formats"
+    plugins = modules.get(f"{package}.plugins")
+    if plugins is None:  # a package without open formats (a planted one) has none to name
+        if package not in modules:
+            return []
+        return [f"{top}/open_formats/plugins.py: missing (the tuple FORMATS of the formats)"]
+    classes: set[str] = set()
+    for node in plugins.tree.body:
+        target = node.target if isinstance(node, ast.AnnAssign) else None
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+        if isinstance(target, ast.Name) and target.id == "FORMATS":
+            value = node.value  # type: ignore[union-attr]
+            for element in value.elts if isinstance(value, ast.Tuple) else []:
+                if isinstance(element, ast.Call) and isinstance(element.func, ast.Name):
+                    classes.add(element.func.id)
+    names: set[str] = set()
+    for name, module in modules.items():
+        if not name.startswith(package + "."):
+            continue
+        for node in module.tree.body:
+            if isinstance(node, ast.ClassDef) and node.name in classes:
+                for item in node.body:
+                    if (
+                        isinstance(item, ast.Assign)
+                        and any(isinstance(t, ast.Name) and t.id == "name" for t in item.targets)
+                        and isinstance(item.value, ast.Constant)
+                        and isinstance(item.value.value, str)
+                    ):
+                        names.add(item.value.value.lower())
+    if not names:
+        return [f"{plugins.path}: FORMATS names no plug-in class with a name = \"...\""]
+    problems = []
+    for name, module in modules.items():
+        if name == package or name.startswith(package + "."):
+            continue
+        relative = name.removeprefix(f"{top}.").replace(".", "/") + ".py"
+        if relative in FORMAT_NAME_EXCEPTIONS:
+            continue
+        for node in ast.walk(module.tree):
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and node.value.lower() in names
+            ):
+                problems.append(
+                    f"{module.path}:{node.lineno}: the open format {node.value!r} named by a "
+                    "string: ask its plug-in (s3ddb.open_formats.publisher.writer_of, "
+                    "all_formats)"
+                )
     return problems
 
 

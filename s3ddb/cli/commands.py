@@ -37,6 +37,7 @@ from s3ddb.errors import InvalidInputError, ManifestCorruptError
 from s3ddb.format.fragment_list import FragmentList
 from s3ddb.maintenance.compaction import DEFAULT_TARGET_ROWS_PER_FRAGMENT
 from s3ddb.observe.commit_metrics import api_operation_of
+from s3ddb.open_formats.publisher import writer_of
 
 __all__ = [
     "published_locations",
@@ -286,11 +287,7 @@ def published_locations(ds: s3ddb.Dataset) -> dict[str, str]:
     """Where an Iceberg or a Delta reader finds ``ds``'s version, for each open format
     it publishes (none: {})."""
     root = ds.handler.store.url
-    places = {
-        "iceberg": f"{root}/metadata/v{ds.version}.metadata.json",
-        "delta": f"{root} (_delta_log version {ds.version})",
-    }
-    return {name: places[name] for name in ds.open_formats}
+    return {name: writer_of(name).reader_location(root, ds.version) for name in ds.open_formats}
 
 
 def _rows(n: int) -> str:

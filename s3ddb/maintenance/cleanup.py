@@ -68,13 +68,8 @@ from s3ddb.format.naming import parse_manifest_name, parse_staged_name
 from s3ddb.io.arguments import check_int
 from s3ddb.maintenance.cleanup_journal import Journal, read_journals, write_journal
 from s3ddb.maintenance.staging import remove_empty_folders, staging_folders
-from s3ddb.open_formats.retention import (
-    PublishedNames,
-    doomed_published,
-    expire_delta_log,
-    expire_iceberg_snapshots,
-    names_of,
-)
+from s3ddb.open_formats.model import PublishedNames
+from s3ddb.open_formats.retention import names_of, retire_published
 
 if TYPE_CHECKING:
     from s3ddb.commit.handlers import CommitHandler
@@ -275,15 +270,19 @@ def cleanup_old_versions(
     live_staged = {row.path for v, row in rows.items() if row.is_staged and v not in removed}
     stale = {finals[v].path: ("manifests", finals[v].size) for v, old in orphans.items() if old}
     doomed = _doomed_objects(listed, set(removed), keep, gone, live_staged, grace)
-    doomed.update(doomed_published(listed, keep.published, gone.published))
-    # The Delta log then starts at a kept version, checkpointed (see expire_delta_log).
+    # What only removed versions published; each format's history then starts at a
+    # kept version (a Delta checkpoint, Iceberg metadata that stops listing removed
+    # snapshots), written before anything goes (see retire_published).
     doomed.update(
-        expire_delta_log(
-            handler.store, listed, sorted(kept), lambda v: ds.checkout_version(v).manifest
+        retire_published(
+            handler.store,
+            listed,
+            keep.published,
+            gone.published,
+            kept,
+            lambda v: ds.checkout_version(v).manifest,
         )
     )
-    # Kept Iceberg metadata files stop listing the snapshots whose files go below.
-    expire_iceberg_snapshots(handler.store, listed, kept, lambda v: ds.checkout_version(v).manifest)
 
     def count(paths: list[str]) -> None:
         for path in paths:

@@ -37,8 +37,7 @@ from s3ddb.io.object_store import ObjectMeta, ObjectStore
 from s3ddb.maintenance.group_check import check_groups
 from s3ddb.maintenance.problems import Problem, ReportProblem
 from s3ddb.maintenance.staging import check_staging
-from s3ddb.open_formats.publisher import enabled_formats, expected_table, writer_of
-from s3ddb.open_formats.retention import foreign_commits, published_paths
+from s3ddb.open_formats.publisher import all_formats, enabled_formats, expected_table, writer_of
 from s3ddb.versions.connect import open_handler
 from s3ddb.versions.opening import dataset_not_found
 from s3ddb.versions.tags import read_tag_version, tag_name_of
@@ -190,7 +189,7 @@ def _check_published(
     if meta is not None and not old_enough(meta, grace_seconds, now):
         return
     for name in enabled_formats(manifest):
-        published = published_paths(name, manifest.version)
+        published = writer_of(name).published_paths(manifest.version)
         missing = [p for p in published if p not in objects]
         if missing:
             problem(
@@ -206,11 +205,16 @@ def _check_published(
 def _check_open_formats(
     store: ObjectStore, objects: dict[str, ObjectMeta], newest: int, problem: ReportProblem
 ) -> None:
-    """Report commits another engine made to the Iceberg and Delta tables s3ddb
-    publishes (it is their only writer)."""
-    if not any(p.startswith(("metadata/", "_delta_log/")) for p in objects):
-        return
-    for found in foreign_commits(store, newest):
+    """Report commits another engine made to the tables s3ddb publishes in each open
+    format (it is their only writer): each format's plug-in looks when the listing
+    holds files under its prefixes."""
+    found_all = [
+        found
+        for plugin in all_formats()
+        if any(p.startswith(plugin.prefixes) for p in objects)
+        for found in plugin.foreign_problems(store, newest)
+    ]
+    for found in found_all:
         problem(
             "foreign_open_format_commit",
             found,
@@ -233,7 +237,7 @@ def _check_published_state(
     except S3DDBError:
         return  # reported by the checks of the version
     for name in enabled_formats(manifest):
-        if not all(p in objects for p in published_paths(name, manifest.version)):
+        if not all(p in objects for p in writer_of(name).published_paths(manifest.version)):
             continue  # unpublished_version says so
         try:
             expected = expected_table(handler.store, manifest, handler.manifest_if_kept, name)

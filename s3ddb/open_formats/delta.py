@@ -50,9 +50,14 @@ from typing import Any
 import pyarrow as pa
 
 from s3ddb.errors import InvalidInputError
-from s3ddb.io.object_store import ObjectStore
-from s3ddb.open_formats.deletion_vectors import deletion_vector_uuid, dv_file_bytes, dv_path
-from s3ddb.open_formats.delta_log import list_log, load_checked_state, log_problems
+from s3ddb.io.object_store import ObjectMeta, ObjectStore
+from s3ddb.open_formats.deletion_vectors import DV_PREFIX, dv_file_bytes
+from s3ddb.open_formats.delta_log import (
+    expire_log,
+    foreign_problems,
+    load_checked_state,
+    log_problems,
+)
 from s3ddb.open_formats.delta_schema import delta_schema, delta_type_problem
 from s3ddb.open_formats.delta_state import (
     CHECKPOINT_INTERVAL,
@@ -63,81 +68,64 @@ from s3ddb.open_formats.delta_state import (
     DeltaAdd,
     DeltaMetadata,
     DeltaState,
-    Protocol,
     checkpoint_bytes,
     checkpoint_path,
     commit_path,
+    deletion_files,
     dumps,
     dv_descriptor,
     log_path,
     needed_protocol,
     required_features,
+    version_files,
 )
-from s3ddb.open_formats.model import DeletedPositions, Publication, PublishedFile, TableVersion
+from s3ddb.open_formats.model import (
+    DeletedPositions,
+    Publication,
+    PublishedFile,
+    Retention,
+    TableVersion,
+)
 
-__all__ = [
-    "CHECKPOINT_INTERVAL",
-    "LAST_CHECKPOINT",
-    "LOG_DIR",
-    "DeltaState",
-    "DeltaWriter",
-    "Protocol",
-    "checkpoint_files",
-    "commit_path",
-    "deletion_files",
-    "delta_schema",
-    "delta_type_problem",
-    "foreign_problems",
-    "version_files",
-]
-
-
-# --- naming ---------------------------------------------------------------------------
-
-
-def version_files(version: int) -> list[str]:
-    """The files that publish ``version`` in the log: its commit json."""
-    return [commit_path(version)]
-
-
-def checkpoint_files(version: int) -> list[str]:
-    """The checkpoint files of ``version`` (one classic single-file checkpoint),
-    whether or not that version has one."""
-    return [checkpoint_path(version)]
-
-
-def deletion_files(deletion_key: str) -> list[str]:
-    """The deletion vector file published for an s3ddb deletion key."""
-    return [dv_path(deletion_vector_uuid(deletion_key))]
-
-
-def foreign_problems(store: ObjectStore, newest_version: int) -> list[str]:
-    """What in ``_delta_log/`` s3ddb did not write beside its own versions: commits
-    after ``newest_version`` (the newest s3ddb version), and files of kinds s3ddb
-    never writes (checksums, compacted logs, other checkpoint kinds, staged commits),
-    which readers would use. One listing; empty when all is s3ddb's. (Commits of
-    s3ddb's versions that are not as s3ddb writes them are
-    :meth:`DeltaWriter.state_problems`'.)
-    """
-    listing = list_log(store.iter_list(f"{LOG_DIR}/"))
-    problems = [
-        f"{meta.path}: Delta commit {version} is newer than s3ddb version {newest_version}"
-        for version, meta in sorted(listing.commits.items())
-        if version > newest_version
-    ]
-    problems += [f"{path}: not a file s3ddb writes in {LOG_DIR}/" for path in listing.others]
-    return problems
-
-
-# --- the writer ----------------------------------------------------------------------------
+__all__ = ["DeltaWriter"]
 
 
 class DeltaWriter:
-    """The Delta Lake :class:`~s3ddb.open_formats.model.FormatWriter` (see the module
-    docstring). Stateless: its state is a :class:`DeltaState`."""
+    """The Delta Lake plug-in, :class:`~s3ddb.open_formats.model.OpenFormat` (see the
+    module docstring). Stateless: its state is a
+    :class:`~s3ddb.open_formats.delta_state.DeltaState`."""
 
     name = "delta"
+    title = "Delta"
     publishes_apart = False
+    prefixes: tuple[str, ...] = (f"{LOG_DIR}/", f"{DV_PREFIX}/")
+    #: deltalake and DuckDB find a file's column by the name it was written with.
+    reads_columns_by_name = True
+
+    def published_paths(self, version: int) -> list[str]:
+        """``version``'s commit (see :func:`~s3ddb.open_formats.delta_state.version_files`)."""
+        return version_files(version)
+
+    def reader_location(self, root: str, version: int) -> str:
+        """The table root and the log version (Delta readers open the root)."""
+        return f"{root} ({LOG_DIR} version {version})"
+
+    def foreign_problems(self, store: ObjectStore, newest_version: int) -> list[str]:
+        """See :func:`~s3ddb.open_formats.delta_log.foreign_problems`."""
+        return foreign_problems(store, newest_version)
+
+    def retire(self, store: ObjectStore, retention: Retention) -> list[ObjectMeta]:
+        """The deletion vector files only removed versions stood for, and the log
+        before the version it starts at once cleanup is done, checkpointed there (see
+        :func:`~s3ddb.open_formats.delta_log.expire_log`).
+
+        Raises:
+            What ``retention.expected`` or the store raises.
+        """
+        kept = {p for key in retention.keep.deletion_keys for p in deletion_files(key)}
+        gone = {p for key in retention.gone.deletion_keys for p in deletion_files(key)} - kept
+        doomed = [meta for meta in retention.listed if meta.path in gone]
+        return doomed + expire_log(store, retention.listed, retention.kept, retention.expected)
 
     def type_problem(self, schema: pa.Schema) -> str | None:
         """See :func:`~s3ddb.open_formats.delta_schema.delta_type_problem`."""

@@ -31,14 +31,15 @@ A log s3ddb wrote within those bounds always loads; one beyond them is refused l
 damaged one, and the next version is published afresh (with a checkpoint).
 
 :func:`log_problems` is verify's view (every commit and checkpoint of the versions
-up to the one checked, and the state after it); :func:`expire_log` is cleanup's.
+up to the one checked, and the state after it), :func:`foreign_problems` what another
+engine wrote in the log; :func:`expire_log` is cleanup's.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import unquote
 
@@ -83,6 +84,7 @@ __all__ = [
     "READ_BLOCK",
     "LogListing",
     "expire_log",
+    "foreign_problems",
     "list_log",
     "load_checked_state",
     "log_problems",
@@ -135,6 +137,26 @@ def list_log(listed: Iterable[ObjectMeta]) -> LogListing:
         else:
             out.checkpoints[parsed[0]] = meta
     return out
+
+
+def foreign_problems(store: ObjectStore, newest_version: int) -> list[str]:
+    """What in ``_delta_log/`` s3ddb did not write beside its own versions: commits
+    after ``newest_version`` (the newest s3ddb version), and files of kinds s3ddb
+    never writes (checksums, compacted logs, other checkpoint kinds, staged commits),
+    which readers would use. One listing; empty when all is s3ddb's. (Commits of
+    s3ddb's versions that are not as s3ddb writes them are :func:`log_problems`'.)
+
+    Raises:
+        OSError: the store cannot be listed.
+    """
+    listing = list_log(store.iter_list(f"{LOG_DIR}/"))
+    problems = [
+        f"{meta.path}: Delta commit {version} is newer than s3ddb version {newest_version}"
+        for version, meta in sorted(listing.commits.items())
+        if version > newest_version
+    ]
+    problems += [f"{path}: not a file s3ddb writes in {LOG_DIR}/" for path in listing.others]
+    return problems
 
 
 # --- bounded reads ---------------------------------------------------------------------
@@ -536,21 +558,51 @@ def log_problems(store: ObjectStore, expected: TableVersion) -> list[str]:
 
 
 def expire_log(
-    store: ObjectStore, listing: LogListing, oldest: TableVersion | None, floor: int
+    store: ObjectStore,
+    listed: Iterable[ObjectMeta],
+    kept: Sequence[int],
+    expected: Callable[[int], TableVersion | None],
 ) -> list[ObjectMeta]:
-    """Make the log start at ``oldest`` (the oldest version cleanup keeps that publishes
-    Delta; None: none does), and return the log files before it, which cleanup
-    deletes: every version a Delta reader can then reach is a kept one.
+    """The log files cleanup deletes once the versions it removes are gone; ``listed``
+    is a listing of the root (or of ``_delta_log/``), ``kept`` the versions cleanup
+    keeps and ``expected`` gives a kept version as it is published when publication
+    starts there (None: it does not publish Delta).
 
-    A checkpoint at ``oldest.version`` is written first when there is none: the state
-    after it, loaded and checked against the manifests (:func:`load_checked_state`),
-    so its bytes are what publication would write there. ``_last_checkpoint`` is
-    pointed at it when it names an earlier checkpoint or none. When that state cannot
-    be loaded (a damaged log), the log starts at the oldest checkpoint after
-    ``oldest.version`` instead, or stays whole when there is none (said in a warning;
-    ``s3ddb open-formats URI --rebuild`` mends it). With ``oldest`` None, the commits
-    and checkpoints before ``floor`` (the oldest version kept) go.
+    A Delta log has no gaps: a reader that reaches a version replays every commit
+    after the checkpoint it starts from. So the log starts at ``oldest``, the oldest
+    version of the newest unbroken run of kept versions that publishes Delta (a tagged
+    version kept apart, before a removed one, stays readable in s3ddb and Iceberg
+    only), and every version a Delta reader can then reach is a kept one. When no
+    version of that run publishes Delta, the commits and checkpoints before the run
+    go.
+
+    A checkpoint at ``oldest`` is written first when there is none: the state after
+    it, loaded and checked against the manifests (:func:`load_checked_state`), so its
+    bytes are what publication would write there. ``_last_checkpoint`` is pointed at
+    it when it names an earlier checkpoint or none. When that state cannot be loaded
+    (a damaged log), the log starts at the oldest checkpoint after ``oldest`` instead,
+    or stays whole when there is none (said in a warning; ``s3ddb open-formats URI
+    --rebuild`` mends it).
+
+    Raises:
+        What ``expected`` or the store raises (a damaged log is not an error: see
+        above).
     """
+    listing = list_log(listed)
+    if not kept or not (listing.commits or listing.checkpoints or listing.last_checkpoint):
+        return []
+    ordered = sorted(kept)
+    run = len(ordered) - 1
+    while run > 0 and ordered[run - 1] == ordered[run] - 1:
+        run -= 1
+    floor = ordered[run]
+    oldest = None
+    for version in ordered[run:]:
+        if version not in listing.commits:
+            continue  # not published in Delta
+        oldest = expected(version)
+        if oldest is not None:
+            break
     entries = [*listing.commits.items(), *listing.checkpoints.items()]
     pointer: bytes | None = None
     if oldest is None:
@@ -587,8 +639,8 @@ def expire_log(
     doomed = [meta for version, meta in entries if version < start]
     if listing.last_checkpoint is not None or pointer is not None:
         named = _last_checkpoint(store) if listing.last_checkpoint is not None else None
-        kept = {v for v in listing.checkpoints if v >= start} | ({start} if pointer else set())
-        if named is None or named not in kept:
+        staying = {v for v in listing.checkpoints if v >= start} | ({start} if pointer else set())
+        if named is None or named not in staying:
             if pointer is not None:
                 store.put(LAST_CHECKPOINT, pointer)
             elif listing.last_checkpoint is not None:

@@ -36,6 +36,7 @@ from s3ddb.open_formats.deletion_vectors import (
     DV_PREFIX,
     DeletionVectorDescriptor,
     deletion_vector_uuid,
+    dv_path,
     parse_u_descriptor,
     z85_encode,
 )
@@ -60,9 +61,11 @@ __all__ = [
     "DeltaState",
     "Protocol",
     "checkpoint_bytes",
+    "checkpoint_files",
     "checkpoint_path",
     "checkpoint_state",
     "commit_path",
+    "deletion_files",
     "dumps",
     "dv_descriptor",
     "log_path",
@@ -70,6 +73,7 @@ __all__ = [
     "needed_protocol",
     "parse_commit_line",
     "required_features",
+    "version_files",
 ]
 
 LOG_DIR = "_delta_log"
@@ -110,6 +114,22 @@ def commit_path(version: int) -> str:
 def checkpoint_path(version: int) -> str:
     """``_delta_log/<20-digit version>.checkpoint.parquet``."""
     return f"{LOG_DIR}/{version:020d}.checkpoint.parquet"
+
+
+def version_files(version: int) -> list[str]:
+    """The files that publish ``version`` in the log: its commit json."""
+    return [commit_path(version)]
+
+
+def checkpoint_files(version: int) -> list[str]:
+    """The checkpoint files of ``version`` (one classic single-file checkpoint),
+    whether or not that version has one."""
+    return [checkpoint_path(version)]
+
+
+def deletion_files(deletion_key: str) -> list[str]:
+    """The deletion vector file published for an s3ddb deletion key."""
+    return [dv_path(deletion_vector_uuid(deletion_key))]
 
 
 def log_version(path: str) -> tuple[int, str] | None:

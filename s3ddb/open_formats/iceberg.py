@@ -46,10 +46,12 @@ readers that resolve columns by id (pyiceberg) fall back to the table's name map
 (``schema.name-mapping.default``, which also keeps the earlier names of renamed
 fields) for files with nested columns.
 
-This module writes the files. Their names, the state carried from one version to the
-next and reading it back (:func:`~s3ddb.open_formats.iceberg_state.load_state`,
-:func:`foreign_problems`) are :mod:`s3ddb.open_formats.iceberg_state`'s; the names it
-exports are importable from here too.
+This module writes the files, and is the Iceberg plug-in
+(:class:`~s3ddb.open_formats.model.OpenFormat`). Their names, the state carried from
+one version to the next and reading it back
+(:func:`~s3ddb.open_formats.iceberg_state.foreign_problems`) are
+:mod:`s3ddb.open_formats.iceberg_state`'s; checking a published version against the
+manifests is :mod:`s3ddb.open_formats.iceberg_checks`'.
 """
 
 from __future__ import annotations
@@ -68,7 +70,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from s3ddb.errors import InvalidInputError, PublishedStateError
-from s3ddb.io.object_store import ObjectStore
+from s3ddb.io.object_store import ObjectMeta, ObjectStore
 from s3ddb.open_formats.avro import encode_container
 from s3ddb.open_formats.iceberg_checks import (
     LoadedVersion,
@@ -83,7 +85,6 @@ from s3ddb.open_formats.iceberg_state import (
     ENTRY_AVRO,
     ENTRY_HEAD_AVRO,
     MANIFEST_FILE_AVRO,
-    MAX_METADATA_BYTES,
     METADATA_DIR,
     SAFE_NAME,
     SNAPSHOT_WINDOW,
@@ -104,26 +105,14 @@ from s3ddb.open_formats.model import (
     FileGroup,
     Publication,
     PublishedFile,
+    Retention,
     TableVersion,
 )
 
 __all__ = [
     "CLEANUP_CLAIM_WINDOW_MS",
-    "MAX_METADATA_BYTES",
-    "METADATA_DIR",
-    "SNAPSHOT_WINDOW",
-    "VERSION_HINT",
-    "IcebergState",
     "IcebergWriter",
-    "ManifestInfo",
-    "SnapshotInfo",
-    "deletion_files",
     "expire_snapshots",
-    "foreign_problems",
-    "group_files",
-    "group_of",
-    "iceberg_schema",
-    "version_files",
 ]
 
 log = logging.getLogger(__name__)
@@ -271,13 +260,53 @@ def _operation(table: TableVersion) -> str:
 
 
 class IcebergWriter:
-    """The Iceberg format writer (see the module docstring for the layout).
+    """The Iceberg plug-in, :class:`~s3ddb.open_formats.model.OpenFormat` (see the
+    module docstring for the layout).
 
-    Its state is an :class:`IcebergState`.
+    Its state is an :class:`~s3ddb.open_formats.iceberg_state.IcebergState`.
     """
 
     name = "iceberg"
+    title = "Iceberg"
     publishes_apart = True
+    prefixes: tuple[str, ...] = (f"{METADATA_DIR}/",)
+    #: Readers resolve columns by field id (or the table's name mapping).
+    reads_columns_by_name = False
+
+    def published_paths(self, version: int) -> list[str]:
+        """``version``'s metadata file."""
+        return version_files(version)[:1]
+
+    def reader_location(self, root: str, version: int) -> str:
+        """``version``'s metadata file (Iceberg readers open a metadata file)."""
+        return f"{root}/{version_files(version)[0]}"
+
+    def foreign_problems(self, store: ObjectStore, newest_version: int) -> list[str]:
+        """See :func:`~s3ddb.open_formats.iceberg_state.foreign_problems`."""
+        return foreign_problems(store, newest_version)
+
+    def retire(self, store: ObjectStore, retention: Retention) -> list[ObjectMeta]:
+        """The metadata files, manifest lists, positional delete files and group
+        manifests only removed versions stood for; first the metadata files of kept
+        versions stop listing the snapshots of removed ones (:func:`expire_snapshots`).
+
+        Raises:
+            What ``retention.expected`` or writing the store raises.
+        """
+        keep, gone = retention.keep, retention.gone
+        kept_paths = _named_paths(keep.versions, keep.deletion_keys)
+        gone_paths = _named_paths(gone.versions, gone.deletion_keys) - kept_paths
+        gone_groups = gone.groups - keep.groups
+        doomed = []
+        listed = set()
+        for meta in retention.listed:
+            listed.add(meta.path)
+            group = group_of(meta.path)
+            if meta.path in gone_paths or (group is not None and group in gone_groups):
+                doomed.append(meta)
+        published = [v for v in retention.kept if version_files(v)[0] in listed]
+        expire_snapshots(store, published, retention.kept, retention.expected)
+        return doomed
 
     def type_problem(self, schema: pa.Schema) -> str | None:
         """Why ``schema`` cannot be published exactly, naming the column, or None.
@@ -498,6 +527,14 @@ def _check_rendered(loaded: LoadedVersion, table: TableVersion) -> None:
         raise PublishedStateError(
             f"{path}: not the manifest list s3ddb writes for the manifests it lists", path
         )
+
+
+def _named_paths(versions: Iterable[int], deletion_keys: Iterable[str]) -> set[str]:
+    """The files named after ``versions`` and ``deletion_keys`` (group manifests aside:
+    their names also carry the version that wrote them)."""
+    out = {p for version in versions for p in version_files(version)}
+    out.update(p for key in deletion_keys for p in deletion_files(key))
+    return out
 
 
 def _without_snapshots(state: IcebergState, gone: set[int]) -> IcebergState:

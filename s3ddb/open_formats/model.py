@@ -1,4 +1,4 @@
-"""What the open-format writers see of one s3ddb version.
+"""What the open-format plug-ins see of s3ddb versions, and what a plug-in is.
 
 The publisher (:mod:`s3ddb.open_formats.publisher`) turns a manifest into a
 :class:`TableVersion`; each format's writer (:mod:`s3ddb.open_formats.iceberg`,
@@ -6,6 +6,12 @@ The publisher (:mod:`s3ddb.open_formats.publisher`) turns a manifest into a
 the version before into a :class:`Publication`: the files to write, all of them a
 deterministic function of the version (two finishers of one version write the same
 bytes).
+
+A format is a plug-in (:class:`OpenFormat`): besides publishing (:class:`FormatWriter`)
+it owns the names of its files, what cleanup may delete of them (:class:`Retention`),
+which files another engine wrote, and what it needs of schema changes. The formats
+s3ddb publishes are the literal tuple :data:`s3ddb.open_formats.plugins.FORMATS`;
+nothing outside this package names one.
 
 Paths in a :class:`Publication` are relative to the dataset root.
 """
@@ -18,20 +24,19 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
-from s3ddb.io.object_store import ObjectStore
+from s3ddb.io.object_store import ObjectMeta, ObjectStore
 
 __all__ = [
-    "FORMATS",
     "DeletedPositions",
     "FileGroup",
     "FormatWriter",
+    "OpenFormat",
     "Publication",
     "PublishedFile",
+    "PublishedNames",
+    "Retention",
     "TableVersion",
 ]
-
-# The formats s3ddb publishes, in the order they are written.
-FORMATS = ("iceberg", "delta")
 
 
 @dataclass(frozen=True)
@@ -180,4 +185,101 @@ class FormatWriter(Protocol):
     ) -> tuple[Publication, Any]:
         """The files of ``table`` and the state after it. ``previous`` is the state
         after ``table.previous`` (None when that is None)."""
+        ...
+
+
+@dataclass
+class PublishedNames:
+    """What some versions' published files are named after, in every format: the
+    versions themselves, their file groups (:attr:`FileGroup.name`) and their sets of
+    deleted rows (:attr:`PublishedFile.deletion_key`). Derived from the manifests
+    alone (:func:`s3ddb.open_formats.retention.names_of`)."""
+
+    versions: set[int] = field(default_factory=set)
+    groups: set[str] = field(default_factory=set)
+    deletion_keys: set[str] = field(default_factory=set)
+
+    def update(self, other: PublishedNames) -> None:
+        self.versions |= other.versions
+        self.groups |= other.groups
+        self.deletion_keys |= other.deletion_keys
+
+
+@dataclass(frozen=True)
+class Retention:
+    """What a cleanup keeps and removes, as one format sees it (see
+    :meth:`OpenFormat.retire`).
+
+    Attributes:
+        listed: cleanup's listing of the dataset root (paths relative to it).
+        keep: what the versions cleanup keeps are named after.
+        gone: what the versions it removes were named after.
+        kept: the versions it keeps, oldest first.
+        expected: a kept version as the format publishes it when publication starts
+            there (``TableVersion.previous`` None), from its manifest; None when that
+            version does not publish the format.
+    """
+
+    listed: Sequence[ObjectMeta]
+    keep: PublishedNames
+    gone: PublishedNames
+    kept: tuple[int, ...]
+    expected: Callable[[int], TableVersion | None]
+
+
+class OpenFormat(FormatWriter, Protocol):
+    """One open format as a plug-in: its writer (:class:`FormatWriter`), and everything
+    else s3ddb needs to know of it, so that publication, cleanup, verify, schema
+    changes and the command line ask the plug-in instead of naming the format. A new
+    format is one module with a class implementing this, and one entry in
+    :data:`s3ddb.open_formats.plugins.FORMATS`."""
+
+    #: How users see it named in messages (``Iceberg``); ``name`` is the config value.
+    title: str
+    #: Where its published files live, relative to the dataset root, each ending in
+    #: ``/``: what a rebuild replaces, and where verify looks for foreign commits.
+    prefixes: tuple[str, ...]
+    #: Whether its readers find a data file's columns by the names the file was
+    #: written with (Delta), not by field id: then a rename writes again the files
+    #: holding renamed columns, and turning the format on writes again the files
+    #: written under older names (:mod:`s3ddb.open_formats.column_names`).
+    reads_columns_by_name: bool
+
+    def published_paths(self, version: int) -> list[str]:
+        """The files whose presence shows ``version`` is published in this format
+        (relative to the root): what verify looks for."""
+        ...
+
+    def reader_location(self, root: str, version: int) -> str:
+        """Where a reader of this format finds ``version`` of the dataset at ``root``
+        (its URI without a trailing ``/``), as the command line shows it."""
+        ...
+
+    def foreign_problems(self, store: ObjectStore, newest_version: int) -> list[str]:
+        """What another engine wrote among this format's files (``store`` rooted at the
+        dataset; ``newest_version`` the newest s3ddb version): each a sentence starting
+        with the file's path; empty when every file is one s3ddb writes. Bounded: a
+        listing of :attr:`prefixes` and reads of a few small files.
+
+        Raises:
+            OSError: the store cannot be listed or read.
+        """
+        ...
+
+    def retire(self, store: ObjectStore, retention: Retention) -> list[ObjectMeta]:
+        """The published files of this format cleanup deletes (among
+        ``retention.listed``): those only removed versions stood for, and what the
+        format's own history needs gone so that every version it still lists is a kept
+        one. Before returning, rewrites or adds what the kept versions need once those
+        files are gone (a checkpoint, metadata files that stop listing removed
+        snapshots), each written as publication would write it. Cleanup calls it once
+        the removed versions are invisible and before it deletes anything of theirs.
+
+        A damaged published file is not an error here: it is logged and left for
+        ``s3ddb open-formats URI --rebuild``.
+
+        Raises:
+            What reading the manifests (through ``retention.expected``) or reading and
+            writing the store raises.
+        """
         ...

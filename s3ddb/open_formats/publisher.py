@@ -35,7 +35,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, wait
 from dataclasses import dataclass, field, replace
-from typing import Any, cast
+from typing import Any
 
 import pyarrow as pa
 
@@ -53,9 +53,9 @@ from s3ddb.io.per_process import PerProcess
 from s3ddb.observe import telemetry
 from s3ddb.open_formats.column_names import describe_misnamed, misnamed_columns
 from s3ddb.open_formats.model import (
-    FORMATS,
     FileGroup,
     FormatWriter,
+    OpenFormat,
     Publication,
     PublishedFile,
     TableVersion,
@@ -64,13 +64,15 @@ from s3ddb.open_formats.model import (
 __all__ = [
     "CONFIG_KEY",
     "MAX_CATCH_UP",
-    "PUBLISHED_PREFIXES",
     "Rebuilt",
+    "all_formats",
+    "by_name_formats",
     "check_publishable",
     "deletion_key",
     "enabled_formats",
     "expected_table",
     "forget_states",
+    "format_names",
     "formats_config",
     "inline_group_name",
     "parse_formats",
@@ -87,14 +89,32 @@ log = logging.getLogger(__name__)
 CONFIG_KEY = "s3ddb.open_formats"
 
 
-def writer_of(name: str) -> FormatWriter:
-    """The writer of format ``name`` (one of :data:`FORMATS`). The format modules
-    are imported on first use: a dataset that publishes none never loads them."""
-    from s3ddb.open_formats.delta import DeltaWriter
-    from s3ddb.open_formats.iceberg import IcebergWriter
+def all_formats() -> tuple[OpenFormat, ...]:
+    """Every open format's plug-in (:data:`s3ddb.open_formats.plugins.FORMATS`, read
+    at each call). The format modules are imported on first use: a process whose
+    datasets publish none never loads them."""
+    from s3ddb.open_formats import plugins
 
-    writers: dict[str, type[Any]] = {"iceberg": IcebergWriter, "delta": DeltaWriter}
-    return cast(FormatWriter, writers[name]())
+    return plugins.FORMATS
+
+
+def format_names() -> tuple[str, ...]:
+    """The names of :func:`all_formats`, in their order (how a config names them)."""
+    return tuple(plugin.name for plugin in all_formats())
+
+
+def writer_of(name: str) -> OpenFormat:
+    """The plug-in of format ``name`` (one of :func:`format_names`).
+
+    Raises:
+        OpenFormatError: no format has that name.
+    """
+    for plugin in all_formats():
+        if plugin.name == name:
+            return plugin
+    raise OpenFormatError(
+        f"unknown open format {name!r}: s3ddb publishes {', '.join(format_names())}"
+    )
 
 
 #: How many unpublished versions before the one being published a publication
@@ -106,7 +126,7 @@ LoadVersion = Callable[[int], Manifest | None]
 
 def parse_formats(formats: Iterable[str] | str | None) -> tuple[str, ...]:
     """The formats named by ``formats`` (names or one comma separated string), in
-    :data:`FORMATS` order, each once.
+    :func:`format_names` order, each once.
 
     Raises:
         OpenFormatError: an unknown format name.
@@ -115,18 +135,20 @@ def parse_formats(formats: Iterable[str] | str | None) -> tuple[str, ...]:
         return ()
     names = formats.split(",") if isinstance(formats, str) else list(formats)
     wanted = set()
+    known: tuple[str, ...] = ()  # read once a name is given (loads the format modules)
     for name in names:
         if not isinstance(name, str):
             raise OpenFormatError(f"open formats are named by strings, got {name!r}")
         name = name.strip().lower()
         if not name:
             continue
-        if name not in FORMATS:
+        known = known or format_names()
+        if name not in known:
             raise OpenFormatError(
-                f"unknown open format {name!r}: s3ddb publishes {', '.join(FORMATS)}"
+                f"unknown open format {name!r}: s3ddb publishes {', '.join(known)}"
             )
         wanted.add(name)
-    return tuple(f for f in FORMATS if f in wanted)
+    return tuple(f for f in known if f in wanted)
 
 
 def formats_config(formats: Sequence[str]) -> str:
@@ -163,11 +185,12 @@ def check_publishable(manifest: Manifest, base: Manifest | None, store: ObjectSt
     fragment list cannot be read (a lost chunk, which a restore moves away from),
     every fragment is.
 
-    For Delta, whose readers find a file's columns by name, also refuse data files
-    (in ``store``) that name a column otherwise than the schema (written before a
-    rename, see :mod:`s3ddb.open_formats.column_names`): every file when this
-    version turns Delta on (one footer read each), else the files a rename since
-    ``base`` kept.
+    For the formats whose readers find a file's columns by name (Delta: see
+    :attr:`~s3ddb.open_formats.model.OpenFormat.reads_columns_by_name`), also refuse
+    data files (in ``store``) that name a column otherwise than the schema (written
+    before a rename, see :mod:`s3ddb.open_formats.column_names`): every file when this
+    version turns such a format on (one footer read each), else the files a rename
+    since ``base`` kept.
 
     Raises:
         OpenFormatError: naming the format and the column, or the fragment, and the
@@ -201,15 +224,26 @@ def check_publishable(manifest: Manifest, base: Manifest | None, store: ObjectSt
                 "fragment: compact the dataset first (ds.optimize.compact_files() joins "
                 "them; once publication is on, s3ddb's schema changes write one file)"
             )
-    if "delta" in formats and base is not None:
-        _check_delta_names(manifest, base, store, turned_on="delta" in newly)
+    by_name = [writer_of(name) for name in formats if writer_of(name).reads_columns_by_name]
+    if by_name and base is not None:
+        turned_on = any(plugin.name in newly for plugin in by_name)
+        titles = " and ".join(plugin.title for plugin in by_name)
+        _check_column_names(manifest, base, store, turned_on, titles)
 
 
-def _check_delta_names(
-    manifest: Manifest, base: Manifest, store: ObjectStore, turned_on: bool
+def by_name_formats(formats: Iterable[str]) -> tuple[str, ...]:
+    """Those of ``formats`` (names, already parsed) whose readers find a file's
+    columns by name (:attr:`~s3ddb.open_formats.model.OpenFormat.reads_columns_by_name`):
+    a rename writes the files again for them."""
+    return tuple(name for name in formats if writer_of(name).reads_columns_by_name)
+
+
+def _check_column_names(
+    manifest: Manifest, base: Manifest, store: ObjectStore, turned_on: bool, titles: str
 ) -> None:
-    """The Delta part of :func:`check_publishable` (``turned_on``: this version
-    starts publishing Delta).
+    """The part of :func:`check_publishable` for the formats whose readers find
+    columns by name (``titles``: theirs, for the message; ``turned_on``: this version
+    starts publishing one of them).
 
     Raises:
         OpenFormatError: a data file names a column otherwise than the schema.
@@ -219,7 +253,7 @@ def _check_delta_names(
         candidates = list(manifest.fragments)
         fix = (
             "Dataset.enable_open_formats writes such files again under the current "
-            "names before it turns Delta on: run it (again)"
+            f"names before it turns {titles} on: run it (again)"
         )
     else:
         old = dict(zip(base.schema.top_level_ids(), base.schema.arrow.names, strict=True))
@@ -238,16 +272,16 @@ def _check_delta_names(
             if any(renamed & set(d.fields) and (kept is None or d.path in kept) for d in f.files)
         ]  # fmt: skip
         fix = (
-            "the schema change was planned on a version that did not publish Delta, "
+            f"the schema change was planned on a version that did not publish {titles}, "
             "and kept the files: run it again (Dataset.alter_columns) on the newest "
             "version, which writes them under the new names"
         )
     misnamed = misnamed_columns(FileResolver.for_manifest(store, manifest), candidates, schema)
     if misnamed:
         raise OpenFormatError(
-            f"cannot publish version {manifest.version} as Delta: its data files name "
+            f"cannot publish version {manifest.version} as {titles}: its data files name "
             f"columns otherwise than its schema ({describe_misnamed(misnamed)}), and "
-            f"Delta readers find columns by name. Nothing was committed; {fix}"
+            f"{titles} readers find columns by name. Nothing was committed; {fix}"
         )
 
 
@@ -648,14 +682,6 @@ def _publish(writer: FormatWriter, run: _Run, manifest: Manifest, depth: int) ->
 
 # --- rebuilding from the manifests ---------------------------------------------------------
 
-#: Where each format's published files live (relative to the dataset root): what a
-#: rebuild replaces.
-PUBLISHED_PREFIXES: dict[str, tuple[str, ...]] = {
-    "iceberg": ("metadata/",),
-    "delta": ("_delta_log/", "dv/"),
-}
-
-
 #: How far the store's clock may lag this one's (see :func:`rebuild_formats`).
 _CLOCK_MARGIN_SECONDS = 2
 
@@ -747,7 +773,7 @@ def rebuild_formats(
             states.put(key, kept.version, kept.dataset_id, alone)
         stale = [
             meta.path
-            for prefix in PUBLISHED_PREFIXES[name]
+            for prefix in writer.prefixes
             for meta in store.list(prefix)
             if meta.path not in written
             and (meta.modified is None or meta.modified < started)

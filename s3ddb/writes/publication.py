@@ -15,6 +15,7 @@ from s3ddb.open_formats.column_names import misnamed_columns
 from s3ddb.open_formats.publisher import (
     CONFIG_KEY,
     Rebuilt,
+    by_name_formats,
     enabled_formats,
     forget_states,
     formats_config,
@@ -144,9 +145,10 @@ def enable_open_formats(ds: PinnedVersion, formats: Iterable[str] | str) -> tupl
     version it makes is the first published in them. Returns every format the
     dataset now publishes.
 
-    Turning Delta on first writes again, in a version of their own, the data files
-    that name a column otherwise than the schema (written before a rename, see
-    :mod:`s3ddb.open_formats.column_names`): Delta readers find columns by name.
+    Turning on a format whose readers find columns by name (Delta) first writes
+    again, in a version of their own, the data files that name a column otherwise
+    than the schema (written before a rename, see
+    :mod:`s3ddb.open_formats.column_names`).
 
     Raises:
         OpenFormatError: an unknown format, a column type a format cannot hold, or a
@@ -158,7 +160,7 @@ def enable_open_formats(ds: PinnedVersion, formats: Iterable[str] | str) -> tupl
     wanted = parse_formats(formats)
     if not wanted:
         raise InvalidInputError("enable_open_formats: name at least one format (iceberg, delta)")
-    if "delta" in wanted:
+    if by_name_formats(wanted):
         _write_files_under_current_names(ds, wanted)
 
     def plan(manifest: Manifest) -> tuple[Operation | None, tuple[str, ...]]:
@@ -174,9 +176,10 @@ def enable_open_formats(ds: PinnedVersion, formats: Iterable[str] | str) -> tupl
 
 
 def _write_files_under_current_names(ds: PinnedVersion, wanted: tuple[str, ...]) -> None:
-    """Before Delta is turned on: commit a Merge writing again the fragments whose
-    data files name a column otherwise than the schema (nothing if there are none,
-    if Delta is on already, or if a fragment has several data files: the enabling
+    """Before a format whose readers find columns by name (Delta) is turned on:
+    commit a Merge writing again the fragments whose data files name a column
+    otherwise than the schema (nothing if there are none, if every such format of
+    ``wanted`` is on already, or if a fragment has several data files: the enabling
     commit refuses those, and compaction writes them under the current names).
 
     Raises:
@@ -186,7 +189,7 @@ def _write_files_under_current_names(ds: PinnedVersion, wanted: tuple[str, ...])
 
     def plan(manifest: Manifest) -> tuple[Operation | None, None]:
         now = enabled_formats(manifest)
-        if "delta" in now:
+        if set(by_name_formats(wanted)) <= set(now):
             return None, None
         check_schema(manifest.schema, parse_formats([*now, *wanted]))
         fragments = list(manifest.fragments)

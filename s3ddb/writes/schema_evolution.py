@@ -46,7 +46,7 @@ from s3ddb.format.schema import DatasetSchema
 from s3ddb.format.stats import compute_file_statistics
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.written_files import delete_written_files
-from s3ddb.open_formats.publisher import enabled_formats
+from s3ddb.open_formats.publisher import by_name_formats, enabled_formats
 from s3ddb.operations import MapUpdate, Merge, Operation, Project, UpdateConfig, next_field_id
 from s3ddb.scan import read_visible_rows
 from s3ddb.versions.pinned import plan_and_commit
@@ -455,10 +455,10 @@ def plan_alter_columns(
         renamed = (renames.get(p[0], p[0]), *p[1:])
         ids.append((renamed, new_ids.get(p[0], i) if len(p) == 1 else i))
     new_schema = DatasetSchema(arrow, tuple(ids))
-    if not casts and renames and "delta" in enabled_formats(manifest):
-        # Delta readers (deltalake, DuckDB) find a column in a file by the name it was
-        # written with, whatever the field id: a dataset publishing Delta writes its
-        # files again, whole, under the new names.
+    if not casts and renames and by_name_formats(enabled_formats(manifest)):
+        # Some formats' readers (Delta's: deltalake, DuckDB) find a column in a file by
+        # the name it was written with, whatever the field id: a dataset publishing
+        # one writes its files again, whole, under the new names.
         same = {p: schema.arrow.field(p).type for p in renames}
         return _rewrite_cast_columns(store, manifest, new_schema, same, renames)
     if not casts:

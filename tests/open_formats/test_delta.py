@@ -33,20 +33,19 @@ from s3ddb.open_formats.deletion_vectors import (
     z85_decode,
     z85_encode,
 )
-from s3ddb.open_formats.delta import (
+from s3ddb.open_formats.delta import DeltaWriter
+from s3ddb.open_formats.delta_log import expire_log, foreign_problems
+from s3ddb.open_formats.delta_state import (
     LAST_CHECKPOINT,
     LOG_DIR,
     DeltaState,
-    DeltaWriter,
     Protocol,
+    checkpoint_bytes,
     checkpoint_files,
     commit_path,
     deletion_files,
-    foreign_problems,
     version_files,
 )
-from s3ddb.open_formats.delta_log import expire_log, list_log
-from s3ddb.open_formats.delta_state import checkpoint_bytes
 from s3ddb.open_formats.model import (
     DeletedPositions,
     FileGroup,
@@ -389,8 +388,8 @@ def test_expire_log_checkpoints_the_oldest_kept_version_and_drops_the_rest(
     tmp_path: Path,
 ) -> None:
     s = build_scenario(tmp_path / "ds")
-    listing = list_log(s.store.iter_list(LOG_DIR + "/"))
-    doomed = expire_log(s.store, listing, s.tables[12], 12)
+    listed = list(s.store.iter_list(LOG_DIR + "/"))
+    doomed = expire_log(s.store, listed, [12, 13], s.tables.get)
     assert sorted(m.path for m in doomed) == sorted(
         [commit_path(v) for v in range(1, 12)] + checkpoint_files(1) + checkpoint_files(10)
     )
@@ -413,8 +412,8 @@ def test_expire_log_checkpoints_the_oldest_kept_version_and_drops_the_rest(
 def test_expire_log_keeps_a_newer_checkpoint_and_pointer(tmp_path: Path) -> None:
     s = build_scenario(tmp_path / "ds")
     pointer = s.store.get(LAST_CHECKPOINT)
-    listing = list_log(s.store.iter_list(LOG_DIR + "/"))
-    doomed = expire_log(s.store, listing, s.tables[7], 7)
+    listed = list(s.store.iter_list(LOG_DIR + "/"))
+    doomed = expire_log(s.store, listed, range(7, 14), s.tables.get)
     assert sorted(m.path for m in doomed) == sorted(
         [commit_path(v) for v in range(1, 7)] + checkpoint_files(1)
     )

@@ -25,11 +25,11 @@ from s3ddb.errors import InvalidInputError, PublishedStateError, StoredMetadataE
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.open_formats import iceberg as iceberg_module
 from s3ddb.open_formats.avro import AvroFile, AvroSchema, decode_container, encode_container
-from s3ddb.open_formats.iceberg import (
+from s3ddb.open_formats.iceberg import IcebergWriter
+from s3ddb.open_formats.iceberg_state import (
     SNAPSHOT_WINDOW,
     VERSION_HINT,
     IcebergState,
-    IcebergWriter,
     deletion_files,
     foreign_problems,
     group_files,

@@ -29,7 +29,8 @@ import s3ddb
 from s3ddb.errors import PublishedStateError
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.open_formats.avro import decode_container, encode_container
-from s3ddb.open_formats.iceberg import SNAPSHOT_WINDOW, IcebergWriter, version_files
+from s3ddb.open_formats.iceberg import IcebergWriter
+from s3ddb.open_formats.iceberg_state import SNAPSHOT_WINDOW, version_files
 from s3ddb.open_formats.model import TableVersion
 from s3ddb.open_formats.publisher import forget_states, table_version
 from tests.open_formats.readers import duckdb_connection, rows_of

@@ -22,7 +22,7 @@ from s3ddb.commit import finalizer
 from s3ddb.commit.failpoints import EXIT_CODE
 from s3ddb.errors import OpenFormatError
 from s3ddb.io.object_store import ObjectStore
-from s3ddb.open_formats import iceberg
+from s3ddb.open_formats import iceberg_state
 from s3ddb.open_formats.publisher import forget_states
 from tests.open_formats.readers import (
     deltalake_read,
@@ -415,7 +415,7 @@ def test_chunked_manifests_publish_one_iceberg_manifest_per_chunk(
     assert len(chunks) >= 3
     # Each chunk's manifest was written once and is listed again by later versions.
     manifests = [p.name for p in Path(uri, "metadata").glob("m-*.avro")]
-    assert chunks <= {iceberg.group_of(f"metadata/{name}") for name in manifests}
+    assert chunks <= {iceberg_state.group_of(f"metadata/{name}") for name in manifests}
     assert len(manifests) < 2 * ds.version
     for version in range(1, ds.version + 1):
         expected = ds.checkout_version(version).to_table()
