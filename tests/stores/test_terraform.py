@@ -145,6 +145,41 @@ def aws(tf_aws: LocalAWS) -> AwsConfig:
     return AwsConfig.from_storage_options(tf_aws.storage_options())
 
 
+class AppliedExample:
+    """examples/basic applied once on the module's endpoint (three tests read it): its
+    copy of infra/terraform, Terraform's home, the table name, the outputs, and how
+    often the injected loss of a CreatePolicy response struck and CreatePolicy was sent."""
+
+    def __init__(self, infra: Path, home: Path, name: str, out: dict[str, Any],
+                 lost: int, policy_creates: int) -> None:  # fmt: skip
+        self.infra, self.home, self.name, self.out = infra, home, name, out
+        self.lost, self.policy_creates = lost, policy_creates
+
+
+@pytest.fixture(scope="module")
+def applied_example(tf_aws: LocalAWS, tmp_path_factory: pytest.TempPathFactory) -> AppliedExample:
+    """The example applied while the endpoint drops the response of the first
+    CreatePolicy after applying it: the apply must converge anyway (by the import that
+    apply_creating_table does only when the endpoint saw the resend). One apply serves
+    the example's, the lost response's and the enforced policies' tests."""
+    tmp = tmp_path_factory.mktemp("example")
+    infra = tmp / "terraform"
+    shutil.copytree(
+        INFRA,
+        infra,
+        ignore=shutil.ignore_patterns(".terraform", "*.tfstate*", ".terraform.lock.hcl"),
+    )
+    before = tf_aws.count("iam", "CreatePolicy")
+    lost = tf_aws.inject_fault("iam", "CreatePolicy", "apply_then_drop")
+    try:
+        name, out = apply_example(infra, tmp, tf_aws)
+    finally:
+        tf_aws.clear_faults()
+    return AppliedExample(
+        infra, tmp, name, out, lost.triggered, tf_aws.count("iam", "CreatePolicy") - before
+    )
+
+
 def table_summary(name: str, aws: AwsConfig, tf_aws: LocalAWS) -> dict[str, Any]:
     """What must agree between the module and create_table."""
     table = describe_table(name, aws)
@@ -270,9 +305,9 @@ def test_module_and_example_are_formatted_and_valid(infra_copy: Path, tmp_path: 
 
 
 def test_example_apply_matches_create_table(
-    infra_copy: Path, tmp_path: Path, tf_aws: LocalAWS, aws: AwsConfig
+    applied_example: AppliedExample, tf_aws: LocalAWS, aws: AwsConfig
 ) -> None:
-    name, out = apply_example(infra_copy, tmp_path, tf_aws)
+    name, out = applied_example.name, applied_example.out
     assert out["table_name"] == name
     assert out["table_arn"].endswith(f":table/{name}")
     assert out["dataset_uri_example"] == (
@@ -366,43 +401,16 @@ def provisioned_root(infra_copy: Path, tmp_path: Path, tf_aws: LocalAWS) -> tupl
     return tf, root
 
 
-def test_a_lost_create_response_ends_in_an_imported_table(
-    infra_copy: Path, tmp_path: Path, tf_aws: LocalAWS, aws: AwsConfig
-) -> None:
-    """The provider's SDK resends a CreateTable whose response was lost; the resend finds
-    the table. Importing it into the module's address converges: the next plan has
-    nothing to do and the table is the one the module describes."""
-    tf, _ = provisioned_root(infra_copy, tmp_path, tf_aws)
-    name = f"tfl-{uuid.uuid4().hex[:10]}"
-    lost = tf_aws.inject_fault("dynamodb", "CreateTable", "apply_then_drop")
-    try:
-        apply_creating_table(
-            tf, tf_aws, name, "module.table.aws_dynamodb_table.this", f"-var=table_name={name}"
-        )
-    finally:
-        tf_aws.clear_faults()
-    assert lost.triggered == 1
-    plan = tf.run("plan", "-detailed-exitcode", "-no-color", f"-var=table_name={name}")
-    assert "No changes." in plan
-    summary = table_summary(name, aws, tf_aws)
-    assert summary["BillingMode"] == "PROVISIONED" and summary["Capacity"] == (5, 3)
-    DynamoDBManifestStore(name, aws).validate()
-
-
 def test_a_lost_policy_create_response_ends_in_an_imported_policy(
-    infra_copy: Path, tmp_path: Path, tf_aws: LocalAWS
+    applied_example: AppliedExample, tf_aws: LocalAWS
 ) -> None:
-    """The same for the example's IAM policies: the resend of a CreatePolicy whose
-    response was lost meets "already exists"; importing the policy into the address
-    Terraform's error names converges, and the policy is the module's."""
-    lost = tf_aws.inject_fault("iam", "CreatePolicy", "apply_then_drop")
-    try:
-        name, out = apply_example(infra_copy, tmp_path, tf_aws)
-    finally:
-        tf_aws.clear_faults()
-    assert lost.triggered == 1
-    assert tf_aws.count("iam", "CreatePolicy") >= 3  # resent once, and the other policy
-    tf = Terraform(infra_copy / "examples" / "basic", tmp_path)
+    """The provider's SDK resends a CreatePolicy whose response was lost and meets
+    "already exists"; importing the policy into the address Terraform's error names
+    converges: the next plan has nothing to do, and the policy is the module's."""
+    assert applied_example.lost == 1
+    assert applied_example.policy_creates >= 3  # resent once, and the other policy
+    name, out = applied_example.name, applied_example.out
+    tf = Terraform(applied_example.infra / "examples" / "basic", applied_example.home)
     plan = tf.run(
         "plan", "-detailed-exitcode", "-no-color", f"-var=table_name={name}",
         "-var=bucket=lake", "-var=prefix=warehouse/sales",
@@ -413,7 +421,7 @@ def test_a_lost_policy_create_response_ends_in_an_imported_policy(
     assert created["PolicyName"] == f"{name}-s3ddb", created
 
 
-def test_provisioned_variant_matches_create_table(
+def test_provisioned_variant_matches_create_table_after_a_lost_create_response(
     infra_copy: Path, tmp_path: Path, tf_aws: LocalAWS, aws: AwsConfig
 ) -> None:
     tf, root = provisioned_root(infra_copy, tmp_path, tf_aws)
@@ -425,9 +433,19 @@ def test_provisioned_variant_matches_create_table(
                     check=False)  # fmt: skip
     assert "needs read_capacity and write_capacity" in failed
 
-    apply_creating_table(
-        tf, tf_aws, name, "module.table.aws_dynamodb_table.this", f"-var=table_name={name}"
-    )
+    # The provider's SDK resends a CreateTable whose response was lost; the resend finds
+    # the table. Importing it into the module's address converges: the next plan has
+    # nothing to do and the table is the one the module describes.
+    lost = tf_aws.inject_fault("dynamodb", "CreateTable", "apply_then_drop")
+    try:
+        apply_creating_table(
+            tf, tf_aws, name, "module.table.aws_dynamodb_table.this", f"-var=table_name={name}"
+        )
+    finally:
+        tf_aws.clear_faults()
+    assert lost.triggered == 1
+    plan = tf.run("plan", "-detailed-exitcode", "-no-color", f"-var=table_name={name}")
+    assert "No changes." in plan
     out = tf.outputs()
     assert out.get("iam_policy_arn") is None  # create_iam_policy = false (null: not output)
 
@@ -485,7 +503,7 @@ def _enforced(policy_json: str, table_arn: str) -> str:
 
 
 def test_module_policies_hold_on_an_endpoint_that_enforces_iam(
-    infra_copy: Path, tmp_path: Path, tf_aws: LocalAWS, monkeypatch: pytest.MonkeyPatch
+    applied_example: AppliedExample, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import botocore.config
     import pyarrow as pa
@@ -493,7 +511,7 @@ def test_module_policies_hold_on_an_endpoint_that_enforces_iam(
     import s3ddb
     from s3ddb.testing.process import serve_in_subprocess
 
-    name, out = apply_example(infra_copy, tmp_path, tf_aws)
+    name, out = applied_example.name, applied_example.out
     no_retries = botocore.config.Config(retries={"max_attempts": 1})
     enforcing = serve_in_subprocess(
         conditional_writes=False, env={"INITIAL_NO_AUTH_ACTION_COUNT": str(_SETUP_REQUESTS)}
