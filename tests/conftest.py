@@ -76,7 +76,7 @@ def moto_aws() -> Iterator[object]:
 def dynalite() -> Iterator[object]:
     """dynalite, a second DynamoDB implementation, with the test table (skipped, with
     the reason, where Node.js or the package is missing: ``make test`` installs it)."""
-    from tests.node_servers import Dynalite, missing
+    from tests.support.node_servers import Dynalite, missing
 
     reason = missing("dynalite")
     if reason:
@@ -90,7 +90,7 @@ def dynalite() -> Iterator[object]:
 def s3rver() -> Iterator[object]:
     """s3rver, a second S3 implementation (no conditional writes), with the test
     bucket (skipped, with the reason, where Node.js or the package is missing)."""
-    from tests.node_servers import S3rver, missing
+    from tests.support.node_servers import S3rver, missing
 
     reason = missing("s3rver")
     if reason:
@@ -101,8 +101,8 @@ def s3rver() -> Iterator[object]:
 
 @pytest.fixture(scope="session")
 def s3rver_split(s3rver: object, moto_aws: object) -> object:
-    """S3 on s3rver, DynamoDB on the moto endpoint (see tests/endpoints.py)."""
-    from tests.endpoints import SplitEndpoints
+    """S3 on s3rver, DynamoDB on the moto endpoint (see tests/support/endpoints.py)."""
+    from tests.support.endpoints import SplitEndpoints
 
     return SplitEndpoints(s3rver, moto_aws, name="s3rver")
 
@@ -112,7 +112,7 @@ def seaweedfs() -> Iterator[object]:
     """SeaweedFS, a real S3-compatible store (If-None-Match honoured), with the test
     bucket: started once per test process (skipped, with the reason, only where its
     binary cannot run on the platform; the dev extra installs it)."""
-    from tests.seaweedfs import SeaweedFS, cannot_run
+    from tests.support.seaweedfs import SeaweedFS, cannot_run
 
     reason = cannot_run()
     if reason:
@@ -123,16 +123,16 @@ def seaweedfs() -> Iterator[object]:
 
 @pytest.fixture(scope="session")
 def seaweedfs_split(seaweedfs: object, moto_aws: object) -> object:
-    """S3 on SeaweedFS, DynamoDB on the moto endpoint (see tests/endpoints.py)."""
-    from tests.endpoints import SplitEndpoints
+    """S3 on SeaweedFS, DynamoDB on the moto endpoint (see tests/support/endpoints.py)."""
+    from tests.support.endpoints import SplitEndpoints
 
     return SplitEndpoints(seaweedfs, moto_aws, name="seaweedfs")
 
 
 @pytest.fixture(scope="session")
 def split_aws(moto_aws: object, dynalite: object) -> object:
-    """S3 on the moto endpoint, DynamoDB on dynalite (see tests/endpoints.py)."""
-    from tests.endpoints import SplitEndpoints
+    """S3 on the moto endpoint, DynamoDB on dynalite (see tests/support/endpoints.py)."""
+    from tests.support.endpoints import SplitEndpoints
 
     return SplitEndpoints(moto_aws, dynalite)  # type: ignore[arg-type]
 
@@ -185,3 +185,37 @@ def before_each_transact_write(
             return getattr(self._client, name)
 
     monkeypatch.setattr(DynamoDBManifestStore, "client", lambda self: Hooked(real_client(self)))
+
+
+# --- each folder's time, printed at the end of every run ------------------------------
+# The suite must stay within its budget; a folder whose tests grow is seen when it grows.
+# Summed over setup, call and teardown of its tests (with -n, across the workers: the
+# master process receives every worker's reports).
+
+_FOLDER_SECONDS: dict[str, float] = {}
+_FOLDER_TESTS: dict[str, int] = {}
+
+
+def _folder_of(nodeid: str) -> str:
+    parts = nodeid.split("::", 1)[0].split("/")
+    return "/".join(parts[:2]) if len(parts) > 2 else parts[0]
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    folder = _folder_of(report.nodeid)
+    _FOLDER_SECONDS[folder] = _FOLDER_SECONDS.get(folder, 0.0) + report.duration
+    if report.when == "call":
+        _FOLDER_TESTS[folder] = _FOLDER_TESTS.get(folder, 0) + 1
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if not _FOLDER_SECONDS:
+        return
+    total = sum(_FOLDER_SECONDS.values())
+    terminalreporter.section("time per folder (setup + call + teardown, summed)")
+    for folder, seconds in sorted(_FOLDER_SECONDS.items(), key=lambda item: -item[1]):
+        terminalreporter.write_line(
+            f"{seconds:8.1f} s  {100 * seconds / total:5.1f} %  "
+            f"{_FOLDER_TESTS.get(folder, 0):5d} tests  {folder}"
+        )
+    terminalreporter.write_line(f"{total:8.1f} s  total")

@@ -45,3 +45,17 @@ def opts(aws: Any) -> dict[str, str]:
 @pytest.fixture
 def uri(aws: Any) -> str:
     return f"s3+ddb://{TEST_BUCKET}/spark-{uuid.uuid4().hex[:12]}?ddbTableName={TEST_TABLE}"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test of this folder that starts its Spark applications in child processes and
+    never asks for the shared session needs no place in the ``spark`` group: each gets
+    a group of its own, so with ``-n`` it may run beside the group on the other worker
+    (the group's tests run one after another, the longest chain of the suite). xdist
+    joins every ``xdist_group`` name of an item into one group name; this hook runs
+    before it."""
+    for item in items:
+        mark = item.get_closest_marker("xdist_group")
+        if mark and mark.args == ("spark",) and "spark" not in item.fixturenames:
+            item.add_marker(pytest.mark.xdist_group(f"spark-apart-{item.nodeid}"))
