@@ -22,7 +22,7 @@ import pyarrow as pa
 import pytest
 
 import s3ddb
-from tests.cli_runner import run_cli as cli
+from tests.support.cli_runner import run_cli as cli
 
 ROOT = Path(__file__).resolve().parents[2]
 ISO_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")

@@ -95,7 +95,7 @@ def test_s3ddb_uri_on_a_store_with_conditional_writes_says_plain_s3_would_do(
 def test_mixed_deployment_s3rver_objects_and_dynamodb_elsewhere(
     capsys: pytest.CaptureFixture[str], plain_store: LocalAWS
 ) -> None:
-    from tests.node_servers import S3rver, missing
+    from tests.support.node_servers import S3rver, missing
 
     if missing("s3rver"):
         pytest.skip(str(missing("s3rver")))

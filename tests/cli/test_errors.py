@@ -21,8 +21,8 @@ import pytest
 
 import s3ddb
 from s3ddb.cli.main import build_parser
-from tests.cli_runner import run_cli as run
 from tests.conftest import TEST_BUCKET, TEST_TABLE
+from tests.support.cli_runner import run_cli as run
 
 # Every verb that opens a dataset, with the arguments it needs besides the URI.
 DATASET_VERBS: dict[str, Callable[[str], list[str]]] = {

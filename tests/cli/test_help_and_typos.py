@@ -15,7 +15,7 @@ import pytest
 
 import s3ddb
 from s3ddb.cli.main import build_parser
-from tests.cli_runner import run_cli as run
+from tests.support.cli_runner import run_cli as run
 
 # Words a sentence does not end with: a summary ending so was cut.
 _DANGLING = {"a", "an", "and", "by", "for", "from", "in", "of", "on", "or", "the", "to", "with"}

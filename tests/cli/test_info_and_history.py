@@ -14,7 +14,7 @@ import pyarrow as pa
 
 import s3ddb
 from s3ddb.observe.commit_metrics import operation_metrics
-from tests.cli_runner import run_cli as run
+from tests.support.cli_runner import run_cli as run
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests" / "fixtures" / "format1_dataset"

@@ -18,9 +18,9 @@ import s3ddb
 from s3ddb.external_store import create_table
 from s3ddb.format import layout
 from s3ddb.io import AwsConfig, ObjectStore
-from tests import storage
-from tests.cli_runner import run_cli as run
 from tests.conftest import TEST_BUCKET, TEST_TABLE
+from tests.support import storage
+from tests.support.cli_runner import run_cli as run
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -25,7 +25,7 @@ from s3ddb.cli.output import json_text, safe_text
 from s3ddb.format.layout import manifest_path
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.schema import DatasetSchema
-from tests.cli_runner import run_cli as cli
+from tests.support.cli_runner import run_cli as cli
 
 ROOT = Path(__file__).resolve().parents[2]
 

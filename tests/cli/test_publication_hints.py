@@ -13,7 +13,7 @@ import pytest
 
 import s3ddb
 from s3ddb.errors import OpenFormatError
-from tests.cli_runner import run_cli as run
+from tests.support.cli_runner import run_cli as run
 
 
 def _frame() -> pd.DataFrame:

@@ -26,8 +26,8 @@ from s3ddb.format.schema import DatasetSchema
 from s3ddb.io import ObjectStore
 from s3ddb.operations import Append, Overwrite, Transaction
 from tests.conftest import make_table
-from tests.proc import run_workers
-from tests.workers import rows_for
+from tests.support.proc import run_workers
+from tests.support.workers import rows_for
 
 
 def _objects(store: ObjectStore) -> set[str]:

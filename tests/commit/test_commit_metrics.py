@@ -235,8 +235,8 @@ def test_a_reader_repairing_another_writers_commit_is_a_span(
     aws: Any, ddb_uri: str, spans: Any
 ) -> None:
     from s3ddb.commit.failpoints import EXIT_CODE
-    from tests.proc import run_workers
-    from tests.workers import rows_for
+    from tests.support.proc import run_workers
+    from tests.support.workers import rows_for
 
     so = aws.storage_options()
     s3ddb.write_dataset(rows_for(0, 0, 2), ddb_uri, storage_options=so)

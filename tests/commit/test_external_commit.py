@@ -9,7 +9,6 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from s3ddb.external_store.base import ManifestRow
 
 import s3ddb
 import s3ddb.versions.pinned
@@ -23,13 +22,14 @@ from s3ddb.errors import (
     ExternalStoreThrottledError,
     ManifestFinalizationError,
 )
+from s3ddb.external_store.manifest_store import ManifestRow
 from s3ddb.io import ObjectStore, parse_uri
 from s3ddb.versions.connect import external_store_for
 from tests.conftest import TEST_BUCKET, TEST_TABLE
-from tests.endpoints import endpoint
-from tests.proc import run_workers
-from tests.storage import orphans
-from tests.workers import rows_for
+from tests.support.endpoints import endpoint
+from tests.support.proc import run_workers
+from tests.support.storage import orphans
+from tests.support.workers import rows_for
 
 
 @pytest.fixture(params=["moto", "dynalite", "s3rver"])
@@ -444,7 +444,7 @@ def _other_process(aws: Any, code: str) -> None:
     import subprocess
     import sys
 
-    prelude = "import s3ddb, pyarrow as pa\nfrom tests.workers import rows_for\n"
+    prelude = "import s3ddb, pyarrow as pa\nfrom tests.support.workers import rows_for\n"
     done = subprocess.run(
         [sys.executable, "-c", prelude + code],
         env=aws.env(inherit=True),

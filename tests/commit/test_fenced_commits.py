@@ -395,8 +395,8 @@ def test_a_row_far_ahead_of_the_manifests_is_a_typed_error_for_history(
 def test_after_a_crash_the_next_writer_leaves_verify_healthy(
     aws: Any, point: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tests.proc import run_workers
-    from tests.workers import rows_for
+    from tests.support.proc import run_workers
+    from tests.support.workers import rows_for
 
     so = aws.storage_options()
     uri = f"s3+ddb://{TEST_BUCKET}/t-{uuid.uuid4().hex[:12]}?ddbTableName={TEST_TABLE}"

@@ -18,7 +18,7 @@ from s3ddb.io import ObjectStore, parse_uri
 from s3ddb.io.object_store import MemoryObjectStore
 from s3ddb.versions.pinned import commit_planned
 from tests.conftest import TEST_BUCKET
-from tests.workers import rows_for
+from tests.support.workers import rows_for
 
 
 class PausedFinalizer(BackgroundFinalizer):

@@ -21,7 +21,7 @@ from s3ddb.errors import (
 from s3ddb.format._proto import transaction_pb2 as tpb
 from s3ddb.format.fragment import DataFile, DeletionFile, FragmentMetadata
 from s3ddb.operations import OpaqueOperation, RewriteGroup
-from tests.storage import objects, orphans
+from tests.support.storage import objects, orphans
 
 
 def fragment(fid: int, rows: int) -> FragmentMetadata:

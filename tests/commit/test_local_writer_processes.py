@@ -7,8 +7,8 @@ from collections import Counter
 import pytest
 
 import s3ddb
-from tests.proc import run_workers
-from tests.workers import rows_for
+from tests.support.proc import run_workers
+from tests.support.workers import rows_for
 
 pytestmark = pytest.mark.slow
 

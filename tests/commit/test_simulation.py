@@ -1,4 +1,4 @@
-"""Deterministic simulation of the external-store protocol (see tests/simulation.py).
+"""Deterministic simulation of the external-store protocol (see tests/support/simulation.py).
 
 Thousands of seeded schedules of writers (every operation kind), a stale writer,
 a reader and cleanup, interleaved step by step with crashes, failed requests and lost
@@ -23,8 +23,8 @@ import pytest
 from s3ddb.commit.external import ExternalStoreCommitHandler
 from s3ddb.commit.handlers import ConditionalPutCommitHandler
 from s3ddb.versions.pinned import PinnedVersion
-from tests.group_simulation import run_group_schedule
-from tests.simulation import describe, run_schedule, shape, shrink
+from tests.support.group_simulation import run_group_schedule
+from tests.support.simulation import describe, run_schedule, shape, shrink
 
 SCHEDULES = int(os.environ.get("S3DDB_SIM_SCHEDULES", "2000"))
 #: Schedules of group commits and snapshots (two datasets), per run.
@@ -53,7 +53,7 @@ def test_every_schedule_of_a_publishing_dataset_keeps_every_invariant() -> None:
     and Delta (from its second version, before any actor runs): besides every other
     invariant, once a publication caught up with what the actors left, the newest
     version's published state agrees with the manifests and deltalake reads it as
-    s3ddb does (tests/simulation.py, ``_check_published``)."""
+    s3ddb does (tests/support/simulation.py, ``_check_published``)."""
     faults = steps = 0
     for seed in range(PUBLISHING_SCHEDULES):
         params = {**shape(seed), "open_formats": True}
@@ -69,7 +69,7 @@ def test_every_schedule_of_a_publishing_dataset_keeps_every_invariant() -> None:
 @pytest.mark.parametrize("chunk", range(CHUNKS // 2))
 def test_every_group_schedule_keeps_every_invariant(chunk: int) -> None:
     """Groups across two datasets, a single writer and snapshots, with faults at every
-    step (tests/group_simulation.py): never half a group, nothing acknowledged lost."""
+    step (tests/support/group_simulation.py): never half a group, nothing acknowledged lost."""
     faults = steps = 0
     for seed in range(chunk, GROUP_SCHEDULES, CHUNKS // 2):
         params = shape(seed)

@@ -1,7 +1,7 @@
 """SIGKILL torture on the local endpoint (S3 without conditional writes + DynamoDB).
 
 K writer processes run a random mix of appends, deletes, updates, upserts and
-compactions (tests/torture.py) on one s3+ddb dataset and are killed with SIGKILL at
+compactions (tests/support/torture.py) on one s3+ddb dataset and are killed with SIGKILL at
 random moments — not at failpoints: in the middle of an upload, a DynamoDB call, a
 finalization, a rebase. Each killed writer is replaced by a new one. Afterwards:
 
@@ -42,9 +42,9 @@ from s3ddb.maintenance.repair import sync
 from s3ddb.maintenance.verify import verify
 from s3ddb.versions.connect import external_store_for
 from tests.conftest import TEST_BUCKET, TEST_TABLE
-from tests.endpoints import endpoint
-from tests.proc import ROOT
-from tests.torture import allowed_states, table
+from tests.support.endpoints import endpoint
+from tests.support.proc import ROOT
+from tests.support.torture import allowed_states, table
 
 WRITERS = 3
 #: Fragment-list chunks of at most 4 fragments, 1 inline (manifest format 2).
@@ -62,14 +62,14 @@ class Generation:
     log: list[dict[str, Any]] = field(default_factory=list)
 
     def expected(self) -> list[dict[int, str]]:
-        """The rows its ids may hold (see :func:`tests.torture.allowed_states`)."""
+        """The rows its ids may hold (see :func:`tests.support.torture.allowed_states`)."""
         return allowed_states(self.log)
 
 
 def _torture(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
-    """``python -m tests.torture *args`` with ``env`` added to this environment."""
+    """``python -m tests.support.torture *args`` with ``env`` added to this environment."""
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.torture", *args],
+        [sys.executable, "-m", "tests.support.torture", *args],
         cwd=ROOT,
         env={**os.environ, **env, "PYTHONPATH": str(ROOT)},
         stdout=subprocess.PIPE,

@@ -303,8 +303,8 @@ def test_a_crash_of_a_chunked_commit_is_finished_or_forgotten(
     aws: Any, ddb_uri: str, point: str
 ) -> None:
     from s3ddb.commit.failpoints import EXIT_CODE
-    from tests.proc import run_workers
-    from tests.workers import rows_for
+    from tests.support.proc import run_workers
+    from tests.support.workers import rows_for
 
     so = aws.storage_options()
     s3ddb.write_dataset(rows_for(0, 0, 2), ddb_uri, storage_options=so)
@@ -331,8 +331,8 @@ def test_a_staged_root_whose_chunk_is_missing_is_never_finished(aws: Any, ddb_ur
     from s3ddb.commit.failpoints import EXIT_CODE
     from s3ddb.io.uri import parse_uri
     from tests.conftest import TEST_BUCKET
-    from tests.proc import run_workers
-    from tests.workers import rows_for
+    from tests.support.proc import run_workers
+    from tests.support.workers import rows_for
 
     so = aws.storage_options()
     s3ddb.write_dataset(rows_for(0, 0, 2), ddb_uri, storage_options=so)

@@ -18,8 +18,8 @@ from s3ddb.errors import StoredMetadataError
 from s3ddb.format._proto import manifest_pb2 as pb
 from s3ddb.format.framing import frame, unframe
 from s3ddb.format.version_metrics import MAX_METRICS_BYTES, parse_metrics
-from tests.cli_runner import run_cli
 from tests.conftest import TEST_TABLE
+from tests.support.cli_runner import run_cli
 
 #: Under the 16 KiB limit, and deep enough to exhaust json's recursion.
 NESTED = "[" * 8000 + "]" * 8000

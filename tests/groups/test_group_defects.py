@@ -274,8 +274,8 @@ def test_verify_reports_a_member_whose_table_is_gone(
     from s3ddb.external_store.ddb_items import item_key
     from s3ddb.io.uri import parse_uri
     from s3ddb.maintenance.verify import verify
-    from tests import storage
-    from tests.cli_runner import run_cli
+    from tests.support import storage
+    from tests.support.cli_runner import run_cli
 
     so = aws.storage_options()
     other = _long_table(aws)

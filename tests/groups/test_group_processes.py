@@ -22,7 +22,7 @@ import s3ddb
 from s3ddb.commit.failpoints import EXIT_CODE
 from s3ddb.maintenance.verify import verify
 from tests.conftest import TEST_BUCKET, TEST_TABLE
-from tests.proc import ROOT
+from tests.support.proc import ROOT
 
 pytestmark = pytest.mark.slow
 
@@ -38,7 +38,7 @@ def _start(*args: str, env: dict[str, str]) -> subprocess.Popen[str]:
     full_env = {**os.environ, **env}
     full_env["PYTHONPATH"] = str(ROOT) + os.pathsep + full_env.get("PYTHONPATH", "")
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.group_workers", *args],
+        [sys.executable, "-m", "tests.support.group_workers", *args],
         cwd=ROOT,
         env=full_env,
         stdout=subprocess.PIPE,

@@ -440,7 +440,7 @@ def test_history_on_the_command_line_shows_groups(
 ) -> None:
     import json
 
-    from tests.cli_runner import run_cli
+    from tests.support.cli_runner import run_cli
 
     for key, value in aws.env().items():
         monkeypatch.setenv(key, value)

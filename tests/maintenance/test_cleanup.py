@@ -23,9 +23,9 @@ import s3ddb.versions.pinned
 from s3ddb.format import layout
 from s3ddb.io import ObjectStore
 from s3ddb.maintenance.verify import verify
-from tests import storage
 from tests.conftest import TEST_BUCKET, TEST_TABLE
-from tests.endpoints import endpoint
+from tests.support import storage
+from tests.support.endpoints import endpoint
 
 # Cleanup here runs right after commits, with no writer racing it.
 pytestmark = pytest.mark.usefixtures("instant_cleanup")
@@ -308,7 +308,7 @@ def test_cleanup_says_why_it_kept_each_version_and_when_it_can_go(
 def test_cli_cleanup_summary_names_what_it_kept_and_versions_shows_what_it_knows(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from tests.cli_runner import run_cli
+    from tests.support.cli_runner import run_cli
 
     uri = str(tmp_path / "ds")
     _six_versions(uri)

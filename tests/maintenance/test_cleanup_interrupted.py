@@ -22,8 +22,8 @@ from s3ddb.format import layout
 from s3ddb.format.naming import NamingScheme, parse_manifest_name
 from s3ddb.io import ObjectStore, parse_uri
 from s3ddb.maintenance.verify import verify
-from tests import storage
 from tests.conftest import TEST_BUCKET, TEST_TABLE
+from tests.support import storage
 
 pytestmark = pytest.mark.usefixtures("instant_cleanup")
 

@@ -28,7 +28,7 @@ from s3ddb.errors import (
 from s3ddb.format import layout
 from s3ddb.format.schema import DatasetSchema
 from s3ddb.maintenance.compaction import CompactionMetrics
-from tests.storage import objects, orphans
+from tests.support.storage import objects, orphans
 
 SCHEMA = pa.schema([("k", pa.int64()), ("id", pa.int64()), ("name", pa.string())])
 IDS = random.Random(7).sample(range(1000), 200)  # id of the row written at position k

@@ -16,8 +16,8 @@ import s3ddb
 from s3ddb.errors import ManifestCorruptError
 from s3ddb.format.chunks import clear_chunk_cache
 from s3ddb.maintenance.verify import verify
-from tests.cli_runner import run_cli
 from tests.open_formats.readers import deltalake_read, pyiceberg_read
+from tests.support.cli_runner import run_cli
 
 pytestmark = pytest.mark.usefixtures("instant_cleanup")
 

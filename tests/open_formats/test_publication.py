@@ -381,8 +381,8 @@ def test_clones_publish_their_own_tables(tmp_path: Path) -> None:
 
 
 def test_concurrent_writers_publish_every_version(aws: Any, ddb_uri: str) -> None:
-    from tests.proc import run_workers
-    from tests.workers import rows_for
+    from tests.support.proc import run_workers
+    from tests.support.workers import rows_for
 
     so = aws.storage_options()
     s3ddb.write_dataset(rows_for(0, 0, 2), ddb_uri, open_formats=FORMATS, storage_options=so)

@@ -5,7 +5,7 @@ A reader copies an example, any one, into a shell where the ``export`` lines of
 test: for each document it starts the command (a real child process, with its
 defaults: no S3 conditional writes, the bucket ``my-bucket`` and the table
 ``s3ddb_manifests``), and runs each of the document's code blocks alone
-(tests/docs_examples_runner.py): in a fresh interpreter, in an empty directory, against
+(tests/support/docs_examples_runner.py): in a fresh interpreter, in an empty directory, against
 the endpoint emptied back to that bucket and table. So every block does its own set-up
 and needs nothing an earlier block defined or wrote;
 
@@ -42,7 +42,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-RUNNER = Path(__file__).resolve().parents[1] / "docs_examples_runner.py"
+RUNNER = Path(__file__).resolve().parents[1] / "support" / "docs_examples_runner.py"
 
 _FENCE = re.compile(r"^```([^\n]*)\n(.*?)^```[ \t]*$", re.S | re.M)
 _KINDS = {"python": "python", "bash": "shell", "sh": "shell", "console": "console"}

@@ -26,8 +26,8 @@ import s3ddb
 from s3ddb.cli.reader_snippets import READERS, s3_access
 from s3ddb.commit import finalizer
 from s3ddb.io.aws import AwsConfig
-from tests.cli_runner import run_cli
 from tests.conftest import TEST_BUCKET, TEST_TABLE
+from tests.support.cli_runner import run_cli
 
 #: The readers whose snippets run here (Spark's: text only).
 RUN = ("duckdb", "pyiceberg", "deltalake", "polars")

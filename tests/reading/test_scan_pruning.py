@@ -37,7 +37,7 @@ from s3ddb.fragment import write_fragments
 from s3ddb.operations import Append
 from s3ddb.scan import fragment_may_match
 from tests.conftest import TEST_BUCKET, TEST_TABLE
-from tests.endpoints import endpoint
+from tests.support.endpoints import endpoint
 
 _WORDS = ["a", "b", "zz", "é", "中文", "\U0001f600", "x'y", "prefix_shared_by_long_values_"]
 _EPOCH = dt.date(2020, 1, 1)

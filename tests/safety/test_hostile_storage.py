@@ -34,8 +34,8 @@ from s3ddb.format._proto import manifest_pb2 as pb
 from s3ddb.io import ObjectStore, local_files
 from s3ddb.io.paths import check_name, name_problem
 from s3ddb.maintenance.verify import verify
-from tests import storage
 from tests.conftest import TEST_BUCKET, TEST_TABLE, make_table
+from tests.support import storage
 
 # --- neighbours: a dataset whose name extends another's ------------------------------
 

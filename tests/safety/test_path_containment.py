@@ -24,8 +24,8 @@ from s3ddb.format.fragment import FragmentMetadata
 from s3ddb.format.framing import frame
 from s3ddb.io import ObjectStore, parse_uri
 from s3ddb.io.paths import check_name, check_relative_path
-from tests import storage
 from tests.conftest import TEST_BUCKET, TEST_TABLE, make_table
+from tests.support import storage
 
 HOSTILE_NAMES = [
     "../../private/data/secret.parquet",

@@ -19,7 +19,7 @@ import pytest
 
 import s3ddb
 from tests.conftest import TEST_BUCKET, TEST_TABLE
-from tests.proc import start_worker
+from tests.support.proc import start_worker
 
 pyspark = pytest.importorskip("pyspark")
 

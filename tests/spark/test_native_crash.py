@@ -20,7 +20,7 @@ from s3ddb.commit.failpoints import EXIT_CODE
 from s3ddb.maintenance.cleanup import STAGING_KIND
 from s3ddb.maintenance.staging import LEFTOVER_KIND
 from s3ddb.maintenance.verify import verify
-from tests import storage
+from tests.support import storage
 
 pytest.importorskip("pyspark")
 
@@ -31,12 +31,12 @@ DAY = 24 * 3600.0
 
 
 def _app(uri: str, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    """The native write application of tests/native_write_app.py, in its own process
+    """The native write application of tests/support/native_write_app.py, in its own process
     group (its JVM and Python workers are killed with it)."""
     full = dict(os.environ, PYSPARK_PYTHON=sys.executable, **(env or {}))
     full["PYTHONPATH"] = str(ROOT) + os.pathsep + full.get("PYTHONPATH", "")
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.native_write_app", uri, *args],
+        [sys.executable, "-m", "tests.support.native_write_app", uri, *args],
         cwd=ROOT, env=full, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         start_new_session=True,
     )  # fmt: skip

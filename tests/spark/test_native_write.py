@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import s3ddb
-from tests import storage
+from tests.support import storage
 
 pyspark = pytest.importorskip("pyspark")
 
@@ -135,7 +135,7 @@ def test_retried_task_attempts_commit_each_row_once(local_uri: str) -> None:
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     done = subprocess.run(
-        [sys.executable, "-m", "tests.native_write_app", local_uri, "--rows", "1000"],
+        [sys.executable, "-m", "tests.support.native_write_app", local_uri, "--rows", "1000"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]

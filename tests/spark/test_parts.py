@@ -19,8 +19,8 @@ import s3ddb
 from s3ddb.errors import CommitStateUnknownError, InvalidInputError, RetryableCommitConflictError
 from s3ddb.format import layout
 from s3ddb.scan import ColumnStats, read_visible_rows
-from tests import storage
 from tests.conftest import TEST_BUCKET, TEST_TABLE
+from tests.support import storage
 
 pytest.importorskip("pyspark")
 

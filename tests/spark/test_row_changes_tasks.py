@@ -17,7 +17,7 @@ from s3ddb.errors import InvalidExpressionError
 from s3ddb.format import layout
 from s3ddb.io.object_store import LocalObjectStore
 from s3ddb.maintenance.verify import verify
-from tests.storage import objects, orphans
+from tests.support.storage import objects, orphans
 
 pytest.importorskip("pyspark")
 

@@ -18,8 +18,8 @@ import pyarrow as pa
 import pytest
 
 import s3ddb
-from tests import storage
 from tests.conftest import TEST_BUCKET, TEST_TABLE
+from tests.support import storage
 
 pyspark = pytest.importorskip("pyspark")
 

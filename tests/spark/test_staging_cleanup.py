@@ -16,7 +16,7 @@ from s3ddb.io import ObjectStore
 from s3ddb.maintenance.cleanup import STAGING_KIND
 from s3ddb.maintenance.staging import LEFTOVER_KIND
 from s3ddb.maintenance.verify import verify
-from tests import storage
+from tests.support import storage
 
 DAY = 24 * 3600.0
 

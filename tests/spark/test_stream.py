@@ -181,7 +181,7 @@ def test_exactly_once_across_a_sigkill_and_restart(
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     options = dict(opts, startingVersion="1", maxFilesPerTrigger="1")
     child = subprocess.Popen(
-        [sys.executable, "-m", "tests.stream_app", uri, str(tmp_path / "checkpoint"),
+        [sys.executable, "-m", "tests.support.stream_app", uri, str(tmp_path / "checkpoint"),
          str(tmp_path / "out"), "--options", json.dumps(options), "--hold-batch", "2"],
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip

@@ -20,8 +20,8 @@ from s3ddb.commit import finalizer
 from s3ddb.commit.failpoints import EXIT_CODE
 from s3ddb.testing import LocalAWS
 from s3ddb.testing._requests import RequestRecord
-from tests.proc import run_workers
-from tests.workers import rows_for
+from tests.support.proc import run_workers
+from tests.support.workers import rows_for
 
 BUCKET = "s3ddb-mixed"
 TABLE = "s3ddb_mixed_commits"
@@ -108,7 +108,7 @@ def ddb_server() -> Iterator[LocalAWS]:
 @pytest.fixture(scope="module", params=["s3rver", "moto"])
 def layout(request: pytest.FixtureRequest, ddb_server: LocalAWS) -> Iterator[Layout]:
     if request.param == "s3rver":
-        from tests.node_servers import S3rver, missing
+        from tests.support.node_servers import S3rver, missing
 
         reason = missing("s3rver")
         if reason:

@@ -17,8 +17,8 @@ from s3ddb.io import ObjectStore
 from s3ddb.io.object_store import DELETE_BATCH
 from s3ddb.maintenance.verify import verify
 from tests.conftest import TEST_BUCKET, make_table
-from tests.proc import run_workers
-from tests.workers import rows_for
+from tests.support.proc import run_workers
+from tests.support.workers import rows_for
 
 
 @pytest.fixture(scope="module")
@@ -245,7 +245,7 @@ def test_plain_s3_writer_processes_commit_through_conditional_puts(
 
 
 def test_s3rver_listens_on_its_own_port_and_logs_who_signed(s3rver: Any) -> None:
-    from tests.node_servers import S3rver
+    from tests.support.node_servers import S3rver
 
     with S3rver(access_keys={"OTHERKEY": "other"}, buckets=["second"]) as other:
         assert other.endpoint_url != s3rver.endpoint_url

@@ -1,4 +1,4 @@
-"""SeaweedFS, the real S3-compatible store of the test matrix (tests/seaweedfs.py): the
+"""SeaweedFS, the real S3-compatible store of the test matrix (tests/support/seaweedfs.py): the
 server the session starts, what it does differently from moto and s3rver and how
 s3ddb handles each difference (docs/deployments.md, "SeaweedFS")."""
 
@@ -17,7 +17,7 @@ from s3ddb.commit import finalizer
 from s3ddb.io import ObjectStore
 from s3ddb.io.object_store import S3ObjectStore
 from tests.conftest import TEST_BUCKET, TEST_TABLE
-from tests.workers import rows_for
+from tests.support.workers import rows_for
 
 
 def _store(server: Any) -> ObjectStore:
@@ -27,7 +27,7 @@ def _store(server: Any) -> ObjectStore:
 def test_a_second_server_runs_on_its_own_ports_and_leaves_nothing_behind(
     seaweedfs: Any,
 ) -> None:
-    from tests.seaweedfs import SeaweedFS
+    from tests.support.seaweedfs import SeaweedFS
 
     with SeaweedFS(buckets=["second"]) as other:
         assert other.endpoint_url != seaweedfs.endpoint_url

@@ -24,7 +24,7 @@ from s3ddb.errors import (
 from s3ddb.format import layout
 from s3ddb.format.deletion import deletion_path, read_deleted_rows
 from s3ddb.io import ObjectStore
-from tests.storage import objects, orphans
+from tests.support.storage import objects, orphans
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.int64()), ("name", pa.string())])
 

@@ -22,7 +22,7 @@ import pytest
 
 import s3ddb
 from s3ddb.io import parse_uri
-from tests.proc import run_workers
+from tests.support.proc import run_workers
 
 pytestmark = pytest.mark.slow
 

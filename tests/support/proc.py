@@ -8,7 +8,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass
@@ -23,7 +23,7 @@ def start_worker(*args: str, env: dict[str, str] | None = None) -> subprocess.Po
     full_env.update(env or {})
     full_env["PYTHONPATH"] = str(ROOT) + os.pathsep + full_env.get("PYTHONPATH", "")
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.workers", *args],
+        [sys.executable, "-m", "tests.support.workers", *args],
         cwd=ROOT,
         env=full_env,
         stdout=subprocess.PIPE,

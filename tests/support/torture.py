@@ -1,6 +1,6 @@
 """A child process for the SIGKILL torture test: random operations until it is killed.
 
-    python -m tests.torture URI GENERATION SEED
+    python -m tests.support.torture URI GENERATION SEED
 
 Rows are ``{id: int64, val: string}``. Each process (a *generation*) works on ids of
 its own (``GENERATION * 1_000_000 + n``), one operation at a time on the newest

@@ -1,7 +1,7 @@
 """A Spark application that streams an s3ddb dataset into per-batch Parquet folders,
 for the crash test of the streaming source.
 
-    python -m tests.stream_app URI CHECKPOINT OUT --options JSON --hold-batch N
+    python -m tests.support.stream_app URI CHECKPOINT OUT --options JSON --hold-batch N
 
 Each micro-batch ``n`` is written (overwriting) to ``OUT/batch=n``, which makes a
 replayed batch replace its first attempt. After writing batch ``--hold-batch`` it
@@ -20,7 +20,7 @@ from pathlib import Path
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.stream_app")
+    parser = argparse.ArgumentParser(prog="python -m tests.support.stream_app")
     parser.add_argument("uri")
     parser.add_argument("checkpoint")
     parser.add_argument("out")

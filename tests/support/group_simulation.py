@@ -1,6 +1,6 @@
 """Deterministic simulation of group commits (``s3ddb.atomic``) and snapshots
 (``s3ddb.snapshot``) over two datasets sharing one in-memory DynamoDB table, with the
-scheduler and fault injection of tests/simulation.py (crashes, failed requests and
+scheduler and fault injection of tests/support/simulation.py (crashes, failed requests and
 lost responses at every store call, the group's TransactWriteItems and
 TransactGetItems included).
 
@@ -31,7 +31,7 @@ from s3ddb.groups.snapshots import snapshot_of
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.versions.opening import load_latest, placeholder_manifest
 from s3ddb.versions.pinned import commit_planned
-from tests.simulation import (
+from tests.support.simulation import (
     NO_BACKOFF,
     Actor,
     Report,

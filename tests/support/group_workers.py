@@ -1,8 +1,8 @@
 """Child-process entry points for the group commit tests (tests/groups/test_group_processes.py).
 
-    python -m tests.group_workers group URI_A URI_B START COUNT
-    python -m tests.group_workers single URI START COUNT
-    python -m tests.group_workers chain URI_A URI_B ID
+    python -m tests.support.group_workers group URI_A URI_B START COUNT
+    python -m tests.support.group_workers single URI START COUNT
+    python -m tests.support.group_workers chain URI_A URI_B ID
 
 ``group`` commits COUNT groups, group ``i`` appending the row ``START + i`` to both
 datasets; ``chain`` commits one group of two appends to the first dataset (rows ID

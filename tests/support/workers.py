@@ -1,6 +1,6 @@
 """Child-process entry points for concurrency and crash tests.
 
-    python -m tests.workers append URI WRITER_ID COUNT [ROWS]
+    python -m tests.support.workers append URI WRITER_ID COUNT [ROWS]
 
 Each append writes ROWS rows whose ids encode (writer, attempt), so the parent can
 check every row is present exactly once. Prints one line per successful commit:
@@ -10,10 +10,10 @@ parent.
 Row-changing verbs (each runs one operation and prints one JSON line, see
 :func:`report`)::
 
-    python -m tests.workers delete URI PREDICATE [--retries N] [--barrier DIR PARTIES]
-    python -m tests.workers update URI COLUMN EXPR WHERE [--retries N] [--rewrite MODE]
+    python -m tests.support.workers delete URI PREDICATE [--retries N] [--barrier DIR PARTIES]
+    python -m tests.support.workers update URI COLUMN EXPR WHERE [--retries N] [--rewrite MODE]
                                    [--barrier DIR PARTIES]
-    python -m tests.workers upsert URI KEY VALUE [--private KEY:VALUE ...] [--retries N]
+    python -m tests.support.workers upsert URI KEY VALUE [--private KEY:VALUE ...] [--retries N]
                                    [--barrier DIR PARTIES]
 
 ``upsert`` merges (``when_matched_update_all().when_not_matched_insert_all()`` on
@@ -142,7 +142,7 @@ def row_change(args: argparse.Namespace) -> int:
 
 
 def row_change_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m tests.workers")
+    parser = argparse.ArgumentParser(prog="python -m tests.support.workers")
     verbs = parser.add_subparsers(dest="verb", required=True)
     delete = verbs.add_parser("delete")
     delete.add_argument("uri")

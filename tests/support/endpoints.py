@@ -4,7 +4,7 @@
 * ``s3rver``: s3rver's S3 (a second S3 implementation, without conditional writes),
   moto's DynamoDB on its own endpoint;
 * ``seaweedfs``: SeaweedFS's S3 (a real S3-compatible store, with conditional writes;
-  tests/seaweedfs.py), moto's DynamoDB on its own endpoint.
+  tests/support/seaweedfs.py), moto's DynamoDB on its own endpoint.
 
 Tests of the four-step protocol run against these as well as against moto alone, so
 that the protocol is proved on independent implementations. Request logs exist on

@@ -44,8 +44,11 @@ from s3ddb.errors import (
     ExternalStoreUnreachableError,
     S3DDBError,
 )
-from s3ddb.external_store.base import ExternalManifestStore, ExternalStoreOutcomeUnknownError
 from s3ddb.external_store.identity import CLAIM_ATTRIBUTE, final_path_of
+from s3ddb.external_store.manifest_store import (
+    ExternalManifestStore,
+    ExternalStoreOutcomeUnknownError,
+)
 from s3ddb.external_store.memory import InMemoryManifestStore
 from s3ddb.format.manifest import referenced_paths
 from s3ddb.io.object_store import MemoryObjectStore, ObjectStore
@@ -58,7 +61,7 @@ from s3ddb.open_formats.publisher import (
 )
 from s3ddb.versions.opening import load_latest, placeholder_manifest
 from s3ddb.versions.pinned import commit_planned
-from tests.torture import SCHEMA, allowed_states, apply, perform, plan
+from tests.support.torture import SCHEMA, allowed_states, apply, perform, plan
 
 NO_BACKOFF = s3ddb.CommitConfig(backoff_base=0.0, backoff_max=0.0, timeout=30.0)
 KINDS = ("append", "append", "delete", "update", "upsert", "compact", "config")

@@ -2,7 +2,7 @@
 write has every task's first attempt fail after writing rows, for the tests of
 ``s3ddb.spark_ext.write``.
 
-    python -m tests.native_write_app URI --rows N [--hang MARKER]
+    python -m tests.support.native_write_app URI --rows N [--hang MARKER]
 
 Prints one JSON line: ``{"version": ...}``. With ``--hang``, no attempt fails; instead
 task 1 writes some rows, creates the file MARKER and waits to be killed (task 0
@@ -20,7 +20,7 @@ from typing import Any
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.native_write_app")
+    parser = argparse.ArgumentParser(prog="python -m tests.support.native_write_app")
     parser.add_argument("uri")
     parser.add_argument("--rows", type=int, default=1000)
     parser.add_argument("--hang", default=None)
