@@ -41,7 +41,7 @@ from s3ddb.format.datafile import read_fragment, write_fragments_from_table
 from s3ddb.format.deletion import read_deleted_rows
 from s3ddb.format.fragment import FragmentMetadata, data_file_paths
 from s3ddb.format.keys import key_hashes
-from s3ddb.format.rows import (
+from s3ddb.format.row_evaluation import (
     all_rows,
     apply_values,
     matching_rows,

@@ -36,8 +36,8 @@ from s3ddb.expressions.pruning import (
     arrow_value_set,
     sql_pruner,
 )
+from s3ddb.format.row_evaluation import evaluate
 from s3ddb.format.rowgroups import RowGroupPredicate
-from s3ddb.format.rows import evaluate
 
 __all__ = [
     "CompiledFilter",

@@ -31,7 +31,7 @@ from s3ddb.format.deletion import read_deleted_rows
 from s3ddb.format.fragment import FragmentMetadata
 from s3ddb.format.index import IndexMetadata
 from s3ddb.format.manifest import Manifest
-from s3ddb.format.rows import filter_rows
+from s3ddb.format.row_evaluation import filter_rows
 from s3ddb.index.btree import Condition, KeyRange, KeySet, indexed_column, is_btree, lookup
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.scan import read_rows_at

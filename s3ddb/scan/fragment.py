@@ -25,8 +25,8 @@ from s3ddb.format.deletion import read_deleted_rows
 from s3ddb.format.fragment import FragmentMetadata
 from s3ddb.format.fragment_list import FragmentList
 from s3ddb.format.parquet_source import ParquetSource
+from s3ddb.format.row_evaluation import EVALUATION_ERRORS, evaluation_error, filter_rows
 from s3ddb.format.rowgroups import RowGroupPredicate, row_group_stats, top_level_leaves
-from s3ddb.format.rows import EVALUATION_ERRORS, evaluation_error, filter_rows
 from s3ddb.format.schema import DatasetSchema
 from s3ddb.format.stats import fragment_column_stats, summary_column_stats
 

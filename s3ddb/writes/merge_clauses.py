@@ -46,8 +46,8 @@ from s3ddb.expressions import parse_predicate
 from s3ddb.expressions.conditions import Condition as PushedCondition
 from s3ddb.expressions.conditions import PushedFilters
 from s3ddb.format.keys import key_hashes
+from s3ddb.format.row_evaluation import evaluate
 from s3ddb.format.rowgroups import RowGroupPredicate
-from s3ddb.format.rows import evaluate
 
 __all__ = [
     "DELETE",

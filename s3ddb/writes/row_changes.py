@@ -39,7 +39,7 @@ from s3ddb.format.datafile import read_fragment, write_data_file, write_fragment
 from s3ddb.format.deletion import deletion_path, read_deleted_rows, write_deletion_file
 from s3ddb.format.fragment import FragmentMetadata, data_file_paths
 from s3ddb.format.manifest import Manifest
-from s3ddb.format.rows import all_rows, apply_values, evaluate, take_rows
+from s3ddb.format.row_evaluation import all_rows, apply_values, evaluate, take_rows
 from s3ddb.format.stats import compute_file_statistics, live_statistics
 from s3ddb.io.fragment_map import distributed, map_writing, parallel_map
 from s3ddb.io.object_store import ObjectStore

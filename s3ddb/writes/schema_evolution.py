@@ -41,7 +41,7 @@ from s3ddb.format.datafile import read_fragment, write_data_file
 from s3ddb.format.deletion import read_deletion_mask
 from s3ddb.format.fragment import FragmentMetadata
 from s3ddb.format.manifest import Manifest
-from s3ddb.format.rows import evaluate
+from s3ddb.format.row_evaluation import evaluate
 from s3ddb.format.schema import DatasetSchema
 from s3ddb.format.stats import compute_file_statistics
 from s3ddb.io.object_store import ObjectStore
