@@ -16,6 +16,14 @@ from s3ddb.operations.bases import Clone, UpdateBases
 from s3ddb.operations.compaction import ReserveFragments, Rewrite, RewriteGroup
 from s3ddb.operations.config import MapUpdate, UpdateConfig
 from s3ddb.operations.data import Append, Overwrite, Restore
+from s3ddb.operations.delete_update import (
+    TOMBSTONE_FIELD_ID,
+    Delete,
+    KeyExistenceFilter,
+    RowChangePlan,
+    Update,
+    UpdateMode,
+)
 from s3ddb.operations.index import CreateIndex
 from s3ddb.operations.kinds import OPERATION_KINDS, OPERATIONS
 from s3ddb.operations.replacement import (
@@ -23,14 +31,6 @@ from s3ddb.operations.replacement import (
     DataReplacementGroup,
     check_replacement,
     replaced_fragment,
-)
-from s3ddb.operations.rows import (
-    TOMBSTONE_FIELD_ID,
-    Delete,
-    KeyExistenceFilter,
-    RowChangePlan,
-    Update,
-    UpdateMode,
 )
 from s3ddb.operations.schema import Merge, Project, next_field_id
 from s3ddb.operations.transaction import TRANSACTION_MAGIC, Transaction

@@ -14,7 +14,7 @@ from s3ddb.format._proto import transaction_pb2 as tpb
 from s3ddb.format.deletion import deletion_path
 from s3ddb.format.fragment import FragmentMetadata, data_file_paths
 from s3ddb.operations.base import Changes, Operation
-from s3ddb.operations.rows import check_fragments_listed_once
+from s3ddb.operations.delete_update import check_fragments_listed_once
 
 __all__ = ["ReserveFragments", "Rewrite", "RewriteGroup"]
 
