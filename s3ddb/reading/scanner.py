@@ -21,7 +21,12 @@ import pyarrow as pa
 
 from s3ddb.errors import InvalidInputError, UnsupportedOperationError
 from s3ddb.io.arguments import check_int
-from s3ddb.reading.rows import DEFAULT_READAHEAD, DEFAULT_READAHEAD_BYTES, Filter, VersionReader
+from s3ddb.reading.version_reader import (
+    DEFAULT_READAHEAD,
+    DEFAULT_READAHEAD_BYTES,
+    Filter,
+    VersionReader,
+)
 
 if TYPE_CHECKING:
     from s3ddb.versions.pinned import PinnedVersion

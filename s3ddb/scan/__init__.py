@@ -1,7 +1,7 @@
 """The scanner's building blocks: reading a fragment's visible rows with pruning by
 statistics (fragment and row group), late materialization and ranged reads.
 
-:mod:`s3ddb.reading.rows` drives them over a version (``to_table``, ``to_batches``,
+:mod:`s3ddb.reading.version_reader` drives them over a version (``to_table``, ``to_batches``,
 ``count_rows``, streams); delete, update and merge_insert find rows through them.
 """
 

@@ -250,7 +250,7 @@ def plan_native_read(
     schema: DatasetSchema = ds.manifest.schema
     names = list(ds.schema.names) if columns is None else list(columns)
     if columns is not None:
-        from s3ddb.reading.rows import resolve_columns
+        from s3ddb.reading.version_reader import resolve_columns
 
         resolve_columns(ds, names)
     fields = [ds.schema.field(n) for n in names]

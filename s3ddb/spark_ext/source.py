@@ -36,7 +36,7 @@ from s3ddb.format.bases import FileResolver
 from s3ddb.format.fragment import FragmentMetadata
 from s3ddb.format.schema import DatasetSchema
 from s3ddb.io.object_store import ObjectStore
-from s3ddb.reading.rows import resolve_columns
+from s3ddb.reading.version_reader import resolve_columns
 from s3ddb.scan import fragment_may_match, read_visible_rows
 from s3ddb.spark_ext import _write
 from s3ddb.spark_ext._filters import PushedFilters, split_filters
