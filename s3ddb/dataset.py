@@ -63,12 +63,12 @@ from s3ddb.versions.pinned import (
     plan_and_commit,
 )
 from s3ddb.writes import publication
-from s3ddb.writes import rows as writes
 from s3ddb.writes import schema_evolution as se
+from s3ddb.writes import version_writes as writes
 from s3ddb.writes.clones import deep_clone, shallow_clone
 from s3ddb.writes.merge_insert import MergeInsertBuilder
-from s3ddb.writes.rows import MODES, WriteMode
 from s3ddb.writes.user_data import to_arrow_table
+from s3ddb.writes.version_writes import MODES, WriteMode
 
 __all__ = [
     "DEFAULT_CONFLICT_RETRIES",

@@ -25,7 +25,7 @@ from s3ddb.pylance_compat import (
     unsupported,
 )
 from s3ddb.versions.pinned import PinnedVersion
-from s3ddb.writes import rows as writes
+from s3ddb.writes import version_writes as writes
 
 __all__ = ["LanceDataset"]
 

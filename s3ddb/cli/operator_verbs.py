@@ -26,7 +26,7 @@ from s3ddb.maintenance.cleanup import KeptVersion
 from s3ddb.maintenance.drop import drop
 from s3ddb.maintenance.repair import sync, table_datasets
 from s3ddb.maintenance.verify import DEFAULT_GRACE_SECONDS, verify
-from s3ddb.writes import rows as writes
+from s3ddb.writes import version_writes as writes
 
 __all__ = [
     "register",
