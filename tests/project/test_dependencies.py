@@ -79,7 +79,10 @@ def test_an_optional_part_may_import_only_its_own_extra(
     ), spark
     assert OPTIONAL_PARTS["s3ddb.spark_ext"] == "spark"
     assert not undeclared_imports(spark, declared, providers)
-    moved = [dataclasses.replace(i, module="s3ddb.writes.version_writes", guarded=False) for i in spark]
+    moved = [
+        dataclasses.replace(i, module="s3ddb.writes.version_writes", guarded=False)
+        for i in spark
+    ]
     problems = undeclared_imports(moved, declared, providers)
     assert len(problems) == len(moved), problems
     assert all("from pyspark, which the dependencies of pyproject.toml" in p for p in problems)
