@@ -70,7 +70,7 @@ import pyarrow as pa
 import s3ddb
 import s3ddb.fragment
 from s3ddb.format.chunks import StoredChunk
-from s3ddb.format.fragment import DataFile, FragmentMetadata
+from s3ddb.format.fragment_metadata import DataFile, FragmentMetadata
 from s3ddb.format.schema import DatasetSchema
 from s3ddb.format.stats import ColumnStatistics, FileStatistics, file_key
 from s3ddb.operations import Overwrite

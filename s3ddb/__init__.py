@@ -77,8 +77,8 @@ from s3ddb.external_store.manifest_store import FenceFailedError as FenceFailedE
 from s3ddb.external_store.manifest_store import GroupRefusedError as GroupRefusedError
 from s3ddb.external_store.manifest_store import VersionTakenError as VersionTakenError
 from s3ddb.format.bases import BasePath as BasePath
-from s3ddb.format.fragment import DataFile as DataFile
-from s3ddb.format.fragment import FragmentMetadata
+from s3ddb.format.fragment_metadata import DataFile as DataFile
+from s3ddb.format.fragment_metadata import FragmentMetadata
 from s3ddb.format.index import IndexMetadata as IndexMetadata
 from s3ddb.format.schema import DatasetSchema as DatasetSchema
 from s3ddb.groups import Atomic as Atomic

@@ -20,7 +20,7 @@ from s3ddb.format.datafile import (
     FileLayout,
     WriteProgress,
 )
-from s3ddb.format.fragment import DataFile, DeletionFile, FragmentMetadata
+from s3ddb.format.fragment_metadata import DataFile, DeletionFile, FragmentMetadata
 from s3ddb.format.schema import DatasetSchema, conform
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.uri import parse_uri

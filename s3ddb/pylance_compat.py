@@ -15,8 +15,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from s3ddb.errors import InvalidInputError, UnsupportedOperationError
-from s3ddb.format.fragment import DataFile, FragmentMetadata
 from s3ddb.format.fragment_list import FragmentList
+from s3ddb.format.fragment_metadata import DataFile, FragmentMetadata
 from s3ddb.format.schema import DatasetSchema
 from s3ddb.maintenance.inspection import check_files
 from s3ddb.operations import (

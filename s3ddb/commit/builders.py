@@ -21,8 +21,8 @@ from s3ddb.errors import (
     PathOutsideDatasetError,
     RetryableCommitConflictError,
 )
-from s3ddb.format.fragment import FragmentMetadata
 from s3ddb.format.fragment_list import FragmentList
+from s3ddb.format.fragment_metadata import FragmentMetadata
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.stats import live_statistics
 from s3ddb.operations import (

@@ -26,7 +26,7 @@ from pyroaring import BitMap
 
 from s3ddb.commit.verdicts import ConflictContext, Outcome, Verdict
 from s3ddb.format.deletion import deletion_path, read_deleted_rows, write_deletion_file
-from s3ddb.format.fragment import FragmentMetadata
+from s3ddb.format.fragment_metadata import FragmentMetadata
 from s3ddb.operations import Delete, Rewrite, RewriteGroup, Transaction, Update, UpdateMode
 
 __all__ = [

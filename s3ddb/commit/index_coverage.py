@@ -11,7 +11,7 @@ scanned from then on. Deleted rows need nothing: readers apply deletion files.
 
 from __future__ import annotations
 
-from s3ddb.format.fragment import FragmentMetadata
+from s3ddb.format.fragment_metadata import FragmentMetadata
 from s3ddb.format.manifest import Manifest
 
 __all__ = ["drop_stale_coverage", "file_holding"]

@@ -39,7 +39,7 @@ from s3ddb.errors import InvalidInputError
 from s3ddb.expressions import parse_predicate, referenced_columns
 from s3ddb.format.datafile import read_fragment, write_fragments_from_table
 from s3ddb.format.deletion import read_deleted_rows
-from s3ddb.format.fragment import FragmentMetadata, data_file_paths
+from s3ddb.format.fragment_metadata import FragmentMetadata, data_file_paths
 from s3ddb.format.keys import key_hashes
 from s3ddb.format.row_evaluation import (
     all_rows,

@@ -41,8 +41,8 @@ from typing import Any, NoReturn
 
 from s3ddb.errors import ManifestCorruptError, StoredMetadataError
 from s3ddb.format._proto import manifest_pb2 as pb
-from s3ddb.format.fragment import FragmentMetadata
 from s3ddb.format.fragment_list import EncodedFragments
+from s3ddb.format.fragment_metadata import FragmentMetadata
 from s3ddb.format.framing import unframe_view
 from s3ddb.format.limits import MAX_FRAGMENT_ID, MAX_PHYSICAL_ROWS, check_range
 from s3ddb.format.stats import Bound, ColumnStatistics, trusted_columns

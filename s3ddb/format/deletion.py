@@ -11,7 +11,7 @@ from pyroaring import BitMap
 from s3ddb.errors import ManifestCorruptError, StoredMetadataError
 from s3ddb.format import layout
 from s3ddb.format.bases import Files, as_resolver
-from s3ddb.format.fragment import DeletionFile, FragmentMetadata
+from s3ddb.format.fragment_metadata import DeletionFile, FragmentMetadata
 from s3ddb.io.object_store import ObjectStore
 
 __all__ = [

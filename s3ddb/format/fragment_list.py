@@ -30,7 +30,7 @@ from google.protobuf.message import DecodeError
 from s3ddb.errors import ManifestCorruptError, PathOutsideDatasetError, StoredMetadataError
 from s3ddb.format._proto import manifest_pb2 as pb
 from s3ddb.format.bases import file_base_ids
-from s3ddb.format.fragment import FragmentMetadata
+from s3ddb.format.fragment_metadata import FragmentMetadata
 from s3ddb.format.stats import ColumnStatistics, summarize_bounds, union_bounds
 from s3ddb.io.parallel import process_pool
 

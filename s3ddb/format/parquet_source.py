@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 
 from s3ddb.errors import DataFileError, DataFileMissingError, S3DDBError
 from s3ddb.format.bases import Files, as_resolver
-from s3ddb.format.fragment import DataFile, FragmentMetadata
+from s3ddb.format.fragment_metadata import DataFile, FragmentMetadata
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.parallel import process_pool
 

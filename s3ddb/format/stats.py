@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 from s3ddb.format._proto import manifest_pb2 as pb
 
 if TYPE_CHECKING:
-    from s3ddb.format.fragment import DataFile, FragmentMetadata
+    from s3ddb.format.fragment_metadata import DataFile, FragmentMetadata
     from s3ddb.format.rowgroups import ColumnStats
     from s3ddb.format.schema import DatasetSchema
 

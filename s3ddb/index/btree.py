@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 from s3ddb.errors import StoredMetadataError, UnsupportedIndexError
 from s3ddb.format.bases import FileResolver
 from s3ddb.format.datafile import read_fragment
-from s3ddb.format.fragment import FragmentMetadata
+from s3ddb.format.fragment_metadata import FragmentMetadata
 from s3ddb.format.index import FILES_KEY, FORMAT_KEY, IndexMetadata
 from s3ddb.format.layout import index_file_path
 from s3ddb.format.manifest import Manifest

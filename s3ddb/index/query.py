@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 from s3ddb.expressions.compiled import CompiledFilter, IndexTerm
 from s3ddb.format.bases import FileResolver
 from s3ddb.format.deletion import read_deleted_rows
-from s3ddb.format.fragment import FragmentMetadata
+from s3ddb.format.fragment_metadata import FragmentMetadata
 from s3ddb.format.index import IndexMetadata
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.row_evaluation import filter_rows

@@ -27,7 +27,7 @@ from s3ddb.errors import InvalidInputError, UnsupportedOperationError
 from s3ddb.format.bases import FileResolver
 from s3ddb.format.datafile import read_fragment, write_fragments_from_table
 from s3ddb.format.deletion import read_deleted_rows
-from s3ddb.format.fragment import FragmentMetadata, data_file_paths
+from s3ddb.format.fragment_metadata import FragmentMetadata, data_file_paths
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.row_evaluation import all_rows, take_rows
 from s3ddb.index.api import optimize_indices

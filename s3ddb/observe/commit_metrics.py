@@ -41,7 +41,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from s3ddb.format.fragment import FragmentMetadata
+    from s3ddb.format.fragment_metadata import FragmentMetadata
     from s3ddb.format.manifest import Manifest
     from s3ddb.operations.base import Operation
 

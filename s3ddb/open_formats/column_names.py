@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from s3ddb.format.bases import FileResolver
-from s3ddb.format.fragment import FragmentMetadata
+from s3ddb.format.fragment_metadata import FragmentMetadata
 from s3ddb.format.parquet_source import ParquetSource
 from s3ddb.format.schema import DatasetSchema
 from s3ddb.io.parallel import process_pool

@@ -43,8 +43,8 @@ from s3ddb.errors import ManifestCorruptError, OpenFormatError, StoredMetadataEr
 from s3ddb.format import layout
 from s3ddb.format.bases import FileResolver
 from s3ddb.format.deletion import read_deleted_rows
-from s3ddb.format.fragment import FragmentMetadata
 from s3ddb.format.fragment_list import EncodedFragments, FragmentList
+from s3ddb.format.fragment_metadata import FragmentMetadata
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.schema import DatasetSchema
 from s3ddb.io.object_store import ObjectStore

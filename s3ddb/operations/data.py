@@ -10,7 +10,7 @@ import pyarrow as pa
 
 from s3ddb.errors import InvalidInputError, UnsupportedOperationError
 from s3ddb.format._proto import transaction_pb2 as tpb
-from s3ddb.format.fragment import FragmentMetadata, data_file_paths
+from s3ddb.format.fragment_metadata import FragmentMetadata, data_file_paths
 from s3ddb.format.limits import MAX_VERSION, check_range
 from s3ddb.format.schema import DatasetSchema
 from s3ddb.operations.base import Changes, Operation

@@ -19,7 +19,7 @@ from s3ddb.errors import CommitConflictError, InvalidInputError
 from s3ddb.format import layout
 from s3ddb.format._proto import transaction_pb2 as tpb
 from s3ddb.format.datafile import open_data_file
-from s3ddb.format.fragment import DataFile, FragmentMetadata
+from s3ddb.format.fragment_metadata import DataFile, FragmentMetadata
 from s3ddb.format.manifest import Manifest
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.operations.base import Changes, Operation

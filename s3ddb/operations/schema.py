@@ -19,7 +19,7 @@ from typing import ClassVar
 
 from s3ddb.errors import InvalidInputError
 from s3ddb.format._proto import transaction_pb2 as tpb
-from s3ddb.format.fragment import FragmentMetadata
+from s3ddb.format.fragment_metadata import FragmentMetadata
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.schema import DatasetSchema
 from s3ddb.operations.base import Changes, Operation

@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 
 from s3ddb.errors import ColumnNotFoundError, InvalidInputError
 from s3ddb.expressions.compiled import compile_filter
-from s3ddb.format.fragment import FragmentMetadata
+from s3ddb.format.fragment_metadata import FragmentMetadata
 from s3ddb.observe import telemetry
 from s3ddb.scan import read_visible_rows
 from s3ddb.scan.fragment import candidate_fragments

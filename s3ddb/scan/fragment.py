@@ -22,8 +22,8 @@ import pyarrow.dataset as pads
 from s3ddb.format.bases import Files
 from s3ddb.format.datafile import assemble_columns, read_fragment
 from s3ddb.format.deletion import read_deleted_rows
-from s3ddb.format.fragment import FragmentMetadata
 from s3ddb.format.fragment_list import FragmentList
+from s3ddb.format.fragment_metadata import FragmentMetadata
 from s3ddb.format.parquet_source import ParquetSource
 from s3ddb.format.row_evaluation import EVALUATION_ERRORS, evaluation_error, filter_rows
 from s3ddb.format.rowgroups import RowGroupPredicate, row_group_stats, top_level_leaves

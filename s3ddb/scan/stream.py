@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from s3ddb.format.bases import Files
-from s3ddb.format.fragment import FragmentMetadata
+from s3ddb.format.fragment_metadata import FragmentMetadata
 from s3ddb.format.parquet_source import WHOLE_READ_MAX_BYTES
 from s3ddb.format.rowgroups import RowGroupPredicate
 from s3ddb.format.schema import DatasetSchema

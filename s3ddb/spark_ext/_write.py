@@ -35,7 +35,7 @@ from s3ddb.errors import (
     TransactionAlreadyCommittedError,
 )
 from s3ddb.format.datafile import write_fragments_from_table
-from s3ddb.format.fragment import FragmentMetadata, data_file_paths
+from s3ddb.format.fragment_metadata import FragmentMetadata, data_file_paths
 from s3ddb.format.schema import DatasetSchema
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.written_files import delete_written_files

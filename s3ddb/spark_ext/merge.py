@@ -50,7 +50,7 @@ from s3ddb.errors import (
     SchemaMismatchError,
 )
 from s3ddb.format.deletion import deletion_path
-from s3ddb.format.fragment import FragmentMetadata, data_file_paths
+from s3ddb.format.fragment_metadata import FragmentMetadata, data_file_paths
 from s3ddb.format.manifest import Manifest
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.written_files import delete_written_files

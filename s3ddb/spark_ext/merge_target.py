@@ -21,7 +21,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from s3ddb.format.fragment import FragmentMetadata
+from s3ddb.format.fragment_metadata import FragmentMetadata
 from s3ddb.format.manifest import Manifest
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.spark_ext._types import quoted_name

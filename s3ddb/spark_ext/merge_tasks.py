@@ -23,7 +23,7 @@ from s3ddb.errors import InvalidInputError, S3DDBError
 from s3ddb.format.bases import FileResolver
 from s3ddb.format.datafile import write_fragments_from_table
 from s3ddb.format.deletion import deletion_path, read_deleted_rows, write_deletion_file
-from s3ddb.format.fragment import FragmentMetadata, data_file_paths
+from s3ddb.format.fragment_metadata import FragmentMetadata, data_file_paths
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.row_evaluation import within_key_bounds
 from s3ddb.io.object_store import ObjectStore

@@ -28,7 +28,7 @@ import pyarrow as pa
 from s3ddb.errors import DataFileError
 from s3ddb.format.bases import FileResolver
 from s3ddb.format.deletion import read_deleted_rows
-from s3ddb.format.fragment import DataFile, FragmentMetadata
+from s3ddb.format.fragment_metadata import DataFile, FragmentMetadata
 from s3ddb.format.parquet_source import (
     ParquetSource,
     data_file_errors,

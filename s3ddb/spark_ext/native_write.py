@@ -48,7 +48,7 @@ from s3ddb.errors import (
     SchemaMismatchError,
 )
 from s3ddb.format import layout
-from s3ddb.format.fragment import DataFile, FragmentMetadata
+from s3ddb.format.fragment_metadata import DataFile, FragmentMetadata
 from s3ddb.format.parquet_source import file_columns_by_id, read_footer
 from s3ddb.format.rowgroups import top_level_leaves
 from s3ddb.format.schema import DatasetSchema

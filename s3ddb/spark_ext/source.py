@@ -33,7 +33,7 @@ from pyspark.sql.datasource import (
 from s3ddb.dataset import Dataset, dataset
 from s3ddb.errors import InvalidInputError, S3DDBError
 from s3ddb.format.bases import FileResolver
-from s3ddb.format.fragment import FragmentMetadata
+from s3ddb.format.fragment_metadata import FragmentMetadata
 from s3ddb.format.schema import DatasetSchema
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.reading.version_reader import resolve_columns

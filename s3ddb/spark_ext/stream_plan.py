@@ -46,7 +46,7 @@ from s3ddb.errors import (
     StreamChangeCommitError,
     VersionNotFoundError,
 )
-from s3ddb.format.fragment import FragmentMetadata
+from s3ddb.format.fragment_metadata import FragmentMetadata
 from s3ddb.format.manifest import Manifest
 from s3ddb.operations import Changes, Overwrite
 from s3ddb.operations.kinds import kinds_that_change

@@ -38,7 +38,7 @@ from pyspark.sql.streaming.datasource import (
 
 from s3ddb.errors import InvalidInputError, S3DDBError, VersionNotFoundError
 from s3ddb.format.bases import BasePath, FileResolver
-from s3ddb.format.fragment import FragmentMetadata
+from s3ddb.format.fragment_metadata import FragmentMetadata
 from s3ddb.format.schema import DatasetSchema
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.scan import read_visible_rows

@@ -35,7 +35,7 @@ from s3ddb.errors import (
     TooMuchWriteContentionError,
 )
 from s3ddb.format.bases import FileResolver
-from s3ddb.format.fragment import FragmentMetadata
+from s3ddb.format.fragment_metadata import FragmentMetadata
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.naming import DEFAULT_NAMING, NamingScheme
 from s3ddb.io.arguments import check_int

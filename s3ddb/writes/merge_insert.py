@@ -32,7 +32,7 @@ from s3ddb.errors import ColumnNotFoundError, InvalidInputError, UnsupportedOper
 from s3ddb.format.bases import FileResolver
 from s3ddb.format.datafile import write_fragments_from_table
 from s3ddb.format.deletion import read_deleted_rows
-from s3ddb.format.fragment import FragmentMetadata, data_file_paths
+from s3ddb.format.fragment_metadata import FragmentMetadata, data_file_paths
 from s3ddb.format.keys import key_hashes
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.schema import conform

@@ -37,7 +37,7 @@ from s3ddb.format import layout
 from s3ddb.format.bases import FileResolver
 from s3ddb.format.datafile import read_fragment, write_data_file, write_fragments_from_table
 from s3ddb.format.deletion import deletion_path, read_deleted_rows, write_deletion_file
-from s3ddb.format.fragment import FragmentMetadata, data_file_paths
+from s3ddb.format.fragment_metadata import FragmentMetadata, data_file_paths
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.row_evaluation import all_rows, apply_values, evaluate, take_rows
 from s3ddb.format.stats import compute_file_statistics, live_statistics

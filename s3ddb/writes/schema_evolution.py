@@ -39,7 +39,7 @@ from s3ddb.format import layout
 from s3ddb.format.bases import FileResolver
 from s3ddb.format.datafile import read_fragment, write_data_file
 from s3ddb.format.deletion import read_deletion_mask
-from s3ddb.format.fragment import FragmentMetadata
+from s3ddb.format.fragment_metadata import FragmentMetadata
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.row_evaluation import evaluate
 from s3ddb.format.schema import DatasetSchema

@@ -19,7 +19,7 @@ from s3ddb.errors import (
     UnsupportedOperationError,
 )
 from s3ddb.format._proto import transaction_pb2 as tpb
-from s3ddb.format.fragment import DataFile, DeletionFile, FragmentMetadata
+from s3ddb.format.fragment_metadata import DataFile, DeletionFile, FragmentMetadata
 from s3ddb.operations import OpaqueOperation, RewriteGroup
 from tests.support.storage import objects, orphans
 

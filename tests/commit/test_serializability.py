@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 
 import s3ddb
 from s3ddb.errors import RetryableCommitConflictError
-from s3ddb.format.fragment import FragmentMetadata
+from s3ddb.format.fragment_metadata import FragmentMetadata
 
 Row = tuple[int, int]  # (id, v)
 State = list[Row]  # a multiset of rows: ids may repeat after colliding appends

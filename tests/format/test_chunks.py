@@ -92,7 +92,7 @@ def test_a_small_dataset_stays_in_format_1(tmp_path: Path) -> None:
 
 
 def test_the_layout_keeps_every_fragment_in_order() -> None:
-    from s3ddb.format.fragment import DataFile, FragmentMetadata
+    from s3ddb.format.fragment_metadata import DataFile, FragmentMetadata
     from s3ddb.format.schema import DatasetSchema
 
     def fragment(i: int) -> FragmentMetadata:
@@ -450,7 +450,7 @@ def test_any_sequence_of_changes_keeps_the_fragments_and_bounds_the_chunks(
     import uuid
     from dataclasses import replace
 
-    from s3ddb.format.fragment import DataFile, FragmentMetadata
+    from s3ddb.format.fragment_metadata import DataFile, FragmentMetadata
     from s3ddb.format.schema import DatasetSchema
 
     store = ObjectStore(f"memory://chunks-{uuid.uuid4().hex}")

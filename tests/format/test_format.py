@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from s3ddb.errors import InvalidInputError, ManifestCorruptError, SchemaMismatchError
 from s3ddb.format.bases import BasePath
-from s3ddb.format.fragment import DataFile, DeletionFile, FragmentMetadata
+from s3ddb.format.fragment_metadata import DataFile, DeletionFile, FragmentMetadata
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.naming import (
     NamingScheme,

@@ -24,8 +24,8 @@ from hypothesis import strategies as st
 import s3ddb
 from s3ddb.errors import ManifestCorruptError, PathOutsideDatasetError
 from s3ddb.format._proto import manifest_pb2 as pb
-from s3ddb.format.fragment import DataFile, DeletionFile, FragmentMetadata
 from s3ddb.format.fragment_list import MAX_SEGMENTS, FragmentList
+from s3ddb.format.fragment_metadata import DataFile, DeletionFile, FragmentMetadata
 from s3ddb.format.framing import frame, unframe
 from s3ddb.format.manifest import MANIFEST_MAGIC, Manifest
 from s3ddb.format.schema import DatasetSchema

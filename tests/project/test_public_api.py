@@ -51,7 +51,7 @@ REMOVED = {
     "Atomic": "s3ddb.groups",
     "AtomicGroup": "s3ddb.groups",
     "BasePath": "s3ddb.format.bases",
-    "DataFile": "s3ddb.format.fragment",
+    "DataFile": "s3ddb.format.fragment_metadata",
     "DatasetSchema": "s3ddb.format.schema",
     "IndexMetadata": "s3ddb.format.index",
     "KeptVersion": "s3ddb.maintenance.cleanup",

@@ -31,7 +31,7 @@ import s3ddb.format.datafile
 from s3ddb.errors import InvalidInputError
 from s3ddb.expressions import parse_predicate
 from s3ddb.expressions.pruning import row_group_pruner
-from s3ddb.format.fragment import FragmentMetadata
+from s3ddb.format.fragment_metadata import FragmentMetadata
 from s3ddb.format.stats import STRING_PREFIX, fragment_column_stats
 from s3ddb.fragment import write_fragments
 from s3ddb.operations import Append

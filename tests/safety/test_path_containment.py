@@ -20,7 +20,7 @@ from s3ddb.commit.manifest_cache import MANIFESTS
 from s3ddb.errors import PathOutsideDatasetError
 from s3ddb.external_store.manifest_store import ManifestRow
 from s3ddb.format._proto import manifest_pb2 as pb
-from s3ddb.format.fragment import FragmentMetadata
+from s3ddb.format.fragment_metadata import FragmentMetadata
 from s3ddb.format.framing import frame
 from s3ddb.io import ObjectStore, parse_uri
 from s3ddb.io.paths import check_name, check_relative_path
@@ -196,7 +196,7 @@ def test_fragment_metadata_from_elsewhere_is_checked(tmp_path: Path) -> None:
 
 def test_a_hostile_transaction_file_is_refused() -> None:
     from s3ddb.format._proto import transaction_pb2 as tpb
-    from s3ddb.format.fragment import DataFile
+    from s3ddb.format.fragment_metadata import DataFile
     from s3ddb.format.framing import unframe
     from s3ddb.operations import TRANSACTION_MAGIC, Append, Transaction
 

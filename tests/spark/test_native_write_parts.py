@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from s3ddb.format.fragment import DataFile
+from s3ddb.format.fragment_metadata import DataFile
 from s3ddb.format.schema import DatasetSchema
 from s3ddb.format.stats import compute_file_statistics, file_key
 from s3ddb.spark_ext.native_write import footer_statistics, jvm_root_of
