@@ -17,8 +17,8 @@ from s3ddb.expressions.compiled import compile_filter
 from s3ddb.format.fragment_metadata import FragmentMetadata
 from s3ddb.observe import telemetry
 from s3ddb.scan import read_visible_rows
-from s3ddb.scan.fragment import candidate_fragments
 from s3ddb.scan.stream import stream_tables
+from s3ddb.scan.visible_rows import candidate_fragments
 
 if TYPE_CHECKING:
     from s3ddb.index.query import IndexedScan

@@ -6,7 +6,7 @@ statistics (fragment and row group), late materialization and ranged reads.
 """
 
 from s3ddb.format.rowgroups import ColumnStats, RowGroupPredicate
-from s3ddb.scan.fragment import (
+from s3ddb.scan.visible_rows import (
     FragmentPlan,
     fragment_may_match,
     plan_fragment,

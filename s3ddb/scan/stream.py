@@ -25,7 +25,7 @@ from s3ddb.format.parquet_source import WHOLE_READ_MAX_BYTES
 from s3ddb.format.rowgroups import RowGroupPredicate
 from s3ddb.format.schema import DatasetSchema
 from s3ddb.io.parallel import process_pool
-from s3ddb.scan.fragment import (
+from s3ddb.scan.visible_rows import (
     FragmentPlan,
     filter_columns,
     fragment_may_match,

@@ -56,7 +56,7 @@ from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.written_files import delete_written_files
 from s3ddb.observe.commit_metrics import add_operation_metrics
 from s3ddb.operations import RowChangePlan, Update
-from s3ddb.scan.fragment import fragment_may_match
+from s3ddb.scan.visible_rows import fragment_may_match
 from s3ddb.spark_ext._types import arrow_schema_of, conform_to_dataset, quoted_name
 from s3ddb.spark_ext._types import spark_schema_of as _spark_schema_of
 from s3ddb.spark_ext.atomic import APP_TRANSACTION_PREFIX, commit_batch_once

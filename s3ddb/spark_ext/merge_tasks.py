@@ -29,7 +29,7 @@ from s3ddb.format.row_evaluation import within_key_bounds
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.written_files import delete_written_files
 from s3ddb.scan import plan_fragment
-from s3ddb.scan.fragment import read_with_positions
+from s3ddb.scan.visible_rows import read_with_positions
 from s3ddb.spark_ext._types import arrow_schema_of, cast_for_spark, conform_to_dataset
 from s3ddb.writes.merge_clauses import (
     DELETE,

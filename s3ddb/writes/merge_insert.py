@@ -44,7 +44,7 @@ from s3ddb.io.written_files import FileTracker
 from s3ddb.observe.commit_metrics import add_operation_metrics
 from s3ddb.operations import KeyExistenceFilter, RowChangePlan, Transaction, Update
 from s3ddb.scan import RowGroupPredicate, plan_fragment, read_rows_at
-from s3ddb.scan.fragment import candidate_fragments, read_with_positions
+from s3ddb.scan.visible_rows import candidate_fragments, read_with_positions
 from s3ddb.versions.pinned import plan_and_commit
 from s3ddb.writes.merge_clauses import (
     DELETE,

@@ -47,7 +47,7 @@ from s3ddb.io.written_files import FileTracker
 from s3ddb.open_formats.publisher import enabled_formats
 from s3ddb.operations import TOMBSTONE_FIELD_ID, Delete, RowChangePlan, Update, UpdateMode
 from s3ddb.scan import RowGroupPredicate, plan_fragment
-from s3ddb.scan.fragment import candidate_fragments, read_with_positions
+from s3ddb.scan.visible_rows import candidate_fragments, read_with_positions
 
 __all__ = [
     "DeletionPlan",
