@@ -32,7 +32,7 @@ from s3ddb.operations.replacement import (
     check_replacement,
     replaced_fragment,
 )
-from s3ddb.operations.schema import Merge, Project, next_field_id
+from s3ddb.operations.schema_changes import Merge, Project, next_field_id
 from s3ddb.operations.transaction import TRANSACTION_MAGIC, Transaction
 
 __all__ = [

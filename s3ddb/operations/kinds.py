@@ -18,7 +18,7 @@ from s3ddb.operations.data import Append, Overwrite, Restore
 from s3ddb.operations.delete_update import Delete, Update
 from s3ddb.operations.index import CreateIndex
 from s3ddb.operations.replacement import DataReplacement
-from s3ddb.operations.schema import Merge, Project
+from s3ddb.operations.schema_changes import Merge, Project
 
 __all__ = [
     "BY_KIND",
