@@ -15,6 +15,7 @@ from s3ddb.operations.base import (
 from s3ddb.operations.bases import Clone, UpdateBases
 from s3ddb.operations.compaction import ReserveFragments, Rewrite, RewriteGroup
 from s3ddb.operations.config import MapUpdate, UpdateConfig
+from s3ddb.operations.create_index import CreateIndex
 from s3ddb.operations.data import Append, Overwrite, Restore
 from s3ddb.operations.delete_update import (
     TOMBSTONE_FIELD_ID,
@@ -24,7 +25,6 @@ from s3ddb.operations.delete_update import (
     Update,
     UpdateMode,
 )
-from s3ddb.operations.index import CreateIndex
 from s3ddb.operations.kinds import OPERATION_KINDS, OPERATIONS
 from s3ddb.operations.replacement import (
     DataReplacement,
