@@ -13,7 +13,6 @@ from s3ddb.operations.base import (
     operation_kind,
 )
 from s3ddb.operations.bases import Clone, UpdateBases
-from s3ddb.operations.compaction import ReserveFragments, Rewrite, RewriteGroup
 from s3ddb.operations.config import MapUpdate, UpdateConfig
 from s3ddb.operations.create_index import CreateIndex
 from s3ddb.operations.data import Append, Overwrite, Restore
@@ -32,6 +31,7 @@ from s3ddb.operations.replacement import (
     check_replacement,
     replaced_fragment,
 )
+from s3ddb.operations.rewrite import ReserveFragments, Rewrite, RewriteGroup
 from s3ddb.operations.schema_changes import Merge, Project, next_field_id
 from s3ddb.operations.transaction import TRANSACTION_MAGIC, Transaction
 

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from s3ddb.operations.base import Changes, Operation, UpdateMemWalState
 from s3ddb.operations.bases import Clone, UpdateBases
-from s3ddb.operations.compaction import ReserveFragments, Rewrite
 from s3ddb.operations.config import UpdateConfig
 from s3ddb.operations.create_index import CreateIndex
 from s3ddb.operations.data import Append, Overwrite, Restore
 from s3ddb.operations.delete_update import Delete, Update
 from s3ddb.operations.replacement import DataReplacement
+from s3ddb.operations.rewrite import ReserveFragments, Rewrite
 from s3ddb.operations.schema_changes import Merge, Project
 
 __all__ = [
