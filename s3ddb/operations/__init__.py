@@ -12,7 +12,7 @@ from s3ddb.operations.base import (
     UpdateMemWalState,
     operation_kind,
 )
-from s3ddb.operations.bases import Clone, UpdateBases
+from s3ddb.operations.base_paths import Clone, UpdateBases
 from s3ddb.operations.config import MapUpdate, UpdateConfig
 from s3ddb.operations.create_index import CreateIndex
 from s3ddb.operations.data import Append, Overwrite, Restore

@@ -11,7 +11,7 @@ this tuple.
 from __future__ import annotations
 
 from s3ddb.operations.base import Changes, Operation, UpdateMemWalState
-from s3ddb.operations.bases import Clone, UpdateBases
+from s3ddb.operations.base_paths import Clone, UpdateBases
 from s3ddb.operations.config import UpdateConfig
 from s3ddb.operations.create_index import CreateIndex
 from s3ddb.operations.data import Append, Overwrite, Restore
