@@ -45,7 +45,7 @@ _VERB_MODULES = (
     "operator_verbs",
     "doctor_cmd",
     "create_table",
-    "local_aws",
+    "local_aws_cmd",
     "demo_cmd",
 )
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from s3ddb.cli.local_aws import main
+from s3ddb.cli.local_aws_cmd import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -47,7 +47,7 @@ import numpy  # noqa: F401
 import pyarrow  # noqa: F401
 
 import s3ddb  # noqa: F401
-from s3ddb.cli.local_aws import DEFAULT_BUCKET, DEFAULT_TABLE
+from s3ddb.cli.local_aws_cmd import DEFAULT_BUCKET, DEFAULT_TABLE
 
 _BLOCK_TIMEOUT = 600  # seconds
 
