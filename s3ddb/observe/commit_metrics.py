@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from s3ddb.format.fragment_metadata import FragmentMetadata
     from s3ddb.format.manifest import Manifest
-    from s3ddb.operations.base import Operation
+    from s3ddb.operations.operation import Operation
 
 __all__ = [
     "API_OPERATION",

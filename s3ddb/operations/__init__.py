@@ -5,13 +5,6 @@ This layer knows nothing of how a commit is decided: building the next manifest 
 resolving conflicts are in :mod:`s3ddb.commit`. Its names are importable from here.
 """
 
-from s3ddb.operations.base import (
-    Changes,
-    OpaqueOperation,
-    Operation,
-    UpdateMemWalState,
-    operation_kind,
-)
 from s3ddb.operations.base_paths import Clone, UpdateBases
 from s3ddb.operations.config import MapUpdate, UpdateConfig
 from s3ddb.operations.create_index import CreateIndex
@@ -25,6 +18,13 @@ from s3ddb.operations.delete_update import (
     UpdateMode,
 )
 from s3ddb.operations.kinds import OPERATION_KINDS, OPERATIONS
+from s3ddb.operations.operation import (
+    Changes,
+    OpaqueOperation,
+    Operation,
+    UpdateMemWalState,
+    operation_kind,
+)
 from s3ddb.operations.replacement import (
     DataReplacement,
     DataReplacementGroup,

@@ -14,7 +14,7 @@ from s3ddb.errors import InvalidInputError
 from s3ddb.format._proto import transaction_pb2 as tpb
 from s3ddb.format.bases import BasePath, check_base_paths
 from s3ddb.format.manifest import Manifest
-from s3ddb.operations.base import Changes, Operation
+from s3ddb.operations.operation import Changes, Operation
 
 __all__ = ["Clone", "UpdateBases"]
 

@@ -16,7 +16,7 @@ from typing import ClassVar
 from s3ddb.errors import InvalidInputError
 from s3ddb.format._proto import transaction_pb2 as tpb
 from s3ddb.format.index import IndexMetadata
-from s3ddb.operations.base import Changes, Operation
+from s3ddb.operations.operation import Changes, Operation
 
 __all__ = ["CreateIndex"]
 

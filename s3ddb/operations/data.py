@@ -13,7 +13,7 @@ from s3ddb.format._proto import transaction_pb2 as tpb
 from s3ddb.format.fragment_metadata import FragmentMetadata, data_file_paths
 from s3ddb.format.limits import MAX_VERSION, check_range
 from s3ddb.format.schema import DatasetSchema
-from s3ddb.operations.base import Changes, Operation
+from s3ddb.operations.operation import Changes, Operation
 
 __all__ = ["Append", "Overwrite", "Restore"]
 

@@ -28,7 +28,7 @@ from s3ddb.format import layout
 from s3ddb.format._proto import transaction_pb2 as tpb
 from s3ddb.format.deletion import deletion_path
 from s3ddb.format.fragment_metadata import FragmentMetadata, data_file_paths
-from s3ddb.operations.base import Changes, Operation
+from s3ddb.operations.operation import Changes, Operation
 
 __all__ = [
     "TOMBSTONE_FIELD_ID",

@@ -1,6 +1,6 @@
 """Every operation kind, listed once: :data:`OPERATIONS`, and the lookups derived from it.
 
-Each class states the facts of its kind (:class:`s3ddb.operations.base.Operation`'s
+Each class states the facts of its kind (:class:`s3ddb.operations.operation.Operation`'s
 class attributes: ``kind``, ``pb_field``, ``changes``, ``committable``,
 ``in_lance_operation``). The tables that need something this layer cannot hold (how
 to build the next manifest, the conflict rules, pylance's names) are literals in
@@ -10,12 +10,12 @@ this tuple.
 
 from __future__ import annotations
 
-from s3ddb.operations.base import Changes, Operation, UpdateMemWalState
 from s3ddb.operations.base_paths import Clone, UpdateBases
 from s3ddb.operations.config import UpdateConfig
 from s3ddb.operations.create_index import CreateIndex
 from s3ddb.operations.data import Append, Overwrite, Restore
 from s3ddb.operations.delete_update import Delete, Update
+from s3ddb.operations.operation import Changes, Operation, UpdateMemWalState
 from s3ddb.operations.replacement import DataReplacement
 from s3ddb.operations.rewrite import ReserveFragments, Rewrite
 from s3ddb.operations.schema_changes import Merge, Project
@@ -53,7 +53,7 @@ OPERATIONS: tuple[type[Operation], ...] = (
 OPERATION_KINDS: tuple[str, ...] = tuple(op.kind for op in OPERATIONS)
 
 #: The operations s3ddb decodes, builds and commits (the others are read as
-#: :class:`~s3ddb.operations.base.OpaqueOperation`).
+#: :class:`~s3ddb.operations.operation.OpaqueOperation`).
 COMMITTABLE: tuple[type[Operation], ...] = tuple(op for op in OPERATIONS if op.committable)
 
 #: Kind -> operation class.

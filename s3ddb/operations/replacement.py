@@ -22,7 +22,7 @@ from s3ddb.format.datafile import open_data_file
 from s3ddb.format.fragment_metadata import DataFile, FragmentMetadata
 from s3ddb.format.manifest import Manifest
 from s3ddb.io.object_store import ObjectStore
-from s3ddb.operations.base import Changes, Operation
+from s3ddb.operations.operation import Changes, Operation
 
 __all__ = ["DataReplacement", "DataReplacementGroup", "check_replacement", "replaced_fragment"]
 

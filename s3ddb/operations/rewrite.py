@@ -13,8 +13,8 @@ from s3ddb.errors import InvalidInputError
 from s3ddb.format._proto import transaction_pb2 as tpb
 from s3ddb.format.deletion import deletion_path
 from s3ddb.format.fragment_metadata import FragmentMetadata, data_file_paths
-from s3ddb.operations.base import Changes, Operation
 from s3ddb.operations.delete_update import check_fragments_listed_once
+from s3ddb.operations.operation import Changes, Operation
 
 __all__ = ["ReserveFragments", "Rewrite", "RewriteGroup"]
 

@@ -22,7 +22,7 @@ from s3ddb.format._proto import transaction_pb2 as tpb
 from s3ddb.format.fragment_metadata import FragmentMetadata
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.schema import DatasetSchema
-from s3ddb.operations.base import Changes, Operation
+from s3ddb.operations.operation import Changes, Operation
 
 __all__ = ["Merge", "Project", "next_field_id"]
 

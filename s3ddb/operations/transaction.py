@@ -27,8 +27,8 @@ from s3ddb.format._proto import transaction_pb2 as tpb
 from s3ddb.format.framing import frame, unframe
 from s3ddb.format.limits import MAX_VERSION, check_range
 from s3ddb.io.paths import check_name
-from s3ddb.operations.base import OpaqueOperation, Operation, operation_kind
 from s3ddb.operations.kinds import BY_KIND, BY_PB_FIELD, COMMITTABLE
+from s3ddb.operations.operation import OpaqueOperation, Operation, operation_kind
 
 __all__ = ["DECODERS", "TRANSACTION_MAGIC", "Transaction", "operation_from_pb"]
 
