@@ -17,7 +17,7 @@ from s3ddb.expressions._translator import (
     _translate,
     _Translator,
 )
-from s3ddb.expressions._typed import _cast_scalar, _first_line, _lit, _Typed
+from s3ddb.expressions._typed import _bound_type, _cast_scalar, _first_line, _lit, _Typed
 
 # Top-level columns referenced by expressions this module returned, keyed by id():
 # a frozenset when known, or the schema to probe against (pass-through expressions).
@@ -36,7 +36,7 @@ def _register(expr: pc.Expression, columns: frozenset[str] | pa.Schema) -> pc.Ex
 def _check_arrow(expr: pc.Expression, schema: pa.Schema) -> pa.DataType:
     """Bind a caller's pyarrow Expression to ``schema`` and return its result type."""
     try:
-        return pads.dataset(schema.empty_table()).to_table(columns={"v": expr}).schema[0].type
+        return _bound_type(pads.dataset(schema.empty_table()), expr)
     except pa.ArrowException as e:
         message = _first_line(e)
         missing = re.match(r"No match for (FieldRef\S*?\((.*)\)) in ", message)
@@ -159,7 +159,7 @@ def _probe_columns(expr: pc.Expression, schema: pa.Schema) -> set[str]:
     def binds_without(skip: set[int]) -> bool:
         kept = pa.schema([f for i, f in enumerate(schema) if i not in skip])
         try:
-            pads.dataset(kept.empty_table()).to_table(columns={"v": expr})
+            _bound_type(pads.dataset(kept.empty_table()), expr)
         except pa.ArrowException:
             return False
         return True

@@ -29,6 +29,7 @@ from s3ddb.expressions._sql import (
 )
 from s3ddb.expressions._typed import (
     _NULL_BOOL,
+    _bound_type,
     _cast_scalar,
     _coerce,
     _first_line,
@@ -64,7 +65,7 @@ class _Translator:
     def checked(self, expr: pc.Expression, node: exp.Expr | None) -> _Typed:
         """Type ``expr`` by evaluating it on zero rows; wrap Arrow's refusal."""
         try:
-            out_type = self._probe.to_table(columns={"v": expr}).schema.field(0).type
+            out_type = _bound_type(self._probe, expr)
         except pa.ArrowException as e:
             raise self.error(f"cannot evaluate ({_first_line(e)})", node) from e
         return _Typed(expr, out_type)

@@ -297,7 +297,9 @@ def segment_bytes(segment: Segment) -> bytes | memoryview:
     """A segment as the bytes of a ``Manifest`` message holding only its fragments."""
     if isinstance(segment, EncodedFragments):
         return segment.data()
-    return pb.Manifest(fragments=[f.to_pb() for f in segment]).SerializeToString(deterministic=True)
+    # A repeated field encodes as its entries one after another: each fragment's entry
+    # is encoded once per object (FragmentMetadata.manifest_entry), not per manifest.
+    return b"".join([f.manifest_entry() for f in segment])
 
 
 class FragmentList(Sequence[FragmentMetadata]):

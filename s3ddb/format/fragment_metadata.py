@@ -121,6 +121,10 @@ class DeletionFile:
         )
 
 
+#: Where a fragment keeps its encoded manifest entry (:meth:`FragmentMetadata.manifest_entry`).
+_ENTRY = "_manifest_entry"
+
+
 @dataclass(frozen=True)
 class FragmentMetadata:
     """A fragment: its id, data files, physical row count and deletion file.
@@ -184,6 +188,26 @@ class FragmentMetadata:
         if self.stats:
             m.statistics.extend(s.to_pb() for s in self.stats)
         return m
+
+    def manifest_entry(self) -> bytes:
+        """This fragment as one entry of a ``Manifest``'s ``fragments``: the bytes of a
+        ``Manifest`` message holding only it, so that a list of fragments encodes as the
+        concatenation of their entries.
+
+        Computed once per object and kept on it: everything encoded is immutable (a
+        frozen dataclass of frozen parts; ``extra`` is not encoded), and a writer that
+        appends again and again writes the same inline fragments in every manifest.
+        The bytes are not pickled (see ``__getstate__``)."""
+        entry: bytes | None = self.__dict__.get(_ENTRY)
+        if entry is None:
+            entry = pb.Manifest(fragments=[self.to_pb()]).SerializeToString(deterministic=True)
+            object.__setattr__(self, _ENTRY, entry)
+        return entry
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The cached manifest entry is derived: pickles (to Spark executors, worker
+        # processes) carry the fields alone.
+        return {k: v for k, v in self.__dict__.items() if k != _ENTRY}
 
     @classmethod
     def from_pb(cls, m: pb.Fragment) -> FragmentMetadata:
