@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from s3ddb import pylance_compat
+from s3ddb.arguments import check_int
 from s3ddb.commit.committer import CommitConfig, OnExisting
 from s3ddb.errors import InvalidInputError
 from s3ddb.format.datafile import (
@@ -39,7 +40,6 @@ from s3ddb.index.api import (
     index_statistics,
     list_indices,
 )
-from s3ddb.io.arguments import check_int
 from s3ddb.io.uri import parse_uri
 from s3ddb.maintenance.cleanup import CleanupStats, cleanup_old_versions
 from s3ddb.maintenance.compaction import DatasetOptimizer

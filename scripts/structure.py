@@ -65,7 +65,7 @@ INTERNAL_EXCEPTIONS = {
 #: The layers, lowest first. A module may import from its own layer and any layer
 #: before it; names are ``s3ddb.<first component>`` (a package, or a top-level module).
 LAYERS: list[set[str]] = [
-    {"s3ddb.errors", "s3ddb.version"},
+    {"s3ddb.errors", "s3ddb.version", "s3ddb.arguments"},
     {"s3ddb.io"},
     {"s3ddb.format"},
     {"s3ddb.expressions"},

@@ -10,6 +10,7 @@ path together with the same committer, commit time and size.
 
 from __future__ import annotations
 
+from s3ddb.arguments import check_int
 from s3ddb.errors import InvalidInputError
 from s3ddb.external_store.manifest_store import (
     DATASET_ID_ATTRIBUTE,
@@ -17,7 +18,6 @@ from s3ddb.external_store.manifest_store import (
     ManifestRow,
     is_staged_path,
 )
-from s3ddb.io.arguments import check_int
 
 __all__ = [
     "CLAIM_ATTRIBUTE",

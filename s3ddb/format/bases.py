@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from s3ddb.arguments import is_int
 from s3ddb.errors import InvalidURIError, ManifestCorruptError, PathOutsideDatasetError
 from s3ddb.format import layout
 from s3ddb.format._proto import manifest_pb2 as pb
 from s3ddb.format.fragment_metadata import DataFile, FragmentMetadata
-from s3ddb.io.arguments import is_int
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.uri import parse_uri
 

@@ -9,12 +9,12 @@ from typing import Any, Protocol
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from s3ddb.arguments import check_int
 from s3ddb.format import layout
 from s3ddb.format.bases import Files, as_resolver
 from s3ddb.format.fragment_metadata import DataFile, FragmentMetadata
 from s3ddb.format.schema import DatasetSchema
 from s3ddb.format.stats import compute_file_statistics
-from s3ddb.io.arguments import check_int
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.parallel import PendingWrites
 

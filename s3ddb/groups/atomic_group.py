@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, ParamSpec, TypeVar
 
+from s3ddb.arguments import check_int
 from s3ddb.commit.build import APP_TRANSACTION_PREFIX, build_manifest
 from s3ddb.commit.committer import CommitConfig, CommitResult
 from s3ddb.commit.external import committer_name
@@ -37,7 +38,6 @@ from s3ddb.errors import (
 from s3ddb.external_store.manifest_store import MAX_GROUP_ACTIONS, MAX_GROUP_BYTES, encode_members
 from s3ddb.format.manifest import Manifest, referenced_paths
 from s3ddb.format.naming import MAX_VERSION
-from s3ddb.io.arguments import check_int
 from s3ddb.io.parallel import PendingWrites
 from s3ddb.io.uri import parse_uri
 from s3ddb.io.written_files import delete_written_files

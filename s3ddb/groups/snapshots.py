@@ -20,13 +20,13 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from s3ddb.arguments import check_int
 from s3ddb.commit.group_commit import check_together
 from s3ddb.commit.handlers import CommitHandler, ManifestLocation
 from s3ddb.dataset import Dataset
 from s3ddb.errors import AtomicGroupError, InvalidInputError, TooMuchWriteContentionError
 from s3ddb.external_store.manifest_store import MAX_GROUP_READS
 from s3ddb.groups.atomic_group import check_transactions
-from s3ddb.io.arguments import check_int
 from s3ddb.io.parallel import process_pool
 from s3ddb.versions.opening import dataset_not_found, open_validated
 

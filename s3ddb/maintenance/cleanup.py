@@ -59,13 +59,13 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from s3ddb.arguments import check_int
 from s3ddb.errors import InvalidInputError, ManifestCorruptError, VersionNotFoundError
 from s3ddb.external_store.manifest_store import ManifestRow, VersionTakenError
 from s3ddb.format import layout
 from s3ddb.format.chunks import CHUNKS_DIR
 from s3ddb.format.manifest import referenced_paths
 from s3ddb.format.naming import parse_manifest_name, parse_staged_name
-from s3ddb.io.arguments import check_int
 from s3ddb.maintenance.cleanup_journal import Journal, read_journals, write_journal
 from s3ddb.maintenance.staging import remove_empty_folders, staging_folders
 from s3ddb.open_formats.model import PublishedNames

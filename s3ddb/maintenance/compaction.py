@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 from pyroaring import BitMap
 
+from s3ddb.arguments import check_int
 from s3ddb.commit.committer import CommitConfig, commit_transaction
 from s3ddb.commit.handlers import CommitHandler
 from s3ddb.errors import InvalidInputError, UnsupportedOperationError
@@ -31,7 +32,6 @@ from s3ddb.format.fragment_metadata import FragmentMetadata, data_file_paths
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.row_evaluation import all_rows, take_rows
 from s3ddb.index.api import optimize_indices
-from s3ddb.io.arguments import check_int
 from s3ddb.io.fragment_map import distributed, parallel_map
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.written_files import FileTracker

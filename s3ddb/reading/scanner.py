@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
+from s3ddb.arguments import check_int
 from s3ddb.errors import InvalidInputError, UnsupportedOperationError
-from s3ddb.io.arguments import check_int
 from s3ddb.reading.version_reader import (
     DEFAULT_READAHEAD,
     DEFAULT_READAHEAD_BYTES,

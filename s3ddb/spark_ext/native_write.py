@@ -40,6 +40,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import s3ddb
+from s3ddb.arguments import check_int
 from s3ddb.commit.failpoints import failpoint
 from s3ddb.errors import (
     CommitStateUnknownError,
@@ -59,7 +60,6 @@ from s3ddb.format.stats import (
     recorded_type,
     stored_bounds,
 )
-from s3ddb.io.arguments import check_int
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.uri import parse_uri
 from s3ddb.spark_ext import _write

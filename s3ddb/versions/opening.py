@@ -12,6 +12,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from s3ddb.arguments import is_int
 from s3ddb.commit.handlers import CommitHandler, ManifestLocation
 from s3ddb.errors import (
     DatasetNotFoundError,
@@ -25,7 +26,6 @@ from s3ddb.format.manifest import Manifest, read_manifest_header
 from s3ddb.format.naming import MAX_VERSION
 from s3ddb.format.schema import DatasetSchema
 from s3ddb.format.version_metrics import read_metrics
-from s3ddb.io.arguments import is_int
 from s3ddb.io.parallel import process_pool
 from s3ddb.observe import telemetry
 from s3ddb.observe.commit_metrics import api_operation_of

@@ -26,6 +26,7 @@ from typing import Any, Protocol, TypeVar
 
 import pyarrow as pa
 
+from s3ddb.arguments import check_int
 from s3ddb.commit.committer import CommitConfig, CommitResult, OnExisting, commit_transaction
 from s3ddb.commit.handlers import CommitHandler
 from s3ddb.errors import (
@@ -38,7 +39,6 @@ from s3ddb.format.bases import FileResolver
 from s3ddb.format.fragment_metadata import FragmentMetadata
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.naming import DEFAULT_NAMING, NamingScheme
-from s3ddb.io.arguments import check_int
 from s3ddb.io.parallel import PendingWrites
 from s3ddb.observe.commit_metrics import operation_metrics
 from s3ddb.operations import Delete, Operation, Transaction, Update
