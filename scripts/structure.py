@@ -66,7 +66,7 @@ INTERNAL_EXCEPTIONS = {
 #: before it; names are ``s3ddb.<first component>`` (a package, or a top-level module).
 LAYERS: list[set[str]] = [
     {"s3ddb.errors", "s3ddb.version", "s3ddb.arguments"},
-    {"s3ddb.io"},
+    {"s3ddb.io", "s3ddb.tasks"},
     {"s3ddb.format"},
     {"s3ddb.expressions"},
     {"s3ddb.operations"},

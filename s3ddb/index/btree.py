@@ -30,8 +30,8 @@ from s3ddb.format.index import FILES_KEY, FORMAT_KEY, IndexMetadata
 from s3ddb.format.layout import index_file_path
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.parquet_source import arrow_input
-from s3ddb.io.fragment_map import parallel_map
 from s3ddb.io.object_store import ObjectStore
+from s3ddb.tasks.fragment_map import parallel_map
 
 __all__ = [
     "BTREE_FILE",

@@ -32,10 +32,10 @@ from s3ddb.format.fragment_metadata import FragmentMetadata, data_file_paths
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.row_evaluation import all_rows, take_rows
 from s3ddb.index.api import optimize_indices
-from s3ddb.io.fragment_map import distributed, parallel_map
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.written_files import FileTracker
 from s3ddb.operations import ReserveFragments, Rewrite, RewriteGroup, Transaction
+from s3ddb.tasks.fragment_map import distributed, parallel_map
 from s3ddb.versions.pinned import plan_and_commit
 
 if TYPE_CHECKING:

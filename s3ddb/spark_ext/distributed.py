@@ -18,8 +18,8 @@ from typing import Any, Literal, TypeVar
 import pyarrow.compute as pc
 
 import s3ddb
-from s3ddb.io.fragment_map import mapped_by
 from s3ddb.maintenance.compaction import DEFAULT_TARGET_ROWS_PER_FRAGMENT, CompactionMetrics
+from s3ddb.tasks.fragment_map import mapped_by
 
 __all__ = [
     "TASKS_PER_CORE",

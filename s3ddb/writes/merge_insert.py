@@ -38,13 +38,13 @@ from s3ddb.format.manifest import Manifest
 from s3ddb.format.schema import conform
 from s3ddb.format.stats import exact_bound_type
 from s3ddb.index.query import lookup_keys
-from s3ddb.io.fragment_map import parallel_map
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.written_files import FileTracker
 from s3ddb.observe.commit_metrics import add_operation_metrics
 from s3ddb.operations import KeyExistenceFilter, RowChangePlan, Transaction, Update
 from s3ddb.scan import RowGroupPredicate, plan_fragment, read_rows_at
 from s3ddb.scan.visible_rows import candidate_fragments, read_with_positions
+from s3ddb.tasks.fragment_map import parallel_map
 from s3ddb.versions.pinned import plan_and_commit
 from s3ddb.writes.merge_clauses import (
     DELETE,

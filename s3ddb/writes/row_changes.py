@@ -7,7 +7,7 @@ conflict plans again on the newest version. Files of a plan that fails are delet
 before the error propagates, so nothing half-written is left behind.
 
 Each file is written by the per-fragment task that computed its content (deletion
-files, rewritten rows or columns), wherever the tasks run (:mod:`s3ddb.io.fragment_map`):
+files, rewritten rows or columns), wherever the tasks run (:mod:`s3ddb.tasks.fragment_map`):
 on Spark executors, only metadata and the affected rows' bitmaps come back to the
 driver. Tasks report every path they write, so a plan's files are deleted whichever
 task failed.
@@ -41,13 +41,13 @@ from s3ddb.format.fragment_metadata import FragmentMetadata, data_file_paths
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.row_evaluation import all_rows, apply_values, evaluate, take_rows
 from s3ddb.format.stats import compute_file_statistics, live_statistics
-from s3ddb.io.fragment_map import distributed, map_writing, parallel_map
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.written_files import FileTracker
 from s3ddb.open_formats.publisher import enabled_formats
 from s3ddb.operations import TOMBSTONE_FIELD_ID, Delete, RowChangePlan, Update, UpdateMode
 from s3ddb.scan import RowGroupPredicate, plan_fragment
 from s3ddb.scan.visible_rows import candidate_fragments, read_with_positions
+from s3ddb.tasks.fragment_map import distributed, map_writing, parallel_map
 
 __all__ = [
     "DeletionPlan",
