@@ -41,6 +41,12 @@ module's to decide).
 
 Schema types (:meth:`DeltaWriter.type_problem`): see
 :func:`~s3ddb.open_formats.delta_schema.delta_type_problem`.
+
+This module writes the log, and is the Delta plug-in
+(:class:`~s3ddb.open_formats.model.OpenFormat`). The names of its files, its state and
+its actions are :mod:`s3ddb.open_formats.delta_state`'s; reading the log back,
+checking it against the manifests, what another engine wrote in it and its expiry
+at cleanup are :mod:`s3ddb.open_formats.delta_log`'s.
 """
 
 from __future__ import annotations

@@ -48,10 +48,10 @@ fields) for files with nested columns.
 
 This module writes the files, and is the Iceberg plug-in
 (:class:`~s3ddb.open_formats.model.OpenFormat`). Their names, the state carried from
-one version to the next and reading it back
+one version to the next, bounded reads of the files and what another engine wrote
 (:func:`~s3ddb.open_formats.iceberg_state.foreign_problems`) are
-:mod:`s3ddb.open_formats.iceberg_state`'s; checking a published version against the
-manifests is :mod:`s3ddb.open_formats.iceberg_checks`'.
+:mod:`s3ddb.open_formats.iceberg_state`'s; reading a published version back and
+checking it against the manifests is :mod:`s3ddb.open_formats.iceberg_checks`'.
 """
 
 from __future__ import annotations
