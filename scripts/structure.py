@@ -26,6 +26,8 @@ Checks (each failure is listed with where it is; exit status 1 if any):
 * every public module (no ``_`` in its path, entry points aside) declares ``__all__``;
 * no open format named by a string literal outside ``open_formats/``: the rest asks
   the format's plug-in (:func:`_format_names_outside_open_formats`).
+* no module base name used twice in the package (``__init__`` aside), so a module's
+  name says what it holds (:func:`_shared_module_names`).
 
 Usage: ``python scripts/structure.py [--root s3ddb] [--quiet]``.
 """
@@ -449,6 +451,7 @@ def check(root: Path) -> list[str]:
             problems.append(f"{module.path}: a public module without __all__")
 
     problems.extend(_format_names_outside_open_formats(top, modules))
+    problems.extend(_shared_module_names(modules))
     problems.extend(_public_surface(top, modules))
     return problems
 
@@ -557,6 +560,22 @@ def _public_surface(top: str, modules: dict[str, Module]) -> list[str]:
         if name.rsplit(".", 1)[0] in modules:
             problems.append(f"INTERNAL_EXCEPTIONS names {name}, which is not defined")
     return problems
+
+
+def _shared_module_names(modules: dict[str, Module]) -> list[str]:
+    """A module base name (``rows`` of a ``reading/rows.py``) that two or more modules
+    of the package use, packages (``__init__.py``) aside: one line per name, naming
+    its modules. Two modules called ``rows`` say where they are, not what they hold."""
+    by_name: dict[str, list[Module]] = {}
+    for name, module in modules.items():
+        if not module.is_package:
+            by_name.setdefault(name.rsplit(".", 1)[-1], []).append(module)
+    return [
+        f"module name {base}.py used {len(found)} times: "
+        + ", ".join(str(m.path) for m in sorted(found, key=lambda m: m.name))
+        for base, found in sorted(by_name.items())
+        if len(found) > 1
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:

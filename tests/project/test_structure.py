@@ -263,3 +263,29 @@ def test_a_type_check_of_a_handler_or_store_outside_its_package_is_a_problem(
             f"package: {what}" in out
         ), out
     assert "structure: 4 problem(s)" in out, out
+
+
+def test_a_module_name_used_twice_is_a_problem(tmp_path: Path) -> None:
+    root = tmp_path / "s3ddb"
+    ok = "__all__: list[str] = []\n"
+    _write(
+        root,
+        {
+            "__init__.py": ok,
+            "io/__init__.py": ok,
+            "format/__init__.py": ok,
+            "commit/__init__.py": ok,
+            # rows.py three times; __init__.py in every package is no problem
+            "io/rows.py": ok,
+            "format/rows.py": ok,
+            "commit/rows.py": ok,
+            "format/fragment_metadata.py": ok,
+            "commit/fragment.py": ok,
+        },
+    )
+    out = _run(root).stdout
+    assert (
+        "module name rows.py used 3 times: "
+        f"{root / 'commit' / 'rows.py'}, {root / 'format' / 'rows.py'}, {root / 'io' / 'rows.py'}"
+    ) in out, out
+    assert "structure: 1 problem(s)" in out, out
