@@ -541,13 +541,12 @@ class ExternalStoreCommitHandler(ExternalStoreVersions):
             return handler.latest_location(finalize=False)
 
         found = list(pool.map(newest, externals))
-        keys = [
-            (h.external, h.base_uri, (f.version if f is not None else 0) + 1)
-            for h, f in zip(externals, found)
-        ]
         if any(f is None for f in found):
-            return [None if f is None else _location(h, f) for h, f in zip(externals, found)]
-        if any(row is not None for row in read_rows(keys)):
+            return [_location(h, f) for h, f in zip(externals, found)]  # not found: None
+        read = [
+            (h.external, h.base_uri, f.version) for h, f in zip(externals, found) if f is not None
+        ]
+        if _any_next_version(read):
             return None
 
         def finished(i: int) -> ManifestLocation | None:
@@ -566,6 +565,13 @@ def _location(
     if found is None or isinstance(found, ManifestLocation):
         return found
     return handler.location_of_row(handler.finished(found) if finish else found)
+
+
+def _any_next_version(newest: list[tuple[ExternalManifestStore, str, int]]) -> bool:
+    """Whether any dataset of ``newest`` (store, base URI, newest version read) has a
+    next version now: one consistent read of every next row."""
+    keys = [(store, base_uri, version + 1) for store, base_uri, version in newest]
+    return any(row is not None for row in read_rows(keys))
 
 
 def _send_group(claims: list[GroupClaim], token: str) -> bool:

@@ -625,9 +625,10 @@ class ConditionalPutCommitHandler(ListingCommitHandler):
         commit's is, just before its put).
 
         Raises:
-            As :meth:`CommitHandler.claim_parts`; TypeError: a part's store has no
-            atomic step over several objects.
+            As :meth:`CommitHandler.claim_parts`.
         """
+        if self.group_kind() is None:
+            return super().claim_parts(parts, group_id)
         items: list[tuple[ObjectStore, str, bytes]] = []
         moved = []
         for i, part in enumerate(parts):
@@ -662,5 +663,7 @@ class ConditionalPutCommitHandler(ListingCommitHandler):
         self, handlers: Sequence[CommitHandler]
     ) -> list[ManifestLocation | None] | None:
         """The newest versions, listed while the stores accept no conditional put."""
+        if self.group_kind() is None:
+            return super().latest_together(handlers)
         with self.store.instant():
             return [h.latest_location(finalize=False) for h in handlers]

@@ -19,7 +19,7 @@ import pytest
 
 import s3ddb
 from s3ddb.cli.main import main as cli_main
-from s3ddb.commit import external, finalizer
+from s3ddb.commit import external_versions, finalizer
 from s3ddb.commit.failpoints import EXIT_CODE
 from s3ddb.errors import (
     CommitMechanismError,
@@ -410,7 +410,7 @@ def test_after_a_crash_the_next_writer_leaves_verify_healthy(
     # A writer that builds on the crashed version (without reading through it first)
     # finishes it completely: copy and repoint. (Writers leave a row younger than two
     # seconds to its own writer: here it is taken for abandoned at once.)
-    monkeypatch.setattr(external, "_ABANDONED_AFTER_MS", 0)
+    monkeypatch.setattr(external_versions, "_ABANDONED_AFTER_MS", 0)
     stale = s3ddb.dataset(uri, version=1, storage_options=so)
     stale.insert(rows_for(0, 1, 1))
     finalizer.drain()

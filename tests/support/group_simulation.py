@@ -22,6 +22,7 @@ from typing import Any
 import pyarrow as pa
 
 import s3ddb
+from s3ddb.commit import external
 from s3ddb.commit.external import ExternalStoreCommitHandler
 from s3ddb.errors import CommitConflictError, S3DDBError
 from s3ddb.external_store.memory import InMemoryManifestStore
@@ -87,8 +88,10 @@ def run_group_schedule(
     violations: list[str] = []
     uuid.uuid4 = _uuid4  # type: ignore[assignment]
     # A snapshot's reads run in the reader's own thread, each one a step (others may
-    # commit in between), instead of on helper threads that are not scheduled.
+    # commit in between), instead of on helper threads that are not scheduled: those
+    # of its handlers' latest_together, and its own.
     pool, snapshots.process_pool = snapshots.process_pool, lambda *a, **k: _Inline()
+    external.process_pool = snapshots.process_pool
     try:
         with _seeded_uuids(random.Random(seed)):
             for n in NAMES:
@@ -105,6 +108,7 @@ def run_group_schedule(
     finally:
         uuid.uuid4 = _real_uuid4  # type: ignore[assignment]
         snapshots.process_pool = pool
+        external.process_pool = pool
     return finish_report(seed, sim, name, violations, lambda: _check(urls, name, bases, sim))
 
 
