@@ -15,14 +15,12 @@ pylance code (docs/pylance.md).
 entry points, the types they take or return, and the errors of :mod:`s3ddb.errors`
 (whose ``__all__`` lists every error users may meet). The operation classes
 (``Append``, ``Overwrite``...) live in :mod:`s3ddb.operations`; internal signals
-(``VersionConflict``, ``FenceFailedError``...) in their own modules. The names
-exported before and not in ``__all__`` stay attributes (``s3ddb.Append`` is
-``s3ddb.operations.Append``): the ``X as X`` imports below.
+(``VersionConflict``, ``FenceFailedError``...) in their own modules. The package
+exports ``__all__`` and nothing else.
 """
 
 from s3ddb import fragment
 from s3ddb.commit.committer import CommitConfig
-from s3ddb.commit.handlers import VersionConflict as VersionConflict
 from s3ddb.dataset import Dataset, VersionInfo, dataset, migrate_commits, write_dataset
 from s3ddb.errors import (
     AtomicGroupError,
@@ -69,46 +67,12 @@ from s3ddb.errors import (
     UnsupportedOperationError,
     VersionNotFoundError,
 )
-from s3ddb.errors import InjectedFault as InjectedFault
-from s3ddb.external_store.manifest_store import (
-    ExternalStoreOutcomeUnknownError as ExternalStoreOutcomeUnknownError,
-)
-from s3ddb.external_store.manifest_store import FenceFailedError as FenceFailedError
-from s3ddb.external_store.manifest_store import GroupRefusedError as GroupRefusedError
-from s3ddb.external_store.manifest_store import VersionTakenError as VersionTakenError
-from s3ddb.format.bases import BasePath as BasePath
-from s3ddb.format.fragment_metadata import DataFile as DataFile
 from s3ddb.format.fragment_metadata import FragmentMetadata
-from s3ddb.format.index import IndexMetadata as IndexMetadata
-from s3ddb.format.schema import DatasetSchema as DatasetSchema
-from s3ddb.groups import Atomic as Atomic
-from s3ddb.groups import AtomicGroup as AtomicGroup
 from s3ddb.groups import atomic, snapshot
 from s3ddb.lance_dataset import LanceDataset
 from s3ddb.maintenance.cleanup import CleanupStats
-from s3ddb.maintenance.cleanup import KeptVersion as KeptVersion
-from s3ddb.operations import Append as Append
-from s3ddb.operations import Clone as Clone
-from s3ddb.operations import CreateIndex as CreateIndex
-from s3ddb.operations import DataReplacement as DataReplacement
-from s3ddb.operations import DataReplacementGroup as DataReplacementGroup
-from s3ddb.operations import Delete as Delete
-from s3ddb.operations import MapUpdate as MapUpdate
-from s3ddb.operations import Merge as Merge
-from s3ddb.operations import Overwrite as Overwrite
-from s3ddb.operations import Project as Project
-from s3ddb.operations import ReserveFragments as ReserveFragments
-from s3ddb.operations import Restore as Restore
-from s3ddb.operations import Rewrite as Rewrite
-from s3ddb.operations import RewriteGroup as RewriteGroup
 from s3ddb.operations import Transaction
-from s3ddb.operations import Update as Update
-from s3ddb.operations import UpdateBases as UpdateBases
-from s3ddb.operations import UpdateConfig as UpdateConfig
-from s3ddb.operations import UpdateMemWalState as UpdateMemWalState
-from s3ddb.operations import UpdateMode as UpdateMode
 from s3ddb.pylance_compat import LanceOperation
-from s3ddb.reading.scanner import Scanner as Scanner
 from s3ddb.version import __version__
 from s3ddb.versions.tags import Tags
 from s3ddb.writes.merge_insert import MergeInsertBuilder

@@ -1,7 +1,7 @@
 """Distributed writes: workers write data files, one driver commits.
 
     fragments = s3ddb.fragment.write_fragments(table, uri, schema=...)   # on workers
-    s3ddb.Dataset.commit(uri, s3ddb.Append(all_fragments), read_version) # on the driver
+    s3ddb.Dataset.commit(uri, s3ddb.operations.Append(all_fragments), read_version) # on the driver
 
 :class:`FragmentMetadata` pickles and converts to JSON, so it can travel between
 processes and machines.

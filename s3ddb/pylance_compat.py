@@ -74,7 +74,7 @@ def pylance_overwrite(
     (``LanceOperation.Overwrite(new_schema, fragments)``).
 
     Raises:
-        InvalidInputError, UnsupportedOperationError: as :class:`s3ddb.Overwrite`.
+        InvalidInputError, UnsupportedOperationError: as :class:`s3ddb.operations.Overwrite`.
     """
     return Overwrite(fragments, new_schema, initial_bases=initial_bases)
 
@@ -82,7 +82,7 @@ def pylance_overwrite(
 class LanceOperation:
     """pylance's ``LanceOperation`` namespace: the s3ddb operations of the same names
     (``BaseOperation`` is :class:`s3ddb.operations.Operation`; ``Overwrite`` builds an
-    :class:`s3ddb.Overwrite` from pylance's argument order)."""
+    :class:`s3ddb.operations.Overwrite` from pylance's argument order)."""
 
     BaseOperation = Operation
     Append = Append
@@ -167,7 +167,10 @@ UNSUPPORTED_MEMBERS: dict[str, str] = {
     "io_stats_snapshot": NO_SESSIONS,
     "join": NO_PYARROW,
     "join_asof": NO_PYARROW,
-    "lance_schema": "the schema with field ids is ds.manifest.schema (an s3ddb.DatasetSchema)",
+    "lance_schema": (
+        "the schema with field ids is ds.manifest.schema "
+        "(an s3ddb.format.schema.DatasetSchema)"
+    ),
     "mem_wal_index_details": NO_MEM_WAL,
     "mem_wal_writer": NO_MEM_WAL,
     "merge": "add columns from a table aligned with the rows with add_columns(table)",

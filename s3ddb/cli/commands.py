@@ -38,6 +38,7 @@ from s3ddb.format.fragment_list import FragmentList
 from s3ddb.maintenance.compaction import DEFAULT_TARGET_ROWS_PER_FRAGMENT
 from s3ddb.observe.commit_metrics import api_operation_of
 from s3ddb.open_formats.publisher import writer_of
+from s3ddb.operations import Append
 
 __all__ = [
     "published_locations",
@@ -508,7 +509,7 @@ def _version_changes(ds: s3ddb.Dataset, version: int) -> tuple[int | None, int |
         before = ds.checkout_version(version - 1).manifest.fragments if version > 1 else ()
     except s3ddb.VersionNotFoundError:
         txn = load_transaction(ds.handler, manifest)
-        if txn is not None and isinstance(txn.operation, s3ddb.Append):
+        if txn is not None and isinstance(txn.operation, Append):
             return sum(f.num_rows for f in txn.operation.fragments), 0, writer
         return None, None, writer
     # Only fragments that differ are decoded (chunks both versions list are not read).

@@ -203,7 +203,7 @@ class AtomicGroup:
         """
         if not isinstance(operation, Operation):
             raise InvalidInputError(
-                f"add_operation takes an s3ddb operation (s3ddb.Append, s3ddb.Overwrite, "
+                f"add_operation takes an s3ddb operation (s3ddb.operations: Append, Overwrite, "
                 f"...), got {type(operation).__name__} {operation!r:.200}"
             )
         text, handler, options = self._open_handler(uri, None)

@@ -22,6 +22,8 @@ import pyarrow as pa
 
 import s3ddb
 from s3ddb.errors import InvalidInputError, TransactionAlreadyCommittedError
+from s3ddb.groups import AtomicGroup
+from s3ddb.operations import Append
 from s3ddb.spark_ext._types import arrow_schema_of, conform_to_dataset
 
 __all__ = ["APP_TRANSACTION_PREFIX", "atomic_batches", "commit_batch_once", "write_atomic"]
@@ -101,7 +103,7 @@ def write_atomic(
         )
     if not frames:
         raise InvalidInputError("write_atomic needs at least one {uri: DataFrame}")
-    group = s3ddb.AtomicGroup(storage_options)
+    group = AtomicGroup(storage_options)
     handles: dict[str, s3ddb.Dataset] = {}
     try:
         # Every member opened and every DataFrame's schema checked on the driver
@@ -116,7 +118,7 @@ def write_atomic(
             ds = handles[uri]
             fragments = _write_fragments(df, uri, ds.manifest.schema, storage_options)
             if fragments:
-                group.add_operation(uri, s3ddb.Append(fragments), transaction_properties)
+                group.add_operation(uri, Append(fragments), transaction_properties)
     except BaseException:
         group.abort()
         raise

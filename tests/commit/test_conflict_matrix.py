@@ -474,7 +474,7 @@ def _assert_rewrote(ds: s3ddb.Dataset, op: Op) -> None:
     """``ds`` last committed the compaction ``op`` as planned on the pinned version."""
     assert ds.last_commit is not None
     rewrite = ds.last_commit.transaction.operation
-    assert isinstance(rewrite, s3ddb.Rewrite)
+    assert isinstance(rewrite, s3ddb.operations.Rewrite)
     assert {f.id for f in rewrite.old_fragments()} == op.rewrites
 
 
@@ -640,7 +640,7 @@ def _mine_transaction(uri: str, mine: str) -> Transaction:
     txn = committed.last_commit.transaction
     assert txn.read_version == PINNED
     if mine == "Rewrite":
-        assert isinstance(txn.operation, s3ddb.Rewrite)
+        assert isinstance(txn.operation, s3ddb.operations.Rewrite)
         touched = {f.id for f in txn.operation.old_fragments()}
         assert touched == {TOUCHED[mine]}, touched
     elif mine in TOUCHED:  # the premise of the overlap variants

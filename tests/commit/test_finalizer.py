@@ -185,11 +185,11 @@ def test_finalizing_waits_for_a_store_that_rewrites_objects_in_place(memory_uri:
     handler = ExternalStoreCommitHandler(store, InMemoryManifestStore(), "s3://b/settling")
     ds = s3ddb.Dataset(memory_uri, handler, placeholder_manifest())
     table = rows_for(0, 0, 2)
-    schema = s3ddb.DatasetSchema.assign(table.schema)
+    schema = s3ddb.format.schema.DatasetSchema.assign(table.schema)
     fragments = tuple(s3ddb.fragment.write_fragments(table, memory_uri, schema=schema))
     final = layout.manifest_path(1, ds.manifest.naming_scheme)
     store.settling[final] = 3  # missing twice, then part-written once
-    commit_planned(ds, s3ddb.Overwrite(fragments, schema), None)
+    commit_planned(ds, s3ddb.operations.Overwrite(fragments, schema), None)
     (row,) = handler.external.list_versions("s3://b/settling")
     assert not row.is_staged and row.path == final_path_of(row.path) == final
     assert store.settling[final] == 0
@@ -232,10 +232,10 @@ def test_a_final_manifest_read_while_another_writer_rewrites_it_is_read_again(
     external = InMemoryManifestStore()
     writer = ExternalStoreCommitHandler(ObjectStore(memory_uri), external, "s3://b/torn")
     table = rows_for(0, 0, 2)
-    schema = s3ddb.DatasetSchema.assign(table.schema)
+    schema = s3ddb.format.schema.DatasetSchema.assign(table.schema)
     fragments = tuple(s3ddb.fragment.write_fragments(table, memory_uri, schema=schema))
     ds = s3ddb.Dataset(memory_uri, writer, placeholder_manifest())
-    commit_planned(ds, s3ddb.Overwrite(fragments, schema), None)
+    commit_planned(ds, s3ddb.operations.Overwrite(fragments, schema), None)
     manifest_cache.MANIFESTS.clear()
     store = _TornReadStore(memory_uri)
     final = layout.manifest_path(1, ds.manifest.naming_scheme)

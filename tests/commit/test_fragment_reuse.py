@@ -70,8 +70,8 @@ def test_reserve_fragments_reserves_the_highest_ids(local_uri: str) -> None:
     ds = s3ddb.write_dataset(pa.table({"id": [1, 2, 3]}), local_uri, max_rows_per_file=1)
     assert ds.manifest.max_fragment_id == 2
     with pytest.raises(InvalidInputError):
-        s3ddb.ReserveFragments(0)
-    reserved = s3ddb.Dataset.commit(local_uri, s3ddb.ReserveFragments(5), 1)
+        s3ddb.operations.ReserveFragments(0)
+    reserved = s3ddb.Dataset.commit(local_uri, s3ddb.operations.ReserveFragments(5), 1)
     assert reserved.version == 2 and reserved.manifest.max_fragment_id == 7
     assert reserved.to_table().equals(ds.to_table())
     # The next fragment appended gets an id after the reserved ones.
@@ -92,7 +92,7 @@ def test_a_rewrite_naming_unreserved_ids_is_refused(local_uri: str) -> None:
         tuple(old), (new[0].with_id(9),), ((old[0].id, BitMap([0])), (old[1].id, BitMap([0])))
     )
     with pytest.raises(CommitConflictError, match="not reserved"):
-        s3ddb.Dataset.commit(local_uri, s3ddb.Rewrite((group,)), 1)
+        s3ddb.Dataset.commit(local_uri, s3ddb.operations.Rewrite((group,)), 1)
     assert s3ddb.dataset(local_uri).version == 1
     # The refused commit's files are gone (its data file, written by hand, is the
     # caller's).
@@ -101,7 +101,7 @@ def test_a_rewrite_naming_unreserved_ids_is_refused(local_uri: str) -> None:
 
 def test_update_mem_wal_state_is_refused_with_a_reason(local_uri: str) -> None:
     with pytest.raises(UnsupportedOperationError, match="MemWAL") as info:
-        s3ddb.UpdateMemWalState()
+        s3ddb.operations.UpdateMemWalState()
     assert isinstance(info.value, NotImplementedError)
     # Read from storage (written by another Lance writer), it cannot be committed either.
     s3ddb.write_dataset(pa.table({"id": [1]}), local_uri)
@@ -119,13 +119,13 @@ def _layout(uri: str, so: dict[str, Any] | None) -> None:
     that compacting with a target of 4 rows rewrites the middle fragment alone (its
     deleted share is 10%) into three: k = 5..8, 9..12 and 13."""
     table = pa.table({"k": pa.array(range(18), pa.int64()), "v": [f"r{k}" for k in range(18)]})
-    schema = s3ddb.DatasetSchema.assign(table.schema)
+    schema = s3ddb.format.schema.DatasetSchema.assign(table.schema)
     fragments = []
     for start, n in ((0, 4), (4, 10), (14, 4)):
         fragments += s3ddb.fragment.write_fragments(
             table.slice(start, n), uri, schema=schema, storage_options=so
         )
-    ds = s3ddb.Dataset.commit(uri, s3ddb.Overwrite(tuple(fragments), schema), None, so)
+    ds = s3ddb.Dataset.commit(uri, s3ddb.operations.Overwrite(tuple(fragments), schema), None, so)
     ds.delete("k = 4")
 
 

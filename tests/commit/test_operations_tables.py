@@ -37,7 +37,7 @@ FACTS = {
 
 #: pylance names whose s3ddb member builds the operation from pylance's arguments
 #: instead of being the class itself.
-PYLANCE_FACTORIES = {s3ddb.Overwrite: pylance_overwrite}
+PYLANCE_FACTORIES = {s3ddb.operations.Overwrite: pylance_overwrite}
 
 IDS = [op.kind for op in OPERATIONS]
 
@@ -71,8 +71,8 @@ def test_every_operation_class_is_listed_and_exported() -> None:
     }
     assert exported == set(OPERATIONS), "s3ddb.operations.__all__"
     for op in OPERATIONS:
-        # s3ddb.__all__ lists no operation class; the old path s3ddb.<Op> still works.
-        assert getattr(s3ddb, op.kind, None) is op and op.kind not in s3ddb.__all__, "s3ddb"
+        # s3ddb lists no operation class and has none as an attribute.
+        assert not hasattr(s3ddb, op.kind) and op.kind not in s3ddb.__all__, "s3ddb"
 
 
 @pytest.mark.parametrize("op", OPERATIONS, ids=IDS)

@@ -127,7 +127,7 @@ def _respell(uri: str) -> str:
     return f"{path}/{sep}{query}"
 
 
-def _append_all(group: s3ddb.AtomicGroup, frames: dict[str, pa.Table], number: str) -> None:
+def _append_all(group: s3ddb.groups.AtomicGroup, frames: dict[str, pa.Table], number: str) -> None:
     """What write_atomic does on the driver: one Append per URI, each recording
     ``number`` for the application."""
     for uri, table in frames.items():
@@ -135,7 +135,7 @@ def _append_all(group: s3ddb.AtomicGroup, frames: dict[str, pa.Table], number: s
         fragments = s3ddb.fragment.write_fragments(
             table, uri, ds.manifest.schema, storage_options=ds.storage_options
         )
-        group.add_operation(uri, s3ddb.Append(fragments), {APP: number})
+        group.add_operation(uri, s3ddb.operations.Append(fragments), {APP: number})
 
 
 def test_two_changes_to_one_dataset_may_carry_the_same_batch_id(where: Any) -> None:
@@ -145,7 +145,7 @@ def test_two_changes_to_one_dataset_may_carry_the_same_batch_id(where: Any) -> N
     (a, b), so = where
     for uri in (a, b):
         s3ddb.write_dataset(_table(0), uri, storage_options=so)
-    group = s3ddb.AtomicGroup(so)
+    group = s3ddb.groups.AtomicGroup(so)
     _append_all(group, {a: _table(1), _respell(a): _table(2), b: _table(3)}, "7")
     assert len(group.datasets) == 2  # one handle for both spellings
     group.commit()
@@ -154,7 +154,7 @@ def test_two_changes_to_one_dataset_may_carry_the_same_batch_id(where: Any) -> N
     assert (db.version, _ids(db)) == (2, [0, 3])
     assert [d.manifest.table_metadata.get(APP) for d in (da, db)] == ["7", "7"]
     # A replay of the batch is refused on its first change, and writes nothing.
-    replay = s3ddb.AtomicGroup(so)
+    replay = s3ddb.groups.AtomicGroup(so)
     with pytest.raises(TransactionAlreadyCommittedError, match="version 3 records 7"):
         _append_all(replay, {a: _table(1), b: _table(3)}, "7")
     replay.abort()
@@ -332,11 +332,11 @@ def test_an_operation_for_a_uri_that_cannot_join_has_its_files_deleted(tmp_path:
     with s3ddb.atomic() as tx:
         tx.dataset(member).insert(_table(2))
         with pytest.raises(AtomicGroupError, match="cannot join"):
-            tx.add_operation(local, s3ddb.Append(fragments))
+            tx.add_operation(local, s3ddb.operations.Append(fragments))
         # An operation naming the dataset's committed files by mistake: refused, and
         # the committed files stay.
         with pytest.raises(AtomicGroupError, match="cannot join"):
-            tx.add_operation(local, s3ddb.Append(s3ddb.dataset(local).get_fragments()))
+            tx.add_operation(local, s3ddb.operations.Append(s3ddb.dataset(local).get_fragments()))
     assert _data_files(local) == committed
     assert _ids(s3ddb.dataset(local)) == [1]
     assert _ids(s3ddb.dataset(member)) == [1, 2]
@@ -347,18 +347,18 @@ def test_an_operation_for_no_dataset_or_an_ended_group_has_its_files_deleted() -
     a, missing = f"{root}/a", f"{root}/missing"
     s3ddb.write_dataset(_table(1), a)
     schema = s3ddb.dataset(a).manifest.schema
-    tx = s3ddb.AtomicGroup()
+    tx = s3ddb.groups.AtomicGroup()
     tx.dataset(a)
     orphans = s3ddb.fragment.write_fragments(_table(5), missing, schema)
     assert _data_files(missing)
     with pytest.raises(s3ddb.DatasetNotFoundError):
-        tx.add_operation(missing, s3ddb.Append(orphans))
+        tx.add_operation(missing, s3ddb.operations.Append(orphans))
     assert _data_files(missing) == set()
     tx.commit()
     late = s3ddb.fragment.write_fragments(_table(6), a, schema)
     before = _data_files(a)
     with pytest.raises(AtomicGroupError, match="is over"):
-        tx.add_operation(a, s3ddb.Append(late))
+        tx.add_operation(a, s3ddb.operations.Append(late))
     gone = {p for p in before if any(p.endswith(f.files[0].path) for f in late)}
     assert gone and _data_files(a) == before - gone
     assert _ids(s3ddb.dataset(a)) == [1]

@@ -15,6 +15,7 @@ import pytest
 
 import s3ddb
 from s3ddb.errors import AtomicGroupError, DatasetNotFoundError
+from s3ddb.operations import Append
 from tests.conftest import TEST_BUCKET, TEST_TABLE
 
 Call = Callable[[s3ddb.Dataset, str], Any]
@@ -61,7 +62,7 @@ REFUSED: dict[str, Call] = {
     "shallow_clone": lambda ds, target: ds.shallow_clone(target),
     "deep_clone": lambda ds, target: ds.deep_clone(target),
     "optimize": lambda ds, _: ds.optimize.compact_files(),
-    "commit": lambda ds, _: s3ddb.Dataset.commit(ds, s3ddb.Append(ds.get_fragments()), ds.version),
+    "commit": lambda ds, _: s3ddb.Dataset.commit(ds, Append(ds.get_fragments()), ds.version),
     "checkout_latest": lambda ds, _: ds.checkout_latest(),
     "checkout_version.delete": lambda ds, _: ds.checkout_version(1).delete("id = 1"),
     # Turning publication on or off, and publishing again, act at once.

@@ -185,7 +185,7 @@ def test_retries_run_the_function_again_on_a_retryable_conflict(where: Where) ->
     runs = []
 
     @s3ddb.atomic(retries=2, storage_options=so)
-    def move(tx: s3ddb.AtomicGroup, row: int) -> str:
+    def move(tx: s3ddb.groups.AtomicGroup, row: int) -> str:
         runs.append(row)
         tx.dataset(a).insert(_table(row))
         tx.dataset(a).insert(_table(row + 1))
@@ -200,7 +200,7 @@ def test_retries_run_the_function_again_on_a_retryable_conflict(where: Where) ->
     assert _ids(b, so) == [40, 101, 102, 103]
 
     @s3ddb.atomic(storage_options=so)
-    def once(tx: s3ddb.AtomicGroup) -> None:
+    def once(tx: s3ddb.groups.AtomicGroup) -> None:
         tx.dataset(a).insert(_table(60))
         tx.dataset(a).insert(_table(61))
         s3ddb.dataset(a, storage_options=so).insert(_table(62))
@@ -515,7 +515,7 @@ def test_operations_with_an_application_transaction_commit_once(where: Where) ->
                 frags = s3ddb.fragment.write_fragments(
                     _table(500 + n), uri, schema, storage_options=so
                 )
-                tx.add_operation(uri, s3ddb.Append(tuple(frags)), props)
+                tx.add_operation(uri, s3ddb.operations.Append(tuple(frags)), props)
 
     batch(1)
     before = _files(b, so)

@@ -55,7 +55,7 @@ def make(uri: str, sizes: list[int], so: dict[str, Any] | None = None) -> s3ddb.
         assert len(written) == 1
         fragments.extend(written)
         start += n
-    ds = s3ddb.Dataset.commit(uri, s3ddb.Overwrite(tuple(fragments), schema), None, so)
+    ds = s3ddb.Dataset.commit(uri, s3ddb.operations.Overwrite(tuple(fragments), schema), None, so)
     assert ds.version == 1
     assert [f.physical_rows for f in ds.get_fragments()] == sizes
     return ds

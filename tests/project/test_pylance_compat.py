@@ -191,11 +191,11 @@ def test_overwrite_and_append_built_as_pylance_builds_them(target: tuple[str, An
     fragments = s3ddb.fragment.write_fragments(_rows([100, 101]), uri, storage_options=so)
     # Both argument orders, keywords, and a pyarrow schema give the same operation.
     op = s3ddb.LanceOperation.Overwrite(schema, fragments)
-    assert op == s3ddb.Overwrite(fragments, schema)
-    assert op == s3ddb.Overwrite(new_schema=schema, fragments=fragments)
-    assert isinstance(op.schema, s3ddb.DatasetSchema)
+    assert op == s3ddb.operations.Overwrite(fragments, schema)
+    assert op == s3ddb.operations.Overwrite(new_schema=schema, fragments=fragments)
+    assert isinstance(op.schema, s3ddb.format.schema.DatasetSchema)
     with pytest.raises(InvalidInputError, match="needs a schema"):
-        s3ddb.Overwrite(fragments)
+        s3ddb.operations.Overwrite(fragments)
     ds = s3ddb.LanceDataset.commit(uri, op, read_version=4, storage_options=so)
     assert (ds.version, ds.to_table().column("id").to_pylist()) == (5, [100, 101])
     more = s3ddb.fragment.write_fragments(_rows([102]), uri, storage_options=so)
@@ -295,11 +295,11 @@ def test_docs_pylance_s3_dynamodb_example_runs_with_only_the_import_changed(
 
 
 def test_overwrite_in_pylance_order_is_refused_with_the_order_to_use() -> None:
-    """``s3ddb.Overwrite`` takes ``(fragments, schema)``; pylance's order belongs to
+    """``s3ddb.operations.Overwrite`` takes ``(fragments, schema)``; pylance's order belongs to
     ``LanceOperation.Overwrite``, and the error says so instead of a generic one."""
     schema = pa.schema([pa.field("id", pa.int64())])
     with pytest.raises(s3ddb.InvalidInputError, match=r"LanceOperation\.Overwrite\(new_schema"):
-        s3ddb.Overwrite(schema, [])
+        s3ddb.operations.Overwrite(schema, [])
     op = s3ddb.LanceOperation.Overwrite(schema, [])
     assert op.schema.arrow == schema
 
@@ -379,14 +379,15 @@ def test_write_fragments_returns_a_transaction_to_commit(target: tuple[str, Any]
         _rows([70, 71]), uri, return_transaction=True, storage_options=so
     )
     assert isinstance(txn, s3ddb.Transaction) and txn.read_version == 4
-    assert isinstance(txn.operation, s3ddb.Append)
+    assert isinstance(txn.operation, s3ddb.operations.Append)
     ds = s3ddb.LanceDataset.commit(uri, txn, storage_options=so)
     assert ds.version == 5 and ds.count_rows("id >= 70") == 2
     txn = s3ddb.fragment.write_fragments(
         _rows([80]), uri, mode="overwrite", return_transaction=True, storage_options=so,
         max_rows_per_group=1,
     )  # fmt: skip
-    assert isinstance(txn, s3ddb.Transaction) and isinstance(txn.operation, s3ddb.Overwrite)
+    assert isinstance(txn, s3ddb.Transaction)
+    assert isinstance(txn.operation, s3ddb.operations.Overwrite)
     ds = s3ddb.Dataset.commit(uri, txn, storage_options=so)
     assert ds.to_table().column("id").to_pylist() == [80]
     with pytest.raises(UnsupportedOperationError, match="target_bases"):

@@ -235,4 +235,4 @@ def test_lance_dataset_clones_take_pylance_arguments(tmp_path: Path) -> None:
     with pytest.raises(UnsupportedOperationError, match="branch"):
         ds.shallow_clone(str(tmp_path / "branch"), ("main", 1))
     with pytest.raises(s3ddb.InvalidInputError, match="commit_timeout"):
-        s3ddb.LanceDataset.commit(uri, s3ddb.Restore(1), 2, commit_timeout=30)
+        s3ddb.LanceDataset.commit(uri, s3ddb.operations.Restore(1), 2, commit_timeout=30)

@@ -29,7 +29,7 @@ from s3ddb.format import datafile
 from s3ddb.format.datafile import read_fragment, write_data_file
 from s3ddb.index.query import plan_indexed_scan
 from s3ddb.maintenance.verify import verify
-from s3ddb.operations import Transaction
+from s3ddb.operations import DataReplacement, Transaction
 
 ROWS_PER_FRAGMENT = 2000
 FILTERS = [
@@ -115,7 +115,7 @@ def test_index_answers_like_a_scan_through_appends_deletes_updates_compaction(
     assert info["fragment_ids"] == {0, 1, 2}
     assert ds.last_commit is not None
     txn = ds.last_commit.transaction
-    assert isinstance(txn.operation, s3ddb.CreateIndex)
+    assert isinstance(txn.operation, s3ddb.operations.CreateIndex)
     assert Transaction.from_bytes(txn.to_bytes(), "t").operation == txn.operation
     assert ds.manifest.indices == s3ddb.dataset(uri, storage_options=so).manifest.indices
     assert s3ddb.dataset(uri, storage_options=so).versions()[-1].operation == "CreateIndex"
@@ -350,13 +350,13 @@ def test_cleanup_removes_unreferenced_index_files_and_verify_checks_them(target:
 # --- DataReplacement ------------------------------------------------------------------
 
 
-def _replacement(ds: s3ddb.Dataset, fragment_id: int, scale: float) -> s3ddb.DataReplacement:
+def _replacement(ds: s3ddb.Dataset, fragment_id: int, scale: float) -> DataReplacement:
     """A replacement of fragment ``fragment_id``'s one data file: same rows, v scaled."""
     fragment = next(f for f in ds.get_fragments() if f.id == fragment_id)
     rows = read_fragment(ds.handler.store, fragment, ds.manifest.schema, ds.schema.names)
     rows = rows.set_column(2, "v", pc.multiply(rows.column("v"), scale))
     new_file = write_data_file(ds.handler.store, rows, ds.manifest.schema)
-    return s3ddb.DataReplacement([(fragment_id, new_file)])
+    return DataReplacement([(fragment_id, new_file)])
 
 
 def test_data_replacement_swaps_a_file_and_narrows_the_index(target: Target) -> None:
@@ -381,18 +381,18 @@ def test_data_replacement_refuses_bad_input(target: Target) -> None:
     uri, so = target
     ds = s3ddb.dataset(uri, storage_options=so)
     with pytest.raises(InvalidInputError):
-        s3ddb.DataReplacement([])
+        DataReplacement([])
     good = _replacement(ds, 0, 1.0).replacements[0].new_file
     with pytest.raises(InvalidInputError):
-        s3ddb.DataReplacement([(0, good), (0, good)])
+        DataReplacement([(0, good), (0, good)])
     with pytest.raises(InvalidInputError, match="fragment 9"):
-        s3ddb.Dataset.commit(uri, s3ddb.DataReplacement([(9, good)]), 1, storage_options=so)
+        s3ddb.Dataset.commit(uri, DataReplacement([(9, good)]), 1, storage_options=so)
     short = write_data_file(ds.handler.store, _table(0, 5), ds.manifest.schema)
     with pytest.raises(InvalidInputError, match="5 rows"):
-        s3ddb.Dataset.commit(uri, s3ddb.DataReplacement([(0, short)]), 1, storage_options=so)
+        s3ddb.Dataset.commit(uri, DataReplacement([(0, short)]), 1, storage_options=so)
     partial = write_data_file(ds.handler.store, _table(0, 2000).select(["v"]), ds.manifest.schema)
     with pytest.raises(InvalidInputError, match="exactly fields"):
-        s3ddb.Dataset.commit(uri, s3ddb.DataReplacement([(0, partial)]), 1, storage_options=so)
+        s3ddb.Dataset.commit(uri, DataReplacement([(0, partial)]), 1, storage_options=so)
     assert s3ddb.dataset(uri, storage_options=so).version == 1
 
 
@@ -461,14 +461,14 @@ def test_other_writers_indices_decode_and_new_ones_are_checked() -> None:
     from s3ddb.format._proto import manifest_pb2 as mpb
 
     # Lance's system indices have no fields; a manifest holding one must still read.
-    system = s3ddb.IndexMetadata.from_pb(
+    system = s3ddb.format.index.IndexMetadata.from_pb(
         mpb.IndexMetadata(uuid="0a1b2c3d-0000-1111-2222-333344445555", name="__frag_reuse")
     )
     assert system.fields == () and system.file_paths == () and system.fragment_ids == set()
     with pytest.raises(InvalidInputError, match="name and fields"):
-        s3ddb.CreateIndex((system,))
+        s3ddb.operations.CreateIndex((system,))
     with pytest.raises(InvalidInputError):
-        s3ddb.CreateIndex(())
+        s3ddb.operations.CreateIndex(())
 
 
 @pytest.mark.parametrize("column", ["fragment_id", "row_offset", "key", "position"])

@@ -225,7 +225,7 @@ def test_data_file_names_spark_may_encode_are_refused(tmp_path: Path) -> None:
     odd = "odd name%41.parquet"
     os.rename(Path(uri) / layout.data_file_path(data_file.path), Path(uri) / "data" / odd)
     renamed = dataclasses.replace(fragment, files=(dataclasses.replace(data_file, path=odd),))
-    s3ddb.Dataset.commit(uri, s3ddb.Append([renamed]), read_version=ds.version)
+    s3ddb.Dataset.commit(uri, s3ddb.operations.Append([renamed]), read_version=ds.version)
     assert s3ddb.dataset(uri).count_rows() == 10  # s3ddb itself reads it
     plan = plan_native_read(s3ddb.dataset(uri))
     assert plan.refused == f"data file name {odd!r} has characters Spark may encode"

@@ -423,7 +423,7 @@ def test_data_files_spark_skips_by_name_read_through_python(
     name = data_file.path + "._COPYING_" if hidden == "copy-" else hidden + data_file.path
     os.rename(Path(uri) / layout.data_file_path(data_file.path), Path(uri) / "data" / name)
     renamed = dataclasses.replace(fragment, files=(dataclasses.replace(data_file, path=name),))
-    s3ddb.Dataset.commit(uri, s3ddb.Append([renamed]), read_version=ds.version)
+    s3ddb.Dataset.commit(uri, s3ddb.operations.Append([renamed]), read_version=ds.version)
     assert s3ddb.dataset(uri).count_rows() == 4  # s3ddb itself reads it
     assert plan_native_read(s3ddb.dataset(uri)).refused == (
         f"data file name {name!r} is one Spark skips"

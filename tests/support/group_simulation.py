@@ -26,10 +26,12 @@ from s3ddb.commit import external
 from s3ddb.commit.external import ExternalStoreCommitHandler
 from s3ddb.errors import CommitConflictError, S3DDBError
 from s3ddb.external_store.memory import InMemoryManifestStore
+from s3ddb.format.schema import DatasetSchema
 from s3ddb.groups import snapshots
 from s3ddb.groups.atomic_group import AtomicGroup
 from s3ddb.groups.snapshots import snapshot_of
 from s3ddb.io.object_store import ObjectStore
+from s3ddb.operations import Overwrite
 from s3ddb.versions.opening import load_latest, placeholder_manifest
 from s3ddb.versions.pinned import commit_planned
 from tests.support.simulation import (
@@ -100,7 +102,7 @@ def run_group_schedule(
                 )
                 ds = s3ddb.Dataset(urls[n], seed_handler, placeholder_manifest())
                 fragments = tuple(s3ddb.fragment.write_fragments(_rows(0, 1, val="seed"), urls[n]))
-                seed = s3ddb.Overwrite(fragments, s3ddb.DatasetSchema.assign(SCHEMA))
+                seed = Overwrite(fragments, DatasetSchema.assign(SCHEMA))
                 commit_planned(ds, seed, None)
         sim.run()
     except Stuck as exc:

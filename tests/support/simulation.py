@@ -51,6 +51,7 @@ from s3ddb.external_store.manifest_store import (
 )
 from s3ddb.external_store.memory import InMemoryManifestStore
 from s3ddb.format.manifest import referenced_paths
+from s3ddb.format.schema import DatasetSchema
 from s3ddb.io.object_store import MemoryObjectStore, ObjectStore
 from s3ddb.open_formats.publisher import (
     CONFIG_KEY,
@@ -59,6 +60,7 @@ from s3ddb.open_formats.publisher import (
     publish_version,
     writer_of,
 )
+from s3ddb.operations import Overwrite
 from s3ddb.versions.opening import load_latest, placeholder_manifest
 from s3ddb.versions.pinned import commit_planned
 from tests.support.torture import SCHEMA, allowed_states, apply, perform, plan
@@ -414,7 +416,7 @@ def _seed_versions(
     fragments = tuple(s3ddb.fragment.write_fragments(first, url))
     with _backdated(days=2):
         ds = s3ddb.Dataset(url, seed_handler, placeholder_manifest())
-        commit_planned(ds, s3ddb.Overwrite(fragments, s3ddb.DatasetSchema.assign(SCHEMA)), None)
+        commit_planned(ds, Overwrite(fragments, DatasetSchema.assign(SCHEMA)), None)
         stale.move_to(ds.manifest, seen_newest=False)  # seen as the newest two days ago
         for n in range(3):
             # Tiny fragment-list chunks: the actors' commits write, merge and share them.
