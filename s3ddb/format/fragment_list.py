@@ -307,9 +307,12 @@ class FragmentList(Sequence[FragmentMetadata]):
     module docstring). Compares equal to any sequence with equal fragments in the
     same order; pickles."""
 
-    __slots__ = ("_flat", "_segments")
+    __slots__ = ("_bases", "_flat", "_segments")
     _segments: tuple[Segment, ...]
     _flat: tuple[FragmentMetadata, ...] | None
+    #: Per segment, the base ids its fragments' files use (None: an encoded segment),
+    #: computed once: a commit checks one list against its base paths several times.
+    _bases: tuple[frozenset[int] | None, ...] | None
 
     def __init__(self, fragments: Iterable[FragmentMetadata] | Segment = ()) -> None:
         if isinstance(fragments, EncodedFragments):
@@ -324,6 +327,7 @@ class FragmentList(Sequence[FragmentMetadata]):
             segments = (items,) if items else ()
         self._segments = segments
         self._flat: tuple[FragmentMetadata, ...] | None = None
+        self._bases = None
 
     @classmethod
     def _of(cls, segments: Iterable[Segment]) -> FragmentList:
@@ -438,14 +442,19 @@ class FragmentList(Sequence[FragmentMetadata]):
             PathOutsideDatasetError: a file of an undeclared base.
         """
         allowed = frozenset(declared)
-        for s in self._segments:
+        if self._bases is None:
+            self._bases = tuple(
+                None if isinstance(s, EncodedFragments) else frozenset(file_base_ids(s))
+                for s in self._segments
+            )
+        for s, used in zip(self._segments, self._bases):
             if isinstance(s, EncodedFragments):
                 if not s.bases <= allowed:
                     EncodedFragments(
                         s.data(), bases=allowed, where=s.where, version=s.version, max_id=s.max_id
                     ).decoded()
                 continue
-            undeclared = file_base_ids(s) - allowed
+            undeclared = (used or frozenset()) - allowed
             if undeclared:
                 raise PathOutsideDatasetError(
                     f"refusing files of base path(s) {sorted(undeclared)}: the manifest "
@@ -508,6 +517,7 @@ class FragmentList(Sequence[FragmentMetadata]):
     def __setstate__(self, state: tuple[Segment, ...]) -> None:
         self._segments = state
         self._flat = None
+        self._bases = None
 
     # --- lookups by id --------------------------------------------------------------------
 
