@@ -9,12 +9,15 @@ import pickle
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 
 import s3ddb
+from s3ddb.errors import PathOutsideDatasetError
 from s3ddb.format._proto import manifest_pb2 as pb
 from s3ddb.format.fragment_list import FragmentList
 from s3ddb.format.fragment_metadata import DataFile, DeletionFile, FragmentMetadata
 from s3ddb.format.manifest import Manifest
+from s3ddb.format.schema import DatasetSchema
 from s3ddb.format.stats import ColumnStatistics, FileStatistics
 
 
@@ -71,3 +74,23 @@ def test_manifests_of_repeated_appends_hold_a_fresh_encoding(tmp_path: Path) -> 
         manifest = Manifest.from_bytes(path.read_bytes(), str(path))
         fragments = list(manifest.fragments)
         assert fragments and manifest.fragments.encoded() == _fresh(fragments)
+
+
+def test_base_ids_checked_once_per_list_still_refuse_an_undeclared_base() -> None:
+    # A fragment list remembers which base ids its fragments use; what is allowed is
+    # asked anew on every check, so a list accepted with its base declared is refused
+    # once the manifest no longer declares it.
+    fragment = FragmentMetadata(
+        1, (DataFile("f.parquet", (0,), file_size_bytes=10, base_id=2),), 10
+    )
+    fragments = FragmentList([fragment])
+    fragments.check_bases([2])
+    fragments.check_bases([1, 2])
+    with pytest.raises(PathOutsideDatasetError, match=r"base path\(s\) \[2\]"):
+        fragments.check_bases([1])
+    with pytest.raises(PathOutsideDatasetError):
+        Manifest(
+            version=1,
+            schema=DatasetSchema.assign(pa.schema([("id", pa.int64())])),
+            fragments=fragments,
+        )
