@@ -23,14 +23,11 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from sqlglot import exp
 
-from s3ddb.errors import S3DDBError
-from s3ddb.expressions._arrow_tree import Call, Field, Literal, Node, expression_tree
-from s3ddb.expressions._sql import parse_sql_tree
+from s3ddb.expressions._arrow_tree import Call, Field, Literal, Node
 from s3ddb.expressions.conditions import Condition, PushedFilters
-from s3ddb.format.rowgroups import ColumnStats, RowGroupPredicate
+from s3ddb.format.rowgroups import ColumnStats
 from s3ddb.format.stats import exact_bound_type
 
 __all__ = [
@@ -38,7 +35,6 @@ __all__ = [
     "AnyOf",
     "Pruner",
     "arrow_pruner",
-    "row_group_pruner",
     "sql_pruner",
 ]
 
@@ -423,23 +419,3 @@ def _null_test(call: Call, schema: pa.Schema, negated: bool) -> list[Condition]:
 def arrow_pruner(tree: Node, schema: pa.Schema) -> Pruner | None:
     """What an Expression filter (read as a tree) implies about statistics."""
     return _walk(tree, _arrow_chain, lambda node: _arrow_conditions(node, schema))
-
-
-def row_group_pruner(filter: object, schema: pa.Schema) -> RowGroupPredicate | None:
-    """The statistics test implied by ``filter`` (SQL text or a pyarrow Expression),
-    for fragments and row groups (None: prunes nothing, e.g. no simple term). Never
-    raises: a filter this cannot read is compiled, and its errors reported, by the
-    exact filter. (A read compiles its filter once with
-    :func:`s3ddb.expressions.compiled.compile_filter`, which gives this too.)"""
-    pruner: Pruner | None = None
-    try:
-        if isinstance(filter, str):
-            pruner = sql_pruner(parse_sql_tree(filter), schema)
-        elif isinstance(filter, pc.Expression):
-            tree = expression_tree(filter)
-            pruner = arrow_pruner(tree, schema) if tree is not None else None
-    except (S3DDBError, RecursionError):
-        # RecursionError: sqlglot's parser recurses once per nesting level, and this
-        # may run on a deeper stack than the compilation of the same filter did.
-        return None
-    return pruner.may_match if pruner is not None else None

@@ -30,7 +30,7 @@ import s3ddb
 import s3ddb.format.datafile
 from s3ddb.errors import InvalidInputError
 from s3ddb.expressions import parse_predicate
-from s3ddb.expressions.pruning import row_group_pruner
+from s3ddb.expressions.compiled import compile_filter
 from s3ddb.format.fragment_metadata import FragmentMetadata
 from s3ddb.format.stats import STRING_PREFIX, fragment_column_stats
 from s3ddb.fragment import write_fragments
@@ -315,7 +315,7 @@ def test_point_lookup_opens_only_the_fragment_whose_statistics_admit_the_key(
     _sorted(uri, so)
     ds = s3ddb.dataset(uri, storage_options=so)
     wanted = ds.manifest.fragments[3]
-    pruner = row_group_pruner("id = 3500", ds.schema)
+    pruner = compile_filter("id = 3500", ds.schema).may_match
     admitted = [
         f.id for f in ds.manifest.fragments if fragment_may_match(f, ds.manifest.schema, pruner)
     ]
@@ -543,7 +543,7 @@ def test_the_longest_accepted_or_and_and_chains_prune_scan_count_and_delete(
     wanted = [25, 27, 91]
     values = wanted + list(range(1000, 1000 + terms - len(wanted)))
     or_chain = " OR ".join(f"id = {v}" for v in values)
-    pruner = row_group_pruner(or_chain, ds.schema)
+    pruner = compile_filter(or_chain, ds.schema).may_match
     assert pruner is not None  # pruning understands the chain; it does not give up
     fragments, schema = ds.manifest.fragments, ds.manifest.schema
     opened = [f.id for f in fragments if fragment_may_match(f, schema, pruner)]
@@ -553,9 +553,9 @@ def test_the_longest_accepted_or_and_and_chains_prune_scan_count_and_delete(
 
     and_chain = " AND ".join(f"id <> {v}" for v in values)
     assert ds.count_rows(and_chain) == 97
-    assert row_group_pruner(and_chain, ds.schema) is None  # <> prunes nothing
+    assert compile_filter(and_chain, ds.schema).may_match is None  # <> prunes nothing
     ranges = " AND ".join(f"id >= {v % 50}" for v in range(terms))
-    pruner = row_group_pruner(ranges, ds.schema)
+    pruner = compile_filter(ranges, ds.schema).may_match
     assert pruner is not None
     assert len([f for f in fragments if fragment_may_match(f, schema, pruner)]) == 6
     assert ds.count_rows(ranges) == 51

@@ -14,7 +14,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from s3ddb.expressions.pruning import row_group_pruner
+from s3ddb.expressions.compiled import compile_filter
 from s3ddb.format.stats import ColumnStatistics, compute_file_statistics, fragment_column_stats
 
 pyspark = pytest.importorskip("pyspark")
@@ -115,7 +115,7 @@ def test_native_statistics_are_the_python_writers_and_prune_the_same_rows(
         assert expected, text
         got = sorted(ds.to_table(filter=text).column("id").to_pylist())
         assert got == expected, text
-        may_match = row_group_pruner(text, schema.arrow)
+        may_match = compile_filter(text, schema.arrow).may_match
         if may_match is None:
             assert not prunes, text
             continue
