@@ -61,7 +61,6 @@ __all__ = [
     "DeltaState",
     "Protocol",
     "checkpoint_bytes",
-    "checkpoint_files",
     "checkpoint_path",
     "checkpoint_state",
     "commit_path",
@@ -119,12 +118,6 @@ def checkpoint_path(version: int) -> str:
 def version_files(version: int) -> list[str]:
     """The files that publish ``version`` in the log: its commit json."""
     return [commit_path(version)]
-
-
-def checkpoint_files(version: int) -> list[str]:
-    """The checkpoint files of ``version`` (one classic single-file checkpoint),
-    whether or not that version has one."""
-    return [checkpoint_path(version)]
 
 
 def deletion_files(deletion_key: str) -> list[str]:

@@ -41,7 +41,7 @@ from s3ddb.open_formats.delta_state import (
     DeltaState,
     Protocol,
     checkpoint_bytes,
-    checkpoint_files,
+    checkpoint_path,
     commit_path,
     deletion_files,
     version_files,
@@ -297,18 +297,18 @@ def test_every_version_reads_the_expected_rows(scenario: Scenario) -> None:
 
 def test_log_files_and_protocol(scenario: Scenario) -> None:
     store = scenario.store
-    assert store.exists(checkpoint_files(1)[0]) and store.exists(checkpoint_files(10)[0])
-    assert not any(store.exists(checkpoint_files(v)[0]) for v in range(2, 10))
+    assert store.exists(checkpoint_path(1)) and store.exists(checkpoint_path(10))
+    assert not any(store.exists(checkpoint_path(v)) for v in range(2, 10))
     assert json.loads(store.get(LAST_CHECKPOINT)) == {
         "version": 10,
         "size": 2 + 5,
-        "sizeInBytes": store.head(checkpoint_files(10)[0]).size,
+        "sizeInBytes": store.head(checkpoint_path(10)).size,
         "numOfAddFiles": 5,
     }
     # Publication order: the commit, its checkpoint, then the pointer.
     assert [p for p, _ in scenario.publications[10].then] == [
         commit_path(10),
-        checkpoint_files(10)[0],
+        checkpoint_path(10),
         LAST_CHECKPOINT,
     ]
     assert [p for p, _ in scenario.publications[9].then] == version_files(9)
@@ -391,11 +391,11 @@ def test_expire_log_checkpoints_the_oldest_kept_version_and_drops_the_rest(
     listed = list(s.store.iter_list(LOG_DIR + "/"))
     doomed = expire_log(s.store, listed, [12, 13], s.tables.get)
     assert sorted(m.path for m in doomed) == sorted(
-        [commit_path(v) for v in range(1, 12)] + checkpoint_files(1) + checkpoint_files(10)
+        [commit_path(v) for v in range(1, 12)] + [checkpoint_path(1), checkpoint_path(10)]
     )
     # The checkpoint at 12 is the state publication would have written there, and
     # _last_checkpoint names it (the one at 10 goes).
-    written = s.store.get(checkpoint_files(12)[0])
+    written = s.store.get(checkpoint_path(12))
     assert written == checkpoint_bytes(s.states[12])[0]
     assert json.loads(s.store.get(LAST_CHECKPOINT))["version"] == 12
     for meta in doomed:
@@ -415,10 +415,10 @@ def test_expire_log_keeps_a_newer_checkpoint_and_pointer(tmp_path: Path) -> None
     listed = list(s.store.iter_list(LOG_DIR + "/"))
     doomed = expire_log(s.store, listed, range(7, 14), s.tables.get)
     assert sorted(m.path for m in doomed) == sorted(
-        [commit_path(v) for v in range(1, 7)] + checkpoint_files(1)
+        [commit_path(v) for v in range(1, 7)] + [checkpoint_path(1)]
     )
     assert s.store.get(LAST_CHECKPOINT) == pointer  # still the checkpoint at 10
-    assert s.store.get(checkpoint_files(7)[0]) == checkpoint_bytes(s.states[7])[0]
+    assert s.store.get(checkpoint_path(7)) == checkpoint_bytes(s.states[7])[0]
 
 
 def test_foreign_problems(tmp_path: Path) -> None:
@@ -466,7 +466,7 @@ def test_load_state_refuses_garbage(tmp_path: Path) -> None:
             WRITER.load_state(s.store, s.tables[2])
         assert info.value.path == commit_path(2) and commit_path(2) in str(info.value)
     s.store.put(commit_path(2), good)
-    s.store.put(checkpoint_files(1)[0], b"PAR1 garbage")
+    s.store.put(checkpoint_path(1), b"PAR1 garbage")
     with pytest.raises(PublishedStateError, match="checkpoint"):
         WRITER.load_state(s.store, s.tables[2])
 
@@ -483,7 +483,7 @@ def test_publication_starting_at_a_later_version(tmp_path: Path) -> None:
     assert not s.store.exists(commit_path(0))
     assert [p for p, _ in publication.then] == [
         commit_path(7),
-        checkpoint_files(7)[0],
+        checkpoint_path(7),
         LAST_CHECKPOINT,
     ]
     kinds = [next(iter(a)) for a in commit_actions(s.store, 7)]
@@ -639,7 +639,7 @@ def test_load_state_refuses_metadata_s3ddb_does_not_write(tmp_path: Path) -> Non
     s = Scenario(tmp_path / "ds")
     f1 = write_file(s.root / "data", "f1.parquet", SCHEMA_1, rows(0, 3))
     s.publish(1, SCHEMA_1, [f1])
-    s.store.delete(checkpoint_files(1)[0])
+    s.store.delete(checkpoint_path(1))
     s.store.delete(LAST_CHECKPOINT)
     assert WRITER.load_state(s.store, s.tables[1]) == s.states[1]  # from the commit
     # Column mapping (as an earlier s3ddb wrote it), a key s3ddb does not write, a
