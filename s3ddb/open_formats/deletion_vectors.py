@@ -13,7 +13,7 @@ write the same file under the same name. The serializer here writes array and bi
 containers only, never run containers: every Roaring reader reads those two, and the
 bytes depend on nothing but the set (pyroaring's own ``serialize`` emits run
 containers for ranges and depends on the library version); tests check it against
-pyroaring. The reader (:func:`read_dv_file`) accepts run containers too.
+pyroaring. The reader (:func:`deserialize_positions`) accepts run containers too.
 
 The descriptor is storage type ``u``: ``pathOrInlineDv`` is :data:`DV_PREFIX` followed
 by the Z85 encoding of the UUID's 16 bytes, and the file is
@@ -35,7 +35,6 @@ __all__ = [
     "DV_FILE_VERSION",
     "DV_NAMESPACE",
     "DV_PREFIX",
-    "MAX_DV_BYTES",
     "PORTABLE_MAGIC",
     "DeletionVectorDescriptor",
     "deletion_vector_uuid",
@@ -43,7 +42,6 @@ __all__ = [
     "dv_file_bytes",
     "dv_path",
     "parse_u_descriptor",
-    "read_dv_file",
     "serialize_positions",
     "z85_decode",
     "z85_encode",
@@ -58,9 +56,6 @@ DV_FILE_VERSION = 1
 DV_PREFIX = "dv"
 #: Namespace of the uuid5 that names a DV file from its s3ddb deletion key.
 DV_NAMESPACE = uuid.UUID("5d0a3c2e-8f4b-5a7e-9c61-3b2d4e6f7a81")
-#: Largest DV file :func:`read_dv_file` decodes (a bitmap of every row of a 2^31-row
-#: file is ~256 MiB; stored input beyond this is refused rather than decoded).
-MAX_DV_BYTES = 512 * 1024 * 1024
 
 _Z85 = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
 _Z85_INDEX = {c: i for i, c in enumerate(_Z85)}
@@ -325,30 +320,3 @@ def dv_file_bytes(positions: Sequence[int]) -> tuple[bytes, int, int]:
     bitmap, cardinality = serialize_positions(positions)
     body = struct.pack(">BI", DV_FILE_VERSION, len(bitmap)) + bitmap
     return body + struct.pack(">I", zlib.crc32(bitmap)), len(bitmap), cardinality
-
-
-def read_dv_file(data: bytes, offset: int = 1, size: int | None = None) -> list[int]:
-    """The positions of the DV at ``offset`` of a DV file (``size``, if given, must be
-    the size the file records there).
-
-    Raises:
-        StoredMetadataError: too large, another version byte, a size or checksum that
-            does not match, or a malformed bitmap.
-    """
-    if len(data) > MAX_DV_BYTES:
-        raise StoredMetadataError(f"deletion vector file of {len(data)} bytes is too large")
-    if not data or data[0] != DV_FILE_VERSION:
-        raise StoredMetadataError("not a version 1 deletion vector file")
-    if offset < 1 or offset + 4 > len(data):
-        raise StoredMetadataError(f"deletion vector offset {offset} is outside the file")
-    (stored_size,) = struct.unpack_from(">I", data, offset)
-    if size is not None and size != stored_size:
-        raise StoredMetadataError(f"deletion vector size {stored_size}, expected {size}")
-    end = offset + 4 + stored_size
-    if end + 4 > len(data):
-        raise StoredMetadataError("deletion vector file is truncated")
-    bitmap = data[offset + 4 : end]
-    (checksum,) = struct.unpack_from(">I", data, end)
-    if checksum != zlib.crc32(bitmap):
-        raise StoredMetadataError("deletion vector checksum does not match")
-    return deserialize_positions(bitmap)

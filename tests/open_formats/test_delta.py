@@ -23,12 +23,12 @@ from deltalake.exceptions import DeltaError
 from s3ddb.errors import InvalidInputError, PublishedStateError, StoredMetadataError
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.open_formats.deletion_vectors import (
+    DV_FILE_VERSION,
     PORTABLE_MAGIC,
     deletion_vector_uuid,
     deserialize_positions,
     dv_file_bytes,
     parse_u_descriptor,
-    read_dv_file,
     serialize_positions,
     z85_decode,
     z85_encode,
@@ -233,6 +233,22 @@ SCHEMA_1 = pa.schema([fid("id", pa.int64(), 1), fid("v", pa.string(), 2)])
 SCHEMA_2 = pa.schema([*SCHEMA_1, fid("c", pa.int32(), 3)])
 # id 2 renamed from v to w.
 SCHEMA_3 = pa.schema([SCHEMA_1.field(0), fid("w", pa.string(), 2), SCHEMA_2.field(2)])
+
+
+def read_dv_file(data: bytes, offset: int, size: int) -> list[int]:
+    """The positions of the DV at ``offset`` of a DV file, as a Delta reader finds
+    them: the version byte, then at ``offset`` the size (``size``, as the descriptor
+    says), the bitmap and its CRC-32, each checked."""
+    if not data or data[0] != DV_FILE_VERSION:
+        raise StoredMetadataError("not a version 1 deletion vector file")
+    (stored_size,) = struct.unpack_from(">I", data, offset)
+    if stored_size != size:
+        raise StoredMetadataError(f"deletion vector size {stored_size}, expected {size}")
+    end = offset + 4 + stored_size
+    bitmap = data[offset + 4 : end]
+    if len(bitmap) != stored_size or struct.unpack_from(">I", data, end)[0] != zlib.crc32(bitmap):
+        raise StoredMetadataError("deletion vector checksum does not match")
+    return deserialize_positions(bitmap)
 
 
 def rows(start: int, count: int, *, with_c: bool = False) -> dict[str, list[Any]]:
