@@ -135,7 +135,7 @@ def span(name: str, attributes: Mapping[str, Any] | None = None) -> Iterator[Any
     """A span ``name`` (a child of the current one) around the block, with
     ``attributes``; an exception leaving the block is recorded on it and sets
     ``s3ddb.outcome`` to ``"error"`` unless the block set it."""
-    if _otel_trace is None:
+    if not available():
         yield NO_SPAN
         return
     with _tracer().start_as_current_span(name, attributes=dict(attributes or {})) as current:
