@@ -16,9 +16,12 @@ block. Every block runs alone:
   it starts with, so a block finds only what it creates itself.
 
 Shell blocks run in ``bash -e``; a console block is a list of ``$ command`` lines, each
-run in ``bash`` with its output and exit status recorded (one console block is one
-session: its commands share the directory and the endpoint's state). A failing block
-does not stop the others.
+run with its output and exit status recorded (one console block is one session: its
+commands share the directory and the endpoint's state). A command that is only
+``s3ddb ARGS`` or ``python -c CODE`` (maybe after ``NAME=value`` assignments), with
+nothing else for a shell to do, runs in a child forked like a Python block's, with the
+arguments bash would pass, as the installed ``s3ddb`` script runs ``main``; any other
+command runs in ``bash``. A failing block does not stop the others.
 
 Run by tests/project/test_docs_examples.py in a child process whose environment points at a
 fresh ``s3ddb local-aws``.
@@ -29,6 +32,8 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -134,13 +139,111 @@ def _run_shell(code: str, work: Path) -> dict[str, Any]:
 
 def _run_console(commands: list[str], work: Path) -> dict[str, Any]:
     runs = []
-    for command in commands:
+    for number, command in enumerate(commands):
+        forkable = _forkable(command)
+        if forkable is not None:
+            runs.append(_run_forked_command(*forkable, work, work.parent / f"{work.name}.{number}"))
+            continue
         done = subprocess.run(
             ["bash", "-c", command], cwd=work, capture_output=True, text=True,
             timeout=_BLOCK_TIMEOUT,
         )  # fmt: skip
         runs.append({"output": done.stdout + done.stderr, "status": done.returncode})
     return {"ok": True, "runs": runs}
+
+
+#: Characters bash acts on outside quotes, and inside double quotes.
+_SHELL_OUTSIDE_QUOTES = set("|&;<>()$`\\*?[]{}~!#\n")
+_SHELL_IN_DOUBLE_QUOTES = set("$`\\!")
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+
+
+def _forkable(command: str) -> tuple[dict[str, str], list[str]] | None:
+    """(environment assignments, argv) of a command a forked child of this process
+    runs as bash would: ``s3ddb ARGS`` or ``python -c CODE`` after optional
+    ``NAME=value`` words, quoted with ' and " only, and nothing else bash expands,
+    redirects or chains; None for any other command."""
+    quote = ""
+    for char in command:
+        if quote == "'":
+            quote = "" if char == "'" else quote
+        elif quote == '"':
+            if char in _SHELL_IN_DOUBLE_QUOTES:
+                return None
+            quote = "" if char == '"' else quote
+        elif char in "'\"":
+            quote = char
+        elif char in _SHELL_OUTSIDE_QUOTES:
+            return None
+    if quote:
+        return None
+    words = shlex.split(command)
+    env: dict[str, str] = {}
+    while words and _ASSIGNMENT.match(words[0]):
+        name, _, value = words.pop(0).partition("=")
+        env[name] = value
+    if words[:1] == ["s3ddb"] or (len(words) == 3 and words[:2] == ["python", "-c"]):
+        return env, words
+    return None
+
+
+def _command_child(env: dict[str, str], argv: list[str], work: Path, output: Path) -> None:
+    """In the forked child: run ``argv`` (``s3ddb ...`` or ``python -c CODE``) with
+    ``env`` added, in ``work``, its stdout and stderr to ``output``.out/.err; leave as
+    the interpreter leaves, with the exit status it would have. Never returns."""
+    os.chdir(work)
+    os.environ.update(env)
+    for fd, suffix in ((1, ".out"), (2, ".err")):
+        target = os.open(f"{output}{suffix}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(target, fd)
+        os.close(target)
+    status = 0
+    try:
+        if argv[0] == "s3ddb":
+            from s3ddb.cli.main import main
+
+            sys.argv = argv
+            status = main(argv[1:])
+        else:
+            sys.argv = ["-c"]
+            exec(compile(argv[2], "<string>", "exec"), {"__name__": "__main__"})
+        threading._shutdown()  # type: ignore[attr-defined]
+        atexit._run_exitfuncs()
+    except SystemExit as exc:  # as the interpreter reports it
+        if exc.code is None or isinstance(exc.code, int):
+            status = exc.code or 0
+        else:
+            print(exc.code, file=sys.stderr)
+            status = 1
+    except BaseException:
+        traceback.print_exc()
+        status = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
+
+
+def _run_forked_command(
+    env: dict[str, str], argv: list[str], work: Path, output: Path
+) -> dict[str, Any]:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        _command_child(env, argv, work, output)
+    deadline = time.monotonic() + _BLOCK_TIMEOUT
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            _, status = os.waitpid(pid, 0)
+            break
+        time.sleep(0.02)
+    text = [Path(f"{output}{suffix}").read_text(encoding="utf-8", errors="replace")
+            for suffix in (".out", ".err")]  # fmt: skip
+    return {"output": "".join(text), "status": os.waitstatus_to_exitcode(status)}
 
 
 def main(blocks_path: str, results_path: str) -> int:
