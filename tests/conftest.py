@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -185,3 +186,42 @@ def before_each_transact_write(
             return getattr(self._client, name)
 
     monkeypatch.setattr(DynamoDBManifestStore, "client", lambda self: Hooked(real_client(self)))
+
+
+# --- each folder's time, printed at the end of every run ------------------------------
+# The suite must stay within its budget; a folder whose tests grow is seen when it grows.
+# Summed over setup, call and teardown of its tests (with -n, across the workers: the
+# master process receives every worker's reports).
+
+_FOLDER_SECONDS: dict[str, float] = {}
+_FOLDER_TESTS: dict[str, int] = {}
+
+
+def _folder_of(nodeid: str) -> str:
+    parts = nodeid.split("::", 1)[0].split("/")
+    return "/".join(parts[:2]) if len(parts) > 2 else parts[0]
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    # S3DDB_TEST_TIMES=<file>: each phase's time as it ends (read it during a long run).
+    times = os.environ.get("S3DDB_TEST_TIMES")
+    if times:
+        with open(times, "a", encoding="utf-8") as f:
+            f.write(f"{report.duration:.2f} {report.when} {report.nodeid}\n")
+    folder = _folder_of(report.nodeid)
+    _FOLDER_SECONDS[folder] = _FOLDER_SECONDS.get(folder, 0.0) + report.duration
+    if report.when == "call":
+        _FOLDER_TESTS[folder] = _FOLDER_TESTS.get(folder, 0) + 1
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if not _FOLDER_SECONDS:
+        return
+    total = sum(_FOLDER_SECONDS.values())
+    terminalreporter.section("time per folder (setup + call + teardown, summed)")
+    for folder, seconds in sorted(_FOLDER_SECONDS.items(), key=lambda item: -item[1]):
+        terminalreporter.write_line(
+            f"{seconds:8.1f} s  {100 * seconds / total:5.1f} %  "
+            f"{_FOLDER_TESTS.get(folder, 0):5d} tests  {folder}"
+        )
+    terminalreporter.write_line(f"{total:8.1f} s  total")
