@@ -205,7 +205,7 @@ def _folder_of(nodeid: str) -> str:
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     # S3DDB_TEST_TIMES=<file>: each phase's time as it ends (read it during a long run).
     times = os.environ.get("S3DDB_TEST_TIMES")
-    if times:
+    if times and "PYTEST_XDIST_WORKER" not in os.environ:  # the controller gets them all
         with open(times, "a", encoding="utf-8") as f:
             f.write(f"{report.duration:.2f} {report.when} {report.nodeid}\n")
     folder = _folder_of(report.nodeid)
