@@ -90,9 +90,9 @@ def fenced_claim_request(
     }
     if values:
         condition_check["ExpressionAttributeValues"] = values
-    # No ClientRequestToken: a retry whose first attempt landed finds the version
-    # held by its own row (same_commit), as a retried PutItem does, so a token would
-    # add only its cost.
+    # No ClientRequestToken of s3ddb's own (botocore adds a fresh one to each call and
+    # reuses it only on its own resends): a retry whose first attempt landed finds the
+    # version held by its own row (same_commit), as a retried PutItem does.
     return {
         "TransactItems": [
             {"ConditionCheck": condition_check},
