@@ -188,6 +188,28 @@ def before_each_transact_write(
     monkeypatch.setattr(DynamoDBManifestStore, "client", lambda self: Hooked(real_client(self)))
 
 
+# --- the order tests are handed to the workers -----------------------------------------
+# With -n, xdist hands work out in collection order. The Spark tests run one after
+# another in one worker (the ``spark`` group: one JVM), the longest chain of the suite;
+# collected in folder order they started two thirds of the way through and ran on alone
+# at the end. Handed out first, they run beside everything else; the other slow tests
+# follow, so the run ends on short ones. Within each rank the collection order stays.
+
+
+def _start_rank(item: pytest.Item) -> int:
+    group = item.get_closest_marker("xdist_group")
+    if group is not None and group.args == ("spark",) and "spark" in item.fixturenames:
+        return 0
+    if item.get_closest_marker("slow") or item.get_closest_marker("terraform"):
+        return 1
+    return 2
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=_start_rank)
+
+
 # --- each folder's time, printed at the end of every run ------------------------------
 # The suite must stay within its budget; a folder whose tests grow is seen when it grows.
 # Summed over setup, call and teardown of its tests (with -n, across the workers: the
