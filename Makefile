@@ -43,13 +43,15 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(PY) -m mypy
 
-# loadgroup: the Spark tests share one SparkSession (one JVM) in one worker. The bench
-# extra (pylance, deltalake) is installed too: a test runs the read benchmark's quick mode.
-# Bytecode caches are written even where the environment says not to: the suite starts
-# hundreds of Python processes (writers, crashes, the CLI, Spark's workers), and each
-# would compile the package from source again (__pycache__ is ignored by git).
+# Two workers, each taking the next tests when free (the long ones are handed out
+# first: tests/conftest.py); each worker that runs a Spark test starts its own local
+# SparkSession. The bench extra (pylance, deltalake) is installed too: a test runs the
+# read benchmark's quick mode. Bytecode caches are written even where the environment
+# says not to: the suite starts hundreds of Python processes (writers, crashes, the CLI,
+# Spark's workers), and each would compile the package from source again (__pycache__
+# is ignored by git).
 test: lint typecheck $(NODE_STAMP) $(BENCH_STAMP)
-	env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest -n 2 --dist loadgroup --durations=15 $(PYTEST_ARGS)
+	env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest -n 2 --dist load --durations=15 $(PYTEST_ARGS)
 
 # The quick subset for iteration: no multi-process, crash, Spark or Terraform tests.
 test-fast: $(STAMP) $(NODE_STAMP)

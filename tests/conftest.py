@@ -189,20 +189,15 @@ def before_each_transact_write(
 
 
 # --- the order tests are handed to the workers -----------------------------------------
-# With -n, xdist hands work out in collection order. The Spark tests run one after
-# another in one worker (the ``spark`` group: one JVM), the longest chain of the suite;
-# collected in folder order they started two thirds of the way through and ran on alone
-# at the end. Handed out first, they run beside everything else; the other slow tests
-# follow, so the run ends on short ones. Within each rank the collection order stays.
+# With -n, xdist hands tests out in collection order, a few at a time, to whichever
+# worker is free. The long ones (multi-process, crash, Spark, Terraform: the slow,
+# spark and terraform marks) go first, so the run ends on short tests rather than on
+# one worker still busy with a long one. Within each rank the collection order stays.
 
 
 def _start_rank(item: pytest.Item) -> int:
-    group = item.get_closest_marker("xdist_group")
-    if group is not None and group.args == ("spark",) and "spark" in item.fixturenames:
-        return 0
-    if item.get_closest_marker("slow") or item.get_closest_marker("terraform"):
-        return 1
-    return 2
+    long_marks = ("slow", "spark", "terraform")
+    return 0 if any(item.get_closest_marker(mark) for mark in long_marks) else 1
 
 
 @pytest.hookimpl(trylast=True)

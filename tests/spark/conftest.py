@@ -1,6 +1,6 @@
-"""Fixtures of the Spark tests: one local SparkSession (one JVM) for the whole folder,
-which runs in one pytest worker (the ``spark`` xdist group), and the local endpoint's
-storage options and a fresh ``s3+ddb://`` URI per test."""
+"""Fixtures of the Spark tests: one local SparkSession (one JVM) per pytest worker that
+runs a test asking for it (with ``-n 2`` the folder's tests spread over both workers),
+and the local endpoint's storage options and a fresh ``s3+ddb://`` URI per test."""
 
 from __future__ import annotations
 
@@ -46,16 +46,3 @@ def opts(aws: Any) -> dict[str, str]:
 def uri(aws: Any) -> str:
     return f"s3+ddb://{TEST_BUCKET}/spark-{uuid.uuid4().hex[:12]}?ddbTableName={TEST_TABLE}"
 
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """A test of this folder that starts its Spark applications in child processes and
-    never asks for the shared session needs no place in the ``spark`` group: each gets
-    a group of its own, so with ``-n`` it may run beside the group on the other worker
-    (the group's tests run one after another, the longest chain of the suite). xdist
-    joins every ``xdist_group`` name of an item into one group name; this hook runs
-    before it."""
-    for item in items:
-        mark = item.get_closest_marker("xdist_group")
-        if mark and mark.args == ("spark",) and "spark" not in item.fixturenames:
-            item.add_marker(pytest.mark.xdist_group(f"spark-apart-{item.nodeid}"))

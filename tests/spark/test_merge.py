@@ -23,7 +23,7 @@ from tests.support.proc import start_worker
 
 pyspark = pytest.importorskip("pyspark")
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.xdist_group("spark")]
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
 def _target(path: Path, n: int = 40, fragments: int = 4) -> str:

@@ -16,7 +16,7 @@ from s3ddb.errors import InvalidInputError
 
 pyspark = pytest.importorskip("pyspark")
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.xdist_group("spark")]
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
 def _dataset(local_uri: str) -> str:

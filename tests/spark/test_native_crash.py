@@ -24,7 +24,7 @@ from tests.support import storage
 
 pytest.importorskip("pyspark")
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.xdist_group("spark")]
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 DAY = 24 * 3600.0

@@ -25,7 +25,7 @@ pytest.importorskip("pyspark")
 
 import s3ddb.spark_ext
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.xdist_group("spark")]
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 # The Spark integration's fixture: one SparkSession per module.
 

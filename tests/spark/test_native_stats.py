@@ -19,7 +19,7 @@ from s3ddb.format.stats import ColumnStatistics, compute_file_statistics, fragme
 
 pyspark = pytest.importorskip("pyspark")
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.xdist_group("spark")]
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
 #: ids 0..399 in four files of 100 consecutive ids; id 150 (second file) is NaN in x.

@@ -23,7 +23,7 @@ from tests.support import storage
 
 pyspark = pytest.importorskip("pyspark")
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.xdist_group("spark")]
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 # The Spark integration's fixtures: one SparkSession per module, a fresh s3+ddb URI.
 

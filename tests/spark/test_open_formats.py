@@ -21,7 +21,7 @@ from tests.open_formats.readers import (
 
 pyspark = pytest.importorskip("pyspark")
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.xdist_group("spark")]
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
 def _df(spark: Any, start: int, n: int) -> Any:

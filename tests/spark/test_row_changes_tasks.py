@@ -21,7 +21,7 @@ from tests.support.storage import objects, orphans
 
 pytest.importorskip("pyspark")
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.xdist_group("spark")]
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 ROWS = 200
 PER_FILE = 25  # 8 fragments

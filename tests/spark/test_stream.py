@@ -27,7 +27,7 @@ import s3ddb
 
 pyspark = pytest.importorskip("pyspark")
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.xdist_group("spark")]
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 

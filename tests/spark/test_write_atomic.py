@@ -18,7 +18,7 @@ from tests.conftest import TEST_BUCKET, TEST_TABLE
 
 pyspark = pytest.importorskip("pyspark")
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.xdist_group("spark")]
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
