@@ -628,7 +628,7 @@ def test_histories_are_serializable(initial: State, history: list[Step]) -> None
 
 
 @pytest.mark.slow
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(initial=initial_tables, history=histories(max_segments=8))
 def test_histories_are_serializable_many(initial: State, history: list[Step]) -> None:
     check_history(initial, 1, history)

@@ -1,6 +1,6 @@
 """Deterministic simulation of the external-store protocol (see tests/support/simulation.py).
 
-Thousands of seeded schedules of writers (every operation kind), a stale writer,
+A thousand seeded schedules per run (more with S3DDB_SIM_SCHEDULES) of writers (every operation kind), a stale writer,
 a reader and cleanup, interleaved step by step with crashes, failed requests and lost
 responses injected at every store call; the invariants are checked after each.
 
@@ -26,11 +26,11 @@ from s3ddb.versions.pinned import PinnedVersion
 from tests.support.group_simulation import run_group_schedule
 from tests.support.simulation import describe, run_schedule, shape, shrink
 
-SCHEDULES = int(os.environ.get("S3DDB_SIM_SCHEDULES", "2000"))
+SCHEDULES = int(os.environ.get("S3DDB_SIM_SCHEDULES", "1000"))
 #: Schedules of group commits and snapshots (two datasets), per run.
-GROUP_SCHEDULES = int(os.environ.get("S3DDB_SIM_GROUP_SCHEDULES", "400"))
+GROUP_SCHEDULES = int(os.environ.get("S3DDB_SIM_GROUP_SCHEDULES", "200"))
 #: Schedules of a dataset publishing Iceberg and Delta, per run (about 0.2 s each).
-PUBLISHING_SCHEDULES = int(os.environ.get("S3DDB_SIM_PUBLISHING_SCHEDULES", "60"))
+PUBLISHING_SCHEDULES = int(os.environ.get("S3DDB_SIM_PUBLISHING_SCHEDULES", "40"))
 CHUNKS = 8
 
 

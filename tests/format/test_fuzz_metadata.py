@@ -35,7 +35,7 @@ and a per-mutation time limit (SIGALRM; the parent also kills a child that stops
 reporting); the parent reports each untyped error, wrong read, hang or crash with the
 mutation's seed. Reproduce one with ``S3DDB_FUZZ_SEED=<seed> S3DDB_FUZZ_MUTATIONS=1``.
 
-``S3DDB_FUZZ_MUTATIONS=<n>`` sets the number of mutations (default 800, about half a minute
+``S3DDB_FUZZ_MUTATIONS=<n>`` sets the number of mutations (default 500, about half a minute
 here); ``S3DDB_FUZZ_SEED`` the first seed (default 0).
 
 A second run does the same to a dataset whose manifests keep their fragments in
@@ -71,7 +71,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-DEFAULT_MUTATIONS = 800
+DEFAULT_MUTATIONS = 500
 DEFAULT_CHUNK_MUTATIONS = 200
 MEMORY_LIMIT = 3 << 30
 PER_MUTATION_SECONDS = 20
