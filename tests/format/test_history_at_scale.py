@@ -21,6 +21,14 @@ from s3ddb.format.manifest import HEADER_READ_BYTES, read_manifest_header
 from s3ddb.io.object_store import ObjectStore
 
 
+def _wide(ids: range) -> pa.Table:
+    """Rows of ``id`` and 39 more int64 columns."""
+    columns = {"id": pa.array(ids, pa.int64())}
+    for c in range(39):
+        columns[f"c{c:02d}"] = pa.array([i * 7 + c for i in ids], pa.int64())
+    return pa.table(columns)
+
+
 def _one(i: int) -> pa.Table:
     return pa.table({"id": pa.array([i], pa.int64())})
 
@@ -119,13 +127,14 @@ def test_history_reads_only_headers_on_s3(aws: Any) -> None:
     so = aws.storage_options()
     aws.conditional_writes, honoured = True, aws.conditional_writes
     try:
-        s3ddb.write_dataset(pa.table({"id": pa.array(range(2000), pa.int64())}), uri,
-                            storage_options=so, max_rows_per_file=1)  # fmt: skip
-        # From version 2 on, every fragment inline (format 1): large manifests.
+        # 300 one-row files of 40 columns (each fragment's entry carries every column's
+        # statistics): from version 2 on, every fragment inline (format 1), manifests
+        # of well over twice the first read.
+        s3ddb.write_dataset(_wide(range(300)), uri, storage_options=so, max_rows_per_file=1)
         opened = s3ddb.dataset(uri, storage_options=so)
         opened.update_config({"s3ddb.inline_fragments": "65536"})
         for i in range(3):
-            s3ddb.write_dataset(_one(i), uri, mode="append", storage_options=so)
+            s3ddb.write_dataset(_wide(range(i, i + 1)), uri, mode="append", storage_options=so)
         # Flip a byte among version 3's fragments, far past the first read: history
         # never sees it, opening version 3 does.
         store = ObjectStore(uri, so)
