@@ -577,8 +577,8 @@ def test_processes_race_conditional_puts_exactly_one_winner(aws: LocalAWS) -> No
 
 @pytest.mark.slow
 def test_many_client_processes_all_complete(aws: LocalAWS) -> None:
-    """16 clients at once, each with its own connection pool: nobody starves."""
-    processes, keys = 16, 30
+    """12 clients at once, each with its own connection pool: nobody starves."""
+    processes, keys = 12, 20
     aws.clear_requests()
     _, elapsed = _race(aws, processes=processes, keys=keys)
     served = sum(1 for r in aws.requests if r.operation in ("PutItem", "PutObject"))
