@@ -1,8 +1,9 @@
 """Deterministic simulation of the external-store protocol (see tests/support/simulation.py).
 
-A thousand seeded schedules per run (more with S3DDB_SIM_SCHEDULES) of writers (every operation kind), a stale writer,
-a reader and cleanup, interleaved step by step with crashes, failed requests and lost
-responses injected at every store call; the invariants are checked after each.
+A thousand seeded schedules per run (more with S3DDB_SIM_SCHEDULES) of writers (every
+operation kind), a stale writer, a reader and cleanup, interleaved step by step with
+crashes, failed requests and lost responses injected at every store call; the
+invariants are checked after each.
 
     S3DDB_SIM_SCHEDULES=100000 pytest tests/commit/test_simulation.py   # a longer soak
     S3DDB_SIM_SEED=1234 pytest tests/commit/test_simulation.py -k replay  # one seed, with trace
