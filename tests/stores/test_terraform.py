@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -131,7 +132,11 @@ def tf_aws() -> Iterator[LocalAWS]:
 @pytest.fixture
 def infra_copy(tmp_path: Path) -> Path:
     """A copy of infra/terraform without any local state or provider caches."""
-    dest = tmp_path / "terraform"
+    return _copy_infra(tmp_path / "terraform")
+
+
+def _copy_infra(dest: Path) -> Path:
+    """infra/terraform copied to ``dest``, without local state or provider caches."""
     shutil.copytree(
         INFRA,
         dest,
@@ -145,15 +150,18 @@ def aws(tf_aws: LocalAWS) -> AwsConfig:
     return AwsConfig.from_storage_options(tf_aws.storage_options())
 
 
+@dataclass(frozen=True)
 class AppliedExample:
     """examples/basic applied once on the module's endpoint (three tests read it): its
     copy of infra/terraform, Terraform's home, the table name, the outputs, and how
     often the injected loss of a CreatePolicy response struck and CreatePolicy was sent."""
 
-    def __init__(self, infra: Path, home: Path, name: str, out: dict[str, Any],
-                 lost: int, policy_creates: int) -> None:  # fmt: skip
-        self.infra, self.home, self.name, self.out = infra, home, name, out
-        self.lost, self.policy_creates = lost, policy_creates
+    infra: Path
+    home: Path
+    name: str
+    out: dict[str, Any]
+    lost: int
+    policy_creates: int
 
 
 @pytest.fixture(scope="module")
@@ -163,12 +171,7 @@ def applied_example(tf_aws: LocalAWS, tmp_path_factory: pytest.TempPathFactory) 
     apply_creating_table does only when the endpoint saw the resend). One apply serves
     the example's, the lost response's and the enforced policies' tests."""
     tmp = tmp_path_factory.mktemp("example")
-    infra = tmp / "terraform"
-    shutil.copytree(
-        INFRA,
-        infra,
-        ignore=shutil.ignore_patterns(".terraform", "*.tfstate*", ".terraform.lock.hcl"),
-    )
+    infra = _copy_infra(tmp / "terraform")
     before = tf_aws.count("iam", "CreatePolicy")
     lost = tf_aws.inject_fault("iam", "CreatePolicy", "apply_then_drop")
     try:

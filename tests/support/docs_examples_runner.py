@@ -42,6 +42,7 @@ import threading
 import time
 import traceback
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -79,18 +80,42 @@ def _fresh_endpoint(clients: dict[str, Any]) -> None:
     )
 
 
+def _run_exit_hooks() -> None:
+    """What the interpreter runs at exit, in its order: threading's exit hooks (s3ddb
+    drains its background finalizer there) and the joins of non-daemon threads, then
+    atexit's handlers. Tearing down the modules (a second or two with pyarrow and boto3
+    loaded) has no effect outside the process: the children's os._exit skips it."""
+    threading._shutdown()  # type: ignore[attr-defined]
+    atexit._run_exitfuncs()
+
+
+def _fork(child: Callable[[], None]) -> int | None:
+    """Run ``child`` (which never returns) in a child forked from this process: its wait
+    status, or None if it still ran after the block timeout (it is killed then)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        child()
+    deadline = time.monotonic() + _BLOCK_TIMEOUT
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return None
+        time.sleep(0.02)
+
+
 def _python_child(code: str, report: str) -> None:
     """In the forked child: run ``code`` as ``__main__``, leave as the interpreter
     leaves, and write the outcome to ``report``. Never returns."""
     outcome: dict[str, Any] = {"ok": True}
     try:
         exec(compile(code, "<docs example>", "exec"), {"__name__": "__main__"})
-        # What the interpreter runs at exit, in its order: threading's exit hooks (s3ddb
-        # drains its background finalizer there) and the joins of non-daemon threads,
-        # then atexit's handlers. Tearing down the modules (a second or two with pyarrow
-        # and boto3 loaded) has no effect outside the process: os._exit skips it.
-        threading._shutdown()  # type: ignore[attr-defined]
-        atexit._run_exitfuncs()
+        _run_exit_hooks()
     except BaseException:  # the report names whatever the example raised
         outcome = {"ok": False, "error": traceback.format_exc(limit=-3)}
     with open(report, "w", encoding="utf-8") as f:
@@ -102,22 +127,14 @@ def _python_child(code: str, report: str) -> None:
 
 def _run_python(code: str, work: Path) -> dict[str, Any]:
     report = work.parent / f"{work.name}.result.json"
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:
+
+    def child() -> None:
         os.chdir(work)
         _python_child(code, str(report))
-    deadline = time.monotonic() + _BLOCK_TIMEOUT
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            return {"ok": False, "error": f"still running after {_BLOCK_TIMEOUT} s: killed"}
-        time.sleep(0.02)
+
+    status = _fork(child)
+    if status is None:
+        return {"ok": False, "error": f"still running after {_BLOCK_TIMEOUT} s: killed"}
     if not report.exists():
         return {"ok": False, "error": f"the interpreter ended without a report ({status=})"}
     result: dict[str, Any] = json.loads(report.read_text(encoding="utf-8"))
@@ -207,8 +224,7 @@ def _command_child(env: dict[str, str], argv: list[str], work: Path, output: Pat
         else:
             sys.argv = ["-c"]
             exec(compile(argv[2], "<string>", "exec"), {"__name__": "__main__"})
-        threading._shutdown()  # type: ignore[attr-defined]
-        atexit._run_exitfuncs()
+        _run_exit_hooks()
     except SystemExit as exc:  # as the interpreter reports it
         if exc.code is None or isinstance(exc.code, int):
             status = exc.code or 0
@@ -226,24 +242,11 @@ def _command_child(env: dict[str, str], argv: list[str], work: Path, output: Pat
 def _run_forked_command(
     env: dict[str, str], argv: list[str], work: Path, output: Path
 ) -> dict[str, Any]:
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:
-        _command_child(env, argv, work, output)
-    deadline = time.monotonic() + _BLOCK_TIMEOUT
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            _, status = os.waitpid(pid, 0)
-            break
-        time.sleep(0.02)
+    status = _fork(lambda: _command_child(env, argv, work, output))
     text = [Path(f"{output}{suffix}").read_text(encoding="utf-8", errors="replace")
             for suffix in (".out", ".err")]  # fmt: skip
-    return {"output": "".join(text), "status": os.waitstatus_to_exitcode(status)}
+    exit_status = -signal.SIGKILL if status is None else os.waitstatus_to_exitcode(status)
+    return {"output": "".join(text), "status": exit_status}
 
 
 def main(blocks_path: str, results_path: str) -> int:
