@@ -90,7 +90,7 @@ LAYERS: list[set[str]] = [
         "s3ddb.groups",
         "s3ddb",
     },
-    {"s3ddb.testing", "s3ddb.spark_ext"},
+    {"s3ddb.testing", "s3ddb.spark_ext", "s3ddb.catalog_server"},
     {"s3ddb.cli"},
 ]
 

@@ -51,6 +51,7 @@ OPTIONAL_PARTS: dict[str, str] = {
     "pyspark_s3ddb": "spark",
     "s3ddb.observe.telemetry": "otel",
     "s3ddb.testing": "testing",
+    "s3ddb.catalog_server": "catalog",
 }
 
 
