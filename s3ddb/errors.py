@@ -19,6 +19,7 @@ __all__ = [
     "AtomicGroupError",
     "BaseTooOldError",
     "BucketNotFoundError",
+    "CatalogError",
     "ColumnExistsError",
     "ColumnNotFoundError",
     "CommitConflictError",
@@ -154,6 +155,14 @@ class OpenFormatError(InvalidInputError):
     represent exactly: a column type with no counterpart in a format, a fragment of
     several data files, an unknown format name. The message names the column or
     fragment. Raised before the change is committed."""
+
+
+class CatalogError(S3DDBError):
+    """A catalog (AWS Glue) refused an update of a dataset's table, or holds an entry
+    s3ddb does not trust: a table of another type under the name, a metadata location
+    outside the dataset, a malformed parameter. The message names the catalog table.
+    A commit never raises it: a catalog update after a commit that fails is logged,
+    counted and caught up by the next commit or ``s3ddb catalog sync``."""
 
 
 class ColumnExistsError(InvalidInputError):

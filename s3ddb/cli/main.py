@@ -47,6 +47,7 @@ _VERB_MODULES = (
     "create_table",
     "local_aws_cmd",
     "demo_cmd",
+    "catalog_cmd",
 )
 
 #: Exit statuses (documented in docs/operations.md).

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from s3ddb.catalogs import update_catalogs
 from s3ddb.commit.failpoints import failpoint
 from s3ddb.errors import (
     AtomicGroupError,
@@ -402,7 +403,9 @@ class CommitHandler(abc.ABC):
         """Publish ``manifest``'s version as the open formats it enables (see
         :mod:`s3ddb.open_formats.publisher`), catching up with the versions before it.
         Never raises: the version is committed whatever publication does; a failure
-        is logged and counted, and the next publication catches up."""
+        is logged and counted, and the next publication catches up. Once published,
+        the catalog table the version names (AWS Glue) moves to it, never failing
+        either (:func:`~s3ddb.catalogs.update_catalogs`)."""
         if not enabled_formats(manifest):
             return
         failpoint("commit.before_publication")
@@ -418,6 +421,8 @@ class CommitHandler(abc.ABC):
                 ",".join(enabled_formats(manifest)),
                 exc,
             )
+            return
+        update_catalogs(self.store, manifest)
 
 
 class ListingCommitHandler(CommitHandler):

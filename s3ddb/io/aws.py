@@ -1,6 +1,7 @@
-"""AWS configuration of the S3 object store and the DynamoDB external store.
+"""AWS configuration of the S3 object store, the DynamoDB external store and the AWS
+Glue catalog a dataset may keep current (:mod:`s3ddb.catalogs`).
 
-Each service (``s3``, ``dynamodb``) resolves each of its settings on its own, taking the
+Each service (``s3``, ``dynamodb``, ``glue``) resolves each of its settings on its own, taking the
 first of (docs/deployments.md, "Precedence"): what the caller passes beats the
 environment, and within each the setting for the service beats the shared one.
 
@@ -36,7 +37,8 @@ from s3ddb.io.service_settings import ServiceSettings
 
 __all__ = ["CLIENTS", "SERVICES", "AwsConfig", "ServiceSettings"]
 
-SERVICES = ("s3", "dynamodb")
+#: AWS Glue is a catalog s3ddb keeps current (s3ddb.catalogs), not a store.
+SERVICES = ("s3", "dynamodb", "glue")
 
 # storage_options key -> AwsConfig attribute. Aliases follow boto3 / object_store spellings.
 _OPTION_ALIASES: dict[str, str] = {
@@ -47,6 +49,8 @@ _OPTION_ALIASES: dict[str, str] = {
     "aws_endpoint_url_s3": "s3_endpoint",
     "dynamodb_endpoint": "dynamodb_endpoint",
     "aws_endpoint_url_dynamodb": "dynamodb_endpoint",
+    "glue_endpoint": "glue_endpoint",
+    "aws_endpoint_url_glue": "glue_endpoint",
     "region": "region",
     "region_name": "region",
     "aws_region": "region",
@@ -136,6 +140,7 @@ class AwsConfig:
     endpoint_url: str | None = None
     s3_endpoint: str | None = None
     dynamodb_endpoint: str | None = None
+    glue_endpoint: str | None = None
     region: str | None = None
     aws_access_key_id: str | None = field(default=None, repr=False)
     aws_secret_access_key: str | None = field(default=None, repr=False)
@@ -162,6 +167,12 @@ class AwsConfig:
     #: "false" for DynamoDB implementations without TransactWriteItems: claims are
     #: then single conditional PutItems, without their fence (docs/protocol.md).
     dynamodb_transactions: str | None = None
+    glue_region: str | None = None
+    glue_access_key_id: str | None = field(default=None, repr=False)
+    glue_secret_access_key: str | None = field(default=None, repr=False)
+    glue_session_token: str | None = field(default=None, repr=False)
+    glue_profile: str | None = None
+    glue_role_arn: str | None = None
 
     def __post_init__(self) -> None:
         style = self.s3_addressing_style
@@ -178,7 +189,7 @@ class AwsConfig:
             raise InvalidInputError(
                 f"storage option dynamodb_transactions={transactions!r}: expected true or false"
             )
-        for prefix in ("aws_", "s3_", "dynamodb_"):
+        for prefix in ("aws_", *(f"{svc}_" for svc in SERVICES)):
             key_id = getattr(self, f"{prefix}access_key_id")
             if getattr(self, f"{prefix}secret_access_key") and not key_id:
                 raise InvalidInputError(
@@ -244,11 +255,13 @@ class AwsConfig:
         storage option, environment for the service, boto3 chain (first given wins).
 
         Raises:
-            InvalidInputError: ``service`` is not "s3" or "dynamodb", or an
+            InvalidInputError: ``service`` is not "s3", "dynamodb" or "glue", or an
                 environment variable for it is invalid (a secret without a key id).
         """
         if service not in SERVICES:
-            raise InvalidInputError(f"unknown AWS service {service!r}; expected s3 or dynamodb")
+            raise InvalidInputError(
+                f"unknown AWS service {service!r}; expected {', '.join(SERVICES)}"
+            )
         env = os.environ
         tag = service.upper()
         sources: dict[str, str] = {}

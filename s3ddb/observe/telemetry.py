@@ -11,7 +11,8 @@ per claim attempt and ``s3ddb.commit.rebase`` after a lost one),
 ``s3ddb.commit.finish`` (steps 3-4 of the DynamoDB path, on the writer's finalizer),
 ``s3ddb.open``, ``s3ddb.scan`` (fragments read and pruned), ``s3ddb.repair`` (a reader
 or writer finishing another writer's commit), ``s3ddb.publish`` (writing one version's
-Iceberg or Delta metadata). Attributes are named ``s3ddb.*``;
+Iceberg or Delta metadata), ``s3ddb.catalog.update`` (moving a catalog table, AWS
+Glue's, to a published version). Attributes are named ``s3ddb.*``;
 ``s3ddb.dataset`` names the dataset one way on every span: its root, the URL its
 objects are under (``s3://bucket/prefix``, ``file:///path``, ``memory://name``), with
 credentials redacted, whichever URI opened it (see :func:`dataset_attribute`).
@@ -19,7 +20,8 @@ credentials redacted, whichever URI opened it (see :func:`dataset_attribute`).
 Instruments: counters ``s3ddb.commits``, ``s3ddb.conflicts`` (versions lost to another
 writer), ``s3ddb.retries``, ``s3ddb.repairs``, ``s3ddb.unknown_outcomes``,
 ``s3ddb.publications``, ``s3ddb.publication_failures``,
-``s3ddb.damaged_publications``; histogram
+``s3ddb.damaged_publications``, ``s3ddb.catalog_updates``,
+``s3ddb.catalog_update_failures``; histogram
 ``s3ddb.claim.duration`` (milliseconds).
 
 Phases: while a commit runs, :func:`phase` also adds each phase's duration to the
@@ -71,6 +73,10 @@ COUNTERS = {
     "s3ddb.damaged_publications": (
         "publications that found the published state of the version before damaged "
         "and published afresh (s3ddb open-formats URI --rebuild mends it)"
+    ),
+    "s3ddb.catalog_updates": "catalog tables (AWS Glue) brought to a published version",
+    "s3ddb.catalog_update_failures": (
+        "catalog table updates that failed (the next commit or s3ddb catalog sync catches up)"
     ),
 }
 
