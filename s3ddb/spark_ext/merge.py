@@ -35,6 +35,7 @@ import json
 import logging
 import math
 import pickle
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -60,6 +61,15 @@ from s3ddb.scan.visible_rows import fragment_may_match
 from s3ddb.spark_ext._types import arrow_schema_of, conform_to_dataset, quoted_name
 from s3ddb.spark_ext._types import spark_schema_of as _spark_schema_of
 from s3ddb.spark_ext.atomic import APP_TRANSACTION_PREFIX, commit_batch_once
+from s3ddb.spark_ext.merge_jvm import (
+    INSERT,
+    OUTCOME,
+    AddressTask,
+    WriterChoice,
+    decided_frame,
+    source_is_deterministic,
+    writer_choice,
+)
 from s3ddb.spark_ext.merge_target import target_frame
 from s3ddb.spark_ext.merge_tasks import (
     FRAGMENT,
@@ -72,8 +82,10 @@ from s3ddb.spark_ext.merge_tasks import (
     MergeTask,
     source_schema,
 )
+from s3ddb.spark_ext.native_write import observed_value, write_staged
 from s3ddb.versions.pinned import plan_and_commit
 from s3ddb.writes.merge_clauses import (
+    UPDATE,
     Condition,
     MergeClauses,
     check_clauses,
@@ -276,6 +288,8 @@ class _DistributedMerge:
     extras: pa.Schema
     #: How the JVM reads the dataset's files (None: Python tasks read the target).
     scheme_map: dict[str, str] | None
+    #: The scheme the JVM writes ``s3://`` objects by (None: it cannot).
+    jvm_scheme: str | None = None
 
     @property
     def uri(self) -> str:
@@ -315,6 +329,11 @@ class _DistributedMerge:
         clauses.compile(target, source_schema(target, extras))
         from pyspark.sql import functions as F
 
+        if not source_is_deterministic(source):
+            # Read several times (key ranges, then each job), a source giving other
+            # rows each time would merge rows no job saw whole: materialized once.
+            log.info("s3ddb merge: the source is nondeterministic; checkpointing it")
+            source = source.localCheckpoint(eager=True)
         aggregates = [F.count(F.lit(1))]
         bounded = [k for k in clauses.on if _bounded(target.field(k).type)]
         for k in bounded:
@@ -327,7 +346,22 @@ class _DistributedMerge:
                 bounds.append((k, low, high))
         local = ds.handler.store.protocol == "file"
         scheme_map = {"s3": jvm_scheme} if jvm_scheme else ({} if local else None)
-        return cls(spark, ds, source, clauses, tuple(bounds), int(row[0]), extras, scheme_map)
+        return cls(
+            spark, ds, source, clauses, tuple(bounds), int(row[0]), extras, scheme_map, jvm_scheme
+        )
+
+    def writer(self, schema: pa.Schema) -> WriterChoice:
+        """Who writes this merge's rows on a version of Arrow schema ``schema``."""
+        compiled = self.clauses.compile(schema, source_schema(schema, self.extras))
+        return writer_choice(
+            self.spark,
+            self.uri,
+            self.jvm_scheme,
+            self.source.schema,
+            schema,
+            self.clauses,
+            compiled,
+        )
 
     def plan(self, manifest: Manifest) -> tuple[Update | None, dict[str, int]]:
         """Run the merge's two stages on ``manifest``'s version: the Update to commit
@@ -368,6 +402,23 @@ class _DistributedMerge:
             self.scheme_map,
         )
         parallelism = self.spark.sparkContext.defaultParallelism
+        metrics = {
+            "source_rows": self.source_rows,
+            "fragments_scanned": len(candidates),
+            "fragments_skipped": len(manifest.fragments) - len(candidates),
+        }
+        choice = writer_choice(
+            self.spark,
+            self.uri,
+            self.jvm_scheme,
+            self.source.schema,
+            schema.arrow,
+            clauses,
+            compiled,
+        )
+        if choice.jvm:
+            return self._plan_jvm(manifest, compiled, candidates, target_df, choice, metrics)
+        log.info("s3ddb merge: %s", choice.describe())
         src = self.source.withColumn(IN_SOURCE, F.lit(True))
         condition = None
         for k in clauses.on:
@@ -404,6 +455,98 @@ class _DistributedMerge:
         )
         return op, counts
 
+    def _plan_jvm(
+        self,
+        manifest: Manifest,
+        compiled: Any,
+        candidates: list[FragmentMetadata],
+        target_df: Any,
+        choice: WriterChoice,
+        metrics: dict[str, int],
+    ) -> tuple[Update | None, dict[str, int]]:
+        """:meth:`plan` with the clauses in Spark SQL and the rows written by Spark's
+        Parquet writer (:mod:`s3ddb.spark_ext.merge_jvm`): the address job (bitmaps,
+        deletion files, refusals), then the row job.
+
+        Raises:
+            DuplicateKeyError, MatchedRowError, InvalidInputError, S3DDBError: the
+                merge is refused (before any row is written; every deletion file the
+                merge wrote is deleted first).
+            SchemaMismatchError: a value does not fit its column (no file is left).
+        """
+        from pyspark.sql import Observation
+        from pyspark.sql import functions as F
+
+        clauses = self.clauses
+        parallelism = self.spark.sparkContext.defaultParallelism
+        log.info("s3ddb merge: %s", choice.describe())
+        fragments = {f.id: f for f in candidates}
+        addresses = decided_frame(
+            self.source, target_df, clauses, compiled, self.bounds, addresses=True
+        )
+        touched = max(1, min(len(candidates), parallelism * 4))
+        results = (
+            addresses.mapInArrow(AddressTask(clauses.on), RESULT_DDL)
+            .repartition(touched, "fid")
+            .mapInArrow(DeletionTask(self.store, manifest, fragments), RESULT_DDL)
+            .collect()
+        )
+        _raise_refusal(self.store, results)
+        updated = sum(
+            json.loads(data).get("num_updated_rows", 0)
+            for kind, _fid, data in results
+            if kind == "counts"
+        )
+        written: list[FragmentMetadata] = []
+        if clauses.insert or updated:
+            rows = decided_frame(
+                self.source, target_df, clauses, compiled, self.bounds, addresses=False
+            )
+            observation = Observation(f"s3ddb_merge_{uuid.uuid4().hex}")
+            is_update = F.when(F.col(OUTCOME) == UPDATE, 1).otherwise(0)
+            chosen = (
+                rows.observe(observation, F.sum(is_update).alias("updated"))
+                .where(F.col(OUTCOME).isin(UPDATE, INSERT))
+                .select(*[F.col(quoted_name(n)) for n in manifest.schema.arrow.names])
+            )
+            assert choice.root is not None
+            try:
+                written = write_staged(
+                    chosen,
+                    self.store,
+                    choice.root,
+                    manifest.schema,
+                    uuid.uuid4().hex,
+                    choice.checks,
+                    max_rows_per_file=ROWS_PER_TASK,
+                )
+                seen = observed_value(observation, "updated")
+                if seen is not None and seen != updated:
+                    raise InvalidInputError(
+                        "the merge source gave other rows to the row job than to the "
+                        "address job (a nondeterministic DataFrame): persist() it before "
+                        "merging; nothing was committed"
+                    )
+            except BaseException:
+                deletions = [pickle.loads(d) for k, _f, d in results if k == "deletion"]
+                delete_written_files(
+                    self.store,
+                    [*data_file_paths(written), *(deletion_path(f) for f in deletions)],
+                )
+                raise
+        inserted = sum(f.physical_rows for f in written) - updated
+        results.append(("fragments", -1, pickle.dumps(tuple(written))))
+        results.append(("counts", -1, json.dumps({"num_inserted_rows": inserted}).encode()))
+        op, counts = _outcome(self.store, clauses, self.bounds, results)
+        add_operation_metrics(
+            matched_rows=_matched_rows(results),
+            inserted_rows=counts["num_inserted_rows"],
+            updated_rows=counts["num_updated_rows"],
+            deleted_rows=counts["num_deleted_rows"],
+            **metrics,
+        )
+        return op, counts
+
 
 def _matched_rows(results: list[Any]) -> int:
     """How many target rows the tasks reported matched."""
@@ -414,6 +557,24 @@ def _error_class(name: str) -> type[S3DDBError]:
     """The public error class a task reported by name (S3DDBError if unknown)."""
     cls = getattr(s3ddb.errors, name, None) if name in s3ddb.errors.__all__ else None
     return cls if isinstance(cls, type) and issubclass(cls, S3DDBError) else S3DDBError
+
+
+def _raise_refusal(store: ObjectStore, results: list[Any]) -> None:
+    """Raise the refusal a task reported, if any (a duplicate key first, as the
+    library checks it before anything else), after deleting every file the results
+    name: nothing was committed.
+
+    Raises:
+        DuplicateKeyError, MatchedRowError, S3DDBError: the refusal.
+    """
+    errors = [json.loads(data) for kind, _fid, data in results if kind == "error"]
+    if not errors:
+        return
+    new = [f for kind, _fid, data in results if kind == "fragments" for f in pickle.loads(data)]
+    updated = [pickle.loads(data) for kind, _fid, data in results if kind == "deletion"]
+    delete_written_files(store, [*data_file_paths(new), *(deletion_path(f) for f in updated)])
+    errors.sort(key=lambda e: e["type"] != "DuplicateKeyError")
+    raise _error_class(errors[0]["type"])(errors[0]["message"])
 
 
 def _outcome(
@@ -430,7 +591,6 @@ def _outcome(
     affected: dict[int, BitMap] = {}
     matched: dict[int, BitMap] = {}
     counts = {"num_inserted_rows": 0, "num_updated_rows": 0, "num_deleted_rows": 0}
-    errors: list[dict[str, str]] = []
     for kind, fid, data in results:
         if kind == "fragments":
             new.extend(pickle.loads(data))
@@ -445,14 +605,7 @@ def _outcome(
         elif kind == "counts":
             for name, value in json.loads(data).items():
                 counts[name] += int(value)
-        elif kind == "error":
-            errors.append(json.loads(data))
-    written = [*data_file_paths(new), *(deletion_path(f) for f in updated)]
-    if errors:
-        # Nothing was committed: the files are of a definitely failed merge.
-        delete_written_files(store, written)
-        first = errors[0]
-        raise _error_class(first["type"])(first["message"])
+    _raise_refusal(store, results)
     if not (new or updated or gone):
         return None, counts
     op = Update(

@@ -49,6 +49,7 @@ __all__ = [
     "DeletionTask",
     "MergeTask",
     "TargetReader",
+    "result_batch",
     "source_schema",
 ]
 
@@ -172,12 +173,12 @@ class MergeTask:
             rows.append(("fragments", -1, pickle.dumps(tuple(state.written))))
         rows += [("removed", fid, b.serialize()) for fid, b in state.removed.items()]
         rows += [("matched", fid, b.serialize()) for fid, b in state.matched.items()]
-        yield _result_batch(rows)
+        yield result_batch(rows)
 
     def _error(self, exc: Exception, state: _TaskState) -> Iterator[pa.RecordBatch]:
         delete_written_files(self.store, data_file_paths(state.written))
         message = json.dumps({"type": type(exc).__name__, "message": str(exc)}).encode()
-        yield _result_batch([("error", -1, message)])
+        yield result_batch([("error", -1, message)])
 
     def _apply(self, table: pa.Table, compiled: CompiledClauses, state: _TaskState) -> None:
         schema = self.manifest.schema.arrow
@@ -272,7 +273,7 @@ def _source_rows(
     return rows
 
 
-def _result_batch(rows: list[tuple[str, int, bytes]]) -> pa.RecordBatch:
+def result_batch(rows: list[tuple[str, int, bytes]]) -> pa.RecordBatch:
     kinds, fids, data = zip(*rows) if rows else ((), (), ())
     return pa.RecordBatch.from_arrays(
         [pa.array(kinds, pa.string()), pa.array(fids, pa.int64()), pa.array(data, pa.binary())],
@@ -321,4 +322,4 @@ class DeletionTask:
             raise
         out += [("matched", fid, b.serialize()) for fid, b in matched.items()]
         if out:
-            yield _result_batch(out)
+            yield result_batch(out)

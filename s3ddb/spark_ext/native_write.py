@@ -72,7 +72,10 @@ __all__ = [
     "WRITER_OPTIONS",
     "footer_statistics",
     "jvm_root_of",
+    "observed_value",
+    "value_checks",
     "write",
+    "write_staged",
 ]
 
 log = logging.getLogger(__name__)
@@ -150,7 +153,7 @@ def _with_field_ids(df: Any, schema: DatasetSchema, checks: Mapping[str, list[_C
     return df.select(*columns)
 
 
-def _value_checks(
+def value_checks(
     spark_schema: Any, target: pa.Schema, where: str
 ) -> dict[str, list[_Check]] | None:
     """What each column's values must pass, in Spark, to be appended to a dataset of
@@ -365,10 +368,11 @@ def _counted(df: Any, write_id: str) -> tuple[Any, Any]:
     return observation, df.observe(observation, F.count(F.lit(1)).alias("rows"))
 
 
-def _observed_rows(observation: Any) -> int | None:
-    """The rows Spark counted, or None if it has not reported them within
+def observed_value(observation: Any, name: str) -> int | None:
+    """The value ``name`` Spark observed (an aggregate of an ``observe`` over a
+    DataFrame an action ran), or None if it has not reported it within
     :data:`OBSERVED_WAIT` seconds of the job's end (then nothing is checked: Spark
-    reports them as the job ends, but a wait without bound could hang the write)."""
+    reports it as the job ends, but a wait without bound could hang the write)."""
     try:
         future = observation._jo.future()  # PySpark's blocking get has no time limit
         deadline = time.monotonic() + OBSERVED_WAIT
@@ -376,10 +380,16 @@ def _observed_rows(observation: Any) -> int | None:
             if time.monotonic() > deadline:
                 return None
             time.sleep(0.02)
-        return int(observation.get["rows"])
+        value = observation.get[name]
+        return None if value is None else int(value)
     except Exception as exc:  # Spark Connect, or a version without this API
-        log.debug("s3ddb: no row count from Spark: %s", exc)
+        log.debug("s3ddb: no observed %s from Spark: %s", name, exc)
         return None
+
+
+def _observed_rows(observation: Any) -> int | None:
+    """The rows Spark counted (see :func:`observed_value`)."""
+    return observed_value(observation, "rows")
 
 
 def _check_row_count(
@@ -405,7 +415,7 @@ def _run(writer: Any, path: str) -> None:
     """Run Spark's Parquet write of ``writer`` into ``path``.
 
     Raises:
-        SchemaMismatchError: a value failed a check of :func:`_value_checks` (Spark
+        SchemaMismatchError: a value failed a check of :func:`value_checks` (Spark
             aborted the job: no task's files reached ``path``).
     """
     try:
@@ -416,6 +426,68 @@ def _run(writer: Any, path: str) -> None:
             raise
         message = text.split(_CHECK_MARK, 1)[1].splitlines()[0].split(" SQLSTATE:")[0]
         raise SchemaMismatchError(f"data does not match the schema: {message}") from None
+
+
+def write_staged(
+    df: Any,
+    store: ObjectStore,
+    root: str,
+    schema: DatasetSchema,
+    write_id: str,
+    checks: Mapping[str, list[Any]] | None = None,
+    *,
+    max_rows_per_file: int | None = None,
+) -> list[FragmentMetadata]:
+    """Write ``df`` (the dataset's columns, by name) with Spark's Parquet writer into
+    ``<root>/_spark_staging/<write_id>/`` (``root``: the dataset root as the JVM names
+    it, :func:`jvm_root_of`), columns tagged with ``schema``'s field ids and each value
+    checked by ``checks`` (:func:`value_checks`); then move every committed file into
+    ``data/`` of ``store``. Returns their fragments (id 0, not yet committed: the
+    caller commits them or deletes them). The staging folder is removed whatever
+    happens; on an error no moved file is left.
+
+    Raises:
+        SchemaMismatchError: a value failed a check (Spark aborted the job).
+        DataFileError: the staging folder does not hold the rows Spark wrote, or a
+            file lacks a field id.
+    """
+    staging = f"{STAGING_DIR}/{write_id}"
+    fields = tuple(schema.top_level_ids(df.columns))
+    spark = df.sparkSession
+    # The session setting is changed for this write only, and only when it matters.
+    conf = _SESSION_CONF if "timestamp" in df.schema.simpleString() else {}
+    saved = {k: spark.conf.get(k, None) for k in conf}
+    moved: list[FragmentMetadata] = []
+    try:
+        for key, value in conf.items():
+            spark.conf.set(key, value)
+        observation, counted = _counted(_with_field_ids(df, schema, checks or {}), write_id)
+        writer = counted.write.mode("overwrite").options(**WRITER_OPTIONS)
+        if max_rows_per_file:
+            writer = writer.option("maxRecordsPerFile", max_rows_per_file)
+        _run(writer, f"{root.rstrip('/')}/{staging}")
+        collected = _collect(store, staging, fields)
+        _check_row_count(observation, collected, f"{store.url}/{staging}")
+        for src, fragment in collected:
+            _move(store, src, layout.data_file_path(fragment.files[0].path))
+            moved.append(fragment)
+        failpoint("native_write.after_move")
+    except BaseException:
+        _write.delete_files(store, moved)
+        raise
+    finally:
+        for key, old in saved.items():
+            if old is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, old)
+        try:
+            _remove_staging(store, staging)
+        except Exception as exc:
+            # Left behind, the folder costs storage only (cleanup and verify find it);
+            # failing here would orphan the moved files of a write about to commit.
+            log.warning("s3ddb: could not remove %s/%s: %s", store.url, staging, exc)
+    return moved
 
 
 def write(
@@ -470,7 +542,7 @@ def write(
     )
     checks: dict[str, list[_Check]] = {}
     if plan.read_version and not plan.overwrite:
-        found = _value_checks(df.schema, plan.schema.arrow, uri)
+        found = value_checks(df.schema, plan.schema.arrow, uri)
         if found is None:
             log.warning(
                 "s3ddb: a column of the DataFrame differs from %s's in a way the native "
@@ -481,42 +553,9 @@ def write(
             return _python_write(df, uri, mode, options, max_rows_per_file)
         checks = found
     store = plan.store()
-    staging = f"{STAGING_DIR}/{plan.write_id}"
-    fields = tuple(plan.schema.top_level_ids(df.columns))
-    spark = df.sparkSession
-    # The session setting is changed for this write only, and only when it matters.
-    conf = _SESSION_CONF if "timestamp" in df.schema.simpleString() else {}
-    saved = {k: spark.conf.get(k, None) for k in conf}
-    moved: list[FragmentMetadata] = []
-    try:
-        for key, value in conf.items():
-            spark.conf.set(key, value)
-        observation, counted = _counted(_with_field_ids(df, plan.schema, checks), plan.write_id)
-        writer = counted.write.mode("overwrite").options(**WRITER_OPTIONS)
-        if max_rows_per_file:
-            writer = writer.option("maxRecordsPerFile", max_rows_per_file)
-        _run(writer, f"{root.rstrip('/')}/{staging}")
-        collected = _collect(store, staging, fields)
-        _check_row_count(observation, collected, f"{store.url}/{staging}")
-        for src, fragment in collected:
-            _move(store, src, layout.data_file_path(fragment.files[0].path))
-            moved.append(fragment)
-        failpoint("native_write.after_move")
-    except BaseException:
-        _write.delete_files(store, moved)
-        raise
-    finally:
-        for key, old in saved.items():
-            if old is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, old)
-        try:
-            _remove_staging(store, staging)
-        except Exception as exc:
-            # Left behind, the folder costs storage only (cleanup and verify find it);
-            # failing here would orphan the moved files of a write about to commit.
-            log.warning("s3ddb: could not remove %s/%s: %s", store.url, staging, exc)
+    moved = write_staged(
+        df, store, root, plan.schema, plan.write_id, checks, max_rows_per_file=max_rows_per_file
+    )
     try:
         return _write.commit_write(plan, [_write.FragmentsWritten(tuple(moved))])
     except CommitStateUnknownError:

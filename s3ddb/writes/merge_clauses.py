@@ -59,7 +59,9 @@ __all__ = [
     "check_clauses",
     "check_unique_keys",
     "describe_key",
+    "duplicate_key_error",
     "key_range_pruner",
+    "matched_row_error",
 ]
 
 #: Outcomes of a matched pair.
@@ -191,11 +193,7 @@ class CompiledClauses:
         if n == 0:
             return outcome
         if c.fail:
-            raise MatchedRowError(
-                f"merge_insert: the target holds key {describe_key(source, c.on, 0)}, and "
-                "when_matched_fail() refuses a source row whose key the target holds; "
-                "nothing was committed"
-            )
+            raise matched_row_error(source, c.on, 0)
         pairs = None
         if self.update_expr is not None or self.delete_expr is not None:
             pairs = pa.table({"target": _struct(target), "source": _struct(source)})
@@ -242,10 +240,26 @@ def check_unique_keys(source: pa.Table, keys: Sequence[str]) -> None:
         return
     counts = source.group_by(list(keys), use_threads=False).aggregate([([], "count_all")])
     dup = counts.filter(pc.greater(counts.column("count_all"), 1)).slice(0, 1)
-    raise DuplicateKeyError(
-        f"merge_insert source has more than one row for key "
-        f"{describe_key(dup, keys, 0) if dup.num_rows else '?'}: which one should win "
+    raise duplicate_key_error(dup, keys, 0) if dup.num_rows else duplicate_key_error(None, keys, 0)
+
+
+def duplicate_key_error(table: pa.Table | None, keys: Sequence[str], row: int) -> DuplicateKeyError:
+    """The refusal of a source holding the key of ``table``'s row ``row`` twice
+    (None: a key not known)."""
+    key = describe_key(table, keys, row) if table is not None else "?"
+    return DuplicateKeyError(
+        f"merge_insert source has more than one row for key {key}: which one should win "
         "is ambiguous; nothing was committed"
+    )
+
+
+def matched_row_error(table: pa.Table, keys: Sequence[str], row: int) -> MatchedRowError:
+    """The refusal, by ``when_matched_fail()``, of the source row ``row`` of ``table``
+    whose key the target holds."""
+    return MatchedRowError(
+        f"merge_insert: the target holds key {describe_key(table, keys, row)}, and "
+        "when_matched_fail() refuses a source row whose key the target holds; "
+        "nothing was committed"
     )
 
 
