@@ -88,6 +88,8 @@ _EXTERNAL_TABLE = "EXTERNAL_TABLE"
 #: s3ddb's own parameter: the s3ddb version the table's metadata location stands for.
 VERSION_PARAMETER = "s3ddb.version"
 
+# botocore's attempts per Glue request.
+_GLUE_ATTEMPTS = 2
 #: Reads and updates of one sync, at most (each lost to a concurrent update reads the
 #: table again).
 MAX_ATTEMPTS = 8
@@ -212,8 +214,10 @@ class GlueSync:
 
 
 def _client(store: ObjectStore) -> Any:
-    # botocore retries throttling and 5xx itself; a lost optimistic update is ours.
-    return store.aws.client("glue")
+    # botocore retries throttling, 5xx and refused connections once; a lost optimistic
+    # update is retried here. A catalog that stays down costs a commit little: the
+    # next one catches up.
+    return store.aws.client("glue", max_attempts=_GLUE_ATTEMPTS)
 
 
 def _failure(exc: BaseException, target: GlueTarget, action: str) -> BaseException:
@@ -457,10 +461,14 @@ def check_glue_name(store: ObjectStore, target: GlueTarget) -> None:
         _checked_entry(table, target, dataset_root(store))
 
 
-def sync_glue_table(store: ObjectStore, manifest: Manifest) -> GlueSync | None:
+def sync_glue_table(
+    store: ObjectStore, manifest: Manifest, *, client: Any | None = None
+) -> GlueSync | None:
     """Move the Glue table ``manifest``'s version names to that version (Iceberg:
     creating it if it is missing, never moving it backwards; Delta: registering it
     once). ``manifest``'s version must be published. None: it names no Glue table.
+    ``client`` is the boto3 Glue client to use (default: the one the dataset's AWS
+    settings give).
 
     Raises:
         CatalogError: Glue refused, or holds an entry s3ddb does not trust (nothing was
@@ -478,7 +486,7 @@ def sync_glue_table(store: ObjectStore, manifest: Manifest) -> GlueSync | None:
             f"URI --enable {target.format}"
         )
     root = dataset_root(store)
-    client = _client(store)
+    client = _client(store) if client is None else client
     if target.format != GLUE_FORMATS[0]:
         return _register_delta(client, target, root, manifest)
     location = _iceberg_location(root, manifest.version)
@@ -500,6 +508,8 @@ def sync_glue_table(store: ObjectStore, manifest: Manifest) -> GlueSync | None:
             continue  # another writer created it: read it
         entry = _checked_entry(table, target, root)
         assert entry.version is not None
+        if entry.version > manifest.version:
+            _check_published(store, target, entry, root)
         if entry.version >= manifest.version:
             action = "current" if entry.version == manifest.version else "ahead"
             return GlueSync(
@@ -519,6 +529,25 @@ def sync_glue_table(store: ObjectStore, manifest: Manifest) -> GlueSync | None:
         f"AWS Glue table {target.name}: {MAX_ATTEMPTS} updates to version "
         f"{manifest.version} lost to concurrent changes"
     )
+
+
+def _check_published(store: ObjectStore, target: GlueTarget, entry: _Entry, root: str) -> None:
+    """Check that the newer version a Glue table names is published: its finisher
+    publishes before it moves the table, so a location naming a missing file was put
+    there by someone else.
+
+    Raises:
+        CatalogError: the metadata file is missing.
+    """
+    assert entry.location is not None
+    try:
+        store.head(entry.location[len(root) + 1 :])
+    except FileNotFoundError:
+        raise CatalogError(
+            f"AWS Glue table {target.name}: {_METADATA_LOCATION} {entry.location[:200]!r} "
+            f"names version {entry.version}, which the dataset has not published: s3ddb "
+            "does not move it (drop the table, then s3ddb catalog sync creates it again)"
+        ) from None
 
 
 def _register_delta(client: Any, target: GlueTarget, root: str, manifest: Manifest) -> GlueSync:
@@ -574,13 +603,15 @@ def update_catalogs(store: ObjectStore, manifest: Manifest) -> None:
 
 def glue_problems(store: ObjectStore, manifest: Manifest) -> list[tuple[str, str, str]]:
     """What is wrong with the Glue table the newest version ``manifest`` names, as
-    ``(kind, where, meaning)``: ``catalog_behind`` (it names an older version, or is
-    missing), ``catalog_untrusted`` (it holds an entry s3ddb does not trust) or
-    ``catalog_unreachable`` (Glue cannot be asked). Empty: current, or no table."""
+    ``(state, where, meaning)``: ``behind`` (it names an older version, or is
+    missing), ``untrusted`` (it holds an entry s3ddb does not trust) or
+    ``unreachable`` (Glue cannot be asked); verify reports them as the kinds
+    ``catalog_behind``, ``catalog_untrusted`` and ``catalog_unreachable``. Empty:
+    current, or no table."""
     try:
         target = glue_target(manifest.config, store.url)
     except StoredMetadataError as exc:
-        return [("catalog_untrusted", GLUE_TABLE_KEY, str(exc))]
+        return [("untrusted", GLUE_TABLE_KEY, str(exc))]
     if target is None:
         return []
     where = f"glue:{target.name}"
@@ -588,16 +619,25 @@ def glue_problems(store: ObjectStore, manifest: Manifest) -> list[tuple[str, str
     try:
         table = _get_table(_client(store), target)
         if table is None:
-            return [("catalog_behind", where, f"the AWS Glue table {target.name} is missing")]
+            return [("behind", where, f"the AWS Glue table {target.name} is missing")]
         entry = _checked_entry(table, target, root)
     except CatalogError as exc:
-        return [("catalog_untrusted", where, str(exc))]
+        return [("untrusted", where, str(exc))]
     except (CredentialsError, EndpointUnreachableError) as exc:
-        return [("catalog_unreachable", where, str(exc))]
+        return [("unreachable", where, str(exc))]
+    if entry.version is not None and entry.version > manifest.version:
+        return [
+            (
+                "untrusted",
+                where,
+                f"the AWS Glue table {target.name} names version {entry.version}, newer "
+                f"than the newest, {manifest.version}",
+            )
+        ]
     if entry.version is not None and entry.version < manifest.version:
         return [
             (
-                "catalog_behind",
+                "behind",
                 where,
                 f"the AWS Glue table {target.name} names version {entry.version}; the "
                 f"newest is {manifest.version}",

@@ -443,6 +443,11 @@ class AwsConfig:
 CLIENTS: PerProcess[tuple[ServiceSettings, int | None], Any] = PerProcess("boto3 clients")
 
 
+#: Seconds a Glue client waits for a connection, and for an answer.
+_GLUE_CONNECT_TIMEOUT = 5
+_GLUE_READ_TIMEOUT = 20
+
+
 def _new_client(service: str, settings: ServiceSettings, max_attempts: int | None) -> Any:
     from botocore.config import Config
 
@@ -452,6 +457,11 @@ def _new_client(service: str, settings: ServiceSettings, max_attempts: int | Non
         retries["total_max_attempts"] = max_attempts
     if settings.addressing_style:
         config_kwargs["s3"] = {"addressing_style": settings.addressing_style}
+    if service == "glue":
+        # A catalog update follows a commit (in a local writer's own path): a Glue
+        # endpoint that is down or black-holed must cost seconds, not botocore's
+        # 60-second timeouts; the next commit catches up.
+        config_kwargs.update(connect_timeout=_GLUE_CONNECT_TIMEOUT, read_timeout=_GLUE_READ_TIMEOUT)
     kwargs: dict[str, Any] = {"config": Config(**config_kwargs)}
     if settings.endpoint:
         kwargs["endpoint_url"] = settings.endpoint

@@ -162,6 +162,30 @@ PROBLEM_KINDS: dict[str, ProblemKind] = {
         ),
         fix="`s3ddb open-formats URI --publish`",
     ),
+    "catalog_behind": ProblemKind(
+        meaning=(
+            "the catalog table the dataset names (AWS Glue, `s3ddb catalog register`) stands "
+            "for an older version than the newest, or is missing: a catalog update failed "
+            "(it was logged) and no commit caught up since; engines that find the table "
+            "through the catalog read an older version"
+        ),
+        fix="`s3ddb catalog sync URI`",
+    ),
+    "catalog_untrusted": ProblemKind(
+        meaning=(
+            "the catalog table the dataset names holds what s3ddb does not trust: a table of "
+            "another type under the name, a metadata location outside the dataset or of a "
+            "version not published, a version parameter that disagrees; s3ddb does not move it"
+        ),
+        fix="drop the catalog table (or register another name), then `s3ddb catalog sync URI`",
+    ),
+    "catalog_unreachable": ProblemKind(
+        meaning=(
+            "the catalog the dataset names (AWS Glue) cannot be reached or refuses the "
+            "credentials: whether it is current is unknown"
+        ),
+        fix="check the Glue settings and policy (`docs/catalogs.md`), then `s3ddb verify` again",
+    ),
     "spark_staging_leftover": ProblemKind(
         meaning=(
             "a `_spark_staging/<write id>/` folder whose newest file is older than `--grace`: a "

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from s3ddb.catalogs import glue_problems
 from s3ddb.commit.external_versions import ExternalStoreVersions
 from s3ddb.commit.handlers import CommitHandler, ManifestLocation
 from s3ddb.errors import (
@@ -35,7 +36,7 @@ from s3ddb.format.naming import parse_manifest_name, parse_staged_name
 from s3ddb.format.parquet_source import check_data_file
 from s3ddb.io.object_store import ObjectMeta, ObjectStore
 from s3ddb.maintenance.group_check import check_groups
-from s3ddb.maintenance.problems import Problem, ReportProblem
+from s3ddb.maintenance.problems import PROBLEM_KINDS, Problem, ReportProblem
 from s3ddb.maintenance.staging import check_staging
 from s3ddb.open_formats.publisher import all_formats, enabled_formats, expected_table, writer_of
 from s3ddb.versions.connect import open_handler
@@ -167,6 +168,7 @@ def verify(
     _check_published(handler, newest, objects, report.add_problem, grace_seconds, now)
     _check_open_formats(handler.store, objects, versions[-1], report.add_problem)
     _check_published_state(handler, newest, objects, report.add_problem)
+    _check_catalogs(handler, newest, objects, report.add_problem, grace_seconds, now)
     return report
 
 
@@ -200,6 +202,37 @@ def _check_published(
                 "`s3ddb open-formats URI --publish`",
                 manifest.version,
             )
+
+
+def _check_catalogs(
+    handler: CommitHandler,
+    newest: ManifestLocation,
+    objects: dict[str, ObjectMeta],
+    problem: ReportProblem,
+    grace_seconds: float,
+    now: float,
+) -> None:
+    """Report the catalog table the newest version names (AWS Glue) when it stands
+    for an older version, holds what s3ddb does not trust, or cannot be asked. A
+    version younger than the grace period may be being published, and its catalog
+    moved."""
+    try:
+        manifest = handler.load_manifest(newest)
+    except S3DDBError:
+        return  # reported by the checks of the version
+    found = glue_problems(handler.store, manifest)
+    meta = objects.get(newest.path)
+    young = meta is not None and not old_enough(meta, grace_seconds, now)
+    for state, where, meaning in found:
+        if state == "behind" and not young:
+            fix = PROBLEM_KINDS["catalog_behind"].fix
+            problem("catalog_behind", where, meaning, fix, manifest.version)
+        elif state == "untrusted":
+            fix = PROBLEM_KINDS["catalog_untrusted"].fix
+            problem("catalog_untrusted", where, meaning, fix, manifest.version)
+        elif state == "unreachable":
+            fix = PROBLEM_KINDS["catalog_unreachable"].fix
+            problem("catalog_unreachable", where, meaning, fix, manifest.version)
 
 
 def _check_open_formats(

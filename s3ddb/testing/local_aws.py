@@ -17,6 +17,9 @@ AWS. On top of moto it adds what commit-protocol tests need:
   strips ``ReturnValuesOnConditionCheckFailure`` from DynamoDB requests before moto
   sees them, so a failed condition (``PutItem``, a cancelled ``TransactWriteItems``)
   comes back without the item that failed it, as on endpoints that lack the option.
+- **Glue's optimistic locking.** An AWS Glue ``UpdateTable`` naming a ``VersionId``
+  that is no longer the table's is refused with ``ConcurrentModificationException``,
+  as Glue does (moto applies it), checked and applied under the same lock.
 - **A request log** (:attr:`LocalAWS.requests`, :meth:`LocalAWS.count`) naming every
   request by service and AWS operation, to assert round-trip counts.
 - **Fault injection** (:meth:`LocalAWS.inject_fault`) at the HTTP level: throttling,
@@ -50,6 +53,7 @@ moto and werkzeug come with the ``testing`` extra and are imported on :meth:`sta
 
 from __future__ import annotations
 
+import functools
 import http
 import io
 import json
@@ -173,6 +177,36 @@ def _status_line(status: int) -> str:
         return f"{status} Unknown"
 
 
+_Response = tuple[int, list[tuple[str, str]], bytes]
+
+
+def _stale_glue_update(account_id: str, region: str | None, body: bytes) -> _Response | None:
+    """Glue's answer to an ``UpdateTable`` whose ``VersionId`` is not the table's
+    current one (None: moto answers the request). Called under the moto lock."""
+    from moto.glue.models import glue_backends
+
+    try:
+        request = json.loads(body)
+        version_id = request.get("VersionId")
+        database, name = request["DatabaseName"], request["TableInput"]["Name"]
+        if version_id is None:
+            return None
+        table = glue_backends[account_id][region or DEFAULT_REGION].get_table(database, name)
+        current = table.as_dict().get("VersionId")
+    except Exception:  # a malformed request or a missing table: moto's own answer
+        return None
+    if str(version_id) == str(current):
+        return None
+    payload = json.dumps(
+        {
+            "__type": "ConcurrentModificationException",
+            "message": f"Table {database}.{name} version {version_id} is not the current "
+            f"version {current}",
+        }
+    ).encode()
+    return 400, [("Content-Type", "application/x-amz-json-1.1")], payload
+
+
 class _Gateway:
     """The WSGI app in front of moto: names, logs, rewrites and faults requests."""
 
@@ -225,8 +259,11 @@ class _Gateway:
             status, headers, payload = fault_response(fault.kind, service, method)
             record(status, fault, applied=False, sent=len(payload))
         else:
+            refuse = None
+            if service == "glue" and operation == "UpdateTable":
+                refuse = functools.partial(_stale_glue_update, owner.account_id, region, body)
             try:
-                status, headers, payload = self._apply(environ)
+                status, headers, payload = self._apply(environ, refuse)
             except Exception:
                 record(500, fault, applied=True)
                 raise
@@ -240,8 +277,11 @@ class _Gateway:
         start_response(_status_line(status), headers)
         return [payload]
 
-    def _apply(self, environ: dict[str, Any]) -> tuple[int, list[tuple[str, str]], bytes]:
-        """Run one request through moto, atomically with respect to all others."""
+    def _apply(
+        self, environ: dict[str, Any], refuse: Callable[[], _Response | None] | None = None
+    ) -> _Response:
+        """Run one request through moto, atomically with respect to all others; first,
+        under the same lock, ``refuse`` may answer it instead (Glue's VersionId)."""
         captured: list[Any] = []
         chunks: list[bytes] = []
 
@@ -254,6 +294,9 @@ class _Gateway:
         # The whole exchange, including iterating the body, happens under the lock:
         # moto may build the response lazily from its (shared) state.
         with _MOTO_LOCK:
+            refused = refuse() if refuse is not None else None
+            if refused is not None:
+                return refused
             result = self._moto_app(environ, start_response)
             try:
                 chunks.extend(result)
