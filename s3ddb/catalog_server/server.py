@@ -7,7 +7,7 @@ import ipaddress
 import os
 import socket
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import uvicorn
@@ -114,6 +114,25 @@ def _config(app: Any, host: str, port: int) -> uvicorn.Config:
     )
 
 
+def _bind(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host:port`` (0: a free port)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(128)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _url(host: str, sock: socket.socket) -> str:
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{sock.getsockname()[1]}"
+
+
 def serve(
     registry: CatalogRegistry,
     host: str,
@@ -122,16 +141,25 @@ def serve(
     token: str | None,
     no_auth: bool = False,
     limits: Limits | None = None,
+    announce: Callable[[str], None] | None = None,
 ) -> None:
-    """Serve ``registry``'s catalog on ``host:port`` until interrupted (SIGINT or
-    SIGTERM end it after the requests in flight).
+    """Serve ``registry``'s catalog on ``host:port`` (0: a free port) until
+    interrupted (SIGINT or SIGTERM end it after the requests in flight).
+    ``announce`` is called with the server's URL once it listens.
 
     Raises:
         InvalidInputError: see :func:`check_bind`.
+        OSError: the address cannot be bound.
     """
     checked = check_bind(host, token, no_auth)
     app = catalog_app(registry, token=checked, limits=limits)
-    uvicorn.Server(_config(app, host, port)).run()
+    sock = _bind(host, port)
+    try:
+        if announce is not None:
+            announce(_url(host, sock))
+        uvicorn.Server(_config(app, host, port)).run(sockets=[sock])
+    finally:
+        sock.close()
 
 
 class CatalogServer:
@@ -169,9 +197,7 @@ class CatalogServer:
             InvalidInputError: it is not running."""
         if self._socket is None:
             raise InvalidInputError("the catalog server is not running")
-        port = self._socket.getsockname()[1]
-        host = f"[{self._host}]" if ":" in self._host else self._host
-        return f"http://{host}:{port}"
+        return _url(self._host, self._socket)
 
     def start(self) -> CatalogServer:
         """Bind and start serving; returns once the server accepts requests.
@@ -179,11 +205,7 @@ class CatalogServer:
         Raises:
             OSError: the address cannot be bound.
         """
-        family = socket.AF_INET6 if ":" in self._host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((self._host, self._port))
-        sock.listen(128)
+        sock = _bind(self._host, self._port)
         self._socket = sock
         server = uvicorn.Server(_config(self._app, self._host, self._port))
         self._server = server

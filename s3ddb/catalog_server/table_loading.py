@@ -25,10 +25,11 @@ from s3ddb.open_formats.iceberg import IcebergWriter
 from s3ddb.open_formats.iceberg_state import METADATA_DIR, bounded_get, bounded_json
 from s3ddb.open_formats.publisher import writer_of
 
-__all__ = ["ServedTable", "etag_matches", "load_served_table"]
+__all__ = ["SERVED_FORMAT", "ServedTable", "etag_matches", "load_served_table"]
 
-#: The open format the catalog serves (named by its plug-in, not by a string).
-_FORMAT = IcebergWriter.name
+#: The open format the catalog serves (its plug-in's name: what a dataset's
+#: ``open_formats`` must include).
+SERVED_FORMAT = IcebergWriter.name
 
 
 @dataclass(frozen=True)
@@ -72,10 +73,10 @@ def _open(uri: str, storage_options: Mapping[str, Any]) -> Dataset:
         What opening the dataset raised (DatasetNotFoundError...).
     """
     ds = dataset(uri, storage_options=dict(storage_options) or None)
-    if _FORMAT not in ds.open_formats:
+    if SERVED_FORMAT not in ds.open_formats:
         raise OpenFormatError(
             f"{uri}: version {ds.version} does not publish Iceberg "
-            f"(s3ddb open-formats URI --enable {_FORMAT})"
+            f"(s3ddb open-formats URI --enable {SERVED_FORMAT})"
         )
     return ds
 
@@ -140,7 +141,7 @@ def load_served_table(
         What opening or publishing the dataset raised.
     """
     ds = _open(uri, storage_options)
-    plugin = writer_of(_FORMAT)
+    plugin = writer_of(SERVED_FORMAT)
     root = _root(ds)
     if if_none_match is not None and etag_matches(if_none_match, _etag(ds)):
         return ServedTable(ds.version, _etag(ds), plugin.reader_location(root, ds.version), None)
