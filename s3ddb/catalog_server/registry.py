@@ -146,8 +146,9 @@ class CatalogRegistry:
         return uri
 
     def register(self, name: TableName, uri: str) -> bool:
-        """Register the dataset at ``uri`` as ``name``. Returns False if ``name``
-        already names that same URI (nothing is written).
+        """Register the dataset at ``uri`` as ``name`` (a local path as an absolute
+        one). Returns False if ``name`` already names that same dataset (nothing is
+        written).
 
         Raises:
             InvalidInputError: ``name`` names another dataset already (unregister it
@@ -157,6 +158,10 @@ class CatalogRegistry:
         _check_name(name.namespace, "namespace")
         _check_name(name.table, "table")
         self.check_dataset_uri(uri)
+        # A local dataset is recorded by its absolute path: the server may run
+        # elsewhere than the command that registered it.
+        dataset = parse_uri(uri)
+        uri = dataset.path if dataset.scheme == "file" else uri
         data = json.dumps({"uri": uri}, sort_keys=True).encode()
         if len(data) > MAX_ENTRY_BYTES:
             raise InvalidInputError(f"dataset URI longer than {MAX_ENTRY_BYTES} bytes")

@@ -184,8 +184,8 @@ def run_catalog_serve(args: argparse.Namespace) -> int:
     loadTable returns each table's newest committed version (published first if a
     writer died before publishing it). Every request needs the bearer token from
     S3DDB_CATALOG_TOKEN or --token-file; --no-auth serves without one, on a loopback
-    address only. Runs until interrupted. Exit status 2: bad arguments, no token, or
-    the address cannot be bound.
+    address only. Runs until interrupted. Exit status 2: bad arguments, or no
+    token.
     """
     registry = _registry(args)
     try:
