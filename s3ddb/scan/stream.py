@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -172,6 +172,12 @@ class _ReadAhead:
             ManifestCorruptError, InvalidExpressionError: as :func:`stream_tables`.
         """
         self._start_reads()
+        # While the next result is not ready, start the reads of each plan that
+        # completes meanwhile: waiting on the result alone would leave the threads idle
+        # behind it (the first read of a scan would run alone).
+        while self._can_start_more() and not self._reading[0][0].done():
+            wait([self._reading[0][0], self._plans[0]], return_when=FIRST_COMPLETED)
+            self._start_reads()
         if not self._reading:
             return None
         future, est = self._reading.popleft()
@@ -209,6 +215,16 @@ class _ReadAhead:
             plan_or_none = self._plans.popleft().result()
             self.plan_ahead()
             self._waiting.extend(scan.reads_of(plan_or_none))
+
+    def _can_start_more(self) -> bool:
+        """Whether a plan still to come could start a read now (reads running, none
+        waiting for budget, a thread free)."""
+        return (
+            bool(self._reading)
+            and bool(self._plans)
+            and not self._waiting
+            and len(self._reading) < self._workers
+        )
 
     def _may_start(self, est: int) -> bool:
         if not self._reading:
