@@ -62,6 +62,10 @@ S3DDB_OBJECT_ACTIONS = {
 }
 
 
+#: The AWS Glue database the example creates (its variable glue_database).
+GLUE_DATABASE = "lake_sales"
+
+
 def provider_block(endpoint: str) -> str:
     """An AWS provider aimed at the local endpoint (test roots only, never the module)."""
     return f"""
@@ -78,6 +82,7 @@ provider "aws" {{
     dynamodb = "{endpoint}"
     iam      = "{endpoint}"
     sts      = "{endpoint}"
+    glue     = "{endpoint}"
   }}
 }}
 """
@@ -295,6 +300,7 @@ def apply_example(infra_copy: Path, tmp_path: Path, tf_aws: LocalAWS) -> tuple[s
     apply_creating_table(
         tf, tf_aws, name, "module.s3ddb_table.aws_dynamodb_table.this",
         f"-var=table_name={name}", "-var=bucket=lake", "-var=prefix=warehouse/sales",
+        f"-var=glue_database={GLUE_DATABASE}",
     )  # fmt: skip
     return name, tf.outputs()
 
@@ -346,6 +352,24 @@ def test_example_apply_matches_create_table(
         "StringLike": {"s3:prefix": ["warehouse/sales", "warehouse/sales/*"]}
     }
     assert all(st["Effect"] == "Allow" for st in policy)
+    # Glue: the database is created, and the tables in it only (with the catalog and
+    # the database, which Glue authorizes a table action on) may be read, moved and
+    # created; readers may read them.
+    assert out["glue_database"] == GLUE_DATABASE
+    tf_aws.boto3_client("glue").get_database(Name=GLUE_DATABASE)
+    glue_arn = f"arn:aws:glue:us-east-1:{tf_aws.account_id}"
+    glue_resources = {
+        f"{glue_arn}:catalog",
+        f"{glue_arn}:database/{GLUE_DATABASE}",
+        f"{glue_arn}:table/{GLUE_DATABASE}/*",
+    }
+    assert by_sid["S3ddbGlueTables"]["Action"] == {
+        "glue:GetTable", "glue:UpdateTable", "glue:CreateTable",
+    }  # fmt: skip
+    assert by_sid["S3ddbGlueTables"]["Resource"] == glue_resources
+    reading = {st["Sid"]: st for st in statements(out["read_only_iam_policy_json"])}
+    assert reading["S3ddbGlueTablesRead"]["Action"] == {"glue:GetTable"}
+    assert reading["S3ddbGlueTablesRead"]["Resource"] == glue_resources
     iam = tf_aws.boto3_client("iam")
     created = iam.get_policy(PolicyArn=out["iam_policy_arn"])["Policy"]
     assert created["PolicyName"] == f"{name}-s3ddb"
@@ -416,7 +440,7 @@ def test_a_lost_policy_create_response_ends_in_an_imported_policy(
     tf = Terraform(applied_example.infra / "examples" / "basic", applied_example.home)
     plan = tf.run(
         "plan", "-detailed-exitcode", "-no-color", f"-var=table_name={name}",
-        "-var=bucket=lake", "-var=prefix=warehouse/sales",
+        "-var=bucket=lake", "-var=prefix=warehouse/sales", f"-var=glue_database={GLUE_DATABASE}",
     )  # fmt: skip
     assert "No changes." in plan
     iam = tf_aws.boto3_client("iam")

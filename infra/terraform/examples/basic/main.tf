@@ -11,6 +11,7 @@ module "s3ddb_table" {
 
   table_name          = var.table_name
   deletion_protection = var.deletion_protection
+  glue_database       = var.glue_database
 
   s3_locations = [
     { bucket = var.bucket, prefix = var.prefix },

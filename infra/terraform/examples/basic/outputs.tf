@@ -23,3 +23,8 @@ output "read_only_iam_policy_json" {
   description = "The policy for principals that only read the datasets."
   value       = module.s3ddb_table.read_only_iam_policy_json
 }
+
+output "glue_database" {
+  description = "The AWS Glue database: s3ddb catalog register URI --glue <glue_database>.<table>."
+  value       = module.s3ddb_table.glue_database
+}

@@ -27,3 +27,9 @@ variable "deletion_protection" {
   type        = bool
   default     = true
 }
+
+variable "glue_database" {
+  description = "AWS Glue database for the datasets' tables, kept current by s3ddb (docs/catalogs.md); null: none."
+  type        = string
+  default     = null
+}

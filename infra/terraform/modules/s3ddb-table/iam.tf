@@ -6,6 +6,8 @@
 # that checks the predecessor row and puts the new one), UpdateItem (finalize: repoint the row
 # from the staged to the final manifest), DeleteItem/BatchWriteItem (delete a dataset's
 # rows).
+# Glue (var.glue_database set): GetTable/UpdateTable/CreateTable on that database's
+# tables (glue.tf).
 # S3: GetObject/PutObject/DeleteObject on the datasets' objects (CopyObject of a staged
 # manifest needs GetObject on the source and PutObject on the target), ListBucket for
 # listings, and AbortMultipartUpload so that s3fs can clean up failed large uploads.
@@ -83,6 +85,15 @@ data "aws_iam_policy_document" "s3ddb" {
     }
   }
 
+  dynamic "statement" {
+    for_each = local.glue_enabled ? [1] : []
+    content {
+      sid       = "S3ddbGlueTables"
+      actions   = ["glue:GetTable", "glue:UpdateTable", "glue:CreateTable"]
+      resources = local.glue_resources
+    }
+  }
+
 }
 
 resource "aws_iam_policy" "s3ddb" {
@@ -119,6 +130,15 @@ data "aws_iam_policy_document" "s3ddb_read_only" {
       sid       = "S3ddbObjectsRead"
       actions   = ["s3:GetObject"]
       resources = local.s3_object_arns
+    }
+  }
+
+  dynamic "statement" {
+    for_each = local.glue_enabled ? [1] : []
+    content {
+      sid       = "S3ddbGlueTablesRead"
+      actions   = ["glue:GetTable"]
+      resources = local.glue_resources
     }
   }
 

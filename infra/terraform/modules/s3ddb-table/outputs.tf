@@ -37,3 +37,8 @@ output "read_only_iam_policy_json" {
   description = "The read-only IAM policy document, as JSON: reading datasets, never committing."
   value       = data.aws_iam_policy_document.s3ddb_read_only.json
 }
+
+output "glue_database" {
+  description = "The AWS Glue database of the datasets' tables (null: glue_database not set)."
+  value       = one(aws_glue_catalog_database.this[*].name)
+}

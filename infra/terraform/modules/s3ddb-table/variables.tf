@@ -93,3 +93,16 @@ variable "s3_locations" {
     error_message = "s3_locations prefixes must not start with '/'."
   }
 }
+
+# --- AWS Glue -------------------------------------------------------------------------
+
+variable "glue_database" {
+  description = "Create this AWS Glue database for the datasets' tables (s3ddb catalog register URI --glue <glue_database>.<table>) and grant GetTable/UpdateTable/CreateTable on its tables only (readers: GetTable). null: no Glue."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.glue_database == null || can(regex("^[a-z0-9_]{1,255}$", var.glue_database))
+    error_message = "glue_database must be 1-255 characters of a-z, 0-9 and '_'."
+  }
+}
