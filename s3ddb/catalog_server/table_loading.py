@@ -21,9 +21,11 @@ from typing import Any
 
 from s3ddb.dataset import Dataset, dataset
 from s3ddb.errors import OpenFormatError, PublishedStateError
+from s3ddb.observe import telemetry
 from s3ddb.open_formats.iceberg import IcebergWriter
 from s3ddb.open_formats.iceberg_state import METADATA_DIR, bounded_get, bounded_json
 from s3ddb.open_formats.publisher import writer_of
+from s3ddb.versions.opening import open_validated, require_latest_location
 
 __all__ = ["SERVED_FORMAT", "ServedTable", "etag_matches", "load_served_table"]
 
@@ -50,27 +52,29 @@ class ServedTable:
     metadata: dict[str, Any] | None
 
 
-def _root(ds: Dataset) -> str:
+def _root_of(url: str) -> str:
     """The dataset root as the published metadata names it: an absolute local path,
     or ``s3://bucket/prefix``."""
-    url: str = ds.handler.store.url
     return url[len("file://") :] if url.startswith("file://") else url.rstrip("/")
 
 
-def _etag(ds: Dataset) -> str:
-    """The entity tag of ``ds``'s pinned version: changes with the version, and with
-    the dataset's identity (a dataset dropped and written again at the same URI)."""
-    identity = f"{ds.handler.store.url}\n{ds.manifest.dataset_id}\n{ds.version}"
+def _etag(url: str, version: int, table_uuid: str) -> str:
+    """The entity tag of ``version`` of the table at ``url``: changes with the
+    version, and with the table's identity (a dataset dropped and written again at
+    the same location)."""
+    identity = f"{url}\n{table_uuid}\n{version}"
     digest = hashlib.sha256(identity.encode("utf-8", "surrogatepass")).hexdigest()[:24]
-    return f'"v{ds.version}-{digest}"'
+    return f'"v{version}-{digest}"'
 
 
-def _open(uri: str, storage_options: Mapping[str, Any]) -> Dataset:
-    """The dataset at its newest committed version, publishing Iceberg.
+def _published(uri: str, storage_options: Mapping[str, Any]) -> Dataset:
+    """The dataset at its newest committed version, published: opened with s3ddb,
+    which finishes a version a writer left staged, then published if its Iceberg
+    metadata is missing (this moves it to the newest version, maybe a newer one).
 
     Raises:
         OpenFormatError: the newest version does not publish Iceberg.
-        What opening the dataset raised (DatasetNotFoundError...).
+        What opening or publishing the dataset raised (DatasetNotFoundError...).
     """
     ds = dataset(uri, storage_options=dict(storage_options) or None)
     if SERVED_FORMAT not in ds.open_formats:
@@ -78,6 +82,7 @@ def _open(uri: str, storage_options: Mapping[str, Any]) -> Dataset:
             f"{uri}: version {ds.version} does not publish Iceberg "
             f"(s3ddb open-formats URI --enable {SERVED_FORMAT})"
         )
+    ds.publish_open_formats()
     return ds
 
 
@@ -113,6 +118,9 @@ def _checked_metadata(raw: bytes, path: str, root: str, version: int) -> dict[st
         raise fail("its location is not the dataset's")
     if metadata.get("current-snapshot-id") != version:
         raise fail(f"its current snapshot is not version {version}")
+    table_uuid = metadata.get("table-uuid")
+    if not isinstance(table_uuid, str) or not 0 < len(table_uuid) <= 64:
+        raise fail("no table-uuid of at most 64 characters")
     snapshots = metadata.get("snapshots")
     if not isinstance(snapshots, list) or not snapshots:
         raise fail("no snapshots")
@@ -132,36 +140,42 @@ def load_served_table(
     """The newest committed version of the dataset at ``uri`` with its Iceberg
     metadata, published first if it is not (a writer died between its commit and
     its publication). When ``if_none_match`` (the request's header) names that
-    version's entity tag, nothing more is read and the metadata is None.
+    version's entity tag, the metadata is None.
+
+    When the newest version is published this costs two requests: the newest
+    version from the commit mechanism (the DynamoDB query, or the listing of the
+    committed manifests) and the metadata file.
 
     Raises:
         OpenFormatError: the newest version does not publish Iceberg.
         PublishedStateError: its metadata file is damaged (see
             :func:`_checked_metadata`), or still missing after publishing.
+        DatasetNotFoundError: nothing is committed at ``uri``.
         What opening or publishing the dataset raised.
     """
-    ds = _open(uri, storage_options)
     plugin = writer_of(SERVED_FORMAT)
-    root = _root(ds)
-    if if_none_match is not None and etag_matches(if_none_match, _etag(ds)):
-        return ServedTable(ds.version, _etag(ds), plugin.reader_location(root, ds.version), None)
-    store = ds.handler.store
-    path = plugin.published_paths(ds.version)[0]
-    raw = bounded_get(store, path)
-    if raw is None:
-        # Committed, not published: publish it (and what it catches up with), as the
-        # writer would have. This moves to the newest version, which may be newer.
-        ds.publish_open_formats()
-        path = plugin.published_paths(ds.version)[0]
-        raw = bounded_get(store, path)
+    with telemetry.span(
+        "s3ddb.catalog.load_table", {"s3ddb.dataset": telemetry.dataset_attribute(uri)}
+    ) as span:
+        handler = open_validated(uri, dict(storage_options) or None)
+        # Finishes a version a writer left staged (copy, publish, repoint) on s3+ddb.
+        version = require_latest_location(handler, uri).version
+        path = plugin.published_paths(version)[0]
+        raw = bounded_get(handler.store, path)
         if raw is None:
-            raise PublishedStateError(
-                f"{path}: missing after publishing version {ds.version}", path=path
-            )
-    metadata = _checked_metadata(raw, path, root, ds.version)
-    return ServedTable(
-        version=ds.version,
-        etag=_etag(ds),
-        metadata_location=plugin.reader_location(root, ds.version),
-        metadata=metadata,
-    )
+            ds = _published(uri, storage_options)
+            version = ds.version
+            path = plugin.published_paths(version)[0]
+            raw = bounded_get(handler.store, path)
+            if raw is None:
+                raise PublishedStateError(
+                    f"{path}: missing after publishing version {version}", path=path
+                )
+        span.set_attribute("s3ddb.version", version)
+        root = _root_of(handler.store.url)
+        metadata = _checked_metadata(raw, path, root, version)
+        etag = _etag(handler.store.url, version, metadata["table-uuid"])
+        location = plugin.reader_location(root, version)
+        if if_none_match is not None and etag_matches(if_none_match, etag):
+            return ServedTable(version, etag, location, None)
+        return ServedTable(version, etag, location, metadata)

@@ -187,3 +187,16 @@ def test_an_s3ddb_dataset_on_the_local_endpoint(aws: object, tmp_path: Path) -> 
         for body in bodies:
             assert options["aws_secret_access_key"] not in body
             assert options["aws_access_key_id"] not in body
+        # A load of a published version costs the read of its registry entry and two
+        # requests for the dataset: the DynamoDB query of the newest version and the
+        # metadata file.
+        table_url = f"{url}/v1/namespaces/sales/tables/events"
+        aws.clear_requests()  # type: ignore[attr-defined]
+        assert requests.get(table_url, headers=auth, timeout=30).status_code == 200
+        made = [(r.service, r.operation, r.path) for r in aws.requests]  # type: ignore[attr-defined]
+        entry = f"/{root.removeprefix('s3://')}/_s3ddb_catalog/sales/events.json"
+        assert made == [
+            ("s3", "GetObject", entry),
+            ("dynamodb", "Query", "/"),
+            ("s3", "GetObject", f"/{root.removeprefix('s3://')}/events/metadata/v2.metadata.json"),
+        ], made

@@ -243,9 +243,10 @@ def test_each_request_is_a_span(catalog: Any) -> None:
     refused = by_path["/v1/config"]
     assert refused["http.response.status_code"] == 401 and refused["s3ddb.outcome"] == "error"
     assert all(TOKEN not in str(dict(s.attributes)) for s in spans)
-    # loadTable opens the dataset with s3ddb: its span is the request's child.
+    # loadTable's own span, with the version served, is the request's child.
     [request_span] = [s for s in spans if s.attributes["url.path"].endswith("/events")]
-    opened = [s for s in exporter.get_finished_spans() if s.name == "s3ddb.open"]
-    assert any(
-        s.parent is not None and s.parent.span_id == request_span.context.span_id for s in opened
-    )
+    [loaded_span] = [s for s in exporter.get_finished_spans()
+                     if s.name == "s3ddb.catalog.load_table"]  # fmt: skip
+    assert loaded_span.parent is not None
+    assert loaded_span.parent.span_id == request_span.context.span_id
+    assert loaded_span.attributes["s3ddb.version"] == 1
