@@ -25,7 +25,7 @@ from s3ddb.errors import S3DDBError
 if TYPE_CHECKING:
     from s3ddb.spark_ext.atomic import atomic_batches, write_atomic
     from s3ddb.spark_ext.distributed import compact, delete, update
-    from s3ddb.spark_ext.merge import merge_batches, merge_insert
+    from s3ddb.spark_ext.merge import explain_merge_insert, merge_batches, merge_insert
     from s3ddb.spark_ext.native_read import create_temp_view, read
     from s3ddb.spark_ext.native_write import write
 
@@ -35,6 +35,7 @@ __all__ = [
     "configure",
     "create_temp_view",
     "delete",
+    "explain_merge_insert",
     "merge_batches",
     "merge_insert",
     "read",
@@ -119,7 +120,7 @@ def configure(builder: Any) -> Any:
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("merge_insert", "merge_batches"):
+    if name in ("merge_insert", "merge_batches", "explain_merge_insert"):
         _require_pyspark()
         from s3ddb.spark_ext import merge
 

@@ -93,7 +93,7 @@ from s3ddb.writes.merge_clauses import (
 )
 from s3ddb.writes.user_data import to_arrow_table
 
-__all__ = ["merge_batches", "merge_insert"]
+__all__ = ["explain_merge_insert", "merge_batches", "merge_insert"]
 
 log = logging.getLogger(__name__)
 
@@ -155,6 +155,44 @@ def merge_insert(
         RetryableCommitConflictError, TooMuchWriteContentionError: as
             ``Dataset.merge_insert``.
     """
+    clauses = _merge_clauses(
+        on,
+        when_matched_update_all,
+        when_matched_delete,
+        when_matched_fail,
+        when_not_matched_insert_all,
+        when_not_matched_by_source_delete,
+    )
+    ds = s3ddb.dataset(uri, storage_options=storage_options)
+    if getattr(source, "sparkSession", None) is None:
+        # Rows already in the driver's memory still merge on the executors: the
+        # matched target rows never come back.
+        source = spark.createDataFrame(to_arrow_table(source))
+    merge = _DistributedMerge.prepare(spark, ds, source, clauses, jvm_scheme)
+    return plan_and_commit(
+        ds,
+        "merge_insert",
+        merge.plan,
+        conflict_retries,
+        retry_timeout,
+        properties=dict(transaction_properties or {}),
+    )
+
+
+def _merge_clauses(
+    on: str | list[str],
+    when_matched_update_all: bool | Condition,
+    when_matched_delete: bool | Condition,
+    when_matched_fail: bool,
+    when_not_matched_insert_all: bool | Condition,
+    when_not_matched_by_source_delete: bool | Condition,
+) -> MergeClauses:
+    """:func:`merge_insert`'s clause arguments, checked.
+
+    Raises:
+        InvalidInputError: no key, a key twice, or a clause neither a bool nor a
+            condition.
+    """
     keys = [on] if isinstance(on, str) else list(on)
     update, update_if = _clause(when_matched_update_all, "when_matched_update_all")
     delete, delete_if = _clause(when_matched_delete, "when_matched_delete")
@@ -175,19 +213,58 @@ def merge_insert(
         by_source_condition=by_source_if,
     )
     check_clauses(clauses)
+    return clauses
+
+
+def explain_merge_insert(
+    spark: Any,
+    uri: str,
+    source: Any,
+    on: str | list[str],
+    *,
+    when_matched_update_all: bool | Condition = True,
+    when_matched_delete: bool | Condition = False,
+    when_matched_fail: bool = False,
+    when_not_matched_insert_all: bool | Condition = True,
+    when_not_matched_by_source_delete: bool | Condition = False,
+    storage_options: dict[str, Any] | None = None,
+    jvm_scheme: str | None = None,
+) -> str:
+    """What :func:`merge_insert` with these arguments would do, as text: the clauses,
+    the target version, and who writes the rows: Spark's Parquet writer (the clauses
+    evaluated as Spark SQL) or, where the JVM cannot reach the files, Python tasks,
+    with the reason. Runs no Spark job; writes nothing.
+
+    Raises:
+        What :func:`merge_insert` raises before its first Spark job (a bad clause, a
+        source whose schema does not fit).
+    """
+    clauses = _merge_clauses(
+        on,
+        when_matched_update_all,
+        when_matched_delete,
+        when_matched_fail,
+        when_not_matched_insert_all,
+        when_not_matched_by_source_delete,
+    )
     ds = s3ddb.dataset(uri, storage_options=storage_options)
     if getattr(source, "sparkSession", None) is None:
-        # Rows already in the driver's memory still merge on the executors: the
-        # matched target rows never come back.
         source = spark.createDataFrame(to_arrow_table(source))
-    merge = _DistributedMerge.prepare(spark, ds, source, clauses, jvm_scheme)
-    return plan_and_commit(
-        ds,
-        "merge_insert",
-        merge.plan,
-        conflict_retries,
-        retry_timeout,
-        properties=dict(transaction_properties or {}),
+    extras = _checked_extras(ds, source, clauses)
+    local = ds.handler.store.protocol == "file"
+    reader = (
+        "Spark's Parquet reader (JVM), Python tasks for fragments it cannot read as planned"
+        if jvm_scheme or local
+        else "Python tasks"
+    )
+    merge = _DistributedMerge(spark, ds, source, clauses, (), 0, extras, None, jvm_scheme)
+    return "\n".join(
+        [
+            clauses.describe(),
+            f"target: {ds.uri} version {ds.version}, {len(ds.manifest.fragments)} fragment(s)",
+            f"target keys read by: {reader}",
+            merge.writer(ds.schema).describe(),
+        ]
     )
 
 
@@ -261,6 +338,29 @@ def merge_batches(
 # --- planning on the driver ------------------------------------------------------------
 
 
+def _checked_extras(ds: s3ddb.Dataset, source: Any, clauses: MergeClauses) -> pa.Schema:
+    """The source's columns the dataset lacks, after checking that the source holds
+    every dataset column in a type that fits and that the clauses compile.
+
+    Raises:
+        SchemaMismatchError, ColumnNotFoundError, InvalidExpressionError: see
+            :func:`merge_insert`.
+    """
+    arrow = arrow_schema_of(source.schema)
+    target = ds.schema
+    names = set(target.names)
+    missing = [n for n in target.names if n not in arrow.names]
+    if missing:
+        raise SchemaMismatchError(
+            f"merge_insert source lacks the dataset's columns {missing} ({ds.uri})"
+        )
+    extras = pa.schema([f for f in arrow if f.name not in names])
+    own = pa.schema([arrow.field(n) for n in target.names])
+    conform_to_dataset(own.empty_table(), target, where=f"merge_insert source ({ds.uri})")
+    clauses.compile(target, source_schema(target, extras))
+    return extras
+
+
 #: Key types whose range Spark's min/max gives as a value s3ddb's statistics compare
 #: exactly (other key types are not used to prune).
 def _bounded(t: pa.DataType) -> bool:
@@ -315,18 +415,8 @@ class _DistributedMerge:
             SchemaMismatchError, ColumnNotFoundError, InvalidExpressionError: see
                 :func:`merge_insert`.
         """
-        arrow = arrow_schema_of(source.schema)
         target = ds.schema
-        names = set(target.names)
-        missing = [n for n in target.names if n not in arrow.names]
-        if missing:
-            raise SchemaMismatchError(
-                f"merge_insert source lacks the dataset's columns {missing} ({ds.uri})"
-            )
-        extras = pa.schema([f for f in arrow if f.name not in names])
-        own = pa.schema([arrow.field(n) for n in target.names])
-        conform_to_dataset(own.empty_table(), target, where=f"merge_insert source ({ds.uri})")
-        clauses.compile(target, source_schema(target, extras))
+        extras = _checked_extras(ds, source, clauses)
         from pyspark.sql import functions as F
 
         if not source_is_deterministic(source):

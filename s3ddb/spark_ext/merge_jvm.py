@@ -312,14 +312,21 @@ class AddressTask:
         removed: dict[int, BitMap] = {}
         matched: dict[int, BitMap] = {}
         counts = {"num_updated_rows": 0, "num_deleted_rows": 0}
+        refusal: pa.RecordBatch | None = None
         for batch in batches:
             if not batch.num_rows:
                 continue
             outcome = batch.column(0).to_numpy(zero_copy_only=False)
-            refused = outcome >= DUPLICATE
-            if refused.any():
-                yield _refusal(batch, int(np.flatnonzero(refused)[0]), self.on)
+            duplicates = np.flatnonzero(outcome == DUPLICATE)
+            if len(duplicates):
+                # The library refuses a duplicate key before anything else.
+                yield _refusal(batch, int(duplicates[0]), self.on)
                 return
+            refused = np.flatnonzero(outcome > DUPLICATE)
+            if len(refused) and refusal is None:
+                refusal = _refusal(batch, int(refused[0]), self.on)
+            if refusal is not None:
+                continue  # only a duplicate key can still change the answer
             fids = batch.column(1).to_numpy(zero_copy_only=False).astype(np.int64)
             rows = batch.column(2).to_numpy(zero_copy_only=False).astype(np.int64)
             counts["num_updated_rows"] += int((outcome == UPDATE).sum())
@@ -328,6 +335,9 @@ class AddressTask:
             _add(matched, fids[pair], rows[pair])
             gone = (outcome == UPDATE) | (outcome == DELETE) | (outcome == BY_SOURCE)
             _add(removed, fids[gone], rows[gone])
+        if refusal is not None:
+            yield refusal
+            return
         out = [("counts", -1, json.dumps(counts).encode())]
         out += [("removed", fid, b.serialize()) for fid, b in removed.items()]
         out += [("matched", fid, b.serialize()) for fid, b in matched.items()]
