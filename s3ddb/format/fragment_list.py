@@ -75,8 +75,8 @@ class EncodedFragments:
     """
 
     __slots__ = (
-        "_count", "_data", "_decoded", "_ids", "_message", "_rows", "bases", "bounds_hint",
-        "max_id", "version", "where",
+        "_count", "_data", "_decoded", "_ids", "_message", "_rows", "_rows_checked", "bases",
+        "bounds_hint", "max_id", "version", "where",
     )  # fmt: skip
 
     def __init__(
@@ -102,6 +102,7 @@ class EncodedFragments:
         self._decoded: tuple[FragmentMetadata, ...] | None = None
         self._count = count if count is not None else (len(message.fragments) if message else None)
         self._rows = visible_rows
+        self._rows_checked = False
         self.bases = bases
         self.where = where
         self.version = version
@@ -200,8 +201,30 @@ class EncodedFragments:
         return self._count
 
     def visible_rows(self) -> int:
+        """Rows visible to readers. The summary of fragments in hand (not a stored
+        chunk, whose reference's figures are checked when it is fetched) is checked
+        against their parsed messages first: a manifest listing a fragment twice, or
+        a summary that lies, must not change a count that no scan would return.
+
+        Raises:
+            ManifestCorruptError: the summary disagrees with the fragments, or they do
+                not parse.
+            StoredMetadataError: a fragment id is listed twice, or above ``max_id``.
+        """
         if self._rows is None:
             self._rows = _visible_rows(self.decoded())
+        elif not self._rows_checked and self.stored_ref() is None:
+            counted = sum(
+                f.physical_rows
+                - (f.deletion_file.num_deleted_rows if f.HasField("deletion_file") else 0)
+                for f in self.message().fragments
+            )
+            if counted != self._rows:
+                raise ManifestCorruptError(
+                    f"{self.where}: its fragments hold {counted} visible rows, its summary "
+                    f"says {self._rows}"
+                )
+            self._rows_checked = True
         return self._rows
 
     def ids(self) -> list[int]:
@@ -229,7 +252,7 @@ class EncodedFragments:
                     f"says {self._rows}"
                 )
             self._check_decoded(decoded)
-            self._rows = rows
+            self._rows, self._rows_checked = rows, True
             self._decoded = decoded
         return self._decoded
 
