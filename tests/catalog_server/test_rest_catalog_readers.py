@@ -200,3 +200,36 @@ def test_an_s3ddb_dataset_on_the_local_endpoint(aws: object, tmp_path: Path) -> 
             ("dynamodb", "Query", "/"),
             ("s3", "GetObject", f"/{root.removeprefix('s3://')}/events/metadata/v2.metadata.json"),
         ], made
+
+
+def test_a_version_left_staged_on_s3ddb_is_finished_then_served(
+    aws: object, tmp_path: Path
+) -> None:
+    """A writer dies right after its DynamoDB claim: the row stays staged and nothing
+    is published. loadTable finishes the version through the commit protocol
+    (copy, publish, repoint) and serves it."""
+    from tests.conftest import TEST_BUCKET, TEST_TABLE
+
+    options = aws.storage_options()  # type: ignore[attr-defined]
+    root = f"s3://{TEST_BUCKET}/wh-{os.urandom(6).hex()}"
+    registry = CatalogRegistry(root, options)
+    uri = f"s3+ddb://{root.removeprefix('s3://')}/events?ddbTableName={TEST_TABLE}"
+    with_dataset(registry, "sales.events", uri, rows_for(0, 0, 1))
+    s3ddb.commit.finalizer.drain()
+    env = {**aws.env(), "S3DDB_FAILPOINTS": "commit.after_external_put=exit"}  # type: ignore[attr-defined]
+    child = start_worker("append", uri, "4", "1", "2", env=env)
+    child.communicate(timeout=120)
+    assert child.returncode == 86  # claimed in DynamoDB, then the crash
+    metadata = f"{root.removeprefix('s3://').split('/', 1)[1]}/events/metadata/v2.metadata.json"
+    s3 = aws.boto3_client("s3")  # type: ignore[attr-defined]
+    assert "Contents" not in s3.list_objects_v2(Bucket=TEST_BUCKET, Prefix=metadata)
+    with running(registry) as url:
+        response = requests.get(
+            f"{url}/v1/namespaces/sales/tables/events",
+            headers={"Authorization": f"Bearer {TOKEN}"},
+            timeout=60,
+        )
+        assert response.status_code == 200, response.text
+        assert response.json()["metadata"]["current-snapshot-id"] == 2
+    assert "Contents" in s3.list_objects_v2(Bucket=TEST_BUCKET, Prefix=metadata)
+    assert s3ddb_ids(uri, 2, storage_options=options) == [0, 4_000_000, 4_000_001]
