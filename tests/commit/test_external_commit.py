@@ -28,6 +28,7 @@ from s3ddb.versions.connect import external_store_for
 from tests.conftest import TEST_BUCKET, TEST_TABLE
 from tests.support.endpoints import endpoint
 from tests.support.proc import run_workers
+from tests.support.python_children import run_python
 from tests.support.storage import orphans
 from tests.support.workers import rows_for
 
@@ -441,17 +442,8 @@ def test_writers_x_10_appends(aws: Any, ddb_uri: str, writers: int) -> None:
 
 def _other_process(aws: Any, code: str) -> None:
     """Run ``code`` (with ``s3ddb``, ``pa`` and ``rows_for`` imported) in a child."""
-    import subprocess
-    import sys
-
     prelude = "import s3ddb, pyarrow as pa\nfrom tests.support.workers import rows_for\n"
-    done = subprocess.run(
-        [sys.executable, "-c", prelude + code],
-        env=aws.env(inherit=True),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = run_python(["-c", prelude + code], env=aws.env(inherit=True), timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
 
 

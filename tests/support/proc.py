@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from tests.support.python_children import PythonChild, start_python
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -18,18 +18,13 @@ class ChildResult:
     stderr: str
 
 
-def start_worker(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+def start_worker(*args: str, env: dict[str, str] | None = None) -> PythonChild:
+    """``python -m tests.support.workers *args`` with ``env`` added to this environment
+    (forked from a pre-imported interpreter: tests/support/python_children.py)."""
     full_env = dict(os.environ)
     full_env.update(env or {})
     full_env["PYTHONPATH"] = str(ROOT) + os.pathsep + full_env.get("PYTHONPATH", "")
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.support.workers", *args],
-        cwd=ROOT,
-        env=full_env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    return start_python(["-m", "tests.support.workers", *args], env=full_env, cwd=ROOT)
 
 
 def run_workers(
