@@ -76,6 +76,7 @@ from s3ddb.testing._faults import (
     validate_fault,
 )
 from s3ddb.testing._moto_server import INSTALL_HINT, WSGIApp, server_machinery
+from s3ddb.testing._moto_transactions import back_up_touched_items_only
 from s3ddb.testing._requests import (
     RequestRecord,
     detect_operation,
@@ -373,6 +374,8 @@ class LocalAWS(EndpointClientMixin):
         if self._stopped:
             raise RuntimeError("LocalAWS cannot be restarted; create a new instance")
         new_app, server_cls = server_machinery()
+        # Every request runs under _MOTO_LOCK, as the cheaper transaction backup needs.
+        back_up_touched_items_only()
         if "MOTO_ACCOUNT_ID" in os.environ:
             _log.warning(
                 "MOTO_ACCOUNT_ID is set: moto ignores LocalAWS's per-instance account, so "
