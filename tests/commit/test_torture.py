@@ -24,8 +24,6 @@ import json
 import os
 import random
 import signal
-import subprocess
-import sys
 import time
 import uuid
 from collections import Counter
@@ -44,6 +42,7 @@ from s3ddb.versions.connect import external_store_for
 from tests.conftest import TEST_BUCKET, TEST_TABLE
 from tests.support.endpoints import endpoint
 from tests.support.proc import ROOT
+from tests.support.python_children import PythonChild, start_python
 from tests.support.torture import allowed_states, table
 
 WRITERS = 3
@@ -61,7 +60,7 @@ class Generation:
 
     number: int
     seed: int
-    proc: subprocess.Popen[str]
+    proc: PythonChild
     log: list[dict[str, Any]] = field(default_factory=list)
 
     def expected(self) -> list[dict[int, str]]:
@@ -69,15 +68,13 @@ class Generation:
         return allowed_states(self.log)
 
 
-def _torture(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
-    """``python -m tests.support.torture *args`` with ``env`` added to this environment."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.support.torture", *args],
+def _torture(env: dict[str, str], *args: str) -> PythonChild:
+    """``python -m tests.support.torture *args`` with ``env`` added to this environment
+    (forked from a pre-imported interpreter: tests/support/python_children.py)."""
+    return start_python(
+        ["-m", "tests.support.torture", *args],
         cwd=ROOT,
         env={**os.environ, **env, "PYTHONPATH": str(ROOT)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
     )
 
 
