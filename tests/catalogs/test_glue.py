@@ -128,7 +128,7 @@ def test_racing_writer_processes_leave_glue_at_the_newest_version_never_moved_ba
     )
     s3ddb.write_dataset(first, ddb_uri, open_formats=["iceberg"], storage_options=so)
     assert _register(ddb_uri, table, aws) == 0
-    writers, appends = 3, 3
+    writers, appends = 2, 3
     results = run_workers(
         [("append", ddb_uri, str(w), str(appends), "2") for w in range(writers)],
         env=aws.env(),
@@ -147,6 +147,62 @@ def test_racing_writer_processes_leave_glue_at_the_newest_version_never_moved_ba
     assert moves[-1] == ds.version
     loaded = _catalog(aws).load_table(table)
     assert _rows(loaded.scan().to_arrow()) == _rows(ds.to_table())
+    # Every state Glue went through named a committed version's own metadata file
+    # (whose rows the open-format tests check), with the one before as previous.
+    root = ddb_uri.replace("s3+ddb://", "s3://").split("?")[0]
+    previous = None
+    for entry in sorted(history, key=lambda v: int(v["VersionId"])):
+        parameters = entry["Table"]["Parameters"]
+        version = int(parameters["s3ddb.version"])
+        assert parameters["metadata_location"] == f"{root}/metadata/v{version}.metadata.json"
+        assert parameters.get("previous_metadata_location") == previous
+        previous = parameters["metadata_location"]
+
+
+@pytest.fixture(scope="module")
+def spans() -> Any:
+    """The spans this process finishes (an SDK tracer provider's: the one installed,
+    or a new one)."""
+    pytest.importorskip("opentelemetry.sdk.trace", reason="opentelemetry-sdk is a dev dependency")
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    provider = trace.get_tracer_provider()
+    if not isinstance(provider, TracerProvider):
+        provider = TracerProvider()
+        trace.set_tracer_provider(provider)
+    exporter = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return exporter
+
+
+def test_a_reader_finishing_a_crashed_writers_version_moves_glue_in_a_span(
+    aws: Any, glue: Any, ddb_uri: str, table: str, spans: Any
+) -> None:
+    from s3ddb.commit.failpoints import EXIT_CODE
+    from tests.support.workers import rows_for
+
+    so = aws.storage_options()
+    s3ddb.write_dataset(rows_for(0, 0, 2), ddb_uri, open_formats=["iceberg"], storage_options=so)
+    assert _register(ddb_uri, table, aws) == 0
+    [crashed] = run_workers(  # version 3 committed, neither finished nor published
+        [("append", ddb_uri, "1", "1", "2")],
+        env={**aws.env(), "S3DDB_FAILPOINTS": "commit.after_external_put=exit"},
+    )
+    assert crashed.returncode == EXIT_CODE, crashed.stderr[-2000:]
+    assert _parameters(glue, table)["s3ddb.version"] == "2"
+    spans.clear()
+    ds = s3ddb.dataset(ddb_uri, storage_options=so)  # finishes version 3
+    finalizer.drain()
+    assert ds.version == 3
+    assert _parameters(glue, table)["s3ddb.version"] == "3"
+    [update] = [s for s in spans.get_finished_spans() if s.name == "s3ddb.catalog.update"]
+    assert update.attributes["s3ddb.version"] == 3
+    assert update.attributes["s3ddb.catalog.table"] == table
+    assert update.attributes["s3ddb.outcome"] == "updated"
+    assert _rows(_catalog(aws).load_table(table).scan().to_arrow()) == _rows(ds.to_table())
 
 
 def _local_dataset(tmp_path: Any, aws: Any, name: str, table: str, versions: int = 1) -> Any:

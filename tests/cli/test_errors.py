@@ -45,6 +45,8 @@ DATASET_VERBS: dict[str, Callable[[str], list[str]]] = {
     "migrate-commits": lambda uri: ["migrate-commits", uri],
     "doctor": lambda uri: ["doctor", uri],
     "open-formats": lambda uri: ["open-formats", uri],
+    "catalog register": lambda uri: ["catalog", "register", uri, "--glue", "db.t"],
+    "catalog sync": lambda uri: ["catalog", "sync", uri],
 }
 # Verbs without a dataset URI, tested on their own below.
 OTHER_VERBS = {"create-table", "local-aws", "demo"}
