@@ -608,7 +608,10 @@ def report_others(others: list[dict[str, Any]], args: Any) -> list[dict[str, Any
 
 
 def _rate(rows: int, seconds: float) -> str:
-    return f"{rows / seconds / 1e6:,.2f} M" if seconds > 0 else "-"
+    if seconds <= 0:
+        return "-"
+    rate = rows / seconds
+    return f"{rate / 1e6:,.2f} M" if rate >= 1e6 else f"{rate / 1e3:,.1f} k"
 
 
 def main(argv: list[str] | None = None) -> int:
