@@ -3,7 +3,8 @@ registered datasets by ``namespace.table`` and load the newest committed version
 Iceberg metadata. Read-only: s3ddb is the writer. docs/catalogs.md describes it.
 
 The registry of names (:mod:`~s3ddb.catalog_server.registry`), what ``loadTable``
-serves (:mod:`~s3ddb.catalog_server.table_loading`), the error model
+serves (:mod:`~s3ddb.catalog_server.table_loading`), every table as of one instant
+(:mod:`~s3ddb.catalog_server.cuts`), the error model
 (:mod:`~s3ddb.catalog_server.responses`), the ASGI application
 (:mod:`~s3ddb.catalog_server.app`) and running it (:mod:`~s3ddb.catalog_server.server`).
 """

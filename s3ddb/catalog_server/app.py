@@ -12,6 +12,10 @@ Routes follow the Iceberg REST OpenAPI specification (``/v1``, no prefix):
 any other ``POST``/``PUT``/``DELETE``/``PATCH``             403: s3ddb is the writer
 ==========================================================  ==============================
 
+``GET /v1/config?warehouse=cut`` reads every registered table together and answers
+the prefix ``cuts/<id>``: the same routes under ``/v1/cuts/<id>`` serve the versions
+that cut read (:mod:`s3ddb.catalog_server.cuts`).
+
 Before any route, :class:`Guard` (the outermost layer) opens a span
 ``s3ddb.catalog.request`` and bounds the client's request rate (429), checks the
 bearer token in constant time (401; unless the app was built without one, which
@@ -36,6 +40,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from s3ddb.catalog_server.cuts import CUT_WAREHOUSE, Cuts
 from s3ddb.catalog_server.registry import NAME_PATTERN, CatalogRegistry, TableName
 from s3ddb.catalog_server.responses import (
     READ_ONLY_MESSAGE,
@@ -43,6 +48,7 @@ from s3ddb.catalog_server.responses import (
     error_response,
 )
 from s3ddb.catalog_server.table_loading import load_served_table
+from s3ddb.errors import AtomicGroupError
 from s3ddb.observe import telemetry
 
 __all__ = ["Guard", "Limits", "catalog_app"]
@@ -235,6 +241,31 @@ def _no_table(namespace: str, table: str) -> Response:
     return error_response(404, "NoSuchTableException", f"table {shown!r} does not exist")
 
 
+class _View:
+    """What one request sees of the catalog: the registry's tables at their newest
+    versions, or a cut's tables at the versions it read together."""
+
+    def __init__(
+        self, registry: CatalogRegistry, cut: dict[TableName, tuple[str, int]] | None
+    ) -> None:
+        self._registry = registry
+        self._cut = cut
+
+    def names(self) -> list[TableName]:
+        return sorted(self._cut) if self._cut is not None else self._registry.names()
+
+    def tables(self, namespace: str) -> list[TableName]:
+        return [n for n in self.names() if n.namespace == namespace]
+
+    def lookup(self, name: TableName) -> tuple[str, int | None] | None:
+        """The dataset URI of ``name`` and the version to serve (None: the newest);
+        None when there is no such table."""
+        if self._cut is not None:
+            return self._cut.get(name)
+        uri = self._registry.dataset_uri(name)
+        return (uri, None) if uri is not None else None
+
+
 def catalog_app(
     registry: CatalogRegistry,
     *,
@@ -248,13 +279,51 @@ def catalog_app(
     allowed: on loopback only).
     """
     options = registry.storage_options
+    cuts = Cuts(registry, options)
+
+    def view_of(request: Request) -> _View | Response:
+        cut = request.path_params.get("cut")
+        if cut is None:
+            return _View(registry, None)
+        tables = cuts.tables(str(cut))
+        if tables is None:
+            return error_response(
+                404,
+                "NoSuchCutException",
+                f"cut {str(cut)[:64]!r} is not known (or forgotten): ask "
+                f"/v1/config?warehouse={CUT_WAREHOUSE} for a new one",
+            )
+        return _View(registry, tables)
 
     def config(request: Request) -> Response:
-        return JSONResponse({"defaults": {}, "overrides": {}, "endpoints": list(ENDPOINTS)})
+        warehouse = request.query_params.get("warehouse") or ""
+        overrides: dict[str, str] = {}
+        if warehouse == CUT_WAREHOUSE:
+            try:
+                overrides["prefix"] = f"cuts/{cuts.make()}"
+            except AtomicGroupError as exc:
+                return error_response(
+                    400, "BadRequestException", f"no cut of these datasets: {exc}"
+                )
+            except Exception as exc:
+                return error_for_exception(exc, "a cut of the catalog's tables")
+        elif warehouse:
+            return error_response(
+                400,
+                "BadRequestException",
+                f"unknown warehouse {warehouse[:200]!r}: none, or {CUT_WAREHOUSE!r} for every "
+                "table as of one instant",
+            )
+        return JSONResponse(
+            {"defaults": {}, "overrides": overrides, "endpoints": list(ENDPOINTS)}
+        )
 
     def list_namespaces(request: Request) -> Response:
+        view = view_of(request)
+        if isinstance(view, Response):
+            return view
         try:
-            namespaces = registry.namespaces()
+            namespaces = sorted({n.namespace for n in view.names()})
         except Exception as exc:
             return error_for_exception(exc, "the catalog's registry")
         parent = request.query_params.get("parent")
@@ -266,41 +335,44 @@ def catalog_app(
             return JSONResponse({"namespaces": []})  # one level: no namespace has children
         return JSONResponse({"namespaces": [[n] for n in namespaces]})
 
-    def namespace(request: Request) -> Response:
+    def tables_of(request: Request) -> list[TableName] | Response:
+        """The tables of the path's namespace (a 404 when it has none)."""
+        view = view_of(request)
+        if isinstance(view, Response):
+            return view
         name = _namespace_of(request)
         try:
-            exists = name is not None and bool(registry.tables(name))
+            tables = view.tables(name) if name is not None else []
         except Exception as exc:
             return error_for_exception(exc, "the catalog's registry")
-        if not exists:
-            return _no_namespace(request)
+        return tables or _no_namespace(request)
+
+    def namespace(request: Request) -> Response:
+        tables = tables_of(request)
+        if isinstance(tables, Response):
+            return tables
         if request.method == "HEAD":
             return Response(status_code=204)
-        return JSONResponse({"namespace": [name], "properties": {}})
+        return JSONResponse({"namespace": [tables[0].namespace], "properties": {}})
 
     def list_tables(request: Request) -> Response:
-        name = _namespace_of(request)
-        try:
-            tables = registry.tables(name) if name is not None else []
-        except Exception as exc:
-            return error_for_exception(exc, "the catalog's registry")
-        if not tables:
-            return _no_namespace(request)
+        tables = tables_of(request)
+        if isinstance(tables, Response):
+            return tables
         return JSONResponse(
             {"identifiers": [{"namespace": [t.namespace], "name": t.table} for t in tables]}
         )
 
     def list_views(request: Request) -> Response:
-        name = _namespace_of(request)
-        try:
-            exists = name is not None and bool(registry.tables(name))
-        except Exception as exc:
-            return error_for_exception(exc, "the catalog's registry")
-        if not exists:
-            return _no_namespace(request)
+        tables = tables_of(request)
+        if isinstance(tables, Response):
+            return tables
         return JSONResponse({"identifiers": []})
 
     def table(request: Request) -> Response:
+        view = view_of(request)
+        if isinstance(view, Response):
+            return view
         namespace_name = _namespace_of(request)
         table_name = str(request.path_params.get("table", ""))
         if namespace_name is None:
@@ -308,16 +380,17 @@ def catalog_app(
         name = TableName(namespace_name, table_name)
         what = f"table {namespace_name}.{table_name[:200]}"
         try:
-            uri = registry.dataset_uri(name)
+            found = view.lookup(name)
         except Exception as exc:
             return error_for_exception(exc, what)
-        if uri is None:
+        if found is None:
             return _no_table(namespace_name, table_name)
         if request.method == "HEAD":
             return Response(status_code=204)
+        uri, version = found
         try:
             served = load_served_table(
-                uri, options, if_none_match=request.headers.get("if-none-match")
+                uri, options, version=version, if_none_match=request.headers.get("if-none-match")
             )
         except Exception as exc:
             return error_for_exception(exc, what)
@@ -344,19 +417,26 @@ def catalog_app(
         return error_response(404, "NotFoundException", "no such route in the Iceberg REST API")
 
     writes = sorted(_WRITE_METHODS)
-    routes = [
-        Route("/v1/config", config, methods=["GET"]),
-        Route("/v1/namespaces", list_namespaces, methods=["GET"]),
-        Route("/v1/namespaces", refuse_write, methods=writes),
-        Route("/v1/namespaces/{namespace}", namespace, methods=["GET", "HEAD"]),
-        Route("/v1/namespaces/{namespace}/tables", list_tables, methods=["GET"]),
-        Route("/v1/namespaces/{namespace}/views", list_views, methods=["GET"]),
-        Route(
-            "/v1/namespaces/{namespace}/tables/{table}/metrics", metrics, methods=["POST"]
-        ),
-        Route("/v1/namespaces/{namespace}/tables/{table}", table, methods=["GET", "HEAD"]),
-        Route("/{path:path}", not_found, methods=["GET", "HEAD", *writes]),
-    ]
+    routes = [Route("/v1/config", config, methods=["GET"])]
+    # The same routes without a prefix (the newest versions) and under a cut's.
+    for base in ("/v1", "/v1/cuts/{cut}"):
+        routes += [
+            Route(f"{base}/namespaces", list_namespaces, methods=["GET"]),
+            Route(f"{base}/namespaces/{{namespace}}", namespace, methods=["GET", "HEAD"]),
+            Route(f"{base}/namespaces/{{namespace}}/tables", list_tables, methods=["GET"]),
+            Route(f"{base}/namespaces/{{namespace}}/views", list_views, methods=["GET"]),
+            Route(
+                f"{base}/namespaces/{{namespace}}/tables/{{table}}/metrics",
+                metrics,
+                methods=["POST"],
+            ),
+            Route(
+                f"{base}/namespaces/{{namespace}}/tables/{{table}}",
+                table,
+                methods=["GET", "HEAD"],
+            ),
+        ]
+    routes.append(Route("/{path:path}", not_found, methods=["GET", "HEAD", *writes]))
 
     async def http_error(request: Request, exc: Exception) -> Response:
         status = int(getattr(exc, "status_code", 500))

@@ -24,10 +24,16 @@ from s3ddb.errors import OpenFormatError, PublishedStateError
 from s3ddb.observe import telemetry
 from s3ddb.open_formats.iceberg import IcebergWriter
 from s3ddb.open_formats.iceberg_state import METADATA_DIR, bounded_get, bounded_json
-from s3ddb.open_formats.publisher import writer_of
+from s3ddb.open_formats.publisher import publish_version, writer_of
 from s3ddb.versions.opening import open_validated, require_latest_location
 
-__all__ = ["SERVED_FORMAT", "ServedTable", "etag_matches", "load_served_table"]
+__all__ = [
+    "SERVED_FORMAT",
+    "ServedTable",
+    "etag_matches",
+    "load_served_table",
+    "publish_pinned",
+]
 
 #: The open format the catalog serves (its plug-in's name: what a dataset's
 #: ``open_formats`` must include).
@@ -86,6 +92,22 @@ def _published(uri: str, storage_options: Mapping[str, Any]) -> Dataset:
     return ds
 
 
+def publish_pinned(ds: Dataset) -> None:
+    """Publish ``ds``'s pinned version (and the versions before it that should be
+    and are not) if its Iceberg metadata file is missing: a version a cut read
+    before its writer published it.
+
+    Raises:
+        OpenFormatError: the version does not publish Iceberg.
+        What publishing raised.
+    """
+    if SERVED_FORMAT not in ds.open_formats:
+        raise OpenFormatError(f"{ds.uri}: version {ds.version} does not publish Iceberg")
+    store = ds.handler.store
+    if not store.exists(writer_of(SERVED_FORMAT).published_paths(ds.version)[0]):
+        publish_version(store, ds.manifest, ds.handler.manifest_if_kept)
+
+
 def etag_matches(if_none_match: str | None, etag: str) -> bool:
     """Whether an ``If-None-Match`` header names ``etag`` (or is ``*``); a weak tag
     compares by its value."""
@@ -135,12 +157,19 @@ def _checked_metadata(raw: bytes, path: str, root: str, version: int) -> dict[st
 
 
 def load_served_table(
-    uri: str, storage_options: Mapping[str, Any], *, if_none_match: str | None = None
+    uri: str,
+    storage_options: Mapping[str, Any],
+    *,
+    version: int | None = None,
+    if_none_match: str | None = None,
 ) -> ServedTable:
     """The newest committed version of the dataset at ``uri`` with its Iceberg
     metadata, published first if it is not (a writer died between its commit and
     its publication). When ``if_none_match`` (the request's header) names that
     version's entity tag, the metadata is None.
+
+    ``version`` (a cut's: committed, and published when the cut was read) serves
+    that version's metadata file instead; it is never published here.
 
     When the newest version is published this costs two requests: the newest
     version from the commit mechanism (the DynamoDB query, or the listing of the
@@ -158,10 +187,14 @@ def load_served_table(
         "s3ddb.catalog.load_table", {"s3ddb.dataset": telemetry.dataset_attribute(uri)}
     ) as span:
         handler = open_validated(uri, dict(storage_options) or None)
-        # Finishes a version a writer left staged (copy, publish, repoint) on s3+ddb.
-        version = require_latest_location(handler, uri).version
+        pinned = version is not None
+        if version is None:
+            # Finishes a version a writer left staged (copy, publish, repoint) on s3+ddb.
+            version = require_latest_location(handler, uri).version
         path = plugin.published_paths(version)[0]
         raw = bounded_get(handler.store, path)
+        if raw is None and pinned:
+            raise PublishedStateError(f"{path}: missing (version {version})", path=path)
         if raw is None:
             ds = _published(uri, storage_options)
             version = ds.version
