@@ -7,6 +7,7 @@ docs/catalogs.md.
 """
 
 from s3ddb.catalogs.glue import (
+    CATALOG_CONFIG_KEYS,
     GLUE_FORMAT_KEY,
     GLUE_FORMATS,
     GLUE_TABLE_KEY,
@@ -20,6 +21,7 @@ from s3ddb.catalogs.glue import (
 )
 
 __all__ = [
+    "CATALOG_CONFIG_KEYS",
     "GLUE_FORMATS",
     "GLUE_FORMAT_KEY",
     "GLUE_TABLE_KEY",

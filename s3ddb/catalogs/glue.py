@@ -55,6 +55,7 @@ from s3ddb.observe import telemetry
 from s3ddb.open_formats.publisher import enabled_formats, published_schema, writer_of
 
 __all__ = [
+    "CATALOG_CONFIG_KEYS",
     "GLUE_FORMATS",
     "GLUE_FORMAT_KEY",
     "GLUE_TABLE_KEY",
@@ -76,6 +77,8 @@ log = logging.getLogger(__name__)
 GLUE_TABLE_KEY = "s3ddb.catalog.glue"
 #: The dataset config key naming the format its Glue table reads (default Iceberg).
 GLUE_FORMAT_KEY = "s3ddb.catalog.glue_format"
+#: The config keys that name a dataset's catalog table: a clone does not inherit them.
+CATALOG_CONFIG_KEYS = (GLUE_TABLE_KEY, GLUE_FORMAT_KEY)
 #: The formats a Glue table can read, the default first. They are the plug-ins'
 #: names and Glue's ``table_type`` values (upper case): Glue's vocabulary.
 GLUE_FORMATS = ("iceberg", "delta")

@@ -19,6 +19,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from s3ddb.arguments import is_int
+from s3ddb.catalogs import CATALOG_CONFIG_KEYS
 from s3ddb.errors import DatasetAlreadyExistsError, InvalidInputError
 from s3ddb.format import layout
 from s3ddb.format.bases import BasePath, FileResolver
@@ -80,13 +81,14 @@ def _open_target(
 def _template(
     source: Manifest, fragments: tuple[FragmentMetadata, ...], **changes: Any
 ) -> Manifest:
-    """The clone's version 1: the source's schema, config and metadata."""
+    """The clone's version 1: the source's schema, config and metadata, but not the
+    catalog table the source names (a Glue table stands for one dataset)."""
     return Manifest(
         version=1,
         schema=source.schema,
         fragments=FragmentList(fragments),
         max_fragment_id=source.max_fragment_id,
-        config=dict(source.config),
+        config={k: v for k, v in source.config.items() if k not in CATALOG_CONFIG_KEYS},
         table_metadata=dict(source.table_metadata),
         cloned_from_version=source.version,
         **changes,

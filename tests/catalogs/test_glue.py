@@ -400,3 +400,15 @@ def test_register_refuses_bad_names_another_table_and_unpublished_formats(
     assert s3ddb.dataset(uri).version == 1  # nothing committed
     assert main(["catalog", "sync", uri, *_options(aws)]) == 2  # no catalog named
     assert "names no catalog table" in capsys.readouterr().err
+
+
+def test_a_clone_does_not_name_its_sources_glue_table(
+    aws: Any, glue: Any, tmp_path: Any, table: str
+) -> None:
+    ds = _local_dataset(tmp_path, aws, "source", table)
+    so = aws.storage_options()
+    clone = ds.shallow_clone(str(tmp_path / "clone"), storage_options=so)
+    assert "s3ddb.catalog.glue" not in clone.config
+    clone.insert(pa.table({"id": pa.array([9], pa.int64())}))
+    assert _parameters(glue, table)["metadata_location"].startswith(str(tmp_path / "source"))
+    assert verify(clone.uri, so, grace_seconds=0).healthy
