@@ -27,6 +27,7 @@ thread pool.
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import threading
 import time
@@ -112,13 +113,19 @@ class _RateLimiter:
         return allowed
 
 
+def _digest(token: bytes) -> bytes:
+    return hashlib.sha256(token).digest()
+
+
 class Guard:
     """The ASGI layer in front of the routes: span, rate, token, body size (see the
     module docstring). ``token`` None serves without authentication."""
 
     def __init__(self, app: ASGIApp, token: str | None, limits: Limits) -> None:
         self._app = app
-        self._token = token.encode("utf-8") if token is not None else None
+        # Kept as its digest: requests are compared digest to digest, equal lengths,
+        # so the comparison's time tells nothing of the token, its length included.
+        self._token = _digest(token.encode("utf-8")) if token is not None else None
         self._limits = limits
         self._rates = _RateLimiter(limits)
 
@@ -192,8 +199,7 @@ class Guard:
         scheme, _, credential = given.partition(b" ")
         if scheme.lower() != b"bearer":
             credential = b""
-        # Constant time in the token's content (the length is not secret).
-        return hmac.compare_digest(credential.strip(), self._token)
+        return hmac.compare_digest(_digest(credential.strip()), self._token)
 
     async def _bounded_body(self, scope: Scope, receive: Receive) -> bytes | None:
         """The request body, or None once it is over the limit (declared or sent)."""
