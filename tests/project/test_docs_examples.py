@@ -40,9 +40,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.python_children import run_python
+
 ROOT = Path(__file__).resolve().parents[2]
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-RUNNER = Path(__file__).resolve().parents[1] / "support" / "docs_examples_runner.py"
+RUNNER = "tests.support.docs_examples_runner"
 
 _FENCE = re.compile(r"^```([^\n]*)\n(.*?)^```[ \t]*$", re.S | re.M)
 _KINDS = {"python": "python", "bash": "shell", "sh": "shell", "console": "console"}
@@ -298,12 +300,12 @@ def test_examples_run_verbatim(path: Path, local_aws_env: dict[str, str], tmp_pa
     work.mkdir()
     (tmp_path / "blocks.json").write_text(json.dumps(payload))
     results_path = tmp_path / "results.json"
-    done = subprocess.run(
-        [sys.executable, str(RUNNER), str(tmp_path / "blocks.json"), str(results_path)],
+    # The runner forks each block's interpreter from itself; it is forked in turn from
+    # the pre-imported interpreter of tests/support/python_children.py.
+    done = run_python(
+        ["-m", RUNNER, str(tmp_path / "blocks.json"), str(results_path)],
         cwd=work,
         env=local_aws_env,
-        capture_output=True,
-        text=True,
         timeout=1200,
     )
     assert done.returncode == 0, done.stderr

@@ -5,7 +5,9 @@ The concurrency, crash and torture tests start hundreds of ``python -m MODULE`` 
 pyarrow (which brings pandas), boto3 and s3ddb before it runs a line of the test's code.
 :func:`start_python` gives the same child without that cost: a fork server, started once
 per test process, has imported those modules and nothing else (it has run nothing of the
-package, opened no connection and started no thread), and forks one child per request.
+package, opened no connection and started no Python thread; the native threads those
+imports start, OpenBLAS's and jemalloc's, are left to those libraries' fork handlers, as in
+any forked child of a Python program), and forks one child per request.
 The child then becomes what ``python ARGS`` would be:
 
 - its stdin is ``/dev/null``, its stdout and stderr are pipes to the test (as
