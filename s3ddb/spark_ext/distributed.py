@@ -12,6 +12,7 @@ merge_insert keeps its source on the executors: :mod:`s3ddb.spark_ext.merge`.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar
 
@@ -20,6 +21,8 @@ import pyarrow.compute as pc
 import s3ddb
 from s3ddb.maintenance.compaction import DEFAULT_TARGET_ROWS_PER_FRAGMENT, CompactionMetrics
 from s3ddb.tasks.fragment_map import mapped_by
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "TASKS_PER_CORE",
@@ -78,13 +81,37 @@ def update(
     storage_options: dict[str, Any] | None = None,
     conflict_retries: int | None = None,
     retry_timeout: float | None = None,
+    jvm_scheme: str | None = None,
 ) -> dict[str, int]:
     """:meth:`s3ddb.Dataset.update` on the newest version; executors find the rows
     and write the changed rows or columns.
 
+    Where the JVM reaches the files (a local path; ``s3://`` objects when
+    ``jvm_scheme`` names the cluster's S3 connector), ``values`` and ``where`` are
+    SQL text Spark evaluates, and ``rewrite`` is not ``"columns"``, Spark evaluates
+    them and writes the changed rows with its own Parquet writer
+    (:mod:`s3ddb.spark_ext.update_jvm`); otherwise Python tasks do.
+
     Returns ``{"num_rows_updated": n}``; raises as ``Dataset.update`` does.
     """
+    from s3ddb.spark_ext.update_jvm import update_in_jvm, update_refusal
+
     ds = _open(uri, storage_options)
+    refused = update_refusal(ds, values, where, rewrite, jvm_scheme)
+    if refused is None:
+        done = update_in_jvm(
+            spark,
+            ds,
+            {k: str(v) for k, v in values.items()},
+            None if where is None else str(where),
+            jvm_scheme=jvm_scheme,
+            conflict_retries=conflict_retries,
+            retry_timeout=retry_timeout,
+        )
+        if done is not None:
+            return done
+    else:
+        log.info("s3ddb update: rows written by Python tasks: %s", refused)
     with mapped_by(SparkMapper(spark)):
         return ds.update(
             values,
