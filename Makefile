@@ -15,7 +15,7 @@ SCALE_ARGS ?=
 READ_ARGS ?=
 SPARK_MERGE_ARGS ?=
 
-.PHONY: demo test test-fast lint typecheck protos bench bench-groups bench-index bench-stream bench-peers bench-scale bench-telemetry bench-open-formats bench-read bench-spark-merge clean
+.PHONY: demo test test-fast lint typecheck protos bench bench-groups bench-index bench-stream bench-peers bench-scale bench-telemetry bench-open-formats bench-read bench-spark-merge bench-catalog clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -100,6 +100,12 @@ bench-telemetry: $(BENCH_STAMP)
 # requests it adds per commit, on the local endpoint and a local path (docs/performance.md).
 bench-open-formats: $(STAMP)
 	$(PY) benchmarks/open_formats.py
+
+# The Iceberg REST catalog's loadTable (s3ddb catalog serve) on s3+ddb:// on the local
+# endpoint: requests to the store per load and latency, beside a plain GET of the
+# metadata file.
+bench-catalog: $(STAMP)
+	$(PY) benchmarks/catalog.py
 
 # Scans (full, projection, k < 10, point lookup) beside pyarrow on the same files, pylance
 # and deltalake, local and on one local endpoint, plus streaming memory;
