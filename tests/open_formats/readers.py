@@ -7,12 +7,12 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import duckdb
 import pyarrow as pa
+
+from tests.support.python_children import run_python
 
 __all__ = [
     "deltalake_read",
@@ -100,9 +100,9 @@ def deltalake_read(
     so = _s3(options)
     if so and not child:
         repo = str(Path(__file__).resolve().parents[2])
-        done = subprocess.run(
-            [sys.executable, "-c", _DELTALAKE_CHILD, root, str(version), json.dumps(so)],
-            capture_output=True, timeout=300, cwd=repo, env={**os.environ, "PYTHONPATH": repo},
+        done = run_python(
+            ["-c", _DELTALAKE_CHILD, root, str(version), json.dumps(so)],
+            env={**os.environ, "PYTHONPATH": repo}, cwd=repo, timeout=300, text=False,
         )  # fmt: skip
         assert done.returncode == 0, done.stderr.decode()[-3000:]
         return pa.ipc.open_stream(done.stdout).read_all()

@@ -10,7 +10,6 @@ import datetime as dt
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,7 @@ from tests.open_formats.readers import (
     rows_of,
     same_rows,
 )
+from tests.support.python_children import run_python
 
 FORMATS = ["iceberg", "delta"]
 REPO = Path(__file__).resolve().parents[2]
@@ -182,10 +182,7 @@ def test_a_crash_before_publication_is_repaired_by_the_next_reader(aws: Any, ddb
         "S3DDB_FAILPOINTS": "commit.before_publication=exit",
         "PYTHONPATH": str(REPO),
     }
-    crashed = subprocess.run(
-        [sys.executable, "-c", code, ddb_uri, json.dumps(so)],
-        env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    crashed = run_python(["-c", code, ddb_uri, json.dumps(so)], env=env, timeout=120)
     assert crashed.returncode == EXIT_CODE, crashed.stderr[-2000:]
     store = ObjectStore(ddb_uri, so)
     assert not store.exists("metadata/v2.metadata.json")
@@ -319,10 +316,9 @@ def test_the_command_line_enables_shows_and_republishes(tmp_path: Path) -> None:
     s3ddb.write_dataset(_table(0, 10), uri)
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "s3ddb.cli.main", *args],
-            capture_output=True, text=True, timeout=120,
-            env={**os.environ, "PYTHONPATH": str(REPO)},
+        return run_python(
+            ["-m", "s3ddb.cli.main", *args], env={**os.environ, "PYTHONPATH": str(REPO)},
+            timeout=120,
         )  # fmt: skip
 
     shown = cli("open-formats", uri)
