@@ -7,8 +7,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -26,6 +24,7 @@ from s3ddb.maintenance.verify import verify
 from tests.conftest import TEST_BUCKET, TEST_TABLE
 from tests.support import storage
 from tests.support.endpoints import endpoint
+from tests.support.python_children import start_python
 
 # Cleanup here runs right after commits, with no writer racing it.
 pytestmark = pytest.mark.usefixtures("instant_cleanup")
@@ -164,13 +163,7 @@ def test_writers_committing_during_cleanup_lose_nothing(
         "    print(start, flush=True)\n"
     )
     env = {**os.environ, **aws.env(), "PYTHONPATH": str(ROOT)}
-    command = [sys.executable, "-c", code, uri]
-    writers = [
-        subprocess.Popen(
-            [*command, str(w)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
-        for w in (1, 2)
-    ]
+    writers = [start_python(["-c", code, uri, str(w)], env=env) for w in (1, 2)]
     ds = s3ddb.dataset(uri, storage_options=so)
     rounds = 0
     while any(w.poll() is None for w in writers) or rounds < 2:
