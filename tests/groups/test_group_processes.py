@@ -9,8 +9,6 @@ group there is a typed error, see tests/groups/test_groups.py).
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import uuid
 from collections import Counter
 from typing import Any
@@ -23,6 +21,7 @@ from s3ddb.commit.failpoints import EXIT_CODE
 from s3ddb.maintenance.verify import verify
 from tests.conftest import TEST_BUCKET, TEST_TABLE
 from tests.support.proc import ROOT
+from tests.support.python_children import PythonChild, start_python
 
 pytestmark = pytest.mark.slow
 
@@ -34,20 +33,15 @@ FAILPOINTS_AFTER = [
 ]
 
 
-def _start(*args: str, env: dict[str, str]) -> subprocess.Popen[str]:
+def _start(*args: str, env: dict[str, str]) -> PythonChild:
+    """``python -m tests.support.group_workers *args`` with ``env`` added to this
+    environment (forked from a pre-imported interpreter: tests/support/python_children.py)."""
     full_env = {**os.environ, **env}
     full_env["PYTHONPATH"] = str(ROOT) + os.pathsep + full_env.get("PYTHONPATH", "")
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.support.group_workers", *args],
-        cwd=ROOT,
-        env=full_env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    return start_python(["-m", "tests.support.group_workers", *args], env=full_env, cwd=ROOT)
 
 
-def _finish(proc: subprocess.Popen[str]) -> tuple[int, list[int], str]:
+def _finish(proc: PythonChild) -> tuple[int, list[int], str]:
     out, err = proc.communicate(timeout=300)
     acked = [int(line.split()[1]) for line in out.splitlines() if line.startswith("ok ")]
     return proc.returncode, acked, err
