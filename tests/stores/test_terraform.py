@@ -507,7 +507,7 @@ def test_provisioned_variant_matches_create_table_after_a_lost_create_response(
 
 # moto enforces IAM after INITIAL_NO_AUTH_ACTION_COUNT unauthenticated requests; the set-up
 # below makes exactly this many: bucket, table, 2 users, 2 inline policies, 2 access keys.
-_SETUP_REQUESTS = 8
+_SETUP_REQUESTS = 9
 
 
 def _enforced(policy_json: str, table_arn: str) -> str:
@@ -517,11 +517,12 @@ def _enforced(policy_json: str, table_arn: str) -> str:
     authorizes a TransactWriteItems as the action "dynamodb:TransactWriteItems", which
     AWS does not have: AWS authorizes each item's own action (PutItem, and
     ConditionCheckItem for a ConditionCheck, both in the module's policy). A statement
-    granting PutItem and ConditionCheckItem gets moto's name for them too."""
+    granting PutItem and ConditionCheckItem gets moto's name for them too. moto checks
+    Glue actions, not their resources either: the Glue statements name "*" there."""
     policy = json.loads(policy_json)
     for st in policy["Statement"]:
         resources = [st["Resource"]] if isinstance(st["Resource"], str) else st["Resource"]
-        if table_arn in resources:
+        if table_arn in resources or ":glue:" in str(resources):
             st["Resource"] = "*"
         actions = [st["Action"]] if isinstance(st["Action"], str) else list(st["Action"])
         if {"dynamodb:PutItem", "dynamodb:ConditionCheckItem"} <= set(actions):
@@ -552,6 +553,7 @@ def test_module_policies_hold_on_an_endpoint_that_enforces_iam(
         import boto3
 
         boto3.client("s3", **admin).create_bucket(Bucket="lake")
+        boto3.client("glue", **admin).create_database(DatabaseInput={"Name": GLUE_DATABASE})
         table_arn = boto3.client("dynamodb", **admin).create_table(
             TableName=name,
             KeySchema=[{"AttributeName": "base_uri", "KeyType": "HASH"},
@@ -613,4 +615,37 @@ def test_module_policies_hold_on_an_endpoint_that_enforces_iam(
         assert s3ddb.dataset(inside, storage_options=writer).version == 3  # finalizes it
         from s3ddb.commit import finalizer
 
+        finalizer.drain()
+
+        # Glue: with the writer policy's Glue actions the writer registers the dataset's
+        # table and its commits move it. A commit whose Glue calls are refused (signed
+        # here with the reader's keys, which may only GetTable) still commits, and
+        # `catalog sync` with the writer's keys catches up.
+        from s3ddb.cli.main import main
+
+        flags = [f"--storage-option={k}={v}" for k, v in writer.items()]
+        s3ddb.dataset(inside, storage_options=writer).enable_open_formats(["iceberg"])
+        register = ["catalog", "register", inside, "--glue", f"{GLUE_DATABASE}.sales"]
+        assert main([*register, *flags]) == 0
+        refused = dict(
+            writer,
+            glue_access_key_id=reader["aws_access_key_id"],
+            glue_secret_access_key=reader["aws_secret_access_key"],
+        )
+        s3ddb.write_dataset(rows, inside, mode="append", storage_options=refused)
+        finalizer.drain()
+        newest = s3ddb.dataset(inside, storage_options=writer).version
+        glue_reader = boto3.client(
+            "glue", endpoint_url=server.endpoint_url, region_name="us-east-1", config=no_retries,
+            aws_access_key_id=reader["aws_access_key_id"],
+            aws_secret_access_key=reader["aws_secret_access_key"],
+        )  # fmt: skip
+
+        def glue_version() -> int:
+            found = glue_reader.get_table(DatabaseName=GLUE_DATABASE, Name="sales")["Table"]
+            return int(found["Parameters"]["s3ddb.version"])
+
+        assert glue_version() == newest - 1
+        assert main(["catalog", "sync", inside, *flags]) == 0
+        assert glue_version() == newest
         finalizer.drain()  # nothing of this process may outlive the endpoint
