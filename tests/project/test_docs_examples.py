@@ -40,7 +40,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.python_children import run_python
+from tests.support.python_children import PythonChild, run_python, start_python
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -230,20 +230,17 @@ def test_no_two_examples_share_a_dataset() -> None:
 
 @pytest.fixture
 def local_aws_env(tmp_path: Path) -> Iterator[dict[str, str]]:
-    """A fresh ``s3ddb local-aws`` and the environment its ``export`` lines give."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "s3ddb.cli.main", "local-aws"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    """A fresh ``s3ddb local-aws`` and the environment its ``export`` lines give (the
+    command in a child forked from the pre-imported interpreter of
+    tests/support/python_children.py)."""
+    proc = start_python(["-m", "s3ddb.cli.main", "local-aws"], cwd=Path.cwd())
     try:
         yield _exported_environment(proc, tmp_path)
     finally:
         _stop(proc)
 
 
-def _stop(proc: subprocess.Popen[str]) -> None:
+def _stop(proc: PythonChild) -> None:
     """SIGTERM ``proc`` and wait for it to exit (not for its pipes: anything it started
     may hold them); one that ignores SIGTERM for a minute is killed and fails the test."""
     proc.terminate()
@@ -259,7 +256,7 @@ def _stop(proc: subprocess.Popen[str]) -> None:
                 stream.close()
 
 
-def _exported_environment(proc: subprocess.Popen[str], home: Path) -> dict[str, str]:
+def _exported_environment(proc: PythonChild, home: Path) -> dict[str, str]:
     assert proc.stderr is not None and proc.stdout is not None
     deadline = time.monotonic() + 60
     while "Ctrl-C to stop" not in proc.stderr.readline():

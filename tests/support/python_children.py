@@ -45,7 +45,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 ROOT = Path(__file__).resolve().parents[2]
 FRESH_ENV = "S3DDB_TEST_FRESH_PYTHON"
@@ -76,6 +76,7 @@ class PythonChild:
         self._status = status  # the server writes the wait status here when the child ends
         self._pipes = {out: bytearray(), err: bytearray()}
         self._open = [out, err]
+        self._streams: dict[int, IO[Any]] = {}
 
     def poll(self) -> int | None:
         """The exit status if the child has ended (as ``Popen.returncode``), else None."""
@@ -152,6 +153,24 @@ class PythonChild:
         self._status.close()
         return True
 
+    @property
+    def stdout(self) -> IO[Any]:
+        """The child's stdout as a file (text or bytes as started), to read as it writes;
+        :meth:`communicate` reads the pipe itself, so use one or the other."""
+        return self._stream(0)
+
+    @property
+    def stderr(self) -> IO[Any]:
+        """The child's stderr as a file (see :attr:`stdout`)."""
+        return self._stream(1)
+
+    def _stream(self, which: int) -> IO[Any]:
+        fd = list(self._pipes)[which]
+        if fd not in self._streams:
+            mode = "r" if self.text else "rb"
+            self._streams[fd] = open(fd, mode, closefd=False)  # noqa: SIM115 (closed with the pipe)
+        return self._streams[fd]
+
     def __del__(self) -> None:
         for fd in self._open:
             try:
@@ -189,6 +208,16 @@ class _FreshChild(PythonChild):
 
     def send_signal(self, sig: int) -> None:
         self._popen.send_signal(sig)
+
+    @property
+    def stdout(self) -> IO[Any]:
+        assert self._popen.stdout is not None
+        return self._popen.stdout
+
+    @property
+    def stderr(self) -> IO[Any]:
+        assert self._popen.stderr is not None
+        return self._popen.stderr
 
 
 def _read_line(sock: socket.socket) -> str:
