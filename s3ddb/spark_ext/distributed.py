@@ -132,10 +132,33 @@ def compact(
     storage_options: dict[str, Any] | None = None,
     conflict_retries: int | None = None,
     retry_timeout: float | None = None,
+    jvm_scheme: str | None = None,
 ) -> CompactionMetrics:
     """:meth:`s3ddb.maintenance.compaction.DatasetOptimizer.compact_files` on the newest version,
-    one Spark task per group of fragments compacted together."""
+    one Spark task per group of fragments compacted together.
+
+    Where the JVM reaches the files (a local path; ``s3://`` objects when
+    ``jvm_scheme`` names the cluster's S3 connector) and Spark stores every column as
+    the dataset does, Spark's own Parquet reader and writer move the rows
+    (:mod:`s3ddb.spark_ext.compact_jvm`); otherwise Python tasks do."""
+    from s3ddb.maintenance.compaction import CompactionOptions
+    from s3ddb.spark_ext.compact_jvm import compact_in_jvm, compact_refusal
+
     ds = _open(uri, storage_options)
+    options = CompactionOptions(
+        target_rows_per_fragment, materialize_deletions, materialize_deletions_threshold
+    )
+    refused = compact_refusal(ds, jvm_scheme)
+    if refused is None:
+        return compact_in_jvm(
+            spark,
+            ds,
+            options,
+            jvm_scheme=jvm_scheme,
+            conflict_retries=conflict_retries,
+            retry_timeout=retry_timeout,
+        )
+    log.info("s3ddb compact: rows written by Python tasks: %s", refused)
     with mapped_by(SparkMapper(spark)):
         return ds.optimize.compact_files(
             target_rows_per_fragment=target_rows_per_fragment,

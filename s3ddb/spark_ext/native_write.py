@@ -76,6 +76,7 @@ __all__ = [
     "value_checks",
     "write",
     "write_staged",
+    "write_staged_groups",
 ]
 
 log = logging.getLogger(__name__)
@@ -133,14 +134,20 @@ def jvm_root_of(uri: str, jvm_scheme: str | None = None) -> str | None:
     return None
 
 
-def _with_field_ids(df: Any, schema: DatasetSchema, checks: Mapping[str, list[_Check]]) -> Any:
+def _with_field_ids(
+    df: Any, schema: DatasetSchema, checks: Mapping[str, list[_Check]], keep: str | None = None
+) -> Any:
     """``df``'s columns tagged with their field ids, each failing the job at the first
-    value that breaks one of its ``checks``."""
+    value that breaks one of its ``checks``; ``keep`` (a column not in the dataset)
+    passes as it is."""
     from pyspark.sql import functions as F
 
     columns = []
     for name in df.columns:
         column = F.col(quoted_name(name))
+        if name == keep:
+            columns.append(column)
+            continue
         checked: Any = None
         for condition, message in checks.get(name, []):
             fail = F.raise_error(F.lit(_CHECK_MARK + message))
@@ -451,26 +458,70 @@ def write_staged(
         DataFileError: the staging folder does not hold the rows Spark wrote, or a
             file lacks a field id.
     """
+    groups = write_staged_groups(
+        df, store, root, schema, write_id, checks, max_rows_per_file=max_rows_per_file
+    )
+    return groups[0]
+
+
+def write_staged_groups(
+    df: Any,
+    store: ObjectStore,
+    root: str,
+    schema: DatasetSchema,
+    write_id: str,
+    checks: Mapping[str, list[Any]] | None = None,
+    *,
+    max_rows_per_file: int | None = None,
+    group_column: str | None = None,
+    groups: int = 1,
+) -> list[list[FragmentMetadata]]:
+    """:func:`write_staged`, with ``df``'s rows split by ``group_column`` (integers
+    0 to ``groups`` - 1, not written): Spark writes each group's rows into a folder of
+    its own, and the fragments come back per group, each group's in the order of the
+    names Spark gave its files (one task writing a group's rows in order makes them
+    the rows' order). Without ``group_column``, one group of every row.
+
+    Raises:
+        As :func:`write_staged`.
+    """
     staging = f"{STAGING_DIR}/{write_id}"
-    fields = tuple(schema.top_level_ids(df.columns))
+    written = [c for c in df.columns if c != group_column]
+    fields = tuple(schema.top_level_ids(written))
     spark = df.sparkSession
     # The session setting is changed for this write only, and only when it matters.
     conf = _SESSION_CONF if "timestamp" in df.schema.simpleString() else {}
     saved = {k: spark.conf.get(k, None) for k in conf}
     moved: list[FragmentMetadata] = []
+    out: list[list[FragmentMetadata]] = []
     try:
         for key, value in conf.items():
             spark.conf.set(key, value)
-        observation, counted = _counted(_with_field_ids(df, schema, checks or {}), write_id)
+        tagged = _with_field_ids(df, schema, checks or {}, keep=group_column)
+        observation, counted = _counted(tagged, write_id)
         writer = counted.write.mode("overwrite").options(**WRITER_OPTIONS)
         if max_rows_per_file:
             writer = writer.option("maxRecordsPerFile", max_rows_per_file)
+        if group_column is not None:
+            writer = writer.partitionBy(group_column)
         _run(writer, f"{root.rstrip('/')}/{staging}")
-        collected = _collect(store, staging, fields)
-        _check_row_count(observation, collected, f"{store.url}/{staging}")
-        for src, fragment in collected:
-            _move(store, src, layout.data_file_path(fragment.files[0].path))
-            moved.append(fragment)
+        folders = (
+            [f"{staging}/{group_column}={g}" for g in range(groups)]
+            if group_column is not None
+            else [staging]
+        )
+        collected = [
+            sorted(_collect(store, folder, fields), key=lambda c: c[0]) for folder in folders
+        ]
+        _check_row_count(
+            observation, [c for group in collected for c in group], f"{store.url}/{staging}"
+        )
+        for group in collected:
+            out.append([])
+            for src, fragment in group:
+                _move(store, src, layout.data_file_path(fragment.files[0].path))
+                moved.append(fragment)
+                out[-1].append(fragment)
         failpoint("native_write.after_move")
     except BaseException:
         _write.delete_files(store, moved)
@@ -487,7 +538,7 @@ def write_staged(
             # Left behind, the folder costs storage only (cleanup and verify find it);
             # failing here would orphan the moved files of a write about to commit.
             log.warning("s3ddb: could not remove %s/%s: %s", store.url, staging, exc)
-    return moved
+    return out
 
 
 def write(

@@ -1,0 +1,53 @@
+"""Spark's ``compact`` with Spark's own Parquet reader and writer gives what
+``optimize.compact_files`` gives: the same rows in the same order, the same groups."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+pyspark = pytest.importorskip("pyspark")
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+
+def test_a_compaction_equals_the_library_compaction_row_for_row(spark: Any, tmp_path: Path) -> None:
+    """Twelve small fragments (deleted rows, a renamed column, a column added after
+    some of them) become the same fragments, holding the same rows in the same order,
+    as the library's compaction makes; Spark wrote their files."""
+    import s3ddb.spark_ext
+
+    uri = str(tmp_path / "t")
+    for part in range(12):
+        ids = list(range(part * 25, (part + 1) * 25))
+        table = pa.table({"id": pa.array(ids, pa.int64()), "v": [f"r{i}" for i in ids]})
+        s3ddb.write_dataset(table, uri, mode="append")
+    ds = s3ddb.dataset(uri)
+    ds.delete("id % 6 = 1 OR (id > 100 AND id < 140)")
+    ds.alter_columns({"path": "v", "name": "w"})
+    twin = str(tmp_path / "twin")
+    shutil.copytree(uri, twin)
+    expected = s3ddb.dataset(twin).optimize.compact_files(target_rows_per_fragment=70)
+    before = {f.id for f in s3ddb.dataset(uri).get_fragments()}
+    got = s3ddb.spark_ext.compact(spark, uri, target_rows_per_fragment=70)
+    assert got == expected and got.fragments_removed == 12
+    after, wanted = s3ddb.dataset(uri), s3ddb.dataset(twin)
+    assert after.to_table() == wanted.to_table()  # the same rows, in the same order
+    assert [f.num_rows for f in after.get_fragments()] == [
+        f.num_rows for f in wanted.get_fragments()
+    ]
+    new = [f for f in after.get_fragments() if f.id not in before]
+    writers = {
+        pq.ParquetFile(Path(uri, "data", f.files[0].path)).metadata.created_by.split(" ")[0]
+        for f in new
+    }
+    assert new and writers == {"parquet-mr"}, writers
+    # A delete after the compaction finds the rows where the mapping put them.
+    after.delete("id = 150")
+    wanted.delete("id = 150")
+    assert s3ddb.dataset(uri).to_table() == s3ddb.dataset(twin).to_table()
