@@ -8,7 +8,6 @@ from __future__ import annotations
 import datetime as dt
 import os
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from s3ddb.io import ObjectStore, parse_uri
 from s3ddb.maintenance.verify import verify
 from tests.conftest import TEST_BUCKET, TEST_TABLE
 from tests.support import storage
+from tests.support.python_children import run_python
 
 pytestmark = pytest.mark.usefixtures("instant_cleanup")
 
@@ -32,11 +32,10 @@ NOW = dt.timedelta(0)
 
 
 def _child(code: str, *args: str, aws: Any = None) -> subprocess.CompletedProcess[str]:
-    """Run ``code`` in a fresh Python process (another client of the dataset)."""
+    """Run ``code`` in another Python process (another client of the dataset; forked
+    from a pre-imported interpreter: tests/support/python_children.py)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), **(aws.env() if aws is not None else {})}
-    return subprocess.run(
-        [sys.executable, "-c", code, *args], env=env, capture_output=True, text=True, timeout=300
-    )
+    return run_python(["-c", code, *args], env=env, timeout=300)
 
 
 def _three_versions(uri: str, so: dict[str, Any] | None) -> dict[int, list[int]]:
