@@ -36,6 +36,7 @@ import atexit
 import json
 import os
 import selectors
+import shutil
 import signal
 import socket
 import struct
@@ -255,11 +256,11 @@ def _server_socket() -> str:
         if ready != b"ready\n":
             raise RuntimeError(f"the fork server did not start (it said {ready!r})")
         _server = (os.getpid(), path, server)
-        atexit.register(_stop_server, server)
+        atexit.register(_stop_server, server, path)
         return path
 
 
-def _stop_server(server: subprocess.Popen[bytes]) -> None:
+def _stop_server(server: subprocess.Popen[bytes], path: str) -> None:
     """End the fork server and wait for it (so that its CPU time, and its children's,
     count in this process's)."""
     assert server.stdin is not None
@@ -269,6 +270,7 @@ def _stop_server(server: subprocess.Popen[bytes]) -> None:
     except subprocess.TimeoutExpired:
         server.kill()
         server.wait()
+    shutil.rmtree(os.path.dirname(path), ignore_errors=True)
 
 
 def start_python(
@@ -373,10 +375,12 @@ def _become_child(request: dict[str, Any], fds: list[int]) -> None:
             exec(compile(what, "<string>", "exec"), {"__name__": "__main__"})
     except SystemExit as exc:  # as the interpreter reports it
         status = _exit_status(exc)
-    except BaseException:
+    except BaseException as exc:
         import traceback
 
-        traceback.print_exc()
+        # As the interpreter prints it: from the code's frames (not this function's).
+        frames = exc.__traceback__.tb_next if exc.__traceback__ is not None else None
+        traceback.print_exception(type(exc), exc, frames)
         status = 1
     # What the interpreter runs at exit, in its order, whatever ended the code: threading's
     # exit hooks (s3ddb drains its background finalizer there) and the joins of
@@ -430,9 +434,19 @@ def serve(path: str) -> int:
                     return 0
             elif key.data == "accept":
                 conn, _addr = listener.accept()
-                header, fds, _flags, _addr = socket.recv_fds(conn, _HEADER.size, 3)
-                header = _recv_exact(conn, _HEADER.size, header)
-                request = json.loads(_recv_exact(conn, _HEADER.unpack(header)[0]))
+                fds = []
+                try:
+                    header, fds, _flags, _addr = socket.recv_fds(conn, _HEADER.size, 3)
+                    header = _recv_exact(conn, _HEADER.size, header)
+                    request = json.loads(_recv_exact(conn, _HEADER.unpack(header)[0]))
+                    if len(fds) != 3:
+                        raise ValueError(f"a request came with {len(fds)} descriptors, not 3")
+                except (OSError, ValueError) as exc:  # that test's start fails, not the server
+                    print(f"fork server: bad request: {exc}", file=sys.stderr)
+                    for fd in fds:
+                        os.close(fd)
+                    conn.close()
+                    continue
                 sys.stdout.flush()
                 sys.stderr.flush()
                 pid = os.fork()
