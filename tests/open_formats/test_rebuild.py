@@ -10,8 +10,6 @@ import datetime as dt
 import json
 import logging
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -26,6 +24,7 @@ from tests.open_formats.readers import (
     rows_of,
     same_rows,
 )
+from tests.support.python_children import run_python
 
 FORMATS = ["iceberg", "delta"]
 REPO = Path(__file__).resolve().parents[2]
@@ -160,10 +159,9 @@ def test_the_command_line_rebuilds(tmp_path: Path) -> None:
     Path(uri, "metadata", "foreign.metadata.json").write_text("{}")
     _age(uri)
 
-    done = subprocess.run(
-        [sys.executable, "-m", "s3ddb.cli.main", "open-formats", uri, "--rebuild", "--json"],
-        capture_output=True, text=True, timeout=120,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
+    done = run_python(
+        ["-m", "s3ddb.cli.main", "open-formats", uri, "--rebuild", "--json"],
+        env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
@@ -220,10 +218,9 @@ def test_a_state_kept_in_process_drops_what_another_process_cleaned_up(
         "s3ddb.dataset(sys.argv[1]).cleanup_old_versions(older_than=dt.timedelta(0), "
         "retain_versions=2, claim_window=dt.timedelta(0))\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", cleanup, uri], capture_output=True, text=True, timeout=120,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-    )  # fmt: skip
+    done = run_python(
+        ["-c", cleanup, uri], env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     # Long after: the kept state's snapshots are older than cleanup's claim window.
     monkeypatch.setattr(publisher, "_now_ms", lambda: 2**62)
