@@ -381,7 +381,11 @@ def test_distributed_compaction_equals_single_process(spark: Any, aws: Any, opts
 # --- separate Spark applications ------------------------------------------------------
 
 
-def test_three_spark_applications_append_to_one_new_path(uri: str, opts: dict) -> None:
+def test_two_spark_applications_append_to_one_new_path(uri: str, opts: dict) -> None:
+    # Two applications (two JVMs, two drivers) race to create the same new path: the
+    # first to commit creates version 1, the other lands as version 2 (rebased if it
+    # lost the race). A third would only lose once more through the same retry loop
+    # (the many-writer races of tests/commit show that), at the cost of a third JVM.
     args = [f"--option={k}={v}" for k, v in opts.items()]
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     procs = [
@@ -404,14 +408,14 @@ def test_three_spark_applications_append_to_one_new_path(uri: str, opts: dict) -
             stderr=subprocess.PIPE,
             text=True,
         )
-        for i in range(3)
+        for i in range(2)
     ]
     for proc in procs:
         _out, err = proc.communicate(timeout=400)
         assert proc.returncode == 0, err[-3000:]
     ds = s3ddb.dataset(uri, storage_options=opts)
-    assert [v.version for v in ds.versions()] == [1, 2, 3]
+    assert [v.version for v in ds.versions()] == [1, 2]
     ids = ds.to_table().column("id").to_pylist()
-    assert sorted(ids) == sorted(i * 1000 + j for i in range(3) for j in range(300))
+    assert sorted(ids) == sorted(i * 1000 + j for i in range(2) for j in range(300))
     apps = {r["app"] for r in ds.to_table(columns=["app"]).to_pylist()}
-    assert apps == {"app0", "app1", "app2"}
+    assert apps == {"app0", "app1"}
