@@ -67,6 +67,7 @@ from s3ddb.spark_ext.merge_jvm import (
     AddressTask,
     WriterChoice,
     decided_frame,
+    evaluation_errors,
     source_is_deterministic,
     writer_choice,
 )
@@ -575,12 +576,14 @@ class _DistributedMerge:
             self.source, target_df, clauses, compiled, self.bounds, addresses=True
         )
         touched = max(1, min(len(candidates), parallelism * 4))
-        results = (
-            addresses.mapInArrow(AddressTask(clauses.on), RESULT_DDL)
-            .repartition(touched, "fid")
-            .mapInArrow(DeletionTask(self.store, manifest, fragments), RESULT_DDL)
-            .collect()
-        )
+        what = f"merge_insert into {self.uri}"
+        with evaluation_errors(what):
+            results = (
+                addresses.mapInArrow(AddressTask(clauses.on), RESULT_DDL)
+                .repartition(touched, "fid")
+                .mapInArrow(DeletionTask(self.store, manifest, fragments), RESULT_DDL)
+                .collect()
+            )
         _raise_refusal(self.store, results)
         updated = sum(
             json.loads(data).get("num_updated_rows", 0)
@@ -601,15 +604,16 @@ class _DistributedMerge:
             )
             assert choice.root is not None
             try:
-                written = write_staged(
-                    chosen,
-                    self.store,
-                    choice.root,
-                    manifest.schema,
-                    uuid.uuid4().hex,
-                    choice.checks,
-                    max_rows_per_file=ROWS_PER_TASK,
-                )
+                with evaluation_errors(what):
+                    written = write_staged(
+                        chosen,
+                        self.store,
+                        choice.root,
+                        manifest.schema,
+                        uuid.uuid4().hex,
+                        choice.checks,
+                        max_rows_per_file=ROWS_PER_TASK,
+                    )
                 seen = observed_value(observation, "updated")
                 if seen is not None and seen != updated:
                     raise InvalidInputError(

@@ -26,7 +26,9 @@ and one Spark cannot analyze sends the merge through Python tasks instead.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,7 +37,7 @@ import numpy as np
 import pyarrow as pa
 from pyroaring import BitMap
 
-from s3ddb.errors import InvalidInputError, S3DDBError
+from s3ddb.errors import InvalidExpressionError, InvalidInputError, S3DDBError
 from s3ddb.spark_ext._types import quoted_name
 from s3ddb.spark_ext.merge_tasks import (
     FRAGMENT,
@@ -61,6 +63,7 @@ __all__ = [
     "AddressTask",
     "WriterChoice",
     "decided_frame",
+    "evaluation_errors",
     "source_is_deterministic",
     "writer_choice",
 ]
@@ -372,6 +375,36 @@ def _refusal(batch: pa.RecordBatch, index: int, on: tuple[str, ...]) -> pa.Recor
         )
     message = json.dumps({"type": type(error).__name__, "message": str(error)}).encode()
     return result_batch([("error", -1, message)])
+
+
+#: Spark's error classes of an expression that failed on a value (ANSI SQL).
+_EVALUATION = re.compile(
+    r"\[(DIVIDE_BY_ZERO|ARITHMETIC_OVERFLOW|CAST_INVALID_INPUT|CAST_OVERFLOW|"
+    r"NUMERIC_VALUE_OUT_OF_RANGE|INVALID_ARRAY_INDEX\w*|DATETIME_\w+)\][^\n]*"
+)
+
+
+@contextlib.contextmanager
+def evaluation_errors(what: str) -> Iterator[None]:
+    """Turn a Spark job's failure to evaluate an expression on a value (a division by
+    zero, an overflow, under Spark's ANSI SQL) into the library's typed error.
+
+    Raises:
+        InvalidExpressionError: such a failure, with Spark's message.
+    """
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors import PySparkException
+
+    try:
+        yield
+    except (PySparkException, Py4JJavaError) as exc:
+        found = _EVALUATION.search(str(exc))
+        if found is None:
+            raise
+        kind = found.group(1).lower().replace("_", " ")
+        raise InvalidExpressionError(
+            f"{what}: Spark could not evaluate it ({kind}): {found.group(0)[:300]}"
+        ) from None
 
 
 def source_is_deterministic(source: Any) -> bool:

@@ -40,7 +40,7 @@ from s3ddb.io.written_files import delete_written_files
 from s3ddb.operations import RowChangePlan, Update, UpdateMode
 from s3ddb.scan.visible_rows import fragment_may_match
 from s3ddb.spark_ext._types import quoted_name, spark_schema_of
-from s3ddb.spark_ext.merge_jvm import AddressTask
+from s3ddb.spark_ext.merge_jvm import AddressTask, evaluation_errors
 from s3ddb.spark_ext.merge_target import target_frame
 from s3ddb.spark_ext.merge_tasks import (
     FRAGMENT,
@@ -186,13 +186,15 @@ def _plan(
         return None, "a value's Spark type is not stored as the dataset's column"
     fragments = {f.id: f for f in candidates}
     touched = max(1, min(len(candidates), spark.sparkContext.defaultParallelism * 4))
-    results = (
-        rows.select(F.lit(UPDATE).cast("byte"), FRAGMENT, ROW)
-        .mapInArrow(AddressTask(()), RESULT_DDL)
-        .repartition(touched, "fid")
-        .mapInArrow(DeletionTask(store, manifest, fragments), RESULT_DDL)
-        .collect()
-    )
+    what = f"update of {ds.uri}"
+    with evaluation_errors(what):
+        results = (
+            rows.select(F.lit(UPDATE).cast("byte"), FRAGMENT, ROW)
+            .mapInArrow(AddressTask(()), RESULT_DDL)
+            .repartition(touched, "fid")
+            .mapInArrow(DeletionTask(store, manifest, fragments), RESULT_DDL)
+            .collect()
+        )
     counted = sum(
         json.loads(data)["num_updated_rows"] for kind, _fid, data in results if kind == "counts"
     )
@@ -201,15 +203,16 @@ def _plan(
         return None, None
     written: list[FragmentMetadata] = []
     try:
-        written = write_staged(
-            changed,
-            store,
-            root,
-            schema,
-            uuid.uuid4().hex,
-            checks,
-            max_rows_per_file=ROWS_PER_TASK,
-        )
+        with evaluation_errors(what):
+            written = write_staged(
+                changed,
+                store,
+                root,
+                schema,
+                uuid.uuid4().hex,
+                checks,
+                max_rows_per_file=ROWS_PER_TASK,
+            )
         if sum(f.physical_rows for f in written) != counted:
             raise s3ddb.errors.DataFileError(
                 f"Spark wrote {sum(f.physical_rows for f in written)} updated row(s) into "
