@@ -17,6 +17,7 @@ import pytest
 import s3ddb
 from s3ddb.errors import StoredMetadataError
 from s3ddb.format.version_metrics import parse_metrics
+from tests.support.python_children import run_python
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests" / "fixtures" / "format1_dataset"
@@ -97,7 +98,8 @@ def test_a_commit_that_lost_a_race_records_its_attempts(
         "s3ddb.write_dataset(pa.table({'id': pa.array([50], pa.int64()), 'v': ['c']}),"
         " sys.argv[1], mode='append')\n"
     )
-    subprocess.run([sys.executable, "-c", code, uri], check=True, cwd=ROOT, timeout=120)
+    other = run_python(["-c", code, uri], cwd=ROOT, timeout=120)  # another process
+    assert other.returncode == 0, other.stderr[-2000:]
     stale.insert(_rows(2, 2))
     mine = _metrics(uri)
     assert mine["attempts"] == 2
@@ -294,7 +296,8 @@ def test_commits_and_conflicts_are_counted_by_the_instruments(
         "s3ddb.write_dataset(pa.table({'id': pa.array([50], pa.int64()), 'v': ['c']}),"
         " sys.argv[1], mode='append')\n"
     )
-    subprocess.run([sys.executable, "-c", code, uri], check=True, cwd=ROOT, timeout=120)
+    other = run_python(["-c", code, uri], cwd=ROOT, timeout=120)  # another process
+    assert other.returncode == 0, other.stderr[-2000:]
     stale.insert(_rows(2, 2))
     after = totals()
 
