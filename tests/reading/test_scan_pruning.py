@@ -160,8 +160,9 @@ def _rows(table: pa.Table) -> list[tuple[Any, ...]]:
     ]
 
 
-def _check(ds: s3ddb.Dataset, text: str) -> None:
-    everything = ds.to_table()  # no filter: nothing pruned
+def _check(ds: s3ddb.Dataset, text: str, everything: pa.Table) -> None:
+    """``ds`` filtered by ``text`` (read, counted and streamed) holds exactly the rows
+    of ``everything`` (``ds.to_table()``: no filter, nothing pruned) that match."""
     expected = _rows(everything.filter(parse_predicate(text, ds.schema)))
     assert _rows(ds.to_table(filter=text)) == expected, text
     assert ds.count_rows(text) == len(expected), text
@@ -222,9 +223,9 @@ def test_pruning_never_drops_a_matching_row(
     monkeypatch.setattr(s3ddb.format.datafile, "DEFAULT_ROW_GROUP_SIZE", 64)
     rng = random.Random(seed)
     ds = _random_history(rng, str(tmp_path / "ds"), None)
-    table = ds.to_table()
+    table = ds.to_table()  # read once: ds stays at one version
     for _ in range(30):
-        _check(ds, _filter(rng, table))
+        _check(ds, _filter(rng, table), table)
 
 
 @pytest.mark.parametrize(("seed", "s3"), [(100, "moto"), (101, "moto"), (102, "seaweedfs")])
@@ -244,9 +245,9 @@ def test_pruning_never_drops_a_matching_row_on_the_endpoint(
     rng = random.Random(seed)
     uri = f"s3+ddb://{TEST_BUCKET}/t-{uuid.uuid4().hex[:12]}?ddbTableName={TEST_TABLE}"
     ds = _random_history(rng, uri, aws.storage_options())
-    table = ds.to_table()
+    table = ds.to_table()  # read once: ds stays at one version
     for _ in range(15):
-        _check(ds, _filter(rng, table))
+        _check(ds, _filter(rng, table), table)
 
 
 def _sorted(uri: str, so: dict[str, Any] | None, fragments: int = 5, rows: int = 1000) -> None:
