@@ -6,8 +6,9 @@ publishing ``s3+ddb://`` dataset is registered in a registry on S3 and served by
 ``s3ddb.catalog_server.CatalogServer`` on 127.0.0.1. Each round:
 
 * ``loadTable``: ``GET /v1/namespaces/bench/tables/events`` with the token; the
-  store requests it made are counted from the endpoint's request log (the registry
-  entry, then the dataset's: target at most 2 when the newest version is published);
+  store requests it made are counted from the endpoint's request log (target at
+  most 2 when the newest version is published: the server keeps the registry entry
+  it read in the warm-up load, and reads it again every 5 seconds);
 * ``304``: the same with ``If-None-Match`` of the previous answer's ETag;
 * ``plain GET``: boto3's ``GetObject`` of the newest ``vN.metadata.json``, which is
   what a reader handed the path would do (and which may lag under writers).

@@ -42,7 +42,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from s3ddb.catalog_server.cuts import CUT_WAREHOUSE, Cuts
-from s3ddb.catalog_server.registry import NAME_PATTERN, CatalogRegistry, TableName
+from s3ddb.catalog_server.registry import NAME_PATTERN, CatalogRegistry, EntryCache, TableName
 from s3ddb.catalog_server.responses import (
     READ_ONLY_MESSAGE,
     error_for_exception,
@@ -84,12 +84,18 @@ class Limits:
         burst: how many requests a client may send at once above that rate.
         max_clients: client addresses whose rate is tracked (the oldest are
             forgotten beyond it, so the table stays bounded).
+        entry_seconds: how long a registry entry read is used before it is read
+            again (a table unregistered or registered anew is served from its old
+            entry at most this long; at once not, if its dataset cannot be opened).
+        max_cached_entries: how many registry entries the server keeps.
     """
 
     max_body_bytes: int = 64 * 1024
     requests_per_second: float = 50.0
     burst: int = 200
     max_clients: int = 10_000
+    entry_seconds: float = 5.0
+    max_cached_entries: int = 1000
 
 
 class _RateLimiter:
@@ -252,9 +258,13 @@ class _View:
     versions, or a cut's tables at the versions it read together."""
 
     def __init__(
-        self, registry: CatalogRegistry, cut: dict[TableName, tuple[str, int]] | None
+        self,
+        registry: CatalogRegistry,
+        entries: EntryCache,
+        cut: dict[TableName, tuple[str, int]] | None,
     ) -> None:
         self._registry = registry
+        self._entries = entries
         self._cut = cut
 
     def names(self) -> list[TableName]:
@@ -263,13 +273,18 @@ class _View:
     def tables(self, namespace: str) -> list[TableName]:
         return [n for n in self.names() if n.namespace == namespace]
 
-    def lookup(self, name: TableName) -> tuple[str, int | None] | None:
-        """The dataset URI of ``name`` and the version to serve (None: the newest);
-        None when there is no such table."""
+    def lookup(self, name: TableName) -> tuple[str, int | None, bool] | None:
+        """The dataset URI of ``name``, the version to serve (None: the newest) and
+        whether the URI is a cached entry's; None when there is no such table."""
         if self._cut is not None:
-            return self._cut.get(name)
-        uri = self._registry.dataset_uri(name)
-        return (uri, None) if uri is not None else None
+            found = self._cut.get(name)
+            return (*found, False) if found is not None else None
+        uri, cached = self._entries.dataset_uri(name)
+        return (uri, None, cached) if uri is not None else None
+
+    def forget(self, name: TableName) -> None:
+        """Read ``name``'s registry entry again at its next lookup."""
+        self._entries.forget(name)
 
 
 def catalog_app(
@@ -286,11 +301,18 @@ def catalog_app(
     """
     options = registry.storage_options
     cuts = Cuts(registry, options)
+    limits = limits or Limits()
+    # Registry entries are written once and removed only by unregister: a server
+    # reads each at most once per entry_seconds, so a loadTable of a published
+    # version costs the dataset's two requests only.
+    entries = EntryCache(
+        registry, max_entries=limits.max_cached_entries, max_age=limits.entry_seconds
+    )
 
     def view_of(request: Request) -> _View | Response:
         cut = request.path_params.get("cut")
         if cut is None:
-            return _View(registry, None)
+            return _View(registry, entries, None)
         tables = cuts.tables(str(cut))
         if tables is None:
             return error_response(
@@ -299,7 +321,7 @@ def catalog_app(
                 f"cut {str(cut)[:64]!r} is not known (or forgotten): ask "
                 f"/v1/config?warehouse={CUT_WAREHOUSE} for a new one",
             )
-        return _View(registry, tables)
+        return _View(registry, entries, tables)
 
     def config(request: Request) -> Response:
         warehouse = request.query_params.get("warehouse") or ""
@@ -393,11 +415,27 @@ def catalog_app(
             return _no_table(namespace_name, table_name)
         if request.method == "HEAD":
             return Response(status_code=204)
-        uri, version = found
+        uri, version, cached = found
+        if_none_match = request.headers.get("if-none-match")
         try:
-            served = load_served_table(
-                uri, options, version=version, if_none_match=request.headers.get("if-none-match")
-            )
+            try:
+                served = load_served_table(
+                    uri, options, version=version, if_none_match=if_none_match
+                )
+            except Exception:
+                if not cached:
+                    raise
+                # The dataset cannot be served at the cached entry's URI: the entry
+                # may have been removed or registered anew. Read it again.
+                view.forget(name)
+                fresh = view.lookup(name)
+                if fresh is None:
+                    return _no_table(namespace_name, table_name)
+                if fresh[0] == uri:
+                    raise
+                served = load_served_table(
+                    fresh[0], options, version=fresh[1], if_none_match=if_none_match
+                )
         except Exception as exc:
             return error_for_exception(exc, what)
         if served.metadata is None:
@@ -459,5 +497,5 @@ def catalog_app(
         routes=routes,
         exception_handlers={404: http_error, 405: http_error, Exception: unexpected},
     )
-    return Guard(app, token, limits or Limits())
+    return Guard(app, token, limits)
 

@@ -22,7 +22,10 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +45,7 @@ __all__ = [
     "NAME_PATTERN",
     "REGISTRY_DIR",
     "CatalogRegistry",
+    "EntryCache",
     "TableName",
     "parse_table_name",
 ]
@@ -248,3 +252,63 @@ class CatalogRegistry:
             raise
         except S3DDBError as exc:
             raise PathOutsideDatasetError(f"catalog entry {where}: {exc}") from None
+
+
+class EntryCache:
+    """The checked dataset URIs of a registry's entries, as a server keeps them: an
+    entry is read (and checked, as :meth:`CatalogRegistry.dataset_uri` checks it) at
+    most once per ``max_age`` seconds, in a table of at most ``max_entries`` names
+    (the least recently used are forgotten first).
+
+    Entries are written once (put-if-absent) and only removed by
+    :meth:`CatalogRegistry.unregister`, so a cached URI goes stale only when its entry
+    is removed or registered again: it is served at most ``max_age`` seconds after,
+    and not at all once the dataset cannot be opened there (the caller then calls
+    :meth:`forget` and reads the entry again). Names not registered, and
+    entries refused, are not cached: a new registration is seen at once, a damaged
+    entry is refused on every request.
+    """
+
+    def __init__(
+        self,
+        registry: CatalogRegistry,
+        *,
+        max_entries: int,
+        max_age: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._registry = registry
+        self._max_entries = max_entries
+        self._max_age = max_age
+        self._clock = clock
+        self._entries: OrderedDict[TableName, tuple[str, float]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def dataset_uri(self, name: TableName) -> tuple[str | None, bool]:
+        """The URI registered as ``name`` (None: not registered) and whether it came
+        from the cache (not read from the registry by this call).
+
+        Raises:
+            What :meth:`CatalogRegistry.dataset_uri` raises.
+        """
+        now = self._clock()
+        with self._lock:
+            found = self._entries.get(name)
+            if found is not None and now - found[1] < self._max_age:
+                self._entries.move_to_end(name)
+                return found[0], True
+        uri = self._registry.dataset_uri(name)
+        with self._lock:
+            if uri is None:
+                self._entries.pop(name, None)
+            elif self._max_entries > 0:
+                self._entries[name] = (uri, now)
+                self._entries.move_to_end(name)
+                while len(self._entries) > self._max_entries:
+                    self._entries.popitem(last=False)
+        return uri, False
+
+    def forget(self, name: TableName) -> None:
+        """Drop ``name``'s cached URI: the next lookup reads its entry again."""
+        with self._lock:
+            self._entries.pop(name, None)

@@ -6,6 +6,7 @@ its commit and its publication."""
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import requests
 
 import s3ddb
 import s3ddb.commit.finalizer
-from s3ddb.catalog_server import CatalogRegistry
+from s3ddb.catalog_server import CatalogRegistry, Limits, parse_table_name
 from tests.catalog_server.support import (
     TOKEN,
     duckdb_attached,
@@ -71,6 +72,35 @@ def test_a_load_is_answered_304_while_the_version_is_unchanged(tmp_path: Path) -
         newer = requests.get(table_url, headers={**auth, "If-None-Match": etag}, timeout=30)
         assert newer.status_code == 200 and newer.headers["ETag"] != etag
         assert newer.json()["metadata"]["current-snapshot-id"] == 2
+
+
+def test_an_unregistered_or_moved_table_stops_being_served(tmp_path: Path) -> None:
+    """The server keeps registry entries it read for Limits.entry_seconds: an
+    unregistered table is not served after that; a dataset that cannot be opened at
+    its cached entry's location has its entry read again at once."""
+    registry = CatalogRegistry(str(tmp_path))
+    with_dataset(registry, "sales.events", str(tmp_path / "events"), [1, 2])
+    with_dataset(registry, "sales.orders", str(tmp_path / "orders"), [7])
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    seconds = 0.5
+    with running(registry, Limits(entry_seconds=seconds)) as url:
+        events_url = f"{url}/v1/namespaces/sales/tables/events"
+        orders_url = f"{url}/v1/namespaces/sales/tables/orders"
+        assert requests.get(events_url, headers=auth, timeout=30).status_code == 200
+        registry.unregister(parse_table_name("sales.events"))
+        time.sleep(seconds * 2)
+        gone = requests.get(events_url, headers=auth, timeout=30)
+        assert gone.status_code == 404, gone.text
+        assert gone.json()["error"]["type"] == "NoSuchTableException"
+
+        assert requests.get(orders_url, headers=auth, timeout=30).status_code == 200
+        shutil.rmtree(tmp_path / "orders")
+        registry.unregister(parse_table_name("sales.orders"))
+        with_dataset(registry, "sales.orders", str(tmp_path / "orders2"), [8, 9])
+        moved = requests.get(orders_url, headers=auth, timeout=30)
+        assert moved.status_code == 200, moved.text
+        assert moved.json()["metadata-location"].startswith(str(tmp_path / "orders2") + "/")
+        assert sorted_ids(rest_catalog(url).load_table("sales.orders").scan().to_arrow()) == [8, 9]
 
 
 def test_duckdb_attach_reads_the_newest_version(tmp_path: Path) -> None:
@@ -187,16 +217,14 @@ def test_an_s3ddb_dataset_on_the_local_endpoint(aws: object, tmp_path: Path) -> 
         for body in bodies:
             assert options["aws_secret_access_key"] not in body
             assert options["aws_access_key_id"] not in body
-        # A load of a published version costs the read of its registry entry and two
-        # requests for the dataset: the DynamoDB query of the newest version and the
-        # metadata file.
+        # On a warm server (the loads above read the registry entry), a load of a
+        # published version costs two requests: the DynamoDB query of the newest
+        # version and the metadata file.
         table_url = f"{url}/v1/namespaces/sales/tables/events"
         aws.clear_requests()  # type: ignore[attr-defined]
         assert requests.get(table_url, headers=auth, timeout=30).status_code == 200
         made = [(r.service, r.operation, r.path) for r in aws.requests]  # type: ignore[attr-defined]
-        entry = f"/{root.removeprefix('s3://')}/_s3ddb_catalog/sales/events.json"
         assert made == [
-            ("s3", "GetObject", entry),
             ("dynamodb", "Query", "/"),
             ("s3", "GetObject", f"/{root.removeprefix('s3://')}/events/metadata/v2.metadata.json"),
         ], made
