@@ -10,7 +10,6 @@ regression fails the test instead of hanging the suite.
 from __future__ import annotations
 
 import subprocess
-import sys
 import textwrap
 
 import pyarrow as pa
@@ -25,6 +24,7 @@ from s3ddb.expressions import (
     parse_predicate,
     parse_value_expression,
 )
+from tests.support.python_children import run_python
 
 SCHEMA = pa.schema(
     [
@@ -94,9 +94,7 @@ def test_round_digits_out_of_range_are_refused() -> None:
     # without the guard the translation itself (which types the expression on an
     # empty table) never returns.
     try:
-        done = subprocess.run(
-            [sys.executable, "-c", _ROUND_DIGITS], capture_output=True, text=True, timeout=40
-        )
+        done = run_python(["-c", _ROUND_DIGITS], timeout=40)
     except subprocess.TimeoutExpired:
         pytest.fail("translating ROUND with a huge number of digits did not return in 40 s")
     lines = done.stdout.splitlines()
@@ -135,11 +133,8 @@ sys.exit(1)
 def test_looping_kernels_are_refused_end_to_end(predicate: str) -> None:
     """The filter of a real scan is refused instead of never returning."""
     try:
-        done = subprocess.run(
-            [sys.executable, "-c", textwrap.dedent(_LOOPING_SCAN.format(predicate=predicate))],
-            capture_output=True,
-            text=True,
-            timeout=40,
+        done = run_python(
+            ["-c", textwrap.dedent(_LOOPING_SCAN.format(predicate=predicate))], timeout=40
         )
     except subprocess.TimeoutExpired:
         pytest.fail(f"the scan with filter {predicate!r} did not return within 40 s")
@@ -302,9 +297,7 @@ print(out[0])
 def test_deep_nesting_is_refused_before_parsing() -> None:
     """With the recursion limit raised and a small thread stack, a deep text is still a
     typed error: its depth is estimated from the tokens before the parser recurses."""
-    done = subprocess.run(
-        [sys.executable, "-c", _DEEP_IN_SMALL_STACK], capture_output=True, text=True, timeout=50
-    )
+    done = run_python(["-c", _DEEP_IN_SMALL_STACK], timeout=50)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.startswith("typed expression nested too deeply"), done.stdout
 
