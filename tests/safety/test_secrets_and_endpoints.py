@@ -7,8 +7,6 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import subprocess
-import sys
 from typing import Any
 
 import pyarrow as pa
@@ -23,6 +21,7 @@ from s3ddb.errors import (
 )
 from s3ddb.io import AwsConfig, ObjectStore
 from tests.conftest import TEST_BUCKET, TEST_TABLE
+from tests.support.python_children import run_python
 
 SECRET = "PLANTED-s3cr3t-9f1c2e7d"
 TOKEN = "PLANTED-t0ken-4b8a"
@@ -122,14 +121,7 @@ def test_cli_output_never_shows_credentials(aws: Any, tmp_path: Any) -> None:
     ]
     outputs = []
     for argv in runs:
-        done = subprocess.run(
-            [sys.executable, "-m", "s3ddb.cli.main", *argv],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            cwd=os.getcwd(),
-        )
+        done = run_python(["-m", "s3ddb.cli.main", *argv], env=env, cwd=os.getcwd(), timeout=300)
         outputs.append((argv, done.returncode, done.stdout + done.stderr))
     for _argv, _code, text in outputs:
         _no_secret(text)
