@@ -47,6 +47,7 @@ from s3ddb.maintenance.drop import drop as drop_dataset
 from s3ddb.maintenance.inspection import DatasetStatistics, check_files
 from s3ddb.open_formats.publisher import Rebuilt, enabled_formats, format_names
 from s3ddb.operations import Operation, Transaction
+from s3ddb.reading.changes import change_schema, version_changes
 from s3ddb.reading.scanner import Scanner, take
 from s3ddb.versions.opening import (
     VersionInfo,
@@ -161,6 +162,47 @@ class Dataset(PinnedVersion):
     def count_rows(self, filter: str | pc.Expression | None = None, **options: Any) -> int:
         """Number of rows (matching ``filter``) in the pinned version."""
         return self.scanner([], filter, **options).count_rows()
+
+    def changes(self, start_version: int, end_version: int | None = None) -> pa.Table:
+        """Every row change of the versions after ``start_version`` up to
+        ``end_version`` (default: the pinned version), one row per change, in version
+        order (docs/changes.md).
+
+        Columns: the dataset's as of ``end_version`` (matched by field id: a renamed
+        column keeps its values; one the changed version lacked reads as null; a
+        dropped one is absent), then ``_change_type`` (``insert`` or ``delete``; an
+        update is a ``delete`` of the old row and an ``insert`` of the new one, as
+        long as rows have no stable ids), ``_commit_version`` and
+        ``_commit_timestamp``. Deleted rows carry their old values. Every change of
+        every version is listed, not a net difference (as Delta Lake's change data
+        feed); versions that change no row (compaction, indices, configuration,
+        schema changes) add none; an overwrite or a restore deletes every row and
+        inserts every new one. Only what each version changed is read.
+
+        Raises:
+            InvalidInputError: ``start_version`` after ``end_version``; a version of
+                the range that does not exist or was removed by cleanup (named).
+            StoredMetadataError, ManifestCorruptError: a manifest or deletion file read
+                is missing or corrupt.
+        """
+        tables = list(version_changes(self, start_version, end_version))
+        if not tables:
+            end = self if end_version is None else self.checkout_version(end_version)
+            return change_schema(end.schema).empty_table()
+        return pa.concat_tables(tables)
+
+    def change_batches(
+        self, start_version: int, end_version: int | None = None
+    ) -> Iterator[pa.RecordBatch]:
+        """:meth:`changes` as record batches, version by version: memory holds about
+        one fragment's changes at a time. The range is checked at the call.
+
+        Raises:
+            InvalidInputError, StoredMetadataError, ManifestCorruptError: as
+                :meth:`changes`.
+        """
+        tables = version_changes(self, start_version, end_version)
+        return (batch for table in tables for batch in table.to_batches())
 
     def to_pandas(self, columns: list[str] | None = None, filter: Any = None, **kw: Any) -> Any:
         return self.to_table(columns, filter, **kw).to_pandas()

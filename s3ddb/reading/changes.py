@@ -1,0 +1,404 @@
+"""The change feed: every row change of a range of versions (``Dataset.changes``).
+
+A version's row changes are found by comparing its manifest with the one before it,
+fragment by fragment, and reading only what differs:
+
+* a fragment in both versions with the same data files and deletion file: nothing
+  (never opened);
+* the same data files, another deletion file: the offsets deleted since are
+  ``delete`` rows, their old values read by position (only the row groups holding
+  them); offsets no longer deleted (only a restore brings rows back) are ``insert``
+  rows;
+* other data files at the same positions (an update that rewrote columns in place):
+  the rows whose values differ are a ``delete`` of the old row and an ``insert`` of
+  the new one;
+* a fragment only in the version before: its visible rows are ``delete`` rows;
+* a fragment only in the version: its visible rows are ``insert`` rows.
+
+Versions whose operation changes no row (:data:`NO_ROW_KINDS`: compaction, which
+moves rows to new fragments unchanged, indices, configuration, schema changes) add
+nothing and are not read. An overwrite or a restore deletes every row the version
+before showed and inserts every row it shows (:data:`REPLACING_KINDS`).
+
+Rows carry the columns of the range's last version, matched by field id (a renamed
+column keeps its values under its new name); a column the version of a change did not
+have (added later, or given a new field id by a type change) reads as null, a column
+dropped by the last version is absent.
+
+Without stable row ids an update is a ``delete`` of the old row and an ``insert`` of
+the new one. Stable row ids (issue 48, item 1) will pair them: :func:`pair_updates`
+is the one place a version's deletes and inserts meet, where rows of one ``_rowid``
+become ``update_preimage`` and ``update_postimage``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyroaring import BitMap
+
+from s3ddb.arguments import check_int
+from s3ddb.commit.committer import load_transaction
+from s3ddb.commit.handlers import CommitHandler, ManifestLocation
+from s3ddb.errors import InvalidInputError, VersionNotFoundError
+from s3ddb.format.bases import FileResolver
+from s3ddb.format.deletion import read_deleted_rows
+from s3ddb.format.fragment_metadata import FragmentMetadata
+from s3ddb.format.manifest import Manifest
+from s3ddb.format.schema import DatasetSchema
+from s3ddb.operations import Changes, Overwrite, Restore
+from s3ddb.operations.kinds import kinds_that_change
+from s3ddb.scan.visible_rows import read_rows_at, read_visible_rows
+from s3ddb.versions.opening import load_version, placeholder_manifest
+from s3ddb.versions.pinned import PinnedVersion
+
+__all__ = [
+    "CHANGE_TYPE",
+    "CHANGE_TYPES",
+    "COMMIT_TIMESTAMP",
+    "COMMIT_VERSION",
+    "DELETE",
+    "INSERT",
+    "NO_ROW_KINDS",
+    "REPLACING_KINDS",
+    "UPDATE_POSTIMAGE",
+    "UPDATE_PREIMAGE",
+    "change_schema",
+    "change_tables",
+    "pair_updates",
+    "version_changes",
+]
+
+#: The columns every change row has besides the dataset's (Delta's names).
+CHANGE_TYPE = "_change_type"
+COMMIT_VERSION = "_commit_version"
+COMMIT_TIMESTAMP = "_commit_timestamp"
+
+INSERT = "insert"
+DELETE = "delete"
+#: Only with stable row ids (not yet): an update's old and new row.
+UPDATE_PREIMAGE = "update_preimage"
+UPDATE_POSTIMAGE = "update_postimage"
+CHANGE_TYPES = (INSERT, UPDATE_PREIMAGE, UPDATE_POSTIMAGE, DELETE)
+
+#: Operation kinds whose versions add, delete and change no row (derived from each
+#: operation class's ``changes``): their versions add nothing to the feed.
+NO_ROW_KINDS = kinds_that_change(Changes.NOTHING, Changes.SCHEMA)
+
+#: Operation kinds that replace the whole table: every row before is deleted, every
+#: row after inserted.
+REPLACING_KINDS = frozenset({Overwrite.kind, Restore.kind})
+
+_TIMESTAMP = pa.timestamp("us", tz="UTC")
+
+
+def change_schema(schema: pa.Schema) -> pa.Schema:
+    """The schema of change rows of a dataset of ``schema``: its columns, then
+    ``_change_type`` (string), ``_commit_version`` (int64), ``_commit_timestamp``
+    (timestamp, microseconds, UTC).
+
+    Raises:
+        InvalidInputError: the dataset has a column of one of those names.
+    """
+    clash = [n for n in (CHANGE_TYPE, COMMIT_VERSION, COMMIT_TIMESTAMP) if n in schema.names]
+    if clash:
+        raise InvalidInputError(
+            f"the dataset has column(s) {clash}, which the change feed adds to every row"
+        )
+    return pa.schema(
+        [
+            *schema,
+            pa.field(CHANGE_TYPE, pa.string(), nullable=False),
+            pa.field(COMMIT_VERSION, pa.int64(), nullable=False),
+            pa.field(COMMIT_TIMESTAMP, _TIMESTAMP, nullable=False),
+        ]
+    )
+
+
+@dataclass(frozen=True)
+class _Projection:
+    """How rows of one version read as the end version's columns: each end column is
+    the version's column of the same field id and type, else nulls."""
+
+    end: DatasetSchema
+    source: DatasetSchema
+    names: tuple[tuple[str, str | None], ...]  # (end name, source name or None)
+
+    @classmethod
+    def of(cls, end: DatasetSchema, source: DatasetSchema) -> _Projection:
+        by_id = {i: p[0] for p, i in source.ids if len(p) == 1}
+        pairs = []
+        for name, field_id in zip(end.arrow.names, end.top_level_ids()):
+            found = by_id.get(field_id)
+            if found is not None and not source.arrow.field(found).type.equals(
+                end.arrow.field(name).type
+            ):
+                found = None  # not the same column: never cast one column into another
+            pairs.append((name, found))
+        return cls(end, source, tuple(pairs))
+
+    @property
+    def read_names(self) -> list[str]:
+        return [s for _n, s in self.names if s is not None]
+
+    def finish(self, read: pa.Table, change: str, manifest: Manifest) -> pa.Table:
+        """``read`` (columns :attr:`read_names`) as change rows of ``manifest``."""
+        n = read.num_rows
+        arrays = []
+        for name, source in self.names:
+            if source is None:
+                arrays.append(pa.nulls(n, self.end.arrow.field(name).type))
+            else:
+                arrays.append(read.column(source))
+        when = pa.scalar(manifest.timestamp_nanos // 1000, _TIMESTAMP)
+        arrays.append(pa.array([change] * n, pa.string()))
+        arrays.append(pa.array(np.full(n, manifest.version, dtype=np.int64)))
+        arrays.append(pa.array(np.full(n, when.value, dtype=np.int64), _TIMESTAMP))
+        return pa.Table.from_arrays(arrays, schema=change_schema(self.end.arrow))
+
+
+def _check_range(
+    handler: CommitHandler, uri: str, start: int, end: Manifest
+) -> list[ManifestLocation]:
+    """The locations of versions ``start..end`` (``start`` 0: from 1), all present.
+
+    Raises:
+        InvalidInputError: ``start`` after ``end``, or a version of the range that
+            does not exist or was removed by cleanup (named).
+    """
+    if start > end.version:
+        raise InvalidInputError(
+            f"changes of {uri}: start_version {start} is after end_version {end.version}"
+        )
+    first = max(start, 1)
+    locations = handler.list_locations(first, end.version)
+    listed = {loc.version for loc in locations}
+    missing = [v for v in range(first, end.version + 1) if v not in listed]
+    if missing:
+        kept = handler.list_locations(1, end.version)
+        oldest = f"the oldest kept is {kept[0].version}" if kept else "none is kept"
+        shown = ", ".join(map(str, missing[:5])) + (", ..." if len(missing) > 5 else "")
+        raise InvalidInputError(
+            f"changes of {uri} from version {start} to {end.version} need version(s) "
+            f"{shown}, which do not exist or were removed by cleanup ({oldest})"
+        )
+    return locations
+
+
+def version_changes(
+    ds: PinnedVersion, start_version: int, end_version: int | None = None
+) -> Iterator[pa.Table]:
+    """:func:`change_tables` of ``ds``'s dataset, up to ``end_version`` (default: the
+    version ``ds`` is pinned to).
+
+    Raises:
+        InvalidInputError: as :func:`change_tables`; ``end_version`` not an int >= 1,
+            or a version that does not exist or was removed by cleanup.
+    """
+    check_int("start_version", start_version, minimum=0)
+    if end_version is None or end_version == ds.version:
+        end = ds.manifest
+    else:
+        check_int("end_version", end_version, minimum=1)
+        if start_version > end_version:
+            raise InvalidInputError(
+                f"changes of {ds.uri}: start_version {start_version} is after "
+                f"end_version {end_version}"
+            )
+        try:
+            end = load_version(ds.handler, end_version, ds.uri)
+        except VersionNotFoundError as exc:
+            raise InvalidInputError(f"changes: end_version {end_version}: {exc}") from exc
+    return change_tables(ds.handler, ds.uri, start_version, end)
+
+
+def change_tables(
+    handler: CommitHandler,
+    uri: str,
+    start_version: int,
+    end: Manifest,
+) -> Iterator[pa.Table]:
+    """The row changes of the versions after ``start_version`` up to ``end``'s, in
+    version order, as tables of :func:`change_schema` (``end``'s columns), at most one
+    fragment's rows each: every change of every version, not a net difference (a row
+    inserted and deleted within the range appears twice, as in Delta Lake's change
+    data feed). ``start_version`` 0 starts before the first version.
+
+    The range is checked before anything is read; the manifests are then read one
+    version at a time, and of each version only what it changed (module docstring).
+
+    Raises:
+        InvalidInputError: ``start_version`` not an int >= 0 or after ``end``; a version
+            in the range missing (never committed, or removed by cleanup); the dataset
+            has a column named like a change column.
+        ManifestCorruptError, StoredMetadataError: a manifest or a deletion file read
+            is missing or corrupt.
+    """
+    check_int("start_version", start_version, minimum=0)
+    change_schema(end.schema.arrow)
+    locations = _check_range(handler, uri, start_version, end)
+    # Checked above, before the first table is asked for; read below, as it is.
+    return _changes_after(handler, start_version, end, locations)
+
+
+def _changes_after(
+    handler: CommitHandler, start: int, end: Manifest, locations: list[ManifestLocation]
+) -> Iterator[pa.Table]:
+    if start == end.version:
+        return
+    previous: Manifest
+    if start == 0:
+        previous = placeholder_manifest()
+    else:
+        previous = _load(handler, locations[0], end)
+        locations = locations[1:]
+    for location in locations:
+        current = _load(handler, location, end)
+        yield from _version_changes(handler, previous, current, end.schema)
+        previous = current
+
+
+def _load(handler: CommitHandler, location: ManifestLocation, end: Manifest) -> Manifest:
+    # The end version is the caller's pinned manifest: not read again.
+    return end if location.version == end.version else handler.load_manifest(location)
+
+
+def _kind(handler: CommitHandler, manifest: Manifest) -> str:
+    """The operation kind that made ``manifest``: recorded in it, or (manifests
+    written by another engine) in its transaction; "" if neither says."""
+    if manifest.operation:
+        return manifest.operation
+    transaction = load_transaction(handler, manifest)
+    return transaction.operation.kind if transaction is not None else ""
+
+
+def _version_changes(
+    handler: CommitHandler, previous: Manifest, current: Manifest, end: DatasetSchema
+) -> Iterator[pa.Table]:
+    """The change tables of ``current`` against ``previous`` (the version before it)."""
+    kind = _kind(handler, current)
+    if kind in NO_ROW_KINDS:
+        return
+    before = _Side(handler, previous, end, current, DELETE)
+    after = _Side(handler, current, end, current, INSERT)
+    old = {f.id: f for f in previous.fragments}
+    new = {f.id: f for f in current.fragments}
+    deletes: list[Iterator[pa.Table]] = []
+    inserts: list[Iterator[pa.Table]] = []
+    if kind in REPLACING_KINDS:
+        deletes.append(before.visible(f) for f in old.values())
+        inserts.append(after.visible(f) for f in new.values())
+    else:
+        for fragment_id, was in old.items():
+            now = new.get(fragment_id)
+            if now is None or now.physical_rows != was.physical_rows:
+                deletes.append(iter([before.visible(was)]))
+                if now is not None:
+                    inserts.append(iter([after.visible(now)]))
+            elif now.files != was.files or now.deletion_file != was.deletion_file:
+                gone, back = _fragment_changes(before, after, was, now)
+                deletes.append(iter(gone))
+                inserts.append(iter(back))
+        inserts.append(after.visible(f) for f in new.values() if f.id not in old)
+    yield from pair_updates(deletes, inserts)
+
+
+def pair_updates(
+    deletes: list[Iterator[pa.Table]], inserts: list[Iterator[pa.Table]]
+) -> Iterator[pa.Table]:
+    """One version's change tables: its ``delete`` rows, then its ``insert`` rows,
+    empty tables left out.
+
+    This is where a version's deletes and inserts meet. Without stable row ids rows
+    have no identity across fragments, so an update stays a delete and an insert;
+    with them (issue 48, item 1), a delete and an insert of one ``_rowid`` become its
+    ``update_preimage`` and ``update_postimage`` here.
+    """
+    for group in (*deletes, *inserts):
+        for table in group:
+            if table.num_rows:
+                yield table
+
+
+class _Side:
+    """One side of a version's changes: the version before it (its rows are
+    ``delete`` rows) or the version itself (``insert`` rows), read as change rows
+    stamped with the version (``stamp``)."""
+
+    def __init__(
+        self,
+        handler: CommitHandler,
+        manifest: Manifest,
+        end: DatasetSchema,
+        stamp: Manifest,
+        change: str,
+    ) -> None:
+        self.manifest = manifest
+        self.stamp = stamp
+        self.change = change
+        self.files = FileResolver.for_manifest(handler.store, manifest)
+        self.projection = _Projection.of(end, manifest.schema)
+
+    def visible(self, fragment: FragmentMetadata) -> pa.Table:
+        """Every visible row of ``fragment``, as :attr:`change` rows."""
+        names = self.projection.read_names
+        read = read_visible_rows(self.files, fragment, self.manifest.schema, names)
+        return self.projection.finish(read, self.change, self.stamp)
+
+    def at(self, fragment: FragmentMetadata, offsets: np.ndarray) -> pa.Table:
+        """The physical rows of ``fragment`` at ``offsets`` (ascending), as
+        :attr:`change` rows: only the row groups holding them are read."""
+        names = self.projection.read_names
+        read, _groups = read_rows_at(self.files, fragment, self.manifest.schema, names, offsets)
+        return self.projection.finish(read, self.change, self.stamp)
+
+
+
+def _fragment_changes(
+    before: _Side, after: _Side, was: FragmentMetadata, now: FragmentMetadata
+) -> tuple[list[pa.Table], list[pa.Table]]:
+    """The changed rows of one fragment in both versions (same id, same physical
+    rows), as (delete tables, insert tables): the rows deleted since, those no longer
+    deleted, and, if its data files changed, the rows visible in both whose values
+    differ (their old values deleted, their new ones inserted)."""
+    old_deleted = read_deleted_rows(before.files, was)
+    new_deleted = read_deleted_rows(after.files, now)
+    deletes = [before.at(was, _offsets(new_deleted - old_deleted))]
+    inserts = [after.at(now, _offsets(old_deleted - new_deleted))]
+    if now.files != was.files:
+        # Positions are kept (an update that rewrote columns in place): compare them.
+        kept = BitMap(np.arange(was.physical_rows, dtype=np.uint32))
+        offsets = _offsets(kept - old_deleted - new_deleted)
+        old_rows, new_rows = before.at(was, offsets), after.at(now, offsets)
+        differ = pa.array(_rows_differ(old_rows, new_rows))
+        deletes.append(old_rows.filter(differ))
+        inserts.append(new_rows.filter(differ))
+    return deletes, inserts
+
+
+def _offsets(bitmap: BitMap) -> np.ndarray:
+    return np.fromiter(bitmap, dtype=np.int64, count=len(bitmap))
+
+
+def _rows_differ(old: pa.Table, new: pa.Table) -> np.ndarray:
+    """Where the rows of ``old`` and ``new`` (aligned) differ in a dataset column
+    (null equals null; the change columns are not compared)."""
+    differ = np.zeros(old.num_rows, dtype=bool)
+    skip = {CHANGE_TYPE, COMMIT_VERSION, COMMIT_TIMESTAMP}
+    for name in old.column_names:
+        if name in skip:
+            continue
+        a, b = old.column(name), new.column(name)
+        try:
+            equal = pc.equal(a, b)
+            both_null = pc.and_(pc.is_null(a), pc.is_null(b))
+            same = pc.or_kleene(pc.fill_null(equal, False), both_null)
+            differ |= ~np.asarray(same.to_numpy(zero_copy_only=False), dtype=bool)
+        except (pa.ArrowNotImplementedError, pa.ArrowInvalid):
+            # Nested and other types pc.equal does not compare: value by value.
+            differ |= np.array([x != y for x, y in zip(a.to_pylist(), b.to_pylist())], bool)
+    return differ
