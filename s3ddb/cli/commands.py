@@ -1,5 +1,5 @@
-"""Dataset verbs of the ``s3ddb`` command: info, history, show, delete, update, compact,
-restore and tags.
+"""Dataset verbs of the ``s3ddb`` command: info, history, show, changes, delete, update,
+compact, restore and tags.
 
 Every verb takes a dataset URI and the AWS options ``--endpoint-url``, ``--region`` and
 ``--profile``, passed to the library as the storage options ``endpoint_url``, ``region``
@@ -43,6 +43,7 @@ from s3ddb.operations import Append
 __all__ = [
     "published_locations",
     "register",
+    "run_changes",
     "run_compact",
     "run_delete",
     "run_history",
@@ -223,6 +224,19 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--json", dest="format", action="store_const", const="json", help="= --format json"
     )
+
+    p = _verb(subparsers, "changes", run_changes, reports=False)
+    p.add_argument(
+        "--from",
+        dest="start",
+        type=count,
+        required=True,
+        metavar="V",
+        help="the changes of the versions after V (0: from the first version)",
+    )
+    p.add_argument("--to", dest="end", type=positive, metavar="W", help="up to W (default: latest)")
+    p.add_argument("--limit", type=count, default=20, metavar="N", help="default 20; 0: all")
+    p.add_argument("--json", action="store_true", help="one JSON object per line")
 
     p = _verb(subparsers, "delete", run_delete)
     p.add_argument("predicate", metavar="PREDICATE", help="SQL predicate, e.g. 'id < 10'")
@@ -550,6 +564,51 @@ def run_show(args: argparse.Namespace) -> int:
         sys.stdout.flush()
     except BrokenPipeError:
         # The reader went away (`| head`): stop quietly, as other command-line tools do.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
+
+
+#: Rows of one aligned table of ``changes`` (a page: each has its header).
+_CHANGES_PAGE = 500
+
+
+def run_changes(args: argparse.Namespace) -> int:
+    """Print the row changes of a range of versions (the change feed).
+
+    One line per change of the versions after --from up to --to (default: the latest):
+    the row's columns, then _change_type (insert or delete; an update is a delete of
+    the old row and an insert of the new one), _commit_version and _commit_timestamp
+    (docs/changes.md). Versions that change no row (compaction, indices,
+    configuration, schema changes) print none. Prints the first --limit changes as
+    aligned tables of at most 500 rows each, or with --json one object per line;
+    memory holds one version's changes of one fragment at a time.
+    """
+    ds = _open(args)
+    batches = ds.change_batches(args.start, args.end)
+    fmt = "json" if args.json else "table"
+    limit = args.limit or None
+    printed, more = 0, False
+    page: list[pa.RecordBatch] = []
+    try:
+        for batch in batches:
+            if limit is not None and printed + batch.num_rows > limit:
+                batch, more = batch.slice(0, limit - printed), True
+            printed += batch.num_rows
+            page.append(batch)
+            if more or sum(b.num_rows for b in page) >= _CHANGES_PAGE:
+                _write_rows(pa.Table.from_batches(page), fmt)
+                page = []
+            if more:
+                break
+        if page:
+            _write_rows(pa.Table.from_batches(page), fmt)
+        hint = "--limit 0 prints all"
+        if fmt == "table":
+            print(f"(first {limit} changes; {hint})" if more else f"({printed} changes)")
+        elif more:
+            print(f"s3ddb: printed the first {printed} changes; {hint}", file=sys.stderr)
+        sys.stdout.flush()
+    except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
 

@@ -357,7 +357,6 @@ class _Side:
         return self.projection.finish(read, self.change, self.stamp)
 
 
-
 def _fragment_changes(
     before: _Side, after: _Side, was: FragmentMetadata, now: FragmentMetadata
 ) -> tuple[list[pa.Table], list[pa.Table]]:
