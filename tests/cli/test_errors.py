@@ -30,6 +30,7 @@ DATASET_VERBS: dict[str, Callable[[str], list[str]]] = {
     "history": lambda uri: ["history", uri],
     "versions": lambda uri: ["versions", uri],
     "show": lambda uri: ["show", uri],
+    "changes": lambda uri: ["changes", uri, "--from", "0"],
     "delete": lambda uri: ["delete", uri, "id > 1"],
     "update": lambda uri: ["update", uri, "--set", "id=1"],
     "compact": lambda uri: ["compact", uri],

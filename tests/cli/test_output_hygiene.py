@@ -143,6 +143,8 @@ def test_json_text_is_valid_lossless_and_escapes_what_json_leaves_raw() -> None:
         ("doctor",),
         ("show",),
         ("show", "--format", "csv"),
+        ("changes", "--from", "0"),
+        ("changes", "--from", "0", "--json"),
     ],
     ids=lambda a: "-".join(a),
 )
