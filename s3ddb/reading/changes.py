@@ -52,7 +52,12 @@ from s3ddb.format.manifest import Manifest
 from s3ddb.format.schema import DatasetSchema
 from s3ddb.operations import Changes, Overwrite, Restore
 from s3ddb.operations.kinds import kinds_that_change
-from s3ddb.scan.visible_rows import read_rows_at, read_visible_rows
+from s3ddb.scan.visible_rows import (
+    plan_fragment,
+    read_rows_at,
+    read_visible_rows,
+    read_with_positions,
+)
 from s3ddb.versions.opening import load_version, placeholder_manifest
 from s3ddb.versions.pinned import PinnedVersion
 
@@ -349,6 +354,18 @@ class _Side:
         read = read_visible_rows(self.files, fragment, self.manifest.schema, names)
         return self.projection.finish(read, self.change, self.stamp)
 
+    def visible_at(self, fragment: FragmentMetadata) -> tuple[pa.Table, np.ndarray]:
+        """Every visible row of ``fragment``, as :attr:`change` rows, and their
+        physical positions (ascending)."""
+        names = self.projection.read_names
+        schema = self.manifest.schema
+        plan = plan_fragment(self.files, fragment, schema, None)
+        if plan is None:
+            empty = read_rows_at(self.files, fragment, schema, names, [])[0]
+            return self.projection.finish(empty, self.change, self.stamp), np.empty(0, np.int64)
+        read, positions = read_with_positions(plan, schema, names)
+        return self.projection.finish(read, self.change, self.stamp), positions
+
     def at(self, fragment: FragmentMetadata, offsets: np.ndarray) -> pa.Table:
         """The physical rows of ``fragment`` at ``offsets`` (ascending), as
         :attr:`change` rows: only the row groups holding them are read."""
@@ -369,10 +386,15 @@ def _fragment_changes(
     deletes = [before.at(was, _offsets(new_deleted - old_deleted))]
     inserts = [after.at(now, _offsets(old_deleted - new_deleted))]
     if now.files != was.files:
-        # Positions are kept (an update that rewrote columns in place): compare them.
-        kept = BitMap(np.arange(was.physical_rows, dtype=np.uint32))
-        offsets = _offsets(kept - old_deleted - new_deleted)
-        old_rows, new_rows = before.at(was, offsets), after.at(now, offsets)
+        # Positions are kept (an update that rewrote columns in place): the rows
+        # visible in both versions, compared. Each fragment's footer is checked
+        # against its claimed rows before anything is allocated for them.
+        old_rows, old_at = before.visible_at(was)
+        new_rows, new_at = after.visible_at(now)
+        _both, old_index, new_index = np.intersect1d(
+            old_at, new_at, assume_unique=True, return_indices=True
+        )
+        old_rows, new_rows = old_rows.take(old_index), new_rows.take(new_index)
         differ = pa.array(_rows_differ(old_rows, new_rows))
         deletes.append(old_rows.filter(differ))
         inserts.append(new_rows.filter(differ))

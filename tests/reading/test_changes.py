@@ -15,7 +15,7 @@ import pytest
 
 import s3ddb
 from s3ddb.cli.main import main
-from s3ddb.errors import InvalidInputError
+from s3ddb.errors import InvalidInputError, ManifestCorruptError
 
 META = ("_change_type", "_commit_version", "_commit_timestamp")
 REPLACING = ("Overwrite", "Restore")
@@ -382,3 +382,13 @@ def test_cli_bad_ranges_exit_2_with_one_line(
         main(["changes", uri])  # --from is required
     assert exited.value.code == 2
     assert main(["changes", str(tmp_path / "none"), "--from", "0"]) == 2
+
+
+def test_a_corrupt_deletion_file_is_a_typed_error_naming_it(tmp_path: Path) -> None:
+    root = tmp_path / "d"
+    ds = s3ddb.write_dataset(pa.table({"id": list(range(10))}), str(root))
+    ds.delete("id = 3")
+    (deletion,) = [p for p in root.rglob("*") if p.is_file() and "deletion" in p.parent.name]
+    deletion.write_bytes(b"\x00" * 64)
+    with pytest.raises(ManifestCorruptError, match=f"deletion file .*{deletion.name}"):
+        ds.changes(1)
