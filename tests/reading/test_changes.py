@@ -15,7 +15,7 @@ import pytest
 
 import s3ddb
 from s3ddb.cli.main import main
-from s3ddb.errors import InvalidInputError, ManifestCorruptError
+from s3ddb.errors import DataFileMissingError, InvalidInputError, ManifestCorruptError
 
 META = ("_change_type", "_commit_version", "_commit_timestamp")
 REPLACING = ("Overwrite", "Restore")
@@ -61,7 +61,7 @@ def _as_rows(changes: list[tuple[str, int, dict[int, Any]]], end: s3ddb.Dataset)
     names = end.schema.names
     ids = end.manifest.schema.top_level_ids(names)
     return sorted(
-        (tuple(row.get(i) for i in ids) + (kind, version) for kind, version, row in changes),
+        ((*(row.get(i) for i in ids), kind, version) for kind, version, row in changes),
         key=repr,
     )
 
@@ -277,7 +277,7 @@ def test_a_one_row_update_reads_only_the_fragment_it_touched(tmp_path: Path, rew
         {"id": 205, "v": 615, "_change_type": "delete"},
         {"id": 205, "v": 616, "_change_type": "insert"},
     ]
-    with pytest.raises(Exception):  # the removed files are gone indeed
+    with pytest.raises(DataFileMissingError):  # the removed files are gone indeed
         ds.to_table()
 
 
@@ -304,7 +304,7 @@ def test_bad_ranges_are_typed_errors_naming_the_versions(tmp_path: Path) -> None
         ds.changes(3, 2)
     with pytest.raises(InvalidInputError, match="start_version 5 is after end_version 4"):
         ds.changes(5)
-    with pytest.raises(InvalidInputError, match="version 9 .* does not exist"):
+    with pytest.raises(InvalidInputError, match=r"version 9 .* does not exist"):
         ds.changes(1, 9)
     for bad in (-1, True, "1", 1.0):
         with pytest.raises(InvalidInputError, match="start_version must be an int"):
