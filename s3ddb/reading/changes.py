@@ -284,49 +284,47 @@ def _kind(handler: CommitHandler, manifest: Manifest) -> str:
 def _version_changes(
     handler: CommitHandler, previous: Manifest, current: Manifest, end: DatasetSchema
 ) -> Iterator[pa.Table]:
-    """The change tables of ``current`` against ``previous`` (the version before it)."""
+    """The change tables of ``current`` against ``previous`` (the version before it),
+    read lazily, one fragment at a time."""
     kind = _kind(handler, current)
     if kind in NO_ROW_KINDS:
         return
     before = _Side(handler, previous, end, current, DELETE)
     after = _Side(handler, current, end, current, INSERT)
-    old = {f.id: f for f in previous.fragments}
-    new = {f.id: f for f in current.fragments}
-    deletes: list[Iterator[pa.Table]] = []
-    inserts: list[Iterator[pa.Table]] = []
+    yield from pair_updates(_fragment_tables(kind, before, after))
+
+
+def _fragment_tables(kind: str, before: _Side, after: _Side) -> Iterator[pa.Table]:
+    """One version's changes, fragment by fragment: each fragment of the version
+    before (its deleted rows, then the rows it changed in place), then the fragments
+    the version added. A row's delete always comes before the insert replacing it."""
+    old = {f.id: f for f in before.manifest.fragments}
+    new = {f.id: f for f in after.manifest.fragments}
     if kind in REPLACING_KINDS:
-        deletes.append(before.visible(f) for f in old.values())
-        inserts.append(after.visible(f) for f in new.values())
-    else:
-        for fragment_id, was in old.items():
-            now = new.get(fragment_id)
-            if now is None or now.physical_rows != was.physical_rows:
-                deletes.append(iter([before.visible(was)]))
-                if now is not None:
-                    inserts.append(iter([after.visible(now)]))
-            elif now.files != was.files or now.deletion_file != was.deletion_file:
-                gone, back = _fragment_changes(before, after, was, now)
-                deletes.append(iter(gone))
-                inserts.append(iter(back))
-        inserts.append(after.visible(f) for f in new.values() if f.id not in old)
-    yield from pair_updates(deletes, inserts)
+        yield from (before.visible(f) for f in old.values())
+        yield from (after.visible(f) for f in new.values())
+        return
+    for fragment_id, was in old.items():
+        now = new.get(fragment_id)
+        if now is None or now.physical_rows != was.physical_rows:
+            yield before.visible(was)
+            if now is not None:
+                yield after.visible(now)
+        elif now.files != was.files or now.deletion_file != was.deletion_file:
+            yield from _fragment_changes(before, after, was, now)
+    yield from (after.visible(f) for f in new.values() if f.id not in old)
 
 
-def pair_updates(
-    deletes: list[Iterator[pa.Table]], inserts: list[Iterator[pa.Table]]
-) -> Iterator[pa.Table]:
-    """One version's change tables: its ``delete`` rows, then its ``insert`` rows,
-    empty tables left out.
+def pair_updates(tables: Iterator[pa.Table]) -> Iterator[pa.Table]:
+    """One version's change tables, empty ones left out.
 
-    This is where a version's deletes and inserts meet. Without stable row ids rows
-    have no identity across fragments, so an update stays a delete and an insert;
-    with them (issue 48, item 1), a delete and an insert of one ``_rowid`` become its
-    ``update_preimage`` and ``update_postimage`` here.
+    This is where a version's deletes and inserts meet (a row's delete before the
+    insert replacing it). Without stable row ids rows have no identity across
+    fragments, so an update stays a delete and an insert; with them (issue 48, item
+    1), the inserts of a ``_rowid`` deleted earlier in the version become its
+    ``update_postimage`` and that delete its ``update_preimage``, here.
     """
-    for group in (*deletes, *inserts):
-        for table in group:
-            if table.num_rows:
-                yield table
+    return (table for table in tables if table.num_rows)
 
 
 class _Side:
@@ -376,15 +374,15 @@ class _Side:
 
 def _fragment_changes(
     before: _Side, after: _Side, was: FragmentMetadata, now: FragmentMetadata
-) -> tuple[list[pa.Table], list[pa.Table]]:
+) -> Iterator[pa.Table]:
     """The changed rows of one fragment in both versions (same id, same physical
-    rows), as (delete tables, insert tables): the rows deleted since, those no longer
-    deleted, and, if its data files changed, the rows visible in both whose values
-    differ (their old values deleted, their new ones inserted)."""
+    rows): the rows deleted since, those no longer deleted, and, if its data files
+    changed, the rows visible in both whose values differ (old values deleted, new
+    ones inserted)."""
     old_deleted = read_deleted_rows(before.files, was)
     new_deleted = read_deleted_rows(after.files, now)
-    deletes = [before.at(was, _offsets(new_deleted - old_deleted))]
-    inserts = [after.at(now, _offsets(old_deleted - new_deleted))]
+    yield before.at(was, _offsets(new_deleted - old_deleted))
+    yield after.at(now, _offsets(old_deleted - new_deleted))
     if now.files != was.files:
         # Positions are kept (an update that rewrote columns in place): the rows
         # visible in both versions, compared. Each fragment's footer is checked
@@ -396,9 +394,8 @@ def _fragment_changes(
         )
         old_rows, new_rows = old_rows.take(old_index), new_rows.take(new_index)
         differ = pa.array(_rows_differ(old_rows, new_rows))
-        deletes.append(old_rows.filter(differ))
-        inserts.append(new_rows.filter(differ))
-    return deletes, inserts
+        yield old_rows.filter(differ)
+        yield new_rows.filter(differ)
 
 
 def _offsets(bitmap: BitMap) -> np.ndarray:

@@ -392,3 +392,21 @@ def test_a_corrupt_deletion_file_is_a_typed_error_naming_it(tmp_path: Path) -> N
     deletion.write_bytes(b"\x00" * 64)
     with pytest.raises(ManifestCorruptError, match=f"deletion file .*{deletion.name}"):
         ds.changes(1)
+
+
+def test_batches_stream_one_fragment_at_a_time(tmp_path: Path) -> None:
+    """A version removing every fragment: the first batch is one fragment's rows, read
+    before any other fragment is (the others' files are gone: reading them fails)."""
+    root = tmp_path / "d"
+    ds = s3ddb.write_dataset(pa.table({"id": list(range(100))}), str(root), max_rows_per_file=10)
+    fragments = ds.get_fragments()
+    ds.delete("id >= 0")
+    for fragment in fragments[1:]:
+        for d in fragment.files:
+            (root / "data" / d.path).unlink()
+    batches = ds.change_batches(1)
+    first = next(batches)
+    assert first.to_pydict()["id"] == list(range(10))
+    assert set(first.column("_change_type").to_pylist()) == {"delete"}
+    with pytest.raises(DataFileMissingError):
+        next(batches)
