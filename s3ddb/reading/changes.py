@@ -310,7 +310,7 @@ def _fragment_tables(kind: str, before: _Side, after: _Side) -> Iterator[pa.Tabl
             yield before.visible(was)
             if now is not None:
                 yield after.visible(now)
-        elif now.files != was.files or now.deletion_file != was.deletion_file:
+        elif _data_files(now) != _data_files(was) or now.deletion_file != was.deletion_file:
             yield from _fragment_changes(before, after, was, now)
     yield from (after.visible(f) for f in new.values() if f.id not in old)
 
@@ -383,7 +383,7 @@ def _fragment_changes(
     new_deleted = read_deleted_rows(after.files, now)
     yield before.at(was, _offsets(new_deleted - old_deleted))
     yield after.at(now, _offsets(old_deleted - new_deleted))
-    if now.files != was.files:
+    if _data_files(now) != _data_files(was):
         # Positions are kept (an update that rewrote columns in place): the rows
         # visible in both versions, compared. Each fragment's footer is checked
         # against its claimed rows before anything is allocated for them.
@@ -396,6 +396,12 @@ def _fragment_changes(
         differ = pa.array(_rows_differ(old_rows, new_rows))
         yield old_rows.filter(differ)
         yield new_rows.filter(differ)
+
+
+def _data_files(fragment: FragmentMetadata) -> list[tuple[str, tuple[int, ...], int | None]]:
+    """What says which values a fragment holds: its data files' paths and fields (a
+    recorded size may be filled in later, for the same file)."""
+    return [(d.path, tuple(d.fields), d.base_id) for d in fragment.files]
 
 
 def _offsets(bitmap: BitMap) -> np.ndarray:
