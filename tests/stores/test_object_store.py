@@ -21,9 +21,12 @@ from tests.support.proc import run_workers
 from tests.support.workers import rows_for
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def conditional_aws() -> Iterator[Any]:
-    """An endpoint whose S3 honours If-None-Match (like AWS S3 today)."""
+    """An endpoint whose S3 honours If-None-Match (like AWS S3 today). One per test
+    process: bucket names are global to moto in a process, so a second set-up of the
+    module's endpoint (its tests run apart when the slow ones are handed out first)
+    could not create the bucket again."""
     from s3ddb.testing import LocalAWS
 
     with LocalAWS(conditional_writes=True) as server:
