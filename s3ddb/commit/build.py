@@ -13,6 +13,7 @@ from s3ddb.errors import (
 )
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.naming import NamingScheme
+from s3ddb.open_formats.model import GROUP_METADATA_KEY
 from s3ddb.operations import Overwrite, Restore, Transaction
 
 __all__ = ["APP_TRANSACTION_PREFIX", "BUILDERS", "LoadManifest", "build_manifest"]
@@ -50,6 +51,7 @@ def build_manifest(
     metadata = _app_transactions(base, txn, manifest)
     if metadata is not None:
         manifest = manifest.evolve(table_metadata=metadata)
+    manifest = _with_group(txn, manifest)
     return manifest.evolve(
         version=version,
         naming_scheme=base.naming_scheme if base is not None else naming,
@@ -59,6 +61,20 @@ def build_manifest(
         transaction_file=txn.file_name,
         operation=txn.kind,
     )
+
+
+def _with_group(txn: Transaction, manifest: Manifest) -> Manifest:
+    """``manifest`` recording the group ``txn`` was committed in (its property
+    :data:`GROUP_METADATA_KEY`), and no other: the key is the version's own, never
+    carried over from the base (nor set by a transaction outside a group). Publication
+    names it as the version's cut."""
+    group = txn.properties.get(GROUP_METADATA_KEY)
+    if manifest.table_metadata.get(GROUP_METADATA_KEY) == group:
+        return manifest
+    metadata = {k: v for k, v in manifest.table_metadata.items() if k != GROUP_METADATA_KEY}
+    if group is not None:
+        metadata[GROUP_METADATA_KEY] = group
+    return manifest.evolve(table_metadata=metadata)
 
 
 def _app_transactions(

@@ -48,6 +48,7 @@ from s3ddb.errors import (
 from s3ddb.format.manifest import Manifest
 from s3ddb.io.parallel import PendingWrites
 from s3ddb.observe import telemetry
+from s3ddb.open_formats.model import GROUP_METADATA_KEY
 from s3ddb.open_formats.publisher import check_publishable
 from s3ddb.operations import Transaction
 
@@ -55,8 +56,9 @@ __all__ = ["GROUP_PROPERTY", "GroupPart", "check_together", "commit_group"]
 
 log = logging.getLogger(__name__)
 
-#: Transaction property naming the group a transaction was committed in.
-GROUP_PROPERTY = "s3ddb.group_id"
+#: Transaction property naming the group a transaction was committed in (its
+#: version's manifest records it under the same table-metadata key).
+GROUP_PROPERTY = GROUP_METADATA_KEY
 
 
 @dataclass

@@ -86,6 +86,7 @@ from s3ddb.open_formats.delta_state import (
     version_files,
 )
 from s3ddb.open_formats.model import (
+    CUT_KEY,
     DeletedPositions,
     Publication,
     PublishedFile,
@@ -255,6 +256,8 @@ class DeltaWriter:
             VERSION_KEY: version,
             "engineInfo": "s3ddb",
         }
+        if table.cut is not None:
+            commit_info[CUT_KEY] = table.cut
         actions: list[dict[str, Any]] = [{"commitInfo": commit_info}]
         if state is None or protocol != state.protocol:
             actions.append({"protocol": protocol.to_json()})

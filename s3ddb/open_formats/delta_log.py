@@ -72,7 +72,7 @@ from s3ddb.open_formats.delta_state import (
     parse_commit_line,
     required_features,
 )
-from s3ddb.open_formats.model import PublishedFile, TableVersion
+from s3ddb.open_formats.model import CUT_KEY, PublishedFile, TableVersion
 from s3ddb.open_formats.parquet_bounds import ParquetBounds
 
 __all__ = [
@@ -443,6 +443,8 @@ def load_checked_state(store: ObjectStore, expected: TableVersion) -> DeltaState
     if newline < 0:
         raise _fail(head, "no commitInfo line (s3ddb's is its first, and short)")
     _, info = parse_commit_line(first_block[:newline], head, version, True, None)
+    if info.cut != expected.cut:
+        raise _fail(head, f"commitInfo's {CUT_KEY} is not version {version}'s cut")
     if (info.timestamp, info.operation) != (expected.timestamp_ms, expected.operation):
         raise _fail(
             head,

@@ -40,7 +40,7 @@ from s3ddb.open_formats.deletion_vectors import (
     parse_u_descriptor,
     z85_encode,
 )
-from s3ddb.open_formats.model import PublishedFile
+from s3ddb.open_formats.model import CUT_KEY, CUT_PATTERN, PublishedFile
 from s3ddb.open_formats.parquet_bounds import ParquetBounds, open_bounded
 
 __all__ = [
@@ -237,15 +237,19 @@ class CommitInfo:
     version: int
     timestamp: int
     operation: str
+    cut: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        info: dict[str, Any] = {
             "timestamp": self.timestamp,
             "operation": self.operation,
             "operationParameters": {},
             VERSION_KEY: self.version,
             "engineInfo": "s3ddb",
         }
+        if self.cut is not None:
+            info[CUT_KEY] = self.cut
+        return info
 
 
 def needed_protocol(previous: Protocol | None, features: set[str]) -> Protocol:
@@ -618,10 +622,14 @@ def parse_commit_line(
     if kind == "commitInfo":
         if not isinstance(value, dict) or value.get(VERSION_KEY) != version:
             raise c.fail(f"not a commit s3ddb wrote (no commitInfo with {VERSION_KEY} = {version})")
+        cut = value.get(CUT_KEY)
+        if cut is not None and (not isinstance(cut, str) or CUT_PATTERN.fullmatch(cut) is None):
+            raise c.fail(f"commitInfo {CUT_KEY} is not a cut id")
         parsed = CommitInfo(
             version,
             c.integer(value.get("timestamp"), "timestamp"),
             c.string(value.get("operation"), "operation"),
+            cut,
         )
         canonical = parsed.to_json()
     elif kind == "protocol":

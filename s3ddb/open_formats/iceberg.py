@@ -101,6 +101,7 @@ from s3ddb.open_formats.iceberg_state import (
     version_files,
 )
 from s3ddb.open_formats.model import (
+    CUT_KEY,
     DeletedPositions,
     FileGroup,
     Publication,
@@ -747,6 +748,8 @@ def _summary(table: TableVersion, manifests: Sequence[ManifestInfo]) -> tuple[tu
         "total-position-deletes": str(sum(m.rows for m in deletes)),
         "total-equality-deletes": "0",
     }
+    if table.cut is not None:
+        summary[CUT_KEY] = table.cut
     return tuple(sorted(summary.items()))
 
 

@@ -56,7 +56,7 @@ from s3ddb.open_formats.iceberg_state import (
     manifest_version,
     version_files,
 )
-from s3ddb.open_formats.model import PublishedFile, TableVersion
+from s3ddb.open_formats.model import CUT_KEY, CUT_PATTERN, PublishedFile, TableVersion
 
 __all__ = [
     "MAX_MANIFESTS",
@@ -155,6 +155,8 @@ def read_version(
         raise c.fail(f"snapshot {version}'s timestamp is not version {version}'s")
     if dict(snapshot.summary)["s3ddb.operation"] != expected.operation:
         raise c.fail(f"snapshot {version}'s operation is not version {version}'s")
+    if dict(snapshot.summary).get(CUT_KEY) != expected.cut:
+        raise c.fail(f"snapshot {version}'s cut ({CUT_KEY}) is not version {version}'s")
     list_path = version_files(version)[1]
     listed = bounded_get(store, list_path)
     if listed is None:
@@ -269,13 +271,19 @@ def _snapshot(c: Checked, s: Any, root: str, version: int) -> SnapshotInfo:
         )
     timestamp_ms = c.get(s, "timestamp-ms", int)
     summary = c.get(s, "summary", dict)
-    if set(summary) != SUMMARY_KEYS or not all(isinstance(v, str) for v in summary.values()):
+    keys = set(summary)
+    if (
+        not keys >= SUMMARY_KEYS
+        or not keys <= SUMMARY_KEYS | {CUT_KEY}
+        or not all(isinstance(v, str) for v in summary.values())
+    ):
         raise c.fail(f"snapshot {snapshot_id}'s summary has other keys than s3ddb writes")
     well_formed = (
         summary["s3ddb.version"] == str(snapshot_id)
         and summary["operation"] in OPERATIONS
         and _KIND.fullmatch(summary["s3ddb.operation"]) is not None
         and all(_COUNT.fullmatch(summary[key]) for key in _COUNTS)
+        and (CUT_KEY not in summary or CUT_PATTERN.fullmatch(summary[CUT_KEY]) is not None)
     )
     if not well_formed or timestamp_ms < 0:
         raise c.fail(f"snapshot {snapshot_id}'s summary or timestamp is not what s3ddb writes")

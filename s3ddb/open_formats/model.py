@@ -18,6 +18,7 @@ Paths in a :class:`Publication` are relative to the dataset root.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -27,6 +28,9 @@ import pyarrow as pa
 from s3ddb.io.object_store import ObjectMeta, ObjectStore
 
 __all__ = [
+    "CUT_KEY",
+    "CUT_PATTERN",
+    "GROUP_METADATA_KEY",
     "DeletedPositions",
     "FileGroup",
     "FormatWriter",
@@ -37,6 +41,18 @@ __all__ = [
     "Retention",
     "TableVersion",
 ]
+
+
+#: The manifest's table-metadata key recording the group commit (``s3ddb.atomic``)
+#: that made a version: set by the commit from its transaction's property of the same
+#: name, never carried to a later version (see ``s3ddb.commit.build``).
+GROUP_METADATA_KEY = "s3ddb.group_id"
+#: The key naming a version's cut (the id of the group commit that made it) in its
+#: published metadata: an Iceberg snapshot summary property and a Delta commitInfo
+#: field. Versions not made by a group commit have none.
+CUT_KEY = "s3ddb.cut"
+#: What a cut id is (s3ddb's group ids are UUIDs).
+CUT_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:\-]{0,63}")
 
 
 @dataclass(frozen=True)
@@ -106,6 +122,9 @@ class TableVersion:
             ``previous`` listed that this one does not (a file whose deleted rows
             changed is in both, with its old and its new ``deletion_key``). Empty
             when ``previous`` is None.
+        cut: the id of the group commit that made this version (its manifest's
+            :data:`GROUP_METADATA_KEY`, checked against :data:`CUT_PATTERN`), published
+            as :data:`CUT_KEY`; None for a version committed alone.
     """
 
     version: int
@@ -118,6 +137,7 @@ class TableVersion:
     previous: int | None = None
     added: tuple[PublishedFile, ...] = ()
     removed: tuple[PublishedFile, ...] = ()
+    cut: str | None = None
 
     def all_files(self) -> list[PublishedFile]:
         return [f for group in self.groups for f in group.files()]

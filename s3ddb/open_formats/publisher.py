@@ -53,6 +53,8 @@ from s3ddb.io.per_process import PerProcess
 from s3ddb.observe import telemetry
 from s3ddb.open_formats.column_names import describe_misnamed, misnamed_columns
 from s3ddb.open_formats.model import (
+    CUT_PATTERN,
+    GROUP_METADATA_KEY,
     FileGroup,
     FormatWriter,
     OpenFormat,
@@ -419,6 +421,25 @@ def table_version(
     return _table_version(_VersionFiles(store, manifest), previous)
 
 
+def _cut_of(manifest: Manifest, root: str) -> str | None:
+    """The group commit that made ``manifest``'s version (its cut), checked; None
+    for a version committed alone.
+
+    Raises:
+        StoredMetadataError: the manifest records a group that is not a group id.
+    """
+    group = manifest.table_metadata.get(GROUP_METADATA_KEY)
+    if group is None:
+        return None
+    if not isinstance(group, str) or CUT_PATTERN.fullmatch(group) is None:
+        raise StoredMetadataError(
+            f"{root}: version {manifest.version}'s manifest records group "
+            f"{str(group)[:80]!r} ({GROUP_METADATA_KEY}), not a group id: 1 to 64 "
+            "letters, digits, '_', '.', ':' or '-'"
+        )
+    return group
+
+
 def _table_version(files: _VersionFiles, previous: Manifest | None) -> TableVersion:
     manifest = files.manifest
     root = _root_of(files.store.url)
@@ -443,6 +464,7 @@ def _table_version(files: _VersionFiles, previous: Manifest | None) -> TableVers
         previous=previous.version if previous is not None else None,
         added=added,
         removed=removed,
+        cut=_cut_of(manifest, root),
     )
 
 

@@ -27,6 +27,7 @@ from s3ddb.format.fragment_list import FragmentList
 from s3ddb.format.fragment_metadata import DataFile, DeletionFile, FragmentMetadata
 from s3ddb.format.manifest import Manifest
 from s3ddb.io.object_store import ObjectStore
+from s3ddb.open_formats.model import GROUP_METADATA_KEY
 from s3ddb.operations import Clone
 from s3ddb.versions.opening import open_validated, placeholder_manifest
 from s3ddb.versions.pinned import PinnedVersion, commit_planned
@@ -89,7 +90,10 @@ def _template(
         fragments=FragmentList(fragments),
         max_fragment_id=source.max_fragment_id,
         config={k: v for k, v in source.config.items() if k not in CATALOG_CONFIG_KEYS},
-        table_metadata=dict(source.table_metadata),
+        # The group that made the source's version did not make the clone's.
+        table_metadata={
+            k: v for k, v in source.table_metadata.items() if k != GROUP_METADATA_KEY
+        },
         cloned_from_version=source.version,
         **changes,
     )
