@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
+from s3ddb.catalogs import update_catalogs
 from s3ddb.commit.failpoints import failpoint
 from s3ddb.commit.finalizer import BackgroundFinalizer, FinalizeTicket
 from s3ddb.commit.handlers import (
@@ -592,12 +593,17 @@ class ExternalStoreVersions(CommitHandler):
     def _repoint(self, row: ManifestRow, final: str) -> ManifestRow:
         # Publication comes before the repoint: a crash in between leaves the row
         # staged, and whoever finishes it next publishes the version (see
-        # s3ddb.open_formats.publisher). It never fails the repoint.
+        # s3ddb.open_formats.publisher). It never fails the repoint. The catalog
+        # table (AWS Glue) moves after the repoint, so Glue's latency does not delay
+        # it; a crash in between is caught up like a failed catalog update.
         manifest = self._manifest_to_publish(row, final)
-        if manifest is not None:
-            self.publish_open_formats(manifest)
+        published = manifest is not None and self.publish_open_formats(
+            manifest, update_catalog=False
+        )
         self.external.finalize(self.base_uri, row.version, row.path, final)
         failpoint("commit.after_external_finalize")
+        if published and manifest is not None:
+            update_catalogs(self.store, manifest)
         self._discard_staged(row.path)
         return replace(row, path=final)
 

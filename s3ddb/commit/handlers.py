@@ -399,15 +399,17 @@ class CommitHandler(abc.ABC):
         except (VersionNotFoundError, ManifestCorruptError, FileNotFoundError):
             return None
 
-    def publish_open_formats(self, manifest: Manifest) -> None:
+    def publish_open_formats(self, manifest: Manifest, *, update_catalog: bool = True) -> bool:
         """Publish ``manifest``'s version as the open formats it enables (see
-        :mod:`s3ddb.open_formats.publisher`), catching up with the versions before it.
-        Never raises: the version is committed whatever publication does; a failure
-        is logged and counted, and the next publication catches up. Once published,
-        the catalog table the version names (AWS Glue) moves to it, never failing
-        either (:func:`~s3ddb.catalogs.update_catalogs`)."""
+        :mod:`s3ddb.open_formats.publisher`), catching up with the versions before it;
+        returns whether it is published. Never raises: the version is committed
+        whatever publication does; a failure is logged and counted, and the next
+        publication catches up. Once published, and if ``update_catalog``, the
+        catalog table the version names (AWS Glue) moves to it, never failing either
+        (:func:`~s3ddb.catalogs.update_catalogs`); a caller that passes False calls
+        that itself (after its repoint: Glue's latency does not delay it)."""
         if not enabled_formats(manifest):
-            return
+            return False
         failpoint("commit.before_publication")
         try:
             publish_version(self.store, manifest, self.manifest_if_kept)
@@ -421,8 +423,10 @@ class CommitHandler(abc.ABC):
                 ",".join(enabled_formats(manifest)),
                 exc,
             )
-            return
-        update_catalogs(self.store, manifest)
+            return False
+        if update_catalog:
+            update_catalogs(self.store, manifest)
+        return True
 
 
 class ListingCommitHandler(CommitHandler):

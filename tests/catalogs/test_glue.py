@@ -205,6 +205,31 @@ def test_a_reader_finishing_a_crashed_writers_version_moves_glue_in_a_span(
     assert _rows(_catalog(aws).load_table(table).scan().to_arrow()) == _rows(ds.to_table())
 
 
+def test_glue_moves_after_the_repoint_and_a_crash_between_is_caught_up(
+    aws: Any, glue: Any, ddb_uri: str, table: str
+) -> None:
+    """On s3+ddb the Glue table moves after the DynamoDB repoint (Glue's latency
+    does not delay it): a writer dying right after its repoint leaves its version
+    final and published, and Glue behind it until a sync (or the next commit)."""
+    from s3ddb.commit.failpoints import EXIT_CODE
+    from tests.support.workers import rows_for
+
+    so = aws.storage_options()
+    s3ddb.write_dataset(rows_for(0, 0, 2), ddb_uri, open_formats=["iceberg"], storage_options=so)
+    assert _register(ddb_uri, table, aws) == 0
+    [crashed] = run_workers(  # version 3 committed, published, repointed; then the crash
+        [("append", ddb_uri, "1", "1", "2")],
+        env={**aws.env(), "S3DDB_FAILPOINTS": "commit.after_external_finalize=exit"},
+    )
+    assert crashed.returncode == EXIT_CODE, crashed.stderr[-2000:]
+    assert _parameters(glue, table)["s3ddb.version"] == "2"
+    assert s3ddb.dataset(ddb_uri, storage_options=so).version == 3
+    assert main(["catalog", "sync", ddb_uri, "--json", *_options(aws)]) == 0
+    assert _parameters(glue, table)["s3ddb.version"] == "3"
+    ds = s3ddb.dataset(ddb_uri, storage_options=so)
+    assert _rows(_catalog(aws).load_table(table).scan().to_arrow()) == _rows(ds.to_table())
+
+
 def _local_dataset(tmp_path: Any, aws: Any, name: str, table: str, versions: int = 1) -> Any:
     """A local dataset publishing Iceberg, naming Glue ``table`` from version 2."""
     uri = str(tmp_path / name)
