@@ -6,6 +6,7 @@ own group read gives them; a version committed alone names no cut."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ import pytest
 
 import s3ddb
 import s3ddb.commit.finalizer
-from s3ddb.errors import StoredMetadataError
+from s3ddb.errors import PublishedStateError, StoredMetadataError
 from s3ddb.open_formats.model import CUT_KEY, GROUP_METADATA_KEY
 from s3ddb.open_formats.publisher import table_version
 
@@ -150,3 +151,48 @@ def test_a_group_id_is_the_versions_own_and_checked(tmp_path: Path) -> None:
         table_metadata={**ds.manifest.table_metadata, GROUP_METADATA_KEY: "a-group-id"}
     )
     assert table_version(store, good, None).cut == "a-group-id"
+
+
+def test_a_changed_or_removed_published_cut_is_refused_naming_the_file() -> None:
+    """The published cut is output, the manifest the truth: metadata whose cut is not
+    the version's (planted, or removed) is not built on."""
+    from s3ddb.open_formats.delta import DeltaWriter
+    from s3ddb.open_formats.delta_state import commit_path
+    from s3ddb.open_formats.iceberg import IcebergWriter
+    from s3ddb.open_formats.iceberg_state import version_files
+
+    uri = f"memory://cuts-{os.urandom(6).hex()}/events"
+    s3ddb.write_dataset(
+        pa.table({"id": pa.array([1], pa.int64())}), uri, open_formats=["iceberg", "delta"]
+    )
+    with s3ddb.atomic() as tx:
+        tx.dataset(uri).insert(pa.table({"id": pa.array([2], pa.int64())}))
+    ds = s3ddb.dataset(uri)
+    store = ds.handler.store
+    expected = table_version(store, ds.manifest, None)
+    assert (ds.version, expected.cut) == (2, tx.group_id)
+    iceberg_path, delta_path = version_files(2)[0], commit_path(2)
+    iceberg, delta = store.get(iceberg_path), store.get(delta_path)
+    assert IcebergWriter().load_state(store, expected) is not None
+    assert DeltaWriter().load_state(store, expected) is not None
+
+    for planted in ("another-group", None):
+        doc = json.loads(iceberg)
+        summary = next(s for s in doc["snapshots"] if s["snapshot-id"] == 2)["summary"]
+        if planted is None:
+            del summary[CUT_KEY]
+        else:
+            summary[CUT_KEY] = planted
+        store.put(iceberg_path, json.dumps(doc).encode())
+        with pytest.raises(PublishedStateError, match=r"v2\.metadata\.json"):
+            IcebergWriter().load_state(store, expected)
+
+        first, rest = delta.split(b"\n", 1)
+        info = json.loads(first)
+        if planted is None:
+            del info["commitInfo"][CUT_KEY]
+        else:
+            info["commitInfo"][CUT_KEY] = planted
+        store.put(delta_path, json.dumps(info, separators=(",", ":")).encode() + b"\n" + rest)
+        with pytest.raises(PublishedStateError, match=r"00000000000000000002\.json"):
+            DeltaWriter().load_state(store, expected)
