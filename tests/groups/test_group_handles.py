@@ -77,7 +77,8 @@ STATIC = {"drop"}
 
 #: Reads: nothing is written.
 READS = {
-    "base_is_fresh", "commit_config", "config", "count_rows", "data_storage_version",
+    "base_is_fresh", "change_batches", "changes", "commit_config", "config", "count_rows",
+    "data_storage_version",
     "describe_indices", "files", "fragment_ids", "get_fragment", "get_fragments",
     "get_version", "group_id", "handler", "has_index", "has_stable_row_ids", "head",
     "index_statistics", "initial_storage_options", "last_commit", "last_conflict_retries",
