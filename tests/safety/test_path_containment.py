@@ -87,6 +87,9 @@ def _deletion_id(message: pb.Manifest, file_id: str) -> None:
     fragment.deletion_file.read_version = 1
     fragment.deletion_file.id = file_id
     fragment.deletion_file.num_deleted_rows = 1
+    # A consistent summary, as an attacker would write: the path is what is refused.
+    if message.HasField("visible_rows"):
+        message.visible_rows -= 1
 
 
 def _transaction_file(message: pb.Manifest, name: str) -> None:
