@@ -15,7 +15,7 @@ SCALE_ARGS ?=
 READ_ARGS ?=
 SPARK_MERGE_ARGS ?=
 
-.PHONY: demo test test-fast lint typecheck protos bench bench-groups bench-index bench-stream bench-peers bench-scale bench-telemetry bench-open-formats bench-read bench-spark-merge bench-catalog clean
+.PHONY: demo test test-fast test-durations lint typecheck protos bench bench-groups bench-index bench-stream bench-peers bench-scale bench-telemetry bench-open-formats bench-read bench-spark-merge bench-catalog clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,19 +43,26 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(PY) -m mypy
 
-# Two workers, each taking the next tests when free (the long ones are handed out
-# first: tests/conftest.py); each worker that runs a Spark test starts its own local
-# SparkSession. The bench extra (pylance, deltalake) is installed too: a test runs the
-# read benchmark's quick mode. Bytecode caches are written even where the environment
-# says not to: the suite starts hundreds of Python processes (writers, crashes, the CLI,
-# Spark's workers), and each would compile the package from source again (__pycache__
-# is ignored by git).
+# Two workers, each taking the next test when free, one at a time (--maxschedchunk 1:
+# xdist would otherwise hand each worker a quarter of the suite up front), the longest
+# first (tests/conftest.py, from tests/durations.txt; `make test-durations` rewrites it
+# from a run's times), so that the run ends with both workers busy. Each worker that
+# runs a Spark test starts its own local SparkSession. The bench extra (pylance,
+# deltalake) is installed too: a test runs the read benchmark's quick mode. Bytecode
+# caches are written even where the environment says not to: the suite starts hundreds
+# of Python processes (writers, crashes, the CLI, Spark's workers), and each would
+# compile the package from source again (__pycache__ is ignored by git).
 test: lint typecheck $(NODE_STAMP) $(BENCH_STAMP)
-	env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest -n 2 --dist load --durations=15 $(PYTEST_ARGS)
+	env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest -n 2 --dist load --maxschedchunk 1 --durations=15 $(PYTEST_ARGS)
 
 # The quick subset for iteration: no multi-process, crash, Spark or Terraform tests.
 test-fast: $(STAMP) $(NODE_STAMP)
-	env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest -n 2 -m "not slow and not terraform and not spark" $(PYTEST_ARGS)
+	env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest -n 2 --maxschedchunk 1 -m "not slow and not terraform and not spark" $(PYTEST_ARGS)
+
+# Rewrite tests/durations.txt (the order tests are handed out) from a run's times:
+#   S3DDB_TEST_TIMES=/tmp/times.txt make test; make test-durations TIMES=/tmp/times.txt
+test-durations: $(STAMP)
+	$(PY) scripts/test_durations.py $(TIMES)
 
 protos: $(STAMP)
 	$(PY) scripts/gen_protos.py

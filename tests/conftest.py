@@ -190,19 +190,76 @@ def before_each_transact_write(
 
 # --- the order tests are handed to the workers -----------------------------------------
 # With -n, xdist hands tests out in collection order, a few at a time, to whichever
-# worker is free. The long ones (multi-process, crash, Spark, Terraform: the slow,
-# spark and terraform marks) go first, so the run ends on short tests rather than on
-# one worker still busy with a long one. Within each rank the collection order stays.
+# worker is free. Longest first (the classic rule for two machines and many jobs): the
+# run then ends on short tests rather than on one worker still busy with a long one
+# while the other waits. How long a test takes comes from tests/durations.txt, written
+# from an earlier run by scripts/test_durations.py; a test not listed there counts as
+# short, unless it has a long mark (slow, spark, terraform: multi-process, crash, Spark
+# and Terraform tests), then as a few seconds. Ties keep the collection order.
+
+_DURATIONS = Path(__file__).resolve().parent / "durations.txt"
+#: Seconds assumed for a test durations.txt does not list (new since it was written).
+_UNLISTED_LONG, _UNLISTED_SHORT = 5.0, 0.1
 
 
-def _start_rank(item: pytest.Item) -> int:
+def _recorded_durations() -> dict[str, float]:
+    durations: dict[str, float] = {}
+    if _DURATIONS.exists():
+        for line in _DURATIONS.read_text(encoding="utf-8").splitlines():
+            seconds, _, nodeid = line.partition(" ")
+            if nodeid:
+                durations[nodeid] = float(seconds)
+    return durations
+
+
+def _expected_seconds(item: pytest.Item, recorded: dict[str, float]) -> float:
+    if item.nodeid in recorded:
+        return recorded[item.nodeid]
     long_marks = ("slow", "spark", "terraform")
-    return 0 if any(item.get_closest_marker(mark) for mark in long_marks) else 1
+    long = any(item.get_closest_marker(mark) for mark in long_marks)
+    return _UNLISTED_LONG if long else _UNLISTED_SHORT
+
+
+def _shares_fixtures_with_its_module(item: pytest.Item) -> bool:
+    """Whether the test uses a fixture set up once per module or class: such a module's
+    tests stay together, or that fixture would be set up again each time a worker
+    comes back to the module."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return False
+    return any(
+        d.scope in ("module", "class", "package")
+        for defs in info.name2fixturedefs.values()
+        for d in defs
+    )
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    items.sort(key=_start_rank)
+    recorded = _recorded_durations()
+    seconds = {item.nodeid: _expected_seconds(item, recorded) for item in items}
+    # The unit handed out: a test, or a whole module whose tests share a fixture
+    # (ordered by its longest test; its tests keep their collection order).
+    unit = {
+        item.nodeid: item.nodeid.split("::", 1)[0]
+        if _shares_fixtures_with_its_module(item)
+        else item.nodeid
+        for item in items
+    }
+    longest: dict[str, float] = {}
+    first: dict[str, int] = {}
+    for i, item in enumerate(items):
+        u = unit[item.nodeid]
+        longest[u] = max(longest.get(u, 0.0), seconds[item.nodeid])
+        first.setdefault(u, i)
+    order = {item.nodeid: i for i, item in enumerate(items)}
+    items.sort(
+        key=lambda item: (
+            -longest[unit[item.nodeid]],
+            first[unit[item.nodeid]],
+            order[item.nodeid],
+        )
+    )
 
 
 # --- each folder's time, printed at the end of every run ------------------------------
