@@ -621,13 +621,20 @@ def glue_problems(store: ObjectStore, manifest: Manifest) -> list[tuple[str, str
     root = dataset_root(store)
     try:
         table = _get_table(_client(store), target)
-        if table is None:
-            return [("behind", where, f"the AWS Glue table {target.name} is missing")]
+    except CatalogError as exc:
+        # A GetTable the service failed (a server error, throttled past the retries)
+        # says nothing of the entry: Glue could not be asked. An answer without a
+        # table is an answer, and not to be trusted.
+        failed_call = exc.__cause__ is not None
+        return [("unreachable" if failed_call else "untrusted", where, str(exc))]
+    except (CredentialsError, EndpointUnreachableError) as exc:
+        return [("unreachable", where, str(exc))]
+    if table is None:
+        return [("behind", where, f"the AWS Glue table {target.name} is missing")]
+    try:
         entry = _checked_entry(table, target, root)
     except CatalogError as exc:
         return [("untrusted", where, str(exc))]
-    except (CredentialsError, EndpointUnreachableError) as exc:
-        return [("unreachable", where, str(exc))]
     if entry.version is not None and entry.version > manifest.version:
         return [
             (

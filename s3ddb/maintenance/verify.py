@@ -247,11 +247,11 @@ def _check_open_formats(
         if any(p.startswith(plugin.prefixes) for p in objects)
         for found in plugin.foreign_problems(store, newest)
     ]
-    for found in found_all:
+    for path, why in found_all:
         problem(
             "foreign_open_format_commit",
-            found,
-            f"{found}: not written by s3ddb; the tables it publishes have no other writer",
+            path,
+            f"{why}: not written by s3ddb; the tables it publishes have no other writer",
             "delete what another engine wrote, then run `s3ddb open-formats URI --publish`",
         )
 

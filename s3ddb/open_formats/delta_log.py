@@ -139,11 +139,12 @@ def list_log(listed: Iterable[ObjectMeta]) -> LogListing:
     return out
 
 
-def foreign_problems(store: ObjectStore, newest_version: int) -> list[str]:
+def foreign_problems(store: ObjectStore, newest_version: int) -> list[tuple[str, str]]:
     """What in ``_delta_log/`` s3ddb did not write beside its own versions: commits
     after ``newest_version`` (the newest s3ddb version), and files of kinds s3ddb
     never writes (checksums, compacted logs, other checkpoint kinds, staged commits),
-    which readers would use. One listing; empty when all is s3ddb's. (Commits of
+    which readers would use; each as its path and what is wrong. One listing; empty
+    when all is s3ddb's. (Commits of
     s3ddb's versions that are not as s3ddb writes them are :func:`log_problems`'.)
 
     Raises:
@@ -151,11 +152,11 @@ def foreign_problems(store: ObjectStore, newest_version: int) -> list[str]:
     """
     listing = list_log(store.iter_list(f"{LOG_DIR}/"))
     problems = [
-        f"{meta.path}: Delta commit {version} is newer than s3ddb version {newest_version}"
+        (meta.path, f"Delta commit {version} is newer than s3ddb version {newest_version}")
         for version, meta in sorted(listing.commits.items())
         if version > newest_version
     ]
-    problems += [f"{path}: not a file s3ddb writes in {LOG_DIR}/" for path in listing.others]
+    problems += [(path, f"not a file s3ddb writes in {LOG_DIR}/") for path in listing.others]
     return problems
 
 

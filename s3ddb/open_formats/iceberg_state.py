@@ -406,7 +406,7 @@ class Checked:
         return value
 
 
-def foreign_problems(store: ObjectStore, newest_version: int) -> list[str]:
+def foreign_problems(store: ObjectStore, newest_version: int) -> list[tuple[str, str]]:
     """Files under ``metadata/`` that s3ddb would not have written, up to its newest
     version ``newest_version``: names s3ddb never uses, metadata JSON or manifest
     lists of later versions, and a newest metadata (the one the version hint names,
@@ -415,12 +415,13 @@ def foreign_problems(store: ObjectStore, newest_version: int) -> list[str]:
     metadata files.
 
     Returns:
-        Human-readable problems (empty: the metadata is all s3ddb's).
+        Each file's path and what is wrong with it (empty: the metadata is all
+        s3ddb's).
 
     Raises:
         OSError: the store cannot be listed or read.
     """
-    problems: list[str] = []
+    problems: list[tuple[str, str]] = []
     to_read: set[int] = set()
     listed: set[int] = set()
     for meta in store.list(f"{METADATA_DIR}/"):
@@ -433,14 +434,16 @@ def foreign_problems(store: ObjectStore, newest_version: int) -> list[str]:
             n = int(version_match.group(1))
             listed.add(n)
             if n > newest_version:
-                problems.append(f"{path}: a version after s3ddb's newest ({newest_version})")
+                problems.append((path, f"a version after s3ddb's newest ({newest_version})"))
                 to_read.add(n)
         elif snap_match:
             n = int(snap_match.group(1))
             if n > newest_version:
-                problems.append(f"{path}: a manifest list after s3ddb's newest ({newest_version})")
+                problems.append(
+                    (path, f"a manifest list after s3ddb's newest ({newest_version})")
+                )
         else:
-            problems.append(f"{path}: not a file s3ddb writes")
+            problems.append((path, "not a file s3ddb writes"))
     try:
         hint_raw = store.get_prefix(VERSION_HINT, 64)
     except FileNotFoundError:
@@ -448,17 +451,18 @@ def foreign_problems(store: ObjectStore, newest_version: int) -> list[str]:
     if hint_raw is not None:
         hint = hint_raw.decode("utf-8", "replace").strip()
         if not hint.isdecimal():
-            problems.append(f"{VERSION_HINT}: {hint[:20]!r} is not a version")
+            problems.append((VERSION_HINT, f"{hint[:20]!r} is not a version"))
         elif int(hint) in listed:
             to_read.add(int(hint))
         else:
-            problems.append(f"{VERSION_HINT}: names version {hint}, which has no metadata")
+            problems.append((VERSION_HINT, f"names version {hint}, which has no metadata"))
     for n in sorted(to_read):
         path = version_files(n)[0]
         try:
             _check_own(path, bounded_get(store, path), n)
         except StoredMetadataError as exc:
-            problems.append(str(exc))
+            why = str(exc)
+            problems.append((path, why.removeprefix(f"{path}: ")))
     return problems
 
 

@@ -275,10 +275,13 @@ class OpenFormat(FormatWriter, Protocol):
         (its URI without a trailing ``/``), as the command line shows it."""
         ...
 
-    def foreign_problems(self, store: ObjectStore, newest_version: int) -> list[str]:
+    def foreign_problems(
+        self, store: ObjectStore, newest_version: int
+    ) -> list[tuple[str, str]]:
         """What another engine wrote among this format's files (``store`` rooted at the
-        dataset; ``newest_version`` the newest s3ddb version): each a sentence starting
-        with the file's path; empty when every file is one s3ddb writes. Bounded: a
+        dataset; ``newest_version`` the newest s3ddb version): each as the file's path
+        (relative to the root) and what is wrong with it; empty when every file is one
+        s3ddb writes. Bounded: a
         listing of :attr:`prefixes` and reads of a few small files.
 
         Raises:

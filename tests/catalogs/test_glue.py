@@ -301,6 +301,22 @@ def test_catalog_sync_catches_up_after_glue_was_down_or_the_table_dropped(
     assert _parameters(glue, table)["s3ddb.version"] == "3"
 
 
+def test_glue_failing_during_verify_is_unreachable_not_untrusted(
+    aws: Any, glue: Any, tmp_path: Any, table: str
+) -> None:
+    # A server error from GetTable (every retry) says nothing of the table's entry.
+    ds = _local_dataset(tmp_path, aws, "flaky", table)
+    fault = aws.inject_fault("glue", "GetTable", "server_error", times=50)
+    try:
+        report = verify(ds.uri, aws.storage_options(), grace_seconds=0)
+    finally:
+        aws.clear_faults()
+    assert fault.triggered >= 1
+    assert [p.kind for p in report.problems] == ["catalog_unreachable"], report.problems
+    assert "GetTable" in report.problems[0].meaning
+    assert verify(ds.uri, aws.storage_options(), grace_seconds=0).healthy
+
+
 @pytest.mark.parametrize(
     "planted",
     [

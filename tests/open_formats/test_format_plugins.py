@@ -183,12 +183,14 @@ class ListingFormat:
     def reader_location(self, root: str, version: int) -> str:
         return f"{root}/{_listing_path(version)}"
 
-    def foreign_problems(self, store: ObjectStore, newest_version: int) -> list[str]:
+    def foreign_problems(
+        self, store: ObjectStore, newest_version: int
+    ) -> list[tuple[str, str]]:
         problems = []
         for meta in store.list(f"{LISTING_DIR}/"):
             match = _LISTING_NAME.fullmatch(meta.path)
             if match is None or int(match.group(1)) > newest_version:
-                problems.append(f"{meta.path}: not a listing s3ddb writes")
+                problems.append((meta.path, "not a listing s3ddb writes"))
         return problems
 
     def retire(self, store: ObjectStore, retention: Retention) -> list[ObjectMeta]:
@@ -274,7 +276,8 @@ def test_a_planted_format_is_published_cleaned_and_verified(
     Path(uri, LISTING_DIR, "planted.txt").write_text("another engine")
     found = verify(uri, grace_seconds=0).problems
     assert [p.kind for p in found] == ["foreign_open_format_commit"], found
-    assert found[0].path.startswith(f"{LISTING_DIR}/planted.txt: ")
+    assert found[0].path == f"{LISTING_DIR}/planted.txt"
+    assert found[0].meaning.startswith("not a listing s3ddb writes: ")
     Path(uri, LISTING_DIR, "planted.txt").unlink()
     Path(uri, _listing_path(4)).unlink()
     problems = {(p.kind, p.path) for p in verify(uri, grace_seconds=0).problems}

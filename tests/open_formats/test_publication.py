@@ -309,6 +309,9 @@ def test_verify_reports_a_foreign_commit(tmp_path: Path) -> None:
     report = verify(uri)
     kinds = {p.kind for p in report.problems}
     assert kinds == {"foreign_open_format_commit"}
+    # Where is the file alone (the sentence is the meaning).
+    assert [p.path for p in report.problems] == ["_delta_log/00000000000000000002.json"]
+    assert report.problems[0].meaning.startswith("Delta commit 2 is newer than s3ddb version 1")
 
 
 def test_the_command_line_enables_shows_and_republishes(tmp_path: Path) -> None:
