@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 
 from s3ddb import pylance_compat
 from s3ddb.arguments import check_int
+from s3ddb.commit.builders import STABLE_ROW_IDS_KEY
 from s3ddb.commit.committer import CommitConfig, OnExisting
 from s3ddb.errors import InvalidInputError
 from s3ddb.format.datafile import (
@@ -577,8 +578,10 @@ class Dataset(PinnedVersion):
 
     @property
     def has_stable_row_ids(self) -> bool:
-        """Always False: s3ddb has no stable row ids."""
-        return False
+        """Whether rows have stable ids (``write_dataset(...,
+        enable_stable_row_ids=True)``): their ``_rowid`` is kept through updates and
+        compaction."""
+        return self._manifest.stable_row_ids
 
     @property
     def data_storage_version(self) -> str:
@@ -956,6 +959,9 @@ def write_dataset(
     ``data_storage_version`` may be None or "stable" (s3ddb writes Parquet).
     ``data_cache_bytes`` and ``max_page_bytes`` are accepted and ignored; the other
     pylance arguments are refused unless given their default (docs/pylance.md).
+    ``enable_stable_row_ids=True`` gives a new or overwritten dataset stable row ids
+    (``_rowid``, ``_row_created_at_version``, ``_row_last_updated_at_version``;
+    docs/format.md): once on, every later version keeps them.
 
     ``open_formats`` (``["iceberg", "delta"]``, or one of them) makes a new or
     overwritten dataset publish every version also as an Iceberg and a Delta table
@@ -974,7 +980,10 @@ def write_dataset(
             would commit at once, outside the group; use its ``insert``).
         UnsupportedOperationError: a pylance argument s3ddb has no such thing for.
     """
+    stable_row_ids = pylance_options.pop("enable_stable_row_ids", False)
     pylance_compat.check_write_options("write_dataset", data_storage_version, pylance_options)
+    if not isinstance(stable_row_ids, bool):
+        raise InvalidInputError(f"enable_stable_row_ids must be a bool, got {stable_row_ids!r}")
     if isinstance(schema, str):
         raise InvalidInputError(
             f"schema must be a pyarrow Schema, got {schema!r}: the fourth argument is "
@@ -998,6 +1007,8 @@ def write_dataset(
     table = to_arrow_table(data, schema)
     naming = NamingScheme.V2 if enable_v2_manifest_paths else NamingScheme.V1
     config = publication.open_formats_config(open_formats)
+    if stable_row_ids:
+        config = {**(config or {}), STABLE_ROW_IDS_KEY: "true"}
     publication.check_schema(table.schema, open_formats)
 
     return writes.write_dataset(

@@ -203,7 +203,6 @@ REFUSED_WRITE_OPTIONS: dict[str, tuple[Any, str]] = {
     "max_bytes_per_file": (90 * 1024**3, "files are split by rows (max_rows_per_file)"),
     "commit_lock": (None, NO_LOCKS),
     "use_legacy_format": (False, PARQUET),
-    "enable_stable_row_ids": (False, NO_ROW_IDS),
     "auto_cleanup_options": (None, "run cleanup_old_versions (or `s3ddb cleanup`) yourself"),
     "commit_message": (None, "pass transaction_properties to s3ddb.Dataset.commit"),
     "transaction_properties": (None, "pass transaction_properties to s3ddb.Dataset.commit"),

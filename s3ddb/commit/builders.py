@@ -24,6 +24,7 @@ from s3ddb.errors import (
 from s3ddb.format.fragment_list import FragmentList
 from s3ddb.format.fragment_metadata import FragmentMetadata
 from s3ddb.format.manifest import Manifest
+from s3ddb.format.row_lineage import resolve_lineage
 from s3ddb.format.stats import live_statistics
 from s3ddb.operations import (
     Append,
@@ -47,8 +48,10 @@ from s3ddb.operations import (
 
 __all__ = [
     "BUILDERS",
+    "STABLE_ROW_IDS_KEY",
     "Builder",
     "LoadManifest",
+    "allocate_row_ids",
     "build_append",
     "build_clone",
     "build_create_index",
@@ -81,6 +84,31 @@ def require_base(base: Manifest | None, op: Operation) -> Manifest:
     return base
 
 
+#: The config key that asks a new dataset (or an overwrite) for stable row ids; a
+#: manifest records the feature itself (format 3), and every later version keeps it.
+STABLE_ROW_IDS_KEY = "s3ddb.stable_row_ids"
+
+
+def allocate_row_ids(
+    fragments: tuple[FragmentMetadata, ...] | list[FragmentMetadata],
+    next_row_id: int,
+    version: int,
+) -> tuple[tuple[FragmentMetadata, ...], int]:
+    """``fragments`` (new to the version being built) with their pending row ids
+    allocated from ``next_row_id`` in order and their pending row versions stamped
+    ``version``; and the next free id. Called on every attempt of a commit, on the
+    base it is built on, so a commit rebased over another allocates again.
+
+    Raises:
+        StoredMetadataError: a fragment's lineage is malformed.
+    """
+    out = []
+    for fragment in fragments:
+        fragment, next_row_id = resolve_lineage(fragment, next_row_id, version)
+        out.append(fragment)
+    return tuple(out), next_row_id
+
+
 def build_append(
     base: Manifest | None, op: Operation, version: int, load: LoadManifest
 ) -> Manifest:
@@ -97,9 +125,13 @@ def build_append(
                     f"version {base.version} does not know"
                 )
         new.append(fragment.with_id(first + i))
+    next_row_id = base.next_row_id
+    if base.stable_row_ids:
+        new[:], next_row_id = allocate_row_ids(new, next_row_id, version)
     return base.evolve(
         fragments=base.fragments + tuple(new),
         max_fragment_id=first + len(new) - 1,
+        next_row_id=next_row_id,
     )
 
 
@@ -114,6 +146,14 @@ def build_overwrite(
     config = dict(base.config) if base is not None else {}
     config.update(op.config_upsert_values)
     max_id = first + len(fragments) - 1 if fragments else (base.max_fragment_id if base else None)
+    # Once on, stable row ids stay on (an overwrite keeps allocating above the ids
+    # every earlier version used).
+    stable = (base is not None and base.stable_row_ids) or config.get(
+        STABLE_ROW_IDS_KEY
+    ) == "true"
+    next_row_id = base.next_row_id if base is not None else 0
+    if stable:
+        fragments, next_row_id = allocate_row_ids(fragments, next_row_id, version)
     return Manifest(
         version=version,
         schema=op.schema,
@@ -124,6 +164,8 @@ def build_overwrite(
         # Declared bases stay declared (an overwrite's own files are in the root).
         base_paths=base.base_paths if base is not None else (),
         cloned_from_version=base.cloned_from_version if base is not None else None,
+        stable_row_ids=stable,
+        next_row_id=next_row_id,
     )
 
 
@@ -134,7 +176,12 @@ def build_restore(
     base = require_base(base, op)
     source = load(op.version)
     max_ids = [i for i in (base.max_fragment_id, source.max_fragment_id) if i is not None]
-    return source.evolve(max_fragment_id=max(max_ids) if max_ids else None)
+    # Restored rows keep their ids; new rows get ids above every id ever allocated.
+    return source.evolve(
+        max_fragment_id=max(max_ids) if max_ids else None,
+        stable_row_ids=source.stable_row_ids or base.stable_row_ids,
+        next_row_id=max(source.next_row_id, base.next_row_id),
+    )
 
 
 def build_update_config(
@@ -172,6 +219,7 @@ def _changed_fragments(
     op: Delete | Update,
     updated: tuple[FragmentMetadata, ...],
     removed: tuple[int, ...],
+    version: int,
 ) -> FragmentList:
     """``base``'s fragments with ``updated`` applied and ``removed`` dropped.
 
@@ -192,7 +240,14 @@ def _changed_fragments(
         if columns:
             # Statistics are trusted per file (s3ddb.format.stats): both sides' apply.
             stats = live_statistics(new.files, (*fragment.stats, *new.stats))
-            return replace(fragment, files=new.files, stats=stats)
+            changed = replace(fragment, files=new.files, stats=stats)
+            if base.stable_row_ids and new.updated_at:
+                # The rows it rewrote keep their ids and take this version as the
+                # one that last updated them (the planner marked them pending).
+                changed, _ = resolve_lineage(
+                    replace(changed, updated_at=new.updated_at), base.next_row_id, version
+                )
+            return changed
         return fragment.with_deletion_file(new.deletion_file)
 
     fragments, found = base.fragments.changed(set(changes) | gone, change)
@@ -209,7 +264,7 @@ def build_delete(
 ) -> Manifest:
     assert isinstance(op, Delete)
     base = require_base(base, op)
-    kept = _changed_fragments(base, op, op.updated_fragments, op.deleted_fragment_ids)
+    kept = _changed_fragments(base, op, op.updated_fragments, op.deleted_fragment_ids, version)
     return base.evolve(fragments=kept)
 
 
@@ -218,7 +273,9 @@ def build_update(
 ) -> Manifest:
     assert isinstance(op, Update)
     base = require_base(base, op)
-    kept = _changed_fragments(base, op, op.updated_fragments, op.removed_fragment_ids)
+    kept = _changed_fragments(
+        base, op, op.updated_fragments, op.removed_fragment_ids, version
+    )
     if not op.new_fragments:
         return base.evolve(fragments=kept)
     return build_append(base.evolve(fragments=kept), Append(op.new_fragments), version, load)
@@ -258,7 +315,18 @@ def build_rewrite(
         elif fragment.id not in dropped:
             fragments.append(fragment)
     max_id = first - 1 if first > base.next_fragment_id() else base.max_fragment_id
-    return base.evolve(fragments=tuple(fragments), max_fragment_id=max_id)
+    next_row_id = base.next_row_id
+    if base.stable_row_ids:
+        # Compaction carries its rows' lineage (nothing pending); a rewrite whose
+        # fragments lack it gets new ids.
+        fragments_out, next_row_id = allocate_row_ids(
+            [f for group in replaced.values() for f in group], next_row_id, version
+        )
+        by_id = {f.id: f for f in fragments_out}
+        fragments = [by_id.get(f.id, f) for f in fragments]
+    return base.evolve(
+        fragments=tuple(fragments), max_fragment_id=max_id, next_row_id=next_row_id
+    )
 
 
 def _check_reserved(
@@ -299,7 +367,14 @@ def build_merge(base: Manifest | None, op: Operation, version: int, load: LoadMa
         raise RetryableCommitConflictError(
             f"Merge: the fragments of version {base.version} are not the ones it extended"
         )
-    return base.evolve(fragments=tuple(mine[f.id] for f in base.fragments), schema=op.schema)
+    # A new column changes no row's values: the rows keep their ids and versions.
+    return base.evolve(
+        fragments=tuple(
+            replace(mine[f.id], row_ids=f.row_ids, created_at=f.created_at, updated_at=f.updated_at)
+            for f in base.fragments
+        ),
+        schema=op.schema,
+    )
 
 
 def build_project(

@@ -31,6 +31,7 @@ from s3ddb.errors import ManifestCorruptError, PathOutsideDatasetError, StoredMe
 from s3ddb.format._proto import manifest_pb2 as pb
 from s3ddb.format.bases import file_base_ids
 from s3ddb.format.fragment_metadata import FragmentMetadata
+from s3ddb.format.row_lineage import check_row_ids, check_versions
 from s3ddb.format.stats import ColumnStatistics, summarize_bounds, union_bounds
 from s3ddb.io.parallel import process_pool
 
@@ -265,6 +266,15 @@ class EncodedFragments:
                         f"fragment {message.id}: {what} {getattr(message, what)} is after "
                         "the manifest's own version"
                     )
+            # Stored lineage is final: every id allocated, every version committed.
+            # (Versions are checked against the manifest's own when read: fragments
+            # carried over keep the version of the manifest they were parsed from.)
+            where = f"fragment {message.id}"
+            if message.row_id_sequence:
+                check_row_ids(message.row_id_sequence, message.physical_rows, where)
+            for what in ("row_created_at_versions", "row_last_updated_at_versions"):
+                if getattr(message, what):
+                    check_versions(getattr(message, what), message.physical_rows, where, what, None)
         except PathOutsideDatasetError as exc:
             raise PathOutsideDatasetError(f"{exc} [manifest {self.where}]") from None
         except StoredMetadataError as exc:

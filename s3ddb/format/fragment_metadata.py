@@ -23,6 +23,7 @@ from s3ddb.format.limits import (
     MAX_VERSION,
     check_range,
 )
+from s3ddb.format.row_lineage import check_row_ids, check_versions
 from s3ddb.io.paths import check_name
 
 if TYPE_CHECKING:
@@ -144,6 +145,11 @@ class FragmentMetadata:
     deletion_file: DeletionFile | None = None
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     stats: tuple[FileStatistics, ...] = field(default=(), compare=False, repr=False)
+    #: Stable row ids and row versions, encoded (s3ddb.format.row_lineage): empty
+    #: without stable row ids, or until a commit allocates them.
+    row_ids: bytes = field(default=b"", compare=False, repr=False)
+    created_at: bytes = field(default=b"", compare=False, repr=False)
+    updated_at: bytes = field(default=b"", compare=False, repr=False)
 
     def __post_init__(self) -> None:
         # InvalidInputError is a ValueError: typed under S3DDBError, also when a commit
@@ -187,6 +193,12 @@ class FragmentMetadata:
             m.deletion_file.CopyFrom(self.deletion_file.to_pb())
         if self.stats:
             m.statistics.extend(s.to_pb() for s in self.stats)
+        if self.row_ids:
+            m.row_id_sequence = self.row_ids
+        if self.created_at:
+            m.row_created_at_versions = self.created_at
+        if self.updated_at:
+            m.row_last_updated_at_versions = self.updated_at
         return m
 
     def manifest_entry(self) -> bytes:
@@ -217,8 +229,9 @@ class FragmentMetadata:
             PathOutsideDatasetError: a file name would leave the dataset (the message
                 names the fragment).
             StoredMetadataError: its id, row counts, a file size or a version is out
-                of range, or its deletion file is of an unknown kind (the message names
-                the fragment).
+                of range, its deletion file is of an unknown kind, or its row ids or
+                row versions are malformed or not one per physical row (the message
+                names the fragment).
         """
         _check_ranges(m)
         try:
@@ -236,6 +249,9 @@ class FragmentMetadata:
             if m.HasField("deletion_file")
             else None,
             stats=_stats_from_pb(m),
+            row_ids=m.row_id_sequence,
+            created_at=m.row_created_at_versions,
+            updated_at=m.row_last_updated_at_versions,
         )
 
     def to_json(self) -> str:
@@ -270,6 +286,14 @@ def _check_ranges(m: pb.Fragment) -> None:
             raise StoredMetadataError(f"{where}: unknown deletion file kind {d.kind}")
         check_range(d.read_version, 0, MAX_VERSION, "deletion file read_version", where)
         check_range(d.num_deleted_rows, 0, m.physical_rows, "deletion file num_deleted_rows", where)
+    # Lineage may still be pending here (a transaction's fragments); a manifest's
+    # fragments are checked further when decoded (fragment_list).
+    if m.row_id_sequence:
+        check_row_ids(m.row_id_sequence, m.physical_rows, where, pending_ok=True)
+    for what in ("row_created_at_versions", "row_last_updated_at_versions"):
+        data = getattr(m, what)
+        if data:
+            check_versions(data, m.physical_rows, where, what, None, pending_ok=True)
 
 
 def _stats_from_pb(m: pb.Fragment) -> tuple[FileStatistics, ...]:

@@ -41,11 +41,13 @@ from s3ddb.version import __version__
 
 __all__ = [
     "CHUNKED_MANIFEST_MAGIC",
+    "CHUNKS_FORMAT",
     "CONDITIONAL_PUT",
     "DYNAMODB",
     "FORMAT_VERSION",
     "HEADER_READ_BYTES",
     "MANIFEST_MAGIC",
+    "ROW_IDS_FORMAT",
     "WRITER_LIBRARY",
     "Manifest",
     "ManifestHeader",
@@ -61,7 +63,12 @@ MANIFEST_MAGIC = b"S3DDBMF1"
 #: refuses it rather than read its inline tail as every fragment.
 CHUNKED_MANIFEST_MAGIC = b"S3DDBMF2"
 #: The newest manifest format this s3ddb reads and writes.
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
+#: The format of a manifest with fragment-list chunks.
+CHUNKS_FORMAT = 2
+#: The format of a manifest of a dataset with stable row ids (chunks or not): older
+#: s3ddb releases refuse it, rather than read or write it without its row ids.
+ROW_IDS_FORMAT = 3
 #: Commit mechanisms a manifest records (see :attr:`Manifest.commit_mechanism`).
 CONDITIONAL_PUT = "conditional-put"
 DYNAMODB = "dynamodb"
@@ -112,6 +119,9 @@ class Manifest:
         commit_table: the DynamoDB table deciding versions, for :data:`DYNAMODB`.
         metrics: what the commit of this version recorded about itself (see
             :mod:`s3ddb.observe.commit_metrics`; empty for versions written before).
+        stable_row_ids: the dataset gives rows stable ids (stored as format 3;
+            :mod:`s3ddb.format.row_lineage`); once on, every later version keeps it.
+        next_row_id: the id the next new row gets (stable row ids only).
 
     Raises:
         PathOutsideDatasetError: a bad base path, or a file of an undeclared base.
@@ -136,6 +146,8 @@ class Manifest:
     commit_mechanism: str = ""
     commit_table: str = ""
     metrics: dict[str, Any] = field(default_factory=dict, compare=False)
+    stable_row_ids: bool = False
+    next_row_id: int = 0
 
     def __post_init__(self) -> None:
         if self.transaction_file:
@@ -203,7 +215,10 @@ class Manifest:
             commit_mechanism=self.commit_mechanism,
             commit_table=self.commit_table,
             commit_metrics=dumps_metrics(self.metrics) if self.metrics else "",
+            next_row_id=self.next_row_id,
         )
+        if self.stable_row_ids:
+            m.format_version = ROW_IDS_FORMAT
         if self.max_fragment_id is not None:
             m.max_fragment_id = self.max_fragment_id
         if self.cloned_from_version is not None:
@@ -219,16 +234,18 @@ class Manifest:
             if any(not isinstance(s, StoredChunk) for s in head):
                 raise ValueError("a manifest's chunks come before its inline fragments")
             header_pb.chunks.extend(r.to_pb() for r in refs)
-            header_pb.format_version = FORMAT_VERSION
+            header_pb.format_version = max(header_pb.format_version, CHUNKS_FORMAT)
         header = header_pb.SerializeToString(deterministic=True)
         prefix = _PREFIX.pack(_OFFSET_TAG, _PREFIX_SIZE + len(header), _CRC_TAG, crc32(header))
         return [prefix, header, *FragmentList.of_segments(inline).encoded_parts()]
 
     @property
     def format_version(self) -> int:
-        """The format this manifest is stored in: 1 (every fragment inline) or 2
-        (fragment-list chunks)."""
-        return FORMAT_VERSION if self.fragments.chunk_refs() else 1
+        """The format this manifest is stored in: 1 (every fragment inline), 2
+        (fragment-list chunks) or 3 (stable row ids, with chunks or without)."""
+        if self.stable_row_ids:
+            return ROW_IDS_FORMAT
+        return CHUNKS_FORMAT if self.fragments.chunk_refs() else 1
 
     def payload(self) -> bytes:
         """The serialized ``Manifest`` message: its ``fragments_offset`` and
@@ -355,6 +372,8 @@ class Manifest:
             commit_table=_checked_table(m.commit_table, where),
             # Malformed metrics do not keep a version from opening (see version_metrics).
             metrics=read_metrics(m.commit_metrics, f"manifest {where}")[0],
+            stable_row_ids=m.format_version >= ROW_IDS_FORMAT,
+            next_row_id=_checked_next_row_id(m.next_row_id, where),
         )
 
     @classmethod
@@ -391,6 +410,17 @@ class Manifest:
             raise
         except (DecodeError, ValueError, KeyError, IndexError, TypeError, OverflowError) as exc:
             raise ManifestCorruptError(f"manifest {where}: cannot decode: {exc}") from exc
+
+
+def _checked_next_row_id(value: int, where: str) -> int:
+    """``next_row_id``, which stays below 2**63 (ids are int64 columns).
+
+    Raises:
+        ManifestCorruptError: it is out of range.
+    """
+    if value >= 1 << 63:
+        raise ManifestCorruptError(f"manifest {where}: next_row_id {value} is out of range")
+    return value
 
 
 def _magic_of(data: bytes | memoryview, where: str) -> bytes:

@@ -31,6 +31,7 @@ from s3ddb.format.deletion import read_deleted_rows
 from s3ddb.format.fragment_metadata import FragmentMetadata, data_file_paths
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.row_evaluation import all_rows, take_rows
+from s3ddb.format.row_lineage import RowLineage
 from s3ddb.index.api import optimize_indices
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.written_files import FileTracker
@@ -171,6 +172,10 @@ def plan_compaction(
         limit = options.target_rows_per_fragment
         new = write_fragments_from_table(store, table, schema, max_rows_per_file=limit)
         copied = tuple((f.id, c) for f, (_t, c) in zip(old, rows))
+        if manifest.stable_row_ids:
+            # Compaction changes no row: each keeps its id and versions.
+            lineage = RowLineage.concat([RowLineage.of_rows(f, c) for f, (_t, c) in zip(old, rows)])
+            new = lineage.spread(new)
         return _Unnumbered(tuple(old), tuple(new), copied)
 
     files = FileTracker(store)

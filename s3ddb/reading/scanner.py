@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from s3ddb.arguments import check_int
 from s3ddb.errors import InvalidInputError, UnsupportedOperationError
+from s3ddb.format.row_lineage import ROW_ID
 from s3ddb.reading.version_reader import (
     DEFAULT_READAHEAD,
     DEFAULT_READAHEAD_BYTES,
@@ -79,10 +80,20 @@ class Scanner:
 
         Raises:
             UnsupportedOperationError: a pylance option s3ddb does not implement
-                (``nearest``, ``with_row_id``, ``full_text_query``...).
+                (``nearest``, ``full_text_query``..., ``with_row_id`` on a dataset
+                without stable row ids; with them it adds ``_rowid``).
             ColumnNotFoundError, InvalidExpressionError: bad columns or filter.
             InvalidInputError: bad ``limit``, ``offset``, ``batch_size``.
         """
+        with_row_id = options.pop("with_row_id", False)
+        if with_row_id and ds.manifest.stable_row_ids:
+            # pylance's flag: the stable id as a last column (without stable row ids
+            # it would be a row address, which s3ddb does not have).
+            names = list(ds.schema.names) if columns is None else list(columns)
+            columns = names if ROW_ID in names else [*names, ROW_ID]
+            with_row_id = False
+        if with_row_id:
+            options["with_row_id"] = with_row_id
         unsupported = sorted(k for k, v in options.items() if k not in TUNING_OPTIONS and v)
         if unsupported:
             raise UnsupportedOperationError(
@@ -102,7 +113,7 @@ class Scanner:
             if value is not None:
                 check_int(name, value, minimum=minimum)
         self._reader = VersionReader(ds, columns, filter)
-        self._schema = pa.schema([ds.schema.field(n) for n in self._reader.columns])
+        self._schema = self._reader.schema
         self._has_filter = filter is not None
         self._ds = ds
         self._limit = limit
@@ -318,7 +329,7 @@ def take(ds: PinnedVersion, indices: Any, columns: list[str] | None = None) -> p
     if isinstance(columns, list | tuple) and all(isinstance(c, str) for c in columns):
         columns = list(dict.fromkeys(columns))
     reader = VersionReader(ds, columns, None)
-    schema = pa.schema([ds.schema.field(n) for n in reader.columns])
+    schema = reader.schema
     fragments = list(ds.manifest.fragments)
     starts = np.cumsum([0] + [f.num_rows for f in fragments])
     wanted_positions = positions(indices, int(starts[-1]), ds.uri)

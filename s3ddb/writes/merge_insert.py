@@ -35,6 +35,7 @@ from s3ddb.format.deletion import read_deleted_rows
 from s3ddb.format.fragment_metadata import FragmentMetadata, data_file_paths
 from s3ddb.format.keys import key_hashes
 from s3ddb.format.manifest import Manifest
+from s3ddb.format.row_lineage import RowLineage
 from s3ddb.format.schema import conform
 from s3ddb.format.stats import exact_bound_type
 from s3ddb.index.query import lookup_keys
@@ -356,7 +357,7 @@ def plan_merge(
     matched = target.join(
         numbered.select([*keys, _SRC]), keys=keys, join_type="inner", use_threads=False
     )
-    removed, written_rows, counts = _merge_outcome(compiled, source, full, target, matched)
+    removed, written_rows, counts, moved = _merge_outcome(compiled, source, full, target, matched)
     add_operation_metrics(
         source_rows=source.num_rows,
         matched_rows=matched.num_rows,
@@ -368,10 +369,34 @@ def plan_merge(
     )
     if not removed and not written_rows:
         return None, counts
+    lineage = None
+    if manifest.stable_row_ids:
+        # Updated rows keep their ids and creation (this version updates them);
+        # inserted rows get theirs at commit.
+        lineage = RowLineage.concat(
+            [_moved_lineage(manifest, moved), RowLineage.pending(counts["num_inserted_rows"])]
+        )
     op = _write_update(
-        store, manifest, clauses, source, matched, deleted_before, removed, written_rows
-    )
+        store, manifest, clauses, source, matched, deleted_before, removed, written_rows,
+        lineage,
+    )  # fmt: skip
     return op, counts
+
+
+def _moved_lineage(manifest: Manifest, moved: pa.Table | None) -> RowLineage:
+    """The lineage of the target rows ``moved`` (their fragment ids and offsets, in
+    order), marked updated by the committing version."""
+    if moved is None or not moved.num_rows:
+        return RowLineage.pending(0)
+    frags = moved.column(_FRAG).to_numpy()
+    rows = moved.column(_ROW).to_numpy()
+    found = RowLineage.pending(len(frags))
+    by_id = manifest.fragments.select({int(f) for f in np.unique(frags)})
+    for fid, fragment in by_id.items():
+        at = frags == fid
+        part = RowLineage.of(fragment).take(rows[at])
+        found.ids[at], found.created[at] = part.ids, part.created
+    return found
 
 
 def _scan_target(
@@ -448,15 +473,17 @@ def _merge_outcome(
     full: pa.Table,
     target: pa.Table,
     matched: pa.Table,
-) -> tuple[dict[int, BitMap], list[pa.Table], dict[str, int]]:
+) -> tuple[dict[int, BitMap], list[pa.Table], dict[str, int], pa.Table | None]:
     """What the merge's clauses do: the target rows removed (by fragment id), the rows
-    written (updated and inserted source rows) and the counts the merge returns.
+    written (updated and inserted source rows), the counts the merge returns and the
+    target rows the updated ones replace (``_FRAG``, ``_ROW``; None if none).
     ``full`` is ``source`` with the columns the target lacks; ``matched`` the target
     rows joined to the index (``_SRC``) of the source row they match."""
     clauses = compiled.clauses
     removed: dict[int, BitMap] = {}
     written_rows: list[pa.Table] = []
     n_updated = n_inserted = n_deleted = 0
+    moved = None
     if clauses.reads_matched and matched.num_rows:
         outcome = compiled.matched(
             full.take(matched.column(_SRC)), matched.select(compiled.target_columns)
@@ -469,6 +496,7 @@ def _merge_outcome(
         if updated.num_rows:
             _add_rows(removed, updated)
             written_rows.append(source.take(updated.column(_SRC)))
+            moved = updated.select([_FRAG, _ROW])
         _add_rows(removed, deleted)
     if clauses.insert:
         was_matched = np.zeros(source.num_rows, dtype=bool)
@@ -489,7 +517,7 @@ def _merge_outcome(
         "num_updated_rows": n_updated,
         "num_deleted_rows": n_deleted,
     }
-    return removed, written_rows, counts
+    return removed, written_rows, counts, moved
 
 
 def _write_update(
@@ -501,9 +529,11 @@ def _write_update(
     deleted_before: dict[int, BitMap],
     removed: dict[int, BitMap],
     written_rows: list[pa.Table],
+    lineage: RowLineage | None = None,
 ) -> Update:
     """Write the new fragments and deletion files of a merge and describe them as the
-    Update to commit; the files written are deleted (best effort) if this fails."""
+    Update to commit, the rows written carrying ``lineage`` (stable row ids); the
+    files written are deleted (best effort) if this fails."""
     schema = manifest.schema
     keys = list(clauses.on)
     files = FileTracker(store)
@@ -513,6 +543,8 @@ def _write_update(
         if written is not None and written.num_rows:
             new = write_fragments_from_table(store, written, schema)
             files.add(*data_file_paths(new))
+            if lineage is not None:
+                new = lineage.spread(new)
         plan = DeletionPlan(deleted_before, removed)
         changed, removed_ids = write_deletions(store, manifest, plan, files)
         return Update(

@@ -40,6 +40,7 @@ from s3ddb.format.deletion import deletion_path, read_deleted_rows, write_deleti
 from s3ddb.format.fragment_metadata import FragmentMetadata, data_file_paths
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.row_evaluation import all_rows, apply_values, evaluate, take_rows
+from s3ddb.format.row_lineage import PENDING_VERSION, RowLineage, encode_versions
 from s3ddb.format.stats import compute_file_statistics, live_statistics
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.written_files import FileTracker
@@ -414,10 +415,15 @@ def _rewrite_rows(
         table = pa.concat_tables(pieces) if pieces else schema.arrow.empty_table()
         new = write_fragments_from_table(store, table, schema)
         files.add(*data_file_paths(new))
+        if manifest.stable_row_ids:
+            # The rows moved keep their ids and creation; this version updates them.
+            lineage = RowLineage.concat([RowLineage.of_rows(f, plan.rows[f.id]) for f in touched])
+            new = lineage.touched().spread(new)
         changed, removed = write_deletions(store, manifest, plan, files)
         return new, changed, removed
 
     version = manifest.version
+    stable = manifest.stable_row_ids
 
     # Each task writes the rows it changed and its fragment's deletion file: only
     # metadata travels back. Each carries its own bitmaps, not every fragment's.
@@ -427,6 +433,8 @@ def _rewrite_rows(
         fragment, rows, before = item
         new = write_fragments_from_table(store, changed_rows(fragment, rows), schema)
         written.extend(data_file_paths(new))
+        if stable:
+            new = RowLineage.of_rows(fragment, rows).touched().spread(new)
         kept = _with_deletions(store, version, fragment, before | rows)
         if kept is not None:
             written.append(deletion_path(kept))
@@ -456,6 +464,7 @@ def _rewrite_columns(
     needed_names = [n for n in schema.arrow.names if n in needed]
     modified = set(schema.top_level_ids(updated_names))
     sources = FileResolver.for_manifest(store, manifest)
+    stable = manifest.stable_row_ids
 
     def rewrite(item: tuple[FragmentMetadata, BitMap], written: list[str]) -> FragmentMetadata:
         fragment, rows = item
@@ -485,12 +494,18 @@ def _rewrite_columns(
         # Bounds of the rewritten columns now come from the new file (the old file's
         # no longer hold those fields, so theirs are no longer trusted).
         stats = compute_file_statistics(rewritten, schema, data_file)
+        updated_at = b""
+        if stable:
+            # The rows it rewrote keep their ids; the commit stamps their version.
+            lineage = RowLineage.of(fragment)
+            updated_at = encode_versions(np.where(mask, PENDING_VERSION, lineage.updated))
         return FragmentMetadata(
             fragment.id,
             (*kept, data_file),
             fragment.physical_rows,
             fragment.deletion_file,
             stats=live_statistics((*kept, data_file), (*fragment.stats, stats)),
+            updated_at=updated_at,
         )
 
     # Each task carries its own fragment's rows, not every fragment's.

@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from s3ddb.commit.build import APP_TRANSACTION_PREFIX
+from s3ddb.commit.builders import STABLE_ROW_IDS_KEY
 from s3ddb.commit.committer import CommitConfig, OnExisting
 from s3ddb.commit.handlers import CommitHandler, ManifestLocation
 from s3ddb.errors import (
@@ -23,6 +24,7 @@ from s3ddb.errors import (
     OpenFormatError,
     RetryableCommitConflictError,
     SchemaMismatchError,
+    UnsupportedOperationError,
 )
 from s3ddb.format.datafile import FileLayout, write_fragments_from_table
 from s3ddb.format.manifest import DYNAMODB, Manifest
@@ -328,6 +330,12 @@ def _write_version(
         base = load_newest(handler, latest)
     operation: Operation
     if base is not None and mode == "append":
+        if config.get(STABLE_ROW_IDS_KEY) == "true" and not base.stable_row_ids:
+            raise UnsupportedOperationError(
+                f"write_dataset(enable_stable_row_ids=True) appends to {text}, which has "
+                "no stable row ids: a dataset gets them when it is created or overwritten"
+            )
+        config = {k: v for k, v in config.items() if k != STABLE_ROW_IDS_KEY}
         for key, value in config.items():
             if base.config.get(key) != value:
                 raise OpenFormatError(

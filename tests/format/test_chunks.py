@@ -212,7 +212,7 @@ def _rewrite_root(path: Path, change: Any, magic: bytes = CHUNKED_MANIFEST_MAGIC
         (lambda m: setattr(m.chunks[0], "fragment_count", 1), ManifestCorruptError, "fragment"),
         (lambda m: setattr(m.chunks[0], "max_fragment_id", 10**6), StoredMetadataError, "max"),
         (lambda m: m.chunks.append(m.chunks[0]), StoredMetadataError, "twice"),
-        (lambda m: setattr(m, "format_version", 3), UnsupportedFormatError, "format 3"),
+        (lambda m: setattr(m, "format_version", 4), UnsupportedFormatError, "format 4"),
     ],
 )
 def test_a_root_whose_chunk_references_lie_is_refused(

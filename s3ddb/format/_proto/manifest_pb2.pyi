@@ -290,12 +290,22 @@ class Fragment(_message.Message):
     LAST_UPDATED_AT_VERSION_FIELD_NUMBER: _builtins.int
     CREATED_AT_VERSION_FIELD_NUMBER: _builtins.int
     STATISTICS_FIELD_NUMBER: _builtins.int
+    ROW_CREATED_AT_VERSIONS_FIELD_NUMBER: _builtins.int
+    ROW_LAST_UPDATED_AT_VERSIONS_FIELD_NUMBER: _builtins.int
     id: _builtins.int
     physical_rows: _builtins.int
     row_id_sequence: _builtins.bytes
-    """Reserved for stable row ids and per-fragment statistics."""
+    """Stable row ids (format 3, docs/format.md "Stable row ids"): the id of each
+    physical row, as ranges and ascending lists. Empty without stable row ids.
+    """
     last_updated_at_version: _builtins.int
+    """Unused by s3ddb (always 0): row versions are per row, in fields 9 and 10."""
     created_at_version: _builtins.int
+    row_created_at_versions: _builtins.bytes
+    """s3ddb extension (format 3): the version that created, and the version that last
+    updated, each physical row, as runs of (row count, version).
+    """
+    row_last_updated_at_versions: _builtins.bytes
     @_builtins.property
     def files(self) -> _containers.RepeatedCompositeFieldContainer[Global___DataFile]: ...
     @_builtins.property
@@ -318,10 +328,12 @@ class Fragment(_message.Message):
         last_updated_at_version: _builtins.int = ...,
         created_at_version: _builtins.int = ...,
         statistics: _abc.Iterable[Global___FileStatistics] | None = ...,
+        row_created_at_versions: _builtins.bytes = ...,
+        row_last_updated_at_versions: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_deletion_file", b"_deletion_file", "deletion_file", b"deletion_file"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_deletion_file", b"_deletion_file", "created_at_version", b"created_at_version", "deletion_file", b"deletion_file", "files", b"files", "id", b"id", "last_updated_at_version", b"last_updated_at_version", "physical_rows", b"physical_rows", "row_id_sequence", b"row_id_sequence", "statistics", b"statistics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_deletion_file", b"_deletion_file", "created_at_version", b"created_at_version", "deletion_file", b"deletion_file", "files", b"files", "id", b"id", "last_updated_at_version", b"last_updated_at_version", "physical_rows", b"physical_rows", "row_created_at_versions", b"row_created_at_versions", "row_id_sequence", b"row_id_sequence", "row_last_updated_at_versions", b"row_last_updated_at_versions", "statistics", b"statistics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__deletion_file: _TypeAlias = _typing.Literal["deletion_file"]  # noqa: Y015
     _WhichOneofArgType__deletion_file: _TypeAlias = _typing.Literal["_deletion_file", b"_deletion_file"]  # noqa: Y015
