@@ -34,7 +34,7 @@ REFUSED_COMMIT_OPTIONS: dict[str, tuple[Any, str]] = {
     "commit_lock": (None, NO_LOCKS),
     "detached": (False, "s3ddb has no detached versions"),
     "commit_message": (None, "pass transaction_properties to s3ddb.Dataset.commit"),
-    "enable_stable_row_ids": (False, "s3ddb has no stable row ids"),
+    "enable_stable_row_ids": (False, "pass it to write_dataset, which creates the dataset"),
     "namespace_client": (None, NO_NAMESPACES),
     "table_id": (None, NO_NAMESPACES),
     "namespace_client_managed_versioning": (False, NO_NAMESPACES),

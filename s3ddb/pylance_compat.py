@@ -203,6 +203,9 @@ REFUSED_WRITE_OPTIONS: dict[str, tuple[Any, str]] = {
     "max_bytes_per_file": (90 * 1024**3, "files are split by rows (max_rows_per_file)"),
     "commit_lock": (None, NO_LOCKS),
     "use_legacy_format": (False, PARQUET),
+    # write_dataset takes it (popped before this check); fragments get their ids
+    # when committed to a dataset that has them.
+    "enable_stable_row_ids": (False, "pass enable_stable_row_ids to write_dataset"),
     "auto_cleanup_options": (None, "run cleanup_old_versions (or `s3ddb cleanup`) yourself"),
     "commit_message": (None, "pass transaction_properties to s3ddb.Dataset.commit"),
     "transaction_properties": (None, "pass transaction_properties to s3ddb.Dataset.commit"),
