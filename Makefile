@@ -15,7 +15,7 @@ SCALE_ARGS ?=
 READ_ARGS ?=
 SPARK_MERGE_ARGS ?=
 
-.PHONY: demo test test-fast test-durations lint typecheck protos bench bench-groups bench-index bench-stream bench-peers bench-scale bench-telemetry bench-open-formats bench-read bench-spark-merge bench-catalog clean
+.PHONY: demo test test-fast test-durations lint typecheck protos bench bench-groups bench-index bench-stream bench-peers bench-scale bench-telemetry bench-open-formats bench-read bench-spark-merge bench-catalog bench-changes clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -124,6 +124,10 @@ bench-read: $(BENCH_STAMP)
 # the same Parquet files, local[2]: 20M target rows, sources of 1%, 10% and 100%, keys
 # spread or clustered; SPARK_MERGE_ARGS=--quick for a smoke run, or
 # SPARK_MERGE_ARGS="--target-rows 2000000".
+# The change feed of a k-row update in a 10M-row table, beside a full scan and a full diff.
+bench-changes: $(STAMP)
+	$(PY) benchmarks/changes.py $(CHANGES_ARGS)
+
 bench-spark-merge: $(STAMP)
 	$(PY) benchmarks/spark_merge.py $(SPARK_MERGE_ARGS)
 
