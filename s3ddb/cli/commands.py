@@ -577,7 +577,8 @@ def run_changes(args: argparse.Namespace) -> int:
 
     One line per change of the versions after --from up to --to (default: the latest):
     the row's columns, then _change_type (insert or delete; an update is a delete of
-    the old row and an insert of the new one), _commit_version and _commit_timestamp
+    the old row and an insert of the new one, or with stable row ids update_preimage
+    and update_postimage), _commit_version and _commit_timestamp
     (docs/changes.md). Versions that change no row (compaction, indices,
     configuration, schema changes) print none. Prints the first --limit changes as
     aligned tables of at most 500 rows each, or with --json one object per line;

@@ -26,9 +26,10 @@ have (added later, or given a new field id by a type change) reads as null, a co
 dropped by the last version is absent.
 
 Without stable row ids an update is a ``delete`` of the old row and an ``insert`` of
-the new one. Stable row ids (issue 48, item 1) will pair them: :func:`pair_updates`
-is the one place a version's deletes and inserts meet, where rows of one ``_rowid``
-become ``update_preimage`` and ``update_postimage``.
+the new one. With them, :func:`pair_updates`, the one place a version's deletes and
+inserts meet, makes the delete and the insert of one ``_rowid`` in an ``Update``
+version (``update``, ``merge_insert``) its ``update_preimage`` and
+``update_postimage``.
 """
 
 from __future__ import annotations
@@ -44,13 +45,14 @@ from pyroaring import BitMap
 from s3ddb.arguments import check_int
 from s3ddb.commit.committer import load_transaction
 from s3ddb.commit.handlers import CommitHandler, ManifestLocation
-from s3ddb.errors import InvalidInputError, VersionNotFoundError
+from s3ddb.errors import InvalidInputError, StoredMetadataError, VersionNotFoundError
 from s3ddb.format.bases import FileResolver
 from s3ddb.format.deletion import read_deleted_rows
 from s3ddb.format.fragment_metadata import FragmentMetadata
 from s3ddb.format.manifest import Manifest
+from s3ddb.format.row_lineage import RowLineage
 from s3ddb.format.schema import DatasetSchema
-from s3ddb.operations import Changes, Overwrite, Restore
+from s3ddb.operations import Changes, Overwrite, Restore, Update
 from s3ddb.operations.kinds import kinds_that_change
 from s3ddb.scan.visible_rows import (
     plan_fragment,
@@ -85,7 +87,7 @@ COMMIT_TIMESTAMP = "_commit_timestamp"
 
 INSERT = "insert"
 DELETE = "delete"
-#: Only with stable row ids (not yet): an update's old and new row.
+#: Only with stable row ids: an update's old and new row (of one ``_rowid``).
 UPDATE_PREIMAGE = "update_preimage"
 UPDATE_POSTIMAGE = "update_postimage"
 CHANGE_TYPES = (INSERT, UPDATE_PREIMAGE, UPDATE_POSTIMAGE, DELETE)
@@ -99,6 +101,8 @@ NO_ROW_KINDS = kinds_that_change(Changes.NOTHING, Changes.SCHEMA)
 REPLACING_KINDS = frozenset({Overwrite.kind, Restore.kind})
 
 _TIMESTAMP = pa.timestamp("us", tz="UTC")
+#: The row ids of change rows while a version's changes are paired (then dropped).
+_ROW_ID = "__s3ddb_change_rowid"
 
 
 def change_schema(schema: pa.Schema) -> pa.Schema:
@@ -289,9 +293,12 @@ def _version_changes(
     kind = _kind(handler, current)
     if kind in NO_ROW_KINDS:
         return
-    before = _Side(handler, previous, end, current, DELETE)
-    after = _Side(handler, current, end, current, INSERT)
-    yield from pair_updates(_fragment_tables(kind, before, after))
+    # Only an Update version moves rows under their ids; pairing reads its deletes
+    # and inserts before giving any (a version's changed rows, not the table's).
+    paired = kind == Update.kind and current.stable_row_ids and previous.stable_row_ids
+    before = _Side(handler, previous, end, current, DELETE, paired)
+    after = _Side(handler, current, end, current, INSERT, paired)
+    yield from pair_updates(_fragment_tables(kind, before, after), paired)
 
 
 def _fragment_tables(kind: str, before: _Side, after: _Side) -> Iterator[pa.Table]:
@@ -315,16 +322,51 @@ def _fragment_tables(kind: str, before: _Side, after: _Side) -> Iterator[pa.Tabl
     yield from (after.visible(f) for f in new.values() if f.id not in old)
 
 
-def pair_updates(tables: Iterator[pa.Table]) -> Iterator[pa.Table]:
+def pair_updates(tables: Iterator[pa.Table], by_row_id: bool = False) -> Iterator[pa.Table]:
     """One version's change tables, empty ones left out.
 
     This is where a version's deletes and inserts meet (a row's delete before the
-    insert replacing it). Without stable row ids rows have no identity across
-    fragments, so an update stays a delete and an insert; with them (issue 48, item
-    1), the inserts of a ``_rowid`` deleted earlier in the version become its
-    ``update_postimage`` and that delete its ``update_preimage``, here.
+    insert replacing it). Without stable row ids (``by_row_id`` False) rows have no
+    identity across fragments, so an update stays a delete and an insert, and tables
+    pass through as they come. With them, the tables carry each row's id (column
+    ``_ROW_ID``, dropped here): the delete and the insert of one id become its
+    ``update_preimage`` and ``update_postimage``. Then the version's tables are read
+    first and come out as: the unpaired deletes, the pre-images, the post-images, the
+    unpaired inserts (a delete still before an insert of the same key).
     """
-    return (table for table in tables if table.num_rows)
+    if not by_row_id:
+        yield from (table for table in tables if table.num_rows)
+        return
+    held = [t for t in tables if t.num_rows]
+    # Each table holds one kind of change (one fragment's deletes, or inserts).
+    is_delete = [t.column(CHANGE_TYPE)[0].as_py() == DELETE for t in held]
+    ids = [t.column(_ROW_ID).to_numpy() for t in held]
+    none = [np.empty(0, dtype=np.int64)]
+    old = np.concatenate([i for i, d in zip(ids, is_delete) if d] or none)
+    new = np.concatenate([i for i, d in zip(ids, is_delete) if not d] or none)
+    both = np.intersect1d(old, new)
+    deleted = [t for t, d in zip(held, is_delete) if d]
+    inserted = [t for t, d in zip(held, is_delete) if not d]
+
+    def split(table: pa.Table) -> tuple[pa.Table, pa.Table]:
+        """(rows of ``table`` paired, rows not), without the id column."""
+        mask = np.isin(table.column(_ROW_ID).to_numpy(), both)
+        table = table.drop_columns([_ROW_ID])
+        return table.filter(pa.array(mask)), table.filter(pa.array(~mask))
+
+    deletes = [split(t) for t in deleted]
+    inserts = [split(t) for t in inserted]
+    yield from (lone for _pair, lone in deletes if lone.num_rows)
+    yield from (_relabel(pair, UPDATE_PREIMAGE) for pair, _lone in deletes if pair.num_rows)
+    yield from (_relabel(pair, UPDATE_POSTIMAGE) for pair, _lone in inserts if pair.num_rows)
+    yield from (lone for _pair, lone in inserts if lone.num_rows)
+
+
+def _relabel(table: pa.Table, change: str) -> pa.Table:
+    """``table`` with every ``_change_type`` set to ``change``."""
+    index = table.schema.get_field_index(CHANGE_TYPE)
+    labels = pa.array([change] * table.num_rows, pa.string())
+    return table.set_column(index, table.schema.field(index), labels)
 
 
 class _Side:
@@ -339,18 +381,42 @@ class _Side:
         end: DatasetSchema,
         stamp: Manifest,
         change: str,
+        with_ids: bool = False,
     ) -> None:
         self.manifest = manifest
         self.stamp = stamp
         self.change = change
+        self.with_ids = with_ids
         self.files = FileResolver.for_manifest(handler.store, manifest)
         self.projection = _Projection.of(end, manifest.schema)
 
     def visible(self, fragment: FragmentMetadata) -> pa.Table:
         """Every visible row of ``fragment``, as :attr:`change` rows."""
+        if self.with_ids:
+            return self.visible_at(fragment)[0]
         names = self.projection.read_names
         read = read_visible_rows(self.files, fragment, self.manifest.schema, names)
         return self.projection.finish(read, self.change, self.stamp)
+
+    def _finish(
+        self, read: pa.Table, fragment: FragmentMetadata, positions: np.ndarray
+    ) -> pa.Table:
+        """``read`` (rows of ``fragment`` at ``positions``) as :attr:`change` rows,
+        with their ids while they are paired (:attr:`with_ids`).
+
+        Raises:
+            StoredMetadataError: the fragment's row ids are missing or malformed.
+        """
+        table = self.projection.finish(read, self.change, self.stamp)
+        if not self.with_ids:
+            return table
+        if fragment.physical_rows and not fragment.row_ids:
+            raise StoredMetadataError(
+                f"version {self.manifest.version}, fragment {fragment.id}: no row ids in a "
+                "dataset with stable row ids"
+            )
+        ids = RowLineage.of(fragment).ids[np.asarray(positions, dtype=np.int64)]
+        return table.append_column(_ROW_ID, pa.array(ids, pa.int64()))
 
     def visible_at(self, fragment: FragmentMetadata) -> tuple[pa.Table, np.ndarray]:
         """Every visible row of ``fragment``, as :attr:`change` rows, and their
@@ -360,16 +426,17 @@ class _Side:
         plan = plan_fragment(self.files, fragment, schema, None)
         if plan is None:
             empty = read_rows_at(self.files, fragment, schema, names, [])[0]
-            return self.projection.finish(empty, self.change, self.stamp), np.empty(0, np.int64)
+            none = np.empty(0, np.int64)
+            return self._finish(empty, fragment, none), none
         read, positions = read_with_positions(plan, schema, names)
-        return self.projection.finish(read, self.change, self.stamp), positions
+        return self._finish(read, fragment, positions), positions
 
     def at(self, fragment: FragmentMetadata, offsets: np.ndarray) -> pa.Table:
         """The physical rows of ``fragment`` at ``offsets`` (ascending), as
         :attr:`change` rows: only the row groups holding them are read."""
         names = self.projection.read_names
         read, _groups = read_rows_at(self.files, fragment, self.manifest.schema, names, offsets)
-        return self.projection.finish(read, self.change, self.stamp)
+        return self._finish(read, fragment, offsets)
 
 
 def _fragment_changes(
@@ -412,7 +479,7 @@ def _rows_differ(old: pa.Table, new: pa.Table) -> np.ndarray:
     """Where the rows of ``old`` and ``new`` (aligned) differ in a dataset column
     (null equals null; the change columns are not compared)."""
     differ = np.zeros(old.num_rows, dtype=bool)
-    skip = {CHANGE_TYPE, COMMIT_VERSION, COMMIT_TIMESTAMP}
+    skip = {CHANGE_TYPE, COMMIT_VERSION, COMMIT_TIMESTAMP, _ROW_ID}
     for name in old.column_names:
         if name in skip:
             continue
