@@ -18,6 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import numpy as np
+
 from s3ddb.arguments import is_int
 from s3ddb.catalogs import CATALOG_CONFIG_KEYS
 from s3ddb.errors import DatasetAlreadyExistsError, InvalidInputError
@@ -26,6 +28,7 @@ from s3ddb.format.bases import BasePath, FileResolver
 from s3ddb.format.fragment_list import FragmentList
 from s3ddb.format.fragment_metadata import DataFile, DeletionFile, FragmentMetadata
 from s3ddb.format.manifest import Manifest
+from s3ddb.format.row_lineage import encode_versions
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.open_formats.model import GROUP_METADATA_KEY
 from s3ddb.operations import Clone
@@ -83,7 +86,12 @@ def _template(
     source: Manifest, fragments: tuple[FragmentMetadata, ...], **changes: Any
 ) -> Manifest:
     """The clone's version 1: the source's schema, config and metadata, but not the
-    catalog table the source names (a Glue table stands for one dataset)."""
+    catalog table the source names (a Glue table stands for one dataset). With
+    stable row ids, rows keep their ids and are stamped as created by version 1 (the
+    source's version numbers mean nothing in the clone's history)."""
+    if source.stable_row_ids:
+        fragments = tuple(_first_version_rows(f) for f in fragments)
+        changes = {"stable_row_ids": True, "next_row_id": source.next_row_id, **changes}
     return Manifest(
         version=1,
         schema=source.schema,
@@ -97,6 +105,12 @@ def _template(
         cloned_from_version=source.version,
         **changes,
     )
+
+
+def _first_version_rows(fragment: FragmentMetadata) -> FragmentMetadata:
+    """``fragment`` with every row created and last updated by version 1."""
+    ones = encode_versions(np.ones(fragment.physical_rows, dtype=np.int64))
+    return replace(fragment, created_at=ones, updated_at=ones)
 
 
 def _commit_clone(

@@ -275,3 +275,15 @@ def test_a_release_that_knows_no_row_ids_refuses_the_dataset(
     monkeypatch.setattr(manifest_module, "FORMAT_VERSION", 2)
     with pytest.raises(UnsupportedFormatError, match="format 3"):
         s3ddb.dataset(uri)
+
+
+@pytest.mark.parametrize("kind", ["shallow", "deep"])
+def test_a_clone_keeps_row_ids_as_rows_of_its_first_version(tmp_path: Path, kind: str) -> None:
+    ds = s3ddb.write_dataset(_rows([1, 2]), str(tmp_path / "src"), enable_stable_row_ids=True)
+    ds.insert(_rows([3]))
+    ds.delete("id = 1")
+    clone = getattr(ds, f"{kind}_clone")(str(tmp_path / "clone"))
+    assert clone.has_stable_row_ids
+    assert _lineage(clone) == {2: (1, 1, 1), 3: (2, 1, 1)}
+    clone.insert(_rows([4]))
+    assert _lineage(clone)[4] == (3, 2, 2)  # above every id the source gave
