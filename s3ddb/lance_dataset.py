@@ -12,10 +12,11 @@ import datetime as dt
 import os
 from typing import Any, Literal, cast
 
+from s3ddb.commit.builders import STABLE_ROW_IDS_KEY
 from s3ddb.commit.committer import CommitConfig
 from s3ddb.dataset import Dataset, dataset
 from s3ddb.errors import InvalidInputError
-from s3ddb.operations import Operation, Transaction
+from s3ddb.operations import Operation, Overwrite, Transaction
 from s3ddb.pylance_compat import (
     NO_LOCKS,
     NO_NAMESPACES,
@@ -34,7 +35,6 @@ REFUSED_COMMIT_OPTIONS: dict[str, tuple[Any, str]] = {
     "commit_lock": (None, NO_LOCKS),
     "detached": (False, "s3ddb has no detached versions"),
     "commit_message": (None, "pass transaction_properties to s3ddb.Dataset.commit"),
-    "enable_stable_row_ids": (False, "pass it to write_dataset, which creates the dataset"),
     "namespace_client": (None, NO_NAMESPACES),
     "table_id": (None, NO_NAMESPACES),
     "namespace_client_managed_versioning": (False, NO_NAMESPACES),
@@ -257,10 +257,12 @@ class LanceDataset(Dataset):
         pylance's argument order. ``max_retries`` and ``commit_timeout`` apply when
         they differ from pylance's defaults (otherwise s3ddb's, made for many
         writers, do); ``enable_v2_manifest_paths`` is accepted (a dataset keeps its
-        naming).
+        naming); ``enable_stable_row_ids=True`` gives the dataset an Overwrite creates
+        or replaces stable row ids.
 
         Raises:
-            UnsupportedOperationError: ``commit_lock``, ``detached=True``,
+            UnsupportedOperationError: ``enable_stable_row_ids=True`` with another
+                operation than an Overwrite; ``commit_lock``, ``detached=True``,
                 ``commit_message``, namespaces and other pylance arguments s3ddb has
                 no such thing for.
         """
@@ -269,6 +271,15 @@ class LanceDataset(Dataset):
             raise InvalidInputError(
                 f"commit_timeout must be a datetime.timedelta, got {type(timeout).__name__}"
             )
+        if options.pop("enable_stable_row_ids", False):
+            if not isinstance(operation, Overwrite):
+                raise unsupported(
+                    "LanceDataset.commit(enable_stable_row_ids=True)",
+                    "a dataset gets stable row ids when created or overwritten: pass a "
+                    "LanceOperation.Overwrite",
+                )
+            config = {**operation.config_upsert_values, STABLE_ROW_IDS_KEY: "true"}
+            operation = Overwrite(operation.fragments, operation.schema, config)
         refused = {"commit_lock": commit_lock, "detached": detached, **options}
         refuse_options("LanceDataset.commit", refused, REFUSED_COMMIT_OPTIONS)
         config = CommitConfig()

@@ -287,3 +287,22 @@ def test_a_clone_keeps_row_ids_as_rows_of_its_first_version(tmp_path: Path, kind
     assert _lineage(clone) == {2: (1, 1, 1), 3: (2, 1, 1)}
     clone.insert(_rows([4]))
     assert _lineage(clone)[4] == (3, 2, 2)  # above every id the source gave
+
+
+def test_lance_commit_of_an_overwrite_can_ask_for_stable_row_ids(tmp_path: Path) -> None:
+    from s3ddb.fragment import write_fragments
+    from s3ddb.lance_dataset import LanceDataset
+    from s3ddb.operations import Append, Overwrite
+
+    uri = str(tmp_path / "ds")
+    table = _rows([1, 2])
+    fragments = write_fragments(table, uri)
+    ds = LanceDataset.commit(
+        uri, Overwrite(fragments, table.schema), enable_stable_row_ids=True
+    )
+    assert ds.has_stable_row_ids and _lineage(ds) == {1: (0, 1, 1), 2: (1, 1, 1)}
+    more = write_fragments(_rows([3]), uri)
+    with pytest.raises(UnsupportedOperationError, match="Overwrite"):
+        LanceDataset.commit(uri, Append(more), read_version=1, enable_stable_row_ids=True)
+    ds = LanceDataset.commit(uri, Append(more), read_version=1)
+    assert _lineage(ds)[3] == (2, 2, 2)  # fragments written apart get ids at commit
