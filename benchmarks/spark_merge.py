@@ -19,10 +19,11 @@ For each (size, layout), from the same data (the target is restored to version 1
 before each run, and the files the previous merge wrote are removed):
 
 * ``s3ddb``: ``s3ddb.spark_ext.merge_insert(spark, uri, source, "id")`` (update all
-  matched, insert all unmatched); the driver Python process's peak RSS growth over
-  its size just before the call (sampled from ``/proc/self/statm`` every 5 ms); the
-  bytes of files it added under the dataset's root (data, deletion files, manifest,
-  transaction);
+  matched, insert all unmatched; ``--writer jvm`` or ``python`` forces who writes the
+  merged rows, default ``auto``, the library's choice); the driver Python process's
+  peak RSS growth over its size just before the call (sampled from
+  ``/proc/self/statm`` every 5 ms); the bytes of files it added under the dataset's
+  root (data, deletion files, manifest, transaction);
 * ``Spark rewrite``: the floor of a merge that rewrites everything, Spark's own upsert
   of the same Parquet files: ``spark.read.parquet(<the target's data files>)`` full
   outer joined with the source on ``id``, columns coalesced (source wins), written as
@@ -215,7 +216,9 @@ def reset_target(uri: str, pristine: set[str]) -> None:
                     path.unlink()
 
 
-def run_s3ddb(spark: Any, uri: str, source: Any, pristine: set[str]) -> dict[str, Any]:
+def run_s3ddb(
+    spark: Any, uri: str, source: Any, pristine: set[str], writer: str = "auto"
+) -> dict[str, Any]:
     import s3ddb
     import s3ddb.spark_ext
 
@@ -223,7 +226,7 @@ def run_s3ddb(spark: Any, uri: str, source: Any, pristine: set[str]) -> dict[str
     before = files_under(Path(uri))
     with PeakRSS() as rss:
         started = time.perf_counter()
-        counts = s3ddb.spark_ext.merge_insert(spark, uri, source, "id")
+        counts = s3ddb.spark_ext.merge_insert(spark, uri, source, "id", writer=writer)
         seconds = time.perf_counter() - started
     after = files_under(Path(uri))
     new = [p for p in after if p not in before]
@@ -343,7 +346,8 @@ def warm_up(spark: Any, root: Path) -> None:
     s3ddb.spark_ext.write(target_frame(spark, 20_000, 2), uri, mode="append")
     files = [str(p) for p in sorted((root / "warm-up" / "data").iterdir())]
     source, _ = source_frame(spark, "spread", 20_000, 2, 2_000, 2)
-    s3ddb.spark_ext.merge_insert(spark, uri, source, "id")
+    for writer in ("jvm", "python"):  # both writers' first-use costs
+        s3ddb.spark_ext.merge_insert(spark, uri, source, "id", writer=writer)
     run_rewrite(spark, files, source, root / "warm-up-rewrite")
     checksum(spark.read.format("s3ddb").load(uri))
     shutil.rmtree(uri, ignore_errors=True)
@@ -457,6 +461,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--compact-rows", type=int, help="rows compacted (default N / 10)")
     parser.add_argument(
         "--compact-fragments", type=int, default=200, help="small fragments compacted"
+    )
+    parser.add_argument(
+        "--writer",
+        default="auto",
+        choices=("auto", "jvm", "python"),
+        help="merge_insert's writer: who writes the merged rows (default auto)",
     )
     parser.add_argument("--rounds", type=int, help="rounds, the best time counts (default 2)")
     parser.add_argument("--cores", type=int, default=2)
@@ -647,7 +657,7 @@ def main(argv: list[str] | None = None) -> int:
         assert ds.version == 1 and ds.count_rows() == args.target_rows, "bad target"
         print(
             f"target: {args.target_rows:,} rows, {len(ds.get_fragments())} fragments, "
-            f"written in {time.perf_counter() - started:.1f} s"
+            f"written in {time.perf_counter() - started:.1f} s; merge writer: {args.writer}"
         )
         pristine = set(files_under(Path(uri)))
         files = sorted(str(Path(uri, p)) for p in pristine if p.startswith("data/"))
@@ -662,7 +672,7 @@ def main(argv: list[str] | None = None) -> int:
                 for i in range(args.rounds):
                     for system in ["s3ddb", "rewrite"][:: 1 if i % 2 == 0 else -1]:
                         if system == "s3ddb":
-                            result = run_s3ddb(spark, uri, source, pristine)
+                            result = run_s3ddb(spark, uri, source, pristine, args.writer)
                             expected = {
                                 "num_inserted_rows": rows - existing,
                                 "num_updated_rows": existing,

@@ -66,6 +66,7 @@ from s3ddb.spark_ext.merge_jvm import (
     OUTCOME,
     AddressTask,
     WriterChoice,
+    address_rows,
     decided_frame,
     evaluation_errors,
     source_is_deterministic,
@@ -125,6 +126,7 @@ def merge_insert(
     retry_timeout: float | None = None,
     transaction_properties: dict[str, str] | None = None,
     jvm_scheme: str | None = None,
+    writer: str = "auto",
 ) -> dict[str, int]:
     """Merge ``source`` (a Spark DataFrame) into the dataset at ``uri`` by the key
     columns ``on``, as ``Dataset.merge_insert`` with the same clauses would, without
@@ -141,6 +143,11 @@ def merge_insert(
     (``"s3a"`` with hadoop-aws, ``"s3"`` on EMR): then Spark's own Parquet reader
     reads the target's keys, as it always does for a local path; without it, Python
     tasks read them.
+    ``writer`` says who writes the updated and inserted rows where the JVM reaches
+    the files: ``"auto"`` (Spark's Parquet writer, or Python tasks for a source of
+    fewer than :data:`JVM_ROWS_PER_CORE` rows per core, which they write faster),
+    ``"jvm"`` (Spark's writer whenever it can) or ``"python"`` (always Python
+    tasks). Where the JVM cannot reach the files, Python tasks write them.
 
     Returns ``{"num_inserted_rows", "num_updated_rows", "num_deleted_rows"}``.
 
@@ -155,7 +162,9 @@ def merge_insert(
             ``transaction_properties`` is committed already.
         RetryableCommitConflictError, TooMuchWriteContentionError: as
             ``Dataset.merge_insert``.
+        InvalidInputError: ``writer`` is not one of :data:`WRITERS`.
     """
+    _check_writer(writer)
     clauses = _merge_clauses(
         on,
         when_matched_update_all,
@@ -169,7 +178,7 @@ def merge_insert(
         # Rows already in the driver's memory still merge on the executors: the
         # matched target rows never come back.
         source = spark.createDataFrame(to_arrow_table(source))
-    merge = _DistributedMerge.prepare(spark, ds, source, clauses, jvm_scheme)
+    merge = _DistributedMerge.prepare(spark, ds, source, clauses, jvm_scheme, writer)
     return plan_and_commit(
         ds,
         "merge_insert",
@@ -230,16 +239,20 @@ def explain_merge_insert(
     when_not_matched_by_source_delete: bool | Condition = False,
     storage_options: dict[str, Any] | None = None,
     jvm_scheme: str | None = None,
+    writer: str = "auto",
 ) -> str:
     """What :func:`merge_insert` with these arguments would do, as text: the clauses,
     the target version, and who writes the rows: Spark's Parquet writer (the clauses
     evaluated as Spark SQL) or, where the JVM cannot reach the files, Python tasks,
-    with the reason. Runs no Spark job; writes nothing.
+    with the reason; with ``writer="auto"``, the rule by which the source's size
+    chooses (the source's row count needs a Spark job, so the choice itself is
+    logged by the merge). Runs no Spark job; writes nothing.
 
     Raises:
         What :func:`merge_insert` raises before its first Spark job (a bad clause, a
-        source whose schema does not fit).
+        source whose schema does not fit, an unknown ``writer``).
     """
+    _check_writer(writer)
     clauses = _merge_clauses(
         on,
         when_matched_update_all,
@@ -258,15 +271,44 @@ def explain_merge_insert(
         if jvm_scheme or local
         else "Python tasks"
     )
-    merge = _DistributedMerge(spark, ds, source, clauses, (), 0, extras, None, jvm_scheme)
+    merge = _DistributedMerge(spark, ds, source, clauses, (), 0, extras, None, jvm_scheme, writer)
+    choice = merge.writer_on(ds.schema)
+    if choice.jvm and writer == "python":
+        choice = WriterChoice(choice.root, refused='writer="python" was asked for')
+    who = choice.describe()
+    if choice.jvm and writer == "auto":
+        cores = spark.sparkContext.defaultParallelism
+        who += (
+            f"; Python tasks (pyarrow) instead when the source has fewer than "
+            f"{JVM_ROWS_PER_CORE:,} rows per core ({JVM_ROWS_PER_CORE * cores:,} rows "
+            f"on {cores} cores): they then write faster (one job, nothing persisted)"
+        )
     return "\n".join(
         [
             clauses.describe(),
             f"target: {ds.uri} version {ds.version}, {len(ds.manifest.fragments)} fragment(s)",
             f"target keys read by: {reader}",
-            merge.writer(ds.schema).describe(),
+            who,
         ]
     )
+
+
+#: :func:`merge_insert`'s ``writer`` values.
+WRITERS = ("auto", "jvm", "python")
+#: With ``writer="auto"``, Spark's writer writes a merge's rows when the source has at
+#: least this many rows per core (Spark's default parallelism); Python tasks below.
+#: The JVM path costs a second job (the join persisted, Spark's write committed, its
+#: files moved and their footers read) that only its faster writing per row repays;
+#: measured (docs/performance.md, "Spark upserts"), the two paths take about as long
+#: at 1,000,000 source rows per core, and the JVM's is the faster one at 10,000,000.
+JVM_ROWS_PER_CORE = 2_000_000
+
+
+def _check_writer(writer: str) -> None:
+    """Raises:
+    InvalidInputError: ``writer`` is not one of :data:`WRITERS`."""
+    if writer not in WRITERS:
+        raise InvalidInputError(f"merge_insert writer takes one of {WRITERS}; got {writer!r}")
 
 
 def merge_batches(
@@ -391,6 +433,8 @@ class _DistributedMerge:
     scheme_map: dict[str, str] | None
     #: The scheme the JVM writes ``s3://`` objects by (None: it cannot).
     jvm_scheme: str | None = None
+    #: Who writes the rows where the JVM can (:data:`WRITERS`).
+    writer: str = "auto"
 
     @property
     def uri(self) -> str:
@@ -408,6 +452,7 @@ class _DistributedMerge:
         source: Any,
         clauses: MergeClauses,
         jvm_scheme: str | None = None,
+        writer: str = "auto",
     ) -> _DistributedMerge:
         """Check the source's schema and the clauses; one Spark aggregate gives the
         source's row count and key ranges.
@@ -438,10 +483,19 @@ class _DistributedMerge:
         local = ds.handler.store.protocol == "file"
         scheme_map = {"s3": jvm_scheme} if jvm_scheme else ({} if local else None)
         return cls(
-            spark, ds, source, clauses, tuple(bounds), int(row[0]), extras, scheme_map, jvm_scheme
+            spark,
+            ds,
+            source,
+            clauses,
+            tuple(bounds),
+            int(row[0]),
+            extras,
+            scheme_map,
+            jvm_scheme,
+            writer,
         )
 
-    def writer(self, schema: pa.Schema) -> WriterChoice:
+    def writer_on(self, schema: pa.Schema) -> WriterChoice:
         """Who writes this merge's rows on a version of Arrow schema ``schema``."""
         compiled = self.clauses.compile(schema, source_schema(schema, self.extras))
         return writer_choice(
@@ -453,6 +507,33 @@ class _DistributedMerge:
             self.clauses,
             compiled,
         )
+
+    def _tasks(self, candidates: list[FragmentMetadata]) -> int:
+        """How many tasks take the join's rows: at least one per core, and one per
+        :data:`ROWS_PER_TASK` rows it can hold (the source's; every candidate row's
+        when deleting by source)."""
+        rows = self.source_rows
+        if self.clauses.delete_by_source:
+            rows = max(rows, sum(f.physical_rows for f in candidates))
+        parallelism = self.spark.sparkContext.defaultParallelism
+        return max(parallelism, math.ceil(rows / ROWS_PER_TASK))
+
+    def _by_cost(self, choice: WriterChoice) -> WriterChoice:
+        """``choice`` (where the JVM can write), kept or turned to Python tasks by
+        :attr:`writer`: always for ``"python"``; for ``"auto"`` when the source has
+        fewer than :data:`JVM_ROWS_PER_CORE` rows per core."""
+        if not choice.jvm or self.writer == "jvm":
+            return choice
+        if self.writer == "python":
+            return WriterChoice(choice.root, refused='writer="python" was asked for')
+        cores = self.spark.sparkContext.defaultParallelism
+        if self.source_rows < JVM_ROWS_PER_CORE * cores:
+            return WriterChoice(
+                choice.root,
+                refused=f"the source's {self.source_rows:,} rows are fewer than "
+                f"{JVM_ROWS_PER_CORE:,} per core ({cores} cores; writer='auto')",
+            )
+        return choice
 
     def plan(self, manifest: Manifest) -> tuple[Update | None, dict[str, int]]:
         """Run the merge's two stages on ``manifest``'s version: the Update to commit
@@ -507,6 +588,7 @@ class _DistributedMerge:
             clauses,
             compiled,
         )
+        choice = self._by_cost(choice)
         if choice.jvm:
             return self._plan_jvm(manifest, compiled, candidates, target_df, choice, metrics)
         log.info("s3ddb merge: %s", choice.describe())
@@ -517,10 +599,7 @@ class _DistributedMerge:
             condition = eq if condition is None else condition & eq
         how = "full_outer" if clauses.delete_by_source else "left_outer"
         joined = src.join(target_df, on=condition, how=how)
-        rows = self.source_rows
-        if clauses.delete_by_source:
-            rows = max(rows, sum(f.physical_rows for f in candidates))
-        tasks = max(parallelism, math.ceil(rows / ROWS_PER_TASK))
+        tasks = self._tasks(candidates)
         spread = [
             F.coalesce(
                 F.col(quoted_name(k)),
@@ -565,69 +644,22 @@ class _DistributedMerge:
                 merge wrote is deleted first).
             SchemaMismatchError: a value does not fit its column (no file is left).
         """
-        from pyspark.sql import Observation
-        from pyspark.sql import functions as F
+        from pyspark import StorageLevel
 
         clauses = self.clauses
-        parallelism = self.spark.sparkContext.defaultParallelism
         log.info("s3ddb merge: %s", choice.describe())
         fragments = {f.id: f for f in candidates}
-        addresses = decided_frame(
-            self.source, target_df, clauses, compiled, self.bounds, addresses=True
-        )
-        touched = max(1, min(len(candidates), parallelism * 4))
-        what = f"merge_insert into {self.uri}"
-        with evaluation_errors(what):
-            results = (
-                addresses.mapInArrow(AddressTask(clauses.on), RESULT_DDL)
-                .repartition(touched, "fid")
-                .mapInArrow(DeletionTask(self.store, manifest, fragments), RESULT_DDL)
-                .collect()
-            )
-        _raise_refusal(self.store, results)
-        updated = sum(
-            json.loads(data).get("num_updated_rows", 0)
-            for kind, _fid, data in results
-            if kind == "counts"
-        )
-        written: list[FragmentMetadata] = []
-        if clauses.insert or updated:
-            rows = decided_frame(
-                self.source, target_df, clauses, compiled, self.bounds, addresses=False
-            )
-            observation = Observation(f"s3ddb_merge_{uuid.uuid4().hex}")
-            is_update = F.when(F.col(OUTCOME) == UPDATE, 1).otherwise(0)
-            chosen = (
-                rows.observe(observation, F.sum(is_update).alias("updated"))
-                .where(F.col(OUTCOME).isin(UPDATE, INSERT))
-                .select(*[F.col(quoted_name(n)) for n in manifest.schema.arrow.names])
-            )
-            assert choice.root is not None
-            try:
-                with evaluation_errors(what):
-                    written = write_staged(
-                        chosen,
-                        self.store,
-                        choice.root,
-                        manifest.schema,
-                        uuid.uuid4().hex,
-                        choice.checks,
-                        max_rows_per_file=ROWS_PER_TASK,
-                    )
-                seen = observed_value(observation, "updated")
-                if seen is not None and seen != updated:
-                    raise InvalidInputError(
-                        "the merge source gave other rows to the row job than to the "
-                        "address job (a nondeterministic DataFrame): persist() it before "
-                        "merging; nothing was committed"
-                    )
-            except BaseException:
-                deletions = [pickle.loads(d) for k, _f, d in results if k == "deletion"]
-                delete_written_files(
-                    self.store,
-                    [*data_file_paths(written), *(deletion_path(f) for f in deletions)],
-                )
-                raise
+        # Both jobs read this one join: persisted by the first, so the target's keys
+        # are read and joined once (a source read again would also give rows the
+        # address job never saw). Spark keeps a cached join's shuffle partitions
+        # (spark.sql.shuffle.partitions, not coalesced): as many Python tasks and
+        # written files as the rows need instead.
+        decided = decided_frame(self.source, target_df, clauses, compiled, self.bounds)
+        decided = decided.coalesce(self._tasks(candidates)).persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            results, written, updated = self._jvm_jobs(manifest, decided, fragments, choice)
+        finally:
+            decided.unpersist(blocking=False)
         inserted = sum(f.physical_rows for f in written) - updated
         results.append(("fragments", -1, pickle.dumps(tuple(written))))
         results.append(("counts", -1, json.dumps({"num_inserted_rows": inserted}).encode()))
@@ -640,6 +672,81 @@ class _DistributedMerge:
             **metrics,
         )
         return op, counts
+
+    def _jvm_jobs(
+        self,
+        manifest: Manifest,
+        decided: Any,
+        fragments: dict[int, FragmentMetadata],
+        choice: WriterChoice,
+    ) -> tuple[list[Any], list[FragmentMetadata], int]:
+        """The address job then the row job of :meth:`_plan_jvm` over ``decided``
+        (:func:`~s3ddb.spark_ext.merge_jvm.decided_frame`, persisted): the tasks'
+        results, the fragments Spark wrote, and the rows updated.
+
+        Raises:
+            As :meth:`_plan_jvm`.
+        """
+        from pyspark.sql import Observation
+        from pyspark.sql import functions as F
+
+        clauses = self.clauses
+        parallelism = self.spark.sparkContext.defaultParallelism
+        touched = max(1, min(len(fragments), parallelism * 4))
+        what = f"merge_insert into {self.uri}"
+        with evaluation_errors(what):
+            results = (
+                address_rows(decided, clauses.on)
+                .mapInArrow(AddressTask(clauses.on), RESULT_DDL)
+                .repartition(touched, "fid")
+                .mapInArrow(DeletionTask(self.store, manifest, fragments), RESULT_DDL)
+                .collect()
+            )
+        _raise_refusal(self.store, results)
+        updated = sum(
+            json.loads(data).get("num_updated_rows", 0)
+            for kind, _fid, data in results
+            if kind == "counts"
+        )
+        written: list[FragmentMetadata] = []
+        if not (clauses.insert or updated):
+            return results, written, updated
+        observation = Observation(f"s3ddb_merge_{uuid.uuid4().hex}")
+        is_update = F.when(F.col(OUTCOME) == UPDATE, 1).otherwise(0)
+        chosen = (
+            decided.observe(observation, F.sum(is_update).alias("updated"))
+            .where(F.col(OUTCOME).isin(UPDATE, INSERT))
+            .select(*[F.col(quoted_name(n)) for n in manifest.schema.arrow.names])
+        )
+        assert choice.root is not None
+        try:
+            with evaluation_errors(what):
+                written = write_staged(
+                    chosen,
+                    self.store,
+                    choice.root,
+                    manifest.schema,
+                    uuid.uuid4().hex,
+                    choice.checks,
+                    max_rows_per_file=ROWS_PER_TASK,
+                )
+            # The persisted join gives both jobs the same rows, unless Spark computed
+            # a lost or evicted part of it again from a source that changed since.
+            seen = observed_value(observation, "updated")
+            if seen is not None and seen != updated:
+                raise InvalidInputError(
+                    "the merge source gave other rows to the row job than to the "
+                    "address job (a nondeterministic DataFrame): persist() it before "
+                    "merging; nothing was committed"
+                )
+        except BaseException:
+            deletions = [pickle.loads(d) for k, _f, d in results if k == "deletion"]
+            delete_written_files(
+                self.store,
+                [*data_file_paths(written), *(deletion_path(f) for f in deletions)],
+            )
+            raise
+        return results, written, updated
 
 
 def _matched_rows(results: list[Any]) -> int:

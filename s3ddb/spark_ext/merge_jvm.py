@@ -1,9 +1,11 @@
 """The merge's clauses as Spark SQL and its rows written by Spark's Parquet writer.
 
 Where the JVM reaches the dataset's files (:func:`writer_choice`), a merge of
-:mod:`s3ddb.spark_ext.merge` runs as two Spark jobs over the same join of the source
+:mod:`s3ddb.spark_ext.merge` runs as two Spark jobs over one join of the source
 with the target's key columns (and the columns the conditions read), whose clauses
-are one Spark SQL ``CASE`` per joined row (:func:`decided_frame`):
+are one Spark SQL ``CASE`` per joined row (:func:`decided_frame`). The join is
+persisted by the first job and read from there by the second: the target's keys are
+read and joined once.
 
 1. *Addresses.* The rows whose outcome touches the target (matched pairs, rows deleted
    by source) and the refusals (a key twice in the source, ``when_matched_fail``, a
@@ -62,6 +64,7 @@ __all__ = [
     "OUTCOME",
     "AddressTask",
     "WriterChoice",
+    "address_rows",
     "decided_frame",
     "evaluation_errors",
     "source_is_deterministic",
@@ -211,36 +214,32 @@ def decided_frame(
     clauses: MergeClauses,
     compiled: CompiledClauses,
     bounds: tuple[tuple[str, Any, Any], ...],
-    *,
-    addresses: bool,
 ) -> Any:
     """The join of ``source`` with ``target_df`` (the target's rows as
     :func:`~s3ddb.spark_ext.merge_target.target_frame` gives them), each row with its
-    :data:`OUTCOME`.
+    :data:`OUTCOME`: one frame both jobs read (:func:`address_rows`; the row job
+    its :data:`UPDATE` and :data:`INSERT` rows), so that the caller can persist it
+    and the target's keys are read and joined once.
 
-    With ``addresses``: for the address job (a full outer join when deleting by
-    source; refusals decided too: the source's keys counted per key, and checked
-    against ``bounds``); its columns are :data:`OUTCOME`, the fragment and row, and
-    the source key columns on refusal rows (named ``__s3ddb_key_<i>``). Without: for
-    the row job (a left join, only the source's rows), its columns are
-    :data:`OUTCOME` and the dataset's columns from the source.
+    A full outer join when deleting by source, else a left join (the source's rows);
+    refusals are decided too (the source's keys counted per key, and checked against
+    ``bounds``). Its columns are :data:`OUTCOME`, the fragment and row, and the
+    source's columns by their names (NULL on rows only the target holds).
     """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     keys = list(clauses.on)
-    src = source.withColumn(IN_SOURCE, F.lit(True))
-    if addresses:
-        # A window partitioned by the keys the join shuffles by: no shuffle of its own.
-        by_key = Window.partitionBy(*[F.col(quoted_name(k)) for k in keys])
-        src = src.withColumn(_COUNT, F.count(F.lit(1)).over(by_key))
+    # A window partitioned by the keys the join shuffles by: no shuffle of its own.
+    by_key = Window.partitionBy(*[F.col(quoted_name(k)) for k in keys])
+    src = source.withColumn(IN_SOURCE, F.lit(True)).withColumn(
+        _COUNT, F.count(F.lit(1)).over(by_key)
+    )
     condition = None
     for k in keys:
         eq = src[quoted_name(k)] == target_df[quoted_name(TARGET_PREFIX + k)]
         condition = eq if condition is None else condition & eq
-    how = "full_outer" if addresses and clauses.delete_by_source else "left_outer"
-    if not addresses and not clauses.insert:
-        how = "inner"
+    how = "full_outer" if clauses.delete_by_source else "left_outer"
     joined = src.join(target_df, on=condition, how=how)
     source_names = [n for n in source.columns]
     sides = [
@@ -249,9 +248,7 @@ def decided_frame(
             *[F.col(quoted_name(TARGET_PREFIX + n)).alias(n) for n in compiled.target_columns]
         ).alias("target"),
     ]
-    internal = [F.col(IN_SOURCE), F.col(FRAGMENT), F.col(ROW)]
-    if addresses:
-        internal.append(F.col(_COUNT))
+    internal = [F.col(IN_SOURCE), F.col(FRAGMENT), F.col(ROW), F.col(_COUNT)]
     bare = []
     if compiled.by_source_bare and clauses.by_source_condition is not None:
         bare = [F.col(quoted_name(TARGET_PREFIX + n)).alias(n) for n in compiled.target_columns]
@@ -265,19 +262,17 @@ def decided_frame(
         nonlocal outcome
         outcome = F.when(test, F.lit(value)) if outcome is None else outcome.when(test, value)
 
-    source_key = [F.col("source").getField(k) for k in keys]
-    if addresses:
-        has_key = F.lit(True)
-        for column in source_key:
-            has_key = has_key & column.isNotNull()
-        when(in_source & has_key & (F.col(_COUNT) > 1), DUPLICATE)
-        inside = F.lit(True)
-        for name, low, high in bounds:
-            inside = inside & F.col("source").getField(name).between(low, high)
-        if bounds:
-            when(in_source & has_key & ~inside, OUT_OF_RANGE)
-        if clauses.fail:
-            when(matched, MATCHED_FAIL)
+    has_key = F.lit(True)
+    for k in keys:
+        has_key = has_key & F.col("source").getField(k).isNotNull()
+    when(in_source & has_key & (F.col(_COUNT) > 1), DUPLICATE)
+    inside = F.lit(True)
+    for name, low, high in bounds:
+        inside = inside & F.col("source").getField(name).between(low, high)
+    if bounds:
+        when(in_source & has_key & ~inside, OUT_OF_RANGE)
+    if clauses.fail:
+        when(matched, MATCHED_FAIL)
     if clauses.delete:
         when(matched & _holds(clauses.delete_condition), DELETE)
     if clauses.update:
@@ -286,20 +281,31 @@ def decided_frame(
     if clauses.insert:
         when(in_source & _holds(clauses.insert_condition), INSERT)
     when(in_source, SKIP)
-    if addresses and clauses.delete_by_source:
+    if clauses.delete_by_source:
         # A bare condition reads the target's columns selected bare above.
         when(_holds(clauses.by_source_condition), BY_SOURCE)
     decided = sided.withColumn(OUTCOME, outcome.otherwise(TARGET_KEEP).cast("byte"))
-    if not addresses:
-        return decided.select(
-            OUTCOME, *[F.col("source").getField(n).alias(n) for n in source_names]
-        )
+    return decided.select(
+        OUTCOME,
+        FRAGMENT,
+        ROW,
+        *[F.col("source").getField(n).alias(n) for n in source_names],
+    )
+
+
+def address_rows(decided: Any, on: tuple[str, ...]) -> Any:
+    """The address job's rows of ``decided`` (:func:`decided_frame`): those whose
+    outcome touches the target and the refusals, as :data:`OUTCOME`, the fragment and
+    row, and the source's key columns on refusal rows (``__s3ddb_key_<i>``), the
+    columns :class:`AddressTask` reads."""
+    from pyspark.sql import functions as F
+
     refusal = F.col(OUTCOME) >= DUPLICATE
     return decided.where(F.col(OUTCOME).isin(*ADDRESSED)).select(
         OUTCOME,
         FRAGMENT,
         ROW,
-        *[F.when(refusal, c).alias(f"{_KEY}{i}") for i, c in enumerate(source_key)],
+        *[F.when(refusal, F.col(quoted_name(k))).alias(f"{_KEY}{i}") for i, k in enumerate(on)],
     )
 
 

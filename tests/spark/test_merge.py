@@ -412,3 +412,80 @@ def test_spark_writes_and_merges_record_their_metrics(spark: Any, tmp_path: Path
     assert (metrics["source_rows"], metrics["matched_rows"]) == (4, 2)
     assert (metrics["num_updated_rows"], metrics["num_added_rows"]) == (2, 2)
     assert metrics["attempts"] == 1 and metrics["fragments_scanned"] == 1
+
+
+def _parquet_rows_read(spark: Any, action: Any) -> int:
+    """The records Spark's file readers read (stage input metrics) while ``action``
+    ran: what the JVM read from Parquet files."""
+    context = spark.sparkContext._jsc.sc()
+    jvm = spark.sparkContext._jvm
+
+    def stages() -> dict[int, int]:
+        context.listenerBus().waitUntilEmpty()
+        empty = spark.sparkContext._gateway.new_array(jvm.double, 0)
+        listed = context.statusStore().stageList(None, False, False, empty, None)
+        return {
+            (s.stageId(), s.attemptId()): s.inputRecords()
+            for s in jvm.scala.jdk.javaapi.CollectionConverters.asJava(listed)
+        }
+
+    before = stages()
+    action()
+    return sum(n for stage, n in stages().items() if stage not in before)
+
+
+def test_the_jvm_merge_reads_the_target_once(spark: Any, tmp_path: Path) -> None:
+    """Spark's Parquet reader reads each candidate target row once: the address job
+    and the row job share one join of the source with the target's keys (twice
+    before, one join per job)."""
+    from s3ddb.spark_ext import explain_merge_insert, merge_insert
+
+    uri = _target(tmp_path, n=4000, fragments=4)
+    # Keys over the whole range: every fragment and row group is a candidate.
+    ids = [0, 3999, *range(1, 3999, 400), 5000]
+    source = spark.createDataFrame(
+        pa.table({"id": pa.array(ids, pa.int64()), "v": ["s"] * len(ids), "n": ids})
+    )
+    assert "Spark's Parquet writer (JVM)" in explain_merge_insert(
+        spark, uri, source, "id", writer="jvm"
+    )
+    got: dict[str, int] = {}
+    read = _parquet_rows_read(
+        spark, lambda: got.update(merge_insert(spark, uri, source, "id", writer="jvm"))
+    )
+    assert got == {"num_inserted_rows": 1, "num_updated_rows": 12, "num_deleted_rows": 0}
+    assert 4000 <= read < 2 * 4000, read
+    assert _rows(uri)[5000] == ("s", 5000)
+
+
+def test_auto_writer_sends_a_small_source_through_python_tasks(spark: Any, tmp_path: Path) -> None:
+    """With ``writer="auto"`` a source of fewer rows per core than the rule says is
+    written by Python tasks (pyarrow's Parquet writer), with ``writer="jvm"`` by
+    Spark's (parquet-mr); ``explain_merge_insert`` states the rule, and an unknown
+    writer is refused."""
+    import pyarrow.parquet as pq
+
+    from s3ddb.spark_ext import explain_merge_insert, merge_insert
+    from s3ddb.spark_ext.merge import JVM_ROWS_PER_CORE
+
+    uri = _target(tmp_path, n=400, fragments=2)
+
+    def merged_by(ids: list[int], writer: str) -> set[str]:
+        source = spark.createDataFrame(
+            pa.table({"id": pa.array(ids, pa.int64()), "v": ["s"] * len(ids), "n": ids})
+        )
+        before = _files(uri)
+        merge_insert(spark, uri, source, "id", writer=writer)
+        added = [p for p in _files(uri) - before if p.startswith("data/")]
+        assert added and all(_rows(uri)[i] == ("s", i) for i in ids)
+        return {pq.ParquetFile(Path(uri, p)).metadata.created_by.split()[0] for p in added}
+
+    assert merged_by(list(range(0, 400, 3)), "auto") == {"parquet-cpp-arrow"}
+    assert merged_by(list(range(1, 400, 3)), "jvm") == {"parquet-mr"}
+    df = spark.createDataFrame(pa.table({"id": pa.array([1], pa.int64()), "v": ["s"], "n": [1]}))
+    plan = explain_merge_insert(spark, uri, df, "id")
+    assert f"fewer than {JVM_ROWS_PER_CORE:,} rows per core" in plan, plan
+    plan = explain_merge_insert(spark, uri, df, "id", writer="python")
+    assert 'Python tasks (pyarrow), because writer="python" was asked for' in plan, plan
+    with pytest.raises(s3ddb.InvalidInputError, match="writer"):
+        merge_insert(spark, uri, df, "id", writer="spark")

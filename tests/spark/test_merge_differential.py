@@ -148,10 +148,12 @@ def test_spark_merges_equal_the_library_merge(spark: Any, tmp_path: Path) -> Non
         clauses = _clauses(rng, op)
         version = s3ddb.dataset(uri).version
         df = spark.createDataFrame(source).repartition(2)
-        plan = s3ddb.spark_ext.explain_merge_insert(spark, uri, df, "id", **clauses)
+        # Spark's writer whatever the source's size (writer="auto" would send some of
+        # these small sources through Python tasks).
+        plan = s3ddb.spark_ext.explain_merge_insert(spark, uri, df, "id", writer="jvm", **clauses)
         assert "Spark's Parquet writer (JVM)" in plan, plan
         expected = _outcome(_library_merge, twin, source, clauses)
-        got = _outcome(s3ddb.spark_ext.merge_insert, spark, uri, df, "id", **clauses)
+        got = _outcome(s3ddb.spark_ext.merge_insert, spark, uri, df, "id", writer="jvm", **clauses)
         where = f"case {case}: {clauses}, {source.num_rows} source rows, columns {names}"
         assert got == expected, where
         if isinstance(expected, type):
@@ -183,7 +185,7 @@ def test_refusals_are_the_library_errors_before_anything_commits(
         _library_merge(uri, source, clauses)
     df = spark.createDataFrame(source).repartition(3)
     with pytest.raises(error) as spark_error:
-        s3ddb.spark_ext.merge_insert(spark, uri, df, "id", **clauses)
+        s3ddb.spark_ext.merge_insert(spark, uri, df, "id", writer="jvm", **clauses)
     if refusal == "duplicate":
         assert str(spark_error.value) == str(local.value)
     assert s3ddb.dataset(uri).version == 1
@@ -208,7 +210,7 @@ def test_a_nondeterministic_source_is_merged_as_one_set_of_rows(spark: Any, tmp_
         key(F.col("id")).alias("id"), F.lit("s").alias("v")
     )
     df = df.dropDuplicates(["id"])
-    got = s3ddb.spark_ext.merge_insert(spark, uri, df, "id")
+    got = s3ddb.spark_ext.merge_insert(spark, uri, df, "id", writer="jvm")
     table = s3ddb.dataset(uri).to_table()
     assert table.num_rows == 1000 + got["num_inserted_rows"]
     changed = table.filter(pa.compute.equal(table["v"], "s")).num_rows
