@@ -77,6 +77,7 @@ __all__ = [
     "change_schema",
     "change_tables",
     "pair_updates",
+    "version_change_tables",
     "version_changes",
 ]
 
@@ -252,6 +253,38 @@ def change_tables(
     locations = _check_range(handler, uri, start_version, end)
     # Checked above, before the first table is asked for; read below, as it is.
     return _changes_after(handler, start_version, end, locations)
+
+
+def version_change_tables(
+    handler: CommitHandler, uri: str, version: int, end: Manifest
+) -> Iterator[pa.Table]:
+    """The row changes of ``version`` alone (against the version before it), as
+    tables of :func:`change_schema` with ``end``'s columns: what :func:`change_tables`
+    gives for that version, for a reader that splits a range by version (Spark's
+    ``readChangeFeed``: one task per version).
+
+    Raises:
+        InvalidInputError: ``version`` not an int >= 1 or after ``end``'s; it or the
+            version before it missing (never committed, or removed by cleanup).
+        ManifestCorruptError, StoredMetadataError: as :func:`change_tables`.
+    """
+    check_int("version", version, minimum=1)
+    if version > end.version:
+        raise InvalidInputError(
+            f"changes of {uri}: version {version} is after end_version {end.version}"
+        )
+    first = max(version - 1, 1)
+    located = {loc.version: loc for loc in handler.list_locations(first, version)}
+    missing = [v for v in range(first, version + 1) if v not in located]
+    if missing:
+        raise InvalidInputError(
+            f"changes of {uri} in version {version} need version(s) "
+            f"{', '.join(map(str, missing))}, which do not exist or were removed by cleanup"
+        )
+    change_schema(end.schema.arrow)
+    previous = placeholder_manifest() if version == 1 else _load(handler, located[first], end)
+    current = _load(handler, located[version], end)
+    return _version_changes(handler, previous, current, end.schema)
 
 
 def _changes_after(

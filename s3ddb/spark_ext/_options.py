@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from s3ddb.errors import InvalidInputError
@@ -21,7 +21,7 @@ DEFAULT_MAX_PARTITION_ROWS = DEFAULT_MAX_ROWS_PER_FILE
 _SPARK_OWN = {"path", "checkpointlocation", "queryname", "__partition_columns"}
 _READ = {
     "version", "tag", "timestamp", "columns", "maxpartitionbytes", "maxpartitionrows",
-    "pushfilters",
+    "pushfilters", "readchangefeed", "endingversion",
 }  # fmt: skip
 # maxRecordsPerFile is Spark's own name for the same cap (its file sources take it).
 _WRITE = {"maxrowsperfile", "maxrecordsperfile", "streamid"}
@@ -70,6 +70,18 @@ class SourceOptions:
     stream_id: str | None = None
     push_filters: bool = True
     columns: tuple[str, ...] | None = None
+    #: ``readChangeFeed``: read the change feed (s3ddb.spark_ext.change_feed).
+    change_feed: bool = False
+    #: The change feed's range: ``startingVersion`` or ``startingTimestamp`` (the
+    #: first version, included) and ``endingVersion`` (the last, included; default:
+    #: the newest). Streaming reads parse their starting options themselves.
+    starting_version: int | None = None
+    starting_timestamp: str | None = None
+    ending_version: int | None = None
+
+    def with_ending_version(self, version: int) -> SourceOptions:
+        """These options with the change feed's last version set to ``version``."""
+        return replace(self, ending_version=version)
 
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> SourceOptions:
@@ -104,6 +116,7 @@ class SourceOptions:
                 "options maxRowsPerFile and maxRecordsPerFile (Spark's name for the same "
                 f"cap) differ: {caps['maxrowsperfile']!r} and {caps['maxrecordsperfile']!r}"
             )
+        change_feed = _change_feed_options(lowered, pins)
         columns = None
         if "columns" in lowered:
             columns = tuple(c.strip() for c in lowered["columns"].split(","))
@@ -132,4 +145,38 @@ class SourceOptions:
                 "maxRowsPerFile", next(iter(caps.values()), str(DEFAULT_MAX_ROWS_PER_FILE))
             ),
             stream_id=stream_id,
+            **change_feed,
         )
+
+
+def _change_feed_options(lowered: Mapping[str, str], pins: Sequence[str]) -> dict[str, Any]:
+    """The change-feed fields of :class:`SourceOptions` (empty: not a feed read).
+
+    Raises:
+        InvalidInputError: readChangeFeed is not true or false; endingVersion without
+            it; a version pin beside it; a malformed version.
+    """
+    flag = lowered.get("readchangefeed", "false").lower()
+    if flag not in ("true", "false"):
+        raise InvalidInputError(f"option readChangeFeed must be true or false, got {flag!r}")
+    if flag == "false":
+        if "endingversion" in lowered:
+            raise InvalidInputError("option endingVersion needs readChangeFeed=true")
+        return {}
+    if pins:
+        raise InvalidInputError(
+            f"option {pins[0]} pins one version; the change feed reads a range: give "
+            "startingVersion (or startingTimestamp) and endingVersion"
+        )
+    starts = [k for k in ("startingversion", "startingtimestamp") if k in lowered]
+    if len(starts) > 1:
+        raise InvalidInputError("give one of startingVersion, startingTimestamp")
+    fields: dict[str, Any] = {"change_feed": True}
+    if "startingversion" in lowered and lowered["startingversion"].lower() != "latest":
+        # "latest" is for streams (the stream source reads it).
+        fields["starting_version"] = positive_int("startingVersion", lowered["startingversion"])
+    if "startingtimestamp" in lowered:
+        fields["starting_timestamp"] = lowered["startingtimestamp"]
+    if "endingversion" in lowered:
+        fields["ending_version"] = positive_int("endingVersion", lowered["endingversion"])
+    return fields

@@ -8,7 +8,9 @@
 Options: ``version`` / ``tag`` / ``timestamp`` pin what a read sees (default: the
 newest version when the query is planned); ``columns`` (comma-separated) reads only
 those columns, as a user-given schema (``.schema("a long, b string")``) does;
-``maxPartitionBytes`` and
+``readChangeFeed`` (true) with ``startingVersion`` or ``startingTimestamp`` and
+``endingVersion`` reads the change feed of those versions (see
+:mod:`s3ddb.spark_ext.change_feed`); ``maxPartitionBytes`` and
 ``maxPartitionRows`` size read partitions; ``maxRowsPerFile`` caps written
 fragments; ``streamId`` names a stream (default: derived from
 ``checkpointLocation``). Any other option is a storage option (``aws_endpoint``,
@@ -90,6 +92,11 @@ class S3DDBDataSource(DataSource):
         return SOURCE_NAME
 
     def schema(self) -> Any:
+        if self._options.change_feed:
+            from s3ddb.spark_ext.change_feed import change_feed_schema
+
+            spark_schema, self._pinned = change_feed_schema(self._options)
+            return spark_schema
         ds = _open(self._options)
         self._pinned = ds.version
         arrow = ds.schema
@@ -99,6 +106,10 @@ class S3DDBDataSource(DataSource):
         return spark_schema_of(arrow, self._options.uri)
 
     def reader(self, schema: Any) -> DataSourceReader:
+        if self._options.change_feed:
+            from s3ddb.spark_ext.change_feed import S3DDBChangeFeedReader
+
+            return S3DDBChangeFeedReader(self._options, self._pinned, schema)
         return S3DDBReader(self._options, self._pinned, schema)
 
     def writer(self, schema: Any, overwrite: bool) -> S3DDBWriter:
@@ -141,8 +152,8 @@ class S3DDBFilteringDataSource(S3DDBDataSource):
     ``option("pushFilters", "false")`` reads without pushdown here too."""
 
     def reader(self, schema: Any) -> DataSourceReader:
-        if not self._options.push_filters:
-            return S3DDBReader(self._options, self._pinned, schema)
+        if self._options.change_feed or not self._options.push_filters:
+            return super().reader(schema)
         return S3DDBFilteringReader(self._options, self._pinned, schema)
 
 
