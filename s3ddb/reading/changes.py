@@ -261,18 +261,16 @@ def version_change_tables(
     """The row changes of ``version`` alone (against the version before it), as
     tables of :func:`change_schema` with ``end``'s columns: what :func:`change_tables`
     gives for that version, for a reader that splits a range by version (Spark's
-    ``readChangeFeed``: one task per version).
+    ``readChangeFeed``: one task per version). ``end`` only gives the columns: a
+    stream keeps those it started with, so ``end`` may be older than ``version``
+    (columns are matched by field id either way).
 
     Raises:
-        InvalidInputError: ``version`` not an int >= 1 or after ``end``'s; it or the
-            version before it missing (never committed, or removed by cleanup).
+        InvalidInputError: ``version`` not an int >= 1; it or the version before it
+            missing (never committed, or removed by cleanup).
         ManifestCorruptError, StoredMetadataError: as :func:`change_tables`.
     """
     check_int("version", version, minimum=1)
-    if version > end.version:
-        raise InvalidInputError(
-            f"changes of {uri}: version {version} is after end_version {end.version}"
-        )
     first = max(version - 1, 1)
     located = {loc.version: loc for loc in handler.list_locations(first, version)}
     missing = [v for v in range(first, version + 1) if v not in located]

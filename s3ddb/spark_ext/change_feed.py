@@ -81,22 +81,24 @@ def change_feed_range(options: SourceOptions) -> tuple[Dataset, ChangeFeedRange]
 
 
 def change_feed_schema(options: SourceOptions) -> tuple[Any, int]:
-    """The Spark schema of the feed's rows and the ending version it was read at.
+    """The Spark schema of the feed's rows (the columns of its ending version: the
+    newest if not given) and that version. The range is checked by the reader.
 
     Raises:
-        InvalidInputError: see :func:`change_feed_range`; the dataset has a column
-            named like a change column.
+        InvalidInputError: the dataset has a column named like a change column.
     """
-    end, _ = change_feed_range(options)
+    end = dataset(options.uri, options.ending_version, options.storage_options)
     return spark_schema_of(change_schema(end.schema), options.uri), end.version
 
 
 class VersionPartition(InputPartition):
-    """One read task: the changes of one version."""
+    """One read task: the changes of one version, with the columns of
+    ``columns_version`` (None: the reader's ending version)."""
 
-    def __init__(self, index: int, version: int) -> None:
+    def __init__(self, index: int, version: int, columns_version: int | None = None) -> None:
         super().__init__(index)
         self.version = version
+        self.columns_version = columns_version
 
 
 class S3DDBChangeFeedReader(DataSourceReader):

@@ -130,6 +130,10 @@ class S3DDBDataSource(DataSource):
             raise S3DDBError(
                 f"s3ddb streaming reads need PySpark >= 4.2, found {pyspark.__version__}"
             )
+        if self._options.change_feed:
+            from s3ddb.spark_ext.change_feed_stream import S3DDBChangeFeedStreamReader
+
+            return S3DDBChangeFeedStreamReader(self.options, schema)
         from s3ddb.spark_ext.stream_source import S3DDBStreamReader
 
         return S3DDBStreamReader(self.options, schema)
