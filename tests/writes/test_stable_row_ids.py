@@ -307,3 +307,16 @@ def test_lance_commit_of_an_overwrite_can_ask_for_stable_row_ids(tmp_path: Path)
         LanceDataset.commit(uri, Append(more), read_version=1, enable_stable_row_ids=True)
     ds = LanceDataset.commit(uri, Append(more), read_version=1)
     assert _lineage(ds)[3] == (2, 2, 2)  # fragments written apart get ids at commit
+
+
+def test_row_ids_live_in_fragment_list_chunks_too() -> None:
+    uri = f"memory://rowids-chunks-{uuid.uuid4().hex}"
+    ds = s3ddb.write_dataset(_rows([0]), uri, enable_stable_row_ids=True)
+    for key in range(1, 140):  # past 128 fragments: the list goes to chunks
+        ds.insert(_rows([key]))
+    ds = s3ddb.dataset(uri)
+    assert ds.manifest.fragments.chunk_refs() and ds.manifest.format_version == 3
+    ds.update({"v": "'u'"}, where="id = 7")
+    lineage = _lineage(s3ddb.dataset(uri))
+    assert lineage[7] == (7, 8, ds.version) and lineage[139] == (139, 140, 140)
+    assert sorted(v[0] for v in lineage.values()) == list(range(140))
