@@ -278,8 +278,8 @@ class LanceDataset(Dataset):
                     "a dataset gets stable row ids when created or overwritten: pass a "
                     "LanceOperation.Overwrite",
                 )
-            config = {**operation.config_upsert_values, STABLE_ROW_IDS_KEY: "true"}
-            operation = Overwrite(operation.fragments, operation.schema, config)
+            upsert = {**operation.config_upsert_values, STABLE_ROW_IDS_KEY: "true"}
+            operation = Overwrite(operation.fragments, operation.schema, upsert)
         refused = {"commit_lock": commit_lock, "detached": detached, **options}
         refuse_options("LanceDataset.commit", refused, REFUSED_COMMIT_OPTIONS)
         config = CommitConfig()
