@@ -317,8 +317,17 @@ def build_rewrite(
     max_id = first - 1 if first > base.next_fragment_id() else base.max_fragment_id
     next_row_id = base.next_row_id
     if base.stable_row_ids:
-        # Compaction carries its rows' lineage (nothing pending); a rewrite whose
-        # fragments lack it gets new ids.
+        # Compaction carries its rows' lineage (nothing pending). A rewrite whose
+        # fragments lack it would give rows that live on new ids: refused.
+        lacking = [
+            f.id for g in replaced.values() for f in g if f.physical_rows and not f.row_ids
+        ]
+        if lacking:
+            raise InvalidInputError(
+                f"Rewrite: fragments {lacking[:5]} carry no row ids, and version "
+                f"{base.version} has stable row ids its rows must keep (compact with "
+                "Dataset.optimize.compact_files)"
+            )
         fragments_out, next_row_id = allocate_row_ids(
             [f for group in replaced.values() for f in group], next_row_id, version
         )

@@ -320,3 +320,19 @@ def test_row_ids_live_in_fragment_list_chunks_too() -> None:
     lineage = _lineage(s3ddb.dataset(uri))
     assert lineage[7] == (7, 8, ds.version) and lineage[139] == (139, 140, 140)
     assert sorted(v[0] for v in lineage.values()) == list(range(140))
+
+
+def test_a_rewrite_whose_fragments_lack_row_ids_is_refused(tmp_path: Path) -> None:
+    from s3ddb.errors import InvalidInputError
+    from s3ddb.fragment import write_fragments
+    from s3ddb.operations import Rewrite, RewriteGroup
+
+    uri = str(tmp_path / "ds")
+    ds = s3ddb.write_dataset(_rows([1, 2]), uri, enable_stable_row_ids=True)
+    ds.insert(_rows([3]))
+    old = tuple(ds.manifest.fragments)
+    new = tuple(write_fragments(ds.to_table(), uri))  # the same rows, without their ids
+    with pytest.raises(InvalidInputError, match="carry no row ids"):
+        s3ddb.Dataset.commit(uri, Rewrite((RewriteGroup(old, new),)), read_version=2)
+    ds = s3ddb.dataset(uri)
+    assert ds.version == 2 and _lineage(ds) == {1: (0, 1, 1), 2: (1, 1, 1), 3: (2, 2, 2)}
