@@ -336,3 +336,16 @@ def test_a_rewrite_whose_fragments_lack_row_ids_is_refused(tmp_path: Path) -> No
         s3ddb.Dataset.commit(uri, Rewrite((RewriteGroup(old, new),)), read_version=2)
     ds = s3ddb.dataset(uri)
     assert ds.version == 2 and _lineage(ds) == {1: (0, 1, 1), 2: (1, 1, 1), 3: (2, 2, 2)}
+
+
+def test_writer_processes_racing_never_share_an_id(tmp_path: Path) -> None:
+    from tests.support.proc import run_workers
+    from tests.support.workers import rows_for
+
+    uri = str(tmp_path / "ds")
+    s3ddb.write_dataset(rows_for(9, 0, 1), uri, enable_stable_row_ids=True)
+    results = run_workers([("append", uri, str(w), "4", "2") for w in range(2)])
+    assert [r.returncode for r in results] == [0, 0], [r.stderr[-2000:] for r in results]
+    ds = s3ddb.dataset(uri)
+    ids = ds.to_table(columns=["_rowid"])["_rowid"].to_pylist()
+    assert ds.version == 9 and sorted(ids) == list(range(1 + 2 * 4 * 2))
