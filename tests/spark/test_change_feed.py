@@ -12,6 +12,7 @@ import pyarrow as pa
 import pytest
 
 import s3ddb
+from tests.support.change_feed import copy_merger
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -102,39 +103,14 @@ def test_bad_ranges_and_options_are_refused_by_name(spark: Any, tmp_path: Path) 
 # --- streaming -----------------------------------------------------------------------
 
 
-def _last_change_per_key(batch: Any) -> Any:
-    """A batch of change rows as one row per id: its last change (by version; within
-    a version a row's delete comes before the insert replacing it, as a pre-image
-    before its post-image), which a merge then applies."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
-    kind = F.col("_change_type")
-    order = F.when(kind == "update_preimage", 0).when(kind == "delete", 1).otherwise(2)
-    latest = Window.partitionBy("id").orderBy(F.col("_commit_version").desc(), order.desc())
-    return (
-        batch.where("_change_type != 'update_preimage'")
-        .withColumn("_n", F.row_number().over(latest))
-        .where("_n = 1")
-        .drop("_n", "_commit_version")
-    )
-
-
 def _follow(spark: Any, bronze: str, silver: str, checkpoint: Path, **options: Any) -> int:
     """Run the bronze -> silver query once (AvailableNow); the number of batches."""
-    import s3ddb.spark_ext
-
-    merge = s3ddb.spark_ext.merge_batches(
-        silver, "id", "silver-from-bronze",
-        when_matched_update_all="source._change_type != 'delete'",
-        when_matched_delete="source._change_type = 'delete'",
-        when_not_matched_insert_all="source._change_type != 'delete'",
-    )  # fmt: skip
+    merge = copy_merger(silver, "copy-from-feed")  # the name tests/support/stream_app uses
     batches: list[int] = []
 
     def apply(batch: Any, batch_id: int) -> None:
         batches.append(batch_id)
-        merge(_last_change_per_key(batch), batch_id)
+        merge(batch, batch_id)
 
     reader = spark.readStream.format("s3ddb").option("readChangeFeed", "true")
     for key, value in {"startingVersion": 1, **options}.items():
@@ -191,3 +167,63 @@ def test_a_feed_stream_needs_a_starting_option(spark: Any, tmp_path: Path) -> No
     query = reader.load(uri).writeStream.format("noop").trigger(availableNow=True)
     with pytest.raises(Exception, match="needs startingVersion"):
         query.option("checkpointLocation", str(tmp_path / "cp")).start().awaitTermination(120)
+
+
+def test_a_copy_kept_from_the_feed_survives_a_sigkill_between_merge_and_spark_commit(
+    spark: Any, tmp_path: Path
+) -> None:
+    """A separate Spark application follows the feed one version per batch into a
+    copy, and is killed after merging batch 2 but before Spark commits it; the query
+    restarted from its checkpoint (here) replays batch 2, whose merge commits nothing
+    (merge_batches recorded it), and goes on."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    root = Path(__file__).resolve().parents[2]
+    bronze, silver = str(tmp_path / "bronze"), str(tmp_path / "silver")
+    ds = s3ddb.write_dataset(
+        pa.table({"id": pa.array(range(6), pa.int64()), "v": [f"a{i}" for i in range(6)]}),
+        bronze, max_rows_per_file=2, enable_stable_row_ids=True,
+    )  # fmt: skip
+    s3ddb.write_dataset(ds.to_table().slice(0, 0), silver)
+    ds.update({"v": "'b'"}, where="id = 4")  # version 2
+    ds.delete("id = 1")  # 3
+    ds.insert(pa.table({"id": pa.array([7], pa.int64()), "v": ["new"]}))  # 4
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
+    env["PYTHONPATH"] = str(root) + os.pathsep + env.get("PYTHONPATH", "")
+    options = {"readChangeFeed": "true", "startingVersion": "1", "maxFilesPerTrigger": "1"}
+    out = tmp_path / "out"
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.stream_app", bronze, str(tmp_path / "checkpoint"),
+         str(out), "--options", json.dumps(options), "--hold-batch", "2",
+         "--merge-into", silver],
+        cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        held = out / "held"
+        deadline = time.monotonic() + 240
+        while not held.exists():
+            if child.poll() is not None:
+                pytest.fail(f"the streaming application exited early: {child.stderr.read()}")
+            assert time.monotonic() < deadline, "the streaming application never got to batch 2"
+            time.sleep(0.2)
+        child.send_signal(signal.SIGKILL)
+    finally:
+        if child.poll() is None:
+            child.kill()
+        child.wait()
+    assert not (tmp_path / "checkpoint" / "commits" / "2").exists(), "killed before the commit"
+    merged = s3ddb.dataset(silver).version
+    # Batch 2 (bronze version 3, the delete) is merged: silver lacks id 1 already.
+    assert 1 not in s3ddb.dataset(silver).to_table()["id"].to_pylist()
+    ds = s3ddb.dataset(bronze)
+    ds.update({"v": "'c'"}, where="id = 4 OR id = 7")
+    ds.delete("id = 0")
+    _follow(spark, bronze, silver, tmp_path / "checkpoint", maxFilesPerTrigger=1)
+    assert _sorted(silver) == _sorted(bronze)
+    # The replayed batch 2 committed nothing; batches 3-5 one merge each.
+    assert s3ddb.dataset(silver).version == merged + 3

@@ -2,9 +2,12 @@
 for the crash test of the streaming source.
 
     python -m tests.support.stream_app URI CHECKPOINT OUT --options JSON --hold-batch N
+        [--merge-into COPY]
 
 Each micro-batch ``n`` is written (overwriting) to ``OUT/batch=n``, which makes a
-replayed batch replace its first attempt. After writing batch ``--hold-batch`` it
+replayed batch replace its first attempt; with ``--merge-into`` (a change-feed stream)
+it is instead merged into the dataset ``COPY`` exactly once
+(:func:`tests.support.change_feed.copy_merger`). After batch ``--hold-batch`` it
 creates ``OUT/held`` and waits forever, so the test can SIGKILL it between a batch's
 output and Spark's commit of that batch.
 """
@@ -26,6 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out")
     parser.add_argument("--options", default="{}")
     parser.add_argument("--hold-batch", type=int, default=-1)
+    parser.add_argument("--merge-into")
     args = parser.parse_args(argv)
     options = json.loads(args.options)
 
@@ -44,9 +48,19 @@ def main(argv: list[str] | None = None) -> int:
     spark.sparkContext.setLogLevel("ERROR")
     out = Path(args.out)
 
+    merge = None
+    if args.merge_into:
+        from tests.support.change_feed import copy_merger
+
+        merge = copy_merger(args.merge_into, "copy-from-feed")
+
     def sink(df: object, batch_id: int) -> None:
-        df.write.mode("overwrite").parquet(str(out / f"batch={batch_id}"))  # type: ignore[attr-defined]
+        if merge is not None:
+            merge(df, batch_id)
+        else:
+            df.write.mode("overwrite").parquet(str(out / f"batch={batch_id}"))  # type: ignore[attr-defined]
         if batch_id == args.hold_batch:
+            out.mkdir(parents=True, exist_ok=True)
             (out / "held").write_text(str(batch_id))
             while True:  # until SIGKILL
                 time.sleep(1)
