@@ -326,7 +326,8 @@ def merge_batches(
                                              when_matched_delete="source.op = 'D'"))
                  .option("checkpointLocation", checkpoint).start())
 
-    ``clauses`` are :func:`merge_insert`'s (``when_matched_update_all=`` ...). Each
+    ``clauses`` are :func:`merge_insert`'s (``when_matched_update_all=`` ...,
+    ``writer=``). Each
     merge records ``application`` = the batch id with its commit; a batch whose id (or
     a later one) is recorded already, as when a restarted query replays the batch its
     checkpoint missed, commits nothing. ``application`` names the stream: keep it
@@ -345,6 +346,7 @@ def merge_batches(
         "when_not_matched_by_source_delete",
         "conflict_retries",
         "retry_timeout",
+        "writer",
     }
     unknown = sorted(set(clauses) - known)
     if unknown:
@@ -655,7 +657,10 @@ class _DistributedMerge:
         # (spark.sql.shuffle.partitions, not coalesced): as many Python tasks and
         # written files as the rows need instead.
         decided = decided_frame(self.source, target_df, clauses, compiled, self.bounds)
-        decided = decided.coalesce(self._tasks(candidates)).persist(StorageLevel.MEMORY_AND_DISK)
+        # Cached as Spark's compressed column batches, not serialized again.
+        decided = decided.coalesce(self._tasks(candidates)).persist(
+            StorageLevel.MEMORY_AND_DISK_DESER
+        )
         try:
             results, written, updated = self._jvm_jobs(manifest, decided, fragments, choice)
         finally:
