@@ -327,11 +327,10 @@ def merge_batches(
                  .option("checkpointLocation", checkpoint).start())
 
     ``clauses`` are :func:`merge_insert`'s (``when_matched_update_all=`` ...,
-    ``writer=``). Each
-    merge records ``application`` = the batch id with its commit; a batch whose id (or
-    a later one) is recorded already, as when a restarted query replays the batch its
-    checkpoint missed, commits nothing. ``application`` names the stream: keep it
-    across restarts.
+    ``writer=``). Each merge records ``application`` = the batch id with its commit;
+    a batch whose id (or a later one) is recorded already, as when a restarted query
+    replays the batch its checkpoint missed, commits nothing. ``application`` names
+    the stream: keep it across restarts.
 
     Raises:
         InvalidInputError: ``application`` is empty, or a clause is unknown.
