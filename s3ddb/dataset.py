@@ -50,6 +50,7 @@ from s3ddb.open_formats.publisher import Rebuilt, enabled_formats, format_names
 from s3ddb.operations import Operation, Transaction
 from s3ddb.reading.changes import change_schema, version_changes
 from s3ddb.reading.scanner import Scanner, take
+from s3ddb.reading.version_delta import DatasetDelta, dataset_delta
 from s3ddb.versions.opening import (
     VersionInfo,
     load_latest,
@@ -163,6 +164,28 @@ class Dataset(PinnedVersion):
     def count_rows(self, filter: str | pc.Expression | None = None, **options: Any) -> int:
         """Number of rows (matching ``filter``) in the pinned version."""
         return self.scanner([], filter, **options).count_rows()
+
+    def delta(
+        self,
+        compared_against: int | None = None,
+        *,
+        begin_version: int | None = None,
+        end_version: int | None = None,
+    ) -> DatasetDelta:
+        """What changed between two versions of a dataset with stable row ids, as
+        pylance's ``LanceDataset.delta`` gives it: ``compared_against`` (the pinned
+        version against an older one), or ``begin_version`` (excluded) and
+        ``end_version`` (included). Its ``get_inserted_rows()``,
+        ``get_updated_rows()``, ``get_deleted_row_ids()`` and ``list_transactions()``
+        are described in docs/changes.md.
+
+        Raises:
+            InvalidInputError: both forms given or neither; the begin after the end.
+            VersionNotFoundError: the end version does not exist.
+        """
+        return dataset_delta(
+            self, compared_against, begin_version=begin_version, end_version=end_version
+        )
 
     def changes(self, start_version: int, end_version: int | None = None) -> pa.Table:
         """Every row change of the versions after ``start_version`` up to

@@ -155,7 +155,6 @@ UNSUPPORTED_MEMBERS: dict[str, str] = {
     "create_branch": NO_BRANCHES,
     "create_index": NO_SEARCH,
     "create_index_uncommitted": NO_SEARCH,
-    "delta": "compare versions with versions() and checkout_version()",
     "drop_index": "an index is rebuilt with create_scalar_index(replace=True), not dropped",
     "explain_cleanup_old_versions": "cleanup_old_versions() reports what it removed",
     "filter": NO_PYARROW,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -220,18 +221,22 @@ def _expected_seconds(item: pytest.Item, recorded: dict[str, float]) -> float:
     return _UNLISTED_LONG if long else _UNLISTED_SHORT
 
 
+_SHARED_SCOPE = re.compile(r"""scope\s*=\s*["'](module|class|package)["']""")
+_SHARES: dict[str, bool] = {}
+
+
 def _shares_fixtures_with_its_module(item: pytest.Item) -> bool:
-    """Whether the test uses a fixture set up once per module or class: such a module's
-    tests stay together, or that fixture would be set up again each time a worker
-    comes back to the module."""
-    info = getattr(item, "_fixtureinfo", None)
-    if info is None:
-        return False
-    return any(
-        d.scope in ("module", "class", "package")
-        for defs in info.name2fixturedefs.values()
-        for d in defs
-    )
+    """Whether the test's module defines a fixture set up once per module or class
+    (a test may also ask for one by name, with ``request.getfixturevalue``): such a
+    module's tests stay together, or that fixture would be set up again each time a
+    worker comes back to the module (and, say, create its bucket a second time)."""
+    path = str(item.path)
+    if path not in _SHARES:
+        try:
+            _SHARES[path] = bool(_SHARED_SCOPE.search(Path(path).read_text(encoding="utf-8")))
+        except OSError:
+            _SHARES[path] = False
+    return _SHARES[path]
 
 
 @pytest.hookimpl(trylast=True)

@@ -53,6 +53,10 @@ def compact_refusal(ds: s3ddb.Dataset, jvm_scheme: str | None) -> str | None:
     do), or None."""
     if jvm_root_of(ds.uri, jvm_scheme) is None:
         return "the JVM cannot reach the dataset's files"
+    if ds.has_stable_row_ids:
+        # Spark's writer cannot carry each row's id and row versions to its new
+        # fragment; the Python tasks keep them.
+        return "the dataset has stable row ids"
     names = list(ds.schema.names)
     if len({n.lower() for n in names}) != len(names):
         return "column names differ only in case"

@@ -51,3 +51,23 @@ def test_a_compaction_equals_the_library_compaction_row_for_row(spark: Any, tmp_
     after.delete("id = 150")
     wanted.delete("id = 150")
     assert s3ddb.dataset(uri).to_table() == s3ddb.dataset(twin).to_table()
+
+
+def test_a_dataset_with_stable_row_ids_is_compacted_by_python_tasks_keeping_them(
+    spark: Any, tmp_path: Path
+) -> None:
+    import s3ddb.spark_ext
+
+    uri = str(tmp_path / "ids")
+    lineage = ["id", "_rowid", "_row_created_at_version", "_row_last_updated_at_version"]
+    s3ddb.write_dataset(
+        pa.table({"id": pa.array(range(8), pa.int64())}), uri,
+        max_rows_per_file=2, enable_stable_row_ids=True,
+    )  # fmt: skip
+    s3ddb.dataset(uri).update({"id": "id + 100"}, where="id = 5")
+    before = s3ddb.dataset(uri).to_table(columns=lineage).sort_by("_rowid")
+    got = s3ddb.spark_ext.compact(spark, uri, target_rows_per_fragment=100)
+    assert got.fragments_removed >= 4
+    after = s3ddb.dataset(uri)
+    assert len(after.get_fragments()) == 1
+    assert after.to_table(columns=lineage).sort_by("_rowid") == before
