@@ -102,6 +102,7 @@ from s3ddb.open_formats.iceberg_state import (
 )
 from s3ddb.open_formats.model import (
     CUT_KEY,
+    CUT_TAG_PREFIX,
     DeletedPositions,
     FileGroup,
     Publication,
@@ -755,6 +756,20 @@ def _summary(table: TableVersion, manifests: Sequence[ManifestInfo]) -> tuple[tu
     return tuple(sorted(summary.items()))
 
 
+def _refs(state: IcebergState) -> dict[str, Any]:
+    """The branch ``main`` at the version, and a tag per group cut a kept snapshot
+    names (``s3ddb-cut-<group id>``, at the newest snapshot naming it: a group may
+    commit several versions of one table), so that engines read a table as of a cut
+    by name (``VERSION AS OF 's3ddb-cut-...'``). Derived from the snapshots' summaries,
+    which come from the manifests."""
+    refs: dict[str, Any] = {"main": {"snapshot-id": state.version, "type": "branch"}}
+    for snapshot in state.snapshots:
+        cut = dict(snapshot.summary).get(CUT_KEY)
+        if cut is not None:
+            refs[CUT_TAG_PREFIX + cut] = {"snapshot-id": snapshot.snapshot_id, "type": "tag"}
+    return refs
+
+
 def _metadata_json(state: IcebergState, table: TableVersion, mapping: Any) -> bytes:
     root = state.location
     document = {
@@ -773,7 +788,7 @@ def _metadata_json(state: IcebergState, table: TableVersion, mapping: Any) -> by
         "sort-orders": [{"order-id": 0, "fields": []}],
         "properties": {"schema.name-mapping.default": canonical_json(mapping)},
         "current-snapshot-id": state.version,
-        "refs": {"main": {"snapshot-id": state.version, "type": "branch"}},
+        "refs": _refs(state),
         "snapshots": [_snapshot_document(s) for s in state.snapshots],
         "snapshot-log": [_snapshot_log(s.snapshot_id, s.timestamp_ms) for s in state.snapshots],
         "metadata-log": [

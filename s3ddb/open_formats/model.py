@@ -30,6 +30,7 @@ from s3ddb.io.object_store import ObjectMeta, ObjectStore
 __all__ = [
     "CUT_KEY",
     "CUT_PATTERN",
+    "CUT_TAG_PREFIX",
     "GROUP_METADATA_KEY",
     "DeletedPositions",
     "FileGroup",
@@ -51,6 +52,8 @@ GROUP_METADATA_KEY = "s3ddb.group_id"
 #: published metadata: an Iceberg snapshot summary property and a Delta commitInfo
 #: field. Versions not made by a group commit have none.
 CUT_KEY = "s3ddb.cut"
+#: An Iceberg tag naming a cut: this prefix, then the cut's id.
+CUT_TAG_PREFIX = "s3ddb-cut-"
 #: What a cut id is (s3ddb's group ids are UUIDs).
 CUT_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:\-]{0,63}")
 

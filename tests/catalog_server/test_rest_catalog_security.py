@@ -7,6 +7,7 @@ the token in a log, no-auth only on loopback."""
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
@@ -236,8 +237,15 @@ def test_each_request_is_a_span(catalog: Any) -> None:
     _, url = catalog
     requests.get(url + "/v1/namespaces/sales/tables/events", headers=AUTH, timeout=30)
     requests.get(url + "/v1/config", timeout=30)
-    spans = [s for s in exporter.get_finished_spans() if s.name == "s3ddb.catalog.request"]
-    by_path = {s.attributes["url.path"]: s.attributes for s in spans}
+    # A request's span ends on the server's thread once the answer is sent: the client
+    # may have it first.
+    deadline = time.monotonic() + 30
+    while True:
+        spans = [s for s in exporter.get_finished_spans() if s.name == "s3ddb.catalog.request"]
+        by_path = {s.attributes["url.path"]: s.attributes for s in spans}
+        if len(by_path) >= 2 or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
     loaded = by_path["/v1/namespaces/sales/tables/events"]
     assert loaded["http.response.status_code"] == 200 and loaded["s3ddb.outcome"] == "ok"
     refused = by_path["/v1/config"]

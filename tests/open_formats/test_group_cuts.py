@@ -101,9 +101,16 @@ def test_outside_readers_read_two_tables_at_one_group_cut(aws: Any, tmp_path: Pa
                 named.setdefault(cut, []).append(snapshot.snapshot_id)
         assert set(named) == set(cuts), name
         for cut, rows in cuts.items():
-            # A table's state at a cut is its newest snapshot naming it.
+            # A table's state at a cut is its newest snapshot naming it, which the
+            # cut's tag names too (engines read VERSION AS OF 's3ddb-cut-<id>').
             at_cut = table.scan(snapshot_id=max(named[cut])).to_arrow()
             assert _ids(at_cut) == rows[name], (name, cut)
+            tagged = table.snapshot_by_name(f"s3ddb-cut-{cut}")
+            assert tagged is not None and tagged.snapshot_id == max(named[cut]), (name, cut)
+            assert table.metadata.refs[f"s3ddb-cut-{cut}"].snapshot_ref_type == "tag"
+        assert {r for r in table.metadata.refs if r != "main"} == {
+            f"s3ddb-cut-{cut}" for cut in cuts
+        }
         unnamed = [
             s.snapshot_id
             for s in table.metadata.snapshots
