@@ -78,6 +78,7 @@ STATIC = {"drop"}
 #: Reads: nothing is written.
 READS = {
     "base_is_fresh", "change_batches", "changes", "commit_config", "config", "count_rows",
+    "delta",
     "data_storage_version",
     "describe_indices", "files", "fragment_ids", "get_fragment", "get_fragments",
     "get_version", "group_id", "handler", "has_index", "has_stable_row_ids", "head",
