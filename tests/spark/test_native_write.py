@@ -190,7 +190,7 @@ def test_a_store_the_jvm_cannot_reach_falls_back_to_the_python_writer(
         s3ddb.spark_ext.write(_df(spark, 0, 20), uri, storage_options=opts)
         first = {f.id for f in s3ddb.dataset(uri, storage_options=opts).get_fragments()}
         s3ddb.spark_ext.write(_df(spark, 20, 20), uri, storage_options=opts, max_rows_per_file=5)
-    said = [r for r in caplog.records if "writing through the Python data source" in r.message]
+    said = [r for r in caplog.records if "writing through the Python data source" in r.getMessage()]
     assert len(said) == 1, "said once"
     ds = s3ddb.dataset(uri, storage_options=opts)
     assert sorted(ds.to_table().column("id").to_pylist()) == list(range(40))
@@ -363,7 +363,7 @@ def test_a_nested_column_finer_than_the_dataset_goes_through_the_python_source(
         pytest.raises(Exception, match="do not fit"),
     ):
         s3ddb.spark_ext.write(finer_df, local_uri)
-    assert any("Python data source" in r.message for r in caplog.records)
+    assert any("Python data source" in r.getMessage() for r in caplog.records)
     assert s3ddb.dataset(local_uri).to_table().column("s").to_pylist() == [{"t": first}]
     second = dt.datetime(2024, 1, 3, tzinfo=dt.timezone.utc)
     s3ddb.spark_ext.write(
@@ -412,7 +412,7 @@ def test_a_failure_removing_the_staging_folder_does_not_stop_the_commit(
         committed = s3ddb.spark_ext.write(spark.range(5).selectExpr("id"), local_uri)
     assert committed is not None and committed.version == 1
     assert sorted(s3ddb.dataset(local_uri).to_table().column("id").to_pylist()) == list(range(5))
-    assert any("could not remove" in r.message for r in caplog.records)
+    assert any("could not remove" in r.getMessage() for r in caplog.records)
     left = storage.orphans(local_uri)
     assert left and all(p.startswith("_spark_staging/") for p in left), left
 
