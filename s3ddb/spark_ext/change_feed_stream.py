@@ -29,10 +29,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
-    ReadAllAvailable,
     ReadLimit,
-    ReadMaxBytes,
-    ReadMaxFiles,
     SupportsTriggerAvailableNow,
 )
 
@@ -44,7 +41,7 @@ from s3ddb.reading.changes import version_change_tables
 from s3ddb.spark_ext._types import arrow_schema_of, cast_for_spark
 from s3ddb.spark_ext.change_feed import VersionPartition
 from s3ddb.spark_ext.stream_plan import StreamOffset, StreamPlanner, starting_version_at
-from s3ddb.spark_ext.stream_source import DEFAULT_MAX_FILES_PER_TRIGGER, StreamOptions
+from s3ddb.spark_ext.stream_source import StreamOptions
 
 __all__ = ["S3DDBChangeFeedStreamReader", "changed_fragments"]
 
@@ -160,9 +157,7 @@ class S3DDBChangeFeedStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
         )
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        if self._options.max_files is None and self._options.max_bytes is not None:
-            return ReadMaxBytes(self._options.max_bytes)
-        return ReadMaxFiles(self._options.max_files or DEFAULT_MAX_FILES_PER_TRIGGER)
+        return self._options.default_read_limit()
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._available_now = self._plan().latest_version()
@@ -185,13 +180,7 @@ class S3DDBChangeFeedStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
                 "Start the query with a new checkpoint"
             )
         last = latest if self._available_now is None else min(latest, self._available_now)
-        max_files = max_bytes = None
-        if not isinstance(limit, ReadAllAvailable):
-            max_files, max_bytes = self._options.max_files, self._options.max_bytes
-            if isinstance(limit, ReadMaxFiles):
-                max_files = limit.max_files
-            elif isinstance(limit, ReadMaxBytes):
-                max_bytes = limit.max_bytes
+        max_files, max_bytes = self._options.admitted(limit)
         end = first
         files = size = 0
         while end <= last:

@@ -130,6 +130,24 @@ class StreamOptions:
             skip_change_commits=skip == "true",
         )
 
+    def default_read_limit(self) -> ReadLimit:
+        """Spark's limit per micro-batch from the per-trigger options."""
+        if self.max_files is None and self.max_bytes is not None:
+            return ReadMaxBytes(self.max_bytes)
+        return ReadMaxFiles(self.max_files or DEFAULT_MAX_FILES_PER_TRIGGER)
+
+    def admitted(self, limit: ReadLimit) -> tuple[int | None, int | None]:
+        """(files, bytes) a micro-batch may take under Spark's ``limit``: none when
+        Spark asks for everything, else both per-trigger options with ``limit``'s own."""
+        if isinstance(limit, ReadAllAvailable):
+            return None, None
+        max_files, max_bytes = self.max_files, self.max_bytes
+        if isinstance(limit, ReadMaxFiles):
+            max_files = limit.max_files
+        elif isinstance(limit, ReadMaxBytes):
+            max_bytes = limit.max_bytes
+        return max_files, max_bytes
+
 
 @dataclass(frozen=True)
 class _Item:
@@ -289,9 +307,7 @@ class S3DDBStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return StreamOffset(version)
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        if self._options.max_files is None and self._options.max_bytes is not None:
-            return ReadMaxBytes(self._options.max_bytes)
-        return ReadMaxFiles(self._options.max_files or DEFAULT_MAX_FILES_PER_TRIGGER)
+        return self._options.default_read_limit()
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._available_now = self._plan().latest_version()
@@ -322,13 +338,7 @@ class S3DDBStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             # prepareForTriggerAvailableNow fixed the bound) is read whole.
             bound = max(self._available_now, position.version if position.snapshot else 0)
             last = min(latest, bound)
-        max_files = max_bytes = None
-        if not isinstance(limit, ReadAllAvailable):
-            max_files, max_bytes = self._options.max_files, self._options.max_bytes
-            if isinstance(limit, ReadMaxFiles):
-                max_files = limit.max_files
-            elif isinstance(limit, ReadMaxBytes):
-                max_bytes = limit.max_bytes
+        max_files, max_bytes = self._options.admitted(limit)
         return self._out(planner.advance(position, last, max_files, max_bytes, self._readable))
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
