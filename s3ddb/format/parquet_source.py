@@ -25,7 +25,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from s3ddb.errors import DataFileError, DataFileMissingError, S3DDBError
+from s3ddb.errors import DataFileError, DataFileMissingError, InvalidInputError, S3DDBError
 from s3ddb.format.bases import Files, as_resolver
 from s3ddb.format.fragment_metadata import DataFile, FragmentMetadata
 from s3ddb.io.object_store import ObjectStore
@@ -35,6 +35,7 @@ __all__ = [
     "FOOTER_GUESS_BYTES",
     "HOLE_BYTES",
     "MAX_REQUEST_BYTES",
+    "THREADED_ROWS",
     "WHOLE_READ_MAX_BYTES",
     "ParquetSource",
     "RangeFile",
@@ -54,6 +55,8 @@ FOOTER_GUESS_BYTES = 64 * 1024
 HOLE_BYTES = 1024 * 1024
 #: No single coalesced request grows beyond this.
 MAX_REQUEST_BYTES = 64 * 1024 * 1024
+#: Reads of row groups holding fewer rows than this decode in the calling thread.
+THREADED_ROWS = 1024
 
 
 def _executor() -> ThreadPoolExecutor:
@@ -355,26 +358,52 @@ class ParquetSource:
         groups: list[int],
         names: list[str],
         fetched: list[tuple[int, bytes]] | None = None,
+        heads: list[int] | None = None,
     ) -> pa.Table:
         """Columns ``names`` (file column names) of row groups ``groups``, in order.
 
         ``fetched`` (remote files read by ranges): byte ranges already fetched, used
         instead of fetching them again; the ranges this read fetches are added to it.
+
+        ``heads`` (one count per group of ``groups``, each from 1 to the group's rows):
+        only the first ``heads[i]`` rows of group ``groups[i]`` are read, for point
+        reads. A group's pages are still fetched and decompressed whole, but values
+        are decoded only as far as the rows asked for (about half a row group's cost
+        for its first rows).
+
+        Raises:
+            DataFileError: the file is not readable Parquet, or a row group holds fewer
+                rows than its footer says.
+            InvalidInputError: ``heads`` does not match ``groups``.
         """
+        if heads is not None and (
+            len(heads) != len(groups)
+            or any(not 0 < n <= self.group_rows[g] for g, n in zip(groups, heads))
+        ):
+            raise InvalidInputError(
+                f"{self.where}: row counts {heads} for row groups {groups} (of "
+                f"{[self.group_rows[g] for g in groups]} rows)"
+            )
         if not names:
-            rows = sum(self.group_rows[g] for g in groups)
+            rows = sum(heads if heads is not None else (self.group_rows[g] for g in groups))
             return pa.table({"_": pa.nulls(rows)}).select([])
         with data_file_errors(self.where):
-            return self._read(groups, names, fetched)
+            return self._read(groups, names, fetched, heads)
 
     def _read(
-        self, groups: list[int], names: list[str], fetched: list[tuple[int, bytes]] | None
+        self,
+        groups: list[int],
+        names: list[str],
+        fetched: list[tuple[int, bytes]] | None,
+        heads: list[int] | None,
     ) -> pa.Table:
         whole = len(groups) == self.metadata.num_row_groups
         source: Any
         threads = False  # Python's memory: decoded in this thread (see arrow_input)
         if self._local:
             source, threads = arrow_input(self._store, self._path)
+            # A few rows decode faster here than handed to Arrow's pool and awaited.
+            threads = threads and sum(self.group_rows[g] for g in groups) >= THREADED_ROWS
         elif self._whole is not None:
             source = pa.BufferReader(self._whole)
         else:
@@ -384,6 +413,8 @@ class ParquetSource:
                 fetched.extend(new)
         try:
             parquet = pq.ParquetFile(source, metadata=self.metadata)
+            if heads is not None and any(n < self.group_rows[g] for g, n in zip(groups, heads)):
+                return self._read_heads(parquet, groups, heads, names, threads)
             if whole:
                 return parquet.read(columns=names, use_threads=threads)
             return parquet.read_row_groups(groups, columns=names, use_threads=threads)
@@ -392,6 +423,35 @@ class ParquetSource:
                 source.release()
             else:
                 source.close()
+
+    def _read_heads(
+        self,
+        parquet: pq.ParquetFile,
+        groups: list[int],
+        heads: list[int],
+        names: list[str],
+        threads: bool,
+    ) -> pa.Table:
+        """The first ``heads[i]`` rows of each group ``groups[i]``: one batch of that
+        many rows per group (a reader's batches never stop short inside a group, but
+        a short one is read on from, and a group that ends early is an error)."""
+        tables = []
+        for group, rows in zip(groups, heads):
+            batches, read = [], 0
+            for batch in parquet.iter_batches(
+                batch_size=rows, row_groups=[group], columns=names, use_threads=threads
+            ):
+                batches.append(batch.slice(0, rows - read))
+                read += batches[-1].num_rows
+                if read == rows:
+                    break
+            if read < rows:
+                raise DataFileError(
+                    f"{self.where}: row group {group} holds {read} rows, its footer says "
+                    f"{self.group_rows[group]}"
+                )
+            tables.append(pa.Table.from_batches(batches))
+        return pa.concat_tables(tables)
 
 
 def check_data_file(

@@ -137,6 +137,7 @@ class _Projection:
     end: DatasetSchema
     source: DatasetSchema
     names: tuple[tuple[str, str | None], ...]  # (end name, source name or None)
+    schema: pa.Schema  # of the change rows (change_schema of end's columns)
 
     @classmethod
     def of(cls, end: DatasetSchema, source: DatasetSchema) -> _Projection:
@@ -149,7 +150,7 @@ class _Projection:
             ):
                 found = None  # not the same column: never cast one column into another
             pairs.append((name, found))
-        return cls(end, source, tuple(pairs))
+        return cls(end, source, tuple(pairs), change_schema(end.arrow))
 
     @property
     def read_names(self) -> list[str]:
@@ -159,16 +160,13 @@ class _Projection:
         """``read`` (columns :attr:`read_names`) as change rows of ``manifest``."""
         n = read.num_rows
         arrays = []
-        for name, source in self.names:
-            if source is None:
-                arrays.append(pa.nulls(n, self.end.arrow.field(name).type))
-            else:
-                arrays.append(read.column(source))
-        when = pa.scalar(manifest.timestamp_nanos // 1000, _TIMESTAMP)
+        for field, (_name, source) in zip(self.schema, self.names):
+            arrays.append(pa.nulls(n, field.type) if source is None else read.column(source))
+        micros = manifest.timestamp_nanos // 1000
         arrays.append(pa.array([change] * n, pa.string()))
         arrays.append(pa.array(np.full(n, manifest.version, dtype=np.int64)))
-        arrays.append(pa.array(np.full(n, when.value, dtype=np.int64), _TIMESTAMP))
-        return pa.Table.from_arrays(arrays, schema=change_schema(self.end.arrow))
+        arrays.append(pa.array(np.full(n, micros, dtype=np.int64)).view(_TIMESTAMP))
+        return pa.Table.from_arrays(arrays, schema=self.schema)
 
 
 def _check_range(
@@ -479,8 +477,14 @@ def _fragment_changes(
     ones inserted)."""
     old_deleted = read_deleted_rows(before.files, was)
     new_deleted = read_deleted_rows(after.files, now)
-    yield before.at(was, _offsets(new_deleted - old_deleted))
-    yield after.at(now, _offsets(old_deleted - new_deleted))
+    # Only restores bring rows back: the second difference is nearly always empty,
+    # and an empty one is not read (no footer, no table).
+    for side, fragment, rows in (
+        (before, was, new_deleted - old_deleted),
+        (after, now, old_deleted - new_deleted),
+    ):
+        if rows:
+            yield side.at(fragment, _offsets(rows))
     if _data_files(now) != _data_files(was):
         # Positions are kept (an update that rewrote columns in place): the rows
         # visible in both versions, compared. Each fragment's footer is checked

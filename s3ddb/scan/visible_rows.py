@@ -168,18 +168,21 @@ def _read_columns(
     schema: DatasetSchema,
     names: list[str],
     fetched: list[tuple[int, bytes]] | None = None,
+    heads: list[int] | None = None,
 ) -> pa.Table:
-    """``names`` (dataset columns) of row groups ``groups``, all physical rows
-    (``fetched``: see :meth:`ParquetSource.read`)."""
+    """``names`` (dataset columns) of row groups ``groups``, all physical rows, or
+    only the first ``heads[i]`` of group ``groups[i]`` (``fetched``, ``heads``: see
+    :meth:`ParquetSource.read`)."""
     source = plan.source
     assert source is not None
     wanted = dict(zip(names, schema.top_level_ids(names)))
     # Only the columns the fragment says this file holds: one it does not declare
     # (added later) reads as nulls even if the file has a column with that id.
     present = source.columns(wanted.values())
-    table = source.read(groups, list(present.values()), fetched)
+    table = source.read(groups, list(present.values()), fetched, heads)
     pieces = {n: table.column(present[i]) for n, i in wanted.items() if i in present}
-    return assemble_columns(pieces, schema, names, sum(source.group_rows[g] for g in groups))
+    rows = sum(heads) if heads is not None else sum(source.group_rows[g] for g in groups)
+    return assemble_columns(pieces, schema, names, rows)
 
 
 def _keep_mask(plan: FragmentPlan, groups: list[int]) -> np.ndarray | None:
@@ -315,7 +318,8 @@ def read_rows_at(
 ) -> tuple[pa.Table, int]:
     """The physical rows of ``fragment`` at ``offsets`` (sorted, deletions not applied),
     ``columns`` in order, and how many row groups were read: of a one-file fragment
-    only the row groups holding those rows (an index lookup's point reads)."""
+    only the row groups holding those rows (an index lookup's point reads), each
+    decoded only up to the last of them it holds."""
     positions = np.asarray(offsets, dtype=np.int64)
     if len(positions) == 0:
         return assemble_columns({}, schema, columns, 0), 0
@@ -327,14 +331,16 @@ def read_rows_at(
     starts = np.asarray([*source.group_starts, fragment.physical_rows], dtype=np.int64)
     owner = np.searchsorted(starts, positions, side="right") - 1
     groups = sorted(set(owner.tolist()))
-    table = _read_columns(plan, groups, schema, columns)
-    # Offsets within the concatenation of the row groups read.
+    # Of each group, its rows up to the last one asked for.
+    heads = [int(positions[owner == g].max() - starts[g]) + 1 for g in groups]
+    table = _read_columns(plan, groups, schema, columns, heads=heads)
+    # Offsets within the concatenation of the row groups' heads read.
     local = np.empty(len(positions), dtype=np.int64)
     base = 0
-    for g in groups:
+    for g, head in zip(groups, heads):
         chosen = owner == g
         local[chosen] = positions[chosen] - starts[g] + base
-        base += source.group_rows[g]
+        base += head
     return table.take(pa.array(local)), len(groups)
 
 

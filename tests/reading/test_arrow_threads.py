@@ -45,6 +45,10 @@ class _Recorded(pq.ParquetFile):
         self.reads.append((self._source, use_threads))
         return super().read_row_groups(*args, use_threads=use_threads, **kwargs)
 
+    def iter_batches(self, *args: Any, use_threads: bool = True, **kwargs: Any) -> Any:
+        self.reads.append((self._source, use_threads))
+        return super().iter_batches(*args, use_threads=use_threads, **kwargs)
+
 
 @pytest.fixture
 def recorded(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, bool]]:

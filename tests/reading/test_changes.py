@@ -7,10 +7,13 @@ from __future__ import annotations
 import datetime as dt
 import json
 import random
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 import s3ddb
@@ -410,3 +413,47 @@ def test_batches_stream_one_fragment_at_a_time(tmp_path: Path) -> None:
     assert set(first.column("_change_type").to_pylist()) == {"delete"}
     with pytest.raises(DataFileMissingError):
         next(batches)
+
+
+class _CountedParquetFile(pq.ParquetFile):
+    """A real ParquetFile that counts the rows its reads decode (whole reads, row
+    group reads and batches)."""
+
+    rows: list[int] = []
+
+    def read(self, *args: Any, **kwargs: Any) -> pa.Table:
+        table = super().read(*args, **kwargs)
+        self.rows.append(table.num_rows)
+        return table
+
+    def read_row_groups(self, *args: Any, **kwargs: Any) -> pa.Table:
+        table = super().read_row_groups(*args, **kwargs)
+        self.rows.append(table.num_rows)
+        return table
+
+    def iter_batches(self, *args: Any, **kwargs: Any) -> Iterator[pa.RecordBatch]:
+        for batch in super().iter_batches(*args, **kwargs):
+            self.rows.append(batch.num_rows)
+            yield batch
+
+
+@pytest.mark.parametrize("store", ["local", "memory"])
+def test_deleted_rows_are_decoded_only_up_to_the_last_one_of_each_row_group(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store: str
+) -> None:
+    """Of the row groups holding deleted rows, only their rows up to the last deleted
+    one are decoded: the feed's old values come from the heads of those groups."""
+    uri = str(tmp_path / "d") if store == "local" else f"memory://heads-{uuid.uuid4().hex[:8]}"
+    table = pa.table({"id": list(range(500)), "s": [f"s{i}" for i in range(500)]})
+    ds = s3ddb.write_dataset(table, uri, max_rows_per_group=100)
+    # Group 0's first row, group 1's last, two rows of group 3; groups 2 and 4 untouched.
+    deleted = [0, 199, 310, 350]
+    ds.delete(f"id IN ({', '.join(map(str, deleted))})")
+    rows: list[int] = []
+    monkeypatch.setattr(_CountedParquetFile, "rows", rows)
+    monkeypatch.setattr(pq, "ParquetFile", _CountedParquetFile)
+    feed = ds.changes(ds.version - 1)
+    assert feed.select(["id", "s", "_change_type"]).to_pylist() == [
+        {"id": i, "s": f"s{i}", "_change_type": "delete"} for i in deleted
+    ]
+    assert sum(rows) == 1 + 100 + 51  # groups 0, 1 and 3 up to their last deleted row
