@@ -259,6 +259,12 @@ class ParquetSource:
     there (:meth:`columns`). Every failure names the fragment, the file and the
     version (see :func:`data_file_errors`).
 
+    With ``keep_open``, a local file stays open from its footer's read (the same
+    checked descriptor) for the reads that follow, until :meth:`close` (or the end
+    of a ``with`` block): for reads right after opening (a point read, one small
+    fragment), which then open and parse nothing again. Without it (sources planned
+    ahead, many at once) each read opens the file anew.
+
     Raises:
         DataFileMissingError: the file does not exist.
         DataFileError: it is not readable Parquet, or does not match its fragment.
@@ -267,7 +273,12 @@ class ParquetSource:
     """
 
     def __init__(
-        self, files: Files, data_file: DataFile, fragment: FragmentMetadata | None = None
+        self,
+        files: Files,
+        data_file: DataFile,
+        fragment: FragmentMetadata | None = None,
+        *,
+        keep_open: bool = False,
     ) -> None:
         resolver = as_resolver(files)
         store, path = resolver.data_file(data_file)
@@ -278,8 +289,24 @@ class ParquetSource:
         self._whole: bytes | None = None
         self._local = store.is_local
         self._size = 0
+        self._held: tuple[pq.ParquetFile, Any, bool] | None = None  # file, source, threads
+        try:
+            sizes = self._read_footer(size, fragment, keep_open)
+        except BaseException:
+            self.close()  # a file kept open for a footer that fails its checks
+            raise
+        self.group_rows = sizes
+        self.group_starts = list(itertools.accumulate(sizes, initial=0))[:-1]
+
+    def _read_footer(
+        self, size: int, fragment: FragmentMetadata | None, keep_open: bool
+    ) -> list[int]:
+        """Read and check the footer (see the class); the row groups' row counts."""
+        store, path = self._store, self._path
         with data_file_errors(self.where):
-            if self._local:
+            if self._local and keep_open:
+                metadata = self._hold(store, path)
+            elif self._local:
                 # Opened once, checked (no symlink, a regular file) on the descriptor
                 # pyarrow then reads: no window between the check and the read.
                 with store.open_input(path) as f:
@@ -299,8 +326,32 @@ class ParquetSource:
             self.by_id = file_columns_by_id(self.arrow_schema)
             sizes = [metadata.row_group(g).num_rows for g in range(metadata.num_row_groups)]
         _check_rows(self.where, metadata.num_rows, sizes, fragment)
-        self.group_rows = sizes
-        self.group_starts = list(itertools.accumulate(sizes, initial=0))[:-1]
+        return sizes
+
+    def _hold(self, store: ObjectStore, path: str) -> pq.FileMetaData:
+        """Open the local file (checked, as :func:`arrow_input`) and keep it open;
+        its footer."""
+        source, threads = arrow_input(store, path)
+        try:
+            parquet = pq.ParquetFile(source)
+            metadata = parquet.metadata
+        except BaseException:
+            source.close()
+            raise
+        self._held = (parquet, source, threads)
+        return metadata
+
+    def close(self) -> None:
+        """Close the file kept open (``keep_open``); reads after this open it anew."""
+        held, self._held = self._held, None
+        if held is not None:
+            held[1].close()
+
+    def __enter__(self) -> ParquetSource:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def columns(self, ids: Iterable[int]) -> dict[int, str]:
         """File column names of the field ``ids`` this file holds: those its
@@ -400,10 +451,11 @@ class ParquetSource:
         whole = len(groups) == self.metadata.num_row_groups
         source: Any
         threads = False  # Python's memory: decoded in this thread (see arrow_input)
-        if self._local:
+        held = self._held
+        if held is not None:
+            source, threads = None, held[2]  # kept open: not closed here
+        elif self._local:
             source, threads = arrow_input(self._store, self._path)
-            # A few rows decode faster here than handed to Arrow's pool and awaited.
-            threads = threads and sum(self.group_rows[g] for g in groups) >= THREADED_ROWS
         elif self._whole is not None:
             source = pa.BufferReader(self._whole)
         else:
@@ -411,8 +463,10 @@ class ParquetSource:
             new = source.prefetch(self._chunk_ranges(groups, names))
             if fetched is not None:
                 fetched.extend(new)
+        # A few rows decode faster here than handed to Arrow's pool and awaited.
+        threads = threads and sum(self.group_rows[g] for g in groups) >= THREADED_ROWS
         try:
-            parquet = pq.ParquetFile(source, metadata=self.metadata)
+            parquet = held[0] if held else pq.ParquetFile(source, metadata=self.metadata)
             if heads is not None and any(n < self.group_rows[g] for g, n in zip(groups, heads)):
                 return self._read_heads(parquet, groups, heads, names, threads)
             if whole:
@@ -421,7 +475,7 @@ class ParquetSource:
         finally:
             if isinstance(source, RangeFile):
                 source.release()
-            else:
+            elif source is not None:
                 source.close()
 
     def _read_heads(

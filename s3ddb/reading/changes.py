@@ -452,12 +452,16 @@ class _Side:
         physical positions (ascending)."""
         names = self.projection.read_names
         schema = self.manifest.schema
-        plan = plan_fragment(self.files, fragment, schema, None)
+        plan = plan_fragment(self.files, fragment, schema, None, keep_open=True)
         if plan is None:
             empty = read_rows_at(self.files, fragment, schema, names, [])[0]
             none = np.empty(0, np.int64)
             return self._finish(empty, fragment, none), none
-        read, positions = read_with_positions(plan, schema, names)
+        try:
+            read, positions = read_with_positions(plan, schema, names)
+        finally:
+            if plan.source is not None:
+                plan.source.close()
         return self._finish(read, fragment, positions), positions
 
     def at(self, fragment: FragmentMetadata, offsets: np.ndarray) -> pa.Table:

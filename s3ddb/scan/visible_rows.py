@@ -110,10 +110,16 @@ def plan_fragment(
     fragment: FragmentMetadata,
     schema: DatasetSchema,
     may_match: RowGroupPredicate | None,
+    *,
+    keep_open: bool = False,
 ) -> FragmentPlan | None:
     """The plan to read ``fragment``, or None when its statistics (or its row groups'
     statistics, or its deletions) leave nothing to read: the footer of a one-file
     fragment is read here, once per scan, never for a fragment skipped whole.
+
+    ``keep_open``: the plan's source keeps its local file open for the reads that
+    follow at once (see :class:`ParquetSource`); the caller closes it
+    (``plan.source.close()``). A file is never left open without a plan returned.
 
     Raises:
         ManifestCorruptError: the deletion file is missing or corrupt.
@@ -124,7 +130,29 @@ def plan_fragment(
         return None
     # The footer is read (and its row count checked against the fragment's
     # physical_rows) before anything is allocated in proportion to that claimed count.
-    source = ParquetSource(files, fragment.files[0], fragment) if fragment.files else None
+    source = (
+        ParquetSource(files, fragment.files[0], fragment, keep_open=keep_open)
+        if fragment.files
+        else None
+    )
+    try:
+        plan = _plan_with(files, fragment, schema, may_match, source)
+    except BaseException:
+        if source is not None:
+            source.close()
+        raise
+    if source is not None and (plan is None or plan.source is None):
+        source.close()
+    return plan
+
+
+def _plan_with(
+    files: Files,
+    fragment: FragmentMetadata,
+    schema: DatasetSchema,
+    may_match: RowGroupPredicate | None,
+    source: ParquetSource | None,
+) -> FragmentPlan | None:
     keep = None
     if fragment.deletion_file is not None:
         deleted = read_deleted_rows(files, fragment)
@@ -286,10 +314,14 @@ def read_visible_rows(
         ManifestCorruptError: the fragment's deletion file is missing or corrupt.
         InvalidExpressionError: evaluating the predicate failed.
     """
-    plan = plan_fragment(files, fragment, schema, may_match)
+    plan = plan_fragment(files, fragment, schema, may_match, keep_open=True)
     if plan is None:
         return empty_table(schema, columns)
-    return read_planned(plan, schema, columns, predicate)
+    try:
+        return read_planned(plan, schema, columns, predicate)
+    finally:
+        if plan.source is not None:
+            plan.source.close()
 
 
 def read_multi_file(
@@ -326,14 +358,14 @@ def read_rows_at(
     if len(fragment.files) != 1:
         table = read_fragment(files, fragment, schema, columns)
         return table.take(pa.array(positions)), 0
-    source = ParquetSource(files, fragment.files[0], fragment)
-    plan = FragmentPlan(files, fragment, source)
-    starts = np.asarray([*source.group_starts, fragment.physical_rows], dtype=np.int64)
-    owner = np.searchsorted(starts, positions, side="right") - 1
-    groups = sorted(set(owner.tolist()))
-    # Of each group, its rows up to the last one asked for.
-    heads = [int(positions[owner == g].max() - starts[g]) + 1 for g in groups]
-    table = _read_columns(plan, groups, schema, columns, heads=heads)
+    with ParquetSource(files, fragment.files[0], fragment, keep_open=True) as source:
+        plan = FragmentPlan(files, fragment, source)
+        starts = np.asarray([*source.group_starts, fragment.physical_rows], dtype=np.int64)
+        owner = np.searchsorted(starts, positions, side="right") - 1
+        groups = sorted(set(owner.tolist()))
+        # Of each group, its rows up to the last one asked for.
+        heads = [int(positions[owner == g].max() - starts[g]) + 1 for g in groups]
+        table = _read_columns(plan, groups, schema, columns, heads=heads)
     # Offsets within the concatenation of the row groups' heads read.
     local = np.empty(len(positions), dtype=np.int64)
     base = 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import random
 import uuid
 from collections.abc import Iterator
@@ -18,7 +19,12 @@ import pytest
 
 import s3ddb
 from s3ddb.cli.main import main
-from s3ddb.errors import DataFileMissingError, InvalidInputError, ManifestCorruptError
+from s3ddb.errors import (
+    DataFileError,
+    DataFileMissingError,
+    InvalidInputError,
+    ManifestCorruptError,
+)
 
 META = ("_change_type", "_commit_version", "_commit_timestamp")
 REPLACING = ("Overwrite", "Restore")
@@ -457,3 +463,31 @@ def test_deleted_rows_are_decoded_only_up_to_the_last_one_of_each_row_group(
         {"id": i, "s": f"s{i}", "_change_type": "delete"} for i in deleted
     ]
     assert sum(rows) == 1 + 100 + 51  # groups 0, 1 and 3 up to their last deleted row
+
+
+def _open_files() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
+def test_the_feed_leaves_no_data_file_open_also_when_one_fails_its_checks(tmp_path: Path) -> None:
+    """Point reads and small fragments keep a data file open from its footer to its
+    read: closed after, and when the footer fails the fragment's checks."""
+    root = tmp_path / "d"
+    ds = s3ddb.write_dataset(
+        pa.table({"id": list(range(300))}), str(root), max_rows_per_group=100
+    )
+    ds.update({"id": "id + 1000"}, where="id = 150")
+    ds.delete("id = 250")
+    before = _open_files()
+    for _ in range(5):
+        assert ds.changes(1).num_rows == 3
+    assert _open_files() == before
+    (fragment,) = ds.checkout_version(1).get_fragments()
+    (path,) = [root / "data" / d.path for d in fragment.files]
+    pq.write_table(pa.table({"id": list(range(7))}), path)  # another row count
+    with pytest.raises(DataFileError, match="holds 7 rows") as failed:
+        ds.changes(1)
+    # Closed at the failure, not later by garbage collection: the error's traceback
+    # (still held here) holds the frames that opened the file.
+    assert failed.traceback and _open_files() == before
