@@ -2,10 +2,13 @@
 
 Fragments are planned (statistics, footer, deletion file) a few ahead on worker
 threads; each plan is cut into reads of consecutive row groups, and reads are started
-in order while the decoded bytes they will hold stay within half the read-ahead
-budget (the other half is for what the consumer holds and for the allocator's slack;
-one read is always allowed, so a row group larger than the budget still reads), at
-most ``workers`` plans and reads at a time (none ahead with ``workers=0``).
+in order while the decoded bytes they will hold, running or done and not yet
+consumed, stay within half the read-ahead budget (the other half is for what the
+consumer holds and for the allocator's slack; one read is always allowed, so a row
+group larger than the budget still reads), at most ``workers`` plans and reads
+running at a time (none ahead with ``workers=0``): a read that finishes ahead of its
+turn frees its thread for the next one at once. The reads of one stream share a
+:class:`~s3ddb.scan.visible_rows.MatchHistory` (late materialization or one pass).
 Results come out in fragment and row-group order.
 """
 
@@ -14,7 +17,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -27,6 +30,7 @@ from s3ddb.format.schema import DatasetSchema
 from s3ddb.io.parallel import process_pool
 from s3ddb.scan.visible_rows import (
     FragmentPlan,
+    MatchHistory,
     filter_columns,
     fragment_may_match,
     plan_fragment,
@@ -97,7 +101,7 @@ def stream_tables(
         for fragment in pending_fragments:
             plan = plan_fragment(files, fragment, schema, may_match)
             for planned, groups, _est in scan.reads_of(plan):
-                table = read_planned(planned, schema, columns, predicate, groups)
+                table = read_planned(planned, schema, columns, predicate, groups, scan.history)
                 if table.num_rows:
                     yield table
                 del table  # not held while the next one is read
@@ -126,6 +130,8 @@ class _Scan:
     predicate: pc.Expression | None
     may_match: RowGroupPredicate | None
     budget: int
+    #: Which row groups held a match so far: whether reads still filter first.
+    history: MatchHistory = field(default_factory=MatchHistory)
 
     def reads_of(self, plan: FragmentPlan | None) -> list[Read]:
         """The reads of a fragment's plan (none when the fragment cannot match)."""
@@ -171,15 +177,19 @@ class _ReadAhead:
         Raises:
             ManifestCorruptError, InvalidExpressionError: as :func:`stream_tables`.
         """
-        self._start_reads()
-        # While the next result is not ready, start the reads of each plan that
-        # completes meanwhile: waiting on the result alone would leave the threads idle
-        # behind it (the first read of a scan would run alone).
-        while self._can_start_more() and not self._reading[0][0].done():
-            wait([self._reading[0][0], self._plans[0]], return_when=FIRST_COMPLETED)
+        while True:
             self._start_reads()
-        if not self._reading:
-            return None
+            if not self._reading:
+                return None
+            if self._reading[0][0].done():
+                break
+            # Any read finishing frees a thread for the next one (its result waits its
+            # turn in the budget), and a plan completing gives reads to start: waiting
+            # on the next result alone would leave threads idle behind it.
+            running = [f for f, _est in self._reading if not f.done()]
+            if self._plans and not self._waiting:
+                running.append(self._plans[0])
+            wait(running, return_when=FIRST_COMPLETED)
         future, est = self._reading.popleft()
         table = future.result()
         self._in_flight -= est
@@ -204,7 +214,13 @@ class _ReadAhead:
             while self._waiting and self._may_start(int(self._waiting[0][2] * self._scale)):
                 plan, groups, est = self._waiting.popleft()
                 future = self._pool.submit(
-                    read_planned, plan, scan.schema, scan.columns, scan.predicate, groups
+                    read_planned,
+                    plan,
+                    scan.schema,
+                    scan.columns,
+                    scan.predicate,
+                    groups,
+                    scan.history,
                 )
                 self._reading.append((future, int(est * self._scale)))
                 self._in_flight += int(est * self._scale)
@@ -216,21 +232,10 @@ class _ReadAhead:
             self.plan_ahead()
             self._waiting.extend(scan.reads_of(plan_or_none))
 
-    def _can_start_more(self) -> bool:
-        """Whether a plan still to come could start a read now (reads running, none
-        waiting for budget, a thread free)."""
-        return (
-            bool(self._reading)
-            and bool(self._plans)
-            and not self._waiting
-            and len(self._reading) < self._workers
-        )
-
     def _may_start(self, est: int) -> bool:
         if not self._reading:
             return True  # one read always runs, however large
         # Half the budget in flight: measured peak RSS then stays within about twice
         # the budget (allocators keep freed memory for a while).
-        return (
-            len(self._reading) < self._workers and self._in_flight + est <= self._scan.budget // 2
-        )
+        running = sum(1 for f, _est in self._reading if not f.done())
+        return running < self._workers and self._in_flight + est <= self._scan.budget // 2

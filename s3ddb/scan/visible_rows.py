@@ -2,6 +2,11 @@
 statistics, then the deletion file), then read (filter columns first, the others
 only for row groups with a match).
 
+When nearly every row group a scan has read held a match, the other columns would
+be read anyway: the scan's :class:`MatchHistory` then has it read every column in
+one pass, the filter applied after (as pyarrow's dataset does), and it goes back to
+late materialization as soon as row groups without a match show up again.
+
 Every skip is decided from statistics that bound the data (:class:`ColumnStats`); a
 row that is read still goes through the exact filter, so pruning only ever saves
 work and never changes a result. Fragments without statistics are never skipped
@@ -11,6 +16,9 @@ whose row groups need not line up) are read whole, their rows filtered after.
 
 from __future__ import annotations
 
+import threading
+from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +40,7 @@ from s3ddb.format.stats import fragment_column_stats, summary_column_stats
 
 __all__ = [
     "FragmentPlan",
+    "MatchHistory",
     "empty_table",
     "filter_columns",
     "fragment_may_match",
@@ -239,18 +248,69 @@ def _matches(table: pa.Table, predicate: pc.Expression) -> np.ndarray:
     return np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool)
 
 
+class MatchHistory:
+    """Of the latest row groups a scan filtered (at most :attr:`WINDOW`), which held
+    a match: whether reading the filter's columns first still pays. Shared by the
+    threads of one scan (thread-safe).
+
+    Late materialization saves decoding the other columns of row groups without a
+    match, and costs a second pass over each read (a file opened and decoded twice,
+    less parallel decoding). It is used until :attr:`MIN_SEEN` row groups have been
+    seen, and while more than one in :attr:`MISS_SHARE_INVERSE` of the latest held no
+    match; otherwise a read takes every column in one pass (and still records which
+    of its row groups held a match, so the scan returns to late materialization
+    where the data changes).
+    """
+
+    #: How many of the latest row groups decide.
+    WINDOW = 64
+    #: Row groups seen before one pass may be chosen.
+    MIN_SEEN = 8
+    #: Late materialization while more than 1 in this many recent row groups missed.
+    MISS_SHARE_INVERSE = 16
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held: deque[bool] = deque(maxlen=self.WINDOW)
+
+    def record(self, held: Iterable[bool]) -> None:
+        """Note, for each row group a read filtered, whether it held a match."""
+        with self._lock:
+            self._held.extend(held)
+
+    def late_materialization_pays(self) -> bool:
+        """Whether the next read should read the filter's columns first."""
+        with self._lock:
+            seen, hits = len(self._held), sum(self._held)
+        return seen < self.MIN_SEEN or (seen - hits) * self.MISS_SHARE_INVERSE > seen
+
+
+def _groups_held(source: ParquetSource, groups: list[int], mask: np.ndarray) -> list[bool]:
+    """For each of ``groups`` (read one after the other), whether ``mask`` holds a
+    match in its rows."""
+    held, offset = [], 0
+    for g in groups:
+        rows = source.group_rows[g]
+        held.append(bool(mask[offset : offset + rows].any()))
+        offset += rows
+    return held
+
+
 def read_planned(
     plan: FragmentPlan,
     schema: DatasetSchema,
     columns: list[str],
     predicate: pc.Expression | None,
     groups: list[int] | None = None,
+    history: MatchHistory | None = None,
 ) -> pa.Table:
     """The visible rows of ``plan``'s row groups ``groups`` (default: all planned)
     that match ``predicate``, with ``columns`` in order.
 
     Filter columns are read first; the other columns only for row groups holding a
-    match; deleted rows are dropped by position.
+    match (late materialization), unless ``history`` (the scan's, see
+    :class:`MatchHistory`) says nearly every row group matches: then every column in
+    one pass. Deleted rows are dropped by position.
 
     Raises:
         InvalidExpressionError: evaluating the predicate failed.
@@ -263,6 +323,14 @@ def read_planned(
         table = _read_columns(plan, groups, schema, columns)
         return table if keep is None else table.filter(pa.array(keep))
     used = filter_columns(predicate, schema)
+    rest = [c for c in columns if c not in used]
+    if rest and history is not None and not history.late_materialization_pays():
+        table = _read_columns(plan, groups, schema, columns + [c for c in used if c not in columns])
+        mask = _matches(table, predicate)
+        if keep is not None:
+            mask &= keep
+        history.record(_groups_held(plan.source, groups, mask))
+        return table.select(columns).filter(pa.array(mask))
     # Byte ranges the filter columns' read fetched (coalesced requests often span the
     # other columns too): the second read takes what it needs from them.
     fetched: list[tuple[int, bytes]] = []
@@ -270,20 +338,22 @@ def read_planned(
     mask = _matches(first, predicate)
     if keep is not None:
         mask &= keep
-    if not mask.any():
+    held = _groups_held(plan.source, groups, mask)
+    if history is not None:
+        history.record(held)
+    if not any(held):
         return empty_table(schema, columns)
-    rest = [c for c in columns if c not in used]
     if not rest:
         return first.filter(pa.array(mask)).select(columns)
     # Late materialization: the other columns only of row groups with a match.
-    hit, spans, offset = [], [], 0
-    for g in groups:
-        rows = plan.source.group_rows[g]
-        if mask[offset : offset + rows].any():
-            hit.append(g)
-            spans.append((offset, rows))
-        offset += rows
+    hit = [g for g, h in zip(groups, held) if h]
     if len(hit) < len(groups):
+        spans, offset = [], 0
+        for g, h in zip(groups, held):
+            rows = plan.source.group_rows[g]
+            if h:
+                spans.append((offset, rows))
+            offset += rows
         first = pa.concat_tables([first.slice(s, n) for s, n in spans])
         mask = np.concatenate([mask[s : s + n] for s, n in spans])
     second = _read_columns(plan, hit, schema, rest, fetched)
