@@ -108,14 +108,7 @@ class S3DDBChangeFeedStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
                 boundary (not written by this reader).
         """
         planner = self._plan()
-        offset = StreamOffset.from_json(data, f"the {what} offset of {planner.uri}")
-        current = planner.dataset_id()
-        if offset.dataset and current and offset.dataset != current:
-            raise InvalidInputError(
-                f"the stream's checkpoint was written for dataset {offset.dataset} but "
-                f"{planner.uri} is now dataset {current} (dropped and re-created?): start "
-                "the query with a new checkpoint"
-            )
+        offset = planner.checked_offset(data, what)
         if offset.snapshot or offset.index:
             raise InvalidInputError(
                 f"the {what} offset of {planner.uri} is not a change-feed offset (a "

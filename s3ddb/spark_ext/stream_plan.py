@@ -281,6 +281,24 @@ class StreamPlanner:
         self._check_identity(identity, location.version)
         return location.version
 
+    def checked_offset(self, data: Any, what: str) -> StreamOffset:
+        """An offset Spark hands back (``what``: "start", "end"...), parsed and checked
+        to be of the dataset this planner reads.
+
+        Raises:
+            InvalidInputError: malformed, or of another dataset (one re-created at the
+                same URI: the checkpoint's positions mean nothing in it).
+        """
+        offset = StreamOffset.from_json(data, f"the {what} offset of {self._uri}")
+        current = self.dataset_id()
+        if offset.dataset and current and offset.dataset != current:
+            raise InvalidInputError(
+                f"the stream's checkpoint was written for dataset {offset.dataset} but "
+                f"{self._uri} is now dataset {current} (dropped and re-created?): start "
+                "the query with a new checkpoint"
+            )
+        return offset
+
     def oldest_version(self) -> int:
         """The oldest version still kept (cleanup removes older ones)."""
         return min(v.version for v in self._open().versions())

@@ -231,16 +231,7 @@ class S3DDBStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             InvalidInputError: malformed, or of another dataset (one re-created at
                 the same URI: the checkpoint's positions mean nothing in it).
         """
-        planner = self._plan()
-        offset = StreamOffset.from_json(data, f"the {what} offset of {planner.uri}")
-        current = planner.dataset_id()
-        if offset.dataset and current and offset.dataset != current:
-            raise InvalidInputError(
-                f"the stream's checkpoint was written for dataset {offset.dataset} but "
-                f"{planner.uri} is now dataset {current} (dropped and re-created?): start "
-                "the query with a new checkpoint"
-            )
-        return offset
+        return self._plan().checked_offset(data, what)
 
     def _out(self, offset: StreamOffset) -> dict[str, Any]:
         return replace(offset, dataset=self._plan().dataset_id()).to_json()

@@ -531,3 +531,27 @@ def test_a_type_change_to_not_null_does_not_emit_the_old_nulls(local_uri: str) -
     schema = StructType([StructField("id", LongType(), False), StructField("a", LongType(), False)])
     with pytest.raises(SchemaMismatchError, match="replaced another column at version 3"):
         _restarted_rows(local_uri, schema)
+
+
+def test_a_change_feed_checkpoint_of_another_dataset_at_the_same_uri_is_refused(
+    local_uri: str,
+) -> None:
+    """The change feed's reader checks an offset's dataset as the snapshot reader does
+    (one check, ``StreamPlanner.checked_offset``), and refuses a snapshot reader's offset."""
+    import shutil
+
+    from s3ddb.spark_ext.change_feed_stream import S3DDBChangeFeedStreamReader
+
+    options = {"path": local_uri, "readChangeFeed": "true", "startingVersion": "1"}
+    _appends(local_uri, 3)
+    reader = S3DDBChangeFeedStreamReader(options, SCHEMA)
+    start = reader.initialOffset()
+    assert reader.partitions(start, reader.latestOffset(start, ReadAllAvailable()))
+    shutil.rmtree(local_uri)
+    _appends(local_uri, 3)  # as many versions, another dataset
+    again = S3DDBChangeFeedStreamReader(options, SCHEMA)
+    with pytest.raises(InvalidInputError, match="dropped and re-created"):
+        again.latestOffset(start, ReadAllAvailable())
+    snapshot = S3DDBStreamReader({"path": local_uri}, SCHEMA).initialOffset()
+    with pytest.raises(InvalidInputError, match="not a change-feed offset"):
+        again.latestOffset(snapshot, ReadAllAvailable())
