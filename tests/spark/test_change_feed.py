@@ -177,13 +177,9 @@ def test_a_copy_kept_from_the_feed_survives_a_sigkill_between_merge_and_spark_co
     restarted from its checkpoint (here) replays batch 2, whose merge commits nothing
     (merge_batches recorded it), and goes on."""
     import json
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
 
-    root = Path(__file__).resolve().parents[2]
+    from tests.support.stream_app import run_and_kill_when_held
+
     bronze, silver = str(tmp_path / "bronze"), str(tmp_path / "silver")
     ds = s3ddb.write_dataset(
         pa.table({"id": pa.array(range(6), pa.int64()), "v": [f"a{i}" for i in range(6)]}),
@@ -193,29 +189,13 @@ def test_a_copy_kept_from_the_feed_survives_a_sigkill_between_merge_and_spark_co
     ds.update({"v": "'b'"}, where="id = 4")  # version 2
     ds.delete("id = 1")  # 3
     ds.insert(pa.table({"id": pa.array([7], pa.int64()), "v": ["new"]}))  # 4
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
-    env["PYTHONPATH"] = str(root) + os.pathsep + env.get("PYTHONPATH", "")
     options = {"readChangeFeed": "true", "startingVersion": "1", "maxFilesPerTrigger": "1"}
     out = tmp_path / "out"
-    child = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.stream_app", bronze, str(tmp_path / "checkpoint"),
-         str(out), "--options", json.dumps(options), "--hold-batch", "2",
-         "--merge-into", silver],
-        cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    run_and_kill_when_held(
+        [bronze, str(tmp_path / "checkpoint"), str(out), "--options", json.dumps(options),
+         "--hold-batch", "2", "--merge-into", silver],
+        out / "held",
     )  # fmt: skip
-    try:
-        held = out / "held"
-        deadline = time.monotonic() + 240
-        while not held.exists():
-            if child.poll() is not None:
-                pytest.fail(f"the streaming application exited early: {child.stderr.read()}")
-            assert time.monotonic() < deadline, "the streaming application never got to batch 2"
-            time.sleep(0.2)
-        child.send_signal(signal.SIGKILL)
-    finally:
-        if child.poll() is None:
-            child.kill()
-        child.wait()
     assert not (tmp_path / "checkpoint" / "commits" / "2").exists(), "killed before the commit"
     merged = s3ddb.dataset(silver).version
     # Batch 2 (bronze version 3, the delete) is merged: silver lacks id 1 already.

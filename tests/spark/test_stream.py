@@ -9,10 +9,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -22,14 +18,13 @@ import pyarrow.parquet as pq
 import pytest
 
 import s3ddb
+from tests.support.stream_app import run_and_kill_when_held
 
 # The Spark integration's fixtures: one SparkSession per module, a fresh s3+ddb URI.
 
 pyspark = pytest.importorskip("pyspark")
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _table(start: int, n: int) -> pa.Table:
@@ -177,27 +172,13 @@ def test_exactly_once_across_a_sigkill_and_restart(
     query restarted from its checkpoint (here) replays batch 2 and goes on."""
     for i in range(6):
         _append(uri, opts, i * 10)
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     options = dict(opts, startingVersion="1", maxFilesPerTrigger="1")
-    child = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.stream_app", uri, str(tmp_path / "checkpoint"),
-         str(tmp_path / "out"), "--options", json.dumps(options), "--hold-batch", "2"],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    held = tmp_path / "out" / "held"
+    run_and_kill_when_held(
+        [uri, str(tmp_path / "checkpoint"), str(tmp_path / "out"), "--options",
+         json.dumps(options), "--hold-batch", "2"],
+        held,
     )  # fmt: skip
-    try:
-        held = tmp_path / "out" / "held"
-        deadline = time.monotonic() + 240
-        while not held.exists():
-            if child.poll() is not None:
-                pytest.fail(f"the streaming application exited early: {child.stderr.read()}")
-            assert time.monotonic() < deadline, "the streaming application never got to batch 2"
-            time.sleep(0.2)
-        child.send_signal(signal.SIGKILL)
-    finally:
-        if child.poll() is None:
-            child.kill()
-        child.wait()
     assert _batches(tmp_path)[2] == list(range(20, 30))
     commits = tmp_path / "checkpoint" / "commits"
     assert not (commits / "2").exists(), "killed before Spark committed batch 2"

@@ -17,9 +17,46 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
+
+#: The repository root: the child runs ``-m tests.support.stream_app`` from it.
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_and_kill_when_held(arguments: list[str], held: Path, *, wait: float = 240) -> None:
+    """Run this application with ``arguments`` in a child process (the tests' Python
+    for Spark's workers, the repository on its path), and SIGKILL it once it creates
+    ``held`` (the ``--hold-batch`` marker): between a batch's output and Spark's commit.
+
+    Raises:
+        pytest's Failed / AssertionError: the child exited early (its stderr is in the
+            message) or did not reach the hold within ``wait`` seconds.
+    """
+    import pytest
+
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.stream_app", *arguments],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + wait
+        while not held.exists():
+            if child.poll() is not None:
+                assert child.stderr is not None
+                pytest.fail(f"the streaming application exited early: {child.stderr.read()}")
+            assert time.monotonic() < deadline, "the streaming application never got to its hold"
+            time.sleep(0.2)
+        child.send_signal(signal.SIGKILL)
+    finally:
+        if child.poll() is None:
+            child.kill()
+        child.wait()
 
 
 def main(argv: list[str] | None = None) -> int:
