@@ -16,7 +16,8 @@ manifest, DynamoDB path; ``claim``: the conditional write(s)), ``num_added_rows`
 ``num_deleted_rows``, ``num_updated_rows``, ``num_added_files``,
 ``num_removed_files``, ``bytes_added``, ``bytes_removed`` (data files). Per
 operation: a merge adds ``source_rows``, ``matched_rows``, ``inserted_rows``,
-``updated_rows``, ``deleted_rows``, ``fragments_scanned``, ``fragments_skipped``; a
+``updated_rows``, ``deleted_rows``, ``fragments_scanned``, ``fragments_skipped`` (and a
+Spark merge ``merge_writer``: ``"jvm"`` or ``"python"``, who wrote its rows); a
 compaction ``fragments_in`` and ``fragments_out``; a delete ``fragments_touched``.
 The call that made the version, where one is known: ``api_operation`` (a string:
 ``add_columns``, ``alter_columns``, ``drop_columns``, ``merge_insert``, ``update``,
@@ -92,7 +93,7 @@ def api_operation_of(metrics: Mapping[str, Any]) -> str | None:
     return name if isinstance(name, str) and _API_NAME.fullmatch(name) else None
 
 
-def add_operation_metrics(**values: int) -> None:
+def add_operation_metrics(**values: int | str) -> None:
     """Record ``values`` in the innermost :func:`operation_metrics` block (nothing
     outside one): a planner's figures, for the commit that follows it."""
     recorded = _OPERATION.get()

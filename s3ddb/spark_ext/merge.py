@@ -623,6 +623,7 @@ class _DistributedMerge:
             deleted_rows=counts["num_deleted_rows"],
             fragments_scanned=len(candidates),
             fragments_skipped=len(manifest.fragments) - len(candidates),
+            merge_writer="python",
         )
         return op, counts
 
@@ -673,6 +674,7 @@ class _DistributedMerge:
             inserted_rows=counts["num_inserted_rows"],
             updated_rows=counts["num_updated_rows"],
             deleted_rows=counts["num_deleted_rows"],
+            merge_writer="jvm",
             **metrics,
         )
         return op, counts

@@ -478,6 +478,9 @@ def test_auto_writer_sends_a_small_source_through_python_tasks(spark: Any, tmp_p
         merge_insert(spark, uri, source, "id", writer=writer)
         added = [p for p in _files(uri) - before if p.startswith("data/")]
         assert added and all(_rows(uri)[i] == ("s", i) for i in ids)
+        # The version records who wrote its rows, as the files' creators say.
+        recorded = s3ddb.dataset(uri).versions()[-1].metrics["merge_writer"]
+        assert recorded == ("python" if writer == "auto" else "jvm"), recorded
         return {pq.ParquetFile(Path(uri, p)).metadata.created_by.split()[0] for p in added}
 
     assert merged_by(list(range(0, 400, 3)), "auto") == {"parquet-cpp-arrow"}
