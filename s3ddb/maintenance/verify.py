@@ -27,12 +27,12 @@ from s3ddb.errors import (
     StoredMetadataError,
 )
 from s3ddb.external_store.identity import final_path_of
-from s3ddb.external_store.manifest_store import ManifestRow
+from s3ddb.external_store.manifest_store import DATASET_ID_ATTRIBUTE, ManifestRow
 from s3ddb.format import layout
 from s3ddb.format.bases import FileResolver
 from s3ddb.format.chunks import CHUNKS_DIR
 from s3ddb.format.manifest import Manifest, referenced_files, referenced_paths
-from s3ddb.format.naming import parse_manifest_name, parse_staged_name
+from s3ddb.format.naming import NamingScheme, parse_manifest_name, parse_staged_name
 from s3ddb.format.parquet_source import check_data_file
 from s3ddb.io.object_store import ObjectMeta, ObjectStore
 from s3ddb.maintenance.group_check import check_groups
@@ -523,7 +523,11 @@ def _check_rows(
         directory, _, name = path.partition("/")
         parsed = parse_manifest_name(name) if directory == layout.VERSIONS_DIR else None
         if parsed is not None and parsed[0] not in by_version:
-            _manifest_without_row(path, parsed[0], sorted(by_version), problem)
+            stray = _dropped_generation(handler, path, parsed, good)
+            if stray is not None:
+                problem("foreign_version", path, stray, _STRAY_FIX, parsed[0])
+            else:
+                _manifest_without_row(path, parsed[0], sorted(by_version), problem)
     for path, meta in staged_objects(objects.values()).items():
         if path not in referenced_staged and old_enough(meta, grace_seconds, now):
             problem(
@@ -535,6 +539,41 @@ def _check_rows(
                 "s3ddb sync URI (or cleanup) deletes it",
             )
     return locations
+
+
+_STRAY_FIX = (
+    "delete the manifest (s3+ddb readers never read it; plain s3:// readers list it "
+    "until the dataset's own version of that number replaces it)"
+)
+
+
+def _dropped_generation(
+    handler: ExternalStoreVersions,
+    path: str,
+    parsed: tuple[int, NamingScheme],
+    rows: list[ManifestRow],
+) -> str | None:
+    """What is wrong with the row-less final manifest at ``path`` if it belongs to
+    another dataset identity than the newest row records: a writer of a dropped
+    dataset whose copy to the final name landed after the drop (or a planted file).
+    None if it is of this dataset's identity, unreadable, or there is nothing to
+    compare with (the manifest is read bounded and checked like any other)."""
+    newest = max(rows, key=lambda r: r.version, default=None)
+    current = newest.extra.get(DATASET_ID_ATTRIBUTE) if newest is not None else None
+    if not current:
+        return None
+    version, naming = parsed
+    try:
+        manifest = CommitHandler.load_manifest(handler, ManifestLocation(version, path, naming))
+    except (S3DDBError, FileNotFoundError):
+        return None  # reported as a manifest without a row
+    if not manifest.dataset_id or manifest.dataset_id == current:
+        return None
+    return (
+        f"a manifest of version {version} with no DynamoDB row, of dataset identity "
+        f"{manifest.dataset_id}; the newest row records {current}: left by a writer of a "
+        "dataset dropped and re-created here whose copy landed after the drop, or planted"
+    )
 
 
 def _manifest_without_row(path: str, version: int, rows: list[int], problem: ReportProblem) -> None:

@@ -148,6 +148,63 @@ def test_restore_through_a_handle_of_a_dropped_and_recreated_dataset_is_refused(
     assert verify(uri, so, grace_seconds=0).healthy
 
 
+def _dropped_with_a_late_copy(aws: Any) -> tuple[str, str, ObjectStore, str, bytes]:
+    """A dataset of three versions on S3 and DynamoDB, its final manifest of version 3
+    (what a writer whose claim of version 3 won was copying when the drop came), and
+    the dataset dropped. Returns (uri, plain uri, store, manifest path, its bytes)."""
+    so = aws.storage_options()
+    name = f"t-{uuid.uuid4().hex[:12]}"
+    uri = f"s3+ddb://{TEST_BUCKET}/{name}?ddbTableName={TEST_TABLE}"
+    for i in range(3):
+        s3ddb.write_dataset(make_table(i, 1), uri, mode="append", storage_options=so)
+    finalizer.drain()
+    store = ObjectStore(parse_uri(uri), so)
+    path = layout.manifest_path(3, NamingScheme.V2)
+    return uri, f"s3://{TEST_BUCKET}/{name}", store, path, store.get(path)
+
+
+def test_a_copy_that_lands_while_drop_finishes_is_dropped_too(aws: Any) -> None:
+    """A writer's copy of its staged manifest to the final name may be read by the
+    store before the drop deletes the staged object and written after the drop's
+    listing found nothing (seen on SeaweedFS under load). The drop confirms an empty
+    pass with one more after a pause, so such a copy is deleted too; before, it stayed
+    as the newest version plain ``s3://`` readers list, of the dropped dataset."""
+    so = aws.storage_options()
+    uri, plain, store, path, late_copy = _dropped_with_a_late_copy(aws)
+    phases: list[str] = []
+
+    def progress(what: str, done: int, total: int | None) -> None:
+        if what == "waiting for writes in flight" and what not in phases:
+            store.put(path, late_copy)  # the copy the store was still writing
+        phases.append(what)
+
+    report = drop(uri, so, progress=progress)
+    assert phases.count("waiting for writes in flight") == 2  # the copy, then none
+    assert store.list("") == []
+    assert report.objects >= 1 + 3 * 3  # the late copy and the three versions' files
+    s3ddb.write_dataset(make_table(100, 1), uri, storage_options=so)
+    finalizer.drain()
+    assert s3ddb.dataset(plain, storage_options=so).version == 1
+    assert _ids(s3ddb.dataset(plain, storage_options=so)) == [100]
+    assert verify(uri, so, grace_seconds=0).healthy
+
+
+def test_verify_names_a_copy_of_a_dropped_dataset_that_landed_after_the_drop(aws: Any) -> None:
+    """A copy that lands later than the drop's pause: verify reports the manifest as
+    the dropped dataset's (its identity is not the rows'), not as a writer that
+    bypassed DynamoDB."""
+    so = aws.storage_options()
+    uri, _, store, path, late_copy = _dropped_with_a_late_copy(aws)
+    drop(uri, so)
+    s3ddb.write_dataset(make_table(100, 1), uri, storage_options=so)
+    finalizer.drain()
+    store.put(path, late_copy)
+    problems = verify(uri, so, grace_seconds=0).problems
+    assert [(p.kind, p.path, p.version) for p in problems] == [("foreign_version", path, 3)]
+    assert "dropped and re-created" in problems[0].meaning
+    assert s3ddb.dataset(uri, storage_options=so).version == 1  # s3+ddb readers: the rows
+
+
 def test_drop_through_the_cli_fences_a_local_writer(tmp_path: Path) -> None:
     uri = str(tmp_path / "ds")
     for i in range(3):
