@@ -122,7 +122,8 @@ PROBLEM_KINDS: dict[str, ProblemKind] = {
     "foreign_version": ProblemKind(
         meaning=(
             "a version of another dataset identity than the newest (left from a dataset dropped "
-            "and re-created here, or planted)"
+            "and re-created here, or planted); also a manifest without a row whose identity is "
+            "not the rows' (a dropped dataset's writer whose copy landed after the drop)"
         ),
         fix="delete its row and manifest, or drop and re-create",
     ),
