@@ -17,7 +17,7 @@ from __future__ import annotations
 import io
 import itertools
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
@@ -105,12 +105,21 @@ def _reopened(fd: int) -> pa.NativeFile | None:
     return None
 
 
-def coalesce(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+def coalesce(
+    ranges: list[tuple[int, int]], held: Sequence[tuple[int, int]] = ()
+) -> list[tuple[int, int]]:
     """``(start, end)`` ranges merged where less than :data:`HOLE_BYTES` apart
-    (each merged range at most :data:`MAX_REQUEST_BYTES`, unless one range is)."""
+    (each merged range at most :data:`MAX_REQUEST_BYTES`, unless one range is), but
+    never across a gap that overlaps a range of ``held`` (bytes already fetched: a
+    request spanning them would fetch them again)."""
     out: list[tuple[int, int]] = []
     for start, end in sorted(ranges):
-        if out and start - out[-1][1] <= HOLE_BYTES and end - out[-1][0] <= MAX_REQUEST_BYTES:
+        if (
+            out
+            and start - out[-1][1] <= HOLE_BYTES
+            and end - out[-1][0] <= MAX_REQUEST_BYTES
+            and not any(first < start and out[-1][1] < last for first, last in held)
+        ):
             out[-1] = (out[-1][0], max(out[-1][1], end))
         else:
             out.append((start, end))
@@ -139,7 +148,8 @@ class RangeFile(io.RawIOBase):
     def prefetch(self, ranges: list[tuple[int, int]]) -> list[tuple[int, bytes]]:
         """Fetch ``ranges`` (coalesced, in parallel) for the reads that follow, except
         those already held; returns what was fetched."""
-        merged = coalesce([(s, e) for s, e in ranges if not self._held(s, e)])
+        held = [(first, first + len(data)) for first, data in self._ranges]
+        merged = coalesce([(s, e) for s, e in ranges if not self._held(s, e)], held)
         if len(merged) == 1:
             start, end = merged[0]
             new = [(start, self._store.get_range(self._path, start, end))]

@@ -334,21 +334,27 @@ def _fragment_tables(kind: str, before: _Side, after: _Side) -> Iterator[pa.Tabl
     """One version's changes, fragment by fragment: each fragment of the version
     before (its deleted rows, then the rows it changed in place), then the fragments
     the version added. A row's delete always comes before the insert replacing it."""
-    old = {f.id: f for f in before.manifest.fragments}
-    new = {f.id: f for f in after.manifest.fragments}
     if kind in REPLACING_KINDS:
-        yield from (before.visible(f) for f in old.values())
-        yield from (after.visible(f) for f in new.values())
+        yield from (before.visible(f) for f in before.manifest.fragments)
+        yield from (after.visible(f) for f in after.manifest.fragments)
         return
-    for fragment_id, was in old.items():
-        now = new.get(fragment_id)
+    # Fragments stored alike on both sides changed no row: compared still encoded (in
+    # C), so only the fragments the version touched are decoded and checked.
+    removed, added, differ = before.manifest.fragments.diff(after.manifest.fragments)
+    old = before.manifest.fragments.by_id()
+    new = after.manifest.fragments.by_id()
+    for fragment_id in before.manifest.fragments.ids():
+        if fragment_id not in removed and fragment_id not in differ:
+            continue
+        was = old[fragment_id]
+        now = new[fragment_id] if fragment_id in differ else None
         if now is None or now.physical_rows != was.physical_rows:
             yield before.visible(was)
             if now is not None:
                 yield after.visible(now)
         elif _data_files(now) != _data_files(was) or now.deletion_file != was.deletion_file:
             yield from _fragment_changes(before, after, was, now)
-    yield from (after.visible(f) for f in new.values() if f.id not in old)
+    yield from (after.visible(new[fragment_id]) for fragment_id in added)
 
 
 def pair_updates(tables: Iterator[pa.Table], by_row_id: bool = False) -> Iterator[pa.Table]:
