@@ -84,7 +84,7 @@ from s3ddb.spark_ext.merge_tasks import (
     MergeTask,
     source_schema,
 )
-from s3ddb.spark_ext.native_write import observed_value, write_staged
+from s3ddb.spark_ext.native_write import jvm_root_of, observed_value, write_staged
 from s3ddb.versions.pinned import plan_and_commit
 from s3ddb.writes.merge_clauses import (
     UPDATE,
@@ -272,7 +272,7 @@ def explain_merge_insert(
         else "Python tasks"
     )
     merge = _DistributedMerge(spark, ds, source, clauses, (), 0, extras, None, jvm_scheme, writer)
-    choice = merge.writer_on(ds.schema)
+    choice = merge.writer_on(ds.schema, ds.has_stable_row_ids)
     if choice.jvm and writer == "python":
         choice = WriterChoice(choice.root, refused='writer="python" was asked for')
     who = choice.describe()
@@ -496,8 +496,14 @@ class _DistributedMerge:
             writer,
         )
 
-    def writer_on(self, schema: pa.Schema) -> WriterChoice:
-        """Who writes this merge's rows on a version of Arrow schema ``schema``."""
+    def writer_on(self, schema: pa.Schema, stable_row_ids: bool) -> WriterChoice:
+        """Who writes this merge's rows on a version of Arrow schema ``schema`` (of a
+        dataset with stable row ids or not)."""
+        if stable_row_ids:
+            # Spark's writer cannot carry each updated row's id and creation version
+            # to the file it lands in; Python tasks keep them.
+            root = jvm_root_of(self.uri, self.jvm_scheme)
+            return WriterChoice(root, refused="the dataset has stable row ids")
         compiled = self.clauses.compile(schema, source_schema(schema, self.extras))
         return writer_choice(
             self.spark,
@@ -580,16 +586,7 @@ class _DistributedMerge:
             "fragments_scanned": len(candidates),
             "fragments_skipped": len(manifest.fragments) - len(candidates),
         }
-        choice = writer_choice(
-            self.spark,
-            self.uri,
-            self.jvm_scheme,
-            self.source.schema,
-            schema.arrow,
-            clauses,
-            compiled,
-        )
-        choice = self._by_cost(choice)
+        choice = self._by_cost(self.writer_on(schema.arrow, manifest.stable_row_ids))
         if choice.jvm:
             return self._plan_jvm(manifest, compiled, candidates, target_df, choice, metrics)
         log.info("s3ddb merge: %s", choice.describe())

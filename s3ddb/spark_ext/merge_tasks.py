@@ -38,6 +38,7 @@ from s3ddb.writes.merge_clauses import (
     MergeClauses,
     check_unique_keys,
 )
+from s3ddb.writes.merge_insert import moved_lineage
 
 __all__ = [
     "FRAGMENT",
@@ -126,6 +127,9 @@ class _TaskState:
         }
     )
     buffered: list[pa.Table] = field(default_factory=list)
+    #: Where each buffered row was in the target (fragment id, offset; -1: inserted),
+    #: kept on datasets with stable row ids: an updated row keeps its id.
+    addresses: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
     buffered_rows: int = 0
     written: list[FragmentMetadata] = field(default_factory=list)
 
@@ -210,7 +214,12 @@ class MergeTask:
             _add(state.removed, fids[taken], offsets[taken])
             state.counts["num_updated_rows"] += int((outcome == UPDATE).sum())
             state.counts["num_deleted_rows"] += int((outcome == DELETE).sum())
-            self._write(source_rows.select(own).filter(pa.array(outcome == UPDATE)), state)
+            updated = outcome == UPDATE
+            self._write(
+                source_rows.select(own).filter(pa.array(updated)),
+                state,
+                (fids[updated], offsets[updated]),
+            )
         elif both.num_rows:
             _add(state.matched, both.column(FRAGMENT).to_numpy(), both.column(ROW).to_numpy())
         only_source = table.filter(pc.and_(in_source, pc.invert(in_target)))
@@ -218,7 +227,7 @@ class MergeTask:
             source_rows = _source_rows(only_source, own, self.extras, schema, where)
             keep = compiled.inserted(source_rows)
             state.counts["num_inserted_rows"] += int(keep.sum())
-            self._write(source_rows.select(own).filter(pa.array(keep)), state)
+            self._write(source_rows.select(own).filter(pa.array(keep)), state, None)
         only_target = table.filter(pc.and_(pc.invert(in_source), in_target))
         if only_target.num_rows and clauses.delete_by_source:
             target_rows = _target_rows(only_target, compiled, schema, where)
@@ -230,17 +239,36 @@ class MergeTask:
                 only_target.column(ROW).to_numpy()[gone],
             )
 
-    def _write(self, rows: pa.Table, state: _TaskState) -> None:
-        if rows.num_rows:
-            state.buffered.append(rows)
-            state.buffered_rows += rows.num_rows
-            self._flush(state, final=False)
+    def _write(
+        self, rows: pa.Table, state: _TaskState, moved: tuple[np.ndarray, np.ndarray] | None
+    ) -> None:
+        """Buffer ``rows`` to write: updated rows, whose target addresses are
+        ``moved``, or inserted ones (None)."""
+        if not rows.num_rows:
+            return
+        state.buffered.append(rows)
+        state.buffered_rows += rows.num_rows
+        if self.manifest.stable_row_ids:
+            none = np.full(rows.num_rows, -1, dtype=np.int64)
+            state.addresses.append(moved if moved is not None else (none, none))
+        self._flush(state, final=False)
 
     def _flush(self, state: _TaskState, *, final: bool) -> None:
         if state.buffered_rows and (final or state.buffered_rows >= ROWS_PER_TASK):
             table = pa.concat_tables(state.buffered)
-            state.buffered, state.buffered_rows = [], 0
-            state.written += write_fragments_from_table(self.store, table, self.manifest.schema)
+            addresses = state.addresses
+            state.buffered, state.buffered_rows, state.addresses = [], 0, []
+            written = write_fragments_from_table(self.store, table, self.manifest.schema)
+            state.written += written
+            if addresses:
+                # Updated rows keep their ids and creation versions; inserted rows
+                # get theirs at commit (as the local merge_insert does).
+                lineage = moved_lineage(
+                    self.manifest,
+                    np.concatenate([a[0] for a in addresses]),
+                    np.concatenate([a[1] for a in addresses]),
+                )
+                state.written[-len(written) :] = lineage.spread(written)
 
 
 def _has_null(keys: pa.Table) -> pa.ChunkedArray:

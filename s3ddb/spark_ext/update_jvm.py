@@ -72,6 +72,10 @@ def update_refusal(
         return "the JVM cannot reach the dataset's files"
     if rewrite == "columns":
         return "rewrite='columns' writes column files"
+    if ds.has_stable_row_ids:
+        # Spark's writer cannot carry each changed row's id and creation version to
+        # the file it lands in; the Python tasks keep them.
+        return "the dataset has stable row ids"
     if not all(isinstance(v, str) for v in values.values()) or not (
         where is None or isinstance(where, str)
     ):

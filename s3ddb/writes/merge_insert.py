@@ -65,6 +65,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MergeInsertBuilder",
+    "moved_lineage",
     "plan_merge",
 ]
 
@@ -388,8 +389,18 @@ def _moved_lineage(manifest: Manifest, moved: pa.Table | None) -> RowLineage:
     order), marked updated by the committing version."""
     if moved is None or not moved.num_rows:
         return RowLineage.pending(0)
-    frags = moved.column(_FRAG).to_numpy()
-    rows = moved.column(_ROW).to_numpy()
+    return moved_lineage(manifest, moved.column(_FRAG).to_numpy(), moved.column(_ROW).to_numpy())
+
+
+def moved_lineage(manifest: Manifest, frags: np.ndarray, rows: np.ndarray) -> RowLineage:
+    """The lineage of the rows of ``manifest`` at fragment ids ``frags`` and physical
+    offsets ``rows`` (one entry per row, in the order they are written again), marked
+    updated by the committing version: an updated row keeps its id and creation.
+    An entry whose fragment id is negative is a new row (pending: allocated at commit).
+
+    Raises:
+        StoredMetadataError: a fragment's stored lineage is malformed.
+    """
     found = RowLineage.pending(len(frags))
     by_id = manifest.fragments.select({int(f) for f in np.unique(frags)})
     for fid, fragment in by_id.items():
