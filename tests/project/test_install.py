@@ -102,12 +102,19 @@ spark.stop()
 @pytest.mark.slow  # builds a wheel, installs from the package index, starts Spark
 def test_the_wheel_alone_and_with_each_extra_installs_and_runs(tmp_path: Path) -> None:
     # Nothing of the checkout or of its environment: no PYTHONPATH, a directory of its
-    # own as the working directory (python -c puts it first on sys.path).
+    # own as the working directory (python -c puts it first on sys.path). And Python's
+    # default of caching compiled modules: the packages are installed uncompiled, and
+    # without the cache every process (each of Spark's Python workers too) compiles
+    # pandas, pyarrow and pyspark again, ~4 s of CPU each.
     env = {
         k: v
         for k, v in os.environ.items()
-        if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYSPARK_PYTHON")
-    }
+        if k
+        not in (
+            "PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYSPARK_PYTHON",
+            "PYTHONDONTWRITEBYTECODE",
+        )
+    }  # fmt: skip
     wheel = _build_wheel(tmp_path, env)
     venv = tmp_path / "venv"
     # No pip inside: the test's own pip installs into it (pip --python), which saves
@@ -144,6 +151,12 @@ def test_the_wheel_alone_and_with_each_extra_installs_and_runs(tmp_path: Path) -
     install("[spark]")
     # Spark's Python workers run the interpreter PYSPARK_PYTHON names (else python3).
     env["PYSPARK_PYTHON"] = str(python)
+    # The driver's JVM as tests/spark/conftest.py starts it (C1 only, one GC thread: a
+    # short run on three rows spends 40 % less CPU). Performance flags only.
+    env.setdefault(
+        "PYSPARK_SUBMIT_ARGS",
+        "--driver-java-options '-XX:TieredStopAtLevel=1 -XX:+UseSerialGC' pyspark-shell",
+    )
     out = _run([str(python), "-c", _SPARK_CHECK], cwd=work, env=env, timeout=300)
     assert out.splitlines()[-1] == "1 [1, 2, 3] 3", out
 
