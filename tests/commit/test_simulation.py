@@ -136,4 +136,6 @@ def test_a_planted_half_snapshot_is_found(monkeypatch: pytest.MonkeyPatch) -> No
             seed, writers=1 + seed % 2, ops=params["ops"], fault_rate=params["fault_rate"]
         )
         found += [v for v in report.violations if "half a group" in v]
+        if found:  # one schedule showing half a group is the finding (seed 80 today)
+            break
     assert found, "130 group schedules missed a snapshot that skips its check"
