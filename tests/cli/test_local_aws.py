@@ -7,11 +7,13 @@ is that clients cannot tell it from AWS, except where a test asks for a differen
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections import Counter
@@ -26,6 +28,7 @@ from s3ddb.testing import LocalAWS, RequestRecord, serve_in_subprocess
 from s3ddb.testing import _moto_server as moto_server
 from s3ddb.testing._faults import fault_response
 from s3ddb.testing._requests import detect_operation, detect_service
+from tests.support.python_children import start_python
 
 NO_RETRIES = Config(retries={"total_max_attempts": 1}, connect_timeout=5, read_timeout=30)
 
@@ -492,14 +495,15 @@ def test_fault_arguments_are_checked(aws: LocalAWS) -> None:
 # -- concurrency: many client processes --------------------------------------------
 
 _WORKER = r"""
-import json, sys, boto3
+import fcntl, json, sys, boto3
 from botocore.config import Config
 from botocore.exceptions import ClientError
 worker, keys, table, bucket = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
 config = Config(retries={"mode": "standard", "max_attempts": 10})
 ddb, s3 = boto3.client("dynamodb", config=config), boto3.client("s3", config=config)
 print("ready", flush=True)
-sys.stdin.readline()
+with open(sys.argv[5]) as gate:  # the test holds it locked until every client is ready
+    fcntl.flock(gate, fcntl.LOCK_SH)
 won = {"ddb": [], "s3": []}
 for i in range(keys):
     try:
@@ -528,30 +532,26 @@ def _race(
 ) -> tuple[dict[int, dict[str, list[int]]], float]:
     table, bucket = aws.create_table(_name("race")), aws.create_bucket(_name("race"))
     env = aws.env(inherit=True)
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", _WORKER, str(w), str(keys), table, bucket],
-            env=env,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        for w in range(processes)
-    ]
-    try:
-        for p in procs:  # every client is up (boto3 imported) before anyone starts
-            assert p.stdout is not None and p.stdout.readline().strip() == "ready"
-        started = time.monotonic()
-        for p in procs:
-            assert p.stdin is not None
-            p.stdin.write("go\n")
-            p.stdin.flush()
-        outputs = [p.communicate(timeout=120)[0] for p in procs]
-        elapsed = time.monotonic() - started
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
+    # Each client is a process of its own (forked from the pre-imported interpreter of
+    # tests/support/python_children.py: boto3 is not imported again twenty times); they
+    # all wait on a lock the test holds, and start together when it lets go.
+    with tempfile.NamedTemporaryFile(prefix="race-gate-") as gate:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        procs = [
+            start_python(["-c", _WORKER, str(w), str(keys), table, bucket, gate.name], env=env)
+            for w in range(processes)
+        ]
+        try:
+            for p in procs:  # every client is up (clients made) before anyone starts
+                assert p.stdout.readline().strip() == "ready"
+            started = time.monotonic()
+            fcntl.flock(gate, fcntl.LOCK_UN)
+            outputs = [p.communicate(timeout=120)[0] for p in procs]
+            elapsed = time.monotonic() - started
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
     assert [p.returncode for p in procs] == [0] * processes
     won = {w: json.loads(out.strip().splitlines()[-1]) for w, out in enumerate(outputs)}
     ddb = aws.boto3_client("dynamodb")
