@@ -11,7 +11,6 @@ import fcntl
 import json
 import os
 import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,7 +27,7 @@ from s3ddb.testing import LocalAWS, RequestRecord, serve_in_subprocess
 from s3ddb.testing import _moto_server as moto_server
 from s3ddb.testing._faults import fault_response
 from s3ddb.testing._requests import detect_operation, detect_service
-from tests.support.python_children import start_python
+from tests.support.python_children import PythonChild, run_python, start_python
 
 NO_RETRIES = Config(retries={"total_max_attempts": 1}, connect_timeout=5, read_timeout=30)
 
@@ -542,7 +541,10 @@ def _race(
             for w in range(processes)
         ]
         try:
-            for p in procs:  # every client is up (clients made) before anyone starts
+            # Every client is up (clients made) before anyone starts. Nothing follows
+            # "ready" on a client's stdout before the lock is let go, so the line read
+            # here leaves the rest for communicate().
+            for p in procs:
                 assert p.stdout.readline().strip() == "ready"
             started = time.monotonic()
             fcntl.flock(gate, fcntl.LOCK_UN)
@@ -595,22 +597,12 @@ def test_many_client_processes_all_complete(aws: LocalAWS) -> None:
 
 def test_cli_local_aws_serves_until_terminated() -> None:
     bucket = _name("cli")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "s3ddb.cli.main",
-            "local-aws",
-            "--bucket",
-            bucket,
-            "--table",
-            "commits",
-            "--no-conditional-writes",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    # The command in a child forked from the pre-imported interpreter of
+    # tests/support/python_children.py, as `python -m s3ddb.cli.main` would run it.
+    proc = start_python(
+        ["-m", "s3ddb.cli.main", "local-aws", "--bucket", bucket, "--table", "commits",
+         "--no-conditional-writes"],
+    )  # fmt: skip
     try:
         assert proc.stdout is not None
         url = proc.stdout.readline().strip()
@@ -645,15 +637,11 @@ def test_cli_local_aws_serves_until_terminated() -> None:
     assert "stopped" in err
 
 
-def _start_cli_local_aws(*flags: str) -> tuple[subprocess.Popen[str], str]:
-    """``s3ddb local-aws FLAGS`` in a child process, and the endpoint URL it announced."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "s3ddb.cli.main", "local-aws", *flags],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None
+def _start_cli_local_aws(*flags: str) -> tuple[PythonChild, str]:
+    """``s3ddb local-aws FLAGS`` in a child process (forked from the pre-imported
+    interpreter of tests/support/python_children.py, as ``python -m s3ddb.cli.main``
+    would run it), and the endpoint URL it announced."""
+    proc = start_python(["-m", "s3ddb.cli.main", "local-aws", *flags])
     return proc, proc.stdout.readline().strip()
 
 
@@ -714,12 +702,7 @@ def test_cli_local_aws_defaults_serve_the_docs(
 
 
 def test_cli_local_aws_refused_bucket_name_is_a_usage_error() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "s3ddb.cli.main", "local-aws", "--bucket", "b1"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = run_python(["-m", "s3ddb.cli.main", "local-aws", "--bucket", "b1"], timeout=60)
     assert done.returncode == 2, done.stderr
     assert done.stdout == ""
     assert (
@@ -730,12 +713,7 @@ def test_cli_local_aws_refused_bucket_name_is_a_usage_error() -> None:
 
 
 def test_cli_local_aws_help_documents_every_flag() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "s3ddb.cli.main", "local-aws", "--help"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = run_python(["-m", "s3ddb.cli.main", "local-aws", "--help"], timeout=60)
     assert done.returncode == 0, done.stderr
     flags = ["--host", "--port", "--region", "--conditional-writes", "--bucket", "--table"]
     for flag in [*flags, "--no-conditional-writes", "--empty"]:
