@@ -173,9 +173,9 @@ def test_a_copy_kept_from_the_feed_survives_a_sigkill_between_merge_and_spark_co
     spark: Any, tmp_path: Path
 ) -> None:
     """A separate Spark application follows the feed one version per batch into a
-    copy, and is killed after merging batch 2 but before Spark commits it; the query
-    restarted from its checkpoint (here) replays batch 2, whose merge commits nothing
-    (merge_batches recorded it), and goes on."""
+    copy, and is killed after merging batch 1 (batch 0 committed) but before Spark
+    commits it; the query restarted from its checkpoint (here) replays batch 1, whose
+    merge commits nothing (merge_batches recorded it), and goes on."""
     import json
 
     from tests.support.stream_app import run_and_kill_when_held
@@ -186,24 +186,27 @@ def test_a_copy_kept_from_the_feed_survives_a_sigkill_between_merge_and_spark_co
         bronze, max_rows_per_file=2, enable_stable_row_ids=True,
     )  # fmt: skip
     s3ddb.write_dataset(ds.to_table().slice(0, 0), silver)
-    ds.update({"v": "'b'"}, where="id = 4")  # version 2
-    ds.delete("id = 1")  # 3
+    ds.delete("id = 1")  # version 2
+    ds.update({"v": "'b'"}, where="id = 4")  # 3
     ds.insert(pa.table({"id": pa.array([7], pa.int64()), "v": ["new"]}))  # 4
     options = {"readChangeFeed": "true", "startingVersion": "1", "maxFilesPerTrigger": "1"}
     out = tmp_path / "out"
     run_and_kill_when_held(
         [bronze, str(tmp_path / "checkpoint"), str(out), "--options", json.dumps(options),
-         "--hold-batch", "2", "--merge-into", silver],
+         "--hold-batch", "1", "--merge-into", silver],
         out / "held",
     )  # fmt: skip
-    assert not (tmp_path / "checkpoint" / "commits" / "2").exists(), "killed before the commit"
+    commits = tmp_path / "checkpoint" / "commits"
+    assert (commits / "0").exists() and not (commits / "1").exists(), "killed before the commit"
     merged = s3ddb.dataset(silver).version
-    # Batch 2 (bronze version 3, the delete) is merged: silver lacks id 1 already.
+    # Batch 1 (bronze version 2, the delete) is merged: silver lacks id 1 already.
     assert 1 not in s3ddb.dataset(silver).to_table()["id"].to_pylist()
     ds = s3ddb.dataset(bronze)
     ds.update({"v": "'c'"}, where="id = 4 OR id = 7")
     ds.delete("id = 0")
-    _follow(spark, bronze, silver, tmp_path / "checkpoint", maxFilesPerTrigger=1)
+    # Restarted without the limit: batch 1 is replayed from its logged offsets, then
+    # one batch takes versions 3-6 (one micro-batch, not four: each is a merge).
+    assert _follow(spark, bronze, silver, tmp_path / "checkpoint") == 2
     assert _sorted(silver) == _sorted(bronze)
-    # The replayed batch 2 committed nothing; batches 3-5 one merge each.
-    assert s3ddb.dataset(silver).version == merged + 3
+    # The replayed batch 1 committed nothing; batch 2 one merge.
+    assert s3ddb.dataset(silver).version == merged + 1
