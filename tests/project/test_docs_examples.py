@@ -1,13 +1,14 @@
-"""Every example in README.md and docs/*.md runs verbatim against a fresh ``s3ddb local-aws``.
+"""Every example in README.md and docs/*.md runs verbatim against an emptied ``s3ddb local-aws``.
 
 A reader copies an example, any one, into a shell where the ``export`` lines of
 ``s3ddb local-aws`` were pasted, or into a Python session started there. So does this
-test: for each document it starts the command (a real child process, with its
+test: it starts the command once for all documents (a real child process, with its
 defaults: no S3 conditional writes, the bucket ``my-bucket`` and the table
-``s3ddb_manifests``), and runs each of the document's code blocks alone
+``s3ddb_manifests``), and runs each document's code blocks alone
 (tests/support/docs_examples_runner.py): in a fresh interpreter, in an empty directory, against
-the endpoint emptied back to that bucket and table. So every block does its own set-up
-and needs nothing an earlier block defined or wrote;
+the endpoint emptied back to that bucket and table (moto's whole state reset before each
+block, so a block sees what a fresh command would show). So every block does its own
+set-up and needs nothing an earlier block defined or wrote;
 
 - ``python`` blocks run as a script;
 - ``bash`` and ``sh`` blocks run in ``bash -e`` and must exit 0;
@@ -228,14 +229,16 @@ def test_no_two_examples_share_a_dataset() -> None:
     assert not shared, f"datasets used by several examples: {shared}"
 
 
-@pytest.fixture
-def local_aws_env(tmp_path: Path) -> Iterator[dict[str, str]]:
-    """A fresh ``s3ddb local-aws`` and the environment its ``export`` lines give (the
-    command in a child forked from the pre-imported interpreter of
-    tests/support/python_children.py)."""
+@pytest.fixture(scope="module")
+def local_aws_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """One ``s3ddb local-aws`` for every document, and the environment its ``export``
+    lines give (the command in a child forked from the pre-imported interpreter of
+    tests/support/python_children.py). The runner resets the endpoint before each block,
+    so one command serves as well as one per document, and starts (and imports moto's
+    services) once."""
     proc = start_python(["-m", "s3ddb.cli.main", "local-aws"], cwd=Path.cwd())
     try:
-        yield _exported_environment(proc, tmp_path)
+        yield _exported_environment(proc, tmp_path_factory.mktemp("home"))
     finally:
         _stop(proc)
 
