@@ -17,10 +17,12 @@ SPARK_MERGE_ARGS ?=
 
 .PHONY: demo test test-fast test-durations lint typecheck protos bench bench-groups bench-index bench-stream bench-peers bench-scale bench-telemetry bench-open-formats bench-read bench-spark-merge bench-catalog bench-changes clean
 
+# uv (from PyPI, into the venv) installs the same packages pip would, in about a third
+# of the time on a fresh machine and seconds once its cache is warm.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[dev]"
+	$(PY) -m pip install --quiet uv
+	$(VENV)/bin/uv pip install --quiet --python $(PY) -e ".[dev]"
 	touch $(STAMP)
 
 # Second implementations of DynamoDB and S3 (dynalite, s3rver) that some tests also run
@@ -85,7 +87,7 @@ bench-stream: $(STAMP)
 
 # The peers (pylance, deltalake) come with the bench extra, installed on first use.
 $(BENCH_STAMP): pyproject.toml $(STAMP)
-	$(PY) -m pip install --quiet -e ".[dev,bench]"
+	$(VENV)/bin/uv pip install --quiet --python $(PY) -e ".[dev,bench]"
 	touch $(BENCH_STAMP)
 
 # s3ddb beside pylance and deltalake on one local endpoint; PEERS_ARGS=--quick for a smoke run.
