@@ -519,11 +519,12 @@ def _check_rows(
     # Reading never finalizes here: verify reports, sync repairs.
     locations = {r.version: handler.location_of_row(r) for r in good}
     by_version = set(locations)
+    newest = max(good, key=lambda r: r.version, default=None)
     for path in objects:
         directory, _, name = path.partition("/")
         parsed = parse_manifest_name(name) if directory == layout.VERSIONS_DIR else None
         if parsed is not None and parsed[0] not in by_version:
-            stray = _dropped_generation(handler, path, parsed, good)
+            stray = _dropped_generation(handler, path, parsed, newest)
             if stray is not None:
                 problem("foreign_version", path, stray, _STRAY_FIX, parsed[0])
             else:
@@ -551,21 +552,24 @@ def _dropped_generation(
     handler: ExternalStoreVersions,
     path: str,
     parsed: tuple[int, NamingScheme],
-    rows: list[ManifestRow],
+    newest: ManifestRow | None,
 ) -> str | None:
-    """What is wrong with the row-less final manifest at ``path`` if it belongs to
-    another dataset identity than the newest row records: a writer of a dropped
-    dataset whose copy to the final name landed after the drop (or a planted file).
-    None if it is of this dataset's identity, unreadable, or there is nothing to
-    compare with (the manifest is read bounded and checked like any other)."""
-    newest = max(rows, key=lambda r: r.version, default=None)
-    current = newest.extra.get(DATASET_ID_ATTRIBUTE) if newest is not None else None
+    """What is wrong with the row-less final manifest at ``path`` if it lies above the
+    ``newest`` row and belongs to another dataset identity than that row records: a
+    writer of a dropped dataset whose copy to the final name landed after the drop
+    (or a planted file). None if it is below the newest row (the re-created dataset
+    wrote that version over it, so it is a cleanup's leftover: not read), of this
+    dataset's identity, unreadable, or there is nothing to compare with (the manifest
+    is read bounded and checked like any other)."""
+    version, naming = parsed
+    if newest is None or version < newest.version:
+        return None
+    current = newest.extra.get(DATASET_ID_ATTRIBUTE)
     if not current:
         return None
-    version, naming = parsed
     try:
         manifest = CommitHandler.load_manifest(handler, ManifestLocation(version, path, naming))
-    except (S3DDBError, FileNotFoundError):
+    except S3DDBError:  # missing (VersionNotFoundError) or corrupt
         return None  # reported as a manifest without a row
     if not manifest.dataset_id or manifest.dataset_id == current:
         return None

@@ -259,7 +259,7 @@ class MergeTask:
             addresses = state.addresses
             state.buffered, state.buffered_rows, state.addresses = [], 0, []
             written = write_fragments_from_table(self.store, table, self.manifest.schema)
-            state.written += written
+            state.written += written  # tracked at once: deleted if what follows fails
             if addresses:
                 # Updated rows keep their ids and creation versions; inserted rows
                 # get theirs at commit (as the local merge_insert does).
