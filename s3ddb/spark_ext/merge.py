@@ -62,8 +62,10 @@ from s3ddb.spark_ext._types import arrow_schema_of, conform_to_dataset, quoted_n
 from s3ddb.spark_ext._types import spark_schema_of as _spark_schema_of
 from s3ddb.spark_ext.atomic import APP_TRANSACTION_PREFIX, commit_batch_once
 from s3ddb.spark_ext.merge_jvm import (
+    BY_SOURCE,
     INSERT,
     OUTCOME,
+    TARGET_KEEP,
     AddressTask,
     WriterChoice,
     address_rows,
@@ -436,6 +438,9 @@ class _DistributedMerge:
     jvm_scheme: str | None = None
     #: Who writes the rows where the JVM can (:data:`WRITERS`).
     writer: str = "auto"
+    #: The sum of the source's key hashes (Spark's ``hash`` of the key columns, as
+    #: bigint), to check that a later job read the same rows; None if not computed.
+    source_key_hash: int | None = None
 
     @property
     def uri(self) -> str:
@@ -471,14 +476,15 @@ class _DistributedMerge:
             # rows each time would merge rows no job saw whole: materialized once.
             log.info("s3ddb merge: the source is nondeterministic; checkpointing it")
             source = source.localCheckpoint(eager=True)
-        aggregates = [F.count(F.lit(1))]
+        key_hash = F.hash(*[F.col(quoted_name(k)) for k in clauses.on]).cast("long")
+        aggregates = [F.count(F.lit(1)), F.sum(key_hash)]
         bounded = [k for k in clauses.on if _bounded(target.field(k).type)]
         for k in bounded:
             aggregates += [F.min(F.col(quoted_name(k))), F.max(F.col(quoted_name(k)))]
         row = source.agg(*aggregates).collect()[0]
         bounds = []
         for i, k in enumerate(bounded):
-            low, high = row[1 + 2 * i], row[2 + 2 * i]
+            low, high = row[2 + 2 * i], row[3 + 2 * i]
             if low is not None and high is not None:
                 bounds.append((k, low, high))
         local = ds.handler.store.protocol == "file"
@@ -494,6 +500,7 @@ class _DistributedMerge:
             scheme_map,
             jvm_scheme,
             writer,
+            None if row[1] is None else int(row[1]),
         )
 
     def writer_on(self, schema: pa.Schema, stable_row_ids: bool) -> WriterChoice:
@@ -653,15 +660,26 @@ class _DistributedMerge:
         # address job never saw). Spark keeps a cached join's shuffle partitions
         # (spark.sql.shuffle.partitions, not coalesced): as many Python tasks and
         # written files as the rows need instead.
-        decided = decided_frame(self.source, target_df, clauses, compiled, self.bounds)
-        # Cached as Spark's compressed column batches, not serialized again.
-        decided = decided.coalesce(self._tasks(candidates)).persist(
-            StorageLevel.MEMORY_AND_DISK_DESER
-        )
-        try:
-            results, written, updated = self._jvm_jobs(manifest, decided, fragments, choice)
-        finally:
-            decided.unpersist(blocking=False)
+        tasks = self._tasks(candidates)
+        if clauses.writes_every_source_row:
+            # Unless the merge is refused, every source row is written: the join needs
+            # only the source's keys, nothing of it is kept, and the row job writes the
+            # source as it is (read again, as Delta's merge does; checked below).
+            keys = self.source.select(*[quoted_name(k) for k in clauses.on])
+            decided = decided_frame(keys, target_df, clauses, compiled, self.bounds)
+            results, written, updated = self._jvm_jobs(
+                manifest, decided, fragments, choice, tasks, whole_source=True
+            )
+        else:
+            decided = decided_frame(self.source, target_df, clauses, compiled, self.bounds)
+            # Cached as Spark's compressed column batches, not serialized again.
+            decided = decided.coalesce(tasks).persist(StorageLevel.MEMORY_AND_DISK_DESER)
+            try:
+                results, written, updated = self._jvm_jobs(
+                    manifest, decided, fragments, choice, tasks, whole_source=False
+                )
+            finally:
+                decided.unpersist(blocking=False)
         inserted = sum(f.physical_rows for f in written) - updated
         results.append(("fragments", -1, pickle.dumps(tuple(written))))
         results.append(("counts", -1, json.dumps({"num_inserted_rows": inserted}).encode()))
@@ -682,13 +700,21 @@ class _DistributedMerge:
         decided: Any,
         fragments: dict[int, FragmentMetadata],
         choice: WriterChoice,
+        tasks: int,
+        *,
+        whole_source: bool,
     ) -> tuple[list[Any], list[FragmentMetadata], int]:
         """The address job then the row job of :meth:`_plan_jvm` over ``decided``
-        (:func:`~s3ddb.spark_ext.merge_jvm.decided_frame`, persisted): the tasks'
-        results, the fragments Spark wrote, and the rows updated.
+        (:func:`~s3ddb.spark_ext.merge_jvm.decided_frame`): the tasks' results, the
+        fragments Spark wrote, and the rows updated. With ``whole_source`` (the
+        clauses write every source row), ``decided`` holds the source's keys only and
+        the row job writes the source itself; else ``decided`` is persisted and the
+        row job writes its updated and inserted rows.
 
         Raises:
-            As :meth:`_plan_jvm`.
+            As :meth:`_plan_jvm`; InvalidInputError: the jobs read other source rows
+                than the source's aggregate counted (a source that changed between
+                reads).
         """
         from pyspark.sql import Observation
         from pyspark.sql import functions as F
@@ -697,6 +723,15 @@ class _DistributedMerge:
         parallelism = self.spark.sparkContext.defaultParallelism
         touched = max(1, min(len(fragments), parallelism * 4))
         what = f"merge_insert into {self.uri}"
+        key_hash = F.hash(*[F.col(quoted_name(k)) for k in clauses.on]).cast("long")
+        seen_by_address = Observation(f"s3ddb_merge_keys_{uuid.uuid4().hex}")
+        if whole_source:
+            in_source = ~F.col(OUTCOME).isin(BY_SOURCE, TARGET_KEEP)
+            decided = decided.observe(
+                seen_by_address,
+                F.count(F.when(in_source, 1)).alias("rows"),
+                F.sum(F.when(in_source, key_hash)).alias("keys"),
+            )
         with evaluation_errors(what):
             results = (
                 address_rows(decided, clauses.on)
@@ -712,17 +747,31 @@ class _DistributedMerge:
             if kind == "counts"
         )
         written: list[FragmentMetadata] = []
-        if not (clauses.insert or updated):
-            return results, written, updated
-        observation = Observation(f"s3ddb_merge_{uuid.uuid4().hex}")
-        is_update = F.when(F.col(OUTCOME) == UPDATE, 1).otherwise(0)
-        chosen = (
-            decided.observe(observation, F.sum(is_update).alias("updated"))
-            .where(F.col(OUTCOME).isin(UPDATE, INSERT))
-            .select(*[F.col(quoted_name(n)) for n in manifest.schema.arrow.names])
-        )
-        assert choice.root is not None
+        names = [F.col(quoted_name(n)) for n in manifest.schema.arrow.names]
         try:
+            if whole_source:
+                self._check_source_seen(seen_by_address)
+            if not (clauses.insert or updated):
+                return results, written, updated
+            observation = Observation(f"s3ddb_merge_{uuid.uuid4().hex}")
+            if whole_source:
+                chosen = (
+                    self.source.coalesce(tasks)
+                    .observe(
+                        observation,
+                        F.count(F.lit(1)).alias("rows"),
+                        F.sum(key_hash).alias("keys"),
+                    )
+                    .select(*names)
+                )
+            else:
+                is_update = F.when(F.col(OUTCOME) == UPDATE, 1).otherwise(0)
+                chosen = (
+                    decided.observe(observation, F.sum(is_update).alias("updated"))
+                    .where(F.col(OUTCOME).isin(UPDATE, INSERT))
+                    .select(*names)
+                )
+            assert choice.root is not None
             with evaluation_errors(what):
                 written = write_staged(
                     chosen,
@@ -733,15 +782,15 @@ class _DistributedMerge:
                     choice.checks,
                     max_rows_per_file=ROWS_PER_TASK,
                 )
-            # The persisted join gives both jobs the same rows, unless Spark computed
-            # a lost or evicted part of it again from a source that changed since.
-            seen = observed_value(observation, "updated")
-            if seen is not None and seen != updated:
-                raise InvalidInputError(
-                    "the merge source gave other rows to the row job than to the "
-                    "address job (a nondeterministic DataFrame): persist() it before "
-                    "merging; nothing was committed"
-                )
+            if whole_source:
+                self._check_source_seen(observation)
+            else:
+                # The persisted join gives both jobs the same rows, unless Spark
+                # computed a lost or evicted part of it again from a source that
+                # changed since.
+                seen = observed_value(observation, "updated")
+                if seen is not None and seen != updated:
+                    raise InvalidInputError(_SOURCE_CHANGED)
         except BaseException:
             deletions = [pickle.loads(d) for k, _f, d in results if k == "deletion"]
             delete_written_files(
@@ -750,6 +799,30 @@ class _DistributedMerge:
             )
             raise
         return results, written, updated
+
+    def _check_source_seen(self, observation: Any) -> None:
+        """Check that a job read the rows the source's aggregate counted: as many,
+        with the same keys (a sum of their hashes); unchecked if Spark did not report.
+
+        Raises:
+            InvalidInputError: it read other rows.
+        """
+        rows = observed_value(observation, "rows")
+        keys = observed_value(observation, "keys")
+        if rows is None:
+            return
+        if rows != self.source_rows or (
+            self.source_key_hash is not None and rows and keys != self.source_key_hash
+        ):
+            raise InvalidInputError(_SOURCE_CHANGED)
+
+
+#: A source whose jobs read other rows than its aggregate counted.
+_SOURCE_CHANGED = (
+    "the merge source gave other rows to one of the merge's jobs than to another "
+    "(a nondeterministic DataFrame, or files that changed while it ran): persist() it "
+    "before merging; nothing was committed"
+)
 
 
 def _matched_rows(results: list[Any]) -> int:

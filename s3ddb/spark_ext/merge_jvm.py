@@ -19,6 +19,13 @@ read and joined once.
    its field ids, each value checked where the dataset's column is stricter than
    Spark's. No row passes through Python.
 
+An upsert (every source row updated or inserted unless the merge is refused:
+:attr:`~s3ddb.writes.merge_clauses.MergeClauses.writes_every_source_row`) needs no
+column of the join but the outcome: its join reads only the source's keys and is not
+persisted, and the row job writes the source itself, read again (as Delta's merge
+reads its source twice) and checked against the source's first aggregate (its rows
+and the sum of its keys' hashes, in both jobs).
+
 The driver holds what the tasks send and the written files' metadata; it commits as
 the Python path does. Conditions keep the library's rules: NULL is false, delete wins
 over update, ``source.<col>`` and ``target.<col>`` (or bare target columns for the
@@ -60,8 +67,10 @@ from s3ddb.writes.merge_clauses import (
 )
 
 __all__ = [
+    "BY_SOURCE",
     "INSERT",
     "OUTCOME",
+    "TARGET_KEEP",
     "AddressTask",
     "WriterChoice",
     "address_rows",

@@ -112,6 +112,17 @@ class MergeClauses:
         """Whether matched pairs decide anything (else only the keys are compared)."""
         return self.fail or self.delete or self.update
 
+    @property
+    def writes_every_source_row(self) -> bool:
+        """Whether a merge that is not refused writes every source row: each matched
+        row is updated (unconditionally, with no delete clause) or refuses the merge
+        (``when_matched_fail``), and each unmatched one is inserted unconditionally.
+        Which rows are written then needs no join, only whether the merge is refused."""
+        matched_written = self.fail or (
+            self.update and self.update_condition is None and not self.delete
+        )
+        return matched_written and self.insert and self.insert_condition is None
+
     def compile(self, target: pa.Schema, source: pa.Schema) -> CompiledClauses:
         """The clauses compiled against the target's schema and the source's (the
         target's columns, in the target's types, plus any columns the target lacks).

@@ -234,3 +234,46 @@ def test_explain_says_who_writes_the_rows(spark: Any, tmp_path: Path) -> None:
     s3ddb.write_dataset(table, memory)
     plan = s3ddb.spark_ext.explain_merge_insert(spark, memory, df, "id")
     assert "Python tasks (pyarrow), because the JVM cannot reach" in plan, plan
+
+
+def test_an_upsert_source_that_changes_between_jobs_commits_nothing(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An upsert (every source row updated or inserted) writes the source itself,
+    read again after the address job, and checks the rows and keys it wrote against
+    the source's aggregate: a source Spark sees as deterministic whose rows still
+    change between reads (here a UDF reading a file; in life, files replaced under a
+    path) is refused, with nothing committed and no file left."""
+    from pyspark.sql import functions as F
+
+    import s3ddb.spark_ext
+    import s3ddb.spark_ext.merge as spark_merge
+
+    uri = str(tmp_path / "t")
+    ids = pa.array(range(0, 2000, 2), pa.int64())
+    s3ddb.write_dataset(pa.table({"id": ids, "v": ["t"] * 1000}), uri)
+    before = {p.name for p in Path(uri).rglob("*") if p.is_file()}
+    shift = tmp_path / "shift"
+    shift.write_text("0")
+    path = str(shift)
+
+    def shifted(i: int) -> int:
+        with open(path) as f:
+            # Even keys (all matched) at first, odd ones (all new) once shifted.
+            return 2 * i + int(f.read())
+
+    key = F.udf(shifted, "long")
+    df = spark.range(0, 600, numPartitions=3).select(
+        key(F.col("id")).alias("id"), F.lit("s").alias("v")
+    )
+    real_write = spark_merge.write_staged
+
+    def write_after_shift(*args: Any, **kwargs: Any) -> Any:
+        shift.write_text("1")
+        return real_write(*args, **kwargs)
+
+    monkeypatch.setattr(spark_merge, "write_staged", write_after_shift)
+    with pytest.raises(s3ddb.InvalidInputError, match="other rows"):
+        s3ddb.spark_ext.merge_insert(spark, uri, df, "id", writer="jvm")
+    assert s3ddb.dataset(uri).version == 1
+    assert {p.name for p in Path(uri).rglob("*") if p.is_file()} == before
