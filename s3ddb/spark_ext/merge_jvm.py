@@ -9,8 +9,9 @@ read and joined once.
 
 1. *Addresses.* The rows whose outcome touches the target (matched pairs, rows deleted
    by source) and the refusals (a key twice in the source, ``when_matched_fail``, a
-   key outside the ranges planned) go to Python tasks as (outcome, fragment, row)
-   only: they gather Roaring bitmaps per fragment (:class:`AddressTask`), and tasks
+   key outside the ranges planned) go to Python tasks as (outcome, fragment, row),
+   grouped in the JVM into one 64-bit mask per 64-row word (:func:`address_words`):
+   they gather Roaring bitmaps per fragment (:class:`AddressTask`), and tasks
    partitioned by fragment write the deletion files
    (:class:`~s3ddb.spark_ext.merge_tasks.DeletionTask`). A refusal stops the merge
    here, before any row is written.
@@ -74,6 +75,7 @@ __all__ = [
     "AddressTask",
     "WriterChoice",
     "address_rows",
+    "address_words",
     "decided_frame",
     "evaluation_errors",
     "source_is_deterministic",
@@ -305,24 +307,49 @@ def decided_frame(
 def address_rows(decided: Any, on: tuple[str, ...]) -> Any:
     """The address job's rows of ``decided`` (:func:`decided_frame`): those whose
     outcome touches the target and the refusals, as :data:`OUTCOME`, the fragment and
-    row, and the source's key columns on refusal rows (``__s3ddb_key_<i>``), the
-    columns :class:`AddressTask` reads."""
+    row, and the source's key columns on refusal rows (``__s3ddb_key_<i>``), grouped
+    as :func:`address_words` gives them to :class:`AddressTask`."""
     from pyspark.sql import functions as F
 
     refusal = F.col(OUTCOME) >= DUPLICATE
-    return decided.where(F.col(OUTCOME).isin(*ADDRESSED)).select(
+    per_row = decided.where(F.col(OUTCOME).isin(*ADDRESSED)).select(
         OUTCOME,
         FRAGMENT,
         ROW,
         *[F.when(refusal, F.col(quoted_name(k))).alias(f"{_KEY}{i}") for i, k in enumerate(on)],
     )
+    return address_words(per_row, len(on))
+
+
+def address_words(per_row: Any, keys: int) -> Any:
+    """``per_row`` (:data:`OUTCOME`, the fragment, the row, then ``keys`` key columns
+    set on refusal rows only) grouped in the JVM by outcome, fragment and 64-row word:
+    each group's rows as one 64-bit mask and a count. Far fewer rows cross to Python
+    than one per address (Spark's conversion of rows to Arrow batches costs more per
+    row than anything the tasks do with them); a refusal's group keeps its key."""
+    from pyspark.sql import functions as F
+
+    row = F.col(ROW)
+    word = F.shiftright(row, _WORD_BITS)
+    bit = F.expr(f"shiftleft(1L, cast({ROW} % {1 << _WORD_BITS} AS INT))")
+    return per_row.groupBy(
+        OUTCOME, FRAGMENT, word.alias(_WORD), *[f"{_KEY}{i}" for i in range(keys)]
+    ).agg(F.bit_or(bit).alias(_MASK), F.count(F.lit(1)).alias(_ROWS))
+
+
+#: Columns :func:`address_words` adds: a group's 64-row word, its mask, its rows.
+_WORD, _MASK, _ROWS = "__s3ddb_word", "__s3ddb_mask", "__s3ddb_rows"
+_WORD_BITS = 6
+#: The column of :func:`address_words`'s rows where the key columns start.
+_FIRST_KEY = 3
 
 
 @dataclass(frozen=True)
 class AddressTask:
-    """Gathers one partition of the address job's rows into bitmaps per fragment (rows
-    removed, rows matched) and counts, or the refusal a row holds, as results
-    (:data:`~s3ddb.spark_ext.merge_tasks.RESULT_DDL`). Pickles to executors."""
+    """Gathers one partition of the address job's groups (:func:`address_words`) into
+    bitmaps per fragment (rows removed, rows matched) and counts, or the refusal a
+    group holds, as results (:data:`~s3ddb.spark_ext.merge_tasks.RESULT_DDL`).
+    Pickles to executors."""
 
     on: tuple[str, ...]
 
@@ -334,6 +361,8 @@ class AddressTask:
         for batch in batches:
             if not batch.num_rows:
                 continue
+            keys = [f"{_KEY}{i}" for i in range(len(self.on))]
+            batch = batch.select([OUTCOME, FRAGMENT, _WORD, *keys, _MASK, _ROWS])
             outcome = batch.column(0).to_numpy(zero_copy_only=False)
             duplicates = np.flatnonzero(outcome == DUPLICATE)
             if len(duplicates):
@@ -345,14 +374,17 @@ class AddressTask:
                 refusal = _refusal(batch, int(refused[0]), self.on)
             if refusal is not None:
                 continue  # only a duplicate key can still change the answer
+            rows = batch.column(_ROWS).to_numpy(zero_copy_only=False)
+            deleted = (outcome == DELETE) | (outcome == BY_SOURCE)
+            counts["num_updated_rows"] += int(rows[outcome == UPDATE].sum())
+            counts["num_deleted_rows"] += int(rows[deleted].sum())
+            gone = (outcome == UPDATE) | deleted
             fids = batch.column(1).to_numpy(zero_copy_only=False).astype(np.int64)
-            rows = batch.column(2).to_numpy(zero_copy_only=False).astype(np.int64)
-            counts["num_updated_rows"] += int((outcome == UPDATE).sum())
-            counts["num_deleted_rows"] += int(((outcome == DELETE) | (outcome == BY_SOURCE)).sum())
+            words = batch.column(2).to_numpy(zero_copy_only=False).astype(np.int64)
+            masks = batch.column(_MASK).to_numpy(zero_copy_only=False).astype(np.int64)
             pair = outcome <= DELETE
-            _add(matched, fids[pair], rows[pair])
-            gone = (outcome == UPDATE) | (outcome == DELETE) | (outcome == BY_SOURCE)
-            _add(removed, fids[gone], rows[gone])
+            _add(matched, *_positions(fids[pair], words[pair], masks[pair]))
+            _add(removed, *_positions(fids[gone], words[gone], masks[gone]))
         if refusal is not None:
             yield refusal
             return
@@ -360,6 +392,20 @@ class AddressTask:
         out += [("removed", fid, b.serialize()) for fid, b in removed.items()]
         out += [("matched", fid, b.serialize()) for fid, b in matched.items()]
         yield result_batch(out)
+
+
+def _positions(
+    fids: np.ndarray, words: np.ndarray, masks: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each set bit of ``masks`` (64-row words of the fragments ``fids``) as a
+    (fragment, row) pair."""
+    if not len(fids):
+        return fids, fids
+    bits = np.unpackbits(
+        masks.astype("<i8").view(np.uint8).reshape(-1, 8), axis=1, bitorder="little"
+    )
+    group, bit = np.nonzero(bits)
+    return fids[group], words[group] * (1 << _WORD_BITS) + bit
 
 
 def _add(bitmaps: dict[int, BitMap], fids: np.ndarray, rows: np.ndarray) -> None:
@@ -376,7 +422,7 @@ def _add(bitmaps: dict[int, BitMap], fids: np.ndarray, rows: np.ndarray) -> None
 def _refusal(batch: pa.RecordBatch, index: int, on: tuple[str, ...]) -> pa.RecordBatch:
     """The result refusing the merge for the refusal at row ``index`` of ``batch``."""
     outcome = int(batch.column(0)[index].as_py())
-    key = pa.table({k: batch.column(3 + i).slice(index, 1) for i, k in enumerate(on)})
+    key = pa.table({k: batch.column(_FIRST_KEY + i).slice(index, 1) for i, k in enumerate(on)})
     error: S3DDBError
     if outcome == DUPLICATE:
         error = duplicate_key_error(key, on, 0)

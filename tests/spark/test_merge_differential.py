@@ -11,6 +11,7 @@ library, its twin by Spark, and the two are compared.
 
 from __future__ import annotations
 
+import json
 import random
 import shutil
 from pathlib import Path
@@ -277,3 +278,76 @@ def test_an_upsert_source_that_changes_between_jobs_commits_nothing(
         s3ddb.spark_ext.merge_insert(spark, uri, df, "id", writer="jvm")
     assert s3ddb.dataset(uri).version == 1
     assert {p.name for p in Path(uri).rglob("*") if p.is_file()} == before
+
+
+def test_addresses_grouped_in_64_row_words_give_every_row_back(spark: Any) -> None:
+    """The address job groups rows in the JVM by (outcome, fragment, 64-row word) into
+    masks; the Python tasks give back exactly the rows matched and removed, per
+    fragment, with the counts, across word edges (rows 63, 64) and the mask's sign
+    bit, and a refusal still names its key."""
+    import random
+
+    from pyroaring import BitMap
+
+    from s3ddb.spark_ext.merge_jvm import (
+        BY_SOURCE,
+        DUPLICATE,
+        OUTCOME,
+        AddressTask,
+        address_words,
+    )
+    from s3ddb.spark_ext.merge_tasks import FRAGMENT, RESULT_DDL, ROW
+    from s3ddb.writes.merge_clauses import DELETE, KEEP, UPDATE
+
+    rng = random.Random(7)
+    rows = {(f, r) for f in (0, 3, 9) for r in (0, 62, 63, 64, 127, 128, 65_535, 2**31 - 1)}
+    rows |= {(rng.choice((0, 3, 9)), rng.randrange(200_000)) for _ in range(5_000)}
+    outcomes = {a: rng.choice((KEEP, UPDATE, DELETE, BY_SOURCE)) for a in rows}
+    table = pa.table(
+        {
+            OUTCOME: pa.array([outcomes[a] for a in rows], pa.int8()),
+            FRAGMENT: pa.array([f for f, _ in rows], pa.int64()),
+            ROW: pa.array([r for _, r in rows], pa.int64()),
+            "__s3ddb_key_0": pa.nulls(len(rows), pa.int64()),
+        }
+    )
+
+    def run(t: pa.Table) -> list[Any]:
+        frame = spark.createDataFrame(t).repartition(3)
+        return address_words(frame, 1).mapInArrow(AddressTask(("id",)), RESULT_DDL).collect()
+
+    got: dict[str, dict[int, set[int]]] = {"matched": {}, "removed": {}}
+    counts = {"num_updated_rows": 0, "num_deleted_rows": 0}
+    for kind, fid, data in run(table):
+        if kind == "counts":
+            for name, value in json.loads(data).items():
+                counts[name] += value
+        else:
+            got[kind].setdefault(fid, set()).update(BitMap.deserialize(data))
+    want: dict[str, dict[int, set[int]]] = {"matched": {}, "removed": {}}
+    for (f, r), outcome in outcomes.items():
+        if outcome in (KEEP, UPDATE, DELETE):
+            want["matched"].setdefault(f, set()).add(r)
+        if outcome in (UPDATE, DELETE, BY_SOURCE):
+            want["removed"].setdefault(f, set()).add(r)
+    assert got == want
+    assert counts == {
+        "num_updated_rows": sum(o == UPDATE for o in outcomes.values()),
+        "num_deleted_rows": sum(o in (DELETE, BY_SOURCE) for o in outcomes.values()),
+    }
+    refused = pa.concat_tables(
+        [
+            table,
+            pa.table(
+                {
+                    OUTCOME: pa.array([DUPLICATE, DUPLICATE], pa.int8()),
+                    FRAGMENT: pa.nulls(2, pa.int64()),
+                    ROW: pa.nulls(2, pa.int64()),
+                    "__s3ddb_key_0": pa.array([41, 41], pa.int64()),
+                }
+            ),
+        ]
+    )
+    errors = [json.loads(d) for kind, _f, d in run(refused) if kind == "error"]
+    assert errors and errors[0]["type"] == "DuplicateKeyError"
+    assert "id=41" in errors[0]["message"]
