@@ -310,7 +310,7 @@ def scan_layout(spark: Any, layout: Layout, paths: list[str], keys: bool) -> Any
     schema = StructType(
         [StructField(c.physical, _spark_type(c.physical_type, c.physical)) for c in layout]
     )
-    df = spark.read.schema(schema).options(**_SCAN_OPTIONS).parquet(*paths)
+    df = _read_parquet(spark, schema, paths)
     if not keys and all(c.name == c.physical for c in layout):
         return df  # the file's names are the dataset's: nothing to rename
     projected = []
@@ -321,6 +321,29 @@ def scan_layout(spark: Any, layout: Layout, paths: list[str], keys: bool) -> Any
         projected.append(F.col("_metadata.file_name").alias(_FILE))
         projected.append(F.col("_metadata.row_index").alias(_POS))
     return df.select(*projected) if projected else df
+
+
+#: Spark's setting above which it lists a scan's paths with a Spark job.
+_PARALLEL_LISTING = "spark.sql.sources.parallelPartitionDiscovery.threshold"
+
+
+def _read_parquet(spark: Any, schema: Any, paths: list[str]) -> Any:
+    """Spark's Parquet scan of ``paths`` (files) with ``schema``. Local files are
+    listed by the driver, however many: Spark would list more than 32 paths with a
+    job of its own (about a second on two cores, for what a few ``stat`` calls do);
+    remote paths keep Spark's choice, which spreads the requests over executors."""
+    reader = spark.read.schema(schema).options(**_SCAN_OPTIONS)
+    if not all(p.startswith(("file:", "/")) for p in paths):
+        return reader.parquet(*paths)
+    saved = spark.conf.get(_PARALLEL_LISTING, None)
+    spark.conf.set(_PARALLEL_LISTING, str(max(32, len(paths) + 1)))
+    try:
+        return reader.parquet(*paths)
+    finally:
+        if saved is None:
+            spark.conf.unset(_PARALLEL_LISTING)
+        else:
+            spark.conf.set(_PARALLEL_LISTING, saved)
 
 
 def _without_deleted(spark: Any, df: Any, shape: Shape, deleted_rows: DeletedRows) -> Any:

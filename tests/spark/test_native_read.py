@@ -437,3 +437,30 @@ def test_data_files_spark_skips_by_name_read_through_python(
         s3ddb.spark_ext.read(spark, uri)
     with pytest.raises(UnsupportedOperationError, match="is one Spark skips"):
         s3ddb.spark_ext.read(spark, uri, native=True)
+
+
+def test_many_local_fragments_are_listed_without_a_spark_job(spark: Any, tmp_path: Path) -> None:
+    """Spark lists more than 32 paths with a job of its own; a native read of a local
+    dataset's 40 fragments lists them on the driver, so planning it runs no job, and
+    the session's setting is as it was."""
+    from s3ddb.spark_ext.native_read import scan_layout
+
+    uri = str(tmp_path / "many")
+    for i in range(40):
+        s3ddb.write_dataset(pa.table({"id": [i]}), uri, mode="append")
+    plan = plan_native_read(s3ddb.dataset(uri), ["id"], {})
+    assert plan.refused is None
+    (shape,) = plan.shapes
+    paths = [p[0].path for p in shape.fragments]
+    assert len(paths) == 40
+    tracker = spark.sparkContext.statusTracker()
+    group = f"listing-{uuid.uuid4().hex}"
+    spark.sparkContext.setJobGroup(group, "listing")
+    try:
+        df = scan_layout(spark, shape.slots[0], paths, keys=True)
+        assert tracker.getJobIdsForGroup(group) == []
+        assert sorted(r["id"] for r in df.select("id").collect()) == list(range(40))
+    finally:
+        spark.sparkContext.setJobGroup("", "")
+    threshold = "spark.sql.sources.parallelPartitionDiscovery.threshold"
+    assert spark.conf.get(threshold) == "32"
