@@ -147,7 +147,9 @@ def merge_insert(
     tasks read them.
     ``writer`` says who writes the updated and inserted rows where the JVM reaches
     the files: ``"auto"`` (Spark's Parquet writer, or Python tasks for a source of
-    fewer than :data:`JVM_ROWS_PER_CORE` rows per core, which they write faster),
+    fewer than :data:`JVM_ROWS_PER_CORE` rows per core, which they write faster,
+    unless an upsert of at least :data:`UPSERT_JVM_ROWS_PER_CORE` rows per core
+    has at least as many rows as the target rows its keys can match),
     ``"jvm"`` (Spark's writer whenever it can) or ``"python"`` (always Python
     tasks). Where the JVM cannot reach the files, Python tasks write them.
 
@@ -285,25 +287,44 @@ def explain_merge_insert(
             f"{JVM_ROWS_PER_CORE:,} rows per core ({JVM_ROWS_PER_CORE * cores:,} rows "
             f"on {cores} cores): they then write faster (one job, nothing persisted)"
         )
-    return "\n".join(
-        [
-            clauses.describe(),
-            f"target: {ds.uri} version {ds.version}, {len(ds.manifest.fragments)} fragment(s)",
-            f"target keys read by: {reader}",
-            who,
-        ]
-    )
+        if clauses.writes_every_source_row:
+            who += (
+                f", unless it has at least {UPSERT_JVM_ROWS_PER_CORE:,} rows per core and "
+                "at least as many as the target rows its keys can match"
+            )
+    lines = [
+        clauses.describe(),
+        f"target: {ds.uri} version {ds.version}, {len(ds.manifest.fragments)} fragment(s)",
+        f"target keys read by: {reader}",
+        who,
+    ]
+    if choice.jvm and clauses.writes_every_source_row:
+        lines.append(
+            "an upsert (every source row updated or inserted): Spark joins the source's "
+            "keys only and writes the source itself, read again and checked against its "
+            "first aggregate"
+        )
+    return "\n".join(lines)
 
 
 #: :func:`merge_insert`'s ``writer`` values.
 WRITERS = ("auto", "jvm", "python")
 #: With ``writer="auto"``, Spark's writer writes a merge's rows when the source has at
 #: least this many rows per core (Spark's default parallelism); Python tasks below.
-#: The JVM path costs a second job (the join persisted, Spark's write committed, its
-#: files moved and their footers read) that only its faster writing per row repays;
+#: The JVM path costs a second job (the join persisted, or an upsert's source read
+#: again; Spark's write committed, its files moved and their footers read) that only
+#: its faster writing per row repays;
 #: measured (docs/performance.md, "Spark upserts"), the two paths take about as long
 #: at 1,000,000 source rows per core, and the JVM's is the faster one at 10,000,000.
 JVM_ROWS_PER_CORE = 2_000_000
+#: With ``writer="auto"``, an upsert (every source row updated or inserted) of at
+#: least this many rows per core, and at least as many as the target rows its keys
+#: can match, is written by Spark's writer too: its join reads the source's keys only
+#: and nothing is persisted, so the JVM path wins once the rows it writes outnumber
+#: the target keys joined (measured, docs/performance.md: a 2,000,000-row upsert into
+#: 20,000,000 rows took 5.9 s through Spark's writer against 8.6 s through Python
+#: tasks with its keys in one fragment, but 27.4 s against 19.2 s with them in all 20).
+UPSERT_JVM_ROWS_PER_CORE = 500_000
 
 
 def _check_writer(writer: str) -> None:
@@ -532,22 +553,33 @@ class _DistributedMerge:
         parallelism = self.spark.sparkContext.defaultParallelism
         return max(parallelism, math.ceil(rows / ROWS_PER_TASK))
 
-    def _by_cost(self, choice: WriterChoice) -> WriterChoice:
+    def _by_cost(self, choice: WriterChoice, candidate_rows: int) -> WriterChoice:
         """``choice`` (where the JVM can write), kept or turned to Python tasks by
         :attr:`writer`: always for ``"python"``; for ``"auto"`` when the source has
-        fewer than :data:`JVM_ROWS_PER_CORE` rows per core."""
+        fewer than :data:`JVM_ROWS_PER_CORE` rows per core, unless it is an upsert
+        of at least :data:`UPSERT_JVM_ROWS_PER_CORE` rows per core and at least the
+        ``candidate_rows`` target rows its keys can match."""
         if not choice.jvm or self.writer == "jvm":
             return choice
         if self.writer == "python":
             return WriterChoice(choice.root, refused='writer="python" was asked for')
         cores = self.spark.sparkContext.defaultParallelism
-        if self.source_rows < JVM_ROWS_PER_CORE * cores:
-            return WriterChoice(
-                choice.root,
-                refused=f"the source's {self.source_rows:,} rows are fewer than "
-                f"{JVM_ROWS_PER_CORE:,} per core ({cores} cores; writer='auto')",
-            )
-        return choice
+        rows = self.source_rows
+        if rows >= JVM_ROWS_PER_CORE * cores:
+            return choice
+        if (
+            self.clauses.writes_every_source_row
+            and rows >= UPSERT_JVM_ROWS_PER_CORE * cores
+            and rows >= candidate_rows
+        ):
+            return choice
+        return WriterChoice(
+            choice.root,
+            refused=f"the source's {rows:,} rows are fewer than {JVM_ROWS_PER_CORE:,} per "
+            f"core ({cores} cores; writer='auto'), and it is not an upsert of at least "
+            f"{UPSERT_JVM_ROWS_PER_CORE:,} rows per core and the {candidate_rows:,} target "
+            "rows its keys can match",
+        )
 
     def plan(self, manifest: Manifest) -> tuple[Update | None, dict[str, int]]:
         """Run the merge's two stages on ``manifest``'s version: the Update to commit
@@ -593,7 +625,10 @@ class _DistributedMerge:
             "fragments_scanned": len(candidates),
             "fragments_skipped": len(manifest.fragments) - len(candidates),
         }
-        choice = self._by_cost(self.writer_on(schema.arrow, manifest.stable_row_ids))
+        choice = self._by_cost(
+            self.writer_on(schema.arrow, manifest.stable_row_ids),
+            sum(f.physical_rows for f in candidates),
+        )
         if choice.jvm:
             return self._plan_jvm(manifest, compiled, candidates, target_df, choice, metrics)
         log.info("s3ddb merge: %s", choice.describe())

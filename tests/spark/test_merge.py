@@ -492,3 +492,34 @@ def test_auto_writer_sends_a_small_source_through_python_tasks(spark: Any, tmp_p
     assert 'Python tasks (pyarrow), because writer="python" was asked for' in plan, plan
     with pytest.raises(s3ddb.InvalidInputError, match="writer"):
         merge_insert(spark, uri, df, "id", writer="spark")
+
+
+def test_auto_writer_sends_an_upsert_outnumbering_its_candidate_rows_to_spark(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``writer="auto"``, an upsert below the general rule's size but of at least
+    the upsert rule's rows per core goes to Spark's writer when it has at least as
+    many rows as the target rows its keys can match (keys in the last fragment, and
+    new ones above it), and to Python tasks when its keys span every fragment; a
+    conditional merge of the same source stays on Python tasks. The version records
+    the writer."""
+    import s3ddb.spark_ext.merge as spark_merge
+    from s3ddb.spark_ext import merge_insert
+
+    # The rule's own threshold (500,000 rows per core) scaled down to this test.
+    monkeypatch.setattr(spark_merge, "UPSERT_JVM_ROWS_PER_CORE", 10)
+    uri = _target(tmp_path, n=400, fragments=2)
+
+    def writer_of(ids: list[int], **clauses: Any) -> str:
+        source = spark.createDataFrame(
+            pa.table({"id": pa.array(ids, pa.int64()), "v": ["s"] * len(ids), "n": ids})
+        )
+        merge_insert(spark, uri, source, "id", **clauses)
+        assert all(_rows(uri)[i] == ("s", i) for i in ids)
+        return str(s3ddb.dataset(uri).versions()[-1].metrics["merge_writer"])
+
+    clustered = list(range(250, 400)) + list(range(400, 500))  # 250 rows; 200 candidates
+    assert writer_of(clustered) == "jvm"
+    spread = list(range(0, 400, 2)) + list(range(1, 100, 2))  # 250 rows; 400 candidates
+    assert writer_of(spread) == "python"
+    assert writer_of(clustered, when_matched_update_all="source.v <> target.v") == "python"
