@@ -383,7 +383,8 @@ def merge_batches(
         if done is not None and done.isdigit() and int(done) >= batch_id:
             log.info("s3ddb: batch %d of %s is merged already (%s)", batch_id, application, done)
             return
-        # The batch is read twice: the key ranges, then the merge.
+        # The batch is read more than once: the key ranges, then the merge (an
+        # upsert reads it again to write it).
         commit_batch_once(
             batch_df,
             batch_id,
