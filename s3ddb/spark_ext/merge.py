@@ -460,8 +460,8 @@ class _DistributedMerge:
     jvm_scheme: str | None = None
     #: Who writes the rows where the JVM can (:data:`WRITERS`).
     writer: str = "auto"
-    #: The sum of the source's key hashes (Spark's ``hash`` of the key columns, as
-    #: bigint), to check that a later job read the same rows; None if not computed.
+    #: The sum of the source's key hashes (:func:`_key_hash`), to check that a later
+    #: job read the same rows; None if not computed.
     source_key_hash: int | None = None
 
     @property
@@ -498,8 +498,7 @@ class _DistributedMerge:
             # rows each time would merge rows no job saw whole: materialized once.
             log.info("s3ddb merge: the source is nondeterministic; checkpointing it")
             source = source.localCheckpoint(eager=True)
-        key_hash = F.hash(*[F.col(quoted_name(k)) for k in clauses.on]).cast("long")
-        aggregates = [F.count(F.lit(1)), F.sum(key_hash)]
+        aggregates = [F.count(F.lit(1)), F.sum(_key_hash(clauses.on))]
         bounded = [k for k in clauses.on if _bounded(target.field(k).type)]
         for k in bounded:
             aggregates += [F.min(F.col(quoted_name(k))), F.max(F.col(quoted_name(k)))]
@@ -759,7 +758,7 @@ class _DistributedMerge:
         parallelism = self.spark.sparkContext.defaultParallelism
         touched = max(1, min(len(fragments), parallelism * 4))
         what = f"merge_insert into {self.uri}"
-        key_hash = F.hash(*[F.col(quoted_name(k)) for k in clauses.on]).cast("long")
+        key_hash = _key_hash(clauses.on)
         seen_by_address = Observation(f"s3ddb_merge_keys_{uuid.uuid4().hex}")
         if whole_source:
             in_source = ~F.col(OUTCOME).isin(BY_SOURCE, TARGET_KEEP)
@@ -852,6 +851,19 @@ class _DistributedMerge:
         ):
             raise InvalidInputError(_SOURCE_CHANGED)
 
+
+def _key_hash(on: tuple[str, ...]) -> Any:
+    """A row's keys as a number whose sum over the source checks that two reads gave
+    the same keys: Spark's ``hash`` of the key columns, 20 bits of it, so that the
+    sum of any source up to 2**43 rows fits a bigint (Spark's ANSI sum would fail
+    on an overflow)."""
+    from pyspark.sql import functions as F
+
+    hashed = F.hash(*[F.col(quoted_name(k)) for k in on])
+    return F.pmod(hashed, F.lit(_KEY_HASH_MODULUS)).cast("long")
+
+
+_KEY_HASH_MODULUS = 1 << 20
 
 #: A source whose jobs read other rows than its aggregate counted.
 _SOURCE_CHANGED = (
