@@ -498,7 +498,9 @@ class _DistributedMerge:
             # rows each time would merge rows no job saw whole: materialized once.
             log.info("s3ddb merge: the source is nondeterministic; checkpointing it")
             source = source.localCheckpoint(eager=True)
-        aggregates = [F.count(F.lit(1)), F.sum(_key_hash(clauses.on))]
+        # Only an upsert reads the source again to write it, and checks that read.
+        key_sum = F.sum(_key_hash(clauses.on)) if clauses.writes_every_source_row else F.lit(None)
+        aggregates = [F.count(F.lit(1)), key_sum]
         bounded = [k for k in clauses.on if _bounded(target.field(k).type)]
         for k in bounded:
             aggregates += [F.min(F.col(quoted_name(k))), F.max(F.col(quoted_name(k)))]
@@ -703,7 +705,7 @@ class _DistributedMerge:
             keys = self.source.select(*[quoted_name(k) for k in clauses.on])
             decided = decided_frame(keys, target_df, clauses, compiled, self.bounds)
             results, written, updated = self._jvm_jobs(
-                manifest, decided, fragments, choice, tasks, whole_source=True
+                manifest, decided, fragments, choice, tasks
             )
         else:
             decided = decided_frame(self.source, target_df, clauses, compiled, self.bounds)
@@ -711,7 +713,7 @@ class _DistributedMerge:
             decided = decided.coalesce(tasks).persist(StorageLevel.MEMORY_AND_DISK_DESER)
             try:
                 results, written, updated = self._jvm_jobs(
-                    manifest, decided, fragments, choice, tasks, whole_source=False
+                    manifest, decided, fragments, choice, tasks
                 )
             finally:
                 decided.unpersist(blocking=False)
@@ -736,15 +738,13 @@ class _DistributedMerge:
         fragments: dict[int, FragmentMetadata],
         choice: WriterChoice,
         tasks: int,
-        *,
-        whole_source: bool,
     ) -> tuple[list[Any], list[FragmentMetadata], int]:
         """The address job then the row job of :meth:`_plan_jvm` over ``decided``
         (:func:`~s3ddb.spark_ext.merge_jvm.decided_frame`): the tasks' results, the
-        fragments Spark wrote, and the rows updated. With ``whole_source`` (the
-        clauses write every source row), ``decided`` holds the source's keys only and
-        the row job writes the source itself; else ``decided`` is persisted and the
-        row job writes its updated and inserted rows.
+        fragments Spark wrote, and the rows updated. When the clauses write every
+        source row, ``decided`` holds the source's keys only and the row job writes
+        the source itself; else ``decided`` is persisted and the row job writes its
+        updated and inserted rows.
 
         Raises:
             As :meth:`_plan_jvm`; InvalidInputError: the jobs read other source rows
@@ -758,9 +758,10 @@ class _DistributedMerge:
         parallelism = self.spark.sparkContext.defaultParallelism
         touched = max(1, min(len(fragments), parallelism * 4))
         what = f"merge_insert into {self.uri}"
+        whole_source = clauses.writes_every_source_row
         key_hash = _key_hash(clauses.on)
-        seen_by_address = Observation(f"s3ddb_merge_keys_{uuid.uuid4().hex}")
         if whole_source:
+            seen_by_address = Observation(f"s3ddb_merge_keys_{uuid.uuid4().hex}")
             in_source = ~F.col(OUTCOME).isin(BY_SOURCE, TARGET_KEEP)
             decided = decided.observe(
                 seen_by_address,
