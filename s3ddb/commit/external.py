@@ -38,7 +38,7 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
 
-from s3ddb.commit.external_versions import OWN_COMMITS, ExternalStoreVersions
+from s3ddb.commit.external_versions import OWN_COMMITS, ExternalStoreVersions, VersionReplacedError
 from s3ddb.commit.failpoints import failpoint
 from s3ddb.commit.finalizer import BackgroundFinalizer
 from s3ddb.commit.handlers import (
@@ -365,6 +365,16 @@ class ExternalStoreCommitHandler(ExternalStoreVersions):
                 return location
             final = self._finish_own(row, etag)
             return self.location_of_row(self._note(replace(row, path=final)))
+        except VersionReplacedError as exc:
+            # Not presumed the newest any more: the dataset is another one now.
+            OWN_COMMITS.lost(self.base_uri)
+            log.warning(
+                "version %d of %s was committed, then dropped with its dataset: %s",
+                row.version,
+                self.base_uri,
+                exc,
+            )
+            return location
         except Exception as exc:
             log.warning(
                 "version %d of %s is committed but not finalized (%s: %s); the next "

@@ -36,7 +36,7 @@ from s3ddb.errors import (
     PathOutsideDatasetError,
     VersionNotFoundError,
 )
-from s3ddb.external_store.identity import final_path_of
+from s3ddb.external_store.identity import final_path_of, same_commit
 from s3ddb.external_store.manifest_store import (
     DATASET_ID_ATTRIBUTE,
     GROUP_ID_ATTRIBUTE,
@@ -128,6 +128,12 @@ def _naming_of(path: str) -> NamingScheme:
 
 class _EarlierVersionStaged(ManifestFinalizationError):
     """A version of a group stays staged because one before it could not be finished."""
+
+
+class VersionReplacedError(ManifestFinalizationError):
+    """A writer finishing its own commit found its version held by another commit: the
+    dataset was dropped and re-created after the claim (the drop deleted the staged
+    manifest). Nothing is left to finish; the commit is gone with the dropped dataset."""
 
 
 class ExternalStoreVersions(CommitHandler):
@@ -691,8 +697,16 @@ class ExternalStoreVersions(CommitHandler):
         try:
             copy_etag = self.store.copy(row.path, final)
         except FileNotFoundError:
-            # A reader finished it (and deleted the staged object) first.
+            # A reader finished it (and deleted the staged object) first, or a drop
+            # deleted it: then the version may hold another commit now, whose final
+            # path must not be noted as this commit's.
             done = self._finalize_without_staged(row, final)
+            if not same_commit(row, done):
+                raise VersionReplacedError(
+                    f"version {row.version} of {self.base_uri} now holds another commit "
+                    f"({done.path}, committed by {done.committer or 'an unnamed writer'}): "
+                    "the dataset was dropped and re-created after this commit claimed it"
+                ) from None
             copied()
             return done.path
         failpoint("commit.after_copy_final")

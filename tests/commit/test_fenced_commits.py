@@ -8,7 +8,11 @@ external store's own fence is also checked on the in-memory store and on moto.
 
 from __future__ import annotations
 
+import json
+import logging
 import shutil
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,6 +41,7 @@ from s3ddb.external_store.manifest_store import (
 from s3ddb.format import layout
 from s3ddb.format.naming import NamingScheme
 from s3ddb.io import ObjectStore, parse_uri
+from s3ddb.io.object_store import S3ObjectStore
 from s3ddb.maintenance.drop import drop
 from s3ddb.maintenance.verify import verify
 from s3ddb.versions.connect import external_store_for
@@ -503,3 +508,58 @@ def test_verify_reports_versions_of_another_identity(tmp_path: Path) -> None:
     report = verify(str(a), None, grace_seconds=0)
     foreign = [p for p in report.problems if p.kind == "foreign_version"]
     assert sorted(p.version for p in foreign) == [1, 2], report.problems
+
+
+_DROP_AND_RECREATE = """
+import json, sys
+import s3ddb
+from s3ddb.maintenance.drop import drop
+from tests.conftest import make_table
+uri, so = sys.argv[1], json.loads(sys.argv[2])
+s3ddb.dataset(uri, storage_options=so)  # a reader finishes the writer's version 3
+drop(uri, so)
+for i in range(3):
+    mode = "create" if i == 0 else "append"
+    s3ddb.write_dataset(make_table(100 + i, 1), uri, mode=mode, storage_options=so)
+"""
+
+
+def test_a_writer_finishing_a_version_that_a_drop_gave_to_another_commit_says_so(
+    aws: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Between a writer's claim of version 3 and its copy of the staged manifest,
+    another process finishes the version, drops the dataset and re-creates it with
+    three versions. The copy finds no staged object and the row of version 3 final:
+    it is another commit's, so the writer must not note that commit's manifest as its
+    own; it warns that its commit went with the dropped dataset, stops presuming its
+    commits are the newest, and its handle is refused as a stale one."""
+    so = aws.storage_options()
+    uri = f"s3+ddb://{TEST_BUCKET}/t-{uuid.uuid4().hex[:12]}?ddbTableName={TEST_TABLE}"
+    for i in range(2):
+        s3ddb.write_dataset(make_table(i, 1), uri, mode="append", storage_options=so)
+    finalizer.drain()
+    monkeypatch.setenv("S3DDB_BACKGROUND_FINALIZE", "0")  # the writer finishes inline
+    writer = s3ddb.dataset(uri, storage_options=so)
+    real_copy = S3ObjectStore.copy
+    raced: list[str] = []
+
+    def copy(self: S3ObjectStore, src: str, dst: str) -> str | None:
+        if ".manifest-" in src and not raced:
+            raced.append(src)
+            script = [sys.executable, "-c", _DROP_AND_RECREATE, uri, json.dumps(so)]
+            subprocess.run(script, check=True, cwd=Path(__file__).parents[2])
+        return real_copy(self, src, dst)
+
+    monkeypatch.setattr(S3ObjectStore, "copy", copy)
+    with caplog.at_level(logging.WARNING, logger="s3ddb.commit.external"):
+        writer.insert(make_table(500, 3))
+    assert len(raced) == 1
+    replaced = [r.getMessage() for r in caplog.records if "then dropped" in r.getMessage()]
+    assert len(replaced) == 1 and "now holds another commit" in replaced[0], caplog.text
+    s3ddb.write_dataset(make_table(900, 1), uri, mode="append", storage_options=so)
+    finalizer.drain()
+    fresh = s3ddb.dataset(uri, storage_options=so)
+    assert fresh.version == 4 and _ids(fresh) == [100, 101, 102, 900]
+    with pytest.raises(DatasetRecreatedError):
+        writer.insert(make_table(950, 1))
+    assert _ids(s3ddb.dataset(uri, storage_options=so)) == [100, 101, 102, 900]
