@@ -366,8 +366,6 @@ class ExternalStoreCommitHandler(ExternalStoreVersions):
             final = self._finish_own(row, etag)
             return self.location_of_row(self._note(replace(row, path=final)))
         except VersionReplacedError as exc:
-            # Not presumed the newest any more: the dataset is another one now.
-            OWN_COMMITS.lost(self.base_uri)
             log.warning(
                 "version %d of %s was committed, then dropped with its dataset: %s",
                 row.version,

@@ -702,6 +702,8 @@ class ExternalStoreVersions(CommitHandler):
             # path must not be noted as this commit's.
             done = self._finalize_without_staged(row, final)
             if not same_commit(row, done):
+                # Not presumed the newest any more: the dataset is another one now.
+                OWN_COMMITS.lost(self.base_uri)
                 raise VersionReplacedError(
                     f"version {row.version} of {self.base_uri} now holds another commit "
                     f"({done.path}, committed by {done.committer or 'an unnamed writer'}): "
