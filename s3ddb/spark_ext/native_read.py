@@ -47,6 +47,7 @@ from s3ddb.spark_ext.native_plan import (
     Shape,
     plan_native_read,
 )
+from s3ddb.spark_ext.session_settings import session_settings
 
 __all__ = [
     "BROADCAST_MAX_DELETED",
@@ -335,15 +336,8 @@ def _read_parquet(spark: Any, schema: Any, paths: list[str]) -> Any:
     reader = spark.read.schema(schema).options(**_SCAN_OPTIONS)
     if not all(p.startswith(("file:", "/")) for p in paths):
         return reader.parquet(*paths)
-    saved = spark.conf.get(_PARALLEL_LISTING, None)
-    spark.conf.set(_PARALLEL_LISTING, str(max(32, len(paths) + 1)))
-    try:
+    with session_settings(spark, {_PARALLEL_LISTING: str(max(32, len(paths) + 1))}):
         return reader.parquet(*paths)
-    finally:
-        if saved is None:
-            spark.conf.unset(_PARALLEL_LISTING)
-        else:
-            spark.conf.set(_PARALLEL_LISTING, saved)
 
 
 def _without_deleted(spark: Any, df: Any, shape: Shape, deleted_rows: DeletedRows) -> Any:

@@ -65,6 +65,7 @@ from s3ddb.io.uri import parse_uri
 from s3ddb.spark_ext import _write
 from s3ddb.spark_ext._options import SourceOptions
 from s3ddb.spark_ext._types import arrow_schema_of, quoted_name
+from s3ddb.spark_ext.session_settings import session_settings
 
 __all__ = [
     "OBSERVED_WAIT",
@@ -491,12 +492,9 @@ def write_staged_groups(
     spark = df.sparkSession
     # The session setting is changed for this write only, and only when it matters.
     conf = _SESSION_CONF if "timestamp" in df.schema.simpleString() else {}
-    saved = {k: spark.conf.get(k, None) for k in conf}
     moved: list[FragmentMetadata] = []
     out: list[list[FragmentMetadata]] = []
     try:
-        for key, value in conf.items():
-            spark.conf.set(key, value)
         tagged = _with_field_ids(df, schema, checks or {}, keep=group_column)
         observation, counted = _counted(tagged, write_id)
         writer = counted.write.mode("overwrite").options(**WRITER_OPTIONS)
@@ -504,7 +502,8 @@ def write_staged_groups(
             writer = writer.option("maxRecordsPerFile", max_rows_per_file)
         if group_column is not None:
             writer = writer.partitionBy(group_column)
-        _run(writer, f"{root.rstrip('/')}/{staging}")
+        with session_settings(spark, conf):
+            _run(writer, f"{root.rstrip('/')}/{staging}")
         folders = (
             [f"{staging}/{group_column}={g}" for g in range(groups)]
             if group_column is not None
@@ -527,11 +526,6 @@ def write_staged_groups(
         _write.delete_files(store, moved)
         raise
     finally:
-        for key, old in saved.items():
-            if old is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, old)
         try:
             _remove_staging(store, staging)
         except Exception as exc:
