@@ -29,6 +29,7 @@ import logging
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from s3ddb.commit.committer import (
     CommitConfig,
@@ -48,6 +49,7 @@ from s3ddb.errors import (
 from s3ddb.format.manifest import Manifest
 from s3ddb.io.parallel import PendingWrites
 from s3ddb.observe import telemetry
+from s3ddb.observe.commit_metrics import replayed_operation_metrics
 from s3ddb.open_formats.model import GROUP_METADATA_KEY
 from s3ddb.open_formats.publisher import check_publishable
 from s3ddb.operations import Transaction
@@ -73,6 +75,9 @@ class GroupPart:
         pending: uploads of the change's files still in flight.
         fresh_base: ``base`` was seen as the newest version moments ago.
         follows: the index of the previous part on the same dataset, if any.
+        recorded: what the call that planned the change recorded for its commit
+            (:func:`~s3ddb.observe.commit_metrics.recorded_operation_metrics`: its
+            name and figures), recorded when the group commits.
     """
 
     handler: CommitHandler
@@ -81,6 +86,7 @@ class GroupPart:
     pending: PendingWrites | None = None
     fresh_base: bool = False
     follows: int | None = None
+    recorded: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -204,7 +210,8 @@ def _claim_until_won(group: _Group, budget: _RetryBudget) -> list[CommitResult]:
                 bases.append(before)
             check_publishable(manifest, bases[-1], commit.handler.store)
             laid_out = commit.lay_out_chunks(manifest)
-            manifests.append(commit.with_metrics(laid_out, bases[-1], budget.lost + 1))
+            with replayed_operation_metrics(part.recorded):
+                manifests.append(commit.with_metrics(laid_out, bases[-1], budget.lost + 1))
         claims = [
             ClaimPart(p.handler, m, b, c.writes, p.follows)
             for p, m, b, c in zip(parts, manifests, bases, commits)

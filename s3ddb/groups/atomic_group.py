@@ -41,6 +41,7 @@ from s3ddb.format.naming import MAX_VERSION
 from s3ddb.io.parallel import PendingWrites
 from s3ddb.io.uri import parse_uri
 from s3ddb.io.written_files import delete_written_files
+from s3ddb.observe.commit_metrics import recorded_operation_metrics
 from s3ddb.operations import Operation, Restore, Transaction
 from s3ddb.versions.opening import load_latest, open_validated
 from s3ddb.versions.pinned import PinnedVersion, commit_planned
@@ -319,6 +320,8 @@ class AtomicGroup:
             pending,
             fresh_base=prior is None and ds.base_is_fresh(base),
             follows=mine[-1] if mine else None,
+            # The call planning this change names itself now; the group commits later.
+            recorded=recorded_operation_metrics(),
         )
         self._check_limits([*[h.part for h in self._held], part], ds.uri)
         self._held.append(_Held(ds, part, planned))  # type: ignore[arg-type]

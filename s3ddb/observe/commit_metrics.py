@@ -54,6 +54,7 @@ __all__ = [
     "listed_versions",
     "operation_metrics",
     "recorded_operation_metrics",
+    "replayed_operation_metrics",
 ]
 
 _MAX_LISTED = 64
@@ -104,6 +105,18 @@ def add_operation_metrics(**values: int | str) -> None:
 def recorded_operation_metrics() -> dict[str, Any]:
     """The values the innermost :func:`operation_metrics` block recorded."""
     return dict(_OPERATION.get() or {})
+
+
+@contextmanager
+def replayed_operation_metrics(recorded: Mapping[str, Any]) -> Iterator[None]:
+    """Inside the block, commits record ``recorded``, what
+    :func:`recorded_operation_metrics` gave where the change was planned: for a change
+    committed elsewhere (a group holds its members' changes until the block ends)."""
+    token = _OPERATION.set(dict(recorded))
+    try:
+        yield
+    finally:
+        _OPERATION.reset(token)
 
 
 def _files(fragment: FragmentMetadata) -> dict[str, int]:
