@@ -18,7 +18,6 @@ import pyarrow.parquet as pq
 import pytest
 
 import s3ddb
-from tests.support.stream_app import run_and_kill_when_held
 
 # The Spark integration's fixtures: one SparkSession per module, a fresh s3+ddb URI.
 
@@ -163,38 +162,6 @@ def test_a_replayed_batch_reads_the_same_rows_after_more_appends(
     again = _batches(tmp_path)
     assert again[last] == first[last], "the replayed batch read the same fragments"
     assert _all_ids(tmp_path) == list(range(90)), "no row missing or repeated"
-
-
-def test_exactly_once_across_a_sigkill_and_restart(
-    spark: Any, uri: str, opts: dict, tmp_path: Path
-) -> None:
-    """A separate Spark application streams the dataset, one fragment per batch, and
-    is killed with SIGKILL after writing batch 1 (batch 0 committed) but before Spark
-    commits it; the query restarted from its checkpoint (here) replays batch 1 and
-    goes on."""
-    for i in range(6):
-        _append(uri, opts, i * 10)
-    options = dict(opts, startingVersion="1", maxFilesPerTrigger="1")
-    held = tmp_path / "out" / "held"
-    run_and_kill_when_held(
-        [uri, str(tmp_path / "checkpoint"), str(tmp_path / "out"), "--options",
-         json.dumps(options), "--hold-batch", "1"],
-        held,
-    )  # fmt: skip
-    assert _batches(tmp_path)[1] == list(range(10, 20))
-    commits = tmp_path / "checkpoint" / "commits"
-    assert (commits / "0").exists(), "batch 0 was committed"
-    assert not (commits / "1").exists(), "killed before Spark committed batch 1"
-    held.unlink()
-    _append(uri, opts, 60)
-    # Restarted without the limit: batch 1 is replayed from its logged offsets (the
-    # fragment the killed attempt read, not a re-plan under the new options), then
-    # one batch takes the rest, rather than one micro-batch per fragment.
-    _stream(spark, uri, opts, tmp_path, startingVersion=1)
-    batches = _batches(tmp_path)
-    assert batches[1] == list(range(10, 20)), "the replay read what the first attempt read"
-    assert batches[2] == list(range(20, 70)), "then the rest, once"
-    assert _all_ids(tmp_path) == list(range(70)), "no row missing or repeated"
 
 
 def test_change_commits_stop_the_stream_after_the_rows_before_them(
