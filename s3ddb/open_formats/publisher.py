@@ -51,6 +51,7 @@ from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.parallel import run_beside
 from s3ddb.io.per_process import PerProcess
 from s3ddb.observe import telemetry
+from s3ddb.open_formats.cast_hints import describe_casts, publishable_casts
 from s3ddb.open_formats.column_names import describe_misnamed, misnamed_columns
 from s3ddb.open_formats.model import (
     CUT_PATTERN,
@@ -206,9 +207,20 @@ def check_publishable(manifest: Manifest, base: Manifest | None, store: ObjectSt
     if newly or base is None or base.schema != manifest.schema:
         arrow = published_schema(manifest.schema)
         for name in formats:
-            problem = writer_of(name).type_problem(arrow)
+            writer = writer_of(name)
+            problem = writer.type_problem(arrow)
             if problem is not None:
-                raise OpenFormatError(f"cannot publish {manifest.version} as {name}: {problem}")
+                casts = publishable_casts(arrow, writer)
+                fix = (
+                    f". Fix: cast {describe_casts(casts)} in the data written (or as "
+                    "alter_columns' data_type), or disable_open_formats first"
+                    if casts
+                    else ". Fix: leave the column out, or disable_open_formats first"
+                )
+                raise OpenFormatError(
+                    f"cannot publish {manifest.version} as {name}: {problem}{fix}; "
+                    "nothing was committed"
+                )
     fragments: Iterable[FragmentMetadata] = manifest.fragments
     if base is not None and not newly:
         try:

@@ -11,6 +11,7 @@ from s3ddb.errors import InvalidInputError, OpenFormatError
 from s3ddb.format.bases import FileResolver
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.schema import DatasetSchema
+from s3ddb.open_formats.cast_hints import MAX_HINTED, describe_casts, publishable_casts
 from s3ddb.open_formats.column_names import misnamed_columns
 from s3ddb.open_formats.publisher import (
     CONFIG_KEY,
@@ -73,71 +74,26 @@ def check_schema(schema: pa.Schema | DatasetSchema, formats: Iterable[str] | str
             raise OpenFormatError(f"cannot publish as {name}: {problem}{fix}")
 
 
-#: Columns a cast hint names at most.
-_MAX_HINTED = 8
-
-
-def _castable(t: pa.DataType) -> pa.DataType:
-    """``t`` with each part a format may refuse replaced by the nearest type that
-    holds its values: timestamps and times in microseconds, unsigned integers in a
-    wider signed one, float16 in float32, date64 as date32, a dictionary as its
-    values, views and fixed-size lists as plain ones; nested types part by part."""
-    if pa.types.is_timestamp(t):
-        return pa.timestamp("us", t.tz)
-    if pa.types.is_time(t):
-        return pa.time64("us")
-    if pa.types.is_date64(t):
-        return pa.date32()
-    if pa.types.is_unsigned_integer(t) and t.bit_width < 64:
-        return {8: pa.int16(), 16: pa.int32(), 32: pa.int64()}[t.bit_width]
-    if pa.types.is_float16(t):
-        return pa.float32()
-    if pa.types.is_dictionary(t):
-        return _castable(t.value_type)
-    # By name: pyarrow before 16 has no view types (nor their constructors).
-    if str(t) in ("string_view", "binary_view"):
-        return pa.string() if str(t) == "string_view" else pa.binary()
-    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
-        item = t.value_field.with_type(_castable(t.value_type))
-        return pa.large_list(item) if pa.types.is_large_list(t) else pa.list_(item)
-    if pa.types.is_map(t):
-        key, item = t.key_field, t.item_field
-        return pa.map_(key.with_type(_castable(key.type)), item.with_type(_castable(item.type)))
-    if pa.types.is_struct(t):
-        return pa.struct([f.with_type(_castable(f.type)) for f in t])
-    return t
-
-
 def _cast_hint(arrow: pa.Schema, name: str, new_data: bool) -> str:
     """The casts that make ``arrow``'s refused top-level columns publishable as
-    ``name`` (each checked: the column cast is accepted), as a sentence to append
-    to the refusal; "" when no cast does."""
-    writer = writer_of(name)
-    casts: list[tuple[str, pa.DataType, pa.DataType]] = []
-    for column in arrow:
-        target = _castable(column.type)
-        if (
-            not target.equals(column.type)
-            and writer.type_problem(pa.schema([column])) is not None
-            and writer.type_problem(pa.schema([column.with_type(target)])) is None
-        ):
-            casts.append((column.name, column.type, target))
+    ``name`` (:func:`~s3ddb.open_formats.cast_hints.publishable_casts`), as a sentence
+    to append to the refusal; "" when no cast does."""
+    casts = publishable_casts(arrow, writer_of(name))
     if not casts:
         return ""
-    listed = ", ".join(f"{c!r} to {t}" for c, _, t in casts[:_MAX_HINTED])
-    more = f" and {len(casts) - _MAX_HINTED} more" if len(casts) > _MAX_HINTED else ""
+    listed = describe_casts(casts)
     if not new_data:
         how = "write the dataset again with them cast (mode='overwrite')"
         if all(is_safe_cast(old, new) for _, old, new in casts):
             how = "alter_columns with data_type then optimize.compact_files(), or " + how
-        return f". Fix: cast {listed}{more}: {how}"
+        return f". Fix: cast {listed}: {how}"
     pandas = [
         f"df[{c!r}] = df[{c!r}].astype('datetime64[us{', ' + t.tz if t.tz else ''}]')"
-        for c, _, t in casts[:_MAX_HINTED]
+        for c, _, t in casts[:MAX_HINTED]
         if pa.types.is_timestamp(t)
     ]
     example = f" (pandas: {'; '.join(pandas)})" if pandas else ""
-    return f". Fix: cast {listed}{more} before writing{example}"
+    return f". Fix: cast {listed} before writing{example}"
 
 
 def enable_open_formats(ds: PinnedVersion, formats: Iterable[str] | str) -> tuple[str, ...]:

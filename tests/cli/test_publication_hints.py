@@ -68,3 +68,26 @@ def test_a_type_no_cast_fixes_gets_no_hint(tmp_path: Path) -> None:
     with pytest.raises(OpenFormatError) as refused:
         s3ddb.write_dataset(table, str(tmp_path / "ds"), open_formats="iceberg")
     assert "column 'd'" in str(refused.value) and "Fix:" not in str(refused.value)
+
+
+@pytest.mark.parametrize("fmt", ["iceberg", "delta"])
+def test_a_change_to_a_published_dataset_is_refused_with_the_cast(tmp_path: Path, fmt: str) -> None:
+    """A published dataset refuses, at commit, a change that brings in a type its
+    format cannot hold: the refusal names the cast that fixes it, and the fix, as
+    the message gives it, commits."""
+    uri = str(tmp_path / "ds")
+    ds = s3ddb.write_dataset(pa.table({"id": pa.array([1, 2], pa.int64())}), uri, open_formats=fmt)
+    counts = pa.table({"n": pa.array([7, 8], pa.uint32())})
+    with pytest.raises(OpenFormatError) as refused:
+        ds.add_columns(counts)
+    message = str(refused.value)
+    assert f"cannot publish 2 as {fmt}: column 'n'" in message
+    assert "Fix: cast 'n' to int64 in the data written" in message
+    assert s3ddb.dataset(uri).version == 1  # nothing committed
+    ds = s3ddb.dataset(uri).add_columns(counts.cast(pa.schema([("n", pa.int64())])))
+    assert ds.to_table().column("n").to_pylist() == [7, 8]
+
+    durations = pa.table({"d": pa.array([1, 2], pa.duration("us"))})
+    with pytest.raises(OpenFormatError) as refused:
+        ds.add_columns(durations)
+    assert "Fix: leave the column out, or disable_open_formats first" in str(refused.value)
