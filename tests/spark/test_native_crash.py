@@ -1,15 +1,19 @@
 """A native write's driver killed midway (real Spark applications in child processes):
 nothing is committed, the committed rows are intact, and what it left (a staging
 folder; files moved into data/) is reported by verify and removed by cleanup, never
-while a write may still be running."""
+while a write may still be running. And a write whose tasks' first attempts all fail
+commits each row once: the application that is killed mid-write makes that write
+first (one JVM started for both tests)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
@@ -20,6 +24,7 @@ from s3ddb.commit.failpoints import EXIT_CODE
 from s3ddb.maintenance.cleanup import STAGING_KIND
 from s3ddb.maintenance.staging import LEFTOVER_KIND
 from s3ddb.maintenance.verify import verify
+from tests.spark.test_native_write import _staging_left
 from tests.support import storage
 
 pytest.importorskip("pyspark")
@@ -42,10 +47,11 @@ def _app(uri: str, *args: str, env: dict[str, str] | None = None) -> subprocess.
     )  # fmt: skip
 
 
-def _kill_group(child: subprocess.Popen[str]) -> None:
+def _kill_group(child: subprocess.Popen[str]) -> str:
+    """SIGKILL the application's process group (if it still runs); its stdout."""
     if child.poll() is None:
         os.killpg(child.pid, signal.SIGKILL)
-    child.communicate(timeout=60)
+    return child.communicate(timeout=60)[0]
 
 
 def _committed(uri: str) -> s3ddb.Dataset:
@@ -72,12 +78,27 @@ def _kinds(uri: str) -> dict[str, list[str]]:
     return out
 
 
-def test_a_driver_killed_mid_write_leaves_a_staging_folder_that_cleanup_removes(
-    local_uri: str, tmp_path: Path
-) -> None:
+@dataclass(frozen=True)
+class KilledMidWrite:
+    """The application killed while its second write hung in a task: what it printed,
+    the dataset its first write (first attempts failing) created, and the dataset the
+    hung write was appending to."""
+
+    printed: list[dict[str, object]]
+    retried_uri: str
+    local_uri: str
+
+
+@pytest.fixture(scope="module")
+def killed_mid_write(tmp_path_factory: pytest.TempPathFactory) -> KilledMidWrite:
+    tmp = tmp_path_factory.mktemp("killed")
+    retried_uri, local_uri = str(tmp / "retried"), str(tmp / "ds")
     _committed(local_uri)
-    marker = tmp_path / "hanging"
-    child = _app(local_uri, "--rows", "1000", "--hang", str(marker))
+    marker = tmp / "hanging"
+    child = _app(
+        local_uri, "--rows", "1000", "--hang", str(marker),
+        "--first-uri", retried_uri, "--first-rows", "1000",
+    )  # fmt: skip
     try:
         deadline = time.monotonic() + 300
         while not (marker.exists() and _staging_files(local_uri)):
@@ -86,7 +107,27 @@ def test_a_driver_killed_mid_write_leaves_a_staging_folder_that_cleanup_removes(
             assert time.monotonic() < deadline, "the application never reached its write"
             time.sleep(0.2)
     finally:
-        _kill_group(child)
+        out = _kill_group(child)
+    printed = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    return KilledMidWrite(printed, retried_uri, local_uri)
+
+
+def test_retried_task_attempts_commit_each_row_once(killed_mid_write: KilledMidWrite) -> None:
+    """Every task's first attempt fails after writing files; the retries succeed. Only
+    the committed attempts' files are in the version, and no other file is left."""
+    uri = killed_mid_write.retried_uri
+    assert killed_mid_write.printed == [{"uri": uri, "version": 1}]
+    ds = s3ddb.dataset(uri)
+    ids = sorted(ds.to_table().column("id").to_pylist())
+    assert ids == list(range(1000)), "no row missing or repeated"
+    assert storage.orphans(uri) == set()
+    assert _staging_left(uri) == []
+
+
+def test_a_driver_killed_mid_write_leaves_a_staging_folder_that_cleanup_removes(
+    killed_mid_write: KilledMidWrite,
+) -> None:
+    local_uri = killed_mid_write.local_uri
     ds = s3ddb.dataset(local_uri)
     assert ds.version == 1 and sorted(ds.to_table().column("id").to_pylist()) == list(
         range(1000, 1010)

@@ -5,11 +5,8 @@ local endpoint for the fallback)."""
 from __future__ import annotations
 
 import datetime as dt
-import json
 import logging
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,9 +23,6 @@ pyspark = pytest.importorskip("pyspark")
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 # The Spark integration's fixtures: one SparkSession per module, a fresh s3+ddb URI.
-
-ROOT = Path(__file__).resolve().parents[2]
-
 
 def _df(spark: Any, start: int, n: int, partitions: int = 2) -> Any:
     return spark.range(start, start + n, numPartitions=partitions).selectExpr(
@@ -127,24 +121,6 @@ def test_a_failed_job_commits_nothing_and_leaves_no_file(spark: Any, local_uri: 
         spark.conf.unset(key)
     assert storage.objects(local_uri) == before
     assert s3ddb.dataset(local_uri).version == 1
-
-
-def test_retried_task_attempts_commit_each_row_once(local_uri: str) -> None:
-    """Every task's first attempt fails after writing files; the retries succeed. Only
-    the committed attempts' files are in the version, and no other file is left."""
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.support.native_write_app", local_uri, "--rows", "1000"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"version": 1}
-    ds = s3ddb.dataset(local_uri)
-    ids = sorted(ds.to_table().column("id").to_pylist())
-    assert ids == list(range(1000)), "no row missing or repeated"
-    assert storage.orphans(local_uri) == set()
-    assert _staging_left(local_uri) == []
 
 
 def test_a_writer_in_another_process_commits_meanwhile(spark: Any, local_uri: str) -> None:

@@ -1,12 +1,16 @@
 """A Spark application (``local[2,2]``: a failed task is retried once) whose native
-write has every task's first attempt fail after writing rows, for the tests of
+writes have every task's first attempt fail after writing rows, for the tests of
 ``s3ddb.spark_ext.write``.
 
     python -m tests.support.native_write_app URI --rows N [--hang MARKER]
+        [--first-uri URI0 --first-rows N0]
 
-Prints one JSON line: ``{"version": ...}``. With ``--hang``, no attempt fails; instead
-task 1 writes some rows, creates the file MARKER and waits to be killed (task 0
-finishes: the staging folder holds files of both), for crash tests.
+Prints one JSON line per write it finished: ``{"uri": ..., "version": ...}``. With
+``--hang``, no attempt of the write to URI fails; instead task 1 writes some rows,
+creates the file MARKER and waits to be killed (task 0 finishes: the staging folder
+holds files of both), for crash tests. With ``--first-uri``, a write of N0 rows whose
+first attempts fail goes to URI0 before that one, in the same application: a test of
+retried attempts and a crash test then start one JVM between them.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("uri")
     parser.add_argument("--rows", type=int, default=1000)
     parser.add_argument("--hang", default=None)
+    parser.add_argument("--first-uri", default=None)
+    parser.add_argument("--first-rows", type=int, default=1000)
     args = parser.parse_args(argv)
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -61,11 +67,17 @@ def main(argv: list[str] | None = None) -> int:
                 time.sleep(3600)  # killed long before
             yield batch
 
-    df: Any = spark.range(0, args.rows, numPartitions=2).selectExpr("id", "CAST(id AS STRING) AS s")
-    df = df.mapInArrow(task_1_hangs if marker else first_attempts_fail, df.schema)
-    committed = s3ddb.spark_ext.write(df, args.uri, mode="append", max_rows_per_file=50)
+    def write(uri: str, rows: int, tasks: Any) -> None:
+        df: Any = spark.range(0, rows, numPartitions=2).selectExpr("id", "CAST(id AS STRING) AS s")
+        df = df.mapInArrow(tasks, df.schema)
+        committed = s3ddb.spark_ext.write(df, uri, mode="append", max_rows_per_file=50)
+        version = committed.version if committed else None
+        print(json.dumps({"uri": uri, "version": version}), flush=True)
+
+    if args.first_uri:
+        write(args.first_uri, args.first_rows, first_attempts_fail)
+    write(args.uri, args.rows, task_1_hangs if marker else first_attempts_fail)
     spark.stop()
-    print(json.dumps({"version": committed.version if committed else None}), flush=True)
     return 0
 
 
