@@ -35,6 +35,7 @@ from s3ddb.maintenance.compaction import (
 )
 from s3ddb.operations import Rewrite, RewriteGroup
 from s3ddb.spark_ext._types import quoted_name, spark_schema_of
+from s3ddb.spark_ext.merge_jvm import evaluation_errors
 from s3ddb.spark_ext.merge_target import target_frame
 from s3ddb.spark_ext.merge_tasks import FRAGMENT, ROW, TARGET_PREFIX
 from s3ddb.spark_ext.native_plan import native_type_problem
@@ -166,17 +167,18 @@ def _plan(
         .select(*[F.col(quoted_name(TARGET_PREFIX + n)).alias(n) for n in names], _GROUP)
     )
     checks = value_checks(spark_schema_of(arrow, ds.uri), arrow, ds.uri) or {}
-    written = write_staged_groups(
-        rows,
-        store,
-        root,
-        schema,
-        uuid.uuid4().hex,
-        checks,
-        max_rows_per_file=options.target_rows_per_fragment,
-        group_column=_GROUP,
-        groups=len(groups),
-    )
+    with evaluation_errors(f"compaction of {ds.uri}"):
+        written = write_staged_groups(
+            rows,
+            store,
+            root,
+            schema,
+            uuid.uuid4().hex,
+            checks,
+            max_rows_per_file=options.target_rows_per_fragment,
+            group_column=_GROUP,
+            groups=len(groups),
+        )
     every = [f for group in written for f in group]
     try:
         copied = _copied(ds, manifest, groups)

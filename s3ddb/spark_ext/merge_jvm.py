@@ -47,8 +47,9 @@ import numpy as np
 import pyarrow as pa
 from pyroaring import BitMap
 
-from s3ddb.errors import InvalidExpressionError, InvalidInputError, S3DDBError
+from s3ddb.errors import DataFileError, InvalidExpressionError, InvalidInputError, S3DDBError
 from s3ddb.spark_ext._types import quoted_name
+from s3ddb.spark_ext.merge_target import CHANGED_FILE_MARK
 from s3ddb.spark_ext.merge_tasks import (
     FRAGMENT,
     IN_SOURCE,
@@ -448,10 +449,13 @@ _EVALUATION = re.compile(
 @contextlib.contextmanager
 def evaluation_errors(what: str) -> Iterator[None]:
     """Turn a Spark job's failure to evaluate an expression on a value (a division by
-    zero, an overflow, under Spark's ANSI SQL) into the library's typed error.
+    zero, an overflow, under Spark's ANSI SQL) into the library's typed error; and
+    its finding a target data file other than planned
+    (:data:`~s3ddb.spark_ext.merge_target.CHANGED_FILE_MARK`).
 
     Raises:
         InvalidExpressionError: such a failure, with Spark's message.
+        DataFileError: a data file changed since the job was planned.
     """
     from py4j.protocol import Py4JJavaError
     from pyspark.errors import PySparkException
@@ -459,7 +463,11 @@ def evaluation_errors(what: str) -> Iterator[None]:
     try:
         yield
     except (PySparkException, Py4JJavaError) as exc:
-        found = _EVALUATION.search(str(exc))
+        text = str(exc)
+        if CHANGED_FILE_MARK in text:
+            said = text.split(CHANGED_FILE_MARK, 1)[1].splitlines()[0].split(" SQLSTATE:")[0]
+            raise DataFileError(f"{what}: {said[:500]}; nothing is committed") from None
+        found = _EVALUATION.search(text)
         if found is None:
             raise
         kind = found.group(1).lower().replace("_", " ")

@@ -90,11 +90,13 @@ Layout = tuple[Column, ...]
 @dataclass(frozen=True)
 class FilePart:
     """One data file as Spark reads it: its path for the JVM, its file name (as
-    Spark's ``_metadata.file_name`` gives it) and its fragment."""
+    Spark's ``_metadata.file_name`` gives it), its fragment, and its size in bytes
+    when planned (as Spark's ``_metadata.file_size`` gives it; 0 if not known)."""
 
     path: str
     name: str
     fragment_id: int
+    size: int = 0
 
 
 @dataclass
@@ -320,7 +322,8 @@ def plan_native_read(
         key = (tuple(layouts), fragment.deletion_file is not None)
         shape = shapes.setdefault(key, Shape(tuple(layouts), with_deletions=key[1]))
         parts = tuple(
-            FilePart(url, fragment.files[i].path, fragment.id) for i, url in zip(slots, paths)
+            FilePart(url, data_file.path, fragment.id, _planned_size(files, data_file))
+            for data_file, url in zip((fragment.files[i] for i in slots), paths)
         )
         shape.fragments.append(parts)
         if fragment.deletion_file is not None:
@@ -334,6 +337,19 @@ def plan_native_read(
         shape.deleted[name] = deleted
     plan.shapes = list(shapes.values())
     return plan
+
+
+def _planned_size(files: FileResolver, data_file: DataFile) -> int:
+    """The size of ``data_file`` now: what the manifest records where the footer was
+    read at that size (a remote file), what the file system says otherwise (a local
+    file, whose footer is found from its end); 0 if it cannot be known."""
+    store, path = files.data_file(data_file)
+    if not store.is_local:
+        return max(0, data_file.file_size_bytes)
+    try:
+        return store.head(path).size
+    except (FileNotFoundError, OSError):
+        return 0
 
 
 def _deleted(files: FileResolver, fragment: FragmentMetadata) -> np.ndarray:

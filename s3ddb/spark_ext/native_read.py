@@ -62,8 +62,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 #: Columns the plan adds while joining (never in the result).
-KEY_COLUMNS = ("__s3ddb_file", "__s3ddb_pos", "__s3ddb_fragment")
-_FILE, _POS, _FRAGMENT = KEY_COLUMNS
+KEY_COLUMNS = ("__s3ddb_file", "__s3ddb_pos", "__s3ddb_fragment", "__s3ddb_file_size")
+_FILE, _POS, _FRAGMENT, _SIZE = KEY_COLUMNS
 
 #: Up to this many deleted positions (counted from the manifest) in one group of
 #: fragments read alike are broadcast to the scanning tasks, as Spark does with a
@@ -301,10 +301,13 @@ def _spark_type(t: pa.DataType, name: str) -> Any:
     return spark_schema_of(pa.schema([pa.field(name, t)]), name).fields[0].dataType
 
 
-def scan_layout(spark: Any, layout: Layout, paths: list[str], keys: bool) -> Any:
+def scan_layout(
+    spark: Any, layout: Layout, paths: list[str], keys: bool, sizes: bool = False
+) -> Any:
     """One Spark Parquet scan of ``paths``, projected to the dataset's names and
     types for the columns of ``layout``, with the file name and row index if
-    ``keys`` (columns :data:`KEY_COLUMNS` ``[0]`` and ``[1]``)."""
+    ``keys`` (columns :data:`KEY_COLUMNS` ``[0]`` and ``[1]``), and the file's size
+    if ``sizes`` too (``[3]``)."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StructField, StructType
 
@@ -321,6 +324,8 @@ def scan_layout(spark: Any, layout: Layout, paths: list[str], keys: bool) -> Any
     if keys:
         projected.append(F.col("_metadata.file_name").alias(_FILE))
         projected.append(F.col("_metadata.row_index").alias(_POS))
+        if sizes:
+            projected.append(F.col("_metadata.file_size").alias(_SIZE))
     return df.select(*projected) if projected else df
 
 

@@ -78,3 +78,38 @@ def test_a_value_that_does_not_fit_leaves_nothing(spark: Any, tmp_path: Path) ->
         s3ddb.spark_ext.update(spark, uri, {"v": "CASE WHEN id = 2 THEN NULL ELSE v END"})
     assert s3ddb.dataset(uri).version == 1
     assert {p.relative_to(uri) for p in Path(uri).rglob("*") if p.is_file()} == files
+
+
+def test_a_data_file_replaced_after_planning_fails_the_update(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Spark finds each target row's fragment by the file's planned size and name: a
+    data file replaced between planning and Spark's read (the same rows, written
+    again with another compression, so another size) is a DataFileError, and
+    nothing is committed; read by name alone, the job took it for the planned one."""
+    import s3ddb.spark_ext
+    from s3ddb.spark_ext import merge_target
+
+    uri = str(tmp_path / "t")
+    for part in range(2):
+        ids = list(range(part * 50, (part + 1) * 50))
+        s3ddb.write_dataset(
+            pa.table({"id": pa.array(ids, pa.int64()), "v": [f"t{i}" for i in ids]}),
+            uri,
+            mode="append",
+        )
+    victim = Path(uri, "data", s3ddb.dataset(uri).get_fragments()[1].files[0].path)
+    real_plan = merge_target.plan_native_read
+
+    def plan_then_replace(*args: Any, **kwargs: Any) -> Any:
+        plan = real_plan(*args, **kwargs)
+        table = pq.read_table(victim)
+        size = victim.stat().st_size
+        pq.write_table(table, victim, compression="none", store_schema=False)
+        assert victim.stat().st_size != size
+        return plan
+
+    monkeypatch.setattr(merge_target, "plan_native_read", plan_then_replace)
+    with pytest.raises(s3ddb.errors.DataFileError, match="not the file planned"):
+        s3ddb.spark_ext.update(spark, uri, {"v": "upper(v)"}, "id % 2 = 0")
+    assert s3ddb.dataset(uri).version == 2
