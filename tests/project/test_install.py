@@ -6,11 +6,11 @@ environment with no extra, and runs the README's five lines on a local path and
 ``s3ddb --help``; then adds ``[otel]`` (s3ddb's spans go to the OpenTelemetry API) and
 ``[spark]`` (a native write and a read by the data source, ``local[1]``, the Python
 workers running that environment's interpreter). One environment, extras added step by
-step. The installs go through uv where it is at hand (the Makefile puts it in .venv),
-first offline, from what its cache holds of the package index (the Makefile's install
-of the dev extra filled it: seconds), else from the package index (PyPI); without uv,
-through pip and the package index (about a minute of index look-ups). Either way only
-what the wheel's metadata asks for is installed, so a missing dependency still fails.
+step. Each install goes first through uv where it is at hand (the Makefile puts it in
+.venv), offline, from what its cache holds of the package index (the Makefile's install
+of the dev extra filled it: seconds); where that cannot resolve, through pip and the
+package index (PyPI; about a minute of index look-ups). Either way only what the
+wheel's metadata asks for is installed, so a missing dependency still fails.
 
 tests/project/test_dependencies.py checks the same lists statically, module by module.
 """
@@ -139,13 +139,14 @@ def test_the_wheel_alone_and_with_each_extra_installs_and_runs(tmp_path: Path) -
     def install(extra: str) -> None:
         # Neither installer compiles bytecode here (uv compiles only when asked).
         if uv:
-            argv = [uv, "pip", "install", "--quiet", "--python", str(python), f"{wheel}{extra}"]
             offline = subprocess.run(
-                [*argv, "--offline"], cwd=work, env=env, capture_output=True, timeout=600
-            )
-            if offline.returncode != 0:  # the cache lacks something: from the index
-                _run(argv, cwd=work, env=env)
-            return
+                [uv, "pip", "install", "--quiet", "--offline", "--python", str(python),
+                 f"{wheel}{extra}"],
+                cwd=work, env=env, capture_output=True, timeout=600,
+            )  # fmt: skip
+            if offline.returncode == 0:
+                return
+        # No uv, or its cache lacks something: pip, from the package index.
         _run(
             [sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet",
              "--no-compile", "--disable-pip-version-check", f"{wheel}{extra}"],
