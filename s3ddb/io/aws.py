@@ -24,6 +24,7 @@ boto3 imports lazily, so local and in-memory datasets never pay for it.
 from __future__ import annotations
 
 import difflib
+import hashlib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -315,7 +316,13 @@ class AwsConfig:
                 verify = False
             else:
                 verify = self.s3_ca_bundle or env.get("AWS_CA_BUNDLE_S3") or None
+        chain_environment = None
+        if not key_id:
+            chain_environment = hashlib.sha256(
+                "\0".join(env.get(n, "") for n in _CHAIN_ENVIRONMENT).encode()
+            ).hexdigest()
         return ServiceSettings(
+            chain_environment=chain_environment,
             service=service,
             endpoint=endpoint,
             region=region,
@@ -434,10 +441,31 @@ class AwsConfig:
                     opts["token"] = s.session_token
             if s.profile:
                 opts["profile"] = s.profile
+            env = os.environ
+            if not s.access_key_id and not s.profile and env.get("AWS_ACCESS_KEY_ID"):
+                # What boto3's chain takes first, given explicitly: fsspec keeps one
+                # filesystem per arguments, and one built under other environment
+                # credentials must not be reused when they change.
+                opts["key"] = env["AWS_ACCESS_KEY_ID"]
+                opts["secret"] = env.get("AWS_SECRET_ACCESS_KEY")
+                if env.get("AWS_SESSION_TOKEN"):
+                    opts["token"] = env["AWS_SESSION_TOKEN"]
         if client_kwargs:
             opts["client_kwargs"] = client_kwargs
         return opts
 
+
+#: What boto3's credential chain reads from the environment before any file or
+#: service (a client is kept per settings: see ServiceSettings.chain_environment).
+_CHAIN_ENVIRONMENT = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_PROFILE",
+    "AWS_DEFAULT_PROFILE",
+    "AWS_SHARED_CREDENTIALS_FILE",
+    "AWS_CONFIG_FILE",
+)
 
 #: The process's boto3 clients, by resolved settings and retry budget.
 CLIENTS: PerProcess[tuple[ServiceSettings, int | None], Any] = PerProcess("boto3 clients")

@@ -74,6 +74,7 @@ def session_for(settings: ServiceSettings) -> Any:
         settings.role_arn,
         settings.role_session_name,
         settings.sts_endpoint,
+        settings.chain_environment,
     )
     return SESSIONS.get(key, lambda: _new_session(settings))
 

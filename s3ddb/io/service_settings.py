@@ -31,6 +31,11 @@ class ServiceSettings:
     addressing_style: str | None = None
     verify: bool | str | None = None
     sources: tuple[tuple[str, str], ...] = field(default=(), compare=False)
+    #: Without credentials given (boto3's chain finds them): a digest of the
+    #: environment variables the chain reads first (``AWS_ACCESS_KEY_ID``...). The
+    #: process keeps one client per settings; a client built under other environment
+    #: credentials must not be reused when they change. Never the variables' values.
+    chain_environment: str | None = field(default=None, repr=False)
 
     def source(self, setting: str) -> str:
         return dict(self.sources).get(setting, "boto3 chain")

@@ -100,6 +100,24 @@ def test_configuration_from_the_environment(
     assert s3ddb.dataset(ddb_uri).count_rows() == 1
 
 
+@pytest.mark.parametrize("aws", ["seaweedfs"], indirect=True)
+def test_clients_follow_credentials_changed_in_the_environment(
+    aws: Any, ddb_uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The process keeps one client per settings; credentials boto3's chain finds in
+    the environment are part of them, so a client built under a wrong secret is not
+    reused once the environment holds the right one (SeaweedFS checks signatures;
+    before, the first client stayed and every later request failed)."""
+    for key, value in aws.env().items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret")
+    with pytest.raises(s3ddb.errors.CredentialsError):
+        s3ddb.write_dataset(rows_for(0, 0, 1), ddb_uri)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", aws.env()["AWS_SECRET_ACCESS_KEY"])
+    assert s3ddb.write_dataset(rows_for(0, 0, 1), ddb_uri).version == 1
+    assert s3ddb.dataset(ddb_uri).count_rows() == 1
+
+
 @pytest.fixture
 def batching_finalizer(monkeypatch: pytest.MonkeyPatch) -> finalizer.BackgroundFinalizer:
     """A process finalizer that sends deferred deletes only when drained, so that
