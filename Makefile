@@ -18,11 +18,15 @@ SPARK_MERGE_ARGS ?=
 .PHONY: demo test test-fast test-durations lint typecheck protos bench bench-groups bench-index bench-stream bench-peers bench-scale bench-telemetry bench-open-formats bench-read bench-spark-merge bench-catalog bench-changes clean
 
 # uv (from PyPI, into the venv) installs the same packages pip would, in about a third
-# of the time on a fresh machine and seconds once its cache is warm.
+# of the time on a fresh machine. It resolves from its cache first (--offline: 3 s
+# here against 31 s asking the index about every dependency again), and from the
+# index when the cache lacks anything (a fresh machine, a changed dependency).
+UV_INSTALL = $(VENV)/bin/uv pip install --quiet --python $(PY)
+
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet uv
-	$(VENV)/bin/uv pip install --quiet --python $(PY) -e ".[dev]"
+	$(UV_INSTALL) --offline -e ".[dev]" 2>/dev/null || $(UV_INSTALL) -e ".[dev]"
 	touch $(STAMP)
 
 # Second implementations of DynamoDB and S3 (dynalite, s3rver) that some tests also run
@@ -87,7 +91,7 @@ bench-stream: $(STAMP)
 
 # The peers (pylance, deltalake) come with the bench extra, installed on first use.
 $(BENCH_STAMP): pyproject.toml $(STAMP)
-	$(VENV)/bin/uv pip install --quiet --python $(PY) -e ".[dev,bench]"
+	$(UV_INSTALL) --offline -e ".[dev,bench]" 2>/dev/null || $(UV_INSTALL) -e ".[dev,bench]"
 	touch $(BENCH_STAMP)
 
 # s3ddb beside pylance and deltalake on one local endpoint; PEERS_ARGS=--quick for a smoke run.
