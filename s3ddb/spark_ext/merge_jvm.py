@@ -57,7 +57,7 @@ from s3ddb.spark_ext.merge_tasks import (
     TARGET_PREFIX,
     result_batch,
 )
-from s3ddb.spark_ext.native_write import jvm_root_of, value_checks
+from s3ddb.spark_ext.native_write import jvm_root_of, raised_message, value_checks
 from s3ddb.writes.merge_clauses import (
     DELETE,
     KEEP,
@@ -463,11 +463,10 @@ def evaluation_errors(what: str) -> Iterator[None]:
     try:
         yield
     except (PySparkException, Py4JJavaError) as exc:
-        text = str(exc)
-        if CHANGED_FILE_MARK in text:
-            said = text.split(CHANGED_FILE_MARK, 1)[1].splitlines()[0].split(" SQLSTATE:")[0]
-            raise DataFileError(f"{what}: {said[:500]}; nothing is committed") from None
-        found = _EVALUATION.search(text)
+        changed = raised_message(exc, CHANGED_FILE_MARK)
+        if changed is not None:
+            raise DataFileError(f"{what}: {changed[:500]}; nothing is committed") from None
+        found = _EVALUATION.search(str(exc))
         if found is None:
             raise
         kind = found.group(1).lower().replace("_", " ")

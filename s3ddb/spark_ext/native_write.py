@@ -74,6 +74,7 @@ __all__ = [
     "footer_statistics",
     "jvm_root_of",
     "observed_value",
+    "raised_message",
     "value_checks",
     "write",
     "write_staged",
@@ -429,11 +430,20 @@ def _run(writer: Any, path: str) -> None:
     try:
         writer.parquet(path)
     except Exception as exc:
-        text = str(exc)
-        if _CHECK_MARK not in text:
+        message = raised_message(exc, _CHECK_MARK)
+        if message is None:
             raise
-        message = text.split(_CHECK_MARK, 1)[1].splitlines()[0].split(" SQLSTATE:")[0]
         raise SchemaMismatchError(f"data does not match the schema: {message}") from None
+
+
+def raised_message(exc: BaseException, mark: str) -> str | None:
+    """The message a job's ``raise_error`` gave, from the failure ``exc`` Spark
+    reported, when it starts with ``mark``: its first line after the mark, without
+    Spark's SQLSTATE; None when ``exc`` carries no such message."""
+    text = str(exc)
+    if mark not in text:
+        return None
+    return text.split(mark, 1)[1].splitlines()[0].split(" SQLSTATE:")[0]
 
 
 def write_staged(
