@@ -151,7 +151,12 @@ def _native(
     from pyspark.sql import functions as F
 
     plan = plan_native_read(
-        pinned, columns, scheme_map, fragments=candidates, deleted_positions=False
+        pinned,
+        columns,
+        scheme_map,
+        fragments=candidates,
+        deleted_positions=False,
+        file_sizes=True,
     )
     if plan.refused is not None:
         log.info("s3ddb merge: the target is read by Python tasks: %s", plan.refused)

@@ -236,12 +236,14 @@ def plan_native_read(
     *,
     fragments: list[FragmentMetadata] | None = None,
     deleted_positions: bool = True,
+    file_sizes: bool = False,
 ) -> NativePlan:
     """Plan a native read of the pinned version of ``ds`` (an :class:`s3ddb.Dataset`):
     of ``fragments`` only, if given (fragments of that version). Without
     ``deleted_positions`` the shapes' ``deleted`` stay empty (the caller removes
     deleted rows itself, e.g. on the executors): fragments with a deletion file are
-    still in shapes of their own.
+    still in shapes of their own. With ``file_sizes`` each :class:`FilePart` has its
+    size (a ``stat`` of each local file); else 0.
 
     Raises:
         ColumnNotFoundError: an unknown column in ``columns``.
@@ -322,7 +324,12 @@ def plan_native_read(
         key = (tuple(layouts), fragment.deletion_file is not None)
         shape = shapes.setdefault(key, Shape(tuple(layouts), with_deletions=key[1]))
         parts = tuple(
-            FilePart(url, data_file.path, fragment.id, _planned_size(files, data_file))
+            FilePart(
+                url,
+                data_file.path,
+                fragment.id,
+                _planned_size(files, data_file) if file_sizes else 0,
+            )
             for data_file, url in zip((fragment.files[i] for i in slots), paths)
         )
         shape.fragments.append(parts)
