@@ -4,13 +4,13 @@ Where the JVM reaches the dataset's files, ``s3ddb.spark_ext.compact`` plans its
 groups of fragments as ``optimize.compact_files`` does (:func:`plan_groups`), then
 runs one Spark job: every group's visible rows, read by Spark's Parquet reader with
 each row's fragment and position (deleted rows anti-joined away: as the merge reads
-its target, :mod:`s3ddb.spark_ext.merge_target`), are hash-partitioned by group so
-one task writes each group, sorted by (fragment order in the group, row position),
-and written by Spark's Parquet writer into one folder per group, at most
-``target_rows_per_fragment`` rows per file. The files of a group, taken in the order
-of their names, hold its rows in order: the same ``Rewrite`` with its row mapping
-(the rows each old fragment copied) as the Python compaction commits, so deletes
-committed meanwhile still rebase onto the new fragments.
+its target, :mod:`s3ddb.spark_ext.merge_target`), are partitioned so that task ``g``
+writes group ``g`` (:mod:`s3ddb.spark_ext.partition_keys`), sorted by (fragment order
+in the group, row position), and written by Spark's Parquet writer into one folder
+per group, at most ``target_rows_per_fragment`` rows per file. The files of a group,
+taken in the order of their names, hold its rows in order: the same ``Rewrite`` with
+its row mapping (the rows each old fragment copied) as the Python compaction commits,
+so deletes committed meanwhile still rebase onto the new fragments.
 """
 
 from __future__ import annotations
@@ -40,13 +40,14 @@ from s3ddb.spark_ext.merge_target import target_frame
 from s3ddb.spark_ext.merge_tasks import FRAGMENT, ROW, TARGET_PREFIX
 from s3ddb.spark_ext.native_plan import native_type_problem
 from s3ddb.spark_ext.native_write import jvm_root_of, value_checks, write_staged_groups
+from s3ddb.spark_ext.partition_keys import partition_keys
 from s3ddb.versions.pinned import plan_and_commit
 
 __all__ = ["compact_in_jvm", "compact_refusal"]
 
 log = logging.getLogger(__name__)
 
-_GROUP, _ORDER = "__s3ddb_group", "__s3ddb_order"
+_GROUP, _ORDER, _TASK = "__s3ddb_group", "__s3ddb_order", "__s3ddb_task"
 
 
 def compact_refusal(ds: s3ddb.Dataset, jvm_scheme: str | None) -> str | None:
@@ -151,18 +152,22 @@ def _plan(
         read_schema,
         scheme_map,
     )
+    keys = partition_keys(len(groups))
     place = spark.createDataFrame(
         pa.table(
             {
                 FRAGMENT: pa.array([f.id for f in members], pa.int64()),
                 _GROUP: pa.array([g for g, group in enumerate(groups) for _ in group], pa.int32()),
                 _ORDER: pa.array([i for group in groups for i in range(len(group))], pa.int32()),
+                # Group g goes to task g: numbered 0, 1, ... the groups could share a task
+                # (the benchmark's two went to one) while the other core idles.
+                _TASK: pa.array([k for k, group in zip(keys, groups) for _ in group], pa.int32()),
             }
         )
     )
     rows = (
         frame.join(F.broadcast(place), FRAGMENT)
-        .repartition(len(groups), _GROUP)
+        .repartition(len(groups), _TASK)
         .sortWithinPartitions(_GROUP, _ORDER, ROW)
         .select(*[F.col(quoted_name(TARGET_PREFIX + n)).alias(n) for n in names], _GROUP)
     )

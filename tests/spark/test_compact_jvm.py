@@ -71,3 +71,31 @@ def test_a_dataset_with_stable_row_ids_is_compacted_by_python_tasks_keeping_them
     after = s3ddb.dataset(uri)
     assert len(after.get_fragments()) == 1
     assert after.to_table(columns=lineage).sort_by("_rowid") == before
+
+
+def test_partition_keys_send_each_unit_of_work_to_its_own_task(spark: Any) -> None:
+    """Compaction keys group ``g`` so that Spark's hash partitioning gives it task ``g``:
+    the port of Spark's hash agrees with Spark's, and each key lands where it should
+    (numbered 0 and 1, two groups would share one task of two)."""
+    from pyspark.sql import functions as F
+
+    from s3ddb.spark_ext.partition_keys import partition_keys, spark_int_hash
+
+    values = [*range(-40, 40), 2**31 - 1, -(2**31), 123_456_789]
+    hashed = spark.createDataFrame([(v,) for v in values], "v int").select(
+        "v", F.hash("v").alias("h")
+    )
+    assert {r.v: r.h for r in hashed.collect()} == {v: spark_int_hash(v) for v in values}
+    for partitions in (1, 2, 3, 7):
+        keys = partition_keys(partitions)
+        frame = spark.createDataFrame(list(zip(keys, range(partitions))), "k int, unit int")
+        placed = frame.repartition(partitions, "k").select(
+            "unit", F.spark_partition_id().alias("task")
+        )
+        assert sorted((r.unit, r.task) for r in placed.collect()) == [
+            (i, i) for i in range(partitions)
+        ]
+    naive = spark.createDataFrame([(0,), (1,)], "k int").repartition(2, "k")
+    assert naive.select(F.spark_partition_id()).distinct().count() == 1
+    with pytest.raises(ValueError):
+        partition_keys(0)
