@@ -49,17 +49,20 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(PY) -m mypy
 
-# Two workers, each taking the next test when free, one at a time (--maxschedchunk 1:
-# xdist would otherwise hand each worker a quarter of the suite up front), the longest
+# Two workers, each taking the next test when it has almost none left, the longest
 # first (tests/conftest.py, from tests/durations.txt; `make test-durations` rewrites it
-# from a run's times), so that the run ends with both workers busy. Each worker that
+# from a run's times), so that the run ends with both workers busy. The tests of a
+# module that share a fixture go to one worker together (--dist loadscope: the
+# conftest's scheduler makes such a module one scope and every other test a scope of
+# its own, handed out in that order by --no-loadscope-reorder), so a costly fixture
+# starts once. Each worker that
 # runs a Spark test starts its own local SparkSession. The bench extra (pylance,
 # deltalake) is installed too: a test runs the read benchmark's quick mode. Bytecode
 # caches are written even where the environment says not to: the suite starts hundreds
 # of Python processes (writers, crashes, the CLI, Spark's workers), and each would
 # compile the package from source again (__pycache__ is ignored by git).
 test: lint typecheck $(NODE_STAMP) $(BENCH_STAMP)
-	env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest -n 2 --dist load --maxschedchunk 1 --durations=15 $(PYTEST_ARGS)
+	env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest -n 2 --dist loadscope --no-loadscope-reorder --durations=15 $(PYTEST_ARGS)
 
 # The quick subset for iteration: no multi-process, crash, Spark or Terraform tests.
 test-fast: $(STAMP) $(NODE_STAMP)

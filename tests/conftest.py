@@ -190,13 +190,15 @@ def before_each_transact_write(
 
 
 # --- the order tests are handed to the workers -----------------------------------------
-# With -n, xdist hands tests out in collection order, a few at a time, to whichever
-# worker is free. Longest first (the classic rule for two machines and many jobs): the
-# run then ends on short tests rather than on one worker still busy with a long one
-# while the other waits. How long a test takes comes from tests/durations.txt, written
-# from an earlier run by scripts/test_durations.py; a test not listed there counts as
-# short, unless it has a long mark (slow, spark, terraform: multi-process, crash, Spark
-# and Terraform tests), then as a few seconds. Ties keep the collection order.
+# With -n and --dist loadscope, xdist hands scopes out in collection order to whichever
+# worker is almost out of work: a module whose tests share a fixture, else one test
+# (pytest_xdist_make_scheduler below). Longest first (the classic rule for two machines
+# and many jobs): the run then ends on short tests rather than on one worker still busy
+# with a long one while the other waits. How long a test takes comes from
+# tests/durations.txt, written from an earlier run by scripts/test_durations.py; a test
+# not listed there counts as short, unless it has a long mark (slow, spark, terraform:
+# multi-process, crash, Spark and Terraform tests), then as a few seconds. Ties keep
+# the collection order.
 
 _DURATIONS = Path(__file__).resolve().parent / "durations.txt"
 #: Seconds assumed for a test durations.txt does not list (new since it was written).
@@ -225,18 +227,38 @@ _SHARED_SCOPE = re.compile(r"""scope\s*=\s*["'](module|class|package)["']""")
 _SHARES: dict[str, bool] = {}
 
 
-def _shares_fixtures_with_its_module(item: pytest.Item) -> bool:
-    """Whether the test's module defines a fixture set up once per module or class
+def _module_shares_fixtures(path: Path) -> bool:
+    """Whether the test module defines a fixture set up once per module or class
     (a test may also ask for one by name, with ``request.getfixturevalue``): such a
     module's tests stay together, or that fixture would be set up again each time a
     worker comes back to the module (and, say, create its bucket a second time)."""
-    path = str(item.path)
-    if path not in _SHARES:
+    key = str(path)
+    if key not in _SHARES:
         try:
-            _SHARES[path] = bool(_SHARED_SCOPE.search(Path(path).read_text(encoding="utf-8")))
+            _SHARES[key] = bool(_SHARED_SCOPE.search(path.read_text(encoding="utf-8")))
         except OSError:
-            _SHARES[path] = False
-    return _SHARES[path]
+            _SHARES[key] = False
+    return _SHARES[key]
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """With ``--dist loadscope``: the scope a worker takes whole is a module whose tests
+    share a fixture, else a single test. One worker then runs such a module's tests one
+    after the other and sets its fixture up once (handed out one by one, the two tests
+    of a crash module went to both workers, and each started the costly application
+    its fixture runs); every other test goes to whichever worker is free."""
+    if config.getvalue("dist") != "loadscope":
+        return None  # xdist's own scheduler
+    from xdist.scheduler import LoadScopeScheduling
+
+    root = config.rootpath
+
+    class ModuleFixtureScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return module if _module_shares_fixtures(root / module) else nodeid
+
+    return ModuleFixtureScheduling(config, log)
 
 
 @pytest.hookimpl(trylast=True)
@@ -244,23 +266,23 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     recorded = _recorded_durations()
     seconds = {item.nodeid: _expected_seconds(item, recorded) for item in items}
     # The unit handed out: a test, or a whole module whose tests share a fixture
-    # (ordered by its longest test; its tests keep their collection order).
+    # (ordered by its tests' summed time; its tests keep their collection order).
     unit = {
         item.nodeid: item.nodeid.split("::", 1)[0]
-        if _shares_fixtures_with_its_module(item)
+        if _module_shares_fixtures(Path(item.path))
         else item.nodeid
         for item in items
     }
-    longest: dict[str, float] = {}
+    total: dict[str, float] = {}
     first: dict[str, int] = {}
     for i, item in enumerate(items):
         u = unit[item.nodeid]
-        longest[u] = max(longest.get(u, 0.0), seconds[item.nodeid])
+        total[u] = total.get(u, 0.0) + seconds[item.nodeid]
         first.setdefault(u, i)
     order = {item.nodeid: i for i, item in enumerate(items)}
     items.sort(
         key=lambda item: (
-            -longest[unit[item.nodeid]],
+            -total[unit[item.nodeid]],
             first[unit[item.nodeid]],
             order[item.nodeid],
         )
