@@ -22,7 +22,6 @@ keeps it.
 
 from __future__ import annotations
 
-import uuid
 import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
@@ -45,6 +44,7 @@ from s3ddb.format.fragment_list import (
 )
 from s3ddb.format.framing import frame
 from s3ddb.format.manifest import Manifest
+from s3ddb.format.naming import unique_hex
 from s3ddb.format.stats import ColumnStatistics, summarize_bounds, union_bounds
 
 __all__ = [
@@ -219,7 +219,7 @@ def _write(
     for s in unit.segments[1:]:
         bounds = union_bounds(bounds, _segment_bounds(s)) if bounds else ()
     ref = ChunkRef(
-        name=f"{uuid.uuid4().hex}.chunk",
+        name=f"{unique_hex()}.chunk",
         size=len(data),
         crc32=zlib.crc32(data),
         fragment_count=len(ids),

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
-
 import numpy as np
 import pyarrow as pa
 from pyroaring import BitMap
@@ -12,6 +10,7 @@ from s3ddb.errors import ManifestCorruptError, StoredMetadataError
 from s3ddb.format import layout
 from s3ddb.format.bases import Files, as_resolver
 from s3ddb.format.fragment_metadata import DeletionFile, FragmentMetadata
+from s3ddb.format.naming import unique_hex
 from s3ddb.io.object_store import ObjectStore
 
 __all__ = [
@@ -150,7 +149,7 @@ def write_deletion_file(
 ) -> DeletionFile:
     """Write ``deleted`` as a new deletion file in ``store`` (the dataset's own root,
     also for fragments whose files live in a base); returns its metadata."""
-    deletion = DeletionFile("roaring", read_version, uuid.uuid4().hex, len(deleted))
+    deletion = DeletionFile("roaring", read_version, unique_hex(), len(deleted))
     path = layout.deletion_file_path(fragment_id, read_version, deletion.id, deletion.extension)
     store.put(path, deleted.serialize())
     return deletion

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import uuid
-
-from s3ddb.format.naming import NamingScheme, staged_manifest_name
+from s3ddb.format.naming import NamingScheme, staged_manifest_name, unique_hex
 
 __all__ = [
     "DATA_DIR",
@@ -42,7 +40,7 @@ def data_file_path(name: str) -> str:
 
 
 def new_data_file_name(extension: str = "parquet") -> str:
-    return f"{uuid.uuid4().hex}.{extension}"
+    return f"{unique_hex()}.{extension}"
 
 
 def manifest_path(version: int, scheme: NamingScheme) -> str:

@@ -10,7 +10,6 @@ kinds are read as :class:`OpaqueOperation`.
 
 from __future__ import annotations
 
-import uuid as uuid_mod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -26,6 +25,7 @@ from s3ddb.format import layout
 from s3ddb.format._proto import transaction_pb2 as tpb
 from s3ddb.format.framing import frame, unframe
 from s3ddb.format.limits import MAX_VERSION, check_range
+from s3ddb.format.naming import unique_hex
 from s3ddb.io.paths import check_name
 from s3ddb.operations.kinds import BY_KIND, BY_PB_FIELD, COMMITTABLE
 from s3ddb.operations.operation import OpaqueOperation, Operation, operation_kind
@@ -73,7 +73,7 @@ class Transaction:
 
     read_version: int
     operation: Operation
-    uuid: str = field(default_factory=lambda: uuid_mod.uuid4().hex)
+    uuid: str = field(default_factory=unique_hex)
     properties: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -202,3 +202,28 @@ def test_small_columns_get_the_bounds_the_kernel_gives(values: list[object]) -> 
     finally:
         stats._SMALL = original
     assert small == kernel
+
+
+def test_unique_names_have_the_uuid4_form_and_differ_in_a_forked_child() -> None:
+    """File names come from one generator per process, seeded again after a fork: a
+    child forked from a writer never repeats its parent's next names."""
+    import multiprocessing
+    import uuid
+
+    from s3ddb.format.naming import unique_hex
+
+    names = [unique_hex() for _ in range(2000)]
+    assert len(set(names)) == len(names)
+    for name in names:
+        parsed = uuid.UUID(hex=name)
+        assert (parsed.version, parsed.variant, parsed.hex) == (4, uuid.RFC_4122, name)
+    context = multiprocessing.get_context("fork")
+    with context.Pool(1) as pool:
+        in_child = pool.apply(_names, (5,))
+    assert not set(in_child) & set(_names(5))
+
+
+def _names(count: int) -> list[str]:
+    from s3ddb.format.naming import unique_hex
+
+    return [unique_hex() for _ in range(count)]
