@@ -57,6 +57,7 @@ MAX_EXPORTS = 60
 #: ``S3DDBError`` in ``s3ddb.errors.__all__``.
 INTERNAL_EXCEPTIONS = {
     "s3ddb.commit.handlers.VersionConflict",
+    "s3ddb.commit.finalizer.NothingToFinish",
     "s3ddb.commit.external_versions.VersionReplacedError",
     "s3ddb.errors.InjectedFault",
     "s3ddb.external_store.manifest_store.ExternalStoreOutcomeUnknownError",

@@ -22,7 +22,7 @@ from dataclasses import replace
 
 from s3ddb.catalogs import update_catalogs
 from s3ddb.commit.failpoints import failpoint
-from s3ddb.commit.finalizer import BackgroundFinalizer, FinalizeTicket
+from s3ddb.commit.finalizer import BackgroundFinalizer, FinalizeTicket, NothingToFinish
 from s3ddb.commit.handlers import (
     CommitHandler,
     ListingCommitHandler,
@@ -130,7 +130,7 @@ class _EarlierVersionStaged(ManifestFinalizationError):
     """A version of a group stays staged because one before it could not be finished."""
 
 
-class VersionReplacedError(ManifestFinalizationError):
+class VersionReplacedError(ManifestFinalizationError, NothingToFinish):
     """A writer finishing its own commit found its version held by another commit: the
     dataset was dropped and re-created after the claim (the drop deleted the staged
     manifest). Nothing is left to finish; the commit is gone with the dropped dataset."""

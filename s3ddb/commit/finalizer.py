@@ -44,6 +44,7 @@ __all__ = [
     "ENV_VAR",
     "BackgroundFinalizer",
     "FinalizeTicket",
+    "NothingToFinish",
     "TicketKey",
     "drain",
     "enabled",
@@ -55,6 +56,12 @@ log = logging.getLogger(__name__)
 ENV_VAR = "S3DDB_BACKGROUND_FINALIZE"
 
 TicketKey = tuple[str, int]  # (base_uri, version)
+
+
+class NothingToFinish(Exception):
+    """Raised by a ticket's work that finds its version has nothing left for anyone to
+    finish (say, the version went with a dropped dataset): logged with its message
+    alone, where any other failure is logged as left to the next reader or writer."""
 
 
 class FinalizeTicket:
@@ -86,6 +93,14 @@ class FinalizeTicket:
         try:
             self.result = self._work(self)
             self.mark_copied()
+        except NothingToFinish as exc:
+            self.error = exc
+            log.warning(
+                "version %d of %s is not finished in the background: %s",
+                self.key[1],
+                self.key[0],
+                exc,
+            )
         except BaseException as exc:
             self.error = exc
             log.warning(
