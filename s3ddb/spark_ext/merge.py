@@ -87,6 +87,7 @@ from s3ddb.spark_ext.merge_tasks import (
     source_schema,
 )
 from s3ddb.spark_ext.native_write import jvm_root_of, observed_value, write_staged
+from s3ddb.spark_ext.session_settings import session_settings
 from s3ddb.versions.pinned import plan_and_commit
 from s3ddb.writes.merge_clauses import (
     UPDATE,
@@ -100,6 +101,10 @@ from s3ddb.writes.user_data import to_arrow_table
 __all__ = ["explain_merge_insert", "merge_batches", "merge_insert"]
 
 log = logging.getLogger(__name__)
+
+#: Rows of the source and the target joined per partition of the join, beyond the
+#: four partitions per core it always has (:func:`_join_partitions`).
+JOIN_ROWS_PER_PARTITION = 5_000_000
 
 
 def _clause(value: bool | Condition, name: str) -> tuple[bool, Condition]:
@@ -704,9 +709,7 @@ class _DistributedMerge:
             # source as it is (read again, as Delta's merge does; checked below).
             keys = self.source.select(*[quoted_name(k) for k in clauses.on])
             decided = decided_frame(keys, target_df, clauses, compiled, self.bounds)
-            results, written, updated = self._jvm_jobs(
-                manifest, decided, fragments, choice, tasks
-            )
+            results, written, updated = self._jvm_jobs(manifest, decided, fragments, choice, tasks)
         else:
             decided = decided_frame(self.source, target_df, clauses, compiled, self.bounds)
             # Cached as Spark's compressed column batches, not serialized again.
@@ -757,6 +760,7 @@ class _DistributedMerge:
         clauses = self.clauses
         parallelism = self.spark.sparkContext.defaultParallelism
         touched = max(1, min(len(fragments), parallelism * 4))
+        join_rows = self.source_rows + sum(f.physical_rows for f in fragments.values())
         what = f"merge_insert into {self.uri}"
         whole_source = clauses.writes_every_source_row
         key_hash = _key_hash(clauses.on)
@@ -768,7 +772,10 @@ class _DistributedMerge:
                 F.count(F.when(in_source, 1)).alias("rows"),
                 F.sum(F.when(in_source, key_hash)).alias("keys"),
             )
-        with evaluation_errors(what):
+        with (
+            evaluation_errors(what),
+            session_settings(self.spark, _join_partitions(join_rows, parallelism)),
+        ):
             results = (
                 address_rows(decided, clauses.on)
                 .mapInArrow(AddressTask(clauses.on), RESULT_DDL)
@@ -948,3 +955,20 @@ def _outcome(
         ),
     )
     return op, counts
+
+
+def _join_partitions(rows: int, cores: int) -> dict[str, str]:
+    """Session settings for the job that joins the source with the target (``rows``:
+    the source's and the candidate target rows): its shuffles in a multiple of
+    ``cores`` partitions, at least 4 per core and one per :data:`JOIN_ROWS_PER_PARTITION`
+    rows, not coalesced by adaptive execution. Coalesced to what the data's size
+    suggested, the join of the benchmark's 20,000,000 source and target rows ran as 5
+    tasks on 2 cores, the fifth alone while a core idled (10.8 s against 8.3-9.0 s in
+    8 tasks; in 20, its 64-row address groups made 20 Python tasks and the merge as a
+    whole was slower again). Only how the work is cut changes, never what it
+    computes."""
+    per_core = max(4, math.ceil(rows / JOIN_ROWS_PER_PARTITION / cores))
+    return {
+        "spark.sql.shuffle.partitions": str(per_core * cores),
+        "spark.sql.adaptive.coalescePartitions.enabled": "false",
+    }

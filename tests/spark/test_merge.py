@@ -458,6 +458,44 @@ def test_the_jvm_merge_reads_the_target_once(spark: Any, tmp_path: Path) -> None
     assert _rows(uri)[5000] == ("s", 5000)
 
 
+def test_the_jvm_merge_joins_in_partitions_a_multiple_of_the_cores(
+    spark: Any, tmp_path: Path
+) -> None:
+    """The join runs in 4 partitions per core (the session says 2, and adaptive
+    execution would coalesce by size): a task count that is a multiple of the cores,
+    so no task runs alone at the end while a core idles. The session's settings are
+    as they were afterwards, and the merge's answer is the same."""
+    from s3ddb.spark_ext import merge_insert
+    from s3ddb.spark_ext.merge import _join_partitions
+
+    cores = spark.sparkContext.defaultParallelism
+    assert _join_partitions(1000, cores)["spark.sql.shuffle.partitions"] == str(4 * cores)
+    assert _join_partitions(10**9, 2)["spark.sql.shuffle.partitions"] == "200"
+    uri = _target(tmp_path, n=4000, fragments=4)
+    ids = [0, 3999, *range(1, 3999, 400), 5000]
+    source = spark.createDataFrame(
+        pa.table({"id": pa.array(ids, pa.int64()), "v": ["s"] * len(ids), "n": ids})
+    )
+    keys = ("spark.sql.shuffle.partitions", "spark.sql.adaptive.coalescePartitions.enabled")
+    before = {k: spark.conf.get(k, None) for k in keys}
+    context = spark.sparkContext
+    context.setJobGroup("s3ddb-join-partitions", "merge")
+    try:
+        got = merge_insert(spark, uri, source, "id", writer="jvm")
+    finally:
+        context.setJobGroup("", "")
+    tracker = context.statusTracker()
+    tasks = {
+        stage.numTasks
+        for job in tracker.getJobIdsForGroup("s3ddb-join-partitions")
+        for stage_id in (tracker.getJobInfo(job).stageIds if tracker.getJobInfo(job) else [])
+        if (stage := tracker.getStageInfo(stage_id)) is not None
+    }
+    assert 4 * cores in tasks, tasks
+    assert {k: spark.conf.get(k, None) for k in keys} == before
+    assert got == {"num_inserted_rows": 1, "num_updated_rows": 12, "num_deleted_rows": 0}
+
+
 def test_auto_writer_sends_a_small_source_through_python_tasks(spark: Any, tmp_path: Path) -> None:
     """With ``writer="auto"`` a source of fewer rows per core than the rule says is
     written by Python tasks (pyarrow's Parquet writer), with ``writer="jvm"`` by
