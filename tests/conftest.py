@@ -241,6 +241,7 @@ def _module_shares_fixtures(path: Path) -> bool:
     return _SHARES[key]
 
 
+@pytest.hookimpl(optionalhook=True)  # xdist's hook: absent with -p no:xdist
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """With ``--dist loadscope``: the scope a worker takes whole is a module whose tests
     share a fixture, else a single test. One worker then runs such a module's tests one

@@ -21,17 +21,22 @@ __all__ = [
     "U64_MAX",
     "NamingScheme",
     "is_valid_version",
+    "name_bits",
     "parse_manifest_name",
     "parse_staged_name",
     "staged_manifest_name",
     "unique_hex",
 ]
 
-#: The generator of :func:`unique_hex`: seeded from the OS's randomness when the module
-#: is imported and again in every forked child, so processes never share a sequence.
-_NAMES = random.Random()
+_OS_SEEDED = random.Random()
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_NAMES.seed)
+    os.register_at_fork(after_in_child=_OS_SEEDED.seed)
+
+#: Where :func:`unique_hex` takes its bits: a generator seeded from the OS's randomness
+#: when the module is imported and again in every forked child, so processes never
+#: share a sequence. A test that must replay a run exactly, file names included (the
+#: commit simulation), puts a seeded one here for the run.
+name_bits: random.Random = _OS_SEEDED
 
 
 def unique_hex() -> str:
@@ -44,7 +49,7 @@ def unique_hex() -> str:
     half a millisecond when other threads wait for it (measured with the local
     endpoint in process). Tokens that grant anything keep using :mod:`secrets`.
     """
-    value = _NAMES.getrandbits(128)
+    value = name_bits.getrandbits(128)
     # The version (4) and variant (10) bits of a UUID, as uuid.uuid4().hex has them.
     value = (value & ~(0xF000 << 64) | (0x4000 << 64)) & ~(0xC000 << 48) | (0x8000 << 48)
     return f"{value:032x}"

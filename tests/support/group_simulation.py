@@ -42,10 +42,9 @@ from tests.support.simulation import (
     SimObjectStore,
     Stuck,
     _external,
-    _real_uuid4,
     _seeded_uuids,
-    _uuid4,
     finish_report,
+    seeded_names,
 )
 
 SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("val", pa.string())])
@@ -88,27 +87,28 @@ def run_group_schedule(
     sim.add("single", _single_writer(open_latest, ops))
     sim.add("snapshots", _snapshot_reader(handler, urls))
     violations: list[str] = []
-    uuid.uuid4 = _uuid4  # type: ignore[assignment]
     # A snapshot's reads run in the reader's own thread, each one a step (others may
     # commit in between), instead of on helper threads that are not scheduled: those
     # of its handlers' latest_together, and its own.
     pool, snapshots.process_pool = snapshots.process_pool, lambda *a, **k: _Inline()
     external.process_pool = snapshots.process_pool
     try:
-        with _seeded_uuids(random.Random(seed)):
-            for n in NAMES:
-                seed_handler = ExternalStoreCommitHandler(
-                    ObjectStore(urls[n]), InMemoryManifestStore(name), bases[n]
-                )
-                ds = s3ddb.Dataset(urls[n], seed_handler, placeholder_manifest())
-                fragments = tuple(s3ddb.fragment.write_fragments(_rows(0, 1, val="seed"), urls[n]))
-                seed = Overwrite(fragments, DatasetSchema.assign(SCHEMA))
-                commit_planned(ds, seed, None)
-        sim.run()
+        with seeded_names():
+            with _seeded_uuids(random.Random(seed)):
+                for n in NAMES:
+                    seed_handler = ExternalStoreCommitHandler(
+                        ObjectStore(urls[n]), InMemoryManifestStore(name), bases[n]
+                    )
+                    ds = s3ddb.Dataset(urls[n], seed_handler, placeholder_manifest())
+                    fragments = tuple(
+                        s3ddb.fragment.write_fragments(_rows(0, 1, val="seed"), urls[n])
+                    )
+                    seed = Overwrite(fragments, DatasetSchema.assign(SCHEMA))
+                    commit_planned(ds, seed, None)
+            sim.run()
     except Stuck as exc:
         violations.append(str(exc))
     finally:
-        uuid.uuid4 = _real_uuid4  # type: ignore[assignment]
         snapshots.process_pool = pool
         external.process_pool = pool
     return finish_report(seed, sim, name, violations, lambda: _check(urls, name, bases, sim))

@@ -50,6 +50,7 @@ from s3ddb.external_store.manifest_store import (
     ExternalStoreOutcomeUnknownError,
 )
 from s3ddb.external_store.memory import InMemoryManifestStore
+from s3ddb.format import naming
 from s3ddb.format.manifest import referenced_paths
 from s3ddb.format.schema import DatasetSchema
 from s3ddb.io.object_store import MemoryObjectStore, ObjectStore
@@ -216,6 +217,32 @@ def _uuid4() -> uuid.UUID:
     return uuid.UUID(int=rng.getrandbits(128), version=4)
 
 
+class _ActorNameBits(random.Random):
+    """The bits of new file names (``naming.name_bits``) during a schedule: the
+    running actor's seeded generator, so a seed replays with the same file names;
+    other threads' names stay random."""
+
+    def getrandbits(self, k: int) -> int:
+        rng = getattr(_UUID_LOCAL, "rng", None)
+        return (rng or _REAL_NAME_BITS).getrandbits(k)
+
+
+_REAL_NAME_BITS = naming.name_bits
+ACTOR_NAME_BITS = _ActorNameBits()
+
+
+@contextmanager
+def seeded_names() -> Iterator[None]:
+    """Seeded ids and file names for the block (see :func:`_seeded_uuids`)."""
+    uuid.uuid4 = _uuid4  # per-actor seeded names (other threads keep real ones)
+    naming.name_bits = ACTOR_NAME_BITS
+    try:
+        yield
+    finally:
+        uuid.uuid4 = _real_uuid4
+        naming.name_bits = _REAL_NAME_BITS
+
+
 @contextmanager
 def _seeded_uuids(rng: random.Random) -> Iterator[None]:
     _UUID_LOCAL.rng = random.Random(rng.randrange(2**63))
@@ -345,15 +372,13 @@ def run_schedule(
     sim.add("reader", _reader(open_latest))
     sim.add("cleaner", _cleaner(open_latest))
     violations: list[str] = []
-    uuid.uuid4 = _uuid4  # per-actor seeded names (other threads keep real ones)
     try:
-        with _seeded_uuids(random.Random(seed)):
-            _seed_versions(url, name, base_uri, stale, open_formats)
-        sim.run()
+        with seeded_names():
+            with _seeded_uuids(random.Random(seed)):
+                _seed_versions(url, name, base_uri, stale, open_formats)
+            sim.run()
     except Stuck as exc:
         violations.append(str(exc))
-    finally:
-        uuid.uuid4 = _real_uuid4
     return finish_report(
         seed, sim, name, violations, lambda: _check(url, name, base_uri, sim, open_formats)
     )
