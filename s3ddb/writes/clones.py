@@ -13,7 +13,6 @@ before cloning it (see docs/clones.md).
 from __future__ import annotations
 
 import os
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -28,6 +27,7 @@ from s3ddb.format.bases import BasePath, FileResolver
 from s3ddb.format.fragment_list import FragmentList
 from s3ddb.format.fragment_metadata import DataFile, DeletionFile, FragmentMetadata
 from s3ddb.format.manifest import Manifest
+from s3ddb.format.naming import unique_hex
 from s3ddb.format.row_lineage import encode_versions
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.open_formats.model import GROUP_METADATA_KEY
@@ -215,7 +215,7 @@ def _copies(
         if deletion is not None:
             store, path = sources.deletion_file(fragment)
             deletion = DeletionFile(
-                deletion.kind, deletion.read_version, uuid.uuid4().hex, deletion.num_deleted_rows
+                deletion.kind, deletion.read_version, unique_hex(), deletion.num_deleted_rows
             )
             dst = layout.deletion_file_path(
                 fragment.id, deletion.read_version, deletion.id, deletion.extension

@@ -228,14 +228,14 @@ class _ActorNameBits(random.Random):
 
 
 _REAL_NAME_BITS = naming.name_bits
-ACTOR_NAME_BITS = _ActorNameBits()
+_ACTOR_NAME_BITS = _ActorNameBits()
 
 
 @contextmanager
 def seeded_names() -> Iterator[None]:
     """Seeded ids and file names for the block (see :func:`_seeded_uuids`)."""
     uuid.uuid4 = _uuid4  # per-actor seeded names (other threads keep real ones)
-    naming.name_bits = ACTOR_NAME_BITS
+    naming.name_bits = _ACTOR_NAME_BITS
     try:
         yield
     finally:
