@@ -5,9 +5,9 @@ Where the JVM reaches the dataset's files, and ``values`` and ``where`` are SQL 
 ``where`` may match (read by Spark's own Parquet reader, with each row's fragment and
 position, as the merge reads its target: :mod:`s3ddb.spark_ext.merge_target`):
 
-1. the positions of the rows ``where`` holds for (NULL counts as false), grouped in
-   the JVM into 64-row masks, go to Python tasks, which gather a bitmap per fragment,
-   and tasks by fragment write the new deletion files
+1. the positions of the rows ``where`` holds for (NULL counts as false) go from the
+   scan to Python tasks (:class:`~s3ddb.spark_ext.merge_jvm.RowAddressTask`), which
+   gather a bitmap per fragment, and tasks by fragment write the new deletion files
    (:class:`~s3ddb.spark_ext.merge_tasks.DeletionTask`);
 2. the same rows, with each value computed as Spark SQL and cast to its column's
    type, are written by Spark's Parquet writer into ``data/``
@@ -41,7 +41,7 @@ from s3ddb.io.written_files import delete_written_files
 from s3ddb.operations import RowChangePlan, Update, UpdateMode
 from s3ddb.scan.visible_rows import fragment_may_match
 from s3ddb.spark_ext._types import quoted_name, spark_schema_of
-from s3ddb.spark_ext.merge_jvm import OUTCOME, AddressTask, address_words, evaluation_errors
+from s3ddb.spark_ext.merge_jvm import RowAddressTask, evaluation_errors
 from s3ddb.spark_ext.merge_target import target_frame
 from s3ddb.spark_ext.merge_tasks import (
     FRAGMENT,
@@ -53,7 +53,6 @@ from s3ddb.spark_ext.merge_tasks import (
 )
 from s3ddb.spark_ext.native_write import jvm_root_of, value_checks, write_staged
 from s3ddb.versions.pinned import plan_and_commit, rows_landed_since
-from s3ddb.writes.merge_clauses import UPDATE
 from s3ddb.writes.row_changes import compile_values, predicate_text
 
 __all__ = ["update_in_jvm", "update_refusal"]
@@ -194,8 +193,8 @@ def _plan(
     what = f"update of {ds.uri}"
     with evaluation_errors(what):
         results = (
-            address_words(rows.select(F.lit(UPDATE).cast("byte").alias(OUTCOME), FRAGMENT, ROW), 0)
-            .mapInArrow(AddressTask(()), RESULT_DDL)
+            rows.select(FRAGMENT, ROW)
+            .mapInArrow(RowAddressTask(), RESULT_DDL)
             .repartition(touched, "fid")
             .mapInArrow(DeletionTask(store, manifest, fragments), RESULT_DDL)
             .collect()
