@@ -50,6 +50,7 @@ from s3ddb.errors import (
     S3DDBError,
     SchemaMismatchError,
 )
+from s3ddb.format import layout
 from s3ddb.format.deletion import deletion_path
 from s3ddb.format.fragment_metadata import FragmentMetadata, data_file_paths
 from s3ddb.format.manifest import Manifest
@@ -62,10 +63,8 @@ from s3ddb.spark_ext._types import arrow_schema_of, conform_to_dataset, quoted_n
 from s3ddb.spark_ext._types import spark_schema_of as _spark_schema_of
 from s3ddb.spark_ext.atomic import APP_TRANSACTION_PREFIX, commit_batch_once
 from s3ddb.spark_ext.merge_jvm import (
-    BY_SOURCE,
     INSERT,
     OUTCOME,
-    TARGET_KEEP,
     AddressTask,
     WriterChoice,
     address_rows,
@@ -465,9 +464,6 @@ class _DistributedMerge:
     jvm_scheme: str | None = None
     #: Who writes the rows where the JVM can (:data:`WRITERS`).
     writer: str = "auto"
-    #: The sum of the source's key hashes (:func:`_key_hash`), to check that a later
-    #: job read the same rows; None if not computed.
-    source_key_hash: int | None = None
 
     @property
     def uri(self) -> str:
@@ -503,16 +499,14 @@ class _DistributedMerge:
             # rows each time would merge rows no job saw whole: materialized once.
             log.info("s3ddb merge: the source is nondeterministic; checkpointing it")
             source = source.localCheckpoint(eager=True)
-        # Only an upsert reads the source again to write it, and checks that read.
-        key_sum = F.sum(_key_hash(clauses.on)) if clauses.writes_every_source_row else F.lit(None)
-        aggregates = [F.count(F.lit(1)), key_sum]
+        aggregates = [F.count(F.lit(1))]
         bounded = [k for k in clauses.on if _bounded(target.field(k).type)]
         for k in bounded:
             aggregates += [F.min(F.col(quoted_name(k))), F.max(F.col(quoted_name(k)))]
         row = source.agg(*aggregates).collect()[0]
         bounds = []
         for i, k in enumerate(bounded):
-            low, high = row[2 + 2 * i], row[3 + 2 * i]
+            low, high = row[1 + 2 * i], row[2 + 2 * i]
             if low is not None and high is not None:
                 bounds.append((k, low, high))
         local = ds.handler.store.protocol == "file"
@@ -528,7 +522,6 @@ class _DistributedMerge:
             scheme_map,
             jvm_scheme,
             writer,
-            None if row[1] is None else int(row[1]),
         )
 
     def writer_on(self, schema: pa.Schema, stable_row_ids: bool) -> WriterChoice:
@@ -684,12 +677,12 @@ class _DistributedMerge:
     ) -> tuple[Update | None, dict[str, int]]:
         """:meth:`plan` with the clauses in Spark SQL and the rows written by Spark's
         Parquet writer (:mod:`s3ddb.spark_ext.merge_jvm`): the address job (bitmaps,
-        deletion files, refusals), then the row job.
+        deletion files, refusals), then the row job; for an upsert, the source's rows
+        first, then the address job over the keys written (:meth:`_upsert_jobs`).
 
         Raises:
             DuplicateKeyError, MatchedRowError, InvalidInputError, S3DDBError: the
-                merge is refused (before any row is written; every deletion file the
-                merge wrote is deleted first).
+                merge is refused (every file the merge wrote is deleted first).
             SchemaMismatchError: a value does not fit its column (no file is left).
         """
         from pyspark import StorageLevel
@@ -697,20 +690,17 @@ class _DistributedMerge:
         clauses = self.clauses
         log.info("s3ddb merge: %s", choice.describe())
         fragments = {f.id: f for f in candidates}
-        # Both jobs read this one join: persisted by the first, so the target's keys
-        # are read and joined once (a source read again would also give rows the
-        # address job never saw). Spark keeps a cached join's shuffle partitions
-        # (spark.sql.shuffle.partitions, not coalesced): as many Python tasks and
-        # written files as the rows need instead.
         tasks = self._tasks(candidates)
         if clauses.writes_every_source_row:
-            # Unless the merge is refused, every source row is written: the join needs
-            # only the source's keys, nothing of it is kept, and the row job writes the
-            # source as it is (read again, as Delta's merge does; checked below).
-            keys = self.source.select(*[quoted_name(k) for k in clauses.on])
-            decided = decided_frame(keys, target_df, clauses, compiled, self.bounds)
-            results, written, updated = self._jvm_jobs(manifest, decided, fragments, choice, tasks)
+            results, written, updated = self._upsert_jobs(
+                manifest, compiled, target_df, fragments, choice, tasks
+            )
         else:
+            # Both jobs read this one join: persisted by the first, so the target's
+            # keys are read and joined once (a source read again would also give rows
+            # the address job never saw). Spark keeps a cached join's shuffle
+            # partitions (spark.sql.shuffle.partitions, not coalesced): as many Python
+            # tasks and written files as the rows need instead.
             decided = decided_frame(self.source, target_df, clauses, compiled, self.bounds)
             # Cached as Spark's compressed column batches, not serialized again.
             decided = decided.coalesce(tasks).persist(StorageLevel.MEMORY_AND_DISK_DESER)
@@ -734,6 +724,104 @@ class _DistributedMerge:
         )
         return op, counts
 
+    def _address_job(
+        self,
+        manifest: Manifest,
+        decided: Any,
+        fragments: dict[int, FragmentMetadata],
+    ) -> list[Any]:
+        """The address job over ``decided``
+        (:func:`~s3ddb.spark_ext.merge_jvm.decided_frame`): the tasks' results
+        (bitmaps, deletion files written, counts, or a refusal), unchecked."""
+        clauses = self.clauses
+        parallelism = self.spark.sparkContext.defaultParallelism
+        touched = max(1, min(len(fragments), parallelism * 4))
+        join_rows = self.source_rows + sum(f.physical_rows for f in fragments.values())
+        with (
+            evaluation_errors(f"merge_insert into {self.uri}"),
+            session_settings(self.spark, _join_partitions(join_rows, parallelism)),
+        ):
+            results: list[Any] = (
+                address_rows(decided, clauses.on)
+                .mapInArrow(AddressTask(clauses.on), RESULT_DDL)
+                .repartition(touched, "fid")
+                .mapInArrow(DeletionTask(self.store, manifest, fragments), RESULT_DDL)
+                .collect()
+            )
+        return results
+
+    def _upsert_jobs(
+        self,
+        manifest: Manifest,
+        compiled: Any,
+        target_df: Any,
+        fragments: dict[int, FragmentMetadata],
+        choice: WriterChoice,
+        tasks: int,
+    ) -> tuple[list[Any], list[FragmentMetadata], int]:
+        """:meth:`_plan_jvm`'s jobs for an upsert (every source row is written unless
+        the merge is refused): Spark writes the source as it is first, then the
+        address job joins the keys of the files written with the target's. The source
+        is read once, so whatever it gives (a DataFrame Spark believes deterministic
+        over files replaced meanwhile) is merged as one consistent set of rows; its
+        keys are still checked against the ranges that chose the candidate fragments
+        (a key outside them refuses the merge). The tasks' results, the fragments
+        written and the rows updated.
+
+        Raises:
+            As :meth:`_plan_jvm`; every file written is deleted first.
+        """
+        from pyspark.sql import functions as F
+
+        what = f"merge_insert into {self.uri}"
+        schema = manifest.schema
+        names = [F.col(quoted_name(n)) for n in schema.arrow.names]
+        assert choice.root is not None
+        written: list[FragmentMetadata] = []
+        results: list[Any] = []
+        try:
+            with evaluation_errors(what):
+                written = write_staged(
+                    self.source.coalesce(tasks).select(*names),
+                    self.store,
+                    choice.root,
+                    schema,
+                    uuid.uuid4().hex,
+                    choice.checks,
+                    max_rows_per_file=ROWS_PER_TASK,
+                )
+            keys = self._written_keys(written, choice.root)
+            decided = decided_frame(keys, target_df, self.clauses, compiled, self.bounds)
+            results = self._address_job(manifest, decided, fragments)
+            _raise_refusal(self.store, results)
+        except BaseException:
+            deletions = [pickle.loads(d) for k, _f, d in results if k == "deletion"]
+            delete_written_files(
+                self.store,
+                [*data_file_paths(written), *(deletion_path(f) for f in deletions)],
+            )
+            raise
+        return results, written, _updated_rows(results)
+
+    def _written_keys(self, written: list[FragmentMetadata], root: str) -> Any:
+        """The key columns of the data files ``written`` (in ``data/`` of the dataset
+        whose root the JVM names ``root``), read by Spark's Parquet reader, in the
+        source's types (the join compares them as it would the source's)."""
+        from pyspark.sql import functions as F
+
+        keys = [quoted_name(k) for k in self.clauses.on]
+        if not written:
+            return self.source.select(*keys).limit(0)
+        paths = [
+            f"{root.rstrip('/')}/{layout.data_file_path(f.files[0].path)}" for f in written
+        ]
+        return self.spark.read.parquet(*paths).select(
+            *[
+                F.col(q).cast(self.source.schema[k].dataType).alias(k)
+                for q, k in zip(keys, self.clauses.on)
+            ]
+        )
+
     def _jvm_jobs(
         self,
         manifest: Manifest,
@@ -743,77 +831,34 @@ class _DistributedMerge:
         tasks: int,
     ) -> tuple[list[Any], list[FragmentMetadata], int]:
         """The address job then the row job of :meth:`_plan_jvm` over ``decided``
-        (:func:`~s3ddb.spark_ext.merge_jvm.decided_frame`): the tasks' results, the
-        fragments Spark wrote, and the rows updated. When the clauses write every
-        source row, ``decided`` holds the source's keys only and the row job writes
-        the source itself; else ``decided`` is persisted and the row job writes its
-        updated and inserted rows.
+        (:func:`~s3ddb.spark_ext.merge_jvm.decided_frame`, persisted): the tasks'
+        results, the fragments Spark wrote (the updated and inserted rows), and the
+        rows updated.
 
         Raises:
-            As :meth:`_plan_jvm`; InvalidInputError: the jobs read other source rows
-                than the source's aggregate counted (a source that changed between
-                reads).
+            As :meth:`_plan_jvm`; InvalidInputError: the row job read other rows than
+                the address job (a lost part of the persisted join computed again
+                from a source that changed meanwhile).
         """
         from pyspark.sql import Observation
         from pyspark.sql import functions as F
 
-        clauses = self.clauses
-        parallelism = self.spark.sparkContext.defaultParallelism
-        touched = max(1, min(len(fragments), parallelism * 4))
-        join_rows = self.source_rows + sum(f.physical_rows for f in fragments.values())
         what = f"merge_insert into {self.uri}"
-        whole_source = clauses.writes_every_source_row
-        key_hash = _key_hash(clauses.on)
-        if whole_source:
-            seen_by_address = Observation(f"s3ddb_merge_keys_{uuid.uuid4().hex}")
-            in_source = ~F.col(OUTCOME).isin(BY_SOURCE, TARGET_KEEP)
-            decided = decided.observe(
-                seen_by_address,
-                F.count(F.when(in_source, 1)).alias("rows"),
-                F.sum(F.when(in_source, key_hash)).alias("keys"),
-            )
-        with (
-            evaluation_errors(what),
-            session_settings(self.spark, _join_partitions(join_rows, parallelism)),
-        ):
-            results = (
-                address_rows(decided, clauses.on)
-                .mapInArrow(AddressTask(clauses.on), RESULT_DDL)
-                .repartition(touched, "fid")
-                .mapInArrow(DeletionTask(self.store, manifest, fragments), RESULT_DDL)
-                .collect()
-            )
+        results = self._address_job(manifest, decided, fragments)
         _raise_refusal(self.store, results)
-        updated = sum(
-            json.loads(data).get("num_updated_rows", 0)
-            for kind, _fid, data in results
-            if kind == "counts"
-        )
+        updated = _updated_rows(results)
         written: list[FragmentMetadata] = []
         names = [F.col(quoted_name(n)) for n in manifest.schema.arrow.names]
         try:
-            if whole_source:
-                self._check_source_seen(seen_by_address)
-            if not (clauses.insert or updated):
+            if not (self.clauses.insert or updated):
                 return results, written, updated
             observation = Observation(f"s3ddb_merge_{uuid.uuid4().hex}")
-            if whole_source:
-                chosen = (
-                    self.source.coalesce(tasks)
-                    .observe(
-                        observation,
-                        F.count(F.lit(1)).alias("rows"),
-                        F.sum(key_hash).alias("keys"),
-                    )
-                    .select(*names)
-                )
-            else:
-                is_update = F.when(F.col(OUTCOME) == UPDATE, 1).otherwise(0)
-                chosen = (
-                    decided.observe(observation, F.sum(is_update).alias("updated"))
-                    .where(F.col(OUTCOME).isin(UPDATE, INSERT))
-                    .select(*names)
-                )
+            is_update = F.when(F.col(OUTCOME) == UPDATE, 1).otherwise(0)
+            chosen = (
+                decided.observe(observation, F.sum(is_update).alias("updated"))
+                .where(F.col(OUTCOME).isin(UPDATE, INSERT))
+                .select(*names)
+            )
             assert choice.root is not None
             with evaluation_errors(what):
                 written = write_staged(
@@ -825,15 +870,11 @@ class _DistributedMerge:
                     choice.checks,
                     max_rows_per_file=ROWS_PER_TASK,
                 )
-            if whole_source:
-                self._check_source_seen(observation)
-            else:
-                # The persisted join gives both jobs the same rows, unless Spark
-                # computed a lost or evicted part of it again from a source that
-                # changed since.
-                seen = observed_value(observation, "updated")
-                if seen is not None and seen != updated:
-                    raise InvalidInputError(_SOURCE_CHANGED)
+            # The persisted join gives both jobs the same rows, unless Spark computed
+            # a lost or evicted part of it again from a source that changed since.
+            seen = observed_value(observation, "updated")
+            if seen is not None and seen != updated:
+                raise InvalidInputError(_SOURCE_CHANGED)
         except BaseException:
             deletions = [pickle.loads(d) for k, _f, d in results if k == "deletion"]
             delete_written_files(
@@ -843,35 +884,15 @@ class _DistributedMerge:
             raise
         return results, written, updated
 
-    def _check_source_seen(self, observation: Any) -> None:
-        """Check that a job read the rows the source's aggregate counted: as many,
-        with the same keys (a sum of their hashes); unchecked if Spark did not report.
 
-        Raises:
-            InvalidInputError: it read other rows.
-        """
-        rows = observed_value(observation, "rows")
-        keys = observed_value(observation, "keys")
-        if rows is None:
-            return
-        if rows != self.source_rows or (
-            self.source_key_hash is not None and rows and keys != self.source_key_hash
-        ):
-            raise InvalidInputError(_SOURCE_CHANGED)
+def _updated_rows(results: list[Any]) -> int:
+    """The rows the address job's tasks counted updated."""
+    return sum(
+        json.loads(data).get("num_updated_rows", 0)
+        for kind, _fid, data in results
+        if kind == "counts"
+    )
 
-
-def _key_hash(on: tuple[str, ...]) -> Any:
-    """A row's keys as a number whose sum over the source checks that two reads gave
-    the same keys: Spark's ``hash`` of the key columns, 20 bits of it, so that the
-    sum of any source up to 2**43 rows fits a bigint (Spark's ANSI sum would fail
-    on an overflow)."""
-    from pyspark.sql import functions as F
-
-    hashed = F.hash(*[F.col(quoted_name(k)) for k in on])
-    return F.pmod(hashed, F.lit(_KEY_HASH_MODULUS)).cast("long")
-
-
-_KEY_HASH_MODULUS = 1 << 20
 
 #: A source whose jobs read other rows than its aggregate counted.
 _SOURCE_CHANGED = (

@@ -242,47 +242,88 @@ def test_explain_says_who_writes_the_rows(spark: Any, tmp_path: Path) -> None:
     assert "Python tasks (pyarrow), because the JVM cannot reach" in plan, plan
 
 
-def test_an_upsert_source_that_changes_between_jobs_commits_nothing(
-    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """An upsert (every source row updated or inserted) writes the source itself,
-    read again after the address job, and checks the rows and keys it wrote against
-    the source's aggregate: a source Spark sees as deterministic whose rows still
-    change between reads (here a UDF reading a file; in life, files replaced under a
-    path) is refused, with nothing committed and no file left."""
+def _shifting_source(spark: Any, tmp_path: Path, last_stays: bool) -> tuple[Any, Path]:
+    """A source Spark sees as deterministic whose rows change between reads (a UDF
+    reading a file; in life, files replaced under a path): 600 rows of even keys
+    ``0..1198`` while the file holds 0, odd ones once it holds 1 (but key 1198 if
+    ``last_stays``, so that the keys' range does not change)."""
     from pyspark.sql import functions as F
 
-    import s3ddb.spark_ext
-    import s3ddb.spark_ext.merge as spark_merge
-
-    uri = str(tmp_path / "t")
-    ids = pa.array(range(0, 2000, 2), pa.int64())
-    s3ddb.write_dataset(pa.table({"id": ids, "v": ["t"] * 1000}), uri)
-    before = {p.name for p in Path(uri).rglob("*") if p.is_file()}
     shift = tmp_path / "shift"
     shift.write_text("0")
     path = str(shift)
 
     def shifted(i: int) -> int:
         with open(path) as f:
-            # Even keys (all matched) at first, odd ones (all new) once shifted.
-            return 2 * i + int(f.read())
+            moved = int(f.read())
+        return 2 * i + (0 if last_stays and i == 599 else moved)
 
     key = F.udf(shifted, "long")
     df = spark.range(0, 600, numPartitions=3).select(
         key(F.col("id")).alias("id"), F.lit("s").alias("v")
     )
+    return df, shift
+
+
+def _shift_while_writing(monkeypatch: pytest.MonkeyPatch, shift: Path) -> None:
+    """The source reads shifted while the merge writes its rows, and as at first after."""
+    import s3ddb.spark_ext.merge as spark_merge
+
     real_write = spark_merge.write_staged
 
-    def write_after_shift(*args: Any, **kwargs: Any) -> Any:
+    def write_shifted(*args: Any, **kwargs: Any) -> Any:
         shift.write_text("1")
-        return real_write(*args, **kwargs)
+        try:
+            return real_write(*args, **kwargs)
+        finally:
+            shift.write_text("0")
 
-    monkeypatch.setattr(spark_merge, "write_staged", write_after_shift)
-    with pytest.raises(s3ddb.InvalidInputError, match="other rows"):
+    monkeypatch.setattr(spark_merge, "write_staged", write_shifted)
+
+
+def test_an_upsert_source_whose_keys_leave_the_planned_range_commits_nothing(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An upsert's source is aggregated first (its key range chooses the target
+    fragments that can match); a source whose rows then change so that a written key
+    lies outside that range is refused, with nothing committed and no file left."""
+    import s3ddb.spark_ext
+
+    uri = str(tmp_path / "t")
+    ids = pa.array(range(0, 2000, 2), pa.int64())
+    s3ddb.write_dataset(pa.table({"id": ids, "v": ["t"] * 1000}), uri)
+    before = {p.name for p in Path(uri).rglob("*") if p.is_file()}
+    df, shift = _shifting_source(spark, tmp_path, last_stays=False)
+    _shift_while_writing(monkeypatch, shift)
+    with pytest.raises(s3ddb.InvalidInputError, match="other keys"):
         s3ddb.spark_ext.merge_insert(spark, uri, df, "id", writer="jvm")
     assert s3ddb.dataset(uri).version == 1
     assert {p.name for p in Path(uri).rglob("*") if p.is_file()} == before
+
+
+def test_an_upsert_reads_its_source_once_and_merges_the_rows_it_wrote(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An upsert writes the source first and joins the keys of the files written with
+    the target's: a source that gives other rows (within the planned key range) to
+    each read is merged as the one set of rows written, never as a mix of two reads.
+    Here the write reads the odd keys (and 1198); the source reads even keys again
+    afterwards, which would have matched (and deleted) 600 target rows."""
+    import s3ddb.spark_ext
+
+    uri = str(tmp_path / "t")
+    ids = pa.array(range(0, 2000, 2), pa.int64())
+    s3ddb.write_dataset(pa.table({"id": ids, "v": ["t"] * 1000}), uri)
+    df, shift = _shifting_source(spark, tmp_path, last_stays=True)
+    _shift_while_writing(monkeypatch, shift)
+    counts = s3ddb.spark_ext.merge_insert(spark, uri, df, "id", writer="jvm")
+    assert counts == {"num_inserted_rows": 599, "num_updated_rows": 1, "num_deleted_rows": 0}
+    got = s3ddb.dataset(uri).to_table().sort_by("id")
+    written = set(range(1, 1198, 2)) | {1198}
+    want = sorted(set(range(0, 2000, 2)) | written)
+    assert got.column("id").to_pylist() == want
+    assert [v for i, v in zip(want, got.column("v").to_pylist()) if v == "s"] == ["s"] * 600
+    assert {i for i, v in zip(want, got.column("v").to_pylist()) if v == "s"} == written
 
 
 def test_addresses_grouped_in_64_row_words_give_every_row_back(spark: Any) -> None:
