@@ -83,6 +83,7 @@ from s3ddb.spark_ext.merge_tasks import (
     TARGET_PREFIX,
     DeletionTask,
     MergeTask,
+    deletion_tasks,
     source_schema,
 )
 from s3ddb.spark_ext.native_write import jvm_root_of, observed_value, write_staged
@@ -651,7 +652,7 @@ class _DistributedMerge:
         decided = joined.repartition(tasks, *spread).mapInArrow(worker, RESULT_DDL)
         fragments = {f.id: f for f in candidates}
         deleter = DeletionTask(self.store, manifest, fragments)
-        touched = max(1, min(len(candidates), parallelism * 4))
+        touched = deletion_tasks(len(candidates), parallelism)
         results = decided.repartition(touched, "fid").mapInArrow(deleter, RESULT_DDL).collect()
         op, counts = _outcome(self.store, clauses, self.bounds, results)
         add_operation_metrics(
@@ -735,7 +736,7 @@ class _DistributedMerge:
         (bitmaps, deletion files written, counts, or a refusal), unchecked."""
         clauses = self.clauses
         parallelism = self.spark.sparkContext.defaultParallelism
-        touched = max(1, min(len(fragments), parallelism * 4))
+        touched = deletion_tasks(len(fragments), parallelism)
         join_rows = self.source_rows + sum(f.physical_rows for f in fragments.values())
         with (
             evaluation_errors(f"merge_insert into {self.uri}"),
@@ -812,9 +813,7 @@ class _DistributedMerge:
         keys = [quoted_name(k) for k in self.clauses.on]
         if not written:
             return self.source.select(*keys).limit(0)
-        paths = [
-            f"{root.rstrip('/')}/{layout.data_file_path(f.files[0].path)}" for f in written
-        ]
+        paths = [f"{root.rstrip('/')}/{layout.data_file_path(f.files[0].path)}" for f in written]
         return self.spark.read.parquet(*paths).select(
             *[
                 F.col(q).cast(self.source.schema[k].dataType).alias(k)

@@ -42,6 +42,7 @@ from s3ddb.writes.merge_insert import moved_lineage
 
 __all__ = [
     "FRAGMENT",
+    "FRAGMENTS_PER_DELETION_TASK",
     "IN_SOURCE",
     "RESULT_DDL",
     "ROW",
@@ -50,6 +51,7 @@ __all__ = [
     "DeletionTask",
     "MergeTask",
     "TargetReader",
+    "deletion_tasks",
     "result_batch",
     "source_schema",
 ]
@@ -307,6 +309,21 @@ def result_batch(rows: list[tuple[str, int, bytes]]) -> pa.RecordBatch:
         [pa.array(kinds, pa.string()), pa.array(fids, pa.int64()), pa.array(data, pa.binary())],
         schema=_RESULT,
     )
+
+
+def deletion_tasks(fragments: int, cores: int) -> int:
+    """How many :class:`DeletionTask` tasks write the deletion files of ``fragments``
+    fragments on ``cores`` cores: one per core while each writes at most
+    :data:`FRAGMENTS_PER_DELETION_TASK` (a task's set-up costs more than a few small
+    files: eight tasks for twenty fragments took 0.35 s, 0.07 s of it work), four
+    per core beyond (so that uneven fragments even out)."""
+    if fragments <= cores * FRAGMENTS_PER_DELETION_TASK:
+        return max(1, min(fragments, cores))
+    return cores * 4
+
+
+#: Fragments a :class:`DeletionTask` takes before the tasks are four per core.
+FRAGMENTS_PER_DELETION_TASK = 64
 
 
 @dataclass(frozen=True)

@@ -50,8 +50,11 @@ from s3ddb.spark_ext.merge_tasks import (
     ROWS_PER_TASK,
     TARGET_PREFIX,
     DeletionTask,
+    deletion_tasks,
 )
 from s3ddb.spark_ext.native_write import jvm_root_of, value_checks, write_staged
+from s3ddb.spark_ext.scan_balance import balanced_scan_settings
+from s3ddb.spark_ext.session_settings import session_settings
 from s3ddb.versions.pinned import plan_and_commit, rows_landed_since
 from s3ddb.writes.row_changes import compile_values, predicate_text
 
@@ -189,9 +192,12 @@ def _plan(
     if checks is None:
         return None, "a value's Spark type is not stored as the dataset's column"
     fragments = {f.id: f for f in candidates}
-    touched = max(1, min(len(candidates), spark.sparkContext.defaultParallelism * 4))
+    touched = deletion_tasks(len(candidates), spark.sparkContext.defaultParallelism)
     what = f"update of {ds.uri}"
-    with evaluation_errors(what):
+    # Both jobs scan the candidates: in tasks that fill the cores to the end.
+    sizes = [d.file_size_bytes for f in candidates for d in f.files]
+    balanced = balanced_scan_settings(spark, sizes)
+    with evaluation_errors(what), session_settings(spark, balanced):
         results = (
             rows.select(FRAGMENT, ROW)
             .mapInArrow(RowAddressTask(), RESULT_DDL)
@@ -207,7 +213,7 @@ def _plan(
         return None, None
     written: list[FragmentMetadata] = []
     try:
-        with evaluation_errors(what):
+        with evaluation_errors(what), session_settings(spark, balanced):
             written = write_staged(
                 changed,
                 store,
