@@ -305,9 +305,9 @@ def explain_merge_insert(
     ]
     if choice.jvm and clauses.writes_every_source_row:
         lines.append(
-            "an upsert (every source row updated or inserted): Spark joins the source's "
-            "keys only and writes the source itself, read again and checked against its "
-            "first aggregate"
+            "an upsert (every source row updated or inserted): Spark writes the source "
+            "first, reading it once, then joins the keys of the files written with the "
+            "target's"
         )
     return "\n".join(lines)
 

@@ -22,10 +22,10 @@ read and joined once.
 
 An upsert (every source row updated or inserted unless the merge is refused:
 :attr:`~s3ddb.writes.merge_clauses.MergeClauses.writes_every_source_row`) needs no
-column of the join but the outcome: its join reads only the source's keys and is not
-persisted, and the row job writes the source itself, read again (as Delta's merge
-reads its source twice) and checked against the source's first aggregate (its rows
-and the sum of its keys' hashes, in both jobs).
+column of the join but the outcome: the row job runs first and writes the source
+itself, read once, and the address job joins the keys of the files written (Spark's
+Parquet reader, in the source's key types) with the target's; nothing is persisted.
+A refusal then deletes the rows written too.
 
 The driver holds what the tasks send and the written files' metadata; it commits as
 the Python path does. Conditions keep the library's rules: NULL is false, delete wins
