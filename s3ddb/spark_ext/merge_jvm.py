@@ -74,7 +74,6 @@ __all__ = [
     "OUTCOME",
     "TARGET_KEEP",
     "AddressTask",
-    "RowAddressTask",
     "WriterChoice",
     "address_rows",
     "address_words",
@@ -393,32 +392,6 @@ class AddressTask:
         out = [("counts", -1, json.dumps(counts).encode())]
         out += [("removed", fid, b.serialize()) for fid, b in removed.items()]
         out += [("matched", fid, b.serialize()) for fid, b in matched.items()]
-        yield result_batch(out)
-
-
-@dataclass(frozen=True)
-class RowAddressTask:
-    """Gathers one partition of rows' (fragment, row) addresses, each removed and
-    rewritten by an update, into a bitmap per fragment and a count, as results
-    (:data:`~s3ddb.spark_ext.merge_tasks.RESULT_DDL`): ``removed`` bitmaps and one
-    ``counts`` row. The rows come straight from the scan, with no shuffle before:
-    :func:`address_words`'s aggregation (a shuffle, and a stage of its own) cost more
-    than converting the rows it saves: an update of every 20th row of 20,000,000 took
-    4.4 s instead of 5.0 s (an update of every row 15.6 s instead of 14.5 s, where
-    the 64-row words are full). Pickles to executors."""
-
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        removed: dict[int, BitMap] = {}
-        rows = 0
-        for batch in batches:
-            if not batch.num_rows:
-                continue
-            rows += batch.num_rows
-            fids = batch.column(FRAGMENT).to_numpy(zero_copy_only=False).astype(np.int64)
-            positions = batch.column(ROW).to_numpy(zero_copy_only=False).astype(np.int64)
-            _add(removed, fids, positions)
-        out = [("counts", -1, json.dumps({"num_updated_rows": rows}).encode())]
-        out += [("removed", fid, b.serialize()) for fid, b in removed.items()]
         yield result_batch(out)
 
 

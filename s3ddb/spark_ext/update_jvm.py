@@ -5,9 +5,10 @@ Where the JVM reaches the dataset's files, and ``values`` and ``where`` are SQL 
 ``where`` may match (read by Spark's own Parquet reader, with each row's fragment and
 position, as the merge reads its target: :mod:`s3ddb.spark_ext.merge_target`):
 
-1. the positions of the rows ``where`` holds for (NULL counts as false) go from the
-   scan to Python tasks (:class:`~s3ddb.spark_ext.merge_jvm.RowAddressTask`), which
-   gather a bitmap per fragment, and tasks by fragment write the new deletion files
+1. the positions of the rows ``where`` holds for (NULL counts as false) are gathered
+   by Spark into bitmaps of 32,768 rows per fragment
+   (:func:`~s3ddb.spark_ext.merge_tasks.removed_buckets`), and tasks by fragment
+   write the new deletion files
    (:class:`~s3ddb.spark_ext.merge_tasks.DeletionTask`);
 2. the same rows, with each value computed as Spark SQL and cast to its column's
    type, are written by Spark's Parquet writer into ``data/``
@@ -21,7 +22,6 @@ concurrent commits), through the same commit loop. Otherwise the update runs as
 
 from __future__ import annotations
 
-import json
 import logging
 import pickle
 import uuid
@@ -41,7 +41,7 @@ from s3ddb.io.written_files import delete_written_files
 from s3ddb.operations import RowChangePlan, Update, UpdateMode
 from s3ddb.scan.visible_rows import fragment_may_match
 from s3ddb.spark_ext._types import quoted_name, spark_schema_of
-from s3ddb.spark_ext.merge_jvm import RowAddressTask, evaluation_errors
+from s3ddb.spark_ext.merge_jvm import evaluation_errors
 from s3ddb.spark_ext.merge_target import target_frame
 from s3ddb.spark_ext.merge_tasks import (
     FRAGMENT,
@@ -51,6 +51,7 @@ from s3ddb.spark_ext.merge_tasks import (
     TARGET_PREFIX,
     DeletionTask,
     deletion_tasks,
+    removed_buckets,
 )
 from s3ddb.spark_ext.native_write import jvm_root_of, value_checks, write_staged
 from s3ddb.spark_ext.scan_balance import balanced_scan_settings
@@ -199,14 +200,13 @@ def _plan(
     balanced = balanced_scan_settings(spark, sizes)
     with evaluation_errors(what), session_settings(spark, balanced):
         results = (
-            rows.select(FRAGMENT, ROW)
-            .mapInArrow(RowAddressTask(), RESULT_DDL)
+            removed_buckets(rows)
             .repartition(touched, "fid")
             .mapInArrow(DeletionTask(store, manifest, fragments), RESULT_DDL)
             .collect()
         )
     counted = sum(
-        json.loads(data)["num_updated_rows"] for kind, _fid, data in results if kind == "counts"
+        len(BitMap.deserialize(data)) for kind, _fid, data in results if kind == "affected"
     )
     deletions = [pickle.loads(data) for kind, _fid, data in results if kind == "deletion"]
     if not counted:

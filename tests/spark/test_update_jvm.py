@@ -113,3 +113,34 @@ def test_a_data_file_replaced_after_planning_fails_the_update(
     with pytest.raises(s3ddb.errors.DataFileError, match="not the file planned"):
         s3ddb.spark_ext.update(spark, uri, {"v": "upper(v)"}, "id % 2 = 0")
     assert s3ddb.dataset(uri).version == 2
+
+
+def test_removed_rows_gathered_in_buckets_give_every_position_back(spark: Any) -> None:
+    """Spark gathers removed rows into bitmaps of 32,768 rows per fragment: each
+    position comes back exactly once, at the edges of the buckets too, and no other."""
+    import numpy as np
+
+    from s3ddb.spark_ext.merge_tasks import (
+        FRAGMENT,
+        REMOVED_BUCKET,
+        ROW,
+        bucket_positions,
+        removed_buckets,
+    )
+
+    rng = np.random.default_rng(3)
+    wanted = {
+        0: {0, 1, 32_767, 32_768, 65_535, 65_536, 1_000_000},
+        7: set(rng.choice(200_000, 5_000, replace=False).tolist()),
+    }
+    pairs = [(fid, row) for fid, rows in wanted.items() for row in rows]
+    df = spark.createDataFrame(pairs, f"{FRAGMENT} long, {ROW} long").repartition(3)
+    got: dict[int, list[int]] = {}
+    for kind, fid, data in removed_buckets(df).collect():
+        assert kind == REMOVED_BUCKET
+        got.setdefault(fid, []).extend(bucket_positions(bytes(data)).tolist())
+    assert {fid: sorted(rows) for fid, rows in got.items()} == {
+        fid: sorted(rows) for fid, rows in wanted.items()
+    }
+    with pytest.raises(ValueError, match="bucket of 12 bytes"):
+        bucket_positions(b"\0" * 12)
