@@ -774,35 +774,43 @@ class _DistributedMerge:
         """
         from pyspark.sql import functions as F
 
-        what = f"merge_insert into {self.uri}"
-        schema = manifest.schema
-        names = [F.col(quoted_name(n)) for n in schema.arrow.names]
+        names = [F.col(quoted_name(n)) for n in manifest.schema.arrow.names]
         assert choice.root is not None
         written: list[FragmentMetadata] = []
         results: list[Any] = []
         try:
-            with evaluation_errors(what):
-                written = write_staged(
-                    self.source.coalesce(tasks).select(*names),
-                    self.store,
-                    choice.root,
-                    schema,
-                    uuid.uuid4().hex,
-                    choice.checks,
-                    max_rows_per_file=ROWS_PER_TASK,
-                )
+            written = self._write_rows(self.source.coalesce(tasks).select(*names), manifest, choice)
             keys = self._written_keys(written, choice.root)
             decided = decided_frame(keys, target_df, self.clauses, compiled, self.bounds)
             results = self._address_job(manifest, decided, fragments)
             _raise_refusal(self.store, results)
         except BaseException:
-            deletions = [pickle.loads(d) for k, _f, d in results if k == "deletion"]
-            delete_written_files(
-                self.store,
-                [*data_file_paths(written), *(deletion_path(f) for f in deletions)],
-            )
+            _delete_merge_files(self.store, results, written)
             raise
         return results, written, _updated_rows(results)
+
+    def _write_rows(
+        self, rows: Any, manifest: Manifest, choice: WriterChoice
+    ) -> list[FragmentMetadata]:
+        """``rows`` (the dataset's columns) written by Spark's Parquet writer into
+        ``data/`` as fragments of at most :data:`ROWS_PER_TASK` rows, not committed.
+
+        Raises:
+            SchemaMismatchError, DataFileError: see
+                :func:`~s3ddb.spark_ext.native_write.write_staged`.
+            InvalidExpressionError: Spark could not evaluate a value.
+        """
+        assert choice.root is not None
+        with evaluation_errors(f"merge_insert into {self.uri}"):
+            return write_staged(
+                rows,
+                self.store,
+                choice.root,
+                manifest.schema,
+                uuid.uuid4().hex,
+                choice.checks,
+                max_rows_per_file=ROWS_PER_TASK,
+            )
 
     def _written_keys(self, written: list[FragmentMetadata], root: str) -> Any:
         """The key columns of the data files ``written`` (in ``data/`` of the dataset
@@ -842,7 +850,6 @@ class _DistributedMerge:
         from pyspark.sql import Observation
         from pyspark.sql import functions as F
 
-        what = f"merge_insert into {self.uri}"
         results = self._address_job(manifest, decided, fragments)
         _raise_refusal(self.store, results)
         updated = _updated_rows(results)
@@ -858,30 +865,25 @@ class _DistributedMerge:
                 .where(F.col(OUTCOME).isin(UPDATE, INSERT))
                 .select(*names)
             )
-            assert choice.root is not None
-            with evaluation_errors(what):
-                written = write_staged(
-                    chosen,
-                    self.store,
-                    choice.root,
-                    manifest.schema,
-                    uuid.uuid4().hex,
-                    choice.checks,
-                    max_rows_per_file=ROWS_PER_TASK,
-                )
+            written = self._write_rows(chosen, manifest, choice)
             # The persisted join gives both jobs the same rows, unless Spark computed
             # a lost or evicted part of it again from a source that changed since.
             seen = observed_value(observation, "updated")
             if seen is not None and seen != updated:
                 raise InvalidInputError(_SOURCE_CHANGED)
         except BaseException:
-            deletions = [pickle.loads(d) for k, _f, d in results if k == "deletion"]
-            delete_written_files(
-                self.store,
-                [*data_file_paths(written), *(deletion_path(f) for f in deletions)],
-            )
+            _delete_merge_files(self.store, results, written)
             raise
         return results, written, updated
+
+
+def _delete_merge_files(
+    store: ObjectStore, results: list[Any], written: list[FragmentMetadata]
+) -> None:
+    """Delete the data files ``written`` and the deletion files the tasks' ``results``
+    name: the merge is not committed."""
+    deletions = [pickle.loads(d) for kind, _f, d in results if kind == "deletion"]
+    delete_written_files(store, [*data_file_paths(written), *(deletion_path(f) for f in deletions)])
 
 
 def _updated_rows(results: list[Any]) -> int:
@@ -924,8 +926,7 @@ def _raise_refusal(store: ObjectStore, results: list[Any]) -> None:
     if not errors:
         return
     new = [f for kind, _fid, data in results if kind == "fragments" for f in pickle.loads(data)]
-    updated = [pickle.loads(data) for kind, _fid, data in results if kind == "deletion"]
-    delete_written_files(store, [*data_file_paths(new), *(deletion_path(f) for f in updated)])
+    _delete_merge_files(store, results, new)
     errors.sort(key=lambda e: e["type"] != "DuplicateKeyError")
     raise _error_class(errors[0]["type"])(errors[0]["message"])
 
