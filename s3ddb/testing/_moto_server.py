@@ -123,6 +123,10 @@ def _handler_class(moto_request_handler: type[Any]) -> type[Any]:
 
         def setup(self) -> None:
             super().setup()
+            # Headers and body go out in two writes; with Nagle's algorithm the second
+            # waits for the client's delayed ACK of the first (~40 ms) on a kept-alive
+            # connection.
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self.server.connections.track(self.connection)
 
         def finish(self) -> None:
@@ -140,6 +144,64 @@ def _handler_class(moto_request_handler: type[Any]) -> type[Any]:
             # Either the client went away or the app asked to drop the connection:
             # in both cases read no further request from this socket.
             self.close_connection = True
+
+        def run_wsgi(self) -> None:
+            """Answer one request and keep the connection for the client's next one
+            (HTTP/1.1 keep-alive, as S3 and DynamoDB endpoints do).
+
+            werkzeug's own run_wsgi closes every connection: http.server cannot tell
+            where an unread request body ends. Our app (LocalAWS's gateway) reads
+            every body whole before it answers, and answers with one payload, so the
+            next request starts where this one ended. A chunked request body, or an
+            app error, still goes through werkzeug's path, which closes."""
+            if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+                super().run_wsgi()
+                return
+            if self.headers.get("Expect", "").lower().strip(" \t") == "100-continue":
+                self.wfile.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            self.environ = environ = self.make_environ()
+            answer: list[Any] = []
+
+            def start_response(
+                status: str, headers: list[tuple[str, str]], exc_info: Any = None
+            ) -> Callable[[bytes], None]:
+                answer[:] = [status, headers]
+                return _no_write
+
+            try:
+                result = self.server.app(environ, start_response)
+                try:
+                    payload = b"".join(result)
+                finally:
+                    close = getattr(result, "close", None)
+                    if close is not None:
+                        close()
+            except (TimeoutError, ConnectionError) as exc:
+                self.connection_dropped(exc, environ)
+                return
+            except Exception as exc:
+                _log.debug("local AWS server: error on a request: %r", exc)
+                self.close_connection = True
+                self.send_error(500)
+                return
+            status, headers = answer
+            code_text, _, reason = str(status).partition(" ")
+            code = int(code_text)
+            head = environ.get("REQUEST_METHOD") == "HEAD"
+            self.send_response(code, reason)
+            framed = head or code < 200 or code in (204, 304)
+            for key, value in headers:
+                if key.lower() in ("connection", "transfer-encoding"):
+                    continue
+                if key.lower() == "content-length" and not framed:
+                    continue  # the payload's own length frames it
+                self.send_header(key, value)
+            if not framed:
+                self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            if not head and payload:
+                self.wfile.write(payload)
+            self.wfile.flush()
 
         def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
             # The request log replaces werkzeug's per-request stderr line.
@@ -174,3 +236,9 @@ def _dispatcher_class(
                 return backend
 
     return Dispatcher
+
+
+def _no_write(data: bytes) -> None:
+    """The WSGI ``write`` callable of the keep-alive handler: LocalAWS's gateway
+    returns its payload instead of writing it."""
+    raise RuntimeError("the local AWS server's app must return its payload, not write it")

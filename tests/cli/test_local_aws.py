@@ -170,6 +170,45 @@ def test_s3_roundtrip(aws: LocalAWS) -> None:
     assert s3.get_object(Bucket=bucket, Key="big", Range="bytes=10-19")["Body"].read() == big[10:20]
 
 
+def test_a_client_keeps_one_connection_across_requests(
+    aws: LocalAWS, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As S3 and DynamoDB do, the server keeps a connection open for the client's next
+    request (HTTP/1.1 keep-alive), across every kind of answer: bodies large and
+    empty, HEAD, errors, a fault answered without applying. Each answer still reaches
+    the request that asked for it."""
+    bucket = aws.create_bucket(_name("keep"))
+    aws.create_table("commits")
+    s3, ddb = aws.boto3_client("s3", config=NO_RETRIES), aws.boto3_client("dynamodb")
+    s3.head_bucket(Bucket=bucket)
+    ddb.list_tables()
+    connects = []
+    real_connect = socket.socket.connect
+
+    def counting(self: socket.socket, address: Any) -> Any:
+        connects.append(address)
+        return real_connect(self, address)
+
+    monkeypatch.setattr(socket.socket, "connect", counting)
+    big = os.urandom(3 * 1024 * 1024)  # large enough for Expect: 100-continue
+    for i in range(3):
+        s3.put_object(Bucket=bucket, Key=f"k{i}", Body=b"v%d" % i)
+        assert s3.get_object(Bucket=bucket, Key=f"k{i}")["Body"].read() == b"v%d" % i
+        assert s3.head_object(Bucket=bucket, Key=f"k{i}")["ContentLength"] == 2
+        with pytest.raises(ClientError, match="NoSuchKey"):
+            s3.get_object(Bucket=bucket, Key="missing")
+        s3.put_object(Bucket=bucket, Key="big", Body=big)
+        assert s3.get_object(Bucket=bucket, Key="big")["Body"].read() == big
+        ddb.put_item(TableName="commits", Item=_item("k", i + 1), ConditionExpression=PUT_NEW)
+        with pytest.raises(ClientError, match="ConditionalCheckFailed"):
+            ddb.put_item(TableName="commits", Item=_item("k", i + 1), ConditionExpression=PUT_NEW)
+    aws.inject_fault("s3", "GetObject", "throttle")
+    with pytest.raises(ClientError, match="SlowDown"):
+        s3.get_object(Bucket=bucket, Key="k0")
+    assert s3.get_object(Bucket=bucket, Key="k0")["Body"].read() == b"v0"
+    assert connects == []
+
+
 def test_request_log_counts_response_bytes(aws: LocalAWS) -> None:
     """What a client read is in the log: a ranged GET's bytes, a whole GET's, no body."""
     bucket = aws.create_bucket(_name("bytes"))
