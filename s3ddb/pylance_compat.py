@@ -167,8 +167,7 @@ UNSUPPORTED_MEMBERS: dict[str, str] = {
     "join": NO_PYARROW,
     "join_asof": NO_PYARROW,
     "lance_schema": (
-        "the schema with field ids is ds.manifest.schema "
-        "(an s3ddb.format.schema.DatasetSchema)"
+        "the schema with field ids is ds.manifest.schema (an s3ddb.format.schema.DatasetSchema)"
     ),
     "mem_wal_index_details": NO_MEM_WAL,
     "mem_wal_writer": NO_MEM_WAL,

@@ -342,9 +342,7 @@ def catalog_app(
                 f"unknown warehouse {warehouse[:200]!r}: none, or {CUT_WAREHOUSE!r} for every "
                 "table as of one instant",
             )
-        return JSONResponse(
-            {"defaults": {}, "overrides": overrides, "endpoints": list(ENDPOINTS)}
-        )
+        return JSONResponse({"defaults": {}, "overrides": overrides, "endpoints": list(ENDPOINTS)})
 
     def list_namespaces(request: Request) -> Response:
         view = view_of(request)
@@ -498,4 +496,3 @@ def catalog_app(
         exception_handlers={404: http_error, 405: http_error, Exception: unexpected},
     )
     return Guard(app, token, limits)
-

@@ -225,9 +225,10 @@ class CatalogRegistry:
                 is outside the root (or not a dataset URI); the message names the
                 entry's object.
         """
-        if NAME_PATTERN.fullmatch(name.namespace) is None or NAME_PATTERN.fullmatch(
-            name.table
-        ) is None:
+        if (
+            NAME_PATTERN.fullmatch(name.namespace) is None
+            or NAME_PATTERN.fullmatch(name.table) is None
+        ):
             return None
         path = self._entry_path(name)
         where = f"{self.root}/{path}"
@@ -243,9 +244,7 @@ class CatalogRegistry:
             raise StoredMetadataError(f"catalog entry {where}: not JSON ({exc})") from None
         uri = entry.get("uri") if isinstance(entry, dict) else None
         if not isinstance(uri, str) or not uri:
-            raise StoredMetadataError(
-                f"catalog entry {where}: not an object with a string \"uri\""
-            )
+            raise StoredMetadataError(f'catalog entry {where}: not an object with a string "uri"')
         try:
             return self.check_dataset_uri(uri, where)
         except PathOutsideDatasetError:

@@ -68,8 +68,7 @@ def check_bind(host: str, token: str | None, no_auth: bool) -> str | None:
         )
     if len(token) < MIN_TOKEN_LENGTH or any(c.isspace() for c in token):
         raise InvalidInputError(
-            f"the bearer token must be at least {MIN_TOKEN_LENGTH} characters, with no "
-            "whitespace"
+            f"the bearer token must be at least {MIN_TOKEN_LENGTH} characters, with no whitespace"
         )
     return token
 

@@ -208,9 +208,7 @@ def _imports(table: PublishedTable, *modules: str) -> list[str]:
 
 def _duckdb(table: PublishedTable) -> list[str]:
     s3 = table.s3
-    lines = _header(
-        table, 'pip install "s3ddb[readers]" (DuckDB with its extensions: no download)'
-    )
+    lines = _header(table, 'pip install "s3ddb[readers]" (DuckDB with its extensions: no download)')
     lines += _imports(table, "importlib", "pathlib")
     lines += ["import duckdb", "", "con = duckdb.connect()"]
     extensions = (("httpfs",) if s3 is not None else ()) + ("avro", "iceberg", "delta")
@@ -268,9 +266,7 @@ def _pyiceberg(table: PublishedTable) -> list[str]:
             properties += [("s3.secret-access-key", _env(c.secret))]
             if c.token:
                 properties.append(("s3.session-token", _env(c.token)))
-    lines.append(
-        "# The table's location: its metadata/version-hint.text names the newest version;"
-    )
+    lines.append("# The table's location: its metadata/version-hint.text names the newest version;")
     lines.append(f"# or one version's file: {table.root}/metadata/v{table.version}.metadata.json")
     if properties:
         lines.append(f"table = StaticTable.from_metadata({table.root!r}, properties={{")

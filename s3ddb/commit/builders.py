@@ -148,9 +148,7 @@ def build_overwrite(
     max_id = first + len(fragments) - 1 if fragments else (base.max_fragment_id if base else None)
     # Once on, stable row ids stay on (an overwrite keeps allocating above the ids
     # every earlier version used).
-    stable = (base is not None and base.stable_row_ids) or config.get(
-        STABLE_ROW_IDS_KEY
-    ) == "true"
+    stable = (base is not None and base.stable_row_ids) or config.get(STABLE_ROW_IDS_KEY) == "true"
     next_row_id = base.next_row_id if base is not None else 0
     if stable:
         fragments, next_row_id = allocate_row_ids(fragments, next_row_id, version)
@@ -273,9 +271,7 @@ def build_update(
 ) -> Manifest:
     assert isinstance(op, Update)
     base = require_base(base, op)
-    kept = _changed_fragments(
-        base, op, op.updated_fragments, op.removed_fragment_ids, version
-    )
+    kept = _changed_fragments(base, op, op.updated_fragments, op.removed_fragment_ids, version)
     if not op.new_fragments:
         return base.evolve(fragments=kept)
     return build_append(base.evolve(fragments=kept), Append(op.new_fragments), version, load)
@@ -319,9 +315,7 @@ def build_rewrite(
     if base.stable_row_ids:
         # Compaction carries its rows' lineage (nothing pending). A rewrite whose
         # fragments lack it would give rows that live on new ids: refused.
-        lacking = [
-            f.id for g in replaced.values() for f in g if f.physical_rows and not f.row_ids
-        ]
+        lacking = [f.id for g in replaced.values() for f in g if f.physical_rows and not f.row_ids]
         if lacking:
             raise InvalidInputError(
                 f"Rewrite: fragments {lacking[:5]} carry no row ids, and version "
@@ -333,9 +327,7 @@ def build_rewrite(
         )
         by_id = {f.id: f for f in fragments_out}
         fragments = [by_id.get(f.id, f) for f in fragments]
-    return base.evolve(
-        fragments=tuple(fragments), max_fragment_id=max_id, next_row_id=next_row_id
-    )
+    return base.evolve(fragments=tuple(fragments), max_fragment_id=max_id, next_row_id=next_row_id)
 
 
 def _check_reserved(

@@ -641,9 +641,7 @@ def _parse_and_translate(text: str, schema: pa.Schema) -> tuple[_Translator, exp
         raise InvalidExpressionError(f"expression is nested too deeply: {text[:80]!r}...") from e
 
 
-def _arithmetic_operands(
-    left: _Typed, right: _Typed, subtract: bool
-) -> tuple[_Typed, _Typed]:
+def _arithmetic_operands(left: _Typed, right: _Typed, subtract: bool) -> tuple[_Typed, _Typed]:
     """Operands of + - * / in types that hold both, where Arrow's own choice does not:
     Arrow adds an integer to a float in float32 when the float is float32, and adds
     a uint64 to an integer literal in int64: both fail on ordinary values (ids above

@@ -35,9 +35,10 @@ from s3ddb.expressions.pruning import (
     arrow_value,
     arrow_value_set,
     sql_pruner,
+    sql_pruner_is_exact,
 )
 from s3ddb.format.row_evaluation import evaluate
-from s3ddb.format.rowgroups import RowGroupPredicate
+from s3ddb.format.rowgroups import MatchShare, RowGroupPredicate
 
 __all__ = [
     "CompiledFilter",
@@ -95,11 +96,20 @@ class CompiledFilter:
     # compiled it, or an Expression's tree (None: not read).
     _tree: exp.Expr | Node | None = field(default=None, repr=False)
     _translator: _Translator | None = field(default=None, repr=False)
+    # Whether the pruner's conditions say all the filter says (SQL filters only).
+    _exact_pruner: bool = field(default=False, repr=False)
 
     @property
     def may_match(self) -> RowGroupPredicate | None:
         """The statistics test of :attr:`pruner` (None: prunes nothing)."""
         return self.pruner.may_match if self.pruner is not None else None
+
+    @property
+    def match_share(self) -> MatchShare | None:
+        """The estimate of which share of a row group's rows match, from its
+        statistics (:data:`~s3ddb.format.rowgroups.MatchShare`); None where the
+        statistics test does not say all the filter says."""
+        return self.pruner.match_share if self.pruner is not None and self._exact_pruner else None
 
     def index_terms(self, columns: Collection[str]) -> tuple[IndexTerm, ...]:
         """The terms of the filter's top-level AND on one of ``columns`` that an index
@@ -141,8 +151,11 @@ def compile_filter(filter: str | pc.Expression, schema: pa.Schema) -> CompiledFi
         pruner = sql_pruner(tree_of_text, schema)
     except RecursionError:  # nested deeper than the stack this runs on allows
         pruner = None
+    exact = pruner is not None and sql_pruner_is_exact(tree_of_text, schema)
     columns = frozenset(translator.columns)
-    return CompiledFilter(filter, predicate, columns, pruner, schema, tree_of_text, translator)
+    return CompiledFilter(
+        filter, predicate, columns, pruner, schema, tree_of_text, translator, exact
+    )
 
 
 def _fields(tree: Node) -> frozenset[str]:

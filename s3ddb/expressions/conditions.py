@@ -7,7 +7,7 @@ data source's pushed filters (:mod:`s3ddb.spark_ext._filters`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +18,7 @@ from s3ddb.format.rowgroups import ColumnStats
 __all__ = [
     "Condition",
     "PushedFilters",
+    "product_of_shares",
 ]
 
 
@@ -86,6 +87,41 @@ class Condition:
             return True  # statistics of an unexpected type: cannot tell
         return True
 
+    def match_share(self, stats: ColumnStats | None, rows: int) -> float | None:
+        """About which share of the rows of a row group with these statistics match,
+        its values taken as spread evenly between min and max; None when the
+        statistics cannot tell (no statistics, not numbers, ``starts_with``)."""
+        if stats is None or rows <= 0:
+            return None
+        if not self.may_match(stats, rows):
+            return 0.0
+        nulls = stats.null_count
+        if self.op in ("is_null", "not_null"):
+            if nulls is None:
+                return None
+            return nulls / rows if self.op == "is_null" else 1 - nulls / rows
+        lo, hi, value = stats.min, stats.max, self.value
+        numbers = (lo, hi) + ((value,) if self.op != "in" else self.values)
+        if any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in numbers):
+            return None
+        valid = 1.0 if nulls is None else 1 - nulls / rows
+        integral = all(isinstance(v, int) for v in numbers)
+        step = 1 if integral else 0  # integers: the count of values; else: a length
+        span = hi - lo + step
+        if span <= 0 or self.op == "ne":
+            return valid  # one value in the group (matching, as may_match said)
+        if self.op == "eq":
+            share = step / span
+        elif self.op == "in":
+            share = step * sum(1 for v in set(self.values) if lo <= v <= hi) / span
+        elif self.op in ("lt", "le"):
+            share = (value - lo + (step if self.op == "le" else 0)) / span
+        elif self.op in ("gt", "ge"):
+            share = (hi - value + (step if self.op == "ge" else 0)) / span
+        else:
+            return None
+        return valid * min(1.0, max(0.0, share))
+
 
 @dataclass(frozen=True)
 class PushedFilters:
@@ -102,3 +138,48 @@ class PushedFilters:
 
     def may_match(self, stats: Mapping[str, ColumnStats], rows: int) -> bool:
         return all(c.may_match(stats.get(c.column), rows) for c in self.conditions)
+
+    def match_share(self, stats: Mapping[str, ColumnStats], rows: int) -> float | None:
+        """The share of rows matching every condition (None: one of them cannot
+        tell): the bounds on one column as one range, columns taken as independent."""
+        by_column: dict[str, list[Condition]] = {}
+        for c in self.conditions:
+            by_column.setdefault(c.column, []).append(c)
+        return product_of_shares(
+            _column_share(group, stats.get(column), rows) for column, group in by_column.items()
+        )
+
+
+_LOWER, _UPPER = ("gt", "ge"), ("lt", "le")
+
+
+def _column_share(
+    conditions: list[Condition], stats: ColumnStats | None, rows: int
+) -> float | None:
+    """The share of rows matching all ``conditions`` on one column: a lower and an
+    upper bound make a range (P(a and b) = P(a) + P(b) - P(a or b), where a or b is
+    every non-NULL row); other conditions are taken as independent."""
+    shares = [c.match_share(stats, rows) for c in conditions]
+    if any(s is None for s in shares) or stats is None:
+        return None
+    known = [s for s in shares if s is not None]
+    lower = [s for c, s in zip(conditions, known) if c.op in _LOWER]
+    upper = [s for c, s in zip(conditions, known) if c.op in _UPPER]
+    if not lower or not upper:
+        return product_of_shares(known)
+    valid = 1.0 if stats.null_count is None else 1 - stats.null_count / rows
+    ranged = max(0.0, min(lower) + min(upper) - valid)
+    others = [s for c, s in zip(conditions, known) if c.op not in _LOWER + _UPPER]
+    if valid > 0:
+        # Each other condition's share already holds the non-NULL share once.
+        others = [s / valid for s in others]
+    return product_of_shares([ranged, *others])
+
+
+def product_of_shares(shares: Iterable[float | None]) -> float | None:
+    out = 1.0
+    for share in shares:
+        if share is None:
+            return None
+        out *= share
+    return out

@@ -26,7 +26,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from s3ddb.expressions._arrow_tree import Call, Field, Literal, Node
-from s3ddb.expressions.conditions import Condition, PushedFilters
+from s3ddb.expressions.conditions import Condition, PushedFilters, product_of_shares
 from s3ddb.format.rowgroups import ColumnStats
 from s3ddb.format.stats import exact_bound_type
 
@@ -36,6 +36,7 @@ __all__ = [
     "Pruner",
     "arrow_pruner",
     "sql_pruner",
+    "sql_pruner_is_exact",
 ]
 
 _OPS: dict[type[exp.Expr], tuple[str, str]] = {
@@ -159,6 +160,18 @@ class AllOf:
     def may_match(self, stats: Mapping[str, ColumnStats], rows: int) -> bool:
         return all(p.may_match(stats, rows) for p in self.parts)
 
+    def match_share(self, stats: Mapping[str, ColumnStats], rows: int) -> float | None:
+        """Every part's share, the parts taken as independent, but the conditions
+        of its parts taken together (bounds on one column make one range)."""
+        conditions = [c for p in self.parts if isinstance(p, PushedFilters) for c in p.conditions]
+        others = [p for p in self.parts if not isinstance(p, PushedFilters)]
+        return product_of_shares(
+            [
+                PushedFilters(tuple(conditions)).match_share(stats, rows),
+                *(p.match_share(stats, rows) for p in others),
+            ]
+        )
+
 
 @dataclass(frozen=True)
 class AnyOf:
@@ -168,6 +181,16 @@ class AnyOf:
 
     def may_match(self, stats: Mapping[str, ColumnStats], rows: int) -> bool:
         return any(b.may_match(stats, rows) for b in self.branches)
+
+    def match_share(self, stats: Mapping[str, ColumnStats], rows: int) -> float | None:
+        """At most the branches' shares added up."""
+        total = 0.0
+        for branch in self.branches:
+            share = branch.match_share(stats, rows)
+            if share is None:
+                return None
+            total += share
+        return min(1.0, total)
 
 
 Pruner = PushedFilters | AllOf | AnyOf
@@ -232,6 +255,23 @@ def _sql_chain(node: exp.Expr) -> tuple[bool, list[exp.Expr]] | None:
 def sql_pruner(tree: exp.Expr, schema: pa.Schema) -> Pruner | None:
     """What a parsed SQL filter implies about statistics (None: nothing)."""
     return _walk(_unparen(tree), _sql_chain, lambda node: _conditions(node, schema))
+
+
+def sql_pruner_is_exact(tree: exp.Expr, schema: pa.Schema) -> bool:
+    """Whether :func:`sql_pruner`'s conditions say all the filter says: every term
+    of its ANDs and ORs is a condition (a BETWEEN with both bounds), none dropped.
+    Only then do the conditions' shares estimate the filter's."""
+    stack = [_unparen(tree)]
+    while stack:
+        node = stack.pop()
+        terms = _sql_chain(node)
+        if terms is not None:
+            stack.extend(terms[1])
+            continue
+        conditions = _conditions(node, schema)
+        if not conditions or (isinstance(node, exp.Between) and len(conditions) < 2):
+            return False
+    return True
 
 
 # --- pyarrow Expressions -------------------------------------------------------------

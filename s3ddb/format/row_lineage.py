@@ -127,9 +127,7 @@ def encode_row_ids(ids: np.ndarray) -> bytes:
     # Cut where ids stop ascending, and around pending stretches.
     pending = ids == PENDING_ID
     cuts = np.flatnonzero((np.diff(ids) <= 0) | (pending[1:] != pending[:-1])) + 1
-    for piece, is_pending in zip(
-        np.split(ids, cuts), np.split(pending, cuts), strict=True
-    ):
+    for piece, is_pending in zip(np.split(ids, cuts), np.split(pending, cuts), strict=True):
         if piece.size == 0:
             continue
         if is_pending[0]:

@@ -9,7 +9,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-__all__ = ["ColumnStats", "RowGroupPredicate", "row_group_stats", "top_level_leaves"]
+__all__ = ["ColumnStats", "MatchShare", "RowGroupPredicate", "row_group_stats", "top_level_leaves"]
 
 
 @dataclass(frozen=True)
@@ -27,6 +27,11 @@ class ColumnStats:
 #: group (or a fragment) may hold a matching row. It must answer True whenever it
 #: cannot tell.
 RowGroupPredicate = Callable[[Mapping[str, ColumnStats], int], bool]
+
+#: Estimates from column statistics and the row count which share of a row group's
+#: rows match (values taken as spread evenly between min and max); None when the
+#: statistics cannot tell.
+MatchShare = Callable[[Mapping[str, ColumnStats], int], "float | None"]
 
 
 def row_group_stats(

@@ -117,9 +117,7 @@ class DeltaWriter:
         """The table root and the log version (Delta readers open the root)."""
         return f"{root} ({LOG_DIR} version {version})"
 
-    def foreign_problems(
-        self, store: ObjectStore, newest_version: int
-    ) -> list[tuple[str, str]]:
+    def foreign_problems(self, store: ObjectStore, newest_version: int) -> list[tuple[str, str]]:
         """See :func:`~s3ddb.open_formats.delta_log.foreign_problems`."""
         return foreign_problems(store, newest_version)
 

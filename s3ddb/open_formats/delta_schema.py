@@ -22,6 +22,7 @@ from s3ddb.open_formats.delta_state import dumps
 
 __all__ = ["delta_schema", "delta_type_problem"]
 
+
 def _field_id(f: pa.Field) -> int | None:
     raw = (f.metadata or {}).get(b"PARQUET:field_id")
     try:

@@ -681,9 +681,7 @@ def _reference() -> tuple[pq.ParquetSchema, tuple[str, ...]]:
     empty = DeltaState(0, Protocol(1, 2), DeltaMetadata("", "", (), 0), {})
     parquet = pq.ParquetFile(pa.BufferReader(checkpoint_bytes(empty)[0]))
     strings = tuple(
-        column.path
-        for column in parquet.schema
-        if column.physical_type == "BYTE_ARRAY"
+        column.path for column in parquet.schema if column.physical_type == "BYTE_ARRAY"
     )
     return parquet.schema, strings
 

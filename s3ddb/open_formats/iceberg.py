@@ -283,9 +283,7 @@ class IcebergWriter:
         """``version``'s metadata file (Iceberg readers open a metadata file)."""
         return f"{root}/{version_files(version)[0]}"
 
-    def foreign_problems(
-        self, store: ObjectStore, newest_version: int
-    ) -> list[tuple[str, str]]:
+    def foreign_problems(self, store: ObjectStore, newest_version: int) -> list[tuple[str, str]]:
         """See :func:`~s3ddb.open_formats.iceberg_state.foreign_problems`."""
         return foreign_problems(store, newest_version)
 

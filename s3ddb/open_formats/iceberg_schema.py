@@ -187,7 +187,6 @@ def name_mapping(
     return of_type(struct), names
 
 
-
 # --- read back (untrusted) -----------------------------------------------------------
 
 _PRIMITIVES = frozenset(

@@ -439,9 +439,7 @@ def foreign_problems(store: ObjectStore, newest_version: int) -> list[tuple[str,
         elif snap_match:
             n = int(snap_match.group(1))
             if n > newest_version:
-                problems.append(
-                    (path, f"a manifest list after s3ddb's newest ({newest_version})")
-                )
+                problems.append((path, f"a manifest list after s3ddb's newest ({newest_version})"))
         else:
             problems.append((path, "not a file s3ddb writes"))
     try:

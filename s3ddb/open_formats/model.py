@@ -278,9 +278,7 @@ class OpenFormat(FormatWriter, Protocol):
         (its URI without a trailing ``/``), as the command line shows it."""
         ...
 
-    def foreign_problems(
-        self, store: ObjectStore, newest_version: int
-    ) -> list[tuple[str, str]]:
+    def foreign_problems(self, store: ObjectStore, newest_version: int) -> list[tuple[str, str]]:
         """What another engine wrote among this format's files (``store`` rooted at the
         dataset; ``newest_version`` the newest s3ddb version): each as the file's path
         (relative to the root) and what is wrong with it; empty when every file is one

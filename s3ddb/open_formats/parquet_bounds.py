@@ -207,9 +207,7 @@ def _page_header(data: bytes, pos: int, end: int) -> _Page:
     return _Page(kind, reader.pos - pos, uncompressed, compressed, values)
 
 
-def _walk_chunk(
-    data: bytes, start: int, end: int, bounds: ParquetBounds
-) -> tuple[int, int]:
+def _walk_chunk(data: bytes, start: int, end: int, bounds: ParquetBounds) -> tuple[int, int]:
     """The values and uncompressed bytes (page headers included) of the pages of the
     column chunk at ``data[start:end]``."""
     values = decoded = 0
@@ -221,9 +219,7 @@ def _walk_chunk(
         if page.compressed < 0 or page.uncompressed < 0 or page.values < 0:
             raise _Refused("a page header with a negative size or count")
         if page.uncompressed > bounds.max_page_bytes:
-            raise _Refused(
-                f"a page of {page.uncompressed} bytes (at most {bounds.max_page_bytes})"
-            )
+            raise _Refused(f"a page of {page.uncompressed} bytes (at most {bounds.max_page_bytes})")
         pos += page.header_bytes + page.compressed
         if pos > end:
             raise _Refused("a page runs past its column chunk")
@@ -302,9 +298,7 @@ def open_bounded(
                 )
             decoded += unpacked
             if decoded > bounds.max_decoded_bytes:
-                raise refuse(
-                    f"decompresses to more than {bounds.max_decoded_bytes} bytes"
-                )
+                raise refuse(f"decompresses to more than {bounds.max_decoded_bytes} bytes")
     if rows != meta.num_rows:
         raise refuse(f"its row groups hold {rows} rows, its footer says {meta.num_rows}")
     try:

@@ -787,9 +787,7 @@ def rebuild_formats(
         previous: Manifest | None = None
         for version_manifest in chain:
             table = run.table(version_manifest, previous)
-            publication, state = writer.publish(
-                table, state, run.files(version_manifest).deleted
-            )
+            publication, state = writer.publish(table, state, run.files(version_manifest).deleted)
             _write(store, publication)
             written.update(path for path, _ in (*publication.content, *publication.then))
             states.put(key, version_manifest.version, version_manifest.dataset_id, state)
@@ -809,8 +807,7 @@ def rebuild_formats(
             meta.path
             for prefix in writer.prefixes
             for meta in store.list(prefix)
-            if meta.path not in written
-            and (meta.modified is None or meta.modified < started)
+            if meta.path not in written and (meta.modified is None or meta.modified < started)
         ]
         store.delete_many(stale)
         report.deleted_files.extend(stale)

@@ -66,10 +66,7 @@ def output_schema(ds: PinnedVersion, columns: list[str]) -> pa.Schema:
     """The schema of rows of ``columns`` (resolved) read from ``ds``."""
     lineage = set(lineage_columns(ds, columns))
     return pa.schema(
-        [
-            pa.field(n, pa.uint64()) if n in lineage else ds.schema.field(n)
-            for n in columns
-        ]
+        [pa.field(n, pa.uint64()) if n in lineage else ds.schema.field(n) for n in columns]
     )
 
 
@@ -183,6 +180,7 @@ class VersionReader:
             self.may_match,
             workers=readahead,
             budget=readahead_bytes,
+            match_share=self.filter.match_share if self.filter is not None else None,
         )
 
     def _fragment_tables(

@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 from s3ddb.format.bases import Files
 from s3ddb.format.fragment_metadata import FragmentMetadata
 from s3ddb.format.parquet_source import WHOLE_READ_MAX_BYTES
-from s3ddb.format.rowgroups import RowGroupPredicate
+from s3ddb.format.rowgroups import MatchShare, RowGroupPredicate
 from s3ddb.format.schema import DatasetSchema
 from s3ddb.io.parallel import process_pool
 from s3ddb.scan.visible_rows import (
@@ -84,9 +84,12 @@ def stream_tables(
     *,
     workers: int,
     budget: int,
+    match_share: MatchShare | None = None,
 ) -> Iterator[pa.Table]:
     """The visible rows of ``fragments`` matching ``predicate``, ``columns`` in order,
     as tables of consecutive row groups, in order (see the module docstring).
+    ``match_share``: the filter's estimate of its matches, if it has one (the first
+    reads take every column in one pass where the statistics promise matches).
 
     Raises:
         ManifestCorruptError: a deletion file is missing or corrupt.
@@ -95,11 +98,11 @@ def stream_tables(
     names = list(columns) + [c for c in filter_columns(predicate, schema) if c not in columns]
     # Fragments the manifest's statistics rule out are dropped here, without a task.
     pending_fragments = (f for f in fragments if fragment_may_match(f, schema, may_match))
-    scan = _Scan(files, schema, columns, names, predicate, may_match, budget)
+    scan = _Scan(files, schema, columns, names, predicate, may_match, budget, match_share)
     if workers < 1:
         # Nothing ahead: each read runs in the consumer's thread when it asks.
         for fragment in pending_fragments:
-            plan = plan_fragment(files, fragment, schema, may_match)
+            plan = plan_fragment(files, fragment, schema, may_match, match_share=match_share)
             for planned, groups, _est in scan.reads_of(plan):
                 table = read_planned(planned, schema, columns, predicate, groups, scan.history)
                 if table.num_rows:
@@ -130,6 +133,7 @@ class _Scan:
     predicate: pc.Expression | None
     may_match: RowGroupPredicate | None
     budget: int
+    match_share: MatchShare | None = None
     #: Which row groups held a match so far: whether reads still filter first.
     history: MatchHistory = field(default_factory=MatchHistory)
 
@@ -168,7 +172,14 @@ class _ReadAhead:
             if fragment is None:
                 return
             self._plans.append(
-                self._pool.submit(plan_fragment, scan.files, fragment, scan.schema, scan.may_match)
+                self._pool.submit(
+                    plan_fragment,
+                    scan.files,
+                    fragment,
+                    scan.schema,
+                    scan.may_match,
+                    match_share=scan.match_share,
+                )
             )
 
     def next_table(self) -> pa.Table | None:

@@ -34,11 +34,17 @@ from s3ddb.format.fragment_list import FragmentList
 from s3ddb.format.fragment_metadata import FragmentMetadata
 from s3ddb.format.parquet_source import ParquetSource
 from s3ddb.format.row_evaluation import EVALUATION_ERRORS, evaluation_error, filter_rows
-from s3ddb.format.rowgroups import RowGroupPredicate, row_group_stats, top_level_leaves
+from s3ddb.format.rowgroups import (
+    MatchShare,
+    RowGroupPredicate,
+    row_group_stats,
+    top_level_leaves,
+)
 from s3ddb.format.schema import DatasetSchema
 from s3ddb.format.stats import fragment_column_stats, summary_column_stats
 
 __all__ = [
+    "SURE_MATCHES",
     "FragmentPlan",
     "MatchHistory",
     "empty_table",
@@ -106,6 +112,9 @@ class FragmentPlan:
     source: ParquetSource | None
     groups: list[int] = field(default_factory=list)
     keep: np.ndarray | None = None  # over physical rows; None: nothing deleted
+    #: Matching rows each planned row group holds by its statistics' estimate
+    #: (:data:`~s3ddb.format.rowgroups.MatchShare`); None: no estimate.
+    expected_matches: dict[int, float] | None = None
 
     def estimated_bytes(self, groups: list[int], names: list[str]) -> int:
         if self.source is None:
@@ -121,10 +130,14 @@ def plan_fragment(
     may_match: RowGroupPredicate | None,
     *,
     keep_open: bool = False,
+    match_share: MatchShare | None = None,
 ) -> FragmentPlan | None:
     """The plan to read ``fragment``, or None when its statistics (or its row groups'
     statistics, or its deletions) leave nothing to read: the footer of a one-file
     fragment is read here, once per scan, never for a fragment skipped whole.
+
+    ``match_share`` (the filter's estimate, if it has one) gives each planned row
+    group its :attr:`FragmentPlan.expected_matches`.
 
     ``keep_open``: the plan's source keeps its local file open for the reads that
     follow at once (see :class:`ParquetSource`); the caller closes it
@@ -145,7 +158,7 @@ def plan_fragment(
         else None
     )
     try:
-        plan = _plan_with(files, fragment, schema, may_match, source)
+        plan = _plan_with(files, fragment, schema, may_match, source, match_share)
     except BaseException:
         if source is not None:
             source.close()
@@ -161,6 +174,7 @@ def _plan_with(
     schema: DatasetSchema,
     may_match: RowGroupPredicate | None,
     source: ParquetSource | None,
+    match_share: MatchShare | None = None,
 ) -> FragmentPlan | None:
     keep = None
     if fragment.deletion_file is not None:
@@ -171,23 +185,31 @@ def _plan_with(
     if len(fragment.files) != 1 or source is None:
         return FragmentPlan(files, fragment, None, keep=keep)
     groups = list(range(source.metadata.num_row_groups))
+    expected: dict[int, float] | None = None
     if may_match is not None:
         by_id = {i: n for n, i in _ids(schema)}
         file_names = {f: by_id[i] for i, f in source.columns(by_id).items()}
         leaves = top_level_leaves(source.metadata)
-        groups = [
-            g
-            for g in groups
-            if may_match(
-                row_group_stats(source.metadata, g, file_names, leaves), source.group_rows[g]
-            )
-        ]
+        kept, expected = [], {} if match_share is not None else None
+        for g in groups:
+            stats = row_group_stats(source.metadata, g, file_names, leaves)
+            rows = source.group_rows[g]
+            if not may_match(stats, rows):
+                continue
+            kept.append(g)
+            if expected is not None:
+                share = match_share(stats, rows) if match_share is not None else None
+                if share is None:
+                    expected = None
+                else:
+                    expected[g] = share * rows
+        groups = kept
     if keep is not None:
         # Row groups whose rows are all deleted are not read either.
         groups = [g for g in groups if keep[slice(*_bounds(source, g))].any()]
     if not groups:
         return None
-    return FragmentPlan(files, fragment, source, groups, keep)
+    return FragmentPlan(files, fragment, source, groups, keep, expected)
 
 
 def _ids(schema: DatasetSchema) -> list[tuple[str, int]]:
@@ -229,14 +251,16 @@ def _keep_mask(plan: FragmentPlan, groups: list[int]) -> np.ndarray | None:
     return np.concatenate([plan.keep[slice(*_bounds(plan.source, g))] for g in groups])
 
 
-def _matches(table: pa.Table, predicate: pc.Expression) -> np.ndarray:
-    """Where ``predicate`` is TRUE over ``table``'s rows (SQL: NULL is not a match).
+def _matches(table: pa.Table, predicate: pc.Expression) -> pa.ChunkedArray:
+    """Where ``predicate`` is TRUE over ``table``'s rows (SQL: NULL is not a match), as
+    Arrow booleans without nulls (kept in Arrow: a round trip through numpy unpacks
+    and packs every bit, a third of the cost of filtering a fragment).
 
     Raises:
         InvalidExpressionError: evaluating the predicate failed.
     """
     if table.num_rows == 0:
-        return np.zeros(0, dtype=bool)
+        return pa.chunked_array([], pa.bool_())
     try:
         # Evaluated in this thread: a reading thread's filter must not queue behind
         # other fragments' decoding on Arrow's shared pool (and costs half the CPU).
@@ -244,8 +268,22 @@ def _matches(table: pa.Table, predicate: pc.Expression) -> np.ndarray:
         mask = evaluated.column("m")
     except EVALUATION_ERRORS as exc:
         raise evaluation_error(exc, f"the filter {predicate}") from exc
-    mask = pc.fill_null(mask.cast(pa.bool_()), False)
-    return np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool)
+    return pc.fill_null(mask.cast(pa.bool_()), False)
+
+
+def _kept(mask: pa.ChunkedArray, keep: np.ndarray | None) -> pa.ChunkedArray:
+    """``mask`` and the rows ``keep`` (not deleted; None: all) keeps."""
+    return mask if keep is None else pc.and_(mask, pa.array(keep))
+
+
+def _any(mask: pa.ChunkedArray) -> bool:
+    return pc.any(mask).as_py() is True
+
+
+#: Matching rows a row group's statistics must promise before the first reads of a
+#: scan take every column in one pass: a row group holding n matches evenly spread
+#: misses them all with probability about e**-n (5 % at 3).
+SURE_MATCHES = 3.0
 
 
 class MatchHistory:
@@ -284,14 +322,19 @@ class MatchHistory:
             seen, hits = len(self._held), sum(self._held)
         return seen < self.MIN_SEEN or (seen - hits) * self.MISS_SHARE_INVERSE > seen
 
+    def undecided(self) -> bool:
+        """Whether too few row groups were seen to decide (:attr:`MIN_SEEN`)."""
+        with self._lock:
+            return len(self._held) < self.MIN_SEEN
 
-def _groups_held(source: ParquetSource, groups: list[int], mask: np.ndarray) -> list[bool]:
+
+def _groups_held(source: ParquetSource, groups: list[int], mask: pa.ChunkedArray) -> list[bool]:
     """For each of ``groups`` (read one after the other), whether ``mask`` holds a
     match in its rows."""
     held, offset = [], 0
     for g in groups:
         rows = source.group_rows[g]
-        held.append(bool(mask[offset : offset + rows].any()))
+        held.append(_any(mask.slice(offset, rows)))
         offset += rows
     return held
 
@@ -324,27 +367,36 @@ def read_planned(
         return table if keep is None else table.filter(pa.array(keep))
     used = filter_columns(predicate, schema)
     rest = [c for c in columns if c not in used]
-    if rest and history is not None and not history.late_materialization_pays():
+    one_pass = bool(rest) and history is not None and not history.late_materialization_pays()
+    if (
+        rest
+        and history is not None
+        and history.undecided()
+        and plan.expected_matches is not None
+        and min(plan.expected_matches.get(g, 0.0) for g in groups) >= SURE_MATCHES
+    ):
+        # Nothing seen yet (the first reads of a scan start together): the row
+        # groups' statistics say each holds matches, so reading the filter's
+        # columns first would skip nothing, and two passes cost 10-15 % more.
+        one_pass = True
+    if one_pass:
+        assert history is not None
         table = _read_columns(plan, groups, schema, columns + [c for c in used if c not in columns])
-        mask = _matches(table, predicate)
-        if keep is not None:
-            mask &= keep
+        mask = _kept(_matches(table, predicate), keep)
         history.record(_groups_held(plan.source, groups, mask))
-        return table.select(columns).filter(pa.array(mask))
+        return table.select(columns).filter(mask)
     # Byte ranges the filter columns' read fetched (coalesced requests often span the
     # other columns too): the second read takes what it needs from them.
     fetched: list[tuple[int, bytes]] = []
     first = _read_columns(plan, groups, schema, used, fetched)
-    mask = _matches(first, predicate)
-    if keep is not None:
-        mask &= keep
+    mask = _kept(_matches(first, predicate), keep)
     held = _groups_held(plan.source, groups, mask)
     if history is not None:
         history.record(held)
     if not any(held):
         return empty_table(schema, columns)
     if not rest:
-        return first.filter(pa.array(mask)).select(columns)
+        return first.filter(mask).select(columns)
     # Late materialization: the other columns only of row groups with a match.
     hit = [g for g, h in zip(groups, held) if h]
     if len(hit) < len(groups):
@@ -355,13 +407,13 @@ def read_planned(
                 spans.append((offset, rows))
             offset += rows
         first = pa.concat_tables([first.slice(s, n) for s, n in spans])
-        mask = np.concatenate([mask[s : s + n] for s, n in spans])
+        mask = pa.chunked_array([c for s, n in spans for c in mask.slice(s, n).chunks], pa.bool_())
     second = _read_columns(plan, hit, schema, rest, fetched)
     by_name = {n: first.column(n) for n in used}
     by_name.update({n: second.column(n) for n in rest})
     out = pa.schema([schema.arrow.field(n) for n in columns])
     table = pa.Table.from_arrays([by_name[n] for n in columns], schema=out)
-    return table.filter(pa.array(mask))
+    return table.filter(mask)
 
 
 def read_visible_rows(
@@ -472,5 +524,5 @@ def read_with_positions(
         keep = _keep_mask(plan, plan.groups)
     mask = np.ones(len(positions), dtype=bool) if keep is None else keep.copy()
     if predicate is not None:
-        mask &= _matches(table, predicate)
+        mask &= np.asarray(_matches(table, predicate).to_numpy(zero_copy_only=False), dtype=bool)
     return table.select(columns).filter(pa.array(mask)), positions[mask]

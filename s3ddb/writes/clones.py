@@ -99,9 +99,7 @@ def _template(
         max_fragment_id=source.max_fragment_id,
         config={k: v for k, v in source.config.items() if k not in CATALOG_CONFIG_KEYS},
         # The group that made the source's version did not make the clone's.
-        table_metadata={
-            k: v for k, v in source.table_metadata.items() if k != GROUP_METADATA_KEY
-        },
+        table_metadata={k: v for k, v in source.table_metadata.items() if k != GROUP_METADATA_KEY},
         cloned_from_version=source.version,
         **changes,
     )

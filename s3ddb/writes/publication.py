@@ -197,6 +197,4 @@ def rebuild_open_formats(ds: PinnedVersion) -> Rebuilt:
         What reading the dataset or writing its store raised.
     """
     tagged = set(ds.tags.list().values())
-    return rebuild_formats(
-        ds.handler.store, ds.manifest, ds.handler.manifest_if_kept, apart=tagged
-    )
+    return rebuild_formats(ds.handler.store, ds.manifest, ds.handler.manifest_if_kept, apart=tagged)

@@ -474,9 +474,7 @@ def test_the_feed_leaves_no_data_file_open_also_when_one_fails_its_checks(tmp_pa
     """Point reads and small fragments keep a data file open from its footer to its
     read: closed after, and when the footer fails the fragment's checks."""
     root = tmp_path / "d"
-    ds = s3ddb.write_dataset(
-        pa.table({"id": list(range(300))}), str(root), max_rows_per_group=100
-    )
+    ds = s3ddb.write_dataset(pa.table({"id": list(range(300))}), str(root), max_rows_per_group=100)
     ds.update({"id": "id + 1000"}, where="id = 150")
     ds.delete("id = 250")
     before = _open_files()

@@ -299,3 +299,45 @@ def test_expression_trees_read_exactly_or_not_at_all() -> None:
     for i in range(1, 3000):
         chain = chain | (pc.field("a") == i)
     assert expression_tree(chain) is not None
+
+
+def test_statistics_estimate_the_share_of_matching_rows_only_where_they_say_all() -> None:
+    """``match_share``: values taken as spread evenly between min and max; integers
+    counted, floats measured; None where the statistics cannot tell or the filter
+    holds a term they do not read."""
+    from s3ddb.format.rowgroups import ColumnStats
+
+    schema = pa.schema(
+        [("k", pa.int32()), ("x", pa.float64()), ("s", pa.string()), ("t", pa.timestamp("us"))]
+    )
+    stats = {
+        "k": ColumnStats(0, 999, 0, 1000),
+        "x": ColumnStats(0.0, 1.0, 250, 750),  # a quarter NULL
+        "s": ColumnStats("a", "z", 0, 1000),
+        "t": ColumnStats(dt.datetime(2026, 1, 1), dt.datetime(2026, 2, 1), 0, 1000),
+    }
+
+    def share(text: str) -> float | None:
+        estimate = compile_filter(text, schema).match_share
+        return None if estimate is None else estimate(stats, 1000)
+
+    assert share("k < 10") == pytest.approx(0.01)
+    assert share("k <= 9") == pytest.approx(0.01)
+    assert share("k >= 990") == pytest.approx(0.01)
+    assert share("k > 989") == pytest.approx(0.01)
+    assert share("k = 5") == pytest.approx(0.001)
+    assert share("k IN (1, 2, 2, 5000)") == pytest.approx(0.002)  # 5000 lies outside
+    assert share("k BETWEEN 100 AND 199") == pytest.approx(0.1)  # one range, not two
+    assert share("k >= 100 AND k < 200 AND k > 50") == pytest.approx(0.1)
+    assert share("k = 5000") == 0.0  # the statistics rule it out
+    assert share("x < 0.5") == pytest.approx(0.375)  # half of the three quarters not NULL
+    assert share("x IS NULL") == pytest.approx(0.25)
+    assert share("x = 0.5") == 0.0  # one point of a continuum
+    assert share("k < 10 AND x < 0.5") == pytest.approx(0.00375)
+    assert share("k < 10 OR k >= 990") == pytest.approx(0.02)
+    # What they cannot tell: no estimate at all, rather than one of part of the filter.
+    assert share("s < 'm'") is None  # text
+    assert share("t < TIMESTAMP '2026-01-15 00:00:00'") is None  # not numbers
+    assert share("k < 10 AND s LIKE 'a%'") is None  # a term without a condition
+    assert share("k < 10 OR x + 1 > 2") is None
+    assert compile_filter(pc.field("k") < 10, schema).match_share is None  # Expressions

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 import s3ddb
@@ -54,7 +55,7 @@ def _record_reads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, ...]]:
     return reads
 
 
-def _one_at_a_time(ds: s3ddb.Dataset, text: str) -> pa.Table:
+def _one_at_a_time(ds: s3ddb.Dataset, text: str | pc.Expression) -> pa.Table:
     # One read in flight at a time: the reads come in fragment order.
     return ds.scanner(filter=text, fragment_readahead=1, readahead_bytes=1).to_table()
 
@@ -66,7 +67,9 @@ def test_a_scan_whose_row_groups_all_match_reads_every_column_in_one_pass(
     ds = _write(str(tmp_path / "ds"), [[i % 7 for i in range(ROWS)]] * fragments)
     expected = ds.to_table().filter(pa.compute.field("k") < 3)
     reads = _record_reads(monkeypatch)
-    got = _one_at_a_time(ds, "k < 3")
+    # A pyarrow Expression: no estimate from the statistics (see the next test), the
+    # history alone decides.
+    got = _one_at_a_time(ds, pc.field("k") < 3)
     assert got.equals(expected)
     seen = MatchHistory.MIN_SEEN
     # Late materialization until enough row groups were seen, all with a match...
@@ -90,6 +93,36 @@ def test_a_scan_returns_to_late_materialization_when_row_groups_stop_matching(
     # Two row groups without a match in the latest 18 seen: late materialization again,
     # and the other columns of the fragments without a match are never read.
     assert reads[-(missing - 2) :] == [("k",)] * (missing - 2)
+
+
+def test_the_first_reads_take_one_pass_where_row_group_statistics_promise_matches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before the scan has seen a row group, the statistics decide: ``k`` spread over
+    0..99 in every row group promises about 5 matches of ``k < 10`` in each of 50
+    rows, so even the first read takes every column at once. ``k = 5`` promises
+    half a match per row group: the filter column first. ``s LIKE`` says nothing
+    the statistics can estimate: the filter columns first too."""
+    uri = str(tmp_path / "ds")
+    table = pa.table(
+        {
+            "id": pa.array(range(400), pa.int64()),
+            "k": pa.array([(i * 37) % 100 for i in range(400)], pa.int32()),
+            "s": [f"s{n}" for n in range(400)],
+        }
+    )
+    s3ddb.write_dataset(table, uri, max_rows_per_group=50)  # one fragment, 8 row groups
+    ds = s3ddb.dataset(uri)
+    reads = _record_reads(monkeypatch)
+    for text, expected, first in [
+        ("k < 10", pc.field("k") < 10, [("id", "k", "s")]),
+        ("k = 5", pc.field("k") == 5, [("k",), ("id", "s")]),
+        ("k < 10 AND s LIKE 's%'", pc.field("k") < 10, [("k", "s"), ("id",)]),
+    ]:
+        reads.clear()
+        got = ds.scanner(filter=text, fragment_readahead=1).to_table()
+        assert got.equals(table.filter(expected)), text
+        assert reads == first, text
 
 
 def test_history_decides_from_the_latest_row_groups() -> None:
