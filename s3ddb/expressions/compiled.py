@@ -31,6 +31,7 @@ from s3ddb.expressions.pruning import (
     Pruner,
     arrow_comparison,
     arrow_pruner,
+    arrow_pruner_is_exact,
     arrow_terms,
     arrow_value,
     arrow_value_set,
@@ -96,7 +97,7 @@ class CompiledFilter:
     # compiled it, or an Expression's tree (None: not read).
     _tree: exp.Expr | Node | None = field(default=None, repr=False)
     _translator: _Translator | None = field(default=None, repr=False)
-    # Whether the pruner's conditions say all the filter says (SQL filters only).
+    # Whether the pruner's conditions say all the filter says.
     _exact_pruner: bool = field(default=False, repr=False)
 
     @property
@@ -145,7 +146,9 @@ def compile_filter(filter: str | pc.Expression, schema: pa.Schema) -> CompiledFi
             return CompiledFilter(filter, predicate, columns, None, schema)
         columns = _fields(tree)
         _register(predicate, columns)  # referenced_columns() need not probe for them
-        return CompiledFilter(filter, predicate, columns, arrow_pruner(tree, schema), schema, tree)
+        pruner = arrow_pruner(tree, schema)
+        exact = pruner is not None and arrow_pruner_is_exact(tree, schema)
+        return CompiledFilter(filter, predicate, columns, pruner, schema, tree, None, exact)
     translator, tree_of_text, predicate = _sql_predicate(filter, schema)
     try:
         pruner = sql_pruner(tree_of_text, schema)

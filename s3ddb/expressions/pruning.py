@@ -35,6 +35,7 @@ __all__ = [
     "AnyOf",
     "Pruner",
     "arrow_pruner",
+    "arrow_pruner_is_exact",
     "sql_pruner",
     "sql_pruner_is_exact",
 ]
@@ -459,3 +460,19 @@ def _null_test(call: Call, schema: pa.Schema, negated: bool) -> list[Condition]:
 def arrow_pruner(tree: Node, schema: pa.Schema) -> Pruner | None:
     """What an Expression filter (read as a tree) implies about statistics."""
     return _walk(tree, _arrow_chain, lambda node: _arrow_conditions(node, schema))
+
+
+def arrow_pruner_is_exact(tree: Node, schema: pa.Schema) -> bool:
+    """As :func:`sql_pruner_is_exact`, for an Expression's tree: every term of its
+    ANDs and ORs is a condition, and no ``and_not`` drops one."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Call) and node.function in ARROW_AND | ARROW_OR:
+            if node.function.startswith("and_not"):
+                return False
+            stack.extend(node.args)
+            continue
+        if not _arrow_conditions(node, schema):
+            return False
+    return True

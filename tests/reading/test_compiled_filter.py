@@ -340,4 +340,15 @@ def test_statistics_estimate_the_share_of_matching_rows_only_where_they_say_all(
     assert share("t < TIMESTAMP '2026-01-15 00:00:00'") is None  # not numbers
     assert share("k < 10 AND s LIKE 'a%'") is None  # a term without a condition
     assert share("k < 10 OR x + 1 > 2") is None
-    assert compile_filter(pc.field("k") < 10, schema).match_share is None  # Expressions
+
+    def arrow_share(expression: pc.Expression) -> float | None:
+        estimate = compile_filter(expression, schema).match_share
+        return None if estimate is None else estimate(stats, 1000)
+
+    # The same from pyarrow Expressions.
+    assert arrow_share(pc.field("k") < 10) == pytest.approx(0.01)
+    assert arrow_share((pc.field("k") >= 100) & (pc.field("k") < 200)) == pytest.approx(0.1)
+    assert arrow_share((pc.field("k") < 10) | pc.field("x").is_null()) == pytest.approx(0.26)
+    assert arrow_share(pc.field("k").isin([1, 2])) == pytest.approx(0.002)
+    assert arrow_share((pc.field("k") < 10) & pc.match_substring(pc.field("s"), "a")) is None
+    assert arrow_share(pc.and_not(pc.field("k") < 10, pc.field("x") < 0.5)) is None
