@@ -51,11 +51,9 @@ from s3ddb.errors import (
     SchemaMismatchError,
 )
 from s3ddb.format import layout
-from s3ddb.format.deletion import deletion_path
-from s3ddb.format.fragment_metadata import FragmentMetadata, data_file_paths
+from s3ddb.format.fragment_metadata import FragmentMetadata
 from s3ddb.format.manifest import Manifest
 from s3ddb.io.object_store import ObjectStore
-from s3ddb.io.written_files import delete_written_files
 from s3ddb.observe.commit_metrics import add_operation_metrics
 from s3ddb.operations import RowChangePlan, Update
 from s3ddb.scan.visible_rows import fragment_may_match
@@ -83,6 +81,7 @@ from s3ddb.spark_ext.merge_tasks import (
     TARGET_PREFIX,
     DeletionTask,
     MergeTask,
+    delete_change_files,
     deletion_tasks,
     source_schema,
 )
@@ -785,7 +784,7 @@ class _DistributedMerge:
             results = self._address_job(manifest, decided, fragments)
             _raise_refusal(self.store, results)
         except BaseException:
-            _delete_merge_files(self.store, results, written)
+            delete_change_files(self.store, written, results)
             raise
         return results, written, _updated_rows(results)
 
@@ -872,18 +871,9 @@ class _DistributedMerge:
             if seen is not None and seen != updated:
                 raise InvalidInputError(_SOURCE_CHANGED)
         except BaseException:
-            _delete_merge_files(self.store, results, written)
+            delete_change_files(self.store, written, results)
             raise
         return results, written, updated
-
-
-def _delete_merge_files(
-    store: ObjectStore, results: list[Any], written: list[FragmentMetadata]
-) -> None:
-    """Delete the data files ``written`` and the deletion files the tasks' ``results``
-    name: the merge is not committed."""
-    deletions = [pickle.loads(d) for kind, _f, d in results if kind == "deletion"]
-    delete_written_files(store, [*data_file_paths(written), *(deletion_path(f) for f in deletions)])
 
 
 def _updated_rows(results: list[Any]) -> int:
@@ -926,7 +916,7 @@ def _raise_refusal(store: ObjectStore, results: list[Any]) -> None:
     if not errors:
         return
     new = [f for kind, _fid, data in results if kind == "fragments" for f in pickle.loads(data)]
-    _delete_merge_files(store, results, new)
+    delete_change_files(store, new, results)
     errors.sort(key=lambda e: e["type"] != "DuplicateKeyError")
     raise _error_class(errors[0]["type"])(errors[0]["message"])
 

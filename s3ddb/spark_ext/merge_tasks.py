@@ -53,6 +53,7 @@ __all__ = [
     "MergeTask",
     "TargetReader",
     "bucket_positions",
+    "delete_change_files",
     "deletion_tasks",
     "removed_buckets",
     "result_batch",
@@ -312,6 +313,16 @@ def result_batch(rows: list[tuple[str, int, bytes]]) -> pa.RecordBatch:
         [pa.array(kinds, pa.string()), pa.array(fids, pa.int64()), pa.array(data, pa.binary())],
         schema=_RESULT,
     )
+
+
+def delete_change_files(
+    store: ObjectStore, written: list[FragmentMetadata], results: list[Any]
+) -> None:
+    """Delete the data files ``written`` and the deletion files the deletion tasks'
+    ``results`` (:data:`RESULT_DDL` rows) name: the change they belong to (a merge,
+    an update) is not committed."""
+    deletions = [pickle.loads(d) for kind, _f, d in results if kind == "deletion"]
+    delete_written_files(store, [*data_file_paths(written), *(deletion_path(f) for f in deletions)])
 
 
 def deletion_tasks(fragments: int, cores: int) -> int:

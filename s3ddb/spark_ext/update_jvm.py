@@ -34,10 +34,8 @@ from pyroaring import BitMap
 
 import s3ddb
 from s3ddb.expressions.compiled import compile_filter
-from s3ddb.format.deletion import deletion_path
-from s3ddb.format.fragment_metadata import FragmentMetadata, data_file_paths
+from s3ddb.format.fragment_metadata import FragmentMetadata
 from s3ddb.format.manifest import Manifest
-from s3ddb.io.written_files import delete_written_files
 from s3ddb.operations import RowChangePlan, Update, UpdateMode
 from s3ddb.scan.visible_rows import fragment_may_match
 from s3ddb.spark_ext._types import quoted_name, spark_schema_of
@@ -50,6 +48,7 @@ from s3ddb.spark_ext.merge_tasks import (
     ROWS_PER_TASK,
     TARGET_PREFIX,
     DeletionTask,
+    delete_change_files,
     deletion_tasks,
     removed_buckets,
 )
@@ -229,9 +228,7 @@ def _plan(
                 f"{ds.uri}, its address job found {counted}; nothing is committed"
             )
     except BaseException:
-        delete_written_files(
-            store, [*data_file_paths(written), *(deletion_path(f) for f in deletions)]
-        )
+        delete_change_files(store, written, results)
         raise
     affected = {fid: BitMap.deserialize(d) for kind, fid, d in results if kind == "affected"}
     gone = sorted(fid for kind, fid, _d in results if kind == "gone")
