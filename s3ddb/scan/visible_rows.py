@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.acero as acero
 import pyarrow.compute as pc
-import pyarrow.dataset as pads
 
 from s3ddb.format.bases import Files
 from s3ddb.format.datafile import assemble_columns, read_fragment
@@ -264,8 +264,15 @@ def _matches(table: pa.Table, predicate: pc.Expression) -> pa.ChunkedArray:
     try:
         # Evaluated in this thread: a reading thread's filter must not queue behind
         # other fragments' decoding on Arrow's shared pool (and costs half the CPU).
-        evaluated = pads.dataset(table).to_table(columns={"m": predicate}, use_threads=False)
-        mask = evaluated.column("m")
+        # An Acero plan of the table and one projection: half the overhead of a
+        # dataset's scanner over it.
+        plan = acero.Declaration.from_sequence(
+            [
+                acero.Declaration("table_source", acero.TableSourceNodeOptions(table)),
+                acero.Declaration("project", acero.ProjectNodeOptions([predicate], ["m"])),
+            ]
+        )
+        mask = plan.to_table(use_threads=False).column("m")
     except EVALUATION_ERRORS as exc:
         raise evaluation_error(exc, f"the filter {predicate}") from exc
     return pc.fill_null(mask.cast(pa.bool_()), False)
