@@ -31,12 +31,10 @@ from s3ddb.expressions.pruning import (
     Pruner,
     arrow_comparison,
     arrow_pruner,
-    arrow_pruner_is_exact,
     arrow_terms,
     arrow_value,
     arrow_value_set,
     sql_pruner,
-    sql_pruner_is_exact,
 )
 from s3ddb.format.row_evaluation import evaluate
 from s3ddb.format.rowgroups import MatchShare, RowGroupPredicate
@@ -146,15 +144,13 @@ def compile_filter(filter: str | pc.Expression, schema: pa.Schema) -> CompiledFi
             return CompiledFilter(filter, predicate, columns, None, schema)
         columns = _fields(tree)
         _register(predicate, columns)  # referenced_columns() need not probe for them
-        pruner = arrow_pruner(tree, schema)
-        exact = pruner is not None and arrow_pruner_is_exact(tree, schema)
+        pruner, exact = arrow_pruner(tree, schema)
         return CompiledFilter(filter, predicate, columns, pruner, schema, tree, None, exact)
     translator, tree_of_text, predicate = _sql_predicate(filter, schema)
     try:
-        pruner = sql_pruner(tree_of_text, schema)
+        pruner, exact = sql_pruner(tree_of_text, schema)
     except RecursionError:  # nested deeper than the stack this runs on allows
-        pruner = None
-    exact = pruner is not None and sql_pruner_is_exact(tree_of_text, schema)
+        pruner, exact = None, False
     columns = frozenset(translator.columns)
     return CompiledFilter(
         filter, predicate, columns, pruner, schema, tree_of_text, translator, exact

@@ -104,7 +104,7 @@ class Condition:
         numbers = (lo, hi) + ((value,) if self.op != "in" else self.values)
         if any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in numbers):
             return None
-        valid = 1.0 if nulls is None else 1 - nulls / rows
+        valid = _valid_share(stats, rows)
         integral = all(isinstance(v, int) for v in numbers)
         step = 1 if integral else 0  # integers: the count of values; else: a length
         span = hi - lo + step
@@ -159,21 +159,30 @@ def _column_share(
     """The share of rows matching all ``conditions`` on one column: a lower and an
     upper bound make a range (P(a and b) = P(a) + P(b) - P(a or b), where a or b is
     every non-NULL row); other conditions are taken as independent."""
-    shares = [c.match_share(stats, rows) for c in conditions]
-    if any(s is None for s in shares) or stats is None:
+    if stats is None:
         return None
-    known = [s for s in shares if s is not None]
+    known: list[float] = []
+    for c in conditions:
+        share = c.match_share(stats, rows)
+        if share is None:
+            return None
+        known.append(share)
     lower = [s for c, s in zip(conditions, known) if c.op in _LOWER]
     upper = [s for c, s in zip(conditions, known) if c.op in _UPPER]
     if not lower or not upper:
         return product_of_shares(known)
-    valid = 1.0 if stats.null_count is None else 1 - stats.null_count / rows
+    valid = _valid_share(stats, rows)
     ranged = max(0.0, min(lower) + min(upper) - valid)
     others = [s for c, s in zip(conditions, known) if c.op not in _LOWER + _UPPER]
     if valid > 0:
         # Each other condition's share already holds the non-NULL share once.
         others = [s / valid for s in others]
     return product_of_shares([ranged, *others])
+
+
+def _valid_share(stats: ColumnStats, rows: int) -> float:
+    """The share of ``rows`` that is not NULL (all, when nulls are not counted)."""
+    return 1.0 if stats.null_count is None else 1 - stats.null_count / rows
 
 
 def product_of_shares(shares: Iterable[float | None]) -> float | None:

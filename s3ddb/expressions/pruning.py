@@ -35,9 +35,7 @@ __all__ = [
     "AnyOf",
     "Pruner",
     "arrow_pruner",
-    "arrow_pruner_is_exact",
     "sql_pruner",
-    "sql_pruner_is_exact",
 ]
 
 _OPS: dict[type[exp.Expr], tuple[str, str]] = {
@@ -221,58 +219,55 @@ _N = TypeVar("_N")
 
 def _walk(
     root: _N,
-    chain: Callable[[_N], tuple[bool, list[_N]] | None],
-    leaf: Callable[[_N], list[Condition]],
-) -> Pruner | None:
-    """What ``root`` implies about statistics (None: nothing). ``chain`` gives an AND
-    (False) or OR (True) node's terms, None for any other node, read by ``leaf``.
+    chain: Callable[[_N], tuple[bool, list[_N], bool] | None],
+    leaf: Callable[[_N], tuple[list[Condition], bool]],
+) -> tuple[Pruner | None, bool]:
+    """What ``root`` implies about statistics (None: nothing), and whether that is
+    all it says. ``chain`` gives an AND (False) or OR (True) node's terms, and
+    whether they are all of them (None for any other node, read by ``leaf``);
+    ``leaf`` a term's conditions, and whether they say all the term says.
 
     Walked with an explicit stack, and each chain of ANDs or ORs taken as one node of
     many terms: filters hold chains of thousands of terms (and hundreds of nesting
     levels), far beyond Python's recursion limit.
     """
     done: dict[int, Pruner | None] = {}  # id(node) -> its pruner, for nodes walked
+    exact = True
     stack: list[tuple[_N, bool]] = [(root, False)]
     while stack:
         node, terms_done = stack.pop()
         terms = chain(node)
         if terms is None:
-            conditions = leaf(node)
+            conditions, complete = leaf(node)
+            exact = exact and complete and bool(conditions)
             done[id(node)] = PushedFilters(tuple(conditions)) if conditions else None
         elif terms_done:
             done[id(node)] = _combine(terms[0], [done.pop(id(t)) for t in terms[1]])
         else:
+            exact = exact and terms[2]
             stack.append((node, True))
             stack.extend((t, False) for t in terms[1])
-    return done[id(root)]
+    pruner = done[id(root)]
+    return pruner, exact and pruner is not None
 
 
-def _sql_chain(node: exp.Expr) -> tuple[bool, list[exp.Expr]] | None:
+def _sql_chain(node: exp.Expr) -> tuple[bool, list[exp.Expr], bool] | None:
     if not isinstance(node, (exp.And, exp.Or)):
         return None
-    return isinstance(node, exp.Or), [_unparen(t) for t in node.flatten()]
+    return isinstance(node, exp.Or), [_unparen(t) for t in node.flatten()], True
 
 
-def sql_pruner(tree: exp.Expr, schema: pa.Schema) -> Pruner | None:
-    """What a parsed SQL filter implies about statistics (None: nothing)."""
-    return _walk(_unparen(tree), _sql_chain, lambda node: _conditions(node, schema))
+def _sql_leaf(node: exp.Expr, schema: pa.Schema) -> tuple[list[Condition], bool]:
+    conditions = _conditions(node, schema)
+    # A BETWEEN with one bound that is not a value gives one condition, not two.
+    return conditions, not (isinstance(node, exp.Between) and len(conditions) < 2)
 
 
-def sql_pruner_is_exact(tree: exp.Expr, schema: pa.Schema) -> bool:
-    """Whether :func:`sql_pruner`'s conditions say all the filter says: every term
-    of its ANDs and ORs is a condition (a BETWEEN with both bounds), none dropped.
-    Only then do the conditions' shares estimate the filter's."""
-    stack = [_unparen(tree)]
-    while stack:
-        node = stack.pop()
-        terms = _sql_chain(node)
-        if terms is not None:
-            stack.extend(terms[1])
-            continue
-        conditions = _conditions(node, schema)
-        if not conditions or (isinstance(node, exp.Between) and len(conditions) < 2):
-            return False
-    return True
+def sql_pruner(tree: exp.Expr, schema: pa.Schema) -> tuple[Pruner | None, bool]:
+    """What a parsed SQL filter implies about statistics (None: nothing), and
+    whether its conditions say all the filter says (every term of its ANDs and ORs
+    a condition, none dropped): only then do their shares estimate the filter's."""
+    return _walk(_unparen(tree), _sql_chain, lambda node: _sql_leaf(node, schema))
 
 
 # --- pyarrow Expressions -------------------------------------------------------------
@@ -295,23 +290,31 @@ _NULL_MATCHES_NULL = 0  # SetLookupOptions.null_matching_behavior MATCH
 def arrow_terms(node: Node, functions: frozenset[str]) -> list[Node]:
     """The terms of the chain of ``functions`` calls at ``node`` (``[node]`` if it is no
     such call), in order and without recursion; ``a and_not b`` gives ``a`` alone."""
+    return _arrow_terms(node, functions)[0]
+
+
+def _arrow_terms(node: Node, functions: frozenset[str]) -> tuple[list[Node], bool]:
+    """:func:`arrow_terms`, and whether they are all of the chain (no ``and_not``
+    dropped a term)."""
     out: list[Node] = []
+    whole = True
     stack = [node]
     while stack:
         item = stack.pop()
         if isinstance(item, Call) and item.function in functions and item.args:
-            args = item.args[:1] if item.function.startswith("and_not") else item.args
-            stack.extend(reversed(args))
+            dropping = item.function.startswith("and_not")
+            whole = whole and not dropping
+            stack.extend(reversed(item.args[:1] if dropping else item.args))
         else:
             out.append(item)
-    return out
+    return out, whole
 
 
-def _arrow_chain(node: Node) -> tuple[bool, list[Node]] | None:
+def _arrow_chain(node: Node) -> tuple[bool, list[Node], bool] | None:
     if isinstance(node, Call) and node.function in ARROW_AND:
-        return False, arrow_terms(node, ARROW_AND)
+        return (False, *_arrow_terms(node, ARROW_AND))
     if isinstance(node, Call) and node.function in ARROW_OR:
-        return True, arrow_terms(node, ARROW_OR)
+        return (True, *_arrow_terms(node, ARROW_OR))
     return None
 
 
@@ -457,22 +460,7 @@ def _null_test(call: Call, schema: pa.Schema, negated: bool) -> list[Condition]:
     return [Condition("is_null" if null else "not_null", column[0])]
 
 
-def arrow_pruner(tree: Node, schema: pa.Schema) -> Pruner | None:
-    """What an Expression filter (read as a tree) implies about statistics."""
-    return _walk(tree, _arrow_chain, lambda node: _arrow_conditions(node, schema))
-
-
-def arrow_pruner_is_exact(tree: Node, schema: pa.Schema) -> bool:
-    """As :func:`sql_pruner_is_exact`, for an Expression's tree: every term of its
-    ANDs and ORs is a condition, and no ``and_not`` drops one."""
-    stack = [tree]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, Call) and node.function in ARROW_AND | ARROW_OR:
-            if node.function.startswith("and_not"):
-                return False
-            stack.extend(node.args)
-            continue
-        if not _arrow_conditions(node, schema):
-            return False
-    return True
+def arrow_pruner(tree: Node, schema: pa.Schema) -> tuple[Pruner | None, bool]:
+    """What an Expression filter (read as a tree) implies about statistics, and
+    whether that is all it says (as :func:`sql_pruner`)."""
+    return _walk(tree, _arrow_chain, lambda node: (_arrow_conditions(node, schema), True))

@@ -190,15 +190,16 @@ def _plan_with(
         by_id = {i: n for n, i in _ids(schema)}
         file_names = {f: by_id[i] for i, f in source.columns(by_id).items()}
         leaves = top_level_leaves(source.metadata)
-        kept, expected = [], {} if match_share is not None else None
+        kept: list[int] = []
+        expected = {} if match_share is not None else None
         for g in groups:
             stats = row_group_stats(source.metadata, g, file_names, leaves)
             rows = source.group_rows[g]
             if not may_match(stats, rows):
                 continue
             kept.append(g)
-            if expected is not None:
-                share = match_share(stats, rows) if match_share is not None else None
+            if expected is not None and match_share is not None:
+                share = match_share(stats, rows)
                 if share is None:
                     expected = None
                 else:
