@@ -32,9 +32,11 @@ before each run, and the files the previous merge wrote are removed):
 Beside the merges (``--ops``, default ``merge,update,compact``), on the same target and
 again beside Spark rewriting the same files:
 
-* ``update``: ``s3ddb.spark_ext.update(spark, uri, {"v": "upper(v)"}, "id % 20 = 0")``
-  (10 % of the rows) beside Spark reading every file and writing every row with the
-  same change applied where the condition holds;
+* ``update``: ``s3ddb.spark_ext.update(spark, uri, {"v": "upper(v)"}, "id % 20 = 0",
+  writer=<--writer>)`` (10 % of the rows), and through the other writer too (Spark's
+  under ``auto`` and ``python``, Python tasks' under ``jvm``; a row without a target),
+  beside Spark reading every file and writing every row with the same change applied
+  where the condition holds;
 * ``compact``: a second dataset of ``--compact-rows`` rows (default N / 10) written in
   ``--compact-fragments`` fragments (default 200), compacted by
   ``s3ddb.spark_ext.compact`` into fragments of up to 1,000,000 rows, beside Spark
@@ -264,14 +266,20 @@ def run_rewrite(spark: Any, files: list[str], source: Any, out: Path) -> dict[st
     return {"seconds": seconds, "bytes_written": written, "rows": rows}
 
 
-def run_update(spark: Any, uri: str, pristine: set[str]) -> dict[str, Any]:
+def run_update(spark: Any, uri: str, pristine: set[str], writer: str) -> dict[str, Any]:
     import s3ddb.spark_ext
 
     reset_target(uri, pristine)
     before = files_under(Path(uri))
     with PeakRSS() as rss:
         started = time.perf_counter()
-        counts = s3ddb.spark_ext.update(spark, uri, UPDATE_VALUES, UPDATE_WHERE)
+        counts = s3ddb.spark_ext.update(
+            spark,
+            uri,
+            UPDATE_VALUES,
+            UPDATE_WHERE,
+            writer=writer,  # type: ignore[arg-type]
+        )
         seconds = time.perf_counter() - started
     return {
         "seconds": seconds,
@@ -466,7 +474,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--writer",
         default="auto",
         choices=("auto", "jvm", "python"),
-        help="merge_insert's writer: who writes the merged rows (default auto)",
+        help="merge_insert's and update's writer: who writes their rows (default auto)",
     )
     parser.add_argument("--rounds", type=int, help="rounds, the best time counts (default 2)")
     parser.add_argument("--cores", type=int, default=2)
@@ -509,13 +517,17 @@ def _best(got: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
 def bench_update(
     spark: Any, uri: str, files: list[str], pristine: set[str], root: Path, args: Any
 ) -> dict[str, Any]:
-    """The update of 10 % of the target's rows beside its rewrite, best of the rounds."""
-    got: dict[str, list[dict[str, Any]]] = {"s3ddb": [], "rewrite": []}
+    """The update of 10 % of the target's rows beside its rewrite, best of the rounds:
+    as ``--writer`` says (``s3ddb``), and through the other writer too (``other``:
+    Spark's writer under ``auto`` and ``python``, Python tasks under ``jvm``)."""
+    other = "python" if args.writer == "jvm" else "jvm"
+    got: dict[str, list[dict[str, Any]]] = {"s3ddb": [], "other": [], "rewrite": []}
     want = len(range(0, 2 * args.target_rows, 20))
     for i in range(args.rounds):
-        for system in ["s3ddb", "rewrite"][:: 1 if i % 2 == 0 else -1]:
-            if system == "s3ddb":
-                result = run_update(spark, uri, pristine)
+        for system in ["s3ddb", "other", "rewrite"][:: 1 if i % 2 == 0 else -1]:
+            if system != "rewrite":
+                writer = args.writer if system == "s3ddb" else other
+                result = run_update(spark, uri, pristine, writer)
                 assert result["rows_written"] == want, (result["counts"], want)
             else:
                 out = root / f"update-rewrite-{i}"
@@ -525,14 +537,23 @@ def bench_update(
                 result["rows_written"] = result["rows"]
             got[system].append(result)
         print(
-            f"update, round {i + 1}: s3ddb {got['s3ddb'][-1]['seconds']:.2f} s, "
+            f"update, round {i + 1}: s3ddb {got['s3ddb'][-1]['seconds']:.2f} s "
+            f"(writer={args.writer}; writer={other} {got['other'][-1]['seconds']:.2f} s), "
             f"rewrite {got['rewrite'][-1]['seconds']:.2f} s",
             flush=True,
         )
     best = _best(got)
+    best["other"]["peak_growth_mib"] = max(r["peak_growth_mib"] for r in got["other"])
     reset_target(uri, pristine)
     ratio = best["s3ddb"]["seconds"] / best["rewrite"]["seconds"]
-    return {"op": "update", "rows": want, **best, "ratio": ratio, "bound": UPDATE_BOUND}
+    return {
+        "op": f"update (writer={args.writer})",
+        "rows": want,
+        **best,
+        "ratio": ratio,
+        "bound": UPDATE_BOUND,
+        "other_writer": other,
+    }
 
 
 def bench_compact(spark: Any, root: Path, args: Any) -> dict[str, Any]:
@@ -597,18 +618,22 @@ def report_others(others: list[dict[str, Any]], args: Any) -> list[dict[str, Any
     print("|" + "---|" * len(head))
     checks = []
     for r in others:
-        s, w = r["s3ddb"], r["rewrite"]
-        cells = [
-            r["op"],
-            f"{r['rows']:,}",
-            f"{s['seconds']:.2f}",
-            f"{w['seconds']:.2f}",
-            f"{r['ratio']:.2f}",
-            _rate(s["rows_written"], s["seconds"]),
-            _rate(w["rows_written"], w["seconds"]),
-            f"{s['peak_growth_mib']:,.1f}",
-        ]
-        print("| " + " | ".join(cells) + " |")
+        w = r["rewrite"]
+        rows = [(r["op"], r["s3ddb"])]
+        if "other" in r:  # the update through the other writer, without a target
+            rows.append((f"update (writer={r['other_writer']})", r["other"]))
+        for op, s in rows:
+            cells = [
+                op,
+                f"{r['rows']:,}",
+                f"{s['seconds']:.2f}",
+                f"{w['seconds']:.2f}",
+                f"{s['seconds'] / w['seconds']:.2f}",
+                _rate(s["rows_written"], s["seconds"]),
+                _rate(w["rows_written"], w["seconds"]),
+                f"{s['peak_growth_mib']:,.1f}",
+            ]
+            print("| " + " | ".join(cells) + " |")
     print("\ntargets:")
     for r in others:
         met = r["ratio"] <= r["bound"]

@@ -82,22 +82,26 @@ def update(
     conflict_retries: int | None = None,
     retry_timeout: float | None = None,
     jvm_scheme: str | None = None,
+    writer: Literal["auto", "jvm", "python"] = "auto",
 ) -> dict[str, int]:
     """:meth:`s3ddb.Dataset.update` on the newest version; executors find the rows
     and write the changed rows or columns.
 
-    Where the JVM reaches the files (a local path; ``s3://`` objects when
-    ``jvm_scheme`` names the cluster's S3 connector), ``values`` and ``where`` are
-    SQL text Spark evaluates, and ``rewrite`` is not ``"columns"``, Spark evaluates
-    them and writes the changed rows with its own Parquet writer
-    (:mod:`s3ddb.spark_ext.update_jvm`); otherwise Python tasks do.
+    ``writer`` says who writes the changed rows: ``"auto"`` and ``"python"``, Python
+    tasks, each reading its fragment's files once (faster: see
+    :data:`~s3ddb.spark_ext.update_jvm.AUTO_WRITER_REASON`); ``"jvm"``, Spark's own
+    Parquet writer where the JVM reaches the files (a local path; ``s3://`` objects
+    when ``jvm_scheme`` names the cluster's S3 connector), ``values`` and ``where``
+    are SQL text Spark evaluates, and ``rewrite`` is not ``"columns"``
+    (:mod:`s3ddb.spark_ext.update_jvm`), Python tasks otherwise.
 
-    Returns ``{"num_rows_updated": n}``; raises as ``Dataset.update`` does.
+    Returns ``{"num_rows_updated": n}``; raises as ``Dataset.update`` does, and
+    InvalidInputError for a ``writer`` not named above.
     """
     from s3ddb.spark_ext.update_jvm import update_in_jvm, update_refusal
 
     ds = _open(uri, storage_options)
-    refused = update_refusal(ds, values, where, rewrite, jvm_scheme)
+    refused = update_refusal(ds, values, where, rewrite, jvm_scheme, writer)
     if refused is None:
         done = update_in_jvm(
             spark,

@@ -55,7 +55,7 @@ def test_an_update_equals_the_library_update_and_spark_writes_its_rows(
     where = "n % 3 = 0 OR id > 80"
     expected = s3ddb.dataset(twin).update(values, where, rewrite="rows")
     before = {f.id for f in s3ddb.dataset(uri).get_fragments()}
-    got = s3ddb.spark_ext.update(spark, uri, values, where)
+    got = s3ddb.spark_ext.update(spark, uri, values, where, writer="jvm")
     assert got == expected and got["num_rows_updated"] > 0
     assert _rows(uri) == _rows(twin)
     new = [f for f in s3ddb.dataset(uri).get_fragments() if f.id not in before]
@@ -63,6 +63,38 @@ def test_an_update_equals_the_library_update_and_spark_writes_its_rows(
     assert _writers(
         twin, [f for f in s3ddb.dataset(twin).get_fragments() if f.id not in before]
     ) != {"parquet-mr"}
+
+
+@pytest.mark.parametrize("writer", ["auto", "python"])
+def test_python_tasks_write_the_rows_unless_spark_s_writer_is_asked_for(
+    spark: Any, tmp_path: Path, writer: str
+) -> None:
+    """``writer="auto"`` (the default) and ``"python"`` leave the rows to Python tasks
+    (pyarrow writes the new files), with the same result as Spark's writer; an unknown
+    writer is refused before anything is written."""
+    import s3ddb.spark_ext
+
+    uri = str(tmp_path / "t")
+    for part in range(2):
+        ids = list(range(part * 40, (part + 1) * 40))
+        s3ddb.write_dataset(
+            pa.table({"id": pa.array(ids, pa.int64()), "v": [f"t{i}" for i in ids]}),
+            uri,
+            mode="append",
+        )
+    twin = str(tmp_path / "twin")
+    shutil.copytree(uri, twin)
+    before = {f.id for f in s3ddb.dataset(uri).get_fragments()}
+    kwargs = {} if writer == "auto" else {"writer": writer}
+    got = s3ddb.spark_ext.update(spark, uri, {"v": "upper(v)"}, "id % 3 = 0", **kwargs)
+    jvm = s3ddb.spark_ext.update(spark, twin, {"v": "upper(v)"}, "id % 3 = 0", writer="jvm")
+    assert got == jvm == {"num_rows_updated": 27}
+    assert _rows(uri) == _rows(twin)
+    new = [f for f in s3ddb.dataset(uri).get_fragments() if f.id not in before]
+    assert new and "parquet-mr" not in _writers(uri, new), _writers(uri, new)
+    with pytest.raises(s3ddb.errors.InvalidInputError, match="writer"):
+        s3ddb.spark_ext.update(spark, uri, {"v": "v"}, writer="spark")  # type: ignore[arg-type]
+    assert s3ddb.dataset(uri).version == 3
 
 
 def test_a_value_that_does_not_fit_leaves_nothing(spark: Any, tmp_path: Path) -> None:
@@ -75,7 +107,9 @@ def test_a_value_that_does_not_fit_leaves_nothing(spark: Any, tmp_path: Path) ->
     s3ddb.write_dataset(pa.table({"id": [1, 2, 3], "v": ["a", "b", "c"]}, schema=schema), uri)
     files = {p.relative_to(uri) for p in Path(uri).rglob("*") if p.is_file()}
     with pytest.raises(s3ddb.SchemaMismatchError):
-        s3ddb.spark_ext.update(spark, uri, {"v": "CASE WHEN id = 2 THEN NULL ELSE v END"})
+        s3ddb.spark_ext.update(
+            spark, uri, {"v": "CASE WHEN id = 2 THEN NULL ELSE v END"}, writer="jvm"
+        )
     assert s3ddb.dataset(uri).version == 1
     assert {p.relative_to(uri) for p in Path(uri).rglob("*") if p.is_file()} == files
 
@@ -111,7 +145,7 @@ def test_a_data_file_replaced_after_planning_fails_the_update(
 
     monkeypatch.setattr(merge_target, "plan_native_read", plan_then_replace)
     with pytest.raises(s3ddb.errors.DataFileError, match="not the file planned"):
-        s3ddb.spark_ext.update(spark, uri, {"v": "upper(v)"}, "id % 2 = 0")
+        s3ddb.spark_ext.update(spark, uri, {"v": "upper(v)"}, "id % 2 = 0", writer="jvm")
     assert s3ddb.dataset(uri).version == 2
 
 
