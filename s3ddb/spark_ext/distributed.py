@@ -98,8 +98,10 @@ def update(
     Returns ``{"num_rows_updated": n}``; raises as ``Dataset.update`` does, and
     InvalidInputError for a ``writer`` not named above.
     """
+    from s3ddb.spark_ext.merge_jvm import check_writer
     from s3ddb.spark_ext.update_jvm import update_in_jvm, update_refusal
 
+    check_writer(writer, "update")
     ds = _open(uri, storage_options)
     refused = update_refusal(ds, values, where, rewrite, jvm_scheme, writer)
     if refused is None:

@@ -66,6 +66,7 @@ from s3ddb.spark_ext.merge_jvm import (
     AddressTask,
     WriterChoice,
     address_rows,
+    check_writer,
     decided_frame,
     evaluation_errors,
     source_is_deterministic,
@@ -170,9 +171,9 @@ def merge_insert(
             ``transaction_properties`` is committed already.
         RetryableCommitConflictError, TooMuchWriteContentionError: as
             ``Dataset.merge_insert``.
-        InvalidInputError: ``writer`` is not one of :data:`WRITERS`.
+        InvalidInputError: ``writer`` is not one of :data:`~s3ddb.spark_ext.merge_jvm.WRITERS`.
     """
-    _check_writer(writer)
+    check_writer(writer, "merge_insert")
     clauses = _merge_clauses(
         on,
         when_matched_update_all,
@@ -260,7 +261,7 @@ def explain_merge_insert(
         What :func:`merge_insert` raises before its first Spark job (a bad clause, a
         source whose schema does not fit, an unknown ``writer``).
     """
-    _check_writer(writer)
+    check_writer(writer, "merge_insert")
     clauses = _merge_clauses(
         on,
         when_matched_update_all,
@@ -311,8 +312,6 @@ def explain_merge_insert(
     return "\n".join(lines)
 
 
-#: :func:`merge_insert`'s ``writer`` values.
-WRITERS = ("auto", "jvm", "python")
 #: With ``writer="auto"``, Spark's writer writes a merge's rows when the source has at
 #: least this many rows per core (Spark's default parallelism); Python tasks below.
 #: The JVM path costs a second job (the join persisted, or an upsert's source read
@@ -329,13 +328,6 @@ JVM_ROWS_PER_CORE = 2_000_000
 #: 20,000,000 rows took 5.9 s through Spark's writer against 8.6 s through Python
 #: tasks with its keys in one fragment, but 27.4 s against 19.2 s with them in all 20).
 UPSERT_JVM_ROWS_PER_CORE = 500_000
-
-
-def _check_writer(writer: str) -> None:
-    """Raises:
-    InvalidInputError: ``writer`` is not one of :data:`WRITERS`."""
-    if writer not in WRITERS:
-        raise InvalidInputError(f"merge_insert writer takes one of {WRITERS}; got {writer!r}")
 
 
 def merge_batches(
@@ -462,7 +454,7 @@ class _DistributedMerge:
     scheme_map: dict[str, str] | None
     #: The scheme the JVM writes ``s3://`` objects by (None: it cannot).
     jvm_scheme: str | None = None
-    #: Who writes the rows where the JVM can (:data:`WRITERS`).
+    #: Who writes the rows where the JVM can (:data:`~s3ddb.spark_ext.merge_jvm.WRITERS`).
     writer: str = "auto"
 
     @property

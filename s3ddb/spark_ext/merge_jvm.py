@@ -73,15 +73,30 @@ __all__ = [
     "INSERT",
     "OUTCOME",
     "TARGET_KEEP",
+    "WRITERS",
     "AddressTask",
     "WriterChoice",
     "address_rows",
     "address_words",
+    "check_writer",
     "decided_frame",
     "evaluation_errors",
     "source_is_deterministic",
     "writer_choice",
 ]
+
+#: ``writer=`` of ``merge_insert`` and ``update``: who writes the rows where the JVM
+#: reaches the files (the library's choice, Spark's writer, Python tasks).
+WRITERS = ("auto", "jvm", "python")
+
+
+def check_writer(writer: str, what: str) -> None:
+    """Raises:
+    InvalidInputError: ``writer`` is not one of :data:`WRITERS` (``what``, the
+    function, is named)."""
+    if writer not in WRITERS:
+        raise InvalidInputError(f"{what} writer takes one of {WRITERS}; got {writer!r}")
+
 
 #: Outcomes of a joined row beyond a matched pair's (:data:`KEEP`, :data:`UPDATE`,
 #: :data:`DELETE`): an unmatched source row inserted or skipped, an unmatched target

@@ -35,7 +35,6 @@ import pyarrow.compute as pc
 from pyroaring import BitMap
 
 import s3ddb
-from s3ddb.errors import InvalidInputError
 from s3ddb.expressions.compiled import compile_filter
 from s3ddb.format.fragment_metadata import FragmentMetadata
 from s3ddb.format.manifest import Manifest
@@ -61,13 +60,11 @@ from s3ddb.spark_ext.session_settings import session_settings
 from s3ddb.versions.pinned import plan_and_commit, rows_landed_since
 from s3ddb.writes.row_changes import compile_values, predicate_text
 
-__all__ = ["AUTO_WRITER_REASON", "WRITERS", "update_in_jvm", "update_refusal"]
+__all__ = ["AUTO_WRITER_REASON", "update_in_jvm", "update_refusal"]
 
 log = logging.getLogger(__name__)
 
 
-#: ``s3ddb.spark_ext.update``'s ``writer`` values: who writes the changed rows.
-WRITERS = ("auto", "jvm", "python")
 #: Why ``writer="auto"`` leaves an update's rows to Python tasks. Unlike a merge's
 #: rows, an update's never pass from the JVM to Python: each task reads its
 #: fragment's files with pyarrow and writes the changed rows itself, once, while
@@ -87,15 +84,10 @@ def update_refusal(
     where: Any,
     rewrite: str,
     jvm_scheme: str | None,
-    writer: str = "jvm",
+    writer: str,
 ) -> str | None:
-    """Why the update does not run in the JVM (then Python tasks run it), or None.
-
-    Raises:
-        InvalidInputError: ``writer`` is not one of :data:`WRITERS`.
-    """
-    if writer not in WRITERS:
-        raise InvalidInputError(f"update writer takes one of {WRITERS}; got {writer!r}")
+    """Why the update does not run in the JVM (then Python tasks run it), or None;
+    ``writer`` is one of :data:`~s3ddb.spark_ext.merge_jvm.WRITERS`."""
     if writer == "python":
         return 'writer="python" was asked for'
     if writer == "auto":
