@@ -17,7 +17,8 @@ manifest, DynamoDB path; ``claim``: the conditional write(s)), ``num_added_rows`
 ``num_removed_files``, ``bytes_added``, ``bytes_removed`` (data files). Per
 operation: a merge adds ``source_rows``, ``matched_rows``, ``inserted_rows``,
 ``updated_rows``, ``deleted_rows``, ``fragments_scanned``, ``fragments_skipped`` (and a
-Spark merge ``merge_writer``: ``"jvm"`` or ``"python"``, who wrote its rows); a
+Spark merge ``merge_writer``: ``"jvm"`` or ``"python"``, who wrote its rows; a
+Spark update ``update_writer``, the same); a
 compaction ``fragments_in`` and ``fragments_out``; a delete ``fragments_touched``.
 The call that made the version, where one is known: ``api_operation`` (a string:
 ``add_columns``, ``alter_columns``, ``drop_columns``, ``merge_insert``, ``update``,
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
 __all__ = [
     "API_OPERATION",
     "add_operation_metrics",
+    "adding_operation_metrics",
     "api_operation_of",
     "change_metrics",
     "listed_versions",
@@ -68,6 +70,11 @@ _API_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")
 _OPERATION: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
     "s3ddb_operation_metrics", default=None
 )
+#: What a caller adds to every :func:`operation_metrics` block opened inside its
+#: :func:`adding_operation_metrics` block.
+_ADDED: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+    "s3ddb_added_operation_metrics", default=None
+)
 
 
 @contextmanager
@@ -76,7 +83,7 @@ def operation_metrics(api_operation: str | None = None, **values: int) -> Iterat
     yielded dict) besides their own metrics: what an operation knows of its work
     that the versions do not show (a merge's matched rows), and ``api_operation``,
     the name of the call that commits (``add_columns``), as :data:`API_OPERATION`."""
-    recorded: dict[str, Any] = dict(values)
+    recorded: dict[str, Any] = {**(_ADDED.get() or {}), **values}
     if api_operation is not None:
         recorded[API_OPERATION] = api_operation
     token = _OPERATION.set(recorded)
@@ -84,6 +91,18 @@ def operation_metrics(api_operation: str | None = None, **values: int) -> Iterat
         yield recorded
     finally:
         _OPERATION.reset(token)
+
+
+@contextmanager
+def adding_operation_metrics(**values: int | str) -> Iterator[None]:
+    """Inside the block, every :func:`operation_metrics` block opened records
+    ``values`` too: for a caller around an operation that opens its own block (a
+    Spark update around ``Dataset.update``: who wrote the rows)."""
+    token = _ADDED.set({**(_ADDED.get() or {}), **values})
+    try:
+        yield
+    finally:
+        _ADDED.reset(token)
 
 
 def api_operation_of(metrics: Mapping[str, Any]) -> str | None:

@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 
 import s3ddb
 from s3ddb.maintenance.compaction import DEFAULT_TARGET_ROWS_PER_FRAGMENT, CompactionMetrics
+from s3ddb.observe.commit_metrics import adding_operation_metrics
 from s3ddb.tasks.fragment_map import mapped_by
 
 log = logging.getLogger(__name__)
@@ -118,7 +119,7 @@ def update(
             return done
     else:
         log.info("s3ddb update: rows written by Python tasks: %s", refused)
-    with mapped_by(SparkMapper(spark)):
+    with mapped_by(SparkMapper(spark)), adding_operation_metrics(update_writer="python"):
         return ds.update(
             values,
             where,

@@ -38,6 +38,7 @@ import s3ddb
 from s3ddb.expressions.compiled import compile_filter
 from s3ddb.format.fragment_metadata import FragmentMetadata
 from s3ddb.format.manifest import Manifest
+from s3ddb.observe.commit_metrics import add_operation_metrics
 from s3ddb.operations import RowChangePlan, Update, UpdateMode
 from s3ddb.scan.visible_rows import fragment_may_match
 from s3ddb.spark_ext._types import quoted_name, spark_schema_of
@@ -140,6 +141,7 @@ def update_in_jvm(
         op, problem = _plan(spark, ds, manifest, values, where, root, scheme_map)
         if problem is not None:
             refused.append(problem)
+        add_operation_metrics(update_writer="jvm")
         return op, None
 
     prior = ds.last_commit

@@ -75,6 +75,25 @@ def test_every_operation_records_what_it_changed(tmp_path: Path) -> None:
     assert [v.metrics["num_added_rows"] for v in history[:2]] == [10, 5]
 
 
+def test_values_added_around_an_operation_are_recorded_by_its_commit_only(
+    tmp_path: Path,
+) -> None:
+    """``adding_operation_metrics`` reaches the block an operation opens itself
+    (``Dataset.update`` here), and nothing after the caller's block ends."""
+    from s3ddb.observe.commit_metrics import adding_operation_metrics
+
+    uri = str(tmp_path / "t")
+    ds = s3ddb.write_dataset(pa.table({"id": [1, 2, 3], "v": ["a", "b", "c"]}), uri)
+    with adding_operation_metrics(update_writer="python"):
+        ds.update({"v": "upper(v)"}, where="id > 1")
+    ds.update({"v": "lower(v)"}, where="id > 2")
+    first, second = s3ddb.dataset(uri).versions()[-2:]
+    assert first.metrics["update_writer"] == "python"
+    assert first.metrics["api_operation"] == "update"
+    assert "update_writer" not in second.metrics
+    assert second.metrics["api_operation"] == "update"
+
+
 def test_versions_written_before_metrics_have_none(tmp_path: Path) -> None:
     uri = str(tmp_path / "ds")
     shutil.copytree(FIXTURE, uri)

@@ -90,6 +90,10 @@ def test_python_tasks_write_the_rows_unless_spark_s_writer_is_asked_for(
     jvm = s3ddb.spark_ext.update(spark, twin, {"v": "upper(v)"}, "id % 3 = 0", writer="jvm")
     assert got == jvm == {"num_rows_updated": 27}
     assert _rows(uri) == _rows(twin)
+    # Each version records who wrote its rows, as a Spark merge does.
+    assert s3ddb.dataset(uri).versions()[-1].metrics["update_writer"] == "python"
+    assert s3ddb.dataset(twin).versions()[-1].metrics["update_writer"] == "jvm"
+    assert s3ddb.dataset(uri).versions()[-1].metrics["api_operation"] == "update"
     new = [f for f in s3ddb.dataset(uri).get_fragments() if f.id not in before]
     assert new and "parquet-mr" not in _writers(uri, new), _writers(uri, new)
     with pytest.raises(s3ddb.errors.InvalidInputError, match="writer"):
