@@ -30,6 +30,17 @@ def _writers(uri: str, fragments: Any) -> set[str]:
     }
 
 
+def _two_appends(uri: str, rows: int) -> None:
+    """Two appended fragments of ``rows`` rows each: ``id`` 0.., ``v`` ``t<id>``."""
+    for part in range(2):
+        ids = list(range(part * rows, (part + 1) * rows))
+        s3ddb.write_dataset(
+            pa.table({"id": pa.array(ids, pa.int64()), "v": [f"t{i}" for i in ids]}),
+            uri,
+            mode="append",
+        )
+
+
 def test_an_update_equals_the_library_update_and_spark_writes_its_rows(
     spark: Any, tmp_path: Path
 ) -> None:
@@ -75,13 +86,7 @@ def test_python_tasks_write_the_rows_unless_spark_s_writer_is_asked_for(
     import s3ddb.spark_ext
 
     uri = str(tmp_path / "t")
-    for part in range(2):
-        ids = list(range(part * 40, (part + 1) * 40))
-        s3ddb.write_dataset(
-            pa.table({"id": pa.array(ids, pa.int64()), "v": [f"t{i}" for i in ids]}),
-            uri,
-            mode="append",
-        )
+    _two_appends(uri, 40)
     twin = str(tmp_path / "twin")
     shutil.copytree(uri, twin)
     before = {f.id for f in s3ddb.dataset(uri).get_fragments()}
@@ -129,13 +134,7 @@ def test_a_data_file_replaced_after_planning_fails_the_update(
     from s3ddb.spark_ext import merge_target
 
     uri = str(tmp_path / "t")
-    for part in range(2):
-        ids = list(range(part * 50, (part + 1) * 50))
-        s3ddb.write_dataset(
-            pa.table({"id": pa.array(ids, pa.int64()), "v": [f"t{i}" for i in ids]}),
-            uri,
-            mode="append",
-        )
+    _two_appends(uri, 50)
     victim = Path(uri, "data", s3ddb.dataset(uri).get_fragments()[1].files[0].path)
     real_plan = merge_target.plan_native_read
 
