@@ -10,19 +10,24 @@ running at a time (none ahead with ``workers=0``): a read that finishes ahead of
 turn frees its thread for the next one at once. The reads of one stream share a
 :class:`~s3ddb.scan.visible_rows.MatchHistory` (late materialization or one pass).
 Results come out in fragment and row-group order.
+
+A local scan (its plans and reads are CPU work, not requests) plans its first fragment
+in the consumer's thread, and reads its last fragment in a piece per CPU, so that the
+cores start together and end together.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from s3ddb.format.bases import Files
+from s3ddb.format.bases import Files, as_resolver
 from s3ddb.format.fragment_metadata import FragmentMetadata
 from s3ddb.format.parquet_source import WHOLE_READ_MAX_BYTES
 from s3ddb.format.rowgroups import MatchShare, RowGroupPredicate
@@ -44,6 +49,31 @@ __all__ = [
 ]
 
 Read = tuple[FragmentPlan, list[int] | None, int]
+T = TypeVar("T")
+
+#: Reads the last fragment of a scan is split into: one per CPU Arrow decodes on.
+_TAIL_PIECES = max(1, pa.cpu_count())
+
+
+def _done(fn: Callable[..., T], *args: Any) -> Future[T]:
+    """A future already holding what ``fn(*args)`` returned or raised (run in this
+    thread)."""
+    future: Future[T] = Future()
+    try:
+        future.set_result(fn(*args))
+    except BaseException as exc:
+        future.set_exception(exc)
+    return future
+
+
+def _plan(
+    files: Files,
+    fragment: FragmentMetadata,
+    schema: DatasetSchema,
+    may_match: RowGroupPredicate | None,
+    match_share: MatchShare | None,
+) -> FragmentPlan | None:
+    return plan_fragment(files, fragment, schema, may_match, match_share=match_share)
 
 
 def _executor() -> ThreadPoolExecutor:
@@ -53,12 +83,17 @@ def _executor() -> ThreadPoolExecutor:
     return process_pool("scan")
 
 
-def split_reads(plan: FragmentPlan, names: list[str], budget: int) -> list[Read]:
+def split_reads(plan: FragmentPlan, names: list[str], budget: int, pieces: int = 1) -> list[Read]:
     """``plan`` as reads of consecutive row groups, each estimated at about an eighth
-    of ``budget`` (or one row group), with their estimated decoded bytes."""
+    of ``budget`` (or one row group), with their estimated decoded bytes; with
+    ``pieces`` > 1, also at most about 1/``pieces`` of the plan each (so in as many
+    reads where it has as many row groups)."""
     if plan.source is None:
         return [(plan, None, plan.estimated_bytes([], names))]
     target = max(1, budget // 8)
+    if pieces > 1:
+        whole = sum(plan.estimated_bytes([g], names) for g in plan.groups)
+        target = max(1, min(target, -(-whole // pieces)))
     reads: list[Read] = []
     current: list[int] = []
     size = 0
@@ -111,7 +146,6 @@ def stream_tables(
         return
     ahead = _ReadAhead(scan, pending_fragments, workers)
     try:
-        ahead.plan_ahead()
         while (table := ahead.next_table()) is not None:
             if table.num_rows:
                 yield table
@@ -137,9 +171,12 @@ class _Scan:
     #: Which row groups held a match so far: whether reads still filter first.
     history: MatchHistory = field(default_factory=MatchHistory)
 
-    def reads_of(self, plan: FragmentPlan | None) -> list[Read]:
-        """The reads of a fragment's plan (none when the fragment cannot match)."""
-        return split_reads(plan, self.names, self.budget) if plan is not None else []
+    def reads_of(self, plan: FragmentPlan | None, pieces: int = 1) -> list[Read]:
+        """The reads of a fragment's plan (none when the fragment cannot match), in at
+        least ``pieces`` where it has as many row groups (:func:`split_reads`)."""
+        if plan is None:
+            return []
+        return split_reads(plan, self.names, self.budget, pieces)
 
 
 class _ReadAhead:
@@ -163,24 +200,34 @@ class _ReadAhead:
         self._scale, self._estimated, self._actual = 1.0, 0.0, 0
         # Small files are fetched whole when planned: with a small budget, plan fewer ahead.
         self._plans_ahead = max(1, min(workers, scan.budget // WHOLE_READ_MAX_BYTES))
+        self._all_planned = False
+        # A local scan's plans and reads are CPU work (a remote one's wait on requests,
+        # which cost per call): it plans its first fragment in this thread (see
+        # plan_ahead) and reads its last in a piece per CPU (see _start_reads).
+        local = not as_resolver(scan.files).store.is_remote
+        self._plan_first_here = local
+        self._tail_pieces = _TAIL_PIECES if local else 1
 
     def plan_ahead(self) -> None:
-        """Start planning fragments until ``plans_ahead`` plans are pending."""
+        """Start planning fragments until ``plans_ahead`` plans are pending.
+
+        A local scan plans its first fragment in this thread and returns: planning a
+        local file is CPU work only (its footer), the consumer waits for that plan
+        anyway, and the first read then starts before other plans, made on pool
+        threads holding the GIL, can delay it (by milliseconds, with two cores). A
+        remote scan plans ahead from the start, as its plans wait on requests."""
         scan = self._scan
         while len(self._plans) < self._plans_ahead:
             fragment = next(self._pending_fragments, None)
             if fragment is None:
+                self._all_planned = True
                 return
-            self._plans.append(
-                self._pool.submit(
-                    plan_fragment,
-                    scan.files,
-                    fragment,
-                    scan.schema,
-                    scan.may_match,
-                    match_share=scan.match_share,
-                )
-            )
+            args = (scan.files, fragment, scan.schema, scan.may_match, scan.match_share)
+            if self._plan_first_here:
+                self._plan_first_here = False
+                self._plans.append(_done(_plan, *args))
+                return
+            self._plans.append(self._pool.submit(_plan, *args))
 
     def next_table(self) -> pa.Table | None:
         """The result of the next read in order (waiting for it), None after the last.
@@ -235,13 +282,19 @@ class _ReadAhead:
                 )
                 self._reading.append((future, int(est * self._scale)))
                 self._in_flight += int(est * self._scale)
+            # (After the reads are started: their decoding begins before new plans.)
+            self.plan_ahead()
             if self._waiting or not self._plans:
                 return
             if not (self._plans[0].done() or not self._reading):
                 return
             plan_or_none = self._plans.popleft().result()
-            self.plan_ahead()
-            self._waiting.extend(scan.reads_of(plan_or_none))
+            # A local scan reads its last fragment in a piece per CPU: one read of a
+            # whole file decodes each column on one thread, and its longest column
+            # alone would end the scan with the other cores idle (about a tenth of a
+            # 10-file scan on two cores). Earlier fragments overlap each other.
+            last = self._all_planned and not self._plans
+            self._waiting.extend(scan.reads_of(plan_or_none, self._tail_pieces if last else 1))
 
     def _may_start(self, est: int) -> bool:
         if not self._reading:

@@ -164,3 +164,44 @@ def test_a_read_finishing_ahead_of_its_turn_frees_its_thread(
     got = ds.scanner(filter="k < 3", fragment_readahead=2).to_table()
     assert got.equals(expected)
     assert first_saw_third == [True]
+
+
+def test_a_local_scan_plans_its_first_fragment_itself_and_splits_its_last(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a local dataset the first fragment is planned in the consumer's thread (its
+    read starts before other plans can hold the GIL), and the last fragment is read
+    in a piece per CPU (its columns would otherwise end the scan on one thread each);
+    the other fragments in one read each. The rows are the same as one at a time."""
+    ids = pa.array(range(40), pa.int64())
+    uri = str(tmp_path / "ds")
+    for i in range(3):  # three fragments of four 10-row row groups
+        table = pa.table({"id": pa.array(range(i * 40, (i + 1) * 40), pa.int64()), "k": ids})
+        s3ddb.write_dataset(
+            table, uri, mode="create" if i == 0 else "append", max_rows_per_group=10
+        )
+    ds = s3ddb.dataset(uri)
+    expected = _one_at_a_time(ds, "k < 35")  # a match in every row group
+    order = [f.id for f in ds.manifest.fragments]
+    planned_in: list[tuple[int, bool]] = []
+    reads: list[tuple[int, int]] = []
+    real_plan, real_read = s3ddb.scan.stream.plan_fragment, s3ddb.scan.stream.read_planned
+
+    def plan_fragment(files: Any, fragment: Any, *args: Any, **kwargs: Any) -> Any:
+        here = threading.current_thread() is threading.main_thread()
+        planned_in.append((order.index(fragment.id), here))
+        return real_plan(files, fragment, *args, **kwargs)
+
+    def read_planned(
+        plan: Any, schema: Any, columns: Any, predicate: Any, groups: Any, *a: Any
+    ) -> pa.Table:
+        reads.append((order.index(plan.fragment.id), len(groups)))
+        return real_read(plan, schema, columns, predicate, groups, *a)
+
+    monkeypatch.setattr(s3ddb.scan.stream, "plan_fragment", plan_fragment)
+    monkeypatch.setattr(s3ddb.scan.stream, "read_planned", read_planned)
+    monkeypatch.setattr(s3ddb.scan.stream, "_TAIL_PIECES", 2)
+    got = ds.scanner(filter="k < 35").to_table()
+    assert got.equals(expected)
+    assert sorted(planned_in) == [(0, True), (1, False), (2, False)]
+    assert sorted(reads) == [(0, 4), (1, 4), (2, 2), (2, 2)]
