@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import io
 import itertools
+import os
 import struct
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -219,6 +220,29 @@ def read_footer(store: ObjectStore, path: str, size: int) -> pq.FileMetaData:
     return pq.read_metadata(pa.BufferReader(tail[-(length + 8) :]))
 
 
+def _refuse_resized(where: str, recorded: int, actual: int) -> None:
+    """Refuse the data file ``where`` (its description) of ``actual`` bytes if its
+    version recorded another size (``recorded``; 0: none was).
+
+    Raises:
+        DataFileError: the sizes differ.
+    """
+    if 0 < recorded != actual:
+        raise DataFileError(
+            f"{where} has {actual} bytes where its version records {recorded}: it was "
+            "changed or replaced after it was committed"
+        )
+
+
+def _size_of(f: Any) -> int:
+    """The size in bytes of an open file: Arrow's (``size()``) or Python's (its
+    descriptor's)."""
+    size = getattr(f, "size", None)
+    if callable(size):
+        return int(size())
+    return os.fstat(f.fileno()).st_size
+
+
 def file_columns_by_id(schema: pa.Schema) -> dict[int, str]:
     """Field id -> column name in one Parquet data file (its ``PARQUET:field_id``s)."""
     by_id = {}
@@ -264,10 +288,12 @@ class ParquetSource:
     """A data file opened for a scan. The footer is read at most once; reads of any
     row groups and columns follow (from any thread, each read independent).
 
-    With ``fragment``, the file is checked against it: it must hold the fragment's
-    ``physical_rows`` rows, and each column the fragment says the file holds must be
-    there (:meth:`columns`). Every failure names the fragment, the file and the
-    version (see :func:`data_file_errors`).
+    The file must have the size its version records (where it records one): a file
+    replaced or changed after its commit is refused, not read. With ``fragment``, the
+    file is also checked against it: it must hold the fragment's ``physical_rows``
+    rows, and each column the fragment says the file holds must be there
+    (:meth:`columns`). Every failure names the fragment, the file and the version
+    (see :func:`data_file_errors`).
 
     With ``keep_open``, a local file stays open from its footer's read (the same
     checked descriptor) for the reads that follow, until :meth:`close` (or the end
@@ -277,7 +303,8 @@ class ParquetSource:
 
     Raises:
         DataFileMissingError: the file does not exist.
-        DataFileError: it is not readable Parquet, or does not match its fragment.
+        DataFileError: it is not readable Parquet, not of its recorded size, or does
+            not match its fragment.
         PathOutsideDatasetError: locally, it (or a directory on the way) is a symlink
             or another non-regular file.
     """
@@ -315,11 +342,12 @@ class ParquetSource:
         store, path = self._store, self._path
         with data_file_errors(self.where):
             if self._local and keep_open:
-                metadata = self._hold(store, path)
+                metadata = self._hold(store, path, size)
             elif self._local:
                 # Opened once, checked (no symlink, a regular file) on the descriptor
                 # pyarrow then reads: no window between the check and the read.
                 with store.open_input(path) as f:
+                    self._check_size(size, _size_of(f))
                     metadata = pq.ParquetFile(f).metadata
             else:
                 if size <= 0:
@@ -327,6 +355,7 @@ class ParquetSource:
                 if size <= WHOLE_READ_MAX_BYTES:
                     # One request instead of a footer read and column reads.
                     self._whole = store.get(path)
+                    self._check_size(size, len(self._whole))
                     metadata = pq.ParquetFile(pa.BufferReader(self._whole)).metadata
                 else:
                     self._size = size
@@ -338,11 +367,12 @@ class ParquetSource:
         _check_rows(self.where, metadata.num_rows, sizes, fragment)
         return sizes
 
-    def _hold(self, store: ObjectStore, path: str) -> pq.FileMetaData:
+    def _hold(self, store: ObjectStore, path: str, size: int) -> pq.FileMetaData:
         """Open the local file (checked, as :func:`arrow_input`) and keep it open;
-        its footer."""
+        its footer (the file checked to be of ``size`` bytes, where that is known)."""
         source, threads = arrow_input(store, path)
         try:
+            self._check_size(size, _size_of(source))
             parquet = pq.ParquetFile(source)
             metadata = parquet.metadata
         except BaseException:
@@ -350,6 +380,17 @@ class ParquetSource:
             raise
         self._held = (parquet, source, threads)
         return metadata
+
+    def _check_size(self, recorded: int, actual: int) -> None:
+        """Refuse a file whose size is not the one its version recorded (0: none was).
+        A replaced file of the same row count would otherwise be read as the
+        committed one (a remote file read by ranges is found by its footer at the
+        recorded size, and fails there instead).
+
+        Raises:
+            DataFileError: the sizes differ.
+        """
+        _refuse_resized(self.where, recorded, actual)
 
     def close(self) -> None:
         """Close the file kept open (``keep_open``); reads after this open it anew."""
@@ -532,12 +573,14 @@ def check_data_file(
 
     Raises:
         DataFileMissingError: the file does not exist.
-        DataFileError: it has no valid Parquet footer, holds another number of rows
-            than the fragment, or lacks a column the fragment says it holds.
+        DataFileError: it is not of the size its version records, has no valid
+            Parquet footer, holds another number of rows than the fragment, or lacks a
+            column the fragment says it holds.
     """
     resolver = as_resolver(files)
     store, path = resolver.data_file(data_file)
     where = _describe(store, path, fragment, resolver.version)
+    _refuse_resized(where, data_file.file_size_bytes, size)
     with data_file_errors(where):
         metadata = read_footer(store, path, size)
         by_id = file_columns_by_id(metadata.schema.to_arrow_schema())

@@ -83,8 +83,8 @@ PROBLEM_KINDS: dict[str, ProblemKind] = {
     ),
     "corrupt_data_file": ProblemKind(
         meaning=(
-            "a data file's footer shows it is not the file its fragment describes (not Parquet, "
-            "truncated, another row count, a declared column missing)"
+            "a data file is not the file its fragment describes (another size than recorded, "
+            "not Parquet, truncated, another row count, a declared column missing)"
         ),
         fix="restore the file, or `s3ddb restore` an earlier version",
     ),

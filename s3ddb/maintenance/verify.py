@@ -643,8 +643,9 @@ def _check_data_files(
     problem: ReportProblem,
 ) -> None:
     """Report each data file of ``manifest`` in the dataset's own root that is
-    missing, or whose footer shows it is not the file its fragment describes (not
-    Parquet, another row count, a declared column missing): one ranged read of its
+    missing, of another size than recorded (its listed size), or whose footer shows it
+    is not the file its fragment describes (not Parquet, another row count, a
+    declared column missing): one ranged read of its
     footer per file, never the whole file. Files in ``checked`` (seen in an earlier
     version) are skipped, and the ones looked at here are added to it.
 

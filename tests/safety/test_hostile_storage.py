@@ -345,12 +345,26 @@ READS: dict[str, Any] = {
     "update": lambda ds: ds.update({"name": "'x'"}, where="id > 0"),
 }
 
+
+def _other_rows(data: bytes) -> bytes:
+    """A planted stand-in for ``data``: the same columns (field ids too) and row count,
+    other values, written otherwise (so of another size): nothing but its size tells
+    it from the committed file."""
+    table = pq.read_table(io.BytesIO(data))
+    other = make_table(1000, table.num_rows).cast(table.schema)
+    buffer = io.BytesIO()
+    pq.write_table(other, buffer, compression="none")
+    assert len(buffer.getvalue()) != len(data)
+    return buffer.getvalue()
+
+
 DAMAGES: dict[str, Any] = {
     "missing": None,
     "not parquet": b"this is not a parquet file at all",
     "truncated": lambda data: data[: len(data) // 2],
     "other row count": _parquet(make_table(50, 5)),
     "other columns": _parquet(pa.table({"a": [1, 2, 3], "b": ["x", "y", "z"]})),
+    "other rows of the same count": _other_rows,
 }
 
 
