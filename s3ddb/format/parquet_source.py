@@ -338,16 +338,18 @@ class ParquetSource:
     def _read_footer(
         self, size: int, fragment: FragmentMetadata | None, keep_open: bool
     ) -> list[int]:
-        """Read and check the footer (see the class); the row groups' row counts."""
+        """Read and check the footer and the size (see the class); the row groups' row
+        counts."""
         store, path = self._store, self._path
+        actual = size  # a file read by ranges is found by its footer at this size
         with data_file_errors(self.where):
             if self._local and keep_open:
-                metadata = self._hold(store, path, size)
+                metadata, actual = self._hold(store, path)
             elif self._local:
                 # Opened once, checked (no symlink, a regular file) on the descriptor
                 # pyarrow then reads: no window between the check and the read.
                 with store.open_input(path) as f:
-                    self._check_size(size, _size_of(f))
+                    actual = _size_of(f)
                     metadata = pq.ParquetFile(f).metadata
             else:
                 if size <= 0:
@@ -355,7 +357,7 @@ class ParquetSource:
                 if size <= WHOLE_READ_MAX_BYTES:
                     # One request instead of a footer read and column reads.
                     self._whole = store.get(path)
-                    self._check_size(size, len(self._whole))
+                    actual = len(self._whole)
                     metadata = pq.ParquetFile(pa.BufferReader(self._whole)).metadata
                 else:
                     self._size = size
@@ -365,32 +367,28 @@ class ParquetSource:
             self.by_id = file_columns_by_id(self.arrow_schema)
             sizes = [metadata.row_group(g).num_rows for g in range(metadata.num_row_groups)]
         _check_rows(self.where, metadata.num_rows, sizes, fragment)
+        recorded = self.data_file.file_size_bytes
+        if 0 < recorded != actual:
+            # Another file than the one committed. Its clearest fault first: a declared
+            # column it lacks (the row count was checked above), else its size, which
+            # alone tells apart a stand-in of the same columns and row count.
+            self.columns(i for i in self.data_file.fields if i >= 0)
+            _refuse_resized(self.where, recorded, actual)
         return sizes
 
-    def _hold(self, store: ObjectStore, path: str, size: int) -> pq.FileMetaData:
+    def _hold(self, store: ObjectStore, path: str) -> tuple[pq.FileMetaData, int]:
         """Open the local file (checked, as :func:`arrow_input`) and keep it open;
-        its footer (the file checked to be of ``size`` bytes, where that is known)."""
+        its footer and its size."""
         source, threads = arrow_input(store, path)
         try:
-            self._check_size(size, _size_of(source))
+            size = _size_of(source)
             parquet = pq.ParquetFile(source)
             metadata = parquet.metadata
         except BaseException:
             source.close()
             raise
         self._held = (parquet, source, threads)
-        return metadata
-
-    def _check_size(self, recorded: int, actual: int) -> None:
-        """Refuse a file whose size is not the one its version recorded (0: none was).
-        A replaced file of the same row count would otherwise be read as the
-        committed one (a remote file read by ranges is found by its footer at the
-        recorded size, and fails there instead).
-
-        Raises:
-            DataFileError: the sizes differ.
-        """
-        _refuse_resized(self.where, recorded, actual)
+        return metadata, size
 
     def close(self) -> None:
         """Close the file kept open (``keep_open``); reads after this open it anew."""
@@ -580,7 +578,6 @@ def check_data_file(
     resolver = as_resolver(files)
     store, path = resolver.data_file(data_file)
     where = _describe(store, path, fragment, resolver.version)
-    _refuse_resized(where, data_file.file_size_bytes, size)
     with data_file_errors(where):
         metadata = read_footer(store, path, size)
         by_id = file_columns_by_id(metadata.schema.to_arrow_schema())
@@ -593,6 +590,7 @@ def check_data_file(
             f"{where}: its fragment says it holds field id(s) {missing}, the file has no "
             f"column with those ids (it has {sorted(by_id) or 'none'})"
         )
+    _refuse_resized(where, data_file.file_size_bytes, size)
 
 
 def _check_rows(
