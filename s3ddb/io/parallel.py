@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.per_process import PerProcess
 
-__all__ = ["PendingWrites", "process_pool", "run_beside"]
+__all__ = ["PendingWrites", "process_pool", "run_beside", "run_here"]
 
 T = TypeVar("T")
 
@@ -51,9 +51,15 @@ def run_beside(store: ObjectStore, fn: Callable[[], T]) -> Future[T]:
             return _executor().submit(fn)
         except RuntimeError:  # the interpreter is shutting down: no new threads
             pass
+    return run_here(fn)
+
+
+def run_here(fn: Callable[..., T], *args: Any, **kwargs: Any) -> Future[T]:
+    """Run ``fn(*args, **kwargs)`` in this thread; a future already holding its result
+    or exception (for a caller that also hands such work to a pool)."""
     done: Future[T] = Future()
     try:
-        done.set_result(fn())
+        done.set_result(fn(*args, **kwargs))
     except BaseException as exc:
         done.set_exception(exc)
     return done

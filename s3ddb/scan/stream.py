@@ -19,10 +19,9 @@ cores start together and end together.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -32,7 +31,7 @@ from s3ddb.format.fragment_metadata import FragmentMetadata
 from s3ddb.format.parquet_source import WHOLE_READ_MAX_BYTES
 from s3ddb.format.rowgroups import MatchShare, RowGroupPredicate
 from s3ddb.format.schema import DatasetSchema
-from s3ddb.io.parallel import process_pool
+from s3ddb.io.parallel import process_pool, run_here
 from s3ddb.scan.visible_rows import (
     FragmentPlan,
     MatchHistory,
@@ -49,31 +48,9 @@ __all__ = [
 ]
 
 Read = tuple[FragmentPlan, list[int] | None, int]
-T = TypeVar("T")
 
 #: Reads the last fragment of a scan is split into: one per CPU Arrow decodes on.
 _TAIL_PIECES = max(1, pa.cpu_count())
-
-
-def _done(fn: Callable[..., T], *args: Any) -> Future[T]:
-    """A future already holding what ``fn(*args)`` returned or raised (run in this
-    thread)."""
-    future: Future[T] = Future()
-    try:
-        future.set_result(fn(*args))
-    except BaseException as exc:
-        future.set_exception(exc)
-    return future
-
-
-def _plan(
-    files: Files,
-    fragment: FragmentMetadata,
-    schema: DatasetSchema,
-    may_match: RowGroupPredicate | None,
-    match_share: MatchShare | None,
-) -> FragmentPlan | None:
-    return plan_fragment(files, fragment, schema, may_match, match_share=match_share)
 
 
 def _executor() -> ThreadPoolExecutor:
@@ -222,12 +199,14 @@ class _ReadAhead:
             if fragment is None:
                 self._all_planned = True
                 return
-            args = (scan.files, fragment, scan.schema, scan.may_match, scan.match_share)
+            args = (scan.files, fragment, scan.schema, scan.may_match)
             if self._plan_first_here:
                 self._plan_first_here = False
-                self._plans.append(_done(_plan, *args))
+                self._plans.append(run_here(plan_fragment, *args, match_share=scan.match_share))
                 return
-            self._plans.append(self._pool.submit(_plan, *args))
+            self._plans.append(
+                self._pool.submit(plan_fragment, *args, match_share=scan.match_share)
+            )
 
     def next_table(self) -> pa.Table | None:
         """The result of the next read in order (waiting for it), None after the last.
