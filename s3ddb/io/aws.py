@@ -500,4 +500,32 @@ def _new_client(service: str, settings: ServiceSettings, max_attempts: int | Non
         # boto3 refuses to build a client without a region (from the environment, a
         # profile or ~/.aws/config); emulators ignore it.
         kwargs["region_name"] = "us-east-1"
-    return session.client(service, **kwargs)
+    client = session.client(service, **kwargs)
+    if service == "s3":
+        # After botocore's own handler, which asks every upload to wait for the
+        # server's "100 Continue".
+        client.meta.events.register_last("before-call.s3", _send_small_bodies_at_once)
+    return client
+
+
+#: Bodies up to this size are sent with their request headers (curl's threshold).
+EXPECT_CONTINUE_ABOVE = 1 << 20
+
+
+def _send_small_bodies_at_once(params: dict[str, Any], **_: Any) -> None:
+    """Drop ``Expect: 100-continue`` from a request whose body is known and small.
+
+    botocore asks for it on every S3 upload of a file-like body, whatever its size,
+    and then holds the body back until the server answers "100 Continue": one round
+    trip more for each manifest, transaction and small data file a commit uploads.
+    The wait only pays when a large body would be refused (a signature or redirect
+    error), so bodies of unknown or larger size keep it.
+    """
+    headers = params.get("headers") or {}
+    if "Expect" not in headers:
+        return
+    from botocore.utils import determine_content_length
+
+    size = determine_content_length(params.get("body"))
+    if size is not None and size <= EXPECT_CONTINUE_ABOVE:
+        del headers["Expect"]

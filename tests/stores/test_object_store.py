@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pickle
 import uuid
 from collections import Counter
@@ -14,6 +15,7 @@ import pytest
 import s3ddb
 from s3ddb.errors import CredentialsError
 from s3ddb.io import ObjectStore
+from s3ddb.io.aws import EXPECT_CONTINUE_ABOVE
 from s3ddb.io.object_store import DELETE_BATCH
 from s3ddb.maintenance.verify import verify
 from tests.conftest import TEST_BUCKET, make_table
@@ -189,6 +191,32 @@ def test_pickles_and_reuses_its_client(store: ObjectStore) -> None:
     assert store.fs is fs, "the client is created once"
     again = pickle.loads(pickle.dumps(store))
     assert again.get("p/q") == b"1"
+
+
+@pytest.mark.parametrize("size", [1500, EXPECT_CONTINUE_ABOVE, EXPECT_CONTINUE_ABOVE + 1])
+def test_small_uploads_do_not_wait_for_100_continue(store: ObjectStore, size: int) -> None:
+    """botocore holds back every upload's body until the server says "100 Continue",
+    a round trip more per object; s3ddb sends bodies up to 1 MiB with their headers."""
+    if not store.is_remote:
+        pytest.skip("a local store sends no HTTP requests")
+    sent: list[tuple[str, str | None]] = []
+
+    def record(request: Any, **_: Any) -> None:
+        if request.method == "PUT":
+            expect = request.headers.get("Expect")
+            sent.append((request.url, expect.decode() if isinstance(expect, bytes) else expect))
+
+    client = store.aws.client("s3")
+    client.meta.events.register("before-send.s3", record, unique_id="expect-probe")
+    try:
+        data = os.urandom(size)
+        store.put_with_etag("expect/object", data)
+    finally:
+        client.meta.events.unregister("before-send.s3", unique_id="expect-probe")
+    assert store.get("expect/object") == data
+    assert len(sent) == 1 and sent[0][0].endswith("/expect/object"), sent
+    expected = "100-continue" if size > EXPECT_CONTINUE_ABOVE else None
+    assert sent[0][1] == expected, f"{size}-byte upload sent Expect={sent[0][1]!r}"
 
 
 @pytest.fixture(params=["moto", "seaweedfs"])
