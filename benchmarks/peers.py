@@ -16,6 +16,10 @@ a first, untimed write. Sections, all systems in one run:
    thread: that work is waited for after the call, reported apart ("+ background"),
    and its requests are counted with the append. The request log is cleared before
    each append and read after (nothing else talks to the endpoint then).
+1b. The same appends through a link that delays every byte by ``--one-way-ms`` (5 ms)
+   each way (``_delayed_link.py``, in this process), so that each round trip a system
+   waits for costs what it costs against a remote S3 and DynamoDB; section 1's
+   endpoint answers in about a millisecond and hides it.
 2. Concurrent appends: for each writer count, for each system in turn, N child
    processes (``_peer_worker.py writer``) import the library and build their tables,
    report ready, and start together when the parent writes "go" to their stdin (start-up
@@ -57,6 +61,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from _delayed_link import DelayedLink, delayed_options
 from _peer_worker import SYSTEMS, Options, make_table
 
 from s3ddb.testing import LocalAWS
@@ -286,7 +291,7 @@ def request_rows(per: list[dict[str, float]]) -> list[tuple[str, list[Any], bool
     return rows
 
 
-# -- the three sections -----------------------------------------------------------------
+# -- the sections -----------------------------------------------------------------------
 
 
 def rotated(items: list[str], by: int) -> list[str]:
@@ -367,6 +372,50 @@ class Run:
             ],
         )
         return out
+
+    def sequential_delayed(self, rounds: int, one_way: float) -> dict[str, Any]:
+        """Section 1b: section 1's appends through a :class:`DelayedLink`, so that each
+        round trip a system waits for costs ``2 * one_way`` seconds, as against a
+        remote S3 and DynamoDB."""
+        with DelayedLink((self.aws.host, self.aws.port), one_way) as link:
+            options = {
+                s: delayed_options(self.options[s], self.aws.endpoint_url, link.url)
+                for s in self.systems
+            }
+            uris = {s: self.uri(s, "delayed") for s in self.systems}
+            latency: dict[str, list[float]] = {s: [] for s in self.systems}
+            for s in self.systems:
+                SYSTEMS[s].append(uris[s], options[s], make_table(0))
+                SYSTEMS[s].settle()
+            for r in range(rounds):
+                for s in rotated(self.systems, r):
+                    t0 = time.perf_counter()
+                    SYSTEMS[s].append(uris[s], options[s], make_table(3 * (r + 1)))
+                    latency[s].append(time.perf_counter() - t0)
+                    SYSTEMS[s].settle(flush=False)
+            for s in self.systems:
+                SYSTEMS[s].settle()
+        out = {
+            s: {
+                "latency_s": latency[s],
+                "median_ms": statistics.median(latency[s]) * 1000,
+                "p90_ms": pct(latency[s], 90) * 1000,
+                "rows": self.probes[s].check_rows(uris[s], 1 + rounds),
+            }
+            for s in self.systems
+        }
+        col = [out[s] for s in self.systems]
+        print_table(
+            f"1b. Sequential appends through a link of {2 * one_way * 1000:g} ms round trip "
+            f"({rounds} per system): per append",
+            self.systems,
+            [
+                ("median ms", [r["median_ms"] for r in col], True),
+                ("p90 ms", [r["p90_ms"] for r in col], True),
+                ("rows check", ["ok" if r["rows"]["ok"] else "MISMATCH" for r in col], False),
+            ],
+        )
+        return {"one_way_s": one_way, **out}
 
     def writers(
         self, system: str, uri: str, n: int, appends: int, timeout: float
@@ -552,12 +601,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--quick",
         action="store_true",
-        help="smoke test: 10 rounds, 4 writers x 3 appends, versions 10,100",
+        help="smoke test: 10 rounds (5 delayed), 4 writers x 3 appends, versions 10,100",
     )
     parser.add_argument(
         "--systems", default="s3ddb,lance,delta", help="comma-separated subset of s3ddb,lance,delta"
     )
     parser.add_argument("--rounds", type=int, help="sequential rounds (default 30)")
+    parser.add_argument(
+        "--one-way-ms",
+        type=float,
+        default=5.0,
+        help="section 1b's delay each way, in ms (a round trip is twice that; 0 skips 1b)",
+    )
+    parser.add_argument("--delayed-rounds", type=int, help="section 1b's rounds (default 15)")
     parser.add_argument("--writers", type=int_list, help="writer counts (default 4,8,16)")
     parser.add_argument("--appends-per-writer", type=int, help="appends per writer (default 5)")
     parser.add_argument("--versions", type=int_list, help="history sizes (default 10,100,1000)")
@@ -569,9 +625,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help="where to write results")
     args = parser.parse_args(argv)
-    quick = {"rounds": 10, "writers": [4], "appends_per_writer": 3, "versions": [10, 100]}
+    quick = {
+        "rounds": 10,
+        "delayed_rounds": 5,
+        "writers": [4],
+        "appends_per_writer": 3,
+        "versions": [10, 100],
+    }
     full = {
         "rounds": 30,
+        "delayed_rounds": 15,
         "writers": [4, 8, 16],
         "appends_per_writer": 5,
         "versions": [10, 100, 1000],
@@ -615,6 +678,10 @@ def main(argv: list[str] | None = None) -> int:
         probes = {s: stack.enter_context(Probe(aws, s, options[s])) for s in systems}
         run = Run(aws, systems, buckets, options, probes)
         results["sequential"] = run.sequential(args.rounds)
+        if args.one_way_ms > 0:
+            results["sequential_delayed"] = run.sequential_delayed(
+                args.delayed_rounds, args.one_way_ms / 1000
+            )
         print("\nconcurrent appends:", flush=True)
         results["concurrent"] = run.concurrent(
             args.writers, args.appends_per_writer, args.writer_timeout
