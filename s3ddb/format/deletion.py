@@ -12,6 +12,7 @@ from s3ddb.format.bases import Files, as_resolver
 from s3ddb.format.fragment_metadata import DeletionFile, FragmentMetadata
 from s3ddb.format.naming import unique_hex
 from s3ddb.io.object_store import ObjectStore
+from s3ddb.io.parallel import PendingWrites
 
 __all__ = [
     "deletion_path",
@@ -145,11 +146,20 @@ def read_deletion_mask(files: Files, fragment: FragmentMetadata) -> pa.Array:
 
 
 def write_deletion_file(
-    store: ObjectStore, fragment_id: int, read_version: int, deleted: BitMap
+    store: ObjectStore,
+    fragment_id: int,
+    read_version: int,
+    deleted: BitMap,
+    pending: PendingWrites | None = None,
 ) -> DeletionFile:
     """Write ``deleted`` as a new deletion file in ``store`` (the dataset's own root,
-    also for fragments whose files live in a base); returns its metadata."""
+    also for fragments whose files live in a base); returns its metadata. With
+    ``pending`` the upload is only started: the commit waits for it before claiming
+    a version."""
     deletion = DeletionFile("roaring", read_version, unique_hex(), len(deleted))
     path = layout.deletion_file_path(fragment_id, read_version, deletion.id, deletion.extension)
-    store.put(path, deleted.serialize())
+    if pending is not None:
+        pending.put(store, path, deleted.serialize())
+    else:
+        store.put(path, deleted.serialize())
     return deletion

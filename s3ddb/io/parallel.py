@@ -11,6 +11,7 @@ dataset, and bounded.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any, TypeVar
@@ -70,20 +71,22 @@ class PendingWrites:
 
     ``put`` starts a write and returns at once; ``wait`` returns once every write
     started so far has landed, or raises the first failure after all of them have
-    finished (so that no write lands after a caller's cleanup). Not thread-safe:
-    one committing thread owns an instance.
+    finished (so that no write lands after a caller's cleanup). ``put`` may be called
+    from a plan's worker threads; one committing thread waits.
     """
 
     def __init__(self) -> None:
         self._futures: list[Future[str | None]] = []
         self.paths: list[str] = []
+        self._lock = threading.Lock()
 
     def put(self, store: ObjectStore, path: str, data: bytes) -> Future[str | None]:
         """Start writing ``data`` to ``path``; the future's result is the object's
         ETag where the backend reports one (S3), else None."""
         future = run_beside(store, lambda: store.put_with_etag(path, data))
-        self._futures.append(future)
-        self.paths.append(path)
+        with self._lock:
+            self._futures.append(future)
+            self.paths.append(path)
         return future
 
     def wait(self) -> None:
@@ -92,9 +95,17 @@ class PendingWrites:
         Raises:
             The first write's exception (in start order), after all writes finished.
         """
-        futures, self._futures = self._futures, []
+        with self._lock:
+            futures, self._futures = self._futures, []
         wait(futures)
         for future in futures:
             exc = future.exception()
             if exc is not None:
                 raise exc
+
+    def settle(self) -> None:
+        """Block until every started write finished, whatever its outcome: before
+        the files of a plan that failed are deleted, so that none lands after."""
+        with self._lock:
+            futures = list(self._futures)
+        wait(futures)

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
 from s3ddb.io.object_store import ObjectStore
+from s3ddb.io.parallel import PendingWrites
 
 __all__ = ["FileTracker", "delete_written_files"]
 
@@ -38,10 +39,15 @@ def delete_written_files(
 
 
 class FileTracker:
-    """Remembers the files a plan wrote, to delete them if the plan fails."""
+    """Remembers the files a plan wrote, to delete them if the plan fails.
 
-    def __init__(self, store: ObjectStore) -> None:
+    ``pending`` holds the plan's uploads still in flight (files whose writes were
+    started beside the commit's own): they are waited for before anything is deleted.
+    """
+
+    def __init__(self, store: ObjectStore, pending: PendingWrites | None = None) -> None:
         self.store = store
+        self.pending = pending
         self.paths: list[str] = []
 
     def add(self, *paths: str) -> None:
@@ -50,9 +56,12 @@ class FileTracker:
     @contextmanager
     def cleanup_on_error(self) -> Iterator[FileTracker]:
         """A block whose failure (any exception, ``KeyboardInterrupt`` too) deletes
-        every file added so far, silently and best effort, then re-raises."""
+        every file added so far, once their uploads in flight finished, silently and
+        best effort, then re-raises."""
         try:
             yield self
         except BaseException:
+            if self.pending is not None:
+                self.pending.settle()
             delete_written_files(self.store, self.paths)
             raise

@@ -40,6 +40,7 @@ from s3ddb.format.fragment_metadata import FragmentMetadata
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.naming import DEFAULT_NAMING, NamingScheme
 from s3ddb.io.parallel import PendingWrites
+from s3ddb.io.written_files import delete_written_files
 from s3ddb.observe.commit_metrics import operation_metrics
 from s3ddb.operations import Delete, Operation, Transaction, Update
 from s3ddb.versions.opening import VersionInfo, history, load_latest, load_version
@@ -460,7 +461,15 @@ def _plan_and_commit(
     attempt = ds._last_conflict_retries = 0
     while True:
         pending = PendingWrites() if uploads else None
-        operation, result = plan(base, pending) if uploads else plan(base)
+        try:
+            operation, result = plan(base, pending) if uploads else plan(base)
+        except BaseException:
+            if pending is not None:
+                # What the plan started uploading lands first, then goes: no file of
+                # a plan that failed is left (or lands after its deletion).
+                pending.settle()
+                delete_written_files(ds.handler.store, pending.paths)
+            raise
         if operation is None:
             if base is not ds.manifest:
                 ds._seen_newest_at = ds._base_seen_at

@@ -40,6 +40,7 @@ from s3ddb.format.schema import conform
 from s3ddb.format.stats import exact_bound_type
 from s3ddb.index.query import lookup_keys
 from s3ddb.io.object_store import ObjectStore
+from s3ddb.io.parallel import PendingWrites
 from s3ddb.io.written_files import FileTracker
 from s3ddb.observe.commit_metrics import add_operation_metrics
 from s3ddb.operations import KeyExistenceFilter, RowChangePlan, Transaction, Update
@@ -223,8 +224,9 @@ class MergeInsertBuilder:
             TooMuchWriteContentionError: the retries ran out.
         """
         ds = self._dataset
+        planner = self._planner(data, schema)
         return plan_and_commit(
-            ds, "merge_insert", self._planner(data, schema), self.retries, self.timeout
+            ds, "merge_insert", planner, self.retries, self.timeout, uploads=True
         )
 
     def execute_uncommitted(
@@ -239,14 +241,15 @@ class MergeInsertBuilder:
             What :meth:`execute` raises before committing.
         """
         ds = self._dataset
-        operation, counts = self._planner(data, schema)(ds.manifest)
+        # Written here, not beside a commit: the files are in place when this returns.
+        operation, counts = self._planner(data, schema)(ds.manifest, None)
         if operation is None:
             return None, counts
         return Transaction(ds.version, operation), counts
 
     def _planner(
         self, data: Any, schema: pa.Schema | None
-    ) -> Callable[[Manifest], tuple[Update | None, dict[str, int]]]:
+    ) -> Callable[[Manifest, PendingWrites | None], tuple[Update | None, dict[str, int]]]:
         ds = self._dataset
         raw = to_arrow_table(data, schema)
         clauses = self.clauses
@@ -262,14 +265,22 @@ class MergeInsertBuilder:
         check_unique_keys(rows, clauses.on)
         planned = ds.manifest.schema
 
-        def plan(manifest: Manifest) -> tuple[Update | None, dict[str, int]]:
+        def plan(
+            manifest: Manifest, pending: PendingWrites | None
+        ) -> tuple[Update | None, dict[str, int]]:
             # Re-executed after a concurrent schema change, the source must fit the new
             # schema (as a merge run after that change would).
             source, extra = (
                 (rows, extras) if manifest.schema == planned else split(manifest.schema.arrow)
             )
             return plan_merge(
-                ds.handler.store, manifest, clauses, source, extra, use_indices=use_indices
+                ds.handler.store,
+                manifest,
+                clauses,
+                source,
+                extra,
+                use_indices=use_indices,
+                pending=pending,
             )
 
         return plan
@@ -333,10 +344,12 @@ def plan_merge(
     extras: pa.Table | None = None,
     *,
     use_indices: bool = True,
+    pending: PendingWrites | None = None,
 ) -> tuple[Update | None, dict[str, int]]:
     """The Update that merges ``source`` (the dataset's columns) into ``manifest``'s
     version, and its counts. ``extras`` holds the source's columns the dataset lacks,
-    aligned with ``source``'s rows (read by conditions only).
+    aligned with ``source``'s rows (read by conditions only). With ``pending``, the
+    files it writes upload beside the commit's own.
 
     Raises:
         MatchedRowError, InvalidExpressionError, SchemaMismatchError: see
@@ -379,7 +392,7 @@ def plan_merge(
         )
     op = _write_update(
         store, manifest, clauses, source, matched, deleted_before, removed, written_rows,
-        lineage,
+        lineage, pending,
     )  # fmt: skip
     return op, counts
 
@@ -541,18 +554,20 @@ def _write_update(
     removed: dict[int, BitMap],
     written_rows: list[pa.Table],
     lineage: RowLineage | None = None,
+    pending: PendingWrites | None = None,
 ) -> Update:
-    """Write the new fragments and deletion files of a merge and describe them as the
-    Update to commit, the rows written carrying ``lineage`` (stable row ids); the
-    files written are deleted (best effort) if this fails."""
+    """Write the new fragments and deletion files of a merge (with ``pending``: start
+    their uploads) and describe them as the Update to commit, the rows written
+    carrying ``lineage`` (stable row ids); the files written are deleted (best
+    effort) if this fails."""
     schema = manifest.schema
     keys = list(clauses.on)
-    files = FileTracker(store)
+    files = FileTracker(store, pending)
     with files.cleanup_on_error():
         new: list[FragmentMetadata] = []
         written = pa.concat_tables(written_rows) if written_rows else None
         if written is not None and written.num_rows:
-            new = write_fragments_from_table(store, written, schema)
+            new = write_fragments_from_table(store, written, schema, pending=pending)
             files.add(*data_file_paths(new))
             if lineage is not None:
                 new = lineage.spread(new)

@@ -43,6 +43,7 @@ from s3ddb.format.row_evaluation import all_rows, apply_values, evaluate, take_r
 from s3ddb.format.row_lineage import PENDING_VERSION, RowLineage, encode_versions
 from s3ddb.format.stats import compute_file_statistics, live_statistics
 from s3ddb.io.object_store import ObjectStore
+from s3ddb.io.parallel import PendingWrites
 from s3ddb.io.written_files import FileTracker
 from s3ddb.open_formats.publisher import enabled_formats
 from s3ddb.operations import TOMBSTONE_FIELD_ID, Delete, RowChangePlan, Update, UpdateMode
@@ -148,13 +149,19 @@ def find_rows(
 
 
 def _with_deletions(
-    store: ObjectStore, read_version: int, fragment: FragmentMetadata, total: BitMap
+    store: ObjectStore,
+    read_version: int,
+    fragment: FragmentMetadata,
+    total: BitMap,
+    pending: PendingWrites | None = None,
 ) -> FragmentMetadata | None:
     """``fragment`` with a new deletion file of the offsets ``total`` (named after
-    ``read_version``), or None, writing nothing, where ``total`` deletes every row."""
+    ``read_version``; with ``pending`` its upload only started), or None, writing
+    nothing, where ``total`` deletes every row."""
     if len(total) >= fragment.physical_rows:
         return None
-    return fragment.with_deletion_file(write_deletion_file(store, fragment.id, read_version, total))
+    deletion = write_deletion_file(store, fragment.id, read_version, total, pending)
+    return fragment.with_deletion_file(deletion)
 
 
 def delete_rows(
@@ -166,10 +173,12 @@ def delete_rows(
 ) -> RowDeletions:
     """:func:`find_rows` and the deletion files of what it finds, in one task per
     fragment: each task writes its fragment's deletion file, so where tasks run on
-    executors only metadata and bitmaps come back. Every file written is in
+    executors only metadata and bitmaps come back; where they run here, the uploads
+    go beside the commit's own (``files.pending``). Every file written is in
     ``files``, also when this raises."""
     scan = _row_finder(store, manifest, predicate, may_match)
     version = manifest.version
+    pending = None if distributed() else files.pending
 
     def delete_in(
         fragment: FragmentMetadata, written: list[str]
@@ -177,7 +186,7 @@ def delete_rows(
         deleted, matched = scan(fragment)
         if not matched:
             return matched, None
-        new = _with_deletions(store, version, fragment, deleted | matched)
+        new = _with_deletions(store, version, fragment, deleted | matched, pending)
         if new is not None:
             written.append(deletion_path(new))
         return matched, new
@@ -199,16 +208,16 @@ def delete_rows(
 def write_deletions(
     store: ObjectStore, manifest: Manifest, plan: DeletionPlan, files: FileTracker
 ) -> tuple[list[FragmentMetadata], list[int]]:
-    """Deletion files for ``plan``, written here: (fragments with a new deletion file,
-    ids of fragments now wholly deleted)."""
+    """Deletion files for ``plan``, written here (their uploads only started where
+    ``files`` has pending writes): (fragments with a new deletion file, ids of
+    fragments now wholly deleted)."""
     updated, removed = [], []
     for fragment in manifest.fragments.select(plan.rows).values():
         rows = plan.rows.get(fragment.id)
         if not rows:
             continue
-        new = _with_deletions(
-            store, manifest.version, fragment, plan.deleted_before[fragment.id] | rows
-        )
+        total = plan.deleted_before[fragment.id] | rows
+        new = _with_deletions(store, manifest.version, fragment, total, files.pending)
         if new is None:
             removed.append(fragment.id)
             continue
@@ -222,9 +231,13 @@ def predicate_text(predicate: str | pc.Expression) -> str:
 
 
 def plan_delete(
-    store: ObjectStore, manifest: Manifest, predicate: str | pc.Expression
+    store: ObjectStore,
+    manifest: Manifest,
+    predicate: str | pc.Expression,
+    pending: PendingWrites | None = None,
 ) -> Delete | None:
-    """A Delete of the rows matching ``predicate`` (None if no row matches).
+    """A Delete of the rows matching ``predicate`` (None if no row matches). With
+    ``pending``, deletion files written here upload beside the commit's own.
 
     Raises:
         ColumnNotFoundError, InvalidExpressionError: a bad predicate.
@@ -233,7 +246,7 @@ def plan_delete(
         raise InvalidExpressionError("delete needs a predicate; to delete every row use 'true'")
     compiled = compile_filter(predicate, manifest.schema.arrow)
     expr = compiled.predicate
-    files = FileTracker(store)
+    files = FileTracker(store, pending)
     with files.cleanup_on_error():
         found = delete_rows(store, manifest, expr, compiled.may_match, files)
         if not found.rows:
@@ -341,9 +354,12 @@ def plan_update(
     *,
     rewrite: RewriteMode = "auto",
     uri: str = "",
+    pending: PendingWrites | None = None,
 ) -> Update | None:
     """An Update setting ``values`` on the rows matching ``where`` (all rows if None),
-    or None if no row matches.
+    or None if no row matches. With ``pending``, files written here (not on a
+    :class:`~s3ddb.tasks.fragment_map.FragmentMapper`'s tasks) upload beside the
+    commit's own.
 
     Raises:
         ColumnNotFoundError, InvalidExpressionError, SchemaMismatchError: bad values or
@@ -357,7 +373,7 @@ def plan_update(
     if not plan.rows:
         return None
     mode = choose_mode(rewrite, plan, manifest, len(exprs))
-    files = FileTracker(store)
+    files = FileTracker(store, pending)
     text = predicate_text(where) if where is not None else ""
     with files.cleanup_on_error():
         if mode is UpdateMode.REWRITE_COLUMNS:
@@ -413,7 +429,7 @@ def _rewrite_rows(
         # One table of every changed row, written here: fewer, fuller files.
         pieces = parallel_map(lambda f: changed_rows(f, plan.rows[f.id]), touched)
         table = pa.concat_tables(pieces) if pieces else schema.arrow.empty_table()
-        new = write_fragments_from_table(store, table, schema)
+        new = write_fragments_from_table(store, table, schema, pending=files.pending)
         files.add(*data_file_paths(new))
         if manifest.stable_row_ids:
             # The rows moved keep their ids and creation; this version updates them.
@@ -465,6 +481,7 @@ def _rewrite_columns(
     modified = set(schema.top_level_ids(updated_names))
     sources = FileResolver.for_manifest(store, manifest)
     stable = manifest.stable_row_ids
+    pending = None if distributed() else files.pending
 
     def rewrite(item: tuple[FragmentMetadata, BitMap], written: list[str]) -> FragmentMetadata:
         fragment, rows = item
@@ -485,7 +502,7 @@ def _rewrite_columns(
         ]
         target = pa.schema([schema.arrow.field(n) for n in updated_names])
         rewritten = pa.Table.from_arrays(columns, schema=target)
-        data_file = write_data_file(store, rewritten, schema)
+        data_file = write_data_file(store, rewritten, schema, pending)
         written.append(layout.data_file_path(data_file.path))
         kept = tuple(
             replace(d, fields=tuple(TOMBSTONE_FIELD_ID if i in modified else i for i in d.fields))

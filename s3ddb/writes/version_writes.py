@@ -110,11 +110,11 @@ def delete(
 ) -> dict[str, int]:
     """See :meth:`s3ddb.Dataset.delete`."""
 
-    def plan(manifest: Manifest) -> tuple[Operation | None, None]:
-        return plan_delete(ds.handler.store, manifest, predicate), None
+    def plan(manifest: Manifest, pending: PendingWrites) -> tuple[Operation | None, None]:
+        return plan_delete(ds.handler.store, manifest, predicate, pending), None
 
     prior = ds.last_commit
-    plan_and_commit(ds, "delete", plan, conflict_retries, retry_timeout)
+    plan_and_commit(ds, "delete", plan, conflict_retries, retry_timeout, uploads=True)
     return {"num_deleted_rows": rows_landed_since(ds, prior, Delete)}
 
 
@@ -128,12 +128,15 @@ def update(
 ) -> dict[str, int]:
     """See :meth:`s3ddb.Dataset.update`."""
 
-    def plan(manifest: Manifest) -> tuple[Operation | None, None]:
+    def plan(manifest: Manifest, pending: PendingWrites) -> tuple[Operation | None, None]:
         store = ds.handler.store
-        return plan_update(store, manifest, values, where, rewrite=rewrite, uri=ds.uri), None
+        update = plan_update(
+            store, manifest, values, where, rewrite=rewrite, uri=ds.uri, pending=pending
+        )
+        return update, None
 
     prior = ds.last_commit
-    plan_and_commit(ds, "update", plan, conflict_retries, retry_timeout)
+    plan_and_commit(ds, "update", plan, conflict_retries, retry_timeout, uploads=True)
     return {"num_rows_updated": rows_landed_since(ds, prior, Update)}
 
 

@@ -4,6 +4,7 @@ and the retry contract (a stale plan is never committed; it is re-executed or re
 from __future__ import annotations
 
 import datetime as dt
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -24,6 +25,7 @@ from s3ddb.errors import (
 from s3ddb.format import layout
 from s3ddb.format.deletion import deletion_path, read_deleted_rows
 from s3ddb.io import ObjectStore
+from tests.conftest import make_table
 from tests.support.storage import objects, orphans
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.int64()), ("name", pa.string())])
@@ -858,3 +860,97 @@ def test_retry_timeout_raises_too_much_contention(any_uri: str) -> None:
         )
     assert objects(any_uri) == before
     assert first.latest_version == 2
+
+
+# --- the files of a row change upload beside the commit's own --------------------------
+
+#: How long a held upload waits for the transaction's to start. Reached only when the
+#: uploads go one after the other (the failure this catches), never otherwise.
+_HOLD_SECONDS = 10.0
+
+
+def _merge(ds: s3ddb.Dataset) -> Any:
+    source = pa.table({"id": pa.array([5, 100], pa.int64()), "name": ["five", "hundred"]})
+    return (
+        ds.merge_insert("id")
+        .when_matched_update_all()
+        .when_not_matched_insert_all()
+        .execute(source)
+    )
+
+
+ROW_CHANGES: dict[str, tuple[Callable[[s3ddb.Dataset], Any], int, set[str]]] = {
+    # name: (the change, rows after it, what it writes besides the commit's own files)
+    "delete": (lambda ds: ds.delete("id < 5"), 25, {"_deletions"}),
+    "update (rows)": (
+        lambda ds: ds.update({"name": "'x'"}, where="id < 5", rewrite="rows"),
+        30,
+        {"_deletions", "data"},
+    ),
+    "update (columns)": (
+        lambda ds: ds.update({"name": "'x'"}, where="id < 25", rewrite="columns"),
+        30,
+        {"data"},
+    ),
+    "merge_insert": (_merge, 31, {"_deletions", "data"}),
+}
+
+
+@pytest.mark.parametrize("change", list(ROW_CHANGES))
+def test_a_row_change_uploads_its_files_beside_its_transaction(
+    aws: Any, ddb_uri: str, change: str
+) -> None:
+    """On S3 a delete, an update and a merge start uploading their deletion and data
+    files while they plan, and the commit sends its transaction and manifest beside
+    them: the caller waits for one round trip of uploads, not two. Each such upload
+    is held here until the transaction's upload has started, which only happens if
+    nothing waits for the held one first."""
+    run, rows_after, kinds = ROW_CHANGES[change]
+    so = aws.storage_options()
+    s3ddb.write_dataset(make_table(0, 30), ddb_uri, storage_options=so)
+    ds = s3ddb.dataset(ddb_uri, storage_options=so)
+    transaction_started = threading.Event()
+    held: dict[str, bool] = {}
+
+    def hold(request: Any, **_: Any) -> None:
+        if request.method != "PUT":
+            return
+        key = request.url.split("?", 1)[0]
+        if "/_transactions/" in key:
+            transaction_started.set()
+        elif "/_deletions/" in key or "/data/" in key:
+            kind = "_deletions" if "/_deletions/" in key else "data"
+            held[kind] = transaction_started.wait(_HOLD_SECONDS)
+
+    client = ds.handler.store.aws.client("s3")
+    client.meta.events.register("before-send.s3.PutObject", hold, unique_id="hold-files")
+    try:
+        run(ds)
+    finally:
+        client.meta.events.unregister("before-send.s3.PutObject", unique_id="hold-files")
+    assert set(held) == kinds, f"{change} wrote {sorted(held)}"
+    assert all(held.values()), f"{change}: uploads waited for before the commit's: {held}"
+    assert s3ddb.dataset(ddb_uri, storage_options=so).count_rows() == rows_after
+
+
+@pytest.mark.parametrize("change", ["delete", "update (rows)", "merge_insert"])
+def test_a_row_change_whose_upload_fails_commits_nothing_and_leaves_no_file(
+    aws: Any, ddb_uri: str, change: str
+) -> None:
+    """The deletion file's upload fails (every attempt): the change raises a typed
+    error, no version is committed, and every file it wrote (its data file, its
+    transaction, its staged manifest) is deleted once all its uploads finished."""
+    run, _rows_after, _kinds = ROW_CHANGES[change]
+    so = aws.storage_options()
+    s3ddb.write_dataset(make_table(0, 30), ddb_uri, storage_options=so)
+    ds = s3ddb.dataset(ddb_uri, storage_options=so)
+    fault = aws.inject_fault("s3", "PutObject", "server_error", times=50, path="/_deletions/")
+    try:
+        with pytest.raises(s3ddb.ObjectStoreError, match="_deletions"):
+            run(ds)
+    finally:
+        aws.clear_faults()
+    assert fault.triggered >= 1
+    after = s3ddb.dataset(ddb_uri, storage_options=so)
+    assert (after.version, after.count_rows()) == (1, 30)
+    assert orphans(ddb_uri, so) == set()
