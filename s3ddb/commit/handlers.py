@@ -452,6 +452,8 @@ class ListingCommitHandler(CommitHandler):
             if parsed[1] is NamingScheme.V2:
                 return ManifestLocation(parsed[0], meta.path, parsed[1], meta.size)
             break  # V1: names do not sort by version; list them all
+        else:
+            return None  # no final manifest: no version (a new dataset: one listing)
         listed = self._listed()
         return listed[-1] if listed else None
 

@@ -173,6 +173,32 @@ def test_sequential_appends_cost_fixed_requests(
     assert not [k for k in _keys(aws, _prefix(ddb_uri)) if ".manifest-" in k]
 
 
+def test_creating_a_dataset_costs_fixed_requests(
+    aws: Any, ddb_uri: str, batching_finalizer: finalizer.BackgroundFinalizer
+) -> None:
+    """The first write asks DynamoDB for the newest row, lists ``_versions/`` once (a
+    dataset written before its table was used has manifests there, no rows), then
+    commits as an append does."""
+    so = aws.storage_options()
+    aws.clear_requests()
+    s3ddb.write_dataset(rows_for(0, 0, 1), ddb_uri, storage_options=so)
+    batching_finalizer.drain()
+    ops = Counter((r.service, r.operation) for r in aws.requests)
+    ops.pop(("dynamodb", "DescribeTable"), None)  # once per process and table
+    claim = ("dynamodb", "PutItem")  # version 1 has no predecessor to fence
+    expected = Counter(
+        {
+            ("dynamodb", "Query"): 1,
+            ("s3", "ListObjectsV2"): 1,
+            ("s3", "PutObject"): 3,
+            claim: 1,
+            **BACKGROUND,
+            ("s3", "DeleteObject"): 1,  # the staged manifest (a batch of one)
+        }
+    )
+    assert ops == expected, ops
+
+
 def test_one_lost_round_costs_fixed_requests(
     aws: Any,
     ddb_uri: str,
