@@ -206,6 +206,39 @@ class FileResolver:
         self.version = version
         #: base id -> the manifest that declared it (for messages).
         self.declared_in: dict[int, str] = {}
+        self._remembered: _WholeReads | None = None
+
+    def __getstate__(self) -> dict[str, object]:
+        # What a plan remembered stays in its process (tasks elsewhere read afresh).
+        return {**self.__dict__, "_remembered": None}
+
+    def remembering(self) -> FileResolver:
+        """A copy of this resolver that keeps the objects it reads whole (up to
+        :data:`REMEMBERED_BYTES` in all), for a plan that reads the same small data
+        files twice: an update finds its rows, then reads them again to rewrite them.
+        Data files never change under their names, so the second read is the first's
+        bytes (checked again, as any read)."""
+        copy = FileResolver(self.store, self.bases.values(), version=self.version)
+        copy.declared_in = dict(self.declared_in)
+        copy._remembered = _WholeReads()
+        return copy
+
+    def read_whole(self, store: ObjectStore, path: str) -> bytes:
+        """The object at ``path`` in ``store`` (one of this resolver's), read whole;
+        from memory if this resolver remembers it.
+
+        Raises:
+            What ``store.get`` raises.
+        """
+        remembered = self._remembered
+        if remembered is None:
+            return store.get(path)
+        key = (store.url, path)
+        data = remembered.get(key)
+        if data is None:
+            data = store.get(path)
+            remembered.keep(key, data)
+        return data
 
     @classmethod
     def for_manifest(cls, store: ObjectStore, *manifests: Manifest | None) -> FileResolver:
@@ -274,6 +307,30 @@ class FileResolver:
             return "this dataset"
         base = self.bases.get(base_id)
         return f"base {base_id} ({base.path if base else 'undeclared'})"
+
+
+#: Bytes a :meth:`FileResolver.remembering` resolver keeps, at most.
+REMEMBERED_BYTES = 64 * 1024 * 1024
+
+
+class _WholeReads:
+    """Objects read whole, by (store URL, path), up to :data:`REMEMBERED_BYTES`;
+    shared by the threads of one plan."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._kept: dict[tuple[str, str], bytes] = {}
+        self._size = 0
+
+    def get(self, key: tuple[str, str]) -> bytes | None:
+        with self._lock:
+            return self._kept.get(key)
+
+    def keep(self, key: tuple[str, str], data: bytes) -> None:
+        with self._lock:
+            if key not in self._kept and self._size + len(data) <= REMEMBERED_BYTES:
+                self._kept[key] = data
+                self._size += len(data)
 
 
 #: What readers accept: a resolver, or a plain store (a manifest without bases).

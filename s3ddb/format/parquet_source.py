@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from s3ddb.errors import DataFileError, DataFileMissingError, InvalidInputError, S3DDBError
-from s3ddb.format.bases import Files, as_resolver
+from s3ddb.format.bases import FileResolver, Files, as_resolver
 from s3ddb.format.fragment_metadata import DataFile, FragmentMetadata
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.parallel import process_pool
@@ -328,7 +328,7 @@ class ParquetSource:
         self._size = 0
         self._held: tuple[pq.ParquetFile, Any, bool] | None = None  # file, source, threads
         try:
-            sizes = self._read_footer(size, fragment, keep_open)
+            sizes = self._read_footer(resolver, size, fragment, keep_open)
         except BaseException:
             self.close()  # a file kept open for a footer that fails its checks
             raise
@@ -336,7 +336,11 @@ class ParquetSource:
         self.group_starts = list(itertools.accumulate(sizes, initial=0))[:-1]
 
     def _read_footer(
-        self, size: int, fragment: FragmentMetadata | None, keep_open: bool
+        self,
+        resolver: FileResolver,
+        size: int,
+        fragment: FragmentMetadata | None,
+        keep_open: bool,
     ) -> list[int]:
         """Read and check the footer and the size (see the class); the row groups' row
         counts."""
@@ -356,7 +360,7 @@ class ParquetSource:
                     size = store.head(path).size  # not recorded (an older or foreign writer)
                 if size <= WHOLE_READ_MAX_BYTES:
                     # One request instead of a footer read and column reads.
-                    self._whole = store.get(path)
+                    self._whole = resolver.read_whole(store, path)
                     actual = len(self._whole)
                     metadata = pq.ParquetFile(pa.BufferReader(self._whole)).metadata
                 else:

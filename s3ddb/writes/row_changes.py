@@ -97,11 +97,14 @@ def _row_finder(
     manifest: Manifest,
     predicate: pc.Expression | None,
     may_match: RowGroupPredicate | None,
+    sources: FileResolver | None = None,
 ) -> Callable[[FragmentMetadata], tuple[BitMap, BitMap]]:
-    """A per-fragment search: (rows deleted before, visible rows matching ``predicate``).
-    It captures no manifest, so it ships to executors small."""
+    """A per-fragment search: (rows deleted before, visible rows matching ``predicate``),
+    reading through ``sources`` (default: the manifest's resolver). It captures no
+    manifest, so it ships to executors small."""
     schema = manifest.schema
-    sources = FileResolver.for_manifest(store, manifest)
+    if sources is None:
+        sources = FileResolver.for_manifest(store, manifest)
 
     def scan(fragment: FragmentMetadata) -> tuple[BitMap, BitMap]:
         if predicate is None:
@@ -131,13 +134,15 @@ def find_rows(
     manifest: Manifest,
     predicate: pc.Expression | None,
     may_match: RowGroupPredicate | None = None,
+    sources: FileResolver | None = None,
 ) -> DeletionPlan:
-    """The visible rows matching ``predicate`` (None: every visible row), per fragment.
+    """The visible rows matching ``predicate`` (None: every visible row), per fragment,
+    read through ``sources`` (default: the manifest's resolver).
 
     ``may_match`` (implied by ``predicate``, see :mod:`s3ddb.expressions.pruning`) skips fragments
     and row groups whose statistics rule it out; only the filter's columns are read.
     """
-    scan = _row_finder(store, manifest, predicate, may_match)
+    scan = _row_finder(store, manifest, predicate, may_match, sources)
     candidates = _candidates(manifest, may_match)
     before: dict[int, BitMap] = {f.id: BitMap() for f in candidates}
     rows: dict[int, BitMap] = {}
@@ -369,7 +374,11 @@ def plan_update(
     exprs = compile_values(values, schema.arrow)
     compiled = compile_filter(where, schema.arrow) if where is not None else None
     predicate = compiled.predicate if compiled is not None else None
-    plan = find_rows(store, manifest, predicate, compiled.may_match if compiled else None)
+    # Small files are read whole, once to find the rows and once to rewrite them:
+    # the second read comes from memory (here; tasks elsewhere read afresh).
+    sources = FileResolver.for_manifest(store, manifest).remembering()
+    may_match = compiled.may_match if compiled else None
+    plan = find_rows(store, manifest, predicate, may_match, sources)
     if not plan.rows:
         return None
     mode = choose_mode(rewrite, plan, manifest, len(exprs))
@@ -377,7 +386,7 @@ def plan_update(
     text = predicate_text(where) if where is not None else ""
     with files.cleanup_on_error():
         if mode is UpdateMode.REWRITE_COLUMNS:
-            updated = _rewrite_columns(store, manifest, plan, exprs, files, uri)
+            updated = _rewrite_columns(store, manifest, plan, exprs, files, uri, sources)
             op = Update(
                 updated_fragments=updated,
                 fields_modified=tuple(schema.top_level_ids(list(exprs))),
@@ -389,7 +398,7 @@ def plan_update(
                 ),
             )
         else:
-            new, changed, removed = _rewrite_rows(store, manifest, plan, exprs, files, uri)
+            new, changed, removed = _rewrite_rows(store, manifest, plan, exprs, files, uri, sources)
             op = Update(
                 removed_fragment_ids=tuple(removed),
                 updated_fragments=tuple(changed),
@@ -412,14 +421,14 @@ def _rewrite_rows(
     values: dict[str, pc.Expression],
     files: FileTracker,
     uri: str,
+    sources: FileResolver,
 ) -> tuple[list[FragmentMetadata], list[FragmentMetadata], list[int]]:
-    """The changed rows of ``plan`` written as new fragments, and the old rows deleted:
-    (new fragments, fragments with a new deletion file, ids of fragments now wholly
-    deleted)."""
+    """The changed rows of ``plan`` (read through ``sources``) written as new
+    fragments, and the old rows deleted: (new fragments, fragments with a new
+    deletion file, ids of fragments now wholly deleted)."""
     schema = manifest.schema
     names = list(schema.arrow.names)
     touched = list(manifest.fragments.select(plan.rows).values())
-    sources = FileResolver.for_manifest(store, manifest)
 
     def changed_rows(fragment: FragmentMetadata, rows: BitMap) -> pa.Table:
         table = read_fragment(sources, fragment, schema, names)
@@ -471,6 +480,7 @@ def _rewrite_columns(
     values: dict[str, pc.Expression],
     files: FileTracker,
     uri: str,
+    sources: FileResolver,
 ) -> tuple[FragmentMetadata, ...]:
     schema = manifest.schema
     updated_names = list(values)
@@ -479,7 +489,6 @@ def _rewrite_columns(
         needed |= referenced_columns(expr, schema.arrow)
     needed_names = [n for n in schema.arrow.names if n in needed]
     modified = set(schema.top_level_ids(updated_names))
-    sources = FileResolver.for_manifest(store, manifest)
     stable = manifest.stable_row_ids
     pending = None if distributed() else files.pending
 

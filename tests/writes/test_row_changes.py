@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -954,3 +955,22 @@ def test_a_row_change_whose_upload_fails_commits_nothing_and_leaves_no_file(
     after = s3ddb.dataset(ddb_uri, storage_options=so)
     assert (after.version, after.count_rows()) == (1, 30)
     assert orphans(ddb_uri, so) == set()
+
+
+@pytest.mark.parametrize("rewrite", ["rows", "columns"])
+def test_an_update_on_s3_reads_each_small_data_file_once(
+    aws: Any, ddb_uri: str, rewrite: str
+) -> None:
+    """An update finds its rows, then reads them again to rewrite them; a data file
+    read whole (a small one) is fetched once for both."""
+    so = aws.storage_options()
+    s3ddb.write_dataset(make_table(0, 30), ddb_uri, storage_options=so, max_rows_per_file=10)
+    ds = s3ddb.dataset(ddb_uri, storage_options=so)
+    aws.clear_requests()
+    ds.update({"name": "'x'"}, where="id < 5 OR id >= 25", rewrite=rewrite)
+    gets = Counter(
+        r.path for r in aws.requests if r.operation == "GetObject" and "/data/" in r.path
+    )
+    assert sorted(gets.values()) == [1, 1], gets  # the first and the last of 3 files
+    names = s3ddb.dataset(ddb_uri, storage_options=so).to_table()["name"].to_pylist()
+    assert names.count("x") == 10
