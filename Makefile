@@ -15,7 +15,7 @@ SCALE_ARGS ?=
 READ_ARGS ?=
 SPARK_MERGE_ARGS ?=
 
-.PHONY: demo test test-fast test-durations lint typecheck protos bench bench-groups bench-index bench-stream bench-peers bench-scale bench-telemetry bench-open-formats bench-read bench-spark-merge bench-catalog bench-changes clean
+.PHONY: demo test test-fast test-durations lint typecheck protos bench bench-groups bench-index bench-stream bench-peers bench-round-trips bench-scale bench-telemetry bench-open-formats bench-read bench-spark-merge bench-catalog bench-changes clean
 
 # uv (from PyPI, into the venv) installs the same packages pip would, in about a third
 # of the time on a fresh machine. It resolves from its cache first (--offline: 3 s
@@ -100,6 +100,11 @@ $(BENCH_STAMP): pyproject.toml $(STAMP)
 # s3ddb beside pylance and deltalake on one local endpoint; PEERS_ARGS=--quick for a smoke run.
 bench-peers: $(BENCH_STAMP)
 	$(PY) benchmarks/peers.py $(PEERS_ARGS)
+
+# Round trips each call (create, append, open, read, delete, update, merge, tags...) waits
+# for: direct and through a link with a 10 ms round trip; ROUND_TRIPS_ARGS=--plain-s3.
+bench-round-trips: $(STAMP)
+	$(PY) benchmarks/round_trips.py $(ROUND_TRIPS_ARGS)
 
 # Commits, opens and point queries as fragments pile up, beside pylance; the run in
 # docs/performance.md: SCALE_ARGS="--fragments 1000,10000,100000,1000000 --endpoint
