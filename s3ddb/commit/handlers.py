@@ -21,6 +21,9 @@ from __future__ import annotations
 
 import abc
 import logging
+import threading
+import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -490,6 +493,48 @@ def removed_by_cleanup(
     )
 
 
+class _OwnPuts:
+    """The newest version this process put to each dataset (by store URL), with its
+    manifest, while it keeps winning: a writer that is alone builds on it without
+    listing ``_versions/`` and reading the manifest back (two round trips less on S3).
+    The conditional put of the next version still decides, and the predecessor's
+    fence catches a dataset dropped or re-created meanwhile. Losing a version shows
+    other writers: the writer lists again for :attr:`QUIET_SECONDS`. At most
+    :attr:`MAX_DATASETS` datasets are kept (the least recently committed go)."""
+
+    QUIET_SECONDS = 10.0
+    MAX_DATASETS = 32
+
+    def __init__(self) -> None:
+        self._latest: OrderedDict[str, tuple[ManifestLocation, Manifest]] = OrderedDict()
+        self._quiet_until: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def won(self, url: str, location: ManifestLocation, manifest: Manifest) -> None:
+        with self._lock:
+            known = self._latest.get(url)
+            if known is None or known[0].version < location.version:
+                self._latest[url] = (location, manifest)
+                self._latest.move_to_end(url)
+                while len(self._latest) > self.MAX_DATASETS:
+                    self._latest.popitem(last=False)
+
+    def lost(self, url: str) -> None:
+        with self._lock:
+            self._latest.pop(url, None)
+            self._quiet_until[url] = time.monotonic() + self.QUIET_SECONDS
+
+    def presumed(self, url: str) -> tuple[ManifestLocation, Manifest] | None:
+        with self._lock:
+            if time.monotonic() < self._quiet_until.get(url, 0.0):
+                return None
+            return self._latest.get(url)
+
+
+#: The process's record of its own conditional puts.
+OWN_PUTS = _OwnPuts()
+
+
 class ConditionalPutCommitHandler(ListingCommitHandler):
     """Claims a version with the object store's atomic put-if-not-exists.
 
@@ -501,6 +546,19 @@ class ConditionalPutCommitHandler(ListingCommitHandler):
     def __init__(self, store: ObjectStore) -> None:
         super().__init__(store)
         self.mechanism = store.conditional_put_mechanism
+
+    def presumed_latest(self) -> ManifestLocation | None:
+        own = OWN_PUTS.presumed(self.store.url)
+        return own[0] if own is not None else None
+
+    def load_manifest(self, location: ManifestLocation) -> Manifest:
+        # Only the very location presumed_latest gave (the object, not an equal one):
+        # a listing of a dataset re-created by another process may find the same
+        # version at the same path, and readers must read what is there.
+        own = OWN_PUTS.presumed(self.store.url)
+        if own is not None and own[0] is location:
+            return own[1]
+        return super().load_manifest(location)
 
     def commit_manifest(
         self,
@@ -526,6 +584,7 @@ class ConditionalPutCommitHandler(ListingCommitHandler):
             # fails its own precondition: the object may be ours.
             if self.store.is_remote and self._holds(path, data):
                 return self._location_written(manifest, path, data)
+            OWN_PUTS.lost(self.store.url)
             raise VersionConflict(manifest.version) from exc
         except (CredentialsError, PermissionError):
             raise
@@ -608,8 +667,9 @@ class ConditionalPutCommitHandler(ListingCommitHandler):
             return False
 
     def _location_written(self, manifest: Manifest, path: str, data: bytes) -> ManifestLocation:
-        """The location of ``manifest``, put at ``path`` as ``data``. Never raises."""
-        return ManifestLocation(
+        """The location of ``manifest``, put at ``path`` as ``data`` (now this process's
+        newest version of the dataset). Never raises."""
+        location = ManifestLocation(
             manifest.version,
             path,
             manifest.naming_scheme,
@@ -617,6 +677,8 @@ class ConditionalPutCommitHandler(ListingCommitHandler):
             manifest.timestamp_nanos // 1_000_000,
             manifest.operation,
         )
+        OWN_PUTS.won(self.store.url, location, manifest)
+        return location
 
     # --- claims of several parts (memory:// only) --------------------------------------
 

@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,8 @@ from s3ddb.maintenance.drop import drop
 from s3ddb.maintenance.verify import verify
 from s3ddb.versions.connect import external_store_for
 from tests.conftest import TEST_BUCKET, TEST_TABLE, make_table
+from tests.support.proc import run_workers
+from tests.support.workers import rows_for
 
 CONDITIONAL_BUCKET = "s3ddb-test-conditional"
 
@@ -568,3 +571,38 @@ def test_a_writer_finishing_a_version_that_a_drop_gave_to_another_commit_says_so
     with pytest.raises(DatasetRecreatedError):
         writer.insert(make_table(950, 1))
     assert _ids(s3ddb.dataset(uri, storage_options=so)) == [100, 101, 102, 900]
+
+
+@pytest.mark.parametrize("kind", ["local", "s3"])
+def test_a_writer_appends_on_its_own_newest_commit_and_rebases_when_another_wrote(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """A process that committed the newest version appends on it without listing
+    ``_versions/`` or reading its manifest back: on S3 the uploads, the predecessor's
+    fence and the conditional put. After another process committed, that put fails,
+    the append rebases on the real newest version, and no row is lost or doubled."""
+    aws: Any = None
+    so: dict[str, Any] | None = None
+    if kind == "s3":
+        aws = request.getfixturevalue("conditional_aws")
+        so = aws.storage_options()
+        uri = f"s3://{CONDITIONAL_BUCKET}/own-{uuid.uuid4().hex[:8]}"
+    else:
+        uri = str(tmp_path / "ds")
+    s3ddb.write_dataset(rows_for(0, 0, 3), uri, storage_options=so)
+    s3ddb.write_dataset(rows_for(0, 1, 3), uri, mode="append", storage_options=so)
+    if aws is not None:
+        aws.clear_requests()
+    ds = s3ddb.write_dataset(rows_for(0, 2, 3), uri, mode="append", storage_options=so)
+    assert ds.version == 3 and ds.last_commit is not None and ds.last_commit.attempts == 1
+    if aws is not None:
+        ops = Counter(r.operation for r in aws.requests)
+        # data file, transaction and manifest; the predecessor's header (the fence)
+        assert ops == Counter({"PutObject": 3, "GetObject": 1}), ops
+    [other] = run_workers([("append", uri, "1", "1", "3")], env=aws.env() if aws else None)
+    assert other.returncode == 0, other.stderr[-2000:]
+    ds = s3ddb.write_dataset(rows_for(0, 3, 3), uri, mode="append", storage_options=so)
+    # Built on version 3, lost version 4 to the other process, committed version 5.
+    assert ds.version == 5 and ds.last_commit is not None and ds.last_commit.attempts == 2
+    ids = s3ddb.dataset(uri, storage_options=so).to_table()["id"].to_pylist()
+    assert len(ids) == 15 == len(set(ids))
