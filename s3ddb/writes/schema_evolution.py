@@ -45,6 +45,7 @@ from s3ddb.format.row_evaluation import evaluate
 from s3ddb.format.schema import DatasetSchema
 from s3ddb.format.stats import compute_file_statistics
 from s3ddb.io.object_store import ObjectStore
+from s3ddb.io.parallel import PendingWrites
 from s3ddb.io.written_files import delete_written_files
 from s3ddb.open_formats.publisher import by_name_formats, enabled_formats
 from s3ddb.operations import MapUpdate, Merge, Operation, Project, UpdateConfig, next_field_id
@@ -116,10 +117,12 @@ def _extend_fragments(
     manifest: Manifest,
     columns_of: Callable[[FragmentMetadata], pa.Table],
     schema: DatasetSchema,
+    pending: PendingWrites | None = None,
 ) -> Merge:
     """The Merge giving every fragment one new data file of ``columns_of(fragment)``
     (all its physical rows). Fragments are read, computed and written in parallel
-    (object stores reward it); if any fails, every file written is deleted.
+    (object stores reward it; with ``pending`` the uploads go beside the commit's
+    own); if any fails, every file written is deleted.
 
     A dataset that publishes open formats (Iceberg, Delta list whole files, never a
     row split over several) instead gets one new file per fragment holding every
@@ -152,7 +155,7 @@ def _extend_fragments(
         return replace(fragment, files=(*fragment.files, data_file), stats=(*fragment.stats, stats))
 
     fragments = list(manifest.fragments)
-    return _merge_writing(store, schema, fragments, extend, len(fragments))
+    return _merge_writing(store, schema, fragments, extend, len(fragments), pending)
 
 
 #: Writes one data file of a table with the schema being planned; gives it and its
@@ -166,26 +169,30 @@ def _merge_writing(
     fragments: list[FragmentMetadata],
     change: Callable[[FragmentMetadata, _WriteFile], FragmentMetadata],
     parallel: int,
+    pending: PendingWrites | None = None,
 ) -> Merge:
     """The Merge of ``change(fragment, write)`` for every fragment of ``fragments``,
     run side by side (at most ``parallel``, and 8, at once); ``write(table)`` writes a
-    data file of ``schema`` and gives it with its statistics. If any change fails,
-    every file written is deleted (silently: that failure is what matters) and it is
-    raised."""
+    data file of ``schema`` (with ``pending``: starts its upload, which the commit
+    waits for) and gives it with its statistics. If any change fails, every file
+    written is deleted (silently: that failure is what matters) and it is raised."""
     written: list[str] = []
     lock = threading.Lock()
 
     def write(table: pa.Table) -> tuple[Any, Any]:
-        data_file = write_data_file(store, table, schema)
+        data_file = write_data_file(store, table, schema, pending)
         with lock:
             written.append(layout.data_file_path(data_file.path))
         return data_file, compute_file_statistics(table, schema, data_file)
 
     try:
-        # Leaving the pool waits for every started write, so none lands after cleanup.
+        # Leaving the pool waits for every started write, so none lands after cleanup
+        # (and uploads still in flight are waited for below).
         with ThreadPoolExecutor(max_workers=max(1, min(8, parallel))) as pool:
             changed = list(pool.map(lambda f: change(f, write), fragments))
     except BaseException:
+        if pending is not None:
+            pending.settle()
         delete_written_files(store, written)
         raise
     return Merge(tuple(changed), schema, tuple(written))
@@ -214,9 +221,11 @@ def plan_add_columns(
     manifest: Manifest,
     transforms: Any,
     read_columns: list[str] | None,
+    pending: PendingWrites | None = None,
 ) -> Merge:
     """The Merge adding ``transforms`` (``{name: SQL expression}``, or a table aligned
-    with the visible rows in scan order) to ``manifest``'s version.
+    with the visible rows in scan order) to ``manifest``'s version; with ``pending``,
+    its files upload beside the commit's own.
 
     Raises:
         ColumnExistsError: a new column's name is taken.
@@ -224,10 +233,10 @@ def plan_add_columns(
         InvalidInputError: no columns, or a table whose length is not the row count.
     """
     if isinstance(transforms, Mapping):
-        return _add_from_expressions(store, manifest, dict(transforms), read_columns)
+        return _add_from_expressions(store, manifest, dict(transforms), read_columns, pending)
     if read_columns is not None:
         raise InvalidInputError("add_columns: read_columns applies to SQL expressions only")
-    return _add_from_table(store, manifest, to_arrow_table(transforms))
+    return _add_from_table(store, manifest, to_arrow_table(transforms), pending)
 
 
 def _add_from_expressions(
@@ -235,6 +244,7 @@ def _add_from_expressions(
     manifest: Manifest,
     transforms: dict[str, Any],
     read_columns: list[str] | None,
+    pending: PendingWrites | None,
 ) -> Merge:
     from s3ddb.expressions import parse_value_expression, referenced_columns
 
@@ -276,10 +286,12 @@ def _add_from_expressions(
         values = evaluate(visible, exprs).cast(target)
         return _scatter(values, keep, fragment.physical_rows)
 
-    return _extend_fragments(store, manifest, compute, new_schema)
+    return _extend_fragments(store, manifest, compute, new_schema, pending)
 
 
-def _add_from_table(store: ObjectStore, manifest: Manifest, data: pa.Table) -> Merge:
+def _add_from_table(
+    store: ObjectStore, manifest: Manifest, data: pa.Table, pending: PendingWrites | None
+) -> Merge:
     schema = manifest.schema
     _check_new_names(schema, data.column_names, "add_columns")
     if data.num_rows != manifest.num_rows:
@@ -298,7 +310,7 @@ def _add_from_table(store: ObjectStore, manifest: Manifest, data: pa.Table) -> M
         keep = read_deletion_mask(files, fragment) if fragment.deletion_file else None
         return _scatter(rows, keep, fragment.physical_rows)
 
-    return _extend_fragments(store, manifest, piece, new_schema)
+    return _extend_fragments(store, manifest, piece, new_schema, pending)
 
 
 # --- drop_columns --------------------------------------------------------------------------
@@ -587,13 +599,13 @@ def add_columns(
     """
     store = ds.handler.store
 
-    def plan(manifest: Manifest) -> tuple[Operation | None, None]:
-        return plan_add_columns(store, manifest, transforms, read_columns), None
+    def plan(manifest: Manifest, pending: PendingWrites) -> tuple[Operation | None, None]:
+        return plan_add_columns(store, manifest, transforms, read_columns, pending), None
 
     # Rows of a table are aligned with the visible rows the plan saw: after a
     # concurrent change, re-aligning them with other rows would be silently wrong.
     retries = conflict_retries if isinstance(transforms, Mapping) else 0
-    plan_and_commit(ds, "add_columns", plan, retries, retry_timeout)
+    plan_and_commit(ds, "add_columns", plan, retries, retry_timeout, uploads=True)
 
 
 def drop_columns(

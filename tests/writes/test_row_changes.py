@@ -894,6 +894,8 @@ ROW_CHANGES: dict[str, tuple[Callable[[s3ddb.Dataset], Any], int, set[str]]] = {
         {"data"},
     ),
     "merge_insert": (_merge, 31, {"_deletions", "data"}),
+    # Not a row change, but it writes files before its commit in the same way.
+    "add_columns": (lambda ds: ds.add_columns({"twice": "id * 2"}), 30, {"data"}),
 }
 
 
@@ -901,11 +903,11 @@ ROW_CHANGES: dict[str, tuple[Callable[[s3ddb.Dataset], Any], int, set[str]]] = {
 def test_a_row_change_uploads_its_files_beside_its_transaction(
     aws: Any, ddb_uri: str, change: str
 ) -> None:
-    """On S3 a delete, an update and a merge start uploading their deletion and data
-    files while they plan, and the commit sends its transaction and manifest beside
-    them: the caller waits for one round trip of uploads, not two. Each such upload
-    is held here until the transaction's upload has started, which only happens if
-    nothing waits for the held one first."""
+    """On S3 a delete, an update, a merge (and add_columns) start uploading their
+    deletion and data files while they plan, and the commit sends its transaction
+    and manifest beside them: the caller waits for one round trip of uploads, not
+    two. Each such upload is held here until the transaction's upload has started,
+    which only happens if nothing waits for the held one first."""
     run, rows_after, kinds = ROW_CHANGES[change]
     so = aws.storage_options()
     s3ddb.write_dataset(make_table(0, 30), ddb_uri, storage_options=so)
