@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from s3ddb.catalogs import update_catalogs
 from s3ddb.commit.failpoints import failpoint
+from s3ddb.commit.manifest_cache import MANIFESTS, CacheKey
 from s3ddb.errors import (
     AtomicGroupError,
     CommitMechanismError,
@@ -52,7 +53,7 @@ from s3ddb.format.manifest import (
 )
 from s3ddb.format.naming import NamingScheme, parse_manifest_name, parse_staged_name
 from s3ddb.io.object_store import ObjectStore
-from s3ddb.io.parallel import PendingWrites
+from s3ddb.io.parallel import PendingWrites, run_beside
 from s3ddb.observe import telemetry
 from s3ddb.open_formats.publisher import enabled_formats, publish_version
 
@@ -494,27 +495,32 @@ def removed_by_cleanup(
 
 
 class _OwnPuts:
-    """The newest version this process put to each dataset (by store URL), with its
-    manifest, while it keeps winning: a writer that is alone builds on it without
-    listing ``_versions/`` and reading the manifest back (two round trips less on S3).
-    The conditional put of the next version still decides, and the predecessor's
-    fence catches a dataset dropped or re-created meanwhile. Losing a version shows
-    other writers: the writer lists again for :attr:`QUIET_SECONDS`. At most
-    :attr:`MAX_DATASETS` datasets are kept (the least recently committed go)."""
+    """The newest version this process put to each dataset (by store URL), while it
+    keeps winning: a writer that is alone builds on it without listing ``_versions/``
+    and reading the manifest back (two round trips less on S3), as long as the
+    process's manifest cache (:data:`~s3ddb.commit.manifest_cache.MANIFESTS`) holds
+    it. The conditional put of the next version still decides, and the predecessor's
+    fence catches a dataset dropped, re-created or written by others meanwhile.
+    Losing a version shows other writers: the writer lists again for
+    :attr:`QUIET_SECONDS`. At most :attr:`MAX_DATASETS` datasets are kept (the least
+    recently committed go)."""
 
     QUIET_SECONDS = 10.0
-    MAX_DATASETS = 32
+    MAX_DATASETS = 256
 
     def __init__(self) -> None:
-        self._latest: OrderedDict[str, tuple[ManifestLocation, Manifest]] = OrderedDict()
+        self._latest: OrderedDict[str, ManifestLocation] = OrderedDict()
         self._quiet_until: dict[str, float] = {}
         self._lock = threading.Lock()
 
     def won(self, url: str, location: ManifestLocation, manifest: Manifest) -> None:
+        key = self.cache_key(url, location)
+        if key is not None:
+            MANIFESTS.put(key, manifest)
         with self._lock:
             known = self._latest.get(url)
-            if known is None or known[0].version < location.version:
-                self._latest[url] = (location, manifest)
+            if known is None or known.version < location.version:
+                self._latest[url] = location
                 self._latest.move_to_end(url)
                 while len(self._latest) > self.MAX_DATASETS:
                     self._latest.popitem(last=False)
@@ -525,10 +531,23 @@ class _OwnPuts:
             self._quiet_until[url] = time.monotonic() + self.QUIET_SECONDS
 
     def presumed(self, url: str) -> tuple[ManifestLocation, Manifest] | None:
+        """The newest version this process put to ``url`` and its manifest, unless it
+        lost a version there lately or no longer holds the manifest."""
         with self._lock:
             if time.monotonic() < self._quiet_until.get(url, 0.0):
                 return None
-            return self._latest.get(url)
+            location = self._latest.get(url)
+        key = self.cache_key(url, location) if location is not None else None
+        manifest = MANIFESTS.get(key) if key is not None else None
+        return (location, manifest) if location is not None and manifest is not None else None
+
+    @staticmethod
+    def cache_key(url: str, location: ManifestLocation) -> CacheKey | None:
+        if location.size is None or location.committed_at_ms is None:
+            return None
+        # (Apart from the external store's keys, which start with the dataset's URI.)
+        where = f"conditional put to {url}"
+        return (where, location.version, location.path, location.size, location.committed_at_ms)
 
 
 #: The process's record of its own conditional puts.
@@ -574,7 +593,11 @@ class ConditionalPutCommitHandler(ListingCommitHandler):
         # The fence: checked just before the put, so a dataset dropped and re-created
         # between the check and the put still slips through (docs/protocol.md).
         if previous is not None:
-            self._check_predecessor(manifest, previous, path)
+            try:
+                self._check_predecessor(manifest, previous, path, self._presumed(previous))
+            except (VersionConflict, DatasetRecreatedError, RetryableCommitConflictError):
+                OWN_PUTS.lost(self.store.url)  # what this process put is not the newest
+                raise
         elif manifest.version == 1:
             self._check_no_external_claims()
         try:
@@ -600,10 +623,21 @@ class ConditionalPutCommitHandler(ListingCommitHandler):
             ) from exc
         return self._location_written(manifest, path, data)
 
-    def _check_predecessor(self, manifest: Manifest, previous: Manifest, path: str) -> None:
+    def _presumed(self, previous: Manifest) -> bool:
+        """Whether ``previous`` is this process's own newest version, built on
+        without listing (see :class:`_OwnPuts`)."""
+        own = OWN_PUTS.presumed(self.store.url)
+        return own is not None and own[1] is previous
+
+    def _check_predecessor(
+        self, manifest: Manifest, previous: Manifest, path: str, unlisted: bool = False
+    ) -> None:
         """The fence of ``manifest``, to be put at ``path`` on ``previous``: version
         ``previous.version`` must still exist with ``previous``'s identity. Returns if
-        it does.
+        it does. A remote ``previous`` built on without listing (``unlisted``) is also
+        checked to be the newest: nothing at ``path`` yet (asked beside the header, so
+        no round trip more). A listing would have shown a newer version; a store that
+        ignores conditional puts would otherwise let the put replace it.
 
         Raises:
             VersionConflict: it is gone and ``path`` is taken: another writer
@@ -615,8 +649,13 @@ class ConditionalPutCommitHandler(ListingCommitHandler):
         """
         before = layout.manifest_path(previous.version, previous.naming_scheme)
         where = f"{self.store.url}/{before}"
+        taken = None
+        if unlisted and self.store.is_remote:
+            taken = run_beside(self.store, lambda: self.store.exists(path))
         try:
             header = read_manifest_header(self.store, before, where)
+            if taken is not None and taken.result():
+                raise VersionConflict(manifest.version)
         except FileNotFoundError:
             if self.store.exists(path):
                 raise VersionConflict(manifest.version) from None

@@ -28,9 +28,7 @@ __all__ = [
 TOKEN = "test-token-0123456789abcdef"
 
 
-def with_dataset(
-    registry: CatalogRegistry, name: str, uri: str, rows: list[int] | pa.Table
-) -> Any:
+def with_dataset(registry: CatalogRegistry, name: str, uri: str, rows: list[int] | pa.Table) -> Any:
     """A dataset at ``uri`` publishing Iceberg, with ``rows`` (a table, or ids),
     registered as ``name``."""
     ds = s3ddb.write_dataset(

@@ -46,8 +46,13 @@ def test_a_missing_or_wrong_token_is_refused(catalog: Any, caplog: Any) -> None:
     _, url = catalog
     caplog.set_level(logging.DEBUG)
     wrong = "Bearer " + TOKEN[:-1] + ("x" if TOKEN[-1] != "x" else "y")
-    for headers in ({}, {"Authorization": wrong}, {"Authorization": f"Basic {TOKEN}"},
-                    {"Authorization": "Bearer"}, {"Authorization": f"Bearer {TOKEN}{TOKEN}"}):
+    for headers in (
+        {},
+        {"Authorization": wrong},
+        {"Authorization": f"Basic {TOKEN}"},
+        {"Authorization": "Bearer"},
+        {"Authorization": f"Bearer {TOKEN}{TOKEN}"},
+    ):
         for path in ("/v1/config", "/v1/namespaces", "/v1/namespaces/sales/tables/events"):
             error = _error(requests.get(url + path, headers=headers, timeout=30), 401)
             assert error["type"] == "NotAuthorizedException"
@@ -109,8 +114,7 @@ def test_a_client_over_its_request_rate_is_refused(tmp_path: Path) -> None:
     registry = CatalogRegistry(str(tmp_path))
     with running(registry, Limits(requests_per_second=0.01, burst=3)) as url:
         statuses = [
-            requests.get(url + "/v1/config", headers=AUTH, timeout=30).status_code
-            for _ in range(5)
+            requests.get(url + "/v1/config", headers=AUTH, timeout=30).status_code for _ in range(5)
         ]
         assert statuses[:3] == [200, 200, 200]
         response = requests.get(url + "/v1/config", headers=AUTH, timeout=30)

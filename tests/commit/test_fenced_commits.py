@@ -579,8 +579,9 @@ def test_a_writer_appends_on_its_own_newest_commit_and_rebases_when_another_wrot
 ) -> None:
     """A process that committed the newest version appends on it without listing
     ``_versions/`` or reading its manifest back: on S3 the uploads, the predecessor's
-    fence and the conditional put. After another process committed, that put fails,
-    the append rebases on the real newest version, and no row is lost or doubled."""
+    fence (beside a check that the next version is free) and the conditional put.
+    After another process committed, that check fails, the append rebases on the real
+    newest version, and no row is lost or doubled."""
     aws: Any = None
     so: dict[str, Any] | None = None
     if kind == "s3":
@@ -597,8 +598,9 @@ def test_a_writer_appends_on_its_own_newest_commit_and_rebases_when_another_wrot
     assert ds.version == 3 and ds.last_commit is not None and ds.last_commit.attempts == 1
     if aws is not None:
         ops = Counter(r.operation for r in aws.requests)
-        # data file, transaction and manifest; the predecessor's header (the fence)
-        assert ops == Counter({"PutObject": 3, "GetObject": 1}), ops
+        # Data file, transaction and manifest; side by side, the predecessor's header
+        # (the fence) and whether the version is still free (no listing said so).
+        assert ops == Counter({"PutObject": 3, "GetObject": 1, "HeadObject": 1}), ops
     [other] = run_workers([("append", uri, "1", "1", "3")], env=aws.env() if aws else None)
     assert other.returncode == 0, other.stderr[-2000:]
     ds = s3ddb.write_dataset(rows_for(0, 3, 3), uri, mode="append", storage_options=so)

@@ -74,9 +74,9 @@ def test_versions_of_a_group_record_the_calls_that_made_them(where: Where) -> No
     with s3ddb.atomic(storage_options=so) as tx:
         tx.dataset(a).delete("id = 2")
         tx.dataset(a).update({"tag": "'changed'"}, where="id = 3")
-        tx.dataset(b).merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(
-            _table(101, 104)
-        )
+        tx.dataset(b).merge_insert(
+            "id"
+        ).when_matched_update_all().when_not_matched_insert_all().execute(_table(101, 104))
     first = s3ddb.dataset(a, storage_options=so).versions()[-2:]
     assert [v.api_operation for v in first] == ["delete", "update"]
     assert first[0].metrics["num_deleted_rows"] == 1
@@ -87,8 +87,6 @@ def test_versions_of_a_group_record_the_calls_that_made_them(where: Where) -> No
     assert merged.group_id == first[0].group_id
     if aws is not None:  # the group is read from the DynamoDB rows
         assert merged.group_id is not None
-
-
 
 
 def test_every_change_commits_together(where: Where) -> None:

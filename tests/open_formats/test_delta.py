@@ -476,7 +476,7 @@ def test_load_state_refuses_garbage(tmp_path: Path) -> None:
         (good + b'{"txn":{"appId":"a","version":1}}\n', "'txn' action"),
         (good.replace(b'"engineInfo":"s3ddb"', b'"engineInfo":"spark"'), "not one s3ddb writes"),
         (good + b"{" * 100 + b"}" * 100 + b"\n", "nested deeper"),
-        (good + b"{\"add\":", "not terminated"),
+        (good + b'{"add":', "not terminated"),
     ]:
         s.store.put(commit_path(2), garbage)
         with pytest.raises(PublishedStateError, match=message) as info:

@@ -106,9 +106,9 @@ def test_every_format_in_the_tuple_implements_the_whole_protocol() -> None:
     names = [p.name for p in plugins.FORMATS]
     assert len(set(names)) == len(names)
     prefixes = [prefix for plugin in plugins.FORMATS for prefix in plugin.prefixes]
-    assert not any(
-        a != b and b.startswith(a) for a in prefixes for b in prefixes
-    ), "two formats publish under one prefix"
+    assert not any(a != b and b.startswith(a) for a in prefixes for b in prefixes), (
+        "two formats publish under one prefix"
+    )
 
 
 def test_a_class_missing_a_member_is_refused_by_that_check() -> None:
@@ -135,8 +135,7 @@ def _listing_path(version: int) -> str:
 
 def _listing(table: TableVersion) -> bytes:
     files = sorted(
-        (f.path, f.size, f.physical_rows, f.deletion_key, f.deleted_rows)
-        for f in table.all_files()
+        (f.path, f.size, f.physical_rows, f.deletion_key, f.deleted_rows) for f in table.all_files()
     )
     return json.dumps({"version": table.version, "files": files}).encode()
 
@@ -183,9 +182,7 @@ class ListingFormat:
     def reader_location(self, root: str, version: int) -> str:
         return f"{root}/{_listing_path(version)}"
 
-    def foreign_problems(
-        self, store: ObjectStore, newest_version: int
-    ) -> list[tuple[str, str]]:
+    def foreign_problems(self, store: ObjectStore, newest_version: int) -> list[tuple[str, str]]:
         problems = []
         for meta in store.list(f"{LISTING_DIR}/"):
             match = _LISTING_NAME.fullmatch(meta.path)

@@ -184,9 +184,7 @@ def installed_providers() -> Callable[[str], frozenset[str]]:
     def provides(distribution: str, dotted: str) -> bool:
         files = importlib.metadata.distribution(distribution).files or []
         prefix = dotted.replace(".", "/")
-        return any(
-            str(f).startswith(prefix + "/") or str(f) in (prefix + ".py",) for f in files
-        )
+        return any(str(f).startswith(prefix + "/") or str(f) in (prefix + ".py",) for f in files)
 
     def providers(name: str) -> frozenset[str]:
         if name not in cache:

@@ -80,8 +80,7 @@ def test_an_optional_part_may_import_only_its_own_extra(
     assert OPTIONAL_PARTS["s3ddb.spark_ext"] == "spark"
     assert not undeclared_imports(spark, declared, providers)
     moved = [
-        dataclasses.replace(i, module="s3ddb.writes.version_writes", guarded=False)
-        for i in spark
+        dataclasses.replace(i, module="s3ddb.writes.version_writes", guarded=False) for i in spark
     ]
     problems = undeclared_imports(moved, declared, providers)
     assert len(problems) == len(moved), problems

@@ -203,7 +203,7 @@ def test_the_quoting_check_finds_an_unquoted_uri() -> None:
     line = "s3ddb verify s3+ddb://b/p?ddbTableName=t && echo 's3+ddb://b/q?ddbTableName=t'"
     found = [m.start() for m in _URI_WITH_QUERY.finditer(line) if unquoted_at(line, m.start())]
     assert found == [line.index("s3+ddb://b/p")]
-    assert not unquoted_at('python -c "x = \'s3+ddb://b/p?t\'"', 20)
+    assert not unquoted_at("python -c \"x = 's3+ddb://b/p?t'\"", 20)
 
 
 #: A dataset on the bucket of ``s3ddb local-aws``, as the docs name them.

@@ -88,9 +88,7 @@ def _run(snippets: dict[str, str], tmp_path: Path, env: dict[str, str] | None) -
     return json.loads(done.stdout.splitlines()[-1])
 
 
-def test_snippets_read_a_local_dataset(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_snippets_read_a_local_dataset(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = tmp_path / "events"
     _published(str(root))
     snippets = _snippets(capsys, str(root))

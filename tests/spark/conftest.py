@@ -54,4 +54,3 @@ def opts(aws: Any) -> dict[str, str]:
 @pytest.fixture
 def uri(aws: Any) -> str:
     return f"s3+ddb://{TEST_BUCKET}/spark-{uuid.uuid4().hex[:12]}?ddbTableName={TEST_TABLE}"
-

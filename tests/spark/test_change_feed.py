@@ -74,9 +74,7 @@ def test_the_feed_of_every_range_equals_the_library_changes(spark: Any, tmp_path
     assert _rows(by_time.collect(), columns) == _rows(ds.changes(3), columns)
 
 
-def test_updates_are_pre_and_post_images_with_stable_row_ids(
-    spark: Any, tmp_path: Path
-) -> None:
+def test_updates_are_pre_and_post_images_with_stable_row_ids(spark: Any, tmp_path: Path) -> None:
     uri = str(tmp_path / "ids")
     _history(uri, enable_stable_row_ids=True)
     update = _feed(spark, uri, startingVersion=4, endingVersion=4).collect()

@@ -24,6 +24,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 # The Spark integration's fixtures: one SparkSession per module, a fresh s3+ddb URI.
 
+
 def _df(spark: Any, start: int, n: int, partitions: int = 2) -> Any:
     return spark.range(start, start + n, numPartitions=partitions).selectExpr(
         "id",

@@ -298,9 +298,7 @@ def test_lance_commit_of_an_overwrite_can_ask_for_stable_row_ids(tmp_path: Path)
     uri = str(tmp_path / "ds")
     table = _rows([1, 2])
     fragments = write_fragments(table, uri)
-    ds = LanceDataset.commit(
-        uri, Overwrite(fragments, table.schema), enable_stable_row_ids=True
-    )
+    ds = LanceDataset.commit(uri, Overwrite(fragments, table.schema), enable_stable_row_ids=True)
     assert ds.has_stable_row_ids and _lineage(ds) == {1: (0, 1, 1), 2: (1, 1, 1)}
     more = write_fragments(_rows([3]), uri)
     with pytest.raises(UnsupportedOperationError, match="Overwrite"):
