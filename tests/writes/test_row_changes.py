@@ -976,3 +976,30 @@ def test_an_update_on_s3_reads_each_small_data_file_once(
     assert sorted(gets.values()) == [1, 1], gets  # the first and the last of 3 files
     names = s3ddb.dataset(ddb_uri, storage_options=so).to_table()["name"].to_pylist()
     assert names.count("x") == 10
+
+
+def test_an_insert_whose_plan_fails_after_an_upload_started_leaves_no_file(
+    aws: Any, ddb_uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An insert starts uploading its data file while it plans; the plan then fails
+    (here: its statistics). The upload is waited for and its file deleted: nothing
+    is committed and no file is left."""
+    from s3ddb.format import datafile
+
+    so = aws.storage_options()
+    s3ddb.write_dataset(make_table(0, 3), ddb_uri, storage_options=so)
+    ds = s3ddb.dataset(ddb_uri, storage_options=so)
+    aws.clear_requests()
+
+    def failing(*_args: Any, **_kwargs: Any) -> Any:
+        raise RuntimeError("statistics failed")
+
+    monkeypatch.setattr(datafile, "compute_file_statistics", failing)
+    with pytest.raises(RuntimeError, match="statistics failed"):
+        ds.insert(make_table(10, 3))
+    monkeypatch.undo()
+    uploads = [r.path for r in aws.requests if r.operation == "PutObject" and "/data/" in r.path]
+    assert len(uploads) == 1, uploads  # the upload had started
+    after = s3ddb.dataset(ddb_uri, storage_options=so)
+    assert (after.version, after.count_rows()) == (1, 3)
+    assert orphans(ddb_uri, so) == set()
