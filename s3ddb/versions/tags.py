@@ -7,11 +7,12 @@ import re
 from collections.abc import Callable
 from typing import Protocol
 
-from s3ddb.commit.handlers import CommitHandler
+from s3ddb.commit.handlers import CommitHandler, ManifestLocation
 from s3ddb.errors import InvalidInputError, StoredMetadataError, VersionNotFoundError
 from s3ddb.format import layout
 from s3ddb.format.naming import MAX_VERSION, is_valid_version
 from s3ddb.io.object_store import ObjectStore
+from s3ddb.io.parallel import run_beside
 
 __all__ = [
     "MAX_TAG_FILE_BYTES",
@@ -102,18 +103,27 @@ class Tags:
                 f"invalid tag name {name!r}: letters, digits, '.', '_', '-' (max 128)"
             )
 
-    def _still_there(self, version: int, undo: Callable[[], None]) -> bool:
+    def _still_there(
+        self, version: int, undo: Callable[[], None], before: ManifestLocation
+    ) -> bool:
         """Whether ``version`` can be opened now that a tag names it: its location
         (row or listing) and the manifest object there, looked up afresh (no cache).
-        If not, or if looking fails, ``undo`` takes the tag's change back first (a
-        tag must never name a version cleanup may have removed).
+        The object at its final name (``before`` gives the naming) is asked for beside
+        the location, so that both take one round trip when the location is that
+        name. If not there, or if looking fails, ``undo`` takes the tag's change back
+        first (a tag must never name a version cleanup may have removed).
 
         Raises:
             Whatever looking raised other than VersionNotFoundError, once undone.
         """
+        final = layout.manifest_path(version, before.naming)
+        final_there = run_beside(self._store, lambda: self._store.exists(final))
         try:
             location = self._ds.handler.location_of(version)
-            there = self._store.exists(location.path)
+            if location.path == final:
+                there = final_there.result()
+            else:
+                there = self._store.exists(location.path)
         except VersionNotFoundError:
             there = False
         except BaseException:
@@ -141,13 +151,17 @@ class Tags:
         """
         self._writing("create")
         self._check_name(name)
-        self._ds.handler.location_of(version)
+        before = self._ds.handler.location_of(version)
         body = json.dumps({"version": version}).encode()
         try:
             self._store.put_if_not_exists(layout.tag_path(name), body)
         except FileExistsError:
             raise InvalidInputError(f"tag {name!r} already exists in {self._ds.uri}") from None
-        if not self._still_there(version, lambda: self._store.delete(layout.tag_path(name))):
+
+        def undo() -> None:
+            self._store.delete(layout.tag_path(name))
+
+        if not self._still_there(version, undo, before):
             raise VersionNotFoundError(
                 f"version {version} of {self._ds.uri} was removed by cleanup while tag "
                 f"{name!r} was being created; the tag was not created"
@@ -166,10 +180,14 @@ class Tags:
         self._writing("update")
         self._check_name(name)
         previous = self.get(name)
-        self._ds.handler.location_of(version)
+        before = self._ds.handler.location_of(version)
         self._store.put(layout.tag_path(name), json.dumps({"version": version}).encode())
         back = json.dumps({"version": previous}).encode()
-        if not self._still_there(version, lambda: self._store.put(layout.tag_path(name), back)):
+
+        def undo() -> None:
+            self._store.put(layout.tag_path(name), back)
+
+        if not self._still_there(version, undo, before):
             raise VersionNotFoundError(
                 f"version {version} of {self._ds.uri} was removed by cleanup while tag "
                 f"{name!r} was being moved to it; the tag still names version {previous}"

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pyarrow as pa
@@ -242,3 +244,39 @@ def test_bad_arguments(local_uri: str) -> None:
     ds = s3ddb.dataset(local_uri)
     with pytest.raises(s3ddb.ColumnNotFoundError, match="nope"):
         ds.to_table(columns=["nope"])
+
+
+def test_a_tag_looks_its_version_up_again_in_one_round_trip(aws: Any, ddb_uri: str) -> None:
+    """After writing a tag, its version is looked up again (so that cleanup cannot
+    remove a version a new tag names): the row and the manifest at its final name are
+    asked for side by side. The row's request is held here until the manifest's has
+    started, which never happens if the manifest is asked for only after the row."""
+    so = aws.storage_options()
+    s3ddb.write_dataset(make_table(0, 3), ddb_uri, storage_options=so)
+    s3ddb.write_dataset(make_table(3, 3), ddb_uri, mode="append", storage_options=so)
+    ds = s3ddb.dataset(ddb_uri, storage_options=so)
+    tag_written = threading.Event()
+    manifest_asked = threading.Event()
+    held: list[bool] = []
+
+    def on_s3(request: Any, **_: Any) -> None:
+        if request.method == "PUT" and "/_refs/tags/" in request.url:
+            tag_written.set()
+        elif request.method == "HEAD" and "/_versions/" in request.url:
+            manifest_asked.set()
+
+    def on_dynamodb(request: Any, **_: Any) -> None:
+        if tag_written.is_set() and not held:
+            held.append(manifest_asked.wait(10.0))
+
+    aws_config = ds.handler.store.aws
+    s3, dynamodb = aws_config.client("s3"), aws_config.client("dynamodb", max_attempts=1)
+    s3.meta.events.register("before-send.s3", on_s3, unique_id="tag-probe")
+    dynamodb.meta.events.register("before-send.dynamodb", on_dynamodb, unique_id="tag-probe")
+    try:
+        ds.tags.create("first", 1)
+    finally:
+        s3.meta.events.unregister("before-send.s3", unique_id="tag-probe")
+        dynamodb.meta.events.unregister("before-send.dynamodb", unique_id="tag-probe")
+    assert held == [True], "the manifest was asked for only after the row"
+    assert s3ddb.dataset(ddb_uri, storage_options=so).tags.get("first") == 1
