@@ -352,7 +352,7 @@ class ExternalStoreCommitHandler(ExternalStoreVersions):
         key = self._cache_key(location)
         if key is not None:
             MANIFESTS.put(key, manifest)
-            OWN_COMMITS.won(location, row)
+            OWN_COMMITS.won(row.base_uri, location.version, (location, row))
         try:
             failpoint("commit.after_external_put")
             etag = staged_put.result()

@@ -15,7 +15,6 @@ needs it (:meth:`ExternalStoreVersions.finalize`).
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -29,6 +28,7 @@ from s3ddb.commit.handlers import (
     ManifestLocation,
 )
 from s3ddb.commit.manifest_cache import MANIFESTS, CacheKey
+from s3ddb.commit.own_newest import OwnNewest
 from s3ddb.errors import (
     ExternalStoreError,
     ManifestCorruptError,
@@ -60,38 +60,9 @@ __all__ = ["OWN_COMMITS", "ExternalStoreVersions"]
 log = logging.getLogger(__name__)
 
 
-class _OwnCommits:
-    """The newest version this process committed to each dataset, while it keeps
-    winning: a writer that is alone builds on it without a Query (one round trip
-    less). Losing a version shows other writers, and the writer asks again for
-    :attr:`QUIET_SECONDS`."""
-
-    QUIET_SECONDS = 10.0
-
-    def __init__(self) -> None:
-        self._latest: dict[str, tuple[ManifestLocation, ManifestRow]] = {}
-        self._quiet_until: dict[str, float] = {}
-        self._lock = threading.Lock()
-
-    def won(self, location: ManifestLocation, row: ManifestRow) -> None:
-        with self._lock:
-            known = self._latest.get(row.base_uri)
-            if known is None or known[0].version < location.version:
-                self._latest[row.base_uri] = (location, row)
-
-    def lost(self, base_uri: str) -> None:
-        with self._lock:
-            self._latest.pop(base_uri, None)
-            self._quiet_until[base_uri] = time.monotonic() + self.QUIET_SECONDS
-
-    def presumed(self, base_uri: str) -> tuple[ManifestLocation, ManifestRow] | None:
-        with self._lock:
-            if time.monotonic() < self._quiet_until.get(base_uri, 0.0):
-                return None
-            return self._latest.get(base_uri)
-
-
-OWN_COMMITS = _OwnCommits()
+#: The newest version this process committed to each dataset (by base URI), and its
+#: row: a writer that is alone builds on it without a ``Query`` (one round trip less).
+OWN_COMMITS: OwnNewest[tuple[ManifestLocation, ManifestRow]] = OwnNewest()
 
 
 class _LegacyVersions(ListingCommitHandler):

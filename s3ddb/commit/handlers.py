@@ -21,9 +21,6 @@ from __future__ import annotations
 
 import abc
 import logging
-import threading
-import time
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -31,6 +28,7 @@ from typing import TYPE_CHECKING
 from s3ddb.catalogs import update_catalogs
 from s3ddb.commit.failpoints import failpoint
 from s3ddb.commit.manifest_cache import MANIFESTS, CacheKey
+from s3ddb.commit.own_newest import OwnNewest
 from s3ddb.errors import (
     AtomicGroupError,
     CommitMechanismError,
@@ -494,64 +492,21 @@ def removed_by_cleanup(
     )
 
 
-class _OwnPuts:
-    """The newest version this process put to each dataset (by store URL), while it
-    keeps winning: a writer that is alone builds on it without listing ``_versions/``
-    and reading the manifest back (two round trips less on S3), as long as the
-    process's manifest cache (:data:`~s3ddb.commit.manifest_cache.MANIFESTS`) holds
-    it. The conditional put of the next version still decides, and the predecessor's
-    fence catches a dataset dropped, re-created or written by others meanwhile.
-    Losing a version shows other writers: the writer lists again for
-    :attr:`QUIET_SECONDS`. At most :attr:`MAX_DATASETS` datasets are kept (the least
-    recently committed go)."""
-
-    QUIET_SECONDS = 10.0
-    MAX_DATASETS = 256
-
-    def __init__(self) -> None:
-        self._latest: OrderedDict[str, ManifestLocation] = OrderedDict()
-        self._quiet_until: dict[str, float] = {}
-        self._lock = threading.Lock()
-
-    def won(self, url: str, location: ManifestLocation, manifest: Manifest) -> None:
-        key = self.cache_key(url, location)
-        if key is not None:
-            MANIFESTS.put(key, manifest)
-        with self._lock:
-            known = self._latest.get(url)
-            if known is None or known.version < location.version:
-                self._latest[url] = location
-                self._latest.move_to_end(url)
-                while len(self._latest) > self.MAX_DATASETS:
-                    self._latest.popitem(last=False)
-
-    def lost(self, url: str) -> None:
-        with self._lock:
-            self._latest.pop(url, None)
-            self._quiet_until[url] = time.monotonic() + self.QUIET_SECONDS
-
-    def presumed(self, url: str) -> tuple[ManifestLocation, Manifest] | None:
-        """The newest version this process put to ``url`` and its manifest, unless it
-        lost a version there lately or no longer holds the manifest."""
-        with self._lock:
-            if time.monotonic() < self._quiet_until.get(url, 0.0):
-                return None
-            location = self._latest.get(url)
-        key = self.cache_key(url, location) if location is not None else None
-        manifest = MANIFESTS.get(key) if key is not None else None
-        return (location, manifest) if location is not None and manifest is not None else None
-
-    @staticmethod
-    def cache_key(url: str, location: ManifestLocation) -> CacheKey | None:
-        if location.size is None or location.committed_at_ms is None:
-            return None
-        # (Apart from the external store's keys, which start with the dataset's URI.)
-        where = f"conditional put to {url}"
-        return (where, location.version, location.path, location.size, location.committed_at_ms)
+#: The newest version this process put to each dataset (by store URL): a writer that
+#: is alone builds on it without listing ``_versions/`` and reading the manifest back
+#: (two round trips less on S3), as long as the process's manifest cache
+#: (:data:`~s3ddb.commit.manifest_cache.MANIFESTS`) holds it. The predecessor's fence
+#: catches a dataset dropped, re-created or written by others meanwhile.
+OWN_PUTS: OwnNewest[ManifestLocation] = OwnNewest(max_datasets=256)
 
 
-#: The process's record of its own conditional puts.
-OWN_PUTS = _OwnPuts()
+def _own_cache_key(url: str, location: ManifestLocation) -> CacheKey | None:
+    """The manifest cache's key of a version this process put to ``url``."""
+    if location.size is None or location.committed_at_ms is None:
+        return None
+    # (Apart from the external store's keys, which start with the dataset's URI.)
+    where = f"conditional put to {url}"
+    return (where, location.version, location.path, location.size, location.committed_at_ms)
 
 
 class ConditionalPutCommitHandler(ListingCommitHandler):
@@ -566,15 +521,23 @@ class ConditionalPutCommitHandler(ListingCommitHandler):
         super().__init__(store)
         self.mechanism = store.conditional_put_mechanism
 
+    def _own_newest(self) -> tuple[ManifestLocation, Manifest] | None:
+        """The newest version this process put here and its manifest, unless it lost a
+        version here lately or its manifest is no longer cached."""
+        location = OWN_PUTS.presumed(self.store.url)
+        key = _own_cache_key(self.store.url, location) if location is not None else None
+        manifest = MANIFESTS.get(key) if key is not None else None
+        return (location, manifest) if location is not None and manifest is not None else None
+
     def presumed_latest(self) -> ManifestLocation | None:
-        own = OWN_PUTS.presumed(self.store.url)
+        own = self._own_newest()
         return own[0] if own is not None else None
 
     def load_manifest(self, location: ManifestLocation) -> Manifest:
         # Only the very location presumed_latest gave (the object, not an equal one):
         # a listing of a dataset re-created by another process may find the same
         # version at the same path, and readers must read what is there.
-        own = OWN_PUTS.presumed(self.store.url)
+        own = self._own_newest()
         if own is not None and own[0] is location:
             return own[1]
         return super().load_manifest(location)
@@ -625,8 +588,8 @@ class ConditionalPutCommitHandler(ListingCommitHandler):
 
     def _presumed(self, previous: Manifest) -> bool:
         """Whether ``previous`` is this process's own newest version, built on
-        without listing (see :class:`_OwnPuts`)."""
-        own = OWN_PUTS.presumed(self.store.url)
+        without listing (see :data:`OWN_PUTS`)."""
+        own = self._own_newest()
         return own is not None and own[1] is previous
 
     def _check_predecessor(
@@ -716,7 +679,10 @@ class ConditionalPutCommitHandler(ListingCommitHandler):
             manifest.timestamp_nanos // 1_000_000,
             manifest.operation,
         )
-        OWN_PUTS.won(self.store.url, location, manifest)
+        key = _own_cache_key(self.store.url, location)
+        if key is not None:
+            MANIFESTS.put(key, manifest)
+        OWN_PUTS.won(self.store.url, location.version, location)
         return location
 
     # --- claims of several parts (memory:// only) --------------------------------------

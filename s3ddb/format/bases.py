@@ -12,6 +12,7 @@ deletes is under the dataset's own root.
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -218,10 +219,9 @@ class FileResolver:
         files twice: an update finds its rows, then reads them again to rewrite them.
         Data files never change under their names, so the second read is the first's
         bytes (checked again, as any read)."""
-        copy = FileResolver(self.store, self.bases.values(), version=self.version)
-        copy.declared_in = dict(self.declared_in)
-        copy._remembered = _WholeReads()
-        return copy
+        twin = copy.copy(self)
+        twin._remembered = _WholeReads()
+        return twin
 
     def read_whole(self, store: ObjectStore, path: str) -> bytes:
         """The object at ``path`` in ``store`` (one of this resolver's), read whole;

@@ -46,7 +46,7 @@ from s3ddb.format.schema import DatasetSchema
 from s3ddb.format.stats import compute_file_statistics
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.parallel import PendingWrites
-from s3ddb.io.written_files import delete_written_files
+from s3ddb.io.written_files import FileTracker
 from s3ddb.open_formats.publisher import by_name_formats, enabled_formats
 from s3ddb.operations import MapUpdate, Merge, Operation, Project, UpdateConfig, next_field_id
 from s3ddb.scan import read_visible_rows
@@ -176,26 +176,21 @@ def _merge_writing(
     data file of ``schema`` (with ``pending``: starts its upload, which the commit
     waits for) and gives it with its statistics. If any change fails, every file
     written is deleted (silently: that failure is what matters) and it is raised."""
-    written: list[str] = []
+    files = FileTracker(store, pending)
     lock = threading.Lock()
 
     def write(table: pa.Table) -> tuple[Any, Any]:
         data_file = write_data_file(store, table, schema, pending)
         with lock:
-            written.append(layout.data_file_path(data_file.path))
+            files.add(layout.data_file_path(data_file.path))
         return data_file, compute_file_statistics(table, schema, data_file)
 
-    try:
-        # Leaving the pool waits for every started write, so none lands after cleanup
-        # (and uploads still in flight are waited for below).
-        with ThreadPoolExecutor(max_workers=max(1, min(8, parallel))) as pool:
-            changed = list(pool.map(lambda f: change(f, write), fragments))
-    except BaseException:
-        if pending is not None:
-            pending.settle()
-        delete_written_files(store, written)
-        raise
-    return Merge(tuple(changed), schema, tuple(written))
+    # Leaving the pool (before the tracker's clean-up) waits for every started write,
+    # so none lands after cleanup; the tracker waits for uploads still in flight.
+    pool = ThreadPoolExecutor(max_workers=max(1, min(8, parallel)))
+    with files.cleanup_on_error(), pool:
+        changed = list(pool.map(lambda f: change(f, write), fragments))
+    return Merge(tuple(changed), schema, tuple(files.paths))
 
 
 def _check_new_names(schema: DatasetSchema, names: list[str], what: str) -> None:
