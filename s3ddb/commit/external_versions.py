@@ -62,7 +62,7 @@ log = logging.getLogger(__name__)
 
 #: The newest version this process committed to each dataset (by base URI), and its
 #: row: a writer that is alone builds on it without a ``Query`` (one round trip less).
-OWN_COMMITS: OwnNewest[tuple[ManifestLocation, ManifestRow]] = OwnNewest()
+OWN_COMMITS: OwnNewest[tuple[ManifestLocation, ManifestRow]] = OwnNewest(max_datasets=1024)
 
 
 class _LegacyVersions(ListingCommitHandler):

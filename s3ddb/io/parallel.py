@@ -109,3 +109,11 @@ class PendingWrites:
         with self._lock:
             futures = list(self._futures)
         wait(futures)
+
+    def settle_and_take_paths(self) -> list[str]:
+        """:meth:`settle`, then the paths of every write started so far, forgotten
+        here: whoever takes them deletes them, once (a failed plan's clean-up)."""
+        self.settle()
+        with self._lock:
+            paths, self.paths = self.paths, []
+        return paths

@@ -61,7 +61,8 @@ class FileTracker:
         try:
             yield self
         except BaseException:
-            if self.pending is not None:
-                self.pending.settle()
-            delete_written_files(self.store, self.paths)
+            # The plan's uploads in flight land first, then go with the files it
+            # wrote itself (each once: the caller finds none left to delete).
+            uploaded = self.pending.settle_and_take_paths() if self.pending is not None else []
+            delete_written_files(self.store, list(dict.fromkeys([*self.paths, *uploaded])))
             raise

@@ -467,8 +467,7 @@ def _plan_and_commit(
             if pending is not None:
                 # What the plan started uploading lands first, then goes: no file of
                 # a plan that failed is left (or lands after its deletion).
-                pending.settle()
-                delete_written_files(ds.handler.store, pending.paths)
+                delete_written_files(ds.handler.store, pending.settle_and_take_paths())
             raise
         if operation is None:
             if base is not ds.manifest:

@@ -1003,3 +1003,33 @@ def test_an_insert_whose_plan_fails_after_an_upload_started_leaves_no_file(
     after = s3ddb.dataset(ddb_uri, storage_options=so)
     assert (after.version, after.count_rows()) == (1, 3)
     assert orphans(ddb_uri, so) == set()
+
+
+def test_a_row_change_whose_plan_fails_deletes_each_of_its_files_once(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A delete whose plan fails after writing its deletion files (here: building the
+    operation) deletes each file it wrote once, and leaves none."""
+    from s3ddb.writes import row_changes
+
+    uri = str(tmp_path / "ds")
+    ds = make(uri, n=12, per_file=4)
+    store_type = type(ds.handler.store)
+    deleted: Counter[str] = Counter()
+    real_delete = store_type.delete
+
+    def counting(self: Any, path: str) -> None:
+        deleted[path] += 1
+        real_delete(self, path)
+
+    def failing(*_args: Any, **_kwargs: Any) -> Any:
+        raise RuntimeError("planning failed")
+
+    monkeypatch.setattr(store_type, "delete", counting)
+    monkeypatch.setattr(row_changes, "Delete", failing)
+    with pytest.raises(RuntimeError, match="planning failed"):
+        ds.delete("id < 2 OR id > 9")
+    monkeypatch.undo()
+    assert sum(1 for p in deleted if p.startswith(f"{layout.DELETIONS_DIR}/")) == 2, deleted
+    assert set(deleted.values()) == {1}, deleted
+    assert orphans(uri) == set()
