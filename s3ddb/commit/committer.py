@@ -42,6 +42,7 @@ from s3ddb.errors import (
 from s3ddb.format import layout
 from s3ddb.format.chunk_writer import write_chunks
 from s3ddb.format.chunks import ChunkSource
+from s3ddb.format.limits import MAX_TRANSACTION_BYTES
 from s3ddb.format.manifest import Manifest, referenced_paths
 from s3ddb.format.naming import DEFAULT_NAMING, NamingScheme
 from s3ddb.io.parallel import PendingWrites
@@ -120,15 +121,28 @@ class CommitResult:
 
 
 def load_transaction(handler: CommitHandler, manifest: Manifest) -> Transaction | None:
-    """The transaction that produced ``manifest``, or None if its file is gone."""
+    """The transaction that produced ``manifest``, or None if its file is gone. Read
+    in bounded memory: a file larger than any transaction is refused unread.
+
+    Raises:
+        ManifestCorruptError: the file is larger than
+            :data:`~s3ddb.format.limits.MAX_TRANSACTION_BYTES`, or corrupt (see
+            :meth:`Transaction.from_bytes` for its subclasses).
+    """
     if not manifest.transaction_file:
         return None
     path = layout.transaction_path(manifest.transaction_file)
+    where = f"{handler.store.url}/{path}"
     try:
-        data = handler.store.get(path)
+        data, size = handler.store.get_bounded(path, MAX_TRANSACTION_BYTES)
     except FileNotFoundError:
         return None
-    return Transaction.from_bytes(data, f"{handler.store.url}/{path}")
+    if size > MAX_TRANSACTION_BYTES:
+        raise ManifestCorruptError(
+            f"transaction {where}: {size} bytes, larger than any transaction s3ddb reads "
+            f"({MAX_TRANSACTION_BYTES} bytes): refused unread"
+        )
+    return Transaction.from_bytes(data, where)
 
 
 def commit_transaction(

@@ -30,7 +30,7 @@ from google.protobuf.message import DecodeError
 from s3ddb.errors import ManifestCorruptError, PathOutsideDatasetError, StoredMetadataError
 from s3ddb.format._proto import manifest_pb2 as pb
 from s3ddb.format.bases import file_base_ids
-from s3ddb.format.fragment_metadata import FragmentMetadata
+from s3ddb.format.fragment_metadata import FragmentMetadata, data_files_apart
 from s3ddb.format.row_lineage import check_row_ids, check_versions
 from s3ddb.format.stats import ColumnStatistics, summarize_bounds, union_bounds
 from s3ddb.io.parallel import process_pool
@@ -412,6 +412,7 @@ class FragmentList(Sequence[FragmentMetadata]):
         out: list[FragmentMetadata] = []
         for s in kept:
             out.extend(s.decoded() if isinstance(s, EncodedFragments) else s)
+        data_files_apart(out, self._manifest_name())
         return out
 
     def select(self, ids: Collection[int]) -> dict[int, FragmentMetadata]:
@@ -504,6 +505,7 @@ class FragmentList(Sequence[FragmentMetadata]):
                 out.extend(s.decoded() if isinstance(s, EncodedFragments) else s)
             if len(self._segments) > 1:
                 self._check_unique([f.id for f in out])
+            data_files_apart(out, self._manifest_name())
             self._flat = tuple(out)
         return self._flat
 

@@ -29,7 +29,7 @@ from s3ddb.io.paths import check_name
 if TYPE_CHECKING:
     from s3ddb.format.stats import FileStatistics
 
-__all__ = ["DataFile", "DeletionFile", "FragmentMetadata", "data_file_paths"]
+__all__ = ["DataFile", "DeletionFile", "FragmentMetadata", "data_file_paths", "data_files_apart"]
 
 
 @dataclass(frozen=True)
@@ -280,6 +280,8 @@ def _check_ranges(m: pb.Fragment) -> None:
     check_range(m.last_updated_at_version, 0, MAX_VERSION, "last_updated_at_version", where)
     for f in m.files:
         check_range(f.file_size_bytes, 0, MAX_FILE_SIZE, f"file_size_bytes of {f.path!r}", where)
+    if len(m.files) > 1:
+        _check_files_apart(m, where)
     if m.HasField("deletion_file"):
         d = m.deletion_file
         if d.kind not in (pb.DeletionFile.ROARING_BITMAP, pb.DeletionFile.ARROW_ARRAY):
@@ -294,6 +296,51 @@ def _check_ranges(m: pb.Fragment) -> None:
         data = getattr(m, what)
         if data:
             check_versions(data, m.physical_rows, where, what, None, pending_ok=True)
+
+
+def _check_files_apart(m: pb.Fragment, where: str) -> None:
+    """A fragment reads each of its files once, and each column from one file (a
+    column rewritten into a new file is a tombstone, a negative id, in the old one).
+
+    Raises:
+        StoredMetadataError: a file listed twice, or a field id in two files (one
+            file's values would replace the other's).
+    """
+    files: set[tuple[int | None, str]] = set()
+    owner: dict[int, str] = {}
+    for f in m.files:
+        key = (f.base_id if f.HasField("base_id") else None, f.path)
+        if key in files:
+            raise StoredMetadataError(f"{where}: data file {f.path!r} is listed twice")
+        files.add(key)
+        for field_id in f.fields:
+            if field_id < 0:
+                continue
+            first = owner.setdefault(field_id, f.path)
+            if first != f.path:
+                raise StoredMetadataError(
+                    f"{where}: field id {field_id} is in two data files, {first!r} and "
+                    f"{f.path!r} (a fragment reads each column from one file)"
+                )
+
+
+def data_files_apart(fragments: Iterable[FragmentMetadata], where: str) -> None:
+    """Check that no data file belongs to two of ``fragments`` (its rows would be read
+    twice, or in place of another fragment's).
+
+    Raises:
+        StoredMetadataError: a file listed by two fragments, naming ``where`` (the
+            manifest), the file and both fragments.
+    """
+    holder: dict[tuple[int | None, str], int] = {}
+    for fragment in fragments:
+        for data_file in fragment.files:
+            first = holder.setdefault((data_file.base_id, data_file.path), fragment.id)
+            if first != fragment.id:
+                raise StoredMetadataError(
+                    f"{where}: data file {data_file.path!r} is listed by fragments {first} "
+                    f"and {fragment.id} (its rows would be read twice)"
+                )
 
 
 def _stats_from_pb(m: pb.Fragment) -> tuple[FileStatistics, ...]:

@@ -18,6 +18,7 @@ __all__ = [
     "MAX_FRAGMENT_ID",
     "MAX_MANIFEST_BYTES",
     "MAX_PHYSICAL_ROWS",
+    "MAX_TRANSACTION_BYTES",
     "MAX_VERSION",
     "check_range",
 ]
@@ -35,6 +36,10 @@ MAX_FILE_SIZE = 2**63 - 1
 #: small (fragments past the inline tail are in chunks, see ``format.chunks``); a
 #: format-1 manifest holds about 6 million fragments in this much.
 MAX_MANIFEST_BYTES = 512 * 1024 * 1024
+#: The largest transaction file a reader fetches, refused unread past it like a
+#: manifest: a transaction lists no more than the manifest it makes (an append's new
+#: fragments, a delete's changed ones).
+MAX_TRANSACTION_BYTES = MAX_MANIFEST_BYTES
 
 
 def check_range(value: int, low: int, high: int, what: str, where: str) -> int:

@@ -297,6 +297,9 @@ class _Referenced:
     bases: set[tuple[str, str]] = field(default_factory=set)
     #: Index directories, kept whole: other writers' indices list no files.
     index_dirs: set[str] = field(default_factory=set)
+    #: What versions checked so far claim of their data files (path, rows, size,
+    #: columns): a file is checked again only when a version claims something else.
+    data_claims: set[tuple[str, int, int | None, tuple[int, ...]]] = field(default_factory=set)
     #: The dataset identity each readable version records.
     identities: dict[int, str] = field(default_factory=dict)
 
@@ -361,7 +364,7 @@ def _check_version(
     if _bad_chunks(manifest, objects, seen.paths, problem):
         return
     try:
-        _check_data_files(handler.store, manifest, objects, seen.paths, problem)
+        _check_data_files(handler.store, manifest, objects, seen, problem)
         paths = referenced_paths(manifest, transaction=False)
     except (ManifestCorruptError, PathOutsideDatasetError) as exc:
         problem(
@@ -639,15 +642,17 @@ def _check_data_files(
     store: ObjectStore,
     manifest: Manifest,
     objects: dict[str, ObjectMeta],
-    checked: set[str],
+    seen: _Referenced,
     problem: ReportProblem,
 ) -> None:
     """Report each data file of ``manifest`` in the dataset's own root that is
     missing, of another size than recorded (its listed size), or whose footer shows it
     is not the file its fragment describes (not Parquet, another row count, a
-    declared column missing): one ranged read of its
-    footer per file, never the whole file. Files in ``checked`` (seen in an earlier
-    version) are skipped, and the ones looked at here are added to it.
+    declared column missing): one ranged read of its footer per file, never the whole
+    file. A file an earlier version claimed the same of (``seen.data_claims``: rows,
+    size, columns) is not read again; one this version claims something else of is,
+    since each version's claim is its own. Paths looked at are added to
+    ``seen.paths``.
 
     Raises:
         ManifestCorruptError, PathOutsideDatasetError: a fragment cannot be decoded.
@@ -659,11 +664,21 @@ def _check_data_files(
             if data_file.base_id is not None:
                 continue  # another dataset's file: _check_base_files
             path = layout.data_file_path(data_file.path)
-            if path in checked:
+            claim = (
+                path,
+                fragment.physical_rows,
+                data_file.file_size_bytes,
+                tuple(sorted(set(data_file.fields) & set(field_ids))),
+            )
+            if claim in seen.data_claims:
                 continue
-            checked.add(path)
+            seen.data_claims.add(claim)
+            reported = path in seen.paths
+            seen.paths.add(path)
             meta = objects.get(path)
             if meta is None:
+                if reported:
+                    continue  # its absence is reported once
                 problem(
                     "missing_data_file",
                     path,

@@ -149,6 +149,10 @@ def plan_fragment(
     if not fragment_may_match(fragment, schema, may_match):
         return None
     if fragment.num_rows == 0:
+        if fragment.physical_rows == 0 and fragment.files:
+            # No row is claimed, so nothing would read the file: its footer must
+            # agree, or a manifest could hide a file's rows by claiming none.
+            ParquetSource(files, fragment.files[0], fragment).close()
         return None
     # The footer is read (and its row count checked against the fragment's
     # physical_rows) before anything is allocated in proportion to that claimed count.
