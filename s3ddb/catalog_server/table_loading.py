@@ -118,6 +118,11 @@ def etag_matches(if_none_match: str | None, etag: str) -> bool:
     return False
 
 
+def _is_int(value: object, expected: int) -> bool:
+    """Whether ``value`` is the JSON integer ``expected`` (not a float, not a bool)."""
+    return type(value) is int and value == expected
+
+
 def _checked_metadata(raw: bytes, path: str, root: str, version: int) -> dict[str, Any]:
     """``raw`` (the file at ``path``) parsed and checked to be version ``version``'s
     Iceberg metadata of the dataset at ``root``.
@@ -134,11 +139,12 @@ def _checked_metadata(raw: bytes, path: str, root: str, version: int) -> dict[st
 
     if not isinstance(metadata, dict):
         raise fail("not a JSON object")
-    if metadata.get("format-version") != 2:
+    # Exact types: 2.0 == 2 and True == 1 in Python, not to a client's JSON parser.
+    if not _is_int(metadata.get("format-version"), 2):
         raise fail(f"format-version {metadata.get('format-version')!r}, expected 2")
     if metadata.get("location") != root:
         raise fail("its location is not the dataset's")
-    if metadata.get("current-snapshot-id") != version:
+    if not _is_int(metadata.get("current-snapshot-id"), version):
         raise fail(f"its current snapshot is not version {version}")
     table_uuid = metadata.get("table-uuid")
     if not isinstance(table_uuid, str) or not 0 < len(table_uuid) <= 64:

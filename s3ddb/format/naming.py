@@ -61,9 +61,9 @@ U64_MAX = 2**64 - 1
 #: integers in Arrow, DynamoDB numbers and other readers: anything from 2^63 up is
 #: refused as damaged or hostile, and a name that would parse to it is no manifest.
 MAX_VERSION = 2**63 - 1
-_V1_RE = re.compile(r"^(\d{1,19})\.manifest$")
-_V2_RE = re.compile(r"^(\d{20})\.manifest$")
-_STAGED_RE = re.compile(r"^(\d{1,20})\.manifest-([0-9a-f]{32})$")
+_V1_RE = re.compile(r"^([0-9]{1,19})\.manifest$")
+_V2_RE = re.compile(r"^([0-9]{20})\.manifest$")
+_STAGED_RE = re.compile(r"^([0-9]{1,20})\.manifest-([0-9a-f]{32})$")
 
 
 class NamingScheme(enum.Enum):

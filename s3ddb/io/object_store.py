@@ -788,7 +788,7 @@ def _object_size(response: Mapping[str, Any]) -> int:
     Content-Range (``bytes 0-99/1234``), or its Content-Length when the store sent
     the whole object (no range)."""
     total = str(response.get("ContentRange") or "").rpartition("/")[2]
-    if total.isdigit():
+    if total.isascii() and total.isdigit():  # str.isdigit takes "²", which int() refuses
         return int(total)
     return int(response.get("ContentLength") or 0)
 

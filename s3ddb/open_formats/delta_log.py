@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import unquote
@@ -490,13 +491,18 @@ def _bases(files: Iterable[PublishedFile]) -> set[str]:
     return {f.path.rpartition("/data/")[0] for f in files if not f.is_relative}
 
 
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
+
+
 def _outside(path: str, bases: set[str]) -> bool:
     """Whether a log path resolves outside the root and the declared bases."""
     raw = unquote(path)
     segments = raw.split("://", 1)[-1].split("/")
     if ".." in segments or "\\" in raw or not raw:
         return True
-    if "://" in raw or raw.startswith("/"):
+    # Any scheme makes a path absolute (``file:/x`` as ``file:///x``; Hadoop readers
+    # resolve both), as does a leading slash.
+    if _SCHEME.match(raw) or raw.startswith("/"):
         return not any(raw.startswith(f"{base}/") for base in bases if base)
     return False
 
@@ -560,6 +566,15 @@ def log_problems(store: ObjectStore, expected: TableVersion) -> list[str]:
 # --- cleanup ---------------------------------------------------------------------------
 
 
+def _holds(store: ObjectStore, path: str, data: bytes) -> bool:
+    """Whether ``path`` holds exactly ``data`` (reading at most one byte more)."""
+    try:
+        stored, size = store.get_bounded(path, len(data))
+    except FileNotFoundError:
+        return False
+    return size == len(data) and stored == data
+
+
 def expire_log(
     store: ObjectStore,
     listed: Iterable[ObjectMeta],
@@ -579,10 +594,11 @@ def expire_log(
     version of that run publishes Delta, the commits and checkpoints before the run
     go.
 
-    A checkpoint at ``oldest`` is written first when there is none: the state after
-    it, loaded and checked against the manifests (:func:`load_checked_state`), so its
-    bytes are what publication would write there. ``_last_checkpoint`` is pointed at
-    it when it names an earlier checkpoint or none. When that state cannot be loaded
+    A checkpoint at ``oldest`` is written first unless one holding exactly its bytes
+    is there: the state after it, loaded and checked against the manifests
+    (:func:`load_checked_state`), so its bytes are what publication would write
+    there. ``_last_checkpoint`` is pointed at it when it names an earlier checkpoint
+    or none. When that state cannot be loaded
     (a damaged log), the log starts at the oldest checkpoint after ``oldest`` instead,
     or stays whole when there is none (said in a warning; ``s3ddb open-formats URI
     --rebuild`` mends it).
@@ -610,8 +626,6 @@ def expire_log(
     pointer: bytes | None = None
     if oldest is None:
         start = floor
-    elif oldest.version in listing.checkpoints:
-        start = oldest.version
     else:
         try:
             state = load_checked_state(store, oldest)
@@ -620,7 +634,10 @@ def expire_log(
             log.warning("%s: cannot checkpoint Delta version %d: %s", store.url, oldest.version, e)
         if state is not None:
             data, rows = checkpoint_bytes(state)
-            store.put(checkpoint_path(oldest.version), data)
+            # A checkpoint listed there is used only if it is this one: any file can
+            # bear the name, and every commit before it is about to go.
+            if not _holds(store, checkpoint_path(oldest.version), data):
+                store.put(checkpoint_path(oldest.version), data)
             start = oldest.version
             last = {
                 "version": start,

@@ -98,8 +98,8 @@ MAX_SCHEMA_BYTES = MAX_ACTION_BYTES
 # Any other string of an action (ids, features, configuration, stats, operations).
 _MAX_STRING_BYTES = 256
 
-_COMMIT_RE = re.compile(r"^(\d{20})\.json$")
-_CHECKPOINT_RE = re.compile(r"^(\d{20})\.checkpoint\.parquet$")
+_COMMIT_RE = re.compile(r"^([0-9]{20})\.json$")
+_CHECKPOINT_RE = re.compile(r"^([0-9]{20})\.checkpoint\.parquet$")
 
 
 # --- naming ---------------------------------------------------------------------------

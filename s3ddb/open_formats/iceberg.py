@@ -62,21 +62,25 @@ import io
 import json
 import logging
 import re
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from s3ddb.errors import InvalidInputError, PublishedStateError
+from s3ddb.errors import InvalidInputError, ManifestCorruptError, PublishedStateError
 from s3ddb.io.object_store import ObjectMeta, ObjectStore
 from s3ddb.open_formats.avro import encode_container
 from s3ddb.open_formats.iceberg_checks import (
     LoadedVersion,
+    check_manifests,
+    delete_file_sizes,
     listed_snapshots,
+    manifest_header,
     read_version,
     state_problems,
+    written_schema,
 )
 from s3ddb.open_formats.iceberg_schema import field_ids, iceberg_schema, name_mapping
 from s3ddb.open_formats.iceberg_state import (
@@ -330,17 +334,21 @@ class IcebergWriter:
         manifest list, or None when that metadata file does not exist; returned only
         once checked against ``expected`` (see
         :func:`~s3ddb.open_formats.iceberg_checks.read_version`) and found to be, byte
-        for byte, the files s3ddb writes for what they list. One GET of each file and a
-        HEAD of each manifest the current snapshot lists.
+        for byte, the files s3ddb writes for what they list, and each manifest the
+        current snapshot lists, byte for byte, the one s3ddb writes for its group (the
+        next version reuses it by reference: :func:`_check_manifests`). One GET of each
+        file and of each of those manifests (side by side on S3), and the version's
+        fragment lists.
 
         Raises:
             PublishedStateError: either file is damaged, over its bounds, or holds
                 anything s3ddb does not derive from the manifests; ``path`` names it.
         """
-        loaded = read_version(store, expected, _current_schema(expected))
+        loaded = read_version(store, expected, _current_schema(expected), read_manifests=True)
         if loaded is None:
             return None
         _check_rendered(loaded, expected)
+        _check_manifests(store, loaded, expected)
         return loaded.state
 
     def state_problems(self, store: ObjectStore, expected: TableVersion) -> list[str]:
@@ -356,10 +364,12 @@ class IcebergWriter:
         problems = state_problems(store, expected, schema)
         if problems:
             return problems
-        loaded = read_version(store, expected, schema)  # checked clean just now
+        # Checked clean just now: what is left is what load_state also compares.
+        loaded = read_version(store, expected, schema, read_manifests=True)
         try:
             if loaded is not None:
                 _check_rendered(loaded, expected)
+                _check_manifests(store, loaded, expected)
         except PublishedStateError as exc:
             return [str(exc)]
         return []
@@ -531,6 +541,97 @@ def _check_rendered(loaded: LoadedVersion, table: TableVersion) -> None:
         )
 
 
+def _check_manifests(
+    store: ObjectStore,
+    loaded: LoadedVersion,
+    table: TableVersion,
+    checked: set[str] | None = None,
+) -> None:
+    """Refuse a checked state one of whose manifests (the current snapshot's) is not,
+    byte for byte, what s3ddb writes for its group: the next version lists them by
+    reference, so a manifest rewritten with the same length (a data file path swapped
+    for another of as many bytes) would be published again, and its planted files
+    read by every Iceberg reader of the new version. Each is rendered again from its
+    group's files (the fragment lists, which are checksummed) as
+    :func:`_group_manifests` writes it, and compared with the stored bytes (see
+    :func:`~s3ddb.open_formats.iceberg_checks.check_manifests`; ``checked`` as there).
+
+    Raises:
+        PublishedStateError: naming the file; also when a group's fragments cannot be
+            read (then the manifest cannot be checked).
+        OSError: the store cannot be read.
+    """
+    state = loaded.state
+    todo = {m.group: m.path for m in state.manifests if checked is None or m.path not in checked}
+    files: dict[str, tuple[PublishedFile, ...]] = {}
+    for group in table.groups:
+        if group.name not in todo:
+            continue
+        try:  # here, not on the I/O pool: a group loads its fragments once
+            files[group.name] = group.files()
+        except ManifestCorruptError as exc:
+            path = todo[group.name]
+            raise PublishedStateError(
+                f"{path}: cannot be checked: version {table.version}'s group {group.name} "
+                f"cannot be read ({exc})",
+                path,
+            ) from None
+    render = functools.partial(_expected_manifest, state, table.root, files)
+    check_manifests(store, state, render, checked)
+
+
+def _expected_manifest(
+    state: IcebergState,
+    root: str,
+    files: Mapping[str, tuple[PublishedFile, ...]],
+    manifest: ManifestInfo,
+    stored: bytes,
+) -> bytes:
+    """The bytes s3ddb writes for ``manifest`` (of a group whose files are in
+    ``files``), as :func:`_group_manifests` did for the version that wrote it. From
+    ``stored`` come only the schema of a writer out of ``state``'s window and a delete
+    manifest's delete file sizes (see :mod:`~s3ddb.open_formats.iceberg_checks`); the
+    manifest list's counts of the manifest are checked against the group too, as the
+    next manifest list carries them.
+
+    Raises:
+        PublishedStateError: naming the manifest or the manifest list.
+    """
+    path, written = manifest.path, manifest.added_snapshot_id
+    group = files[manifest.group]
+    header = manifest_header(stored, path)
+    canonical, schema_id = written_schema(state, written, header, path)
+    schema = (_schema_text(canonical, schema_id), schema_id)
+    entries: list[tuple[int, str, int, int, bytes | None]]
+    if manifest.content == 0:
+        entries = [(0, _absolute(root, f), f.physical_rows, f.size, None) for f in group]
+        kind = "data"
+    else:
+        deleted = [f for f in group if f.deletion_key is not None]
+        sizes = delete_file_sizes(stored, path, len(deleted))
+        entries = [
+            (
+                1,
+                f"{root}/{deletion_files(f.deletion_key)[0]}",
+                f.deleted_rows,
+                size,
+                _absolute(root, f).encode(),
+            )
+            for f, size in zip(deleted, sizes, strict=True)
+            if f.deletion_key is not None  # for mypy: every one has
+        ]
+        kind = "deletes"
+    rows = sum(rows for _c, _p, rows, _s, _b in entries)
+    if not entries or (manifest.files, manifest.rows) != (len(entries), rows):
+        list_path = version_files(state.version)[1]
+        raise PublishedStateError(
+            f"{list_path}: its record of {path} does not count group {manifest.group}'s "
+            f"{len(entries)} files and {rows} rows",
+            list_path,
+        )
+    return _entries_manifest(written, entries, _manifest_metadata(*schema, kind))
+
+
 def _named_paths(versions: Iterable[int], deletion_keys: Iterable[str]) -> set[str]:
     """The files named after ``versions`` and ``deletion_keys`` (group manifests aside:
     their names also carry the version that wrote them)."""
@@ -577,6 +678,7 @@ def expire_snapshots(
     """
     kept = set(kept)
     rewritten = []
+    checked: set[str] = set()  # manifests found s3ddb's (many versions list one)
     for version in sorted(kept & set(published)):
         window = range(max(1, version - SNAPSHOT_WINDOW + 1), version)
         if all(v in kept for v in window):
@@ -587,10 +689,13 @@ def expire_snapshots(
             if raw is None or set(listed_snapshots(raw, path)) <= kept:
                 continue
             table = expected_of(version)
-            loaded = read_version(store, table, _current_schema(table)) if table else None
-            if table is None or loaded is None:
+            if table is None:
+                continue
+            loaded = read_version(store, table, _current_schema(table), read_manifests=True)
+            if loaded is None:
                 continue
             _check_rendered(loaded, table)
+            _check_manifests(store, loaded, table, checked)
         except PublishedStateError as exc:
             log.warning(
                 "%s: cleanup leaves %s as it is, damaged (%s): it may list snapshots "

@@ -11,7 +11,10 @@ snapshot lists are s3ddb's of the groups the version has (by name, the version t
 wrote them, their file counts and sizes), the location and table uuid are the
 dataset's. :class:`~s3ddb.open_formats.iceberg.IcebergWriter` then also renders the
 files again from what was read and compares the bytes, so nothing outside those
-fields comes along either.
+fields comes along either; and it renders each of those manifests again from its
+group's files and compares it with the stored one (:func:`check_manifests`): the next
+version reuses them by reference, and a manifest rewritten with the same length
+(another data file path of as many bytes) passes every check of its name and size.
 
 :func:`state_problems` is ``verify``'s broader look: every path every published file
 of the newest version and of the snapshots it lists names (manifest lists,
@@ -26,9 +29,10 @@ Everything is read in bounded time and memory (:mod:`s3ddb.open_formats.iceberg_
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from typing import Any
@@ -64,9 +68,13 @@ __all__ = [
     "OPERATIONS",
     "SUMMARY_KEYS",
     "LoadedVersion",
+    "check_manifests",
+    "delete_file_sizes",
     "listed_snapshots",
+    "manifest_header",
     "read_version",
     "state_problems",
+    "written_schema",
 ]
 
 #: Most manifests a manifest list holds: a data and a delete manifest per group (each
@@ -125,13 +133,17 @@ def read_version(
     expected: TableVersion,
     current_schema: str,
     sizes: Mapping[str, int] | None = None,
+    *,
+    read_manifests: bool = False,
 ) -> LoadedVersion | None:
     """The published state after ``expected.version`` (its ``v<N>.metadata.json`` and
     manifest list), checked against ``expected`` (the version as its manifest gives
     it; ``current_schema`` is its Iceberg schema as :func:`canonical_json`), or None
     when that metadata file does not exist. The sizes of the manifests the current
     snapshot lists are checked against ``sizes`` (a listing of ``metadata/``) or, when
-    None, one HEAD each.
+    None, one HEAD each; with ``read_manifests``, not here: the caller reads every one
+    of them (:func:`check_manifests`, which checks their sizes too) before it uses the
+    state.
 
     Raises:
         PublishedStateError: either file is over its bounds, malformed, or has
@@ -166,7 +178,8 @@ def read_version(
     for content, key in ((0, "total-data-files"), (1, "total-delete-files")):
         if summary[key] != str(sum(m.files for m in manifests if m.content == content)):
             raise c.fail(f"{key} disagrees with the manifest list {list_path}")
-    _check_sizes(store, list_path, manifests, sizes)
+    if not read_manifests:
+        _check_sizes(store, list_path, manifests, sizes)
     state = IcebergState(
         version=version,
         location=root,
@@ -406,6 +419,173 @@ def _check_sizes(
             raise c.fail(f"it lists manifest {m.path}, which is missing")
         if found[m.path] != m.length:
             raise c.fail(f"it records {m.path} as {m.length} bytes; it has {found[m.path]}")
+
+
+# --- the contents of the current snapshot's manifests ----------------------------------
+
+
+def check_manifests(
+    store: ObjectStore,
+    state: IcebergState,
+    expected_bytes: Callable[[ManifestInfo, bytes], bytes],
+    checked: set[str] | None = None,
+) -> None:
+    """Every manifest ``state``'s current snapshot lists exists with the length its
+    manifest list records and is, byte for byte, ``expected_bytes(manifest, stored)``:
+    what s3ddb writes for it, which the caller renders from the manifest's group (the
+    stored bytes give it only what the s3ddb manifests cannot: see
+    :func:`written_schema` and :func:`delete_file_sizes`; it raises
+    :class:`~s3ddb.errors.PublishedStateError` naming the manifest when they are not of
+    s3ddb's form). A check of the size alone passes a manifest rewritten with the same
+    length, which the next version would list by reference.
+
+    One bounded GET of each (side by side on S3, as the HEADs it replaces), in waves
+    of at most :data:`MAX_MANIFEST_BYTES` of manifests so that memory stays bounded;
+    ``expected_bytes`` may run on the I/O pool. Paths in ``checked`` (found s3ddb's
+    earlier by the same caller) are not read again; the ones found s3ddb's now are
+    added.
+
+    Raises:
+        PublishedStateError: a manifest is missing, of another size than the manifest
+            list records (which names it), or not the bytes s3ddb writes for it (its
+            own path named).
+        OSError: the store cannot be read.
+    """
+    list_path = version_files(state.version)[1]
+    c = Checked(list_path)
+    todo = [m for m in state.manifests if checked is None or m.path not in checked]
+    waves: list[list[ManifestInfo]] = [[]]
+    held = 0
+    for m in todo:
+        if m.length > MAX_MANIFEST_BYTES:
+            raise c.fail(f"it records {m.path} as {m.length} bytes, more than s3ddb reads")
+        if waves[-1] and held + m.length > MAX_MANIFEST_BYTES:
+            waves.append([])
+            held = 0
+        waves[-1].append(m)
+        held += m.length
+    for wave in waves:
+        reads: list[Future[None]] = [
+            run_beside(store, functools.partial(_check_manifest, store, c, m, expected_bytes))
+            for m in wave
+        ]
+        wait(reads)
+        for read in reads:  # the first problem in the manifest list's order
+            error = read.exception()
+            if error is not None:
+                raise error
+        if checked is not None:
+            checked.update(m.path for m in wave)
+
+
+def _check_manifest(
+    store: ObjectStore,
+    c: Checked,
+    m: ManifestInfo,
+    expected_bytes: Callable[[ManifestInfo, bytes], bytes],
+) -> None:
+    stored = bounded_get(store, m.path, MAX_MANIFEST_BYTES)
+    if stored is None:
+        raise c.fail(f"it lists manifest {m.path}, which is missing")
+    if len(stored) != m.length:
+        raise c.fail(f"it records {m.path} as {m.length} bytes; it has {len(stored)}")
+    if expected_bytes(m, stored) != stored:
+        raise PublishedStateError(
+            f"{m.path}: not the manifest s3ddb writes for group {m.group} as version "
+            f"{m.added_snapshot_id} listed it (an entry or its metadata was changed)",
+            m.path,
+        )
+
+
+def manifest_header(stored: bytes, path: str) -> dict[str, bytes]:
+    """The file metadata of the manifest ``stored`` (at ``path``), whose Avro schema
+    is s3ddb's; its entries are not decoded.
+
+    Raises:
+        PublishedStateError: it is not such an Avro file.
+    """
+    try:
+        metadata, _records = stream_container(stored, path, schema=ENTRY_AVRO)
+    except PublishedStateError:
+        raise
+    except StoredMetadataError as exc:
+        raise PublishedStateError(str(exc), path) from None
+    return metadata
+
+
+def delete_file_sizes(stored: bytes, path: str, count: int) -> list[int]:
+    """The sizes of the delete files the delete manifest ``stored`` (at ``path``) lists,
+    in its order: the one field of a delete manifest the s3ddb manifests do not give
+    (a positional delete file is Parquet as pyarrow wrote it). Everything else of the
+    manifest the caller compares with what it renders from the group, these sizes in.
+
+    Raises:
+        PublishedStateError: it does not decode as a manifest of ``count`` entries.
+    """
+    try:
+        _metadata, records = stream_container(
+            stored,
+            path,
+            schema=ENTRY_AVRO,
+            max_records=MAX_CHUNK_FRAGMENTS,
+            max_record_values=_ENTRY_VALUES,
+        )
+        sizes = [r["data_file"]["file_size_in_bytes"] for r in records]
+    except PublishedStateError:
+        raise
+    except StoredMetadataError as exc:
+        raise PublishedStateError(str(exc), path) from None
+    if len(sizes) != count or not all(type(s) is int and s > 0 for s in sizes):
+        raise PublishedStateError(
+            f"{path}: it does not list {count} delete files, as its group has", path
+        )
+    return sizes
+
+
+def written_schema(
+    state: IcebergState, written: int, header: Mapping[str, bytes], path: str
+) -> tuple[str, int]:
+    """The schema (as :func:`canonical_json`, without its id) and schema id version
+    ``written`` wrote its manifests with, for the manifest at ``path`` (its file
+    metadata ``header``) that ``state`` lists: snapshot ``written``'s when ``state``
+    lists it. Else (an older version, out of the window) the one ``header`` names, once
+    it is a schema s3ddb writes whose id fits between the ids of the snapshots around
+    ``written`` (ids grow with the versions of one publication, a schema keeping its
+    id) and whose field ids are ``state``'s: a schema no s3ddb file keeps any more
+    cannot be derived, but nothing else of it is taken.
+
+    Raises:
+        PublishedStateError: the schema ``header`` names is not of that form.
+    """
+    schemas = dict(state.schemas)
+    before = [s for s in state.snapshots if s.snapshot_id <= written]
+    if before and before[-1].snapshot_id == written:
+        return schemas[before[-1].schema_id], before[-1].schema_id
+    after = [s for s in state.snapshots if s.snapshot_id > written]
+    c = Checked(path)
+    raw_id = header.get("schema-id", b"")
+    if not re.fullmatch(rb"0|[1-9][0-9]{0,9}", raw_id):
+        raise c.fail("its schema-id is not one s3ddb writes")
+    schema_id = int(raw_id)
+    low = before[-1].schema_id if before else 0
+    high = after[0].schema_id if after else low
+    doc = bounded_json(header.get("schema", b""), path, "its schema")
+    if not isinstance(doc, dict) or doc.get("schema-id") != schema_id:
+        raise c.fail("its schema is not one s3ddb writes")
+    struct = {k: v for k, v in doc.items() if k != "schema-id"}
+    try:
+        ids = checked_struct(struct)
+    except ValueError as exc:
+        raise c.fail(f"its schema is not one s3ddb writes: {exc}") from None
+    canonical = canonical_json(struct)
+    fits = (
+        low <= schema_id <= high
+        and max(ids, default=0) <= state.last_column_id
+        and schemas.get(schema_id, canonical) == canonical
+    )
+    if not fits:
+        raise c.fail(f"its schema {schema_id} is not one version {written} can have written")
+    return canonical, schema_id
 
 
 def _inside(path: str, root: str) -> str | None:

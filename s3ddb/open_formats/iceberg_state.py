@@ -71,9 +71,9 @@ MAX_JSON_DEPTH = 256
 SAFE_NAME = r"[A-Za-z0-9_.\-]+"
 #: The reserved field id of a positional delete file's ``file_path`` (Iceberg spec).
 DELETE_PATH_ID = 2147483546
-_VERSION_JSON = re.compile(rf"{METADATA_DIR}/v(\d+)\.metadata\.json")
-_SNAP = re.compile(rf"{METADATA_DIR}/snap-(\d+)\.avro")
-_MANIFEST = re.compile(rf"{METADATA_DIR}/([md])-({SAFE_NAME})-(\d+)\.avro")
+_VERSION_JSON = re.compile(rf"{METADATA_DIR}/v([0-9]+)\.metadata\.json")
+_SNAP = re.compile(rf"{METADATA_DIR}/snap-([0-9]+)\.avro")
+_MANIFEST = re.compile(rf"{METADATA_DIR}/([md])-({SAFE_NAME})-([0-9]+)\.avro")
 _DELETES = re.compile(rf"{METADATA_DIR}/deletes/({SAFE_NAME})\.parquet")
 
 
@@ -448,7 +448,7 @@ def foreign_problems(store: ObjectStore, newest_version: int) -> list[tuple[str,
         hint_raw = None
     if hint_raw is not None:
         hint = hint_raw.decode("utf-8", "replace").strip()
-        if not hint.isdecimal():
+        if not (hint.isascii() and hint.isdecimal()):
             problems.append((VERSION_HINT, f"{hint[:20]!r} is not a version"))
         elif int(hint) in listed:
             to_read.add(int(hint))

@@ -376,7 +376,7 @@ def merge_batches(
     def each(batch_df: Any, batch_id: int) -> None:
         recorded = s3ddb.dataset(uri, storage_options=storage_options).manifest.table_metadata
         done = recorded.get(key)
-        if done is not None and done.isdigit() and int(done) >= batch_id:
+        if done is not None and done.isascii() and done.isdigit() and int(done) >= batch_id:
             log.info("s3ddb: batch %d of %s is merged already (%s)", batch_id, application, done)
             return
         # The batch is read more than once: the key ranges, then the merge (an

@@ -69,7 +69,7 @@ log = logging.getLogger(__name__)
 #: Rows per Arrow batch handed to Spark.
 BATCH_ROWS = 64 * 1024
 
-_SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
+_SIZE = re.compile(r"^\s*([0-9]+)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 

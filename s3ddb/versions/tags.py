@@ -32,10 +32,15 @@ TAG_FILE_SUFFIX = ".json"
 
 def tag_name_of(path: str) -> str | None:
     """The tag the object at ``path`` stores (``_refs/tags/<tag>.json``: ``<tag>``), or
-    None if ``path`` is not a tag file."""
+    None if ``path`` is not a tag file: also a file in a folder below ``_refs/tags/``
+    or one whose name no tag can have (listings are recursive, and any file may be
+    planted there: none of them is a tag, for reads, cleanup and verify alike)."""
     if not path.startswith(f"{layout.TAGS_DIR}/") or not path.endswith(TAG_FILE_SUFFIX):
         return None
-    return path.rsplit("/", 1)[-1][: -len(TAG_FILE_SUFFIX)]
+    name = path[len(layout.TAGS_DIR) + 1 : -len(TAG_FILE_SUFFIX)]
+    if not _TAG_RE.match(name) or name.endswith(TAG_FILE_SUFFIX):
+        return None
+    return name
 
 
 def read_tag_version(store: ObjectStore, path: str) -> int:

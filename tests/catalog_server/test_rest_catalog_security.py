@@ -6,6 +6,7 @@ the token in a log, no-auth only on loopback."""
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from pathlib import Path
@@ -163,8 +164,15 @@ def test_a_damaged_metadata_file_is_refused_naming_it(catalog: Any, tmp_path: Pa
     table_url = f"{url}/v1/namespaces/sales/tables/events"
     metadata = tmp_path / "events/metadata/v1.metadata.json"
     good = metadata.read_bytes()
+    doc = json.loads(good)
+    wrong_types = [  # equal in Python (2.0 == 2, True == 1), not to a client
+        json.dumps({**doc, "format-version": 2.0}).encode(),
+        json.dumps({**doc, "current-snapshot-id": float(doc["current-snapshot-id"])}).encode(),
+    ]
+    if doc["current-snapshot-id"] == 1:
+        wrong_types.append(json.dumps({**doc, "current-snapshot-id": True}).encode())
     for damaged in (b"not json", b"[]", good.replace(str(tmp_path).encode(), b"/etc"),
-                    b"[" * 10_000 + b"]" * 10_000):  # fmt: skip
+                    b"[" * 10_000 + b"]" * 10_000, *wrong_types):  # fmt: skip
         metadata.write_bytes(damaged)
         error = _error(requests.get(table_url, headers=AUTH, timeout=30), 500)
         assert "metadata/v1.metadata.json" in error["message"]

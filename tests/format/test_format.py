@@ -42,6 +42,15 @@ def test_staged_names_are_not_final_names() -> None:
     assert parse_manifest_name("0.manifest") is None
 
 
+def test_only_ascii_digits_name_a_version() -> None:
+    """``int()`` reads any script's digits: a planted manifest named with an
+    Arabic-Indic one must not be taken for version 1."""
+    for other in ("\u0661", "\u0967", "\uff11"):  # Arabic-Indic, Devanagari, fullwidth
+        assert parse_manifest_name(f"{other}.manifest") is None
+        assert parse_manifest_name("\u0660" * 19 + "4.manifest") is None
+        assert parse_staged_name(f"{other}.manifest-{'0' * 32}") is None
+
+
 def _schema() -> DatasetSchema:
     return DatasetSchema.assign(
         pa.schema(

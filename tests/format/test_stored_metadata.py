@@ -691,3 +691,31 @@ def test_a_btree_key_of_another_type_than_its_column_is_a_typed_error(tmp_path: 
     pq.write_table(table, path)
     with pytest.raises(StoredMetadataError, match=r"btree\.parquet.* is corrupt"):
         s3ddb.dataset(uri).to_table(filter="id = 9")
+
+
+@pytest.mark.parametrize(
+    "path", ["_refs/tags/sub/keep.json", "_refs/tags/bad name.json", "_refs/tags/.json"]
+)
+def test_a_file_under_the_tags_folder_no_tag_can_be_is_no_tag(tmp_path: Path, path: str) -> None:
+    """Listings are recursive: a file in a folder below ``_refs/tags/``, or with a name
+    no tag can have, is not a tag for ``tags.list()``, cleanup or verify alike (it
+    neither breaks them nor keeps a version)."""
+    import datetime as dt
+
+    from s3ddb.maintenance.verify import verify
+    from s3ddb.versions.tags import tag_name_of
+
+    uri = str(tmp_path / "ds")
+    ds = _make(uri)  # versions 1 and 2
+    ds.insert(_rows(10, 1))  # version 3
+    ds.tags.create("good", 1)
+    planted = Path(uri) / path
+    planted.parent.mkdir(parents=True, exist_ok=True)
+    planted.write_bytes(b'{"version": 2}')
+    assert tag_name_of(path) is None
+    assert ds.tags.list() == {"good": 1}
+    assert verify(uri, grace_seconds=0).healthy
+    stats = ds.cleanup_old_versions(older_than=dt.timedelta(0), claim_window=dt.timedelta(0))
+    assert stats.versions_removed == [2]  # the planted file keeps nothing apart
+    assert [v.version for v in s3ddb.dataset(uri).versions()] == [1, 3]
+    assert ds.tags.list() == {"good": 1}

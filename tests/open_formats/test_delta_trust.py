@@ -126,7 +126,14 @@ def test_a_commit_that_is_not_json_is_named_and_publication_goes_on(tmp_path: Pa
     assert same_rows(deltalake_read(uri, 4), expected) == rows_of(expected)
 
 
-def test_verify_names_paths_outside_the_dataset_and_stale_pointers(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "outside",
+    ["../other/data/x.parquet", "file:{tmp}/other/x.parquet", "s3a://bucket/x.parquet"],
+    ids=["dot-dot", "scheme without slashes", "another scheme"],
+)
+def test_verify_names_paths_outside_the_dataset_and_stale_pointers(
+    tmp_path: Path, outside: str
+) -> None:
     uri = str(tmp_path / "ds")
     _dataset(uri, 4)
     assert verify(uri).healthy
@@ -136,7 +143,7 @@ def test_verify_names_paths_outside_the_dataset_and_stale_pointers(tmp_path: Pat
     for version, kind in ((2, "add"), (3, "remove")):
         commit = Path(uri, _commit(version))
         info = json.loads(commit.read_text().splitlines()[0])["commitInfo"]
-        action: dict[str, object] = {"path": "../other/data/x.parquet"}
+        action: dict[str, object] = {"path": outside.format(tmp=tmp_path)}
         if kind == "add":
             action.update(partitionValues={}, size=10, modificationTime=info["timestamp"])
             action.update(dataChange=True, stats='{"numRecords":1}')
@@ -316,3 +323,48 @@ def test_a_checkpoint_whose_pages_disagree_with_its_footer_is_refused(tmp_path: 
     with pytest.raises(PublishedStateError, match="decompress to") as caught:
         DeltaWriter().load_state(store, table_version(store, ds.manifest, None))
     assert caught.value.path == _checkpoint(1)
+
+
+def test_cleanup_starts_the_log_only_at_a_checkpoint_it_checked(
+    tmp_path: Path, instant_cleanup: None
+) -> None:
+    """A file bearing the name of the checkpoint at the oldest version cleanup keeps
+    is not taken on its name: every commit before it is about to go. Cleanup writes
+    its own there, and Delta readers still read every kept version."""
+    uri = str(tmp_path / "ds")
+    ds = _dataset(uri, 8)
+    Path(uri, _checkpoint(5)).write_bytes(b"PAR1 not a checkpoint PAR1")
+    rows = {v: ds.checkout_version(v).to_table() for v in range(5, 9)}
+    ds.cleanup_old_versions(older_than=dt.timedelta(0), retain_versions=4)
+    assert [v.version for v in s3ddb.dataset(uri).versions()] == [5, 6, 7, 8]
+    assert not Path(uri, _commit(4)).exists()
+    assert pq.read_table(Path(uri, _checkpoint(5))).num_rows > 0  # s3ddb's, readable
+    for version, expected in rows.items():
+        assert same_rows(deltalake_read(uri, version), expected) == rows_of(expected), version
+
+
+def test_names_with_other_digits_are_not_taken_for_s3ddbs_files(
+    tmp_path: Path, instant_cleanup: None
+) -> None:
+    """Regular expressions' ``\\d`` and ``int()`` take any script's digits: a file
+    named with Arabic-Indic digits must be foreign to verify, and never the
+    checkpoint cleanup starts the log at."""
+    uri = str(tmp_path / "ds")
+    ds = s3ddb.write_dataset(_table(0, 5), uri, open_formats=["delta", "iceberg"])
+    for i in range(1, 8):
+        ds.insert(_table(i * 5, 5))
+    zeros = "\u0660" * 19
+    planted = [
+        f"{LOG}/{zeros}\u0661.json",
+        f"{LOG}/{zeros}\u0665.checkpoint.parquet",
+        "metadata/v\u0661.metadata.json",
+        "metadata/snap-\u0661.avro",
+    ]
+    for path in planted:
+        Path(uri, path).write_bytes(b'{"planted": true}\n')
+    found = {p.path for p in verify(uri, grace_seconds=0).problems}
+    assert set(planted) <= found, found
+    rows = ds.to_table()
+    ds.cleanup_old_versions(older_than=dt.timedelta(0), retain_versions=4)
+    assert Path(uri, _checkpoint(5)).exists()  # written: the planted name was not taken
+    assert same_rows(deltalake_read(uri, 8), rows) == rows_of(rows)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from pyiceberg.table import StaticTable
 
@@ -30,7 +31,7 @@ from s3ddb.errors import PublishedStateError
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.open_formats.avro import decode_container, encode_container
 from s3ddb.open_formats.iceberg import IcebergWriter
-from s3ddb.open_formats.iceberg_state import SNAPSHOT_WINDOW, version_files
+from s3ddb.open_formats.iceberg_state import SNAPSHOT_WINDOW, group_of, version_files
 from s3ddb.open_formats.model import TableVersion
 from s3ddb.open_formats.publisher import forget_states, table_version
 from tests.open_formats.readers import duckdb_connection, rows_of
@@ -201,6 +202,97 @@ def test_a_planted_data_file_path_in_a_manifest_is_named_by_verify_and_not_reuse
     ds.insert(_table(100, 3, doubled=True))
     assert _files_with(Path(ds.uri), "/etc/passwd", but=manifest) == []
     table = StaticTable.from_metadata(str(_metadata(ds, 5)))
+    assert rows_of(table.scan().to_arrow()) == rows_of(ds.to_table())
+
+
+def _chunked(tmp_path: Path, inserts: int) -> s3ddb.Dataset:
+    """A dataset publishing Iceberg whose fragments are mostly in chunks of 4 (each a
+    group whose manifests later versions reuse by reference)."""
+    ds = s3ddb.write_dataset(_table(0, 10), str(tmp_path / "ds"), open_formats=["iceberg"])
+    ds.update_config({"s3ddb.chunk_fragments": "4", "s3ddb.inline_fragments": "2"})
+    for i in range(1, inserts + 1):
+        ds.insert(_table(10 * i, 2))
+    return ds
+
+
+def _listed_manifests(ds: s3ddb.Dataset, version: int) -> list[str]:
+    listed = decode_container(Path(ds.uri, version_files(version)[1]).read_bytes(), "l")
+    return [r["manifest_path"] for r in listed.records]
+
+
+def test_a_manifest_rewritten_with_the_same_length_is_not_reused(tmp_path: Path) -> None:
+    """A chunk's manifest rewritten with one data file path swapped for a planted file
+    outside the dataset, of the same length (so its size, which is all a HEAD shows,
+    is unchanged): a cold writer refuses the state, names the manifest, and publishes
+    the next version afresh, which neither lists the manifest nor reads the planted
+    rows."""
+    from s3ddb.maintenance.verify import verify
+
+    ds = _chunked(tmp_path, 7)
+    version, root = ds.version, Path(ds.uri)
+    chunks = {ref.name for ref in ds.manifest.fragments.chunk_refs()}
+    manifest = next(
+        Path(p) for p in _listed_manifests(ds, version) if group_of(p[len(ds.uri) + 1 :]) in chunks
+    )
+    avro = decode_container(manifest.read_bytes(), manifest.name)
+    entry = avro.records[0]["data_file"]
+    original = entry["file_path"]
+    evil = tmp_path / "evil"
+    evil.mkdir()
+    planted = evil / ("x" * (len(original) - len(f"{evil}/.parquet")) + ".parquet")
+    rows = entry["record_count"]
+    pq.write_table(
+        pa.table({"id": pa.array([666] * rows, pa.int64()), "name": ["PLANTED"] * rows}), planted
+    )
+    entry["file_path"] = str(planted)
+    entry["file_size_in_bytes"] = planted.stat().st_size
+    extra = [(k, v) for k, v in avro.metadata.items() if not k.startswith("avro.")]
+    tampered = encode_container(avro.schema, avro.records, extra)
+    assert len(str(planted)) == len(original)
+    assert len(tampered) == manifest.stat().st_size  # a HEAD sees nothing
+    manifest.write_bytes(tampered)
+    relative = f"metadata/{manifest.name}"
+
+    report = verify(ds.uri, grace_seconds=0)
+    found = {p.path: p.meaning for p in report.problems if p.kind == "damaged_open_format_state"}
+    assert "outside the table" in found.get(relative, ""), found
+    with pytest.raises(PublishedStateError, match="not the manifest s3ddb writes") as caught:
+        IcebergWriter().load_state(ObjectStore(ds.uri), _expected(ds, version))
+    assert caught.value.path == relative
+
+    forget_states()  # a cold process
+    ds = s3ddb.dataset(ds.uri)
+    ds.insert(_table(100, 1))
+    assert ds.version == version + 1
+    assert str(manifest) not in _listed_manifests(ds, ds.version)
+    assert _files_with(root, str(planted), but=manifest) == []
+    table = StaticTable.from_metadata(str(_metadata(ds, ds.version)))
+    assert rows_of(table.scan().to_arrow()) == rows_of(ds.to_table())
+
+
+def test_a_cold_writer_reuses_a_state_it_checks_manifest_by_manifest(tmp_path: Path) -> None:
+    """The other side: a cold writer builds on an untouched state (no afresh
+    publication) whose reused manifests include a delete manifest and manifests
+    written, out of the snapshot window, under a schema the window no longer has."""
+    ds = _chunked(tmp_path, 8)
+    ds.delete("id = 11")
+    ds.alter_columns({"path": "name", "name": "label"})
+    for i in range(SNAPSHOT_WINDOW + 1):
+        ds.insert(_table(100 + 10 * i, 2).rename_columns(["id", "label"]))
+    version = ds.version
+    listed = _listed_manifests(ds, version)
+    first = min(
+        s["snapshot-id"] for s in json.loads(_metadata(ds, version).read_text())["snapshots"]
+    )
+    old = [p for p in listed if int(p.rsplit("-", 1)[1].removesuffix(".avro")) < first]
+    assert any("/metadata/d-" in p for p in old), listed
+    state = IcebergWriter().load_state(ObjectStore(ds.uri), _expected(ds, version))
+    assert state is not None and [i for i, _c in state.schemas] == [1]
+    forget_states()
+    ds = s3ddb.dataset(ds.uri)
+    ds.insert(_table(1000, 1).rename_columns(["id", "label"]))
+    assert set(old) <= set(_listed_manifests(ds, ds.version))  # reused: not afresh
+    table = StaticTable.from_metadata(str(_metadata(ds, ds.version)))
     assert rows_of(table.scan().to_arrow()) == rows_of(ds.to_table())
 
 
