@@ -6,7 +6,8 @@ gives the state after a version (what the next publication builds on) only once 
 agrees with that version's :class:`~s3ddb.open_formats.model.TableVersion`, built
 from its manifest: the live files are exactly the version's files (log path, size,
 ``numRecords``, and a deletion vector named after the file's deletion key, of its
-number of deleted rows, whose file in ``dv/`` has the size the descriptor gives), the
+number of deleted rows, whose file in ``dv/`` has the size the descriptor gives and
+holds exactly the bytes s3ddb writes for the deleted rows its deletion file gives), the
 table id and schema are the ones s3ddb derives, the configuration and protocol are
 ones s3ddb writes, never lowered, and the newest commit is s3ddb's commit of that
 version (its ``commitInfo``). What the manifests cannot give (when each file was
@@ -37,16 +38,24 @@ engine wrote in the log; :func:`expire_log` is cleanup's.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 from urllib.parse import unquote
 
-from s3ddb.errors import PublishedStateError, S3DDBError
+from s3ddb.errors import ManifestCorruptError, OpenFormatError, PublishedStateError, S3DDBError
 from s3ddb.io.object_store import ObjectMeta, ObjectStore
-from s3ddb.open_formats.deletion_vectors import DV_PREFIX, dv_path, parse_u_descriptor
+from s3ddb.io.parallel import run_beside
+from s3ddb.open_formats.deletion_vectors import (
+    DV_PREFIX,
+    dv_file_bytes,
+    dv_path,
+    parse_u_descriptor,
+)
 from s3ddb.open_formats.delta_schema import delta_schema
 from s3ddb.open_formats.delta_state import (
     DV_FILE_OVERHEAD,
@@ -65,6 +74,7 @@ from s3ddb.open_formats.delta_state import (
     checkpoint_path,
     checkpoint_state,
     commit_path,
+    deletion_files,
     dumps,
     dv_descriptor,
     log_path,
@@ -73,7 +83,7 @@ from s3ddb.open_formats.delta_state import (
     parse_commit_line,
     required_features,
 )
-from s3ddb.open_formats.model import CUT_KEY, PublishedFile, TableVersion
+from s3ddb.open_formats.model import CUT_KEY, DeletedPositions, PublishedFile, TableVersion
 from s3ddb.open_formats.parquet_bounds import ParquetBounds
 
 __all__ = [
@@ -359,6 +369,8 @@ class _Replay:
         if needed_protocol(protocol, required_features(config, expected.schema)) != protocol:
             raise _fail(protocol_where, f"protocol {protocol.to_json()} lacks a feature in use")
         _check_dv_files(store, adds, self.adds)
+        if expected.deleted is not None:
+            _check_dv_contents(store, adds, self.adds, self.want, expected.deleted)
         return DeltaState(expected.version, protocol, metadata, adds)
 
 
@@ -397,6 +409,76 @@ def _check_dv_files(
                 f"add {path}: its deletion vector {name} is {what}, the descriptor gives "
                 f"{descriptor.size_in_bytes} + {DV_FILE_OVERHEAD}",
             )
+
+
+#: Deletion vector files checked at once (each check holds one file and its rendering).
+_DV_WAVE = 256
+
+
+def _check_dv_contents(
+    store: ObjectStore,
+    adds: Mapping[str, DeltaAdd],
+    found: Mapping[str, tuple[DeltaAdd, str]],
+    want: Mapping[str, PublishedFile],
+    deleted: DeletedPositions,
+) -> None:
+    """Each deletion vector's file (its size already checked) is, byte for byte, the
+    one s3ddb writes for its data file's deleted rows, rendered again from s3ddb's
+    deletion file (``deleted``): the next commit builds on these ``add`` actions
+    (readers of the new version replay them, and its checkpoint lists them again),
+    so a file rewritten with the same size (other positions, a valid CRC) would
+    have every Delta reader of the new version delete other rows than s3ddb. Refused,
+    the next version is published afresh, which writes every deletion vector file
+    again under its name (derived from the deletion key), the changed one included.
+
+    A deletion vector file and s3ddb's deletion file are read once each, the DV
+    bounded by the length of its rendering (side by side on S3, in waves of
+    :data:`_DV_WAVE`); the first problem, in the order of ``adds``, is raised.
+
+    Raises:
+        PublishedStateError: naming the commit or checkpoint that adds the file;
+            also when the file's deleted rows cannot be read (then it cannot be
+            checked).
+        OSError: the store cannot be read.
+    """
+    with_dv = [path for path, add in adds.items() if add.deletion_vector is not None]
+    for start in range(0, len(with_dv), _DV_WAVE):
+        wave = with_dv[start : start + _DV_WAVE]
+        reads: list[Future[None]] = [
+            run_beside(
+                store,
+                functools.partial(_check_dv_content, store, want[path], found[path][1], deleted),
+            )
+            for path in wave
+        ]
+        wait(reads)
+        for read in reads:
+            error = read.exception()
+            if error is not None:
+                raise error
+
+
+def _check_dv_content(
+    store: ObjectStore, file: PublishedFile, where: str, deleted: DeletedPositions
+) -> None:
+    assert file.deletion_key is not None  # it has a deletion vector
+    name = deletion_files(file.deletion_key)[0]
+    try:
+        expected = dv_file_bytes(deleted(file))[0]
+    except (ManifestCorruptError, OpenFormatError, ValueError) as exc:
+        raise _fail(
+            where, f"{name} cannot be checked: its deleted rows cannot be read ({exc})"
+        ) from None
+    try:
+        stored, size = store.get_bounded(name, len(expected))
+    except FileNotFoundError:
+        raise _fail(where, f"its deletion vector {name} is missing") from None
+    if size != len(expected) or stored != expected:
+        raise _fail(
+            where,
+            f"add {log_path(file)}: its deletion vector {name} is not the one s3ddb writes "
+            "for the file's deleted rows (its bytes were changed)",
+        )
 
 
 def _newest_checkpoint(

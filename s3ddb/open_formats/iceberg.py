@@ -62,7 +62,7 @@ import io
 import json
 import logging
 import re
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -73,7 +73,9 @@ from s3ddb.errors import InvalidInputError, ManifestCorruptError, PublishedState
 from s3ddb.io.object_store import ObjectMeta, ObjectStore
 from s3ddb.open_formats.avro import encode_container
 from s3ddb.open_formats.iceberg_checks import (
+    DeleteFile,
     LoadedVersion,
+    check_delete_files,
     check_manifests,
     delete_file_sizes,
     listed_snapshots,
@@ -335,10 +337,11 @@ class IcebergWriter:
         once checked against ``expected`` (see
         :func:`~s3ddb.open_formats.iceberg_checks.read_version`) and found to be, byte
         for byte, the files s3ddb writes for what they list, and each manifest the
-        current snapshot lists, byte for byte, the one s3ddb writes for its group (the
-        next version reuses it by reference: :func:`_check_manifests`). One GET of each
-        file and of each of those manifests (side by side on S3), and the version's
-        fragment lists.
+        current snapshot lists, byte for byte, the one s3ddb writes for its group, and
+        each positional delete file they list the one s3ddb writes for its deleted rows
+        (the next version reuses them by reference: :func:`_check_manifests`). One GET
+        of each file, of each of those manifests and of each delete file with its s3ddb
+        deletion file (side by side on S3), and the version's fragment lists.
 
         Raises:
             PublishedStateError: either file is damaged, over its bounds, or holds
@@ -554,11 +557,21 @@ def _check_manifests(
     read by every Iceberg reader of the new version. Each is rendered again from its
     group's files (the fragment lists, which are checksummed) as
     :func:`_group_manifests` writes it, and compared with the stored bytes (see
-    :func:`~s3ddb.open_formats.iceberg_checks.check_manifests`; ``checked`` as there).
+    :func:`~s3ddb.open_formats.iceberg_checks.check_manifests`; ``checked`` as there,
+    a manifest added only once its delete files are found s3ddb's too).
+
+    The positional delete files the delete manifests list come along by reference
+    as well, and a delete file rewritten with the same length (other positions) is
+    read by every Iceberg reader of the new version: each is rendered again from
+    s3ddb's deletion file (``table.deleted``) and compared with the stored bytes
+    (:func:`~s3ddb.open_formats.iceberg_checks.check_delete_files`). Refused, the
+    next version is published afresh, which writes every delete file again under its
+    name (a function of the deleted rows), the changed one included. Not for a
+    ``table`` without ``deleted`` (built by hand: tests).
 
     Raises:
-        PublishedStateError: naming the file; also when a group's fragments cannot be
-            read (then the manifest cannot be checked).
+        PublishedStateError: naming the file; also when a group's fragments or a
+            delete file's deleted rows cannot be read (then it cannot be checked).
         OSError: the store cannot be read.
     """
     state = loaded.state
@@ -576,21 +589,56 @@ def _check_manifests(
                 f"cannot be read ({exc})",
                 path,
             ) from None
-    render = functools.partial(_expected_manifest, state, table.root, files)
-    check_manifests(store, state, render, checked)
+    sizes: dict[str, list[int]] = {}  # per delete manifest, as it records them
+    render = functools.partial(_expected_manifest, state, table.root, files, sizes)
+    found = set(checked) if checked is not None else None
+    check_manifests(store, state, render, found)
+    if table.deleted is not None:
+        check_delete_files(store, _delete_files(state, table, files, sizes, table.deleted))
+    if checked is not None and found is not None:
+        checked |= found
+
+
+def _delete_files(
+    state: IcebergState,
+    table: TableVersion,
+    files: Mapping[str, tuple[PublishedFile, ...]],
+    sizes: Mapping[str, list[int]],
+    deleted: DeletedPositions,
+) -> Iterator[DeleteFile]:
+    """The delete files of the delete manifests just checked (those in ``sizes``),
+    each with its rendering from ``deleted`` (run later, on the I/O pool)."""
+    for m in state.manifests:
+        if m.content != 1 or m.path not in sizes:
+            continue
+        group = [f for f in files[m.group] if f.deletion_key is not None]
+        for f, size in zip(group, sizes[m.path], strict=True):
+            assert f.deletion_key is not None  # for mypy: every one has
+            yield DeleteFile(
+                deletion_files(f.deletion_key)[0],
+                size,
+                functools.partial(_rendered_deletes, table.root, f, deleted),
+            )
+
+
+def _rendered_deletes(root: str, file: PublishedFile, deleted: DeletedPositions) -> bytes:
+    """The positional delete file :func:`_group_manifests` writes for ``file``."""
+    return _positional_deletes(_absolute(root, file), _checked_positions(file, deleted(file)))
 
 
 def _expected_manifest(
     state: IcebergState,
     root: str,
     files: Mapping[str, tuple[PublishedFile, ...]],
+    sizes: dict[str, list[int]],
     manifest: ManifestInfo,
     stored: bytes,
 ) -> bytes:
     """The bytes s3ddb writes for ``manifest`` (of a group whose files are in
     ``files``), as :func:`_group_manifests` did for the version that wrote it. From
     ``stored`` come only the schema of a writer out of ``state``'s window and a delete
-    manifest's delete file sizes (see :mod:`~s3ddb.open_formats.iceberg_checks`); the
+    manifest's delete file sizes (see :mod:`~s3ddb.open_formats.iceberg_checks`),
+    which are put in ``sizes`` under its path for the check of the delete files; the
     manifest list's counts of the manifest are checked against the group too, as the
     next manifest list carries them.
 
@@ -608,7 +656,8 @@ def _expected_manifest(
         kind = "data"
     else:
         deleted = [f for f in group if f.deletion_key is not None]
-        sizes = delete_file_sizes(stored, path, len(deleted))
+        recorded = delete_file_sizes(stored, path, len(deleted))
+        sizes[path] = recorded  # one key per task: no two threads write one
         entries = [
             (
                 1,
@@ -617,7 +666,7 @@ def _expected_manifest(
                 size,
                 _absolute(root, f).encode(),
             )
-            for f, size in zip(deleted, sizes, strict=True)
+            for f, size in zip(deleted, recorded, strict=True)
             if f.deletion_key is not None  # for mypy: every one has
         ]
         kind = "deletes"

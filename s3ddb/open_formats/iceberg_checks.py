@@ -37,7 +37,12 @@ from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from typing import Any
 
-from s3ddb.errors import PublishedStateError, StoredMetadataError
+from s3ddb.errors import (
+    ManifestCorruptError,
+    OpenFormatError,
+    PublishedStateError,
+    StoredMetadataError,
+)
 from s3ddb.format.chunks import MAX_CHUNK_FRAGMENTS, MAX_CHUNKS
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.parallel import run_beside
@@ -67,7 +72,9 @@ __all__ = [
     "MAX_MANIFEST_BYTES",
     "OPERATIONS",
     "SUMMARY_KEYS",
+    "DeleteFile",
     "LoadedVersion",
+    "check_delete_files",
     "check_manifests",
     "delete_file_sizes",
     "listed_snapshots",
@@ -494,6 +501,91 @@ def _check_manifest(
             f"{m.path}: not the manifest s3ddb writes for group {m.group} as version "
             f"{m.added_snapshot_id} listed it (an entry or its metadata was changed)",
             m.path,
+        )
+
+
+# --- the contents of the positional delete files they list -----------------------------
+
+#: Delete files checked at once (each check holds one file and its rendering): the
+#: futures of a wave, not of a whole version, are held.
+_DELETE_FILES_WAVE = 256
+
+
+@dataclass(frozen=True)
+class DeleteFile:
+    """A positional delete file a checked delete manifest lists: its path (relative to
+    the root), the size the manifest records, and ``render``, which gives the bytes
+    s3ddb writes for it from s3ddb's own deletion file (one read of it)."""
+
+    path: str
+    recorded_size: int
+    render: Callable[[], bytes]
+
+
+def check_delete_files(store: ObjectStore, files: Iterable[DeleteFile]) -> None:
+    """Every one of ``files`` is, byte for byte, what s3ddb writes for it, and of the
+    size its manifest records: the next version lists its delete manifest by
+    reference, and its delete file with it, so a delete file rewritten with the same
+    length (other positions, which every Iceberg reader of the new version would
+    delete instead of s3ddb's) passes every check of the manifest, its name and its
+    size. Bytes, not decoded positions: a reader may also use a Parquet file's
+    statistics, dictionary or page index to skip what it holds. (A pyarrow that
+    writes other bytes for the same positions makes the next cold writer publish
+    afresh, once, which writes them again.)
+
+    Each file is read once, bounded by the length of its rendering, beside the
+    rendering's read of s3ddb's deletion file (side by side on S3, in waves of
+    :data:`_DELETE_FILES_WAVE`); in the order given, the first problem is raised.
+
+    Raises:
+        PublishedStateError: naming the delete file: missing, another size than
+            recorded, not s3ddb's bytes, or not checkable (``render`` failed:
+            s3ddb's deletion file cannot be read).
+        OSError: the store cannot be read.
+    """
+    wave: list[DeleteFile] = []
+    for file in files:
+        wave.append(file)
+        if len(wave) == _DELETE_FILES_WAVE:
+            _check_wave(store, wave)
+            wave = []
+    _check_wave(store, wave)
+
+
+def _check_wave(store: ObjectStore, wave: list[DeleteFile]) -> None:
+    reads: list[Future[None]] = [
+        run_beside(store, functools.partial(_check_delete_file, store, f)) for f in wave
+    ]
+    wait(reads)
+    for read in reads:
+        error = read.exception()
+        if error is not None:
+            raise error
+
+
+def _check_delete_file(store: ObjectStore, file: DeleteFile) -> None:
+    c = Checked(file.path)
+    try:
+        expected = file.render()
+    except PublishedStateError:
+        raise
+    except (ManifestCorruptError, OpenFormatError) as exc:  # the truth cannot be read
+        raise c.fail(
+            f"cannot be checked: its data file's deleted rows cannot be read ({exc})"
+        ) from None
+    if len(expected) != file.recorded_size:
+        raise c.fail(
+            f"its manifest records {file.recorded_size} bytes; the positional deletes "
+            f"s3ddb writes for it have {len(expected)}"
+        )
+    try:
+        stored, size = store.get_bounded(file.path, len(expected))
+    except FileNotFoundError:
+        raise c.fail("missing (a delete manifest lists it)") from None
+    if size != len(expected) or stored != expected:
+        raise c.fail(
+            "not the positional deletes s3ddb writes for its data file's deleted rows "
+            "(its bytes were changed)"
         )
 
 

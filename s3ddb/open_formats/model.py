@@ -128,6 +128,15 @@ class TableVersion:
         cut: the id of the group commit that made this version (its manifest's
             :data:`GROUP_METADATA_KEY`, checked against :data:`CUT_PATTERN`), published
             as :data:`CUT_KEY`; None for a version committed alone.
+        deleted: the deleted positions of a file of :attr:`groups` with a
+            ``deletion_key``, read from s3ddb's deletion file each time it is called
+            (nothing kept: a check reads one file at a time); it may be called from
+            the I/O pool. What a writer checks a published delete file or deletion
+            vector against before the next version lists it by reference (the
+            published bytes are output; s3ddb's deletion files, which the
+            checksummed fragment lists name, the truth). The publisher always sets
+            it; None only for a version built by hand (tests), whose published
+            deleted rows are then checked by name and size alone.
     """
 
     version: int
@@ -141,6 +150,7 @@ class TableVersion:
     added: tuple[PublishedFile, ...] = ()
     removed: tuple[PublishedFile, ...] = ()
     cut: str | None = None
+    deleted: DeletedPositions | None = field(default=None, compare=False, repr=False)
 
     def all_files(self) -> list[PublishedFile]:
         return [f for group in self.groups for f in group.files()]

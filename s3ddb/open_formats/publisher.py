@@ -381,6 +381,32 @@ class _VersionFiles:
             self.positions[key] = list(read_deleted_rows(self.resolver, fragment))
         return self.positions[key]
 
+    def read_deleted(self, file: PublishedFile) -> Sequence[int]:
+        """``file``'s deleted positions (sorted), read again from its deletion file
+        unless :meth:`deleted` holds them: for checks of what was published, which
+        go through every file of a version one at a time and keep nothing (a
+        version's positions together may be far larger than one file's). Called
+        from the I/O pool too: it only reads ``by_key``, filled before.
+
+        Raises:
+            OpenFormatError: ``file`` is none of this version's files with deleted
+                rows.
+            ManifestCorruptError, StoredMetadataError: its deletion file is missing
+                or corrupt (see :func:`~s3ddb.format.deletion.read_deleted_rows`).
+        """
+        key = file.deletion_key or ""
+        cached = self.positions.get(key)
+        if cached is not None:
+            return cached
+        fragment = self.by_key.get(key)
+        if fragment is None:
+            raise OpenFormatError(
+                f"version {self.manifest.version} published no file with deleted rows {key!r}"
+            )
+        # An array of uint32 (offsets within a fragment): 4 bytes a position, not a
+        # Python int's 36.
+        return read_deleted_rows(self.resolver, fragment).to_array()
+
 
 def _groups(files: _VersionFiles) -> tuple[FileGroup, ...]:
     """The version's files in groups: one per fragment-list chunk (named by the
@@ -477,6 +503,7 @@ def _table_version(files: _VersionFiles, previous: Manifest | None) -> TableVers
         added=added,
         removed=removed,
         cut=_cut_of(manifest, root),
+        deleted=files.read_deleted,
     )
 
 

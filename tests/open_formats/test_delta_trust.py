@@ -368,3 +368,34 @@ def test_names_with_other_digits_are_not_taken_for_s3ddbs_files(
     ds.cleanup_old_versions(older_than=dt.timedelta(0), retain_versions=4)
     assert Path(uri, _checkpoint(5)).exists()  # written: the planted name was not taken
     assert same_rows(deltalake_read(uri, 8), rows) == rows_of(rows)
+
+
+def test_a_deletion_vector_rewritten_with_the_same_size_is_not_built_on(tmp_path: Path) -> None:
+    """A deletion vector file rewritten with other positions of as many bytes (a valid
+    CRC: its size, all the log's checks saw, is unchanged): verify names it, and a cold
+    writer refuses the state, so the next version is published afresh, which writes
+    the file again; Delta readers of that version read exactly s3ddb's rows."""
+    from s3ddb.open_formats.deletion_vectors import deserialize_positions, dv_file_bytes
+
+    uri = str(tmp_path / "ds")
+    ds = _dataset(uri, 3)
+    ds.delete("id = 1")  # the second row of the first file
+    ds.insert(_table(100, 2))  # a commit that adds no deletion vector: it is reused
+    (dv,) = Path(uri, "dv").glob("*.bin")
+    original = dv.read_bytes()
+    assert deserialize_positions(original[5:-4]) == [1]
+    tampered = dv_file_bytes([0])[0]  # the first row deleted instead
+    assert len(tampered) == len(original) and tampered != original
+    dv.write_bytes(tampered)
+
+    damaged = {p.path: p.meaning for p in verify(uri, grace_seconds=0).problems}
+    assert any(dv.name in meaning for meaning in damaged.values()), damaged
+
+    forget_states()  # a cold process
+    ds = s3ddb.dataset(uri)
+    ds.insert(_table(200, 1))
+    assert dv.read_bytes() == original  # written again: every reader of it reads s3ddb's
+    assert Path(uri, _checkpoint(ds.version)).exists()  # afresh: the log starts again
+    expected = ds.to_table()
+    assert same_rows(deltalake_read(uri, ds.version), expected) == rows_of(expected)
+    assert verify(uri, grace_seconds=0).healthy

@@ -296,6 +296,52 @@ def test_a_cold_writer_reuses_a_state_it_checks_manifest_by_manifest(tmp_path: P
     assert rows_of(table.scan().to_arrow()) == rows_of(ds.to_table())
 
 
+def test_a_delete_file_rewritten_with_the_same_length_is_not_reused(tmp_path: Path) -> None:
+    """A chunk's positional delete file rewritten with other positions of as many
+    bytes (its size, which the delete manifest records, is unchanged; the manifest
+    itself is untouched): verify names it, a cold writer refuses the state, and the
+    next version, published afresh, writes the file again; Iceberg readers of that
+    version read exactly s3ddb's rows."""
+    import io
+
+    import numpy as np
+
+    from s3ddb.maintenance.verify import verify
+    from s3ddb.open_formats.iceberg import _positional_deletes
+
+    ds = _chunked(tmp_path, 7)
+    ds.delete("id = 11")  # the second row of a chunk's file
+    for i in range(3):  # versions that reuse that chunk's manifests by reference
+        ds.insert(_table(200 + 10 * i, 2))
+    version = ds.version
+    (deletes,) = Path(ds.uri, "metadata", "deletes").glob("*.parquet")
+    assert any("/metadata/d-" in p for p in _listed_manifests(ds, version))
+    original = deletes.read_bytes()
+    positions = pq.read_table(io.BytesIO(original))
+    assert positions.column("pos").to_pylist() == [1]
+    data_path = positions.column("file_path")[0].as_py()
+    tampered = _positional_deletes(data_path, np.array([0], np.int64))  # the first row
+    assert len(tampered) == len(original) and tampered != original
+    deletes.write_bytes(tampered)
+    relative = f"metadata/deletes/{deletes.name}"
+
+    report = verify(ds.uri, grace_seconds=0)
+    found = {p.path: p.meaning for p in report.problems if p.kind == "damaged_open_format_state"}
+    assert "not the positional deletes s3ddb writes" in found.get(relative, ""), found
+    with pytest.raises(PublishedStateError, match="not the positional deletes") as caught:
+        IcebergWriter().load_state(ObjectStore(ds.uri), _expected(ds, version))
+    assert caught.value.path == relative
+
+    forget_states()  # a cold process
+    ds = s3ddb.dataset(ds.uri)
+    ds.insert(_table(900, 1))
+    assert ds.version == version + 1
+    assert deletes.read_bytes() == original  # written again
+    table = StaticTable.from_metadata(str(_metadata(ds, ds.version)))
+    assert rows_of(table.scan().to_arrow()) == rows_of(ds.to_table())
+    assert verify(ds.uri, grace_seconds=0).healthy
+
+
 # --- bombs, in a child process limited to 2 GiB of address space ------------------------
 
 # Importing s3ddb (pyarrow, pandas...) takes about 1.46 GiB of address space on its
