@@ -34,6 +34,7 @@ from s3ddb.errors import (
     ManifestCorruptError,
     ManifestFinalizationError,
     PathOutsideDatasetError,
+    StoredMetadataError,
     VersionNotFoundError,
 )
 from s3ddb.external_store.identity import final_path_of, same_commit
@@ -41,6 +42,7 @@ from s3ddb.external_store.manifest_store import (
     DATASET_ID_ATTRIBUTE,
     GROUP_ID_ATTRIBUTE,
     GROUP_MEMBERS_ATTRIBUTE,
+    MAX_GROUP_ACTIONS,
     ExternalManifestStore,
     ManifestRow,
 )
@@ -431,6 +433,14 @@ class ExternalStoreVersions(CommitHandler):
         try:
             staged: list[ManifestRow] = []
             while version >= 1:
+                if len(staged) >= MAX_GROUP_ACTIONS:
+                    # One request claims a group: it cannot hold more versions than
+                    # that. More staged rows of one group id were not all its own.
+                    raise StoredMetadataError(
+                        f"more than {MAX_GROUP_ACTIONS} staged versions before version "
+                        f"{row.version} of {self.base_uri} name its group {group!r}: one "
+                        "group claims fewer (rows not written by s3ddb)"
+                    )
                 known = self._rows.get(version)
                 earlier = known if known is not None and not known.is_staged else self._get(version)
                 if (

@@ -32,10 +32,12 @@ __all__ = [
 
 # Bounds of the numeric row attributes (DynamoDB numbers hold 38 digits; s3ddb's are
 # smaller): versions below 2**63 (V2 manifest names count down from 2**64 - 1), sizes
-# below 1 TiB, commit times before the year 10000.
+# below 1 TiB, commit times in milliseconds no later than a manifest's can be (its
+# timestamp_nanos is below 2**63: April 2262), so that every date computed from one is
+# one Python can hold.
 MAX_VERSION = 2**63 - 1
 MAX_SIZE = 2**40
-MAX_COMMITTED_AT = 253_402_300_800_000
+MAX_COMMITTED_AT = (2**63 - 1) // 1_000_000
 _DIGITS = re.compile(r"[0-9]+")
 
 _PUT_CONDITION = "attribute_not_exists(#b) AND attribute_not_exists(#v)"

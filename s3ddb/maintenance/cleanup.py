@@ -360,14 +360,23 @@ def _kept_versions(
             kept[version] = KeptVersion(version, "retain_versions")
         else:
             ends = [
-                (info.timestamp + older_than, "older_than"),
-                (successor.timestamp + claim_window, "claim_window"),
+                (_later(info.timestamp, older_than), "older_than"),
+                (_later(successor.timestamp, claim_window), "claim_window"),
             ]
             until, reason = max(ends)
             if until > now:
                 kept[version] = KeptVersion(version, reason, until)
     kept[newest] = KeptVersion(newest, "newest")
     return kept
+
+
+def _later(when: dt.datetime, delta: dt.timedelta) -> dt.datetime:
+    """``when + delta``, or the latest time there is when that is past it (a commit
+    time far ahead, or a window of millennia: the version is kept)."""
+    try:
+        return when + delta
+    except OverflowError:
+        return dt.datetime.max.replace(tzinfo=dt.timezone.utc)
 
 
 @dataclass(frozen=True)
