@@ -41,6 +41,8 @@ __all__ = [
     "KeyRange",
     "KeySet",
     "build_btree",
+    "check_keys_at",
+    "index_file_name",
     "indexed_column",
     "is_btree",
     "lookup",
@@ -156,7 +158,7 @@ class KeyRange:
                 return False
             if hi is not None and (low > hi or (low == hi and not self.hi_inclusive)):
                 return False
-        except TypeError:
+        except (TypeError, ArithmeticError):  # keys of another type (a Decimal and NaN)
             return True
         return True
 
@@ -171,7 +173,7 @@ class KeySet:
         try:
             at = bisect.bisect_left(self.values, low)
             return at < len(self.values) and self.values[at] <= high
-        except TypeError:
+        except (TypeError, ArithmeticError):
             return True
 
 
@@ -185,6 +187,7 @@ def lookup(
     exact: pc.Expression | None,
     column: str,
     rows_of: Callable[[set[int]], Mapping[int, int]],
+    key_type: pa.DataType,
 ) -> dict[int, np.ndarray]:
     """Row offsets, per covered fragment of the version, whose key may satisfy every
     condition: index row groups no condition can match are never read, and the rows
@@ -195,17 +198,25 @@ def lookup(
 
     Offsets are sorted. Fragments without a match are absent.
 
+    ``key_type`` is the indexed column's type: the file's keys must be of it.
+
+    The offsets are the index's word: a caller reading rows at them checks that each
+    holds a key the conditions match (:func:`check_keys_at`), so that an index file
+    pointing keys at other rows is refused where it is used.
+
     Raises:
-        StoredMetadataError: the index file is not a BTREE file of this layout, or
-            points at a row beyond its fragment's physical rows (the message names the
-            file and the fragment).
+        StoredMetadataError: the index file is not a BTREE file of this layout (its
+            columns, key type, or row count other than its manifest entry records,
+            told by its footer before a row is read), or points at a row beyond its
+            fragment's physical rows or at one row twice (the message names the file
+            and the fragment).
     """
     if not index.fragment_ids:
         return {}
     path = index_file_path(index.uuid, BTREE_FILE)
-    where = f"index file {store.url}/{path} of index {index.name!r}"
+    where = index_file_name(store, index)
     try:
-        table = _read_groups(store, path, conditions, where)
+        table = _read_groups(store, path, conditions, where, index, key_type)
         if table is None:
             return {}
         if exact is not None:
@@ -237,6 +248,36 @@ def lookup(
     return out
 
 
+def index_file_name(store: ObjectStore, index: IndexMetadata) -> str:
+    """``index``'s BTREE file, for messages."""
+    path = index_file_path(index.uuid, BTREE_FILE)
+    return f"index file {store.url}/{path} of index {index.name!r}"
+
+
+def check_keys_at(
+    keys: pa.ChunkedArray | pa.Array, exact: pc.Expression, column: str, where: str, fragment: int
+) -> None:
+    """Check that the keys read at the offsets the index gave for ``fragment`` (the
+    ``column`` values of those rows) satisfy ``exact``, the conditions they were
+    looked up with: an index file that points a key at another row is refused where
+    it is used, instead of the row being dropped (and the row that holds the key never
+    read).
+
+    Raises:
+        StoredMetadataError: a row does not hold a key the conditions match, naming
+            ``where`` (the index file) and the fragment.
+    """
+    if not len(keys):
+        return
+    matched = pa.table({column: keys}).filter(exact).num_rows
+    if matched != len(keys):
+        raise StoredMetadataError(
+            f"{where}: {len(keys) - matched} of the rows it gives in fragment {fragment} "
+            "do not hold the keys it lists them under (the file does not describe the "
+            "data: drop and create the index again)"
+        )
+
+
 def _matching(table: pa.Table, exact: pc.Expression, column: str) -> pa.Table:
     """The index rows whose key satisfies ``exact`` (a predicate over ``column``).
 
@@ -253,15 +294,27 @@ def _matching(table: pa.Table, exact: pc.Expression, column: str) -> pa.Table:
 
 
 def _read_groups(
-    store: ObjectStore, path: str, conditions: Sequence[Condition], where: str
+    store: ObjectStore,
+    path: str,
+    conditions: Sequence[Condition],
+    where: str,
+    index: IndexMetadata,
+    key_type: pa.DataType,
 ) -> pa.Table | None:
     """The rows of the index file's row groups some condition may match (None: no
-    group can), after checking the file's columns.
+    group can), after checking the file's footer: its columns, its key type, and its
+    rows (as many as ``index`` records, in row groups of at most
+    :data:`INDEX_ROW_GROUP_SIZE`), so that nothing is decoded in proportion to a
+    count the footer merely claims.
 
     Raises:
         StoredMetadataError: the file holds other columns than (key, fragment_id,
-            row_offset) with uint32 ids and offsets.
+            row_offset) with keys of ``key_type`` and uint32 ids and offsets, or other
+            rows than recorded.
     """
+    recorded = index.details.get("rows", "")
+    if not (recorded.isascii() and recorded.isdigit()):
+        raise StoredMetadataError(f"{where}: its manifest entry records {recorded!r} rows")
     source, threads = arrow_input(store, path)
     with source as f:
         parquet = pq.ParquetFile(f)
@@ -273,7 +326,22 @@ def _read_groups(
                 f"{where}: holds columns {schema.names[:5]!r}, not ({KEY}, {FRAGMENT}, "
                 f"{OFFSET}) with uint32 ids and offsets"
             )
+        if schema.field(KEY).type != key_type:
+            raise StoredMetadataError(
+                f"{where}: holds keys of type {schema.field(KEY).type}, its column is {key_type}"
+            )
         metadata = parquet.metadata
+        groups = [metadata.row_group(g).num_rows for g in range(metadata.num_row_groups)]
+        if (
+            metadata.num_rows != int(recorded)
+            or sum(groups) != metadata.num_rows
+            or any(not 0 <= n <= INDEX_ROW_GROUP_SIZE for n in groups)
+        ):
+            raise StoredMetadataError(
+                f"{where}: its footer gives {metadata.num_rows} rows in {len(groups)} row "
+                f"groups; the index records {recorded} (row groups of at most "
+                f"{INDEX_ROW_GROUP_SIZE})"
+            )
         keep = []
         for group in range(metadata.num_row_groups):
             stats = metadata.row_group(group).column(0).statistics

@@ -32,12 +32,22 @@ from s3ddb.format.fragment_metadata import FragmentMetadata
 from s3ddb.format.index import IndexMetadata
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.row_evaluation import filter_rows
-from s3ddb.index.btree import Condition, KeyRange, KeySet, indexed_column, is_btree, lookup
+from s3ddb.index.btree import (
+    Condition,
+    KeyRange,
+    KeySet,
+    check_keys_at,
+    index_file_name,
+    indexed_column,
+    is_btree,
+    lookup,
+)
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.scan import read_rows_at
 
 __all__ = [
     "IndexedScan",
+    "check_index_keys",
     "lookup_keys",
     "plan_indexed_scan",
     "usable_index",
@@ -60,6 +70,10 @@ class IndexedScan:
     predicate: pc.Expression
     store: ObjectStore
     manifest: Manifest
+    #: The indexed column and the predicate its keys were looked up with: every row
+    #: read at the index's offsets must satisfy it (see ``check_keys_at``).
+    column: str = ""
+    key_predicate: pc.Expression | None = None
     row_groups_read: int = 0
     _covered: frozenset[int] = field(default_factory=frozenset)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -105,9 +119,16 @@ class IndexedScan:
         ]
         if offsets is None or len(offsets) == 0:
             return pa.schema([schema.arrow.field(n) for n in columns]).empty_table()
+        if self.key_predicate is not None and self.column not in needed:
+            needed.append(self.column)
         table, groups = read_rows_at(self.files, fragment, schema, needed, offsets)
         with self._lock:  # fragments are read in parallel
             self.row_groups_read += groups
+        if self.key_predicate is not None:
+            where = index_file_name(self.store, self.index)
+            check_keys_at(
+                table.column(self.column), self.key_predicate, self.column, where, fragment.id
+            )
         return filter_rows(table, self.predicate).select(columns)
 
 
@@ -151,9 +172,17 @@ def plan_indexed_scan(
     if usable is None:
         return None
     index, column, conditions, exact = usable
-    offsets = lookup(store, index, conditions, exact, column, _rows_of(manifest))
+    key_type = manifest.schema.arrow.field(column).type
+    offsets = lookup(store, index, conditions, exact, column, _rows_of(manifest), key_type)
     return IndexedScan(
-        index, offsets, compiled.predicate, store, manifest, _covered=index.fragment_ids
+        index,
+        offsets,
+        compiled.predicate,
+        store,
+        manifest,
+        column=column,
+        key_predicate=exact,
+        _covered=index.fragment_ids,
     )
 
 
@@ -171,7 +200,8 @@ def lookup_keys(
     store: ObjectStore, manifest: Manifest, column: str, keys: pa.ChunkedArray | pa.Array
 ) -> tuple[frozenset[int], dict[int, np.ndarray]] | None:
     """For merge_insert: the fragments an index of ``column`` covers, and in them the
-    row offsets holding one of ``keys``; None if no index of ``column`` applies."""
+    row offsets holding one of ``keys``; None if no index of ``column`` applies. The
+    caller checks the rows it reads there hold those keys (:func:`check_index_keys`)."""
     field_id = manifest.schema.field_id(column)
     index = next(
         (i for i in manifest.indices if is_btree(i) and i.fields == (field_id,) and i.fragment_ids),
@@ -185,4 +215,26 @@ def lookup_keys(
     covered = index.fragment_ids
     wanted = KeySet(tuple(sorted(set(values.to_pylist()))))
     exact = pc.is_in(pc.field(column), value_set=values)
-    return covered, lookup(store, index, [wanted], exact, column, _rows_of(manifest))
+    key_type = manifest.schema.arrow.field(column).type
+    return covered, lookup(store, index, [wanted], exact, column, _rows_of(manifest), key_type)
+
+
+def check_index_keys(
+    store: ObjectStore,
+    manifest: Manifest,
+    column: str,
+    keys: pa.ChunkedArray | pa.Array,
+    read: pa.ChunkedArray | pa.Array,
+    fragment: int,
+) -> None:
+    """For merge_insert: check that the ``column`` values ``read`` at the offsets
+    :func:`lookup_keys` gave for ``fragment`` are among ``keys``.
+
+    Raises:
+        StoredMetadataError: one is not (the index file points keys at other rows).
+    """
+    field_id = manifest.schema.field_id(column)
+    index = next(i for i in manifest.indices if is_btree(i) and i.fields == (field_id,))
+    values = pa.chunked_array([keys]) if isinstance(keys, pa.Array) else keys
+    exact = pc.is_in(pc.field(column), value_set=pc.drop_null(values).combine_chunks())
+    check_keys_at(read, exact, column, index_file_name(store, index), fragment)

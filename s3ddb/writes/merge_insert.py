@@ -38,7 +38,7 @@ from s3ddb.format.manifest import Manifest
 from s3ddb.format.row_lineage import RowLineage
 from s3ddb.format.schema import conform
 from s3ddb.format.stats import exact_bound_type
-from s3ddb.index.query import lookup_keys
+from s3ddb.index.query import check_index_keys, lookup_keys
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.parallel import PendingWrites
 from s3ddb.io.written_files import FileTracker
@@ -454,6 +454,11 @@ def _scan_target(
             hits = BitMap(indexed[1].get(fragment.id, np.empty(0, np.int64)).tolist())
             positions = np.fromiter(hits - deleted, dtype=np.int64, count=len(hits - deleted))
             table, _groups = read_rows_at(sources, fragment, schema, columns, positions)
+            # A row the index gives that does not hold a source key: the index lies
+            # (and the row holding that key was not read: it would be inserted twice).
+            check_index_keys(
+                store, manifest, keys[0], source.column(keys[0]), table.column(keys[0]), fragment.id
+            )
         else:
             plan = plan_fragment(sources, fragment, schema, pruner)
             if plan is None:

@@ -11,6 +11,7 @@ import zlib
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from pyroaring import BitMap
@@ -401,12 +402,17 @@ def _btree_path(uri: str) -> Path:
 
 
 @pytest.mark.parametrize(
-    "column, value, words",
-    [("row_offset", 4_000_000, "row offset 4000000"), ("fragment_id", 0, None)],
+    "column, value, words, fragment",
+    [
+        ("row_offset", 4_000_000, "row offset 4000000", 1),
+        # Key 9 now points at fragment 0, offset 4, which holds key 4: the row read
+        # there is not key 9's (and key 9's own row would never be read).
+        ("fragment_id", 0, "do not hold the keys", 0),
+    ],
     ids=["offset-beyond", "other-fragment"],
 )
 def test_a_btree_row_beyond_its_fragment_is_refused(
-    tmp_path: Path, column: str, value: int, words: str | None
+    tmp_path: Path, column: str, value: int, words: str, fragment: int
 ) -> None:
     import pyarrow.parquet as pq
 
@@ -420,15 +426,9 @@ def test_a_btree_row_beyond_its_fragment_is_refused(
         table.schema.get_field_index(column), column, pa.array(values, pa.uint32())
     )
     pq.write_table(table, path)
-    if words is None:
-        # Key 9 now points at fragment 0, offset 4 (key 4): the filter is re-applied
-        # to the rows read, so the answer stays right (key 9 is simply not found).
-        got = s3ddb.dataset(uri).to_table(filter="id = 9")["id"].to_pylist()
-        assert got in ([], [9])
-        return
     with pytest.raises(StoredMetadataError, match=words) as info:
         s3ddb.dataset(uri).to_table(filter="id = 9")
-    assert "btree.parquet" in str(info.value) and "fragment 1" in str(info.value)
+    assert "btree.parquet" in str(info.value) and f"fragment {fragment}" in str(info.value)
 
 
 def test_a_btree_file_that_is_not_one_is_a_typed_error(tmp_path: Path) -> None:
@@ -689,8 +689,105 @@ def test_a_btree_key_of_another_type_than_its_column_is_a_typed_error(tmp_path: 
     table = pq.read_table(path)
     table = table.set_column(0, "key", pa.array([f"k{i}" for i in range(table.num_rows)]))
     pq.write_table(table, path)
-    with pytest.raises(StoredMetadataError, match=r"btree\.parquet.* is corrupt"):
+    with pytest.raises(StoredMetadataError, match=r"btree\.parquet.* holds keys of type string"):
         s3ddb.dataset(uri).to_table(filter="id = 9")
+
+
+def _rewrite_btree(uri: str, edit: Callable[[pa.Table], pa.Table]) -> None:
+    import pyarrow.parquet as pq
+
+    path = _btree_path(uri)
+    pq.write_table(edit(pq.read_table(path)), path)
+
+
+def _swap_keys(table: pa.Table, a: int, b: int) -> pa.Table:
+    keys = table.column("key").to_pylist()
+    i, j = keys.index(a), keys.index(b)
+    keys[i], keys[j] = keys[j], keys[i]
+    return table.set_column(0, "key", pa.array(keys, table.schema.field("key").type))
+
+
+@pytest.mark.parametrize(
+    "edit, words",
+    [
+        (lambda t: t.filter(pa.compute.field("key") != 7), "19 rows .* records 20"),
+        (lambda t: _swap_keys(t, 7, 8), "do not hold the keys"),
+    ],
+    ids=["a key dropped", "two keys swapped"],
+)
+def test_an_index_that_does_not_describe_the_data_is_refused_where_it_is_used(
+    tmp_path: Path, edit: Callable[[pa.Table], pa.Table], words: str
+) -> None:
+    """A filtered read through it would leave key 7's row out, and an upsert of key 7
+    would insert it a second time: both are refused, and nothing is committed."""
+    uri = str(tmp_path / "ds")
+    ds = s3ddb.write_dataset(_rows(0, 20), uri, max_rows_per_file=10)
+    ds.create_scalar_index("id")
+    _rewrite_btree(uri, edit)
+    ds = s3ddb.dataset(uri)
+    version = ds.version
+    with pytest.raises(StoredMetadataError, match=words) as info:
+        ds.to_table(filter="id = 7")
+    assert "btree.parquet" in str(info.value)
+    with pytest.raises(StoredMetadataError, match=words):
+        ds.count_rows(filter="id = 7")
+    source = _rows(7, 1)
+    with pytest.raises(StoredMetadataError, match=words):
+        ds.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(
+            source
+        )
+    after = s3ddb.dataset(uri)
+    assert after.version == version
+    assert sorted(after.to_table()["id"].to_pylist()) == list(range(20))  # a full scan
+
+
+def test_an_index_file_declaring_millions_of_rows_is_refused_by_its_footer(
+    tmp_path: Path,
+) -> None:
+    """A small file (its rows compress to nothing) whose footer declares far more rows
+    than its manifest entry records is refused before any row is decoded."""
+    uri = str(tmp_path / "ds")
+    ds = s3ddb.write_dataset(_rows(0, 20), uri, max_rows_per_file=10)
+    ds.create_scalar_index("id")
+    n = 2_000_000
+    _rewrite_btree(
+        uri,
+        lambda t: pa.table(
+            {
+                "key": pa.array(np.full(n, 5), t.schema.field("key").type),
+                "fragment_id": pa.array(np.zeros(n, np.uint32)),
+                "row_offset": pa.array(np.zeros(n, np.uint32)),
+            }
+        ),
+    )
+    with pytest.raises(StoredMetadataError, match=f"footer gives {n} rows"):
+        s3ddb.dataset(uri).to_table(filter="id = 5")
+
+
+def test_an_index_of_keys_of_another_type_is_refused_before_they_are_compared(
+    tmp_path: Path,
+) -> None:
+    """Decimal keys under a float64 column: comparing NaN with a Decimal raised a bare
+    ``decimal.InvalidOperation``; other values silently matched nothing."""
+    import decimal
+
+    uri = str(tmp_path / "ds")
+    table = pa.table({"f": pa.array([float(i) for i in range(10)])})
+    ds = s3ddb.write_dataset(table, uri)
+    ds.create_scalar_index("f")
+    _rewrite_btree(
+        uri,
+        lambda t: t.set_column(
+            0,
+            "key",
+            pa.array(
+                [decimal.Decimal(str(k)) for k in t.column("key").to_pylist()], pa.decimal128(10, 2)
+            ),
+        ),
+    )
+    for where in ("f = 'NaN'", "f = 1.0", "f < 'NaN'"):
+        with pytest.raises(StoredMetadataError, match="holds keys of type decimal128"):
+            s3ddb.dataset(uri).to_table(filter=where)
 
 
 @pytest.mark.parametrize(
