@@ -19,6 +19,7 @@ import functools
 import logging
 import random
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -37,6 +38,7 @@ from s3ddb.errors import (
     ManifestCorruptError,
     RetryableCommitConflictError,
     TooMuchWriteContentionError,
+    TransactionAlreadyCommittedError,
     VersionNotFoundError,
 )
 from s3ddb.format import layout
@@ -54,9 +56,16 @@ from s3ddb.observe.commit_metrics import (
     recorded_operation_metrics,
 )
 from s3ddb.open_formats.publisher import check_publishable
-from s3ddb.operations import Append, Overwrite, Rewrite, Transaction
+from s3ddb.operations import Append, Operation, Overwrite, Rewrite, Transaction
 
-__all__ = ["CommitConfig", "CommitResult", "OnExisting", "commit_transaction", "load_transaction"]
+__all__ = [
+    "CommitConfig",
+    "CommitResult",
+    "OnExisting",
+    "check_not_committed",
+    "commit_transaction",
+    "load_transaction",
+]
 
 log = logging.getLogger(__name__)
 #: One INFO record per commit, with its metrics as structured fields (``s3ddb_*``
@@ -709,6 +718,76 @@ def _discard_superseded(
     delete_written_files(handler.store, superseded, on_failure=warn)
 
 
+#: Versions committed since a failed commit's read version whose transactions its
+#: cleanup reads (to keep the files they added); past it, nothing claimed is deleted.
+_CLEANUP_LOOKBACK = 100
+
+
+def _added_since(handler: CommitHandler, base: Manifest | None) -> set[str] | None:
+    """The files the versions committed after ``base`` added (their transactions'
+    written paths), or None when that is not known: too many versions, a version or
+    its transaction unreadable. Files a later version references are either the read
+    version's or added since.
+
+    Raises:
+        Nothing: whatever fails means "not known".
+    """
+    try:
+        since = handler.locations_since((base.version if base is not None else 0) + 1)
+        if len(since) > _CLEANUP_LOOKBACK:
+            return None
+        added: set[str] = set()
+        for location in since:
+            transaction = load_transaction(handler, handler.load_manifest(location))
+            if transaction is None:
+                return None
+            added.update(transaction.operation.written_paths())
+        return added
+    except Exception as exc:  # the caller's error matters; files stay
+        log.debug("cannot tell what was committed since: %s", exc)
+        return None
+
+
+def check_not_committed(
+    handler: CommitHandler, base: Manifest | None, operation: Operation
+) -> None:
+    """For an operation built elsewhere (:meth:`s3ddb.Dataset.commit`): refuse one that
+    lists a file twice, or a file the read version's transaction or a version
+    committed since added. Committing an append again (a retry after an unknown
+    outcome whose first attempt landed) would list its data files twice: the new
+    version would read their rows twice, or not at all. The read version's
+    transaction and those since are read (usually one or two), never the fragments.
+
+    Raises:
+        TransactionAlreadyCommittedError: naming the file and the version that added
+            it; nothing is committed.
+        InvalidInputError: the operation lists a file twice.
+    """
+    paths = operation.written_paths()
+    twice = next((p for p, n in Counter(paths).items() if n > 1), None)
+    if twice is not None:
+        raise InvalidInputError(f"{operation.kind} lists {twice} twice")
+    if not paths or base is None:
+        return
+    wanted = set(paths)
+    try:
+        locations = [handler.location_of(base.version), *handler.locations_since(base.version + 1)]
+    except VersionNotFoundError:
+        return  # the read version is gone (cleanup): the commit's own checks decide
+    for location in locations[: _CLEANUP_LOOKBACK + 1]:
+        transaction = load_transaction(handler, handler.load_manifest(location))
+        if transaction is None:
+            continue
+        again = sorted(wanted & set(transaction.operation.written_paths()))
+        if again:
+            raise TransactionAlreadyCommittedError(
+                f"{operation.kind} of {handler.store.url}: {again[0]}"
+                f"{f' (and {len(again) - 1} more)' if len(again) > 1 else ''} is already "
+                f"committed: version {location.version} added it. Committing it again "
+                "would list it twice; nothing was committed"
+            )
+
+
 def _cleanup(
     handler: CommitHandler,
     original: Transaction,
@@ -724,9 +803,20 @@ def _cleanup(
     paths = list(written)
     claimed = [p for t in (original, final) for p in t.operation.written_paths()]
     # Never delete what the read version references, whatever an operation built
-    # elsewhere (Dataset.commit) claims to have written.
+    # elsewhere (Dataset.commit) claims to have written; nor what a version committed
+    # since added (an earlier attempt of the same commit may have landed unseen).
     try:
         referenced = set(referenced_paths(base, transaction=False)) if base is not None else set()
+        added = _added_since(handler, base) if claimed else set()
+        if added is None:
+            log.warning(
+                "keeping the %d files %s claims to have written: what the versions "
+                "committed since version %d added is not known",
+                len(claimed), original.kind, base.version if base is not None else 0,
+            )  # fmt: skip
+            claimed = []
+        else:
+            referenced |= added
     except ManifestCorruptError as damage:
         # The read version's fragment list cannot be read (a lost chunk): a file the
         # operation claims may be one it lists, so those stay. The commit's own files

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from s3ddb.errors import StoredMetadataError
@@ -64,11 +64,19 @@ def read_journals(
     """The notes among ``listed`` last modified at least ``min_age`` seconds before
     ``wall`` (younger ones may be of a cleanup still running), merged.
 
+    A note lists what versions already removed when it was written referred to, so a
+    path it lists whose object (or, for an index directory, any object in it) was
+    modified after the note is none of those: it is left out. A note planted (or
+    left) naming a writer's file not committed yet can then not make cleanup delete
+    it before its grace period, as it did.
+
     Raises:
         StoredMetadataError: a note is too large, or not such a JSON object; the
             message names it (delete it by hand: it only ever speeds cleanup up).
         PathOutsideDatasetError: a path in a note leaves the dataset.
     """
+    listed = list(listed)
+    modified = {m.path: m.modified for m in listed if m.modified is not None}
     out = Journal()
     for meta in listed:
         if not meta.path.startswith(f"{JOURNAL_DIR}/") or not meta.path.endswith(".json"):
@@ -90,6 +98,18 @@ def read_journals(
             paths = body.get(key, [])
             if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
                 raise StoredMetadataError(f"{where}: {key} is not a list of paths")
-            into.update(check_relative_path(p, store.url) for p in paths)
+            checked = [check_relative_path(p, store.url) for p in paths]
+            into.update(p for p in checked if not _newer(p, key, meta.modified, modified))
         out.notes.append(meta.path)
     return out
+
+
+def _newer(path: str, key: str, note_time: float | None, modified: Mapping[str, float]) -> bool:
+    """Whether ``path`` (listed under ``key`` in a note written at ``note_time``) was
+    modified after the note: an index directory when any object in it was."""
+    if note_time is None:
+        return False
+    if key == "index_dirs":
+        prefix = path.rstrip("/") + "/"
+        return any(t > note_time for p, t in modified.items() if p.startswith(prefix))
+    return modified.get(path, note_time) > note_time

@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 
 from s3ddb.commit.build import APP_TRANSACTION_PREFIX
 from s3ddb.commit.builders import STABLE_ROW_IDS_KEY
-from s3ddb.commit.committer import CommitConfig, OnExisting
+from s3ddb.commit.committer import CommitConfig, OnExisting, check_not_committed
 from s3ddb.commit.handlers import CommitHandler, ManifestLocation
 from s3ddb.errors import (
     CommitMechanismError,
@@ -259,6 +259,7 @@ def commit_operation(
         raise InvalidInputError("read_version is required for an existing dataset")
     if isinstance(operation, DataReplacement) and base is not None:
         check_replacement(handler.store, base, operation)
+    check_not_committed(handler, base, operation)
     ds = cls(
         uri,
         handler,

@@ -16,6 +16,7 @@ import pyarrow as pa
 import pytest
 
 import s3ddb
+import s3ddb.fragment
 import s3ddb.maintenance.cleanup as cleanup_module
 from s3ddb.format import layout
 from s3ddb.format.naming import NamingScheme, parse_manifest_name
@@ -409,3 +410,29 @@ def test_versions_from_before_the_store_are_never_taken_for_leftovers(
     assert s3ddb.dataset(ddb_uri, "old", storage_options=so).to_table().column("a").to_pylist() == [
         1
     ]
+
+
+def test_a_cleanup_note_never_names_a_file_written_after_it(tmp_path: Path) -> None:
+    """A note lists what versions removed before it referred to: a file written
+    since (a writer's data file, not committed yet) is none of those, whatever a note
+    planted or left over says. Cleanup leaves it to its grace period, and the commit
+    that follows reads whole."""
+    import json
+
+    from s3ddb.operations import Append
+
+    uri = str(tmp_path / "ds")
+    s3ddb.write_dataset(pa.table({"a": [0]}), uri)
+    s3ddb.write_dataset(pa.table({"a": [1]}), uri, mode="append")
+    note = tmp_path / "ds" / "_cleanup" / "planted.json"
+    fragments = s3ddb.fragment.write_fragments(pa.table({"a": [7, 8]}), uri)
+    files = [layout.data_file_path(d.path) for f in fragments for d in f.files]
+    note.parent.mkdir(exist_ok=True)
+    note.write_text(json.dumps({"files": files}))
+    hour_ago = note.stat().st_mtime - 3600
+    os.utime(note, (hour_ago, hour_ago))  # written before the writer's file
+    stats = s3ddb.dataset(uri).cleanup_old_versions(older_than=NOW, retain_versions=5)
+    assert stats.files.get("data_files", 0) == 0
+    assert all((tmp_path / "ds" / p).exists() for p in files)
+    committed = s3ddb.Dataset.commit(uri, Append(fragments), read_version=2)
+    assert sorted(committed.to_table().column("a").to_pylist()) == [0, 1, 7, 8]

@@ -1,0 +1,69 @@
+"""Committing an operation built elsewhere again (a retry after an unknown outcome
+whose first attempt landed), and the clean-up of a commit that definitely failed:
+neither lists a file twice nor deletes a file a committed version needs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+import s3ddb
+import s3ddb.fragment
+from s3ddb.commit.committer import commit_transaction
+from s3ddb.errors import CommitConflictError, InvalidInputError, TransactionAlreadyCommittedError
+from s3ddb.format import layout
+from s3ddb.operations import Append, Transaction
+
+
+def _ids(start: int, n: int) -> pa.Table:
+    return pa.table({"id": pa.array(range(start, start + n), pa.int64())})
+
+
+def _files(fragments: list[s3ddb.fragment.FragmentMetadata], root: Path) -> list[Path]:
+    return [root / layout.data_file_path(d.path) for f in fragments for d in f.files]
+
+
+@pytest.mark.parametrize("read_at", ["before it", "it"], ids=["stale read", "read after"])
+def test_an_append_committed_again_is_refused(tmp_path: Path, read_at: str) -> None:
+    uri = str(tmp_path / "ds")
+    s3ddb.write_dataset(_ids(0, 5), uri)
+    fragments = s3ddb.fragment.write_fragments(_ids(100, 3), uri)
+    landed = s3ddb.Dataset.commit(uri, Append(fragments), read_version=1)
+    assert landed.version == 2
+    read_version = 1 if read_at == "before it" else 2
+    with pytest.raises(TransactionAlreadyCommittedError, match="version 2 added it"):
+        s3ddb.Dataset.commit(uri, Append(fragments), read_version=read_version)
+    ds = s3ddb.dataset(uri)
+    assert ds.version == 2 and ds.count_rows() == 8
+    assert sorted(ds.to_table()["id"].to_pylist()) == [*range(5), *range(100, 103)]
+    assert all(p.exists() for p in _files(fragments, tmp_path / "ds"))
+
+
+def test_an_operation_listing_a_file_twice_is_refused(tmp_path: Path) -> None:
+    uri = str(tmp_path / "ds")
+    s3ddb.write_dataset(_ids(0, 5), uri)
+    [fragment] = s3ddb.fragment.write_fragments(_ids(100, 3), uri)
+    with pytest.raises(InvalidInputError, match="twice"):
+        s3ddb.Dataset.commit(uri, Append([fragment, fragment]), read_version=1)
+    assert s3ddb.dataset(uri).version == 1
+
+
+def test_a_failed_commit_keeps_the_files_a_later_version_added(tmp_path: Path) -> None:
+    """The commit (an append of version 3's fragments, read at version 1) fails for
+    good: version 2 overwrote the dataset. Its clean-up deletes what it wrote itself,
+    never the files version 3 added, which it claims as its own."""
+    uri = str(tmp_path / "ds")
+    s3ddb.write_dataset(_ids(0, 5), uri)
+    s3ddb.write_dataset(_ids(10, 5), uri, mode="overwrite")  # version 2
+    fragments = s3ddb.fragment.write_fragments(_ids(100, 3), uri)
+    s3ddb.Dataset.commit(uri, Append(fragments), read_version=2)  # version 3
+    ds = s3ddb.dataset(uri, 1)
+    with pytest.raises(CommitConflictError):
+        commit_transaction(ds.handler, Transaction(1, Append(tuple(fragments))), ds.manifest)
+    assert all(p.exists() for p in _files(fragments, tmp_path / "ds"))
+    assert sorted(s3ddb.dataset(uri).to_table()["id"].to_pylist()) == [
+        *range(10, 15),
+        *range(100, 103),
+    ]
