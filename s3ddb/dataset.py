@@ -840,7 +840,11 @@ class Dataset(PinnedVersion):
                 (missing fragment or file, another row count); nothing is committed.
             CommitConflictError and subclasses, CommitStateUnknownError: see commit.
             TransactionAlreadyCommittedError: an application transaction number in
-                ``transaction_properties`` is already committed.
+                ``transaction_properties`` is already committed; or a file the
+                operation lists was added by ``read_version``'s transaction or a later
+                one (the operation is committed already: a retry after an unknown
+                outcome whose first attempt landed).
+            InvalidInputError: the operation lists a file twice.
             DatasetAlreadyExistsError: ``on_existing="error"`` and another writer created
                 the dataset.
             AtomicGroupError: ``uri`` is a handle of an atomic group (use the group's
