@@ -37,7 +37,7 @@ from s3ddb.errors import (
     StoredMetadataError,
     VersionNotFoundError,
 )
-from s3ddb.external_store.identity import final_path_of, same_commit
+from s3ddb.external_store.identity import CLAIM_ATTRIBUTE, final_path_of, same_commit
 from s3ddb.external_store.manifest_store import (
     DATASET_ID_ATTRIBUTE,
     GROUP_ID_ATTRIBUTE,
@@ -460,6 +460,28 @@ class ExternalStoreVersions(CommitHandler):
                 f"of the same group (s3ddb.atomic) could not be finalized first ({exc})"
             ) from exc
 
+    def put_back_final(self, row: ManifestRow) -> str | None:
+        """For a final ``row`` whose final manifest is missing: copy the staged
+        manifest it was claimed with (the one its claim recorded, verified as
+        :meth:`finalize` does) to the final name again; returns that staged path, or
+        None when the row records none or it is gone. Any other staged manifest of the
+        version (a writer's that lost the claim, or one planted) is never taken.
+
+        Raises:
+            ManifestFinalizationError: the staged manifest is not the one ``row``
+                committed (size, checksum, version or identity); nothing was copied.
+        """
+        staged = row.extra.get(CLAIM_ATTRIBUTE)
+        if not isinstance(staged, str) or final_path_of(staged) != row.path or staged == row.path:
+            return None
+        try:
+            self._verify_manifest(row, staged)
+            self.store.copy(staged, row.path)
+        except FileNotFoundError:
+            return None
+        self._verify_final(row, row.path)
+        return staged
+
     def finalize(self, row: ManifestRow) -> ManifestRow:
         """Finish steps 3-4 for ``row`` if it is still staged; return the final row.
         The versions of this dataset that ``row``'s group claimed with it are
@@ -734,18 +756,21 @@ class ExternalStoreVersions(CommitHandler):
             # path when there is a finalizer), so verify is healthy again once a writer
             # passes; a young one is left to its writer, which is almost always alive.
             if time.time() * 1000 - row.committed_at >= _ABANDONED_AFTER_MS:
-                self._repoint_abandoned(row, final)
+                self._repoint_abandoned(row)
             return row
         return self._note(self.finalize(row))
 
-    def _repoint_abandoned(self, row: ManifestRow, final: str) -> None:
-        """Step 4 for another writer's row whose final manifest exists (its size was
-        checked). Repointing changes no manifest a reader sees, only which name the
-        row gives; both are byte-identical."""
+    def _repoint_abandoned(self, row: ManifestRow) -> None:
+        """Steps 3-4 for another writer's row whose final manifest exists (its size was
+        checked, nothing more): finished as any staged row is, from the staged
+        manifest the row committed, verified, copied over the final name again. An
+        object of the right size at the final name is not taken on its word:
+        repointing to it would make it the version, and delete the staged manifest
+        that was."""
 
         def repoint() -> str:
             try:
-                return self._note(self._repoint(row, final)).path
+                return self._note(self.finalize(row)).path
             except ExternalStoreError:
                 # Repointed by its own writer meanwhile (or the row moved on).
                 fresh = self._get(row.version)

@@ -202,6 +202,8 @@ def cleanup_old_versions(
     Raises:
         InvalidInputError: ``older_than`` or ``claim_window`` is not a timedelta >= 0,
             or ``retain_versions`` is not an int >= 1.
+        CommitMechanismError: the dataset commits another way than ``ds``'s URI says
+            (another DynamoDB table, or none); nothing is deleted.
     """
     older_than = DEFAULT_OLDER_THAN if older_than is None else older_than
     _check_age("older_than", older_than)
@@ -211,6 +213,9 @@ def cleanup_old_versions(
     if retain_versions is not None:
         check_int("retain_versions", retain_versions, minimum=1)
     handler = ds.handler
+    # Through a URI of another commit mechanism (another DynamoDB table: no rows) the
+    # versions and the files they need would not all be seen: refused, as writers are.
+    handler.check_writable(ds.manifest if ds.manifest.version else None)
     now = dt.datetime.now(dt.timezone.utc)
     history = ds.versions()
     if not history:

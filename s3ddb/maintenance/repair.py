@@ -12,15 +12,16 @@ touched. :func:`table_datasets` finds every dataset of a DynamoDB table, for
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from s3ddb.commit import finalizer as finalizers
+from s3ddb.commit.handlers import CommitHandler, ManifestLocation
 from s3ddb.errors import PathOutsideDatasetError, S3DDBError
-from s3ddb.external_store.identity import final_path_of
 from s3ddb.external_store.manifest_store import ManifestRow
 from s3ddb.format import layout
+from s3ddb.format.naming import parse_manifest_name
 from s3ddb.io.object_store import ObjectMeta
 from s3ddb.maintenance.verify import (
     DEFAULT_GRACE_SECONDS,
@@ -85,6 +86,7 @@ def sync(
     objects = {m.path: m for m in store.iter_list(f"{layout.VERSIONS_DIR}/")}
     if not rows and not objects:
         raise dataset_not_found(uri)
+    _check_mechanism(handler, objects, rows)
     staged = staged_objects(objects.values())
     referenced = set()
     for row in rows:
@@ -101,14 +103,17 @@ def sync(
             except S3DDBError as exc:
                 report.failed.append(f"version {row.version}: {exc}")
         elif row.path not in objects:
-            copy = _staged_copy(staged, row)
+            try:
+                copy = handler.put_back_final(row)
+            except S3DDBError as exc:
+                report.failed.append(f"version {row.version}: {exc}")
+                continue
             if copy is None:
                 report.failed.append(
-                    f"version {row.version}: final manifest {row.path} is missing and no "
-                    "staged copy is left; restore it from a backup"
+                    f"version {row.version}: final manifest {row.path} is missing and the "
+                    "staged manifest its claim recorded is not left; restore it from a backup"
                 )
                 continue
-            store.copy(copy, row.path)
             referenced.add(copy)
             report.restored.append(row.version)
     now = time.time()
@@ -121,12 +126,36 @@ def sync(
     return report
 
 
-def _staged_copy(staged: dict[str, ObjectMeta], row: ManifestRow) -> str | None:
-    """A staged manifest of ``row``'s version with the size the row recorded."""
-    for path, meta in staged.items():
-        if final_path_of(path) == row.path and meta.size == row.size:
-            return path
-    return None
+def _check_mechanism(
+    handler: CommitHandler, objects: Mapping[str, ObjectMeta], rows: Sequence[ManifestRow]
+) -> None:
+    """Refuse a sync through another commit mechanism than the dataset's (its newest
+    final manifest records it): through another DynamoDB table, whose rows do not
+    name the dataset's staged manifests, sync would delete them.
+
+    Raises:
+        CommitMechanismError: it records another; nothing is changed.
+        ManifestCorruptError, VersionNotFoundError: the table has no row of the
+            dataset and its newest manifest cannot be read to tell.
+    """
+    finals = sorted(
+        (parsed[0], path)
+        for path in objects
+        if (parsed := parse_manifest_name(path.rsplit("/", 1)[-1])) is not None
+    )
+    if not finals:
+        return
+    version, path = finals[-1]
+    naming = parse_manifest_name(path.rsplit("/", 1)[-1])
+    assert naming is not None
+    location = ManifestLocation(version, path, naming[1], objects[path].size)
+    try:
+        newest = handler.load_manifest(location)
+    except S3DDBError:
+        if rows:
+            return  # the table has the dataset's rows: they decide what sync does
+        raise
+    handler.check_writable(newest)
 
 
 def table_datasets(table: str, storage_options: dict[str, Any] | None = None) -> Iterator[str]:

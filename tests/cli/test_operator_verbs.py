@@ -117,16 +117,23 @@ def test_verify_fails_on_a_staged_row_and_passes_after_sync(
 def test_verify_fails_on_a_missing_final_manifest_and_sync_restores_it(
     capsys: Any, aws: Any, uri: str, flags: list[str]
 ) -> None:
+    from s3ddb.external_store.identity import CLAIM_ATTRIBUTE
+
     store = ObjectStore(uri, aws.storage_options())
     storage.objects(uri, aws.storage_options())  # let this process's finalizer settle
-    final = _row(aws, uri, 2).path
-    # A staged copy survived (its delete failed); then the final object was lost.
-    store.copy(final, f"{final}-{uuid.uuid4().hex}")
+    row = _row(aws, uri, 2)
+    final = row.path
+    # The staged manifest the claim recorded survived (its delete failed); then the
+    # final object was lost. Another staged manifest of the version, of the same size
+    # (a writer's that lost the claim, or one planted), is never taken instead.
+    store.copy(final, row.extra[CLAIM_ATTRIBUTE])
+    store.put(f"{final}-{uuid.uuid4().hex}", b"\0" * row.size)
     store.delete(final)
     code, report = run_json(capsys, "verify", uri, "--grace", "0", *flags)
     assert code == 1 and "missing_final_manifest" in _kinds(report)
     code, synced = run_json(capsys, "sync", uri, "--grace", "0", *flags)
-    assert code == 0 and synced["restored"] == [2] and len(synced["deleted_staged"]) == 0
+    assert code == 0 and synced["restored"] == [2] and len(synced["deleted_staged"]) == 1
+    assert store.get(final) == store.get(row.extra[CLAIM_ATTRIBUTE])
     code, report = run_json(capsys, "verify", uri, "--grace", "0", *flags)
     assert code == 1 and _kinds(report) == {"orphaned_staged_manifest"}, "the copy is left"
     run_json(capsys, "sync", uri, "--grace", "0", *flags)

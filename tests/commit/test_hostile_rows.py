@@ -95,3 +95,107 @@ def test_staged_rows_planted_under_one_group_are_walked_back_boundedly(
         s3ddb.dataset(ddb_uri, storage_options=so).to_table()
     gets = sum(1 for r in aws.requests if r.operation == "GetItem")
     assert gets <= 3 * MAX_GROUP_ACTIONS, gets  # two walks of at most MAX_GROUP_ACTIONS
+
+
+# --- finishing a version: only from what its row committed ----------------------------------
+
+
+def _crash_after_claim(aws: Any, uri: str, value: int) -> None:
+    """Another process appends ``value`` and dies right after its claim: its row stays
+    staged, its staged manifest the only copy of the version."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, pyarrow as pa, s3ddb; s3ddb.write_dataset(pa.table({'id': "
+        f"pa.array([{value}], pa.int64())}}), sys.argv[1], mode='append')"
+    )
+    env = {**os.environ, **aws.env(), "S3DDB_FAILPOINTS": "commit.after_external_put=exit"}
+    done = subprocess.run(
+        [sys.executable, "-c", code, uri], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 86, done.stderr[-2000:]
+
+
+def test_sync_never_puts_back_a_staged_manifest_its_row_did_not_claim(
+    aws: Any, ddb_uri: str
+) -> None:
+    """The final manifest of version 2 is lost; a staged manifest of version 2 of the
+    row's size is there, but not the one the row's claim recorded (a writer's that
+    lost, or one planted). sync reports the version lost, and copies nothing."""
+    from s3ddb.external_store.identity import CLAIM_ATTRIBUTE
+    from s3ddb.io import ObjectStore
+    from s3ddb.maintenance.repair import sync
+
+    so = aws.storage_options()
+    _ds, base = _three_versions(ddb_uri, so)
+    store = ObjectStore(ddb_uri, so)
+    row = s3ddb.dataset(ddb_uri, storage_options=so).handler.external.get(base, 2)
+    assert row is not None and row.extra.get(CLAIM_ATTRIBUTE)
+    store.put(f"{row.path}-{'ab' * 16}", b"\0" * row.size)
+    store.delete(row.path)
+    report = sync(ddb_uri, so, grace_seconds=3600)
+    assert report.restored == [] and report.failed, report
+    assert "version 2" in report.failed[0]
+    assert row.path not in {m.path for m in store.iter_list("_versions/")}
+
+
+def test_a_staged_row_is_finished_from_its_own_manifest_not_an_object_at_the_final_name(
+    aws: Any, ddb_uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Version 2's writer died after its claim; an object of the row's size sits at
+    the final name. The next writer finishes version 2 before claiming 3: from the
+    staged manifest the row committed (verified, copied over that name), never by
+    repointing the row to whatever is there."""
+    from s3ddb.commit import external_versions
+    from s3ddb.external_store.identity import final_path_of
+    from s3ddb.io import ObjectStore
+
+    so = aws.storage_options()
+    s3ddb.write_dataset(_ids(1, 2, 3), ddb_uri, storage_options=so)
+    finalizer.drain()
+    _crash_after_claim(aws, ddb_uri, 777)
+    base = parse_uri(ddb_uri).base_uri
+    row = s3ddb.dataset(ddb_uri, 1, storage_options=so).handler.external.get(base, 2)
+    assert row is not None and row.is_staged
+    store = ObjectStore(ddb_uri, so)
+    staged = store.get(row.path)
+    store.put(final_path_of(row.path), b"\0" * row.size)
+    monkeypatch.setattr(external_versions, "_ABANDONED_AFTER_MS", 0)
+    s3ddb.write_dataset(_ids(888), ddb_uri, mode="append", storage_options=so)
+    finalizer.drain()
+    assert store.get(final_path_of(row.path)) == staged
+    version_2 = s3ddb.dataset(ddb_uri, 2, storage_options=so).to_table()
+    assert sorted(version_2["id"].to_pylist()) == [1, 2, 3, 777]
+
+
+@pytest.mark.parametrize("verb", ["sync", "cleanup"])
+def test_maintenance_through_another_table_is_refused(aws: Any, ddb_uri: str, verb: str) -> None:
+    """Through a URI naming another DynamoDB table (no row of the dataset), the
+    staged manifest of a version committed through the dataset's own table would
+    look unreferenced and go: refused, as writers are, and nothing deleted."""
+    import datetime as dt
+    import uuid
+
+    from s3ddb.errors import CommitMechanismError
+    from s3ddb.io import ObjectStore
+    from s3ddb.maintenance.repair import sync
+
+    so = aws.storage_options()
+    s3ddb.write_dataset(_ids(1, 2, 3), ddb_uri, storage_options=so)
+    finalizer.drain()
+    _crash_after_claim(aws, ddb_uri, 777)
+    other = aws.create_table(f"other_{uuid.uuid4().hex[:8]}")
+    wrong = ddb_uri.replace(f"ddbTableName={TEST_TABLE}", f"ddbTableName={other}")
+    before = {m.path for m in ObjectStore(ddb_uri, so).iter_list("")}
+    with pytest.raises(CommitMechanismError, match=TEST_TABLE):
+        if verb == "sync":
+            sync(wrong, so, grace_seconds=0)
+        else:
+            s3ddb.dataset(wrong, storage_options=so).cleanup_old_versions(
+                older_than=dt.timedelta(0), delete_unverified=True
+            )
+    assert {m.path for m in ObjectStore(ddb_uri, so).iter_list("")} == before
+    version_2 = s3ddb.dataset(ddb_uri, storage_options=so).to_table()
+    assert sorted(version_2["id"].to_pylist()) == [1, 2, 3, 777]
