@@ -752,11 +752,12 @@ def check_not_committed(
     handler: CommitHandler, base: Manifest | None, operation: Operation
 ) -> None:
     """For an operation built elsewhere (:meth:`s3ddb.Dataset.commit`): refuse one that
-    lists a file twice, or a file the read version's transaction or a version
-    committed since added. Committing an append again (a retry after an unknown
-    outcome whose first attempt landed) would list its data files twice: the new
-    version would read their rows twice, or not at all. The read version's
-    transaction and those since are read (usually one or two), never the fragments.
+    lists a file twice, or an append of a file the read version's transaction or a
+    version committed since added. Committing an append again (a retry after an
+    unknown outcome whose first attempt landed) would list its data files twice: the
+    new version would read their rows twice, or not at all. Other operations may list
+    files already committed (an overwrite keeping fragments). The read version's
+    transaction and those since are read, never the fragments.
 
     Raises:
         TransactionAlreadyCommittedError: naming the file and the version that added
@@ -767,15 +768,18 @@ def check_not_committed(
     twice = next((p for p, n in Counter(paths).items() if n > 1), None)
     if twice is not None:
         raise InvalidInputError(f"{operation.kind} lists {twice} twice")
-    if not paths or base is None:
+    if not isinstance(operation, Append) or not paths or base is None:
         return
     wanted = set(paths)
-    try:
-        locations = [handler.location_of(base.version), *handler.locations_since(base.version + 1)]
-    except VersionNotFoundError:
-        return  # the read version is gone (cleanup): the commit's own checks decide
-    for location in locations[: _CLEANUP_LOOKBACK + 1]:
-        transaction = load_transaction(handler, handler.load_manifest(location))
+    transactions: list[tuple[int, Transaction | None]] = [
+        (base.version, load_transaction(handler, base))
+    ]
+    since = handler.locations_since(base.version + 1)
+    transactions += [
+        (location.version, load_transaction(handler, handler.load_manifest(location)))
+        for location in since[:_CLEANUP_LOOKBACK]
+    ]
+    for version, transaction in transactions:
         if transaction is None:
             continue
         again = sorted(wanted & set(transaction.operation.written_paths()))
@@ -783,8 +787,8 @@ def check_not_committed(
             raise TransactionAlreadyCommittedError(
                 f"{operation.kind} of {handler.store.url}: {again[0]}"
                 f"{f' (and {len(again) - 1} more)' if len(again) > 1 else ''} is already "
-                f"committed: version {location.version} added it. Committing it again "
-                "would list it twice; nothing was committed"
+                f"committed: version {version} added it. Committing it again would "
+                "list it twice; nothing was committed"
             )
 
 

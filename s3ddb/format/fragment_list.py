@@ -340,9 +340,12 @@ class FragmentList(Sequence[FragmentMetadata]):
     module docstring). Compares equal to any sequence with equal fragments in the
     same order; pickles."""
 
-    __slots__ = ("_bases", "_flat", "_segments")
+    __slots__ = ("_apart", "_bases", "_flat", "_segments")
     _segments: tuple[Segment, ...]
     _flat: tuple[FragmentMetadata, ...] | None
+    #: Runs of segments (by position) whose fragments were found to share no data file
+    #: (see ``data_files_apart``): a list is immutable, and scans ask again and again.
+    _apart: set[tuple[int, ...]] | None
     #: Per segment, the base ids its fragments' files use (None: an encoded segment),
     #: computed once: a commit checks one list against its base paths several times.
     _bases: tuple[frozenset[int] | None, ...] | None
@@ -361,6 +364,7 @@ class FragmentList(Sequence[FragmentMetadata]):
         self._segments = segments
         self._flat: tuple[FragmentMetadata, ...] | None = None
         self._bases = None
+        self._apart = None
 
     @classmethod
     def _of(cls, segments: Iterable[Segment]) -> FragmentList:
@@ -403,16 +407,20 @@ class FragmentList(Sequence[FragmentMetadata]):
         ``chunk_may_match`` says hold no match (their files are never fetched)."""
         if chunk_may_match is None:
             return list(self)
-        kept = []
-        for s in self._segments:
+        kept, positions = [], []
+        for i, s in enumerate(self._segments):
             ref = s.stored_ref() if isinstance(s, EncodedFragments) else None
             if ref is None or chunk_may_match(ref):
                 kept.append(s)
+                positions.append(i)
         self._fetch(kept)
         out: list[FragmentMetadata] = []
         for s in kept:
             out.extend(s.decoded() if isinstance(s, EncodedFragments) else s)
-        data_files_apart(out, self._manifest_name())
+        run = tuple(positions)
+        if self._flat is None and run not in (self._apart or ()):
+            data_files_apart(out, self._manifest_name())  # (the whole list: in _all)
+            self._apart = (self._apart or set()) | {run}
         return out
 
     def select(self, ids: Collection[int]) -> dict[int, FragmentMetadata]:
@@ -553,6 +561,7 @@ class FragmentList(Sequence[FragmentMetadata]):
         self._segments = state
         self._flat = None
         self._bases = None
+        self._apart = None
 
     # --- lookups by id --------------------------------------------------------------------
 

@@ -332,6 +332,10 @@ def data_files_apart(fragments: Iterable[FragmentMetadata], where: str) -> None:
         StoredMetadataError: a file listed by two fragments, naming ``where`` (the
             manifest), the file and both fragments.
     """
+    fragments = list(fragments)
+    files = [(d.base_id, d.path) for f in fragments for d in f.files]
+    if len(set(files)) == len(files):
+        return  # the usual case, found without a dict of who holds what
     holder: dict[tuple[int | None, str], int] = {}
     for fragment in fragments:
         for data_file in fragment.files:

@@ -11,6 +11,7 @@ has to touch the index).
 from __future__ import annotations
 
 import bisect
+import functools
 import io
 import uuid as uuid_mod
 from collections.abc import Callable, Mapping, Sequence
@@ -248,6 +249,16 @@ def lookup(
     return out
 
 
+@functools.lru_cache(maxsize=64)
+def _as_stored(data_type: pa.DataType) -> pa.DataType:
+    """``data_type`` as a Parquet file written by pyarrow gives it back (``date64`` is
+    stored as ``date32``, ``timestamp[s]`` as ``timestamp[ms]``): an index file's keys
+    are of the column's type or of this one."""
+    buffer = io.BytesIO()
+    pq.write_table(pa.schema([pa.field(KEY, data_type)]).empty_table(), buffer)
+    return pq.read_schema(pa.BufferReader(buffer.getvalue())).field(KEY).type
+
+
 def index_file_name(store: ObjectStore, index: IndexMetadata) -> str:
     """``index``'s BTREE file, for messages."""
     path = index_file_path(index.uuid, BTREE_FILE)
@@ -326,7 +337,7 @@ def _read_groups(
                 f"{where}: holds columns {schema.names[:5]!r}, not ({KEY}, {FRAGMENT}, "
                 f"{OFFSET}) with uint32 ids and offsets"
             )
-        if schema.field(KEY).type != key_type:
+        if schema.field(KEY).type not in (key_type, _as_stored(key_type)):
             raise StoredMetadataError(
                 f"{where}: holds keys of type {schema.field(KEY).type}, its column is {key_type}"
             )

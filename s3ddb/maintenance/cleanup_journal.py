@@ -77,6 +77,11 @@ def read_journals(
     """
     listed = list(listed)
     modified = {m.path: m.modified for m in listed if m.modified is not None}
+    # The newest modification in each directory (an index's ``_indices/<uuid>``).
+    newest_in: dict[str, float] = {}
+    for path, when in modified.items():
+        directory = path.rsplit("/", 1)[0]
+        newest_in[directory] = max(when, newest_in.get(directory, when))
     out = Journal()
     for meta in listed:
         if not meta.path.startswith(f"{JOURNAL_DIR}/") or not meta.path.endswith(".json"):
@@ -99,17 +104,26 @@ def read_journals(
             if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
                 raise StoredMetadataError(f"{where}: {key} is not a list of paths")
             checked = [check_relative_path(p, store.url) for p in paths]
-            into.update(p for p in checked if not _newer(p, key, meta.modified, modified))
+            into.update(
+                p for p in checked if not _newer(p, key, meta.modified, modified, newest_in)
+            )
         out.notes.append(meta.path)
     return out
 
 
-def _newer(path: str, key: str, note_time: float | None, modified: Mapping[str, float]) -> bool:
+def _newer(
+    path: str,
+    key: str,
+    note_time: float | None,
+    modified: Mapping[str, float],
+    newest_in: Mapping[str, float],
+) -> bool:
     """Whether ``path`` (listed under ``key`` in a note written at ``note_time``) was
-    modified after the note: an index directory when any object in it was."""
+    modified after the note: an index directory when any object directly in it was
+    (``newest_in``: the newest modification per directory; an index's files lie
+    directly in it)."""
     if note_time is None:
         return False
     if key == "index_dirs":
-        prefix = path.rstrip("/") + "/"
-        return any(t > note_time for p, t in modified.items() if p.startswith(prefix))
+        return newest_in.get(path.rstrip("/"), note_time) > note_time
     return modified.get(path, note_time) > note_time

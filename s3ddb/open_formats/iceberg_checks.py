@@ -37,6 +37,9 @@ from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
 from s3ddb.errors import (
     ManifestCorruptError,
     OpenFormatError,
@@ -528,12 +531,11 @@ def check_delete_files(store: ObjectStore, files: Iterable[DeleteFile]) -> None:
     reference, and its delete file with it, so a delete file rewritten with the same
     length (other positions, which every Iceberg reader of the new version would
     delete instead of s3ddb's) passes every check of the manifest, its name and its
-    size. Bytes, not decoded positions: a reader may also use a Parquet file's
-    statistics, dictionary or page index to skip what it holds. (A pyarrow that
-    writes other bytes for the same positions makes the next cold writer publish
-    afresh, once, which writes them again.)
+    size. Its bytes, or, written by another pyarrow (whose footer names itself), its
+    schema, rows and row groups' statistics, which a reader may use to skip what a
+    file holds.
 
-    Each file is read once, bounded by the length of its rendering, beside the
+    Each file is read once, bounded by the size its manifest records, beside the
     rendering's read of s3ddb's deletion file (side by side on S3, in waves of
     :data:`_DELETE_FILES_WAVE`); in the order given, the first problem is raised.
 
@@ -573,20 +575,53 @@ def _check_delete_file(store: ObjectStore, file: DeleteFile) -> None:
         raise c.fail(
             f"cannot be checked: its data file's deleted rows cannot be read ({exc})"
         ) from None
-    if len(expected) != file.recorded_size:
+    if file.recorded_size > 4 * len(expected) + (1 << 20):
         raise c.fail(
-            f"its manifest records {file.recorded_size} bytes; the positional deletes "
-            f"s3ddb writes for it have {len(expected)}"
+            f"its manifest records {file.recorded_size} bytes, far more than the "
+            f"positional deletes s3ddb writes for it ({len(expected)})"
         )
     try:
-        stored, size = store.get_bounded(file.path, len(expected))
+        stored, size = store.get_bounded(file.path, file.recorded_size)
     except FileNotFoundError:
         raise c.fail("missing (a delete manifest lists it)") from None
-    if size != len(expected) or stored != expected:
+    if size != file.recorded_size or (stored != expected and not _same_deletes(stored, expected)):
         raise c.fail(
             "not the positional deletes s3ddb writes for its data file's deleted rows "
             "(its bytes were changed)"
         )
+
+
+def _same_deletes(stored: bytes, expected: bytes) -> bool:
+    """Whether ``stored`` holds what ``expected`` (s3ddb's rendering) does, though not
+    byte for byte (another pyarrow wrote it, whose footer names itself): the same
+    schema (field ids included), rows, and row groups with the same statistics, which
+    a reader may use to skip what a file holds."""
+    try:
+        ours, theirs = (pq.ParquetFile(pa.BufferReader(b)) for b in (expected, stored))
+        if ours.schema_arrow != theirs.schema_arrow or not ours.schema_arrow.equals(
+            theirs.schema_arrow, check_metadata=True
+        ):
+            return False
+        mine, found = ours.metadata, theirs.metadata
+        if (mine.num_rows, mine.num_row_groups, mine.num_columns) != (
+            found.num_rows,
+            found.num_row_groups,
+            found.num_columns,
+        ):
+            return False
+        for g in range(mine.num_row_groups):
+            for col in range(mine.num_columns):
+                a, b = mine.row_group(g).column(col), found.row_group(g).column(col)
+                stats = (a.statistics, b.statistics)
+                if (a.num_values, a.path_in_schema) != (b.num_values, b.path_in_schema):
+                    return False
+                if (stats[0] is None) != (stats[1] is None) or (
+                    stats[0] is not None and not stats[0].equals(stats[1])
+                ):
+                    return False
+        return bool(ours.read().equals(theirs.read()))
+    except (pa.ArrowException, OSError, ValueError):
+        return False
 
 
 def manifest_header(stored: bytes, path: str) -> dict[str, bytes]:

@@ -14,7 +14,7 @@ import s3ddb.fragment
 from s3ddb.commit.committer import commit_transaction
 from s3ddb.errors import CommitConflictError, InvalidInputError, TransactionAlreadyCommittedError
 from s3ddb.format import layout
-from s3ddb.operations import Append, Transaction
+from s3ddb.operations import Append, Overwrite, Transaction
 
 
 def _ids(start: int, n: int) -> pa.Table:
@@ -67,3 +67,15 @@ def test_a_failed_commit_keeps_the_files_a_later_version_added(tmp_path: Path) -
         *range(10, 15),
         *range(100, 103),
     ]
+
+
+def test_an_overwrite_keeping_fragments_the_read_version_added_commits(tmp_path: Path) -> None:
+    """An overwrite lists what the new version keeps, files already committed among
+    them (dropping a fragment, as pylance's Overwrite does): not a retry."""
+    uri = str(tmp_path / "ds")
+    s3ddb.write_dataset(_ids(0, 5), uri)
+    ds = s3ddb.write_dataset(_ids(10, 6), uri, mode="append", max_rows_per_file=3)  # version 2
+    kept = list(ds.manifest.fragments)[-1:]  # ids 13-15, added by version 2
+    done = s3ddb.Dataset.commit(uri, Overwrite(tuple(kept), ds.manifest.schema), read_version=2)
+    assert done.version == 3
+    assert sorted(done.to_table()["id"].to_pylist()) == [13, 14, 15]

@@ -642,3 +642,31 @@ def test_verify_names_a_listed_snapshot_that_cannot_be_read_and_files_not_the_ve
     assert "snap-2.avro is missing" in problems[version_files(4)[0]], problems
     assert other in problems[f"metadata/{manifest.name}"], problems
     assert set(problems) == {version_files(4)[0], f"metadata/{manifest.name}"}, problems
+
+
+def test_a_delete_file_another_pyarrow_wrote_is_taken_as_it_is(tmp_path: Path) -> None:
+    """A positional delete file whose footer names another pyarrow (its only change:
+    pyarrow writes its own version there) holds what s3ddb writes: verify is clean
+    and a cold writer builds on the state instead of publishing afresh."""
+    from s3ddb.maintenance.verify import verify
+
+    ds = _chunked(tmp_path, 8)
+    ds.delete("id = 11")
+    ds.insert(_table(500, 1))
+    mine = f"parquet-cpp-arrow version {pa.__version__}".encode()
+    other = b"parquet-cpp-arrow version " + b"9" * (len(mine) - len(b"parquet-cpp-arrow version "))
+    patched = 0
+    for path in Path(ds.uri, "metadata").rglob("*.parquet"):
+        raw = path.read_bytes()
+        if mine in raw:
+            path.write_bytes(raw.replace(mine, other))
+            patched += 1
+    assert patched
+    assert verify(ds.uri, grace_seconds=0).healthy
+    forget_states()  # a cold process
+    ds = s3ddb.dataset(ds.uri)
+    version = ds.version
+    IcebergWriter().load_state(ObjectStore(ds.uri), _expected(ds, version))  # not refused
+    ds.insert(_table(600, 1))
+    table = StaticTable.from_metadata(str(_metadata(ds, ds.version)))
+    assert rows_of(table.scan().to_arrow()) == rows_of(ds.to_table())

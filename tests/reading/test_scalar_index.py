@@ -610,3 +610,26 @@ def test_auto_cleanup_is_refused_typed(target: Target) -> None:
         ds.optimize.enable_auto_cleanup(None)
     with pytest.raises(UnsupportedOperationError, match="cleanup_old_versions"):
         ds.optimize.disable_auto_cleanup()
+
+
+@pytest.mark.parametrize(
+    "data_type",
+    [pa.date64(), pa.timestamp("s"), pa.timestamp("ms", tz="Europe/Paris"), pa.large_string()],
+    ids=str,
+)
+def test_an_index_of_a_type_parquet_stores_otherwise_is_used(tmp_path: Any, data_type: Any) -> None:
+    """Parquet gives ``date64`` back as ``date32`` and ``timestamp[s]`` as
+    ``timestamp[ms]``: the index file's keys are then of that type, and still read."""
+
+    if pa.types.is_string(data_type) or pa.types.is_large_string(data_type):
+        values = pa.array([f"k{i:02d}" for i in range(20)], data_type)
+        wanted = "k07"
+    else:
+        start = dt.datetime(2026, 1, 1)
+        values = pa.array([start + dt.timedelta(days=i) for i in range(20)]).cast(data_type)
+        wanted = values[7].as_py()
+    uri = str(tmp_path / "ds")
+    ds = s3ddb.write_dataset(pa.table({"k": values, "i": range(20)}), uri, max_rows_per_file=10)
+    ds.create_scalar_index("k")
+    got = s3ddb.dataset(uri).to_table(filter=pc.field("k") == pa.scalar(wanted, data_type))
+    assert got["i"].to_pylist() == [7]
