@@ -18,8 +18,8 @@ __all__ = ["drop_stale_coverage", "file_holding"]
 
 
 def file_holding(fragment: FragmentMetadata, field_id: int) -> str | None:
-    """The data file of ``fragment`` that holds ``field_id``'s column (the last one
-    listing it: a later file replaces an earlier one's column), or None."""
+    """The data file of ``fragment`` that holds ``field_id``'s column, or None. (At
+    most one does: a decoded fragment whose files share a field is refused.)"""
     holder = None
     for data_file in fragment.files:
         if field_id in data_file.fields:

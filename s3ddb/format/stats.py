@@ -239,7 +239,7 @@ def trusted_columns(fragment: FragmentMetadata) -> dict[int, ColumnStatistics]:
     that holds the field now), by field id."""
     if not fragment.stats:
         return {}
-    holder: dict[int, str] = {}  # field id -> path of the file holding it (the last one)
+    holder: dict[int, str] = {}  # field id -> path of the one file holding it
     for d in fragment.files:
         for field_id in d.fields:
             if field_id >= 0:

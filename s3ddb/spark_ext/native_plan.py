@@ -10,8 +10,9 @@ Fragments are grouped by *shape*: the files that serve the requested columns (on
 *slot* per file, in the fragment's file order) and, per slot, each column's name and
 type inside that file (its *layout*). Columns are found in a file by field id, so a
 file written before a rename still reads; a column no file of a fragment holds reads
-as nulls; when two files of a fragment hold the same field, the later one wins (as
-the Python reader does).
+as nulls. No two files of a fragment hold the same field (a column rewritten into a
+new file leaves a tombstone in the old one; a manifest saying otherwise is refused
+when its fragments are decoded).
 """
 
 from __future__ import annotations
