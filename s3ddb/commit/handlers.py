@@ -20,6 +20,7 @@ asked of the handlers (:meth:`CommitHandler.group_kind`,
 from __future__ import annotations
 
 import abc
+import itertools
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ from s3ddb.errors import (
     DatasetRecreatedError,
     ManifestCorruptError,
     RetryableCommitConflictError,
+    StoredMetadataError,
     VersionNotFoundError,
 )
 from s3ddb.format import layout
@@ -435,6 +437,13 @@ class ListingCommitHandler(CommitHandler):
     """Versions found by listing ``_versions/`` (final manifest names only)."""
 
     def _listed(self) -> list[ManifestLocation]:
+        """Every final manifest listed, by version.
+
+        Raises:
+            StoredMetadataError: two files name one version (one under each naming
+                scheme): one is planted or left over, and which one the version is
+                cannot be told from names.
+        """
         out = []
         for meta in self.store.iter_list(f"{layout.VERSIONS_DIR}/"):
             name = meta.path.rsplit("/", 1)[-1]
@@ -442,6 +451,13 @@ class ListingCommitHandler(CommitHandler):
             if parsed is not None:
                 out.append(ManifestLocation(parsed[0], meta.path, parsed[1], meta.size))
         out.sort(key=lambda loc: loc.version)
+        for before, after in itertools.pairwise(out):
+            if before.version == after.version:
+                raise StoredMetadataError(
+                    f"{self.store.url}: version {before.version} has two manifests, "
+                    f"{before.path} and {after.path} (a dataset names its versions one "
+                    "way): remove the one that is not its own"
+                )
         return out
 
     def latest_location(self, *, finalize: bool = True) -> ManifestLocation | None:
