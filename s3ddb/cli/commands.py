@@ -533,8 +533,12 @@ def _version_changes(ds: s3ddb.Dataset, version: int) -> tuple[int | None, int |
     added = sum(current[i].num_rows for i in new)
     removed = sum(previous[i].num_rows for i in gone)
     for i in changed:
+        # Rows a fragment lost were deleted; rows it gained came back (a restore of a
+        # version before a delete gives the fragment its old deletions again).
         if previous[i].num_rows > current[i].num_rows:
             removed += previous[i].num_rows - current[i].num_rows
+        else:
+            added += current[i].num_rows - previous[i].num_rows
     return added, removed, writer
 
 

@@ -160,3 +160,17 @@ def test_publishing_a_dataset_that_publishes_nothing_says_how_to_start(
     s3ddb.dataset(uri).enable_open_formats("delta")
     code, out, _ = run(capsys, "open-formats", uri, "--publish")
     assert code == 0 and "publishes delta" in out
+
+
+def test_history_counts_the_rows_a_restore_brings_back(tmp_path: Path, capsys: Any) -> None:
+    """A restore of the version before a delete gives its fragment its rows back: they
+    count as added (the fragment's row count grew)."""
+    uri = str(tmp_path / "ds")
+    ds = s3ddb.write_dataset(_rows(0, 3), uri)
+    ds.delete("id = 1")
+    ds.checkout_version(1).restore()
+    code, out, _ = run(capsys, "history", uri, "--json")
+    assert code == 0
+    entries = {e["version"]: e for e in json.loads(out)}
+    assert (entries[2]["rows_added"], entries[2]["rows_removed"]) == (0, 1)
+    assert (entries[3]["rows_added"], entries[3]["rows_removed"]) == (1, 0)
