@@ -718,9 +718,23 @@ def _discard_superseded(
     delete_written_files(handler.store, superseded, on_failure=warn)
 
 
-#: Versions committed since a failed commit's read version whose transactions its
-#: cleanup reads (to keep the files they added); past it, nothing claimed is deleted.
-_CLEANUP_LOOKBACK = 100
+#: Versions committed since a read version whose transactions are read: by a failed
+#: commit's cleanup (to keep the files they added; past it, nothing claimed is
+#: deleted) and by the check of an append built elsewhere (the first ones only).
+_LOOKBACK = 100
+
+
+def _transactions_of(
+    handler: CommitHandler, locations: list[ManifestLocation]
+) -> list[tuple[int, Transaction | None]]:
+    """(version, its transaction: None if its file is gone) of each of ``locations``.
+
+    Raises:
+        What loading a manifest or a transaction raises.
+    """
+    return [
+        (loc.version, load_transaction(handler, handler.load_manifest(loc))) for loc in locations
+    ]
 
 
 def _added_since(handler: CommitHandler, base: Manifest | None) -> set[str] | None:
@@ -734,11 +748,10 @@ def _added_since(handler: CommitHandler, base: Manifest | None) -> set[str] | No
     """
     try:
         since = handler.locations_since((base.version if base is not None else 0) + 1)
-        if len(since) > _CLEANUP_LOOKBACK:
+        if len(since) > _LOOKBACK:
             return None
         added: set[str] = set()
-        for location in since:
-            transaction = load_transaction(handler, handler.load_manifest(location))
+        for _version, transaction in _transactions_of(handler, since):
             if transaction is None:
                 return None
             added.update(transaction.operation.written_paths())
@@ -771,15 +784,9 @@ def check_not_committed(
     if not isinstance(operation, Append) or not paths or base is None:
         return
     wanted = set(paths)
-    transactions: list[tuple[int, Transaction | None]] = [
-        (base.version, load_transaction(handler, base))
-    ]
-    since = handler.locations_since(base.version + 1)
-    transactions += [
-        (location.version, load_transaction(handler, handler.load_manifest(location)))
-        for location in since[:_CLEANUP_LOOKBACK]
-    ]
-    for version, transaction in transactions:
+    since = handler.locations_since(base.version + 1)[:_LOOKBACK]
+    read = (base.version, load_transaction(handler, base))
+    for version, transaction in [read, *_transactions_of(handler, since)]:
         if transaction is None:
             continue
         again = sorted(wanted & set(transaction.operation.written_paths()))

@@ -47,7 +47,7 @@ from s3ddb.scan import read_rows_at
 
 __all__ = [
     "IndexedScan",
-    "check_index_keys",
+    "KeyLookup",
     "lookup_keys",
     "plan_indexed_scan",
     "usable_index",
@@ -196,12 +196,38 @@ def _rows_of(manifest: Manifest) -> Callable[[set[int]], dict[int, int]]:
     return rows_of
 
 
+@dataclass(frozen=True)
+class KeyLookup:
+    """For merge_insert: what an index of its key column gave for the source's keys.
+
+    Attributes:
+        covered: the fragments the index covers (ids no longer listed are harmless:
+            callers test listed fragments).
+        offsets: per covered fragment, the row offsets holding one of the keys.
+    """
+
+    covered: frozenset[int]
+    offsets: dict[int, np.ndarray]
+    column: str
+    key_predicate: pc.Expression
+    where: str
+
+    def check(self, read: pa.ChunkedArray | pa.Array, fragment: int) -> None:
+        """Check that the key values ``read`` at :attr:`offsets` of ``fragment`` are
+        the source's keys (the index points no key at another row).
+
+        Raises:
+            StoredMetadataError: one is not.
+        """
+        check_keys_at(read, self.key_predicate, self.column, self.where, fragment)
+
+
 def lookup_keys(
     store: ObjectStore, manifest: Manifest, column: str, keys: pa.ChunkedArray | pa.Array
-) -> tuple[frozenset[int], dict[int, np.ndarray]] | None:
+) -> KeyLookup | None:
     """For merge_insert: the fragments an index of ``column`` covers, and in them the
     row offsets holding one of ``keys``; None if no index of ``column`` applies. The
-    caller checks the rows it reads there hold those keys (:func:`check_index_keys`)."""
+    caller checks the rows it reads there hold those keys (:meth:`KeyLookup.check`)."""
     field_id = manifest.schema.field_id(column)
     index = next(
         (i for i in manifest.indices if is_btree(i) and i.fields == (field_id,) and i.fragment_ids),
@@ -211,30 +237,8 @@ def lookup_keys(
         return None
     values = pa.chunked_array([keys]) if isinstance(keys, pa.Array) else keys
     values = pc.drop_null(values).combine_chunks()
-    # Ids of fragments no longer listed are harmless: callers test listed fragments.
-    covered = index.fragment_ids
     wanted = KeySet(tuple(sorted(set(values.to_pylist()))))
     exact = pc.is_in(pc.field(column), value_set=values)
     key_type = manifest.schema.arrow.field(column).type
-    return covered, lookup(store, index, [wanted], exact, column, _rows_of(manifest), key_type)
-
-
-def check_index_keys(
-    store: ObjectStore,
-    manifest: Manifest,
-    column: str,
-    keys: pa.ChunkedArray | pa.Array,
-    read: pa.ChunkedArray | pa.Array,
-    fragment: int,
-) -> None:
-    """For merge_insert: check that the ``column`` values ``read`` at the offsets
-    :func:`lookup_keys` gave for ``fragment`` are among ``keys``.
-
-    Raises:
-        StoredMetadataError: one is not (the index file points keys at other rows).
-    """
-    field_id = manifest.schema.field_id(column)
-    index = next(i for i in manifest.indices if is_btree(i) and i.fields == (field_id,))
-    values = pa.chunked_array([keys]) if isinstance(keys, pa.Array) else keys
-    exact = pc.is_in(pc.field(column), value_set=pc.drop_null(values).combine_chunks())
-    check_keys_at(read, exact, column, index_file_name(store, index), fragment)
+    offsets = lookup(store, index, [wanted], exact, column, _rows_of(manifest), key_type)
+    return KeyLookup(index.fragment_ids, offsets, column, exact, index_file_name(store, index))

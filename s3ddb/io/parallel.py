@@ -12,14 +12,14 @@ dataset, and bounded.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any, TypeVar
 
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.per_process import PerProcess
 
-__all__ = ["PendingWrites", "process_pool", "run_beside", "run_here"]
+__all__ = ["PendingWrites", "process_pool", "run_all_beside", "run_beside", "run_here"]
 
 T = TypeVar("T")
 
@@ -53,6 +53,21 @@ def run_beside(store: ObjectStore, fn: Callable[[], T]) -> Future[T]:
         except RuntimeError:  # the interpreter is shutting down: no new threads
             pass
     return run_here(fn)
+
+
+def run_all_beside(store: ObjectStore, calls: Iterable[Callable[[], object]]) -> None:
+    """Run every one of ``calls`` as :func:`run_beside` does, wait for all of them,
+    then raise the first failure in the order given (none is left running).
+
+    Raises:
+        The first call's exception, in order.
+    """
+    futures = [run_beside(store, call) for call in calls]
+    wait(futures)
+    for future in futures:
+        exc = future.exception()
+        if exc is not None:
+            raise exc
 
 
 def run_here(fn: Callable[..., T], *args: Any, **kwargs: Any) -> Future[T]:

@@ -139,16 +139,14 @@ def _check_mechanism(
             dataset and its newest manifest cannot be read to tell.
     """
     finals = sorted(
-        (parsed[0], path)
+        (parsed[0], path, parsed[1])
         for path in objects
         if (parsed := parse_manifest_name(path.rsplit("/", 1)[-1])) is not None
     )
     if not finals:
         return
-    version, path = finals[-1]
-    naming = parse_manifest_name(path.rsplit("/", 1)[-1])
-    assert naming is not None
-    location = ManifestLocation(version, path, naming[1], objects[path].size)
+    version, path, naming = finals[-1]
+    location = ManifestLocation(version, path, naming, objects[path].size)
     try:
         newest = handler.load_manifest(location)
     except S3DDBError:

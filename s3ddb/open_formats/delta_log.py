@@ -43,13 +43,12 @@ import json
 import logging
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 from urllib.parse import unquote
 
 from s3ddb.errors import ManifestCorruptError, OpenFormatError, PublishedStateError, S3DDBError
 from s3ddb.io.object_store import ObjectMeta, ObjectStore
-from s3ddb.io.parallel import run_beside
+from s3ddb.io.parallel import run_all_beside
 from s3ddb.open_formats.deletion_vectors import (
     DV_PREFIX,
     dv_file_bytes,
@@ -443,19 +442,13 @@ def _check_dv_contents(
     """
     with_dv = [path for path, add in adds.items() if add.deletion_vector is not None]
     for start in range(0, len(with_dv), _DV_WAVE):
-        wave = with_dv[start : start + _DV_WAVE]
-        reads: list[Future[None]] = [
-            run_beside(
-                store,
-                functools.partial(_check_dv_content, store, want[path], found[path][1], deleted),
-            )
-            for path in wave
-        ]
-        wait(reads)
-        for read in reads:
-            error = read.exception()
-            if error is not None:
-                raise error
+        run_all_beside(
+            store,
+            (
+                functools.partial(_check_dv_content, store, want[path], found[path][1], deleted)
+                for path in with_dv[start : start + _DV_WAVE]
+            ),
+        )
 
 
 def _check_dv_content(

@@ -48,7 +48,7 @@ from s3ddb.errors import (
 )
 from s3ddb.format.chunks import MAX_CHUNK_FRAGMENTS, MAX_CHUNKS
 from s3ddb.io.object_store import ObjectStore
-from s3ddb.io.parallel import run_beside
+from s3ddb.io.parallel import run_all_beside, run_beside
 from s3ddb.open_formats.avro import decode_container, stream_container
 from s3ddb.open_formats.iceberg_schema import checked_struct, mapping_names
 from s3ddb.open_formats.iceberg_state import (
@@ -475,15 +475,11 @@ def check_manifests(
         waves[-1].append(m)
         held += m.length
     for wave in waves:
-        reads: list[Future[None]] = [
-            run_beside(store, functools.partial(_check_manifest, store, c, m, expected_bytes))
-            for m in wave
-        ]
-        wait(reads)
-        for read in reads:  # the first problem in the manifest list's order
-            error = read.exception()
-            if error is not None:
-                raise error
+        # The first problem in the manifest list's order is raised.
+        run_all_beside(
+            store,
+            (functools.partial(_check_manifest, store, c, m, expected_bytes) for m in wave),
+        )
         if checked is not None:
             checked.update(m.path for m in wave)
 
@@ -555,14 +551,7 @@ def check_delete_files(store: ObjectStore, files: Iterable[DeleteFile]) -> None:
 
 
 def _check_wave(store: ObjectStore, wave: list[DeleteFile]) -> None:
-    reads: list[Future[None]] = [
-        run_beside(store, functools.partial(_check_delete_file, store, f)) for f in wave
-    ]
-    wait(reads)
-    for read in reads:
-        error = read.exception()
-        if error is not None:
-            raise error
+    run_all_beside(store, (functools.partial(_check_delete_file, store, f) for f in wave))
 
 
 def _check_delete_file(store: ObjectStore, file: DeleteFile) -> None:

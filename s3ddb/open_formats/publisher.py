@@ -33,7 +33,6 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Future, wait
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -48,7 +47,7 @@ from s3ddb.format.fragment_metadata import FragmentMetadata
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.schema import DatasetSchema
 from s3ddb.io.object_store import ObjectStore
-from s3ddb.io.parallel import run_beside
+from s3ddb.io.parallel import run_all_beside
 from s3ddb.io.per_process import PerProcess
 from s3ddb.observe import telemetry
 from s3ddb.open_formats.cast_hints import describe_casts, publishable_casts
@@ -568,14 +567,10 @@ def forget_states() -> None:
 
 
 def _write(store: ObjectStore, publication: Publication) -> None:
-    futures: list[Future[None]] = []
-    for path, data in publication.content:
-        futures.append(run_beside(store, lambda p=path, d=data: store.put(p, d)))  # type: ignore[misc]
-    wait(futures)
-    for future in futures:
-        exc = future.exception()
-        if exc is not None:
-            raise exc
+    run_all_beside(
+        store,
+        (functools.partial(store.put, path, data) for path, data in publication.content),
+    )
     for path, data in publication.then:
         store.put(path, data)
 

@@ -38,7 +38,7 @@ from s3ddb.format.manifest import Manifest
 from s3ddb.format.row_lineage import RowLineage
 from s3ddb.format.schema import conform
 from s3ddb.format.stats import exact_bound_type
-from s3ddb.index.query import check_index_keys, lookup_keys
+from s3ddb.index.query import lookup_keys
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.parallel import PendingWrites
 from s3ddb.io.written_files import FileTracker
@@ -449,16 +449,14 @@ def _scan_target(
     pruner = _key_pruner(source_keys, schema.arrow) if source_keys is not None else None
 
     def scan(fragment: FragmentMetadata) -> tuple[FragmentMetadata, BitMap, pa.Table]:
-        if indexed is not None and fragment.id in indexed[0]:
+        if indexed is not None and fragment.id in indexed.covered:
             deleted = read_deleted_rows(sources, fragment)
-            hits = BitMap(indexed[1].get(fragment.id, np.empty(0, np.int64)).tolist())
+            hits = BitMap(indexed.offsets.get(fragment.id, np.empty(0, np.int64)).tolist())
             positions = np.fromiter(hits - deleted, dtype=np.int64, count=len(hits - deleted))
             table, _groups = read_rows_at(sources, fragment, schema, columns, positions)
             # A row the index gives that does not hold a source key: the index lies
             # (and the row holding that key was not read: it would be inserted twice).
-            check_index_keys(
-                store, manifest, keys[0], source.column(keys[0]), table.column(keys[0]), fragment.id
-            )
+            indexed.check(table.column(keys[0]), fragment.id)
         else:
             plan = plan_fragment(sources, fragment, schema, pruner)
             if plan is None:

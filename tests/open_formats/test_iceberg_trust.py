@@ -220,13 +220,27 @@ def _listed_manifests(ds: s3ddb.Dataset, version: int) -> list[str]:
     return [r["manifest_path"] for r in listed.records]
 
 
+def _named_by_verify_and_refused(
+    ds: s3ddb.Dataset, version: int, relative: str, verify_says: str, refusal: str
+) -> None:
+    """``verify`` names the file at ``relative`` as damaged (saying ``verify_says``),
+    and a cold writer's load of ``version``'s state refuses it (``refusal``)."""
+    from s3ddb.maintenance.verify import verify
+
+    report = verify(ds.uri, grace_seconds=0)
+    found = {p.path: p.meaning for p in report.problems if p.kind == "damaged_open_format_state"}
+    assert verify_says in found.get(relative, ""), found
+    with pytest.raises(PublishedStateError, match=refusal) as caught:
+        IcebergWriter().load_state(ObjectStore(ds.uri), _expected(ds, version))
+    assert caught.value.path == relative
+
+
 def test_a_manifest_rewritten_with_the_same_length_is_not_reused(tmp_path: Path) -> None:
     """A chunk's manifest rewritten with one data file path swapped for a planted file
     outside the dataset, of the same length (so its size, which is all a HEAD shows,
     is unchanged): a cold writer refuses the state, names the manifest, and publishes
     the next version afresh, which neither lists the manifest nor reads the planted
     rows."""
-    from s3ddb.maintenance.verify import verify
 
     ds = _chunked(tmp_path, 7)
     version, root = ds.version, Path(ds.uri)
@@ -253,12 +267,9 @@ def test_a_manifest_rewritten_with_the_same_length_is_not_reused(tmp_path: Path)
     manifest.write_bytes(tampered)
     relative = f"metadata/{manifest.name}"
 
-    report = verify(ds.uri, grace_seconds=0)
-    found = {p.path: p.meaning for p in report.problems if p.kind == "damaged_open_format_state"}
-    assert "outside the table" in found.get(relative, ""), found
-    with pytest.raises(PublishedStateError, match="not the manifest s3ddb writes") as caught:
-        IcebergWriter().load_state(ObjectStore(ds.uri), _expected(ds, version))
-    assert caught.value.path == relative
+    _named_by_verify_and_refused(
+        ds, version, relative, "outside the table", "not the manifest s3ddb writes"
+    )
 
     forget_states()  # a cold process
     ds = s3ddb.dataset(ds.uri)
@@ -325,12 +336,13 @@ def test_a_delete_file_rewritten_with_the_same_length_is_not_reused(tmp_path: Pa
     deletes.write_bytes(tampered)
     relative = f"metadata/deletes/{deletes.name}"
 
-    report = verify(ds.uri, grace_seconds=0)
-    found = {p.path: p.meaning for p in report.problems if p.kind == "damaged_open_format_state"}
-    assert "not the positional deletes s3ddb writes" in found.get(relative, ""), found
-    with pytest.raises(PublishedStateError, match="not the positional deletes") as caught:
-        IcebergWriter().load_state(ObjectStore(ds.uri), _expected(ds, version))
-    assert caught.value.path == relative
+    _named_by_verify_and_refused(
+        ds,
+        version,
+        relative,
+        "not the positional deletes s3ddb writes",
+        "not the positional deletes",
+    )
 
     forget_states()  # a cold process
     ds = s3ddb.dataset(ds.uri)
