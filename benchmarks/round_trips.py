@@ -76,6 +76,15 @@ def settle() -> None:
     drain(flush=True)
 
 
+def forget_manifests() -> None:
+    """Empty the process's manifest cache. Guarded: the module is internal."""
+    try:
+        from s3ddb.commit.manifest_cache import MANIFESTS
+    except ImportError:
+        return
+    MANIFESTS.clear()
+
+
 def calls(data: Datasets) -> dict[str, tuple[Callable[[Options], str], Call]]:
     """name: (set-up returning the dataset's URI, the call)."""
 
@@ -108,6 +117,27 @@ def calls(data: Datasets) -> dict[str, tuple[Callable[[Options], str], Call]]:
     def tag(uri: str, so: Options) -> None:
         opened(uri, so).tags.create(f"t{uuid.uuid4().hex[:6]}", 1)
 
+    # Dataset.commit of an append computed at version 3 (as a Spark job's commit is),
+    # after other writers committed 20 versions: it reads their transactions to
+    # refuse committing the same files twice. The manifest cache is emptied, as in
+    # the fresh Python worker where Spark runs a commit.
+    fragments: dict[str, list[s3ddb.FragmentMetadata]] = {}
+
+    def behind(so: Options) -> str:
+        uri = data.fresh(so)
+        fragments[uri] = s3ddb.fragment.write_fragments(
+            rows(data.new_id()), uri, storage_options=so
+        )
+        for _ in range(20):
+            s3ddb.write_dataset(rows(data.new_id()), uri, mode="append", storage_options=so)
+        settle()
+        forget_manifests()
+        return uri
+
+    def commit_behind(uri: str, so: Options) -> object:
+        operation = s3ddb.LanceOperation.Append(fragments.pop(uri))
+        return s3ddb.Dataset.commit(uri, operation, read_version=3, storage_options=so)
+
     return {
         "write_dataset (create)": (new, create),
         "write_dataset (append)": (fresh, append),
@@ -122,14 +152,17 @@ def calls(data: Datasets) -> dict[str, tuple[Callable[[Options], str], Call]]:
         "open + add_columns": (fresh, lambda u, so: opened(u, so).add_columns({"x": "id * 2"})),
         "open + tags.create": (fresh, tag),
         "open + compact_files": (fresh, lambda u, so: opened(u, so).optimize.compact_files()),
+        "commit, 20 versions behind": (behind, commit_behind),
     }
 
 
 def measure(
-    aws: LocalAWS, data: Datasets, direct: Options, linked: Options, runs: int
+    aws: LocalAWS, data: Datasets, direct: Options, linked: Options, runs: int, only: str
 ) -> list[dict[str, Any]]:
     out = []
     for name, (setup, call) in calls(data).items():
+        if only not in name:
+            continue
         times: dict[str, list[float]] = {"direct": [], "linked": []}
         requests: list[int] = []
         for _ in range(runs):
@@ -162,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--one-way-ms", type=float, default=5.0)
+    parser.add_argument("--only", default="", help="only the calls whose name holds this")
     parser.add_argument(
         "--plain-s3", action="store_true", help="plain s3:// (conditional puts), not s3+ddb://"
     )
@@ -183,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"trip {2 * args.one_way_ms:g} ms\n"
                 f"  {'call':26s} {'direct ms':>8s} {'linked ms':>9s} {'requests':>9s}"
             )
-            results = measure(aws, data, direct, linked, args.runs)
+            results = measure(aws, data, direct, linked, args.runs, args.only)
     print("\nround trips waited for, one after the other ((linked - direct) / round trip):")
     for row in results:
         trips = (row["linked_ms"] - row["direct_ms"]) / (2 * args.one_way_ms)

@@ -47,7 +47,7 @@ from s3ddb.format.chunks import ChunkSource
 from s3ddb.format.limits import MAX_TRANSACTION_BYTES
 from s3ddb.format.manifest import Manifest, referenced_paths
 from s3ddb.format.naming import DEFAULT_NAMING, NamingScheme
-from s3ddb.io.parallel import PendingWrites
+from s3ddb.io.parallel import PendingWrites, process_pool, run_beside
 from s3ddb.io.written_files import delete_written_files
 from s3ddb.observe import telemetry
 from s3ddb.observe.commit_metrics import (
@@ -722,19 +722,27 @@ def _discard_superseded(
 #: commit's cleanup (to keep the files they added; past it, nothing claimed is
 #: deleted) and by the check of an append built elsewhere (the first ones only).
 _LOOKBACK = 100
+#: Threads reading those versions' manifests and transactions on a remote store.
+_LOOKBACK_READ_THREADS = 16
 
 
 def _transactions_of(
     handler: CommitHandler, locations: list[ManifestLocation]
 ) -> list[tuple[int, Transaction | None]]:
-    """(version, its transaction: None if its file is gone) of each of ``locations``.
+    """(version, its transaction: None if its file is gone) of each of ``locations``,
+    in order. On a remote store they are read side by side (two reads each, which
+    do not depend on the other versions'), as history is.
 
     Raises:
-        What loading a manifest or a transaction raises.
+        What loading a manifest or a transaction raises (the first, in order).
     """
-    return [
-        (loc.version, load_transaction(handler, handler.load_manifest(loc))) for loc in locations
-    ]
+
+    def one(location: ManifestLocation) -> tuple[int, Transaction | None]:
+        return location.version, load_transaction(handler, handler.load_manifest(location))
+
+    if not handler.store.is_remote or len(locations) < 2:
+        return [one(location) for location in locations]
+    return list(process_pool("history", _LOOKBACK_READ_THREADS).map(one, locations))
 
 
 def _added_since(handler: CommitHandler, base: Manifest | None) -> set[str] | None:
@@ -784,9 +792,11 @@ def check_not_committed(
     if not isinstance(operation, Append) or not paths or base is None:
         return
     wanted = set(paths)
+    # The read version's transaction is fetched while the versions since are listed.
+    read = run_beside(handler.store, lambda: load_transaction(handler, base))
     since = handler.locations_since(base.version + 1)[:_LOOKBACK]
-    read = (base.version, load_transaction(handler, base))
-    for version, transaction in [read, *_transactions_of(handler, since)]:
+    committed = [(base.version, read.result()), *_transactions_of(handler, since)]
+    for version, transaction in committed:
         if transaction is None:
             continue
         again = sorted(wanted & set(transaction.operation.written_paths()))

@@ -5,6 +5,7 @@ neither lists a file twice nor deletes a file a committed version needs."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -12,6 +13,7 @@ import pytest
 import s3ddb
 import s3ddb.fragment
 from s3ddb.commit.committer import commit_transaction
+from s3ddb.commit.manifest_cache import MANIFESTS
 from s3ddb.errors import CommitConflictError, InvalidInputError, TransactionAlreadyCommittedError
 from s3ddb.format import layout
 from s3ddb.operations import Append, Overwrite, Transaction
@@ -39,6 +41,27 @@ def test_an_append_committed_again_is_refused(tmp_path: Path, read_at: str) -> N
     assert ds.version == 2 and ds.count_rows() == 8
     assert sorted(ds.to_table()["id"].to_pylist()) == [*range(5), *range(100, 103)]
     assert all(p.exists() for p in _files(fragments, tmp_path / "ds"))
+
+
+@pytest.mark.parametrize("landed_at", [2, 5], ids=["first since", "last since"])
+def test_an_append_committed_again_is_refused_among_many_versions(
+    location: tuple[str, dict[str, Any] | None], landed_at: int
+) -> None:
+    """The versions committed since the read version are read side by side on S3:
+    the one that added the files is found wherever it lies among them, and named."""
+    uri, so = location
+    s3ddb.write_dataset(_ids(0, 5), uri, storage_options=so)
+    fragments = s3ddb.fragment.write_fragments(_ids(100, 3), uri, storage_options=so)
+    for version in range(2, 7):
+        if version == landed_at:
+            s3ddb.Dataset.commit(uri, Append(fragments), read_version=1, storage_options=so)
+        else:
+            s3ddb.write_dataset(_ids(10 * version, 2), uri, mode="append", storage_options=so)
+    MANIFESTS.clear()  # a fresh process, as where Spark commits: every version is read
+    with pytest.raises(TransactionAlreadyCommittedError, match=f"version {landed_at} added it"):
+        s3ddb.Dataset.commit(uri, Append(fragments), read_version=1, storage_options=so)
+    ds = s3ddb.dataset(uri, storage_options=so)
+    assert ds.version == 6 and ds.count_rows() == 5 + 3 + 4 * 2
 
 
 def test_an_operation_listing_a_file_twice_is_refused(tmp_path: Path) -> None:
