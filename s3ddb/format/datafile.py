@@ -10,6 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from s3ddb.arguments import check_int
+from s3ddb.errors import InvalidInputError
 from s3ddb.format import layout
 from s3ddb.format.bases import Files, as_resolver
 from s3ddb.format.fragment_metadata import DataFile, FragmentMetadata
@@ -108,11 +109,22 @@ def write_fragments_from_table(
     ``progress`` of each one (:class:`WriteProgress`).
 
     Returned fragments have id 0 (ids are assigned at commit) and carry their column
-    statistics (:mod:`s3ddb.format.stats`).
+    statistics (:mod:`s3ddb.format.stats`). A table without rows writes none.
+
+    Raises:
+        InvalidInputError: ``table`` has rows but no column (no data file can hold
+            them: its rows would be counted, and no file would have them).
     """
+    if table.num_columns == 0 and table.num_rows:
+        raise InvalidInputError(
+            f"a table of {table.num_rows} rows and no column cannot be written: "
+            "give it at least one column"
+        )
     fragments = []
     for offset in range(0, max(table.num_rows, 1), max_rows_per_file):
-        chunk = table.slice(offset, max_rows_per_file)
+        # Never past the table's end: pyarrow gives a table with no column as many
+        # rows as a slice asks for.
+        chunk = table.slice(offset, min(max_rows_per_file, table.num_rows - offset))
         if chunk.num_rows == 0:
             break
         data_file = write_data_file(

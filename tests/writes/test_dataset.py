@@ -21,6 +21,7 @@ from s3ddb.errors import (
     SchemaMismatchError,
     VersionNotFoundError,
 )
+from s3ddb.maintenance.verify import verify
 from tests.conftest import make_table
 
 
@@ -128,6 +129,27 @@ def test_input_types(tmp_path: Path) -> None:
     assert isinstance(s3ddb.dataset(str(tmp_path / "pandas")).to_pandas(), pd.DataFrame)
     with pytest.raises(InvalidInputError, match="unsupported data type"):
         s3ddb.write_dataset(42, str(tmp_path / "bad"))
+
+
+@pytest.mark.parametrize(
+    "data", [[], {}, pa.table({})], ids=["empty list", "empty dict", "table without column"]
+)
+def test_data_without_a_column_makes_an_empty_dataset(tmp_path: Path, data: Any) -> None:
+    """As pylance does: no fragment, no row, and every read and check agrees. (pyarrow
+    gives a table without column as many rows as a slice asks for: the dataset used to
+    record a million rows no file held.)"""
+    uri = str(tmp_path / "ds")
+    ds = s3ddb.write_dataset(data, uri)
+    assert (ds.version, ds.count_rows(), ds.to_table().num_rows) == (1, 0, 0)
+    assert s3ddb.dataset(uri).manifest.fragments == []
+    assert verify(uri, grace_seconds=0).problems == []
+
+
+def test_rows_without_a_column_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(InvalidInputError, match="5 rows and no column"):
+        s3ddb.write_dataset(pa.table({}).slice(0, 5), str(tmp_path / "ds"))
+    with pytest.raises(s3ddb.DatasetNotFoundError):
+        s3ddb.dataset(str(tmp_path / "ds"))
 
 
 def test_append_to_missing_dataset_creates_it(local_uri: str) -> None:
