@@ -88,11 +88,7 @@ def _reference(before: pa.Table, after: pa.Table) -> set[tuple[int, float]]:
     changed = joined.filter(differs)
     ids = changed["id"].to_pylist()
     old = {(i, x) for i, x in zip(ids, changed["x"].to_pylist()) if x is not None}
-    new = {
-        (i, x)
-        for i, x in zip(ids, changed["x_after"].to_pylist())
-        if x is not None
-    }
+    new = {(i, x) for i, x in zip(ids, changed["x_after"].to_pylist()) if x is not None}
     return old | new
 
 

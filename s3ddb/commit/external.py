@@ -61,6 +61,7 @@ from s3ddb.external_store.manifest_store import (
     DATASET_ID_ATTRIBUTE,
     GROUP_ID_ATTRIBUTE,
     GROUP_MEMBERS_ATTRIBUTE,
+    MANIFEST_SHA256_ATTRIBUTE,
     ExternalManifestStore,
     ExternalStoreOutcomeUnknownError,
     Fence,
@@ -74,7 +75,7 @@ from s3ddb.external_store.manifest_store import (
     read_rows,
 )
 from s3ddb.format import layout
-from s3ddb.format.manifest import DYNAMODB, Manifest
+from s3ddb.format.manifest import DYNAMODB, Manifest, manifest_sha256
 from s3ddb.format.version_metrics import METRICS_ATTRIBUTE, dumps_metrics
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.parallel import PendingWrites, process_pool, run_beside
@@ -248,7 +249,7 @@ class ExternalStoreCommitHandler(ExternalStoreVersions):
                     # Its predecessor is claimed in the same request, fenced itself.
                     part.writes.wait()
                     fence = None
-                row = handler._claim_row(part.manifest, path, len(data), group)
+                row = handler._claim_row(part.manifest, path, data, group)
                 staged.append(_Staged(handler, part.manifest, row, fence, put))
         except BaseException:
             for handler, path, put in puts:
@@ -292,12 +293,17 @@ class ExternalStoreCommitHandler(ExternalStoreVersions):
             log.warning("could not delete staged manifest %s: %s", staged, exc)
 
     def _claim_row(
-        self, manifest: Manifest, staged: str, size: int, group: dict[str, str] | None = None
+        self, manifest: Manifest, staged: str, data: bytes, group: dict[str, str] | None = None
     ) -> ManifestRow:
         """The row claiming ``manifest``'s version, pointing at its staged manifest
-        ``staged`` of ``size`` bytes, with ``group``'s attributes if it is claimed in
-        one; built here, nothing is sent. Never raises."""
-        extra = {"operation": manifest.operation, CLAIM_ATTRIBUTE: staged}
+        ``staged`` holding ``data`` (the row records its size and SHA-256 digest), with
+        ``group``'s attributes if it is claimed in one; built here, nothing is sent.
+        Never raises."""
+        extra = {
+            "operation": manifest.operation,
+            CLAIM_ATTRIBUTE: staged,
+            MANIFEST_SHA256_ATTRIBUTE: manifest_sha256(data),
+        }
         if manifest.metrics:
             extra[METRICS_ATTRIBUTE] = dumps_metrics(manifest.metrics)
         if manifest.dataset_id:
@@ -308,7 +314,7 @@ class ExternalStoreCommitHandler(ExternalStoreVersions):
             self.base_uri,
             manifest.version,
             staged,
-            size,
+            len(data),
             committer_name(),
             # The manifest's commit time, which never decreases from one version to
             # the next (time travel bisects on it), rather than this writer's clock.

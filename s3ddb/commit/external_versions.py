@@ -14,6 +14,7 @@ needs it (:meth:`ExternalStoreVersions.finalize`).
 
 from __future__ import annotations
 
+import hmac
 import logging
 import time
 from collections.abc import Callable
@@ -42,6 +43,7 @@ from s3ddb.external_store.manifest_store import (
     DATASET_ID_ATTRIBUTE,
     GROUP_ID_ATTRIBUTE,
     GROUP_MEMBERS_ATTRIBUTE,
+    MANIFEST_SHA256_ATTRIBUTE,
     MAX_GROUP_ACTIONS,
     ExternalManifestStore,
     ManifestRow,
@@ -49,7 +51,7 @@ from s3ddb.external_store.manifest_store import (
 from s3ddb.format import layout
 from s3ddb.format.chunks import ChunkSource, missing_chunk
 from s3ddb.format.limits import MAX_MANIFEST_BYTES
-from s3ddb.format.manifest import Manifest
+from s3ddb.format.manifest import MANIFEST_SHA256_RE, Manifest, manifest_sha256
 from s3ddb.format.naming import NamingScheme, parse_manifest_name, parse_staged_name
 from s3ddb.format.version_metrics import METRICS_ATTRIBUTE
 from s3ddb.io.object_store import ObjectStore
@@ -234,6 +236,7 @@ class ExternalStoreVersions(CommitHandler):
             row.extra.get(GROUP_ID_ATTRIBUTE),
             row.extra.get(GROUP_MEMBERS_ATTRIBUTE),
             row.extra.get(METRICS_ATTRIBUTE),
+            row.extra.get(MANIFEST_SHA256_ATTRIBUTE),
         )
 
     def load_manifest(self, location: ManifestLocation) -> Manifest:
@@ -287,6 +290,7 @@ class ExternalStoreVersions(CommitHandler):
             final_path_of(location.path),
             location.size,
             location.committed_at_ms,
+            location.sha256 or "",
         )
 
     def _load_settled(self, location: ManifestLocation) -> Manifest:
@@ -334,6 +338,13 @@ class ExternalStoreVersions(CommitHandler):
             raise PathOutsideDatasetError(
                 f"refusing manifest path {row.path!r} (found in the external store's row "
                 f"for version {row.version} of {self.base_uri}): {problem}"
+            )
+        digest = row.extra.get(MANIFEST_SHA256_ATTRIBUTE)
+        if digest is not None and MANIFEST_SHA256_RE.fullmatch(digest) is None:
+            raise StoredMetadataError(
+                f"the external store's row for version {row.version} of {self.base_uri} "
+                f"records {MANIFEST_SHA256_ATTRIBUTE}={digest[:80]!r}, which is no SHA-256 "
+                "digest (64 lowercase hex digits)"
             )
         return row
 
@@ -538,8 +549,11 @@ class ExternalStoreVersions(CommitHandler):
         data, size = self.store.get_bounded(path, max(0, min(row.size, MAX_MANIFEST_BYTES)))
         problem = None
         manifest = None
+        digest = row.extra.get(MANIFEST_SHA256_ATTRIBUTE)
         if size != row.size:
             problem = f"it has {size} bytes, the row records {row.size}"
+        elif digest is not None and not hmac.compare_digest(manifest_sha256(data), digest):
+            problem = "its SHA-256 digest is not the one the row records"
         else:
             try:
                 manifest = Manifest.from_bytes(

@@ -47,6 +47,7 @@ from s3ddb.format.manifest import (
     CONDITIONAL_PUT,
     DYNAMODB,
     Manifest,
+    check_manifest_digest,
     new_dataset_id,
     read_manifest_bytes,
     read_manifest_header,
@@ -96,6 +97,10 @@ class ManifestLocation:
     #: The commit metrics the external store's row records (JSON, unchecked; see
     #: :func:`s3ddb.format.version_metrics.parse_metrics`).
     metrics: str | None = None
+    #: The SHA-256 digest of the manifest the external store's row records (checked
+    #: to be 64 hex digits when the row was read; None: not recorded). The manifest
+    #: read must have it, and ``size``.
+    sha256: str | None = None
 
 
 class VersionConflict(Exception):
@@ -371,7 +376,8 @@ class CommitHandler(abc.ABC):
 
         Raises:
             ManifestCorruptError: it is truncated, corrupt, larger than any manifest
-                (refused unread) or has the wrong version.
+                (refused unread), has the wrong version, or is not the manifest whose
+                size and digest ``location`` records.
         """
         where = f"{self.store.url}/{location.path}"
         try:
@@ -381,6 +387,8 @@ class CommitHandler(abc.ABC):
                 f"version {location.version} of {self.store.url}: manifest {location.path} "
                 "is missing"
             ) from exc
+        if location.sha256 is not None:
+            check_manifest_digest(data, location.size, location.sha256, where)
         manifest = Manifest.from_bytes(data, where, ChunkSource(self.store))
         if manifest.version != location.version:
             raise ManifestCorruptError(
@@ -522,7 +530,7 @@ def _own_cache_key(url: str, location: ManifestLocation) -> CacheKey | None:
         return None
     # (Apart from the external store's keys, which start with the dataset's URI.)
     where = f"conditional put to {url}"
-    return (where, location.version, location.path, location.size, location.committed_at_ms)
+    return (where, location.version, location.path, location.size, location.committed_at_ms, "")
 
 
 class ConditionalPutCommitHandler(ListingCommitHandler):

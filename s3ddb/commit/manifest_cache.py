@@ -2,8 +2,8 @@
 
 A writer that appends again to a dataset it committed last already holds the newest
 manifest: reading it back would cost a GET on every commit. Entries are keyed by the
-identity of the committed version — dataset, version, final manifest path, size and
-commit time as the external store recorded them — so a dataset that was dropped and
+identity of the committed version — dataset, version, final manifest path, size,
+commit time and digest as the external store recorded them — so a dataset that was dropped and
 recreated under the same URI never hits an older entry. Only decided versions are
 cached (ones this process won, or read through a committed row), and manifests are
 immutable, so an entry is never stale.
@@ -18,7 +18,8 @@ from s3ddb.format.manifest import Manifest
 
 __all__ = ["MANIFESTS", "CacheKey", "ManifestCache"]
 
-CacheKey = tuple[str, int, str, int, int]  # base_uri, version, final path, size, committed_at
+# base_uri, version, final path, size, committed_at, SHA-256 digest ("": not recorded)
+CacheKey = tuple[str, int, str, int, int, str]
 
 
 class ManifestCache:

@@ -43,6 +43,7 @@ __all__ = [
     "DATASET_ID_ATTRIBUTE",
     "GROUP_ID_ATTRIBUTE",
     "GROUP_MEMBERS_ATTRIBUTE",
+    "MANIFEST_SHA256_ATTRIBUTE",
     "MAX_GROUP_ACTIONS",
     "MAX_GROUP_BYTES",
     "MAX_GROUP_READS",
@@ -100,6 +101,12 @@ class ManifestRow:
 
 #: Row attribute holding the dataset's identity (the manifest's ``dataset_id``).
 DATASET_ID_ATTRIBUTE = "dataset_id"
+
+#: Row attribute holding the SHA-256 digest (64 lowercase hex digits) of the manifest
+#: the row committed: its staged manifest's bytes, which the final manifest copies.
+#: Every read of the manifest through the row checks it, so whoever can write the
+#: bucket but not the table cannot change what a version holds.
+MANIFEST_SHA256_ATTRIBUTE = "manifest_sha256"
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import re
 import struct
 import uuid
@@ -47,10 +49,13 @@ __all__ = [
     "FORMAT_VERSION",
     "HEADER_READ_BYTES",
     "MANIFEST_MAGIC",
+    "MANIFEST_SHA256_RE",
     "ROW_IDS_FORMAT",
     "WRITER_LIBRARY",
     "Manifest",
     "ManifestHeader",
+    "check_manifest_digest",
+    "manifest_sha256",
     "new_dataset_id",
     "read_manifest_bytes",
     "read_manifest_header",
@@ -613,6 +618,40 @@ class ManifestHeader:
             m.version, m.timestamp_nanos, m.operation, dict(m.table_metadata), m.dataset_id,
             metrics, problem,
         )  # fmt: skip
+
+
+#: What a manifest's SHA-256 digest (:func:`manifest_sha256`) looks like where it is
+#: recorded: 64 lowercase hexadecimal digits.
+MANIFEST_SHA256_RE = re.compile(r"[0-9a-f]{64}")
+
+
+def manifest_sha256(data: bytes) -> str:
+    """The SHA-256 digest of a manifest's stored bytes, as 64 lowercase hex digits
+    (what an external store's row records of the manifest it committed)."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def check_manifest_digest(data: bytes, size: int | None, sha256: str, where: str) -> None:
+    """``data`` must be the manifest whose ``size`` (if known) and SHA-256 digest
+    ``sha256`` were recorded when it was committed. Its checksum only catches damage:
+    a manifest rewritten with a valid checksum (planted by whoever can write the
+    bucket but not the table) passes it, and not this.
+
+    Raises:
+        ManifestCorruptError: ``data`` has another size or digest, naming ``where``.
+    """
+    problem = None
+    if size is not None and len(data) != size:
+        problem = f"it has {len(data)} bytes"
+    elif not hmac.compare_digest(manifest_sha256(data), sha256):
+        problem = "its SHA-256 digest differs"
+    if problem is not None:
+        raise ManifestCorruptError(
+            f"manifest {where} is not the one its version committed: {problem} "
+            f"(the commit recorded {size if size is not None else '?'} bytes, SHA-256 "
+            f"{sha256}). It was replaced or damaged after the commit; restore it (s3ddb "
+            "sync puts a final manifest back from the staged one its commit claimed with)"
+        )
 
 
 def read_manifest_bytes(

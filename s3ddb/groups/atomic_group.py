@@ -54,9 +54,10 @@ T = TypeVar("T")
 
 #: Bytes of a group's claim (its row, and the check of its predecessor's key) besides
 #: what is counted from each part (its base URI twice, the committer, the members):
-#: attribute names (about 110), numbers (4 at most 21 bytes each), the staged
+#: attribute names (about 125), numbers (4 at most 21 bytes each), the staged
 #: manifest's path twice (at most 200 each), the operation's name, the dataset id, the
-#: group id (64 each at most) and the check's condition (about 100). An upper bound.
+#: group id (64 each at most), the manifest's digest (64) and the check's condition
+#: (about 100). An upper bound.
 _ROW_OVERHEAD = 2048
 
 

@@ -15,8 +15,10 @@ import s3ddb
 from s3ddb.commit import finalizer
 from s3ddb.commit.manifest_cache import MANIFESTS
 from s3ddb.errors import StoredMetadataError
+from s3ddb.external_store.manifest_store import MANIFEST_SHA256_ATTRIBUTE
 from s3ddb.format._proto import manifest_pb2 as pb
 from s3ddb.format.framing import frame, unframe
+from s3ddb.format.manifest import manifest_sha256
 from s3ddb.format.version_metrics import MAX_METRICS_BYTES, parse_metrics
 from tests.conftest import TEST_TABLE
 from tests.support.cli_runner import run_cli
@@ -32,7 +34,7 @@ def _rows(start: int, n: int) -> pa.Table:
 
 def _plant(uri: str, so: dict[str, Any] | None, version: int, text: str) -> None:
     """Store ``text`` as ``version``'s commit metrics: in its manifest's header and,
-    on the DynamoDB path, in its row (with the manifest's new size), as an attacker
+    on the DynamoDB path, in its row (with the manifest's new size and digest), as an attacker
     with write access to both would."""
     finalizer.drain()
     ds = s3ddb.dataset(uri, storage_options=so)
@@ -55,6 +57,7 @@ def _plant(uri: str, so: dict[str, Any] | None, version: int, text: str) -> None
         item = client.get_item(TableName=TEST_TABLE, Key=key, ConsistentRead=True)["Item"]
         item["metrics"] = {"S": text}
         item["size"] = {"N": str(len(planted))}
+        item[MANIFEST_SHA256_ATTRIBUTE] = {"S": manifest_sha256(planted)}
         client.put_item(TableName=TEST_TABLE, Item=item)
     MANIFESTS.clear()
 

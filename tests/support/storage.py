@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import s3ddb
 from s3ddb.commit import finalizer
 from s3ddb.commit.manifest_cache import MANIFESTS
+from s3ddb.external_store.manifest_store import MANIFEST_SHA256_ATTRIBUTE
 from s3ddb.format import layout
 from s3ddb.format.framing import frame
-from s3ddb.format.manifest import MANIFEST_MAGIC, referenced_paths
+from s3ddb.format.manifest import MANIFEST_MAGIC, manifest_sha256, referenced_paths
 from s3ddb.io import ObjectStore
 
 
@@ -34,15 +36,34 @@ def orphans(uri: str, storage_options: dict[str, Any] | None = None) -> set[str]
     }
 
 
-def plant_manifest(uri: str, edit: Any, storage_options: dict[str, Any] | None = None) -> str:
+def plant_manifest(
+    uri: str, edit: Any, storage_options: dict[str, Any] | None = None, *, row: bool = True
+) -> str:
     """Rewrite the newest manifest in place with ``edit`` applied to its protobuf, as
-    someone with write access to the root could (no commit); returns its path. This
-    process's manifest cache is emptied, so that it reads the planted manifest."""
+    someone with write access to the root could (no commit); returns its path. When the
+    version's row in an external store records the manifest's size and digest, ``row``
+    rewrites those too, as someone who can also write the table could (without it, the
+    planted manifest is refused as replaced). This process's manifest cache is
+    emptied, so that it reads the planted manifest."""
     ds = s3ddb.dataset(uri, storage_options=storage_options)
     location = ds.handler.latest_location()
     assert location is not None
     message = ds.manifest.to_pb()
     edit(message)
-    ds.handler.store.put(location.path, frame(message.SerializeToString(), MANIFEST_MAGIC))
+    data = frame(message.SerializeToString(), MANIFEST_MAGIC)
+    ds.handler.store.put(location.path, data)
+    if row and location.sha256 is not None:
+        record_manifest_in_row(ds.handler, location.version, data)
     MANIFESTS.clear()
     return location.path
+
+
+def record_manifest_in_row(handler: Any, version: int, data: bytes) -> None:
+    """Make the external store's row of ``version`` record ``data`` as its manifest
+    (size and digest), as someone who can write the table could."""
+    external, base_uri = handler.external, handler.base_uri
+    row = external.get(base_uri, version)
+    assert row is not None
+    digest = {MANIFEST_SHA256_ATTRIBUTE: manifest_sha256(data)}
+    external.delete_versions(base_uri, [version])
+    external.put_if_not_exists(replace(row, size=len(data), extra={**row.extra, **digest}))
