@@ -49,7 +49,7 @@ from s3ddb.maintenance.inspection import DatasetStatistics, check_files
 from s3ddb.open_formats.publisher import Rebuilt, enabled_formats, format_names
 from s3ddb.operations import Operation, Transaction
 from s3ddb.reading.changes import change_schema, version_changes
-from s3ddb.reading.scanner import Scanner, take
+from s3ddb.reading.scanner import Scanner, require_pandas, take
 from s3ddb.reading.version_delta import DatasetDelta, dataset_delta
 from s3ddb.versions.opening import (
     VersionInfo,
@@ -229,6 +229,12 @@ class Dataset(PinnedVersion):
         return (batch for table in tables for batch in table.to_batches())
 
     def to_pandas(self, columns: list[str] | None = None, filter: Any = None, **kw: Any) -> Any:
+        """The rows as a pandas DataFrame (as :meth:`to_table`).
+
+        Raises:
+            ModuleNotFoundError: pandas is not installed (before anything is read).
+        """
+        require_pandas()
         return self.to_table(columns, filter, **kw).to_pandas()
 
     def slice(self, start: int, end: int, columns: list[str] | None = None) -> pa.Table:

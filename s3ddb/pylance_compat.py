@@ -36,7 +36,7 @@ from s3ddb.operations import (
     Update,
     UpdateConfig,
 )
-from s3ddb.reading.scanner import Scanner, take
+from s3ddb.reading.scanner import Scanner, require_pandas, take
 from s3ddb.versions.pinned import PinnedVersion
 
 __all__ = [
@@ -488,6 +488,7 @@ class LanceFragment:
         filter: str | pc.Expression | None = None,
         **options: Any,
     ) -> Any:
+        require_pandas()
         return self.to_table(columns, filter, **options).to_pandas()
 
     def validate(self) -> None:

@@ -589,6 +589,13 @@ def run_changes(args: argparse.Namespace) -> int:
     memory holds one version's changes of one fragment at a time.
     """
     ds = _open(args)
+    # Ranges are refused in the command's words (--from, --to), not the API's.
+    if args.end is not None and args.end > ds.version:
+        raise InvalidInputError(f"--to {args.end} is after the latest version, {ds.version}")
+    end = args.end if args.end is not None else ds.version
+    if args.start > end:
+        upto = f"--to {end}" if args.end is not None else f"the latest version, {end}"
+        raise InvalidInputError(f"--from {args.start} is after {upto}")
     batches = ds.change_batches(args.start, args.end)
     fmt = "json" if args.json else "table"
     limit = args.limit or None

@@ -574,6 +574,9 @@ class ConditionalPutCommitHandler(ListingCommitHandler):
         previous: Manifest | None = None,
     ) -> ManifestLocation:
         self.check_writable(previous)
+        # Asked beside the uploads (once per process and bucket), answered before
+        # the put that relies on it.
+        honoured = run_beside(self.store, self._check_conditional_put)
         if pending is not None:
             pending.wait()
         path = layout.manifest_path(manifest.version, manifest.naming_scheme)
@@ -587,6 +590,7 @@ class ConditionalPutCommitHandler(ListingCommitHandler):
                 raise
         elif manifest.version == 1:
             self._check_no_external_claims()
+        honoured.result()
         try:
             self.store.put_if_not_exists(path, data)
         except FileExistsError as exc:
@@ -609,6 +613,31 @@ class ConditionalPutCommitHandler(ListingCommitHandler):
                 f"version {manifest.version} is this commit."
             ) from exc
         return self._location_written(manifest, path, data)
+
+    def _check_conditional_put(self) -> None:
+        """The store must refuse a second put of one name
+        (:meth:`ObjectStore.honours_conditional_put`), unless the storage option
+        ``s3_conditional_writes="trusted"`` says to rely on it unasked.
+
+        Raises:
+            CommitMechanismError: it does not: two writers could both put one
+                version, and one commit would be lost; nothing was claimed.
+            The store's errors, from asking.
+        """
+        setting = self.store.aws.s3_conditional_writes
+        if (setting or "").lower() == "trusted" or self.store.honours_conditional_put():
+            return
+        raise CommitMechanismError(
+            f"refusing to commit to {self.store.url}: the object store ignores "
+            "If-None-Match (a second conditional write of a scratch object replaced the "
+            "first), so two writers could both commit one version and one commit would "
+            "be lost without a trace. Nothing was committed. Commit through DynamoDB "
+            f"instead: s3+ddb://{self.store.url.removeprefix('s3://')}?ddbTableName=<table> "
+            "(create the table with `s3ddb create-table <table>`). If only one process "
+            "ever writes this dataset at a time, the storage option "
+            "s3_conditional_writes='trusted' commits without this check "
+            "(docs/deployments.md)."
+        )
 
     def _presumed(self, previous: Manifest) -> bool:
         """Whether ``previous`` is this process's own newest version, built on

@@ -100,6 +100,7 @@ _SERVICE_OPTION_ALIASES: dict[str, str] = {
     "s3_addressing_style": "s3_addressing_style",
     "s3_ca_bundle": "s3_ca_bundle",
     "s3_verify": "s3_verify",
+    "s3_conditional_writes": "s3_conditional_writes",
     "dynamodb_transactions": "dynamodb_transactions",
     "role_arn": "role_arn",
     "aws_role_arn": "role_arn",
@@ -110,6 +111,8 @@ _SERVICE_OPTION_ALIASES: dict[str, str] = {
 _ALL_ALIASES = {**_OPTION_ALIASES, **_SERVICE_OPTION_ALIASES}
 
 _ADDRESSING_STYLES = ("path", "virtual", "auto")
+#: Values of the storage option ``s3_conditional_writes``.
+CONDITIONAL_WRITES_SETTINGS = ("probe", "trusted")
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 _SECRET_FIELDS = frozenset(
@@ -159,6 +162,10 @@ class AwsConfig:
     s3_addressing_style: str | None = None
     s3_ca_bundle: str | None = None
     s3_verify: str | None = None
+    #: "probe" (the default): before its first plain ``s3://`` commit to a bucket, a
+    #: process checks that the store refuses a second ``If-None-Match: *`` write;
+    #: "trusted": it does not (docs/deployments.md).
+    s3_conditional_writes: str | None = None
     dynamodb_region: str | None = None
     dynamodb_access_key_id: str | None = field(default=None, repr=False)
     dynamodb_secret_access_key: str | None = field(default=None, repr=False)
@@ -185,6 +192,12 @@ class AwsConfig:
         verify = self.s3_verify
         if verify is not None and verify.lower() not in _TRUE + _FALSE:
             raise InvalidInputError(f"storage option s3_verify={verify!r}: expected true or false")
+        writes = self.s3_conditional_writes
+        if writes is not None and writes.lower() not in CONDITIONAL_WRITES_SETTINGS:
+            raise InvalidInputError(
+                f"storage option s3_conditional_writes={writes!r}: expected "
+                f"{' or '.join(CONDITIONAL_WRITES_SETTINGS)}"
+            )
         transactions = self.dynamodb_transactions
         if transactions is not None and transactions.lower() not in _TRUE + _FALSE:
             raise InvalidInputError(

@@ -22,8 +22,10 @@ reconnects lazily, so Spark and multiprocessing workers can receive one.
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import threading
+import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
@@ -47,6 +49,16 @@ __all__ = [
 
 
 _Store = TypeVar("_Store", bound="ObjectStore")
+
+log = logging.getLogger(__name__)
+
+#: Where :meth:`S3ObjectStore.honours_conditional_put` writes its scratch object,
+#: under the dataset root.
+PROBE_DIR = "_s3ddb_probe"
+# (endpoint, bucket) -> whether the store refuses a second If-None-Match write. A
+# forked child keeps its parent's answers: the stores did not change.
+_CONDITIONAL_PUT_PROBES: dict[tuple[str, str], bool] = {}
+_PROBE_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -135,6 +147,16 @@ class ObjectStore:
         True for local files and memory. For S3 it relies on If-None-Match, which
         plain S3 before 2024 and many S3-compatible stores ignore: use ``s3+ddb://``
         there.
+        """
+        return True
+
+    def honours_conditional_put(self) -> bool:
+        """Whether a second ``put_if_not_exists`` of one path is refused here, as
+        :meth:`put_if_not_exists` promises. Always so for local files and memory; see
+        :class:`S3ObjectStore` for S3.
+
+        Raises:
+            The store's errors (S3 only).
         """
         return True
 
@@ -639,6 +661,40 @@ class S3ObjectStore(ObjectStore):
             if error_code(exc) == "PreconditionFailed":
                 raise FileExistsError(errno.EEXIST, "object exists", full) from exc
             raise as_storage_error(exc, full) from exc
+
+    def honours_conditional_put(self) -> bool:
+        """Whether the store refuses a second ``If-None-Match: *`` write of one key.
+        AWS S3 does; plain S3 before 2024 and many S3-compatible stores ignore the
+        header, and the second write then replaces the first. Asked once per process,
+        endpoint and bucket: a scratch object (``_s3ddb_probe/<uuid>`` under this
+        root) is written twice with the header, then deleted.
+
+        Raises:
+            The store's errors (e.g. PermissionError) from the scratch writes; a
+            failed delete leaves the object and is logged.
+        """
+        bucket, _key = _split_s3(self.full_path(""))
+        where = (str(self._s3().meta.endpoint_url), bucket)
+        with _PROBE_LOCK:
+            known = _CONDITIONAL_PUT_PROBES.get(where)
+        if known is not None:
+            return known
+        path = f"{PROBE_DIR}/{uuid.uuid4().hex}"
+        try:
+            self.put_if_not_exists(path, b"first")
+            try:
+                self.put_if_not_exists(path, b"second")
+                honoured = False
+            except FileExistsError:
+                honoured = True
+        finally:
+            try:
+                self.delete(path)
+            except Exception as exc:  # the answer stands; the object is an orphan
+                log.warning("could not delete the scratch object %s: %s", path, exc)
+        with _PROBE_LOCK:
+            _CONDITIONAL_PUT_PROBES[where] = honoured
+        return honoured
 
     def put_with_etag(self, path: str, data: bytes) -> str | None:
         full = self.full_path(path)

@@ -86,6 +86,17 @@ def parse_uri(uri: str | os.PathLike[str]) -> DatasetURI:
             f"dataset URI must be a non-empty string, got {type(uri).__name__} {redact_url(uri)!r}"
         )
     if "://" not in text:
+        if text[:6].lower() == "file:/":  # RFC 8089's short form, file:/abs/path
+            return DatasetURI("file", _normalize_local(text[5:]), original=text)
+        slip = _SCHEME_SLIP_RE.match(text)
+        if slip is not None:
+            # "s3:/bucket/p" or "s3:bucket/p" would be a local folder named "s3:".
+            scheme, rest = slip.group(1).lower(), text[slip.end() :].lstrip("/")
+            raise InvalidURIError(
+                f"{redact_url(text)!r}: did you mean '{scheme}://{redact_url(rest)}'? A "
+                "URI's scheme is followed by two slashes (a local folder whose name starts "
+                f"with '{slip.group(1)}:' is written ./{slip.group(1)}:...)"
+            )
         return DatasetURI("file", _normalize_local(text), original=text)
     parts = urlsplit(text)
     scheme = parts.scheme.lower()
@@ -144,6 +155,11 @@ def parse_uri(uri: str | os.PathLike[str]) -> DatasetURI:
         f"unsupported URI scheme {scheme!r} in {shown!r}; "
         "use a local path, file://, memory://, s3:// or s3+ddb://"
     )
+
+
+# A URI scheme s3ddb reads, followed by one slash or none: a slip, never a local path
+# anyone means (a local folder of that name is written ./s3:...).
+_SCHEME_SLIP_RE = re.compile(r"(s3|s3a|s3\+ddb|memory|file):(?!//)", re.IGNORECASE)
 
 
 def _normalize_local(path: str) -> str:

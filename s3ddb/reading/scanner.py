@@ -36,6 +36,7 @@ __all__ = [
     "TUNING_OPTIONS",
     "Scanner",
     "positions",
+    "require_pandas",
     "take",
 ]
 
@@ -46,6 +47,21 @@ TUNING_OPTIONS = frozenset(
      "late_materialization", "use_scalar_index", "fast_search", "strict_batch_size",
      "batch_size_bytes", "blob_handling", "disable_scoring_autoprojection"}
 )  # fmt: skip
+
+
+def require_pandas() -> None:
+    """Check that pandas can be imported, before rows are read for a DataFrame.
+
+    Raises:
+        ModuleNotFoundError: it cannot, saying how to install it.
+    """
+    try:
+        import pandas  # noqa: F401
+    except ModuleNotFoundError as exc:
+        raise ModuleNotFoundError(
+            'to_pandas() needs pandas, which is not installed: pip install "s3ddb[pandas]"',
+            name="pandas",
+        ) from exc
 
 
 class Scanner:
@@ -171,12 +187,14 @@ class Scanner:
 
         Raises:
             UnsupportedOperationError: another ``blob_mode``.
+            ModuleNotFoundError: pandas is not installed (before anything is read).
         """
         if blob_mode != "lazy":
             raise UnsupportedOperationError(
                 f"to_pandas(blob_mode={blob_mode!r}) is not supported by s3ddb: it has no"
                 " blob columns (docs/pylance.md)"
             )
+        require_pandas()
         return self.to_table().to_pandas()
 
     def head(self, num_rows: int) -> pa.Table:

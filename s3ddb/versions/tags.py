@@ -7,6 +7,7 @@ import re
 from collections.abc import Callable
 from typing import Protocol
 
+from s3ddb.arguments import check_int
 from s3ddb.commit.handlers import CommitHandler, ManifestLocation
 from s3ddb.errors import InvalidInputError, StoredMetadataError, VersionNotFoundError
 from s3ddb.format import layout
@@ -149,13 +150,15 @@ class Tags:
         :func:`s3ddb.maintenance.cleanup.cleanup_old_versions`.)
 
         Raises:
-            InvalidInputError: bad name, or the tag already exists.
+            InvalidInputError: bad name, a version that is not an int >= 1, or the
+                tag already exists.
             VersionNotFoundError: no such version.
             AtomicGroupError: the dataset is a handle of an atomic group (tags act
                 at once).
         """
         self._writing("create")
         self._check_name(name)
+        check_int("version", version, minimum=1)
         before = self._ds.handler.location_of(version)
         body = json.dumps({"version": version}).encode()
         try:
@@ -178,12 +181,13 @@ class Tags:
         back at its previous version and this raises.
 
         Raises:
-            InvalidInputError: bad name.
+            InvalidInputError: bad name, or a version that is not an int >= 1.
             VersionNotFoundError: no such tag, or no such version.
             AtomicGroupError: as :meth:`create`.
         """
         self._writing("update")
         self._check_name(name)
+        check_int("version", version, minimum=1)
         previous = self.get(name)
         before = self._ds.handler.location_of(version)
         self._store.put(layout.tag_path(name), json.dumps({"version": version}).encode())

@@ -4,6 +4,7 @@ S3DDBError that says what and where, and leave nothing committed."""
 
 from __future__ import annotations
 
+import re
 import uuid
 from pathlib import Path
 from typing import Any
@@ -220,6 +221,30 @@ def test_a_predicate_too_deep_or_too_long_is_a_typed_error(tmp_path: Path, predi
     with pytest.raises(InvalidExpressionError):
         ds.delete(predicate)
     assert s3ddb.dataset(uri).version == 2
+
+
+@pytest.mark.parametrize(
+    ("uri", "meant"),
+    [
+        ("s3:/bucket/prefix", "s3://bucket/prefix"),
+        ("s3:bucket/prefix", "s3://bucket/prefix"),
+        ("S3+DDB:/bucket/p?ddbTableName=t", "s3+ddb://bucket/p?ddbTableName=t"),
+        ("memory:/name", "memory://name"),
+    ],
+)
+def test_a_scheme_without_its_two_slashes_is_no_local_folder(
+    uri: str, meant: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It was one: the write succeeded into ./s3:/bucket/prefix."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InvalidURIError, match=re.escape(f"did you mean '{meant}'")):
+        s3ddb.write_dataset(pa.table({"id": [1]}), uri)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_file_colon_one_slash_is_the_absolute_path(tmp_path: Path) -> None:
+    ds = s3ddb.write_dataset(pa.table({"id": [1]}), f"file:{tmp_path}/ds")
+    assert (tmp_path / "ds" / "_versions").is_dir() and ds.count_rows() == 1
 
 
 def test_a_ddb_uri_with_dot_dot_never_reaches_another_prefix(aws: Any) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -152,6 +154,18 @@ def test_rows_without_a_column_are_refused(tmp_path: Path) -> None:
         s3ddb.dataset(str(tmp_path / "ds"))
 
 
+def test_to_pandas_without_pandas_says_how_to_install_it(
+    local_uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ds = s3ddb.write_dataset(make_table(0, 4), local_uri)
+    monkeypatch.setitem(sys.modules, "pandas", None)  # as if not installed
+    fragment = ds.get_fragment(0)
+    assert fragment is not None
+    for call in (ds.to_pandas, ds.scanner().to_pandas, fragment.to_pandas):
+        with pytest.raises(ModuleNotFoundError, match=re.escape('pip install "s3ddb[pandas]"')):
+            call()
+
+
 def test_append_to_missing_dataset_creates_it(local_uri: str) -> None:
     ds = s3ddb.write_dataset(make_table(0, 2), local_uri, mode="append")
     assert ds.version == 1 and ds.count_rows() == 2
@@ -185,6 +199,11 @@ def test_tags(local_uri: str) -> None:
         ds.tags.create("first", 2)
     with pytest.raises(VersionNotFoundError):
         ds.tags.create("nope", 7)
+    for bad in ("1", 1.0, True, 0):  # a string was a bare TypeError
+        for verb in (ds.tags.create, ds.tags.update):
+            with pytest.raises(InvalidInputError, match="version must be an int >= 1"):
+                verb("first" if verb == ds.tags.update else "other", bad)  # type: ignore[arg-type]
+    assert ds.tags.list() == {"first": 1}
     ds.tags.delete("first")
     with pytest.raises(VersionNotFoundError, match="no tag"):
         s3ddb.dataset(local_uri, version="first")

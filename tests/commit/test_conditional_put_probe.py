@@ -1,0 +1,85 @@
+"""A plain ``s3://`` writer asks, once per process and bucket, whether the store refuses
+a second ``If-None-Match: *`` write, and refuses to commit where it does not: there two
+writers could both commit one version, and one commit would be lost without a trace
+(as it was: every append of four racing processes was acknowledged, a third of them
+gone)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+import s3ddb
+from s3ddb.errors import CommitMechanismError, InvalidInputError
+from s3ddb.io import ObjectStore
+from s3ddb.io.object_store import PROBE_DIR
+from tests.conftest import TEST_BUCKET
+
+
+def _rows(*ids: int) -> pa.Table:
+    return pa.table({"id": pa.array(ids, pa.int64())})
+
+
+@pytest.fixture(scope="module")
+def honouring() -> Iterator[Any]:
+    """An endpoint whose S3 honours If-None-Match, as AWS S3 does."""
+    from s3ddb.testing import LocalAWS
+
+    with LocalAWS(conditional_writes=True) as server:
+        server.create_bucket("honours-inm")
+        yield server
+
+
+def _probes(aws: Any) -> list[str]:
+    return [
+        f"{r.operation} {r.path.split(PROBE_DIR)[0]}" for r in aws.requests if PROBE_DIR in r.path
+    ]
+
+
+def test_a_store_that_ignores_if_none_match_is_refused(aws: Any) -> None:
+    so = aws.storage_options()
+    uri = f"s3://{TEST_BUCKET}/ignores-{uuid.uuid4().hex[:10]}"
+    with pytest.raises(CommitMechanismError, match="ignores If-None-Match") as raised:
+        s3ddb.write_dataset(_rows(1, 2), uri, storage_options=so)
+    assert "s3+ddb://" in str(raised.value) and "s3_conditional_writes" in str(raised.value)
+    assert list(ObjectStore(uri, so).iter_list("")) == []  # nothing committed, nothing left
+    with pytest.raises(s3ddb.DatasetNotFoundError):
+        s3ddb.dataset(uri, storage_options=so)
+
+
+def test_trusted_commits_without_asking(aws: Any) -> None:
+    so = {**aws.storage_options(), "s3_conditional_writes": "trusted"}
+    uri = f"s3://{TEST_BUCKET}/trusted-{uuid.uuid4().hex[:10]}"
+    aws.clear_requests()
+    s3ddb.write_dataset(_rows(1, 2), uri, storage_options=so)
+    s3ddb.write_dataset(_rows(3), uri, mode="append", storage_options=so)
+    assert s3ddb.dataset(uri, storage_options=so).count_rows() == 3
+    assert _probes(aws) == []
+
+
+def test_a_store_that_honours_it_is_asked_once(honouring: Any) -> None:
+    so = honouring.storage_options()
+    first, second = (f"s3://honours-inm/ds-{uuid.uuid4().hex[:10]}" for _ in range(2))
+    honouring.clear_requests()
+    s3ddb.write_dataset(_rows(1, 2), first, storage_options=so)
+    probes = sorted(_probes(honouring))
+    where = f"/{first.removeprefix('s3://')}/"
+    assert probes == [f"DeleteObject {where}", f"PutObject {where}", f"PutObject {where}"]
+    honouring.clear_requests()
+    s3ddb.write_dataset(_rows(3), first, mode="append", storage_options=so)
+    s3ddb.write_dataset(_rows(4), second, storage_options=so)  # the same bucket
+    assert _probes(honouring) == []
+    assert s3ddb.dataset(first, storage_options=so).count_rows() == 3
+    assert not any(PROBE_DIR in m.path for m in ObjectStore(first, so).iter_list(""))
+
+
+def test_the_setting_takes_probe_or_trusted(aws: Any) -> None:
+    so = {**aws.storage_options(), "s3_conditional_writes": "sure"}
+    with pytest.raises(InvalidInputError, match="probe or trusted"):
+        s3ddb.write_dataset(
+            _rows(1), f"s3://{TEST_BUCKET}/x-{uuid.uuid4().hex[:8]}", storage_options=so
+        )
