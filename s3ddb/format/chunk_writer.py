@@ -22,6 +22,7 @@ keeps it.
 
 from __future__ import annotations
 
+import hashlib
 import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
@@ -222,6 +223,7 @@ def _write(
         name=f"{unique_hex()}.chunk",
         size=len(data),
         crc32=zlib.crc32(data),
+        sha256=hashlib.sha256(data).digest(),
         fragment_count=len(ids),
         visible_rows=sum(_visible_rows(s) for s in unit.segments),
         physical_rows=sum(_physical_rows(s) for s in unit.segments),

@@ -31,6 +31,8 @@ and the root's reader fetches every chunk to check (:attr:`ChunkIds.ambiguous`).
 from __future__ import annotations
 
 import bisect
+import hashlib
+import hmac
 import re
 import threading
 import zlib
@@ -72,6 +74,8 @@ CHUNK_MAGIC = b"S3DDBFC1"
 #: Bounds on what a root may declare, checked before anything is fetched: a chunk
 #: larger than this is refused unread.
 MAX_CHUNK_BYTES = 256 * 1024 * 1024
+#: Bytes of a chunk's SHA-256 digest.
+SHA256_BYTES = 32
 MAX_CHUNK_FRAGMENTS = 1 << 20
 MAX_CHUNKS = 1 << 16
 _NAME_RE = re.compile(r"[0-9a-f]{32}\.chunk")
@@ -105,6 +109,8 @@ class ChunkRef:
     #: The chunk's ids as sorted runs (first, last), when they are not every id of
     #: ``min_fragment_id..max_fragment_id``; empty: every id of that range.
     runs: tuple[tuple[int, int], ...] = ()
+    #: SHA-256 of the chunk file's bytes (32 bytes; empty: not recorded).
+    sha256: bytes = b""
     #: The message this reference was read from (written again as it was).
     message: Any = field(default=None, compare=False, repr=False)
 
@@ -159,6 +165,7 @@ class ChunkRef:
             max_fragment_id=self.max_fragment_id,
             bounds=[b.to_pb() for b in self.bounds],
             id_runs=_encoded_runs(self.runs),
+            sha256=self.sha256,
         )
 
     @classmethod
@@ -182,6 +189,7 @@ class ChunkRef:
             and 0 <= low <= high <= MAX_FRAGMENT_ID
             and high - low + 1 >= count
             and visible <= physical <= count * MAX_PHYSICAL_ROWS
+            and len(m.sha256) in (0, SHA256_BYTES)
         ):
             _refuse(m, where)
         return cls(
@@ -195,6 +203,7 @@ class ChunkRef:
             max_fragment_id=m.max_fragment_id,
             bounds=tuple(ColumnStatistics.from_pb(b) for b in m.bounds),
             runs=_decoded_runs(m, where) if len(m.id_runs) else (),
+            sha256=m.sha256,
             message=m,
         )
 
@@ -213,6 +222,10 @@ def _refuse(m: pb.FragmentChunk, where: str) -> NoReturn:
     check_range(m.fragment_count, 1, MAX_CHUNK_FRAGMENTS, "fragment_count", named)
     check_range(m.min_fragment_id, 0, MAX_FRAGMENT_ID, "min_fragment_id", named)
     check_range(m.max_fragment_id, m.min_fragment_id, MAX_FRAGMENT_ID, "max_fragment_id", named)
+    if len(m.sha256) not in (0, SHA256_BYTES):
+        raise StoredMetadataError(
+            f"{named}: a SHA-256 digest of {len(m.sha256)} bytes (a digest has {SHA256_BYTES})"
+        )
     most = m.fragment_count * MAX_PHYSICAL_ROWS
     check_range(m.physical_rows, 0, most, "physical_rows", named)
     check_range(m.visible_rows, 0, m.physical_rows, "visible_rows", named)
@@ -363,10 +376,10 @@ class _PayloadCache:
     def __init__(self, capacity: int) -> None:
         self._capacity = capacity
         self._size = 0
-        self._items: OrderedDict[tuple[str, str, int], bytes] = OrderedDict()
+        self._items: OrderedDict[tuple[str, str, int, bytes], bytes] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, key: tuple[str, str, int]) -> bytes | None:
+    def get(self, key: tuple[str, str, int, bytes]) -> bytes | None:
         with self._lock:
             found = self._items.get(key)
             if found is not None:
@@ -378,7 +391,7 @@ class _PayloadCache:
             self._items.clear()
             self._size = 0
 
-    def put(self, key: tuple[str, str, int], data: bytes) -> None:
+    def put(self, key: tuple[str, str, int, bytes], data: bytes) -> None:
         with self._lock:
             if key in self._items or len(data) > self._capacity:
                 return
@@ -429,7 +442,7 @@ class ChunkSource:
                 framing is not what ``ref`` and the format say (a larger file is read
                 no further than ``ref.size + 1`` bytes).
         """
-        key = (self.store.url, ref.name, ref.crc32)
+        key = (self.store.url, ref.name, ref.crc32, ref.sha256)
         cached = _cache().get(key)
         if cached is not None:
             return cached
@@ -452,6 +465,11 @@ class ChunkSource:
             raise ManifestCorruptError(f"{where}: {size} bytes, its manifest says {ref.size}")
         if zlib.crc32(data) != ref.crc32:
             raise ManifestCorruptError(f"{where}: checksum differs from its manifest's")
+        if ref.sha256 and not hmac.compare_digest(hashlib.sha256(data).digest(), ref.sha256):
+            raise ManifestCorruptError(
+                f"{where}: its SHA-256 digest differs from its manifest's (it was replaced "
+                "after the commit)"
+            )
         payload = bytes(unframe_view(data, CHUNK_MAGIC, where))
         _cache().put(key, payload)
         return payload
@@ -496,7 +514,9 @@ class StoredChunk(EncodedFragments):
         """Use ``payload``, the chunk's payload as its writer wrote it, instead of
         fetching it (and let other readers of this process use it too)."""
         self._data = payload
-        _cache().put((self.source.store.url, self.ref.name, self.ref.crc32), payload)
+        _cache().put(
+            (self.source.store.url, self.ref.name, self.ref.crc32, self.ref.sha256), payload
+        )
 
     @property
     def loaded(self) -> bool:

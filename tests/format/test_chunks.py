@@ -4,7 +4,9 @@ on the DynamoDB path."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+import hashlib
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -198,6 +200,22 @@ def test_a_damaged_or_missing_chunk_is_a_typed_error_naming_it(tmp_path: Path) -
     assert bad.path == ref.path
 
 
+def test_each_chunk_is_listed_with_its_digest_and_read_only_with_it(tmp_path: Path) -> None:
+    """A chunk replaced after its commit by one of the same size and CRC-32 (which
+    anyone can forge) is refused by its SHA-256, which the manifest records (and an
+    external store's row records the manifest's)."""
+    uri = str(tmp_path / "ds")
+    refs = _chunked(uri, 40).manifest.fragments.chunk_refs()
+    for ref in refs:
+        data = (tmp_path / "ds" / "_fragments" / ref.name).read_bytes()
+        assert ref.sha256 == hashlib.sha256(data).digest()
+    clear_chunk_cache()
+    other = dataclasses.replace(refs[0], sha256=bytes(32), message=None)  # same size, CRC
+    with pytest.raises(ManifestCorruptError, match="SHA-256 digest differs"):
+        ChunkSource(ObjectStore(uri)).read(other)
+    assert ChunkSource(ObjectStore(uri)).read(refs[0])
+
+
 def _rewrite_root(path: Path, change: Any, magic: bytes = CHUNKED_MANIFEST_MAGIC) -> None:
     message = pb.Manifest.FromString(unframe(path.read_bytes(), magic, str(path)))
     change(message)
@@ -213,6 +231,7 @@ def _rewrite_root(path: Path, change: Any, magic: bytes = CHUNKED_MANIFEST_MAGIC
         (lambda m: setattr(m.chunks[0], "max_fragment_id", 10**6), StoredMetadataError, "max"),
         (lambda m: m.chunks.append(m.chunks[0]), StoredMetadataError, "twice"),
         (lambda m: setattr(m, "format_version", 4), UnsupportedFormatError, "format 4"),
+        (lambda m: setattr(m.chunks[0], "sha256", b"\0" * 5), StoredMetadataError, "SHA-256"),
     ],
 )
 def test_a_root_whose_chunk_references_lie_is_refused(

@@ -724,6 +724,7 @@ class FragmentChunk(_message.Message):
     MAX_FRAGMENT_ID_FIELD_NUMBER: _builtins.int
     BOUNDS_FIELD_NUMBER: _builtins.int
     ID_RUNS_FIELD_NUMBER: _builtins.int
+    SHA256_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """File name under _fragments/ (32 hex digits, ".chunk")."""
     size: _builtins.int
@@ -734,6 +735,12 @@ class FragmentChunk(_message.Message):
     physical_rows: _builtins.int
     min_fragment_id: _builtins.int
     max_fragment_id: _builtins.int
+    sha256: _builtins.bytes
+    """SHA-256 of all the file's bytes (32 bytes; empty in chunks written before s3ddb
+    recorded it). The checksum catches damage; this catches a replacement, for
+    whoever trusts the manifest (an external store's row records the manifest's
+    own SHA-256).
+    """
     @_builtins.property
     def bounds(self) -> _containers.RepeatedCompositeFieldContainer[Global___ColumnStatistics]:
         """Bounds of columns over every fragment of the chunk (their physical rows): a
@@ -765,10 +772,11 @@ class FragmentChunk(_message.Message):
         max_fragment_id: _builtins.int = ...,
         bounds: _abc.Iterable[Global___ColumnStatistics] | None = ...,
         id_runs: _abc.Iterable[_builtins.int] | None = ...,
+        sha256: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bounds", b"bounds", "crc32", b"crc32", "fragment_count", b"fragment_count", "id_runs", b"id_runs", "max_fragment_id", b"max_fragment_id", "min_fragment_id", b"min_fragment_id", "name", b"name", "physical_rows", b"physical_rows", "size", b"size", "visible_rows", b"visible_rows"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bounds", b"bounds", "crc32", b"crc32", "fragment_count", b"fragment_count", "id_runs", b"id_runs", "max_fragment_id", b"max_fragment_id", "min_fragment_id", b"min_fragment_id", "name", b"name", "physical_rows", b"physical_rows", "sha256", b"sha256", "size", b"size", "visible_rows", b"visible_rows"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
