@@ -131,9 +131,10 @@ def _aws_options(
 ) -> None:
     """Add the AWS options (shared, and per service for each of ``services``),
     ``--storage-option`` and ``--debug`` to ``parser``."""
+    where = "s3:// and s3+ddb:// only; " if "s3" in services else ""
     group = parser.add_argument_group(
         "AWS options",
-        "s3:// and s3+ddb:// only; passed as the storage options of the same names "
+        f"{where}passed as the storage options of the same names "
         "(endpoint_url, region, profile, s3_endpoint...), which override the environment "
         "(docs/deployments.md: precedence)",
     )
@@ -323,6 +324,23 @@ def _cell(value: Any) -> str:
 # --- verbs ----------------------------------------------------------------------------
 
 
+def _mechanism(ds: s3ddb.Dataset) -> str:
+    """How the URI ``ds`` was opened with commits, or, when the newest version records
+    another mechanism (a DynamoDB dataset opened as s3://), that it is read-only so and
+    which URI writes."""
+    latest = ds.manifest if ds.version == ds.latest_version else None
+    if latest is None:
+        latest = ds.checkout_version(ds.latest_version).manifest
+    elsewhere = ds.handler.recorded_elsewhere(latest)
+    if elsewhere is None:
+        return ds.handler.describe()
+    return (
+        f"{'DynamoDB table ' + repr(elsewhere[1]) if elsewhere[1] else 'conditional put'}, "
+        f"as version {latest.version} records: read-only through this URI; write with "
+        f"{ds.handler.writer_uri(*elsewhere)}"
+    )
+
+
 def run_info(args: argparse.Namespace) -> int:
     """Describe a dataset version.
 
@@ -351,7 +369,7 @@ def run_info(args: argparse.Namespace) -> int:
         ("fragments", len(fragments)),
         ("deletion files", f"{deletion_files} ({_rows(deleted)} deleted)"),
         ("data files", sum(len(f.files) for f in fragments)),
-        ("commit mechanism", ds.handler.describe()),
+        ("commit mechanism", _mechanism(ds)),
         ("naming scheme", manifest.naming_scheme.name),
         ("open formats", ", ".join(published) or "none (s3ddb open-formats URI --enable)"),
     )

@@ -1,4 +1,4 @@
-"""``s3ddb demo``: the mission end to end on an embedded local AWS endpoint.
+"""``s3ddb demo``: what s3ddb does, shown end to end on an embedded local AWS endpoint.
 
 1. Start a local S3 + DynamoDB endpoint whose S3 has no conditional writes.
 2. Provision the manifest table exactly as the Terraform module does.

@@ -45,9 +45,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--conditional-writes",
         action=argparse.BooleanOptionalAction,
         default=False,
-        help="honour If-None-Match and If-Match on S3 writes, like AWS S3 (default: off, "
-        "they are dropped, like the S3-compatible stores s3+ddb:// exists for; with them "
-        "off, 's3ddb doctor s3://...' fails and s3+ddb:// URIs are needed)",
+        help="honour If-None-Match and If-Match on S3 writes, as AWS S3 does. Default: "
+        "off: they are dropped, as by the S3-compatible stores s3+ddb:// exists for, so "
+        "plain s3:// writers are refused and 's3ddb doctor s3://...' fails; use "
+        "s3+ddb:// URIs",
     )
     parser.add_argument(
         "--bucket",

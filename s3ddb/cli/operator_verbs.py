@@ -414,7 +414,7 @@ def run_open_formats(args: argparse.Namespace) -> int:
     republishes every kept version from the manifests alone, replacing a damaged or
     tampered published state, and deletes published files no kept version writes.
     --reader NAME then prints, instead of the summary, code that reads the newest
-    version with that engine (:mod:`s3ddb.cli.reader_snippets`).
+    version with that engine.
     """
     ds = dataset(args.uri, storage_options=storage_options(args))
     rebuilt = None

@@ -227,6 +227,18 @@ class CommitHandler(abc.ABC):
             f"({url} holds a copy of its objects)"
         )
 
+    def recorded_elsewhere(self, base: Manifest | None) -> tuple[str, str] | None:
+        """(commit mechanism, table) ``base`` records when they are not this handler's
+        (:meth:`writer_uri` names the URI that commits through them); None when this
+        handler may commit on ``base``. Never raises."""
+        if base is None or not base.commit_mechanism or self.adopting:
+            return None
+        theirs = (
+            base.commit_mechanism,
+            base.commit_table if base.commit_mechanism == DYNAMODB else "",
+        )
+        return None if theirs == self.mechanism_record() else theirs
+
     def check_writable(self, base: Manifest | None) -> None:
         """Refuse to commit on top of ``base`` if the dataset commits another way.
 
@@ -236,14 +248,8 @@ class CommitHandler(abc.ABC):
             CommitMechanismError: ``base`` records another mechanism or table; the
                 message names the URI to write with.
         """
-        if base is None or not base.commit_mechanism or self.adopting:
-            return
-        mine = self.mechanism_record()
-        theirs = (
-            base.commit_mechanism,
-            base.commit_table if base.commit_mechanism == DYNAMODB else "",
-        )
-        if theirs == mine:
+        theirs = self.recorded_elsewhere(base)
+        if theirs is None or base is None:
             return
         how = (
             f"through the DynamoDB table {theirs[1]!r}"

@@ -582,7 +582,8 @@ def _verdict(
         if uri.uses_external_store and conditional:
             verdict += (
                 f" This store also honours If-None-Match, so {plain} would commit "
-                "safely without DynamoDB (docs/deployments.md: when to use which)."
+                "safely without DynamoDB (docs/deployments.md: when plain s3:// is the better "
+                "choice)."
             )
     else:
         first = failed[0]

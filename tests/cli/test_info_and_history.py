@@ -174,3 +174,22 @@ def test_history_counts_the_rows_a_restore_brings_back(tmp_path: Path, capsys: A
     entries = {e["version"]: e for e in json.loads(out)}
     assert (entries[2]["rows_added"], entries[2]["rows_removed"]) == (0, 1)
     assert (entries[3]["rows_added"], entries[3]["rows_removed"]) == (1, 0)
+
+
+def test_info_through_s3_of_a_dynamodb_dataset_says_it_is_read_only_so(
+    aws: Any, ddb_uri: str, capsys: Any
+) -> None:
+    """It said 'put-if-not-exists on s3://...', the mechanism of the URI it was given,
+    while any write through that URI is refused."""
+    so = aws.storage_options()
+    s3ddb.write_dataset(_rows(0, 3), ddb_uri, storage_options=so)
+    s3ddb.write_dataset(_rows(3, 1), ddb_uri, mode="append", storage_options=so)
+    plain = "s3://" + ddb_uri.removeprefix("s3+ddb://").split("?")[0]
+    flags = [f"--storage-option={k}={v}" for k, v in so.items()]
+    for version in ([], ["--version", "1"]):
+        code, out, _ = run(capsys, "info", plain, *version, *flags)
+        assert code == 0
+        [line] = [x for x in out.splitlines() if x.startswith("commit mechanism:")]
+        assert "read-only through this URI; write with " + ddb_uri in line, line
+    code, out, _ = run(capsys, "info", ddb_uri, *flags)
+    assert "read-only" not in out and "DynamoDB table" in out
