@@ -74,8 +74,14 @@ _MAX_CELL = 60  # widest cell of `show --format table`; csv and json are never c
 
 
 def _version(text: str) -> int | str:
-    """A version number (digits) or a tag name."""
-    return int(text) if text.isdigit() else text
+    """A version number (ASCII digits, at least 1) or a tag name (which never starts
+    with '-' or is a number below 1: those are said to be bad versions)."""
+    number = text[1:] if text[:1] in "+-" else text
+    if number.isascii() and number.isdigit():
+        if text.startswith("-") or int(number) < 1:
+            raise argparse.ArgumentTypeError(f"expected a version >= 1 or a tag, got {text!r}")
+        return int(number)
+    return text
 
 
 def _at_least(minimum: int) -> Callable[[str], int]:

@@ -127,7 +127,12 @@ def parse_uri(uri: str | os.PathLike[str]) -> DatasetURI:
         if not prefix:
             # A dataset at a bucket's root would share _versions/ with anything else
             # there; require a prefix so that base_uri stays unambiguous.
-            raise InvalidURIError(f"S3 dataset URI needs a prefix: s3://{bucket}/<prefix>")
+            shown_scheme = "s3+ddb" if scheme == "s3+ddb" else "s3"
+            table = "?ddbTableName=<table>" if scheme == "s3+ddb" else ""
+            raise InvalidURIError(
+                f"{shown!r}: a dataset URI needs a prefix under the bucket: "
+                f"{shown_scheme}://{bucket}/<prefix>{table}"
+            )
         query = dict(parse_qsl(parts.query, keep_blank_values=True))
         table = None
         if scheme == "s3+ddb":

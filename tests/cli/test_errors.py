@@ -268,3 +268,28 @@ def test_impossible_local_path_is_typed_without_noise(
     with pytest.raises(s3ddb.DatasetLocationError, match="cannot create the dataset directory"):
         s3ddb.write_dataset(pa.table({"id": [1]}), str(a_file / "ds"))
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+@pytest.mark.parametrize("bad", ["-1", "0", "+0"])
+def test_a_version_below_1_is_a_usage_error_not_a_tag(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], bad: str
+) -> None:
+    """'--version -1' said: invalid tag name '-1'."""
+    uri = str(tmp_path / "ds")
+    s3ddb.write_dataset(pa.table({"id": [1]}), uri)
+    code, _out, err = run(capsys, "info", uri, "--version", bad)
+    assert code == 2 and f"expected a version >= 1 or a tag, got {bad!r}" in err, err
+
+
+@pytest.mark.parametrize(
+    ("uri", "shown"),
+    [
+        ("s3://bucket-only", "s3://bucket-only/<prefix>"),
+        ("s3+ddb://bucket-only?ddbTableName=T", "s3+ddb://bucket-only/<prefix>?ddbTableName="),
+    ],
+)
+def test_a_uri_without_a_prefix_is_named_in_its_own_scheme(
+    capsys: pytest.CaptureFixture[str], uri: str, shown: str
+) -> None:
+    code, _out, err = run(capsys, "info", uri)
+    assert code == 2 and "needs a prefix" in err and shown in err, err
