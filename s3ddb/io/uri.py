@@ -128,10 +128,10 @@ def parse_uri(uri: str | os.PathLike[str]) -> DatasetURI:
             # A dataset at a bucket's root would share _versions/ with anything else
             # there; require a prefix so that base_uri stays unambiguous.
             shown_scheme = "s3+ddb" if scheme == "s3+ddb" else "s3"
-            table = "?ddbTableName=<table>" if scheme == "s3+ddb" else ""
+            query_shown = "?ddbTableName=<table>" if scheme == "s3+ddb" else ""
             raise InvalidURIError(
                 f"{shown!r}: a dataset URI needs a prefix under the bucket: "
-                f"{shown_scheme}://{bucket}/<prefix>{table}"
+                f"{shown_scheme}://{bucket}/<prefix>{query_shown}"
             )
         query = dict(parse_qsl(parts.query, keep_blank_values=True))
         table = None
