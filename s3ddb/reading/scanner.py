@@ -109,7 +109,11 @@ class Scanner:
             columns = names if ROW_ID in names else [*names, ROW_ID]
             with_row_id = False
         if with_row_id:
-            options["with_row_id"] = with_row_id
+            raise UnsupportedOperationError(
+                "with_row_id needs stable row ids, which this dataset was not written "
+                "with (s3ddb has no row addresses): create it with "
+                "write_dataset(..., enable_stable_row_ids=True) (docs/pylance.md)"
+            )
         unsupported = sorted(k for k, v in options.items() if k not in TUNING_OPTIONS and v)
         if unsupported:
             raise UnsupportedOperationError(

@@ -145,7 +145,10 @@ def test_without_stable_row_ids_the_columns_and_flag_are_refused(tmp_path: Path)
     assert not ds.has_stable_row_ids and ds.manifest.format_version == 1
     with pytest.raises(s3ddb.errors.ColumnNotFoundError, match="_rowid"):
         ds.to_table(columns=["_rowid"])
-    with pytest.raises(UnsupportedOperationError, match="with_row_id"):
+    with pytest.raises(
+        UnsupportedOperationError,
+        match=r"with_row_id needs stable row ids.*enable_stable_row_ids=True",
+    ):
         ds.scanner(with_row_id=True)
     with pytest.raises(UnsupportedOperationError, match="enable_stable_row_ids"):
         s3ddb.write_dataset(_rows([2]), uri, mode="append", enable_stable_row_ids=True)
