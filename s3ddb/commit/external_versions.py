@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -142,6 +143,8 @@ class ExternalStoreVersions(CommitHandler):
         # The newest state of each row this handler has seen (Query, lost claims, own
         # commits): it tells whether version N-1 is known final before claiming N.
         self._rows: dict[int, ManifestRow] = {}
+        # Versions since a read version are loaded on several threads at once.
+        self._rows_lock = threading.Lock()
 
     def validate(self) -> None:
         self.external.validate()
@@ -186,9 +189,26 @@ class ExternalStoreVersions(CommitHandler):
         return self.location_of_row(self.finished(row) if finalize else row)
 
     def location_of(self, version: int) -> ManifestLocation:
+        """Where ``version``'s manifest is: by its row; without one, by listing (a
+        version from before the dataset used the external store, or one an
+        interrupted cleanup left), but never above the newest row: no commit through
+        the store puts a final manifest before its row, so one there was written by
+        another writer (or planted), and its digest is recorded nowhere.
+
+        Raises:
+            VersionNotFoundError: no such version, or only one above the newest row.
+        """
         row = self._get(version)
         if row is not None:
             return self.location_of_row(self.finished(row))
+        newest = self._get_latest()
+        if newest is not None and version > newest.version:
+            raise VersionNotFoundError(
+                f"version {version} of {self.base_uri} does not exist: the newest version "
+                f"committed through the external store is {newest.version} (a manifest of "
+                f"version {version} in the bucket, if any, was not committed through it: "
+                "s3ddb verify reports it)"
+            )
         try:
             return self._listing.location_of(version)
         except VersionNotFoundError:
@@ -363,11 +383,12 @@ class ExternalStoreVersions(CommitHandler):
     def _note(self, row: ManifestRow) -> ManifestRow:
         """Remember ``row`` as the newest state of its version (a final row is never
         replaced by a staged one)."""
-        known = self._rows.get(row.version)
-        if known is None or known.is_staged or not row.is_staged:
-            self._rows[row.version] = row
-            if len(self._rows) > _ROWS_KEPT:  # only the newest versions matter
-                del self._rows[min(self._rows)]
+        with self._rows_lock:
+            known = self._rows.get(row.version)
+            if known is None or known.is_staged or not row.is_staged:
+                self._rows[row.version] = row
+                if len(self._rows) > _ROWS_KEPT:  # only the newest versions matter
+                    del self._rows[min(self._rows)]
         return row
 
     # --- finalizing (steps 3-4) -------------------------------------------------------

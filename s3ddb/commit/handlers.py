@@ -47,8 +47,8 @@ from s3ddb.format.manifest import (
     CONDITIONAL_PUT,
     DYNAMODB,
     Manifest,
-    check_manifest_digest,
     new_dataset_id,
+    read_committed_manifest,
     read_manifest_bytes,
     read_manifest_header,
 )
@@ -387,14 +387,17 @@ class CommitHandler(abc.ABC):
         """
         where = f"{self.store.url}/{location.path}"
         try:
-            data = read_manifest_bytes(self.store, location.path, where, location.size)
+            if location.sha256 is not None and location.size is not None:
+                data = read_committed_manifest(
+                    self.store, location.path, where, location.size, location.sha256
+                )
+            else:
+                data = read_manifest_bytes(self.store, location.path, where, location.size)
         except FileNotFoundError as exc:
             raise VersionNotFoundError(
                 f"version {location.version} of {self.store.url}: manifest {location.path} "
                 "is missing"
             ) from exc
-        if location.sha256 is not None:
-            check_manifest_digest(data, location.size, location.sha256, where)
         manifest = Manifest.from_bytes(data, where, ChunkSource(self.store))
         if manifest.version != location.version:
             raise ManifestCorruptError(
@@ -582,7 +585,11 @@ class ConditionalPutCommitHandler(ListingCommitHandler):
         self.check_writable(previous)
         # Asked beside the uploads (once per process and bucket), answered before
         # the put that relies on it.
-        honoured = run_beside(self.store, self._check_conditional_put)
+        honoured = (
+            None
+            if self._conditional_put_settled()
+            else run_beside(self.store, self._check_conditional_put)
+        )
         if pending is not None:
             pending.wait()
         path = layout.manifest_path(manifest.version, manifest.naming_scheme)
@@ -596,7 +603,8 @@ class ConditionalPutCommitHandler(ListingCommitHandler):
                 raise
         elif manifest.version == 1:
             self._check_no_external_claims()
-        honoured.result()
+        if honoured is not None:
+            honoured.result()
         try:
             self.store.put_if_not_exists(path, data)
         except FileExistsError as exc:
@@ -620,6 +628,12 @@ class ConditionalPutCommitHandler(ListingCommitHandler):
             ) from exc
         return self._location_written(manifest, path, data)
 
+    def _conditional_put_settled(self) -> bool:
+        """Whether the store is known, without a request, to refuse a second put of
+        one name, or the storage options say to rely on it unasked. Never raises."""
+        setting = self.store.aws.s3_conditional_writes
+        return (setting or "").lower() == "trusted" or self.store.known_conditional_put() is True
+
     def _check_conditional_put(self) -> None:
         """The store must refuse a second put of one name
         (:meth:`ObjectStore.honours_conditional_put`), unless the storage option
@@ -630,13 +644,12 @@ class ConditionalPutCommitHandler(ListingCommitHandler):
                 version, and one commit would be lost; nothing was claimed.
             The store's errors, from asking.
         """
-        setting = self.store.aws.s3_conditional_writes
-        if (setting or "").lower() == "trusted" or self.store.honours_conditional_put():
+        if self._conditional_put_settled() or self.store.honours_conditional_put():
             return
         raise CommitMechanismError(
-            f"refusing to commit to {self.store.url}: the object store ignores "
-            "If-None-Match (a second conditional write of a scratch object replaced the "
-            "first), so two writers could both commit one version and one commit would "
+            f"refusing to commit to {self.store.url}: the object store does not honour "
+            "If-None-Match (a second conditional write of a scratch object was not "
+            "refused), so two writers could both commit one version and one commit would "
             "be lost without a trace. Nothing was committed. Commit through DynamoDB "
             f"instead: s3+ddb://{self.store.url.removeprefix('s3://')}?ddbTableName=<table> "
             "(create the table with `s3ddb create-table <table>`). If only one process "

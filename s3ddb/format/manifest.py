@@ -57,6 +57,7 @@ __all__ = [
     "check_manifest_digest",
     "manifest_sha256",
     "new_dataset_id",
+    "read_committed_manifest",
     "read_manifest_bytes",
     "read_manifest_header",
     "referenced_files",
@@ -631,27 +632,48 @@ def manifest_sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def check_manifest_digest(data: bytes, size: int | None, sha256: str, where: str) -> None:
+def check_manifest_digest(
+    data: bytes, size: int | None, sha256: str, where: str, stored: int | None = None
+) -> None:
     """``data`` must be the manifest whose ``size`` (if known) and SHA-256 digest
-    ``sha256`` were recorded when it was committed. Its checksum only catches damage:
-    a manifest rewritten with a valid checksum (planted by whoever can write the
-    bucket but not the table) passes it, and not this.
+    ``sha256`` were recorded when it was committed (``stored``: the size of the
+    object ``data`` was read from, if not all of it was read). Its checksum only
+    catches damage: a manifest rewritten with a valid checksum (planted by whoever
+    can write the bucket but not the table) passes it, and not this.
 
     Raises:
         ManifestCorruptError: ``data`` has another size or digest, naming ``where``.
     """
     problem = None
-    if size is not None and len(data) != size:
-        problem = f"it has {len(data)} bytes"
+    found = len(data) if stored is None else stored
+    if size is not None and found != size:
+        problem = f"it has {found} bytes"
     elif not hmac.compare_digest(manifest_sha256(data), sha256):
         problem = "its SHA-256 digest differs"
     if problem is not None:
         raise ManifestCorruptError(
             f"manifest {where} is not the one its version committed: {problem} "
             f"(the commit recorded {size if size is not None else '?'} bytes, SHA-256 "
-            f"{sha256}). It was replaced or damaged after the commit; restore it (s3ddb "
-            "sync puts a final manifest back from the staged one its commit claimed with)"
+            f"{sha256}). It was replaced or damaged after the commit: put the original "
+            "back (from a backup, or the bucket's earlier object versions: its size and "
+            "digest are above)"
         )
+
+
+def read_committed_manifest(
+    store: ObjectStore, path: str, where: str, size: int, sha256: str
+) -> bytes:
+    """The bytes of the manifest at ``path`` (named ``where``), which must be the one
+    committed with ``size`` and SHA-256 ``sha256``: read no further than ``size`` (a
+    larger object is refused having read at most a byte more).
+
+    Raises:
+        FileNotFoundError: it does not exist.
+        ManifestCorruptError: see :func:`check_manifest_digest`.
+    """
+    data, stored = store.get_bounded(path, max(0, min(size, MAX_MANIFEST_BYTES)))
+    check_manifest_digest(data, size, sha256, where, stored)
+    return data
 
 
 def read_manifest_bytes(

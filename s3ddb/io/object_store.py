@@ -35,7 +35,12 @@ from s3ddb.errors import InvalidInputError
 from s3ddb.io import local_files
 from s3ddb.io.aws import AwsConfig
 from s3ddb.io.paths import check_relative_path, relative_key
-from s3ddb.io.service_errors import as_storage_error, error_code
+from s3ddb.io.service_errors import (
+    CONDITION_FAILED_CODES,
+    as_storage_error,
+    error_code,
+    http_status,
+)
 from s3ddb.io.uri import DatasetURI, parse_uri
 
 __all__ = [
@@ -158,6 +163,11 @@ class ObjectStore:
         Raises:
             The store's errors (S3 only).
         """
+        return True
+
+    def known_conditional_put(self) -> bool | None:
+        """:meth:`honours_conditional_put`'s answer if known without a request, else
+        None. Never raises."""
         return True
 
     def __repr__(self) -> str:
@@ -658,7 +668,9 @@ class S3ObjectStore(ObjectStore):
         try:
             self._s3().put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
         except Exception as exc:
-            if error_code(exc) == "PreconditionFailed":
+            # 409 ConditionalRequestConflict: another conditional write of the name
+            # is under way; as 412, the name is not this writer's to take now.
+            if error_code(exc) in CONDITION_FAILED_CODES:
                 raise FileExistsError(errno.EEXIST, "object exists", full) from exc
             raise as_storage_error(exc, full) from exc
 
@@ -673,28 +685,50 @@ class S3ObjectStore(ObjectStore):
             The store's errors (e.g. PermissionError) from the scratch writes; a
             failed delete leaves the object and is logged.
         """
-        bucket, _key = _split_s3(self.full_path(""))
-        where = (str(self._s3().meta.endpoint_url), bucket)
-        with _PROBE_LOCK:
-            known = _CONDITIONAL_PUT_PROBES.get(where)
+        known = self.known_conditional_put()
         if known is not None:
             return known
         path = f"{PROBE_DIR}/{uuid.uuid4().hex}"
         try:
-            self.put_if_not_exists(path, b"first")
-            try:
-                self.put_if_not_exists(path, b"second")
-                honoured = False
-            except FileExistsError:
-                honoured = True
+            honoured = self._second_put_refused(path)
         finally:
             try:
                 self.delete(path)
             except Exception as exc:  # the answer stands; the object is an orphan
                 log.warning("could not delete the scratch object %s: %s", path, exc)
         with _PROBE_LOCK:
-            _CONDITIONAL_PUT_PROBES[where] = honoured
+            _CONDITIONAL_PUT_PROBES[self._probe_key()] = honoured
         return honoured
+
+    def _second_put_refused(self, path: str) -> bool:
+        """Put ``path`` twice with ``If-None-Match: *``: whether the second was refused.
+        The first refused is an answer too: only this writer's own write, sent again
+        by the client after a lost response, can have been there. A store that
+        rejects the header itself (501 NotImplemented, as some S3-compatible stores
+        answer) honours nothing.
+
+        Raises:
+            The store's other errors.
+        """
+        try:
+            self.put_if_not_exists(path, b"first")
+            self.put_if_not_exists(path, b"second")
+        except FileExistsError:
+            return True
+        except Exception as exc:  # as_storage_error's, the ClientError its cause
+            cause = exc.__cause__ or exc
+            if error_code(cause) == "NotImplemented" or http_status(cause) == 501:
+                return False
+            raise
+        return False
+
+    def _probe_key(self) -> tuple[str, str]:
+        bucket, _key = _split_s3(self.full_path(""))
+        return (str(self._s3().meta.endpoint_url), bucket)
+
+    def known_conditional_put(self) -> bool | None:
+        with _PROBE_LOCK:
+            return _CONDITIONAL_PUT_PROBES.get(self._probe_key())
 
     def put_with_etag(self, path: str, data: bytes) -> str | None:
         full = self.full_path(path)

@@ -66,6 +66,13 @@ PROBLEM_KINDS: dict[str, ProblemKind] = {
         meaning="a row's path points outside the dataset; it is refused",
         fix="delete the row",
     ),
+    "malformed_row": ProblemKind(
+        meaning=(
+            "a row holds a value no commit writes (e.g. a manifest digest that is no SHA-256); "
+            "it is refused, and its version cannot be read"
+        ),
+        fix="correct or delete the row (someone wrote it by hand or by mistake)",
+    ),
     "orphaned_staged_manifest": ProblemKind(
         meaning="a staged manifest no row refers to (a writer lost or crashed before claiming)",
         fix="`s3ddb sync`",
@@ -116,8 +123,11 @@ PROBLEM_KINDS: dict[str, ProblemKind] = {
         fix="`create_scalar_index(..., replace=True)`, or restore the file",
     ),
     "unreadable_manifest": ProblemKind(
-        meaning="a version's manifest cannot be decoded",
-        fix="restore from backup",
+        meaning=(
+            "a version's manifest cannot be decoded, or is not the one its row committed "
+            "(another size or SHA-256 digest: replaced or damaged after the commit)"
+        ),
+        fix="restore from backup (bucket versioning), or `s3ddb restore` an earlier version",
     ),
     "foreign_version": ProblemKind(
         meaning=(

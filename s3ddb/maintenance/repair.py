@@ -18,7 +18,7 @@ from typing import Any
 
 from s3ddb.commit import finalizer as finalizers
 from s3ddb.commit.handlers import CommitHandler, ManifestLocation
-from s3ddb.errors import PathOutsideDatasetError, S3DDBError
+from s3ddb.errors import PathOutsideDatasetError, S3DDBError, StoredMetadataError
 from s3ddb.external_store.manifest_store import ManifestRow
 from s3ddb.format import layout
 from s3ddb.format.naming import parse_manifest_name
@@ -92,7 +92,7 @@ def sync(
     for row in rows:
         try:
             row = handler.checked_row(row)
-        except PathOutsideDatasetError as exc:
+        except (PathOutsideDatasetError, StoredMetadataError) as exc:
             report.failed.append(f"version {row.version}: {exc}")
             continue
         if row.is_staged:

@@ -481,6 +481,15 @@ def _check_rows(
                 "delete the row (someone wrote it by hand or by mistake), then run verify again",
                 row.version,
             )
+        except StoredMetadataError as exc:
+            problem(
+                "malformed_row",
+                row.path,
+                f"the DynamoDB row of version {row.version} is refused: {exc}",
+                "correct or delete the row (someone wrote it by hand or by mistake), then "
+                "run verify again",
+                row.version,
+            )
     referenced_staged = set()
     for row in good:
         if row.is_staged:

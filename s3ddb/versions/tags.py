@@ -162,6 +162,10 @@ class Tags:
         before = self._ds.handler.location_of(version)
         body = json.dumps({"version": version}).encode()
         try:
+            # Asked first as well: a store that ignores If-None-Match (where s3+ddb://
+            # datasets live) would let the put move an existing tag.
+            if self._store.exists(layout.tag_path(name)):
+                raise FileExistsError(layout.tag_path(name))
             self._store.put_if_not_exists(layout.tag_path(name), body)
         except FileExistsError:
             raise InvalidInputError(f"tag {name!r} already exists in {self._ds.uri}") from None

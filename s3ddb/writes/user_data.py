@@ -22,12 +22,13 @@ def to_arrow_table(data: Any, schema: pa.Schema | None = None) -> pa.Table:
     exporting an Arrow stream (``__arrow_c_stream__``: polars, DuckDB, a Dataset).
 
     Raises:
-        InvalidInputError: the data is of an unsupported type, or holds text that is
-            not valid Unicode (a lone surrogate in a column name or value).
+        InvalidInputError: the data is of an unsupported type, holds text that is
+            not valid Unicode (a lone surrogate in a column name or value), or rows
+            without a column (no data file could hold them).
         SchemaMismatchError: ``schema`` is given and the data cannot be cast to it.
     """
     try:
-        return _to_arrow_table(data, schema)
+        table = _to_arrow_table(data, schema)
     except UnicodeEncodeError as exc:
         bad = exc.object[exc.start : exc.end].encode("utf-8", "backslashreplace").decode()
         raise InvalidInputError(
@@ -35,6 +36,12 @@ def to_arrow_table(data: Any, schema: pa.Schema | None = None) -> pa.Table:
             f"of {exc.object.encode('utf-8', 'backslashreplace').decode()!r}: {exc.reason}); "
             "column names and strings must be encodable as UTF-8"
         ) from None
+    if table.num_columns == 0 and table.num_rows:
+        raise InvalidInputError(
+            f"a table of {table.num_rows} rows and no column cannot be written: "
+            "give it at least one column"
+        )
+    return table
 
 
 def _to_arrow_table(data: Any, schema: pa.Schema | None) -> pa.Table:

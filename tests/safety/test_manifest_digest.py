@@ -19,10 +19,12 @@ from s3ddb.commit.manifest_cache import MANIFESTS
 from s3ddb.errors import ManifestCorruptError, S3DDBError, StoredMetadataError
 from s3ddb.external_store.identity import final_path_of
 from s3ddb.external_store.manifest_store import MANIFEST_SHA256_ATTRIBUTE
+from s3ddb.format import layout
 from s3ddb.format.chunks import ChunkSource
 from s3ddb.format.framing import frame
 from s3ddb.format.manifest import MANIFEST_MAGIC, Manifest
 from s3ddb.io import ObjectStore, parse_uri
+from s3ddb.maintenance.repair import sync
 from s3ddb.maintenance.verify import verify
 from tests.conftest import TEST_TABLE
 from tests.support.storage import plant_manifest
@@ -151,13 +153,43 @@ def test_a_staged_manifest_replaced_before_it_is_finished_is_refused(
 def test_a_row_digest_that_is_no_digest_is_refused(aws: Any, ddb_uri: str) -> None:
     so = aws.storage_options()
     s3ddb.write_dataset(_ids(0, 5), ddb_uri, storage_options=so)
+    s3ddb.write_dataset(_ids(5, 5), ddb_uri, mode="append", storage_options=so)
     finalizer.drain()
     aws.boto3_client("dynamodb").update_item(
         TableName=TEST_TABLE,
-        Key={"base_uri": {"S": parse_uri(ddb_uri).base_uri}, "version": {"N": "1"}},
+        Key={"base_uri": {"S": parse_uri(ddb_uri).base_uri}, "version": {"N": "2"}},
         UpdateExpression="SET manifest_sha256 = :d",
         ExpressionAttributeValues={":d": {"S": "not-a-digest"}},
     )
     MANIFESTS.clear()
     with pytest.raises(StoredMetadataError, match="no SHA-256 digest"):
         s3ddb.dataset(ddb_uri, storage_options=so).to_table()
+    # verify and sync report the row, not stop at it
+    problems = verify(ddb_uri, so, grace_seconds=0).problems
+    assert ("malformed_row", 2) in [(p.kind, p.version) for p in problems], problems
+    report = sync(ddb_uri, so, grace_seconds=0)
+    assert len(report.failed) == 1 and "no SHA-256 digest" in report.failed[0], report
+
+
+def test_a_manifest_planted_above_the_newest_row_is_no_version(aws: Any, ddb_uri: str) -> None:
+    """No commit through the table puts a final manifest before its row: one above the
+    newest row (which a tag, also a bucket object, could name) is not read through the
+    listing, where no digest guards it."""
+    so = aws.storage_options()
+    s3ddb.write_dataset(_ids(0, 5), ddb_uri, storage_options=so)
+    ds = s3ddb.write_dataset(_ids(5, 5), ddb_uri, mode="append", storage_options=so)
+    finalizer.drain()
+    message = ds.manifest.to_pb()
+    message.version = 3
+    _point_second_fragment_at(ddb_uri, so, _planted_file(ddb_uri, so))(message)
+    store = ObjectStore(ddb_uri, so)
+    store.put(
+        layout.manifest_path(3, ds.manifest.naming_scheme),
+        frame(message.SerializeToString(), MANIFEST_MAGIC),
+    )
+    store.put(layout.tag_path("release"), b'{"version": 3}')
+    MANIFESTS.clear()
+    assert _read(ddb_uri, so) == list(range(10))
+    for version in (3, "release"):
+        with pytest.raises(s3ddb.VersionNotFoundError, match="version 3"):
+            s3ddb.dataset(ddb_uri, version, storage_options=so)

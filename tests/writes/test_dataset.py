@@ -15,6 +15,7 @@ import pyarrow.compute as pc
 import pytest
 
 import s3ddb
+import s3ddb.fragment
 from s3ddb.errors import (
     DatasetAlreadyExistsError,
     DatasetNotFoundError,
@@ -150,6 +151,8 @@ def test_data_without_a_column_makes_an_empty_dataset(tmp_path: Path, data: Any)
 def test_rows_without_a_column_are_refused(tmp_path: Path) -> None:
     with pytest.raises(InvalidInputError, match="5 rows and no column"):
         s3ddb.write_dataset(pa.table({}).slice(0, 5), str(tmp_path / "ds"))
+    with pytest.raises(InvalidInputError, match="3 rows and no column"):  # it gave []
+        s3ddb.fragment.write_fragments(pa.table({}).slice(0, 3), str(tmp_path / "ds"))
     with pytest.raises(s3ddb.DatasetNotFoundError):
         s3ddb.dataset(str(tmp_path / "ds"))
 
@@ -285,6 +288,20 @@ def test_bad_arguments(local_uri: str) -> None:
     ds = s3ddb.dataset(local_uri)
     with pytest.raises(s3ddb.ColumnNotFoundError, match="nope"):
         ds.to_table(columns=["nope"])
+
+
+def test_an_existing_tag_is_not_moved_on_a_store_that_ignores_if_none_match(
+    aws: Any, ddb_uri: str
+) -> None:
+    """s3+ddb:// datasets live on such stores (this endpoint drops the header): a
+    second create of a tag moved it (the put replaced it)."""
+    so = aws.storage_options()
+    s3ddb.write_dataset(make_table(0, 3), ddb_uri, storage_options=so)
+    ds = s3ddb.write_dataset(make_table(3, 3), ddb_uri, mode="append", storage_options=so)
+    ds.tags.create("release", 1)
+    with pytest.raises(InvalidInputError, match="already exists"):
+        ds.tags.create("release", 2)
+    assert ds.tags.list() == {"release": 1}
 
 
 def test_a_tag_looks_its_version_up_again_in_one_round_trip(aws: Any, ddb_uri: str) -> None:
