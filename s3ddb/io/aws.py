@@ -36,7 +36,7 @@ from s3ddb.io.per_process import PerProcess
 from s3ddb.io.redact import is_secret_option
 from s3ddb.io.service_settings import ServiceSettings
 
-__all__ = ["CLIENTS", "SERVICES", "AwsConfig", "ServiceSettings"]
+__all__ = ["CLIENTS", "SERVICES", "AwsConfig", "ServiceSettings", "is_storage_option"]
 
 #: AWS Glue is a catalog s3ddb keeps current (s3ddb.catalogs), not a store.
 SERVICES = ("s3", "dynamodb", "glue")
@@ -123,6 +123,11 @@ _SECRET_FIELDS = frozenset(
         for s in ("access_key_id", "secret_access_key", "session_token")
     }
 )
+
+
+def is_storage_option(name: str) -> bool:
+    """Whether ``name`` is a storage option s3ddb knows (any spelling it accepts)."""
+    return name.lower() in _ALL_ALIASES or name.lower() in _ACCEPTED_FLAGS
 
 
 def _short_repr(value: object) -> str:

@@ -188,6 +188,16 @@ def _unexpected_query_message(keys: list[str], shown: str, scheme: str) -> str:
         if difflib.SequenceMatcher(None, key.lower(), known.lower()).ratio() >= 0.8
     ]
     hint = "" if scheme == "s3+ddb" else " (did you mean s3+ddb://...?ddbTableName=T)"
+    # Imported here: the URI parser needs the option table only to explain a refusal.
+    from s3ddb.io.aws import is_storage_option
+
+    options = [key for key in keys if is_storage_option(key)]
+    if options:
+        # A known option's name is no secret (its value stays hidden).
+        return (
+            f"{shown!r}: {options[0]!r} is a storage option, not part of the URI: pass it "
+            f"in storage_options (on the command line: --storage-option {options[0]}=...)"
+        )
     if near:
         key, known = near[0]
         return f"{shown!r}: unknown query key {key!r}; did you mean {known!r}?{hint}"

@@ -293,3 +293,14 @@ def test_a_uri_without_a_prefix_is_named_in_its_own_scheme(
 ) -> None:
     code, _out, err = run(capsys, "info", uri)
     assert code == 2 and "needs a prefix" in err and shown in err, err
+
+
+def test_a_storage_option_in_the_uri_is_named_and_sent_where_it_belongs(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """It was '1 unexpected query parameter(s) (names hidden)'. A known option's name
+    is named, never its value; values stay hidden whatever the key."""
+    code, _out, err = run(capsys, "info", "s3+ddb://bucket/p?ddbTableName=T&region=eu-west-9")
+    assert code == 2 and "'region' is a storage option" in err and "eu-west-9" not in err
+    code, _out, err = run(capsys, "info", "s3://bucket/p?k=topsecret")
+    assert code == 2 and "names hidden" in err and "topsecret" not in err
