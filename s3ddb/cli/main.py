@@ -19,6 +19,7 @@ from typing import Any
 from s3ddb.cli.output import guarded_output, safe_text
 from s3ddb.errors import (
     BucketNotFoundError,
+    CommitMechanismError,
     CredentialsError,
     DatasetLocationError,
     DatasetNotFoundError,
@@ -62,6 +63,9 @@ _WIDTH = 100
 # Errors that mean "you asked for something that cannot be reached or parsed".
 _USAGE_ERRORS = (
     InvalidInputError,
+    # A URI that commits another way than the dataset (s3:// of a DynamoDB dataset)
+    # or than the store allows: the fix is the URI the message names.
+    CommitMechanismError,
     BucketNotFoundError,
     DatasetLocationError,
     DatasetNotFoundError,

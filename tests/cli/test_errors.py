@@ -304,3 +304,20 @@ def test_a_storage_option_in_the_uri_is_named_and_sent_where_it_belongs(
     assert code == 2 and "'region' is a storage option" in err and "eu-west-9" not in err
     code, _out, err = run(capsys, "info", "s3://bucket/p?k=topsecret")
     assert code == 2 and "names hidden" in err and "topsecret" not in err
+
+
+def test_a_write_through_the_wrong_commit_mechanism_is_a_usage_error(
+    aws: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """s3:// of a dataset that commits through DynamoDB: the fix is the URI the message
+    names, as for a bad URI (it exited 1, as a failed operation)."""
+    so = aws.storage_options()
+    name = f"mech-{uuid.uuid4().hex[:10]}"
+    s3ddb.write_dataset(
+        pa.table({"id": [1, 2]}),
+        f"s3+ddb://{TEST_BUCKET}/{name}?ddbTableName={TEST_TABLE}",
+        storage_options=so,
+    )
+    flags = [f"--storage-option={k}={v}" for k, v in so.items()]
+    code, _out, err = run(capsys, "delete", f"s3://{TEST_BUCKET}/{name}", "id = 1", *flags)
+    assert code == 2 and "CommitMechanismError" in err and "ddbTableName" in err, err
