@@ -59,7 +59,9 @@ class DataReplacement(Operation):
     replacements: tuple[DataReplacementGroup, ...]
     kind: ClassVar[str] = "DataReplacement"
     pb_field: ClassVar[str] = "data_replacement"
-    changes: ClassVar[Changes] = Changes.NOTHING
+    # The same rows, other values: the change feed lists the rows whose values the
+    # new files change, and a stream of appends stops here as at an update.
+    changes: ClassVar[Changes] = Changes.ROWS
     committable: ClassVar[bool] = True
     in_lance_operation: ClassVar[bool] = True
 

@@ -28,8 +28,8 @@ dropped by the last version is absent.
 Without stable row ids an update is a ``delete`` of the old row and an ``insert`` of
 the new one. With them, :func:`pair_updates`, the one place a version's deletes and
 inserts meet, makes the delete and the insert of one ``_rowid`` in an ``Update``
-version (``update``, ``merge_insert``) its ``update_preimage`` and
-``update_postimage``.
+version (``update``, ``merge_insert``) or a ``DataReplacement`` (values changed in
+place) its ``update_preimage`` and ``update_postimage``.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ from s3ddb.format.fragment_metadata import FragmentMetadata
 from s3ddb.format.manifest import Manifest
 from s3ddb.format.row_lineage import RowLineage
 from s3ddb.format.schema import DatasetSchema
-from s3ddb.operations import Changes, Overwrite, Restore, Update
+from s3ddb.operations import Changes, DataReplacement, Overwrite, Restore, Update
 from s3ddb.operations.kinds import kinds_that_change
 from s3ddb.scan.visible_rows import (
     plan_fragment,
@@ -97,6 +97,8 @@ CHANGE_TYPES = (INSERT, UPDATE_PREIMAGE, UPDATE_POSTIMAGE, DELETE)
 #: Operation kinds whose versions add, delete and change no row (derived from each
 #: operation class's ``changes``): their versions add nothing to the feed.
 NO_ROW_KINDS = kinds_that_change(Changes.NOTHING, Changes.SCHEMA)
+#: Kinds whose deletes and inserts of one stable row id are an update of that row.
+_PAIRED_KINDS = frozenset({Update.kind, DataReplacement.kind})
 
 #: Operation kinds that replace the whole table: every row before is deleted, every
 #: row after inserted.
@@ -344,9 +346,10 @@ def _version_changes(
                 f"{previous.version} {previous.num_rows}"
             )
         return
-    # Only an Update version moves rows under their ids; pairing reads its deletes
-    # and inserts before giving any (a version's changed rows, not the table's).
-    paired = kind == Update.kind and current.stable_row_ids and previous.stable_row_ids
+    # Only an Update version moves rows under their ids, and a DataReplacement
+    # changes values in place; pairing reads their deletes and inserts before giving
+    # any (a version's changed rows, not the table's).
+    paired = kind in _PAIRED_KINDS and current.stable_row_ids and previous.stable_row_ids
     before = _Side(handler, previous, end, current, DELETE, paired)
     after = _Side(handler, current, end, current, INSERT, paired)
     yield from pair_updates(_fragment_tables(kind, before, after), paired)

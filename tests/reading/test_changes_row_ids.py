@@ -90,3 +90,25 @@ def test_an_update_whose_fragment_lost_its_row_ids_is_refused(tmp_path: Path) ->
         s3ddb.dataset(uri).changes(1)
     # Reads that need no row ids still read the version.
     assert pc.sum(s3ddb.dataset(uri).to_table()["id"]).as_py() == 3
+
+
+@pytest.mark.parametrize("stable", [True, False], ids=["stable row ids", "without"])
+def test_a_data_replacement_lists_the_values_it_changed(tmp_path: Path, stable: bool) -> None:
+    """A column's file replaced in place (a backfill built elsewhere, committed as a
+    DataReplacement) changes those rows' values: the feed listed nothing."""
+    from s3ddb.format.datafile import read_fragment, write_data_file
+    from s3ddb.operations import DataReplacement
+
+    uri = str(tmp_path / "ds")
+    ds = s3ddb.write_dataset(
+        pa.table({"id": [1, 2, 3], "s": ["a", "b", "c"]}), uri, enable_stable_row_ids=stable
+    )
+    [fragment] = ds.get_fragments()
+    rows = read_fragment(ds.handler.store, fragment, ds.manifest.schema, ["id", "s"])
+    rows = rows.set_column(1, "s", pa.array(["a", "B", "c"]))  # one value changed
+    new_file = write_data_file(ds.handler.store, rows, ds.manifest.schema)
+    ds = s3ddb.Dataset.commit(uri, DataReplacement([(fragment.id, new_file)]), 1)
+    if stable:
+        assert _feed(ds, 1) == [(2, "b", "update_preimage", 2), (2, "B", "update_postimage", 2)]
+    else:
+        assert _feed(ds, 1) == [(2, "b", "delete", 2), (2, "B", "insert", 2)]

@@ -377,6 +377,17 @@ def test_data_replacement_swaps_a_file_and_narrows_the_index(target: Target) -> 
     _assert_same_as_scan(new)
     old = s3ddb.dataset(uri, 3, storage_options=so)
     assert old.to_table(filter="id = 2002").column("v").to_pylist() == [20020.0]
+    # The change feed lists each value the new file changed (it listed nothing): the
+    # fragment's 1,999 visible rows, each a delete of the old row and an insert.
+    feed = new.changes(3, 4)
+    kinds = feed.group_by("_change_type").aggregate([("id", "count")]).to_pylist()
+    assert sorted((k["_change_type"], k["id_count"]) for k in kinds) == [
+        ("delete", 1999),
+        ("insert", 1999),
+    ]
+    inserted = feed.filter(pc.equal(feed["_change_type"], "insert"))
+    assert pc.all(pc.equal(inserted["v"], pc.multiply(inserted["id"], 20.0))).as_py()
+    assert 2001 not in feed["id"].to_pylist()  # deleted before: no change
 
 
 def test_data_replacement_refuses_bad_input(target: Target) -> None:
