@@ -103,6 +103,22 @@ class Tags:
         if self._before_write is not None:
             self._before_write(f"tags.{what}()")
 
+    def _location_of(self, version: int) -> ManifestLocation:
+        """Where ``version`` is, or the error naming the dataset as its reader does.
+
+        Raises:
+            VersionNotFoundError: no such version, saying the latest.
+        """
+        try:
+            return self._ds.handler.location_of(version)
+        except VersionNotFoundError:
+            pass  # raised below, without this lookup as its context
+        latest = self._ds.handler.latest_location()
+        raise VersionNotFoundError(
+            f"version {version} of {self._ds.uri} does not exist"
+            + (f" (latest is {latest.version})" if latest is not None else "")
+        )
+
     def _check_name(self, name: str) -> None:
         if not isinstance(name, str) or not _TAG_RE.match(name) or name.endswith(TAG_FILE_SUFFIX):
             raise InvalidInputError(
@@ -159,7 +175,7 @@ class Tags:
         self._writing("create")
         self._check_name(name)
         check_int("version", version, minimum=1)
-        before = self._ds.handler.location_of(version)
+        before = self._location_of(version)
         body = json.dumps({"version": version}).encode()
         try:
             # Asked first as well: a store that ignores If-None-Match (where s3+ddb://
@@ -193,7 +209,7 @@ class Tags:
         self._check_name(name)
         check_int("version", version, minimum=1)
         previous = self.get(name)
-        before = self._ds.handler.location_of(version)
+        before = self._location_of(version)
         self._store.put(layout.tag_path(name), json.dumps({"version": version}).encode())
         back = json.dumps({"version": previous}).encode()
 

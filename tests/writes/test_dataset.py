@@ -200,7 +200,8 @@ def test_tags(local_uri: str) -> None:
     assert s3ddb.dataset(local_uri, version="first").count_rows() == 1
     with pytest.raises(InvalidInputError, match="already exists"):
         ds.tags.create("first", 2)
-    with pytest.raises(VersionNotFoundError):
+    missing = r"version 7 of .* does not exist \(latest is 2\)"
+    with pytest.raises(VersionNotFoundError, match=missing):
         ds.tags.create("nope", 7)
     for bad in ("1", 1.0, True, 0):  # a string was a bare TypeError
         for verb in (ds.tags.create, ds.tags.update):
@@ -302,6 +303,9 @@ def test_an_existing_tag_is_not_moved_on_a_store_that_ignores_if_none_match(
     with pytest.raises(InvalidInputError, match="already exists"):
         ds.tags.create("release", 2)
     assert ds.tags.list() == {"release": 1}
+    # A missing version is named as the reader named the dataset (not its s3:// root).
+    with pytest.raises(VersionNotFoundError, match=re.escape(f"version 9 of {ddb_uri} does")):
+        ds.tags.create("later", 9)
 
 
 def test_a_tag_looks_its_version_up_again_in_one_round_trip(aws: Any, ddb_uri: str) -> None:
