@@ -466,11 +466,11 @@ def _history_and_verification(
     from s3ddb.io import parse_uri
 
     parsed = parse_uri(uri)
-    print("\n8. history (from DynamoDB):")
+    print("\n8. history (from DynamoDB), newest first as `s3ddb history` prints it:")
     rows = list(external.list_versions(parsed.base_uri))
-    for v in ds.versions()[-8:]:
+    for v in reversed(ds.versions()[-8:]):
         committer = next((r.committer for r in rows if r.version == v.version), "")
-        print(f"   v{v.version:<4} {v.timestamp:%H:%M:%S.%f} {v.operation:<9} {committer}")
+        print(f"   v{v.version:<4} {v.timestamp:%H:%M:%S.%f} {v.operation:<16} {committer}")
     if len(rows) > 8:
         print(f"   ... {len(rows) - 8} earlier versions")
 
