@@ -44,6 +44,7 @@ from s3ddb.errors import (
 from s3ddb.format import layout
 from s3ddb.format.chunk_writer import write_chunks
 from s3ddb.format.chunks import ChunkSource
+from s3ddb.format.fragment_metadata import data_file_paths
 from s3ddb.format.limits import MAX_TRANSACTION_BYTES
 from s3ddb.format.manifest import Manifest, referenced_paths
 from s3ddb.format.naming import DEFAULT_NAMING, NamingScheme
@@ -164,6 +165,7 @@ def commit_transaction(
     naming: NamingScheme = DEFAULT_NAMING,
     pending: PendingWrites | None = None,
     fresh_base: bool = False,
+    built_elsewhere: bool = False,
 ) -> CommitResult:
     """Commit ``txn``, read at ``base`` (None: no dataset yet), as a new version.
 
@@ -189,6 +191,11 @@ def commit_transaction(
     :meth:`CommitHandler.commit_manifest`), and every version it catches up with must
     carry the base's dataset identity.
 
+    ``built_elsewhere`` says the transaction was built by the caller
+    (:meth:`s3ddb.Dataset.commit`), whose data files may already be committed (an
+    identical retry racing this one, after :func:`check_not_committed` passed): an
+    Append is then not built on a version that lists one of its files.
+
     Raises:
         DatasetAlreadyExistsError: ``on_existing="error"`` and the dataset exists.
         DatasetRecreatedError: the dataset was dropped or re-created since ``base``
@@ -199,10 +206,14 @@ def commit_transaction(
             :mod:`s3ddb.commit.conflicts`; the transaction's files are deleted.
         TooMuchWriteContentionError: retries exhausted; files deleted.
         CommitStateUnknownError: the outcome is unknown; files kept.
+        TransactionAlreadyCommittedError: ``built_elsewhere``, and a version committed
+            since ``base`` added a file the Append lists; nothing is committed.
     """
     commit = _CommitInProgress(
         handler, txn, on_existing, pending if pending is not None else PendingWrites()
     )
+    if built_elsewhere and base is not None and isinstance(txn.operation, Append):
+        commit.first_new_id = base.next_fragment_id()
     attributes = {"s3ddb.dataset": commit.dataset, "s3ddb.operation": txn.kind}
     with telemetry.timing(commit.clock), telemetry.span("s3ddb.commit", attributes) as span:
         try:
@@ -241,6 +252,9 @@ class _CommitInProgress:
     loaded: dict[int, Manifest] = field(default_factory=dict)
     # Fragment-list chunks written for each attempt's manifest (also in ``written``).
     chunks: list[str] = field(default_factory=list)
+    # For an Append built elsewhere: the first fragment id a version committed after
+    # its read version can hold (its fragments' files are checked; None: no check).
+    first_new_id: int | None = None
     # Where the commit's time goes, phase by phase (see s3ddb.observe.telemetry).
     clock: telemetry.PhaseClock = field(default_factory=telemetry.PhaseClock)
 
@@ -494,6 +508,7 @@ def _build_next(
     """
     while True:
         next_version = (current.version if current is not None else 0) + 1
+        _check_not_added_since(commit, current)
         try:
             built = build_manifest(current, commit.txn, next_version, naming, commit.load_version)
             return current, commit.handler.stamp(built, current)
@@ -502,6 +517,35 @@ def _build_next(
             if newer is None or current is None or newer.version == current.version:
                 raise
             current = newer
+
+
+def _check_not_added_since(commit: _CommitInProgress, current: Manifest | None) -> None:
+    """An Append built elsewhere must not be built on a version that added one of its
+    data files since it was read: that version is this very commit, landed through an
+    identical retry that passed :func:`check_not_committed` at the same time. Only
+    the fragments added since are decoded (chunks holding none are not fetched).
+
+    Raises:
+        TransactionAlreadyCommittedError: one lists a file the Append lists.
+    """
+    first = commit.first_new_id
+    if first is None or current is None or not isinstance(commit.txn.operation, Append):
+        return
+    if current.fragments.max_listed_id() < first:
+        return
+    added = [
+        f
+        for f in current.fragments.matching(lambda ref: ref.max_fragment_id >= first)
+        if f.id >= first
+    ]
+    again = sorted(set(data_file_paths(added)) & set(commit.txn.operation.written_paths()))
+    if again:
+        raise TransactionAlreadyCommittedError(
+            f"{commit.txn.kind} of {commit.handler.store.url}: {again[0]}"
+            f"{f' (and {len(again) - 1} more)' if len(again) > 1 else ''} is already "
+            f"committed: a version up to {current.version} added it. Committing it again "
+            "would list it twice; nothing was committed"
+        )
 
 
 def _raise_if_removed(handler: CommitHandler, version: int) -> None:

@@ -332,9 +332,11 @@ class PinnedVersion:
         naming: NamingScheme = DEFAULT_NAMING,
         pending: PendingWrites | None = None,
         properties: dict[str, str] | None = None,
+        built_elsewhere: bool = False,
     ) -> P:
         """Commit ``operation`` read at ``base`` (with transaction ``properties``); this
-        handle moves to the new version.
+        handle moves to the new version. ``built_elsewhere``: see
+        :func:`s3ddb.commit.committer.commit_transaction`.
 
         Raises:
             CommitConflictError and subclasses, CommitStateUnknownError: see
@@ -356,6 +358,7 @@ class PinnedVersion:
             naming=naming,
             pending=pending,
             fresh_base=self.base_is_fresh(base),
+            built_elsewhere=built_elsewhere,
         )
         self._manifest = result.manifest
         self._last_commit = result
@@ -371,18 +374,23 @@ def commit_planned(
     naming: NamingScheme = DEFAULT_NAMING,
     pending: PendingWrites | None = None,
     properties: dict[str, str] | None = None,
+    built_elsewhere: bool = False,
 ) -> P:
     """Commit ``operation``, already planned on ``base`` (``None``: on no version), as
     the next version of ``ds``'s dataset, with transaction ``properties``; ``ds``
     moves to the new version and is returned. Inside an atomic group the commit is
     deferred to the group's end. For operations planned once; writes that must plan
-    again after a conflict use :func:`plan_and_commit`.
+    again after a conflict use :func:`plan_and_commit`. ``built_elsewhere``: the
+    caller built it (:meth:`s3ddb.Dataset.commit`; see
+    :func:`s3ddb.commit.committer.commit_transaction`).
 
     Raises:
         CommitConflictError and subclasses, CommitStateUnknownError: see
             :func:`s3ddb.commit.committer.commit_transaction`.
     """
-    return ds._commit(operation, base, on_existing, naming, pending, properties)
+    return ds._commit(
+        operation, base, on_existing, naming, pending, properties, built_elsewhere=built_elsewhere
+    )
 
 
 def rows_landed_since(

@@ -268,7 +268,9 @@ def commit_operation(
         commit_config=commit_config,
     )
     ds.forget_newest_seen()  # the caller's read version may be long past
-    return commit_planned(ds, operation, base, on_existing, properties=transaction_properties)
+    return commit_planned(
+        ds, operation, base, on_existing, properties=transaction_properties, built_elsewhere=True
+    )
 
 
 def write_dataset(

@@ -102,3 +102,48 @@ def test_an_overwrite_keeping_fragments_the_read_version_added_commits(tmp_path:
     done = s3ddb.Dataset.commit(uri, Overwrite(tuple(kept), ds.manifest.schema), read_version=2)
     assert done.version == 3
     assert sorted(done.to_table()["id"].to_pylist()) == [13, 14, 15]
+
+
+def test_two_identical_retries_racing_commit_once(
+    location: tuple[str, dict[str, Any] | None], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both pass the check for files already committed before either claims (held at
+    a barrier right after it): the one that loses the version finds, building on the
+    winner's, that its files are there, and commits nothing. (The second used to
+    rebase and commit them again: a version listing each file twice, unreadable.)"""
+    import threading
+
+    from s3ddb.writes import version_writes
+
+    uri, so = location
+    s3ddb.write_dataset(_ids(0, 5), uri, storage_options=so)
+    fragments = s3ddb.fragment.write_fragments(_ids(100, 3), uri, storage_options=so)
+    barrier = threading.Barrier(2, timeout=60)
+    real_check = version_writes.check_not_committed
+
+    def check_then_wait(*args: Any) -> None:
+        real_check(*args)
+        barrier.wait()
+
+    monkeypatch.setattr(version_writes, "check_not_committed", check_then_wait)
+    outcomes: list[object] = []
+
+    def retry() -> None:
+        try:
+            outcomes.append(
+                s3ddb.Dataset.commit(uri, Append(fragments), read_version=1, storage_options=so)
+            )
+        except Exception as exc:
+            outcomes.append(exc)
+
+    threads = [threading.Thread(target=retry) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    committed = [o for o in outcomes if isinstance(o, s3ddb.Dataset)]
+    refused = [o for o in outcomes if isinstance(o, TransactionAlreadyCommittedError)]
+    assert len(committed) == 1 and len(refused) == 1, outcomes
+    MANIFESTS.clear()
+    ds = s3ddb.dataset(uri, storage_options=so)
+    assert ds.version == 2 and sorted(ds.to_table()["id"].to_pylist()) == [*range(5), 100, 101, 102]
