@@ -334,9 +334,11 @@ def _mechanism(ds: s3ddb.Dataset) -> str:
     """How the URI ``ds`` was opened with commits, or, when the newest version records
     another mechanism (a DynamoDB dataset opened as s3://), that it is read-only so and
     which URI writes."""
-    latest = ds.manifest if ds.version == ds.latest_version else None
-    if latest is None:
-        latest = ds.checkout_version(ds.latest_version).manifest
+    latest = (
+        ds.manifest
+        if ds.version == ds.latest_version
+        else ds.checkout_version(ds.latest_version).manifest
+    )
     elsewhere = ds.handler.recorded_elsewhere(latest)
     if elsewhere is None:
         return ds.handler.describe()

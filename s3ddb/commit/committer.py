@@ -540,12 +540,21 @@ def _check_not_added_since(commit: _CommitInProgress, current: Manifest | None) 
     ]
     again = sorted(set(data_file_paths(added)) & set(commit.txn.operation.written_paths()))
     if again:
-        raise TransactionAlreadyCommittedError(
-            f"{commit.txn.kind} of {commit.handler.store.url}: {again[0]}"
-            f"{f' (and {len(again) - 1} more)' if len(again) > 1 else ''} is already "
-            f"committed: a version up to {current.version} added it. Committing it again "
-            "would list it twice; nothing was committed"
+        raise _already_committed(
+            commit.txn.kind, commit.handler, again, f"a version up to {current.version}"
         )
+
+
+def _already_committed(
+    kind: str, handler: CommitHandler, files: list[str], added_by: str
+) -> TransactionAlreadyCommittedError:
+    """The refusal of a ``kind`` listing ``files`` (sorted) that ``added_by`` (a
+    version) already committed."""
+    more = f" (and {len(files) - 1} more)" if len(files) > 1 else ""
+    return TransactionAlreadyCommittedError(
+        f"{kind} of {handler.store.url}: {files[0]}{more} is already committed: {added_by} "
+        "added it. Committing it again would list it twice; nothing was committed"
+    )
 
 
 def _raise_if_removed(handler: CommitHandler, version: int) -> None:
@@ -845,12 +854,7 @@ def check_not_committed(
             continue
         again = sorted(wanted & set(transaction.operation.written_paths()))
         if again:
-            raise TransactionAlreadyCommittedError(
-                f"{operation.kind} of {handler.store.url}: {again[0]}"
-                f"{f' (and {len(again) - 1} more)' if len(again) > 1 else ''} is already "
-                f"committed: version {version} added it. Committing it again would "
-                "list it twice; nothing was committed"
-            )
+            raise _already_committed(operation.kind, handler, again, f"version {version}")
 
 
 def _cleanup(

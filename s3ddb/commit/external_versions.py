@@ -14,7 +14,6 @@ needs it (:meth:`ExternalStoreVersions.finalize`).
 
 from __future__ import annotations
 
-import hmac
 import logging
 import threading
 import time
@@ -52,7 +51,7 @@ from s3ddb.external_store.manifest_store import (
 from s3ddb.format import layout
 from s3ddb.format.chunks import ChunkSource, missing_chunk
 from s3ddb.format.limits import MAX_MANIFEST_BYTES
-from s3ddb.format.manifest import MANIFEST_SHA256_RE, Manifest, manifest_sha256
+from s3ddb.format.manifest import MANIFEST_SHA256_RE, Manifest, has_manifest_digest
 from s3ddb.format.naming import NamingScheme, parse_manifest_name, parse_staged_name
 from s3ddb.format.version_metrics import METRICS_ATTRIBUTE
 from s3ddb.io.object_store import ObjectStore
@@ -573,7 +572,7 @@ class ExternalStoreVersions(CommitHandler):
         digest = row.extra.get(MANIFEST_SHA256_ATTRIBUTE)
         if size != row.size:
             problem = f"it has {size} bytes, the row records {row.size}"
-        elif digest is not None and not hmac.compare_digest(manifest_sha256(data), digest):
+        elif digest is not None and not has_manifest_digest(data, digest):
             problem = "its SHA-256 digest is not the one the row records"
         else:
             try:

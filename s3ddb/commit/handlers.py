@@ -636,15 +636,15 @@ class ConditionalPutCommitHandler(ListingCommitHandler):
 
     def _check_conditional_put(self) -> None:
         """The store must refuse a second put of one name
-        (:meth:`ObjectStore.honours_conditional_put`), unless the storage option
-        ``s3_conditional_writes="trusted"`` says to rely on it unasked.
+        (:meth:`ObjectStore.honours_conditional_put`; asked only when not
+        :meth:`_conditional_put_settled`).
 
         Raises:
             CommitMechanismError: it does not: two writers could both put one
                 version, and one commit would be lost; nothing was claimed.
             The store's errors, from asking.
         """
-        if self._conditional_put_settled() or self.store.honours_conditional_put():
+        if self.store.honours_conditional_put():
             return
         raise CommitMechanismError(
             f"refusing to commit to {self.store.url}: the object store does not honour "

@@ -27,6 +27,7 @@ __all__ = [
     "FileLayout",
     "WriteProgress",
     "assemble_columns",
+    "check_has_columns",
     "open_data_file",
     "read_fragment",
     "write_data_file",
@@ -94,6 +95,20 @@ def write_data_file(
     )
 
 
+def check_has_columns(table: pa.Table) -> None:
+    """A table with rows must have a column: no data file can hold rows without one
+    (its rows would be counted, and no file would have them).
+
+    Raises:
+        InvalidInputError: ``table`` has rows and no column.
+    """
+    if table.num_columns == 0 and table.num_rows:
+        raise InvalidInputError(
+            f"a table of {table.num_rows} rows and no column cannot be written: "
+            "give it at least one column"
+        )
+
+
 def write_fragments_from_table(
     store: ObjectStore,
     table: pa.Table,
@@ -115,11 +130,7 @@ def write_fragments_from_table(
         InvalidInputError: ``table`` has rows but no column (no data file can hold
             them: its rows would be counted, and no file would have them).
     """
-    if table.num_columns == 0 and table.num_rows:
-        raise InvalidInputError(
-            f"a table of {table.num_rows} rows and no column cannot be written: "
-            "give it at least one column"
-        )
+    check_has_columns(table)
     fragments = []
     for offset in range(0, max(table.num_rows, 1), max_rows_per_file):
         # Never past the table's end: pyarrow gives a table with no column as many

@@ -55,6 +55,7 @@ __all__ = [
     "Manifest",
     "ManifestHeader",
     "check_manifest_digest",
+    "has_manifest_digest",
     "manifest_sha256",
     "new_dataset_id",
     "read_committed_manifest",
@@ -632,6 +633,12 @@ def manifest_sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def has_manifest_digest(data: bytes, sha256: str) -> bool:
+    """Whether ``data`` has the SHA-256 digest ``sha256`` (as :func:`manifest_sha256`
+    gives it; compared in constant time). Never raises."""
+    return hmac.compare_digest(manifest_sha256(data), sha256)
+
+
 def check_manifest_digest(
     data: bytes, size: int | None, sha256: str, where: str, stored: int | None = None
 ) -> None:
@@ -648,7 +655,7 @@ def check_manifest_digest(
     found = len(data) if stored is None else stored
     if size is not None and found != size:
         problem = f"it has {found} bytes"
-    elif not hmac.compare_digest(manifest_sha256(data), sha256):
+    elif not has_manifest_digest(data, sha256):
         problem = "its SHA-256 digest differs"
     if problem is not None:
         raise ManifestCorruptError(

@@ -22,6 +22,7 @@ reconnects lazily, so Spark and multiprocessing workers can receive one.
 from __future__ import annotations
 
 import errno
+import functools
 import logging
 import os
 import threading
@@ -697,7 +698,7 @@ class S3ObjectStore(ObjectStore):
             except Exception as exc:  # the answer stands; the object is an orphan
                 log.warning("could not delete the scratch object %s: %s", path, exc)
         with _PROBE_LOCK:
-            _CONDITIONAL_PUT_PROBES[self._probe_key()] = honoured
+            _CONDITIONAL_PUT_PROBES[self._probe_key] = honoured
         return honoured
 
     def _second_put_refused(self, path: str) -> bool:
@@ -722,13 +723,16 @@ class S3ObjectStore(ObjectStore):
             raise
         return False
 
+    @functools.cached_property
     def _probe_key(self) -> tuple[str, str]:
+        """(endpoint, bucket): what an answer of the probe holds for (asked on every
+        plain commit: worked out once per store)."""
         bucket, _key = _split_s3(self.full_path(""))
         return (str(self._s3().meta.endpoint_url), bucket)
 
     def known_conditional_put(self) -> bool | None:
         with _PROBE_LOCK:
-            return _CONDITIONAL_PUT_PROBES.get(self._probe_key())
+            return _CONDITIONAL_PUT_PROBES.get(self._probe_key)
 
     def put_with_etag(self, path: str, data: bytes) -> str | None:
         full = self.full_path(path)

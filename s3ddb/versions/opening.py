@@ -39,6 +39,7 @@ __all__ = [
     "load_latest",
     "load_newest",
     "load_version",
+    "locate_version",
     "open_validated",
     "placeholder_manifest",
     "require_latest_location",
@@ -127,16 +128,24 @@ def _load_version(handler: CommitHandler, version: int | None, uri: str) -> Mani
             f"version {version} of {uri} does not exist (versions are numbered from 1; "
             f"latest is {latest.version})"
         )
+    return handler.load_manifest(locate_version(handler, version, uri))
+
+
+def locate_version(handler: CommitHandler, version: int, uri: str) -> ManifestLocation:
+    """Where ``version`` of the dataset at ``uri`` (as its reader named it) is.
+
+    Raises:
+        VersionNotFoundError: there is no such version, saying the latest.
+        DatasetNotFoundError: nothing is committed at ``uri``.
+    """
     try:
-        location: ManifestLocation | None = handler.location_of(version)
+        return handler.location_of(version)
     except VersionNotFoundError:
-        location = None  # raised below, without this lookup as its context
-    if location is None:
-        latest = require_latest_location(handler, uri)
-        raise VersionNotFoundError(
-            f"version {version} of {uri} does not exist (latest is {latest.version})"
-        )
-    return handler.load_manifest(location)
+        pass  # raised below, without this lookup as its context
+    latest = require_latest_location(handler, uri)
+    raise VersionNotFoundError(
+        f"version {version} of {uri} does not exist (latest is {latest.version})"
+    )
 
 
 def load_latest(handler: CommitHandler, uri: str, *, finalize: bool = True) -> Manifest:

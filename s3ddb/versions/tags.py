@@ -14,6 +14,7 @@ from s3ddb.format import layout
 from s3ddb.format.naming import MAX_VERSION, is_valid_version
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.parallel import run_beside
+from s3ddb.versions.opening import locate_version
 
 __all__ = [
     "MAX_TAG_FILE_BYTES",
@@ -103,22 +104,6 @@ class Tags:
         if self._before_write is not None:
             self._before_write(f"tags.{what}()")
 
-    def _location_of(self, version: int) -> ManifestLocation:
-        """Where ``version`` is, or the error naming the dataset as its reader does.
-
-        Raises:
-            VersionNotFoundError: no such version, saying the latest.
-        """
-        try:
-            return self._ds.handler.location_of(version)
-        except VersionNotFoundError:
-            pass  # raised below, without this lookup as its context
-        latest = self._ds.handler.latest_location()
-        raise VersionNotFoundError(
-            f"version {version} of {self._ds.uri} does not exist"
-            + (f" (latest is {latest.version})" if latest is not None else "")
-        )
-
     def _check_name(self, name: str) -> None:
         if not isinstance(name, str) or not _TAG_RE.match(name) or name.endswith(TAG_FILE_SUFFIX):
             raise InvalidInputError(
@@ -169,13 +154,14 @@ class Tags:
             InvalidInputError: bad name, a version that is not an int >= 1, or the
                 tag already exists.
             VersionNotFoundError: no such version.
+            DatasetNotFoundError: nothing is committed any more (dropped meanwhile).
             AtomicGroupError: the dataset is a handle of an atomic group (tags act
                 at once).
         """
         self._writing("create")
         self._check_name(name)
         check_int("version", version, minimum=1)
-        before = self._location_of(version)
+        before = locate_version(self._ds.handler, version, self._ds.uri)
         body = json.dumps({"version": version}).encode()
         try:
             # Asked first as well: a store that ignores If-None-Match (where s3+ddb://
@@ -203,13 +189,14 @@ class Tags:
         Raises:
             InvalidInputError: bad name, or a version that is not an int >= 1.
             VersionNotFoundError: no such tag, or no such version.
+            DatasetNotFoundError: as :meth:`create`.
             AtomicGroupError: as :meth:`create`.
         """
         self._writing("update")
         self._check_name(name)
         check_int("version", version, minimum=1)
         previous = self.get(name)
-        before = self._location_of(version)
+        before = locate_version(self._ds.handler, version, self._ds.uri)
         self._store.put(layout.tag_path(name), json.dumps({"version": version}).encode())
         back = json.dumps({"version": previous}).encode()
 

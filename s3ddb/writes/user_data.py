@@ -8,6 +8,7 @@ from typing import Any
 import pyarrow as pa
 
 from s3ddb.errors import InvalidInputError, SchemaMismatchError
+from s3ddb.format.datafile import check_has_columns
 
 __all__ = [
     "to_arrow_table",
@@ -36,11 +37,8 @@ def to_arrow_table(data: Any, schema: pa.Schema | None = None) -> pa.Table:
             f"of {exc.object.encode('utf-8', 'backslashreplace').decode()!r}: {exc.reason}); "
             "column names and strings must be encodable as UTF-8"
         ) from None
-    if table.num_columns == 0 and table.num_rows:
-        raise InvalidInputError(
-            f"a table of {table.num_rows} rows and no column cannot be written: "
-            "give it at least one column"
-        )
+    # Here too: conforming it to a schema drops the count of rows without a column.
+    check_has_columns(table)
     return table
 
 

@@ -4,11 +4,7 @@ exit codes, on the local endpoint (S3 without conditional writes + DynamoDB)."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import uuid
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -21,8 +17,7 @@ from s3ddb.io import AwsConfig, ObjectStore
 from tests.conftest import TEST_BUCKET, TEST_TABLE
 from tests.support import storage
 from tests.support.cli_runner import run_cli as run
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.proc import append_and_die_after_claim
 
 
 def _table(start: int, n: int) -> pa.Table:
@@ -58,15 +53,9 @@ def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, Any]:
 
 def _crash_after_claim(aws: Any, uri: str) -> None:
     """Commit one more version from a child that dies right after DynamoDB decided it."""
-    code = (
-        "import sys, pyarrow as pa, s3ddb; "
-        "s3ddb.write_dataset(pa.table({'id': pa.array([99], pa.int64()), 'k': [0]}), "
-        "sys.argv[1], mode='append')"
+    append_and_die_after_claim(
+        aws.env(), uri, "pa.table({'id': pa.array([99], pa.int64()), 'k': [0]})"
     )
-    env = {**os.environ, **aws.env(), "S3DDB_FAILPOINTS": "commit.after_external_put=exit",
-           "PYTHONPATH": str(ROOT)}  # fmt: skip
-    child = subprocess.run([sys.executable, "-c", code, uri], env=env, timeout=120)
-    assert child.returncode == 86
 
 
 def _kinds(report: dict[str, Any]) -> set[str]:

@@ -19,6 +19,7 @@ from s3ddb.format import layout
 from s3ddb.format.naming import NamingScheme
 from s3ddb.io import parse_uri
 from tests.conftest import TEST_TABLE
+from tests.support.storage import staged_second_version
 
 
 def _ids(*ids: int) -> pa.Table:
@@ -100,24 +101,6 @@ def test_staged_rows_planted_under_one_group_are_walked_back_boundedly(
 # --- finishing a version: only from what its row committed ----------------------------------
 
 
-def _crash_after_claim(aws: Any, uri: str, value: int) -> None:
-    """Another process appends ``value`` and dies right after its claim: its row stays
-    staged, its staged manifest the only copy of the version."""
-    import os
-    import subprocess
-    import sys
-
-    code = (
-        "import sys, pyarrow as pa, s3ddb; s3ddb.write_dataset(pa.table({'id': "
-        f"pa.array([{value}], pa.int64())}}), sys.argv[1], mode='append')"
-    )
-    env = {**os.environ, **aws.env(), "S3DDB_FAILPOINTS": "commit.after_external_put=exit"}
-    done = subprocess.run(
-        [sys.executable, "-c", code, uri], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 86, done.stderr[-2000:]
-
-
 def test_sync_never_puts_back_a_staged_manifest_its_row_did_not_claim(
     aws: Any, ddb_uri: str
 ) -> None:
@@ -153,12 +136,7 @@ def test_a_staged_row_is_finished_from_its_own_manifest_not_an_object_at_the_fin
     from s3ddb.io import ObjectStore
 
     so = aws.storage_options()
-    s3ddb.write_dataset(_ids(1, 2, 3), ddb_uri, storage_options=so)
-    finalizer.drain()
-    _crash_after_claim(aws, ddb_uri, 777)
-    base = parse_uri(ddb_uri).base_uri
-    row = s3ddb.dataset(ddb_uri, 1, storage_options=so).handler.external.get(base, 2)
-    assert row is not None and row.is_staged
+    row = staged_second_version(aws, ddb_uri, _ids(1, 2, 3))
     store = ObjectStore(ddb_uri, so)
     staged = store.get(row.path)
     store.put(final_path_of(row.path), b"\0" * row.size)
@@ -183,9 +161,7 @@ def test_maintenance_through_another_table_is_refused(aws: Any, ddb_uri: str, ve
     from s3ddb.maintenance.repair import sync
 
     so = aws.storage_options()
-    s3ddb.write_dataset(_ids(1, 2, 3), ddb_uri, storage_options=so)
-    finalizer.drain()
-    _crash_after_claim(aws, ddb_uri, 777)
+    staged_second_version(aws, ddb_uri, _ids(1, 2, 3))
     other = aws.create_table(f"other_{uuid.uuid4().hex[:8]}")
     wrong = ddb_uri.replace(f"ddbTableName={TEST_TABLE}", f"ddbTableName={other}")
     before = {m.path for m in ObjectStore(ddb_uri, so).iter_list("")}

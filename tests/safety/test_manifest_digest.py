@@ -27,7 +27,7 @@ from s3ddb.io import ObjectStore, parse_uri
 from s3ddb.maintenance.repair import sync
 from s3ddb.maintenance.verify import verify
 from tests.conftest import TEST_TABLE
-from tests.support.storage import plant_manifest
+from tests.support.storage import plant_manifest, staged_second_version
 
 
 def _ids(start: int, n: int) -> pa.Table:
@@ -126,15 +126,8 @@ def test_a_staged_manifest_replaced_before_it_is_finished_is_refused(
     by a valid one of the same size, version and identity that lists a planted file:
     finishing the version refuses it, nothing reaches the final name, and no read
     shows the planted rows."""
-    from tests.commit.test_hostile_rows import _crash_after_claim
-
     so = aws.storage_options()
-    s3ddb.write_dataset(_ids(0, 5), ddb_uri, storage_options=so)
-    finalizer.drain()
-    _crash_after_claim(aws, ddb_uri, 777)
-    base = parse_uri(ddb_uri).base_uri
-    row = s3ddb.dataset(ddb_uri, 1, storage_options=so).handler.external.get(base, 2)
-    assert row is not None and row.is_staged
+    row = staged_second_version(aws, ddb_uri, _ids(0, 5))
     store = ObjectStore(ddb_uri, so)
     staged = Manifest.from_bytes(store.get(row.path), row.path, ChunkSource(store))
     message = staged.to_pb()

@@ -37,3 +37,28 @@ def run_workers(
         out, err = p.communicate(timeout=timeout)
         results.append(ChildResult(p.returncode, out, err))
     return results
+
+
+def append_and_die_after_claim(env: dict[str, str], uri: str, table: str) -> None:
+    """A child appends ``table`` (a Python expression over ``pa``) to ``uri`` and dies
+    right after DynamoDB decided its version (the failpoint's exit status 86): its row
+    stays staged, its staged manifest the only copy of the version. ``env``: the
+    endpoint's (``LocalAWS.env()``)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, pyarrow as pa, s3ddb; "
+        f"s3ddb.write_dataset({table}, sys.argv[1], mode='append')"
+    )
+    child_env = {
+        **os.environ,
+        **env,
+        "S3DDB_FAILPOINTS": "commit.after_external_put=exit",
+        "PYTHONPATH": str(ROOT),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", code, uri], env=child_env, capture_output=True, text=True,
+        timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 86, done.stderr[-2000:]

@@ -5,14 +5,17 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+import pyarrow as pa
+
 import s3ddb
 from s3ddb.commit import finalizer
 from s3ddb.commit.manifest_cache import MANIFESTS
-from s3ddb.external_store.manifest_store import MANIFEST_SHA256_ATTRIBUTE
+from s3ddb.external_store.manifest_store import MANIFEST_SHA256_ATTRIBUTE, ManifestRow
 from s3ddb.format import layout
 from s3ddb.format.framing import frame
 from s3ddb.format.manifest import MANIFEST_MAGIC, manifest_sha256, referenced_paths
-from s3ddb.io import ObjectStore
+from s3ddb.io import ObjectStore, parse_uri
+from tests.support.proc import append_and_die_after_claim
 
 
 def objects(uri: str, storage_options: dict[str, Any] | None = None) -> set[str]:
@@ -67,3 +70,16 @@ def record_manifest_in_row(handler: Any, version: int, data: bytes) -> None:
     digest = {MANIFEST_SHA256_ATTRIBUTE: manifest_sha256(data)}
     external.delete_versions(base_uri, [version])
     external.put_if_not_exists(replace(row, size=len(data), extra={**row.extra, **digest}))
+
+
+def staged_second_version(aws: Any, uri: str, first: pa.Table) -> ManifestRow:
+    """Version 1 of ``first`` at the ``s3+ddb://`` ``uri``, then version 2 (one row, id
+    777) from a writer that died right after its claim: version 2's row, still staged."""
+    so = aws.storage_options()
+    s3ddb.write_dataset(first, uri, storage_options=so)
+    finalizer.drain()
+    append_and_die_after_claim(aws.env(), uri, "pa.table({'id': pa.array([777], pa.int64())})")
+    external = s3ddb.dataset(uri, 1, storage_options=so).handler.external
+    row = external.get(parse_uri(uri).base_uri, 2)
+    assert row is not None and row.is_staged
+    return row  # type: ignore[no-any-return]
