@@ -32,7 +32,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -744,10 +744,10 @@ _CLOCK_MARGIN_SECONDS = 2
 
 @dataclass
 class Rebuilt:
-    """What :func:`rebuild_formats` did: the formats republished, for the versions
-    ``first_version`` to ``newest_version``, and the published files it deleted
-    (paths relative to the root: damaged, foreign, or left by versions no longer
-    kept)."""
+    """What :func:`rebuild_formats` did: the formats republished, the oldest
+    (``first_version``) and newest versions republished (those between that publish
+    a format, in it), and the published files it deleted (paths relative to the
+    root: damaged, foreign, or left by versions no longer kept)."""
 
     formats: tuple[str, ...] = ()
     first_version: int = 0
@@ -755,15 +755,12 @@ class Rebuilt:
     deleted_files: list[str] = field(default_factory=list)
 
 
-def _kept_run(writer: FormatWriter, run: _Run, manifest: Manifest) -> list[Manifest]:
-    """``manifest`` and the versions before it that publish ``writer``'s format without
-    a gap, oldest first."""
-    chain = [manifest]
-    while True:
-        before = _publishing_before(writer, run, chain[-1])
-        if before is None:
-            return chain[::-1]
-        chain.append(before)
+def _newest_unbroken(versions: Sequence[int]) -> list[int]:
+    """The newest run of consecutive numbers among ``versions`` (sorted)."""
+    first = len(versions) - 1
+    while first > 0 and versions[first - 1] == versions[first] - 1:
+        first -= 1
+    return list(versions[first:])
 
 
 def rebuild_formats(
@@ -772,23 +769,36 @@ def rebuild_formats(
     load_version: LoadVersion,
     *,
     formats: Sequence[str] | None = None,
-    apart: Iterable[int] = (),
+    kept: Iterable[int] | None = None,
 ) -> Rebuilt:
-    """Republish ``manifest``'s version and every kept version before it that publishes
-    the same formats, from the manifests alone: the oldest of them afresh (as if
-    publication started there), each later one on the state just written. Published
-    files none of these versions wrote (a damaged or planted file, another engine's
-    commit, what versions no longer kept left) are deleted, except those modified
-    less than two seconds before the rebuild began, or since (a concurrent writer's
-    publication of a newer version: running it again removes what is left).
-    Nothing is read from the published files: whatever state they were in, the
-    result is what publication derives from the manifests. Versions in ``apart``
-    (tagged versions kept across removed ones) older than that run are republished
-    alone in the formats that can publish a version apart (Iceberg).
+    """Republish, from the manifests alone, ``manifest``'s version and every kept
+    version before it that publishes the same formats, each as publication published
+    it: a version whose predecessor publishes the format too on the state just
+    written for that one, any other afresh (the first version after a stretch with
+    publication disabled, after versions cleanup removed, or of the dataset). So a
+    stretch of disabled versions leaves the versions before it readable, as
+    publication left them. A format whose history has no gaps (Delta: a reader
+    replays every commit after a checkpoint) is republished only for the newest
+    unbroken run of kept versions, where cleanup starts its log
+    (:func:`~s3ddb.open_formats.delta_log.expire_log`); the others (Iceberg) for
+    every kept version.
+
+    Published files none of these versions wrote (a damaged or planted file, another
+    engine's commit, what versions no longer kept left) are deleted, except those
+    modified less than two seconds before the rebuild began, or since (a concurrent
+    writer's publication of a newer version: running it again removes what is
+    left). Nothing is read from the published files: whatever state they were in,
+    the result is what publication derives from the manifests.
+
+    ``kept`` are the versions the dataset keeps (its history: tagged versions kept
+    across removed ones included), at most ``manifest.version``; None: every version
+    from 1 that ``load_version`` finds (one load each).
 
     Raises:
         What reading the manifests or writing the store raised; OpenFormatError for
-        a version the formats cannot represent.
+        a version the formats cannot represent. A kept version older than
+        ``manifest``'s whose fragments cannot be read (a lost chunk) is not
+        republished (said in a warning); the one after it is published afresh.
     """
     names = tuple(formats) if formats is not None else enabled_formats(manifest)
     run = _Run(store, load_version)
@@ -799,32 +809,14 @@ def rebuild_formats(
     written: set[str] = set()
     report = Rebuilt(formats=names, newest_version=manifest.version)
     report.first_version = manifest.version
-    states = _states()
+    if kept is None:
+        kept = (v for v in range(1, manifest.version) if run.manifest(v) is not None)
+    history = sorted({v for v in kept if 1 <= v < manifest.version} | {manifest.version})
     for name in names:
         writer = writer_of(name)
-        key = (store.url, name)
-        chain = _kept_run(writer, run, manifest)
-        report.first_version = min(report.first_version, chain[0].version)
-        state: Any | None = None
-        previous: Manifest | None = None
-        for version_manifest in chain:
-            table = run.table(version_manifest, previous)
-            publication, state = writer.publish(table, state, run.files(version_manifest).deleted)
-            _write(store, publication)
-            written.update(path for path, _ in (*publication.content, *publication.then))
-            states.put(key, version_manifest.version, version_manifest.dataset_id, state)
-            previous = version_manifest
-        for version in sorted(set(apart)) if writer.publishes_apart else ():
-            kept = run.manifest(version) if version < chain[0].version else None
-            if kept is None or name not in enabled_formats(kept):
-                continue
-            if kept.dataset_id != manifest.dataset_id:
-                continue
-            table = run.table(kept, None)
-            publication, alone = writer.publish(table, None, run.files(kept).deleted)
-            _write(store, publication)
-            written.update(path for path, _ in (*publication.content, *publication.then))
-            states.put(key, kept.version, kept.dataset_id, alone)
+        versions = history if writer.publishes_apart else _newest_unbroken(history)
+        for version in _rebuild_format(writer, run, manifest, versions, written):
+            report.first_version = min(report.first_version, version)
         stale = [
             meta.path
             for prefix in writer.prefixes
@@ -839,3 +831,59 @@ def rebuild_formats(
         len(report.deleted_files),
     )  # fmt: skip
     return report
+
+
+def _rebuild_format(
+    writer: FormatWriter, run: _Run, newest: Manifest, versions: Sequence[int], written: set[str]
+) -> Iterator[int]:
+    """Republish ``versions`` (ascending, ``newest``'s last) that publish ``writer``'s
+    format, for :func:`rebuild_formats`, adding the paths written to ``written``;
+    yields each version republished.
+
+    Raises:
+        What reading the manifests or writing the store raised (a lost chunk only
+        for ``newest``).
+    """
+    store = run.store
+    key = (store.url, writer.name)
+    states = _states()
+    done: tuple[int, Any] | None = None  # the version just republished, and its state
+    for version in versions:
+        kept = newest if version == newest.version else run.manifest(version)
+        if (
+            kept is None
+            or writer.name not in enabled_formats(kept)
+            or kept.dataset_id != newest.dataset_id  # a re-created dataset's
+        ):
+            continue
+        previous = _publishing_before(writer, run, kept)
+        state: Any | None = None
+        if previous is None or done is None or done[0] != previous.version:
+            previous = None  # publication started afresh here
+        else:
+            state = done[1]
+        try:
+            try:
+                table = run.table(kept, previous)
+            except ManifestCorruptError:
+                if previous is None:
+                    raise
+                # The version before cannot be read (a lost chunk): as publication
+                # did, this one starts afresh.
+                previous, state = None, None
+                table = run.table(kept, None)
+        except ManifestCorruptError as exc:
+            if kept is newest:
+                raise
+            log.warning(
+                "%s: version %d cannot be read (%s): its %s files are not republished",
+                store.url, version, exc, writer.name,
+            )  # fmt: skip
+            done = None
+            continue
+        publication, state = writer.publish(table, state, run.files(kept).deleted)
+        _write(store, publication)
+        written.update(path for path, _ in (*publication.content, *publication.then))
+        states.put(key, version, kept.dataset_id, state)
+        done = (version, state)
+        yield version

@@ -189,12 +189,17 @@ def publish_open_formats(ds: PinnedVersion) -> tuple[str, ...]:
 
 def rebuild_open_formats(ds: PinnedVersion) -> Rebuilt:
     """Republish ``ds``'s version and the kept versions before it that publish the
-    same formats from the manifests alone, replacing whatever the published files
+    same formats (across stretches with publication disabled) from the manifests
+    alone, replacing whatever the published files
     hold (damaged, planted, another engine's commits) and deleting the published
     files no kept version writes (:func:`~s3ddb.open_formats.publisher.rebuild_formats`).
 
     Raises:
         What reading the dataset or writing its store raised.
     """
-    tagged = set(ds.tags.list().values())
-    return rebuild_formats(ds.handler.store, ds.manifest, ds.handler.manifest_if_kept, apart=tagged)
+    handler = ds.handler
+    # The history, and tagged versions (kept across removed ones) whichever way it
+    # lists them.
+    kept = {location.version for location in handler.list_locations(1, ds.version)}
+    kept |= set(ds.tags.list().values())
+    return rebuild_formats(handler.store, ds.manifest, handler.manifest_if_kept, kept=kept)

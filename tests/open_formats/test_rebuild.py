@@ -248,8 +248,37 @@ def test_rebuild_keeps_a_tagged_version_kept_apart_readable_in_iceberg(
     _age(uri)
 
     rebuilt = s3ddb.dataset(uri).rebuild_open_formats()
-    assert (rebuilt.first_version, rebuilt.newest_version) == (3, 4)
+    # The oldest version republished: the tagged one, in Iceberg.
+    assert (rebuilt.first_version, rebuilt.newest_version) == (1, 4)
     # Iceberg publishes the tagged version alone; a Delta log has no gaps.
     tagged = f"{uri}/metadata/v1.metadata.json"
     assert same_rows(pyiceberg_read(tagged), seen[1]) == rows_of(seen[1])
     _check_every_version(uri, {3: seen[3], 4: seen[4]})
+
+
+def test_rebuild_keeps_the_versions_published_before_publication_was_disabled(
+    tmp_path: Path,
+) -> None:
+    uri = str(tmp_path / "ds")
+    seen = _history(uri)  # versions 1-4 publish
+    ds = s3ddb.dataset(uri)
+    ds.disable_open_formats()  # 5
+    ds.insert(_table(100, 2))  # 6: not published
+    ds.enable_open_formats(FORMATS)  # 7: publishes afresh
+    ds.insert(_table(200, 2))  # 8
+    seen.update({v: ds.checkout_version(v).to_table() for v in (7, 8)})
+    clean = _published(uri)
+    assert "_delta_log/00000000000000000007.checkpoint.parquet" in clean
+    # Damage on each side of the gap.
+    Path(uri, "_delta_log", "00000000000000000002.json").write_text("{not json")
+    Path(uri, "metadata", "v3.metadata.json").write_text("[[[[")
+    Path(uri, "metadata", "v8.metadata.json").write_text("[[[[")
+    _age(uri)
+
+    forget_states()
+    rebuilt = s3ddb.dataset(uri).rebuild_open_formats()
+    assert (rebuilt.first_version, rebuilt.newest_version, rebuilt.deleted_files) == (1, 8, [])
+    # Exactly what publication wrote: versions 1-4 as one run, 7-8 as another that
+    # starts afresh (with a Delta checkpoint), nothing for 5 and 6.
+    assert _published(uri) == clean
+    _check_every_version(uri, seen)
