@@ -151,21 +151,36 @@ def list_log(listed: Iterable[ObjectMeta]) -> LogListing:
 
 def foreign_problems(store: ObjectStore, newest_version: int) -> list[tuple[str, str]]:
     """What in ``_delta_log/`` s3ddb did not write beside its own versions: commits
-    after ``newest_version`` (the newest s3ddb version), and files of kinds s3ddb
-    never writes (checksums, compacted logs, other checkpoint kinds, staged commits),
-    which readers would use; each as its path and what is wrong. One listing; empty
-    when all is s3ddb's. (Commits of
-    s3ddb's versions that are not as s3ddb writes them are :func:`log_problems`'.)
+    and checkpoints after ``newest_version`` (the newest s3ddb version), a
+    ``_last_checkpoint`` naming a version after it, and files of kinds s3ddb never
+    writes (checksums, compacted logs, other checkpoint kinds, staged commits), which
+    readers would use; each as its path and what is wrong. A checkpoint after the
+    newest version takes over Delta readers even with no commit beside it: they
+    start from the newest checkpoint they list, and read its state as the newest
+    version, whatever s3ddb commits after. One listing, and a read of
+    ``_last_checkpoint`` when it is there; empty when all is s3ddb's. (Commits and
+    checkpoints of s3ddb's versions that are not as s3ddb writes them are
+    :func:`log_problems`'.)
 
     Raises:
-        OSError: the store cannot be listed.
+        OSError: the store cannot be listed or read.
     """
     listing = list_log(store.iter_list(f"{LOG_DIR}/"))
     problems = [
-        (meta.path, f"Delta commit {version} is newer than s3ddb version {newest_version}")
-        for version, meta in sorted(listing.commits.items())
+        (meta.path, f"Delta {kind} {version} is newer than s3ddb version {newest_version}")
+        for kind, found in (("commit", listing.commits), ("checkpoint", listing.checkpoints))
+        for version, meta in sorted(found.items())
         if version > newest_version
     ]
+    if listing.last_checkpoint is not None:
+        named = _last_checkpoint(store)
+        if named is not None and named > newest_version:
+            problems.append(
+                (
+                    LAST_CHECKPOINT,
+                    f"names checkpoint {named}, newer than s3ddb version {newest_version}",
+                )
+            )
     problems += [(path, f"not a file s3ddb writes in {LOG_DIR}/") for path in listing.others]
     return problems
 
@@ -676,7 +691,9 @@ def expire_log(
     or none. When that state cannot be loaded
     (a damaged log), the log starts at the oldest checkpoint after ``oldest`` instead,
     or stays whole when there is none (said in a warning; ``s3ddb open-formats URI
-    --rebuild`` mends it).
+    --rebuild`` mends it). Commits and checkpoints after the newest kept version are
+    left alone, foreign or not (a concurrent writer may be publishing a newer
+    version): :func:`foreign_problems` names another engine's.
 
     Raises:
         What ``expected`` or the store raises (a damaged log is not an error: see

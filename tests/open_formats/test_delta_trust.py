@@ -399,3 +399,34 @@ def test_a_deletion_vector_rewritten_with_the_same_size_is_not_built_on(tmp_path
     expected = ds.to_table()
     assert same_rows(deltalake_read(uri, ds.version), expected) == rows_of(expected)
     assert verify(uri, grace_seconds=0).healthy
+
+
+def test_a_checkpoint_planted_after_the_newest_version_is_named_and_rebuilt_away(
+    tmp_path: Path,
+) -> None:
+    uri = str(tmp_path / "ds")
+    ds = _dataset(uri, 3)
+    # An old checkpoint copied past the newest version, the pointer moved to it: Delta
+    # readers start there and read version 1's rows as version 1000, whatever s3ddb
+    # commits after.
+    planted = f"{LOG}/{1000:020d}.checkpoint.parquet"
+    Path(uri, planted).write_bytes(Path(uri, _checkpoint(1)).read_bytes())
+    pointer = Path(uri, LOG, "_last_checkpoint")
+    pointer.write_text(json.dumps({**json.loads(pointer.read_text()), "version": 1000}))
+    ds.insert(_table(100, 2))
+    assert DeltaTable(uri).version() == 1000  # the damage is real
+
+    found = {p.path: p for p in verify(uri, grace_seconds=0).problems}
+    assert set(found) == {planted, f"{LOG}/_last_checkpoint"}, found
+    assert {p.kind for p in found.values()} == {"foreign_open_format_commit"}
+    assert found[planted].meaning.startswith("Delta checkpoint 1000 is newer than s3ddb version 4")
+
+    past = os.stat(uri).st_mtime - 3600  # a rebuild spares files modified just now
+    for path in Path(uri, LOG).iterdir():
+        os.utime(path, (past, past))
+    rebuilt = s3ddb.dataset(uri).rebuild_open_formats()
+    assert planted in rebuilt.deleted_files
+    expected = s3ddb.dataset(uri).to_table()
+    assert DeltaTable(uri).version() == 4
+    assert same_rows(deltalake_read(uri, 4), expected) == rows_of(expected)
+    assert verify(uri, grace_seconds=0).healthy, verify(uri, grace_seconds=0).problems
