@@ -331,10 +331,13 @@ class IcebergWriter:
             return str(exc)
         return None
 
-    def load_state(self, store: ObjectStore, expected: TableVersion) -> IcebergState | None:
-        """The state after ``expected.version`` from its published metadata file and
-        manifest list, or None when that metadata file does not exist; returned only
-        once checked against ``expected`` (see
+    def load_state(
+        self, store: ObjectStore, expected: TableVersion, *, metadata: bytes | None = None
+    ) -> IcebergState | None:
+        """The state after ``expected.version`` from its published metadata file (or
+        ``metadata``, its content as the caller read it, checked instead of reading
+        it again) and manifest list, or None when that metadata file does not exist;
+        returned only once checked against ``expected`` (see
         :func:`~s3ddb.open_formats.iceberg_checks.read_version`) and found to be, byte
         for byte, the files s3ddb writes for what they list, and each manifest the
         current snapshot lists, byte for byte, the one s3ddb writes for its group, and
@@ -347,7 +350,9 @@ class IcebergWriter:
             PublishedStateError: either file is damaged, over its bounds, or holds
                 anything s3ddb does not derive from the manifests; ``path`` names it.
         """
-        loaded = read_version(store, expected, _current_schema(expected), read_manifests=True)
+        loaded = read_version(
+            store, expected, _current_schema(expected), read_manifests=True, metadata=metadata
+        )
         if loaded is None:
             return None
         _check_rendered(loaded, expected)

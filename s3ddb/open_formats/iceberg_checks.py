@@ -55,6 +55,7 @@ from s3ddb.open_formats.iceberg_state import (
     DELETE_PATH_ID,
     ENTRY_AVRO,
     MANIFEST_FILE_AVRO,
+    MAX_METADATA_BYTES,
     METADATA_DIR,
     SNAPSHOT_WINDOW,
     Checked,
@@ -145,6 +146,7 @@ def read_version(
     sizes: Mapping[str, int] | None = None,
     *,
     read_manifests: bool = False,
+    metadata: bytes | None = None,
 ) -> LoadedVersion | None:
     """The published state after ``expected.version`` (its ``v<N>.metadata.json`` and
     manifest list), checked against ``expected`` (the version as its manifest gives
@@ -153,7 +155,9 @@ def read_version(
     snapshot lists are checked against ``sizes`` (a listing of ``metadata/``) or, when
     None, one HEAD each; with ``read_manifests``, not here: the caller reads every one
     of them (:func:`check_manifests`, which checks their sizes too) before it uses the
-    state.
+    state. ``metadata`` is the metadata file's content as the caller read it: then
+    those bytes are checked, and the file is not read again (a caller that serves
+    them serves exactly what was checked).
 
     Raises:
         PublishedStateError: either file is over its bounds, malformed, or has
@@ -162,9 +166,11 @@ def read_version(
     """
     version, root = expected.version, expected.root
     path = version_files(version)[0]
-    raw = bounded_get(store, path)
+    raw = bounded_get(store, path) if metadata is None else metadata
     if raw is None:
         return None
+    if len(raw) > MAX_METADATA_BYTES:
+        raise PublishedStateError(f"{path}: larger than {MAX_METADATA_BYTES} bytes", path=path)
     c = Checked(path)
     doc = bounded_json(raw, path)
     if c.get(doc, "table-uuid", str) != expected.table_uuid:

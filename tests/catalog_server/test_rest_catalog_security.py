@@ -1,8 +1,8 @@
 """The REST catalog's refusals, each with the Iceberg REST error model: a missing or
 wrong token (401), a write (403, s3ddb is the writer), an oversize body (413), a
 client over its request rate (429), a registry entry pointing outside the root or at
-garbage, a damaged metadata file (5xx naming the file): never a stack trace, never
-the token in a log, no-auth only on loopback."""
+garbage, a damaged metadata file it cannot publish again (5xx naming the file):
+never a stack trace, never the token in a log, no-auth only on loopback."""
 
 from __future__ import annotations
 
@@ -159,7 +159,11 @@ def test_bad_registry_entries_get_the_error_model(catalog: Any, tmp_path: Path) 
     assert _error(response, 404)["type"] == "NoSuchTableException"
 
 
-def test_a_damaged_metadata_file_is_refused_naming_it(catalog: Any, tmp_path: Path) -> None:
+def test_a_damaged_metadata_file_is_refused_naming_it(
+    catalog: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Refused while the server cannot publish it again (read-only credentials, say);
+    published again from the manifest, then served, once it can."""
     _, url = catalog
     table_url = f"{url}/v1/namespaces/sales/tables/events"
     metadata = tmp_path / "events/metadata/v1.metadata.json"
@@ -171,13 +175,24 @@ def test_a_damaged_metadata_file_is_refused_naming_it(catalog: Any, tmp_path: Pa
     ]
     if doc["current-snapshot-id"] == 1:
         wrong_types.append(json.dumps({**doc, "current-snapshot-id": True}).encode())
-    for damaged in (b"not json", b"[]", good.replace(str(tmp_path).encode(), b"/etc"),
-                    b"[" * 10_000 + b"]" * 10_000, *wrong_types):  # fmt: skip
+    damaged_files = (b"not json", b"[]", good.replace(str(tmp_path).encode(), b"/etc"),
+                     b"[" * 10_000 + b"]" * 10_000, *wrong_types)  # fmt: skip
+
+    def refused(*args: object, **kwargs: object) -> None:
+        raise PermissionError("write refused")
+
+    with monkeypatch.context() as patched:
+        patched.setattr("s3ddb.catalog_server.table_loading.publish_version", refused)
+        for damaged in damaged_files:
+            metadata.write_bytes(damaged)
+            error = _error(requests.get(table_url, headers=AUTH, timeout=30), 500)
+            assert "metadata/v1.metadata.json" in error["message"]
+    for damaged in damaged_files:
         metadata.write_bytes(damaged)
-        error = _error(requests.get(table_url, headers=AUTH, timeout=30), 500)
-        assert "metadata/v1.metadata.json" in error["message"]
-    metadata.write_bytes(good)
-    assert requests.get(table_url, headers=AUTH, timeout=30).status_code == 200
+        served = requests.get(table_url, headers=AUTH, timeout=30)
+        assert served.status_code == 200, served.text
+        assert served.json()["metadata"] == doc
+        assert metadata.read_bytes() == good
 
 
 def test_unknown_routes_and_names_get_the_error_model(catalog: Any) -> None:
