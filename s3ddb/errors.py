@@ -62,6 +62,7 @@ __all__ = [
     "UnsupportedFormatError",
     "UnsupportedIndexError",
     "UnsupportedOperationError",
+    "UntrustedCatalogError",
     "VersionNotFoundError",
 ]
 
@@ -163,6 +164,14 @@ class CatalogError(S3DDBError):
     outside the dataset, a malformed parameter. The message names the catalog table.
     A commit never raises it: a catalog update after a commit that fails is logged,
     counted and caught up by the next commit or ``s3ddb catalog sync``."""
+
+
+class UntrustedCatalogError(CatalogError):
+    """A catalog (AWS Glue) holds an entry for a dataset's table that s3ddb does not
+    trust, and so does not move: another table under the name, a metadata location
+    that is not a committed version's of the dataset, a parameter that makes engines
+    read it otherwise. No commit or sync changes that: someone mends or drops the
+    entry. The message names the catalog table and what is wrong."""
 
 
 class ColumnExistsError(InvalidInputError):

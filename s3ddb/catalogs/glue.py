@@ -17,10 +17,17 @@ default, or ``delta``), set by ``s3ddb catalog register URI --glue DB.TABLE``.
   (``table_type`` ``DELTA``) and is always current.
 
 Everything read from Glue is untrusted. A table of another type under the name, a
-``metadata_location`` that is not a metadata file of this dataset, a version
-parameter that disagrees with it, parameters beyond their bounds: each is a
-:class:`~s3ddb.errors.CatalogError` naming the table, and nothing is written.
-``s3ddb verify`` reports the same (:func:`glue_problems`).
+``metadata_location`` that is not a metadata file of this dataset, or that names a
+version newer than the newest committed one, a version parameter that disagrees with
+it, a parameter that changes how engines read the table (:data:`REFUSED_PARAMETERS`),
+parameters beyond their bounds: each is an :class:`~s3ddb.errors.UntrustedCatalogError`
+naming the table, and nothing is written. ``s3ddb verify`` reports the same
+(:func:`glue_problems`).
+
+The table's parameters are shared: s3ddb sets the ones it owns
+(:data:`OWNED_PARAMETERS`) and carries every other one forward unchanged, so that
+what users and their tools add (a comment, an owner, Lake Formation's) survives its
+updates; it refuses to write beside :data:`REFUSED_PARAMETERS`.
 
 A catalog update never fails a commit (:func:`update_catalogs`): it runs after the
 version is published, and a failure is logged, counted and caught up by the next
@@ -35,7 +42,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,6 +54,7 @@ from s3ddb.errors import (
     EndpointUnreachableError,
     InvalidInputError,
     StoredMetadataError,
+    UntrustedCatalogError,
 )
 from s3ddb.format.manifest import Manifest
 from s3ddb.io.object_store import ObjectStore
@@ -60,9 +68,12 @@ __all__ = [
     "GLUE_FORMAT_KEY",
     "GLUE_TABLE_KEY",
     "MAX_ATTEMPTS",
+    "OWNED_PARAMETERS",
+    "REFUSED_PARAMETERS",
     "VERSION_PARAMETER",
     "GlueSync",
     "GlueTarget",
+    "NewestVersion",
     "check_glue_name",
     "dataset_root",
     "glue_problems",
@@ -90,6 +101,25 @@ _PREVIOUS_METADATA_LOCATION = "previous_metadata_location"
 _EXTERNAL_TABLE = "EXTERNAL_TABLE"
 #: s3ddb's own parameter: the s3ddb version the table's metadata location stands for.
 VERSION_PARAMETER = "s3ddb.version"
+#: The parameters of an Iceberg table s3ddb owns: every update sets them from the
+#: version it moves the table to, whatever the table held.
+OWNED_PARAMETERS = (_TABLE_TYPE, _METADATA_LOCATION, _PREVIOUS_METADATA_LOCATION, VERSION_PARAMETER)
+#: Parameters (compared in lower case; a trailing "." names every key under it) that
+#: make engines read an Iceberg table other than through its metadata file, each with
+#: the engines that do. s3ddb never writes beside them: every update would carry them
+#: forward, and an engine would read, say, every Parquet file under the dataset's root,
+#: deleted rows and all.
+REFUSED_PARAMETERS: dict[str, str] = {
+    "spark.sql.": "Spark reads the table as a data source table of that provider",
+    "classification": "Glue jobs and crawlers read the files as that format",
+    "storage_handler": "Hive and Trino's Hive connector read through that handler",
+    "transactional": "Hive reads the table as a transactional (ACID) one",
+    "transactional_properties": "Hive reads the table as a transactional (ACID) one",
+    "presto_view": "Presto and Trino read the table as a view",
+}
+#: What tells the newest version committed through the dataset's commit mechanism
+#: (None: none); each call asks it anew.
+NewestVersion = Callable[[], int | None]
 
 # botocore's attempts per Glue request.
 _GLUE_ATTEMPTS = 2
@@ -245,7 +275,7 @@ def _get_table(client: Any, target: GlueTarget) -> dict[str, Any] | None:
         raise _failure(exc, target, "GetTable") from exc
     table = response.get("Table") if isinstance(response, dict) else None
     if not isinstance(table, dict):
-        raise CatalogError(f"AWS Glue table {target.name}: GetTable answered no table")
+        raise UntrustedCatalogError(f"AWS Glue table {target.name}: GetTable answered no table")
     return table
 
 
@@ -302,7 +332,7 @@ class _Entry:
 def _checked_parameters(table: Mapping[str, Any], target: GlueTarget) -> dict[str, str]:
     parameters = table.get("Parameters", {})
     if not isinstance(parameters, dict) or len(parameters) > _MAX_PARAMETERS:
-        raise CatalogError(
+        raise UntrustedCatalogError(
             f"AWS Glue table {target.name}: its Parameters are not a map of at most "
             f"{_MAX_PARAMETERS} entries"
         )
@@ -313,7 +343,7 @@ def _checked_parameters(table: Mapping[str, Any], target: GlueTarget) -> dict[st
             and len(key) <= _MAX_KEY
             and len(value) <= _MAX_VALUE
         ):
-            raise CatalogError(
+            raise UntrustedCatalogError(
                 f"AWS Glue table {target.name}: parameter {str(key)[:80]!r} is not a string "
                 f"of at most {_MAX_VALUE} characters under a key of at most {_MAX_KEY}"
             )
@@ -340,17 +370,18 @@ def _checked_entry(table: Mapping[str, Any], target: GlueTarget, root: str) -> _
     """What the Glue table holds, checked against the dataset at ``root``.
 
     Raises:
-        CatalogError: another type of table, a location that is not this dataset's
+        UntrustedCatalogError: another type of table, a location that is not this dataset's
             (a metadata file of its Iceberg table; for Delta, its root), a version
-            parameter that disagrees with the location, or values beyond bounds.
+            parameter that disagrees with the location, an Iceberg table holding one
+            of :data:`REFUSED_PARAMETERS`, or values beyond bounds.
     """
     parameters = _checked_parameters(table, target)
     version_id = table.get("VersionId")
     if not isinstance(version_id, str) or not 0 < len(version_id) <= _MAX_VERSION_ID:
-        raise CatalogError(f"AWS Glue table {target.name}: no valid VersionId")
+        raise UntrustedCatalogError(f"AWS Glue table {target.name}: no valid VersionId")
     kind = parameters.get(_TABLE_TYPE, "")
     if kind.lower() != target.format:
-        raise CatalogError(
+        raise UntrustedCatalogError(
             f"AWS Glue table {target.name} has table_type {kind[:40]!r}, not "
             f"{target.format.upper()}: another table holds the name; drop it or name "
             "another table"
@@ -360,28 +391,45 @@ def _checked_entry(table: Mapping[str, Any], target: GlueTarget, root: str) -> _
         location = storage.get("Location") if isinstance(storage, dict) else None
         if location != root and location != root + "/":
             shown = location[:200] if isinstance(location, str) else location
-            raise CatalogError(
+            raise UntrustedCatalogError(
                 f"AWS Glue table {target.name} is at {shown!r}, not at the dataset {root}: "
                 "drop it (s3ddb catalog sync then registers it again) or name another table"
             )
         return _Entry(parameters, version_id, location, None)
     location = parameters.get(_METADATA_LOCATION)
     if location is None:
-        raise CatalogError(f"AWS Glue table {target.name} has no {_METADATA_LOCATION}")
+        raise UntrustedCatalogError(f"AWS Glue table {target.name} has no {_METADATA_LOCATION}")
     version = _version_of_location(location, root)
     if version is None:
-        raise CatalogError(
+        raise UntrustedCatalogError(
             f"AWS Glue table {target.name}: {_METADATA_LOCATION} {location[:200]!r} is not "
             f"a metadata file of the dataset {root}: s3ddb does not move it (drop the "
             "table, then s3ddb catalog sync creates it again)"
         )
     named = parameters.get(VERSION_PARAMETER)
     if named is not None and (not _DECIMAL.fullmatch(named) or int(named) != version):
-        raise CatalogError(
+        raise UntrustedCatalogError(
             f"AWS Glue table {target.name}: parameter {VERSION_PARAMETER} {named[:40]!r} "
             f"disagrees with {_METADATA_LOCATION} (version {version})"
         )
+    for key in parameters:
+        why = _refused(key)
+        if why is not None:
+            raise UntrustedCatalogError(
+                f"AWS Glue table {target.name}: parameter {key[:80]!r} makes engines read "
+                f"the table other than through its Iceberg metadata ({why}): s3ddb does not "
+                "move it (remove the parameter, or drop the table; then s3ddb catalog sync)"
+            )
     return _Entry(parameters, version_id, location, version)
+
+
+def _refused(key: str) -> str | None:
+    """Why an Iceberg table may not hold the parameter ``key`` (None: it may)."""
+    lowered = key.lower()
+    for refused, why in REFUSED_PARAMETERS.items():
+        if lowered == refused or (refused.endswith(".") and lowered.startswith(refused)):
+            return why
+    return None
 
 
 # --- the table input --------------------------------------------------------------------
@@ -456,8 +504,11 @@ def check_glue_name(store: ObjectStore, target: GlueTarget) -> None:
     table is free or already this dataset's (of ``target``'s format, at its root).
 
     Raises:
-        CatalogError: the name holds another table; CredentialsError,
-            EndpointUnreachableError: Glue refuses the credentials or cannot be reached.
+        UntrustedCatalogError: the name holds another table, or an entry of this
+            dataset's that s3ddb does not trust.
+        CatalogError: Glue failed the GetTable.
+        CredentialsError, EndpointUnreachableError: Glue refuses the credentials or
+            cannot be reached.
     """
     table = _get_table(_client(store), target)
     if table is not None:
@@ -465,19 +516,29 @@ def check_glue_name(store: ObjectStore, target: GlueTarget) -> None:
 
 
 def sync_glue_table(
-    store: ObjectStore, manifest: Manifest, *, client: Any | None = None
+    store: ObjectStore,
+    manifest: Manifest,
+    *,
+    newest: NewestVersion,
+    client: Any | None = None,
 ) -> GlueSync | None:
     """Move the Glue table ``manifest``'s version names to that version (Iceberg:
     creating it if it is missing, never moving it backwards; Delta: registering it
     once). ``manifest``'s version must be published. None: it names no Glue table.
-    ``client`` is the boto3 Glue client to use (default: the one the dataset's AWS
-    settings give).
+
+    The table's own parameters are carried forward, and s3ddb's
+    (:data:`OWNED_PARAMETERS`) set. A table at a newer version is left there
+    (``ahead``) only if that version is committed: ``newest`` (the dataset's commit
+    mechanism) is asked then, and only then. ``client`` is the boto3 Glue client to
+    use (default: the one the dataset's AWS settings give).
 
     Raises:
-        CatalogError: Glue refused, or holds an entry s3ddb does not trust (nothing was
-            written then); the version does not publish the table's format.
+        UntrustedCatalogError: Glue holds an entry s3ddb does not trust (nothing was
+            written then), a version newer than ``newest`` among them.
+        CatalogError: Glue refused; the version does not publish the table's format.
         CredentialsError, EndpointUnreachableError: Glue cannot be used.
         StoredMetadataError: the dataset's config keys are malformed.
+        What ``newest`` raises: the commit mechanism cannot be asked.
     """
     target = glue_target(manifest.config, store.url)
     if target is None:
@@ -512,6 +573,7 @@ def sync_glue_table(
         entry = _checked_entry(table, target, root)
         assert entry.version is not None
         if entry.version > manifest.version:
+            _check_committed(target, entry, newest())
             _check_published(store, target, entry, root)
         if entry.version >= manifest.version:
             action = "current" if entry.version == manifest.version else "ahead"
@@ -519,7 +581,8 @@ def sync_glue_table(
                 target.name, target.format, action, manifest.version, entry.version, location
             )
         parameters = {
-            **entry.parameters,
+            # Owned keys in any case are s3ddb's: no look-alike (METADATA_LOCATION) stays.
+            **{k: v for k, v in entry.parameters.items() if k.lower() not in OWNED_PARAMETERS},
             **parameters_of_version,
             _PREVIOUS_METADATA_LOCATION: entry.location or "",
         }
@@ -534,19 +597,38 @@ def sync_glue_table(
     )
 
 
+def _check_committed(target: GlueTarget, entry: _Entry, newest: int | None) -> None:
+    """Check that the newer version a Glue table names is committed (``newest``: the
+    newest committed version, read after the table): s3ddb moves the table only to
+    committed versions, so a newer one was put there by someone else, and leaving it
+    would pin the table there for good.
+
+    Raises:
+        UntrustedCatalogError: the version is newer than ``newest``.
+    """
+    assert entry.version is not None
+    if newest is None or entry.version > newest:
+        raise UntrustedCatalogError(
+            f"AWS Glue table {target.name}: {_METADATA_LOCATION} "
+            f"{(entry.location or '')[:200]!r} names version {entry.version}, newer than "
+            f"the newest committed, {newest or 'none'}: s3ddb does not move it (drop the table, "
+            "then s3ddb catalog sync creates it again)"
+        )
+
+
 def _check_published(store: ObjectStore, target: GlueTarget, entry: _Entry, root: str) -> None:
     """Check that the newer version a Glue table names is published: its finisher
     publishes before it moves the table, so a location naming a missing file was put
     there by someone else.
 
     Raises:
-        CatalogError: the metadata file is missing.
+        UntrustedCatalogError: the metadata file is missing.
     """
     assert entry.location is not None
     try:
         store.head(entry.location[len(root) + 1 :])
     except FileNotFoundError:
-        raise CatalogError(
+        raise UntrustedCatalogError(
             f"AWS Glue table {target.name}: {_METADATA_LOCATION} {entry.location[:200]!r} "
             f"names version {entry.version}, which the dataset has not published: s3ddb "
             "does not move it (drop the table, then s3ddb catalog sync creates it again)"
@@ -565,12 +647,14 @@ def _register_delta(client: Any, target: GlueTarget, root: str, manifest: Manife
     raise CatalogError(f"AWS Glue table {target.name}: created and dropped concurrently")
 
 
-def update_catalogs(store: ObjectStore, manifest: Manifest) -> None:
+def update_catalogs(store: ObjectStore, manifest: Manifest, *, newest: NewestVersion) -> None:
     """Move the catalog table ``manifest``'s version names, after it is published (the
-    publication hook). Never raises: the version is committed whatever the catalog
-    does; a failure is logged and counted (``s3ddb.catalog_update_failures``), and the
-    next commit, a reader's repair or ``s3ddb catalog sync`` catches up. A Delta table
-    needs nothing (it is its location)."""
+    publication hook; ``newest`` as for :func:`sync_glue_table`). Never raises: the
+    version is committed whatever the catalog does; a failure is logged and counted
+    (``s3ddb.catalog_update_failures``), and the next commit, a reader's repair or
+    ``s3ddb catalog sync`` catches up. An entry s3ddb does not trust is a failure each
+    time (never a silent ``ahead``) until someone drops or mends it; ``s3ddb verify``
+    reports it. A Delta table needs nothing (it is its location)."""
     try:
         target = glue_target(manifest.config, store.url)
     except StoredMetadataError as exc:
@@ -586,14 +670,20 @@ def update_catalogs(store: ObjectStore, manifest: Manifest) -> None:
     }
     with telemetry.span("s3ddb.catalog.update", attributes) as span:
         try:
-            result = sync_glue_table(store, manifest)
+            result = sync_glue_table(store, manifest, newest=newest)
         except Exception as exc:
             span.set_attribute("s3ddb.outcome", "error")
             telemetry.add("s3ddb.catalog_update_failures", 1, {"s3ddb.catalog": "glue"})
+            # An untrusted entry stays until someone mends or drops it: saying the next
+            # commit catches up would hide a table pinned for good.
+            later = (
+                "no commit moves it until the entry is mended or dropped; s3ddb verify reports it"
+                if isinstance(exc, UntrustedCatalogError)
+                else "the next commit, or s3ddb catalog sync, catches up"
+            )
             log.warning(
-                "could not move the AWS Glue table %s to version %d of %s (the next "
-                "commit, or s3ddb catalog sync, catches up): %s",
-                target.name, manifest.version, store.url, exc,
+                "could not move the AWS Glue table %s to version %d of %s (%s): %s",
+                target.name, manifest.version, store.url, later, exc,
             )  # fmt: skip
             return
         action = result.action if result is not None else "none"
@@ -621,19 +711,17 @@ def glue_problems(store: ObjectStore, manifest: Manifest) -> list[tuple[str, str
     root = dataset_root(store)
     try:
         table = _get_table(_client(store), target)
-    except CatalogError as exc:
+    except UntrustedCatalogError as exc:  # an answer without a table, not to be trusted
+        return [("untrusted", where, str(exc))]
+    except (CatalogError, CredentialsError, EndpointUnreachableError) as exc:
         # A GetTable the service failed (a server error, throttled past the retries)
-        # says nothing of the entry: Glue could not be asked. An answer without a
-        # table is an answer, and not to be trusted.
-        failed_call = exc.__cause__ is not None
-        return [("unreachable" if failed_call else "untrusted", where, str(exc))]
-    except (CredentialsError, EndpointUnreachableError) as exc:
+        # says nothing of the entry: Glue could not be asked.
         return [("unreachable", where, str(exc))]
     if table is None:
         return [("behind", where, f"the AWS Glue table {target.name} is missing")]
     try:
         entry = _checked_entry(table, target, root)
-    except CatalogError as exc:
+    except UntrustedCatalogError as exc:
         return [("untrusted", where, str(exc))]
     if entry.version is not None and entry.version > manifest.version:
         return [

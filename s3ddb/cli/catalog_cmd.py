@@ -103,7 +103,7 @@ def _sync(ds: Any) -> GlueSync:
     run, or whose publication failed), then move its Glue table to it."""
     ds.checkout_latest()
     ds.publish_open_formats()
-    result = sync_glue_table(ds.handler.store, ds.manifest)
+    result = sync_glue_table(ds.handler.store, ds.manifest, newest=ds.handler.newest_version)
     if result is None:
         raise InvalidInputError(
             f"{ds.uri} names no catalog table: s3ddb catalog register URI --glue DB.TABLE"

@@ -646,7 +646,7 @@ class ExternalStoreVersions(CommitHandler):
         self.external.finalize(self.base_uri, row.version, row.path, final)
         failpoint("commit.after_external_finalize")
         if published and manifest is not None:
-            update_catalogs(self.store, manifest)
+            update_catalogs(self.store, manifest, newest=self.newest_version)
         self._discard_staged(row.path)
         return replace(row, path=final)
 

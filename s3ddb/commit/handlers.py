@@ -292,6 +292,13 @@ class CommitHandler(abc.ABC):
             return []
         return self.list_locations(start, latest.version)
 
+    def newest_version(self) -> int | None:
+        """The newest committed version as the commit mechanism says now (None: none),
+        never finishing a staged one: one request (the DynamoDB query, or the listing
+        of the committed manifests)."""
+        location = self.latest_location(finalize=False)
+        return None if location is None else location.version
+
     def presumed_latest(self) -> ManifestLocation | None:
         """The newest version as this process last knew it, if a writer may build on it
         without asking the store (None: ask with :meth:`latest_location`).
@@ -446,7 +453,7 @@ class CommitHandler(abc.ABC):
             )
             return False
         if update_catalog:
-            update_catalogs(self.store, manifest)
+            update_catalogs(self.store, manifest, newest=self.newest_version)
         return True
 
 

@@ -186,9 +186,14 @@ PROBLEM_KINDS: dict[str, ProblemKind] = {
         meaning=(
             "the catalog table the dataset names holds what s3ddb does not trust: a table of "
             "another type under the name, a metadata location outside the dataset or of a "
-            "version not published, a version parameter that disagrees; s3ddb does not move it"
+            "version not published or not committed, a version parameter that disagrees, a "
+            "parameter that makes engines read the table otherwise (docs/catalogs.md); s3ddb "
+            "does not move it, and every commit logs it"
         ),
-        fix="drop the catalog table (or register another name), then `s3ddb catalog sync URI`",
+        fix=(
+            "remove the refused parameter, or drop the catalog table (or register another "
+            "name), then `s3ddb catalog sync URI`"
+        ),
     ),
     "catalog_unreachable": ProblemKind(
         meaning=(

@@ -325,6 +325,11 @@ def test_glue_failing_during_verify_is_unreachable_not_untrusted(
         {"metadata_location": "{root}/metadata/v99.metadata.json", "s3ddb.version": "99"},
         {"s3ddb.version": "1e9"},
         {"table_type": "HIVE"},
+        # Parameters that make engines read the table other than through its metadata.
+        {"spark.sql.sources.provider": "parquet"},
+        {"spark.sql.sources.schema.numParts": "1"},
+        {"classification": "parquet"},
+        {"Storage_Handler": "org.apache.hadoop.hive.ql.metadata.DefaultStorageHandler"},
     ],
 )
 def test_an_untrusted_glue_entry_is_refused_and_never_moved(
@@ -355,6 +360,109 @@ def test_an_untrusted_glue_entry_is_refused_and_never_moved(
     assert _parameters(glue, table) == parameters
 
 
+def _plant_glue(glue: Any, name: str, **planted: str) -> dict[str, str]:
+    """Set ``planted`` among the parameters of the Glue table ``name``, as anyone with
+    glue:UpdateTable can; returns its parameters then."""
+    database, table = name.split(".")
+    parameters = {**_parameters(glue, name), **planted}
+    glue.update_table(
+        DatabaseName=database,
+        TableInput={"Name": table, "TableType": "EXTERNAL_TABLE", "Parameters": parameters},
+    )
+    return parameters
+
+
+@pytest.mark.parametrize("kind", ["local", "s3+ddb"])
+def test_a_glue_entry_ahead_of_the_newest_committed_version_never_pins_the_table(
+    aws: Any,
+    glue: Any,
+    tmp_path: Any,
+    ddb_uri: str,
+    table: str,
+    kind: str,
+    caplog: pytest.LogCaptureFixture,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A Glue entry naming version 99, with a metadata file planted at that name, is
+    not "ahead": version 99 is not committed. Commits say so (logged, Glue left
+    alone), sync fails, verify reports it; dropping the table is the way back."""
+    so = aws.storage_options()
+    if kind == "local":
+        ds = _local_dataset(tmp_path, aws, "pinned", table)
+    else:
+        s3ddb.write_dataset(
+            pa.table({"id": pa.array([0], pa.int64())}),
+            ddb_uri,
+            open_formats=["iceberg"],
+            storage_options=so,
+        )
+        assert _register(ddb_uri, table, aws) == 0
+        ds = s3ddb.dataset(ddb_uri, storage_options=so)
+    assert ds.version == 2
+    store = ds.handler.store
+    store.put("metadata/v99.metadata.json", store.get("metadata/v2.metadata.json"))
+    location = _parameters(glue, table)["metadata_location"].replace("/v2.", "/v99.")
+    planted = _plant_glue(glue, table, metadata_location=location, **{"s3ddb.version": "99"})
+
+    with caplog.at_level(logging.WARNING, logger="s3ddb.catalogs.glue"):
+        ds.insert(pa.table({"id": pa.array([5], pa.int64())}))
+        finalizer.drain()
+    assert ds.version == 3 and sorted(ds.to_table()["id"].to_pylist()) == [0, 5]  # committed
+    assert "names version 99, newer than the newest committed, 3" in caplog.text
+    assert "no commit moves it until the entry is mended or dropped" in caplog.text
+    assert _parameters(glue, table) == planted  # never written beside it
+    kinds = [p.kind for p in verify(ds.uri, so, grace_seconds=0).problems]
+    assert "catalog_untrusted" in kinds
+    assert main(["catalog", "sync", ds.uri, *_options(aws)]) == 1
+    err = capsys.readouterr().err
+    assert "UntrustedCatalogError" in err and "newer than the newest committed, 3" in err
+    assert _parameters(glue, table) == planted
+
+    database, name = table.split(".")
+    glue.delete_table(DatabaseName=database, Name=name)
+    assert main(["catalog", "sync", ds.uri, "--json", *_options(aws)]) == 0
+    assert json.loads(capsys.readouterr().out)["action"] == "created"
+    assert _parameters(glue, table)["s3ddb.version"] == "3"
+
+
+def test_glue_keeps_users_parameters_and_refuses_those_that_change_how_it_is_read(
+    aws: Any, glue: Any, tmp_path: Any, table: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ds = _local_dataset(tmp_path, aws, "shared", table)
+    theirs = {"comment": "orders, one row each", "owner.team": "sales-data"}
+    planted = _plant_glue(
+        glue,
+        table,
+        **theirs,
+        **{"spark.sql.sources.provider": "parquet", "METADATA_LOCATION": "s3://elsewhere/x"},
+    )
+    ds.insert(pa.table({"id": pa.array([1], pa.int64())}))
+    assert _parameters(glue, table) == planted  # refused: never carried forward
+    [problem] = verify(ds.uri, aws.storage_options(), grace_seconds=0).problems
+    assert problem.kind == "catalog_untrusted"
+    assert "'spark.sql.sources.provider'" in problem.meaning
+    assert main(["catalog", "sync", ds.uri, *_options(aws)]) == 1
+    assert "spark.sql.sources.provider" in capsys.readouterr().err
+
+    # The owner removes the refused parameter: the next sync moves the table, with
+    # their own parameters, and s3ddb's set (a look-alike of one is not kept).
+    database, name = table.split(".")
+    mended = {k: v for k, v in planted.items() if k != "spark.sql.sources.provider"}
+    glue.update_table(
+        DatabaseName=database,
+        TableInput={"Name": name, "TableType": "EXTERNAL_TABLE", "Parameters": mended},
+    )
+    assert main(["catalog", "sync", ds.uri, "--json", *_options(aws)]) == 0
+    assert json.loads(capsys.readouterr().out)["action"] == "updated"
+    parameters = _parameters(glue, table)
+    assert {k: parameters[k] for k in theirs} == theirs
+    assert "METADATA_LOCATION" not in parameters
+    assert parameters["metadata_location"].endswith("/metadata/v3.metadata.json")
+    assert parameters["previous_metadata_location"].endswith("/metadata/v2.metadata.json")
+    assert parameters["s3ddb.version"] == "3"
+    assert verify(ds.uri, aws.storage_options(), grace_seconds=0).healthy
+
+
 class StaleUpdateClient:
     """A boto3 Glue client whose first ``update_table`` loses a race: another writer
     moves the table (to ``newer``'s version) between this client's read and its
@@ -372,7 +480,7 @@ class StaleUpdateClient:
     def update_table(self, **kwargs: Any) -> Any:
         if self._newer is not None:
             newer, self._newer = self._newer, None
-            sync_glue_table(self._store, newer, client=self._client)
+            sync_glue_table(self._store, newer, newest=lambda: newer.version, client=self._client)
         try:
             return self._client.update_table(**kwargs)
         except Exception as exc:
@@ -388,10 +496,11 @@ def test_a_stale_version_id_is_refused_and_the_table_is_never_moved_back(
     manifests = {v: ds.checkout_version(v).manifest for v in (2, 3, 4)}
     database, name = table.split(".")
     glue.delete_table(DatabaseName=database, Name=name)
-    assert sync_glue_table(store, manifests[2]).action == "created"  # type: ignore[union-attr]
+    newest = ds.handler.newest_version
+    assert sync_glue_table(store, manifests[2], newest=newest).action == "created"  # type: ignore[union-attr]
 
     racing = StaleUpdateClient(glue, store, manifests[4])
-    result = sync_glue_table(store, manifests[3], client=racing)
+    result = sync_glue_table(store, manifests[3], newest=newest, client=racing)
     assert result is not None and (result.action, result.catalog_version) == ("ahead", 4)
     [refused] = racing.refused
     assert refused.response["Error"]["Code"] == "ConcurrentModificationException"  # type: ignore[attr-defined]
