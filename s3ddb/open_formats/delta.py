@@ -51,6 +51,7 @@ at cleanup are :mod:`s3ddb.open_formats.delta_log`'s.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
@@ -138,7 +139,9 @@ class DeltaWriter:
         """See :func:`~s3ddb.open_formats.delta_schema.delta_type_problem`."""
         return delta_type_problem(schema)
 
-    def refresh_state(self, store: ObjectStore, state: DeltaState, now_ms: int) -> DeltaState:
+    def refresh_state(
+        self, store: ObjectStore, state: DeltaState, now_ms: int, kept: Callable[[int], bool]
+    ) -> DeltaState:
         """``state`` as it is: cleanup changes no Delta commit a later one builds on
         (it only writes a checkpoint of a kept version and deletes the log before)."""
         return state

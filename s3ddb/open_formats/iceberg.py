@@ -382,10 +382,13 @@ class IcebergWriter:
             return [str(exc)]
         return []
 
-    def refresh_state(self, store: ObjectStore, state: IcebergState, now_ms: int) -> IcebergState:
+    def refresh_state(
+        self, store: ObjectStore, state: IcebergState, now_ms: int, kept: Callable[[int], bool]
+    ) -> IcebergState:
         """``state`` (one this process published or loaded, so trusted) without the
         snapshots a cleanup has expired since: the publisher's cached state before it
-        publishes the next version from it.
+        publishes the next version from it. ``kept`` says whether s3ddb still keeps a
+        version (snapshot N is version N), from the manifests.
 
         A cleanup removes a version only once the version after it is older than the
         claim window (:data:`CLEANUP_CLAIM_WINDOW_MS`, cleanup's default; a shorter one
@@ -393,10 +396,14 @@ class IcebergWriter:
         before it deletes anything. So while every snapshot of the window is younger
         than that (by its own timestamp, which is not later than its successor's),
         none can have gone, and ``state`` is returned as it is: no request. Else
-        ``state``'s metadata file is read again (one GET) and the snapshots it no
-        longer lists are dropped (only dropped: what it lists beyond ``state`` is not
-        taken). A metadata file that is gone or unreadable leaves the current snapshot
-        alone.
+        ``state``'s metadata file is read again (one GET), and the snapshots it no
+        longer lists are dropped once ``kept`` confirms that their versions are gone
+        (only dropped: what it lists beyond ``state`` is not taken). The file is only
+        a hint of what a cleanup removed: one that is gone, unreadable or not
+        s3ddb's (damaged, planted) would otherwise thin the history of every later
+        version. When it cannot be read, every snapshot of the window is asked of
+        ``kept`` (a warning names the file; ``s3ddb open-formats URI --rebuild``
+        republishes it). The current snapshot always stays.
 
         Why this, and not something else: the next metadata file must list only
         readable snapshots, whichever finisher writes it. A state read after a cleanup
@@ -413,9 +420,15 @@ class IcebergWriter:
         try:
             raw = bounded_get(store, path)
             listed = set(listed_snapshots(raw, path)) if raw is not None else set()
-        except PublishedStateError:
+        except PublishedStateError as exc:
+            log.warning(
+                "%s: %s cannot be read (%s): the snapshots the next version lists are "
+                "the kept versions'; `s3ddb open-formats URI --rebuild` republishes it",
+                store.url, path, exc,
+            )  # fmt: skip
             listed = set()
-        return _without_snapshots(state, {s.snapshot_id for s in state.snapshots} - listed)
+        unlisted = {s.snapshot_id for s in state.snapshots} - listed - {state.version}
+        return _without_snapshots(state, {v for v in sorted(unlisted) if not kept(v)})
 
     def publish(
         self, table: TableVersion, previous: Any | None, deleted: DeletedPositions

@@ -199,11 +199,15 @@ class FormatWriter(Protocol):
         """
         ...
 
-    def refresh_state(self, store: ObjectStore, state: Any, now_ms: int) -> Any:
+    def refresh_state(
+        self, store: ObjectStore, state: Any, now_ms: int, kept: Callable[[int], bool]
+    ) -> Any:
         """``state`` (one this process published or loaded: trusted), brought up to
         date with what maintenance changed since in the published files (a cleanup
         that expired snapshots), before the next version is published from it; as
-        cheap as the format allows (usually no request)."""
+        cheap as the format allows (usually no request). ``kept`` says whether s3ddb
+        still keeps a version (from the manifests): the published files are output,
+        so nothing is dropped from ``state`` on their word alone."""
         ...
 
     def state_problems(self, store: ObjectStore, expected: TableVersion) -> list[str]:

@@ -694,7 +694,9 @@ def _publish(writer: FormatWriter, run: _Run, manifest: Manifest, depth: int) ->
         previous_state = states.get(key, before, manifest.dataset_id)
         if previous_state is not None:
             # Kept in this process: a cleanup elsewhere may have expired some of it.
-            previous_state = writer.refresh_state(store, previous_state, _now_ms())
+            previous_state = writer.refresh_state(
+                store, previous_state, _now_ms(), lambda v: run.manifest(v) is not None
+            )
         else:
             previous_state = _checked_state(writer, run, previous_manifest)
         if previous_state is _DAMAGED:

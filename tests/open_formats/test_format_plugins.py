@@ -13,7 +13,7 @@ import inspect
 import json
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Protocol
@@ -161,7 +161,9 @@ class ListingFormat:
             raise PublishedStateError(f"{path}: not the listing of the manifest", path=path)
         return expected.version
 
-    def refresh_state(self, store: ObjectStore, state: Any, now_ms: int) -> Any:
+    def refresh_state(
+        self, store: ObjectStore, state: Any, now_ms: int, kept: Callable[[int], bool]
+    ) -> Any:
         return state
 
     def state_problems(self, store: ObjectStore, expected: TableVersion) -> list[str]:

@@ -591,9 +591,11 @@ def test_publication_after_cleanup_lists_only_readable_snapshots(
     else:
         # A state read before cleanup, its oldest snapshot old enough to have gone.
         later = 10**15
-        state = IcebergWriter().refresh_state(store, before, later)
+        kept = {v.version for v in s3ddb.dataset(ds.uri).versions()}
+        state = IcebergWriter().refresh_state(store, before, later, kept.__contains__)
         assert [s.snapshot_id for s in state.snapshots] == [5, 6]
-        assert IcebergWriter().refresh_state(store, before, 0) is before  # young: trusted
+        young = IcebergWriter().refresh_state(store, before, 0, kept.__contains__)
+        assert young is before  # young: trusted
         forget_states()
         ds.insert(_table(100, 1))
         again = IcebergWriter().publish(_expected_after(ds, 7), state, lambda f: [])[0]
@@ -619,15 +621,26 @@ def test_refresh_reads_again_only_a_window_cleanup_could_have_thinned(tmp_path: 
     state = IcebergWriter().load_state(store, _expected(ds, 4))
     assert state is not None and {k for k, _v in state.snapshots[-1].summary} == SUMMARY_KEYS
     oldest = state.snapshots[0].timestamp_ms
-    assert IcebergWriter().refresh_state(store, state, oldest) is state
+    asked: list[int] = []
+
+    def all_kept(version: int) -> bool:
+        asked.append(version)
+        return True
+
+    assert IcebergWriter().refresh_state(store, state, oldest, all_kept) is state
     later = oldest + CLEANUP_CLAIM_WINDOW_MS
-    assert IcebergWriter().refresh_state(store, state, later) == state  # read: all there
-    # Another engine's planted snapshots are never taken from the file, only dropped.
+    assert IcebergWriter().refresh_state(store, state, later, all_kept) == state  # all there
+    assert asked == []  # nothing to confirm
+    # Another engine's planted snapshots are never taken from the file; one it no
+    # longer lists is dropped only once the manifests say its version is gone.
     _edit(_metadata(ds, 4), lambda doc: doc["snapshots"].pop(1))
-    refreshed = IcebergWriter().refresh_state(store, state, later)
+    assert IcebergWriter().refresh_state(store, state, later, all_kept) == state
+    assert asked == [2]
+    refreshed = IcebergWriter().refresh_state(store, state, later, lambda v: v != 2)
     assert [s.snapshot_id for s in refreshed.snapshots] == [1, 3, 4]
     _metadata(ds, 4).write_bytes(b"[" * 1000)
-    refreshed = IcebergWriter().refresh_state(store, state, later)
+    assert IcebergWriter().refresh_state(store, state, later, all_kept) == state
+    refreshed = IcebergWriter().refresh_state(store, state, later, lambda v: False)
     assert [s.snapshot_id for s in refreshed.snapshots] == [4]
 
 
@@ -682,3 +695,32 @@ def test_a_delete_file_another_pyarrow_wrote_is_taken_as_it_is(tmp_path: Path) -
     ds.insert(_table(600, 1))
     table = StaticTable.from_metadata(str(_metadata(ds, ds.version)))
     assert rows_of(table.scan().to_arrow()) == rows_of(ds.to_table())
+
+
+@pytest.mark.parametrize("damage", ["garbage", "a snapshot dropped"])
+def test_a_damaged_metadata_file_does_not_thin_the_history_of_later_versions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, damage: str
+) -> None:
+    """A writer whose kept state is older than cleanup's claim window reads its metadata
+    file again: damaged or planted there, it must not drop the snapshots of versions
+    s3ddb keeps from every metadata file after it."""
+    from s3ddb.open_formats import publisher
+
+    ds = _dataset(tmp_path)  # this process keeps the state after version 4
+    if damage == "garbage":
+        _metadata(ds, 4).write_bytes(b"garbage")
+    else:
+        _edit(_metadata(ds, 4), lambda doc: doc["snapshots"].pop(1))
+    now = publisher._now_ms()
+    monkeypatch.setattr(publisher, "_now_ms", lambda: now + 11 * 60 * 1000)
+    with caplog.at_level("WARNING", logger="s3ddb"):
+        ds.insert(_table(100, 2, doubled=True))
+    ds.insert(_table(200, 2, doubled=True))
+    newest = StaticTable.from_metadata(str(_metadata(ds, 6)))
+    assert [s.snapshot_id for s in newest.metadata.snapshots] == [1, 2, 3, 4, 5, 6]
+    for snapshot_id in range(1, 7):
+        got = newest.scan(snapshot_id=snapshot_id).to_arrow()
+        assert rows_of(got) == rows_of(ds.checkout_version(snapshot_id).to_table())
+    if damage == "garbage":
+        said = [r.getMessage() for r in caplog.records if "v4.metadata.json" in r.getMessage()]
+        assert said and "--rebuild" in said[0], caplog.records
