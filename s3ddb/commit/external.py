@@ -402,15 +402,20 @@ class ExternalStoreCommitHandler(ExternalStoreVersions):
         unknown: Exception | None = self._put_row(row, fence)
         if unknown is None:
             return
-        # The put may have applied: read the row back.
+        # The put may have applied: read the row back. Whatever stops that read
+        # (throttling, credentials expiring meanwhile...) leaves the outcome unknown:
+        # a definite failure would delete the files of a version that may be claimed.
         try:
             current = self._get(row.version)
+        except Exception as exc:
+            unknown, current = exc, None
+        else:
             if current is None:
                 # Not applied (reads are consistent); try once more, decisively.
-                return self._claim_again(row, fence)
-        except (ExternalStoreError, CommitStateUnknownError) as exc:
-            unknown = exc
-            current = None
+                try:
+                    return self._claim_again(row, fence)
+                except ExternalStoreError as exc:
+                    unknown = exc
         if current is not None:
             if same_commit(row, current):
                 return

@@ -621,13 +621,15 @@ class ConditionalPutCommitHandler(ListingCommitHandler):
                 return self._location_written(manifest, path, data)
             OWN_PUTS.lost(self.store.url)
             raise VersionConflict(manifest.version) from exc
-        except (CredentialsError, PermissionError):
-            raise
         except Exception as exc:
             if not self.store.is_remote:
                 raise
+            # The client may have resent a PUT that landed before this error (its
+            # credentials expiring meanwhile included): only the object tells.
             if self._holds(path, data):
                 return self._location_written(manifest, path, data)
+            if isinstance(exc, (CredentialsError, PermissionError)):
+                raise  # refused, and no earlier attempt landed
             raise CommitStateUnknownError(
                 f"conditional PUT of {self.store.url}/{path} failed ({exc}); it may still "
                 "land, so the commit's files are kept. Re-open the dataset to see whether "
@@ -741,11 +743,25 @@ class ConditionalPutCommitHandler(ListingCommitHandler):
                 )
 
     def _holds(self, path: str, data: bytes) -> bool:
-        # Manifest bytes name a unique transaction file, so equal bytes mean ours.
+        """Whether the object at ``path`` is ``data``: the manifest this commit put
+        (its bytes name a unique transaction file, so equal bytes mean ours).
+
+        Raises:
+            CommitStateUnknownError: it could not be read (throttled, credentials
+                refused...): whether the put landed is not known, and a definite
+                failure would delete the files of a version that may be committed.
+        """
         try:
             return self.store.get(path) == data
         except FileNotFoundError:
             return False
+        except Exception as exc:
+            raise CommitStateUnknownError(
+                f"the conditional PUT of {self.store.url}/{path} may have landed (its "
+                f"response was lost), and reading it back failed ({exc}); the commit's "
+                "files are kept. Re-open the dataset to see whether this version is the "
+                "commit."
+            ) from exc
 
     def _location_written(self, manifest: Manifest, path: str, data: bytes) -> ManifestLocation:
         """The location of ``manifest``, put at ``path`` as ``data`` (now this process's

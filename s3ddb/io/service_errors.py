@@ -239,7 +239,8 @@ def as_storage_error(exc: BaseException, where: str) -> BaseException:
     :class:`~s3ddb.errors.EndpointUnreachableError`, :class:`~s3ddb.errors.
     ObjectStoreError` for any other answer or failure of the service, or ``exc``
     itself (not a service's failure). Looks at ``exc`` and the exceptions it was
-    raised from (s3fs wraps botocore's)."""
+    raised from or while handling (s3fs wraps botocore's), up to the first answer of
+    the store."""
     chain: list[BaseException] = []
     cur: BaseException | None = exc
     while cur is not None and len(chain) < 5:
@@ -278,6 +279,10 @@ def as_storage_error(exc: BaseException, where: str) -> BaseException:
                 return FileExistsError(errno.EEXIST, "object exists", where)
             if mapped is not None:
                 return mapped(f"{code}: {where}")
+            # This answer of the store decides: an error further down the chain is an
+            # older one this request was made while handling (a 412 whose read-back
+            # was throttled is a failed read, not a taken name).
+            break
     if isinstance(exc, FileNotFoundError):
         return FileNotFoundError(errno.ENOENT, "no such object", where)
     if isinstance(exc, OSError) and "PreconditionFailed" in str(exc):

@@ -17,6 +17,7 @@ FaultKind = Literal[
     "throttle",
     "provisioned_throughput",
     "server_error",
+    "expired_token",
     "drop",
     "apply_then_server_error",
     "apply_then_drop",
@@ -26,6 +27,9 @@ FaultKind = Literal[
 - ``throttle``: not applied; DynamoDB ``ThrottlingException`` (HTTP 400), S3 ``503 SlowDown``.
 - ``provisioned_throughput``: not applied; DynamoDB ``ProvisionedThroughputExceededException``.
 - ``server_error``: not applied; HTTP 500 (``InternalServerError`` / S3 ``InternalError``).
+- ``expired_token``: not applied; the request's credentials are refused as expired
+  (HTTP 400, DynamoDB ``ExpiredTokenException``, S3 ``ExpiredToken``), as when a
+  session token runs out mid-commit.
 - ``drop``: not applied; the connection is closed without a response.
 - ``apply_then_server_error``: applied, then moto's response is replaced by HTTP 500
   (the request took effect but the client is told it failed).
@@ -175,6 +179,11 @@ def fault_response(kind: str, service: str, method: str) -> tuple[int, Headers, 
         return _json_error(
             500, "InternalServerError", "Internal server error", prefixed=service == "dynamodb"
         )
+    if kind == "expired_token":
+        message = "The security token included in the request is expired"
+        if service == "s3":
+            return _s3_error(400, "ExpiredToken", message, method)
+        return _json_error(400, "ExpiredTokenException", message, prefixed=service == "dynamodb")
     raise ValueError(f"fault kind {kind!r} sends no response")
 
 

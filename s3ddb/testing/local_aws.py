@@ -529,7 +529,8 @@ class LocalAWS(EndpointClientMixin):
             operation: AWS operation name as in :class:`RequestRecord` (``"PutItem"``,
                 ``"PutObject"``, ``"CopyObject"``...) or ``"*"`` for any.
             kind: ``"throttle"`` / ``"provisioned_throughput"`` / ``"server_error"`` /
-                ``"drop"`` answer (or hang up) without applying the request;
+                ``"expired_token"`` / ``"drop"`` answer (or hang up) without applying
+                the request;
                 ``"apply_then_server_error"`` / ``"apply_then_drop"`` let moto apply it
                 and then answer HTTP 500 / close the connection with no response.
             times: how many matching requests to affect.

@@ -217,3 +217,30 @@ def test_a_refusal_read_from_the_rows_decides_a_claim_after_a_lost_response(
             interpret,
             lambda n, last: ExternalStoreOutcomeUnknownError(f"unknown after {n}"),
         )
+
+
+def test_a_commit_whose_credentials_expire_after_its_lost_claim_keeps_its_files(
+    aws: Any,
+) -> None:
+    """The fenced claim applies and its response is lost; from then on DynamoDB
+    refuses the writer's credentials as expired (a session token running out
+    mid-commit), so neither the resend nor the read-back can tell. The outcome is
+    unknown, and every file stays: the row points at the staged manifest, which a
+    reader with fresh credentials finishes. (A CredentialsError used to pass for a
+    definite failure: the staged manifest and the transaction file were deleted,
+    and the dataset could no longer be opened.)"""
+    so = aws.storage_options()
+    (uri,) = _uris(1)
+    s3ddb.write_dataset(_table(1), uri, storage_options=so)
+    ds = s3ddb.dataset(uri, storage_options=so)
+    finalizer.drain()
+    try:
+        lost = aws.inject_fault("dynamodb", "TransactWriteItems", "apply_then_drop")
+        expired = aws.inject_fault("dynamodb", "*", "expired_token", 50, after=lost)
+        with pytest.raises(s3ddb.CommitStateUnknownError):
+            ds.insert(_table(2))
+        assert lost.triggered == 1 and expired.triggered >= 2  # the resend and a read
+    finally:
+        aws.clear_faults()
+    finalizer.drain()
+    assert _ids(uri, so) == (2, [1, 2])
