@@ -210,7 +210,11 @@ def commit_transaction(
             since ``base`` added a file the Append lists; nothing is committed.
     """
     commit = _CommitInProgress(
-        handler, txn, on_existing, pending if pending is not None else PendingWrites()
+        handler,
+        txn,
+        on_existing,
+        pending if pending is not None else PendingWrites(),
+        built_elsewhere=built_elsewhere,
     )
     if built_elsewhere and base is not None and isinstance(txn.operation, Append):
         commit.first_new_id = base.next_fragment_id()
@@ -246,6 +250,9 @@ class _CommitInProgress:
     original: Transaction
     on_existing: OnExisting
     writes: PendingWrites
+    # The caller built the operation (Dataset.commit): the files it lists are the
+    # caller's, perhaps an older version's (a rollback), and a failure keeps them.
+    built_elsewhere: bool = False
     txn: Transaction = field(init=False)
     written: list[str] = field(default_factory=list)
     # Manifests build_manifest asked for, by version (it may ask again after a rebase).
@@ -394,7 +401,9 @@ class _CommitInProgress:
             self.writes.wait()
         except Exception:
             pass
-        _cleanup(self.handler, self.original, self.txn, self.written, exc, base)
+        _cleanup(
+            self.handler, self.original, self.txn, self.written, exc, base, self.built_elsewhere
+        )
 
 
 @dataclass
@@ -864,13 +873,25 @@ def _cleanup(
     written: list[str],
     exc: BaseException,
     base: Manifest | None,
+    built_elsewhere: bool = False,
 ) -> None:
+    """Delete, after the definite failure ``exc``, the files the commit wrote
+    (``written``: its transaction file, chunks, files a rebase wrote) and those its
+    operation wrote, unless a version may still read them. The files an operation
+    ``built_elsewhere`` lists are the caller's and stay, as pylance leaves them: they
+    may be an older version's (an Overwrite rolling back to them), and only the
+    caller knows whether it will commit them again; cleanup removes them once
+    unreferenced and old."""
     if isinstance(exc, DatasetLocationError):
         # The dataset directory could not be made: nothing was written, and each
         # deletion would only fail again with a warning that hides the real error.
         return
     paths = list(written)
-    claimed = [p for t in (original, final) for p in t.operation.written_paths()]
+    claimed = (
+        []
+        if built_elsewhere
+        else [p for t in (original, final) for p in t.operation.written_paths()]
+    )
     # Never delete what the read version references, whatever an operation built
     # elsewhere (Dataset.commit) claims to have written; nor what a version committed
     # since added (an earlier attempt of the same commit may have landed unseen).

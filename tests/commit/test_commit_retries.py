@@ -4,6 +4,7 @@ neither lists a file twice nor deletes a file a committed version needs."""
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from s3ddb.commit.manifest_cache import MANIFESTS
 from s3ddb.errors import CommitConflictError, InvalidInputError, TransactionAlreadyCommittedError
 from s3ddb.format import layout
 from s3ddb.operations import Append, Overwrite, Transaction
+from tests.conftest import TEST_BUCKET, TEST_TABLE
 
 
 def _ids(start: int, n: int) -> pa.Table:
@@ -147,3 +149,30 @@ def test_two_identical_retries_racing_commit_once(
     MANIFESTS.clear()
     ds = s3ddb.dataset(uri, storage_options=so)
     assert ds.version == 2 and sorted(ds.to_table()["id"].to_pylist()) == [*range(5), 100, 101, 102]
+
+
+def test_a_failed_rollback_keeps_the_older_versions_files(aws: Any) -> None:
+    """pylance's way to roll back: an Overwrite listing version 1's fragments, read
+    at version 2, which overwrote them. The commit fails for good (S3 answers 500
+    to every upload of its transaction file). Its clean-up deletes what it wrote
+    itself; the files the operation lists are the caller's, version 1's here, and
+    stay: version 1 reads as before, and the same commit succeeds once S3 does.
+    (They used to be deleted: version 1 could no longer be read.)"""
+    so = aws.storage_options()
+    uri = f"s3+ddb://{TEST_BUCKET}/rollback-{uuid.uuid4().hex[:10]}?ddbTableName={TEST_TABLE}"
+    first = s3ddb.write_dataset(_ids(0, 3), uri, storage_options=so)
+    s3ddb.write_dataset(_ids(10, 2), uri, mode="overwrite", storage_options=so)  # version 2
+    rollback = Overwrite(tuple(first.manifest.fragments), first.manifest.schema)
+    try:
+        failing = aws.inject_fault("s3", "PutObject", "server_error", 50, path="/_transactions/")
+        with pytest.raises(s3ddb.S3DDBError) as raised:
+            s3ddb.Dataset.commit(uri, rollback, read_version=2, storage_options=so)
+        assert not isinstance(raised.value, s3ddb.CommitStateUnknownError)
+        assert failing.triggered >= 1
+    finally:
+        aws.clear_faults()
+    assert s3ddb.dataset(uri, storage_options=so).version == 2
+    old = s3ddb.dataset(uri, version=1, storage_options=so)
+    assert sorted(old.to_table()["id"].to_pylist()) == [0, 1, 2]
+    done = s3ddb.Dataset.commit(uri, rollback, read_version=2, storage_options=so)
+    assert done.version == 3 and sorted(done.to_table()["id"].to_pylist()) == [0, 1, 2]
