@@ -261,6 +261,13 @@ def cleanup_old_versions(
         keep.update(refs[version])
         kept[version] = KeptVersion(version, "tagged")
     removed = [v for v in removed if v not in late]
+    # A version committed since the history was read may list what only removed
+    # versions did (a restore of one, read before it became unreadable): what it
+    # references stays. One committed after this read must have read its source
+    # before the removal too, within these few requests: docs/operations.md.
+    since = [loc.version for loc in handler.locations_since(history[-1].version + 1)]
+    if since:
+        keep.update(_referenced_by(ds, since))
     stats = CleanupStats(
         versions_removed=removed,
         rows_removed=len([v for v in removed if v in rows]),

@@ -437,3 +437,43 @@ def test_a_cleanup_note_never_names_a_file_written_after_it(tmp_path: Path) -> N
     assert all((tmp_path / "ds" / p).exists() for p in files)
     committed = s3ddb.Dataset.commit(uri, Append(fragments), read_version=2)
     assert sorted(committed.to_table().column("a").to_pylist()) == [0, 1, 7, 8]
+
+
+_RESTORE = """
+import sys, s3ddb
+print(s3ddb.dataset(sys.argv[1], version=1).restore().version)
+"""
+
+
+def test_a_version_restored_while_cleanup_runs_keeps_its_files(
+    location: tuple[str, dict[str, Any] | None],
+    monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
+) -> None:
+    """Cleanup has chosen to remove versions 1 and 2 and read what the kept version
+    references; before it makes them unreadable, another process restores version 1
+    (version 4 lists version 1's files again). Cleanup reads the versions committed
+    since its start before it deletes anything: version 4 reads whole. (Its files
+    used to be deleted as only removed versions' files.)"""
+    uri, so = location
+    aws = request.getfixturevalue("aws") if so is not None else None
+    expected = _three_versions(uri, so)
+    write = cleanup_module.write_journal
+    restored: list[str] = []
+
+    def restore_meanwhile(store: Any, journal: Any) -> Any:
+        if not restored:
+            result = _child(_RESTORE, uri, aws=aws)
+            assert result.returncode == 0, result.stderr[-2000:]
+            restored.append(result.stdout)
+        return write(store, journal)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(cleanup_module, "write_journal", restore_meanwhile)
+        stats = s3ddb.dataset(uri, storage_options=so).cleanup_old_versions(older_than=NOW)
+    assert restored == ["4\n"]
+    assert stats.versions_removed == [1, 2]
+    newest = s3ddb.dataset(uri, storage_options=so)
+    assert newest.version == 4
+    assert sorted(newest.to_table().column("a").to_pylist()) == expected[1]
+    assert verify(uri, so).healthy
