@@ -12,7 +12,7 @@ are never reported.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -38,6 +38,7 @@ from s3ddb.io.object_store import ObjectMeta, ObjectStore
 from s3ddb.maintenance.group_check import check_groups
 from s3ddb.maintenance.problems import PROBLEM_KINDS, Problem, ReportProblem
 from s3ddb.maintenance.staging import check_staging
+from s3ddb.open_formats.model import TableVersion
 from s3ddb.open_formats.publisher import all_formats, enabled_formats, expected_table, writer_of
 from s3ddb.versions.connect import open_handler
 from s3ddb.versions.opening import dataset_not_found
@@ -167,7 +168,8 @@ def verify(
     newest = locations[versions[-1]]
     _check_published(handler, newest, objects, report.add_problem, grace_seconds, now)
     _check_open_formats(handler.store, objects, versions[-1], report.add_problem)
-    _check_published_state(handler, newest, objects, report.add_problem)
+    reported = _check_published_state(handler, newest, objects, report.add_problem)
+    _check_kept_published_state(handler, locations, objects, report.add_problem, reported)
     _check_catalogs(handler, newest, objects, report.add_problem, grace_seconds, now)
     return report
 
@@ -261,23 +263,26 @@ def _check_published_state(
     newest: ManifestLocation,
     objects: dict[str, ObjectMeta],
     problem: ReportProblem,
-) -> None:
+) -> set[str]:
     """Report published Iceberg and Delta files that disagree with the manifests or
     cannot be read (each format's writer checks the newest version's published state
-    and the history it lists against what the manifests give)."""
+    and the history it lists against what the manifests give). Returns the paths
+    reported."""
+    reported: set[str] = set()
     try:
         manifest = handler.load_manifest(newest)
     except S3DDBError:
-        return  # reported by the checks of the version
+        return reported  # reported by the checks of the version
     for name in enabled_formats(manifest):
         if not all(p in objects for p in writer_of(name).published_paths(manifest.version)):
             continue  # unpublished_version says so
         try:
             expected = expected_table(handler.store, manifest, handler.manifest_if_kept, name)
         except S3DDBError:
-            return  # an unreadable manifest: reported by the checks of the versions
+            return reported  # an unreadable manifest: reported by the checks of the versions
         for found in writer_of(name).state_problems(handler.store, expected):
             path = found.split(":", 1)[0]
+            reported.add(path)
             problem(
                 "damaged_open_format_state",
                 path,
@@ -285,6 +290,50 @@ def _check_published_state(
                 "`s3ddb open-formats URI --rebuild`",
                 manifest.version,
             )
+    return reported
+
+
+def _check_kept_published_state(
+    handler: CommitHandler,
+    locations: dict[int, ManifestLocation],
+    objects: dict[str, ObjectMeta],
+    problem: ReportProblem,
+    reported: set[str],
+) -> None:
+    """Report published Iceberg and Delta files of the kept versions older than the
+    newest that disagree with what s3ddb renders for them: Iceberg and Delta readers
+    reach each by time travel (its own ``vN.metadata.json``, Delta version N), so a
+    metadata file, deletion vector or delete file only an older version uses would
+    otherwise give them wrong rows unseen. Each format's plug-in checks the versions
+    that publish it (:meth:`~s3ddb.open_formats.model.FormatWriter.kept_problems`),
+    built one at a time from their manifests, reading the files they share once. A
+    file already ``reported`` (for the newest version) is not reported again, nor one
+    twice."""
+    versions = sorted(locations)[:-1]
+    if not versions or not any(p.startswith(f.prefixes) for f in all_formats() for p in objects):
+        return
+
+    def published(name: str) -> Iterator[TableVersion]:
+        prefix = writer_of(name).published_paths
+        for version in versions:
+            try:
+                manifest = handler.load_manifest(locations[version])
+                if name not in enabled_formats(manifest):
+                    continue
+                if not all(p in objects for p in prefix(version)):
+                    continue  # not published (a gap, or before cleanup's start)
+                yield expected_table(handler.store, manifest, handler.manifest_if_kept, name)
+            except S3DDBError:
+                continue  # an unreadable manifest: reported by the checks of the versions
+
+    for plugin in all_formats():
+        for version, found in plugin.kept_problems(handler.store, published(plugin.name)):
+            path = found.split(":", 1)[0]
+            if path in reported:
+                continue
+            reported.add(path)
+            fix = "`s3ddb open-formats URI --rebuild`"
+            problem("damaged_open_format_state", path, found, fix, version)
 
 
 @dataclass

@@ -51,7 +51,7 @@ at cleanup are :mod:`s3ddb.open_formats.delta_log`'s.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import pyarrow as pa
@@ -62,6 +62,7 @@ from s3ddb.open_formats.deletion_vectors import DV_PREFIX, dv_file_bytes
 from s3ddb.open_formats.delta_log import (
     expire_log,
     foreign_problems,
+    kept_problems,
     load_checked_state,
     log_problems,
 )
@@ -162,6 +163,14 @@ class DeltaWriter:
         """What is wrong with the log of ``expected.version`` and the versions before it
         (:func:`~s3ddb.open_formats.delta_log.log_problems`), a sentence per file."""
         return log_problems(store, expected)
+
+    def kept_problems(
+        self, store: ObjectStore, expected: Iterable[TableVersion]
+    ) -> list[tuple[int, str]]:
+        """What is wrong with the log of each version of ``expected`` (older kept
+        versions, which Delta readers reach by time travel), a sentence per file
+        (:func:`~s3ddb.open_formats.delta_log.kept_problems`)."""
+        return kept_problems(store, expected)
 
     def publish(
         self, table: TableVersion, previous: Any | None, deleted: DeletedPositions

@@ -95,6 +95,7 @@ __all__ = [
     "LogListing",
     "expire_log",
     "foreign_problems",
+    "kept_problems",
     "list_log",
     "load_checked_state",
     "log_problems",
@@ -348,7 +349,13 @@ class _Replay:
         elif kind == "remove":
             self.remove(value)
 
-    def checked(self, store: ObjectStore, expected: TableVersion, head: str) -> DeltaState:
+    def checked(
+        self,
+        store: ObjectStore,
+        expected: TableVersion,
+        head: str,
+        dv_checked: set[str] | None = None,
+    ) -> DeltaState:
         """The state, once it agrees with ``expected`` (see the module docstring)."""
         if self.protocol is None or self.metadata is None:
             raise _fail(head, "the log has no protocol or metaData")
@@ -384,7 +391,7 @@ class _Replay:
             raise _fail(protocol_where, f"protocol {protocol.to_json()} lacks a feature in use")
         _check_dv_files(store, adds, self.adds)
         if expected.deleted is not None:
-            _check_dv_contents(store, adds, self.adds, self.want, expected.deleted)
+            _check_dv_contents(store, adds, self.adds, self.want, expected.deleted, dv_checked)
         return DeltaState(expected.version, protocol, metadata, adds)
 
 
@@ -435,6 +442,7 @@ def _check_dv_contents(
     found: Mapping[str, tuple[DeltaAdd, str]],
     want: Mapping[str, PublishedFile],
     deleted: DeletedPositions,
+    checked: set[str] | None = None,
 ) -> None:
     """Each deletion vector's file (its size already checked) is, byte for byte, the
     one s3ddb writes for its data file's deleted rows, rendered again from s3ddb's
@@ -448,6 +456,8 @@ def _check_dv_contents(
     A deletion vector file and s3ddb's deletion file are read once each, the DV
     bounded by the length of its rendering (side by side on S3, in waves of
     :data:`_DV_WAVE`); the first problem, in the order of ``adds``, is raised.
+    ``checked`` (when given) holds the deletion vector files found s3ddb's already,
+    which are not read again, and gets those found s3ddb's here.
 
     Raises:
         PublishedStateError: naming the commit or checkpoint that adds the file;
@@ -455,7 +465,12 @@ def _check_dv_contents(
             checked).
         OSError: the store cannot be read.
     """
-    with_dv = [path for path, add in adds.items() if add.deletion_vector is not None]
+    with_dv = [
+        path
+        for path, add in adds.items()
+        if add.deletion_vector is not None
+        and (checked is None or _dv_name(want[path]) not in checked)
+    ]
     for start in range(0, len(with_dv), _DV_WAVE):
         run_all_beside(
             store,
@@ -464,13 +479,19 @@ def _check_dv_contents(
                 for path in with_dv[start : start + _DV_WAVE]
             ),
         )
+    if checked is not None:
+        checked.update(_dv_name(want[path]) for path in with_dv)
+
+
+def _dv_name(file: PublishedFile) -> str:
+    assert file.deletion_key is not None  # it has a deletion vector
+    return deletion_files(file.deletion_key)[0]
 
 
 def _check_dv_content(
     store: ObjectStore, file: PublishedFile, where: str, deleted: DeletedPositions
 ) -> None:
-    assert file.deletion_key is not None  # it has a deletion vector
-    name = deletion_files(file.deletion_key)[0]
+    name = _dv_name(file)
     try:
         expected = dv_file_bytes(deleted(file))[0]
     except (ManifestCorruptError, OpenFormatError, ValueError) as exc:
@@ -512,7 +533,9 @@ def _newest_checkpoint(
         raise _fail(checkpoint_path(newest), "deleted while the log was read") from e
 
 
-def load_checked_state(store: ObjectStore, expected: TableVersion) -> DeltaState | None:
+def load_checked_state(
+    store: ObjectStore, expected: TableVersion, *, dv_checked: set[str] | None = None
+) -> DeltaState | None:
     """The Delta state after ``expected.version``, rebuilt from the log (``store``
     rooted at the dataset) and checked against ``expected`` (see the module
     docstring); None when ``_delta_log/<version>.json`` does not exist.
@@ -570,7 +593,7 @@ def load_checked_state(store: ObjectStore, expected: TableVersion) -> DeltaState
                 replay.apply(action, where)
         except FileNotFoundError as e:
             raise _fail(where, f"missing from the log before {head}") from e
-    return replay.checked(store, expected, head)
+    return replay.checked(store, expected, head, dv_checked)
 
 
 # --- verify ----------------------------------------------------------------------------
@@ -759,3 +782,30 @@ def expire_log(
                 # Readers list the log without it; the next checkpoint writes it again.
                 doomed.append(listing.last_checkpoint)
     return doomed
+
+
+# --- verify, older versions ------------------------------------------------------------
+
+
+def kept_problems(store: ObjectStore, expected: Iterable[TableVersion]) -> list[tuple[int, str]]:
+    """What is wrong with the log of each version of ``expected`` (older kept
+    versions, each as its manifest gives it): the state after it, loaded and checked
+    as :func:`load_checked_state` checks it (its commit, the live files, and each
+    deletion vector's bytes against the one s3ddb renders from its deletion file): the
+    version and a sentence naming the file, for each version that fails. A version
+    whose commit is not in the log (not published, or before where cleanup starts the
+    log) is skipped. A
+    deletion vector file is compared once, whichever version lists it first: its
+    name is a function of the deleted rows, so it is the same file for each.
+
+    Raises:
+        OSError: the store cannot be read.
+    """
+    dv_checked: set[str] = set()
+    problems: list[tuple[int, str]] = []
+    for table in expected:
+        try:
+            load_checked_state(store, table, dv_checked=dv_checked)
+        except PublishedStateError as exc:
+            problems.append((table.version, str(exc)))
+    return problems

@@ -382,6 +382,36 @@ class IcebergWriter:
             return [str(exc)]
         return []
 
+    def kept_problems(
+        self, store: ObjectStore, expected: Iterable[TableVersion]
+    ) -> list[tuple[int, str]]:
+        """What is wrong with the published Iceberg files of each version of
+        ``expected`` (older kept versions, which Iceberg readers reach through their
+        own ``vN.metadata.json``): its metadata file and manifest list as
+        :meth:`load_state` checks them, byte for byte what s3ddb renders, then each
+        manifest its snapshot lists and each positional delete file those list,
+        against the version's groups and s3ddb's deletion files. A manifest (and its
+        delete files) found s3ddb's for one version is not read again for another: its
+        name gives its group and the version that wrote it, so its bytes are the
+        same in every version that lists it. The first problem of each version is
+        reported, with the version.
+
+        Raises:
+            OSError: the store cannot be listed or read.
+        """
+        checked: set[str] = set()
+        problems: list[tuple[int, str]] = []
+        for table in expected:
+            try:
+                loaded = read_version(store, table, _current_schema(table), read_manifests=True)
+                if loaded is None:
+                    continue  # not published: a gap
+                _check_rendered(loaded, table)
+                _check_manifests(store, loaded, table, checked)
+            except PublishedStateError as exc:
+                problems.append((table.version, str(exc)))
+        return problems
+
     def refresh_state(
         self, store: ObjectStore, state: IcebergState, now_ms: int, kept: Callable[[int], bool]
     ) -> IcebergState:

@@ -19,7 +19,7 @@ Paths in a :class:`Publication` are relative to the dataset root.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -215,6 +215,23 @@ class FormatWriter(Protocol):
         history they list (for ``verify``): each problem a sentence naming the file
         (relative to the root) and what is wrong. Empty when the format publishes
         exactly what the manifests give; bounded like :meth:`load_state`."""
+        ...
+
+    def kept_problems(
+        self, store: ObjectStore, expected: Iterable[TableVersion]
+    ) -> list[tuple[int, str]]:
+        """What is wrong with the published files of each version in ``expected``
+        (kept versions older than the newest that publish this format, oldest first,
+        each as its manifest gives it; produced as they are checked, so that only one
+        is held at a time), for ``verify``: each version's own files (its metadata file or
+        commit, and the state they give) and the deleted rows it lists, compared with
+        what s3ddb renders for it, as :meth:`load_state` compares them; a version
+        not published in this format is skipped. Files several versions share are
+        read once. Each problem is the version and a sentence naming the file.
+
+        Raises:
+            OSError: the store cannot be listed or read.
+        """
         ...
 
     def publish(

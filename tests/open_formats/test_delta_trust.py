@@ -430,3 +430,25 @@ def test_a_checkpoint_planted_after_the_newest_version_is_named_and_rebuilt_away
     assert DeltaTable(uri).version() == 4
     assert same_rows(deltalake_read(uri, 4), expected) == rows_of(expected)
     assert verify(uri, grace_seconds=0).healthy, verify(uri, grace_seconds=0).problems
+
+
+def test_verify_compares_a_deletion_vector_only_an_older_version_uses(tmp_path: Path) -> None:
+    """A deletion vector that only an older kept version lists, rewritten with other
+    positions of as many bytes: Delta time travel to that version would delete
+    another row; verify names the commit that adds it."""
+    from s3ddb.open_formats.deletion_vectors import dv_file_bytes
+
+    uri = str(tmp_path / "ds")
+    ds = _dataset(uri, 3)
+    ds.delete("id = 1")  # version 4: a deletion vector of row 1
+    (older,) = Path(uri, "dv").glob("*.bin")
+    ds.delete("id = 2")  # version 5: another one replaces it
+    ds.insert(_table(100, 2))
+    assert verify(uri, grace_seconds=0).healthy
+    tampered = dv_file_bytes([3])[0]
+    assert len(tampered) == len(older.read_bytes())
+    older.write_bytes(tampered)
+
+    found = [(p.kind, p.path, p.version) for p in verify(uri, grace_seconds=0).problems]
+    assert found == [("damaged_open_format_state", _commit(4), 4)], found
+    assert older.name in verify(uri, grace_seconds=0).problems[0].meaning
