@@ -147,8 +147,9 @@ PROBLEM_KINDS: dict[str, ProblemKind] = {
     "foreign_open_format_commit": ProblemKind(
         meaning=(
             "another engine committed to the Iceberg (`metadata/`) or Delta (`_delta_log/`) "
-            "table s3ddb publishes: s3ddb does not read it, and its next publication may "
-            "overwrite it"
+            "table s3ddb publishes, or left a Delta checkpoint (or a `_last_checkpoint` "
+            "naming one) after s3ddb's newest version, which Delta readers take as the "
+            "newest: s3ddb does not read it, and its next publication may overwrite it"
         ),
         fix=(
             "write through s3ddb only; delete the foreign files, then `s3ddb open-formats "
@@ -157,8 +158,8 @@ PROBLEM_KINDS: dict[str, ProblemKind] = {
     ),
     "damaged_open_format_state": ProblemKind(
         meaning=(
-            "a published Iceberg or Delta file disagrees with the s3ddb manifests it was "
-            "published from, or cannot be read: a path outside the dataset, a file or "
+            "a published Iceberg or Delta file of a kept version (its version is given) "
+            "disagrees with the s3ddb manifests it was published from, or cannot be read: a path outside the dataset, a file or "
             "snapshot s3ddb did not write, a commit that is not JSON, a bomb; s3ddb never "
             "builds on it (its next publication starts afresh), but that format's readers "
             "may see wrong rows until it is rebuilt"
