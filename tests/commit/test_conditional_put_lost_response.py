@@ -10,7 +10,6 @@ the rows again.)"""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -21,20 +20,11 @@ from s3ddb.errors import ObjectStoreError
 from s3ddb.format.chunks import clear_chunk_cache
 from s3ddb.io import ObjectStore
 from s3ddb.io.service_errors import as_storage_error
+from tests.commit.conftest import HONOURING_BUCKET
 
 
 def _rows(*ids: int) -> pa.Table:
     return pa.table({"id": pa.array(ids, pa.int64())})
-
-
-@pytest.fixture(scope="module")
-def honouring() -> Iterator[Any]:
-    """An endpoint whose S3 honours If-None-Match, as AWS S3 does."""
-    from s3ddb.testing import LocalAWS
-
-    with LocalAWS(conditional_writes=True) as server:
-        server.create_bucket("lost-put")
-        yield server
 
 
 @pytest.mark.parametrize("read_back", ["throttle", "expired_token"])
@@ -42,7 +32,7 @@ def test_a_landed_put_whose_read_back_fails_keeps_every_file(
     honouring: Any, read_back: str
 ) -> None:
     so = honouring.storage_options()
-    uri = f"s3://lost-put/ds-{uuid.uuid4().hex[:10]}"
+    uri = f"s3://{HONOURING_BUCKET}/lost-put-{uuid.uuid4().hex[:10]}"
     s3ddb.write_dataset(_rows(100), uri, storage_options=so)
     ds = s3ddb.dataset(uri, storage_options=so)
     # Version 2 lists its fragments in chunks, files of its own a cleanup would delete.

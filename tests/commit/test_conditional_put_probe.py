@@ -17,21 +17,12 @@ import s3ddb
 from s3ddb.errors import CommitMechanismError, InvalidInputError
 from s3ddb.io import ObjectStore
 from s3ddb.io.object_store import PROBE_DIR
+from tests.commit.conftest import HONOURING_BUCKET
 from tests.conftest import TEST_BUCKET
 
 
 def _rows(*ids: int) -> pa.Table:
     return pa.table({"id": pa.array(ids, pa.int64())})
-
-
-@pytest.fixture(scope="module")
-def honouring() -> Iterator[Any]:
-    """An endpoint whose S3 honours If-None-Match, as AWS S3 does."""
-    from s3ddb.testing import LocalAWS
-
-    with LocalAWS(conditional_writes=True) as server:
-        server.create_bucket("honours-inm")
-        yield server
 
 
 def _probes(aws: Any) -> list[str]:
@@ -63,7 +54,7 @@ def test_trusted_commits_without_asking(aws: Any) -> None:
 
 def test_a_store_that_honours_it_is_asked_once(honouring: Any) -> None:
     so = honouring.storage_options()
-    first, second = (f"s3://honours-inm/ds-{uuid.uuid4().hex[:10]}" for _ in range(2))
+    first, second = (f"s3://{HONOURING_BUCKET}/ds-{uuid.uuid4().hex[:10]}" for _ in range(2))
     honouring.clear_requests()
     s3ddb.write_dataset(_rows(1, 2), first, storage_options=so)
     probes = sorted(_probes(honouring))
