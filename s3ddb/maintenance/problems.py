@@ -159,7 +159,8 @@ PROBLEM_KINDS: dict[str, ProblemKind] = {
     "damaged_open_format_state": ProblemKind(
         meaning=(
             "a published Iceberg or Delta file of a kept version (its version is given) "
-            "disagrees with the s3ddb manifests it was published from, or cannot be read: a path outside the dataset, a file or "
+            "disagrees with the s3ddb manifests it was published from, or cannot be read: "
+            "a path outside the dataset, a file or "
             "snapshot s3ddb did not write, a commit that is not JSON, a bomb; s3ddb never "
             "builds on it (its next publication starts afresh), but that format's readers "
             "may see wrong rows until it is rebuilt"
