@@ -36,6 +36,7 @@ from s3ddb.errors import (
 )
 from s3ddb.format.datafile import write_fragments_from_table
 from s3ddb.format.fragment_metadata import FragmentMetadata, data_file_paths
+from s3ddb.format.manifest import referenced_paths
 from s3ddb.format.schema import DatasetSchema
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.written_files import delete_written_files
@@ -292,10 +293,20 @@ def commit_stream_batch(plan: WritePlan, messages: Iterable[Any], batch_id: int)
             "an s3ddb streaming sink needs option checkpointLocation (or streamId)"
         )
     properties = {f"{APP_TRANSACTION_PREFIX}{stream_id}": str(batch_id)}
+    messages = list(messages)
     try:
         commit_write(batch_plan(plan, batch_id), messages, read_latest=True, properties=properties)
     except TransactionAlreadyCommittedError as exc:
         log.info("s3ddb: %s; nothing committed", exc)
+        # The replay wrote the batch's rows again, to files of its own: they go (a
+        # failed Dataset.commit keeps the files its operation lists; these are ours).
+        # Any the newest version lists stay, whoever committed them.
+        newest = dataset(plan.options.uri, storage_options=plan.options.storage_options)
+        listed = set(referenced_paths(newest.manifest, transaction=False))
+        delete_files(
+            plan.store(),
+            [f for f in fragments_of(messages) if not listed.intersection(data_file_paths([f]))],
+        )
         forget_outcome(batch_plan(plan, batch_id).write_id)
         return False
     return True

@@ -425,7 +425,7 @@ def test_data_replacement_conflicts(target: Target) -> None:
     with pytest.raises(RetryableCommitConflictError):
         s3ddb.Dataset.commit(uri, op, new.version, storage_options=so)
     path = f"data/{op.replacements[0].new_file.path}"
-    assert not new.handler.store.exists(path)  # the failed commit's file is deleted
+    assert new.handler.store.exists(path)  # the caller's file stays, as pylance leaves it
     # A concurrent restore: retry.
     latest = s3ddb.dataset(uri, storage_options=so)
     op = _replacement(latest, 1, 7.0)
