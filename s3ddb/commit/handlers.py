@@ -55,6 +55,7 @@ from s3ddb.format.manifest import (
 from s3ddb.format.naming import NamingScheme, parse_manifest_name, parse_staged_name
 from s3ddb.io.object_store import ObjectStore
 from s3ddb.io.parallel import PendingWrites, run_beside
+from s3ddb.io.service_errors import resent
 from s3ddb.observe import telemetry
 from s3ddb.open_formats.publisher import enabled_formats, publish_version
 
@@ -624,11 +625,14 @@ class ConditionalPutCommitHandler(ListingCommitHandler):
         except Exception as exc:
             if not self.store.is_remote:
                 raise
+            refused = isinstance(exc, (CredentialsError, PermissionError))
+            if refused and resent(exc) is False:
+                raise  # refused at its only attempt: nothing of it can have landed
             # The client may have resent a PUT that landed before this error (its
             # credentials expiring meanwhile included): only the object tells.
             if self._holds(path, data):
                 return self._location_written(manifest, path, data)
-            if isinstance(exc, (CredentialsError, PermissionError)):
+            if refused:
                 raise  # refused, and no earlier attempt landed
             raise CommitStateUnknownError(
                 f"conditional PUT of {self.store.url}/{path} failed ({exc}); it may still "

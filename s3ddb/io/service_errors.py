@@ -45,6 +45,7 @@ __all__ = [
     "is_missing_credentials",
     "is_not_sent",
     "is_unreachable",
+    "resent",
 ]
 
 # --- exceptions raised before or instead of an answer -------------------------------
@@ -153,6 +154,23 @@ def http_status(exc: BaseException) -> int:
     if isinstance(response, dict):
         return int(response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
     return 0
+
+
+def resent(exc: BaseException) -> bool | None:
+    """Whether the call that failed with ``exc`` (or an error it was raised from) had
+    sent its request more than once, as botocore records in the response of its last
+    attempt; None when no response says (not botocore's error, or none answered)."""
+    cur: BaseException | None = exc
+    for _ in range(5):
+        if cur is None:
+            break
+        response = getattr(cur, "response", None)
+        if isinstance(response, dict):
+            attempts = response.get("ResponseMetadata", {}).get("RetryAttempts")
+            if isinstance(attempts, int):
+                return attempts > 0
+        cur = cur.__cause__ or cur.__context__
+    return None
 
 
 def describe_error(exc: BaseException) -> str:

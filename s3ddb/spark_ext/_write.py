@@ -301,12 +301,19 @@ def commit_stream_batch(plan: WritePlan, messages: Iterable[Any], batch_id: int)
         # The replay wrote the batch's rows again, to files of its own: they go (a
         # failed Dataset.commit keeps the files its operation lists; these are ours).
         # Any the newest version lists stay, whoever committed them.
-        newest = dataset(plan.options.uri, storage_options=plan.options.storage_options)
-        listed = set(referenced_paths(newest.manifest, transaction=False))
-        delete_files(
-            plan.store(),
-            [f for f in fragments_of(messages) if not listed.intersection(data_file_paths([f]))],
-        )
+        fragments = fragments_of(messages)
+        try:
+            newest = dataset(plan.options.uri, storage_options=plan.options.storage_options)
+            listed = set(referenced_paths(newest.manifest, transaction=False))
+        except Exception as read_exc:  # best effort: the replay is decided, files or not
+            log.warning(
+                "s3ddb: keeping the %d fragment(s) of replayed batch %d: the newest "
+                "version of %s could not be read (%s)",
+                len(fragments), batch_id, plan.options.uri, read_exc,
+            )  # fmt: skip
+        else:
+            replayed = [f for f in fragments if not listed.intersection(data_file_paths([f]))]
+            delete_files(plan.store(), replayed)
         forget_outcome(batch_plan(plan, batch_id).write_id)
         return False
     return True

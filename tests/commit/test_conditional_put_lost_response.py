@@ -16,7 +16,7 @@ import pyarrow as pa
 import pytest
 
 import s3ddb
-from s3ddb.errors import ObjectStoreError
+from s3ddb.errors import CredentialsError, ObjectStoreError
 from s3ddb.format.chunks import clear_chunk_cache
 from s3ddb.io import ObjectStore
 from s3ddb.io.service_errors import as_storage_error
@@ -79,3 +79,31 @@ def test_a_failure_met_while_handling_another_is_named_by_its_own_answer() -> No
         except ClientError as throttled:
             mapped = as_storage_error(throttled, "b/k")
     assert isinstance(mapped, ObjectStoreError) and "SlowDown" in str(mapped)
+
+
+@pytest.mark.parametrize("first", ["refused", "lost, then refused"])
+def test_a_put_refused_for_expired_credentials(honouring: Any, first: str) -> None:
+    """The manifest's PUT is refused as of expired credentials, and so is the read of
+    the object. Refused at its only attempt, nothing of it landed: the error is the
+    credentials', and nothing is committed. Refused when resent after an attempt
+    whose response was lost, the first attempt may have landed: unknown, every file
+    kept, and the version is there."""
+    so = {**honouring.storage_options(), "s3_conditional_writes": "trusted"}
+    uri = f"s3://{HONOURING_BUCKET}/expired-{uuid.uuid4().hex[:10]}"
+    ds = s3ddb.write_dataset(_rows(1), uri, storage_options=so)
+    try:
+        after = None
+        if first != "refused":
+            after = honouring.inject_fault("s3", "PutObject", "apply_then_drop", path="/_versions/")
+        refused = honouring.inject_fault(
+            "s3", "PutObject", "expired_token", 10, after=after, path="/_versions/"
+        )
+        honouring.inject_fault("s3", "GetObject", "expired_token", 10, after=refused)
+        expected = CredentialsError if first == "refused" else s3ddb.CommitStateUnknownError
+        with pytest.raises(expected):
+            ds.insert(_rows(2))
+        assert refused.triggered == 1
+    finally:
+        honouring.clear_faults()
+    reread = s3ddb.dataset(uri, storage_options=so)
+    assert sorted(reread.to_table()["id"].to_pylist()) == ([1] if first == "refused" else [1, 2])
