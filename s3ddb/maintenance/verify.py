@@ -12,7 +12,7 @@ are never reported.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -39,7 +39,12 @@ from s3ddb.maintenance.group_check import check_groups
 from s3ddb.maintenance.problems import PROBLEM_KINDS, Problem, ReportProblem
 from s3ddb.maintenance.staging import check_staging
 from s3ddb.open_formats.model import TableVersion
-from s3ddb.open_formats.publisher import all_formats, enabled_formats, expected_table, writer_of
+from s3ddb.open_formats.publisher import (
+    all_formats,
+    enabled_formats,
+    expected_tables,
+    writer_of,
+)
 from s3ddb.versions.connect import open_handler
 from s3ddb.versions.opening import dataset_not_found
 from s3ddb.versions.tags import read_tag_version, tag_name_of
@@ -273,11 +278,12 @@ def _check_published_state(
         manifest = handler.load_manifest(newest)
     except S3DDBError:
         return reported  # reported by the checks of the version
+    tables = expected_tables(handler.store, manifest, handler.manifest_if_kept)
     for name in enabled_formats(manifest):
         if not all(p in objects for p in writer_of(name).published_paths(manifest.version)):
             continue  # unpublished_version says so
         try:
-            expected = expected_table(handler.store, manifest, handler.manifest_if_kept, name)
+            expected = tables(name)
         except S3DDBError:
             return reported  # an unreadable manifest: reported by the checks of the versions
         for found in writer_of(name).state_problems(handler.store, expected):
@@ -305,35 +311,49 @@ def _check_kept_published_state(
     reach each by time travel (its own ``vN.metadata.json``, Delta version N), so a
     metadata file, deletion vector or delete file only an older version uses would
     otherwise give them wrong rows unseen. Each format's plug-in checks the versions
-    that publish it (:meth:`~s3ddb.open_formats.model.FormatWriter.kept_problems`),
-    built one at a time from their manifests, reading the files they share once. A
-    file already ``reported`` (for the newest version) is not reported again, nor one
+    that publish it (:meth:`~s3ddb.open_formats.model.FormatWriter.kept_checker`,
+    given ``objects`` as the listing), oldest first, reading the files they share
+    once. The versions are built one at a time from their manifests: each manifest is
+    read once (the version before's is held, for the next one's added and removed
+    files), and its table built once for every format it is the same for. A file
+    already ``reported`` (for the newest version) is not reported again, nor one
     twice."""
     versions = sorted(locations)[:-1]
     if not versions or not any(p.startswith(f.prefixes) for f in all_formats() for p in objects):
         return
+    checkers: dict[str, Callable[[TableVersion], list[str]]] = {}
+    before: Manifest | None = None  # the manifest of the version checked last
 
-    def published(name: str) -> Iterator[TableVersion]:
-        prefix = writer_of(name).published_paths
-        for version in versions:
+    def load_version(version: int) -> Manifest | None:
+        if before is not None and before.version == version:
+            return before
+        return handler.manifest_if_kept(version)
+
+    for version in versions:
+        try:
+            manifest = handler.load_manifest(locations[version])
+        except S3DDBError:
+            before = None
+            continue  # an unreadable manifest: reported by the checks of the versions
+        tables = expected_tables(handler.store, manifest, load_version)
+        for name in enabled_formats(manifest):
+            writer = writer_of(name)
+            if not all(p in objects for p in writer.published_paths(version)):
+                continue  # not published (a gap, or before cleanup's start)
             try:
-                manifest = handler.load_manifest(locations[version])
-                if name not in enabled_formats(manifest):
-                    continue
-                if not all(p in objects for p in prefix(version)):
-                    continue  # not published (a gap, or before cleanup's start)
-                yield expected_table(handler.store, manifest, handler.manifest_if_kept, name)
+                table = tables(name)
             except S3DDBError:
                 continue  # an unreadable manifest: reported by the checks of the versions
-
-    for plugin in all_formats():
-        for version, found in plugin.kept_problems(handler.store, published(plugin.name)):
-            path = found.split(":", 1)[0]
-            if path in reported:
-                continue
-            reported.add(path)
-            fix = "`s3ddb open-formats URI --rebuild`"
-            problem("damaged_open_format_state", path, found, fix, version)
+            if name not in checkers:
+                checkers[name] = writer.kept_checker(handler.store, objects.values())
+            for found in checkers[name](table):
+                path = found.split(":", 1)[0]
+                if path in reported:
+                    continue
+                reported.add(path)
+                fix = "`s3ddb open-formats URI --rebuild`"
+                problem("damaged_open_format_state", path, found, fix, version)
+        before = manifest
 
 
 @dataclass

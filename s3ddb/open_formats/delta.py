@@ -60,9 +60,9 @@ from s3ddb.errors import InvalidInputError
 from s3ddb.io.object_store import ObjectMeta, ObjectStore
 from s3ddb.open_formats.deletion_vectors import DV_PREFIX, dv_file_bytes
 from s3ddb.open_formats.delta_log import (
+    KeptLogCheck,
     expire_log,
     foreign_problems,
-    kept_problems,
     load_checked_state,
     log_problems,
 )
@@ -164,13 +164,14 @@ class DeltaWriter:
         (:func:`~s3ddb.open_formats.delta_log.log_problems`), a sentence per file."""
         return log_problems(store, expected)
 
-    def kept_problems(
-        self, store: ObjectStore, expected: Iterable[TableVersion]
-    ) -> list[tuple[int, str]]:
-        """What is wrong with the log of each version of ``expected`` (older kept
-        versions, which Delta readers reach by time travel), a sentence per file
-        (:func:`~s3ddb.open_formats.delta_log.kept_problems`)."""
-        return kept_problems(store, expected)
+    def kept_checker(
+        self, store: ObjectStore, listed: Iterable[ObjectMeta]
+    ) -> Callable[[TableVersion], list[str]]:
+        """What is wrong with the log of each older kept version, which Delta readers
+        reach by time travel, a sentence per file: a
+        :class:`~s3ddb.open_formats.delta_log.KeptLogCheck` (its commits and
+        checkpoints and the sizes of the deletion vector files from ``listed``)."""
+        return KeptLogCheck(store, listed)
 
     def publish(
         self, table: TableVersion, previous: Any | None, deleted: DeletedPositions

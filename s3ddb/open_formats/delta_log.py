@@ -32,8 +32,10 @@ A log s3ddb wrote within those bounds always loads; one beyond them is refused l
 damaged one, and the next version is published afresh (with a checkpoint).
 
 :func:`log_problems` is verify's view (every commit and checkpoint of the versions
-up to the one checked, and the state after it), :func:`foreign_problems` what another
-engine wrote in the log; :func:`expire_log` is cleanup's.
+up to the one checked, and the state after it), :class:`KeptLogCheck` its view of the
+state after each older kept version (carried from one version to the next),
+:func:`foreign_problems` what another engine wrote in the log; :func:`expire_log` is
+cleanup's.
 """
 
 from __future__ import annotations
@@ -92,10 +94,10 @@ __all__ = [
     "MAX_REPLAY",
     "MAX_STRAY_ADDS",
     "READ_BLOCK",
+    "KeptLogCheck",
     "LogListing",
     "expire_log",
     "foreign_problems",
-    "kept_problems",
     "list_log",
     "load_checked_state",
     "log_problems",
@@ -221,9 +223,13 @@ class _Limits:
 class _Budget:
     """The bytes one load may still read."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, spent: int = 0) -> None:
         self.limit = limit
-        self.left = limit
+        self.left = limit - spent
+
+    @property
+    def spent(self) -> int:
+        return self.limit - self.left
 
     def take(self, count: int, path: str) -> None:
         self.left -= count
@@ -317,6 +323,24 @@ class _Replay:
         self.metadata: tuple[DeltaMetadata, str] | None = None
         self.adds: dict[str, tuple[DeltaAdd, str]] = {}
         self.strays = 0
+        #: The most files live at once so far (strays of any version are fewer).
+        self.peak = 0
+
+    def rebase(self, want: Mapping[str, PublishedFile], limits: _Limits) -> None:
+        """Go on replaying for another version (``want``, ``limits``): its strays are
+        the live files it does not list."""
+        self.want = want
+        self.limits = limits
+        self.strays = sum(1 for path in self.adds if path not in want)
+
+    def start_at(self, data: bytes, where: str) -> None:
+        """Start from checkpoint ``where`` (its bytes ``data``), read within the
+        bounds of the version replayed."""
+        protocol, metadata, adds = checkpoint_state(data, where, self.limits.checkpoint)
+        self.set_protocol(protocol, where)
+        self.metadata = (metadata, where)
+        for add in adds:
+            self.add(add, where)
 
     def set_protocol(self, protocol: Protocol, where: str) -> None:
         if self.protocol is not None and not protocol.covers(self.protocol[0]):
@@ -333,6 +357,7 @@ class _Replay:
                     "checked does not list",
                 )
         self.adds[add.path] = (add, where)
+        self.peak = max(self.peak, len(self.adds))
 
     def remove(self, path: str) -> None:
         if self.adds.pop(path, None) is not None and path not in self.want:
@@ -355,8 +380,11 @@ class _Replay:
         expected: TableVersion,
         head: str,
         dv_checked: set[str] | None = None,
+        dv_sizes: Mapping[str, int] | None = None,
     ) -> DeltaState:
-        """The state, once it agrees with ``expected`` (see the module docstring)."""
+        """The state, once it agrees with ``expected`` (see the module docstring).
+        ``dv_checked`` is :func:`_check_dv_contents`' ``checked``, ``dv_sizes``
+        :func:`_check_dv_files`' ``sizes``."""
         if self.protocol is None or self.metadata is None:
             raise _fail(head, "the log has no protocol or metaData")
         protocol, protocol_where = self.protocol
@@ -389,7 +417,7 @@ class _Replay:
             raise _fail(metadata_where, f"deletion vectors without {ENABLE_DV}")
         if needed_protocol(protocol, required_features(config, expected.schema)) != protocol:
             raise _fail(protocol_where, f"protocol {protocol.to_json()} lacks a feature in use")
-        _check_dv_files(store, adds, self.adds)
+        _check_dv_files(store, adds, self.adds, dv_sizes)
         if expected.deleted is not None:
             _check_dv_contents(store, adds, self.adds, self.want, expected.deleted, dv_checked)
         return DeltaState(expected.version, protocol, metadata, adds)
@@ -408,14 +436,19 @@ def _derived_add(f: PublishedFile, found: DeltaAdd) -> DeltaAdd:
 
 
 def _check_dv_files(
-    store: ObjectStore, adds: Mapping[str, DeltaAdd], found: Mapping[str, tuple[DeltaAdd, str]]
+    store: ObjectStore,
+    adds: Mapping[str, DeltaAdd],
+    found: Mapping[str, tuple[DeltaAdd, str]],
+    sizes: Mapping[str, int] | None = None,
 ) -> None:
     """Each deletion vector's file is in ``dv/``, of the size its descriptor gives
-    (one listing, when there are any)."""
+    (one listing, when there are any and ``sizes``, the size of each file of ``dv/``
+    by path, is not given)."""
     with_dv = {path: add for path, add in adds.items() if add.deletion_vector is not None}
     if not with_dv:
         return
-    sizes = {meta.path: meta.size for meta in store.iter_list(f"{DV_PREFIX}/")}
+    if sizes is None:
+        sizes = {meta.path: meta.size for meta in store.iter_list(f"{DV_PREFIX}/")}
     for path, add in with_dv.items():
         descriptor = add.deletion_vector
         assert descriptor is not None
@@ -533,17 +566,13 @@ def _newest_checkpoint(
         raise _fail(checkpoint_path(newest), "deleted while the log was read") from e
 
 
-def load_checked_state(
-    store: ObjectStore, expected: TableVersion, *, dv_checked: set[str] | None = None
-) -> DeltaState | None:
-    """The Delta state after ``expected.version``, rebuilt from the log (``store``
-    rooted at the dataset) and checked against ``expected`` (see the module
-    docstring); None when ``_delta_log/<version>.json`` does not exist.
+def _read_head(store: ObjectStore, expected: TableVersion) -> bytes | None:
+    """The first block of ``expected.version``'s commit, once its ``commitInfo`` (its
+    first line) is s3ddb's of that version: its cut, time and operation; None when
+    the commit does not exist.
 
     Raises:
-        PublishedStateError: a log file beyond the bounds, malformed, not as s3ddb
-            writes it, missing between the checkpoint and the version, or a state that
-            disagrees with ``expected`` (naming the file).
+        PublishedStateError: it is not (naming the commit).
     """
     version = expected.version
     head = commit_path(version)
@@ -551,9 +580,6 @@ def load_checked_state(
         first_block = store.get_range(head, 0, READ_BLOCK)
     except FileNotFoundError:
         return None
-    want = {log_path(f): f for f in expected.all_files()}
-    limits = _Limits(len(want))
-    budget = _Budget(limits.load_bytes)
     newline = first_block.find(b"\n")
     if newline < 0:
         raise _fail(head, "no commitInfo line (s3ddb's is its first, and short)")
@@ -566,24 +592,25 @@ def load_checked_state(
             f"commitInfo says {info.operation} at {info.timestamp}, version {version} is "
             f"{expected.operation} at {expected.timestamp_ms}",
         )
-    replay = _Replay(want, limits)
-    start = _newest_checkpoint(store, version, budget)
-    if start is not None:
-        checkpoint, data = start
-        where = checkpoint_path(checkpoint)
-        protocol, metadata, adds = checkpoint_state(data, where, limits.checkpoint)
-        replay.set_protocol(protocol, where)
-        replay.metadata = (metadata, where)
-        for add in adds:
-            replay.add(add, where)
-        first = checkpoint + 1
-    else:
-        # No checkpoint (s3ddb writes one where publication starts): from the first
-        # commit, which then must hold the protocol and metaData.
-        commits = list_log(store.iter_list(f"{LOG_DIR}/")).commits
-        first = min((v for v in commits if v <= version), default=version)
-    if version - first >= MAX_REPLAY:
-        raise _fail(head, f"{version - first + 1} commits since the last checkpoint")
+    return first_block
+
+
+def _replay_commits(
+    store: ObjectStore,
+    replay: _Replay,
+    first: int,
+    version: int,
+    budget: _Budget,
+    first_block: bytes,
+) -> None:
+    """Apply the commits ``first`` to ``version`` (whose first block, ``first_block``,
+    is read already) to ``replay``, in order.
+
+    Raises:
+        PublishedStateError: one is missing, beyond the bounds or not as s3ddb writes
+            it (naming it).
+    """
+    head = commit_path(version)
     for v in range(first, version + 1):
         where = commit_path(v)
         try:
@@ -593,7 +620,49 @@ def load_checked_state(
                 replay.apply(action, where)
         except FileNotFoundError as e:
             raise _fail(where, f"missing from the log before {head}") from e
-    return replay.checked(store, expected, head, dv_checked)
+
+
+def _check_replay_length(version: int, first: int) -> None:
+    """Refuse replaying more than :data:`MAX_REPLAY` commits, ``first`` to ``version``."""
+    if version - first >= MAX_REPLAY:
+        raise _fail(
+            commit_path(version), f"{version - first + 1} commits since the last checkpoint"
+        )
+
+
+def load_checked_state(store: ObjectStore, expected: TableVersion) -> DeltaState | None:
+    """The Delta state after ``expected.version``, rebuilt from the log (``store``
+    rooted at the dataset) and checked against ``expected`` (see the module
+    docstring); None when ``_delta_log/<version>.json`` does not exist. It starts
+    from the checkpoint ``_last_checkpoint`` names when that one is at or before the
+    version, else from the newest listed (one listing).
+
+    Raises:
+        PublishedStateError: a log file beyond the bounds, malformed, not as s3ddb
+            writes it, missing between the checkpoint and the version, or a state that
+            disagrees with ``expected`` (naming the file).
+    """
+    version = expected.version
+    first_block = _read_head(store, expected)
+    if first_block is None:
+        return None
+    want = {log_path(f): f for f in expected.all_files()}
+    limits = _Limits(len(want))
+    budget = _Budget(limits.load_bytes)
+    replay = _Replay(want, limits)
+    start = _newest_checkpoint(store, version, budget)
+    if start is not None:
+        checkpoint, data = start
+        replay.start_at(data, checkpoint_path(checkpoint))
+        first = checkpoint + 1
+    else:
+        # No checkpoint (s3ddb writes one where publication starts): from the first
+        # commit, which then must hold the protocol and metaData.
+        commits = list_log(store.iter_list(f"{LOG_DIR}/")).commits
+        first = min((v for v in commits if v <= version), default=version)
+    _check_replay_length(version, first)
+    _replay_commits(store, replay, first, version, budget, first_block)
+    return replay.checked(store, expected, commit_path(version))
 
 
 # --- verify ----------------------------------------------------------------------------
@@ -787,25 +856,136 @@ def expire_log(
 # --- verify, older versions ------------------------------------------------------------
 
 
-def kept_problems(store: ObjectStore, expected: Iterable[TableVersion]) -> list[tuple[int, str]]:
-    """What is wrong with the log of each version of ``expected`` (older kept
-    versions, each as its manifest gives it): the state after it, loaded and checked
-    as :func:`load_checked_state` checks it (its commit, the live files, and each
-    deletion vector's bytes against the one s3ddb renders from its deletion file): the
-    version and a sentence naming the file, for each version that fails. A version
-    whose commit is not in the log (not published, or before where cleanup starts the
-    log) is skipped. A
-    deletion vector file is compared once, whichever version lists it first: its
-    name is a function of the deleted rows, so it is the same file for each.
+@dataclass
+class _Chain:
+    """The log replayed from one start (a checkpoint, or the log's first commit when
+    there is none) through commit ``through``: what the next version starting there
+    extends."""
 
-    Raises:
-        OSError: the store cannot be read.
+    start: int | None
+    first: int
+    replay: _Replay
+    through: int
+    #: Bytes read since the start (the checkpoint and commits): every version
+    #: extending the chain counts them in its budget, as its own load would.
+    read: int
+    #: The fewest files a version the checkpoint was read for lists: the checkpoint
+    #: was read within that version's bounds, the smallest so far (they grow with
+    #: the files).
+    files: int
+
+
+class KeptLogCheck:
+    """verify's check of the log of the kept versions older than the newest, one call
+    per version (oldest first), each as its manifest gives it: the state after it,
+    checked as :func:`load_checked_state` checks it (its commit, the live files, and
+    each deletion vector's bytes against the one s3ddb renders from its deletion
+    file), within the same bounds, with the same outcome. A version whose commit is not
+    in the log (not published, or before where cleanup starts the log) is skipped.
+
+    The versions share reads, so that checking ``V`` versions reads each commit and
+    checkpoint about once and lists nothing: ``listed`` (a listing of the dataset
+    root, or of ``_delta_log/`` and ``dv/``, taken before) gives the commits and
+    checkpoints there are and the sizes of the deletion vector files. A version
+    starts from the newest checkpoint listed at or before it, as a Delta reader
+    travelling to it does (``_last_checkpoint`` names the newest of all). When the
+    version before started there too, its state is carried forward by the version's
+    commit alone rather than replayed again from the checkpoint; it is loaded anew
+    when the replay before failed, or when the version's own load could be refused
+    where the one before was not (its bounds, from its number of files, are below the
+    bytes read or the files live so far). The bytes of the checkpoint read last are
+    held, so that a version loaded anew from it does not read it again. A deletion
+    vector file is compared once, whichever version lists it first: its name is a
+    function of the deleted rows, so it is the same file for each. Memory: one
+    version's state and one checkpoint's bytes, besides the names of the commits,
+    checkpoints and deletion vector files.
     """
-    dv_checked: set[str] = set()
-    problems: list[tuple[int, str]] = []
-    for table in expected:
+
+    def __init__(self, store: ObjectStore, listed: Iterable[ObjectMeta]) -> None:
+        self._store = store
+        metas = [m for m in listed if m.path.startswith((f"{LOG_DIR}/", f"{DV_PREFIX}/"))]
+        listing = list_log(metas)
+        self._commits = set(listing.commits)
+        self._checkpoints = sorted(listing.checkpoints)
+        self._dv_sizes = {m.path: m.size for m in metas if m.path.startswith(f"{DV_PREFIX}/")}
+        self._dv_checked: set[str] = set()
+        self._checkpoint: tuple[int, bytes] | None = None
+        self._chain: _Chain | None = None
+
+    def __call__(self, expected: TableVersion) -> list[str]:
+        """What is wrong with the log of ``expected.version`` (a sentence naming the
+        file), empty when nothing is.
+
+        Raises:
+            OSError: the store cannot be read.
+        """
         try:
-            load_checked_state(store, table, dv_checked=dv_checked)
+            self._check(expected)
         except PublishedStateError as exc:
-            problems.append((table.version, str(exc)))
-    return problems
+            return [str(exc)]
+        return []
+
+    def _check(self, expected: TableVersion) -> None:
+        version = expected.version
+        if version not in self._commits:
+            return  # not published, or before where cleanup starts the log
+        first_block = _read_head(self._store, expected)
+        if first_block is None:
+            return  # deleted since the listing (a cleanup)
+        want = {log_path(f): f for f in expected.all_files()}
+        limits = _Limits(len(want))
+        start = max((c for c in self._checkpoints if c <= version), default=None)
+        chain = self._chain
+        self._chain = None  # kept only once it is extended without error
+        if (
+            chain is None
+            or chain.start != start
+            or chain.through >= version
+            or chain.read > limits.load_bytes
+            or chain.replay.peak > limits.strays
+        ):
+            chain = self._fresh(start, version, want, limits)
+        else:
+            chain.replay.rebase(want, limits)
+            if start is not None and limits.files < chain.files:
+                # The checkpoint within this version's smaller bounds, as its own load
+                # reads it (the bytes are held: no request).
+                assert self._checkpoint is not None and self._checkpoint[0] == start
+                checkpoint_state(self._checkpoint[1], checkpoint_path(start), limits.checkpoint)
+                chain.files = limits.files
+        _check_replay_length(version, chain.first)
+        budget = _Budget(limits.load_bytes, chain.read)
+        _replay_commits(self._store, chain.replay, chain.through + 1, version, budget, first_block)
+        chain.through = version
+        chain.read = budget.spent
+        self._chain = chain
+        chain.replay.checked(
+            self._store, expected, commit_path(version), self._dv_checked, self._dv_sizes
+        )
+
+    def _fresh(
+        self, start: int | None, version: int, want: Mapping[str, PublishedFile], limits: _Limits
+    ) -> _Chain:
+        """A chain from ``start`` (a checkpoint; None: the first commit listed) for
+        ``version``, nothing replayed yet."""
+        budget = _Budget(limits.load_bytes)
+        replay = _Replay(want, limits)
+        if start is None:
+            # No checkpoint (s3ddb writes one where publication starts): from the first
+            # commit, which then must hold the protocol and metaData.
+            first = min(v for v in self._commits if v <= version)
+        else:
+            where = checkpoint_path(start)
+            if self._checkpoint is not None and self._checkpoint[0] == start:
+                data = self._checkpoint[1]
+                budget.take(len(data), where)  # refused as a bounded read of it would be
+            else:
+                self._checkpoint = None
+                try:
+                    data = budget.get(self._store, where)
+                except FileNotFoundError as e:
+                    raise _fail(where, "deleted while the log was read") from e
+                self._checkpoint = (start, data)
+            replay.start_at(data, where)
+            first = start + 1
+        return _Chain(start, first, replay, first - 1, budget.spent, limits.files)

@@ -382,35 +382,36 @@ class IcebergWriter:
             return [str(exc)]
         return []
 
-    def kept_problems(
-        self, store: ObjectStore, expected: Iterable[TableVersion]
-    ) -> list[tuple[int, str]]:
-        """What is wrong with the published Iceberg files of each version of
-        ``expected`` (older kept versions, which Iceberg readers reach through their
-        own ``vN.metadata.json``): its metadata file and manifest list as
-        :meth:`load_state` checks them, byte for byte what s3ddb renders, then each
-        manifest its snapshot lists and each positional delete file those list,
-        against the version's groups and s3ddb's deletion files. A manifest (and its
-        delete files) found s3ddb's for one version is not read again for another: its
-        name gives its group and the version that wrote it, so its bytes are the
-        same in every version that lists it. The first problem of each version is
-        reported, with the version.
+    def kept_checker(
+        self, store: ObjectStore, listed: Iterable[ObjectMeta]
+    ) -> Callable[[TableVersion], list[str]]:
+        """What is wrong with the published Iceberg files of each older kept version,
+        which Iceberg readers reach through its own ``vN.metadata.json`` (``listed`` is
+        not needed): its metadata file and manifest list as :meth:`load_state` checks
+        them, byte for byte what s3ddb renders, then each manifest its snapshot lists
+        and each positional delete file those list, against the version's groups and
+        s3ddb's deletion files; the first problem of each version, empty when all is
+        s3ddb's. A manifest (and its delete files) found s3ddb's for one version is
+        not read again for another: its name gives its group and the version that
+        wrote it, so its bytes are the same in every version that lists it (the
+        check holds their names).
 
-        Raises:
-            OSError: the store cannot be listed or read.
+        The check raises OSError when the store cannot be read.
         """
         checked: set[str] = set()
-        problems: list[tuple[int, str]] = []
-        for table in expected:
+
+        def check(table: TableVersion) -> list[str]:
             try:
                 loaded = read_version(store, table, _current_schema(table), read_manifests=True)
                 if loaded is None:
-                    continue  # not published: a gap
+                    return []  # not published: a gap
                 _check_rendered(loaded, table)
                 _check_manifests(store, loaded, table, checked)
             except PublishedStateError as exc:
-                problems.append((table.version, str(exc)))
-        return problems
+                return [str(exc)]
+            return []
+
+        return check
 
     def refresh_state(
         self, store: ObjectStore, state: IcebergState, now_ms: int, kept: Callable[[int], bool]

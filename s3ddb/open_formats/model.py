@@ -217,20 +217,23 @@ class FormatWriter(Protocol):
         exactly what the manifests give; bounded like :meth:`load_state`."""
         ...
 
-    def kept_problems(
-        self, store: ObjectStore, expected: Iterable[TableVersion]
-    ) -> list[tuple[int, str]]:
-        """What is wrong with the published files of each version in ``expected``
-        (kept versions older than the newest that publish this format, oldest first,
-        each as its manifest gives it; produced as they are checked, so that only one
-        is held at a time), for ``verify``: each version's own files (its metadata file or
-        commit, and the state they give) and the deleted rows it lists, compared with
-        what s3ddb renders for it, as :meth:`load_state` compares them; a version
-        not published in this format is skipped. Files several versions share are
-        read once. Each problem is the version and a sentence naming the file.
+    def kept_checker(
+        self, store: ObjectStore, listed: Iterable[ObjectMeta]
+    ) -> Callable[[TableVersion], list[str]]:
+        """For ``verify``: a check of the published files of the kept versions older
+        than the newest, called once with each that publishes this format, oldest
+        first, each as its manifest gives it, and returning what is wrong with that
+        version's own files (its metadata file or commit, and the state they give)
+        and the deleted rows it lists, compared with what s3ddb renders for it as
+        :meth:`load_state` compares them, a sentence naming the file each; empty when
+        all is s3ddb's, or when the version is not published in this format.
+        ``listed`` is a listing of the dataset root taken before, which the check may
+        use instead of listing again. Across calls the check reads the files several
+        versions share once, so that checking ``V`` versions costs requests in
+        proportion to ``V`` (and to the files they list), and holds about one
+        version's files at a time.
 
-        Raises:
-            OSError: the store cannot be listed or read.
+        The check raises OSError when the store cannot be listed or read.
         """
         ...
 

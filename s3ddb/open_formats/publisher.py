@@ -73,6 +73,7 @@ __all__ = [
     "deletion_key",
     "enabled_formats",
     "expected_table",
+    "expected_tables",
     "forget_states",
     "format_names",
     "formats_config",
@@ -513,9 +514,22 @@ def expected_table(
     manifests alone (the version before it gives ``added`` and ``removed`` when it
     publishes the format too): what a check of the published files compares them
     with."""
+    return expected_tables(store, manifest, load_version)(format_name)
+
+
+def expected_tables(
+    store: ObjectStore, manifest: Manifest, load_version: LoadVersion
+) -> Callable[[str], TableVersion]:
+    """:func:`expected_table` of ``manifest`` for any format name, built once for the
+    formats it is the same for (those the version before publishes too, or none of
+    them), the version before loaded once. Each call raises as
+    :func:`expected_table` does; what is built is held as long as the function."""
     run = _Run(store, load_version)
-    previous = _publishing_before(writer_of(format_name), run, manifest)
-    return run.table(manifest, previous)
+
+    def table(format_name: str) -> TableVersion:
+        return run.table(manifest, _publishing_before(writer_of(format_name), run, manifest))
+
+    return table
 
 
 # --- per-process state -------------------------------------------------------------------

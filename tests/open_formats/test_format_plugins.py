@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import datetime as dt
+import functools
 import importlib.util
 import inspect
 import json
@@ -73,7 +74,7 @@ def test_the_protocol_holds_what_the_rest_of_s3ddb_asks_a_format() -> None:
         "load_state",
         "refresh_state",
         "state_problems",
-        "kept_problems",
+        "kept_checker",
         "publish",
         "published_paths",
         "reader_location",
@@ -183,10 +184,10 @@ class ListingFormat:
             return [str(exc)]
         return []
 
-    def kept_problems(
-        self, store: ObjectStore, expected: Iterable[TableVersion]
-    ) -> list[tuple[int, str]]:
-        return [(t.version, p) for t in expected for p in self.state_problems(store, t)]
+    def kept_checker(
+        self, store: ObjectStore, listed: Iterable[ObjectMeta]
+    ) -> Callable[[TableVersion], list[str]]:
+        return functools.partial(self.state_problems, store)
 
     def publish(
         self, table: TableVersion, previous: Any | None, deleted: DeletedPositions
