@@ -22,6 +22,7 @@ it is the only way to apply it to rows it never saw.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -156,6 +157,25 @@ def _keys_written(ctx: ConflictContext, keys: tuple[str, ...], rows: dict[int, B
     return out
 
 
+def _unrecorded(
+    op: Delete | Update, updated: Iterable[int], removed: Iterable[int]
+) -> Verdict | None:
+    """A retry, if ``op`` changes or removes a fragment without recording which of
+    its rows it touched (``affected_rows``): an operation built elsewhere, by hand
+    (pylance's ``LanceOperation.Delete/Update``). A rebase checks and moves those rows
+    only; with none recorded it would drop the change, or bring back rows deleted
+    concurrently. None if every such fragment records its rows."""
+    for fid in (*updated, *removed):
+        if fid not in op.affected_rows:
+            return Verdict(
+                _R,
+                f"this {op.kind} does not record which rows of fragment {fid} it touched "
+                "(built without them): it cannot be moved onto a newer version; build it "
+                "again on the newest",
+            )
+    return None
+
+
 def rebase_delete(mine: Transaction, theirs: Transaction, ctx: ConflictContext | None) -> Verdict:
     """Deletes always rebase over appends, deletes and updates: deleted rows stay
     deleted, and the predicate is re-applied to the rows theirs added or changed."""
@@ -163,6 +183,9 @@ def rebase_delete(mine: Transaction, theirs: Transaction, ctx: ConflictContext |
         return Verdict(_R, "the rows both touched cannot be compared without the data")
     op = mine.operation
     assert isinstance(op, Delete)
+    unknown = _unrecorded(op, [f.id for f in op.updated_fragments], op.deleted_fragment_ids)
+    if unknown is not None:
+        return unknown
     changes = their_changes(theirs, ctx)
     affected = {fid: BitMap(rows) for fid, rows in op.affected_rows.items()}
     for fid in changes.removed_fragments:
@@ -204,6 +227,9 @@ def rebase_update(mine: Transaction, theirs: Transaction, ctx: ConflictContext |
         return Verdict(_R, "the rows both touched cannot be compared without the data")
     op = mine.operation
     assert isinstance(op, Update)
+    unknown = _unrecorded(op, [f.id for f in op.updated_fragments], op.removed_fragment_ids)
+    if unknown is not None:
+        return unknown
     what = "merge_insert" if op.is_merge else "update"
     changes = their_changes(theirs, ctx)
     # The rows this operation read and acted on: those it changed, and (merge) every

@@ -15,7 +15,12 @@ import s3ddb
 import s3ddb.fragment
 from s3ddb.commit.committer import commit_transaction
 from s3ddb.commit.manifest_cache import MANIFESTS
-from s3ddb.errors import CommitConflictError, InvalidInputError, TransactionAlreadyCommittedError
+from s3ddb.errors import (
+    CommitConflictError,
+    InvalidInputError,
+    RetryableCommitConflictError,
+    TransactionAlreadyCommittedError,
+)
 from s3ddb.format import layout
 from s3ddb.operations import Append, Overwrite, Transaction
 from tests.conftest import TEST_BUCKET, TEST_TABLE
@@ -176,3 +181,39 @@ def test_a_failed_rollback_keeps_the_older_versions_files(aws: Any) -> None:
     assert sorted(old.to_table()["id"].to_pylist()) == [0, 1, 2]
     done = s3ddb.Dataset.commit(uri, rollback, read_version=2, storage_options=so)
     assert done.version == 3 and sorted(done.to_table()["id"].to_pylist()) == [0, 1, 2]
+
+
+@pytest.mark.parametrize("theirs", ["append", "delete elsewhere"])
+def test_a_hand_built_delete_is_not_emptied_by_a_rebase(tmp_path: Path, theirs: str) -> None:
+    """pylance's LanceOperation.Delete names the fragments it deletes, not the rows:
+    read at version 1 and committed after another writer's commit, it cannot be
+    moved onto the newer version (a rebase checks and moves the rows recorded). It
+    used to commit as an empty Delete: reported done, nothing deleted."""
+    uri = str(tmp_path / "ds")
+    s3ddb.write_dataset(_ids(0, 4), uri, max_rows_per_file=2)  # fragments 0 and 1
+    if theirs == "append":
+        s3ddb.dataset(uri).insert(_ids(100, 1))
+    else:
+        s3ddb.dataset(uri).delete("id = 3")
+    mine = s3ddb.LanceOperation.Delete([], [0], "id < 2")
+    with pytest.raises(RetryableCommitConflictError, match="does not record which rows"):
+        s3ddb.Dataset.commit(uri, mine, read_version=1)
+    assert s3ddb.dataset(uri).version == 2
+    done = s3ddb.Dataset.commit(uri, mine, read_version=2)  # built again on the newest
+    assert sorted(done.to_table()["id"].to_pylist()) == ([2, 3, 100] if theirs == "append" else [2])
+
+
+def test_a_hand_built_update_does_not_bring_back_a_row_deleted_meanwhile(
+    tmp_path: Path,
+) -> None:
+    """pylance's LanceOperation.Update rewriting fragment 0 (read at version 1) after
+    another writer deleted one of its rows: refused for a retry. It used to commit,
+    and the deleted row was back."""
+    uri = str(tmp_path / "ds")
+    first = s3ddb.write_dataset(_ids(0, 3), uri)
+    rewritten = s3ddb.fragment.write_fragments(first.to_table(), uri, schema=first.manifest.schema)
+    s3ddb.dataset(uri).delete("id = 1")  # version 2
+    mine = s3ddb.LanceOperation.Update(removed_fragment_ids=[0], new_fragments=rewritten)
+    with pytest.raises(RetryableCommitConflictError, match="does not record which rows"):
+        s3ddb.Dataset.commit(uri, mine, read_version=1)
+    assert sorted(s3ddb.dataset(uri).to_table()["id"].to_pylist()) == [0, 2]
