@@ -49,6 +49,7 @@ from s3ddb.format.row_evaluation import (
     take_rows,
     within_key_bounds,
 )
+from s3ddb.format.row_lineage import RowLineage
 from s3ddb.operations import (
     Delete,
     KeyExistenceFilter,
@@ -324,6 +325,12 @@ def _updated_copies(
         )
     fragments = write_fragments_from_table(ctx.store, pa.concat_tables(pieces), schema)
     ctx.written.extend(data_file_paths(fragments))
+    if ctx.after.stable_row_ids:
+        # The rows keep their ids, as an update run after theirs would keep them.
+        lineage = RowLineage.concat(
+            [RowLineage.of_rows(after[fid], rows[fid]) for fid in sorted(rows)]
+        )
+        fragments = lineage.touched().spread(fragments)
     return fragments
 
 

@@ -350,3 +350,28 @@ def test_writer_processes_racing_never_share_an_id(tmp_path: Path) -> None:
     ds = s3ddb.dataset(uri)
     ids = ds.to_table(columns=["_rowid"])["_rowid"].to_pylist()
     assert ds.version == 9 and sorted(ids) == list(range(1 + 2 * 4 * 2))
+
+
+def test_a_row_an_update_absorbs_in_a_rebase_keeps_its_id(tmp_path: Path) -> None:
+    """An update planned at version 1 rebases over a concurrent insert of a row its
+    where clause matches, and changes that row too (as run after the insert). The
+    row keeps its id and records the update's version, as an update run second would
+    leave it; it used to be written as a new row with a new id."""
+    uri = str(tmp_path / "ds")
+    s3ddb.write_dataset(pa.table({"id": [1, 2], "v": [0, 0]}), uri, enable_stable_row_ids=True)
+    mine = s3ddb.dataset(uri)
+    s3ddb.dataset(uri).insert(pa.table({"id": [3], "v": [100]}))  # version 2
+
+    def ids(ds: s3ddb.Dataset) -> dict[int, int]:
+        t = ds.to_table(with_row_id=True)
+        return dict(zip(t["id"].to_pylist(), t["_rowid"].to_pylist(), strict=True))
+
+    before = ids(s3ddb.dataset(uri))
+    mine.update({"v": "v + 1"}, where="v >= 100 OR id = 1", rewrite="rows", conflict_retries=0)
+    after = s3ddb.dataset(uri)
+    assert after.version == 3
+    assert sorted(after.to_table()["v"].to_pylist()) == [0, 1, 101]
+    assert ids(after) == before
+    changed = after.changes(2)
+    kinds = dict(zip(changed["id"].to_pylist(), changed["_change_type"].to_pylist(), strict=False))
+    assert kinds.get(3) in ("update_preimage", "update_postimage")
