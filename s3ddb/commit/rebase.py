@@ -408,6 +408,11 @@ def rebase_over_compaction(
     overlap = _touched_by(op) & rewritten
     if not overlap:
         return Verdict(_C, "theirs rewrote no fragment this transaction changed or matched")
+    # The rows recorded move to their new addresses; a fragment changed without its
+    # rows recorded (built by hand) would lose its change. One removed whole moves all.
+    unknown = _unrecorded(op, [f.id for f in op.updated_fragments if f.id in overlap], ())
+    if unknown is not None:
+        return unknown
     if ctx is None or not isinstance(theirs.operation, Rewrite):
         return Verdict(_R, f"fragments {sorted(overlap)} were rewritten concurrently")
     return carry_over_rewrite(mine, theirs.operation, ctx, overlap)

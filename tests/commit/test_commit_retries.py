@@ -217,3 +217,35 @@ def test_a_hand_built_update_does_not_bring_back_a_row_deleted_meanwhile(
     with pytest.raises(RetryableCommitConflictError, match="does not record which rows"):
         s3ddb.Dataset.commit(uri, mine, read_version=1)
     assert sorted(s3ddb.dataset(uri).to_table()["id"].to_pylist()) == [0, 2]
+
+
+@pytest.mark.parametrize("kind", ["Delete", "Update"])
+def test_a_hand_built_change_of_a_fragment_compacted_meanwhile_is_retried(
+    tmp_path: Path, kind: str
+) -> None:
+    """A hand-built Delete (or Update) that gives fragment 0 a deletion file, read at
+    version 1, committed after a compaction rewrote fragment 0: the rows it deleted
+    are not recorded, so they cannot follow the compaction to their new addresses.
+    Retried; it used to commit, reported done, and change nothing (an Update with new
+    rows kept the old row beside the new one)."""
+    from pyroaring import BitMap
+
+    from s3ddb.format.deletion import write_deletion_file
+
+    uri = str(tmp_path / "ds")
+    first = s3ddb.write_dataset(_ids(0, 8), uri, max_rows_per_file=2)
+    fragment = first.manifest.fragments[0]
+    deletion = write_deletion_file(first.handler.store, fragment.id, 1, BitMap([1]))
+    changed = fragment.with_deletion_file(deletion)
+    mine = (
+        s3ddb.LanceOperation.Delete([changed], [], "id = 1")
+        if kind == "Delete"
+        else s3ddb.LanceOperation.Update(updated_fragments=[changed])
+    )
+    s3ddb.dataset(uri).optimize.compact_files()
+    compacted = s3ddb.dataset(uri).version
+    with pytest.raises(RetryableCommitConflictError, match="does not record which rows"):
+        s3ddb.Dataset.commit(uri, mine, read_version=1)
+    after = s3ddb.dataset(uri)
+    assert after.version == compacted
+    assert sorted(after.to_table()["id"].to_pylist()) == list(range(8))
