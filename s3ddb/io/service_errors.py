@@ -160,17 +160,24 @@ def resent(exc: BaseException) -> bool | None:
     """Whether the call that failed with ``exc`` (or an error it was raised from) had
     sent its request more than once, as botocore records in the response of its last
     attempt; None when no response says (not botocore's error, or none answered)."""
-    cur: BaseException | None = exc
-    for _ in range(5):
-        if cur is None:
-            break
-        response = getattr(cur, "response", None)
+    for err in _raised_from(exc):
+        response = getattr(err, "response", None)
         if isinstance(response, dict):
             attempts = response.get("ResponseMetadata", {}).get("RetryAttempts")
             if isinstance(attempts, int):
                 return attempts > 0
-        cur = cur.__cause__ or cur.__context__
     return None
+
+
+def _raised_from(exc: BaseException) -> list[BaseException]:
+    """``exc`` and the exceptions it was raised from or while handling, newest first
+    (at most 5: s3fs wraps botocore's errors once or twice)."""
+    chain: list[BaseException] = []
+    cur: BaseException | None = exc
+    while cur is not None and len(chain) < 5:
+        chain.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    return chain
 
 
 def describe_error(exc: BaseException) -> str:
@@ -259,11 +266,7 @@ def as_storage_error(exc: BaseException, where: str) -> BaseException:
     itself (not a service's failure). Looks at ``exc`` and the exceptions it was
     raised from or while handling (s3fs wraps botocore's), up to the first answer of
     the store."""
-    chain: list[BaseException] = []
-    cur: BaseException | None = exc
-    while cur is not None and len(chain) < 5:
-        chain.append(cur)
-        cur = cur.__cause__ or cur.__context__
+    chain = _raised_from(exc)
     for err in chain:
         if is_not_sent(err):
             return EndpointUnreachableError(f"cannot connect to S3 for {where}: {err}")
